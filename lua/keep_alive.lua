@@ -1,0 +1,27 @@
+-- keep_alive.lua: set keepAliveTime on an initialized limiter and apply it now.
+--
+-- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
+-- ARGV: 1 keepAliveTime in ms (0 removes it and the TTLs it set)
+-- Returns 1.
+
+local kind = redis.pcall('hget', KEYS[1], 'type')
+if type(kind) == 'table' and kind.err then
+  error({ err = 'redlimit:wrong_type:1 config ' .. kind.err })
+end
+if kind == false then
+  error({ err = 'redlimit:not_initialized:1 RateLimiter is not initialized' })
+end
+local vkey, pkey = KEYS[2], KEYS[4]
+if kind == '1' then
+  vkey, pkey = KEYS[3], KEYS[5]
+end
+redis.call('hset', KEYS[1], 'keepAliveTime', ARGV[1])
+local keep = tonumber(ARGV[1])
+for _, key in ipairs({ KEYS[1], vkey, pkey }) do
+  if keep > 0 then
+    redis.call('pexpire', key, keep)
+  else
+    redis.call('persist', key)
+  end
+end
+return 1

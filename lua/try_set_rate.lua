@@ -1,0 +1,15 @@
+-- try_set_rate.lua: write the config fields that are missing (Redisson's trySetRate).
+--
+-- KEYS: 1 NAME (config hash)
+-- ARGV: 1 rate, 2 interval in ms, 3 type ("0" overall, "1" per_client), 4 keepAliveTime in ms
+-- Returns 1 when `type` was newly written (the config took effect), else 0.
+
+local kind = redis.pcall('type', KEYS[1])
+if kind.ok ~= 'hash' and kind.ok ~= 'none' then
+  error({ err = 'redlimit:wrong_type:1 config holds a ' .. kind.ok })
+end
+redis.call('hsetnx', KEYS[1], 'rate', ARGV[1])
+redis.call('hsetnx', KEYS[1], 'interval', ARGV[2])
+local written = redis.call('hsetnx', KEYS[1], 'type', ARGV[3])
+redis.call('hsetnx', KEYS[1], 'keepAliveTime', ARGV[4])
+return written

@@ -1,0 +1,107 @@
+//! Where limiter state lives: Redis (the scripts in `lua/`) or this process.
+//!
+//! Both backends run the same algorithm (REDISSON.md) and must give the same answers
+//! decision for decision; the differential test holds them to it.
+
+pub(crate) mod memory;
+pub(crate) mod redis;
+
+use crate::{Error, LimiterKeys, RateLimiterConfig};
+
+/// One rule of a decision.
+pub(crate) struct Call<'a> {
+    pub keys: &'a LimiterKeys,
+    /// Permits to take; 0 asks what is available and writes nothing.
+    pub permits: u64,
+    /// `Some`: the call owns the config (creates it, or overwrites it keeping the
+    /// window). `None`: the stored config is used and must exist.
+    pub rule: Option<&'a RateLimiterConfig>,
+}
+
+/// What happened to a rule's config during a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConfigChange {
+    Kept,
+    Created,
+    Changed,
+}
+
+/// The answer to a decision over one or more rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    pub granted: bool,
+    /// Index of the first rule that refused.
+    pub refused: Option<usize>,
+    /// Milliseconds until every refusing rule would have enough permits.
+    pub retry_ms: u64,
+    /// Per rule: permits left after the decision, and what happened to its config.
+    pub rules: Vec<(u64, ConfigChange)>,
+}
+
+/// The backend of a [`Client`](crate::Client).
+pub(crate) enum Backend {
+    Memory(memory::MemoryBackend),
+    Redis(redis::RedisBackend),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $b:ident => $e:expr) => {
+        match $self {
+            Backend::Memory($b) => $e,
+            Backend::Redis($b) => $e,
+        }
+    };
+}
+
+impl Backend {
+    pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+        dispatch!(self, b => b.acquire(calls, now).await)
+    }
+
+    pub async fn try_set_rate(
+        &self,
+        keys: &LimiterKeys,
+        config: &RateLimiterConfig,
+        now: u64,
+    ) -> Result<bool, Error> {
+        dispatch!(self, b => b.try_set_rate(keys, config, now).await)
+    }
+
+    pub async fn set_rate(
+        &self,
+        keys: &LimiterKeys,
+        config: &RateLimiterConfig,
+        now: u64,
+    ) -> Result<(), Error> {
+        dispatch!(self, b => b.set_rate(keys, config, now).await)
+    }
+
+    pub async fn update_rate(
+        &self,
+        keys: &LimiterKeys,
+        config: &RateLimiterConfig,
+        now: u64,
+    ) -> Result<(), Error> {
+        dispatch!(self, b => b.update_rate(keys, config, now).await)
+    }
+
+    pub async fn config(&self, keys: &LimiterKeys, now: u64) -> Result<Option<RateLimiterConfig>, Error> {
+        dispatch!(self, b => b.config(keys, now).await)
+    }
+
+    pub async fn keep_alive(&self, keys: &LimiterKeys, keep_ms: u64, now: u64) -> Result<(), Error> {
+        dispatch!(self, b => b.keep_alive(keys, keep_ms, now).await)
+    }
+
+    pub async fn expire(&self, keys: &LimiterKeys, ttl_ms: u64, now: u64) -> Result<bool, Error> {
+        dispatch!(self, b => b.expire(keys, ttl_ms, now).await)
+    }
+
+    pub async fn delete(&self, keys: &LimiterKeys, now: u64) -> Result<bool, Error> {
+        dispatch!(self, b => b.delete(keys, now).await)
+    }
+
+    pub async fn is_exists(&self, keys: &LimiterKeys, now: u64) -> Result<bool, Error> {
+        dispatch!(self, b => b.is_exists(keys, now).await)
+    }
+}

@@ -1,0 +1,33 @@
+//! The answer to "may I?": a plain value, not an error.
+
+use std::time::Duration;
+
+/// The outcome of one decision over a limiter or a set of rules.
+///
+/// Being refused is a normal outcome: `allowed` is false and `retry_after` says how
+/// long until enough permits leave the window for the same request to pass (assuming
+/// no one else takes them first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// Whether the permits were granted (and spent).
+    pub allowed: bool,
+    /// Permits still available after this decision; over several rules, the smallest.
+    pub remaining: u64,
+    /// When refused: the time until the refusal would pass, exact for any number of
+    /// permits (the moment enough grants leave the window).
+    pub retry_after: Option<Duration>,
+    /// When refused: the index of the first rule, in the order given, that refused.
+    pub refused_by: Option<usize>,
+}
+
+impl Decision {
+    pub(crate) fn from_outcome(outcome: &crate::backend::Outcome) -> Self {
+        Decision {
+            allowed: outcome.granted,
+            remaining: outcome.rules.iter().map(|r| r.0).min().unwrap_or(0),
+            retry_after: (!outcome.granted).then(|| Duration::from_millis(outcome.retry_ms)),
+            refused_by: outcome.refused,
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Errors: backend failures and misuse. Being limited is not an error (see
+//! [`Decision`](crate::Decision)).
+
+use std::time::Duration;
+
+/// What went wrong talking to the limiter's state, or how it was misused.
+///
+/// Every message names the limiter or key concerned and says what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The limiter has no config: Redisson's `RateLimiter is not initialized`.
+    #[error(
+        "rate limiter `{name}` is not initialized (RateLimiter is not initialized): \
+         call try_set_rate or set_rate first, or decide it with a Rule, which creates the config"
+    )]
+    NotInitialized {
+        /// The limiter's name (its config key).
+        name: String,
+    },
+
+    /// More permits were asked for than the limiter's rate can ever grant.
+    #[error(
+        "rate limiter `{name}`: {permits} permits requested but the rate is {rate} \
+         (Requested permits amount could not exceed defined rate); ask for at most {rate}"
+    )]
+    PermitsExceedRate {
+        /// The limiter's name.
+        name: String,
+        /// Permits asked for.
+        permits: u64,
+        /// The limiter's rate, when known.
+        rate: u64,
+    },
+
+    /// Zero permits were asked for.
+    #[error("rate limiter `{name}`: 0 permits requested; ask for at least 1")]
+    ZeroPermits {
+        /// The limiter's name.
+        name: String,
+    },
+
+    /// A rate, interval or keep-alive out of range.
+    #[error("rate limiter `{name}`: invalid configuration: {problem}")]
+    InvalidConfig {
+        /// The limiter's name.
+        name: String,
+        /// What is wrong and what is accepted.
+        problem: &'static str,
+    },
+
+    /// Two rules of one call name the same limiter with different configurations.
+    #[error(
+        "rules {first} and {second} of one call both name `{name}` with different rates, \
+         intervals, modes or keep-alive times; give each limiter one configuration"
+    )]
+    ConflictingRules {
+        /// The limiter's name.
+        name: String,
+        /// Index of the first rule.
+        first: usize,
+        /// Index of the second rule.
+        second: usize,
+    },
+
+    /// A limiter name whose keys would fall into different Redis Cluster slots.
+    #[error(
+        "rate limiter name `{name}` would split its keys across cluster slots ({reason}); \
+         use a name without braces, or one with a non-empty {{hash tag}} such as `{{user:42}}:orders`"
+    )]
+    CrossSlotName {
+        /// The rejected name.
+        name: String,
+        /// Why its keys would not share a slot.
+        reason: &'static str,
+    },
+
+    /// A key exists with a type the layout does not use there.
+    #[error(
+        "key `{key}` holds the wrong Redis type for a rate limiter's {role} ({detail}); \
+         another program wrote it: delete it or choose another limiter name"
+    )]
+    WrongType {
+        /// The key.
+        key: String,
+        /// Its role: config, value or permits.
+        role: &'static str,
+        /// What Redis reported.
+        detail: String,
+    },
+
+    /// A config hash field holds something that is not a valid value.
+    #[error(
+        "config `{key}` has field `{field}` = {value:?}, which is not valid \
+         (rate and interval: integers >= 1, type: 0 or 1, keepAliveTime: integer >= 0); \
+         fix it with set_rate or delete the limiter"
+    )]
+    CorruptConfig {
+        /// The config key.
+        key: String,
+        /// The field.
+        field: &'static str,
+        /// Its stored value.
+        value: String,
+    },
+
+    /// The available-permits key holds something that is not an integer.
+    #[error(
+        "key `{key}` should hold the available permits as an integer but holds {value:?}; \
+         delete it (the log rebuilds it) or call set_rate"
+    )]
+    CorruptValue {
+        /// The value key.
+        key: String,
+        /// What it holds.
+        value: String,
+    },
+
+    /// A permits log member does not decode (for example a Redisson 3.13-3.16 member).
+    #[error(
+        "permits log `{key}` holds a member that does not decode ({detail}); it was written \
+         by an incompatible client (Redisson before 3.17?): delete the limiter or call set_rate"
+    )]
+    CorruptMember {
+        /// The log key.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+
+    /// The backend did not answer within the command timeout.
+    #[error(
+        "Redis did not answer within {after:?} (the command timeout); \
+         check the server, or raise the timeout with ClientBuilder::command_timeout"
+    )]
+    Timeout {
+        /// The timeout that elapsed.
+        after: Duration,
+    },
+
+    /// The backend failed (connection refused, reset, protocol error, ...).
+    #[error("Redis backend failed: {source}; check that the server is reachable and healthy")]
+    Backend {
+        /// What redis-rs reported.
+        #[from]
+        source: redis::RedisError,
+    },
+
+    /// A URL that cannot name a Redis server.
+    #[error("invalid Redis URL `{url}`: {detail}; expected redis://[user:password@]host[:port][/db]")]
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// What the parser reported.
+        detail: String,
+    },
+
+    /// `set_default` was called after a default client was set or first used.
+    #[error(
+        "a default client is already in place (set earlier, or resolved from REDIS_URL on first use); \
+         call redlimit::set_default once, before the first rate-limited call"
+    )]
+    DefaultAlreadySet,
+}
+
+impl Error {
+    /// True for failures of the backend itself (unreachable, hung, answering with
+    /// errors or holding corrupt state), as opposed to a misuse of the API.
+    /// This is what an `on_error` policy reacts to.
+    pub fn is_backend_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. }
+                | Error::Backend { .. }
+                | Error::WrongType { .. }
+                | Error::CorruptConfig { .. }
+                | Error::CorruptValue { .. }
+                | Error::CorruptMember { .. }
+        )
+    }
+}

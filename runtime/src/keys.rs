@@ -1,0 +1,150 @@
+//! Redis key names of a limiter, exactly as Redisson builds them.
+
+use crate::Error;
+
+/// The five keys of a limiter, in the order every script receives them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimiterKeys {
+    /// `NAME`: the config hash.
+    pub config: String,
+    /// `{NAME}:value`: available permits, mode overall.
+    pub value: String,
+    /// `{NAME}:value:CLIENT_ID`: available permits, mode per_client.
+    pub client_value: String,
+    /// `{NAME}:permits`: the grant log, mode overall.
+    pub permits: String,
+    /// `{NAME}:permits:CLIENT_ID`: the grant log, mode per_client.
+    pub client_permits: String,
+}
+
+impl LimiterKeys {
+    /// The keys of limiter `name` as seen by the client `client_id`, or an error when
+    /// they would not share one cluster slot (see [`check_name`]).
+    pub fn new(name: &str, client_id: &str) -> Result<Self, Error> {
+        check_name(name)?;
+        let value = suffix(name, "value");
+        let permits = suffix(name, "permits");
+        Ok(LimiterKeys {
+            config: name.to_owned(),
+            client_value: format!("{value}:{client_id}"),
+            client_permits: format!("{permits}:{client_id}"),
+            value,
+            permits,
+        })
+    }
+
+    /// The five keys in script order.
+    pub fn all(&self) -> [&str; 5] {
+        [
+            &self.config,
+            &self.value,
+            &self.client_value,
+            &self.permits,
+            &self.client_permits,
+        ]
+    }
+}
+
+/// Redisson's `suffixName`: `NAME:s` when the name has a brace, else `{NAME}:s`.
+pub fn suffix(name: &str, s: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{s}")
+    } else {
+        format!("{{{name}}}:{s}")
+    }
+}
+
+/// Accepts a limiter name only when its five keys share one Redis Cluster slot:
+/// a name without braces, or one whose first `{` opens a non-empty hash tag.
+pub fn check_name(name: &str) -> Result<(), Error> {
+    let reason = match name.find('{') {
+        None if name.is_empty() => "it is empty",
+        None if name.contains('}') => "it has a `}` but no `{`",
+        None => return Ok(()),
+        Some(open) => match name[open + 1..].find('}') {
+            Some(0) => "its first `{` opens an empty `{}` tag",
+            Some(_) => return Ok(()),
+            None => "its first `{` is never closed",
+        },
+    };
+    Err(Error::CrossSlotName {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+/// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        match rest.iter().position(|&b| b == b'}') {
+            Some(close) if close > 0 => Some(&rest[..close]),
+            _ => None,
+        }
+    });
+    crc16(tagged.unwrap_or(key)) % 16384
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redisson_names() {
+        let keys = LimiterKeys::new("rate_limit:user:42", "id").unwrap();
+        assert_eq!(
+            keys.all(),
+            [
+                "rate_limit:user:42",
+                "{rate_limit:user:42}:value",
+                "{rate_limit:user:42}:value:id",
+                "{rate_limit:user:42}:permits",
+                "{rate_limit:user:42}:permits:id",
+            ]
+        );
+        let tagged = LimiterKeys::new("{tenant:7}:orders", "id").unwrap();
+        assert_eq!(tagged.value, "{tenant:7}:orders:value");
+        assert_eq!(tagged.client_permits, "{tenant:7}:orders:permits:id");
+    }
+
+    #[test]
+    fn crc16_matches_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        assert_eq!(hash_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+    }
+
+    #[test]
+    fn accepted_names_keep_one_slot_and_rejected_ones_would_not() {
+        for name in ["a", "rate_limit:x", "{t}:x", "x{t}y", "x{t}{", "{a}b}"] {
+            let keys = LimiterKeys::new(name, "c").expect(name);
+            let slot = hash_slot(name.as_bytes());
+            for key in keys.all() {
+                assert_eq!(hash_slot(key.as_bytes()), slot, "{name}: {key}");
+            }
+        }
+        for name in ["", "a{b", "a{}b", "{}", "a}b", "}"] {
+            let err = LimiterKeys::new(name, "c").unwrap_err();
+            assert!(matches!(err, Error::CrossSlotName { .. }), "{name}");
+            let value = suffix(name, "value");
+            assert_ne!(hash_slot(name.as_bytes()), hash_slot(value.as_bytes()), "{name}");
+        }
+    }
+}

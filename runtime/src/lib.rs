@@ -1,0 +1,49 @@
+//! The runtime of [redlimit](https://docs.rs/redlimit): a distributed rate limiter that
+//! keeps its state in Redis in exactly the layout of Redisson's `RRateLimiter`, so Rust
+//! and Java services can share limiters, or in this process with the same semantics.
+//!
+//! - [`Client`]: the backend (Redis or memory), clock, key prefix, timeouts, client id.
+//! - [`RateLimiter`]: Redisson's API: `try_set_rate`, `try_acquire`, `check`, ...
+//! - [`Rule`] and [`Client::check_rules`]: several limits decided all-or-nothing in
+//!   one script call.
+//! - [`Decision`]: being limited is an outcome; [`Error`] is for failures and misuse.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redlimit_runtime::Error> {
+//! use redlimit_runtime::{Client, Rule};
+//! use std::time::Duration;
+//!
+//! let client = Client::memory();
+//! let rules = [
+//!     Rule::new("rate_limit:order:user:42", 1, Duration::from_secs(60)),
+//!     Rule::new("rate_limit:order", 100, Duration::from_secs(1)),
+//! ];
+//! assert!(client.check_rules(&rules).await?.allowed);
+//! let refused = client.check_rules(&rules).await?;
+//! assert_eq!(refused.refused_by, Some(0));
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod client;
+mod clock;
+mod config;
+mod decision;
+mod default_client;
+mod error;
+pub mod keys;
+mod limiter;
+pub mod member;
+mod rule;
+mod waiting;
+
+pub use client::{Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{RateLimiterConfig, RateType, MAX_RATE};
+pub use decision::Decision;
+pub use default_client::{default_client, set_default};
+pub use error::Error;
+pub use keys::LimiterKeys;
+pub use limiter::RateLimiter;
+pub use rule::Rule;

@@ -1,0 +1,225 @@
+//! `RateLimiter`: Redisson's `RRateLimiter` API in Rust names.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::backend::Call;
+use crate::{waiting, Client, Decision, Error, LimiterKeys, RateLimiterConfig, RateType};
+
+/// One limiter, named as in Redis. Get it from [`Client::rate_limiter`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlimit_runtime::Error> {
+/// use redlimit_runtime::{Client, RateType};
+/// use std::time::Duration;
+///
+/// let limiter = Client::memory().rate_limiter("rate_limit:user:42");
+/// limiter.try_set_rate(RateType::Overall, 2, Duration::from_secs(1)).await?;
+/// assert!(limiter.try_acquire(1).await?);
+/// assert!(limiter.try_acquire(1).await?);
+/// let refused = limiter.check(1).await?;
+/// assert!(!refused.allowed && refused.retry_after.is_some());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RateLimiter {
+    client: Client,
+    name: String,
+    /// `None` when the name would split across cluster slots; every call then fails.
+    keys: Option<LimiterKeys>,
+}
+
+/// Permits must be at least 1, at most the rate, and fit Redisson's 4-byte log field.
+pub(crate) fn check_permits(name: &str, permits: u64, rate: Option<u64>) -> Result<(), Error> {
+    if permits == 0 {
+        return Err(Error::ZeroPermits {
+            name: name.to_owned(),
+        });
+    }
+    if let Some(rate) = rate.filter(|&rate| permits > rate) {
+        return Err(Error::PermitsExceedRate {
+            name: name.to_owned(),
+            permits,
+            rate,
+        });
+    }
+    if permits > u64::from(u32::MAX) {
+        return Err(Error::InvalidConfig {
+            name: name.to_owned(),
+            problem: "permits above 4294967295 do not fit the permits log's 4-byte field",
+        });
+    }
+    Ok(())
+}
+
+impl RateLimiter {
+    pub(crate) fn new(client: Client, name: String) -> Self {
+        let keys = LimiterKeys::new(&name, client.client_id()).ok();
+        RateLimiter { client, name, keys }
+    }
+
+    /// The limiter's name: its config key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its five Redis keys as seen by this client.
+    pub fn keys(&self) -> Result<&LimiterKeys, Error> {
+        match &self.keys {
+            Some(keys) => Ok(keys),
+            None => Err(LimiterKeys::new(&self.name, "").unwrap_err()),
+        }
+    }
+
+    fn checked(&self, config: &RateLimiterConfig) -> Result<&LimiterKeys, Error> {
+        let keys = self.keys()?;
+        config.validate(&self.name)?;
+        Ok(keys)
+    }
+
+    /// Sets the config only if none exists (three HSETNX, as Redisson): answers whether
+    /// this call's config took effect. A deploy that changes the rate does not change
+    /// an existing limiter; use [`update_rate`](Self::update_rate) for that.
+    pub async fn try_set_rate(&self, mode: RateType, rate: u64, interval: Duration) -> Result<bool, Error> {
+        self.try_set_config(&RateLimiterConfig::new(mode, rate, interval))
+            .await
+    }
+
+    /// [`try_set_rate`](Self::try_set_rate) with a full config (keep-alive included).
+    pub async fn try_set_config(&self, config: &RateLimiterConfig) -> Result<bool, Error> {
+        let keys = self.checked(config)?;
+        self.client
+            .backend()
+            .try_set_rate(keys, config, self.client.now_ms())
+            .await
+    }
+
+    /// Overwrites the config and restarts the window: the state of the new mode is
+    /// deleted for this client. Calling it before every acquire never limits.
+    pub async fn set_rate(&self, mode: RateType, rate: u64, interval: Duration) -> Result<(), Error> {
+        self.set_config(&RateLimiterConfig::new(mode, rate, interval))
+            .await
+    }
+
+    /// [`set_rate`](Self::set_rate) with a full config.
+    pub async fn set_config(&self, config: &RateLimiterConfig) -> Result<(), Error> {
+        let keys = self.checked(config)?;
+        self.client
+            .backend()
+            .set_rate(keys, config, self.client.now_ms())
+            .await
+    }
+
+    /// Overwrites the config keeping the window (Redisson 4.4 `updateRate` with
+    /// `keepState`): available = rate - permits still in the window. When the window
+    /// holds more than a lowered rate, the difference is owed (the stored value goes
+    /// below zero) so the new rate is never exceeded. A change of mode clears the state.
+    pub async fn update_rate(&self, mode: RateType, rate: u64, interval: Duration) -> Result<(), Error> {
+        self.update_config(&RateLimiterConfig::new(mode, rate, interval))
+            .await
+    }
+
+    /// [`update_rate`](Self::update_rate) with a full config.
+    pub async fn update_config(&self, config: &RateLimiterConfig) -> Result<(), Error> {
+        let keys = self.checked(config)?;
+        self.client
+            .backend()
+            .update_rate(keys, config, self.client.now_ms())
+            .await
+    }
+
+    /// Takes `permits` if available now; never waits.
+    pub async fn try_acquire(&self, permits: u64) -> Result<bool, Error> {
+        Ok(self.check(permits).await?.allowed)
+    }
+
+    /// Takes `permits`, waiting up to `timeout` for them. Gives up as soon as the wait
+    /// the backend reports cannot end before the deadline, and never sleeps past it.
+    pub async fn try_acquire_for(&self, permits: u64, timeout: Duration) -> Result<bool, Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let decision = waiting::until_allowed(Some(deadline), || self.check(permits)).await?;
+        Ok(decision.allowed)
+    }
+
+    /// Takes `permits`, waiting as long as it takes.
+    pub async fn acquire(&self, permits: u64) -> Result<(), Error> {
+        waiting::until_allowed(None, || self.check(permits)).await?;
+        Ok(())
+    }
+
+    /// Takes `permits` if available now, answering how many remain or how long to wait.
+    pub async fn check(&self, permits: u64) -> Result<Decision, Error> {
+        check_permits(&self.name, permits, None)?;
+        let outcome = self.run(permits).await?;
+        Ok(Decision::from_outcome(&outcome))
+    }
+
+    /// Permits available now (released grants included); takes nothing, writes nothing.
+    pub async fn available_permits(&self) -> Result<u64, Error> {
+        Ok(self.run(0).await?.rules[0].0)
+    }
+
+    async fn run(&self, permits: u64) -> Result<crate::backend::Outcome, Error> {
+        let keys = self.keys()?;
+        let calls = [Call {
+            keys,
+            permits,
+            rule: None,
+        }];
+        self.client.backend().acquire(&calls, self.client.now_ms()).await
+    }
+
+    /// The stored config, or `None` when the limiter is not initialized.
+    pub async fn config(&self) -> Result<Option<RateLimiterConfig>, Error> {
+        let keys = self.keys()?;
+        self.client.backend().config(keys, self.client.now_ms()).await
+    }
+
+    /// Sets Redisson's `keepAliveTime`: every acquire attempt re-applies it as the TTL
+    /// of the limiter's keys, so an idle limiter disappears. Applied to the keys now
+    /// too. `Duration::ZERO` removes it (and the TTLs).
+    pub async fn keep_alive(&self, keep_alive: Duration) -> Result<(), Error> {
+        let keys = self.keys()?;
+        let keep_ms = keep_alive.as_millis() as u64;
+        if keep_alive > Duration::ZERO {
+            RateLimiterConfig::new(RateType::Overall, 1, Duration::from_millis(1))
+                .with_keep_alive(keep_alive)
+                .validate(&self.name)?;
+        }
+        self.client
+            .backend()
+            .keep_alive(keys, keep_ms, self.client.now_ms())
+            .await
+    }
+
+    /// Sets a TTL on all five keys; answers whether the config exists and got it.
+    pub async fn expire(&self, ttl: Duration) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        self.client
+            .backend()
+            .expire(keys, ttl.as_millis() as u64, self.client.now_ms())
+            .await
+    }
+
+    /// Deletes all five keys; answers whether anything was deleted.
+    pub async fn delete(&self) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        self.client.backend().delete(keys, self.client.now_ms()).await
+    }
+
+    /// Whether the config key exists.
+    pub async fn is_exists(&self) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        self.client.backend().is_exists(keys, self.client.now_ms()).await
+    }
+}
+
+impl fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("name", &self.name)
+            .field("client", &self.client)
+            .finish()
+    }
+}

@@ -1,0 +1,24 @@
+//! redlimit: distributed rate limiting for async Rust, in the Redis layout of
+//! Redisson's `RRateLimiter`, so Rust and Java services can share one limiter.
+//!
+//! Without Redis it runs in process with the same semantics. See
+//! [`Client`], [`RateLimiter`] and [`Client::check_rules`].
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redlimit::Error> {
+//! use redlimit::{Client, RateType};
+//! use std::time::Duration;
+//!
+//! let limiter = Client::memory().rate_limiter("rate_limit:user:42");
+//! limiter.try_set_rate(RateType::Overall, 5, Duration::from_secs(60)).await?;
+//! assert!(limiter.try_acquire(1).await?);
+//! assert_eq!(limiter.available_permits().await?, 4);
+//! # Ok(()) }
+//! ```
+
+pub use redlimit_runtime::{
+    default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error, LimiterKeys,
+    ManualClock, RateLimiter, RateLimiterConfig, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
+};
