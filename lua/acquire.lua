@@ -131,7 +131,8 @@ for i = 1, nrules do
     fail('not_initialized', i, 'RateLimiter is not initialized')
   end
   if r.permits > r.rate then
-    fail('permits_exceed_rate', i, 'Requested permits amount could not exceed defined rate')
+    fail('permits_exceed_rate', i, string.format('%d %d ', r.permits, r.rate)
+      .. 'Requested permits amount could not exceed defined rate')
   end
   if r.kind == '1' then
     r.vkey, r.pkey, vrole, prole = KEYS[k + 3], KEYS[k + 5], 'client_value', 'client_permits'

@@ -253,14 +253,12 @@ fn script_error(err: RedisError, calls: &[&LimiterKeys]) -> Error {
             };
         }
     }
-    let text = err.to_string();
-    let Some(start) = text.find("redlimit:") else {
+    let Some(code) = err.code().and_then(|code| code.strip_prefix("redlimit:")) else {
         return Error::Backend { source: err };
     };
-    let text = &text[start + "redlimit:".len()..];
+    let detail = err.detail().unwrap_or_default();
     // Redis appends " script: <sha>, on @user_script:<line>." to script errors.
-    let text = text.rfind(" script: ").map_or(text, |end| &text[..end]);
-    let (code, detail) = text.split_once(' ').unwrap_or((text, ""));
+    let detail = detail.rfind(" script: ").map_or(detail, |end| &detail[..end]);
     let (kind, rule) = code.split_once(':').unwrap_or((code, "1"));
     let Some(keys) = rule
         .parse::<usize>()
@@ -273,6 +271,11 @@ fn script_error(err: RedisError, calls: &[&LimiterKeys]) -> Error {
     let name = keys.config.clone();
     match kind {
         "not_initialized" => Error::NotInitialized { name },
+        "permits_exceed_rate" => {
+            let mut numbers = detail.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
+            let (permits, rate) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+            Error::PermitsExceedRate { name, permits, rate }
+        }
         "wrong_type" => {
             let (role, detail) = detail.split_once(' ').unwrap_or((detail, ""));
             let (role, key) = key_of(keys, role);

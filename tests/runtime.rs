@@ -1,0 +1,473 @@
+//! The runtime API on both backends: every test runs on the in-process backend and on
+//! a real redis-server started for it, with an injected clock.
+
+mod support;
+
+use std::time::Duration;
+
+use redlimit::{Client, Decision, Error, ManualClock, RateLimiterConfig, RateType, Rule};
+use support::RedisServer;
+
+const T0: u64 = 1_700_000_000_000;
+const SEC: Duration = Duration::from_secs(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Runs the same test body on the memory backend and on Redis.
+macro_rules! on_both_backends {
+    ($name:ident, |$client:ident, $clock:ident, $server:ident| $body:block) => {
+        mod $name {
+            use super::*;
+
+            #[allow(unused_variables)]
+            async fn run($client: Client, $clock: ManualClock, $server: Option<RedisServer>) $body
+
+            #[tokio::test]
+            async fn memory() {
+                let clock = ManualClock::new(T0);
+                let client = Client::builder().clock(clock.clone()).memory();
+                run(client, clock, None).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                let server = RedisServer::start();
+                let clock = ManualClock::new(T0);
+                let client = Client::builder().clock(clock.clone()).connect(&server.url()).await.unwrap();
+                run(client, clock, Some(server)).await;
+            }
+        }
+    };
+}
+
+on_both_backends!(try_set_rate_only_takes_effect_once, |client, clock, server| {
+    let limiter = client.rate_limiter("rate_limit:a");
+    assert!(!limiter.is_exists().await.unwrap());
+    assert_eq!(limiter.config().await.unwrap(), None);
+    assert!(limiter.try_set_rate(RateType::Overall, 3, SEC).await.unwrap());
+    assert!(!limiter.try_set_rate(RateType::PerClient, 9, ms(5)).await.unwrap());
+    assert!(limiter.is_exists().await.unwrap());
+    assert_eq!(
+        limiter.config().await.unwrap(),
+        Some(RateLimiterConfig::new(RateType::Overall, 3, SEC))
+    );
+});
+
+on_both_backends!(
+    grants_up_to_rate_and_releases_at_the_inclusive_boundary,
+    |client, clock, server| {
+        let limiter = client.rate_limiter("rate_limit:b");
+        limiter.try_set_rate(RateType::Overall, 3, SEC).await.unwrap();
+        for left in [2, 1, 0] {
+            let decision = limiter.check(1).await.unwrap();
+            assert!(decision.allowed);
+            assert_eq!(decision.remaining, left);
+            assert_eq!(decision.retry_after, None);
+        }
+        let refused = limiter.check(1).await.unwrap();
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, Some(SEC));
+        assert_eq!(refused.refused_by, Some(0));
+        clock.advance(ms(999));
+        assert!(
+            !limiter.try_acquire(1).await.unwrap(),
+            "one ms before the window ends"
+        );
+        clock.advance(ms(1));
+        assert_eq!(
+            limiter.available_permits().await.unwrap(),
+            3,
+            "score <= now - interval is released"
+        );
+        assert!(limiter.try_acquire(3).await.unwrap());
+    }
+);
+
+on_both_backends!(retry_after_is_exact_for_many_permits, |client, clock, server| {
+    let limiter = client.rate_limiter("rate_limit:c");
+    limiter.try_set_rate(RateType::Overall, 4, SEC).await.unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap()); // t0
+    clock.advance(ms(100));
+    assert!(limiter.try_acquire(2).await.unwrap()); // t0 + 100
+    clock.advance(ms(100));
+    assert!(limiter.try_acquire(1).await.unwrap()); // t0 + 200
+    clock.advance(ms(50));
+    // 0 left; 3 permits need the first two grants (1 + 2) to leave: at t0 + 1100.
+    let refused = limiter.check(3).await.unwrap();
+    assert_eq!(refused.retry_after, Some(ms(850)));
+    let one = limiter.check(1).await.unwrap();
+    assert_eq!(one.retry_after, Some(ms(750)));
+    let four = limiter.check(4).await.unwrap();
+    assert_eq!(four.retry_after, Some(ms(950)));
+    clock.advance(ms(849));
+    assert!(!limiter.try_acquire(3).await.unwrap());
+    clock.advance(ms(1));
+    assert!(limiter.try_acquire(3).await.unwrap());
+});
+
+on_both_backends!(refusals_spend_nothing, |client, clock, server| {
+    let limiter = client.rate_limiter("rate_limit:d");
+    limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap();
+    assert!(limiter.try_acquire(4).await.unwrap());
+    for _ in 0..10 {
+        assert!(!limiter.try_acquire(2).await.unwrap());
+    }
+    assert_eq!(limiter.available_permits().await.unwrap(), 1);
+    assert!(limiter.try_acquire(1).await.unwrap());
+});
+
+on_both_backends!(set_rate_restarts_the_window, |client, clock, server| {
+    let limiter = client.rate_limiter("rate_limit:e");
+    limiter.set_rate(RateType::Overall, 2, SEC).await.unwrap();
+    assert!(limiter.try_acquire(2).await.unwrap());
+    assert!(!limiter.try_acquire(1).await.unwrap());
+    limiter.set_rate(RateType::Overall, 3, SEC).await.unwrap();
+    assert_eq!(limiter.config().await.unwrap().unwrap().rate, 3);
+    assert_eq!(limiter.available_permits().await.unwrap(), 3);
+});
+
+on_both_backends!(update_rate_keeps_the_window, |client, clock, server| {
+    let limiter = client.rate_limiter("rate_limit:f");
+    limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap();
+    assert!(limiter.try_acquire(3).await.unwrap());
+    limiter.update_rate(RateType::Overall, 10, SEC).await.unwrap();
+    assert_eq!(limiter.available_permits().await.unwrap(), 7);
+    // Lowering below what the window holds leaves nothing until those grants leave.
+    limiter.update_rate(RateType::Overall, 2, SEC).await.unwrap();
+    assert_eq!(limiter.available_permits().await.unwrap(), 0);
+    assert!(!limiter.try_acquire(1).await.unwrap());
+    clock.advance(SEC);
+    assert_eq!(limiter.available_permits().await.unwrap(), 2);
+    assert!(limiter.try_acquire(2).await.unwrap());
+    assert!(!limiter.try_acquire(1).await.unwrap());
+    // A change of mode clears the state of the new mode.
+    limiter.update_rate(RateType::PerClient, 2, SEC).await.unwrap();
+    assert_eq!(limiter.available_permits().await.unwrap(), 2);
+});
+
+on_both_backends!(expire_delete_and_keep_alive, |client, clock, server| {
+    let limiter = client.rate_limiter("rate_limit:g");
+    assert!(!limiter.expire(SEC).await.unwrap(), "nothing to expire yet");
+    limiter.try_set_rate(RateType::Overall, 2, SEC).await.unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert!(limiter.expire(Duration::from_secs(3600)).await.unwrap());
+    limiter.keep_alive(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        limiter.config().await.unwrap().unwrap().keep_alive,
+        Some(Duration::from_secs(30))
+    );
+    if let Some(server) = &server {
+        let mut raw = server.raw().await;
+        for key in ["rate_limit:g", "{rate_limit:g}:value", "{rate_limit:g}:permits"] {
+            let ttl: i64 = redis::cmd("PTTL").arg(key).query_async(&mut raw).await.unwrap();
+            assert!((29_000..=30_000).contains(&ttl), "{key}: {ttl}");
+        }
+    } else {
+        clock.advance(Duration::from_secs(30));
+        assert!(!limiter.is_exists().await.unwrap(), "idle past keep-alive");
+        limiter.try_set_rate(RateType::Overall, 2, SEC).await.unwrap();
+    }
+    assert!(limiter.delete().await.unwrap());
+    assert!(!limiter.is_exists().await.unwrap());
+    assert!(!limiter.delete().await.unwrap());
+    assert_eq!(
+        limiter
+            .keep_alive(SEC)
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("not initialized"),
+        true
+    );
+});
+
+on_both_backends!(misuse_errors_say_what_to_do, |client, clock, server| {
+    let limiter = client.rate_limiter("rate_limit:h");
+    let err = limiter.try_acquire(1).await.unwrap_err();
+    assert!(matches!(err, Error::NotInitialized { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("RateLimiter is not initialized"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("rate_limit:h"), "{err}");
+    limiter.try_set_rate(RateType::Overall, 2, SEC).await.unwrap();
+    let err = limiter.try_acquire(3).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::PermitsExceedRate {
+                permits: 3,
+                rate: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err
+        .to_string()
+        .contains("Requested permits amount could not exceed defined rate"));
+    let err = limiter.try_acquire(0).await.unwrap_err();
+    assert!(matches!(err, Error::ZeroPermits { .. }), "{err:?}");
+    let err = limiter.try_set_rate(RateType::Overall, 0, SEC).await.unwrap_err();
+    assert!(err.to_string().contains("at least 1"), "{err}");
+    let err = limiter
+        .try_set_rate(RateType::Overall, 1, Duration::from_micros(10))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("interval"), "{err}");
+    for name in ["a{b", "a{}b", "{}", "a}b"] {
+        let err = client.rate_limiter(name).try_acquire(1).await.unwrap_err();
+        assert!(matches!(err, Error::CrossSlotName { .. }), "{name}: {err:?}");
+        assert!(err.to_string().contains("hash tag"), "{err}");
+    }
+    let err = client
+        .check_rules(&[Rule::new("x", 2, SEC).permits(3)])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PermitsExceedRate { .. }), "{err:?}");
+    let err = client
+        .check_rules(&[Rule::new("x", 2, SEC), Rule::new("x", 3, SEC)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ConflictingRules {
+                first: 0,
+                second: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+});
+
+on_both_backends!(rules_are_all_or_nothing, |client, clock, server| {
+    let user = Rule::new("rate_limit:order:user:1", 3, SEC);
+    let global = Rule::new("rate_limit:order", 2, ms(500));
+    let rules = [user.clone(), global.clone()];
+    let first = client.check_rules(&rules).await.unwrap();
+    assert!(first.allowed);
+    assert_eq!(first.remaining, 1);
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let refused = client.check_rules(&rules).await.unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(refused.refused_by, Some(1));
+    assert_eq!(refused.retry_after, Some(ms(500)));
+    // The user rule had one permit left and still has it: the refusal spent nothing.
+    let user_limiter = client.rate_limiter(user.name());
+    assert_eq!(user_limiter.available_permits().await.unwrap(), 1);
+    // Rules created their configs, with keep-alive = interval.
+    assert_eq!(user_limiter.config().await.unwrap(), Some(*user.config()));
+    assert_eq!(user.config().keep_alive, Some(SEC));
+    clock.advance(ms(500));
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let refused = client.check_rules(&rules).await.unwrap();
+    assert_eq!(refused.refused_by, Some(0), "now the user rule refuses");
+    assert_eq!(
+        refused.retry_after,
+        Some(ms(500)),
+        "its first grant leaves at t0 + 1 s"
+    );
+
+    let (short, long) = (
+        Rule::new("rate_limit:short", 1, SEC),
+        Rule::new("rate_limit:long", 1, 2 * SEC),
+    );
+    let both = [short, long];
+    assert!(client.check_rules(&both).await.unwrap().allowed);
+    let refused = client.check_rules(&both).await.unwrap();
+    assert_eq!(refused.refused_by, Some(0), "the first refusing rule in order");
+    assert_eq!(
+        refused.retry_after,
+        Some(2 * SEC),
+        "long enough for every refusing rule"
+    );
+});
+
+on_both_backends!(
+    a_rule_overrides_a_stale_config_keeping_the_window,
+    |client, clock, server| {
+        let limiter = client.rate_limiter("rate_limit:deploy");
+        limiter.try_set_rate(RateType::Overall, 10, SEC).await.unwrap();
+        assert!(limiter.try_acquire(4).await.unwrap());
+        let rule = Rule::new("rate_limit:deploy", 5, SEC);
+        let decision = client.check_rules(std::slice::from_ref(&rule)).await.unwrap();
+        assert!(decision.allowed);
+        assert_eq!(decision.remaining, 0, "5 - 4 already in the window - 1");
+        assert_eq!(limiter.config().await.unwrap(), Some(*rule.config()));
+        assert!(!client.check_rules(&[rule]).await.unwrap().allowed);
+    }
+);
+
+on_both_backends!(
+    one_limiter_twice_in_a_call_counts_both,
+    |client, clock, server| {
+        let rule = Rule::new("rate_limit:twice", 3, SEC);
+        let rules = [rule.clone(), rule.clone()];
+        assert!(client.check_rules(&rules).await.unwrap().allowed);
+        let refused = client.check_rules(&rules).await.unwrap();
+        assert!(!refused.allowed, "1 left, 2 needed");
+        assert_eq!(refused.refused_by, Some(1));
+        assert_eq!(
+            client
+                .rate_limiter(rule.name())
+                .available_permits()
+                .await
+                .unwrap(),
+            1
+        );
+    }
+);
+
+on_both_backends!(per_client_mode_uses_the_client_keys, |client, clock, server| {
+    let rule = Rule::new("rate_limit:pc", 2, SEC).mode(RateType::PerClient);
+    assert!(
+        client
+            .check_rules(std::slice::from_ref(&rule))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let limiter = client.rate_limiter("rate_limit:pc");
+    assert_eq!(limiter.available_permits().await.unwrap(), 1);
+    if let Some(server) = server {
+        // A second client (another process, say) has a bucket of its own.
+        let other = Client::connect(&server.url()).await.unwrap();
+        let decision = other.check_rules(&[rule.clone(), rule]).await.unwrap();
+        assert!(decision.allowed);
+        assert_eq!(decision.remaining, 0);
+        assert_eq!(limiter.available_permits().await.unwrap(), 1);
+        let mut raw = server.raw().await;
+        let key = format!("{{rate_limit:pc}}:value:{}", client.client_id());
+        let value: String = redis::cmd("GET").arg(&key).query_async(&mut raw).await.unwrap();
+        assert_eq!(value, "1");
+    }
+});
+
+#[tokio::test]
+async fn overall_mode_is_shared_between_clients_and_per_client_is_not() {
+    let server = RedisServer::start();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
+    assert_ne!(a.client_id(), b.client_id());
+    assert_eq!(a.client_id().len(), 36);
+    let shared = Rule::new("rate_limit:shared", 2, Duration::from_secs(60));
+    assert!(
+        a.check_rules(std::slice::from_ref(&shared))
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        b.check_rules(std::slice::from_ref(&shared))
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !a.check_rules(std::slice::from_ref(&shared))
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !b.check_rules(std::slice::from_ref(&shared))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let own = Rule::new("rate_limit:own", 2, Duration::from_secs(60)).mode(RateType::PerClient);
+    for client in [&a, &b] {
+        for _ in 0..2 {
+            assert!(
+                client
+                    .check_rules(std::slice::from_ref(&own))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+        }
+        assert!(
+            !client
+                .check_rules(std::slice::from_ref(&own))
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+}
+
+#[tokio::test]
+async fn rules_take_one_script_call_on_redis() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let rules = [
+        Rule::new("rate_limit:r1", 100, SEC),
+        Rule::new("rate_limit:r2", 100, SEC),
+        Rule::new("rate_limit:r3", 100, SEC),
+    ];
+    client.check_rules(&rules).await.unwrap(); // loads the script
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        client.check_rules(&rules).await.unwrap();
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let calls = |command: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    };
+    assert_eq!(calls("evalsha"), 10, "{stats}");
+    assert_eq!(calls("eval"), 0, "{stats}");
+}
+
+#[tokio::test]
+async fn the_script_cache_can_be_flushed() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let rule = [Rule::new("rate_limit:flush", 3, Duration::from_secs(60))];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let decision: Decision = client.check_rules(&rule).await.unwrap();
+    assert!(decision.allowed);
+    assert_eq!(decision.remaining, 1);
+}
+
+#[tokio::test]
+async fn unreachable_redis_fails_fast_with_a_clear_error() {
+    let port = RedisServer::start().stop();
+    let started = std::time::Instant::now();
+    let err = Client::connect(&format!("redis://127.0.0.1:{port}/"))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        err.is_backend_failure() || matches!(err, Error::Timeout { .. }),
+        "{err:?}"
+    );
+    let err = Client::connect("http://nope").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
+    assert!(err.to_string().contains("redis://"), "{err}");
+}

@@ -1,0 +1,90 @@
+//! Test support: a throwaway `redis-server` on a free loopback port.
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` owned by one test: no persistence, killed on drop.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl RedisServer {
+    /// Starts a server; fails the test (never skips it) when the binary is missing.
+    pub fn start() -> RedisServer {
+        let port = free_port();
+        RedisServer::start_on(port)
+    }
+
+    /// Starts a server on `port` (used to restart one on the same address).
+    pub fn start_on(port: u16) -> RedisServer {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server ({e}); these tests need it on PATH: \
+                     install it with `apt-get update && apt-get install -y redis-server`"
+                )
+            });
+        let server = RedisServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on port {port} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A plain redis-rs connection, for reading and writing keys the way other
+    /// clients (Redisson) do.
+    pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// Stops the server and waits until the process is gone.
+    pub fn stop(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.port
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
