@@ -1,0 +1,327 @@
+//! Redisson compatibility: the keys the runtime writes, read with plain Redis commands;
+//! state written the way Redisson writes it, continued by the runtime; and foreign or
+//! corrupted state, reported as clear errors that leave the keys untouched.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use redlimit::{Client, Error, ManualClock, RateType, Rule};
+use support::RedisServer;
+
+const T0: u64 = 1_700_000_000_000;
+const SEC: Duration = Duration::from_secs(1);
+
+async fn setup() -> (RedisServer, Client, ManualClock, MultiplexedConnection) {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = Client::builder()
+        .clock(clock.clone())
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let raw = server.raw().await;
+    (server, client, clock, raw)
+}
+
+/// A member as Redisson's `struct.pack('Bc0I', len, id, permits)` makes it.
+fn redisson_member(id: &[u8], permits: u32) -> Vec<u8> {
+    let mut member = vec![id.len() as u8];
+    member.extend_from_slice(id);
+    member.extend_from_slice(&permits.to_le_bytes());
+    member
+}
+
+async fn key_type(raw: &mut MultiplexedConnection, key: &str) -> String {
+    redis::cmd("TYPE").arg(key).query_async(raw).await.unwrap()
+}
+
+#[tokio::test]
+async fn keys_written_match_the_redisson_layout() {
+    let (_server, client, clock, mut raw) = setup().await;
+    let limiter = client.rate_limiter("rate_limit:user:42");
+    limiter
+        .try_set_rate(RateType::Overall, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    clock.advance(Duration::from_millis(7));
+    assert!(limiter.try_acquire(3).await.unwrap());
+
+    let config: HashMap<String, String> = raw.hgetall("rate_limit:user:42").await.unwrap();
+    let expected: HashMap<String, String> = [
+        ("rate", "10"),
+        ("interval", "60000"),
+        ("type", "0"),
+        ("keepAliveTime", "0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_eq!(config, expected);
+    assert_eq!(key_type(&mut raw, "rate_limit:user:42").await, "hash");
+    assert_eq!(key_type(&mut raw, "{rate_limit:user:42}:value").await, "string");
+    assert_eq!(key_type(&mut raw, "{rate_limit:user:42}:permits").await, "zset");
+    let value: String = raw.get("{rate_limit:user:42}:value").await.unwrap();
+    assert_eq!(value, "6");
+
+    let log: Vec<(Vec<u8>, f64)> = raw
+        .zrange_withscores("{rate_limit:user:42}:permits", 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 2);
+    for ((member, score), (permits, at)) in log.iter().zip([(1u32, T0), (3, T0 + 7)]) {
+        assert_eq!(member.len(), 21, "1 length byte, 16 random bytes, 4 permit bytes");
+        assert_eq!(member[0], 16);
+        assert_eq!(&member[17..], &permits.to_le_bytes());
+        assert_eq!(*score, at as f64);
+    }
+    assert_ne!(log[0].0[1..17], log[1].0[1..17], "random ids differ");
+
+    // No other keys: exactly Redisson's three for an overall limiter.
+    let mut keys: Vec<String> = raw.keys("*").await.unwrap();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "rate_limit:user:42",
+            "{rate_limit:user:42}:permits",
+            "{rate_limit:user:42}:value"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn members_decode_like_the_lua_struct_library() {
+    let (_server, _client, _clock, mut raw) = setup().await;
+    // Redis's own struct.pack, as Redisson's scripts call it.
+    let packed: Vec<u8> = redis::cmd("EVAL")
+        .arg("return struct.pack('Bc0I', string.len(ARGV[1]), ARGV[1], ARGV[2])")
+        .arg(0)
+        .arg("0123456789abcdef")
+        .arg(70_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(packed, redisson_member(b"0123456789abcdef", 70_000));
+    assert_eq!(redlimit::member::decode_permits(&packed), Some(70_000));
+}
+
+#[tokio::test]
+async fn per_client_keys_carry_the_client_id() {
+    let (_server, client, _clock, mut raw) = setup().await;
+    let rule = Rule::new("rate_limit:pc", 5, SEC).mode(RateType::PerClient);
+    assert!(client.check_rules(&[rule]).await.unwrap().allowed);
+    let id = client.client_id();
+    assert_eq!(id.len(), 36);
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit() || c == '-'));
+    assert_eq!(id.as_bytes()[14], b'4', "UUID version 4");
+    let mut keys: Vec<String> = raw.keys("*").await.unwrap();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "rate_limit:pc".to_owned(),
+            format!("{{rate_limit:pc}}:permits:{id}"),
+            format!("{{rate_limit:pc}}:value:{id}"),
+        ]
+    );
+    let config: HashMap<String, String> = raw.hgetall("rate_limit:pc").await.unwrap();
+    assert_eq!(config["type"], "1");
+    assert_eq!(config["keepAliveTime"], "1000");
+    for key in keys {
+        let ttl: i64 = raw.pttl(&key).await.unwrap();
+        assert!((1..=1000).contains(&ttl), "{key}: keep-alive applied, {ttl}");
+    }
+}
+
+#[tokio::test]
+async fn continues_from_state_redisson_wrote() {
+    let (_server, client, clock, mut raw) = setup().await;
+    // What Redisson 3.24 leaves after three grants: no keepAliveTime field, a value,
+    // and a log with 21-byte members (and one 13-byte member from 3.17-3.20).
+    let _: () = redis::cmd("HSET")
+        .arg("orders")
+        .arg(&["rate", "5", "interval", "1000", "type", "0"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = raw.set("{orders}:value", "1").await.unwrap();
+    let _: () = raw
+        .zadd("{orders}:permits", redisson_member(&[7; 16], 2), T0 - 600)
+        .await
+        .unwrap();
+    let _: () = raw
+        .zadd("{orders}:permits", redisson_member(&[9; 8], 1), T0 - 300)
+        .await
+        .unwrap();
+    let _: () = raw
+        .zadd("{orders}:permits", redisson_member(&[8; 16], 1), T0 - 100)
+        .await
+        .unwrap();
+
+    let limiter = client.rate_limiter("orders");
+    let config = limiter.config().await.unwrap().unwrap();
+    assert_eq!(
+        (config.rate, config.interval, config.rate_type, config.keep_alive),
+        (5, SEC, RateType::Overall, None)
+    );
+    assert_eq!(limiter.available_permits().await.unwrap(), 1);
+    let refused = limiter.check(2).await.unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(
+        refused.retry_after,
+        Some(Duration::from_millis(400)),
+        "the 2-permit grant at T0-600 leaves at T0+400"
+    );
+    assert!(limiter.try_acquire(1).await.unwrap());
+    clock.advance(Duration::from_millis(400));
+    assert_eq!(limiter.available_permits().await.unwrap(), 2);
+    assert!(limiter.try_acquire(2).await.unwrap());
+    let value: String = raw.get("{orders}:value").await.unwrap();
+    assert_eq!(value, "0");
+    let log: usize = raw.zcard("{orders}:permits").await.unwrap();
+    assert_eq!(log, 4, "the released entry left the log; ours were added");
+}
+
+#[tokio::test]
+async fn a_deleted_value_is_rebuilt_from_the_log_without_over_granting() {
+    let (_server, client, clock, mut raw) = setup().await;
+    let limiter = client.rate_limiter("rate_limit:lost");
+    limiter.try_set_rate(RateType::Overall, 3, SEC).await.unwrap();
+    assert!(limiter.try_acquire(2).await.unwrap());
+    let _: () = raw.del("{rate_limit:lost}:value").await.unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert!(
+        !limiter.try_acquire(1).await.unwrap(),
+        "the log still holds 3 permits"
+    );
+    // A lost log with a surviving value is repaired too: the log is the authority.
+    clock.advance(Duration::from_millis(10));
+    let _: () = raw.del("{rate_limit:lost}:permits").await.unwrap();
+    assert!(limiter.try_acquire(3).await.unwrap());
+    assert!(!limiter.try_acquire(1).await.unwrap());
+    // A value inflated by hand is recounted by permits when grants are released.
+    let _: () = raw.set("{rate_limit:lost}:value", "50").await.unwrap();
+    clock.advance(SEC);
+    assert_eq!(limiter.available_permits().await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn foreign_or_corrupted_state_gives_errors_naming_the_key() {
+    let (_server, client, _clock, mut raw) = setup().await;
+    let rule = |name: &str| [Rule::new(name, 5, SEC)];
+
+    let _: () = raw.set("wrong", "a string").await.unwrap();
+    let err = client.check_rules(&rule("wrong")).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { key, role: "config", .. } if key == "wrong"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("`wrong`"), "{err}");
+    let err = client.rate_limiter("wrong").config().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { key, .. } if key == "wrong"),
+        "{err:?}"
+    );
+
+    let _: () = raw.hset("log_is_hash", "rate", "5").await.unwrap();
+    let _: () = raw.hset("{log_is_hash}:permits", "x", "y").await.unwrap();
+    client
+        .rate_limiter("log_is_hash")
+        .set_rate(RateType::Overall, 5, SEC)
+        .await
+        .unwrap();
+    let _: () = raw.hset("{log_is_hash}:permits", "x", "y").await.unwrap();
+    let err = client
+        .rate_limiter("log_is_hash")
+        .try_acquire(1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { key, role: "permits", .. } if key == "{log_is_hash}:permits"),
+        "{err:?}"
+    );
+
+    let _: () = redis::cmd("HSET")
+        .arg("garbage")
+        .arg(&["rate", "ten", "interval", "1000", "type", "0"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = client.rate_limiter("garbage").try_acquire(1).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::CorruptConfig { key, field: "rate", value } if key == "garbage" && value == "ten"),
+        "{err:?}"
+    );
+    let err = client.rate_limiter("garbage").config().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::CorruptConfig { field: "rate", .. }),
+        "{err:?}"
+    );
+    let err = client.check_rules(&rule("garbage")).await.unwrap_err();
+    assert!(matches!(&err, Error::CorruptConfig { .. }), "{err:?}");
+
+    let limiter = client.rate_limiter("bad_value");
+    limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap();
+    let _: () = raw.set("{bad_value}:value", "lots").await.unwrap();
+    let err = limiter.try_acquire(1).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::CorruptValue { key, value } if key == "{bad_value}:value" && value == "lots"),
+        "{err:?}"
+    );
+
+    let limiter = client.rate_limiter("old_members");
+    limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    // Redisson 3.13-3.16 wrote "fI"-packed members that do not decode as Bc0I.
+    let _: () = raw
+        .zadd(
+            "{old_members}:permits",
+            &b"\x00\x00\x80?\x01\x00\x00\x00"[..],
+            T0 - 5_000,
+        )
+        .await
+        .unwrap();
+    let before: Vec<(Vec<u8>, f64)> = raw
+        .zrange_withscores("{old_members}:permits", 0, -1)
+        .await
+        .unwrap();
+    let err = limiter.try_acquire(1).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::CorruptMember { key, .. } if key == "{old_members}:permits"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("does not decode"), "{err}");
+    let after: Vec<(Vec<u8>, f64)> = raw
+        .zrange_withscores("{old_members}:permits", 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(before, after, "an error leaves the state as it was");
+    let value: String = raw.get("{old_members}:value").await.unwrap();
+    assert_eq!(value, "4");
+}
+
+#[tokio::test]
+async fn a_refused_rule_leaves_the_other_rules_keys_unspent() {
+    let (_server, client, _clock, mut raw) = setup().await;
+    let rules = [Rule::new("first", 5, SEC), Rule::new("second", 1, SEC)];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let snapshot = |raw: &mut MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let value: String = raw.get("{first}:value").await.unwrap();
+            let log: usize = raw.zcard("{first}:permits").await.unwrap();
+            (value, log)
+        }
+    };
+    assert_eq!(snapshot(&mut raw).await, ("4".to_owned(), 1));
+    for _ in 0..5 {
+        let refused = client.check_rules(&rules).await.unwrap();
+        assert_eq!(refused.refused_by, Some(1));
+    }
+    assert_eq!(snapshot(&mut raw).await, ("4".to_owned(), 1));
+}

@@ -1,0 +1,219 @@
+//! Differential test: random sequences of operations run against the Redis backend and
+//! the memory backend on the same clock give the same answers, step for step.
+
+mod support;
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redlimit::{Client, ManualClock, RateType, Rule};
+use support::RedisServer;
+
+const NAMES: [&str; 3] = ["diff:a", "diff:b", "{diff}:c"];
+/// Long enough that no TTL runs out on the server's real clock during a sequence.
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Clone)]
+enum Op {
+    Check {
+        limiter: usize,
+        permits: u64,
+    },
+    Rules {
+        rules: Vec<Rule>,
+    },
+    Advance(u64),
+    TrySetRate {
+        limiter: usize,
+        mode: RateType,
+        rate: u64,
+        interval: u64,
+    },
+    SetRate {
+        limiter: usize,
+        mode: RateType,
+        rate: u64,
+        interval: u64,
+    },
+    UpdateRate {
+        limiter: usize,
+        mode: RateType,
+        rate: u64,
+        interval: u64,
+    },
+    Available {
+        limiter: usize,
+    },
+    Config {
+        limiter: usize,
+    },
+    Expire {
+        limiter: usize,
+    },
+    KeepAlive {
+        limiter: usize,
+    },
+    Delete {
+        limiter: usize,
+    },
+}
+
+fn random_op(rng: &mut StdRng) -> Op {
+    let limiter = rng.random_range(0..NAMES.len());
+    let mode = if rng.random_range(0..4) == 0 {
+        RateType::PerClient
+    } else {
+        RateType::Overall
+    };
+    let rate = rng.random_range(1..=6);
+    let interval = [100, 250, 1000, 2000][rng.random_range(0..4)];
+    match rng.random_range(0..100) {
+        0..=34 => Op::Check {
+            limiter,
+            permits: rng.random_range(1..=7),
+        },
+        35..=49 => {
+            let count = rng.random_range(1..=3);
+            let rules = (0..count)
+                .map(|_| {
+                    let name = NAMES[rng.random_range(0..NAMES.len())];
+                    // One config per name so rules of one call never conflict.
+                    let (rate, interval) = match name {
+                        "diff:a" => (3, 250),
+                        "diff:b" => (5, 1000),
+                        _ => (2, 100),
+                    };
+                    Rule::new(name, rate, Duration::from_millis(interval))
+                        .permits(rng.random_range(1..=rate))
+                        .keep_alive(Some(HOUR))
+                })
+                .collect();
+            Op::Rules { rules }
+        }
+        50..=69 => Op::Advance(rng.random_range(0..=1200)),
+        70..=74 => Op::TrySetRate {
+            limiter,
+            mode,
+            rate,
+            interval,
+        },
+        75..=77 => Op::SetRate {
+            limiter,
+            mode,
+            rate,
+            interval,
+        },
+        78..=83 => Op::UpdateRate {
+            limiter,
+            mode,
+            rate,
+            interval,
+        },
+        84..=91 => Op::Available { limiter },
+        92..=94 => Op::Config { limiter },
+        95..=96 => Op::Expire { limiter },
+        97..=98 => Op::KeepAlive { limiter },
+        _ => Op::Delete { limiter },
+    }
+}
+
+/// Runs one operation; the answer (or the error's message) as text.
+async fn apply(client: &Client, clock: &ManualClock, op: &Op) -> String {
+    let limiter = |i: usize| client.rate_limiter(NAMES[i]);
+    let ms = Duration::from_millis;
+    let answer = match op {
+        Op::Check { limiter: i, permits } => limiter(*i).check(*permits).await.map(|d| format!("{d:?}")),
+        Op::Rules { rules } => client.check_rules(rules).await.map(|d| format!("{d:?}")),
+        Op::Advance(by) => {
+            clock.advance(ms(*by));
+            Ok(String::new())
+        }
+        Op::TrySetRate {
+            limiter: i,
+            mode,
+            rate,
+            interval,
+        } => limiter(*i)
+            .try_set_rate(*mode, *rate, ms(*interval))
+            .await
+            .map(|set| set.to_string()),
+        Op::SetRate {
+            limiter: i,
+            mode,
+            rate,
+            interval,
+        } => limiter(*i)
+            .set_rate(*mode, *rate, ms(*interval))
+            .await
+            .map(|()| String::new()),
+        Op::UpdateRate {
+            limiter: i,
+            mode,
+            rate,
+            interval,
+        } => limiter(*i)
+            .update_rate(*mode, *rate, ms(*interval))
+            .await
+            .map(|()| String::new()),
+        Op::Available { limiter: i } => limiter(*i).available_permits().await.map(|n| n.to_string()),
+        Op::Config { limiter: i } => limiter(*i).config().await.map(|c| format!("{c:?}")),
+        Op::Expire { limiter: i } => limiter(*i).expire(HOUR).await.map(|set| set.to_string()),
+        Op::KeepAlive { limiter: i } => limiter(*i).keep_alive(HOUR).await.map(|()| String::new()),
+        Op::Delete { limiter: i } => limiter(*i).delete().await.map(|d| d.to_string()),
+    };
+    answer.unwrap_or_else(|err| format!("error: {err}"))
+}
+
+#[tokio::test]
+async fn memory_and_redis_agree_on_random_sequences() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let mut compared = 0;
+    let mut refusals = 0;
+    for seed in 0..40u64 {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
+        let clock = ManualClock::new(1_700_000_000_000 + seed * 7);
+        let memory = Client::builder().clock(clock.clone()).memory();
+        let redis = Client::builder()
+            .clock(clock.clone())
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut history = Vec::new();
+        for _ in 0..200 {
+            let op = random_op(&mut rng);
+            let on_memory = apply(&memory, &clock, &op).await;
+            let on_redis = apply(&redis, &clock, &op).await;
+            history.push(format!("{op:?} -> {on_redis}"));
+            assert_eq!(
+                on_memory,
+                on_redis,
+                "seed {seed}, step {}: backends disagree\nhistory:\n{}",
+                history.len(),
+                history.join("\n")
+            );
+            compared += 1;
+            refusals += usize::from(on_redis.contains("allowed: false"));
+        }
+        // After each sequence the backends also agree on what every limiter has left.
+        for name in NAMES {
+            let left = |c: &Client| {
+                let limiter = c.rate_limiter(name);
+                async move {
+                    format!(
+                        "{:?}",
+                        limiter.available_permits().await.map_err(|e| e.to_string())
+                    )
+                }
+            };
+            assert_eq!(left(&memory).await, left(&redis).await, "seed {seed}, {name}");
+        }
+    }
+    assert!(compared >= 8_000);
+    assert!(
+        refusals > 500,
+        "the sequences must exercise refusals, saw {refusals}"
+    );
+}
