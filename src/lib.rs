@@ -22,3 +22,8 @@ pub use redlimit_runtime::{
     ManualClock, RateLimiter, RateLimiterConfig, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
 };
+
+/// The README's examples, compiled as doc tests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
