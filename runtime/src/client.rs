@@ -342,3 +342,70 @@ mod tests {
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
     }
 }
+
+#[cfg(test)]
+mod warning_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    /// Counts warnings; nothing else.
+    #[derive(Clone, Default)]
+    struct Warnings(Arc<AtomicUsize>);
+
+    impl Subscriber for Warnings {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            if *event.metadata().level() == Level::WARN {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[test]
+    fn a_changed_config_is_reported_once_per_limiter() {
+        let warnings = Warnings::default();
+        let count = warnings.0.clone();
+        let _guard = tracing::subscriber::set_default(warnings);
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let client = Client::memory();
+            let name = format!("warn:{}", client.client_id());
+            let old = Rule::new(&name, 5, Duration::from_secs(1));
+            let new = Rule::new(&name, 7, Duration::from_secs(1));
+            client.check_rules(std::slice::from_ref(&old)).await.unwrap();
+            assert_eq!(
+                count.load(Ordering::SeqCst),
+                0,
+                "creating a config is not a change"
+            );
+            for rule in [&new, &old, &new] {
+                client.check_rules(std::slice::from_ref(rule)).await.unwrap();
+            }
+            assert_eq!(
+                count.load(Ordering::SeqCst),
+                1,
+                "three changes of one limiter, one warning"
+            );
+            let other = Rule::new(format!("{name}:other"), 5, Duration::from_secs(1));
+            client.check_rules(std::slice::from_ref(&other)).await.unwrap();
+            client.check_rules(&[other.permits(2)]).await.unwrap();
+            assert_eq!(count.load(Ordering::SeqCst), 1, "permits per call are not config");
+            client
+                .check_rules(&[Rule::new(format!("{name}:other"), 6, Duration::from_secs(1))])
+                .await
+                .unwrap();
+            assert_eq!(count.load(Ordering::SeqCst), 2);
+        });
+    }
+}
