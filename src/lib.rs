@@ -17,13 +17,23 @@
 //! # Ok(()) }
 //! ```
 
+#[doc = include_str!("../docs/attribute.md")]
+pub use redlimit_macros::rate_limit;
+
 pub use redlimit_runtime::{
-    default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error, LimiterKeys,
-    ManualClock, RateLimiter, RateLimiterConfig, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
+    default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error,
+    FromRateLimited, LimiterKeys, ManualClock, RateLimited, RateLimiter, RateLimiterConfig, RateType, Rule,
+    SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
 };
 
 /// The README's examples, compiled as doc tests so they stay true.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// What `#[rate_limit]` expands into. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use redlimit_macros::expand;
+    pub use redlimit_runtime::private::*;
+}

@@ -35,6 +35,9 @@ mod error;
 pub mod keys;
 mod limiter;
 pub mod member;
+#[doc(hidden)]
+pub mod private;
+mod refusal;
 mod rule;
 mod waiting;
 
@@ -46,4 +49,5 @@ pub use default_client::{default_client, set_default};
 pub use error::Error;
 pub use keys::LimiterKeys;
 pub use limiter::RateLimiter;
+pub use refusal::{FromRateLimited, RateLimited};
 pub use rule::Rule;

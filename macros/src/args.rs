@@ -1,0 +1,262 @@
+//! The arguments of one `#[rate_limit(...)]`: parsed with their spans first, then
+//! checked together, every problem reported at its token.
+
+use proc_macro2::{Span, TokenStream};
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Error, Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
+
+use crate::duration;
+use crate::template::{self, Piece};
+
+pub const ACCEPTED: &str = "rate, interval, key, mode, permits, timeout, fallback, on_error, message, crate";
+
+/// `name = value`, with `crate` accepted as a name.
+pub struct Arg {
+    pub name: Ident,
+    pub value: Expr,
+}
+
+impl Parse for Arg {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let name = Ident::parse_any(input)?;
+        if !input.peek(Token![=]) {
+            return Err(Error::new(
+                name.span(),
+                format!("expected `{name} = value`; accepted arguments: {ACCEPTED}"),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        Ok(Arg {
+            name,
+            value: input.parse()?,
+        })
+    }
+}
+
+/// One attribute, checked.
+pub struct RuleArgs {
+    pub rate: u64,
+    pub interval_ms: u64,
+    pub key: Option<(LitStr, Vec<Piece>)>,
+    pub per_client: bool,
+    pub permits: u64,
+    pub on_error: &'static str,
+    pub message: Option<LitStr>,
+    pub timeout: Option<(Span, u64)>,
+    pub fallback: Option<Path>,
+    pub krate: Option<(Span, Path)>,
+}
+
+fn string(value: &Expr) -> Option<&LitStr> {
+    match value {
+        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Some(s),
+        _ => None,
+    }
+}
+
+fn integer(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<u64> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => match int.base10_parse::<u64>() {
+            Ok(0) => {
+                errors.push(Error::new(int.span(), format!("`{name}` must be at least 1")));
+                None
+            }
+            Ok(n) if n > duration::MAX_MS => {
+                errors.push(Error::new(int.span(), format!("`{name}` must be at most 2^53")));
+                None
+            }
+            Ok(n) => Some(n),
+            Err(_) => {
+                errors.push(Error::new(
+                    int.span(),
+                    format!("`{name}` must be an integer from 1 to 2^53"),
+                ));
+                None
+            }
+        },
+        other => {
+            errors.push(Error::new(
+                other.span(),
+                format!("`{name}` must be an integer literal, e.g. `{name} = 5`"),
+            ));
+            None
+        }
+    }
+}
+
+fn duration(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<u64> {
+    let Some(text) = string(value) else {
+        errors.push(Error::new(
+            value.span(),
+            format!("`{name}` must be a string such as \"60s\" (units: ms, s, m, h, d)"),
+        ));
+        return None;
+    };
+    duration::parse_ms(&text.value())
+        .map_err(|problem| errors.push(Error::new(text.span(), format!("`{name}` {problem}"))))
+        .ok()
+}
+
+fn choice(
+    name: &str,
+    value: &Expr,
+    accepted: &[&'static str],
+    errors: &mut Vec<Error>,
+) -> Option<&'static str> {
+    let listed = accepted
+        .iter()
+        .map(|a| format!("\"{a}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let Some(text) = string(value) else {
+        errors.push(Error::new(
+            value.span(),
+            format!("`{name}` must be one of {listed}"),
+        ));
+        return None;
+    };
+    let found = accepted.iter().find(|a| **a == text.value()).copied();
+    if found.is_none() {
+        errors.push(Error::new(
+            text.span(),
+            format!("unknown {name} \"{}\"; accepted: {listed}", text.value()),
+        ));
+    }
+    found
+}
+
+fn path(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<Path> {
+    match value {
+        Expr::Path(p) if p.qself.is_none() => Some(p.path.clone()),
+        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => match s.parse::<Path>() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                errors.push(Error::new(
+                    s.span(),
+                    format!("`{name}` must be a path, e.g. `::redlimit`"),
+                ));
+                None
+            }
+        },
+        other => {
+            errors.push(Error::new(
+                other.span(),
+                format!("`{name}` must be a path, e.g. `{name} = my_fn`"),
+            ));
+            None
+        }
+    }
+}
+
+/// Parses and checks one attribute; errors go to `errors`, `None` when unusable.
+pub fn parse(
+    tokens: TokenStream,
+    attr_span: Span,
+    params: &[String],
+    errors: &mut Vec<Error>,
+) -> Option<RuleArgs> {
+    let args = match Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens) {
+        Ok(args) => args,
+        Err(err) => {
+            errors.push(err);
+            return None;
+        }
+    };
+    let before = errors.len();
+    let mut seen: Vec<Ident> = Vec::new();
+    let mut rule = RuleArgs {
+        rate: 0,
+        interval_ms: 0,
+        key: None,
+        per_client: false,
+        permits: 1,
+        on_error: "local",
+        message: None,
+        timeout: None,
+        fallback: None,
+        krate: None,
+    };
+    let (mut rate, mut interval, mut permits) = (None, None, None);
+    for Arg { name, value } in &args {
+        let text = name.to_string();
+        if seen.iter().any(|s| *s == text) {
+            errors.push(Error::new(
+                name.span(),
+                format!("duplicate argument `{text}`; each is given once. Accepted arguments: {ACCEPTED}"),
+            ));
+            continue;
+        }
+        seen.push(name.clone());
+        match text.as_str() {
+            "rate" => rate = integer("rate", value, errors),
+            "interval" => interval = duration("interval", value, errors),
+            "permits" => permits = integer("permits", value, errors).map(|p| (value.span(), p)),
+            "key" => match string(value) {
+                Some(lit) => match template::parse(&lit.value())
+                    .and_then(|pieces| template::check_params(&pieces, params).map(|()| pieces))
+                    .and_then(|pieces| template::check_slot(&pieces).map(|()| pieces))
+                {
+                    Ok(pieces) => rule.key = Some((lit.clone(), pieces)),
+                    Err(problem) => errors.push(Error::new(lit.span(), problem)),
+                },
+                None => errors.push(Error::new(
+                    value.span(),
+                    "`key` must be a string template, e.g. \"order:{user_id}\"",
+                )),
+            },
+            "mode" => {
+                rule.per_client =
+                    choice("mode", value, &["overall", "per_client"], errors) == Some("per_client");
+            }
+            "on_error" => {
+                if let Some(policy) = choice("on_error", value, &["local", "allow", "deny"], errors) {
+                    rule.on_error = policy;
+                }
+            }
+            "timeout" => rule.timeout = duration("timeout", value, errors).map(|ms| (value.span(), ms)),
+            "fallback" => rule.fallback = path("fallback", value, errors),
+            "message" => match string(value) {
+                Some(lit) => rule.message = Some(lit.clone()),
+                None => errors.push(Error::new(value.span(), "`message` must be a string literal")),
+            },
+            "crate" => rule.krate = path("crate", value, errors).map(|p| (value.span(), p)),
+            other => errors.push(Error::new(
+                name.span(),
+                format!("unknown argument `{other}`; accepted arguments: {ACCEPTED}"),
+            )),
+        }
+    }
+    let has = |name: &str| seen.iter().any(|s| s == name);
+    if !has("rate") {
+        errors.push(Error::new(
+            attr_span,
+            "missing `rate`: add `rate = <permits per interval>`, e.g. `rate = 5`",
+        ));
+    }
+    if !has("interval") {
+        errors.push(Error::new(
+            attr_span,
+            "missing `interval`: add `interval = \"<duration>\"`, e.g. `interval = \"60s\"`",
+        ));
+    }
+    if let (Some(rate), Some((span, permits))) = (rate, permits) {
+        if permits > rate {
+            errors.push(Error::new(
+                span,
+                format!("`permits` ({permits}) exceeds `rate` ({rate}): no call could ever be granted"),
+            ));
+        }
+    }
+    if errors.len() > before {
+        return None;
+    }
+    rule.rate = rate?;
+    rule.interval_ms = interval?;
+    rule.permits = permits.map_or(1, |(_, p)| p);
+    Some(rule)
+}

@@ -1,0 +1,280 @@
+//! `__private::expand!`: turns a function body and all its `#[rate_limit]` arguments
+//! into the prologue that decides every rule in one call, then the body.
+//!
+//! Input: `SIGNATURE ; [ (ARGS) (ARGS) ... ] ; { BODY }`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::parse::{Parse, ParseStream};
+use syn::spanned::Spanned;
+use syn::{token, Block, Error, Expr, FnArg, Ident, Pat, Path, ReturnType, Signature, Stmt, Token};
+
+use crate::args::{self, RuleArgs};
+use crate::template::Piece;
+
+pub struct Input {
+    pub sig: Signature,
+    pub groups: Vec<TokenStream>,
+    pub body: Block,
+}
+
+impl Parse for Input {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let sig = input.parse()?;
+        input.parse::<Token![;]>()?;
+        let list;
+        syn::bracketed!(list in input);
+        let mut groups = Vec::new();
+        while !list.is_empty() {
+            let group;
+            syn::parenthesized!(group in list);
+            groups.push(group.parse()?);
+        }
+        input.parse::<Token![;]>()?;
+        Ok(Input {
+            sig,
+            groups,
+            body: input.parse()?,
+        })
+    }
+}
+
+impl Input {
+    /// The tokens of `path!{ ... }` carrying this input.
+    pub fn invocation(&self, path: &Path) -> TokenStream {
+        let Input { sig, groups, body } = self;
+        quote! { #path! { #sig ; [ #( ( #groups ) )* ] ; #body } }
+    }
+}
+
+/// A parameter's name when it is a plain binding (`x: T`, `mut x: T`, `self`).
+fn param_names(sig: &Signature) -> Vec<Option<Ident>> {
+    sig.inputs
+        .iter()
+        .map(|arg| match arg {
+            FnArg::Receiver(r) => Some(Ident::new("self", r.self_token.span)),
+            FnArg::Typed(t) => match &*t.pat {
+                Pat::Ident(p) if p.subpat.is_none() && p.by_ref.is_none() => Some(p.ident.clone()),
+                _ => None,
+            },
+        })
+        .collect()
+}
+
+/// The `Box::pin(async move { ... })` body `#[async_trait]` leaves, if that is the body.
+fn async_trait_block(body: &mut Block) -> Option<&mut Block> {
+    let [Stmt::Expr(Expr::Call(call), None)] = &mut body.stmts[..] else {
+        return None;
+    };
+    let Expr::Path(func) = &*call.func else {
+        return None;
+    };
+    if func.path.segments.last()?.ident != "pin" || call.args.len() != 1 {
+        return None;
+    }
+    match call.args.first_mut()? {
+        Expr::Async(block) => Some(&mut block.block),
+        _ => None,
+    }
+}
+
+pub fn expand(input: Input) -> TokenStream {
+    let Input {
+        sig,
+        groups,
+        mut body,
+    } = input;
+    let mut errors = Vec::new();
+    let names = param_names(&sig);
+    let params: Vec<String> = names.iter().flatten().map(|i| i.to_string()).collect();
+    let rules: Vec<RuleArgs> = groups
+        .into_iter()
+        .filter_map(|group| {
+            let span = if group.is_empty() {
+                sig.fn_token.span
+            } else {
+                group.span()
+            };
+            args::parse(group, span, &params, &mut errors)
+        })
+        .collect();
+
+    let krate = call_level(
+        &rules,
+        "crate",
+        |r| r.krate.as_ref().map(|(s, p)| (*s, p.clone())),
+        &mut errors,
+    )
+    .unwrap_or_else(|| syn::parse_quote!(::redlimit));
+    let timeout = call_level(&rules, "timeout", |r| r.timeout, &mut errors);
+    let fallback = call_level(
+        &rules,
+        "fallback",
+        |r| r.fallback.as_ref().map(|p| (p.span(), p.clone())),
+        &mut errors,
+    );
+
+    if sig.asyncness.is_none() && async_trait_block(&mut body).is_none() {
+        errors.push(Error::new(
+            sig.fn_token.span,
+            "#[rate_limit] needs an `async fn`: the limiter is awaited before the body runs",
+        ));
+    }
+    if let Some(path) = &fallback {
+        if let Some(position) = names.iter().position(Option::is_none) {
+            errors.push(Error::new(
+                path.span(),
+                format!(
+                    "`fallback` is called with the function's arguments, but parameter {} is a pattern; \
+                     give every parameter a plain name",
+                    position + 1
+                ),
+            ));
+        }
+    }
+    if !errors.is_empty() || rules.is_empty() {
+        let errors = errors.into_iter().map(|e| e.to_compile_error());
+        let stmts = &body.stmts;
+        return quote! { #(#errors)* #(#stmts)* };
+    }
+
+    let fn_name = sig.ident.to_string();
+    let site = format_ident!("__REDLIMIT_SITE", span = Span::mixed_site());
+    let keys = format_ident!("__redlimit_keys", span = Span::mixed_site());
+    let refused = format_ident!("__redlimit_refused", span = Span::mixed_site());
+    let specs = rules.iter().map(|rule| {
+        let RuleArgs {
+            rate,
+            interval_ms,
+            permits,
+            ..
+        } = rule;
+        let mode = if rule.per_client {
+            quote!(PerClient)
+        } else {
+            quote!(Overall)
+        };
+        let policy = match rule.on_error {
+            "allow" => quote!(Allow),
+            "deny" => quote!(Deny),
+            _ => quote!(Local),
+        };
+        let message = match &rule.message {
+            Some(m) => quote!(::core::option::Option::Some(#m)),
+            None => quote!(::core::option::Option::None),
+        };
+        quote! {
+            #krate::__private::RuleSpec {
+                rate: #rate,
+                interval: ::core::time::Duration::from_millis(#interval_ms),
+                mode: #krate::RateType::#mode,
+                permits: #permits,
+                on_error: #krate::__private::OnError::#policy,
+                message: #message,
+            }
+        }
+    });
+    let key_exprs = rules.iter().map(|rule| key_expr(rule, &krate, &fn_name));
+    let timeout = match timeout {
+        Some(ms) => quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms))),
+        None => quote!(::core::option::Option::None),
+    };
+    let (binding, on_refusal) = match &fallback {
+        Some(path) => {
+            let args = names.iter().flatten();
+            (
+                quote!(_),
+                quote_spanned! {path.span()=> return #path(#(#args),*).await; },
+            )
+        }
+        None => {
+            let span = match &sig.output {
+                ReturnType::Type(_, ty) => ty.span(),
+                ReturnType::Default => sig.ident.span(),
+            };
+            let refusal =
+                quote_spanned! {span=> return #krate::FromRateLimited::from_rate_limited(#refused); };
+            (quote!(#refused), refusal)
+        }
+    };
+    let prologue = quote! {
+        {
+            static #site: #krate::__private::Site = #krate::__private::Site::new(
+                &[#(#specs),*],
+                #timeout,
+                ::core::concat!(::core::module_path!(), "::", #fn_name),
+            );
+            let #keys = [#(#key_exprs),*];
+            if let ::core::result::Result::Err(#binding) = #krate::__private::decide(&#site, &#keys).await {
+                #on_refusal
+            }
+        }
+    };
+    if let Some(block) = async_trait_block(&mut body) {
+        let stmts = &block.stmts;
+        let inner = quote! { #prologue #(#stmts)* };
+        block.stmts = vec![Stmt::Expr(Expr::Verbatim(quote! { { #inner } }), None)];
+        let stmts = &body.stmts;
+        return quote! { #(#stmts)* };
+    }
+    let stmts = &body.stmts;
+    let brace = token::Brace::default();
+    let mut block = TokenStream::new();
+    brace.surround(&mut block, |tokens| {
+        for stmt in stmts {
+            stmt.to_tokens(tokens);
+        }
+    });
+    quote! { #prologue #block }
+}
+
+/// A setting that applies to the whole call, given by at most one attribute.
+fn call_level<T>(
+    rules: &[RuleArgs],
+    name: &str,
+    get: impl Fn(&RuleArgs) -> Option<(Span, T)>,
+    errors: &mut Vec<Error>,
+) -> Option<T> {
+    let mut found = rules.iter().filter_map(get);
+    let first = found.next();
+    for (span, _) in found {
+        errors.push(Error::new(
+            span,
+            format!("`{name}` is already set by another #[rate_limit] on this function; set it once"),
+        ));
+    }
+    first.map(|(_, value)| value)
+}
+
+/// The expression building one rule's key (without the client's prefix).
+fn key_expr(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
+    let buf = format_ident!("__redlimit_key", span = Span::mixed_site());
+    let Some((lit, pieces)) = &rule.key else {
+        return quote! {
+            {
+                let mut #buf = #krate::__private::KeyBuf::new();
+                #buf.text(::core::concat!(::core::module_path!(), "::", #fn_name));
+                #buf.finish()
+            }
+        };
+    };
+    let span = lit.span();
+    let parts = pieces.iter().map(|piece| match piece {
+        Piece::Text(text) => quote! { #buf.text(#text); },
+        Piece::Value(path) => {
+            let segments = path.iter().map(|segment| match segment.parse::<u32>() {
+                Ok(index) => syn::Index { index, span }.into_token_stream(),
+                Err(_) => Ident::new(segment, span).into_token_stream(),
+            });
+            let value = quote_spanned! {span=> #krate::__private::display(&#(#segments).*) };
+            quote! { #buf.value(#value); }
+        }
+    });
+    quote! {
+        {
+            let mut #buf = #krate::__private::KeyBuf::new();
+            #(#parts)*
+            #buf.finish()
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Key templates: text with `{param}` / `{param.field}` placeholders; `{{` and `}}`
+//! are literal braces.
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Text as written (with `{{`/`}}` already turned into single braces).
+    Text(String),
+    /// A parameter and a path of fields: `user.id` is `["user", "id"]`.
+    Value(Vec<String>),
+}
+
+fn is_ident(segment: &str) -> bool {
+    let mut chars = segment.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_alphabetic())
+        && chars.all(|c| c == '_' || c.is_alphanumeric())
+        && segment != "_"
+}
+
+fn is_index(segment: &str) -> bool {
+    !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Splits a template into pieces, or says what is wrong with it.
+pub fn parse(text: &str) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    let mut literal = String::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '{' if chars.peek().map(|&(_, c)| c) == Some('{') => {
+                chars.next();
+                literal.push('{');
+            }
+            '}' if chars.peek().map(|&(_, c)| c) == Some('}') => {
+                chars.next();
+                literal.push('}');
+            }
+            '}' => {
+                return Err(format!(
+                    "unmatched `}}` at byte {at} of the key; write `}}}}` for a literal brace"
+                ))
+            }
+            '{' => {
+                let rest = &text[at + 1..];
+                let Some(close) = rest.find('}') else {
+                    return Err(format!(
+                        "unclosed `{{` at byte {at} of the key; close it with `}}`, or write `{{{{` for a literal brace"
+                    ));
+                };
+                let inner = &rest[..close];
+                if inner.trim().is_empty() {
+                    return Err("empty `{}` in the key; name a parameter inside, e.g. `{user_id}`".into());
+                }
+                let segments: Vec<&str> = inner.split('.').collect();
+                let valid = is_ident(segments[0]) && segments[1..].iter().all(|s| is_ident(s) || is_index(s));
+                if !valid {
+                    return Err(format!(
+                        "`{{{inner}}}` in the key is not a parameter or a field path; \
+                         write `{{param}}` or `{{param.field}}`"
+                    ));
+                }
+                if !literal.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut literal)));
+                }
+                pieces.push(Piece::Value(segments.iter().map(|s| s.to_string()).collect()));
+                for _ in 0..inner.chars().count() + 1 {
+                    chars.next();
+                }
+            }
+            c => literal.push(c),
+        }
+    }
+    if !literal.is_empty() {
+        pieces.push(Piece::Text(literal));
+    }
+    Ok(pieces)
+}
+
+/// Every placeholder must start with one of `params`.
+pub fn check_params(pieces: &[Piece], params: &[String]) -> Result<(), String> {
+    for piece in pieces {
+        if let Piece::Value(path) = piece {
+            if !params.contains(&path[0]) {
+                let listed = if params.is_empty() {
+                    "the function has no parameters".to_owned()
+                } else {
+                    format!(
+                        "the function's parameters are: {}",
+                        params
+                            .iter()
+                            .map(|p| format!("`{p}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                return Err(format!(
+                    "unknown placeholder `{{{}}}` in the key; {listed}",
+                    path.join(".")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The key's written braces must form a Redis hash tag that keeps the limiter's keys
+/// in one cluster slot. Interpolated values never contain braces (they are escaped),
+/// so the written text decides.
+pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
+    let skeleton: String = pieces
+        .iter()
+        .map(|piece| match piece {
+            Piece::Text(text) => text.as_str(),
+            Piece::Value(_) => "v",
+        })
+        .collect();
+    let problem = match skeleton.find('{') {
+        None if skeleton.contains('}') => "it has a literal `}` but no `{`",
+        None => return Ok(()),
+        Some(open) => match skeleton[open + 1..].find('}') {
+            Some(0) => "its first literal `{` opens an empty hash tag",
+            Some(_) => return Ok(()),
+            None => "its first literal `{` is never closed",
+        },
+    };
+    Err(format!(
+        "this key would split the limiter's keys across Redis Cluster slots: {problem}; \
+         write a non-empty hash tag such as \"{{{{tenant:{{tenant}}}}}}:orders\", or no literal braces"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> Piece {
+        Piece::Text(s.into())
+    }
+
+    fn value(path: &[&str]) -> Piece {
+        Piece::Value(path.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn pieces() {
+        assert_eq!(
+            parse("order:{user_id}"),
+            Ok(vec![text("order:"), value(&["user_id"])])
+        );
+        assert_eq!(
+            parse("{{tenant:{t.id}}}:x{p.0}"),
+            Ok(vec![
+                text("{tenant:"),
+                value(&["t", "id"]),
+                text("}:x"),
+                value(&["p", "0"])
+            ])
+        );
+        assert_eq!(parse("é{ü}"), Ok(vec![text("é"), value(&["ü"])]));
+        assert_eq!(parse(""), Ok(vec![]));
+    }
+
+    #[test]
+    fn rejected_with_a_reason() {
+        for (input, says) in [
+            ("a{b", "unclosed"),
+            ("a}b", "unmatched `}`"),
+            ("a{}", "empty `{}`"),
+            ("a{ }", "empty `{}`"),
+            ("{a b}", "not a parameter"),
+            ("{a.}", "not a parameter"),
+            ("{0}", "not a parameter"),
+            ("{a..b}", "not a parameter"),
+        ] {
+            let err = parse(input).unwrap_err();
+            assert!(err.contains(says), "{input:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn placeholders_name_parameters() {
+        let params = vec!["user".to_owned(), "self".to_owned()];
+        assert!(check_params(&parse("{user.id}:{self.tenant}").unwrap(), &params).is_ok());
+        let err = check_params(&parse("{usr}").unwrap(), &params).unwrap_err();
+        assert!(err.contains("`{usr}`") && err.contains("`user`, `self`"), "{err}");
+    }
+
+    #[test]
+    fn slots() {
+        assert!(check_slot(&parse("order:{id}").unwrap()).is_ok());
+        assert!(check_slot(&parse("{{t:{id}}}:orders").unwrap()).is_ok());
+        for bad in ["a{{b", "a}}b", "{{}}x"] {
+            assert!(check_slot(&parse(bad).unwrap()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn no_input_panics() {
+        let alphabet = ["", "{", "}", "a", ".", "0", ":", "é", " ", "_"];
+        let params = vec!["a".to_owned()];
+        for a in alphabet {
+            for b in alphabet {
+                for c in alphabet {
+                    for d in alphabet {
+                        for e in alphabet {
+                            let input = format!("{a}{b}{c}{d}{e}");
+                            if let Ok(pieces) = parse(&input) {
+                                let _ = check_params(&pieces, &params);
+                                let _ = check_slot(&pieces);
+                            } else {
+                                assert!(!parse(&input).unwrap_err().is_empty());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! How a rate-limited function says no: [`RateLimited`], and [`FromRateLimited`] to
+//! turn it into the function's return type.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::Error;
+
+/// A call refused by `#[rate_limit]`: which limit, for how long, and why.
+///
+/// Implements [`std::error::Error`], so `Box<dyn Error>`, `anyhow::Error` and any
+/// `E: From<RateLimited>` can carry it.
+#[derive(Debug, Clone)]
+pub struct RateLimited {
+    pub(crate) key: String,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) message: Option<&'static str>,
+    pub(crate) rule: usize,
+    pub(crate) cause: Option<Arc<Error>>,
+}
+
+impl RateLimited {
+    /// The limiter's key (prefix included) of the rule that refused.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// How long until the same call would pass; `None` when the refusal came from a
+    /// backend failure under `on_error = "deny"`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The rule's `message`, if it has one.
+    pub fn message(&self) -> Option<&'static str> {
+        self.message
+    }
+
+    /// Which rule refused: the index of its attribute on the function, in source order.
+    pub fn rule(&self) -> usize {
+        self.rule
+    }
+
+    /// The backend failure behind a refusal under `on_error = "deny"`.
+    pub fn cause(&self) -> Option<&Error> {
+        self.cause.as_deref()
+    }
+}
+
+impl fmt::Display for RateLimited {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.message {
+            Some(message) => f.write_str(message)?,
+            None => write!(f, "rate limit exceeded for `{}`", self.key)?,
+        }
+        if let Some(wait) = self.retry_after {
+            write!(f, "; retry after {} ms", wait.as_millis())?;
+        }
+        if let Some(cause) = &self.cause {
+            write!(f, "; refused because the rate limiter is unavailable: {cause}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for RateLimited {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_deref().map(|e| e as _)
+    }
+}
+
+/// Builds a function's return value from a refusal, for `#[rate_limit]` without a
+/// `fallback`.
+///
+/// Implemented for `Result<T, E>` where `E: From<RateLimited>`; implement it for your
+/// own return types (an HTTP response with status 429, say):
+///
+/// ```
+/// use redlimit_runtime::{FromRateLimited, RateLimited};
+///
+/// struct Response { status: u16, body: String }
+///
+/// impl FromRateLimited for Response {
+///     fn from_rate_limited(limited: RateLimited) -> Self {
+///         Response { status: 429, body: limited.to_string() }
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot express a rate-limit refusal",
+    label = "a #[rate_limit] function without `fallback` must return a type implementing `FromRateLimited`",
+    note = "return `Result<T, E>` with `E: From<redlimit::RateLimited>`, implement `redlimit::FromRateLimited` for `{Self}`, or give the attribute a `fallback = path::to::fn`"
+)]
+pub trait FromRateLimited {
+    /// The value the function returns when refused.
+    fn from_rate_limited(limited: RateLimited) -> Self;
+}
+
+impl<T, E: From<RateLimited>> FromRateLimited for Result<T, E> {
+    fn from_rate_limited(limited: RateLimited) -> Self {
+        Err(E::from(limited))
+    }
+}
