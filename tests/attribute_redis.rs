@@ -82,7 +82,11 @@ const TIMEOUT: Duration = Duration::from_millis(200);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attribute_on_redis() {
     let server = RedisServer::start();
-    let client = Client::builder().command_timeout(TIMEOUT).connect(&server.url()).await.unwrap();
+    let client = Client::builder()
+        .command_timeout(TIMEOUT)
+        .connect(&server.url())
+        .await
+        .unwrap();
     redlimit::set_default(client).unwrap();
     let mut raw = server.raw().await;
 
@@ -106,7 +110,14 @@ async fn the_attribute_on_redis() {
     pair("{x}", "%").await.unwrap();
     let mut keys: Vec<String> = raw.keys("rate_limit:pair:*").await.unwrap();
     keys.sort();
-    assert_eq!(keys, ["rate_limit:pair:%7Bx%7D:%25", "rate_limit:pair:a%3Ab:c", "rate_limit:pair:a:b%3Ac"]);
+    assert_eq!(
+        keys,
+        [
+            "rate_limit:pair:%7Bx%7D:%25",
+            "rate_limit:pair:a%3Ab:c",
+            "rate_limit:pair:a:b%3Ac"
+        ]
+    );
     for key in keys {
         let slot = redlimit::keys::hash_slot(key.as_bytes());
         let value_key = format!("{{{key}}}:value");
@@ -130,11 +141,18 @@ async fn the_attribute_on_redis() {
     assert_eq!(search("rust".into(), 2).await, "cached rust 2");
     let account = Account { id: 9 };
     assert_eq!(account.withdraw(5).await.unwrap(), 5);
-    assert_eq!(account.withdraw(5).await.unwrap_err().0.key(), "rate_limit:account:9");
+    assert_eq!(
+        account.withdraw(5).await.unwrap_err().0.key(),
+        "rate_limit:account:9"
+    );
     waiting().await.unwrap();
     let started = Instant::now();
     waiting().await.unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(390), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(390),
+        "{:?}",
+        started.elapsed()
+    );
 
     // Redis goes away: each policy answers within the command timeout.
     deny_policy().await.unwrap();
@@ -149,7 +167,10 @@ async fn the_attribute_on_redis() {
     timed(started);
     local_policy().await.unwrap();
     let refused = local_policy().await.unwrap_err().0;
-    assert!(refused.cause().is_none(), "refused by the in-process limiter, not by the failure");
+    assert!(
+        refused.cause().is_none(),
+        "refused by the in-process limiter, not by the failure"
+    );
     assert!(refused.retry_after().is_some());
     for _ in 0..3 {
         let started = Instant::now();
@@ -159,7 +180,10 @@ async fn the_attribute_on_redis() {
     let started = Instant::now();
     let refused = deny_policy().await.unwrap_err().0;
     timed(started);
-    assert!(refused.cause().is_some_and(|cause| cause.is_backend_failure()), "{refused:?}");
+    assert!(
+        refused.cause().is_some_and(|cause| cause.is_backend_failure()),
+        "{refused:?}"
+    );
     assert_eq!(refused.retry_after(), None);
     assert!(refused.to_string().contains("unavailable"), "{refused}");
 
@@ -174,5 +198,8 @@ async fn the_attribute_on_redis() {
     let value: String = raw.get("{rate_limit:policy:deny}:value").await.unwrap();
     assert_eq!(value, "99", "decided by Redis again (a fresh server)");
     allow_policy().await.unwrap();
-    assert!(allow_policy().await.is_err(), "allow_policy is limited by Redis again");
+    assert!(
+        allow_policy().await.is_err(),
+        "allow_policy is limited by Redis again"
+    );
 }

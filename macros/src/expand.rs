@@ -192,6 +192,9 @@ pub fn expand(input: Input) -> TokenStream {
                 ReturnType::Type(_, ty) => ty.span(),
                 ReturnType::Default => sig.ident.span(),
             };
+            // The whole path carries the return type's span, so a missing impl is
+            // reported there.
+            let krate = respan(krate.to_token_stream(), span);
             let refusal =
                 quote_spanned! {span=> return #krate::FromRateLimited::from_rate_limited(#refused); };
             (quote!(#refused), refusal)
@@ -226,6 +229,21 @@ pub fn expand(input: Input) -> TokenStream {
         }
     });
     quote! { #prologue #block }
+}
+
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut inner = proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = inner.into();
+            }
+            token.set_span(span);
+            token
+        })
+        .collect()
 }
 
 /// A setting that applies to the whole call, given by at most one attribute.

@@ -1,0 +1,8 @@
+use redlimit::rate_limit;
+
+#[rate_limit(key = order, rate = 5, interval = "1s")]
+async fn f(user_id: u64) -> Result<(), redlimit::RateLimited> {
+    Ok(())
+}
+
+fn main() {}
