@@ -4,13 +4,17 @@
 //! Runs in process with no set-up; with `REDIS_URL=redis://127.0.0.1:6379/` the same
 //! limiter lives in Redis, in the layout Redisson's `RRateLimiter` reads.
 
-use std::time::Duration;
+use redlimit::{rate_limit, RateLimited};
 
-use redlimit::{Client, Rule};
+/// At most 3 orders per 2 seconds for each user.
+#[rate_limit(key = "quickstart:order:{user_id}", rate = 3, interval = "2s")]
+async fn place_order(user_id: u64) -> Result<String, RateLimited> {
+    Ok(format!("order placed for user {user_id}"))
+}
 
 #[tokio::main]
 async fn main() -> Result<(), redlimit::Error> {
-    let client = Client::from_env()?;
+    let client = redlimit::default_client()?;
     let backend = if client.is_memory() {
         "in process (set REDIS_URL to use Redis)"
     } else {
@@ -18,28 +22,24 @@ async fn main() -> Result<(), redlimit::Error> {
     };
     println!("limiter state: {backend}");
 
-    // 3 calls per 2 seconds for user 42, as `#[rate_limit(rate = 3, interval = "2s")]`.
-    let rule = Rule::new("rate_limit:quickstart:user:42", 3, Duration::from_secs(2));
-    let rules = [rule];
-
-    let mut retry_after = None;
+    let mut wait = None;
     for call in 1..=4 {
-        let decision = client.check_rules(&rules).await?;
-        if decision.allowed {
-            println!("call {call}: granted, {} left in the window", decision.remaining);
-        } else {
-            let wait = decision.retry_after.unwrap_or_default();
-            println!("call {call}: refused, retry after {} ms", wait.as_millis());
-            retry_after = Some(wait);
-            break;
+        match place_order(42).await {
+            Ok(receipt) => println!("call {call}: granted: {receipt}"),
+            Err(limited) => {
+                println!("call {call}: refused: {limited}");
+                wait = limited.retry_after();
+                break;
+            }
         }
     }
 
-    if let Some(wait) = retry_after {
+    if let Some(wait) = wait {
         tokio::time::sleep(wait).await;
-        let decision = client.check_rules(&rules).await?;
-        let verdict = if decision.allowed { "granted" } else { "refused" };
-        println!("after waiting {} ms: {verdict}", wait.as_millis());
+        match place_order(42).await {
+            Ok(receipt) => println!("after waiting {} ms: granted: {receipt}", wait.as_millis()),
+            Err(limited) => println!("after waiting {} ms: still refused: {limited}", wait.as_millis()),
+        }
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! A crate that reaches redlimit through a re-export names the path with `crate`.
 
 mod facade {
-    pub use ::redlimit as limits;
+    pub(crate) use redlimit as limits;
 }
 
 use facade::limits::rate_limit;
