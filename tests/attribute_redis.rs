@@ -135,6 +135,23 @@ async fn the_attribute_on_redis() {
     assert_eq!(value, "4");
     let logged: usize = raw.zcard("{rate_limit:orders:user:1}:permits").await.unwrap();
     assert_eq!(logged, 1);
+    // Both rules in one script call, granted or refused.
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for user in 10..15 {
+        let _ = order(user).await;
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    // (commandstats also counts the commands the script runs inside Redis.)
+    assert!(stats.contains("cmdstat_evalsha:calls=5,"), "{stats}");
+    assert!(!stats.contains("cmdstat_eval:"), "{stats}");
 
     // Fallback with the arguments; methods; waiting.
     assert_eq!(search("rust".into(), 1).await, "fresh rust 1");

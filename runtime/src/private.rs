@@ -236,3 +236,62 @@ mod tests {
         assert_eq!(key(&[&42u64]), "42");
     }
 }
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    #[derive(Clone, Default)]
+    struct Errors(Arc<AtomicUsize>);
+
+    impl Subscriber for Errors {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            if *event.metadata().level() == Level::ERROR {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[test]
+    fn an_outage_is_logged_once_per_period_not_per_call() {
+        static RULES: [RuleSpec; 1] = [RuleSpec {
+            rate: 1,
+            interval: Duration::from_secs(1),
+            mode: RateType::Overall,
+            permits: 1,
+            on_error: OnError::Allow,
+            message: None,
+        }];
+        static SITE: Site = Site::new(&RULES, None, "tests::f");
+        let errors = Errors::default();
+        let count = errors.0.clone();
+        let _guard = tracing::subscriber::set_default(errors);
+        for _ in 0..1000 {
+            SITE.log_failure(&Error::Timeout {
+                after: Duration::from_millis(1),
+            });
+        }
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        assert_eq!(SITE.suppressed.load(Ordering::SeqCst), 999);
+        // The next period's log reports what was left out, and starts counting again.
+        SITE.last_log_ms.store(0, Ordering::SeqCst);
+        SITE.log_failure(&Error::Timeout {
+            after: Duration::from_millis(1),
+        });
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+        assert_eq!(SITE.suppressed.load(Ordering::SeqCst), 0);
+    }
+}
