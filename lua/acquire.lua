@@ -17,6 +17,7 @@
 --   7 keepAliveTime in ms (4..7 are read only when 3 is "1")
 -- Returns {granted (1|0), first refusing rule (1-based, 0 when granted),
 --          wait in ms until that refusal would pass (0 when granted),
+--          the time the call was decided at (now, or a slightly later grant's time),
 --          then per rule: permits left, and 0 (config kept), 1 (created) or 2 (changed)}.
 -- Errors start with "redlimit:<code>:<rule>"; the caller names the key.
 --
@@ -105,20 +106,19 @@ local function parse_config(rule, raw)
 end
 
 -- Phase 1: read and decide, writing nothing.
+-- First each rule's config and keys, and the newest grant of its log.
 local rules = {}
-local buckets = {}
-local refused, retry = 0, 0
+local newest = now
 for i = 1, nrules do
   local k = 5 * (i - 1)
   local a = 1 + 7 * (i - 1)
   local r = { name = KEYS[k + 1], permits = tonumber(ARGV[a + 1]), member = ARGV[a + 2] }
   local stored = read(i, 'config', 'hmget', r.name, 'rate', 'interval', 'type', 'keepAliveTime')
   local initialized = stored[1] ~= false and stored[2] ~= false and stored[3] ~= false
-  local old_kind
   if initialized then
-    r.rate, r.interval, old_kind, r.keep = parse_config(i, stored)
+    r.rate, r.interval, r.old_kind, r.keep = parse_config(i, stored)
   end
-  r.kind = old_kind
+  r.kind = r.old_kind
   if ARGV[a + 3] == '1' then
     local want = { ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7] }
     if not initialized or stored[1] ~= want[1] or stored[2] ~= want[2] or stored[3] ~= want[3]
@@ -135,15 +135,36 @@ for i = 1, nrules do
       .. 'Requested permits amount could not exceed defined rate')
   end
   if r.kind == '1' then
-    r.vkey, r.pkey, vrole, prole = KEYS[k + 3], KEYS[k + 5], 'client_value', 'client_permits'
+    r.vkey, r.pkey, r.vrole, r.prole = KEYS[k + 3], KEYS[k + 5], 'client_value', 'client_permits'
   else
-    r.vkey, r.pkey, vrole, prole = KEYS[k + 2], KEYS[k + 4], 'value', 'permits'
+    r.vkey, r.pkey, r.vrole, r.prole = KEYS[k + 2], KEYS[k + 4], 'value', 'permits'
   end
+  local last = read(i, r.prole, 'zrange', r.pkey, -1, -1, 'withscores')
+  if last[2] ~= nil and tonumber(last[2]) > newest then
+    newest = tonumber(last[2])
+  end
+  rules[i] = r
+end
 
+-- A call whose time was taken just before another's, but which reaches Redis after
+-- it, is decided at the later time: each log then stays in time order and no window
+-- of its scores holds more than the rate. Clocks further apart than REORDER are skew,
+-- and left as they are (see RELIABILITY.md).
+local REORDER = 1000
+if newest - now <= REORDER then
+  now = newest
+end
+
+-- Then each bucket, once, and each rule's permits.
+local buckets = {}
+local refused, retry = 0, 0
+for i = 1, nrules do
+  local r = rules[i]
+  prole, vrole = r.prole, r.vrole
   local b = buckets[r.vkey]
   if b == nil then
     b = { vkey = r.vkey, pkey = r.pkey, skip = 0, spent = 0, dirty = false }
-    if r.changed and old_kind ~= r.kind then
+    if r.changed and r.old_kind ~= r.kind then
       -- a change of mode starts the new mode's window afresh
       b.clear, b.value, b.dirty = true, r.rate, true
     else
@@ -198,7 +219,6 @@ for i = 1, nrules do
     end
     b.spent = b.spent + r.permits
   end
-  rules[i] = r
 end
 
 local probe = true
@@ -251,7 +271,7 @@ if not probe then
   end
 end
 
-local reply = { granted and 1 or 0, refused, granted and 0 or retry }
+local reply = { granted and 1 or 0, refused, granted and 0 or retry, now }
 for i = 1, nrules do
   local r = rules[i]
   local left = r.bucket.value

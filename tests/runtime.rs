@@ -107,6 +107,27 @@ on_both_backends!(retry_after_is_exact_for_many_permits, |client, clock, server|
     assert!(limiter.try_acquire(3).await.unwrap());
 });
 
+on_both_backends!(
+    a_call_overtaken_on_its_way_is_decided_at_the_later_time,
+    |client, clock, server| {
+        let limiter = client.rate_limiter("rate_limit:reorder");
+        limiter.try_set_rate(RateType::Overall, 2, SEC).await.unwrap();
+        clock.set(T0 + 500);
+        assert_eq!(limiter.check(1).await.unwrap().at_ms, T0 + 500);
+        // A call whose clock read T0 + 200 arrives after it: decided at T0 + 500, so the
+        // log stays in time order.
+        clock.set(T0 + 200);
+        let late = limiter.check(1).await.unwrap();
+        assert!(late.allowed);
+        assert_eq!(late.at_ms, T0 + 500);
+        let refused = limiter.check(1).await.unwrap();
+        assert_eq!(refused.retry_after, Some(SEC), "both grants are at T0 + 500");
+        // Further apart than 1 s is clock skew, and the call keeps its own time.
+        clock.set(T0 - 600);
+        assert_eq!(limiter.check(1).await.unwrap().at_ms, T0 - 600);
+    }
+);
+
 on_both_backends!(refusals_spend_nothing, |client, clock, server| {
     let limiter = client.rate_limiter("rate_limit:d");
     limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap();

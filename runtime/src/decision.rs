@@ -19,6 +19,10 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// When refused: the index of the first rule, in the order given, that refused.
     pub refused_by: Option<usize>,
+    /// The time of the decision in epoch milliseconds: the client's clock, or the
+    /// newest grant's time when that is up to 1 s later (a call overtaken on its way to
+    /// Redis). A grant's score in the permits log.
+    pub at_ms: u64,
 }
 
 impl Decision {
@@ -28,6 +32,7 @@ impl Decision {
             remaining: outcome.rules.iter().map(|r| r.0).min().unwrap_or(0),
             retry_after: (!outcome.granted).then(|| Duration::from_millis(outcome.retry_ms)),
             refused_by: outcome.refused,
+            at_ms: outcome.at_ms,
         }
     }
 }

@@ -151,23 +151,23 @@ impl RateLimiter {
     /// Takes `permits` if available now, answering how many remain or how long to wait.
     pub async fn check(&self, permits: u64) -> Result<Decision, Error> {
         check_permits(&self.name, permits, None)?;
-        let outcome = self.run(permits).await?;
+        let outcome = self.run(permits, self.client.now_ms()).await?;
         Ok(Decision::from_outcome(&outcome))
     }
 
     /// Permits available now (released grants included); takes nothing, writes nothing.
     pub async fn available_permits(&self) -> Result<u64, Error> {
-        Ok(self.run(0).await?.rules[0].0)
+        Ok(self.run(0, self.client.now_ms()).await?.rules[0].0)
     }
 
-    async fn run(&self, permits: u64) -> Result<crate::backend::Outcome, Error> {
+    async fn run(&self, permits: u64, now: u64) -> Result<crate::backend::Outcome, Error> {
         let keys = self.keys()?;
         let calls = [Call {
             keys,
             permits,
             rule: None,
         }];
-        self.client.backend().acquire(&calls, self.client.now_ms()).await
+        self.client.backend().acquire(&calls, now).await
     }
 
     /// The stored config, or `None` when the limiter is not initialized.

@@ -12,6 +12,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::{Call, ConfigChange, Outcome};
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
+/// How far a call's time may lag the newest grant and still be decided at that
+/// grant's time (acquire.lua's REORDER).
+const REORDER_MS: u64 = 1000;
+
 #[derive(Default)]
 pub(crate) struct MemoryBackend {
     store: Mutex<Store>,
@@ -134,13 +138,10 @@ impl MemoryBackend {
     pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
         let mut store = self.lock();
         store.sweep_if_due(now);
-        let now_i = now as i64;
 
-        // Phase 1: resolve each rule's config and plan its bucket, writing nothing.
-        let mut configs = Vec::with_capacity(calls.len());
-        let mut plans: Vec<Plan> = Vec::with_capacity(calls.len());
-        let (mut refused, mut retry) = (None, 0i64);
-        for (i, call) in calls.iter().enumerate() {
+        // Phase 1: resolve each rule's config, writing nothing.
+        let mut resolved = Vec::with_capacity(calls.len());
+        for call in calls {
             let name = &call.keys.config;
             let limiter = store.limiters.get_mut(name.as_str());
             let stored = limiter.and_then(|l| l.live_config(now));
@@ -158,6 +159,35 @@ impl MemoryBackend {
                     rate: config.rate,
                 });
             }
+            resolved.push((config, change, stored));
+        }
+
+        // A call that reaches the state after a slightly later one is decided at the
+        // later time, so each log stays in time order (as in acquire.lua).
+        let newest = calls
+            .iter()
+            .zip(&resolved)
+            .filter_map(|(call, (config, _, _))| {
+                let limiter = store.limiters.get_mut(call.keys.config.as_str())?;
+                let bucket = limiter.bucket(bucket_key(call.keys, config.rate_type), now)?;
+                bucket.log.last_key_value().map(|(&(score, _), _)| score)
+            })
+            .max()
+            .unwrap_or(now);
+        let clock_now = now;
+        let now = if newest > now && newest - now <= REORDER_MS {
+            newest
+        } else {
+            now
+        };
+        let now_i = now as i64;
+
+        // Phase 2: plan each bucket once and take each rule's permits, writing nothing.
+        let mut configs = Vec::with_capacity(calls.len());
+        let mut plans: Vec<Plan> = Vec::with_capacity(calls.len());
+        let (mut refused, mut retry) = (None, 0i64);
+        for (i, (call, &(config, change, stored))) in calls.iter().zip(&resolved).enumerate() {
+            let name = &call.keys.config;
             let rate = config.rate as i64;
             let interval = config.interval_ms() as i64;
             let key = bucket_key(call.keys, config.rate_type);
@@ -167,7 +197,7 @@ impl MemoryBackend {
                 Some(at) => at,
                 None => {
                     let limiter = store.limiters.get_mut(name.as_str());
-                    let bucket = limiter.and_then(|l| l.bucket(key, now));
+                    let bucket = limiter.and_then(|l| l.bucket(key, clock_now));
                     plans.push(plan(name, key, bucket, &config, change, mode_changed, now_i));
                     plans.len() - 1
                 }
@@ -217,12 +247,13 @@ impl MemoryBackend {
             })
             .collect();
         if !probe {
-            store.seq = commit(&mut store, calls, &configs, &plans, granted, now);
+            store.seq = commit(&mut store, calls, &configs, &plans, granted, now, clock_now);
         }
         Ok(Outcome {
             granted,
             refused,
             retry_ms: if granted { 0 } else { retry.max(0) as u64 },
+            at_ms: now,
             rules,
         })
     }
@@ -424,6 +455,7 @@ fn commit(
     plans: &[Plan],
     granted: bool,
     now: u64,
+    clock_now: u64,
 ) -> u64 {
     for (call, (config, change, _)) in calls.iter().zip(configs) {
         if *change != ConfigChange::Kept {
@@ -435,7 +467,7 @@ fn commit(
         let limiter = store.limiters.entry(plan.name.clone()).or_default();
         if plan.clear {
             limiter.buckets.remove(&plan.key);
-        } else if let Some(bucket) = limiter.bucket(&plan.key, now) {
+        } else if let Some(bucket) = limiter.bucket(&plan.key, clock_now) {
             let (skip, released) = bucket.stale(plan.cutoff);
             remove_first(bucket, skip, released);
         }
@@ -459,10 +491,10 @@ fn commit(
         }
         // Redisson's TTL rule: keepAliveTime on all three keys, else the config's TTL.
         let expires = match config.keep_alive_ms() {
-            0 => limiter.config_expires.filter(|&t| t > now),
+            0 => limiter.config_expires.filter(|&t| t > clock_now),
             keep => {
-                limiter.config_expires = Some(now + keep);
-                Some(now + keep)
+                limiter.config_expires = Some(clock_now + keep);
+                Some(clock_now + keep)
             }
         };
         if let (Some(expires), Some(bucket)) = (expires, limiter.buckets.get_mut(&plans[*at].key)) {

@@ -34,6 +34,8 @@ pub(crate) struct Outcome {
     pub refused: Option<usize>,
     /// Milliseconds until every refusing rule would have enough permits.
     pub retry_ms: u64,
+    /// The time the call was decided at: the caller's, or a slightly later grant's.
+    pub at_ms: u64,
     /// Per rule: permits left after the decision, and what happened to its config.
     pub rules: Vec<(u64, ConfigChange)>,
 }

@@ -218,13 +218,13 @@ fn config_args<'a>(
 }
 
 fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
-    if reply.len() != 3 + 2 * rules {
+    if reply.len() != 4 + 2 * rules {
         return None;
     }
     let granted = reply[0] == 1;
     let refused = usize::try_from(reply[1]).ok()?.checked_sub(1);
     let mut per_rule = Vec::with_capacity(rules);
-    for pair in reply[3..].chunks_exact(2) {
+    for pair in reply[4..].chunks_exact(2) {
         let change = match pair[1] {
             0 => ConfigChange::Kept,
             1 => ConfigChange::Created,
@@ -237,6 +237,7 @@ fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
         granted,
         refused,
         retry_ms: u64::try_from(reply[2]).ok()?,
+        at_ms: u64::try_from(reply[3]).ok()?,
         rules: per_rule,
     })
 }
@@ -334,7 +335,8 @@ mod tests {
 
     #[test]
     fn outcome_replies() {
-        let out = parse_outcome(&[0, 2, 150, 3, 0, 0, 2], 2).unwrap();
+        let out = parse_outcome(&[0, 2, 150, 9, 3, 0, 0, 2], 2).unwrap();
+        assert_eq!(out.at_ms, 9);
         assert!(!out.granted);
         assert_eq!(out.refused, Some(1));
         assert_eq!(out.retry_ms, 150);
@@ -342,6 +344,6 @@ mod tests {
             out.rules,
             vec![(3, ConfigChange::Kept), (0, ConfigChange::Changed)]
         );
-        assert_eq!(parse_outcome(&[1, 0, 0], 1), None);
+        assert_eq!(parse_outcome(&[1, 0, 0, 9], 1), None);
     }
 }
