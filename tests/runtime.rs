@@ -485,3 +485,41 @@ async fn unreachable_redis_fails_fast_with_a_clear_error() {
     assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
     assert!(err.to_string().contains("redis://"), "{err}");
 }
+
+#[tokio::test]
+async fn a_grant_whose_answer_timed_out_is_refunded() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .command_timeout(ms(100))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let rules = [Rule::new("rate_limit:refund", 5, Duration::from_secs(60))];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    server.pause();
+    let err = client.check_rules(&rules).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    server.resume();
+    // The call ran once the server woke up, and its grant went back.
+    let limiter = client.rate_limiter("rate_limit:refund");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (available, logged) = {
+            let mut raw = server.raw().await;
+            let logged: usize = redis::cmd("ZCARD")
+                .arg("{rate_limit:refund}:permits")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            (limiter.available_permits().await.unwrap(), logged)
+        };
+        if available == 4 && logged == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "available {available}, logged {logged}"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+}

@@ -66,6 +66,24 @@ impl RedisServer {
             .unwrap()
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open but nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill(1) is needed to pause and resume redis-server");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
     /// Stops the server and waits until the process is gone.
     pub fn stop(mut self) -> u16 {
         let _ = self.child.kill();

@@ -17,6 +17,7 @@ struct Scripts {
     update_rate: Script,
     keep_alive: Script,
     expire: Script,
+    refund: Script,
 }
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
@@ -26,7 +27,12 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     update_rate: Script::new(include_str!("../../../lua/update_rate.lua")),
     keep_alive: Script::new(include_str!("../../../lua/keep_alive.lua")),
     expire: Script::new(include_str!("../../../lua/expire.lua")),
+    refund: Script::new(include_str!("../../../lua/refund.lua")),
 });
+
+/// Attempts at refunding a timed-out grant, and the pause before each retry.
+const REFUND_ATTEMPTS: u32 = 3;
+const REFUND_BACKOFF: Duration = Duration::from_millis(500);
 
 pub(crate) struct RedisBackend {
     conn: ConnectionManager,
@@ -49,20 +55,24 @@ impl RedisBackend {
     {
         match tokio::time::timeout(self.timeout, request(self.conn.clone())).await {
             Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) if err.is_timeout() => Err(Error::Timeout { after: self.timeout }),
             Ok(Err(err)) => Err(script_error(err, calls)),
             Err(_) => Err(Error::Timeout { after: self.timeout }),
         }
     }
 
     pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+        let members: Vec<[u8; member::MEMBER_LEN]> = calls
+            .iter()
+            .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
+            .collect();
         let mut invocation = SCRIPTS.acquire.prepare_invoke();
         invocation.arg(now);
-        for call in calls {
+        for (call, member) in calls.iter().zip(&members) {
             for key in call.keys.all() {
                 invocation.key(key);
             }
-            let permits = u32::try_from(call.permits).unwrap_or(u32::MAX);
-            invocation.arg(call.permits).arg(&member::new_member(permits)[..]);
+            invocation.arg(call.permits).arg(&member[..]);
             match call.rule {
                 Some(rule) => invocation
                     .arg("1")
@@ -74,11 +84,21 @@ impl RedisBackend {
             };
         }
         let keys: Vec<&LimiterKeys> = calls.iter().map(|c| c.keys).collect();
-        let reply: Vec<i64> = self
+        let reply: Result<Vec<i64>, Error> = self
             .run(&keys, |mut conn| async move {
                 invocation.invoke_async(&mut conn).await
             })
-            .await?;
+            .await;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(err) => {
+                let probe = calls.iter().all(|c| c.permits == 0);
+                if !probe && may_have_run(&err) {
+                    self.spawn_refund(calls, members);
+                }
+                return Err(err);
+            }
+        };
         parse_outcome(&reply, calls.len()).ok_or_else(|| Error::Backend {
             source: RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
@@ -86,6 +106,48 @@ impl RedisBackend {
                 format!("{reply:?}"),
             )),
         })
+    }
+
+    /// A call that failed after it was sent may still run (a hung server answers
+    /// later): its grants would spend permits no caller uses. Refund them in the
+    /// background, on the same connection so the refund runs after the call.
+    fn spawn_refund(&self, calls: &[Call<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let keys: Vec<String> = calls
+            .iter()
+            .flat_map(|call| {
+                let k = call.keys;
+                [&k.value, &k.client_value, &k.permits, &k.client_permits].map(|key| key.clone())
+            })
+            .collect();
+        let conn = self.conn.clone();
+        let timeout = self.timeout;
+        runtime.spawn(async move {
+            for attempt in 0..REFUND_ATTEMPTS {
+                let mut conn = conn.clone();
+                let mut invocation = SCRIPTS.refund.prepare_invoke();
+                invocation.key(&keys[..]);
+                for member in &members {
+                    invocation.arg(&member[..]);
+                }
+                // Sent before the timeout can drop it: the connection writes it in order.
+                let refund = invocation.invoke_async::<i64>(&mut conn);
+                // All refunded: done. None: the call may not have run yet (it was
+                // sent on a connection since replaced), so look again later.
+                if let Ok(Ok(refunded)) = tokio::time::timeout(timeout * 4, refund).await {
+                    if refunded as usize >= members.len() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(REFUND_BACKOFF * (attempt + 1)).await;
+            }
+            tracing::debug!(
+                "grants of a timed-out rate limiter call were not all found to refund; \
+                 any that ran return to the limiter when they leave the window"
+            );
+        });
     }
 
     pub async fn try_set_rate(
@@ -199,6 +261,15 @@ impl RedisBackend {
             })
             .await?;
         Ok(exists == 1)
+    }
+}
+
+/// Whether a failed call may have reached Redis and run there.
+fn may_have_run(err: &Error) -> bool {
+    match err {
+        Error::Timeout { .. } => true,
+        Error::Backend { source } => source.is_timeout() || source.is_connection_dropped(),
+        _ => false,
     }
 }
 

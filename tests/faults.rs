@@ -1,0 +1,169 @@
+//! Faults under load, through `#[rate_limit]`: Redis killed and restarted, then hung
+//! with SIGSTOP. Every call returns within the command timeout plus a margin through
+//! the `on_error` policy, none panics, service resumes by itself, and the limiter's
+//! state stays consistent (available + permits in the log = rate).
+//!
+//! One test owns the process-wide default client and walks through the faults.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use redlimit::{rate_limit, Client, RateLimited};
+use support::RedisServer;
+use tokio::sync::Mutex;
+
+const TIMEOUT: Duration = Duration::from_millis(200);
+const MARGIN: Duration = Duration::from_millis(250);
+const RATE: u64 = 50;
+const KEY: &str = "rate_limit:faults";
+
+#[rate_limit(key = "faults", rate = 50, interval = "200ms", on_error = "local")]
+async fn guarded() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[derive(Default)]
+struct Record {
+    calls: usize,
+    granted: usize,
+    slowest: Duration,
+}
+
+async fn consistent(server: &RedisServer) {
+    let mut raw = server.raw().await;
+    // Both read in one transaction: scripts run between separate reads.
+    let (value, log): (i64, Vec<Vec<u8>>) = redis::pipe()
+        .atomic()
+        .get(format!("{{{KEY}}}:value"))
+        .zrange(format!("{{{KEY}}}:permits"), 0, -1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let in_log: i64 = log
+        .iter()
+        .map(|m| i64::from(redlimit::member::decode_permits(m).unwrap()))
+        .sum();
+    assert_eq!(
+        value + in_log,
+        RATE as i64,
+        "available {value} + permits in the log {in_log}"
+    );
+}
+
+async fn newest_grant(server: &RedisServer) -> u64 {
+    let mut raw = server.raw().await;
+    let newest: Vec<(Vec<u8>, f64)> = raw
+        .zrange_withscores(format!("{{{KEY}}}:permits"), -1, -1)
+        .await
+        .unwrap();
+    newest.first().map_or(0, |(_, score)| *score as u64)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_and_hangs_under_load() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .command_timeout(TIMEOUT)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    redlimit::set_default(client).unwrap();
+
+    let record = Arc::new(Mutex::new(Record::default()));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let load: Vec<_> = (0..24)
+        .map(|_| {
+            let record = record.clone();
+            let stopped = stopped.clone();
+            tokio::spawn(async move {
+                while !*stopped.borrow() {
+                    let started = Instant::now();
+                    let outcome = guarded().await;
+                    let took = started.elapsed();
+                    let mut record = record.lock().await;
+                    record.calls += 1;
+                    record.granted += usize::from(outcome.is_ok());
+                    record.slowest = record.slowest.max(took);
+                    drop(record);
+                    if outcome.is_err() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Healthy, then killed: calls go to the in-process limiter.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    consistent(&server).await;
+    let port = server.stop();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during_outage = record.lock().await.granted;
+    assert!(during_outage > 0);
+
+    // Restarted on the same address: Redis decides again without an application restart.
+    let server = RedisServer::start_on(port);
+    let restarted = now_ms();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while newest_grant(&server).await < restarted {
+        assert!(
+            Instant::now() < deadline,
+            "calls did not return to Redis within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    consistent(&server).await;
+
+    // Hung: connections stay open, nothing answers.
+    server.pause();
+    let paused = Instant::now();
+    let before = record.lock().await.calls;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let during_hang = record.lock().await.calls - before;
+    assert!(
+        during_hang > 24,
+        "calls kept returning during the hang: {during_hang}"
+    );
+    server.resume();
+    let resumed = now_ms();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while newest_grant(&server).await < resumed {
+        assert!(
+            Instant::now() < deadline,
+            "service did not resume within 10 s of SIGCONT"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(paused.elapsed() < Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    stop.send(true).unwrap();
+    for task in load {
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("no call hangs")
+            .expect("no call panics");
+    }
+    consistent(&server).await;
+    let record = record.lock().await;
+    println!(
+        "{} calls, {} granted, slowest {:?}",
+        record.calls, record.granted, record.slowest
+    );
+    assert!(
+        record.slowest <= TIMEOUT + MARGIN,
+        "a call took {:?}",
+        record.slowest
+    );
+}
