@@ -7,7 +7,7 @@
 --   4 {NAME}:permits      grant log, mode overall
 --   5 {NAME}:permits:ID   grant log, mode per_client
 -- ARGV:
---   1 now, epoch milliseconds
+--   1 now, epoch milliseconds; empty for the server's clock
 --   then seven per rule (rule i uses ARGV[1+7*(i-1)+1 .. 1+7*(i-1)+7]):
 --   1 permits; 0 asks what is available and writes nothing
 --   2 log member: 1 byte id length L, L id bytes, permits as 4-byte little-endian
@@ -24,7 +24,16 @@
 -- All reads and checks come first and every write after them, so an error leaves
 -- the state untouched, and a refusal by any rule spends no permit of any rule.
 
-local now = tonumber(ARGV[1])
+-- An empty time asks for the server's clock (Redis TIME) instead of the caller's.
+local function clock(arg)
+  if arg == '' then
+    local t = redis.call('time')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return tonumber(arg)
+end
+
+local now = clock(ARGV[1])
 local nrules = #KEYS / 5
 
 local function fail(code, rule, text)

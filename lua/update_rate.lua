@@ -3,7 +3,7 @@
 --
 -- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
 -- ARGV: 1 rate, 2 interval in ms, 3 type ("0" overall, "1" per_client),
---       4 keepAliveTime in ms, 5 now in epoch ms
+--       4 keepAliveTime in ms, 5 now in epoch ms (empty: the server's clock)
 -- Same mode: entries older than the new interval leave the log and
 -- value = rate - (permits still in the window). The value may go below zero when the
 -- window already holds more than the new rate: that debt keeps
@@ -11,6 +11,10 @@
 -- A change of mode clears the new mode's state. Returns 1.
 
 local rate, interval, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[5])
+if ARGV[5] == '' then
+  local t = redis.call('time')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local kinds = {}
 for i = 1, 5 do
   kinds[i] = redis.call('type', KEYS[i]).ok

@@ -60,6 +60,7 @@ pub struct ClientBuilder {
     command_timeout: Duration,
     connect_timeout: Duration,
     clock: Arc<dyn Clock>,
+    server_time: bool,
 }
 
 impl Default for ClientBuilder {
@@ -69,6 +70,7 @@ impl Default for ClientBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             clock: Arc::new(SystemClock),
+            server_time: false,
         }
     }
 }
@@ -99,6 +101,17 @@ impl ClientBuilder {
         self
     }
 
+    /// Decide at the Redis server's clock (`TIME` inside the scripts) instead of this
+    /// process's, for fleets whose clocks cannot be trusted: windows are then exact
+    /// whatever the clients' skew. The trade-off: Java Redisson clients sharing the
+    /// limiter still stamp grants with their own clocks, so mix the two only when the
+    /// server's and the Java hosts' clocks agree (see RELIABILITY.md). Redis only; the
+    /// in-process backend has one clock.
+    pub fn server_time(mut self, server_time: bool) -> Self {
+        self.server_time = server_time;
+        self
+    }
+
     /// Connects to Redis now; fails when the server cannot be reached in time.
     pub async fn connect(self, url: &str) -> Result<Client, Error> {
         let (client, connection_config) = self.redis_config(url)?;
@@ -111,8 +124,8 @@ impl ClientBuilder {
                 })
             }
         };
-        let timeout = self.command_timeout;
-        Ok(self.finish(Backend::Redis(RedisBackend::new(conn, timeout)), url))
+        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time);
+        Ok(self.finish(Backend::Redis(backend), url))
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
@@ -120,8 +133,8 @@ impl ClientBuilder {
     pub fn connect_lazy(self, url: &str) -> Result<Client, Error> {
         let (client, connection_config) = self.redis_config(url)?;
         let conn = ConnectionManager::new_lazy_with_config(client, connection_config)?;
-        let timeout = self.command_timeout;
-        Ok(self.finish(Backend::Redis(RedisBackend::new(conn, timeout)), url))
+        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time);
+        Ok(self.finish(Backend::Redis(backend), url))
     }
 
     /// A client on the in-process backend: same semantics, limits per process.

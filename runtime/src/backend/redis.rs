@@ -37,11 +37,26 @@ const REFUND_BACKOFF: Duration = Duration::from_millis(500);
 pub(crate) struct RedisBackend {
     conn: ConnectionManager,
     timeout: Duration,
+    /// Decide at the server's clock (TIME in the scripts) rather than the caller's.
+    server_time: bool,
 }
 
 impl RedisBackend {
-    pub fn new(conn: ConnectionManager, timeout: Duration) -> Self {
-        RedisBackend { conn, timeout }
+    pub fn new(conn: ConnectionManager, timeout: Duration, server_time: bool) -> Self {
+        RedisBackend {
+            conn,
+            timeout,
+            server_time,
+        }
+    }
+
+    /// The scripts' time argument: the caller's clock, or empty for the server's.
+    fn now_arg(&self, now: u64) -> String {
+        if self.server_time {
+            String::new()
+        } else {
+            now.to_string()
+        }
     }
 
     /// Runs one request under the command timeout; script errors name their key.
@@ -67,7 +82,7 @@ impl RedisBackend {
             .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
             .collect();
         let mut invocation = SCRIPTS.acquire.prepare_invoke();
-        invocation.arg(now);
+        invocation.arg(self.now_arg(now));
         for (call, member) in calls.iter().zip(&members) {
             for key in call.keys.all() {
                 invocation.key(key);
@@ -189,7 +204,7 @@ impl RedisBackend {
     ) -> Result<(), Error> {
         self.run(&[keys], |mut conn| async move {
             config_args(&SCRIPTS.update_rate, keys, config)
-                .arg(now)
+                .arg(self.now_arg(now))
                 .invoke_async::<i64>(&mut conn)
                 .await
         })
