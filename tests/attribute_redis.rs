@@ -77,6 +77,16 @@ async fn deny_policy() -> Result<(), Limited> {
     Ok(())
 }
 
+#[rate_limit(key = "corrupt:{id}", rate = 1, interval = "60s", on_error = "deny")]
+async fn corrupt_deny(id: u32) -> Result<(), Limited> {
+    Ok(())
+}
+
+#[rate_limit(key = "corrupt:{id}", rate = 1, interval = "60s")]
+async fn corrupt_local(id: u32) -> Result<(), Limited> {
+    Ok(())
+}
+
 const TIMEOUT: Duration = Duration::from_millis(200);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

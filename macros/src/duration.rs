@@ -98,4 +98,22 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn random_inputs_never_panic_and_accepted_ones_round_trip() {
+        let alphabet: Vec<char> = "0123456789smhdxé -.+_\u{0}🦀".chars().collect();
+        let mut rng = crate::template::tests::XorShift(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..100_000 {
+            let len = rng.below(12);
+            let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();
+            match parse_ms(&text) {
+                Ok(ms) => {
+                    assert!((1..=MAX_MS).contains(&ms), "{text:?}");
+                    let unit = text.trim_start_matches(|c: char| c.is_ascii_digit());
+                    assert!(["ms", "s", "m", "h", "d"].contains(&unit), "{text:?}");
+                }
+                Err(message) => assert!(message.len() > 10, "{text:?}: {message}"),
+            }
+        }
+    }
 }

@@ -130,7 +130,7 @@ pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn text(s: &str) -> Piece {
@@ -213,6 +213,45 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A small deterministic generator, so the macro crate needs no test dependency.
+    pub struct XorShift(pub u64);
+
+    impl XorShift {
+        pub fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn random_templates_never_panic_and_round_trip() {
+        let alphabet: Vec<char> = "{}{}{}ab_.0:%é🦀 \u{0}x".chars().collect();
+        let params = vec!["a".to_owned(), "b".to_owned()];
+        let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+        for _ in 0..100_000 {
+            let len = rng.below(16);
+            let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();
+            match parse(&text) {
+                Ok(pieces) => {
+                    // Writing the pieces back as a template gives the same pieces.
+                    let rebuilt: String = pieces
+                        .iter()
+                        .map(|piece| match piece {
+                            Piece::Text(t) => t.replace('{', "{{").replace('}', "}}"),
+                            Piece::Value(path) => format!("{{{}}}", path.join(".")),
+                        })
+                        .collect();
+                    assert_eq!(parse(&rebuilt).as_ref(), Ok(&pieces), "{text:?}");
+                    let _ = check_params(&pieces, &params);
+                    let _ = check_slot(&pieces);
+                }
+                Err(message) => assert!(message.len() > 10, "{text:?}: {message}"),
             }
         }
     }
