@@ -10,9 +10,10 @@ use tokio::time::Instant;
 use crate::{Decision, Error};
 
 /// Jitter spreads waiters that were refused together, so they do not all come back
-/// in the same millisecond: up to a quarter of the wait, at most 50 ms.
+/// in the same millisecond: up to an eighth of the wait, at most 10 ms (more would
+/// leave permits idle).
 fn jitter(wait: Duration) -> Duration {
-    let cap = (wait / 4).min(Duration::from_millis(50)).as_micros() as u64;
+    let cap = (wait / 8).min(Duration::from_millis(10)).as_micros() as u64;
     Duration::from_micros(rand::rng().random_range(0..=cap))
 }
 
