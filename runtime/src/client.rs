@@ -8,6 +8,7 @@ use std::time::Duration;
 use once_cell::sync::Lazy;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::backend::connection::{cluster_nodes, Conn};
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{Backend, Call, ConfigChange};
@@ -113,28 +114,72 @@ impl ClientBuilder {
     }
 
     /// Connects to Redis now; fails when the server cannot be reached in time.
+    /// `redis+cluster://host:port,host:port/` connects to a Redis Cluster.
     pub async fn connect(self, url: &str) -> Result<Client, Error> {
+        if let Some(nodes) = cluster_nodes(url) {
+            return self.connect_cluster_nodes(&nodes?, url).await;
+        }
         let (client, connection_config) = self.redis_config(url)?;
         let connect = ConnectionManager::new_with_config(client, connection_config);
-        let conn = match tokio::time::timeout(self.connect_timeout, connect).await {
-            Ok(conn) => conn?,
-            Err(_) => {
-                return Err(Error::Timeout {
-                    after: self.connect_timeout,
-                })
-            }
-        };
-        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time);
-        Ok(self.finish(Backend::Redis(backend), url))
+        let conn = self.within_connect_timeout(connect).await?;
+        Ok(self.finish_redis(Conn::Single(conn), url))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).
+    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<Client, Error> {
+        let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+        let target = format!("cluster {}", nodes.join(","));
+        self.connect_cluster_nodes(&nodes, &target).await
+    }
+
+    async fn connect_cluster_nodes(self, nodes: &[String], target: &str) -> Result<Client, Error> {
+        let client = self.cluster_client(nodes, target)?;
+        let conn = self.within_connect_timeout(client.get_async_connection()).await?;
+        Ok(self.finish_redis(Conn::Cluster(conn), target))
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
     /// application can start while Redis is down. Must be called inside a Tokio runtime.
     pub fn connect_lazy(self, url: &str) -> Result<Client, Error> {
+        if let Some(nodes) = cluster_nodes(url) {
+            let client = self.cluster_client(&nodes?, url)?;
+            let config = redis::cluster::ClusterConfig::new()
+                .set_connection_timeout(self.connect_timeout)
+                .set_response_timeout(self.command_timeout);
+            let conn = client.get_pending_async_connection_with_config(config);
+            return Ok(self.finish_redis(Conn::Cluster(conn), url));
+        }
         let (client, connection_config) = self.redis_config(url)?;
         let conn = ConnectionManager::new_lazy_with_config(client, connection_config)?;
+        Ok(self.finish_redis(Conn::Single(conn), url))
+    }
+
+    async fn within_connect_timeout<T>(
+        &self,
+        connect: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(conn) => Ok(conn?),
+            Err(_) => Err(Error::Timeout {
+                after: self.connect_timeout,
+            }),
+        }
+    }
+
+    fn cluster_client(&self, nodes: &[String], target: &str) -> Result<redis::cluster::ClusterClient, Error> {
+        redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.command_timeout)
+            .build()
+            .map_err(|e| Error::InvalidUrl {
+                url: target.to_owned(),
+                detail: e.to_string(),
+            })
+    }
+
+    fn finish_redis(self, conn: Conn, target: &str) -> Client {
         let backend = RedisBackend::new(conn, self.command_timeout, self.server_time);
-        Ok(self.finish(Backend::Redis(backend), url))
+        self.finish(Backend::Redis(backend), target)
     }
 
     /// A client on the in-process backend: same semantics, limits per process.
@@ -182,9 +227,15 @@ impl Client {
         ClientBuilder::default()
     }
 
-    /// Connects to the Redis server at `url` with the default settings.
+    /// Connects to the Redis server at `url` with the default settings
+    /// (`redis+cluster://host:port,host:port/` for a cluster).
     pub async fn connect(url: &str) -> Result<Client, Error> {
         Client::builder().connect(url).await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes, with the default settings.
+    pub async fn connect_cluster(nodes: &[&str]) -> Result<Client, Error> {
+        Client::builder().connect_cluster(nodes).await
     }
 
     /// A client on the in-process backend with the default settings.

@@ -3,12 +3,15 @@
 //! Both backends run the same algorithm (REDISSON.md) and must give the same answers
 //! decision for decision; the differential test holds them to it.
 
+pub(crate) mod connection;
+mod cross_slot;
 pub(crate) mod memory;
 pub(crate) mod redis;
 
 use crate::{Error, LimiterKeys, RateLimiterConfig};
 
 /// One rule of a decision.
+#[derive(Clone)]
 pub(crate) struct Call<'a> {
     pub keys: &'a LimiterKeys,
     /// Permits to take; 0 asks what is available and writes nothing.

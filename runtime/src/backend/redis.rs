@@ -4,9 +4,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use once_cell::sync::Lazy;
-use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 
+use super::connection::Conn;
 use super::{Call, ConfigChange, Outcome};
 use crate::{member, Error, LimiterKeys, RateLimiterConfig};
 
@@ -35,14 +35,14 @@ const REFUND_ATTEMPTS: u32 = 3;
 const REFUND_BACKOFF: Duration = Duration::from_millis(500);
 
 pub(crate) struct RedisBackend {
-    conn: ConnectionManager,
-    timeout: Duration,
+    conn: Conn,
+    pub(super) timeout: Duration,
     /// Decide at the server's clock (TIME in the scripts) rather than the caller's.
     server_time: bool,
 }
 
 impl RedisBackend {
-    pub fn new(conn: ConnectionManager, timeout: Duration, server_time: bool) -> Self {
+    pub fn new(conn: Conn, timeout: Duration, server_time: bool) -> Self {
         RedisBackend {
             conn,
             timeout,
@@ -63,7 +63,7 @@ impl RedisBackend {
     async fn run<T, F>(
         &self,
         calls: &[&LimiterKeys],
-        request: impl FnOnce(ConnectionManager) -> F,
+        request: impl FnOnce(Conn) -> F,
     ) -> Result<T, Error>
     where
         F: Future<Output = Result<T, RedisError>>,
@@ -77,6 +77,19 @@ impl RedisBackend {
     }
 
     pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+        if matches!(self.conn, Conn::Cluster(_)) && !super::cross_slot::one_slot(calls) {
+            return self.acquire_across_slots(calls, now).await;
+        }
+        Ok(self.acquire_group(calls, now).await?.0)
+    }
+
+    /// Decides rules whose keys share one slot in one script call; answers the log
+    /// members it sent, for compensation.
+    pub(super) async fn acquire_group(
+        &self,
+        calls: &[Call<'_>],
+        now: u64,
+    ) -> Result<(Outcome, Vec<[u8; member::MEMBER_LEN]>), Error> {
         let members: Vec<[u8; member::MEMBER_LEN]> = calls
             .iter()
             .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
@@ -114,29 +127,44 @@ impl RedisBackend {
                 return Err(err);
             }
         };
-        parse_outcome(&reply, calls.len()).ok_or_else(|| Error::Backend {
+        let outcome = parse_outcome(&reply, calls.len()).ok_or_else(|| Error::Backend {
             source: RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "acquire.lua answered an unexpected reply",
                 format!("{reply:?}"),
             )),
+        })?;
+        Ok((outcome, members))
+    }
+
+    /// Gives back the grants of `members` (one per call) where they are in a log;
+    /// answers how many were.
+    pub(super) async fn refund(
+        &self,
+        calls: &[Call<'_>],
+        members: &[[u8; member::MEMBER_LEN]],
+    ) -> Result<i64, Error> {
+        let keys = refund_keys(calls);
+        let all: Vec<&LimiterKeys> = calls.iter().map(|c| c.keys).collect();
+        self.run(&all, |mut conn| async move {
+            let mut invocation = SCRIPTS.refund.prepare_invoke();
+            invocation.key(&keys[..]);
+            for member in members {
+                invocation.arg(&member[..]);
+            }
+            invocation.invoke_async(&mut conn).await
         })
+        .await
     }
 
     /// A call that failed after it was sent may still run (a hung server answers
     /// later): its grants would spend permits no caller uses. Refund them in the
     /// background, on the same connection so the refund runs after the call.
-    fn spawn_refund(&self, calls: &[Call<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
+    pub(super) fn spawn_refund(&self, calls: &[Call<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let keys: Vec<String> = calls
-            .iter()
-            .flat_map(|call| {
-                let k = call.keys;
-                [&k.value, &k.client_value, &k.permits, &k.client_permits].map(|key| key.clone())
-            })
-            .collect();
+        let keys = refund_keys(calls);
         let conn = self.conn.clone();
         let timeout = self.timeout;
         runtime.spawn(async move {
@@ -277,6 +305,17 @@ impl RedisBackend {
             .await?;
         Ok(exists == 1)
     }
+}
+
+/// refund.lua's keys: value, client value, permits, client permits of each call.
+fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
+    calls
+        .iter()
+        .flat_map(|call| {
+            let k = call.keys;
+            [&k.value, &k.client_value, &k.permits, &k.client_permits].map(|key| key.clone())
+        })
+        .collect()
 }
 
 /// Whether a failed call may have reached Redis and run there.

@@ -1,0 +1,86 @@
+//! One connection type over a standalone server or a cluster.
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::Error;
+
+/// A reconnecting connection to one server, or a connection to a Redis Cluster that
+/// follows MOVED/ASK redirects and topology changes by itself. Cheap to clone.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// The node URLs of `redis+cluster://[user:password@]host:port,host:port[/]`, or
+/// `None` when `url` is not a cluster URL.
+pub(crate) fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, Error>> {
+    let rest = url.strip_prefix("redis+cluster://")?;
+    let rest = rest.trim_end_matches('/');
+    let (auth, hosts) = match rest.rfind('@') {
+        Some(at) => (&rest[..=at], &rest[at + 1..]),
+        None => ("", rest),
+    };
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|host| format!("redis://{auth}{host}/"))
+        .collect();
+    if nodes.is_empty() {
+        return Some(Err(Error::InvalidUrl {
+            url: url.to_owned(),
+            detail: "no node listed".to_owned(),
+        }));
+    }
+    Some(Ok(nodes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls() {
+        assert!(cluster_nodes("redis://h:1/").is_none());
+        assert_eq!(
+            cluster_nodes("redis+cluster://a:7000,b:7001/").unwrap().unwrap(),
+            ["redis://a:7000/", "redis://b:7001/"]
+        );
+        assert_eq!(
+            cluster_nodes("redis+cluster://u:p@a:7000,b:7001").unwrap().unwrap(),
+            ["redis://u:p@a:7000/", "redis://u:p@b:7001/"]
+        );
+        assert!(cluster_nodes("redis+cluster:///").unwrap().is_err());
+    }
+}
