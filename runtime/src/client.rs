@@ -167,9 +167,15 @@ impl ClientBuilder {
     }
 
     fn cluster_client(&self, nodes: &[String], target: &str) -> Result<redis::cluster::ClusterClient, Error> {
+        // Redirects and TRYAGAIN (a slot migrating) are retried within milliseconds:
+        // the default waits start at 1.28 s, far past any request path's timeout.
         redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
             .connection_timeout(self.connect_timeout)
             .response_timeout(self.command_timeout)
+            .retries(16)
+            .min_retry_wait(2)
+            .max_retry_wait(50)
+            .retry_wait_formula(2, 2)
             .build()
             .map_err(|e| Error::InvalidUrl {
                 url: target.to_owned(),

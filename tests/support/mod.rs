@@ -1,6 +1,8 @@
 //! Test support: a throwaway `redis-server` on a free loopback port.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -78,7 +78,9 @@ mod tests {
             ["redis://a:7000/", "redis://b:7001/"]
         );
         assert_eq!(
-            cluster_nodes("redis+cluster://u:p@a:7000,b:7001").unwrap().unwrap(),
+            cluster_nodes("redis+cluster://u:p@a:7000,b:7001")
+                .unwrap()
+                .unwrap(),
             ["redis://u:p@a:7000/", "redis://u:p@b:7001/"]
         );
         assert!(cluster_nodes("redis+cluster:///").unwrap().is_err());

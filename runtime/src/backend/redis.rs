@@ -60,11 +60,7 @@ impl RedisBackend {
     }
 
     /// Runs one request under the command timeout; script errors name their key.
-    async fn run<T, F>(
-        &self,
-        calls: &[&LimiterKeys],
-        request: impl FnOnce(Conn) -> F,
-    ) -> Result<T, Error>
+    async fn run<T, F>(&self, calls: &[&LimiterKeys], request: impl FnOnce(Conn) -> F) -> Result<T, Error>
     where
         F: Future<Output = Result<T, RedisError>>,
     {

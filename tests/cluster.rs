@@ -1,0 +1,277 @@
+//! redlimit on a local Redis Cluster (3 primaries; with 3 replicas for the failover
+//! test): the runtime API, slots, rules on one slot and across slots, resharding
+//! under load, and a primary killed with its replica promoted.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use redlimit::keys::hash_slot;
+use redlimit::{rate_limit, Client, RateLimited, RateType, Rule};
+use support::cluster::{cli, RedisCluster};
+
+const SEC: Duration = Duration::from_secs(1);
+
+/// A name starting with `prefix` whose slot satisfies `accept`.
+fn name_in(prefix: &str, accept: impl Fn(u16) -> bool) -> String {
+    (0..100_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|name| accept(hash_slot(name.as_bytes())))
+        .unwrap()
+}
+
+async fn raw(cluster: &RedisCluster) -> redis::cluster_async::ClusterConnection {
+    redis::cluster::ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_runtime_api_works_on_a_cluster_and_keeps_a_limiter_in_one_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::connect(&cluster.url()).await.unwrap();
+    let limiter = client.rate_limiter("rate_limit:user:42");
+    assert!(limiter.try_set_rate(RateType::Overall, 2, SEC).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let refused = limiter.check(1).await.unwrap();
+    assert!(!refused.allowed && refused.retry_after.is_some());
+    assert_eq!(limiter.available_permits().await.unwrap(), 0);
+    assert_eq!(limiter.config().await.unwrap().unwrap().rate, 2);
+    assert!(
+        limiter.try_acquire_for(1, Duration::from_secs(2)).await.unwrap(),
+        "waiting works"
+    );
+    limiter.keep_alive(Duration::from_secs(30)).await.unwrap();
+    assert!(limiter.expire(Duration::from_secs(60)).await.unwrap());
+    assert!(limiter.is_exists().await.unwrap());
+
+    // The five keys share the slot the server computes, which is ours.
+    let keys = limiter.keys().unwrap().clone();
+    let slot = cluster.keyslot(&keys.config);
+    for key in keys.all() {
+        assert_eq!(cluster.keyslot(key), slot, "{key}");
+        assert_eq!(hash_slot(key.as_bytes()), slot, "{key}");
+    }
+    for key in ["a", "rate_limit:x", "{t}:y", "émoji🦀", "x{}y{z}"] {
+        assert_eq!(hash_slot(key.as_bytes()), cluster.keyslot(key), "{key}");
+    }
+    assert!(limiter.delete().await.unwrap());
+    assert!(!limiter.is_exists().await.unwrap());
+
+    // Per-client rules, and the cluster URL through connect_cluster.
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let other = Client::connect_cluster(&nodes).await.unwrap();
+    let rule = [Rule::new("rate_limit:pc", 1, SEC).mode(RateType::PerClient)];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    assert!(other.check_rules(&rule).await.unwrap().allowed, "its own bucket");
+    assert!(!client.check_rules(&rule).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn rules_on_one_slot_take_one_call_and_across_slots_stay_all_or_nothing() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::connect(&cluster.url()).await.unwrap();
+
+    // A user-written hash tag keeps stacked rules in one slot: one script call.
+    let tagged = [
+        Rule::new("rate_limit:{tenant:7}:orders", 10, SEC),
+        Rule::new("rate_limit:{tenant:7}:exports", 10, SEC),
+        Rule::new("rate_limit:{tenant:7}:logins", 10, SEC),
+    ];
+    client.check_rules(&tagged).await.unwrap();
+    cluster.reset_stats();
+    for _ in 0..5 {
+        assert!(client.check_rules(&tagged).await.unwrap().allowed);
+    }
+    assert_eq!(cluster.command_calls("evalsha"), 5);
+
+    // Rules on different slots: the later refuses, the earlier's keys are unspent.
+    let first = name_in("rate_limit:first:", |s| s < 5000);
+    let second = name_in("rate_limit:second:", |s| s > 11_000);
+    assert_ne!(
+        cluster.primary_of(hash_slot(first.as_bytes())).0,
+        cluster.primary_of(hash_slot(second.as_bytes())).0
+    );
+    let rules = [
+        Rule::new(first.clone(), 5, Duration::from_secs(60)),
+        Rule::new(second, 1, Duration::from_secs(60)),
+    ];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let mut raw = raw(&cluster).await;
+    let value_key = format!("{{{first}}}:value");
+    let log_key = format!("{{{first}}}:permits");
+    for _ in 0..5 {
+        let refused = client.check_rules(&rules).await.unwrap();
+        assert_eq!(refused.refused_by, Some(1));
+        assert_eq!(refused.remaining, 0);
+        let value: String = raw.get(&value_key).await.unwrap();
+        let logged: usize = raw.zcard(&log_key).await.unwrap();
+        assert_eq!(
+            (value.as_str(), logged),
+            ("4", 1),
+            "the first rule's permit was given back"
+        );
+    }
+    assert_eq!(client.rate_limiter(first).available_permits().await.unwrap(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resharding_under_load_surfaces_no_error_and_the_limit_holds() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::connect(&cluster.url()).await.unwrap();
+    let (from_port, from) = cluster.primary_of(0);
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|(p, _)| *p != from_port)
+        .unwrap()
+        .1;
+    let (rate, interval) = (20u64, 300u64);
+    let names: Vec<String> = (0..4)
+        .map(|i| name_in(&format!("rate_limit:moving:{i}:"), |s| s < 2000))
+        .collect();
+    let errors = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let client = client.clone();
+            let rule = [Rule::new(
+                names[i % names.len()].clone(),
+                rate,
+                Duration::from_millis(interval),
+            )];
+            let (errors, stop) = (errors.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut grants = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    match client.check_rules(&rule).await {
+                        Ok(decision) if decision.allowed => grants.push(decision.at_ms),
+                        Ok(decision) => tokio::time::sleep(decision.retry_after.unwrap() / 2).await,
+                        Err(err) => {
+                            eprintln!("{err}");
+                            errors.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+                (rule[0].name().to_owned(), grants)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Move slots 0..2000 (and more) from one primary to another while calls run.
+    let port = from_port.to_string();
+    let address = format!("127.0.0.1:{port}");
+    let reshard = tokio::task::spawn_blocking(move || {
+        cli(&[
+            "--cluster",
+            "reshard",
+            &address,
+            "--cluster-from",
+            &from,
+            "--cluster-to",
+            &to,
+            "--cluster-slots",
+            "2500",
+            "--cluster-yes",
+        ])
+    });
+    reshard.await.unwrap();
+    cluster.wait_until_ok();
+    let moved_to = cluster.primary_of(hash_slot(names[0].as_bytes())).0;
+    assert_ne!(moved_to, from_port, "the limiters' slots moved");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut per_limiter: HashMap<String, Vec<u64>> = HashMap::new();
+    for task in tasks {
+        let (name, grants) = task.await.unwrap();
+        per_limiter.entry(name).or_default().extend(grants);
+    }
+    assert_eq!(
+        errors.load(Ordering::SeqCst),
+        0,
+        "errors surfaced during the reshard"
+    );
+    for (name, mut times) in per_limiter {
+        times.sort_unstable();
+        let mut start = 0;
+        for end in 0..times.len() {
+            while times[end] - times[start] >= interval {
+                start += 1;
+            }
+            assert!(
+                (end - start + 1) as u64 <= rate,
+                "{name}: more than {rate} in one window"
+            );
+        }
+        assert!(
+            times.len() as u64 > 2 * rate,
+            "{name} kept granting: {}",
+            times.len()
+        );
+    }
+}
+
+#[rate_limit(key = "failover:{user}", rate = 1000, interval = "1s", on_error = "local")]
+async fn guarded(user: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_fails_over_and_calls_recover_by_themselves() {
+    let timeout = Duration::from_millis(200);
+    let mut cluster = RedisCluster::start(3, 1);
+    let client = Client::builder()
+        .command_timeout(timeout)
+        .connect(&cluster.url())
+        .await
+        .unwrap();
+    redlimit::set_default(client).unwrap();
+    let key = "rate_limit:failover:alice";
+    guarded("alice").await.unwrap();
+    let (primary, _) = cluster.primary_of(hash_slot(key.as_bytes()));
+    cluster.kill(primary);
+    let killed = Instant::now();
+
+    // During the gap calls go through on_error ("local") and return promptly; then the
+    // replica is promoted and Redis decides again, without any restart.
+    let mut slowest = Duration::ZERO;
+    let recovered = loop {
+        let started = Instant::now();
+        guarded("alice").await.unwrap();
+        slowest = slowest.max(started.elapsed());
+        let promoted = cluster
+            .try_primary_of(hash_slot(key.as_bytes()))
+            .map(|(port, _)| port);
+        if let Some(now_primary) = promoted.filter(|&p| p != primary) {
+            let mut conn = redis::Client::open(format!("redis://127.0.0.1:{now_primary}/"))
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let before: usize = conn.zcard(format!("{{{key}}}:permits")).await.unwrap_or(0);
+            guarded("alice").await.unwrap();
+            let after: usize = conn.zcard(format!("{{{key}}}:permits")).await.unwrap_or(0);
+            if after > before {
+                break killed.elapsed();
+            }
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "no recovery within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!("decided by the promoted replica {recovered:?} after the kill; slowest call {slowest:?}");
+    assert!(
+        slowest < timeout + Duration::from_millis(400),
+        "a call took {slowest:?}"
+    );
+}

@@ -1,0 +1,255 @@
+//! A throwaway Redis Cluster: `redis-server --cluster-enabled yes` processes on free
+//! loopback ports, joined with `redis-cli --cluster create`, killed on drop.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct RedisCluster {
+    nodes: Vec<(u16, Option<Child>)>,
+    dir: PathBuf,
+}
+
+/// A port free for the node and for its cluster bus (port + 10000).
+fn free_node_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if port < 50_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Runs `redis-cli` and answers its output; fails the test with how to install it.
+pub fn cli(args: &[&str]) -> String {
+    let output = Command::new("redis-cli").args(args).stderr(Stdio::null()).output().unwrap_or_else(|e| {
+        panic!("cannot run redis-cli ({e}): install it with `apt-get update && apt-get install -y redis-server`")
+    });
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+impl RedisCluster {
+    /// `masters` primaries, each with `replicas` replicas.
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!(
+            "redlimit-cluster-{}-{}",
+            std::process::id(),
+            free_node_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cluster = RedisCluster {
+            nodes: Vec::new(),
+            dir,
+        };
+        for _ in 0..masters * (1 + replicas) {
+            let port = free_node_port();
+            let node_dir = cluster.dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).unwrap();
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--cluster-enabled",
+                    "yes",
+                ])
+                .args([
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                ])
+                .args(["--repl-diskless-sync-delay", "0"])
+                .args([
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    node_dir.to_str().unwrap(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot start redis-server ({e}); these tests need it on PATH: \
+                         install it with `apt-get update && apt-get install -y redis-server`"
+                    )
+                });
+            cluster.nodes.push((port, Some(child)));
+        }
+        for &(port, _) in &cluster.nodes {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "node {port} did not listen");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|(p, _)| format!("127.0.0.1:{p}"))
+            .collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addresses.iter().map(String::as_str));
+        let replicas = replicas.to_string();
+        args.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
+        cli(&args);
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// Waits until every live node reports the cluster healthy and all slots covered.
+    pub fn wait_until_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = self.live_ports().iter().all(|port| {
+                let port = port.to_string();
+                let info = cli(&["-p", &port, "cluster", "info"]);
+                let replication = cli(&["-p", &port, "info", "replication"]);
+                // A replica must have synchronised, or it cannot take over.
+                let synced =
+                    !replication.contains("role:slave") || replication.contains("master_link_status:up");
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") && synced
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become healthy in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn live_ports(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .filter(|(_, c)| c.is_some())
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// The node URLs, for `Client::connect_cluster`.
+    pub fn urls(&self) -> Vec<String> {
+        self.live_ports()
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}/"))
+            .collect()
+    }
+
+    /// The `redis+cluster://` URL of the live nodes.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .live_ports()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+cluster://{}/", hosts.join(","))
+    }
+
+    /// `CLUSTER KEYSLOT` of a key, as the server computes it.
+    pub fn keyslot(&self, key: &str) -> u16 {
+        let port = self.live_ports()[0].to_string();
+        cli(&["-p", &port, "cluster", "keyslot", key])
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// (port, node id) of the primary serving `slot`.
+    pub fn primary_of(&self, slot: u16) -> (u16, String) {
+        self.try_primary_of(slot)
+            .unwrap_or_else(|| panic!("no primary serves slot {slot}"))
+    }
+
+    /// The primary serving `slot`, if a healthy one does.
+    pub fn try_primary_of(&self, slot: u16) -> Option<(u16, String)> {
+        let port = self.live_ports()[0].to_string();
+        for line in cli(&["-p", &port, "cluster", "nodes"]).lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            for range in &fields[8..] {
+                let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                if let (Ok(lo), Ok(hi)) = (lo.parse::<u16>(), hi.parse::<u16>()) {
+                    if (lo..=hi).contains(&slot) {
+                        let node_port = fields[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
+                        return Some((node_port, fields[0].to_owned()));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The ids of the primaries.
+    pub fn primaries(&self) -> Vec<(u16, String)> {
+        let port = self.live_ports()[0].to_string();
+        cli(&["-p", &port, "cluster", "nodes"])
+            .lines()
+            .map(|line| line.split(' ').collect::<Vec<_>>())
+            .filter(|f| f[2].contains("master") && !f[2].contains("fail") && f.len() > 8)
+            .map(|f| {
+                (
+                    f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap(),
+                    f[0].to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Kills one node (SIGKILL), as a crash.
+    pub fn kill(&mut self, port: u16) {
+        for (p, child) in &mut self.nodes {
+            if *p == port {
+                if let Some(mut child) = child.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+    }
+
+    /// Sum of a command's calls over the live nodes (`INFO commandstats`).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        self.live_ports()
+            .iter()
+            .map(|port| {
+                let stats = cli(&["-p", &port.to_string(), "info", "commandstats"]);
+                stats
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                    .map_or(0, |rest| rest.split(',').next().unwrap().trim().parse().unwrap())
+            })
+            .sum()
+    }
+
+    /// `CONFIG RESETSTAT` on every live node.
+    pub fn reset_stats(&self) {
+        for port in self.live_ports() {
+            cli(&["-p", &port.to_string(), "config", "resetstat"]);
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.nodes {
+            if let Some(mut child) = child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
