@@ -47,7 +47,7 @@ pub struct Client {
 struct Inner {
     backend: Backend,
     prefix: String,
-    client_id: String,
+    client_id: Arc<str>,
     clock: Arc<dyn Clock>,
     command_timeout: Duration,
     target: String,
@@ -210,7 +210,7 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 backend,
                 prefix: self.prefix,
-                client_id: uuid::Uuid::new_v4().to_string(),
+                client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
                 clock: self.clock,
                 command_timeout: self.command_timeout,
                 target: redact(target),
@@ -340,12 +340,16 @@ impl Client {
         self.inner.clock.now_ms()
     }
 
+    pub(crate) fn shared_client_id(&self) -> Arc<str> {
+        self.inner.client_id.clone()
+    }
+
     pub(crate) fn backend(&self) -> &Backend {
         &self.inner.backend
     }
 
     fn rule_keys(&self, rule: &Rule) -> Result<LimiterKeys, Error> {
-        let keys = LimiterKeys::new(rule.name(), self.client_id())?;
+        let keys = LimiterKeys::with_client(rule.name().to_owned(), self.inner.client_id.clone())?;
         rule.config().validate(rule.name())?;
         crate::limiter::check_permits(rule.name(), rule.permits_per_call(), Some(rule.config().rate))?;
         Ok(keys)

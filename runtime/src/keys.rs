@@ -1,46 +1,64 @@
 //! Redis key names of a limiter, exactly as Redisson builds them.
 
+use std::sync::Arc;
+
 use crate::Error;
 
-/// The five keys of a limiter, in the order every script receives them.
+/// The five keys of a limiter, in the order every script receives them. Only the
+/// name is held; the other keys are built when a script needs them, so the in-process
+/// backend never formats them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimiterKeys {
-    /// `NAME`: the config hash.
-    pub config: String,
-    /// `{NAME}:value`: available permits, mode overall.
-    pub value: String,
-    /// `{NAME}:value:CLIENT_ID`: available permits, mode per_client.
-    pub client_value: String,
-    /// `{NAME}:permits`: the grant log, mode overall.
-    pub permits: String,
-    /// `{NAME}:permits:CLIENT_ID`: the grant log, mode per_client.
-    pub client_permits: String,
+    name: String,
+    client_id: Arc<str>,
 }
 
 impl LimiterKeys {
     /// The keys of limiter `name` as seen by the client `client_id`, or an error when
     /// they would not share one cluster slot (see [`check_name`]).
     pub fn new(name: &str, client_id: &str) -> Result<Self, Error> {
-        check_name(name)?;
-        let value = suffix(name, "value");
-        let permits = suffix(name, "permits");
-        Ok(LimiterKeys {
-            config: name.to_owned(),
-            client_value: format!("{value}:{client_id}"),
-            client_permits: format!("{permits}:{client_id}"),
-            value,
-            permits,
-        })
+        LimiterKeys::with_client(name.to_owned(), Arc::from(client_id))
     }
 
-    /// The five keys in script order.
-    pub fn all(&self) -> [&str; 5] {
+    pub(crate) fn with_client(name: String, client_id: Arc<str>) -> Result<Self, Error> {
+        check_name(&name)?;
+        Ok(LimiterKeys { name, client_id })
+    }
+
+    /// `NAME`: the config hash.
+    pub fn config(&self) -> &str {
+        &self.name
+    }
+
+    /// `{NAME}:value`: available permits, mode overall.
+    pub fn value(&self) -> String {
+        suffix(&self.name, "value")
+    }
+
+    /// `{NAME}:value:CLIENT_ID`: available permits, mode per_client.
+    pub fn client_value(&self) -> String {
+        format!("{}:{}", suffix(&self.name, "value"), self.client_id)
+    }
+
+    /// `{NAME}:permits`: the grant log, mode overall.
+    pub fn permits(&self) -> String {
+        suffix(&self.name, "permits")
+    }
+
+    /// `{NAME}:permits:CLIENT_ID`: the grant log, mode per_client.
+    pub fn client_permits(&self) -> String {
+        format!("{}:{}", suffix(&self.name, "permits"), self.client_id)
+    }
+
+    /// The five keys in script order: config, value, client value, permits, client
+    /// permits.
+    pub fn all(&self) -> [String; 5] {
         [
-            &self.config,
-            &self.value,
-            &self.client_value,
-            &self.permits,
-            &self.client_permits,
+            self.name.clone(),
+            self.value(),
+            self.client_value(),
+            self.permits(),
+            self.client_permits(),
         ]
     }
 }
@@ -118,8 +136,8 @@ mod tests {
             ]
         );
         let tagged = LimiterKeys::new("{tenant:7}:orders", "id").unwrap();
-        assert_eq!(tagged.value, "{tenant:7}:orders:value");
-        assert_eq!(tagged.client_permits, "{tenant:7}:orders:permits:id");
+        assert_eq!(tagged.value(), "{tenant:7}:orders:value");
+        assert_eq!(tagged.client_permits(), "{tenant:7}:orders:permits:id");
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub(crate) fn check_permits(name: &str, permits: u64, rate: Option<u64>) -> Resu
 
 impl RateLimiter {
     pub(crate) fn new(client: Client, name: String) -> Self {
-        let keys = LimiterKeys::new(&name, client.client_id()).ok();
+        let keys = LimiterKeys::with_client(name.clone(), client.shared_client_id()).ok();
         RateLimiter { client, name, keys }
     }
 

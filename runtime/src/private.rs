@@ -323,7 +323,7 @@ mod tests {
                 );
                 let keys = crate::LimiterKeys::new(&key, "00000000-0000-4000-8000-000000000000")
                     .unwrap_or_else(|e| panic!("{a:?} {b:?}: {e}"));
-                let slot = crate::keys::hash_slot(keys.config.as_bytes());
+                let slot = crate::keys::hash_slot(keys.config().as_bytes());
                 for k in keys.all() {
                     assert_eq!(crate::keys::hash_slot(k.as_bytes()), slot, "{k}");
                 }

@@ -14,7 +14,7 @@ use crate::{member, Error};
 
 /// Whether every call's keys lie in one slot.
 pub(crate) fn one_slot(calls: &[Call<'_>]) -> bool {
-    let mut slots = calls.iter().map(|c| hash_slot(c.keys.config.as_bytes()));
+    let mut slots = calls.iter().map(|c| hash_slot(c.keys.config().as_bytes()));
     let first = slots.next();
     slots.all(|slot| Some(slot) == first)
 }
@@ -24,7 +24,7 @@ fn groups(calls: &[Call<'_>]) -> Vec<Vec<usize>> {
     let mut order: Vec<Vec<usize>> = Vec::new();
     let mut by_slot: HashMap<u16, usize> = HashMap::new();
     for (i, call) in calls.iter().enumerate() {
-        let slot = hash_slot(call.keys.config.as_bytes());
+        let slot = hash_slot(call.keys.config().as_bytes());
         let group = *by_slot.entry(slot).or_insert_with(|| {
             order.push(Vec::new());
             order.len() - 1

@@ -240,7 +240,7 @@ impl RedisBackend {
         let fields: Vec<(Vec<u8>, Vec<u8>)> = self
             .run(&[keys], |mut conn| async move {
                 redis::cmd("HGETALL")
-                    .arg(&keys.config)
+                    .arg(keys.config())
                     .query_async(&mut conn)
                     .await
             })
@@ -254,7 +254,10 @@ impl RedisBackend {
                 )
             })
             .collect();
-        RateLimiterConfig::from_fields(&keys.config, fields.iter().map(|(f, v)| (f.as_str(), v.as_str())))
+        RateLimiterConfig::from_fields(
+            keys.config(),
+            fields.iter().map(|(f, v)| (f.as_str(), v.as_str())),
+        )
     }
 
     pub async fn keep_alive(&self, keys: &LimiterKeys, keep_ms: u64, _now: u64) -> Result<(), Error> {
@@ -294,7 +297,7 @@ impl RedisBackend {
         let exists: i64 = self
             .run(&[keys], |mut conn| async move {
                 redis::cmd("EXISTS")
-                    .arg(&keys.config)
+                    .arg(keys.config())
                     .query_async(&mut conn)
                     .await
             })
@@ -309,7 +312,7 @@ fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
         .iter()
         .flat_map(|call| {
             let k = call.keys;
-            [&k.value, &k.client_value, &k.permits, &k.client_permits].map(|key| key.clone())
+            [k.value(), k.client_value(), k.permits(), k.client_permits()]
         })
         .collect()
 }
@@ -369,7 +372,7 @@ fn script_error(err: RedisError, calls: &[&LimiterKeys]) -> Error {
     if err.code() == Some("WRONGTYPE") {
         if let [keys] = calls {
             return Error::WrongType {
-                key: keys.config.clone(),
+                key: keys.config().to_owned(),
                 role: "config",
                 detail: err.detail().unwrap_or_default().to_owned(),
             };
@@ -390,7 +393,7 @@ fn script_error(err: RedisError, calls: &[&LimiterKeys]) -> Error {
     else {
         return Error::Backend { source: err };
     };
-    let name = keys.config.clone();
+    let name = keys.config().to_owned();
     match kind {
         "not_initialized" => Error::NotInitialized { name },
         "permits_exceed_rate" => {
@@ -442,11 +445,11 @@ fn script_error(err: RedisError, calls: &[&LimiterKeys]) -> Error {
 /// The key a script means by a role name, and the role for messages.
 fn key_of(keys: &LimiterKeys, role: &str) -> (&'static str, String) {
     match role {
-        "value" => ("value", keys.value.clone()),
-        "client_value" => ("value", keys.client_value.clone()),
-        "permits" => ("permits", keys.permits.clone()),
-        "client_permits" => ("permits", keys.client_permits.clone()),
-        _ => ("config", keys.config.clone()),
+        "value" => ("value", keys.value()),
+        "client_value" => ("value", keys.client_value()),
+        "permits" => ("permits", keys.permits()),
+        "client_permits" => ("permits", keys.client_permits()),
+        _ => ("config", keys.config().to_owned()),
     }
 }
 

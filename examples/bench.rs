@@ -1,0 +1,398 @@
+//! `cargo run --release --example bench`: redlimit measured side by side with what it
+//! is built on, in one run, on a redis-server this program starts (needs
+//! `redis-server` on PATH). Prints the tables recorded in BENCHMARKS.md.
+//!
+//! 1. Overhead against the wire: a decorated fn against a bare redis-rs loop running
+//!    the same acquire script, 64 tasks each.
+//! 2. Round trips: client commands per decision for 1, 2 and 3 stacked rules, and the
+//!    seeds' AOP pattern (`trySetRate` + `tryAcquire`).
+//! 3. Latency of a decision under that load.
+//! 4. Memory in Redis per limiter when saturated, and keys left by idle limiters.
+//! 5. In process: ns per decision of the memory backend next to governor.
+
+use std::net::{TcpListener, TcpStream};
+use std::num::NonZeroU32;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::MultiplexedConnection;
+use redlimit::{rate_limit, Client, RateLimited, RateType, Rule};
+
+const TASKS: usize = 64;
+const RUN: Duration = Duration::from_secs(3);
+/// High enough that the throughput runs are never refused: they measure the work.
+const HUGE_RATE: u64 = 1_000_000_000;
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (apt-get install -y redis-server)");
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Server {
+            child,
+            url: format!("redis://127.0.0.1:{port}/"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[rate_limit(key = "bench:decorated", rate = 1_000_000_000, interval = "1s")]
+async fn decorated() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "bench:one:a", rate = 1_000_000_000, interval = "1s")]
+async fn one_rule() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "bench:two:a", rate = 1_000_000_000, interval = "1s")]
+#[rate_limit(key = "bench:two:b", rate = 1_000_000_000, interval = "1s")]
+async fn two_rules() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "bench:three:a", rate = 1_000_000_000, interval = "1s")]
+#[rate_limit(key = "bench:three:b", rate = 1_000_000_000, interval = "1s")]
+#[rate_limit(key = "bench:three:c", rate = 1_000_000_000, interval = "1s")]
+async fn three_rules() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// Runs `op` from `TASKS` tasks for `RUN`; answers calls per second and latencies.
+async fn load<F, Fut>(op: F) -> (f64, Vec<Duration>)
+where
+    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (op, stop) = (op.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(100_000);
+                while !stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    op().await;
+                    latencies.push(started.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(RUN).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let rate = all.len() as f64 / started.elapsed().as_secs_f64();
+    all.sort_unstable();
+    (rate, all)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn info_calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+async fn reset(conn: &mut MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// Client commands per decision: every command a client sent (scripts count once).
+async fn commands_per_decision<Fut: std::future::Future<Output = ()>>(
+    conn: &mut MultiplexedConnection,
+    decide: impl Fn() -> Fut,
+) -> f64 {
+    decide().await; // loads scripts
+    reset(conn).await;
+    let decisions = 1000;
+    for _ in 0..decisions {
+        decide().await;
+    }
+    let sent = info_calls(conn, "evalsha").await + info_calls(conn, "eval").await;
+    sent as f64 / decisions as f64
+}
+
+async fn memory_usage(conn: &mut MultiplexedConnection, name: &str) -> u64 {
+    let mut total = 0;
+    for key in [
+        name.to_owned(),
+        format!("{{{name}}}:value"),
+        format!("{{{name}}}:permits"),
+    ] {
+        let bytes: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&key)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(conn)
+            .await
+            .unwrap();
+        total += bytes.unwrap_or(0);
+    }
+    total
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let server = Server::start();
+    let client = Client::connect(&server.url).await.unwrap();
+    redlimit::set_default(client.clone()).unwrap();
+    let mut conn = redis::Client::open(server.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+
+    // 1 and 3: the decorated fn against the bare script on redis-rs.
+    let script = Arc::new(redis::Script::new(include_str!("../lua/acquire.lua")));
+    let bare = {
+        let conn = conn.clone();
+        move || {
+            let (script, mut conn) = (script.clone(), conn.clone());
+            async move {
+                let mut member = [0u8; 21];
+                member[0] = 16;
+                member[1..9].copy_from_slice(&now_ms().to_le_bytes());
+                member[9..17].copy_from_slice(&rand::random::<u64>().to_le_bytes());
+                member[17] = 1;
+                let name = "rate_limit:bench:bare";
+                let _: Vec<i64> = script
+                    .key(name)
+                    .key(format!("{{{name}}}:value"))
+                    .key(format!("{{{name}}}:value:x"))
+                    .key(format!("{{{name}}}:permits"))
+                    .key(format!("{{{name}}}:permits:x"))
+                    .arg(now_ms())
+                    .arg(1)
+                    .arg(&member[..])
+                    .arg("1")
+                    .arg(HUGE_RATE)
+                    .arg(1000)
+                    .arg("0")
+                    .arg(1000)
+                    .invoke_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    let (bare_rate, bare_latency) = load(bare).await;
+    let (macro_rate, macro_latency) = load(|| async { decorated().await.unwrap() }).await;
+    println!(
+        "## Overhead against the wire ({TASKS} tasks, {} s each)\n",
+        RUN.as_secs()
+    );
+    println!("| | decisions/s | p50 | p99 | p99.9 |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, rate, latency) in [
+        ("bare redis-rs, same script", bare_rate, &bare_latency),
+        ("#[rate_limit] fn, one rule", macro_rate, &macro_latency),
+    ] {
+        println!(
+            "| {name} | {rate:.0} | {:?} | {:?} | {:?} |",
+            percentile(latency, 0.5),
+            percentile(latency, 0.99),
+            percentile(latency, 0.999)
+        );
+    }
+    println!(
+        "\nratio (decorated / bare): {:.3} (target >= 0.9)\n",
+        macro_rate / bare_rate
+    );
+
+    // 2: round trips per decision.
+    println!("## Client commands per decision\n");
+    println!("| pattern | commands |");
+    println!("|---|---:|");
+    let one = commands_per_decision(&mut conn, || async { one_rule().await.unwrap() }).await;
+    let two = commands_per_decision(&mut conn, || async { two_rules().await.unwrap() }).await;
+    let three = commands_per_decision(&mut conn, || async { three_rules().await.unwrap() }).await;
+    let aop_limiter = client.rate_limiter("rate_limit:bench:aop");
+    let aop = commands_per_decision(&mut conn, || async {
+        aop_limiter
+            .try_set_rate(RateType::Overall, HUGE_RATE, Duration::from_secs(1))
+            .await
+            .unwrap();
+        aop_limiter.try_acquire(1).await.unwrap();
+    })
+    .await;
+    println!("| #[rate_limit], 1 rule | {one:.2} |");
+    println!("| #[rate_limit], 2 rules | {two:.2} |");
+    println!("| #[rate_limit], 3 rules | {three:.2} |");
+    println!("| seed AOP: trySetRate + tryAcquire | {aop:.2} |\n");
+
+    // 4: memory per saturated limiter, and idle limiters.
+    println!("## Memory in Redis per limiter, saturated (interval 60 s)\n");
+    println!("| rate | bytes | bytes per grant |");
+    println!("|---:|---:|---:|");
+    for rate in [10u64, 1_000, 100_000] {
+        let name = format!("rate_limit:bench:memory:{rate}");
+        let rule = Rule::new(name.clone(), rate, Duration::from_secs(60));
+        let granted = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let (client, rule, granted) = (client.clone(), [rule.clone()], granted.clone());
+                tokio::spawn(async move {
+                    while client.check_rules(&rule).await.unwrap().allowed {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(granted.load(Ordering::Relaxed), rate);
+        let bytes = memory_usage(&mut conn, &name).await;
+        println!("| {rate} | {bytes} | {:.0} |", bytes as f64 / rate as f64);
+    }
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let idle = Duration::from_millis(200);
+    for user in 0..10_000 {
+        let rule = [Rule::new(format!("rate_limit:bench:user:{user}"), 5, idle)];
+        client.check_rules(&rule).await.unwrap();
+    }
+    let keys_at_start: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    let idle_since = Instant::now();
+    let mut left: u64 = keys_at_start;
+    while left > 0 && idle_since.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    }
+    println!(
+        "\n10 000 per-user limiters (keep-alive = interval = {} ms): {keys_at_start} keys; \
+         {left} left {:.1} s after they went idle (target 0)\n",
+        idle.as_millis(),
+        idle_since.elapsed().as_secs_f64()
+    );
+    drop(server);
+
+    // 5: in process, against governor.
+    in_process();
+}
+
+fn in_process() {
+    const KEYS: usize = 1000;
+    const DECISIONS: usize = 2_000_000;
+    let quota = NonZeroU32::new(1000).unwrap();
+    println!("## In process: ns per decision, {KEYS} keys, quota 1000/s per key\n");
+    println!("| | 1 thread | 2 threads |");
+    println!("|---|---:|---:|");
+
+    let client = Client::memory();
+    let rules: Arc<Vec<[Rule; 1]>> = Arc::new(
+        (0..KEYS)
+            .map(|k| {
+                [Rule::new(
+                    format!("rate_limit:bench:mem:{k}"),
+                    1000,
+                    Duration::from_secs(1),
+                )]
+            })
+            .collect(),
+    );
+    let ours = |threads: usize| {
+        run_threads(threads, DECISIONS, {
+            let (client, rules) = (client.clone(), rules.clone());
+            move |n| {
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                runtime.block_on(async {
+                    for i in 0..n {
+                        let _ = client.check_rules(&rules[i % KEYS]).await.unwrap();
+                    }
+                });
+            }
+        })
+    };
+    let (ours_1, ours_2) = (ours(1), ours(2));
+    println!("| redlimit memory backend (`check_rules`) | {ours_1:.0} | {ours_2:.0} |");
+
+    let limiter = Arc::new(governor::RateLimiter::keyed(governor::Quota::per_second(quota)));
+    let theirs = |threads: usize| {
+        run_threads(threads, DECISIONS, {
+            let limiter = limiter.clone();
+            move |n| {
+                for i in 0..n {
+                    let _ = limiter.check_key(&(i % KEYS));
+                }
+            }
+        })
+    };
+    let (gov_1, gov_2) = (theirs(1), theirs(2));
+    println!("| governor keyed (`check_key`) | {gov_1:.0} | {gov_2:.0} |");
+    println!(
+        "\nratio (redlimit / governor), 1 thread: {:.1}x, 2 threads: {:.1}x",
+        ours_1 / gov_1,
+        ours_2 / gov_2
+    );
+}
+
+/// Wall-clock ns per decision with `total` decisions split over `threads`.
+fn run_threads(threads: usize, total: usize, work: impl Fn(usize) + Send + Sync + Clone + 'static) -> f64 {
+    let started = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let work = work.clone();
+            std::thread::spawn(move || work(total / threads))
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    started.elapsed().as_nanos() as f64 / total as f64
+}

@@ -1,0 +1,163 @@
+//! In-process limiter state: a map of limiters, each with its config and one bucket
+//! per mode (the overall bucket, and this client's per_client bucket).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::{RateLimiterConfig, RateType};
+
+#[derive(Default)]
+pub(super) struct Store {
+    pub limiters: HashMap<String, Limiter>,
+    /// Calls since the last sweep, and the map's size after it.
+    calls: usize,
+    swept_len: usize,
+    /// Stands in for the random part of log members.
+    pub seq: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Limiter {
+    pub config: Option<RateLimiterConfig>,
+    pub config_expires: Option<u64>,
+    /// Indexed by [`slot`]: overall, per_client.
+    buckets: [Option<Bucket>; 2],
+}
+
+#[derive(Default)]
+pub(super) struct Bucket {
+    pub value: Option<i64>,
+    /// (score, sequence) -> permits.
+    pub log: BTreeMap<(u64, u64), u32>,
+    /// Sum of the permits in `log`.
+    pub total: u64,
+    pub expires: Option<u64>,
+}
+
+pub(super) fn slot(kind: RateType) -> usize {
+    match kind {
+        RateType::Overall => 0,
+        RateType::PerClient => 1,
+    }
+}
+
+impl Store {
+    /// The limiter `name`, created when missing.
+    pub fn limiter_or_insert(&mut self, name: &str) -> &mut Limiter {
+        if !self.limiters.contains_key(name) {
+            self.limiters.insert(name.to_owned(), Limiter::default());
+        }
+        self.limiters.get_mut(name).expect("just inserted")
+    }
+
+    /// Drops expired limiters once the map has doubled or enough calls went by, so
+    /// the work is constant per call on average.
+    pub fn sweep_if_due(&mut self, now: u64) {
+        self.calls += 1;
+        let len = self.limiters.len();
+        if len < 2 * self.swept_len.max(512) && self.calls < (len / 2).max(1024) {
+            return;
+        }
+        self.sweep(now);
+    }
+
+    /// Drops every expired limiter now.
+    pub fn sweep(&mut self, now: u64) {
+        self.limiters.retain(|_, limiter| {
+            limiter.expire_all(now);
+            !limiter.is_empty()
+        });
+        self.calls = 0;
+        self.swept_len = self.limiters.len();
+    }
+}
+
+impl Limiter {
+    pub fn live_config(&mut self, now: u64) -> Option<RateLimiterConfig> {
+        if self.config_expires.is_some_and(|t| t <= now) {
+            self.config = None;
+            self.config_expires = None;
+        }
+        self.config
+    }
+
+    /// The bucket of `kind`, unless missing or expired (an expired one is dropped).
+    pub fn bucket(&mut self, kind: RateType, now: u64) -> Option<&mut Bucket> {
+        let bucket = &mut self.buckets[slot(kind)];
+        if bucket
+            .as_ref()
+            .is_some_and(|b| b.expires.is_some_and(|t| t <= now))
+        {
+            *bucket = None;
+        }
+        bucket.as_mut()
+    }
+
+    pub fn bucket_or_default(&mut self, kind: RateType) -> &mut Bucket {
+        self.buckets[slot(kind)].get_or_insert_with(Bucket::default)
+    }
+
+    pub fn remove_bucket(&mut self, kind: RateType) -> bool {
+        self.buckets[slot(kind)].take().is_some()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.config.is_none() && self.buckets.iter().all(Option::is_none)
+    }
+
+    pub fn expire_all(&mut self, now: u64) {
+        self.live_config(now);
+        for bucket in &mut self.buckets {
+            if bucket
+                .as_ref()
+                .is_some_and(|b| b.expires.is_some_and(|t| t <= now) || b.is_empty())
+            {
+                *bucket = None;
+            }
+        }
+    }
+
+    pub fn buckets_mut(&mut self) -> impl Iterator<Item = &mut Bucket> {
+        self.buckets.iter_mut().flatten()
+    }
+}
+
+impl Bucket {
+    pub fn is_empty(&self) -> bool {
+        self.value.is_none() && self.log.is_empty()
+    }
+
+    /// Entries with score <= cutoff, and their permits.
+    pub fn stale(&self, cutoff: i64) -> (usize, u64) {
+        if cutoff < 0 {
+            return (0, 0);
+        }
+        self.log
+            .range(..=(cutoff as u64, u64::MAX))
+            .fold((0, 0), |(n, sum), (_, &p)| (n + 1, sum + u64::from(p)))
+    }
+
+    /// Milliseconds until `need` permits of the log after its first `skip` entries
+    /// have left the window; `None` when it holds fewer (plus `pending`).
+    pub fn wait_for(&self, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
+        let mut acc = 0i64;
+        for (&(score, _), &p) in self.log.iter().skip(skip) {
+            acc += i64::from(p);
+            if acc >= need {
+                return Some(score as i64 + interval - now);
+            }
+        }
+        (acc + pending >= need).then_some(interval)
+    }
+
+    /// Drops the first `n` entries, which hold `permits`.
+    pub fn remove_first(&mut self, n: usize, permits: u64) {
+        for _ in 0..n {
+            self.log.pop_first();
+        }
+        self.total -= permits;
+    }
+
+    pub fn newest(&self) -> Option<u64> {
+        self.log.last_key_value().map(|(&(score, _), _)| score)
+    }
+}
