@@ -26,6 +26,7 @@
 //! ```
 
 mod backend;
+mod builder;
 mod client;
 mod clock;
 mod config;
@@ -41,7 +42,8 @@ mod refusal;
 mod rule;
 mod waiting;
 
-pub use client::{Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+pub use builder::ClientBuilder;
+pub use client::{Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{RateLimiterConfig, RateType, MAX_RATE};
 pub use decision::Decision;

@@ -7,6 +7,7 @@ pub(crate) mod connection;
 mod cross_slot;
 pub(crate) mod memory;
 pub(crate) mod redis;
+mod replies;
 
 use crate::{Error, LimiterKeys, RateLimiterConfig};
 

@@ -1,0 +1,262 @@
+//! A decision over one or more rules, as `lua/acquire.lua` makes it: read and plan
+//! everything, then write.
+
+use super::state::Bucket;
+use super::{Locked, MemoryBackend, REORDER_MS};
+use crate::backend::{Call, ConfigChange, Outcome};
+use crate::{Error, RateLimiterConfig, RateType};
+
+/// What a decision does to one bucket, computed before anything is written.
+struct Plan {
+    /// The first call on this bucket: its limiter name and config.
+    call: usize,
+    kind: RateType,
+    cutoff: i64,
+    live: i64,
+    value: i64,
+    skip: usize,
+    spent: i64,
+    dirty: bool,
+    clear: bool,
+}
+
+/// One call's resolved config, what happened to it, and its plan.
+struct Resolved {
+    config: RateLimiterConfig,
+    change: ConfigChange,
+    mode_changed: bool,
+    plan: usize,
+}
+
+impl MemoryBackend {
+    pub async fn acquire(&self, calls: &[Call<'_>], clock_now: u64) -> Result<Outcome, Error> {
+        self.sweep_in_turn(clock_now);
+        let mut locked = self.lock_all(calls);
+        for (_, store) in &mut locked.guards {
+            store.sweep_if_due(clock_now);
+        }
+
+        // Phase 1: each call's config, and the newest grant of its bucket.
+        let mut resolved = Vec::with_capacity(calls.len());
+        let mut newest = clock_now;
+        for call in calls {
+            let name = call.keys.config();
+            let mut limiter = locked.store(name).limiters.get_mut(name);
+            let stored = limiter.as_mut().and_then(|l| l.live_config(clock_now));
+            let (config, change) = match (call.rule, stored) {
+                (Some(rule), Some(old)) if *rule == old => (old, ConfigChange::Kept),
+                (Some(rule), Some(_)) => (*rule, ConfigChange::Changed),
+                (Some(rule), None) => (*rule, ConfigChange::Created),
+                (None, Some(old)) => (old, ConfigChange::Kept),
+                (None, None) => {
+                    return Err(Error::NotInitialized {
+                        name: name.to_owned(),
+                    })
+                }
+            };
+            if call.permits > config.rate {
+                return Err(Error::PermitsExceedRate {
+                    name: name.to_owned(),
+                    permits: call.permits,
+                    rate: config.rate,
+                });
+            }
+            if let Some(score) = limiter.and_then(|l| l.bucket(config.rate_type, clock_now)?.newest()) {
+                newest = newest.max(score);
+            }
+            let mode_changed = change == ConfigChange::Changed
+                && stored.is_some_and(|old| old.rate_type != config.rate_type);
+            resolved.push(Resolved {
+                config,
+                change,
+                mode_changed,
+                plan: 0,
+            });
+        }
+        // A call overtaken by a slightly later one is decided at the later time, so
+        // each log stays in time order (as in acquire.lua).
+        let now = if newest - clock_now <= REORDER_MS {
+            newest
+        } else {
+            clock_now
+        };
+        let now_i = now as i64;
+
+        // Phase 2: plan each bucket once and take each call's permits, writing nothing.
+        let mut plans: Vec<Plan> = Vec::with_capacity(calls.len());
+        let (mut refused, mut retry) = (None, 0i64);
+        for i in 0..calls.len() {
+            let call = &calls[i];
+            let config = resolved[i].config;
+            let (name, kind) = (call.keys.config(), config.rate_type);
+            let existing = plans
+                .iter()
+                .position(|p| p.kind == kind && calls[p.call].keys.config() == name);
+            let at = match existing {
+                Some(at) => at,
+                None => {
+                    let mut limiter = locked.store(name).limiters.get_mut(name);
+                    let bucket = limiter.as_mut().and_then(|l| l.bucket(kind, clock_now));
+                    plans.push(plan(i, bucket.as_deref(), &resolved[i], now_i));
+                    plans.len() - 1
+                }
+            };
+            resolved[i].plan = at;
+            if call.permits == 0 {
+                continue;
+            }
+            let plan = &mut plans[at];
+            let (permits, rate) = (call.permits as i64, config.rate as i64);
+            let interval = config.interval_ms() as i64;
+            if plan.value - plan.spent < permits {
+                let mut wait = None;
+                if !plan.clear {
+                    let limiter = locked.store(name).limiters.get_mut(name);
+                    let empty = Bucket::default();
+                    let bucket = limiter.and_then(|l| l.bucket(kind, clock_now));
+                    let bucket = bucket.map_or(&empty, |b| &*b);
+                    let need = permits + plan.spent - plan.value;
+                    wait = bucket.wait_for(plan.skip, need, interval, now_i, plan.spent);
+                    if wait.is_none() {
+                        // Value and log disagree (permits lost): the log is the authority.
+                        plan.value = rate - plan.live;
+                        plan.dirty = true;
+                        if plan.value - plan.spent < permits {
+                            let need = permits + plan.spent - plan.value;
+                            let again = bucket.wait_for(plan.skip, need, interval, now_i, plan.spent);
+                            wait = Some(again.unwrap_or(interval));
+                        }
+                    }
+                }
+                if let Some(wait) = wait {
+                    refused.get_or_insert(i);
+                    retry = retry.max(wait);
+                }
+            }
+            plan.spent += permits;
+        }
+
+        let granted = refused.is_none();
+        let rules = resolved
+            .iter()
+            .map(|r| {
+                let p = &plans[r.plan];
+                let left = if granted { p.value - p.spent } else { p.value };
+                (left.max(0) as u64, r.change)
+            })
+            .collect();
+        if calls.iter().any(|c| c.permits > 0) {
+            commit(&mut locked, calls, &resolved, &plans, granted, now, clock_now);
+        }
+        Ok(Outcome {
+            granted,
+            refused,
+            retry_ms: if granted { 0 } else { retry.max(0) as u64 },
+            at_ms: now,
+            rules,
+        })
+    }
+}
+
+/// Plans one bucket: release what left the window, rebuild a lost value from the log.
+fn plan(call: usize, bucket: Option<&Bucket>, resolved: &Resolved, now: i64) -> Plan {
+    let config = &resolved.config;
+    let rate = config.rate as i64;
+    let cutoff = now - config.interval_ms() as i64;
+    let mut plan = Plan {
+        call,
+        kind: config.rate_type,
+        cutoff,
+        live: 0,
+        value: rate,
+        skip: 0,
+        spent: 0,
+        dirty: true,
+        clear: resolved.mode_changed,
+    };
+    if resolved.mode_changed {
+        return plan;
+    }
+    let Some(bucket) = bucket else { return plan };
+    let (skip, released) = bucket.stale(cutoff);
+    plan.skip = skip;
+    plan.live = (bucket.total - released) as i64;
+    match bucket.value {
+        None => plan.value = rate - plan.live,
+        Some(_) if resolved.change == ConfigChange::Changed => plan.value = rate - plan.live,
+        Some(value) if released > 0 => {
+            let released = released as i64;
+            plan.value = if value + released > rate {
+                rate - plan.live
+            } else {
+                value + released
+            };
+        }
+        Some(value) => {
+            plan.value = value;
+            plan.dirty = false;
+        }
+    }
+    plan
+}
+
+/// Phase 3 of a decision: the writes `acquire.lua` makes.
+fn commit(
+    locked: &mut Locked<'_>,
+    calls: &[Call<'_>],
+    resolved: &[Resolved],
+    plans: &[Plan],
+    granted: bool,
+    now: u64,
+    clock_now: u64,
+) {
+    for (i, (call, r)) in calls.iter().zip(resolved).enumerate() {
+        let name = call.keys.config();
+        let store = locked.store(name);
+        store.seq += 1;
+        let seq = store.seq;
+        // A kept config means the limiter exists: one lookup, no insertion.
+        let limiter = match r.change {
+            ConfigChange::Kept => store.limiters.get_mut(name).expect("found in phase 1"),
+            _ => store.limiter_or_insert(name),
+        };
+        if r.change != ConfigChange::Kept {
+            limiter.config = Some(r.config);
+        }
+        let plan = &plans[r.plan];
+        let kind = r.config.rate_type;
+        // Each bucket is settled once, by the first call that planned it.
+        if plan.call == i {
+            if plan.clear {
+                limiter.remove_bucket(kind);
+            } else if let Some(bucket) = limiter.bucket(kind, clock_now) {
+                let (skip, released) = bucket.stale(plan.cutoff);
+                bucket.remove_first(skip, released);
+            }
+            if granted || plan.dirty {
+                let value = if granted {
+                    plan.value - plan.spent
+                } else {
+                    plan.value
+                };
+                limiter.bucket_or_default(kind).value = Some(value);
+            }
+        }
+        if granted {
+            let bucket = limiter.bucket_or_default(kind);
+            bucket.log.insert((now, seq), call.permits as u32);
+            bucket.total += call.permits;
+        }
+        // Redisson's TTL rule: keepAliveTime on all three keys, else the config's TTL.
+        let expires = match r.config.keep_alive_ms() {
+            0 => limiter.config_expires.filter(|&t| t > clock_now),
+            keep => {
+                limiter.config_expires = Some(clock_now + keep);
+                Some(clock_now + keep)
+            }
+        };
+        if let (Some(expires), Some(bucket)) = (expires, limiter.bucket(kind, clock_now)) {
+            bucket.expires = Some(expires);
+        }
+    }
+}
