@@ -250,36 +250,13 @@ impl fmt::Debug for Client {
 #[cfg(test)]
 mod warning_tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Level, Metadata, Subscriber};
-
-    /// Counts warnings; nothing else.
-    #[derive(Clone, Default)]
-    struct Warnings(Arc<AtomicUsize>);
-
-    impl Subscriber for Warnings {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            if *event.metadata().level() == Level::WARN {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
+    use crate::test_support::CountEvents;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn a_changed_config_is_reported_once_per_limiter() {
-        let warnings = Warnings::default();
-        let count = warnings.0.clone();
+        let warnings = CountEvents::new(tracing::Level::WARN);
+        let count = warnings.counter();
         let _guard = tracing::subscriber::set_default(warnings);
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(async {

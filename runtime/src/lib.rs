@@ -40,6 +40,8 @@ pub mod member;
 pub mod private;
 mod refusal;
 mod rule;
+#[cfg(test)]
+mod test_support;
 mod waiting;
 
 pub use builder::ClientBuilder;

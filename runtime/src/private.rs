@@ -338,30 +338,7 @@ mod tests {
 #[cfg(test)]
 mod log_tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Level, Metadata, Subscriber};
-
-    #[derive(Clone, Default)]
-    struct Errors(Arc<AtomicUsize>);
-
-    impl Subscriber for Errors {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            if *event.metadata().level() == Level::ERROR {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
+    use crate::test_support::CountEvents;
 
     #[test]
     fn an_outage_is_logged_once_per_period_not_per_call() {
@@ -374,8 +351,8 @@ mod log_tests {
             message: None,
         }];
         static SITE: Site = Site::new(&RULES, None, "tests::f");
-        let errors = Errors::default();
-        let count = errors.0.clone();
+        let errors = CountEvents::new(tracing::Level::ERROR);
+        let count = errors.counter();
         let _guard = tracing::subscriber::set_default(errors);
         for _ in 0..1000 {
             SITE.log_failure(&Error::Timeout {
