@@ -59,6 +59,11 @@ end
 
 local LIMIT = 9007199254740992 -- 2^53: doubles count exactly up to here
 
+-- A number as Redis should store it: all digits (Lua would write 1e+15 past 14 digits).
+local function int(n)
+  return string.format('%d', n)
+end
+
 -- Roles name the key in errors: "permits" or "client_permits", and so on.
 local prole, vrole = 'permits', 'value'
 
@@ -178,7 +183,7 @@ for i = 1, nrules do
       b.clear, b.value, b.dirty = true, r.rate, true
     else
       local raw = read(i, vrole, 'get', r.vkey)
-      local stale = read(i, prole, 'zrangebyscore', r.pkey, '-inf', now - r.interval)
+      local stale = read(i, prole, 'zrangebyscore', r.pkey, '-inf', int(now - r.interval))
       local released = 0
       for _, member in ipairs(stale) do
         released = released + permits_of(i, member)
@@ -253,14 +258,14 @@ if not probe then
   end
   if granted then
     for i = 1, nrules do
-      redis.call('zadd', rules[i].pkey, now, rules[i].member)
+      redis.call('zadd', rules[i].pkey, int(now), rules[i].member)
     end
   end
   for _, b in pairs(buckets) do
     if granted then
-      redis.call('set', b.vkey, b.value - b.spent, 'keepttl')
+      redis.call('set', b.vkey, int(b.value - b.spent), 'keepttl')
     elseif b.dirty then
-      redis.call('set', b.vkey, b.value, 'keepttl')
+      redis.call('set', b.vkey, int(b.value), 'keepttl')
     end
   end
   -- Redisson's TTL rule: keepAliveTime on all three keys, else the config's own TTL

@@ -38,7 +38,7 @@ if old_kind ~= ARGV[3] then
   return 1
 end
 
-local live = redis.call('zrangebyscore', pkey, '(' .. (now - interval), '+inf')
+local live = redis.call('zrangebyscore', pkey, '(' .. string.format('%d', now - interval), '+inf')
 local total = 0
 for _, member in ipairs(live) do
   local len = string.byte(member, 1)
@@ -48,8 +48,8 @@ for _, member in ipairs(live) do
   local a, b, c, d = string.byte(member, len + 2, len + 5)
   total = total + a + b * 256 + c * 65536 + d * 16777216
 end
-redis.call('zremrangebyscore', pkey, '-inf', now - interval)
+redis.call('zremrangebyscore', pkey, '-inf', string.format('%d', now - interval))
 if redis.call('exists', vkey) == 1 or total > 0 then
-  redis.call('set', vkey, rate - total, 'keepttl')
+  redis.call('set', vkey, string.format('%d', rate - total), 'keepttl')
 end
 return 1
