@@ -59,7 +59,8 @@ end
 
 local LIMIT = 9007199254740992 -- 2^53: doubles count exactly up to here
 
--- A number as Redis should store it: all digits (Lua would write 1e+15 past 14 digits).
+-- A number as Redisson stores it: a decimal integer, stated rather than left to the
+-- conversion of Lua numbers in redis.call.
 local function int(n)
   return string.format('%d', n)
 end
