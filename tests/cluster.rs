@@ -73,6 +73,15 @@ async fn the_runtime_api_works_on_a_cluster_and_keeps_a_limiter_in_one_slot() {
     assert!(client.check_rules(&rule).await.unwrap().allowed);
     assert!(other.check_rules(&rule).await.unwrap().allowed, "its own bucket");
     assert!(!client.check_rules(&rule).await.unwrap().allowed);
+
+    // A lazily connected cluster client (what REDIS_URL=redis+cluster://... gives).
+    let lazy = Client::builder().connect_lazy(&cluster.url()).unwrap();
+    let shared = [Rule::new("rate_limit:lazy", 1, SEC)];
+    assert!(lazy.check_rules(&shared).await.unwrap().allowed);
+    assert!(
+        !client.check_rules(&shared).await.unwrap().allowed,
+        "the same limiter, seen by both"
+    );
 }
 
 #[tokio::test]

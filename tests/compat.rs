@@ -330,12 +330,18 @@ async fn a_refused_rule_leaves_the_other_rules_keys_unspent() {
 async fn the_largest_rate_is_stored_with_every_digit() {
     let (_server, client, _clock, mut raw) = setup().await;
     let limiter = client.rate_limiter("huge");
-    limiter.try_set_rate(RateType::Overall, redlimit::MAX_RATE, SEC).await.unwrap();
+    limiter
+        .try_set_rate(RateType::Overall, redlimit::MAX_RATE, SEC)
+        .await
+        .unwrap();
     assert!(limiter.try_acquire(1).await.unwrap());
     let value: String = raw.get("{huge}:value").await.unwrap();
     assert_eq!(value, (redlimit::MAX_RATE - 1).to_string());
     assert_eq!(limiter.available_permits().await.unwrap(), redlimit::MAX_RATE - 1);
-    limiter.update_rate(RateType::Overall, redlimit::MAX_RATE - 10, SEC).await.unwrap();
+    limiter
+        .update_rate(RateType::Overall, redlimit::MAX_RATE - 10, SEC)
+        .await
+        .unwrap();
     let value: String = raw.get("{huge}:value").await.unwrap();
     assert_eq!(value, (redlimit::MAX_RATE - 11).to_string());
 }
