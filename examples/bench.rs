@@ -132,20 +132,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-async fn info_calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
-/// Microseconds Redis spent per call of `command`.
-async fn usec_per_call(conn: &mut MultiplexedConnection, command: &str) -> f64 {
+/// A field of `command`'s line in `INFO commandstats` (`calls`, `usec_per_call`).
+async fn command_stat(conn: &mut MultiplexedConnection, command: &str, field: &str) -> f64 {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -154,7 +142,7 @@ async fn usec_per_call(conn: &mut MultiplexedConnection, command: &str) -> f64 {
     stats
         .lines()
         .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
-        .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix(&format!("{field}="))))
         .map_or(0.0, |v| v.parse().unwrap())
 }
 
@@ -177,7 +165,7 @@ async fn commands_per_decision<Fut: std::future::Future<Output = ()>>(
     for _ in 0..decisions {
         decide().await;
     }
-    let sent = info_calls(conn, "evalsha").await + info_calls(conn, "eval").await;
+    let sent = command_stat(conn, "evalsha", "calls").await + command_stat(conn, "eval", "calls").await;
     sent as f64 / decisions as f64
 }
 
@@ -247,10 +235,10 @@ async fn main() {
     };
     reset(&mut conn).await;
     let (bare_rate, bare_latency) = load(bare).await;
-    let bare_usec = usec_per_call(&mut conn, "evalsha").await;
+    let bare_usec = command_stat(&mut conn, "evalsha", "usec_per_call").await;
     reset(&mut conn).await;
     let (macro_rate, macro_latency) = load(|| async { decorated().await.unwrap() }).await;
-    let macro_usec = usec_per_call(&mut conn, "evalsha").await;
+    let macro_usec = command_stat(&mut conn, "evalsha", "usec_per_call").await;
     println!(
         "## Overhead against the wire ({TASKS} tasks, {} s each)\n",
         RUN.as_secs()
