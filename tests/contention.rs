@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redlimit::{Client, RateType, Rule};
+use redlimit::{rate_limit, Client, RateLimited, RateType, Rule};
 use support::RedisServer;
 
 const RATE: u64 = 40;
@@ -42,6 +42,9 @@ fn rules(scenario: &str) -> Vec<Rule> {
 async fn worker() {
     let url = std::env::var("CONTENTION_URL").expect("CONTENTION_URL");
     let scenario = std::env::var("CONTENTION_SCENARIO").expect("CONTENTION_SCENARIO");
+    if scenario == "restart" {
+        return restart_worker(&url).await;
+    }
     let client = Client::connect(&url).await.unwrap();
     let deadline = tokio::time::Instant::now() + RUN;
     let tasks: Vec<_> = (0..TASKS)
@@ -63,7 +66,8 @@ async fn worker() {
             })
         })
         .collect();
-    let mut out = String::new();
+    // A line of its own: the test harness has printed "test worker ... " unterminated.
+    let mut out = String::from("\n");
     for task in tasks {
         for at in task.await.unwrap() {
             out.push_str(&format!("GRANT {} {at}\n", client.client_id()));
@@ -72,12 +76,65 @@ async fn worker() {
     print!("{out}");
 }
 
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
+
+#[rate_limit(key = "contention:restart", rate = 40, interval = "400ms", on_error = "local")]
+async fn guarded() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// A worker of the restart scenario: tasks call a decorated function while the test
+/// kills and restarts Redis, and the worker reports its slowest call.
+async fn restart_worker(url: &str) {
+    let client = Client::builder()
+        .command_timeout(COMMAND_TIMEOUT)
+        .connect(url)
+        .await
+        .unwrap();
+    redlimit::set_default(client).unwrap();
+    let deadline = tokio::time::Instant::now() + RUN;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            tokio::spawn(async move {
+                let (mut calls, mut slowest) = (0u64, Duration::ZERO);
+                while tokio::time::Instant::now() < deadline {
+                    let started = Instant::now();
+                    let outcome = guarded().await;
+                    slowest = slowest.max(started.elapsed());
+                    calls += 1;
+                    if let Err(refused) = outcome {
+                        let wait = refused.retry_after().unwrap_or(Duration::from_millis(5));
+                        tokio::time::sleep(wait.min(Duration::from_millis(50))).await;
+                    }
+                }
+                (calls, slowest)
+            })
+        })
+        .collect();
+    let (mut calls, mut slowest) = (0, Duration::ZERO);
+    for task in tasks {
+        let (c, s) = task.await.unwrap();
+        calls += c;
+        slowest = slowest.max(s);
+    }
+    println!("\nCALLS {calls} SLOWEST_MS {}", slowest.as_millis());
+}
+
 /// Runs the workers at once and answers the grant times, per client id. One scenario
 /// at a time: three at once would share two cores among 144 tasks and measure the
 /// machine, not the limiter.
 fn run_workers(server: &RedisServer, scenario: &str) -> BTreeMap<String, Vec<u64>> {
+    static_turn(|| spawn_and_collect(server, scenario))
+}
+
+/// Runs `f` while no other scenario runs.
+fn static_turn<T>(f: impl FnOnce() -> T) -> T {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    f()
+}
+
+fn spawn_and_collect(server: &RedisServer, scenario: &str) -> BTreeMap<String, Vec<u64>> {
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
@@ -175,4 +232,81 @@ fn per_client_gives_each_process_its_own_rate() {
         check(&format!("per_client {client}"), &mut times, RATE);
     }
     assert!(started.elapsed() < RUN * 4);
+}
+
+#[test]
+fn processes_ride_out_a_redis_restart_and_leave_consistent_state() {
+    static_turn(|| {
+        let server = RedisServer::start();
+        let exe = std::env::current_exe().unwrap();
+        let children: Vec<_> = (0..PROCESSES)
+            .map(|_| {
+                Command::new(&exe)
+                    .args([
+                        "worker",
+                        "--exact",
+                        "--ignored",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env("CONTENTION_URL", server.url())
+                    .env("CONTENTION_SCENARIO", "restart")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(700));
+        let port = server.stop();
+        std::thread::sleep(Duration::from_millis(500));
+        let server = RedisServer::start_on(port);
+        let restarted = now_ms();
+        for child in children {
+            let output = child.wait_with_output().unwrap();
+            assert!(output.status.success(), "a worker failed (panicked or errored)");
+            let out = String::from_utf8(output.stdout).unwrap();
+            let line = out
+                .lines()
+                .find(|l| l.starts_with("CALLS "))
+                .unwrap_or_else(|| panic!("no report in {out:?}"));
+            let words: Vec<&str> = line.split(' ').collect();
+            let (calls, slowest): (u64, u64) = (words[1].parse().unwrap(), words[3].parse().unwrap());
+            assert!(calls > 100, "the worker kept calling: {calls}");
+            let bound = COMMAND_TIMEOUT.as_millis() as u64 + 250;
+            assert!(
+                slowest <= bound,
+                "a call took {slowest} ms, more than the command timeout plus a margin"
+            );
+        }
+        // Redis decided again after the restart, and its state is consistent.
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let (value, log): (i64, Vec<(Vec<u8>, f64)>) = redis::pipe()
+            .atomic()
+            .get("{rate_limit:contention:restart}:value")
+            .zrange_withscores("{rate_limit:contention:restart}:permits", 0, -1)
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            log.iter().any(|(_, score)| *score as u64 >= restarted),
+            "no grant by Redis after the restart"
+        );
+        let in_log: i64 = log
+            .iter()
+            .map(|(m, _)| i64::from(redlimit::member::decode_permits(m).unwrap()))
+            .sum();
+        assert_eq!(
+            value + in_log,
+            40,
+            "available {value} + permits in the log {in_log} = rate"
+        );
+    });
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
