@@ -8,7 +8,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redlimit::{rate_limit, Client, RateLimited, RateType, Rule};
@@ -134,9 +134,10 @@ fn static_turn<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-fn spawn_and_collect(server: &RedisServer, scenario: &str) -> BTreeMap<String, Vec<u64>> {
+/// Starts `PROCESSES` workers of `scenario`: this test binary, run on `worker`.
+fn spawn_workers(server: &RedisServer, scenario: &str) -> Vec<Child> {
     let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..PROCESSES)
+    (0..PROCESSES)
         .map(|_| {
             Command::new(&exe)
                 .args([
@@ -153,7 +154,11 @@ fn spawn_and_collect(server: &RedisServer, scenario: &str) -> BTreeMap<String, V
                 .spawn()
                 .unwrap()
         })
-        .collect();
+        .collect()
+}
+
+fn spawn_and_collect(server: &RedisServer, scenario: &str) -> BTreeMap<String, Vec<u64>> {
+    let children = spawn_workers(server, scenario);
     let mut grants: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for child in children {
         let output = child.wait_with_output().unwrap();
@@ -238,25 +243,7 @@ fn per_client_gives_each_process_its_own_rate() {
 fn processes_ride_out_a_redis_restart_and_leave_consistent_state() {
     static_turn(|| {
         let server = RedisServer::start();
-        let exe = std::env::current_exe().unwrap();
-        let children: Vec<_> = (0..PROCESSES)
-            .map(|_| {
-                Command::new(&exe)
-                    .args([
-                        "worker",
-                        "--exact",
-                        "--ignored",
-                        "--nocapture",
-                        "--test-threads=1",
-                    ])
-                    .env("CONTENTION_URL", server.url())
-                    .env("CONTENTION_SCENARIO", "restart")
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::inherit())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
+        let children = spawn_workers(&server, "restart");
         std::thread::sleep(Duration::from_millis(700));
         let port = server.stop();
         std::thread::sleep(Duration::from_millis(500));

@@ -1,7 +1,7 @@
 //! A throwaway Redis Cluster: `redis-server --cluster-enabled yes` processes on free
 //! loopback ports, joined with `redis-cli --cluster create`, killed on drop.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -50,47 +50,30 @@ impl RedisCluster {
             let port = free_node_port();
             let node_dir = cluster.dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir).unwrap();
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--cluster-enabled",
-                    "yes",
-                ])
-                .args([
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "1000",
-                ])
-                .args(["--repl-diskless-sync-delay", "0"])
-                .args([
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                    node_dir.to_str().unwrap(),
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "cannot start redis-server ({e}); these tests need it on PATH: \
-                         install it with `apt-get update && apt-get install -y redis-server`"
-                    )
-                });
+            let child = super::spawn_redis(&[
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--repl-diskless-sync-delay",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                node_dir.to_str().unwrap(),
+            ]);
             cluster.nodes.push((port, Some(child)));
         }
         for &(port, _) in &cluster.nodes {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "node {port} did not listen");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            super::wait_for_port(port);
         }
         let addresses: Vec<String> = cluster
             .nodes

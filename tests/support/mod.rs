@@ -22,35 +22,18 @@ impl RedisServer {
 
     /// Starts a server on `port` (used to restart one on the same address).
     pub fn start_on(port: u16) -> RedisServer {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start redis-server ({e}); these tests need it on PATH: \
-                     install it with `apt-get update && apt-get install -y redis-server`"
-                )
-            });
+        let child = spawn_redis(&[
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
         let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not listen on port {port} within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_port(port);
         server
     }
 
@@ -98,6 +81,34 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Starts `redis-server` with `args`; fails the test (never skips it) when the binary
+/// is missing, saying how to install it.
+pub fn spawn_redis(args: &[&str]) -> Child {
+    Command::new("redis-server")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start redis-server ({e}); these tests need it on PATH: \
+                 install it with `apt-get update && apt-get install -y redis-server`"
+            )
+        })
+}
+
+/// Waits until something accepts connections on the loopback `port`.
+pub fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not listen on port {port} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
