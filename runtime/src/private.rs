@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use once_cell::sync::Lazy;
 use sha2::{Digest, Sha256};
+use tokio::time::Instant;
 
 use crate::{default_client, Client, Decision, Error, RateLimited, RateType, Rule};
 
@@ -74,9 +75,18 @@ impl Site {
             .collect()
     }
 
-    async fn check(&self, client: &Client, rules: &[Rule]) -> Result<Decision, Error> {
-        match self.timeout {
-            Some(timeout) => client.check_rules_for(rules, timeout).await,
+    /// Decides `rules`, waiting until `deadline` when the function has a `timeout`.
+    async fn check(
+        &self,
+        client: &Client,
+        rules: &[Rule],
+        deadline: Option<Instant>,
+    ) -> Result<Decision, Error> {
+        match deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                client.check_rules_for(rules, left).await
+            }
             None => client.check_rules(rules).await,
         }
     }
@@ -120,7 +130,15 @@ impl Site {
 
     /// The `on_error` policies: any `deny` rule refuses; else the `local` rules are
     /// decided in process (all or nothing) and the `allow` rules pass.
-    async fn on_error(&self, keys: &[String], prefix: &str, error: Error) -> Result<(), RateLimited> {
+    /// The local decision shares the call's deadline, so a failure part-way through a
+    /// wait does not make the caller wait twice.
+    async fn on_error(
+        &self,
+        keys: &[String],
+        prefix: &str,
+        error: Error,
+        deadline: Option<Instant>,
+    ) -> Result<(), RateLimited> {
         self.log_failure(&error);
         let rules = self.build_rules(prefix, keys);
         if let Some(rule) = self.rules.iter().position(|r| r.on_error == OnError::Deny) {
@@ -139,7 +157,7 @@ impl Site {
             return Ok(());
         }
         let local_rules: Vec<Rule> = local.iter().map(|&i| rules[i].clone()).collect();
-        match self.check(&LOCAL, &local_rules).await {
+        match self.check(&LOCAL, &local_rules, deadline).await {
             Ok(decision) if decision.allowed => Ok(()),
             Ok(decision) => Err(self.refusal(&local_rules, &decision, |i| local[i])),
             Err(local_error) => {
@@ -154,15 +172,16 @@ impl Site {
 
 /// Decides every rule of a call: `Ok` to run the body, `Err` with the refusal.
 pub async fn decide(site: &'static Site, keys: &[String]) -> Result<(), RateLimited> {
+    let deadline = site.timeout.map(|timeout| Instant::now() + timeout);
     let client = match default_client() {
         Ok(client) => client,
-        Err(error) => return site.on_error(keys, crate::DEFAULT_PREFIX, error).await,
+        Err(error) => return site.on_error(keys, crate::DEFAULT_PREFIX, error, deadline).await,
     };
     let rules = site.build_rules(client.prefix(), keys);
-    match site.check(client, &rules).await {
+    match site.check(client, &rules, deadline).await {
         Ok(decision) if decision.allowed => Ok(()),
         Ok(decision) => Err(site.refusal(&rules, &decision, |i| i)),
-        Err(error) => site.on_error(keys, client.prefix(), error).await,
+        Err(error) => site.on_error(keys, client.prefix(), error, deadline).await,
     }
 }
 
