@@ -18,7 +18,9 @@
 -- Returns {granted (1|0), first refusing rule (1-based, 0 when granted),
 --          wait in ms until that refusal would pass (0 when granted),
 --          the time the call was decided at (now, or a slightly later grant's time),
---          then per rule: permits left, and 0 (config kept), 1 (created) or 2 (changed)}.
+--          then per rule: permits left, and 0 (config kept), 1 (created) or 2 (changed),
+--          then for each changed rule in order, the config it replaced:
+--          rate, interval, type, keepAliveTime}.
 -- Errors start with "redlimit:<code>:<rule>"; the caller names the key.
 --
 -- All reads and checks come first and every write after them, so an error leaves
@@ -140,6 +142,7 @@ for i = 1, nrules do
         or (stored[4] or '0') ~= want[4] then
       r.write_config = want
       r.changed = initialized
+      r.replaced = stored
       r.rate, r.interval, r.kind, r.keep = tonumber(want[1]), tonumber(want[2]), want[3], tonumber(want[4])
     end
   elseif not initialized then
@@ -147,7 +150,7 @@ for i = 1, nrules do
   end
   if r.permits > r.rate then
     fail('permits_exceed_rate', i, string.format('%d %d ', r.permits, r.rate)
-      .. 'Requested permits amount could not exceed defined rate')
+      .. 'Requested permits amount cannot exceed defined rate')
   end
   if r.kind == '1' then
     r.vkey, r.pkey, r.vrole, r.prole = KEYS[k + 3], KEYS[k + 5], 'client_value', 'client_permits'
@@ -295,5 +298,14 @@ for i = 1, nrules do
   end
   reply[#reply + 1] = math.max(0, left)
   reply[#reply + 1] = r.write_config and (r.changed and 2 or 1) or 0
+end
+for i = 1, nrules do
+  local old = rules[i].replaced
+  if rules[i].changed then
+    reply[#reply + 1] = tonumber(old[1])
+    reply[#reply + 1] = tonumber(old[2])
+    reply[#reply + 1] = tonumber(old[3])
+    reply[#reply + 1] = old[4] and tonumber(old[4]) or 0
+  end
 end
 return reply

@@ -221,7 +221,7 @@ on_both_backends!(misuse_errors_say_what_to_do, |client, clock, server| {
     );
     assert!(err
         .to_string()
-        .contains("Requested permits amount could not exceed defined rate"));
+        .contains("Requested permits amount cannot exceed defined rate"));
     let err = limiter.try_acquire(0).await.unwrap_err();
     assert!(matches!(err, Error::ZeroPermits { .. }), "{err:?}");
     let err = limiter.try_set_rate(RateType::Overall, 0, SEC).await.unwrap_err();
@@ -241,21 +241,6 @@ on_both_backends!(misuse_errors_say_what_to_do, |client, clock, server| {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::PermitsExceedRate { .. }), "{err:?}");
-    let err = client
-        .check_rules(&[Rule::new("x", 2, SEC), Rule::new("x", 3, SEC)])
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::ConflictingRules {
-                first: 0,
-                second: 1,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
 });
 
 on_both_backends!(rules_are_all_or_nothing, |client, clock, server| {
@@ -317,22 +302,61 @@ on_both_backends!(
 );
 
 on_both_backends!(
-    one_limiter_twice_in_a_call_counts_both,
+    one_limiter_twice_in_a_call_counts_once,
     |client, clock, server| {
         let rule = Rule::new("rate_limit:twice", 3, SEC);
         let rules = [rule.clone(), rule.clone()];
-        assert!(client.check_rules(&rules).await.unwrap().allowed);
+        for left in [2, 1, 0] {
+            let decision = client.check_rules(&rules).await.unwrap();
+            assert!(decision.allowed);
+            assert_eq!(decision.remaining, left);
+        }
         let refused = client.check_rules(&rules).await.unwrap();
-        assert!(!refused.allowed, "1 left, 2 needed");
-        assert_eq!(refused.refused_by, Some(1));
+        assert!(!refused.allowed);
+        assert_eq!(refused.refused_by, Some(0), "reported as the first of the two");
+        let limiter = client.rate_limiter(rule.name());
+        assert_eq!(limiter.available_permits().await.unwrap(), 0);
+    }
+);
+
+// Two rules naming one limiter with different configs (a caller filled two templates
+// with equal values): decided as one on the strictest config, the larger permits taken
+// once. Neither rule is switched off, and calls are not all refused.
+on_both_backends!(
+    coinciding_rules_are_decided_on_the_strictest_config,
+    |client, clock, server| {
+        let loose = Rule::new("rate_limit:transfer:7", 10, Duration::from_secs(60));
+        let strict = Rule::new("rate_limit:transfer:7", 3, Duration::from_secs(60));
+        let other = Rule::new("rate_limit:transfer:all", 100, Duration::from_secs(60));
+        let rules = [loose.clone(), other.clone(), strict.clone()];
+        let mut granted = 0;
+        for _ in 0..20 {
+            if client.check_rules(&rules).await.unwrap().allowed {
+                granted += 1;
+            }
+        }
+        assert_eq!(granted, 3, "the strict rule's rate, one permit per call");
+        let refused = client.check_rules(&rules).await.unwrap();
+        assert_eq!(refused.refused_by, Some(0), "the first rule naming the limiter");
+        assert_eq!(
+            client.rate_limiter(strict.name()).config().await.unwrap(),
+            Some(*strict.config())
+        );
         assert_eq!(
             client
-                .rate_limiter(rule.name())
+                .rate_limiter(other.name())
                 .available_permits()
                 .await
                 .unwrap(),
-            1
+            97,
+            "the other rule spent exactly the granted calls"
         );
+        // The larger permits, capped at the enforced rate: never more than a call may take.
+        let big = Rule::new("rate_limit:transfer:8", 10, Duration::from_secs(60)).permits(5);
+        let small = Rule::new("rate_limit:transfer:8", 3, Duration::from_secs(60));
+        let decision = client.check_rules(&[big, small]).await.unwrap();
+        assert!(decision.allowed, "5 permits capped at the rate of 3");
+        assert_eq!(decision.remaining, 0);
     }
 );
 
@@ -350,7 +374,7 @@ on_both_backends!(per_client_mode_uses_the_client_keys, |client, clock, server| 
     if let Some(server) = server {
         // A second client (another process, say) has a bucket of its own.
         let other = Client::connect(&server.url()).await.unwrap();
-        let decision = other.check_rules(&[rule.clone(), rule]).await.unwrap();
+        let decision = other.check_rules(&[rule.permits(2)]).await.unwrap();
         assert!(decision.allowed);
         assert_eq!(decision.remaining, 0);
         assert_eq!(limiter.available_permits().await.unwrap(), 1);

@@ -11,6 +11,9 @@ use syn::{Error, Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 use crate::duration;
 use crate::template::{self, Piece};
 
+/// The most permits one call may take: the permits log stores them in 4 bytes.
+const MAX_PERMITS: u64 = u32::MAX as u64;
+
 pub const ACCEPTED: &str = "rate, interval, key, mode, permits, timeout, fallback, on_error, message, crate";
 
 /// `name = value`, with `crate` accepted as a name.
@@ -38,6 +41,8 @@ impl Parse for Arg {
 
 /// One attribute, checked.
 pub struct RuleArgs {
+    /// The attribute's arguments, for errors about the rule as a whole.
+    pub span: Span,
     pub rate: u64,
     pub interval_ms: u64,
     pub key: Option<(LitStr, Vec<Piece>)>,
@@ -170,6 +175,7 @@ pub fn parse(
     let before = errors.len();
     let mut seen: Vec<Ident> = Vec::new();
     let mut rule = RuleArgs {
+        span: attr_span,
         rate: 0,
         interval_ms: 0,
         key: None,
@@ -195,7 +201,19 @@ pub fn parse(
         match text.as_str() {
             "rate" => rate = integer("rate", value, errors),
             "interval" => interval = duration("interval", value, errors),
-            "permits" => permits = integer("permits", value, errors).map(|p| (value.span(), p)),
+            "permits" => {
+                permits = integer("permits", value, errors).map(|p| (value.span(), p));
+                if let Some((span, p)) = permits.filter(|&(_, p)| p > MAX_PERMITS) {
+                    errors.push(Error::new(
+                        span,
+                        format!(
+                            "`permits` ({p}) must be at most {MAX_PERMITS}: each grant is logged with \
+                             its permits in a 4-byte field (the layout Redisson shares)"
+                        ),
+                    ));
+                    permits = None;
+                }
+            }
             "key" => match string(value) {
                 Some(lit) => match template::parse(&lit.value())
                     .and_then(|pieces| template::check_params(&pieces, params).map(|()| pieces))

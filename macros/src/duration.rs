@@ -1,49 +1,111 @@
-//! Durations written as an integer and a unit: `"250ms"`, `"60s"`, `"5m"`, `"1h"`, `"1d"`.
+//! Durations: one or more `<number><unit>` parts, largest unit first: `"250ms"`,
+//! `"60s"`, `"1m30s"`, `"1h15m"`, `"1.5s"` (decimals are allowed when the total is a
+//! whole number of milliseconds).
 
-/// The units accepted, with their length in milliseconds.
+/// The units accepted, with their length in milliseconds, largest first.
 const UNITS: [(&str, u64); 5] = [
-    ("ms", 1),
-    ("s", 1_000),
-    ("m", 60_000),
-    ("h", 3_600_000),
     ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1_000),
+    ("ms", 1),
 ];
+
+/// What every rejection repeats: the forms accepted.
+const ACCEPTED: &str = "write a number and a unit (ms, s, m, h, d), e.g. \"60s\", \"1.5s\" or \"1m30s\"";
 
 /// The longest duration accepted, in ms: Redis scripts count in doubles, exact to 2^53.
 pub const MAX_MS: u64 = 1 << 53;
 
+/// Digits after a decimal point that are looked at; more cannot name whole milliseconds
+/// of any unit.
+const MAX_FRACTION_DIGITS: usize = 9;
+
 /// Milliseconds, or a message saying what is wrong and what is accepted.
 pub fn parse_ms(text: &str) -> Result<u64, String> {
     if text.is_empty() {
-        return Err("is empty; write an integer and a unit, e.g. \"60s\" (units: ms, s, m, h, d)".into());
+        return Err(format!("is empty; {ACCEPTED}"));
     }
-    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits);
-    if number.is_empty() {
-        return Err(format!(
-            "`{text}` must start with an integer, e.g. \"60s\" (units: ms, s, m, h, d)"
-        ));
-    }
-    if unit.is_empty() {
-        return Err(format!(
-            "`{text}` needs a unit: ms, s, m, h or d, e.g. \"{number}s\""
-        ));
-    }
-    let Some(&(_, scale)) = UNITS.iter().find(|(name, _)| *name == unit) else {
-        return Err(format!(
-            "`{text}` has an unknown unit `{unit}`; accepted units: ms, s, m, h, d"
-        ));
-    };
     let too_long = || format!("`{text}` is too long; the longest accepted is 2^53 ms (about 285 000 years)");
-    let number: u64 = number.parse().map_err(|_| too_long())?;
-    let ms = number.checked_mul(scale).ok_or_else(too_long)?;
-    if ms > MAX_MS {
-        return Err(too_long());
+    let mut rest = text;
+    let mut total: u128 = 0;
+    // The unit of the part before, and whether it had decimals.
+    let mut previous: Option<(usize, &str, bool)> = None;
+    while !rest.is_empty() {
+        let whole_len = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let whole = &rest[..whole_len];
+        let mut after = &rest[whole_len..];
+        let mut fraction = "";
+        if let Some(tail) = after.strip_prefix('.') {
+            let len = tail.find(|c: char| !c.is_ascii_digit()).unwrap_or(tail.len());
+            fraction = &tail[..len];
+            after = &tail[len..];
+            if fraction.is_empty() || whole.is_empty() {
+                return Err(format!(
+                    "`{text}` has a decimal point without digits on both sides; {ACCEPTED}"
+                ));
+            }
+        }
+        if whole.is_empty() {
+            return Err(format!("`{text}` must start each part with a number; {ACCEPTED}"));
+        }
+        let unit_len = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
+        let unit = &after[..unit_len];
+        if unit.is_empty() {
+            return Err(format!(
+                "`{text}` needs a unit after `{whole}`: ms, s, m, h or d, e.g. \"{whole}s\""
+            ));
+        }
+        let Some(rank) = UNITS.iter().position(|(name, _)| *name == unit) else {
+            return Err(format!(
+                "`{text}` has an unknown unit `{unit}`; accepted units: ms, s, m, h, d"
+            ));
+        };
+        if let Some((earlier, name, decimals)) = previous {
+            if decimals {
+                return Err(format!(
+                    "`{text}`: only the last part may have decimals; {ACCEPTED}"
+                ));
+            }
+            if rank <= earlier {
+                return Err(format!(
+                    "`{text}` has `{unit}` after `{name}`; write each unit once, largest first, e.g. \"1h15m\" or \"1m30s\""
+                ));
+            }
+        }
+        let scale = u128::from(UNITS[rank].1);
+        if fraction.len() > MAX_FRACTION_DIGITS {
+            return Err(format!(
+                "`{text}` has more than {MAX_FRACTION_DIGITS} decimals; write it in a smaller unit"
+            ));
+        }
+        let whole: u128 = whole.parse().map_err(|_| too_long())?;
+        let digits: u128 = if fraction.is_empty() {
+            0
+        } else {
+            fraction.parse().map_err(|_| too_long())?
+        };
+        let denominator = 10u128.pow(fraction.len() as u32);
+        let part = whole.checked_mul(scale).ok_or_else(too_long)?;
+        let exact = digits * scale;
+        if exact % denominator != 0 {
+            return Err(format!(
+                "`{text}` is not a whole number of milliseconds; write it in a smaller unit, e.g. \"1500ms\""
+            ));
+        }
+        total = total
+            .checked_add(part + exact / denominator)
+            .ok_or_else(too_long)?;
+        if total > u128::from(MAX_MS) {
+            return Err(too_long());
+        }
+        previous = Some((rank, unit, !fraction.is_empty()));
+        rest = &after[unit_len..];
     }
-    if ms == 0 {
+    if total == 0 {
         return Err(format!("`{text}` is zero; it must be at least 1 ms"));
     }
-    Ok(ms)
+    Ok(total as u64)
 }
 
 #[cfg(test)]
@@ -60,14 +122,36 @@ mod tests {
     }
 
     #[test]
+    fn compound_and_decimal_forms() {
+        assert_eq!(parse_ms("1m30s"), Ok(90_000));
+        assert_eq!(parse_ms("1h15m"), Ok(4_500_000));
+        assert_eq!(parse_ms("1d2h3m4s5ms"), Ok(93_784_005));
+        assert_eq!(parse_ms("1s500ms"), Ok(1_500));
+        assert_eq!(parse_ms("1.5s"), Ok(1_500));
+        assert_eq!(parse_ms("0.25s"), Ok(250));
+        assert_eq!(parse_ms("1m0.5s"), Ok(60_500));
+        assert_eq!(parse_ms("1.5h"), Ok(5_400_000));
+        assert_eq!(parse_ms("0.001s"), Ok(1));
+    }
+
+    #[test]
     fn rejected_with_a_reason() {
         for (input, says) in [
             ("", "empty"),
-            ("s", "must start with an integer"),
+            ("s", "must start each part with a number"),
             ("60", "needs a unit"),
             ("60sec", "unknown unit `sec`"),
-            ("1.5s", "unknown unit `.5s`"),
-            ("-1s", "must start with an integer"),
+            ("1.5", "needs a unit"),
+            (".5s", "decimal point without digits"),
+            ("1.s", "decimal point without digits"),
+            ("1.5ms", "not a whole number of milliseconds"),
+            ("0.0001s", "not a whole number of milliseconds"),
+            ("1.0000000001s", "more than 9 decimals"),
+            ("30s1m", "`m` after `s`"),
+            ("1m1m", "`m` after `m`"),
+            ("1.5m30s", "only the last part may have decimals"),
+            ("0m0s", "zero"),
+            ("-1s", "must start each part with a number"),
             ("0s", "zero"),
             ("99999999999999999999d", "too long"),
             ("200000000000d", "too long"),
@@ -109,8 +193,15 @@ mod tests {
             match parse_ms(&text) {
                 Ok(ms) => {
                     assert!((1..=MAX_MS).contains(&ms), "{text:?}");
-                    let unit = text.trim_start_matches(|c: char| c.is_ascii_digit());
-                    assert!(["ms", "s", "m", "h", "d"].contains(&unit), "{text:?}");
+                    let units: String = text
+                        .chars()
+                        .filter(|c| !c.is_ascii_digit() && *c != '.')
+                        .collect();
+                    assert!(
+                        ["ms", "s", "m", "h", "d"].iter().any(|u| units.contains(u)),
+                        "{text:?}"
+                    );
+                    assert!(text.starts_with(|c: char| c.is_ascii_digit()), "{text:?}");
                 }
                 Err(message) => assert!(message.len() > 10, "{text:?}: {message}"),
             }

@@ -114,6 +114,7 @@ pub fn expand(input: Input) -> TokenStream {
         &mut errors,
     );
 
+    check_distinct_templates(&rules, &mut errors);
     if sig.asyncness.is_none() && async_trait_block(&mut body).is_none() {
         errors.push(Error::new(
             sig.fn_token.span,
@@ -244,6 +245,71 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
             token
         })
         .collect()
+}
+
+/// Rejects two rules whose templates are the same text up to placeholders
+/// (`transfer:{from}` and `transfer:{to}`): a caller passing equal values would make
+/// both name one limiter, which has one config.
+fn check_distinct_templates(rules: &[RuleArgs], errors: &mut Vec<Error>) {
+    let shape = |rule: &RuleArgs| -> Option<Vec<Option<String>>> {
+        rule.key.as_ref().map(|(_, pieces)| {
+            pieces
+                .iter()
+                .map(|piece| match piece {
+                    Piece::Text(text) => Some(text.clone()),
+                    Piece::Value(_) => None,
+                })
+                .collect()
+        })
+    };
+    for (second, rule) in rules.iter().enumerate() {
+        let this = shape(rule);
+        let Some(first) = rules[..second].iter().position(|r| shape(r) == this) else {
+            continue;
+        };
+        let message = match &rule.key {
+            None => format!(
+                "rules {} and {} both have no `key`, so both use the function's path: one limiter \
+                 cannot hold two configs; give each rule its own `key`, e.g. `key = \"per_minute\"`",
+                first + 1,
+                second + 1
+            ),
+            Some((lit, _)) => {
+                let earlier = rules[first]
+                    .key
+                    .as_ref()
+                    .map_or_else(String::new, |(l, _)| l.value());
+                format!(
+                    "key \"{}\" is the same text as rule {}'s \"{earlier}\" up to placeholders, so a caller \
+                     passing equal values makes both rules name one limiter, which has one config; \
+                     give each rule its own text, e.g. \"{}\"",
+                    lit.value(),
+                    first + 1,
+                    suggestion(&lit.value(), second + 1)
+                )
+            }
+        };
+        let span = rule.key.as_ref().map_or(rule.span, |(lit, _)| lit.span());
+        errors.push(Error::new(span, message));
+    }
+}
+
+/// `template` with its first placeholder's name written before it as text
+/// (`transfer:{to}` becomes `transfer:to:{to}`), which sets it apart.
+fn suggestion(template: &str, rule: usize) -> String {
+    let open = template
+        .match_indices('{')
+        .map(|(at, _)| at)
+        .find(|&at| !template[at..].starts_with("{{") && (at == 0 || !template[..at].ends_with('{')));
+    let Some(at) = open else {
+        return format!("{template}:rule{rule}");
+    };
+    let name = template[at + 1..]
+        .split('}')
+        .next()
+        .and_then(|path| path.rsplit('.').next())
+        .unwrap_or("rule");
+    format!("{}{name}:{}", &template[..at], &template[at..])
 }
 
 /// A setting that applies to the whole call, given by at most one attribute.

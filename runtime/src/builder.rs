@@ -4,12 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncConnectionConfig;
 
 use crate::backend::connection::{cluster_nodes, Conn};
+use crate::backend::failure::classify;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
 use crate::backend::Backend;
 use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+use crate::target::Target;
 use crate::{Client, Clock, Error, SystemClock};
 
 /// Settings for a [`Client`]; finish with [`connect`](ClientBuilder::connect),
@@ -21,6 +24,8 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     clock: Arc<dyn Clock>,
     server_time: bool,
+    #[cfg(feature = "tls")]
+    tls: crate::tls::TlsFiles,
 }
 
 impl Default for ClientBuilder {
@@ -31,6 +36,8 @@ impl Default for ClientBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             clock: Arc::new(SystemClock),
             server_time: false,
+            #[cfg(feature = "tls")]
+            tls: Default::default(),
         }
     }
 }
@@ -72,127 +79,179 @@ impl ClientBuilder {
         self
     }
 
-    /// Connects to Redis now; fails when the server cannot be reached in time.
-    /// `redis+cluster://host:port,host:port/` connects to a Redis Cluster.
+    /// Trusts the CA certificate in `pem` (PEM) for `rediss://` connections, instead of
+    /// the system's roots.
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate and its private key (both PEM) on `rediss://`
+    /// connections, for servers that require one (`tls-auth-clients yes`).
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Connects to Redis now; fails, naming the cause, when the server cannot be
+    /// reached, refuses the credentials or has no such database.
+    /// `redis+cluster://host:port,host:port/` connects to a Redis Cluster;
+    /// `rediss://` uses TLS (cargo feature `tls`).
     pub async fn connect(self, url: &str) -> Result<Client, Error> {
+        let target = Target::new(url);
         if let Some(nodes) = cluster_nodes(url) {
-            return self.connect_cluster_nodes(&nodes?, url).await;
+            return self.connect_cluster_nodes(&nodes?, target).await;
         }
-        let (client, connection_config) = self.redis_config(url)?;
+        let (client, connection_config) = self.redis_config(url, &target)?;
+        self.probe(&client, &target).await?;
         let connect = ConnectionManager::new_with_config(client, connection_config);
-        let conn = self.within_connect_timeout(connect).await?;
-        Ok(self.finish_redis(Conn::Single(conn), url))
+        let conn = self.within_connect_timeout(connect, &target).await?;
+        Ok(self.finish_redis(Conn::Single(conn), target))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<Client, Error> {
         let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-        let target = format!("cluster {}", nodes.join(","));
-        self.connect_cluster_nodes(&nodes, &target).await
+        let target = Target::new(&nodes.join(","));
+        self.connect_cluster_nodes(&nodes, target).await
     }
 
-    async fn connect_cluster_nodes(self, nodes: &[String], target: &str) -> Result<Client, Error> {
-        let client = self.cluster_client(nodes, target)?;
-        let conn = self.within_connect_timeout(client.get_async_connection()).await?;
+    async fn connect_cluster_nodes(self, nodes: &[String], target: Target) -> Result<Client, Error> {
+        let client = self.cluster_client(nodes, &target)?;
+        let conn = self
+            .within_connect_timeout(client.get_async_connection(), &target)
+            .await?;
         Ok(self.finish_redis(Conn::Cluster(conn), target))
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
     /// application can start while Redis is down. Must be called inside a Tokio runtime.
     pub fn connect_lazy(self, url: &str) -> Result<Client, Error> {
+        let target = Target::new(url);
         if let Some(nodes) = cluster_nodes(url) {
-            let client = self.cluster_client(&nodes?, url)?;
+            let client = self.cluster_client(&nodes?, &target)?;
             let config = redis::cluster::ClusterConfig::new()
                 .set_connection_timeout(self.connect_timeout)
                 .set_response_timeout(self.command_timeout);
             let conn = client.get_pending_async_connection_with_config(config);
-            return Ok(self.finish_redis(Conn::Cluster(conn), url));
+            return Ok(self.finish_redis(Conn::Cluster(conn), target));
         }
-        let (client, connection_config) = self.redis_config(url)?;
-        let conn = ConnectionManager::new_lazy_with_config(client, connection_config)?;
-        Ok(self.finish_redis(Conn::Single(conn), url))
+        let (client, connection_config) = self.redis_config(url, &target)?;
+        let conn = ConnectionManager::new_lazy_with_config(client, connection_config)
+            .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
+        Ok(self.finish_redis(Conn::Single(conn), target))
+    }
+
+    /// One connection and a PING, to report what stops a connection by its name
+    /// (the reconnecting connection retries instead of answering).
+    async fn probe(&self, client: &redis::Client, target: &Target) -> Result<(), Error> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.connect_timeout));
+        let attempt = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("PING").query_async::<()>(&mut conn).await
+        };
+        self.within_connect_timeout(attempt, target).await
     }
 
     async fn within_connect_timeout<T>(
         &self,
         connect: impl std::future::Future<Output = redis::RedisResult<T>>,
+        target: &Target,
     ) -> Result<T, Error> {
+        let timed_out = || Error::ConnectTimeout {
+            target: target.shown().to_owned(),
+            after: self.connect_timeout,
+        };
         match tokio::time::timeout(self.connect_timeout, connect).await {
-            Ok(conn) => Ok(conn?),
-            Err(_) => Err(Error::Timeout {
-                after: self.connect_timeout,
-            }),
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(err)) if err.is_timeout() => Err(timed_out()),
+            Ok(Err(err)) => Err(classify(&err, target, self.connect_timeout, true)),
+            Err(_) => Err(timed_out()),
         }
     }
 
-    fn cluster_client(&self, nodes: &[String], target: &str) -> Result<redis::cluster::ClusterClient, Error> {
+    fn cluster_client(
+        &self,
+        nodes: &[String],
+        target: &Target,
+    ) -> Result<redis::cluster::ClusterClient, Error> {
         // Redirects and TRYAGAIN (a slot migrating) are retried within milliseconds:
         // the default waits start at 1.28 s, far past any request path's timeout.
-        redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+        let builder = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
             .connection_timeout(self.connect_timeout)
             .response_timeout(self.command_timeout)
             .retries(16)
             .min_retry_wait(2)
             .max_retry_wait(50)
-            .retry_wait_formula(2, 2)
-            .build()
-            .map_err(|e| Error::InvalidUrl {
-                url: target.to_owned(),
-                detail: e.to_string(),
-            })
+            .retry_wait_formula(2, 2);
+        #[cfg(feature = "tls")]
+        let builder = match self.tls.certificates() {
+            Some(certs) => builder.certs(certs),
+            None => builder,
+        };
+        builder.build().map_err(|e| invalid_url(target, &e))
     }
 
-    fn finish_redis(self, conn: Conn, target: &str) -> Client {
-        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time);
-        self.finish(Backend::Redis(backend), target)
+    fn finish_redis(self, conn: Conn, target: Target) -> Client {
+        let shown = target.shown().to_owned();
+        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target);
+        self.finish(Backend::Redis(backend), shown)
     }
 
     /// A client on the in-process backend: same semantics, limits per process.
     pub fn memory(self) -> Client {
-        self.finish(Backend::Memory(MemoryBackend::default()), "memory")
+        self.finish(Backend::Memory(MemoryBackend::default()), "memory".to_owned())
     }
 
-    fn redis_config(&self, url: &str) -> Result<(redis::Client, ConnectionManagerConfig), Error> {
-        let client = redis::Client::open(url).map_err(|e| Error::InvalidUrl {
-            url: url.to_owned(),
-            detail: e.to_string(),
-        })?;
+    fn redis_config(
+        &self,
+        url: &str,
+        target: &Target,
+    ) -> Result<(redis::Client, ConnectionManagerConfig), Error> {
+        #[cfg(feature = "tls")]
+        let client = match self.tls.certificates() {
+            Some(certs) => {
+                crate::tls::install_crypto_provider();
+                redis::Client::build_with_tls(url, certs)
+            }
+            None => {
+                crate::tls::install_crypto_provider();
+                redis::Client::open(url)
+            }
+        };
+        #[cfg(not(feature = "tls"))]
+        let client = redis::Client::open(url);
+        let client = client.map_err(|e| invalid_url(target, &e))?;
+        // One connection attempt per command at most, failing with its real cause
+        // (refused, wrong password, ...), rather than retries with growing pauses
+        // that outlast any request's timeout; the next command tries again.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.command_timeout))
-            .set_max_delay(Duration::from_secs(2));
+            .set_number_of_retries(0);
         Ok((client, config))
     }
 
-    fn finish(self, backend: Backend, target: &str) -> Client {
-        Client::assemble(
-            backend,
-            self.prefix,
-            self.clock,
-            self.command_timeout,
-            redact(target),
-        )
+    fn finish(self, backend: Backend, shown: String) -> Client {
+        Client::assemble(backend, self.prefix, self.clock, self.command_timeout, shown)
     }
 }
 
-/// Hides a password in a URL before it reaches logs or `Debug` output.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_stay_out_of_debug_output() {
-        assert_eq!(
-            redact("redis://user:secret@host:6379/0"),
-            "redis://***@host:6379/0"
-        );
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+fn invalid_url(target: &Target, err: &redis::RedisError) -> Error {
+    let detail = target.scrub(&err.to_string());
+    let detail = if detail.contains("TLS") && !cfg!(feature = "tls") {
+        format!("{detail}; enable the cargo feature `tls` of redlimit for rediss:// URLs")
+    } else {
+        detail
+    };
+    Error::InvalidUrl {
+        url: target.shown().to_owned(),
+        detail,
     }
 }

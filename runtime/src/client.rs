@@ -1,16 +1,14 @@
 //! The client: a backend, a clock, a key prefix, timeouts and a client id.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use once_cell::sync::Lazy;
-
 use crate::backend::{Backend, Call, ConfigChange};
-use crate::{waiting, ClientBuilder, Clock, Decision, Error, LimiterKeys, RateLimiter, Rule};
+use crate::{config_log, waiting, ClientBuilder, Clock, Decision, Error, LimiterKeys, RateLimiter, Rule};
 
-/// The key prefix the attribute puts before its keys, as in the seeds' aspect.
+/// The key prefix the attribute puts before its keys (the prefix Java services using
+/// the pattern of `trySetRate` then `tryAcquire` commonly give their limiters).
 pub const DEFAULT_PREFIX: &str = "rate_limit:";
 /// How long one Redis command may take before the call fails over: a request path
 /// must not hang on a sick server.
@@ -122,28 +120,36 @@ impl Client {
     /// then every rule spends them; a refusal by any rule spends nothing anywhere.
     /// On Redis this is one script call. Missing configs are created and differing
     /// ones updated (see [`Rule`]).
+    ///
+    /// Rules that name the same limiter (two templates a caller filled with equal
+    /// values, say) are decided as one: on the strictest of their configs (shared by
+    /// every client before per client, then the lowest long-run rate, then the
+    /// smallest rate), taking the largest of their permits once, capped at that rate.
+    /// So each rule still holds and a coincidence never refuses every call.
     pub async fn check_rules(&self, rules: &[Rule]) -> Result<Decision, Error> {
         let keys = rules
             .iter()
             .map(|rule| self.rule_keys(rule))
             .collect::<Result<Vec<_>, _>>()?;
-        check_conflicts(rules)?;
-        let calls: Vec<Call<'_>> = rules
+        let merged = crate::rule::merge(rules);
+        let calls: Vec<Call<'_>> = merged
             .iter()
-            .zip(&keys)
-            .map(|(rule, keys)| Call {
-                keys,
-                permits: rule.permits_per_call(),
-                rule: Some(rule.config()),
+            .map(|m| Call {
+                keys: &keys[m.first],
+                permits: m.permits,
+                rule: Some(rules[m.config].config()),
             })
             .collect();
         let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
-        for (rule, (_, change)) in rules.iter().zip(&outcome.rules) {
-            if *change == ConfigChange::Changed {
-                warn_config_changed(rule);
+        for (m, (_, change)) in merged.iter().zip(&outcome.rules) {
+            if let ConfigChange::Changed(previous) = change {
+                let rule = &rules[m.config];
+                config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
             }
         }
-        Ok(Decision::from_outcome(&outcome))
+        let mut decision = Decision::from_outcome(&outcome);
+        decision.refused_by = decision.refused_by.map(|i| merged[i].first);
+        Ok(decision)
     }
 
     /// Like [`check_rules`](Client::check_rules), waiting up to `timeout` for the
@@ -200,42 +206,6 @@ impl Client {
     }
 }
 
-fn check_conflicts(rules: &[Rule]) -> Result<(), Error> {
-    for (second, rule) in rules.iter().enumerate() {
-        if let Some(first) = rules[..second]
-            .iter()
-            .position(|r| r.name() == rule.name() && r.config() != rule.config())
-        {
-            return Err(Error::ConflictingRules {
-                name: rule.name().to_owned(),
-                first,
-                second,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// At most this many limiters are remembered as warned, so per-user limiters cannot
-/// grow the set without bound.
-const WARNED_CAP: usize = 4096;
-
-fn warn_config_changed(rule: &Rule) {
-    static WARNED: Lazy<Mutex<HashSet<String>>> = Lazy::new(Default::default);
-    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-    if warned.len() >= WARNED_CAP || !warned.insert(rule.name().to_owned()) {
-        return;
-    }
-    let config = rule.config();
-    tracing::warn!(
-        limiter = rule.name(),
-        rate = config.rate,
-        interval_ms = config.interval_ms(),
-        mode = ?config.rate_type,
-        "the stored rate limiter config differed from the rule; it was updated, keeping the window"
-    );
-}
-
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
@@ -244,49 +214,5 @@ impl fmt::Debug for Client {
             .field("client_id", &self.inner.client_id)
             .field("command_timeout", &self.inner.command_timeout)
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod warning_tests {
-    use super::*;
-    use crate::test_support::CountEvents;
-    use std::sync::atomic::Ordering;
-
-    #[test]
-    fn a_changed_config_is_reported_once_per_limiter() {
-        let warnings = CountEvents::new(tracing::Level::WARN);
-        let count = warnings.counter();
-        let _guard = tracing::subscriber::set_default(warnings);
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        rt.block_on(async {
-            let client = Client::memory();
-            let name = format!("warn:{}", client.client_id());
-            let old = Rule::new(&name, 5, Duration::from_secs(1));
-            let new = Rule::new(&name, 7, Duration::from_secs(1));
-            client.check_rules(std::slice::from_ref(&old)).await.unwrap();
-            assert_eq!(
-                count.load(Ordering::SeqCst),
-                0,
-                "creating a config is not a change"
-            );
-            for rule in [&new, &old, &new] {
-                client.check_rules(std::slice::from_ref(rule)).await.unwrap();
-            }
-            assert_eq!(
-                count.load(Ordering::SeqCst),
-                1,
-                "three changes of one limiter, one warning"
-            );
-            let other = Rule::new(format!("{name}:other"), 5, Duration::from_secs(1));
-            client.check_rules(std::slice::from_ref(&other)).await.unwrap();
-            client.check_rules(&[other.permits(2)]).await.unwrap();
-            assert_eq!(count.load(Ordering::SeqCst), 1, "permits per call are not config");
-            client
-                .check_rules(&[Rule::new(format!("{name}:other"), 6, Duration::from_secs(1))])
-                .await
-                .unwrap();
-            assert_eq!(count.load(Ordering::SeqCst), 2);
-        });
     }
 }

@@ -22,7 +22,7 @@ pub enum Error {
     /// More permits were asked for than the limiter's rate can ever grant.
     #[error(
         "rate limiter `{name}`: {permits} permits requested but the rate is {rate} \
-         (Requested permits amount could not exceed defined rate); ask for at most {rate}"
+         (Requested permits amount cannot exceed defined rate); ask for at most {rate}"
     )]
     PermitsExceedRate {
         /// The limiter's name.
@@ -47,20 +47,6 @@ pub enum Error {
         name: String,
         /// What is wrong and what is accepted.
         problem: &'static str,
-    },
-
-    /// Two rules of one call name the same limiter with different configurations.
-    #[error(
-        "rules {first} and {second} of one call both name `{name}` with different rates, \
-         intervals, modes or keep-alive times; give each limiter one configuration"
-    )]
-    ConflictingRules {
-        /// The limiter's name.
-        name: String,
-        /// Index of the first rule.
-        first: usize,
-        /// Index of the second rule.
-        second: usize,
     },
 
     /// A limiter name whose keys would fall into different Redis Cluster slots.
@@ -128,28 +114,110 @@ pub enum Error {
         detail: String,
     },
 
-    /// The backend did not answer within the command timeout.
+    /// Redis did not answer a command within the command timeout.
     #[error(
-        "Redis did not answer within {after:?} (the command timeout); \
-         check the server, or raise the timeout with ClientBuilder::command_timeout"
+        "Redis did not answer within {after:?} (the command timeout){while_connecting}; \
+         check the server, or raise the timeout with ClientBuilder::command_timeout",
+        while_connecting = while_connecting(.connecting)
     )]
     Timeout {
         /// The timeout that elapsed.
         after: Duration,
+        /// Whether no connection had answered since the client was made or since the
+        /// last failure: the time went to connecting (see also
+        /// [`ClientBuilder::connect_timeout`](crate::ClientBuilder::connect_timeout)).
+        connecting: bool,
     },
 
-    /// The backend failed (connection refused, reset, protocol error, ...).
-    #[error("Redis backend failed: {source}; check that the server is reachable and healthy")]
+    /// No connection could be established within the connect timeout.
+    #[error(
+        "no connection to Redis at `{target}` within {after:?} (the connect timeout); \
+         check the host, port and network, or raise it with ClientBuilder::connect_timeout"
+    )]
+    ConnectTimeout {
+        /// The server, password hidden.
+        target: String,
+        /// The timeout that elapsed.
+        after: Duration,
+    },
+
+    /// The server could not be reached: connection refused or reset, or its name did
+    /// not resolve.
+    #[error(
+        "cannot reach Redis at `{target}`: {detail}; check the host and port in the URL \
+         and that redis-server is running and reachable there"
+    )]
+    Unreachable {
+        /// The server, password hidden.
+        target: String,
+        /// What the operating system reported.
+        detail: String,
+    },
+
+    /// The server refused the credentials, or requires some and none were given.
+    #[error(
+        "Redis at `{target}` refused the connection's credentials ({detail}); put the right \
+         user and password in the URL: redis://[user]:password@host:port/"
+    )]
+    AuthFailed {
+        /// The server, password hidden.
+        target: String,
+        /// What the server answered (WRONGPASS, NOAUTH, ...).
+        detail: String,
+    },
+
+    /// The URL names a database the server does not have.
+    #[error(
+        "Redis at `{target}` has no such database ({detail}); use a database number \
+         below the server's `databases` setting (16 by default) in the URL's path"
+    )]
+    UnknownDatabase {
+        /// The server, password hidden.
+        target: String,
+        /// What the server answered.
+        detail: String,
+    },
+
+    /// The TLS handshake failed (untrusted or mismatched certificate, TLS not enabled
+    /// on the server's port, ...).
+    #[error(
+        "TLS handshake with Redis at `{target}` failed: {detail}; check that the port \
+         serves TLS, trust its CA with ClientBuilder::tls_ca_cert, or for a development \
+         server with a self-signed certificate append #insecure to the URL"
+    )]
+    Tls {
+        /// The server, password hidden.
+        target: String,
+        /// What the TLS layer reported.
+        detail: String,
+    },
+
+    /// The backend failed in another way (an error reply, a protocol error, ...).
+    #[error("Redis backend failed: {detail}; check that the server is reachable and healthy")]
     Backend {
-        /// What redis-rs reported.
-        #[from]
-        source: redis::RedisError,
+        /// What redis-rs reported, any password removed.
+        detail: String,
+    },
+
+    /// A script answered something this version of the crate does not understand.
+    #[error(
+        "{script} answered an unexpected reply ({reply}); another program may have \
+         loaded a different script under the same SHA, or the server is not Redis-compatible"
+    )]
+    UnexpectedReply {
+        /// The script.
+        script: &'static str,
+        /// The reply, abbreviated.
+        reply: String,
     },
 
     /// A URL that cannot name a Redis server.
-    #[error("invalid Redis URL `{url}`: {detail}; expected redis://[user:password@]host[:port][/db]")]
+    #[error(
+        "invalid Redis URL `{url}`: {detail}; expected redis://[user:password@]host[:port][/db], \
+         rediss://... for TLS, or redis+cluster://host:port,host:port/"
+    )]
     InvalidUrl {
-        /// The URL given.
+        /// The URL given, password hidden.
         url: String,
         /// What the parser reported.
         detail: String,
@@ -163,15 +231,30 @@ pub enum Error {
     DefaultAlreadySet,
 }
 
+fn while_connecting(connecting: &bool) -> &'static str {
+    if *connecting {
+        ", no connection having answered yet (connecting is bounded by ClientBuilder::connect_timeout)"
+    } else {
+        ""
+    }
+}
+
 impl Error {
-    /// True for failures of the backend itself (unreachable, hung, answering with
-    /// errors or holding corrupt state), as opposed to a misuse of the API.
-    /// This is what an `on_error` policy reacts to.
+    /// True for failures of the backend itself (unreachable, hung, refusing the
+    /// credentials, answering with errors or holding corrupt state), as opposed to a
+    /// misuse of the API. The attribute's `on_error` policy applies to these and only
+    /// these; a misuse refuses the call (it never lets it through unlimited).
     pub fn is_backend_failure(&self) -> bool {
         matches!(
             self,
             Error::Timeout { .. }
+                | Error::ConnectTimeout { .. }
+                | Error::Unreachable { .. }
+                | Error::AuthFailed { .. }
+                | Error::UnknownDatabase { .. }
+                | Error::Tls { .. }
                 | Error::Backend { .. }
+                | Error::UnexpectedReply { .. }
                 | Error::WrongType { .. }
                 | Error::CorruptConfig { .. }
                 | Error::CorruptValue { .. }

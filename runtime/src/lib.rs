@@ -30,6 +30,7 @@ mod builder;
 mod client;
 mod clock;
 mod config;
+mod config_log;
 mod decision;
 mod default_client;
 mod error;
@@ -40,8 +41,11 @@ pub mod member;
 pub mod private;
 mod refusal;
 mod rule;
+mod target;
 #[cfg(test)]
 mod test_support;
+#[cfg(feature = "tls")]
+mod tls;
 mod waiting;
 
 pub use builder::ClientBuilder;

@@ -41,6 +41,9 @@ pub struct Site {
     function: &'static str,
     last_log_ms: AtomicU64,
     suppressed: AtomicU64,
+    /// Failed calls since the last success, and when the first of them failed.
+    failing: AtomicU64,
+    failing_since_ms: AtomicU64,
 }
 
 /// Backend failures of one function are logged at most this often.
@@ -57,6 +60,8 @@ impl Site {
             function,
             last_log_ms: AtomicU64::new(0),
             suppressed: AtomicU64::new(0),
+            failing: AtomicU64::new(0),
+            failing_since_ms: AtomicU64::new(0),
         }
     }
 
@@ -106,9 +111,10 @@ impl Site {
     }
 
     fn log_failure(&self, error: &Error) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now = epoch_ms();
+        if self.failing.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.failing_since_ms.store(now, Ordering::Relaxed);
+        }
         let last = self.last_log_ms.load(Ordering::Relaxed);
         let due = now.saturating_sub(last) >= LOG_EVERY_MS;
         if due
@@ -118,13 +124,52 @@ impl Site {
                 .is_ok()
         {
             let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
-            tracing::error!(
-                function = self.function,
-                suppressed,
-                "rate limiter backend failed, applying on_error: {error}"
-            );
+            if error.is_backend_failure() {
+                tracing::error!(
+                    function = self.function,
+                    suppressed,
+                    "rate limiter backend failed, applying on_error: {error}"
+                );
+            } else {
+                tracing::error!(
+                    function = self.function,
+                    suppressed,
+                    "rate limiter misconfigured, refusing the call: {error}"
+                );
+            }
         } else {
             self.suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// After failures, the first decision the backend makes again ends the outage in
+    /// the log: one line, with how many calls failed over how long.
+    fn note_success(&self) {
+        if self.failing.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let failed = self.failing.swap(0, Ordering::Relaxed);
+        if failed > 0 {
+            let since = self.failing_since_ms.load(Ordering::Relaxed);
+            let over = Duration::from_millis(epoch_ms().saturating_sub(since));
+            tracing::warn!(
+                function = self.function,
+                failed_calls = failed,
+                "rate limiter backend recovered after {failed} failed calls over {over:?}"
+            );
+        }
+    }
+
+    /// A call that cannot be decided for a reason other than the backend (a prefix
+    /// that splits cluster slots, say): refused, never let through unlimited.
+    fn misuse(&self, rules: &[Rule], error: Error) -> RateLimited {
+        self.log_failure(&error);
+        RateLimited {
+            key: rules.first().map_or_else(String::new, |r| r.name().to_owned()),
+            retry_after: None,
+            message: self.rules[0].message,
+            rule: 0,
+            cause: Some(Arc::new(error)),
         }
     }
 
@@ -160,12 +205,8 @@ impl Site {
         match self.check(&LOCAL, &local_rules, deadline).await {
             Ok(decision) if decision.allowed => Ok(()),
             Ok(decision) => Err(self.refusal(&local_rules, &decision, |i| local[i])),
-            Err(local_error) => {
-                // The rule cannot be enforced anywhere (a key that splits cluster
-                // slots, say): fail open, loudly.
-                self.log_failure(&local_error);
-                Ok(())
-            }
+            // The rules cannot be enforced anywhere: refused, never let through.
+            Err(local_error) => Err(self.misuse(&local_rules, local_error)),
         }
     }
 }
@@ -179,10 +220,26 @@ pub async fn decide(site: &'static Site, keys: &[String]) -> Result<(), RateLimi
     };
     let rules = site.build_rules(client.prefix(), keys);
     match site.check(client, &rules, deadline).await {
-        Ok(decision) if decision.allowed => Ok(()),
-        Ok(decision) => Err(site.refusal(&rules, &decision, |i| i)),
-        Err(error) => site.on_error(keys, client.prefix(), error, deadline).await,
+        Ok(decision) => {
+            site.note_success();
+            if decision.allowed {
+                Ok(())
+            } else {
+                Err(site.refusal(&rules, &decision, |i| i))
+            }
+        }
+        // on_error is for the backend failing; anything else refuses.
+        Err(error) if error.is_backend_failure() => {
+            site.on_error(keys, client.prefix(), error, deadline).await
+        }
+        Err(error) => Err(site.misuse(&rules, error)),
     }
+}
+
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The longest an interpolated value may be, in bytes once escaped, before it is
@@ -376,6 +433,7 @@ mod log_tests {
         for _ in 0..1000 {
             SITE.log_failure(&Error::Timeout {
                 after: Duration::from_millis(1),
+                connecting: false,
             });
         }
         assert_eq!(count.load(Ordering::SeqCst), 1);
@@ -384,8 +442,43 @@ mod log_tests {
         SITE.last_log_ms.store(0, Ordering::SeqCst);
         SITE.log_failure(&Error::Timeout {
             after: Duration::from_millis(1),
+            connecting: false,
         });
         assert_eq!(count.load(Ordering::SeqCst), 2);
         assert_eq!(SITE.suppressed.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_end_of_an_outage_is_logged_once() {
+        static RULES: [RuleSpec; 1] = [RuleSpec {
+            rate: 1,
+            interval: Duration::from_secs(1),
+            mode: RateType::Overall,
+            permits: 1,
+            on_error: OnError::Allow,
+            message: None,
+        }];
+        static SITE: Site = Site::new(&RULES, None, "tests::g");
+        let warnings = CountEvents::new(tracing::Level::WARN);
+        let count = warnings.counter();
+        let _guard = tracing::subscriber::set_default(warnings);
+        SITE.note_success();
+        assert_eq!(count.load(Ordering::SeqCst), 0, "no outage, nothing to report");
+        for _ in 0..5 {
+            SITE.log_failure(&Error::Timeout {
+                after: Duration::from_millis(1),
+                connecting: false,
+            });
+        }
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            0,
+            "failures are errors, not warnings"
+        );
+        SITE.note_success();
+        assert_eq!(count.load(Ordering::SeqCst), 1, "one line for the recovery");
+        assert_eq!(SITE.failing.load(Ordering::SeqCst), 0);
+        SITE.note_success();
+        assert_eq!(count.load(Ordering::SeqCst), 1, "and only one");
     }
 }

@@ -72,3 +72,124 @@ impl Rule {
         self.permits
     }
 }
+
+/// Rules of one call that name the same limiter, decided as one: a limiter has one
+/// config, and a caller choosing equal values for two templates must not get
+/// either rule switched off, nor every call refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Merged {
+    /// The first of the rules (its index is the one reported as refusing).
+    pub first: usize,
+    /// The rule whose config is enforced: the strictest of them.
+    pub config: usize,
+    /// Permits taken: the largest of the rules', at most the enforced rate.
+    pub permits: u64,
+}
+
+/// One [`Merged`] per distinct limiter name, in order of first appearance.
+pub(crate) fn merge(rules: &[Rule]) -> Vec<Merged> {
+    let mut merged: Vec<Merged> = Vec::with_capacity(rules.len());
+    for (i, rule) in rules.iter().enumerate() {
+        match merged.iter_mut().find(|m| rules[m.first].name == rule.name) {
+            None => merged.push(Merged {
+                first: i,
+                config: i,
+                permits: rule.permits,
+            }),
+            Some(m) => {
+                if stricter(&rule.config, &rules[m.config].config) {
+                    m.config = i;
+                }
+                m.permits = m.permits.max(rule.permits);
+            }
+        }
+    }
+    for m in &mut merged {
+        m.permits = m.permits.min(rules[m.config].config.rate);
+    }
+    merged
+}
+
+/// Whether `a` grants less than `b`: shared by every client rather than per client,
+/// then a lower long-run rate (rate / interval), then a smaller rate (burst).
+fn stricter(a: &RateLimiterConfig, b: &RateLimiterConfig) -> bool {
+    let shared = |c: &RateLimiterConfig| c.rate_type == RateType::Overall;
+    if shared(a) != shared(b) {
+        return shared(a);
+    }
+    let long_run = |x: &RateLimiterConfig, y: &RateLimiterConfig| u128::from(x.rate) * y.interval.as_millis();
+    let (ab, ba) = (long_run(a, b), long_run(b, a));
+    if ab != ba {
+        return ab < ba;
+    }
+    a.rate < b.rate
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn distinct_limiters_stay_apart() {
+        let rules = [Rule::new("a", 3, MIN), Rule::new("b", 10, MIN)];
+        assert_eq!(
+            merge(&rules),
+            [
+                Merged {
+                    first: 0,
+                    config: 0,
+                    permits: 1
+                },
+                Merged {
+                    first: 1,
+                    config: 1,
+                    permits: 1
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn coinciding_rules_take_the_strictest_config_once() {
+        let rules = [
+            Rule::new("k", 10, MIN).permits(4),
+            Rule::new("other", 5, MIN),
+            Rule::new("k", 3, MIN),
+        ];
+        assert_eq!(
+            merge(&rules),
+            [
+                Merged {
+                    first: 0,
+                    config: 2,
+                    permits: 3
+                },
+                Merged {
+                    first: 1,
+                    config: 1,
+                    permits: 1
+                }
+            ]
+        );
+        // 10 per second is looser than 100 per minute in the long run.
+        let rules = [
+            Rule::new("k", 10, Duration::from_secs(1)),
+            Rule::new("k", 100, MIN),
+        ];
+        assert_eq!(merge(&rules)[0].config, 1);
+        // Overall is stricter than per client, whatever the rates.
+        let rules = [
+            Rule::new("k", 1, MIN).mode(RateType::PerClient),
+            Rule::new("k", 100, MIN),
+        ];
+        assert_eq!(merge(&rules)[0].config, 1);
+        // Equal long-run rates: the smaller burst.
+        let rules = [
+            Rule::new("k", 120, MIN),
+            Rule::new("k", 2, Duration::from_secs(1)),
+        ];
+        assert_eq!(merge(&rules)[0].config, 1);
+    }
+}

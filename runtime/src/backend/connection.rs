@@ -42,10 +42,18 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// The node URLs of `redis+cluster://[user:password@]host:port,host:port[/]`, or
-/// `None` when `url` is not a cluster URL.
+/// The node URLs of `redis+cluster://[user:password@]host:port,host:port[/]`
+/// (`rediss+cluster://` for TLS, fragments such as `#insecure` kept), or `None` when
+/// `url` is not a cluster URL.
 pub(crate) fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, Error>> {
-    let rest = url.strip_prefix("redis+cluster://")?;
+    let (scheme, rest) = match url.strip_prefix("redis+cluster://") {
+        Some(rest) => ("redis", rest),
+        None => ("rediss", url.strip_prefix("rediss+cluster://")?),
+    };
+    let (rest, fragment) = match rest.find('#') {
+        Some(at) => (&rest[..at], &rest[at..]),
+        None => (rest, ""),
+    };
     let rest = rest.trim_end_matches('/');
     let (auth, hosts) = match rest.rfind('@') {
         Some(at) => (&rest[..=at], &rest[at + 1..]),
@@ -55,11 +63,11 @@ pub(crate) fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, Error>> {
         .split(',')
         .map(str::trim)
         .filter(|h| !h.is_empty())
-        .map(|host| format!("redis://{auth}{host}/"))
+        .map(|host| format!("{scheme}://{auth}{host}/{fragment}"))
         .collect();
     if nodes.is_empty() {
         return Some(Err(Error::InvalidUrl {
-            url: url.to_owned(),
+            url: crate::target::Target::new(url).shown().to_owned(),
             detail: "no node listed".to_owned(),
         }));
     }
@@ -83,6 +91,13 @@ mod tests {
                 .unwrap(),
             ["redis://u:p@a:7000/", "redis://u:p@b:7001/"]
         );
-        assert!(cluster_nodes("redis+cluster:///").unwrap().is_err());
+        assert_eq!(
+            cluster_nodes("rediss+cluster://a:7000,b:7001/#insecure")
+                .unwrap()
+                .unwrap(),
+            ["rediss://a:7000/#insecure", "rediss://b:7001/#insecure"]
+        );
+        let err = cluster_nodes("redis+cluster://:secret@/").unwrap().unwrap_err();
+        assert!(!format!("{err} {err:?}").contains("secret"), "{err:?}");
     }
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod connection;
 mod cross_slot;
+pub(crate) mod failure;
 pub(crate) mod memory;
 pub(crate) mod redis;
 mod replies;
@@ -27,7 +28,8 @@ pub(crate) struct Call<'a> {
 pub(crate) enum ConfigChange {
     Kept,
     Created,
-    Changed,
+    /// Overwritten; the config it replaced.
+    Changed(RateLimiterConfig),
 }
 
 /// The answer to a decision over one or more rules.

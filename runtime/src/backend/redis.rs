@@ -1,14 +1,17 @@
 //! The Redis backend: one script call per operation, EVALSHA with reload on NOSCRIPT.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use once_cell::sync::Lazy;
 use redis::{RedisError, Script};
 
 use super::connection::Conn;
+use super::failure::classify;
 use super::replies::{parse_outcome, script_error};
 use super::{Call, Outcome};
+use crate::target::Target;
 use crate::{member, Error, LimiterKeys, RateLimiterConfig};
 
 struct Scripts {
@@ -40,14 +43,21 @@ pub(crate) struct RedisBackend {
     pub(super) timeout: Duration,
     /// Decide at the server's clock (TIME in the scripts) rather than the caller's.
     server_time: bool,
+    /// The server as errors name it, and the passwords to keep out of them.
+    target: Target,
+    /// Whether a command was answered since the connection was made or last lost:
+    /// a timeout before that went to connecting, and says so.
+    answered: AtomicBool,
 }
 
 impl RedisBackend {
-    pub fn new(conn: Conn, timeout: Duration, server_time: bool) -> Self {
+    pub fn new(conn: Conn, timeout: Duration, server_time: bool, target: Target) -> Self {
         RedisBackend {
             conn,
             timeout,
             server_time,
+            target,
+            answered: AtomicBool::new(false),
         }
     }
 
@@ -66,10 +76,24 @@ impl RedisBackend {
         F: Future<Output = Result<T, RedisError>>,
     {
         match tokio::time::timeout(self.timeout, request(self.conn.clone())).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) if err.is_timeout() => Err(Error::Timeout { after: self.timeout }),
-            Ok(Err(err)) => Err(script_error(err, calls)),
-            Err(_) => Err(Error::Timeout { after: self.timeout }),
+            Ok(Ok(value)) => {
+                if !self.answered.load(Ordering::Relaxed) {
+                    self.answered.store(true, Ordering::Relaxed);
+                }
+                Ok(value)
+            }
+            Ok(Err(err)) => {
+                let connecting = !self.answered.load(Ordering::Relaxed);
+                if err.is_io_error() {
+                    self.answered.store(false, Ordering::Relaxed);
+                }
+                Err(script_error(&err, calls)
+                    .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting)))
+            }
+            Err(_) => Err(Error::Timeout {
+                after: self.timeout,
+                connecting: !self.answered.load(Ordering::Relaxed),
+            }),
         }
     }
 
@@ -124,12 +148,9 @@ impl RedisBackend {
                 return Err(err);
             }
         };
-        let outcome = parse_outcome(&reply, calls.len()).ok_or_else(|| Error::Backend {
-            source: RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "acquire.lua answered an unexpected reply",
-                format!("{reply:?}"),
-            )),
+        let outcome = parse_outcome(&reply, calls.len()).ok_or_else(|| Error::UnexpectedReply {
+            script: "acquire.lua",
+            reply: format!("{:?}", &reply[..reply.len().min(16)]),
         })?;
         Ok((outcome, members))
     }
@@ -321,8 +342,8 @@ fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
 /// Whether a failed call may have reached Redis and run there.
 fn may_have_run(err: &Error) -> bool {
     match err {
-        Error::Timeout { .. } => true,
-        Error::Backend { source } => source.is_timeout() || source.is_connection_dropped(),
+        // A connection lost after the call was written: it may have run.
+        Error::Timeout { .. } | Error::Unreachable { .. } => true,
         _ => false,
     }
 }

@@ -2,26 +2,33 @@
 
 use redis::RedisError;
 
+use std::time::Duration;
+
 use super::{ConfigChange, Outcome};
-use crate::{Error, LimiterKeys};
+use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
 /// acquire.lua's reply: granted, refused rule, wait, time, then per rule permits left
-/// and what happened to its config.
+/// and what happened to its config, then the replaced config of each changed rule.
 pub(super) fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
-    if reply.len() != 4 + 2 * rules {
+    let head = 4 + 2 * rules;
+    if reply.len() < head {
         return None;
     }
     let granted = reply[0] == 1;
     let refused = usize::try_from(reply[1]).ok()?.checked_sub(1);
+    let mut replaced = reply[head..].chunks_exact(4);
     let mut per_rule = Vec::with_capacity(rules);
-    for pair in reply[4..].chunks_exact(2) {
+    for pair in reply[4..head].chunks_exact(2) {
         let change = match pair[1] {
             0 => ConfigChange::Kept,
             1 => ConfigChange::Created,
-            2 => ConfigChange::Changed,
+            2 => ConfigChange::Changed(replaced_config(replaced.next()?)?),
             _ => return None,
         };
         per_rule.push((u64::try_from(pair[0]).ok()?, change));
+    }
+    if replaced.next().is_some() || !replaced.remainder().is_empty() {
+        return None;
     }
     Some(Outcome {
         granted,
@@ -32,35 +39,48 @@ pub(super) fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
     })
 }
 
+fn replaced_config(fields: &[i64]) -> Option<RateLimiterConfig> {
+    let [rate, interval, kind, keep] = *fields else {
+        return None;
+    };
+    let rate_type = match kind {
+        0 => RateType::Overall,
+        1 => RateType::PerClient,
+        _ => return None,
+    };
+    let ms = |n: i64| u64::try_from(n).ok().map(Duration::from_millis);
+    Some(RateLimiterConfig {
+        rate_type,
+        rate: u64::try_from(rate).ok()?,
+        interval: ms(interval)?,
+        keep_alive: ms(keep).filter(|k| !k.is_zero()),
+    })
+}
+
 /// Turns a script's `redlimit:<code>:<rule> <text>` error into an [`Error`] that
-/// names the key; other errors pass through as backend failures.
-pub(super) fn script_error(err: RedisError, calls: &[&LimiterKeys]) -> Error {
+/// names the key; `None` for other errors (the connection's, the server's).
+pub(super) fn script_error(err: &RedisError, calls: &[&LimiterKeys]) -> Option<Error> {
     if err.code() == Some("WRONGTYPE") {
         if let [keys] = calls {
-            return Error::WrongType {
+            return Some(Error::WrongType {
                 key: keys.config().to_owned(),
                 role: "config",
                 detail: err.detail().unwrap_or_default().to_owned(),
-            };
+            });
         }
     }
-    let Some(code) = err.code().and_then(|code| code.strip_prefix("redlimit:")) else {
-        return Error::Backend { source: err };
-    };
+    let code = err.code()?.strip_prefix("redlimit:")?;
     let detail = err.detail().unwrap_or_default();
     // Redis appends " script: <sha>, on @user_script:<line>." to script errors.
     let detail = detail.rfind(" script: ").map_or(detail, |end| &detail[..end]);
     let (kind, rule) = code.split_once(':').unwrap_or((code, "1"));
-    let Some(keys) = rule
+    let keys = rule
         .parse::<usize>()
         .ok()
         .and_then(|r| r.checked_sub(1))
-        .and_then(|r| calls.get(r))
-    else {
-        return Error::Backend { source: err };
-    };
+        .and_then(|r| calls.get(r))?;
     let name = keys.config().to_owned();
-    match kind {
+    Some(match kind {
         "not_initialized" => Error::NotInitialized { name },
         "permits_exceed_rate" => {
             let mut numbers = detail.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
@@ -104,8 +124,8 @@ pub(super) fn script_error(err: RedisError, calls: &[&LimiterKeys]) -> Error {
                 detail: detail.to_owned(),
             }
         }
-        _ => Error::Backend { source: err },
-    }
+        _ => return None,
+    })
 }
 
 /// The key a script means by a role name, and the role for messages.
@@ -125,15 +145,22 @@ mod tests {
 
     #[test]
     fn outcome_replies() {
-        let out = parse_outcome(&[0, 2, 150, 9, 3, 0, 0, 2], 2).unwrap();
+        let out = parse_outcome(&[0, 2, 150, 9, 3, 0, 0, 2, 5, 1000, 1, 0], 2).unwrap();
         assert_eq!(out.at_ms, 9);
         assert!(!out.granted);
         assert_eq!(out.refused, Some(1));
         assert_eq!(out.retry_ms, 150);
+        let old = RateLimiterConfig::new(RateType::PerClient, 5, Duration::from_secs(1));
         assert_eq!(
             out.rules,
-            vec![(3, ConfigChange::Kept), (0, ConfigChange::Changed)]
+            vec![(3, ConfigChange::Kept), (0, ConfigChange::Changed(old))]
         );
         assert_eq!(parse_outcome(&[1, 0, 0, 9], 1), None);
+        assert_eq!(
+            parse_outcome(&[0, 2, 150, 9, 3, 0, 0, 2], 2),
+            None,
+            "the replaced config is missing"
+        );
+        assert_eq!(parse_outcome(&[1, 0, 0, 9, 3, 0, 7], 1), None, "a stray value");
     }
 }

@@ -41,7 +41,7 @@ pub async fn generic<T: Display + Send + Sync, const N: usize>(value: T, _array:
     Ok(value.to_string())
 }
 
-#[rate_limit(rate = 5, interval = "1s")]
+#[rate_limit(rate = 5, interval = "1m30s", timeout = "1.5s")]
 pub async fn opaque(n: u32) -> Result<impl Display, RateLimited> {
     Ok(n + 1)
 }

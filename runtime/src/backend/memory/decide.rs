@@ -45,7 +45,7 @@ impl MemoryBackend {
             let stored = limiter.as_mut().and_then(|l| l.live_config(clock_now));
             let (config, change) = match (call.rule, stored) {
                 (Some(rule), Some(old)) if *rule == old => (old, ConfigChange::Kept),
-                (Some(rule), Some(_)) => (*rule, ConfigChange::Changed),
+                (Some(rule), Some(old)) => (*rule, ConfigChange::Changed(old)),
                 (Some(rule), None) => (*rule, ConfigChange::Created),
                 (None, Some(old)) => (old, ConfigChange::Kept),
                 (None, None) => {
@@ -64,8 +64,8 @@ impl MemoryBackend {
             if let Some(score) = limiter.and_then(|l| l.bucket(config.rate_type, clock_now)?.newest()) {
                 newest = newest.max(score);
             }
-            let mode_changed = change == ConfigChange::Changed
-                && stored.is_some_and(|old| old.rate_type != config.rate_type);
+            let mode_changed =
+                matches!(change, ConfigChange::Changed(old) if old.rate_type != config.rate_type);
             resolved.push(Resolved {
                 config,
                 change,
@@ -183,7 +183,7 @@ fn plan(call: usize, bucket: Option<&Bucket>, resolved: &Resolved, now: i64) -> 
     plan.live = (bucket.total - released) as i64;
     match bucket.value {
         None => plan.value = rate - plan.live,
-        Some(_) if resolved.change == ConfigChange::Changed => plan.value = rate - plan.live,
+        Some(_) if matches!(resolved.change, ConfigChange::Changed(_)) => plan.value = rate - plan.live,
         Some(value) if released > 0 => {
             let released = released as i64;
             plan.value = if value + released > rate {

@@ -1,0 +1,84 @@
+//! Naming what went wrong on the way to Redis: the real cause, the right setting to
+//! change, and never a password.
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError};
+
+use crate::target::Target;
+use crate::Error;
+
+/// The [`Error`] for a connection or command failure that is not a script's own error.
+/// `connecting`: no connection has answered since the client was made or since the
+/// last failure.
+pub(crate) fn classify(err: &RedisError, target: &Target, timeout: Duration, connecting: bool) -> Error {
+    let detail = || target.scrub(&err.to_string());
+    let code = err.code().unwrap_or_default();
+    let text = err.to_string();
+    if err.is_timeout() {
+        return Error::Timeout {
+            after: timeout,
+            connecting,
+        };
+    }
+    if err.kind() == ErrorKind::AuthenticationFailed
+        || matches!(code, "NOAUTH" | "WRONGPASS")
+        || text.contains("unauthenticated")
+    {
+        return Error::AuthFailed {
+            target: target.shown().to_owned(),
+            detail: detail(),
+        };
+    }
+    if text.contains("DB index is out of range") || text.contains("invalid DB index") {
+        return Error::UnknownDatabase {
+            target: target.shown().to_owned(),
+            detail: detail(),
+        };
+    }
+    if is_tls(&text) {
+        return Error::Tls {
+            target: target.shown().to_owned(),
+            detail: detail(),
+        };
+    }
+    if err.is_io_error() || err.kind() == ErrorKind::ClusterConnectionNotFound {
+        return Error::Unreachable {
+            target: target.shown().to_owned(),
+            detail: detail(),
+        };
+    }
+    Error::Backend { detail: detail() }
+}
+
+fn is_tls(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    ["tls", "ssl", "certificate", "handshake", "alert"]
+        .iter()
+        .any(|word| lower.contains(word))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_are_named() {
+        let target = Target::new("redis://:hunter2@db:6379/");
+        let io = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        assert!(matches!(
+            classify(&io, &target, Duration::ZERO, true),
+            Error::Unreachable { .. }
+        ));
+        let auth = RedisError::from((ErrorKind::AuthenticationFailed, "Password authentication failed"));
+        let err = classify(&auth, &target, Duration::ZERO, true);
+        assert!(matches!(err, Error::AuthFailed { .. }), "{err:?}");
+        assert!(err.to_string().contains("redis://***@db:6379/"), "{err}");
+        let leaky = RedisError::from((ErrorKind::Client, "oops", "hunter2".to_owned()));
+        let err = classify(&leaky, &target, Duration::ZERO, false);
+        assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+    }
+}

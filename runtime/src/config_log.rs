@@ -1,0 +1,149 @@
+//! Logging a stored config that a rule rewrote: each rewrite, throttled per limiter.
+//!
+//! A config that keeps changing means two rules (two functions, or two services)
+//! disagree about one limiter; each rewrites it in turn and neither limit holds as
+//! written. Every rewrite is reported, at most one line per limiter per period, with
+//! the number of rewrites the period left out.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use once_cell::sync::Lazy;
+
+use crate::RateLimiterConfig;
+
+/// At most one line per limiter this often.
+const PERIOD_MS: u64 = 10_000;
+/// Limiters remembered at once, so per-user limiters cannot grow the map unbounded.
+const CAP: usize = 4096;
+
+struct Seen {
+    logged_at: u64,
+    left_out: u64,
+}
+
+static SEEN: Lazy<Mutex<HashMap<String, Seen>>> = Lazy::new(Default::default);
+
+/// Reports that `name`'s stored config `old` was replaced by `new` at `now` (ms).
+pub(crate) fn changed(name: &str, old: &RateLimiterConfig, new: &RateLimiterConfig, now: u64) {
+    let left_out = {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = seen.get_mut(name) {
+            if now.saturating_sub(entry.logged_at) < PERIOD_MS {
+                entry.left_out += 1;
+                return;
+            }
+            entry.logged_at = now;
+            std::mem::take(&mut entry.left_out)
+        } else {
+            if seen.len() >= CAP {
+                seen.retain(|_, s| now.saturating_sub(s.logged_at) < PERIOD_MS);
+                if seen.len() >= CAP {
+                    seen.clear();
+                }
+            }
+            seen.insert(
+                name.to_owned(),
+                Seen {
+                    logged_at: now,
+                    left_out: 0,
+                },
+            );
+            0
+        }
+    };
+    tracing::warn!(
+        limiter = name,
+        from = %Shown(old),
+        to = %Shown(new),
+        rewrites_left_out = left_out,
+        "a rule rewrote the stored rate limiter config, keeping the window; if this repeats, \
+         two rules (functions or services) share this limiter with different configs: \
+         give each its own key"
+    );
+}
+
+/// `5 per 60000 ms, overall, keep-alive 60000 ms`.
+struct Shown<'a>(&'a RateLimiterConfig);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = self.0;
+        let mode = match c.rate_type {
+            crate::RateType::Overall => "overall",
+            crate::RateType::PerClient => "per_client",
+        };
+        write!(f, "{} per {} ms, {mode}", c.rate, c.interval_ms())?;
+        match c.keep_alive {
+            Some(_) => write!(f, ", keep-alive {} ms", c.keep_alive_ms()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::CountEvents;
+    use crate::{Client, ManualClock, Rule};
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    #[test]
+    fn every_rewrite_is_reported_throttled_per_limiter() {
+        let warnings = CountEvents::new(tracing::Level::WARN);
+        let count = warnings.counter();
+        let _guard = tracing::subscriber::set_default(warnings);
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let clock = ManualClock::new(1_000_000);
+            let client = Client::builder().clock(clock.clone()).memory();
+            let name = format!("flip:{}", client.client_id());
+            let a = Rule::new(&name, 5, Duration::from_secs(60));
+            let b = Rule::new(&name, 7, Duration::from_secs(60));
+            client.check_rules(std::slice::from_ref(&a)).await.unwrap();
+            assert_eq!(
+                count.load(Ordering::SeqCst),
+                0,
+                "creating a config is not a rewrite"
+            );
+            client.check_rules(std::slice::from_ref(&b)).await.unwrap();
+            assert_eq!(count.load(Ordering::SeqCst), 1, "the first rewrite");
+            client.check_rules(std::slice::from_ref(&a)).await.unwrap();
+            client.check_rules(std::slice::from_ref(&b)).await.unwrap();
+            assert_eq!(
+                count.load(Ordering::SeqCst),
+                1,
+                "within the period: counted, not logged"
+            );
+            assert_eq!(SEEN.lock().unwrap()[name.as_str()].left_out, 2);
+            clock.advance(Duration::from_millis(PERIOD_MS));
+            client.check_rules(std::slice::from_ref(&a)).await.unwrap();
+            assert_eq!(count.load(Ordering::SeqCst), 2, "the flip back, after the period");
+            assert_eq!(SEEN.lock().unwrap()[name.as_str()].left_out, 0);
+            client.check_rules(&[a.clone().permits(2)]).await.unwrap();
+            assert_eq!(count.load(Ordering::SeqCst), 2, "permits per call are not config");
+            // Another limiter has its own period.
+            let other = format!("{name}:other");
+            client
+                .check_rules(&[Rule::new(&other, 5, Duration::from_secs(1))])
+                .await
+                .unwrap();
+            client
+                .check_rules(&[Rule::new(&other, 6, Duration::from_secs(1))])
+                .await
+                .unwrap();
+            assert_eq!(count.load(Ordering::SeqCst), 3);
+        });
+    }
+
+    #[test]
+    fn both_configs_are_named() {
+        let old = RateLimiterConfig::new(crate::RateType::Overall, 5, Duration::from_secs(60))
+            .with_keep_alive(Duration::from_secs(60));
+        assert_eq!(
+            Shown(&old).to_string(),
+            "5 per 60000 ms, overall, keep-alive 60000 ms"
+        );
+    }
+}
