@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use redlimit::{rate_limit, Client, RateLimited};
 
+mod support;
+
 /// Every test of this binary shares one in-process default client.
 fn client() -> &'static Client {
     static SET: Once = Once::new();
@@ -387,4 +389,11 @@ async fn decorated_futures_are_send() {
     let future = fields(&user, (0, "s"));
     assert_send(&future);
     future.await.unwrap();
+}
+
+#[tokio::test]
+async fn coinciding_keys_never_switch_a_limit_off() {
+    client();
+    // Fresh values only: the random calls start after the first hundred.
+    support::coinciding::coinciding_values_never_switch_a_limit_off(300).await;
 }

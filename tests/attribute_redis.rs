@@ -181,6 +181,10 @@ async fn the_attribute_on_redis() {
         started.elapsed()
     );
 
+    // Stacked templates that coincide for some values: each decision as the model
+    // says, under every on_error policy.
+    support::coinciding::coinciding_values_never_switch_a_limit_off(150).await;
+
     // Redis goes away: each policy answers within the command timeout.
     deny_policy().await.unwrap();
     let port = server.stop();

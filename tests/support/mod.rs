@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod coinciding;
 
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
