@@ -12,7 +12,7 @@ pub struct RedisCluster {
 }
 
 /// A port free for the node and for its cluster bus (port + 10000).
-fn free_node_port() -> u16 {
+pub fn free_node_port() -> u16 {
     loop {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()

@@ -1,6 +1,7 @@
 //! Test support: a throwaway `redis-server` on a free loopback port.
 #![allow(dead_code)]
 
+pub mod capture;
 pub mod cluster;
 pub mod coinciding;
 
@@ -113,7 +114,7 @@ pub fn wait_for_port(port: u16) {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

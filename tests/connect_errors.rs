@@ -1,0 +1,215 @@
+//! What a client says when it cannot use Redis: the real cause (refused, wrong or
+//! missing password, unknown database, DNS, connect timeout), the address with the
+//! password hidden, and never the password, in any error, log line or Debug output.
+
+mod support;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use redlimit::{rate_limit, Client, Error, RateLimited, Rule};
+use support::capture::Capture;
+use support::{free_port, spawn_redis, wait_for_port};
+
+const SECRET: &str = "topsecret-4f1c";
+
+/// A redis-server that requires SECRET.
+struct Guarded {
+    _child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self._child.kill();
+        let _ = self._child.wait();
+    }
+}
+
+fn guarded() -> Guarded {
+    let port = free_port();
+    let child = spawn_redis(&[
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--requirepass",
+        SECRET,
+    ]);
+    wait_for_port(port);
+    Guarded { _child: child, port }
+}
+
+fn rule() -> [Rule; 1] {
+    [Rule::new("rate_limit:connect", 5, Duration::from_secs(1))]
+}
+
+/// The error of connecting now and of the first call of a lazily connecting client.
+async fn both_ways(url: &str) -> (Error, Error) {
+    let eager = Client::connect(url).await.expect_err(url);
+    let lazy = match Client::builder().connect_lazy(url) {
+        Ok(client) => client.check_rules(&rule()).await.expect_err(url),
+        Err(err) => err,
+    };
+    (eager, lazy)
+}
+
+fn assert_clean(err: &Error) {
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains(SECRET), "the password leaked: {shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cause_is_named_and_the_password_never_shown() {
+    let capture = Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let server = guarded();
+    let port = server.port;
+
+    // The right password works, eagerly and lazily.
+    let good = format!("redis://:{SECRET}@127.0.0.1:{port}/");
+    assert!(
+        Client::connect(&good)
+            .await
+            .unwrap()
+            .check_rules(&rule())
+            .await
+            .unwrap()
+            .allowed
+    );
+    let lazy = Client::builder().connect_lazy(&good).unwrap();
+    assert!(lazy.check_rules(&rule()).await.unwrap().allowed);
+    assert!(!format!("{lazy:?}").contains(SECRET));
+
+    for (url, what) in [
+        (
+            format!("redis://:wrong-{SECRET}@127.0.0.1:{port}/"),
+            "wrong password",
+        ),
+        (
+            format!("redis://default:wrong-{SECRET}@127.0.0.1:{port}/"),
+            "wrong user password",
+        ),
+        (format!("redis://127.0.0.1:{port}/"), "no password"),
+    ] {
+        let (eager, lazy) = both_ways(&url).await;
+        for err in [&eager, &lazy] {
+            assert!(matches!(err, Error::AuthFailed { .. }), "{what}: {err:?}");
+            assert!(err.to_string().contains("password"), "{what}: {err}");
+            assert!(err.is_backend_failure());
+            assert_clean(err);
+        }
+    }
+
+    let (eager, lazy) = both_ways(&format!("redis://:{SECRET}@127.0.0.1:{port}/99")).await;
+    for err in [&eager, &lazy] {
+        assert!(matches!(err, Error::UnknownDatabase { .. }), "{err:?}");
+        assert_clean(err);
+    }
+
+    let closed = free_port();
+    let (eager, lazy) = both_ways(&format!("redis://:{SECRET}@127.0.0.1:{closed}/")).await;
+    for err in [&eager, &lazy] {
+        assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("redis://***@127.0.0.1:{closed}/")),
+            "{text}"
+        );
+        assert!(text.to_lowercase().contains("refused"), "{text}");
+        assert_clean(err);
+    }
+
+    let (eager, lazy) = both_ways(&format!("redis://:{SECRET}@no-such-host.invalid:6379/")).await;
+    for err in [&eager, &lazy] {
+        assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+        assert!(err.to_string().contains("no-such-host.invalid"), "{err}");
+        assert_clean(err);
+    }
+
+    // A port that accepts connections but never answers: the connect timeout, named
+    // as such, within it; a lazy client's first call says it was still connecting.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://:{SECRET}@{}/", silent.local_addr().unwrap());
+    let started = Instant::now();
+    let err = Client::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .connect(&url)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(300 + 200),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, Error::ConnectTimeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("connect_timeout"), "{err}");
+    assert_clean(&err);
+    let lazy = Client::builder().connect_lazy(&url).unwrap();
+    let err = lazy.check_rules(&rule()).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { connecting: true, .. }), "{err:?}");
+    assert!(err.to_string().contains("connect_timeout"), "{err}");
+
+    // URLs that do not parse, every form.
+    for url in [
+        format!("redis://:{SECRET}@127.0.0.1:99999/"),
+        format!("redis://user:{SECRET}@127.0.0.1:99999/"),
+        format!("redis+cluster://:{SECRET}@/"),
+    ] {
+        let (eager, lazy) = both_ways(&url).await;
+        for err in [&eager, &lazy] {
+            assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err:?}");
+            assert_clean(err);
+        }
+    }
+    let err = Client::connect(&format!(
+        "redis+cluster://:{SECRET}@127.0.0.1:{closed},127.0.0.1:{port}/"
+    ))
+    .await
+    .unwrap_err();
+    assert_clean(&err);
+
+    let logged = capture.text();
+    assert!(
+        !logged.contains(SECRET),
+        "the password reached a log line: {logged}"
+    );
+}
+
+#[rate_limit(key = "connect:{user}", rate = 2, interval = "60s", on_error = "deny")]
+async fn limited(user: u32) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// Through the attribute (a default client from REDIS_URL with a wrong password):
+/// refused with the cause, and neither the refusal nor the throttled error log shows
+/// the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_logs_the_cause_without_the_password() {
+    let capture = Capture::default();
+    let _guard = tracing::subscriber::set_global_default(capture.clone());
+    let server = guarded();
+    // SAFETY: no other test of this binary reads the environment.
+    unsafe {
+        std::env::set_var(
+            "REDIS_URL",
+            format!("redis://:wrong-{SECRET}@127.0.0.1:{}/", server.port),
+        )
+    };
+    for user in 0..3 {
+        let refused = limited(user).await.unwrap_err();
+        let cause = refused.cause().expect("refused by the failure");
+        assert!(matches!(cause, Error::AuthFailed { .. }), "{cause:?}");
+        assert!(!format!("{refused} {refused:?}").contains(SECRET));
+    }
+    let logged = capture.text();
+    assert!(
+        logged.contains("refused the connection's credentials"),
+        "{logged}"
+    );
+    assert!(!logged.contains(SECRET), "{logged}");
+}

@@ -1,0 +1,337 @@
+//! `rediss://` (cargo feature `tls`) against redis-server's own TLS port, with
+//! certificates made for the test by `openssl`: a CA given to the builder, a client
+//! certificate, `#insecure`, lazy clients, `REDIS_URL`, a TLS cluster, and the error
+//! when the server's certificate is not trusted.
+#![cfg(feature = "tls")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redlimit::{Client, Error, Rule};
+use support::cluster::{cli, free_node_port};
+use support::{free_port, spawn_redis, wait_for_port};
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, in a temp dir.
+struct Certs {
+    dir: PathBuf,
+}
+
+impl Certs {
+    fn make() -> Certs {
+        let dir = std::env::temp_dir().join(format!("redlimit-tls-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        openssl(
+            &dir,
+            &[
+                &["req", "-x509"],
+                &ec[..],
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.crt",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=redlimit test CA",
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign,cRLSign",
+                ],
+            ],
+        );
+        for (name, usage) in [("server", "serverAuth,clientAuth"), ("client", "clientAuth")] {
+            let (key, csr, crt, ext) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+                format!("{name}.ext"),
+            );
+            std::fs::write(
+                dir.join(&ext),
+                format!(
+                    "basicConstraints=CA:FALSE\nextendedKeyUsage={usage}\n\
+                     subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                ),
+            )
+            .unwrap();
+            openssl(
+                &dir,
+                &[
+                    &["req"],
+                    &ec[..],
+                    &["-keyout", &key, "-out", &csr, "-subj", "/CN=127.0.0.1"],
+                ],
+            );
+            openssl(
+                &dir,
+                &[&[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-out",
+                    &crt,
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &ext,
+                ]],
+            );
+        }
+        Certs { dir }
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.join(file).to_str().unwrap().to_owned()
+    }
+
+    fn read(&self, file: &str) -> Vec<u8> {
+        std::fs::read(self.dir.join(file)).unwrap()
+    }
+
+    /// redis-server's TLS options; `clients`: whether it requires client certificates.
+    fn server_args(&self, clients: bool) -> Vec<String> {
+        [
+            "--tls-cert-file",
+            &self.path("server.crt"),
+            "--tls-key-file",
+            &self.path("server.key"),
+            "--tls-ca-cert-file",
+            &self.path("ca.crt"),
+            "--tls-auth-clients",
+            if clients { "yes" } else { "no" },
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn openssl(dir: &Path, parts: &[&[&str]]) {
+    let args: Vec<&str> = parts.concat();
+    let status = Command::new("openssl")
+        .args(&args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run openssl ({e}): install it with `apt-get install -y openssl`"));
+    assert!(status.success(), "openssl {args:?} failed");
+}
+
+/// A TLS-only redis-server; killed on drop.
+struct TlsServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl TlsServer {
+    fn start(certs: &Certs, clients: bool) -> TlsServer {
+        let port = free_port();
+        let mut args = certs.server_args(clients);
+        args.extend(["--tls-port".to_owned(), port.to_string()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let child = spawn_redis(&args);
+        wait_for_port(port);
+        TlsServer { child, port }
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rule(name: &str) -> [Rule; 1] {
+    [Rule::new(name, 2, Duration::from_secs(60))]
+}
+
+async fn limits(client: &Client, name: &str) {
+    let rules = rule(name);
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    assert!(
+        !client.check_rules(&rules).await.unwrap().allowed,
+        "{name}: the third of 2 is refused"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_single_node_lazy_and_from_the_environment() {
+    let certs = Certs::make();
+    let server = TlsServer::start(&certs, false);
+    let url = format!("rediss://127.0.0.1:{}/", server.port);
+
+    let client = Client::builder()
+        .tls_ca_cert(certs.read("ca.crt"))
+        .connect(&url)
+        .await
+        .unwrap();
+    limits(&client, "tls:eager").await;
+    let lazy = Client::builder()
+        .tls_ca_cert(certs.read("ca.crt"))
+        .connect_lazy(&url)
+        .unwrap();
+    limits(&lazy, "tls:lazy").await;
+    let insecure = Client::connect(&format!("{url}#insecure")).await.unwrap();
+    limits(&insecure, "tls:insecure").await;
+
+    // SAFETY: the only test of this binary that touches the environment.
+    unsafe { std::env::set_var("REDIS_URL", format!("{url}#insecure")) };
+    let from_env = Client::from_env().unwrap();
+    assert!(!from_env.is_memory());
+    limits(&from_env, "tls:env").await;
+
+    // Not trusted (the system's roots do not know the test CA): a TLS error that
+    // says what to do, promptly.
+    let started = Instant::now();
+    let err = Client::connect(&url).await.unwrap_err();
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(err.to_string().contains("tls_ca_cert"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    // Plain text to a TLS port is not a hang either.
+    let err = Client::connect(&format!("redis://127.0.0.1:{}/", server.port))
+        .await
+        .unwrap_err();
+    assert!(err.is_backend_failure(), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates() {
+    let certs = Certs::make();
+    let server = TlsServer::start(&certs, true);
+    let url = format!("rediss://127.0.0.1:{}/", server.port);
+    let client = Client::builder()
+        .tls_ca_cert(certs.read("ca.crt"))
+        .tls_client_cert(certs.read("client.crt"), certs.read("client.key"))
+        .connect(&url)
+        .await
+        .unwrap();
+    limits(&client, "tls:mutual").await;
+    let err = Client::builder()
+        .tls_ca_cert(certs.read("ca.crt"))
+        .connect(&url)
+        .await
+        .unwrap_err();
+    assert!(err.is_backend_failure(), "without a client certificate: {err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_cluster() {
+    let certs = Certs::make();
+    let dir = std::env::temp_dir().join(format!(
+        "redlimit-tls-cluster-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        let port = free_node_port();
+        let node_dir = dir.join(port.to_string());
+        std::fs::create_dir_all(&node_dir).unwrap();
+        let mut args = certs.server_args(false);
+        args.extend(
+            [
+                "--tls-port",
+                &port.to_string(),
+                "--tls-cluster",
+                "yes",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--dir",
+                node_dir.to_str().unwrap(),
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        nodes.push((port, KillOnDrop(spawn_redis(&args))));
+    }
+    for (port, _) in &nodes {
+        wait_for_port(*port);
+    }
+    let ca = certs.path("ca.crt");
+    let tls = ["--tls", "--cacert", ca.as_str()];
+    let addresses: Vec<String> = nodes.iter().map(|(p, _)| format!("127.0.0.1:{p}")).collect();
+    let mut create: Vec<&str> = tls.to_vec();
+    create.extend(["--cluster", "create"]);
+    create.extend(addresses.iter().map(String::as_str));
+    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+    cli(&create);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (port, _) in &nodes {
+        let port = port.to_string();
+        let mut info: Vec<&str> = tls.to_vec();
+        info.extend(["-p", &port, "cluster", "info"]);
+        while !cli(&info).contains("cluster_state:ok") {
+            assert!(
+                Instant::now() < deadline,
+                "the TLS cluster did not become healthy in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let url = format!("rediss+cluster://{}/", addresses.join(","));
+    let client = Client::builder()
+        .tls_ca_cert(certs.read("ca.crt"))
+        .connect(&url)
+        .await
+        .unwrap();
+    for user in 0..20 {
+        limits(&client, &format!("tls:cluster:user:{user}")).await;
+    }
+    let lazy = Client::builder()
+        .connect_lazy(&format!("{url}#insecure"))
+        .unwrap();
+    limits(&lazy, "tls:cluster:lazy").await;
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
