@@ -8,7 +8,8 @@ use crate::{RateLimiterConfig, RateType};
 ///
 /// A rule owns its limiter's config: a missing config is created, and a stored config
 /// that differs (a deploy changed the rate) is overwritten keeping the window, with a
-/// warning logged once per limiter per process. Limiters created by rules get a
+/// warning naming both configs (at most once per limiter per 10 s). Limiters created
+/// by rules get a
 /// keep-alive equal to the interval, so idle per-user keys disappear on their own.
 ///
 /// ```
