@@ -152,6 +152,7 @@ for i = 1, nrules do
     fail('permits_exceed_rate', i, string.format('%d %d ', r.permits, r.rate)
       .. 'Requested permits amount cannot exceed defined rate')
   end
+  r.k = k
   if r.kind == '1' then
     r.vkey, r.pkey, r.vrole, r.prole = KEYS[k + 3], KEYS[k + 5], 'client_value', 'client_permits'
   else
@@ -183,8 +184,9 @@ for i = 1, nrules do
   if b == nil then
     b = { vkey = r.vkey, pkey = r.pkey, skip = 0, spent = 0, dirty = false }
     if r.changed and r.old_kind ~= r.kind then
-      -- a change of mode starts the new mode's window afresh
+      -- a change of mode starts afresh and deletes both modes' state (Redisson 4.4+)
       b.clear, b.value, b.dirty = true, r.rate, true
+      b.old = { KEYS[r.k + 2], KEYS[r.k + 3], KEYS[r.k + 4], KEYS[r.k + 5] }
     else
       local raw = read(i, vrole, 'get', r.vkey)
       local stale = read(i, prole, 'zrangebyscore', r.pkey, '-inf', int(now - r.interval))
@@ -255,7 +257,7 @@ if not probe then
   end
   for _, b in pairs(buckets) do
     if b.clear then
-      redis.call('del', b.vkey, b.pkey)
+      redis.call('del', b.old[1], b.old[2], b.old[3], b.old[4])
     elseif b.skip > 0 then
       redis.call('zremrangebyrank', b.pkey, 0, b.skip - 1)
     end

@@ -2,14 +2,20 @@
 --
 -- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
 -- ARGV: 1 keepAliveTime in ms (0 removes it and the TTLs it set)
--- Returns 1.
+-- Returns 1. A keepAliveTime shorter than the interval is refused, as Redisson does:
+-- the keys could expire while grants are still in the window.
 
-local kind = redis.pcall('hget', KEYS[1], 'type')
-if type(kind) == 'table' and kind.err then
-  error({ err = 'redlimit:wrong_type:1 config ' .. kind.err })
+local cfg = redis.pcall('hmget', KEYS[1], 'type', 'interval')
+if type(cfg) == 'table' and cfg.err then
+  error({ err = 'redlimit:wrong_type:1 config ' .. cfg.err })
 end
+local kind = cfg[1]
 if kind == false then
   error({ err = 'redlimit:not_initialized:1 RateLimiter is not initialized' })
+end
+local keep_ms = tonumber(ARGV[1])
+if keep_ms > 0 and keep_ms < (tonumber(cfg[2]) or 0) then
+  error({ err = 'redlimit:keep_alive_short:1 ' .. cfg[2] })
 end
 local vkey, pkey = KEYS[2], KEYS[4]
 if kind == '1' then

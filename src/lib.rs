@@ -22,7 +22,7 @@ pub use redlimit_macros::rate_limit;
 
 pub use redlimit_runtime::{
     default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error,
-    FromRateLimited, LimiterKeys, ManualClock, RateLimited, RateLimiter, RateLimiterConfig, RateType, Rule,
+    FromRateLimited, LimiterKeys, ManualClock, RateLimited, RateLimiter, RateLimiterArgs, RateLimiterConfig, RateType, Rule,
     SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
 };
 

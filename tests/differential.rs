@@ -45,6 +45,10 @@ enum Op {
     Available {
         limiter: usize,
     },
+    Release {
+        limiter: usize,
+        permits: u64,
+    },
     Config {
         limiter: usize,
     },
@@ -110,7 +114,11 @@ fn random_op(rng: &mut StdRng) -> Op {
             rate,
             interval,
         },
-        84..=91 => Op::Available { limiter },
+        84..=88 => Op::Available { limiter },
+        89..=91 => Op::Release {
+            limiter,
+            permits: rng.random_range(1..=4),
+        },
         92..=94 => Op::Config { limiter },
         95..=96 => Op::Expire { limiter },
         97..=98 => Op::KeepAlive { limiter },
@@ -154,6 +162,10 @@ async fn apply(client: &Client, clock: &ManualClock, op: &Op) -> String {
             interval,
         } => limiter(*i)
             .update_rate(*mode, *rate, ms(*interval))
+            .await
+            .map(|updated| updated.to_string()),
+        Op::Release { limiter: i, permits } => limiter(*i)
+            .release(*permits)
             .await
             .map(|()| String::new()),
         Op::Available { limiter: i } => limiter(*i).available_permits().await.map(|n| n.to_string()),

@@ -27,6 +27,12 @@ impl RateType {
 /// doubles, which are exact up to 2^53.
 pub const MAX_RATE: u64 = 1 << 53;
 
+/// Why a keep-alive shorter than the interval is refused (Redisson refuses it too).
+pub(crate) const KEEP_ALIVE_SHORT: &str = "keep_alive is shorter than the interval: the keys could expire \
+     while grants are still in the window, and a limiter made again would grant the rate twice in \
+     one window; use at least the interval, or none (The parameter keepAliveTime should be greater \
+     than or equal to rateInterval)";
+
 /// A limiter's configuration: `rate` permits per `interval`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RateLimiterConfig {
@@ -83,6 +89,8 @@ impl RateLimiterConfig {
             "keep_alive is above 2^53 ms"
         } else if self.keep_alive.is_some_and(|k| k < Duration::from_millis(1)) {
             "keep_alive is below 1 ms; use None for no keep-alive"
+        } else if self.keep_alive.is_some_and(|k| k < self.interval) {
+            KEEP_ALIVE_SHORT
         } else {
             return Ok(());
         };
@@ -146,5 +154,58 @@ impl RateLimiterConfig {
             interval: Duration::from_millis(interval_ms),
             keep_alive: (keep_ms > 0).then(|| Duration::from_millis(keep_ms)),
         }))
+    }
+}
+
+/// Redisson 4.4's `RateLimiterArgs`: a config, and whether writing it keeps the
+/// window, for [`RateLimiter::set_rate_with`](crate::RateLimiter::set_rate_with) and
+/// [`RateLimiter::update_rate_with`](crate::RateLimiter::update_rate_with).
+///
+/// ```
+/// use redlimit_runtime::{RateLimiterArgs, RateType};
+/// use std::time::Duration;
+///
+/// let args = RateLimiterArgs::new(RateType::Overall, 100, Duration::from_secs(60))
+///     .keep_alive(Duration::from_secs(300))
+///     .keep_state(true);
+/// assert_eq!(args.config().rate, 100);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimiterArgs {
+    pub(crate) config: RateLimiterConfig,
+    pub(crate) keep_state: bool,
+}
+
+impl RateLimiterArgs {
+    /// `rate` permits per `interval`, no keep-alive, restarting the window.
+    pub fn new(mode: RateType, rate: u64, interval: Duration) -> Self {
+        RateLimiterConfig::new(mode, rate, interval).into()
+    }
+
+    /// Redisson's `keepAliveTime`: at least the interval.
+    pub fn keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.config.keep_alive = Some(keep_alive);
+        self
+    }
+
+    /// Keep the window (available = rate - permits still in it) instead of
+    /// restarting it (Redisson's `keepState`, default false).
+    pub fn keep_state(mut self, keep_state: bool) -> Self {
+        self.keep_state = keep_state;
+        self
+    }
+
+    /// The config written.
+    pub fn config(&self) -> &RateLimiterConfig {
+        &self.config
+    }
+}
+
+impl From<RateLimiterConfig> for RateLimiterArgs {
+    fn from(config: RateLimiterConfig) -> Self {
+        RateLimiterArgs {
+            config,
+            keep_state: false,
+        }
     }
 }

@@ -51,7 +51,7 @@ mod waiting;
 pub use builder::ClientBuilder;
 pub use client::{Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{RateLimiterConfig, RateType, MAX_RATE};
+pub use config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_RATE};
 pub use decision::Decision;
 pub use default_client::{default_client, set_default};
 pub use error::Error;

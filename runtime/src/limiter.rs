@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::Call;
-use crate::{waiting, Client, Decision, Error, LimiterKeys, RateLimiterConfig, RateType};
+use crate::backend::{Call, Configure};
+use crate::{waiting, Client, Decision, Error, LimiterKeys, RateLimiterArgs, RateLimiterConfig, RateType};
 
 /// One limiter, named as in Redis. Get it from [`Client::rate_limiter`].
 ///
@@ -96,7 +96,8 @@ impl RateLimiter {
     }
 
     /// Overwrites the config and restarts the window: the state of the new mode is
-    /// deleted for this client. Calling it before every acquire never limits.
+    /// deleted for this client (both modes' state when the mode changes). Calling it
+    /// before every acquire never limits.
     pub async fn set_rate(&self, mode: RateType, rate: u64, interval: Duration) -> Result<(), Error> {
         self.set_config(&RateLimiterConfig::new(mode, rate, interval))
             .await
@@ -104,28 +105,68 @@ impl RateLimiter {
 
     /// [`set_rate`](Self::set_rate) with a full config.
     pub async fn set_config(&self, config: &RateLimiterConfig) -> Result<(), Error> {
-        let keys = self.checked(config)?;
-        self.client
-            .backend()
-            .set_rate(keys, config, self.client.now_ms())
-            .await
+        self.set_rate_with(&RateLimiterArgs::from(*config)).await
     }
 
-    /// Overwrites the config keeping the window (Redisson 4.4 `updateRate` with
-    /// `keepState`): available = rate - permits still in the window. When the window
+    /// Overwrites the config keeping the window, when the limiter exists (Redisson
+    /// 4.4's `updateRate` with `keepState`); answers false, writing nothing, when it
+    /// has no config. Available = rate - permits still in the window; when the window
     /// holds more than a lowered rate, the difference is owed (the stored value goes
-    /// below zero) so the new rate is never exceeded. A change of mode clears the state.
-    pub async fn update_rate(&self, mode: RateType, rate: u64, interval: Duration) -> Result<(), Error> {
+    /// below zero, and a Java client's `availablePermits()` reads that negative number
+    /// until enough old grants leave), so the new rate is never exceeded. A change of
+    /// mode deletes both modes' state.
+    pub async fn update_rate(&self, mode: RateType, rate: u64, interval: Duration) -> Result<bool, Error> {
         self.update_config(&RateLimiterConfig::new(mode, rate, interval))
             .await
     }
 
     /// [`update_rate`](Self::update_rate) with a full config.
-    pub async fn update_config(&self, config: &RateLimiterConfig) -> Result<(), Error> {
-        let keys = self.checked(config)?;
+    pub async fn update_config(&self, config: &RateLimiterConfig) -> Result<bool, Error> {
+        self.update_rate_with(&RateLimiterArgs::from(*config).keep_state(true))
+            .await
+    }
+
+    /// Redisson 4.4's `setRate(RateLimiterArgs)`: writes the config, creating the
+    /// limiter when missing; the window restarts unless `args` keep the state.
+    pub async fn set_rate_with(&self, args: &RateLimiterArgs) -> Result<(), Error> {
+        self.configure(args, false).await.map(|_| ())
+    }
+
+    /// Redisson 4.4's `updateRate(RateLimiterArgs)`: like
+    /// [`set_rate_with`](Self::set_rate_with) on an existing limiter only; answers
+    /// false, writing nothing, when it has no config. As in Redisson, the window
+    /// restarts unless `args` keep the state.
+    pub async fn update_rate_with(&self, args: &RateLimiterArgs) -> Result<bool, Error> {
+        self.configure(args, true).await
+    }
+
+    async fn configure(&self, args: &RateLimiterArgs, require_exists: bool) -> Result<bool, Error> {
+        let keys = self.checked(&args.config)?;
+        let how = Configure {
+            keep_state: args.keep_state,
+            require_exists,
+        };
         self.client
             .backend()
-            .update_rate(keys, config, self.client.now_ms())
+            .configure(keys, &args.config, how, self.client.now_ms())
+            .await
+    }
+
+    /// Gives `permits` back (Redisson's `release`), for permits a caller took and did
+    /// not use: they are taken out of the newest grants in the log and added to the
+    /// available permits, at most up to the rate. Unlike Redisson's, which leaves the
+    /// log as it is (its grants are then counted back a second time when they leave
+    /// the window, and the limiter grants more than its rate while its log stays
+    /// busy), value + permits in the log = rate still holds afterwards, so no window
+    /// holds more grants than the rate apart from those given back. 0 does nothing.
+    pub async fn release(&self, permits: u64) -> Result<(), Error> {
+        if permits == 0 {
+            return Ok(());
+        }
+        let keys = self.keys()?;
+        self.client
+            .backend()
+            .release(keys, permits, self.client.now_ms())
             .await
     }
 
@@ -178,7 +219,8 @@ impl RateLimiter {
 
     /// Sets Redisson's `keepAliveTime`: every acquire attempt re-applies it as the TTL
     /// of the limiter's keys, so an idle limiter disappears. Applied to the keys now
-    /// too. `Duration::ZERO` removes it (and the TTLs).
+    /// too. `Duration::ZERO` removes it (and the TTLs). A keep-alive shorter than the
+    /// stored interval is refused, as Redisson refuses it.
     pub async fn keep_alive(&self, keep_alive: Duration) -> Result<(), Error> {
         let keys = self.keys()?;
         let keep_ms = keep_alive.as_millis() as u64;

@@ -46,6 +46,15 @@ pub(crate) struct Outcome {
     pub rules: Vec<(u64, ConfigChange)>,
 }
 
+/// How a config is written: Redisson 4.4's `keepState` and "require exist".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Configure {
+    /// Keep the window (value = rate - permits still in it) instead of restarting it.
+    pub keep_state: bool,
+    /// Write nothing, and answer false, when the limiter has no config.
+    pub require_exists: bool,
+}
+
 /// The backend of a [`Client`](crate::Client).
 pub(crate) enum Backend {
     Memory(memory::MemoryBackend),
@@ -75,22 +84,20 @@ impl Backend {
         dispatch!(self, b => b.try_set_rate(keys, config, now).await)
     }
 
-    pub async fn set_rate(
+    /// Writes `config` (see `lua/configure.lua`); false when `how.require_exists` and
+    /// the limiter has no config (nothing is written).
+    pub async fn configure(
         &self,
         keys: &LimiterKeys,
         config: &RateLimiterConfig,
+        how: Configure,
         now: u64,
-    ) -> Result<(), Error> {
-        dispatch!(self, b => b.set_rate(keys, config, now).await)
+    ) -> Result<bool, Error> {
+        dispatch!(self, b => b.configure(keys, config, how, now).await)
     }
 
-    pub async fn update_rate(
-        &self,
-        keys: &LimiterKeys,
-        config: &RateLimiterConfig,
-        now: u64,
-    ) -> Result<(), Error> {
-        dispatch!(self, b => b.update_rate(keys, config, now).await)
+    pub async fn release(&self, keys: &LimiterKeys, permits: u64, now: u64) -> Result<(), Error> {
+        dispatch!(self, b => b.release(keys, permits, now).await)
     }
 
     pub async fn config(&self, keys: &LimiterKeys, now: u64) -> Result<Option<RateLimiterConfig>, Error> {

@@ -10,15 +10,15 @@ use redis::{RedisError, Script};
 use super::connection::Conn;
 use super::failure::classify;
 use super::replies::{parse_outcome, script_error};
-use super::{Call, Outcome};
+use super::{Call, Configure, Outcome};
 use crate::target::Target;
 use crate::{member, Error, LimiterKeys, RateLimiterConfig};
 
 struct Scripts {
     acquire: Script,
     try_set_rate: Script,
-    set_rate: Script,
-    update_rate: Script,
+    configure: Script,
+    release: Script,
     keep_alive: Script,
     expire: Script,
     refund: Script,
@@ -27,8 +27,8 @@ struct Scripts {
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     acquire: Script::new(include_str!("../../../lua/acquire.lua")),
     try_set_rate: Script::new(include_str!("../../../lua/try_set_rate.lua")),
-    set_rate: Script::new(include_str!("../../../lua/set_rate.lua")),
-    update_rate: Script::new(include_str!("../../../lua/update_rate.lua")),
+    configure: Script::new(include_str!("../../../lua/configure.lua")),
+    release: Script::new(include_str!("../../../lua/release.lua")),
     keep_alive: Script::new(include_str!("../../../lua/keep_alive.lua")),
     expire: Script::new(include_str!("../../../lua/expire.lua")),
     refund: Script::new(include_str!("../../../lua/refund.lua")),
@@ -227,32 +227,35 @@ impl RedisBackend {
         Ok(written == 1)
     }
 
-    pub async fn set_rate(
+    pub async fn configure(
         &self,
         keys: &LimiterKeys,
         config: &RateLimiterConfig,
-        _now: u64,
-    ) -> Result<(), Error> {
-        self.run(&[keys], |mut conn| async move {
-            config_args(&SCRIPTS.set_rate, keys, config)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        })
-        .await?;
-        Ok(())
+        how: Configure,
+        now: u64,
+    ) -> Result<bool, Error> {
+        let flag = |on: bool| if on { "1" } else { "0" };
+        let written: i64 = self
+            .run(&[keys], |mut conn| async move {
+                config_args(&SCRIPTS.configure, keys, config)
+                    .arg(self.now_arg(now))
+                    .arg(flag(how.keep_state))
+                    .arg(flag(how.require_exists))
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(written == 1)
     }
 
-    pub async fn update_rate(
-        &self,
-        keys: &LimiterKeys,
-        config: &RateLimiterConfig,
-        now: u64,
-    ) -> Result<(), Error> {
+    pub async fn release(&self, keys: &LimiterKeys, permits: u64, now: u64) -> Result<(), Error> {
         self.run(&[keys], |mut conn| async move {
-            config_args(&SCRIPTS.update_rate, keys, config)
-                .arg(self.now_arg(now))
-                .invoke_async::<i64>(&mut conn)
-                .await
+            let mut invocation = SCRIPTS.release.prepare_invoke();
+            invocation
+                .key(&keys.all()[..])
+                .arg(permits)
+                .arg(self.now_arg(now));
+            invocation.invoke_async::<i64>(&mut conn).await
         })
         .await?;
         Ok(())

@@ -82,6 +82,10 @@ pub(super) fn script_error(err: &RedisError, calls: &[&LimiterKeys]) -> Option<E
     let name = keys.config().to_owned();
     Some(match kind {
         "not_initialized" => Error::NotInitialized { name },
+        "keep_alive_short" => Error::InvalidConfig {
+            name,
+            problem: crate::config::KEEP_ALIVE_SHORT,
+        },
         "permits_exceed_rate" => {
             let mut numbers = detail.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
             let (permits, rate) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));

@@ -228,7 +228,9 @@ fn commit(
         // Each bucket is settled once, by the first call that planned it.
         if plan.call == i {
             if plan.clear {
-                limiter.remove_bucket(kind);
+                // A change of mode deletes both modes' state, as acquire.lua.
+                limiter.remove_bucket(RateType::Overall);
+                limiter.remove_bucket(RateType::PerClient);
             } else if let Some(bucket) = limiter.bucket(kind, clock_now) {
                 let (skip, released) = bucket.stale(plan.cutoff);
                 bucket.remove_first(skip, released);

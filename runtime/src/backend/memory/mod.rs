@@ -12,8 +12,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use self::state::Store;
-use super::Call;
-use crate::{Error, LimiterKeys, RateLimiterConfig};
+use super::{Call, Configure};
+use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
 /// How far a call's time may lag the newest grant and still be decided at that
 /// grant's time (acquire.lua's REORDER).
@@ -110,43 +110,88 @@ impl MemoryBackend {
             return Ok(false);
         }
         limiter.config = Some(*config);
+        if config.keep_alive_ms() > 0 {
+            limiter.config_expires = Some(now + config.keep_alive_ms());
+        }
         Ok(true)
     }
 
-    pub async fn set_rate(
+    /// `lua/configure.lua`, step for step.
+    pub async fn configure(
         &self,
         keys: &LimiterKeys,
         config: &RateLimiterConfig,
+        how: Configure,
         now: u64,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         let mut store = self.lock(keys.config());
-        let limiter = store.limiter_or_insert(keys.config());
-        limiter.live_config(now);
-        limiter.config = Some(*config);
-        limiter.remove_bucket(config.rate_type);
-        Ok(())
-    }
-
-    pub async fn update_rate(
-        &self,
-        keys: &LimiterKeys,
-        config: &RateLimiterConfig,
-        now: u64,
-    ) -> Result<(), Error> {
-        let mut store = self.lock(keys.config());
+        let exists = store
+            .limiters
+            .get_mut(keys.config())
+            .is_some_and(|l| l.live_config(now).is_some());
+        if how.require_exists && !exists {
+            return Ok(false);
+        }
         let limiter = store.limiter_or_insert(keys.config());
         let old = limiter.live_config(now);
         limiter.config = Some(*config);
-        if old.map(|c| c.rate_type) != Some(config.rate_type) {
-            limiter.remove_bucket(config.rate_type);
-            return Ok(());
+        let keep = config.keep_alive_ms();
+        if keep > 0 {
+            limiter.config_expires = Some(now + keep);
         }
+        if old.is_some_and(|old| old.rate_type != config.rate_type) {
+            limiter.remove_bucket(RateType::Overall);
+            limiter.remove_bucket(RateType::PerClient);
+            return Ok(true);
+        }
+        if !how.keep_state {
+            limiter.remove_bucket(config.rate_type);
+            return Ok(true);
+        }
+        let expires = limiter.config_expires.filter(|&t| t > now);
         if let Some(bucket) = limiter.bucket(config.rate_type, now) {
             let (skip, released) = bucket.stale(now as i64 - config.interval_ms() as i64);
             bucket.remove_first(skip, released);
             if bucket.value.is_some() || bucket.total > 0 {
                 bucket.value = Some(config.rate as i64 - bucket.total as i64);
             }
+            if expires.is_some() {
+                bucket.expires = expires;
+            }
+        }
+        Ok(true)
+    }
+
+    /// `lua/release.lua`, step for step: the permits come out of the newest grants.
+    pub async fn release(&self, keys: &LimiterKeys, permits: u64, now: u64) -> Result<(), Error> {
+        let mut store = self.lock(keys.config());
+        let not_initialized = || Error::NotInitialized {
+            name: keys.config().to_owned(),
+        };
+        let limiter = store.limiters.get_mut(keys.config()).ok_or_else(not_initialized)?;
+        let config = limiter.live_config(now).ok_or_else(not_initialized)?;
+        let expires = match config.keep_alive_ms() {
+            0 => limiter.config_expires.filter(|&t| t > now),
+            keep => {
+                limiter.config_expires = Some(now + keep);
+                Some(now + keep)
+            }
+        };
+        let rate = config.rate as i64;
+        let bucket = limiter.bucket_or_default(config.rate_type);
+        let (skip, released) = bucket.stale(now as i64 - config.interval_ms() as i64);
+        bucket.remove_first(skip, released);
+        let live = bucket.total as i64;
+        let mut value = match bucket.value {
+            None => rate - live,
+            Some(value) if value + released as i64 > rate => rate - live,
+            Some(value) => value + released as i64,
+        };
+        let taken = bucket.take_newest(permits);
+        value = (value + taken as i64).min(rate);
+        bucket.value = Some(value);
+        if expires.is_some() {
+            bucket.expires = expires;
         }
         Ok(())
     }
@@ -221,7 +266,6 @@ impl MemoryBackend {
 mod tests {
     use super::*;
     use crate::backend::ConfigChange;
-    use crate::RateType;
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()

@@ -157,6 +157,26 @@ impl Bucket {
         self.total -= permits;
     }
 
+    /// Takes up to `permits` out of the newest entries (the last one shrinks when it
+    /// holds more than is left to take); answers how many were taken.
+    pub fn take_newest(&mut self, permits: u64) -> u64 {
+        let mut taken = 0;
+        while taken < permits {
+            let Some(mut newest) = self.log.last_entry() else {
+                break;
+            };
+            let left = permits - taken;
+            if u64::from(*newest.get()) > left {
+                *newest.get_mut() -= left as u32;
+                taken += left;
+            } else {
+                taken += u64::from(newest.remove());
+            }
+        }
+        self.total -= taken;
+        taken
+    }
+
     pub fn newest(&self) -> Option<u64> {
         self.log.last_key_value().map(|(&(score, _), _)| score)
     }

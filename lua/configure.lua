@@ -1,0 +1,83 @@
+-- configure.lua: write a limiter's config (Redisson's setRate, and 4.4's setRate and
+-- updateRate with RateLimiterArgs).
+--
+-- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
+-- ARGV: 1 rate, 2 interval in ms, 3 type ("0" overall, "1" per_client),
+--       4 keepAliveTime in ms ("0": none), 5 now in epoch ms (empty: the server's clock),
+--       6 "1" keeps the window, "0" restarts it, 7 "1" requires an existing config
+-- Returns 0 when ARGV[7] is "1" and NAME does not exist (nothing is written), else 1.
+--
+-- The config fields are overwritten, and NAME's TTL set to keepAliveTime when > 0.
+-- A change of mode deletes both modes' value and log (KEYS 2 to 5). Otherwise a
+-- restart deletes the mode's value and log; keeping the window drops the entries that
+-- left the new window and sets value = rate - (permits still in the window). The value
+-- goes below zero when the window holds more than a lowered rate: that debt keeps
+-- value + permits in the log = rate, so the new rate is never exceeded while old
+-- grants leave (Redisson clamps it at 0 instead, which lets the window exceed the new
+-- rate). Then the TTL rule of an acquire applies to the three keys.
+-- Keys that are deleted may hold anything (a restart repairs corrupted state); keys
+-- that are read must hold their type.
+
+local function check_type(key, expected, role)
+  local kind = redis.call('type', key).ok
+  if kind ~= expected and kind ~= 'none' then
+    error({ err = 'redlimit:wrong_type:1 ' .. role .. ' holds a ' .. kind })
+  end
+  return kind
+end
+
+if check_type(KEYS[1], 'hash', 'config') == 'none' and ARGV[7] == '1' then
+  return 0
+end
+
+local rate, interval, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
+local now = tonumber(ARGV[5])
+if ARGV[5] == '' then
+  local t = redis.call('time')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local old_kind = redis.call('hget', KEYS[1], 'type')
+redis.call('hset', KEYS[1], 'rate', ARGV[1], 'interval', ARGV[2], 'type', ARGV[3], 'keepAliveTime', ARGV[4])
+if keep > 0 then
+  redis.call('pexpire', KEYS[1], keep)
+end
+if old_kind ~= false and old_kind ~= ARGV[3] then
+  redis.call('del', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  return 1
+end
+local vkey, pkey, prole = KEYS[2], KEYS[4], 'permits'
+if ARGV[3] == '1' then
+  vkey, pkey, prole = KEYS[3], KEYS[5], 'client_permits'
+end
+if ARGV[6] ~= '1' then
+  redis.call('del', vkey, pkey)
+  return 1
+end
+check_type(vkey, 'string', prole == 'permits' and 'value' or 'client_value')
+check_type(pkey, 'zset', prole)
+
+local live = redis.call('zrangebyscore', pkey, '(' .. string.format('%d', now - interval), '+inf')
+local total = 0
+for _, member in ipairs(live) do
+  local len = string.byte(member, 1)
+  if len == nil or #member ~= len + 5 then
+    error({ err = 'redlimit:bad_member:1 ' .. prole .. ' member of ' .. #member .. ' bytes does not decode' })
+  end
+  local a, b, c, d = string.byte(member, len + 2, len + 5)
+  total = total + a + b * 256 + c * 65536 + d * 16777216
+end
+redis.call('zremrangebyscore', pkey, '-inf', string.format('%d', now - interval))
+if redis.call('exists', vkey) == 1 or total > 0 then
+  redis.call('set', vkey, string.format('%d', rate - total), 'keepttl')
+end
+if keep > 0 then
+  redis.call('pexpire', vkey, keep)
+  redis.call('pexpire', pkey, keep)
+else
+  local ttl = redis.call('pttl', KEYS[1])
+  if ttl > 0 then
+    redis.call('pexpire', vkey, ttl)
+    redis.call('pexpire', pkey, ttl)
+  end
+end
+return 1

@@ -1,0 +1,118 @@
+-- release.lua: give permits back to a limiter (Redisson 3.52's release), keeping
+-- value + permits in the log = rate.
+--
+-- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
+-- ARGV: 1 permits (>= 1), 2 now in epoch ms (empty: the server's clock)
+-- Returns the permits available afterwards.
+--
+-- Redisson sets value = min(rate, value + permits) and leaves the log alone, so once
+-- the log's grants leave the window they are counted back a second time: the limiter
+-- then grants more than its rate for as long as its log stays busy. Here the permits
+-- given back are taken out of the newest grants in the log (the ones a caller most
+-- likely did not use) before they are added to the value: the window then holds what
+-- it would have, had those grants not been made, and value + log = rate still holds.
+-- With that sum intact the value is min(rate, value + permits), as Redisson's.
+
+local cfg = redis.pcall('hmget', KEYS[1], 'rate', 'interval', 'type')
+if type(cfg) == 'table' and cfg.err then
+  error({ err = 'redlimit:wrong_type:1 config ' .. cfg.err })
+end
+if cfg[1] == false or cfg[2] == false or cfg[3] == false then
+  error({ err = 'redlimit:not_initialized:1 RateLimiter is not initialized' })
+end
+local rate, interval = tonumber(cfg[1]), tonumber(cfg[2])
+if rate == nil or interval == nil then
+  error({ err = 'redlimit:bad_config:1 rate=' .. tostring(cfg[1]) })
+end
+local now = tonumber(ARGV[2])
+if ARGV[2] == '' then
+  local t = redis.call('time')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local vkey, pkey, vrole, prole = KEYS[2], KEYS[4], 'value', 'permits'
+if cfg[3] == '1' then
+  vkey, pkey, vrole, prole = KEYS[3], KEYS[5], 'client_value', 'client_permits'
+end
+for _, pair in ipairs({ { vkey, 'string', vrole }, { pkey, 'zset', prole } }) do
+  local kind = redis.call('type', pair[1]).ok
+  if kind ~= pair[2] and kind ~= 'none' then
+    error({ err = 'redlimit:wrong_type:1 ' .. pair[3] .. ' holds a ' .. kind })
+  end
+end
+
+local function permits_of(member)
+  local len = string.byte(member, 1)
+  if len == nil or #member ~= len + 5 then
+    error({ err = 'redlimit:bad_member:1 ' .. prole .. ' member of ' .. #member .. ' bytes does not decode' })
+  end
+  local a, b, c, d = string.byte(member, len + 2, len + 5)
+  return a + b * 256 + c * 65536 + d * 16777216, len
+end
+
+-- The window as an acquire would see it: released entries out, the value rebuilt
+-- from the log when missing or inflated.
+local cutoff = string.format('%d', now - interval)
+local released = 0
+for _, member in ipairs(redis.call('zrangebyscore', pkey, '-inf', cutoff)) do
+  released = released + permits_of(member)
+end
+redis.call('zremrangebyscore', pkey, '-inf', cutoff)
+local log = redis.call('zrange', pkey, 0, -1, 'withscores')
+local live = 0
+for i = 1, #log, 2 do
+  live = live + permits_of(log[i])
+end
+local raw = redis.call('get', vkey)
+local value
+if raw == false then
+  value = rate - live
+else
+  value = tonumber(raw)
+  if value == nil or not string.match(raw, '^%-?%d+$') then
+    error({ err = 'redlimit:bad_value:1 ' .. vrole .. ' ' .. tostring(raw) })
+  end
+  value = value + released
+  if value > rate then
+    value = rate - live
+  end
+end
+
+-- Take the permits out of the newest grants.
+local left = tonumber(ARGV[1])
+local taken = 0
+local i = #log - 1
+while left > 0 and i >= 1 do
+  local member, score = log[i], log[i + 1]
+  local permits, len = permits_of(member)
+  redis.call('zrem', pkey, member)
+  if permits > left then
+    local rest = permits - left
+    local shrunk = string.sub(member, 1, len + 1)
+      .. string.char(rest % 256, math.floor(rest / 256) % 256, math.floor(rest / 65536) % 256,
+        math.floor(rest / 16777216) % 256)
+    redis.call('zadd', pkey, score, shrunk)
+    permits = left
+  end
+  taken = taken + permits
+  left = left - permits
+  i = i - 2
+end
+value = value + taken
+if value > rate then
+  value = rate
+end
+redis.call('set', vkey, string.format('%d', value), 'keepttl')
+
+local keep = tonumber(redis.call('hget', KEYS[1], 'keepAliveTime') or '0') or 0
+if keep > 0 then
+  redis.call('pexpire', KEYS[1], keep)
+  redis.call('pexpire', vkey, keep)
+  redis.call('pexpire', pkey, keep)
+else
+  local ttl = redis.call('pttl', KEYS[1])
+  if ttl > 0 then
+    redis.call('pexpire', vkey, ttl)
+    redis.call('pexpire', pkey, ttl)
+  end
+end
+return value
