@@ -22,8 +22,8 @@ pub use redlimit_macros::rate_limit;
 
 pub use redlimit_runtime::{
     default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error,
-    FromRateLimited, LimiterKeys, ManualClock, RateLimited, RateLimiter, RateLimiterArgs, RateLimiterConfig, RateType, Rule,
-    SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
+    FromRateLimited, LimiterKeys, ManualClock, RateLimited, RateLimiter, RateLimiterArgs, RateLimiterConfig,
+    RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
 };
 
 /// The README's examples, compiled as doc tests so they stay true.

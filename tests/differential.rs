@@ -164,10 +164,7 @@ async fn apply(client: &Client, clock: &ManualClock, op: &Op) -> String {
             .update_rate(*mode, *rate, ms(*interval))
             .await
             .map(|updated| updated.to_string()),
-        Op::Release { limiter: i, permits } => limiter(*i)
-            .release(*permits)
-            .await
-            .map(|()| String::new()),
+        Op::Release { limiter: i, permits } => limiter(*i).release(*permits).await.map(|()| String::new()),
         Op::Available { limiter: i } => limiter(*i).available_permits().await.map(|n| n.to_string()),
         Op::Config { limiter: i } => limiter(*i).config().await.map(|c| format!("{c:?}")),
         Op::Expire { limiter: i } => limiter(*i).expire(HOUR).await.map(|set| set.to_string()),

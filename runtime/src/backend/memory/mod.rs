@@ -168,7 +168,10 @@ impl MemoryBackend {
         let not_initialized = || Error::NotInitialized {
             name: keys.config().to_owned(),
         };
-        let limiter = store.limiters.get_mut(keys.config()).ok_or_else(not_initialized)?;
+        let limiter = store
+            .limiters
+            .get_mut(keys.config())
+            .ok_or_else(not_initialized)?;
         let config = limiter.live_config(now).ok_or_else(not_initialized)?;
         let expires = match config.keep_alive_ms() {
             0 => limiter.config_expires.filter(|&t| t > now),
