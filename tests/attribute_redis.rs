@@ -145,23 +145,13 @@ async fn the_attribute_on_redis() {
     assert_eq!(value, "4");
     let logged: usize = raw.zcard("{rate_limit:orders:user:1}:permits").await.unwrap();
     assert_eq!(logged, 1);
-    // Both rules in one script call, granted or refused.
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    // Both rules in one script call, granted or refused: everything the client sent.
+    let monitor = support::monitor::Monitor::start(server.port);
     for user in 10..15 {
-        let _ = order(user).await;
+        let refused = order(user).await.unwrap_err().0;
+        assert_eq!(refused.rule(), 1, "the global rule is spent");
     }
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    // (commandstats also counts the commands the script runs inside Redis.)
-    assert!(stats.contains("cmdstat_evalsha:calls=5,"), "{stats}");
-    assert!(!stats.contains("cmdstat_eval:"), "{stats}");
+    assert_eq!(monitor.client_commands(), vec!["EVALSHA".to_owned(); 5]);
 
     // Fallback with the arguments; methods; waiting.
     assert_eq!(search("rust".into(), 1).await, "fresh rust 1");
@@ -180,6 +170,35 @@ async fn the_attribute_on_redis() {
         "{:?}",
         started.elapsed()
     );
+
+    // Corrupted state is a backend failure: `deny` refuses with it as the cause,
+    // `local` decides in process; the state is left as it was.
+    let _: () = redis::cmd("HSET")
+        .arg("rate_limit:corrupt:1")
+        .arg(&["rate", "ten", "interval", "60000", "type", "0"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let refused = corrupt_deny(1).await.unwrap_err().0;
+    assert!(
+        matches!(
+            refused.cause(),
+            Some(redlimit::Error::CorruptConfig { field: "rate", .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(refused.retry_after(), None);
+    corrupt_local(1).await.unwrap();
+    let refused = corrupt_local(1).await.unwrap_err().0;
+    assert!(
+        refused.cause().is_none(),
+        "refused by the in-process limiter: {refused:?}"
+    );
+    assert!(refused.retry_after().is_some());
+    let stored: std::collections::HashMap<String, String> =
+        raw.hgetall("rate_limit:corrupt:1").await.unwrap();
+    assert_eq!(stored["rate"], "ten", "left as it was");
+    assert_eq!(stored.len(), 3);
 
     // Stacked templates that coincide for some values: each decision as the model
     // says, under every on_error policy.

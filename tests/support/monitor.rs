@@ -1,0 +1,79 @@
+//! Every command clients send to a redis-server, read with `MONITOR` (through
+//! `redis-cli`): what a client sent, as opposed to what its scripts ran inside Redis,
+//! which MONITOR marks `[db lua]`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+pub struct Monitor {
+    child: Child,
+    lines: Receiver<String>,
+    port: u16,
+}
+
+const MARKER: &str = "redlimit-monitor-marker";
+
+impl Monitor {
+    /// Starts watching the server on `port`; returns once MONITOR is in effect.
+    pub fn start(port: u16) -> Monitor {
+        let mut child = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "monitor"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run redis-cli ({e}): install it with `apt-get update && apt-get install -y redis-server`")
+            });
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut monitor = Monitor { child, lines, port };
+        monitor.until_marker();
+        monitor
+    }
+
+    /// Sends a marker from another client and collects the lines before it.
+    fn until_marker(&mut self) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = Vec::new();
+        loop {
+            super::cluster::cli(&["-p", &self.port.to_string(), "echo", MARKER]);
+            while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                if line.contains(MARKER) {
+                    return seen;
+                }
+                seen.push(line);
+            }
+            assert!(Instant::now() < deadline, "MONITOR showed nothing for 10 s");
+        }
+    }
+
+    /// The names (upper case) of the commands clients sent since the start, in order:
+    /// not those scripts ran, not the markers.
+    pub fn client_commands(mut self) -> Vec<String> {
+        let lines = self.until_marker();
+        lines
+            .iter()
+            .filter(|line| !line.contains(" lua]") && !line.contains(MARKER))
+            .filter_map(|line| {
+                let command = line.split("] \"").nth(1)?;
+                Some(command.split('"').next()?.to_uppercase())
+            })
+            .collect()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
