@@ -176,10 +176,10 @@ fn spawn_and_collect(server: &RedisServer, scenario: &str) -> BTreeMap<String, V
     grants
 }
 
-/// The most grants in any window [t, t + interval), and the mean number of grants in
-/// the windows starting every 10 ms from the first grant to one interval before the
-/// last (the steady state).
-fn windows(times: &mut [u64]) -> (usize, f64) {
+/// The most grants in any window [t, t + interval), and the fewest and the mean number
+/// of grants in the windows starting every 10 ms from the first grant to one interval
+/// before the last (the steady state).
+fn windows(times: &mut [u64]) -> (usize, usize, f64) {
     times.sort_unstable();
     let mut most = 0;
     let mut start = 0;
@@ -192,14 +192,16 @@ fn windows(times: &mut [u64]) -> (usize, f64) {
     let (first, last) = (times[0], times[times.len() - 1]);
     let starts: Vec<u64> = (first..=last.saturating_sub(INTERVAL_MS)).step_by(10).collect();
     let in_window = |t: u64| times.iter().filter(|&&g| g >= t && g < t + INTERVAL_MS).count();
-    let mean = starts.iter().map(|&t| in_window(t)).sum::<usize>() as f64 / starts.len().max(1) as f64;
-    (most, mean)
+    let counts: Vec<usize> = starts.iter().map(|&t| in_window(t)).collect();
+    let mean = counts.iter().sum::<usize>() as f64 / counts.len().max(1) as f64;
+    let fewest = counts.iter().copied().min().unwrap_or(0);
+    (most, fewest, mean)
 }
 
 fn check(scenario: &str, times: &mut [u64], rate: u64) {
-    let (most, mean) = windows(times);
+    let (most, fewest, mean) = windows(times);
     println!(
-        "{scenario}: {} grants, busiest window {most}, {mean:.1} per window",
+        "{scenario}: {} grants, busiest window {most}, quietest {fewest}, {mean:.1} per window",
         times.len()
     );
     assert!(

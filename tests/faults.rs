@@ -16,7 +16,7 @@ use support::RedisServer;
 use tokio::sync::Mutex;
 
 const TIMEOUT: Duration = Duration::from_millis(200);
-const MARGIN: Duration = Duration::from_millis(250);
+const MARGIN: Duration = Duration::from_millis(100);
 const RATE: u64 = 50;
 const KEY: &str = "rate_limit:faults";
 

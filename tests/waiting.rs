@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redlimit::{Client, RateType, Rule};
@@ -72,7 +70,7 @@ async fn try_acquire_for_gives_up_without_sleeping_past_the_deadline() {
 }
 
 #[tokio::test]
-async fn a_wait_that_ends_at_the_deadline_is_tried_at_the_deadline() {
+async fn a_wait_that_ends_just_before_the_deadline_is_granted() {
     let (_server, clients) = clients().await;
     for client in clients {
         let limiter = client.rate_limiter("wait:edge");
@@ -99,29 +97,33 @@ async fn a_wait_that_ends_at_the_deadline_is_tried_at_the_deadline() {
 async fn many_waiters_are_served_in_turn_and_never_over_granted() {
     let (_server, clients) = clients().await;
     for client in clients {
-        let limiter = client.rate_limiter("wait:crowd");
-        limiter
-            .try_set_rate(RateType::Overall, 5, INTERVAL)
-            .await
-            .unwrap();
-        let granted = Arc::new(AtomicUsize::new(0));
+        let rule = Rule::new("wait:crowd", 5, INTERVAL);
         let started = Instant::now();
         let tasks: Vec<_> = (0..15)
             .map(|_| {
-                let limiter = limiter.clone();
-                let granted = granted.clone();
-                tokio::spawn(async move {
-                    limiter.acquire(1).await.unwrap();
-                    granted.fetch_add(1, Ordering::SeqCst);
-                })
+                let client = client.clone();
+                let rule = rule.clone();
+                tokio::spawn(async move { client.acquire_rules(&[rule]).await.unwrap().at_ms })
             })
             .collect();
+        let mut times = Vec::new();
         for task in tasks {
-            task.await.unwrap();
+            times.push(task.await.unwrap());
+        }
+        // Every window [t, t + interval) of grant times (each grant's score in the
+        // log) holds at most the rate.
+        times.sort_unstable();
+        let interval = INTERVAL.as_millis() as u64;
+        for (i, &t) in times.iter().enumerate() {
+            let in_window = times[i..].iter().take_while(|&&g| g < t + interval).count();
+            assert!(
+                in_window <= 5,
+                "{client:?}: {in_window} grants from {t}: {times:?}"
+            );
         }
         // 15 permits at 5 per window: the last five cannot start before two windows.
         let took = started.elapsed();
-        assert_eq!(granted.load(Ordering::SeqCst), 15);
+        assert_eq!(times.len(), 15);
         assert!(
             took >= 2 * INTERVAL - Duration::from_millis(5),
             "{client:?}: {took:?}"

@@ -194,6 +194,51 @@ pub(crate) mod tests {
         }
     }
 
+    /// The part of `key` Redis Cluster hashes: the first `{...}` when non-empty, else
+    /// the whole key (the specification's rule, written independently of check_slot).
+    fn hashed(key: &str) -> &str {
+        if let Some(open) = key.find('{') {
+            if let Some(len) = key[open + 1..].find('}') {
+                if len > 0 {
+                    return &key[open + 1..open + 1 + len];
+                }
+            }
+        }
+        key
+    }
+
+    /// What check_params and check_slot must answer for `pieces`: params exactly when
+    /// every placeholder names a parameter; slot exactly when the config key and the
+    /// value key (`{NAME}:value`, or `NAME:value` when NAME has a `{`) hash alike, with
+    /// the default prefix and a value standing in for each placeholder.
+    fn checks_agree(pieces: &[Piece], params: &[String], input: &str) {
+        let named = pieces.iter().all(|piece| match piece {
+            Piece::Value(path) => params.contains(&path[0]),
+            Piece::Text(_) => true,
+        });
+        match check_params(pieces, params) {
+            Ok(()) => assert!(named, "{input:?}"),
+            Err(message) => assert!(!named && !message.is_empty(), "{input:?}"),
+        }
+        let name: String = std::iter::once("rate_limit:".to_owned())
+            .chain(pieces.iter().map(|piece| match piece {
+                Piece::Text(text) => text.clone(),
+                Piece::Value(_) => "v".to_owned(),
+            }))
+            .collect();
+        let value_key = if name.contains('{') {
+            format!("{name}:value")
+        } else {
+            format!("{{{name}}}:value")
+        };
+        let one_slot = hashed(&name) == hashed(&value_key);
+        assert_eq!(
+            check_slot(pieces).is_ok(),
+            one_slot,
+            "{input:?}: {name} / {value_key}"
+        );
+    }
+
     #[test]
     fn no_input_panics() {
         let alphabet = ["", "{", "}", "a", ".", "0", ":", "é", " ", "_"];
@@ -205,8 +250,7 @@ pub(crate) mod tests {
                         for e in alphabet {
                             let input = format!("{a}{b}{c}{d}{e}");
                             if let Ok(pieces) = parse(&input) {
-                                let _ = check_params(&pieces, &params);
-                                let _ = check_slot(&pieces);
+                                checks_agree(&pieces, &params, &input);
                             } else {
                                 assert!(!parse(&input).unwrap_err().is_empty());
                             }
@@ -248,8 +292,7 @@ pub(crate) mod tests {
                         })
                         .collect();
                     assert_eq!(parse(&rebuilt).as_ref(), Ok(&pieces), "{text:?}");
-                    let _ = check_params(&pieces, &params);
-                    let _ = check_slot(&pieces);
+                    checks_agree(&pieces, &params, &text);
                 }
                 Err(message) => assert!(message.len() > 10, "{text:?}: {message}"),
             }

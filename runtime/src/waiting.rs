@@ -45,3 +45,53 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(wait: Duration) -> Decision {
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: Some(wait),
+            refused_by: Some(0),
+            at_ms: 0,
+        }
+    }
+
+    /// A wait that ends exactly at the deadline: the jitter would carry the next
+    /// attempt past it, so the sleep is cut at the deadline and the attempt made there.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ending_at_the_deadline_is_tried_at_the_deadline_not_after() {
+        let wait = Duration::from_millis(80);
+        for _ in 0..20 {
+            let deadline = Instant::now() + wait;
+            let mut attempts = Vec::new();
+            let decision = until_allowed(Some(deadline), || {
+                attempts.push(Instant::now());
+                async move { Ok(refused(wait)) }
+            })
+            .await
+            .unwrap();
+            assert!(!decision.allowed);
+            assert_eq!(attempts.len(), 2, "one attempt now, one at the deadline");
+            assert_eq!(attempts[1], deadline, "{:?} after it", attempts[1] - deadline);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_past_the_deadline_gives_up_at_once() {
+        let started = Instant::now();
+        let mut attempts = 0;
+        let decision = until_allowed(Some(started + Duration::from_millis(50)), || {
+            attempts += 1;
+            async { Ok(refused(Duration::from_millis(51))) }
+        })
+        .await
+        .unwrap();
+        assert!(!decision.allowed);
+        assert_eq!(attempts, 1);
+        assert_eq!(Instant::now(), started, "no sleep at all");
+    }
+}

@@ -84,7 +84,9 @@ impl RedisBackend {
             }
             Ok(Err(err)) => {
                 let connecting = !self.answered.load(Ordering::Relaxed);
-                if err.is_io_error() {
+                // A lost connection (not a slow answer) is made again before the
+                // next command can be answered.
+                if err.is_io_error() && !err.is_timeout() {
                     self.answered.store(false, Ordering::Relaxed);
                 }
                 Err(script_error(&err, calls)
