@@ -4,11 +4,12 @@
 //!
 //! 1. Overhead against the wire: a decorated fn against a bare redis-rs loop running
 //!    the same acquire script, 64 tasks each.
-//! 2. Round trips: client commands per decision for 1, 2 and 3 stacked rules, and the
-//!    seeds' AOP pattern (`trySetRate` + `tryAcquire`).
+//! 2. Round trips: client commands per decision (read with MONITOR: every command a
+//!    client sent, not those its scripts ran) for 1, 2 and 3 stacked rules, and the
+//!    pattern of calling `trySetRate` then `tryAcquire` before every call.
 //! 3. Latency of a decision under that load.
 //! 4. Memory in Redis per limiter when saturated, and keys left by idle limiters.
-//! 5. In process: ns per decision of the memory backend next to governor.
+//! 5. In process: the memory backend next to governor, per thread and in total.
 
 use std::net::{TcpListener, TcpStream};
 use std::num::NonZeroU32;
@@ -28,6 +29,7 @@ const HUGE_RATE: u64 = 1_000_000_000;
 struct Server {
     child: Child,
     url: String,
+    port: u16,
 }
 
 impl Server {
@@ -57,6 +59,7 @@ impl Server {
         Server {
             child,
             url: format!("redis://127.0.0.1:{port}/"),
+            port,
         }
     }
 }
@@ -154,18 +157,54 @@ async fn reset(conn: &mut MultiplexedConnection) {
         .unwrap();
 }
 
-/// Client commands per decision: every command a client sent (scripts count once).
+/// Client commands per decision: every command a client sent, read with MONITOR
+/// (`redis-cli monitor`), which marks the commands scripts run inside Redis `[db lua]`.
 async fn commands_per_decision<Fut: std::future::Future<Output = ()>>(
-    conn: &mut MultiplexedConnection,
+    port: u16,
     decide: impl Fn() -> Fut,
 ) -> f64 {
     decide().await; // loads scripts
-    reset(conn).await;
+    let mut monitor = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "monitor"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli on PATH (apt-get install -y redis-server)");
+    let (sender, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = monitor.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // Lines up to a marker sent by another client.
+    let until_marker = |marker: &str| -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            let _ = Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "echo", marker])
+                .output();
+            while let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
+                if line.contains(marker) {
+                    return seen;
+                }
+                seen.push(line);
+            }
+        }
+    };
+    until_marker("bench-start");
     let decisions = 1000;
     for _ in 0..decisions {
         decide().await;
     }
-    let sent = command_stat(conn, "evalsha", "calls").await + command_stat(conn, "eval", "calls").await;
+    let sent = until_marker("bench-end")
+        .iter()
+        .filter(|line| !line.contains(" lua]") && !line.contains("bench-start"))
+        .count();
+    let _ = monitor.kill();
+    let _ = monitor.wait();
     sent as f64 / decisions as f64
 }
 
@@ -270,11 +309,12 @@ async fn main() {
     println!("## Client commands per decision\n");
     println!("| pattern | commands |");
     println!("|---|---:|");
-    let one = commands_per_decision(&mut conn, || async { one_rule().await.unwrap() }).await;
-    let two = commands_per_decision(&mut conn, || async { two_rules().await.unwrap() }).await;
-    let three = commands_per_decision(&mut conn, || async { three_rules().await.unwrap() }).await;
+    let port = server.port;
+    let one = commands_per_decision(port, || async { one_rule().await.unwrap() }).await;
+    let two = commands_per_decision(port, || async { two_rules().await.unwrap() }).await;
+    let three = commands_per_decision(port, || async { three_rules().await.unwrap() }).await;
     let aop_limiter = client.rate_limiter("rate_limit:bench:aop");
-    let aop = commands_per_decision(&mut conn, || async {
+    let aop = commands_per_decision(port, || async {
         aop_limiter
             .try_set_rate(RateType::Overall, HUGE_RATE, Duration::from_secs(1))
             .await
@@ -285,7 +325,7 @@ async fn main() {
     println!("| #[rate_limit], 1 rule | {one:.2} |");
     println!("| #[rate_limit], 2 rules | {two:.2} |");
     println!("| #[rate_limit], 3 rules | {three:.2} |");
-    println!("| seed AOP: trySetRate + tryAcquire | {aop:.2} |\n");
+    println!("| trySetRate then tryAcquire on every call | {aop:.2} |\n");
 
     // 4: memory per saturated limiter, and idle limiters.
     println!("## Memory in Redis per limiter, saturated (interval 60 s)\n");
@@ -351,9 +391,9 @@ fn in_process() {
     const KEYS: usize = 1000;
     const DECISIONS: usize = 2_000_000;
     let quota = NonZeroU32::new(1000).unwrap();
-    println!("## In process: ns per decision, {KEYS} keys, quota 1000/s per key\n");
-    println!("| | 1 thread | 2 threads |");
-    println!("|---|---:|---:|");
+    println!("## In process: {KEYS} keys, quota 1000/s per key\n");
+    println!("| | 1 thread: ns per decision | 2 threads: ns per decision, per thread | 2 threads: decisions/s in total (x one thread's) |");
+    println!("|---|---:|---:|---:|");
 
     let client = Client::memory();
     let rules: Arc<Vec<[Rule; 1]>> = Arc::new(
@@ -381,7 +421,10 @@ fn in_process() {
         })
     };
     let (ours_1, ours_2) = (ours(1), ours(2));
-    println!("| redlimit memory backend (`check_rules`) | {ours_1:.0} | {ours_2:.0} |");
+    println!(
+        "| redlimit memory backend (`check_rules`) | {} |",
+        row(ours_1, ours_2)
+    );
 
     let limiter = Arc::new(governor::RateLimiter::keyed(governor::Quota::per_second(quota)));
     let theirs = |threads: usize| {
@@ -395,25 +438,51 @@ fn in_process() {
         })
     };
     let (gov_1, gov_2) = (theirs(1), theirs(2));
-    println!("| governor keyed (`check_key`) | {gov_1:.0} | {gov_2:.0} |");
+    println!("| governor keyed (`check_key`) | {} |", row(gov_1, gov_2));
     println!(
-        "\nratio (redlimit / governor), 1 thread: {:.1}x, 2 threads: {:.1}x",
-        ours_1 / gov_1,
-        ours_2 / gov_2
+        "\nratio (redlimit / governor), ns per decision, 1 thread: {:.1}x, 2 threads: {:.1}x",
+        ours_1.per_thread_ns / gov_1.per_thread_ns,
+        ours_2.per_thread_ns / gov_2.per_thread_ns
     );
 }
 
-/// Wall-clock ns per decision with `total` decisions split over `threads`.
-fn run_threads(threads: usize, total: usize, work: impl Fn(usize) + Send + Sync + Clone + 'static) -> f64 {
+/// One run of `run_threads`.
+#[derive(Clone, Copy)]
+struct Run {
+    /// Each thread's time over its decisions, averaged over the threads.
+    per_thread_ns: f64,
+    /// Decisions of all threads over the wall time.
+    total_per_s: f64,
+}
+
+fn row(one: Run, two: Run) -> String {
+    format!(
+        "{:.0} | {:.0} | {:.0} ({:.2}x)",
+        one.per_thread_ns,
+        two.per_thread_ns,
+        two.total_per_s,
+        two.total_per_s / one.total_per_s
+    )
+}
+
+/// `total` decisions split over `threads`, each thread timed on its own.
+fn run_threads(threads: usize, total: usize, work: impl Fn(usize) + Send + Sync + Clone + 'static) -> Run {
     let started = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|_| {
             let work = work.clone();
-            std::thread::spawn(move || work(total / threads))
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                work(total / threads);
+                started.elapsed()
+            })
         })
         .collect();
-    for handle in handles {
-        handle.join().unwrap();
+    let per_thread: Vec<Duration> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let wall = started.elapsed();
+    let per_decision = per_thread.iter().map(|d| d.as_nanos() as f64).sum::<f64>() / total as f64;
+    Run {
+        per_thread_ns: per_decision,
+        total_per_s: total as f64 / wall.as_secs_f64(),
     }
-    started.elapsed().as_nanos() as f64 / total as f64
 }

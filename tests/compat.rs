@@ -210,13 +210,31 @@ async fn a_deleted_value_is_rebuilt_from_the_log_without_over_granting() {
     assert_eq!(limiter.available_permits().await.unwrap(), 3);
 }
 
+/// Every key of limiter `name` as this client sees it, serialised (DUMP), to show an
+/// error left them exactly as they were.
+async fn snapshot(raw: &mut MultiplexedConnection, client: &Client, name: &str) -> Vec<Option<Vec<u8>>> {
+    let keys = client.rate_limiter(name).keys().unwrap().all();
+    let mut dumps = Vec::new();
+    for key in keys {
+        let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query_async(raw).await.unwrap();
+        dumps.push(dump);
+    }
+    dumps
+}
+
 #[tokio::test]
 async fn foreign_or_corrupted_state_gives_errors_naming_the_key() {
     let (_server, client, _clock, mut raw) = setup().await;
     let rule = |name: &str| [Rule::new(name, 5, SEC)];
 
     let _: () = raw.set("wrong", "a string").await.unwrap();
+    let before = snapshot(&mut raw, &client, "wrong").await;
     let err = client.check_rules(&rule("wrong")).await.unwrap_err();
+    assert_eq!(
+        snapshot(&mut raw, &client, "wrong").await,
+        before,
+        "wrong type: untouched"
+    );
     assert!(
         matches!(&err, Error::WrongType { key, role: "config", .. } if key == "wrong"),
         "{err:?}"
@@ -236,11 +254,17 @@ async fn foreign_or_corrupted_state_gives_errors_naming_the_key() {
         .await
         .unwrap();
     let _: () = raw.hset("{log_is_hash}:permits", "x", "y").await.unwrap();
+    let before = snapshot(&mut raw, &client, "log_is_hash").await;
     let err = client
         .rate_limiter("log_is_hash")
         .try_acquire(1)
         .await
         .unwrap_err();
+    assert_eq!(
+        snapshot(&mut raw, &client, "log_is_hash").await,
+        before,
+        "log of the wrong type: untouched"
+    );
     assert!(
         matches!(&err, Error::WrongType { key, role: "permits", .. } if key == "{log_is_hash}:permits"),
         "{err:?}"
@@ -252,6 +276,7 @@ async fn foreign_or_corrupted_state_gives_errors_naming_the_key() {
         .query_async(&mut raw)
         .await
         .unwrap();
+    let before = snapshot(&mut raw, &client, "garbage").await;
     let err = client.rate_limiter("garbage").try_acquire(1).await.unwrap_err();
     assert!(
         matches!(&err, Error::CorruptConfig { key, field: "rate", value } if key == "garbage" && value == "ten"),
@@ -264,11 +289,22 @@ async fn foreign_or_corrupted_state_gives_errors_naming_the_key() {
     );
     let err = client.check_rules(&rule("garbage")).await.unwrap_err();
     assert!(matches!(&err, Error::CorruptConfig { .. }), "{err:?}");
+    assert_eq!(
+        snapshot(&mut raw, &client, "garbage").await,
+        before,
+        "garbage config: untouched"
+    );
 
     let limiter = client.rate_limiter("bad_value");
     limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap();
     let _: () = raw.set("{bad_value}:value", "lots").await.unwrap();
+    let before = snapshot(&mut raw, &client, "bad_value").await;
     let err = limiter.try_acquire(1).await.unwrap_err();
+    assert_eq!(
+        snapshot(&mut raw, &client, "bad_value").await,
+        before,
+        "bad value: untouched"
+    );
     assert!(
         matches!(&err, Error::CorruptValue { key, value } if key == "{bad_value}:value" && value == "lots"),
         "{err:?}"

@@ -1,7 +1,8 @@
 //! Where limiter state lives: Redis (the scripts in `lua/`) or this process.
 //!
-//! Both backends run the same algorithm (REDISSON.md) and must give the same answers
-//! decision for decision; the differential test holds them to it.
+//! Both backends run the same algorithm (Redisson's, as the README describes it) and
+//! must give the same answers decision for decision; the differential test holds them
+//! to it.
 
 pub(crate) mod connection;
 mod cross_slot;
