@@ -1,7 +1,9 @@
 //! `__private::expand!`: turns a function body and all its `#[rate_limit]` arguments
 //! into the prologue that decides every rule in one call, then the body.
 //!
-//! Input: `SIGNATURE ; [ (ARGS) (ARGS) ... ] ; { BODY }`.
+//! Input: `SIGNATURE ; [ name(ARGS) name(ARGS) ... ] ; { BODY }`, where each `name`
+//! is an identifier carrying the span of its attribute, for errors about a rule as a
+//! whole (a missing `rate`, say).
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
@@ -12,9 +14,15 @@ use syn::{token, Block, Error, Expr, FnArg, Ident, Pat, Path, ReturnType, Signat
 use crate::args::{self, RuleArgs};
 use crate::template::Piece;
 
+/// One attribute's arguments, with an identifier spanning the attribute.
+pub struct Group {
+    pub name: Ident,
+    pub args: TokenStream,
+}
+
 pub struct Input {
     pub sig: Signature,
-    pub groups: Vec<TokenStream>,
+    pub groups: Vec<Group>,
     pub body: Block,
 }
 
@@ -26,9 +34,13 @@ impl Parse for Input {
         syn::bracketed!(list in input);
         let mut groups = Vec::new();
         while !list.is_empty() {
+            let name: Ident = list.parse()?;
             let group;
             syn::parenthesized!(group in list);
-            groups.push(group.parse()?);
+            groups.push(Group {
+                name,
+                args: group.parse()?,
+            });
         }
         input.parse::<Token![;]>()?;
         Ok(Input {
@@ -43,7 +55,8 @@ impl Input {
     /// The tokens of `path!{ ... }` carrying this input.
     pub fn invocation(&self, path: &Path) -> TokenStream {
         let Input { sig, groups, body } = self;
-        quote! { #path! { #sig ; [ #( ( #groups ) )* ] ; #body } }
+        let groups = groups.iter().map(|Group { name, args }| quote!(#name(#args)));
+        quote! { #path! { #sig ; [ #(#groups)* ] ; #body } }
     }
 }
 
@@ -89,14 +102,7 @@ pub fn expand(input: Input) -> TokenStream {
     let params: Vec<String> = names.iter().flatten().map(|i| i.to_string()).collect();
     let rules: Vec<RuleArgs> = groups
         .into_iter()
-        .filter_map(|group| {
-            let span = if group.is_empty() {
-                sig.fn_token.span
-            } else {
-                group.span()
-            };
-            args::parse(group, span, &params, &mut errors)
-        })
+        .filter_map(|Group { name, args }| args::parse(args, name.span(), &params, &mut errors))
         .collect();
 
     let krate = call_level(
@@ -183,10 +189,21 @@ pub fn expand(input: Input) -> TokenStream {
     let (binding, on_refusal) = match &fallback {
         Some(path) => {
             let args = names.iter().flatten();
-            (
-                quote!(_),
-                quote_spanned! {path.span()=> return #path(#(#args),*).await; },
-            )
+            (quote!(_), {
+                // The parameter types are written out (`_` for `impl Trait`), so a
+                // fallback taking other arguments fails the bound at its path,
+                // reported with the signature expected, rather than being matched
+                // against its own signature.
+                let holes = sig.inputs.iter().map(|arg| match arg {
+                    FnArg::Receiver(receiver) => receiver.ty.to_token_stream(),
+                    FnArg::Typed(typed) if names_a_type(&typed.ty) => typed.ty.to_token_stream(),
+                    FnArg::Typed(_) => quote!(_),
+                });
+                let krate = respan(krate.to_token_stream(), path.span());
+                quote_spanned! {path.span()=>
+                    return #krate::__private::Fallback::<( #(#holes,)* )>::call(#path, (#(#args,)*)).await;
+                }
+            })
         }
         None => {
             let span = match &sig.output {
@@ -230,6 +247,14 @@ pub fn expand(input: Input) -> TokenStream {
         }
     });
     quote! { #prologue #block }
+}
+
+/// Whether `ty` can be written in an expression (`impl Trait` cannot).
+fn names_a_type(ty: &syn::Type) -> bool {
+    !ty.to_token_stream()
+        .into_iter()
+        .any(|token| matches!(&token, proc_macro2::TokenTree::Ident(i) if i == "impl"))
+        && !matches!(ty, syn::Type::ImplTrait(_))
 }
 
 fn respan(tokens: TokenStream, span: Span) -> TokenStream {
@@ -350,8 +375,7 @@ fn key_expr(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
                 Ok(index) => syn::Index { index, span }.into_token_stream(),
                 Err(_) => Ident::new(segment, span).into_token_stream(),
             });
-            let value = quote_spanned! {span=> #krate::__private::display(&#(#segments).*) };
-            quote! { #buf.value(#value); }
+            quote_spanned! {span=> #krate::__private::KeyPart::write_to(&#(#segments).*, &mut #buf); }
         }
     });
     quote! {

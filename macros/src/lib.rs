@@ -41,20 +41,25 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
         groups.extend(earlier.groups);
         body = earlier.body;
     }
-    groups.push(TokenStream2::from(args));
+    let named = |span: proc_macro2::Span, args: TokenStream2| expand::Group {
+        name: syn::Ident::new("rate_limit", span),
+        args,
+    };
+    groups.push(named(proc_macro2::Span::call_site(), TokenStream2::from(args)));
     let (siblings, others): (Vec<Attribute>, Vec<Attribute>) =
         function.attrs.drain(..).partition(is_rate_limit);
     function.attrs = others;
     for attr in siblings {
-        groups.push(match attr.meta {
+        let span = attr
+            .path()
+            .segments
+            .last()
+            .map_or_else(proc_macro2::Span::call_site, |s| s.ident.span());
+        let args = match attr.meta {
             Meta::List(list) => list.tokens,
-            other => other
-                .path()
-                .segments
-                .last()
-                .map(|_| TokenStream2::new())
-                .unwrap_or_default(),
-        });
+            _ => TokenStream2::new(),
+        };
+        groups.push(named(span, args));
     }
 
     let krate = crate_path(&groups).unwrap_or_else(|| syn::parse_quote!(::redlimit));
@@ -107,10 +112,10 @@ fn earlier_expansion(body: &syn::Block) -> Option<expand::Input> {
 
 /// The `crate = ...` argument of any attribute, read leniently: `expand!` reports
 /// mistakes.
-fn crate_path(groups: &[TokenStream2]) -> Option<Path> {
+fn crate_path(groups: &[expand::Group]) -> Option<Path> {
     groups.iter().find_map(|group| {
         let args = Punctuated::<args::Arg, Token![,]>::parse_terminated
-            .parse2(group.clone())
+            .parse2(group.args.clone())
             .ok()?;
         args.into_iter()
             .find(|a| a.name == "crate")

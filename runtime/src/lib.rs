@@ -27,6 +27,7 @@
 
 mod backend;
 mod builder;
+mod checks;
 mod client;
 mod clock;
 mod config;

@@ -9,6 +9,7 @@ use once_cell::sync::Lazy;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+pub use crate::checks::{Fallback, KeyPart};
 use crate::{default_client, Client, Decision, Error, RateLimited, RateType, Rule};
 
 /// What a rule does when the backend fails.
@@ -269,7 +270,7 @@ impl KeyBuf {
     /// 32 hex digits of its SHA-256, so keys stay small whatever the caller sends.
     /// Escaped values never contain `%00` or `%#`, so these forms cannot collide
     /// with a value written out.
-    pub fn value(&mut self, value: &dyn Display) {
+    pub fn value<T: Display + ?Sized>(&mut self, value: &T) {
         let start = self.0.len();
         let _ = write!(Escaper(&mut self.0), "{value}");
         let written = self.0.len() - start;
@@ -292,11 +293,6 @@ impl KeyBuf {
     pub fn finish(self) -> String {
         self.0
     }
-}
-
-/// Requires `Display` with an error on the user's key, not inside generated code.
-pub fn display<T: Display + ?Sized>(value: &T) -> &T {
-    value
 }
 
 struct Escaper<'a>(&'a mut String);
