@@ -18,26 +18,26 @@ pub struct RedisServer {
 
 impl RedisServer {
     /// Starts a server; fails the test (never skips it) when the binary is missing.
+    /// A port another server took in the meantime is given up for the next one.
     pub fn start() -> RedisServer {
-        let port = free_port();
-        RedisServer::start_on(port)
+        for _ in 0..5 {
+            let port = free_port();
+            let mut child = spawn_redis(&server_args(port));
+            if wait_for_port_or_exit(port, &mut child) {
+                return RedisServer { child, port };
+            }
+        }
+        panic!("redis-server could not listen on a free port in 5 attempts");
     }
 
     /// Starts a server on `port` (used to restart one on the same address).
     pub fn start_on(port: u16) -> RedisServer {
-        let child = spawn_redis(&[
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]);
-        let server = RedisServer { child, port };
-        wait_for_port(port);
-        server
+        let mut child = spawn_redis(&server_args(port));
+        assert!(
+            wait_for_port_or_exit(port, &mut child),
+            "redis-server could not listen on port {port}"
+        );
+        RedisServer { child, port }
     }
 
     pub fn url(&self) -> String {
@@ -89,7 +89,7 @@ impl Drop for RedisServer {
 
 /// Starts `redis-server` with `args`; fails the test (never skips it) when the binary
 /// is missing, saying how to install it.
-pub fn spawn_redis(args: &[&str]) -> Child {
+pub fn spawn_redis<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Child {
     Command::new("redis-server")
         .args(args)
         .stdout(Stdio::null())
@@ -101,6 +101,42 @@ pub fn spawn_redis(args: &[&str]) -> Child {
                  install it with `apt-get update && apt-get install -y redis-server`"
             )
         })
+}
+
+fn server_args(port: u16) -> Vec<String> {
+    [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Waits until `child` accepts connections on `port`; false when it exited first
+/// (the port was taken).
+fn wait_for_port_or_exit(port: u16, child: &mut Child) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            // Ours, not another server's: it is still running.
+            return matches!(child.try_wait(), Ok(None));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not listen on port {port} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Waits until something accepts connections on the loopback `port`.
@@ -115,10 +151,20 @@ pub fn wait_for_port(port: u16) {
     }
 }
 
+/// A loopback port nothing listens on, never handed out twice in this process (tests
+/// run in parallel threads, and the system may give two of them the same free port).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
