@@ -10,6 +10,10 @@
 //! 3. Latency of a decision under that load.
 //! 4. Memory in Redis per limiter when saturated, and keys left by idle limiters.
 //! 5. In process: the memory backend next to governor, per thread and in total.
+//! 6. Server time per decision side by side with a reference acquire script given in
+//!    `REDLIMIT_REFERENCE_SCRIPT` (a path; any script taking Redisson's KEYS and ARGV:
+//!    five keys, then permits, the time in ms and 16 random bytes, such as Redisson's
+//!    own acquire script taken from its source), on the allow and the deny path.
 
 use std::net::{TcpListener, TcpStream};
 use std::num::NonZeroU32;
@@ -73,6 +77,23 @@ impl Drop for Server {
 
 #[rate_limit(key = "bench:decorated", rate = 1_000_000_000, interval = "1s")]
 async fn decorated() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "bench:side:one", rate = 1_000_000_000, interval = "60s")]
+async fn side_one() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "bench:side:three:a", rate = 1_000_000_000, interval = "60s")]
+#[rate_limit(key = "bench:side:three:b", rate = 1_000_000_000, interval = "60s")]
+#[rate_limit(key = "bench:side:three:c", rate = 1_000_000_000, interval = "60s")]
+async fn side_three() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "bench:side:deny", rate = 10, interval = "60s")]
+async fn side_deny() -> Result<(), RateLimited> {
     Ok(())
 }
 
@@ -239,6 +260,12 @@ async fn main() {
         .await
         .unwrap();
 
+    // REDLIMIT_BENCH_ONLY=side runs section 6 alone (for iterating on the scripts).
+    if std::env::var("REDLIMIT_BENCH_ONLY").as_deref() == Ok("side") {
+        side_by_side(&client, &mut conn).await;
+        return;
+    }
+
     // 1 and 3: the decorated fn against the bare script on redis-rs.
     let script = Arc::new(redis::Script::new(include_str!("../lua/acquire.lua")));
     let bare = {
@@ -383,8 +410,103 @@ async fn main() {
     );
     drop(server);
 
+    // 6: server time side by side with a reference script.
+    side_by_side(&client, &mut conn).await;
+
     // 5: in process, against governor.
     in_process();
+}
+
+/// Runs `op` under load and answers decisions/s and EVALSHA's time per call in Redis.
+async fn timed<F, Fut>(conn: &mut MultiplexedConnection, op: F) -> (f64, f64)
+where
+    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    op().await; // loads the script
+    reset(conn).await;
+    let (rate, _) = load(op).await;
+    (rate, command_stat(conn, "evalsha", "usec_per_call").await)
+}
+
+/// A bare redis-rs loop over a reference acquire script, with Redisson's KEYS and
+/// ARGV, on the limiter `name` (configured beforehand).
+fn reference_loop(
+    conn: &MultiplexedConnection,
+    script: &Arc<redis::Script>,
+    name: &'static str,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync + Clone + 'static
+{
+    let (conn, script) = (conn.clone(), script.clone());
+    move || {
+        let (script, mut conn) = (script.clone(), conn.clone());
+        Box::pin(async move {
+            let id: [u8; 16] = rand::random();
+            let _: redis::Value = script
+                .key(name)
+                .key(format!("{{{name}}}:value"))
+                .key(format!("{{{name}}}:value:x"))
+                .key(format!("{{{name}}}:permits"))
+                .key(format!("{{{name}}}:permits:x"))
+                .arg(1)
+                .arg(now_ms())
+                .arg(&id[..])
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+        })
+    }
+}
+
+async fn side_by_side(client: &Client, conn: &mut MultiplexedConnection) {
+    println!("## Server time per decision, side by side (64 tasks, interval 60 s, keep-alive 60 s)\n");
+    let reference = std::env::var("REDLIMIT_REFERENCE_SCRIPT").ok().map(|path| {
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("REDLIMIT_REFERENCE_SCRIPT={path}: {e}"));
+        (path, Arc::new(redis::Script::new(&text)))
+    });
+    println!("| | path | decisions/s | script time in Redis |");
+    println!("|---|---|---:|---:|");
+    let minute = Duration::from_secs(60);
+    let mut reference_allow = None;
+    if let Some((path, script)) = &reference {
+        let label = std::path::Path::new(path)
+            .file_name()
+            .map_or_else(|| path.clone(), |f| f.to_string_lossy().into_owned());
+        for (name, rate, path_name) in [
+            ("rate_limit:bench:ref:allow", HUGE_RATE, "allow"),
+            ("rate_limit:bench:ref:deny", 10, "deny"),
+        ] {
+            let config =
+                redlimit::RateLimiterConfig::new(RateType::Overall, rate, minute).with_keep_alive(minute);
+            client.rate_limiter(name).set_config(&config).await.unwrap();
+            let (rate, usec) = timed(conn, reference_loop(conn, script, name)).await;
+            println!("| reference `{label}`, bare redis-rs | {path_name} | {rate:.0} | {usec:.1} us |");
+            if path_name == "allow" {
+                reference_allow = Some(rate);
+            }
+        }
+    }
+    let (one_rate, one_usec) = timed(conn, || async { side_one().await.unwrap() }).await;
+    println!("| #[rate_limit] fn, one rule | allow | {one_rate:.0} | {one_usec:.1} us |");
+    let (_, three_usec) = timed(conn, || async { side_three().await.unwrap() }).await;
+    println!("| #[rate_limit] fn, three rules | allow | - | {three_usec:.1} us |");
+    let (deny_rate, deny_usec) = timed(conn, || async {
+        let _ = side_deny().await;
+    })
+    .await;
+    println!("| #[rate_limit] fn, one rule | deny | {deny_rate:.0} | {deny_usec:.1} us |");
+    println!(
+        "\nthree rules / one rule, script time: {:.2} (target <= 2)",
+        three_usec / one_usec
+    );
+    match reference_allow {
+        Some(bare) => println!(
+            "decorated fn / bare reference loop, decisions/s: {:.3} (target >= 0.9)\n",
+            one_rate / bare
+        ),
+        None => println!("(set REDLIMIT_REFERENCE_SCRIPT to a reference acquire script for its rows)\n"),
+    }
 }
 
 fn in_process() {

@@ -142,6 +142,7 @@ impl RedisBackend {
             .await;
         let reply = match reply {
             Ok(reply) => reply,
+            Err(guess @ Error::WrongType { .. }) => return Err(self.wrong_type(calls, guess).await),
             Err(err) => {
                 let probe = calls.iter().all(|c| c.permits == 0);
                 if !probe && may_have_run(&err) {
@@ -155,6 +156,42 @@ impl RedisBackend {
             reply: format!("{:?}", &reply[..reply.len().min(16)]),
         })?;
         Ok((outcome, members))
+    }
+
+    /// acquire.lua reads with plain commands, so a key of the wrong type fails with
+    /// Redis's WRONGTYPE, which does not say which key: look at each (an error path
+    /// only) and name the first that holds the wrong type, else keep `guess`.
+    async fn wrong_type(&self, calls: &[Call<'_>], guess: Error) -> Error {
+        for call in calls {
+            let k = call.keys;
+            let expected = [
+                (k.config().to_owned(), "hash", "config"),
+                (k.value(), "string", "value"),
+                (k.client_value(), "string", "value"),
+                (k.permits(), "zset", "permits"),
+                (k.client_permits(), "zset", "permits"),
+            ];
+            for (key, kind, role) in expected {
+                let found: Result<String, Error> = self
+                    .run(&[k], |mut conn| {
+                        let key = key.clone();
+                        async move { redis::cmd("TYPE").arg(key).query_async(&mut conn).await }
+                    })
+                    .await;
+                match found {
+                    Ok(found) if found != kind && found != "none" => {
+                        return Error::WrongType {
+                            key,
+                            role,
+                            detail: format!("holds a {found}"),
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return guess,
+                }
+            }
+        }
+        guess
     }
 
     /// Gives back the grants of `members` (one per call) where they are in a log;

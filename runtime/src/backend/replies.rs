@@ -61,13 +61,13 @@ fn replaced_config(fields: &[i64]) -> Option<RateLimiterConfig> {
 /// names the key; `None` for other errors (the connection's, the server's).
 pub(super) fn script_error(err: &RedisError, calls: &[&LimiterKeys]) -> Option<Error> {
     if err.code() == Some("WRONGTYPE") {
-        if let [keys] = calls {
-            return Some(Error::WrongType {
-                key: keys.config().to_owned(),
-                role: "config",
-                detail: err.detail().unwrap_or_default().to_owned(),
-            });
-        }
+        // Which key is only known for single-key commands; acquire.lua's caller
+        // finds it out (RedisBackend::wrong_type).
+        return Some(Error::WrongType {
+            key: calls.first()?.config().to_owned(),
+            role: "config",
+            detail: err.detail().unwrap_or_default().to_owned(),
+        });
     }
     let code = err.code()?.strip_prefix("redlimit:")?;
     let detail = err.detail().unwrap_or_default();
