@@ -408,10 +408,9 @@ async fn main() {
         idle.as_secs(),
         idle_since.elapsed().as_secs_f64()
     );
-    drop(server);
-
     // 6: server time side by side with a reference script.
     side_by_side(&client, &mut conn).await;
+    drop(server);
 
     // 5: in process, against governor.
     in_process();
