@@ -1,4 +1,4 @@
--- configure.lua: write a limiter's config (Redisson's setRate, and 4.4's setRate and
+-- configure.lua (after shared.lua): write a limiter's config (Redisson's setRate, and 4.4's setRate and
 -- updateRate with RateLimiterArgs).
 --
 -- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
@@ -31,15 +31,11 @@ if check_type(KEYS[1], 'hash', 'config') == 'none' and ARGV[7] == '1' then
 end
 
 local rate, interval, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if ARGV[5] == '' then
-  local t = redis.call('time')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock(ARGV[5])
 local old_kind = redis.call('hget', KEYS[1], 'type')
 redis.call('hset', KEYS[1], 'rate', ARGV[1], 'interval', ARGV[2], 'type', ARGV[3], 'keepAliveTime', ARGV[4])
 if keep > 0 then
-  redis.call('pexpire', KEYS[1], keep)
+  redis.call('pexpire', KEYS[1], ARGV[4])
 end
 if old_kind ~= false and old_kind ~= ARGV[3] then
   redis.call('del', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
@@ -59,25 +55,11 @@ check_type(pkey, 'zset', prole)
 local live = redis.call('zrangebyscore', pkey, '(' .. string.format('%d', now - interval), '+inf')
 local total = 0
 for _, member in ipairs(live) do
-  local len = string.byte(member, 1)
-  if len == nil or #member ~= len + 5 then
-    error({ err = 'redlimit:bad_member:1 ' .. prole .. ' member of ' .. #member .. ' bytes does not decode' })
-  end
-  local a, b, c, d = string.byte(member, len + 2, len + 5)
-  total = total + a + b * 256 + c * 65536 + d * 16777216
+  total = total + decode_member(member, prole)
 end
 redis.call('zremrangebyscore', pkey, '-inf', string.format('%d', now - interval))
 if redis.call('exists', vkey) == 1 or total > 0 then
   redis.call('set', vkey, string.format('%d', rate - total), 'keepttl')
 end
-if keep > 0 then
-  redis.call('pexpire', vkey, keep)
-  redis.call('pexpire', pkey, keep)
-else
-  local ttl = redis.call('pttl', KEYS[1])
-  if ttl > 0 then
-    redis.call('pexpire', vkey, ttl)
-    redis.call('pexpire', pkey, ttl)
-  end
-end
+ttl_rule(KEYS[1], vkey, pkey, ARGV[4])
 return 1

@@ -1,4 +1,4 @@
--- refund.lua: give back the permits of grants whose caller never learned of them (the
+-- refund.lua (after shared.lua): give back the permits of grants whose caller never learned of them (the
 -- call timed out after it was sent), keeping value + permits in the log = rate.
 --
 -- KEYS, four per rule: 1 {NAME}:value, 2 {NAME}:value:ID, 3 {NAME}:permits,
@@ -11,9 +11,7 @@ local refunded = 0
 for i = 1, #ARGV do
   local k = 4 * (i - 1)
   local member = ARGV[i]
-  local len = string.byte(member, 1)
-  local a, b, c, d = string.byte(member, len + 2, len + 5)
-  local permits = a + b * 256 + c * 65536 + d * 16777216
+  local permits = decode_member(member, 'permits')
   for mode = 0, 1 do
     local vkey, pkey = KEYS[k + 1 + mode], KEYS[k + 3 + mode]
     if redis.call('type', pkey).ok == 'zset' and redis.call('zrem', pkey, member) == 1 then

@@ -1,4 +1,4 @@
--- release.lua: give permits back to a limiter (Redisson 3.52's release), keeping
+-- release.lua (after shared.lua): give permits back to a limiter (Redisson 3.52's release), keeping
 -- value + permits in the log = rate.
 --
 -- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
@@ -24,11 +24,7 @@ local rate, interval = tonumber(cfg[1]), tonumber(cfg[2])
 if rate == nil or interval == nil then
   error({ err = 'redlimit:bad_config:1 rate=' .. tostring(cfg[1]) })
 end
-local now = tonumber(ARGV[2])
-if ARGV[2] == '' then
-  local t = redis.call('time')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock(ARGV[2])
 local vkey, pkey, vrole, prole = KEYS[2], KEYS[4], 'value', 'permits'
 if cfg[3] == '1' then
   vkey, pkey, vrole, prole = KEYS[3], KEYS[5], 'client_value', 'client_permits'
@@ -41,12 +37,7 @@ for _, pair in ipairs({ { vkey, 'string', vrole }, { pkey, 'zset', prole } }) do
 end
 
 local function permits_of(member)
-  local len = string.byte(member, 1)
-  if len == nil or #member ~= len + 5 then
-    error({ err = 'redlimit:bad_member:1 ' .. prole .. ' member of ' .. #member .. ' bytes does not decode' })
-  end
-  local a, b, c, d = string.byte(member, len + 2, len + 5)
-  return a + b * 256 + c * 65536 + d * 16777216, len
+  return decode_member(member, prole)
 end
 
 -- The window as an acquire would see it: released entries out, the value rebuilt
@@ -103,16 +94,6 @@ if value > rate then
 end
 redis.call('set', vkey, string.format('%d', value), 'keepttl')
 
-local keep = tonumber(redis.call('hget', KEYS[1], 'keepAliveTime') or '0') or 0
-if keep > 0 then
-  redis.call('pexpire', KEYS[1], keep)
-  redis.call('pexpire', vkey, keep)
-  redis.call('pexpire', pkey, keep)
-else
-  local ttl = redis.call('pttl', KEYS[1])
-  if ttl > 0 then
-    redis.call('pexpire', vkey, ttl)
-    redis.call('pexpire', pkey, ttl)
-  end
-end
+local keep = redis.call('hget', KEYS[1], 'keepAliveTime')
+ttl_rule(KEYS[1], vkey, pkey, tonumber(keep or '0') and keep or '0')
 return value

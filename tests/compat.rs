@@ -18,12 +18,7 @@ const SEC: Duration = Duration::from_secs(1);
 async fn setup() -> (RedisServer, Client, ManualClock, MultiplexedConnection) {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let client = Client::builder()
-        .clock(clock.clone())
-        .connect(&server.url())
-        .await
-        .unwrap();
-    let raw = server.raw().await;
+    let (client, raw) = server.clocked_client(&clock).await;
     (server, client, clock, raw)
 }
 

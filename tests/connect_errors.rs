@@ -9,39 +9,13 @@ use std::time::{Duration, Instant};
 
 use redlimit::{rate_limit, Client, Error, RateLimited, Rule};
 use support::capture::Capture;
-use support::{free_port, spawn_redis, wait_for_port};
+use support::{free_port, RedisServer};
 
 const SECRET: &str = "topsecret-4f1c";
 
 /// A redis-server that requires SECRET.
-struct Guarded {
-    _child: std::process::Child,
-    port: u16,
-}
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        let _ = self._child.kill();
-        let _ = self._child.wait();
-    }
-}
-
-fn guarded() -> Guarded {
-    let port = free_port();
-    let child = spawn_redis(&[
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--requirepass",
-        SECRET,
-    ]);
-    wait_for_port(port);
-    Guarded { _child: child, port }
+fn guarded() -> RedisServer {
+    RedisServer::start_with(&["--requirepass", SECRET])
 }
 
 fn rule() -> [Rule; 1] {

@@ -20,9 +20,16 @@ impl RedisServer {
     /// Starts a server; fails the test (never skips it) when the binary is missing.
     /// A port another server took in the meantime is given up for the next one.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with `extra` arguments (`--requirepass`, say).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
         for _ in 0..5 {
             let port = free_port();
-            let mut child = spawn_redis(&server_args(port));
+            let mut args = server_args(port);
+            args.extend(extra.iter().map(|a| a.to_string()));
+            let mut child = spawn_redis(&args);
             if wait_for_port_or_exit(port, &mut child) {
                 return RedisServer { child, port };
             }
@@ -42,6 +49,19 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A client on this server deciding at `clock`, and a plain connection.
+    pub async fn clocked_client(
+        &self,
+        clock: &redlimit::ManualClock,
+    ) -> (redlimit::Client, redis::aio::MultiplexedConnection) {
+        let client = redlimit::Client::builder()
+            .clock(clock.clone())
+            .connect(&self.url())
+            .await
+            .unwrap();
+        (client, self.raw().await)
     }
 
     /// A plain redis-rs connection, for reading and writing keys the way other

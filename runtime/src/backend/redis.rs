@@ -24,14 +24,24 @@ struct Scripts {
     refund: Script,
 }
 
+/// A script with `lua/shared.lua`'s helpers in front of it.
+macro_rules! with_shared {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("../../../lua/shared.lua"),
+            include_str!(concat!("../../../lua/", $file))
+        ))
+    };
+}
+
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     acquire: Script::new(include_str!("../../../lua/acquire.lua")),
     try_set_rate: Script::new(include_str!("../../../lua/try_set_rate.lua")),
-    configure: Script::new(include_str!("../../../lua/configure.lua")),
-    release: Script::new(include_str!("../../../lua/release.lua")),
+    configure: with_shared!("configure.lua"),
+    release: with_shared!("release.lua"),
     keep_alive: Script::new(include_str!("../../../lua/keep_alive.lua")),
     expire: Script::new(include_str!("../../../lua/expire.lua")),
-    refund: Script::new(include_str!("../../../lua/refund.lua")),
+    refund: with_shared!("refund.lua"),
 });
 
 /// Attempts at refunding a timed-out grant, and the pause before each retry.
