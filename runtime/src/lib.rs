@@ -35,6 +35,7 @@ mod config_log;
 mod decision;
 mod default_client;
 mod error;
+mod key_buf;
 pub mod keys;
 mod limiter;
 pub mod member;
@@ -42,6 +43,7 @@ pub mod member;
 pub mod private;
 mod refusal;
 mod rule;
+mod site;
 mod target;
 #[cfg(test)]
 mod test_support;

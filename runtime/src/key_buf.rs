@@ -1,0 +1,171 @@
+//! Building a limiter's key from a template: the text as written, each argument
+//! escaped so that no value can forge another key or change the cluster slot (the
+//! key names themselves are in `keys.rs`).
+
+use std::fmt::{self, Display, Write};
+
+use sha2::{Digest, Sha256};
+
+/// The longest an interpolated value may be, in bytes once escaped, before it is
+/// digested.
+pub const MAX_VALUE_LEN: usize = 128;
+/// How much of a digested value is kept, in bytes, before its digest.
+const DIGEST_PREFIX_LEN: usize = 64;
+
+/// A key under construction: template text as written, argument values escaped.
+pub struct KeyBuf(String);
+
+impl KeyBuf {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        KeyBuf(String::with_capacity(48))
+    }
+
+    /// Template text, as written.
+    pub fn text(&mut self, text: &str) {
+        self.0.push_str(text);
+    }
+
+    /// An argument's `Display`, with `%`, `{`, `}` and `:` percent-encoded so that no
+    /// value can change the hash tag or pose as another key's separator. The empty
+    /// string is written `%00` (it could empty a hash tag), and a value longer than
+    /// [`MAX_VALUE_LEN`] once escaped is cut to its first 64 bytes followed by `%#` and
+    /// 32 hex digits of its SHA-256, so keys stay small whatever the caller sends.
+    /// Escaped values never contain `%00` or `%#`, so these forms cannot collide
+    /// with a value written out.
+    pub fn value<T: Display + ?Sized>(&mut self, value: &T) {
+        let start = self.0.len();
+        let _ = write!(Escaper(&mut self.0), "{value}");
+        let written = self.0.len() - start;
+        if written == 0 {
+            self.0.push_str("%00");
+        } else if written > MAX_VALUE_LEN {
+            let digest = Sha256::digest(&self.0.as_bytes()[start..]);
+            let mut keep = start + DIGEST_PREFIX_LEN;
+            while !self.0.is_char_boundary(keep) {
+                keep -= 1;
+            }
+            self.0.truncate(keep);
+            self.0.push_str("%#");
+            for byte in &digest[..16] {
+                let _ = write!(self.0, "{byte:02x}");
+            }
+        }
+    }
+
+    pub fn finish(self) -> String {
+        self.0
+    }
+}
+
+struct Escaper<'a>(&'a mut String);
+
+impl Write for Escaper<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for c in s.chars() {
+            match c {
+                '%' => self.0.push_str("%25"),
+                ':' => self.0.push_str("%3A"),
+                '{' => self.0.push_str("%7B"),
+                '}' => self.0.push_str("%7D"),
+                c => self.0.push(c),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(parts: &[&dyn Display]) -> String {
+        let mut key = KeyBuf::new();
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                key.text(":");
+            }
+            key.value(*part);
+        }
+        key.finish()
+    }
+
+    #[test]
+    fn values_are_escaped_and_others_unchanged() {
+        assert_eq!(key(&[&"a:b", &"c"]), "a%3Ab:c");
+        assert_ne!(key(&[&"a:b", &"c"]), key(&[&"a", &"b:c"]));
+        assert_eq!(key(&[&"{x}", &"100%"]), "%7Bx%7D:100%25");
+        assert_eq!(key(&[&"user 42", &"Ünïcode"]), "user 42:Ünïcode");
+        assert_eq!(key(&[&42u64]), "42");
+        assert_eq!(key(&[&"", &"x"]), "%00:x");
+    }
+
+    #[test]
+    fn long_values_are_digested() {
+        let long = "é".repeat(100);
+        let digested = key(&[&long]);
+        assert!(digested.len() <= DIGEST_PREFIX_LEN + 2 + 32, "{digested}");
+        assert!(digested.starts_with(&"é".repeat(32)), "{digested}");
+        assert!(digested.contains("%#"));
+        assert_ne!(key(&[&format!("{long}x")]), digested);
+        let exactly = "a".repeat(MAX_VALUE_LEN);
+        assert_eq!(key(&[&exactly]), exactly, "up to the limit, written out");
+    }
+
+    /// Property: distinct argument tuples give distinct keys, every key set lies in one
+    /// cluster slot, and keys stay bounded, for hostile values.
+    #[test]
+    fn hostile_values_keep_keys_distinct_bounded_and_in_one_slot() {
+        use rand::rngs::StdRng;
+        use rand::{RngExt, SeedableRng};
+        use std::collections::HashMap;
+
+        let pieces = [
+            "", "{", "}", ":", "%", "%3A", "%25", "%#", "%00", "{}", "}{", "a", "Z", "0", " ", "\0", "\n",
+            "\u{7f}", "é", "漢", "🦀", "\u{200b}", "user", "42", "::", "{{", "}}", "%7B",
+        ];
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut seen: HashMap<String, (String, String)> = HashMap::new();
+        for _ in 0..20_000 {
+            let mut value = || -> String {
+                let n = rng.random_range(0..6);
+                let mut s: String = (0..n)
+                    .map(|_| pieces[rng.random_range(0..pieces.len())])
+                    .collect();
+                if rng.random_range(0..20) == 0 {
+                    s = s.repeat(rng.random_range(20..200));
+                }
+                s
+            };
+            let (a, b) = (value(), value());
+            for template in [0, 1] {
+                let mut key = KeyBuf::new();
+                if template == 0 {
+                    key.text("rate_limit:t:");
+                    key.value(&a);
+                    key.text(":");
+                    key.value(&b);
+                } else {
+                    key.text("rate_limit:{t:");
+                    key.value(&a);
+                    key.text("}:");
+                    key.value(&b);
+                }
+                let key = key.finish();
+                assert!(
+                    key.len() <= 20 + 2 * (DIGEST_PREFIX_LEN + 34).max(MAX_VALUE_LEN),
+                    "{key}"
+                );
+                let keys = crate::LimiterKeys::new(&key, "00000000-0000-4000-8000-000000000000")
+                    .unwrap_or_else(|e| panic!("{a:?} {b:?}: {e}"));
+                let slot = crate::keys::hash_slot(keys.config().as_bytes());
+                for k in keys.all() {
+                    assert_eq!(crate::keys::hash_slot(k.as_bytes()), slot, "{k}");
+                }
+                if let Some(other) = seen.insert(key.clone(), (a.clone(), b.clone())) {
+                    assert_eq!(other, (a.clone(), b.clone()), "two tuples share {key}");
+                }
+            }
+        }
+    }
+}
