@@ -141,8 +141,8 @@ impl Client {
             })
             .collect();
         let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
-        for (m, (_, change)) in merged.iter().zip(&outcome.rules) {
-            if let ConfigChange::Changed(previous) = change {
+        for (m, rule) in merged.iter().zip(&outcome.rules) {
+            if let ConfigChange::Changed(previous) = &rule.config {
                 let rule = &rules[m.config];
                 config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
             }

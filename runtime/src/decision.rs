@@ -29,7 +29,7 @@ impl Decision {
     pub(crate) fn from_outcome(outcome: &crate::backend::Outcome) -> Self {
         Decision {
             allowed: outcome.granted,
-            remaining: outcome.rules.iter().map(|r| r.0).min().unwrap_or(0),
+            remaining: outcome.rules.iter().map(|r| r.left).min().unwrap_or(0),
             retry_after: (!outcome.granted).then(|| Duration::from_millis(outcome.retry_ms)),
             refused_by: outcome.refused,
             at_ms: outcome.at_ms,

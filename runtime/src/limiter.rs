@@ -198,7 +198,7 @@ impl RateLimiter {
 
     /// Permits available now (released grants included); takes nothing, writes nothing.
     pub async fn available_permits(&self) -> Result<u64, Error> {
-        Ok(self.run(0, self.client.now_ms()).await?.rules[0].0)
+        Ok(self.run(0, self.client.now_ms()).await?.rules[0].left)
     }
 
     async fn run(&self, permits: u64, now: u64) -> Result<crate::backend::Outcome, Error> {

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::redis::RedisBackend;
-use super::{Call, ConfigChange, Outcome};
+use super::{Call, ConfigChange, Outcome, RuleOutcome};
 use crate::keys::hash_slot;
 use crate::{member, Error};
 
@@ -36,59 +36,62 @@ fn groups(calls: &[Call<'_>]) -> Vec<Vec<usize>> {
 
 type Members = Vec<[u8; member::MEMBER_LEN]>;
 
-impl RedisBackend {
-    pub(super) async fn acquire_across_slots(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
-        let mut taken: Vec<(Vec<usize>, Members)> = Vec::new();
-        let mut rules = vec![(0u64, ConfigChange::Kept); calls.len()];
-        let mut at_ms = now;
-        for group in groups(calls) {
-            let sub: Vec<Call<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
-            let (outcome, members) = match self.acquire_group(&sub, now).await {
-                Ok(answer) => answer,
-                Err(err) => {
-                    self.give_back(calls, &taken).await;
-                    return Err(err);
-                }
-            };
-            at_ms = at_ms.max(outcome.at_ms);
-            for (&i, rule) in group.iter().zip(&outcome.rules) {
-                rules[i] = *rule;
+/// Decides `calls` on `backend` one slot after another, all or nothing.
+pub(crate) async fn acquire(backend: &RedisBackend, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+    let mut taken: Vec<(Vec<usize>, Members)> = Vec::new();
+    let kept = RuleOutcome {
+        left: 0,
+        config: ConfigChange::Kept,
+    };
+    let mut rules = vec![kept; calls.len()];
+    let mut at_ms = now;
+    for group in groups(calls) {
+        let sub: Vec<Call<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
+        let (outcome, members) = match backend.acquire_group(&sub, now).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                give_back(backend, calls, &taken).await;
+                return Err(err);
             }
-            if !outcome.granted {
-                self.give_back(calls, &taken).await;
-                // The earlier slots' permits are back: report them as available.
-                for (group, _) in &taken {
-                    for &i in group {
-                        rules[i].0 += calls[i].permits;
-                    }
-                }
-                return Ok(Outcome {
-                    granted: false,
-                    refused: outcome.refused.map(|r| group[r]),
-                    retry_ms: outcome.retry_ms,
-                    at_ms,
-                    rules,
-                });
-            }
-            taken.push((group, members));
+        };
+        at_ms = at_ms.max(outcome.at_ms);
+        for (&i, rule) in group.iter().zip(&outcome.rules) {
+            rules[i] = *rule;
         }
-        Ok(Outcome {
-            granted: true,
-            refused: None,
-            retry_ms: 0,
-            at_ms,
-            rules,
-        })
-    }
-
-    /// Refunds what earlier slots took; what cannot be refunded now is retried in the
-    /// background (it returns by itself when it leaves the window).
-    async fn give_back(&self, calls: &[Call<'_>], taken: &[(Vec<usize>, Members)]) {
-        for (group, members) in taken {
-            let sub: Vec<Call<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
-            if self.refund(&sub, members).await.is_err() {
-                self.spawn_refund(&sub, members.clone());
+        if !outcome.granted {
+            give_back(backend, calls, &taken).await;
+            // The earlier slots' permits are back: report them as available.
+            for (group, _) in &taken {
+                for &i in group {
+                    rules[i].left += calls[i].permits;
+                }
             }
+            return Ok(Outcome {
+                granted: false,
+                refused: outcome.refused.map(|r| group[r]),
+                retry_ms: outcome.retry_ms,
+                at_ms,
+                rules,
+            });
+        }
+        taken.push((group, members));
+    }
+    Ok(Outcome {
+        granted: true,
+        refused: None,
+        retry_ms: 0,
+        at_ms,
+        rules,
+    })
+}
+
+/// Refunds what earlier slots took; what cannot be refunded now is retried in the
+/// background (it returns by itself when it leaves the window).
+async fn give_back(backend: &RedisBackend, calls: &[Call<'_>], taken: &[(Vec<usize>, Members)]) {
+    for (group, members) in taken {
+        let sub: Vec<Call<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
+        if backend.refund(&sub, members).await.is_err() {
+            backend.spawn_refund(&sub, members.clone());
         }
     }
 }

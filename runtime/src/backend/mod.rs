@@ -33,6 +33,15 @@ pub(crate) enum ConfigChange {
     Changed(RateLimiterConfig),
 }
 
+/// What a decision left one rule with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RuleOutcome {
+    /// Permits left after the decision.
+    pub left: u64,
+    /// What happened to the rule's config.
+    pub config: ConfigChange,
+}
+
 /// The answer to a decision over one or more rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Outcome {
@@ -43,8 +52,8 @@ pub(crate) struct Outcome {
     pub retry_ms: u64,
     /// The time the call was decided at: the caller's, or a slightly later grant's.
     pub at_ms: u64,
-    /// Per rule: permits left after the decision, and what happened to its config.
-    pub rules: Vec<(u64, ConfigChange)>,
+    /// Per rule, in the order of the calls.
+    pub rules: Vec<RuleOutcome>,
 }
 
 /// How a config is written: Redisson 4.4's `keepState` and "require exist".
@@ -72,8 +81,15 @@ macro_rules! dispatch {
 }
 
 impl Backend {
+    /// Decides `calls`; on a cluster, rules in several slots are decided slot by
+    /// slot (`cross_slot.rs`, which builds on the single-slot Redis backend).
     pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
-        dispatch!(self, b => b.acquire(calls, now).await)
+        match self {
+            Backend::Redis(b) if b.is_cluster() && !cross_slot::one_slot(calls) => {
+                cross_slot::acquire(b, calls, now).await
+            }
+            _ => dispatch!(self, b => b.acquire(calls, now).await),
+        }
     }
 
     pub async fn try_set_rate(

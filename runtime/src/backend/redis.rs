@@ -50,7 +50,7 @@ const REFUND_BACKOFF: Duration = Duration::from_millis(500);
 
 pub(crate) struct RedisBackend {
     conn: Conn,
-    pub(super) timeout: Duration,
+    timeout: Duration,
     /// Decide at the server's clock (TIME in the scripts) rather than the caller's.
     server_time: bool,
     /// The server as errors name it, and the passwords to keep out of them.
@@ -109,16 +109,19 @@ impl RedisBackend {
         }
     }
 
+    /// Whether this is a Redis Cluster (rules may then lie in several slots).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
+    /// Decides rules whose keys share one slot, in one script call.
     pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
-        if matches!(self.conn, Conn::Cluster(_)) && !super::cross_slot::one_slot(calls) {
-            return self.acquire_across_slots(calls, now).await;
-        }
         Ok(self.acquire_group(calls, now).await?.0)
     }
 
     /// Decides rules whose keys share one slot in one script call; answers the log
     /// members it sent, for compensation.
-    pub(super) async fn acquire_group(
+    pub(crate) async fn acquire_group(
         &self,
         calls: &[Call<'_>],
         now: u64,
@@ -206,7 +209,7 @@ impl RedisBackend {
 
     /// Gives back the grants of `members` (one per call) where they are in a log;
     /// answers how many were.
-    pub(super) async fn refund(
+    pub(crate) async fn refund(
         &self,
         calls: &[Call<'_>],
         members: &[[u8; member::MEMBER_LEN]],
@@ -227,7 +230,7 @@ impl RedisBackend {
     /// A call that failed after it was sent may still run (a hung server answers
     /// later): its grants would spend permits no caller uses. Refund them in the
     /// background, on the same connection so the refund runs after the call.
-    pub(super) fn spawn_refund(&self, calls: &[Call<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
+    pub(crate) fn spawn_refund(&self, calls: &[Call<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };

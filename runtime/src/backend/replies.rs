@@ -4,7 +4,7 @@ use redis::RedisError;
 
 use std::time::Duration;
 
-use super::{ConfigChange, Outcome};
+use super::{ConfigChange, Outcome, RuleOutcome};
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
 /// acquire.lua's reply: granted, refused rule, wait, time, then per rule permits left
@@ -25,7 +25,10 @@ pub(super) fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
             2 => ConfigChange::Changed(replaced_config(replaced.next()?)?),
             _ => return None,
         };
-        per_rule.push((u64::try_from(pair[0]).ok()?, change));
+        per_rule.push(RuleOutcome {
+            left: u64::try_from(pair[0]).ok()?,
+            config: change,
+        });
     }
     if replaced.next().is_some() || !replaced.remainder().is_empty() {
         return None;
@@ -157,7 +160,16 @@ mod tests {
         let old = RateLimiterConfig::new(RateType::PerClient, 5, Duration::from_secs(1));
         assert_eq!(
             out.rules,
-            vec![(3, ConfigChange::Kept), (0, ConfigChange::Changed(old))]
+            vec![
+                RuleOutcome {
+                    left: 3,
+                    config: ConfigChange::Kept
+                },
+                RuleOutcome {
+                    left: 0,
+                    config: ConfigChange::Changed(old)
+                }
+            ]
         );
         assert_eq!(parse_outcome(&[1, 0, 0, 9], 1), None);
         assert_eq!(

@@ -3,7 +3,7 @@
 
 use super::state::Bucket;
 use super::{Locked, MemoryBackend, REORDER_MS};
-use crate::backend::{Call, ConfigChange, Outcome};
+use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
 use crate::{Error, RateLimiterConfig, RateType};
 
 /// What a decision does to one bucket, computed before anything is written.
@@ -142,7 +142,10 @@ impl MemoryBackend {
             .map(|r| {
                 let p = &plans[r.plan];
                 let left = if granted { p.value - p.spent } else { p.value };
-                (left.max(0) as u64, r.change)
+                RuleOutcome {
+                    left: left.max(0) as u64,
+                    config: r.change,
+                }
             })
             .collect();
         if calls.iter().any(|c| c.permits > 0) {

@@ -289,7 +289,13 @@ mod tests {
         }];
         let out = block_on(backend.acquire(&calls, 1_000)).unwrap();
         assert!(out.granted);
-        assert_eq!(out.rules, vec![(1, ConfigChange::Created)]);
+        assert_eq!(
+            out.rules,
+            vec![crate::backend::RuleOutcome {
+                left: 1,
+                config: ConfigChange::Created
+            }]
+        );
     }
 
     #[test]
