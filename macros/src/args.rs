@@ -39,6 +39,21 @@ impl Parse for Arg {
     }
 }
 
+/// `mode`: one bucket for every client, or one per client.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Overall,
+    PerClient,
+}
+
+/// `on_error`: what the rule does when the backend fails.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Local,
+    Allow,
+    Deny,
+}
+
 /// One attribute, checked.
 pub struct RuleArgs {
     /// The attribute's arguments, for errors about the rule as a whole.
@@ -46,9 +61,9 @@ pub struct RuleArgs {
     pub rate: u64,
     pub interval_ms: u64,
     pub key: Option<(LitStr, Vec<Piece>)>,
-    pub per_client: bool,
+    pub mode: Mode,
     pub permits: u64,
-    pub on_error: &'static str,
+    pub on_error: Policy,
     pub message: Option<LitStr>,
     pub timeout: Option<(Span, u64)>,
     pub fallback: Option<Path>,
@@ -107,15 +122,11 @@ fn duration(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<u64> {
         .ok()
 }
 
-fn choice(
-    name: &str,
-    value: &Expr,
-    accepted: &[&'static str],
-    errors: &mut Vec<Error>,
-) -> Option<&'static str> {
+/// One of `accepted` (text, value), or an error listing them.
+fn choice<T: Copy>(name: &str, value: &Expr, accepted: &[(&str, T)], errors: &mut Vec<Error>) -> Option<T> {
     let listed = accepted
         .iter()
-        .map(|a| format!("\"{a}\""))
+        .map(|(a, _)| format!("\"{a}\""))
         .collect::<Vec<_>>()
         .join(", ");
     let Some(text) = string(value) else {
@@ -125,7 +136,7 @@ fn choice(
         ));
         return None;
     };
-    let found = accepted.iter().find(|a| **a == text.value()).copied();
+    let found = accepted.iter().find(|(a, _)| *a == text.value()).map(|&(_, v)| v);
     if found.is_none() {
         errors.push(Error::new(
             text.span(),
@@ -135,27 +146,29 @@ fn choice(
     found
 }
 
-fn path(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<Path> {
+/// A path written as a path or as a string (`crate = "::facade"`); `None` otherwise.
+pub fn path_value(value: &Expr) -> Option<Path> {
     match value {
         Expr::Path(p) if p.qself.is_none() => Some(p.path.clone()),
-        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => match s.parse::<Path>() {
-            Ok(p) => Some(p),
-            Err(_) => {
-                errors.push(Error::new(
-                    s.span(),
-                    format!("`{name}` must be a path, e.g. `::redlimit`"),
-                ));
-                None
-            }
-        },
-        other => {
-            errors.push(Error::new(
-                other.span(),
-                format!("`{name}` must be a path, e.g. `{name} = my_fn`"),
-            ));
-            None
-        }
+        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => s.parse::<Path>().ok(),
+        _ => None,
     }
+}
+
+fn path(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<Path> {
+    let found = path_value(value);
+    if found.is_none() {
+        let example = if name == "crate" {
+            "`crate = ::redlimit`".to_owned()
+        } else {
+            format!("`{name} = my_fn`")
+        };
+        errors.push(Error::new(
+            value.span(),
+            format!("`{name}` must be a path, e.g. {example}"),
+        ));
+    }
+    found
 }
 
 /// Parses and checks one attribute; errors go to `errors`, `None` when unusable.
@@ -179,9 +192,9 @@ pub fn parse(
         rate: 0,
         interval_ms: 0,
         key: None,
-        per_client: false,
+        mode: Mode::Overall,
         permits: 1,
-        on_error: "local",
+        on_error: Policy::Local,
         message: None,
         timeout: None,
         fallback: None,
@@ -228,11 +241,18 @@ pub fn parse(
                 )),
             },
             "mode" => {
-                rule.per_client =
-                    choice("mode", value, &["overall", "per_client"], errors) == Some("per_client");
+                let modes = [("overall", Mode::Overall), ("per_client", Mode::PerClient)];
+                if let Some(mode) = choice("mode", value, &modes, errors) {
+                    rule.mode = mode;
+                }
             }
             "on_error" => {
-                if let Some(policy) = choice("on_error", value, &["local", "allow", "deny"], errors) {
+                let policies = [
+                    ("local", Policy::Local),
+                    ("allow", Policy::Allow),
+                    ("deny", Policy::Deny),
+                ];
+                if let Some(policy) = choice("on_error", value, &policies, errors) {
                     rule.on_error = policy;
                 }
             }

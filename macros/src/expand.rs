@@ -11,7 +11,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{token, Block, Error, Expr, FnArg, Ident, Pat, Path, ReturnType, Signature, Stmt, Token};
 
-use crate::args::{self, RuleArgs};
+use crate::args::{self, Mode, Policy, RuleArgs};
 use crate::template::Piece;
 
 /// One attribute's arguments, with an identifier spanning the attribute.
@@ -91,14 +91,40 @@ fn async_trait_block(body: &mut Block) -> Option<&mut Block> {
     }
 }
 
+/// Checks every attribute, then emits the prologue and the body; on errors, the
+/// errors and the body unchanged, so the rest of the crate still type-checks.
 pub fn expand(input: Input) -> TokenStream {
     let Input {
         sig,
         groups,
         mut body,
     } = input;
+    let is_async_trait = async_trait_block(&mut body).is_some();
+    match check(&sig, groups, is_async_trait) {
+        Ok(plan) => emit(&sig, &plan, body),
+        Err(errors) => {
+            let errors = errors.into_iter().map(|e| e.to_compile_error());
+            let stmts = &body.stmts;
+            quote! { #(#errors)* #(#stmts)* }
+        }
+    }
+}
+
+/// Everything the prologue needs, checked.
+struct Plan {
+    rules: Vec<RuleArgs>,
+    krate: Path,
+    timeout_ms: Option<u64>,
+    fallback: Option<Path>,
+    /// Each parameter's name when it is a plain binding.
+    names: Vec<Option<Ident>>,
+}
+
+/// Checks the arguments of every attribute and the rules across them, all errors at
+/// once, into a plan (with no rules when no attribute is left).
+fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Result<Plan, Vec<Error>> {
     let mut errors = Vec::new();
-    let names = param_names(&sig);
+    let names = param_names(sig);
     let params: Vec<String> = names.iter().flatten().map(|i| i.to_string()).collect();
     let rules: Vec<RuleArgs> = groups
         .into_iter()
@@ -112,7 +138,7 @@ pub fn expand(input: Input) -> TokenStream {
         &mut errors,
     )
     .unwrap_or_else(|| syn::parse_quote!(::redlimit));
-    let timeout = call_level(&rules, "timeout", |r| r.timeout, &mut errors);
+    let timeout_ms = call_level(&rules, "timeout", |r| r.timeout, &mut errors);
     let fallback = call_level(
         &rules,
         "fallback",
@@ -121,7 +147,7 @@ pub fn expand(input: Input) -> TokenStream {
     );
 
     check_distinct_templates(&rules, &mut errors);
-    if sig.asyncness.is_none() && async_trait_block(&mut body).is_none() {
+    if sig.asyncness.is_none() && !is_async_trait {
         errors.push(Error::new(
             sig.fn_token.span,
             "#[rate_limit] needs an `async fn`: the limiter is awaited before the body runs",
@@ -139,12 +165,31 @@ pub fn expand(input: Input) -> TokenStream {
             ));
         }
     }
-    if !errors.is_empty() || rules.is_empty() {
-        let errors = errors.into_iter().map(|e| e.to_compile_error());
-        let stmts = &body.stmts;
-        return quote! { #(#errors)* #(#stmts)* };
+    if !errors.is_empty() {
+        return Err(errors);
     }
+    Ok(Plan {
+        rules,
+        krate,
+        timeout_ms,
+        fallback,
+        names,
+    })
+}
 
+/// The prologue that decides every rule, then the body.
+fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
+    let Plan {
+        rules,
+        krate,
+        timeout_ms,
+        fallback,
+        names,
+    } = plan;
+    if rules.is_empty() {
+        let stmts = &body.stmts;
+        return quote! { #(#stmts)* };
+    }
     let fn_name = sig.ident.to_string();
     let site = format_ident!("__REDLIMIT_SITE", span = Span::mixed_site());
     let keys = format_ident!("__redlimit_keys", span = Span::mixed_site());
@@ -156,15 +201,14 @@ pub fn expand(input: Input) -> TokenStream {
             permits,
             ..
         } = rule;
-        let mode = if rule.per_client {
-            quote!(PerClient)
-        } else {
-            quote!(Overall)
+        let mode = match rule.mode {
+            Mode::Overall => quote!(Overall),
+            Mode::PerClient => quote!(PerClient),
         };
         let policy = match rule.on_error {
-            "allow" => quote!(Allow),
-            "deny" => quote!(Deny),
-            _ => quote!(Local),
+            Policy::Local => quote!(Local),
+            Policy::Allow => quote!(Allow),
+            Policy::Deny => quote!(Deny),
         };
         let message = match &rule.message {
             Some(m) => quote!(::core::option::Option::Some(#m)),
@@ -181,30 +225,13 @@ pub fn expand(input: Input) -> TokenStream {
             }
         }
     });
-    let key_exprs = rules.iter().map(|rule| key_expr(rule, &krate, &fn_name));
-    let timeout = match timeout {
+    let key_exprs = rules.iter().map(|rule| key_expr(rule, krate, &fn_name));
+    let timeout = match timeout_ms {
         Some(ms) => quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms))),
         None => quote!(::core::option::Option::None),
     };
-    let (binding, on_refusal) = match &fallback {
-        Some(path) => {
-            let args = names.iter().flatten();
-            (quote!(_), {
-                // The parameter types are written out (`_` for `impl Trait`), so a
-                // fallback taking other arguments fails the bound at its path,
-                // reported with the signature expected, rather than being matched
-                // against its own signature.
-                let holes = sig.inputs.iter().map(|arg| match arg {
-                    FnArg::Receiver(receiver) => receiver.ty.to_token_stream(),
-                    FnArg::Typed(typed) if names_a_type(&typed.ty) => typed.ty.to_token_stream(),
-                    FnArg::Typed(_) => quote!(_),
-                });
-                let krate = respan(krate.to_token_stream(), path.span());
-                quote_spanned! {path.span()=>
-                    return #krate::__private::Fallback::<( #(#holes,)* )>::call(#path, (#(#args,)*)).await;
-                }
-            })
-        }
+    let (binding, on_refusal) = match fallback {
+        Some(path) => (quote!(_), fallback_call(sig, names, krate, path)),
         None => {
             let span = match &sig.output {
                 ReturnType::Type(_, ty) => ty.span(),
@@ -247,6 +274,23 @@ pub fn expand(input: Input) -> TokenStream {
         }
     });
     quote! { #prologue #block }
+}
+
+/// `return <fallback>(args).await`, through `__private::Fallback` with the parameter
+/// types written out (`_` for `impl Trait`): a fallback taking other arguments fails
+/// the bound at its path, reported with the signature expected, rather than being
+/// matched against its own signature.
+fn fallback_call(sig: &Signature, names: &[Option<Ident>], krate: &Path, path: &Path) -> TokenStream {
+    let args = names.iter().flatten();
+    let holes = sig.inputs.iter().map(|arg| match arg {
+        FnArg::Receiver(receiver) => receiver.ty.to_token_stream(),
+        FnArg::Typed(typed) if names_a_type(&typed.ty) => typed.ty.to_token_stream(),
+        FnArg::Typed(_) => quote!(_),
+    });
+    let krate = respan(krate.to_token_stream(), path.span());
+    quote_spanned! {path.span()=>
+        return #krate::__private::Fallback::<( #(#holes,)* )>::call(#path, (#(#args,)*)).await;
+    }
 }
 
 /// Whether `ty` can be written in an expression (`impl Trait` cannot).

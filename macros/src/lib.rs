@@ -110,8 +110,8 @@ fn earlier_expansion(body: &syn::Block) -> Option<expand::Input> {
     syn::parse2(mac.tokens.clone()).ok()
 }
 
-/// The `crate = ...` argument of any attribute, read leniently: `expand!` reports
-/// mistakes.
+/// The `crate = ...` argument of any attribute, read leniently (`expand!` reports
+/// mistakes), to name the path `expand!` is called through.
 fn crate_path(groups: &[expand::Group]) -> Option<Path> {
     groups.iter().find_map(|group| {
         let args = Punctuated::<args::Arg, Token![,]>::parse_terminated
@@ -119,13 +119,6 @@ fn crate_path(groups: &[expand::Group]) -> Option<Path> {
             .ok()?;
         args.into_iter()
             .find(|a| a.name == "crate")
-            .and_then(|a| match a.value {
-                syn::Expr::Path(p) => Some(p.path),
-                syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Str(s),
-                    ..
-                }) => s.parse().ok(),
-                _ => None,
-            })
+            .and_then(|a| args::path_value(&a.value))
     })
 }
