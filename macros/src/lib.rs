@@ -9,6 +9,7 @@
 mod args;
 mod duration;
 mod expand;
+mod plan;
 mod template;
 
 use proc_macro::TokenStream;
