@@ -1,13 +1,17 @@
-//! A decision over one or more rules, as `lua/acquire.lua` makes it: read and plan
-//! everything, then write.
+//! A decision over one or more rules, as `lua/acquire.lua` makes it, phase for phase
+//! and name for name: `load_rule` (each rule's config and the newest grant),
+//! `plan_bucket` and `take` (each bucket once, then each rule's permits, writing
+//! nothing), `commit` (the writes). Lua's bucket tables `b` are this file's
+//! `BucketPlan`s; `state.rs`'s `Bucket` is the stored state (the value and log keys).
 
 use super::state::Bucket;
 use super::{Locked, MemoryBackend, REORDER_MS};
 use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
 use crate::{Error, RateLimiterConfig, RateType};
 
-/// What a decision does to one bucket, computed before anything is written.
-struct Plan {
+/// What a decision does to one bucket, computed before anything is written
+/// (acquire.lua's `b`).
+struct BucketPlan {
     /// The first call on this bucket: its limiter name and config.
     call: usize,
     kind: RateType,
@@ -36,7 +40,7 @@ impl MemoryBackend {
             store.sweep_if_due(clock_now);
         }
 
-        // Phase 1: each call's config, and the newest grant of its bucket.
+        // Phase 1, load_rule: each call's config, and the newest grant of its bucket.
         let mut resolved = Vec::with_capacity(calls.len());
         let mut newest = clock_now;
         for call in calls {
@@ -82,8 +86,9 @@ impl MemoryBackend {
         };
         let now_i = now as i64;
 
-        // Phase 2: plan each bucket once and take each call's permits, writing nothing.
-        let mut plans: Vec<Plan> = Vec::with_capacity(calls.len());
+        // Phase 2, plan_bucket and take: each bucket once, then each call's permits,
+        // writing nothing.
+        let mut plans: Vec<BucketPlan> = Vec::with_capacity(calls.len());
         let (mut refused, mut retry) = (None, 0i64);
         for i in 0..calls.len() {
             let call = &calls[i];
@@ -97,7 +102,7 @@ impl MemoryBackend {
                 None => {
                     let mut limiter = locked.store(name).limiters.get_mut(name);
                     let bucket = limiter.as_mut().and_then(|l| l.bucket(kind, clock_now));
-                    plans.push(plan(i, bucket.as_deref(), &resolved[i], now_i));
+                    plans.push(plan_bucket(i, bucket.as_deref(), &resolved[i], now_i));
                     plans.len() - 1
                 }
             };
@@ -149,7 +154,14 @@ impl MemoryBackend {
             })
             .collect();
         if calls.iter().any(|c| c.permits > 0) {
-            commit(&mut locked, calls, &resolved, &plans, granted, now, clock_now);
+            let decided = Decided {
+                resolved: &resolved,
+                plans: &plans,
+                granted,
+                now,
+                clock_now,
+            };
+            commit(&mut locked, calls, &decided);
         }
         Ok(Outcome {
             granted,
@@ -162,11 +174,11 @@ impl MemoryBackend {
 }
 
 /// Plans one bucket: release what left the window, rebuild a lost value from the log.
-fn plan(call: usize, bucket: Option<&Bucket>, resolved: &Resolved, now: i64) -> Plan {
+fn plan_bucket(call: usize, bucket: Option<&Bucket>, resolved: &Resolved, now: i64) -> BucketPlan {
     let config = &resolved.config;
     let rate = config.rate as i64;
     let cutoff = now - config.interval_ms() as i64;
-    let mut plan = Plan {
+    let mut plan = BucketPlan {
         call,
         kind: config.rate_type,
         cutoff,
@@ -203,16 +215,26 @@ fn plan(call: usize, bucket: Option<&Bucket>, resolved: &Resolved, now: i64) -> 
     plan
 }
 
-/// Phase 3 of a decision: the writes `acquire.lua` makes.
-fn commit(
-    locked: &mut Locked<'_>,
-    calls: &[Call<'_>],
-    resolved: &[Resolved],
-    plans: &[Plan],
+/// Phase 3, commit: the writes `acquire.lua` makes.
+/// What phases 1 and 2 decided, for `commit`.
+struct Decided<'a> {
+    resolved: &'a [Resolved],
+    plans: &'a [BucketPlan],
     granted: bool,
+    /// The time the call is decided at (a later grant's, when overtaken).
     now: u64,
+    /// The client's clock, for expiry.
     clock_now: u64,
-) {
+}
+
+fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
+    let Decided {
+        resolved,
+        plans,
+        granted,
+        now,
+        clock_now,
+    } = *decided;
     for (i, (call, r)) in calls.iter().zip(resolved).enumerate() {
         let name = call.keys.config();
         let store = locked.store(name);
