@@ -96,7 +96,10 @@ for i = 1, nrules do
   local r = {
     name = KEYS[k + 1], k = k, permits = tonumber(ARGV[a + 1]), member = ARGV[a + 2],
     rate = 0, interval = 0, kind = false, old_kind = false, keep = 0, keep_text = '0',
-    write = false, changed = false, vkey = false, pkey = false, bucket = false,
+    write = false, changed = false, vkey = false, pkey = false,
+    -- the bucket (value and log) this rule decides on: the first rule naming it owns
+    -- the plan (skip ... clear); later rules on it point to that owner
+    bucket = false, skip = 0, spent = 0, value = 0, dirty = true, counted = false, clear = false,
   }
   local initialized = stored[1] ~= false and stored[2] ~= false and stored[3] ~= false
   local owns = ARGV[a + 3] == '1'
@@ -156,16 +159,19 @@ if newest - now <= REORDER then
 end
 
 -- Phase 2, plan_bucket and take: each bucket once, then each rule's permits.
-local buckets = {}
 local refused, retry = 0, 0
 for i = 1, nrules do
   local r = rules[i]
-  local b = buckets[r.vkey]
-  if b == nil then
-    b = {
-      vkey = r.vkey, pkey = r.pkey, skip = 0, spent = 0, value = r.rate, dirty = true, counted = false,
-      clear = false, r = r,
-    }
+  local b = false
+  for j = 1, i - 1 do
+    if rules[j].vkey == r.vkey then
+      b = rules[j].bucket
+      break
+    end
+  end
+  if not b then
+    b = r
+    b.value = r.rate
     if r.changed and r.old_kind ~= r.kind then
       -- a change of mode starts afresh and deletes both modes' state (Redisson 4.4+)
       b.clear = true
@@ -192,7 +198,7 @@ for i = 1, nrules do
         end
         if r.changed or (released > 0 and value + released > r.rate) then
           -- a changed config, or a value inflated by hand: the log is the authority
-        if rebuild_from_log == nil then helpers() end
+          if rebuild_from_log == nil then helpers() end
           b.value = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip)
         elseif released > 0 then
           b.value = value + released
@@ -203,7 +209,6 @@ for i = 1, nrules do
         end
       end
     end
-    buckets[r.vkey] = b
   end
   r.bucket = b
 
@@ -249,11 +254,11 @@ if not probe then
         'keepAliveTime', ARGV[a + 7])
     end
     local b = r.bucket
-    if b.r == r then
+    if b == r then
       if b.clear then
         redis.call('del', KEYS[r.k + 2], KEYS[r.k + 3], KEYS[r.k + 4], KEYS[r.k + 5])
       elseif b.skip > 0 then
-        redis.call('zremrangebyrank', b.pkey, 0, b.skip - 1)
+        redis.call('zremrangebyrank', r.pkey, 0, b.skip - 1)
       end
     end
   end
@@ -263,14 +268,14 @@ if not probe then
     if granted then
       redis.call('zadd', r.pkey, score, r.member)
     end
-    if b.r == r then
+    if b == r then
       if granted and b.counted then
         -- numbers given to redis.call are printed as floats: pass text where there is
-        redis.call('decrby', b.vkey, b.spent == r.permits and ARGV[1 + 7 * (i - 1) + 1] or string.format('%d', b.spent))
+        redis.call('decrby', r.vkey, b.spent == r.permits and ARGV[1 + 7 * (i - 1) + 1] or string.format('%d', b.spent))
       elseif granted then
-        redis.call('set', b.vkey, string.format('%d', b.value - b.spent), 'keepttl')
+        redis.call('set', r.vkey, string.format('%d', b.value - b.spent), 'keepttl')
       elseif b.dirty then
-        redis.call('set', b.vkey, string.format('%d', b.value), 'keepttl')
+        redis.call('set', r.vkey, string.format('%d', b.value), 'keepttl')
       end
     end
     -- Redisson's TTL rule: keepAliveTime on all three keys, else the config's own TTL
@@ -288,7 +293,18 @@ if not probe then
   end
 end
 
-local reply = { granted and 1 or 0, refused, granted and 0 or retry, now }
+local reply
+if nrules == 1 and not rules[1].replaced then
+  -- one rule: the reply built whole
+  local b = rules[1].bucket
+  local left = granted and b.value - b.spent or b.value
+  reply = { 1, 0, 0, now, left > 0 and left or 0, rules[1].write and 1 or 0 }
+  if not granted then
+    reply[1], reply[2], reply[3] = 0, refused, retry
+  end
+  return reply
+end
+reply = { granted and 1 or 0, refused, granted and 0 or retry, now }
 for i = 1, nrules do
   local r = rules[i]
   local left = r.bucket.value
