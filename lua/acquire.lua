@@ -29,8 +29,8 @@
 -- the state untouched, and a refusal by any rule spends no permit of any rule.
 --
 -- Every call runs this whole body, so it creates as little as it can: one table per
--- rule and per bucket, built whole by their constructors, and helpers only on the
--- paths that need them.
+-- rule (which also holds the plan of the bucket it is the first to name), built whole
+-- by its constructor, and helpers only on the paths that need them.
 
 local now = tonumber(ARGV[1])
 if ARGV[1] == '' then

@@ -1,8 +1,8 @@
 //! A decision over one or more rules, as `lua/acquire.lua` makes it, phase for phase
 //! and name for name: `load_rule` (each rule's config and the newest grant),
 //! `plan_bucket` and `take` (each bucket once, then each rule's permits, writing
-//! nothing), `commit` (the writes). Lua's bucket tables `b` are this file's
-//! `BucketPlan`s; `state.rs`'s `Bucket` is the stored state (the value and log keys).
+//! nothing), `commit` (the writes). The bucket plans Lua keeps in the table of the
+//! first rule naming a bucket are this file's `BucketPlan`s; `state.rs`'s `Bucket` is the stored state (the value and log keys).
 
 use super::state::Bucket;
 use super::{Locked, MemoryBackend, REORDER_MS};
