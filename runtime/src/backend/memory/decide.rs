@@ -2,7 +2,8 @@
 //! and name for name: `load_rule` (each rule's config and the newest grant),
 //! `plan_bucket` and `take` (each bucket once, then each rule's permits, writing
 //! nothing), `commit` (the writes). The bucket plans Lua keeps in the table of the
-//! first rule naming a bucket are this file's `BucketPlan`s; `state.rs`'s `Bucket` is the stored state (the value and log keys).
+//! first rule naming a bucket are this file's `BucketPlan`s; `state.rs`'s `Bucket` is
+//! the stored state (the value and log keys).
 
 use super::state::Bucket;
 use super::{Locked, MemoryBackend, REORDER_MS};
