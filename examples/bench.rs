@@ -260,10 +260,12 @@ async fn main() {
         .await
         .unwrap();
 
-    // REDLIMIT_BENCH_ONLY=side runs section 6 alone (for iterating on the scripts).
-    if std::env::var("REDLIMIT_BENCH_ONLY").as_deref() == Ok("side") {
-        side_by_side(&client, &mut conn).await;
-        return;
+    // REDLIMIT_BENCH_ONLY=side (or =memory) runs section 6 (or 5) alone, for
+    // iterating on the scripts (or the in-process backend).
+    match std::env::var("REDLIMIT_BENCH_ONLY").as_deref() {
+        Ok("side") => return side_by_side(&client, &mut conn).await,
+        Ok("memory") => return in_process(),
+        _ => {}
     }
 
     // 1 and 3: the decorated fn against the bare script on redis-rs.

@@ -239,8 +239,6 @@ fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
     for (i, (call, r)) in calls.iter().zip(resolved).enumerate() {
         let name = call.keys.config();
         let store = locked.store(name);
-        store.seq += 1;
-        let seq = store.seq;
         // A kept config means the limiter exists: one lookup, no insertion.
         let limiter = match r.change {
             ConfigChange::Kept => store.limiters.get_mut(name).expect("found in phase 1"),
@@ -272,8 +270,7 @@ fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
         }
         if granted {
             let bucket = limiter.bucket_or_default(kind);
-            bucket.log.insert((now, seq), call.permits as u32);
-            bucket.total += call.permits;
+            bucket.push(now, call.permits as u32);
         }
         // Redisson's TTL rule: keepAliveTime on all three keys, else the config's TTL.
         let expires = match r.config.keep_alive_ms() {

@@ -1,7 +1,7 @@
 //! In-process limiter state: a map of limiters, each with its config and one bucket
 //! per mode (the overall bucket, and this client's per_client bucket).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 
 use crate::{RateLimiterConfig, RateType};
 
@@ -11,8 +11,6 @@ pub(super) struct Store {
     /// Calls since the last sweep, and the map's size after it.
     calls: usize,
     swept_len: usize,
-    /// Stands in for the random part of log members.
-    pub seq: u64,
 }
 
 #[derive(Default)]
@@ -26,8 +24,10 @@ pub(super) struct Limiter {
 #[derive(Default)]
 pub(super) struct Bucket {
     pub value: Option<i64>,
-    /// (score, sequence) -> permits.
-    pub log: BTreeMap<(u64, u64), u32>,
+    /// (score, permits) of each grant, oldest first, as Redis orders the sorted set
+    /// (grants of one millisecond in the order they were made). Contiguous: a
+    /// decision touches only its two ends.
+    pub log: VecDeque<(u64, u32)>,
     /// Sum of the permits in `log`.
     pub total: u64,
     pub expires: Option<u64>,
@@ -132,15 +132,16 @@ impl Bucket {
             return (0, 0);
         }
         self.log
-            .range(..=(cutoff as u64, u64::MAX))
-            .fold((0, 0), |(n, sum), (_, &p)| (n + 1, sum + u64::from(p)))
+            .iter()
+            .take_while(|&&(score, _)| score <= cutoff as u64)
+            .fold((0, 0), |(n, sum), &(_, p)| (n + 1, sum + u64::from(p)))
     }
 
     /// Milliseconds until `need` permits of the log after its first `skip` entries
     /// have left the window; `None` when it holds fewer (plus `pending`).
     pub fn wait_for(&self, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
         let mut acc = 0i64;
-        for (&(score, _), &p) in self.log.iter().skip(skip) {
+        for &(score, p) in self.log.iter().skip(skip) {
             acc += i64::from(p);
             if acc >= need {
                 return Some(score as i64 + interval - now);
@@ -151,10 +152,20 @@ impl Bucket {
 
     /// Drops the first `n` entries, which hold `permits`.
     pub fn remove_first(&mut self, n: usize, permits: u64) {
-        for _ in 0..n {
-            self.log.pop_first();
-        }
+        self.log.drain(..n);
         self.total -= permits;
+    }
+
+    /// Logs a grant at `score`, after every grant with a score up to it.
+    pub fn push(&mut self, score: u64, permits: u32) {
+        if self.log.back().is_none_or(|&(newest, _)| newest <= score) {
+            self.log.push_back((score, permits));
+        } else {
+            // Older than the newest grant (a clock far behind): in score order.
+            let at = self.log.partition_point(|&(s, _)| s <= score);
+            self.log.insert(at, (score, permits));
+        }
+        self.total += u64::from(permits);
     }
 
     /// Takes up to `permits` out of the newest entries (the last one shrinks when it
@@ -162,15 +173,16 @@ impl Bucket {
     pub fn take_newest(&mut self, permits: u64) -> u64 {
         let mut taken = 0;
         while taken < permits {
-            let Some(mut newest) = self.log.last_entry() else {
+            let Some(newest) = self.log.back_mut() else {
                 break;
             };
             let left = permits - taken;
-            if u64::from(*newest.get()) > left {
-                *newest.get_mut() -= left as u32;
+            if u64::from(newest.1) > left {
+                newest.1 -= left as u32;
                 taken += left;
             } else {
-                taken += u64::from(newest.remove());
+                taken += u64::from(newest.1);
+                self.log.pop_back();
             }
         }
         self.total -= taken;
@@ -178,6 +190,6 @@ impl Bucket {
     }
 
     pub fn newest(&self) -> Option<u64> {
-        self.log.last_key_value().map(|(&(score, _), _)| score)
+        self.log.back().map(|&(score, _)| score)
     }
 }
