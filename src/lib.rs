@@ -26,6 +26,14 @@ pub use redlimit_runtime::{
     RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
 };
 
+/// At the HTTP edge with axum (cargo feature `axum`): [`ClientIp`](axum::ClientIp),
+/// the client's address behind [`TrustedProxies`](axum::TrustedProxies), usable in
+/// keys: `#[rate_limit(key = "login:{ip}", ...)] async fn login(ip: ClientIp, ...)`.
+#[cfg(feature = "axum")]
+pub mod axum {
+    pub use redlimit_edge::{ClientIp, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
+}
+
 /// The README's examples, compiled as doc tests so they stay true.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
