@@ -22,16 +22,22 @@ pub use redlimit_macros::rate_limit;
 
 pub use redlimit_runtime::{
     default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error,
-    FromRateLimited, LimiterKeys, ManualClock, RateLimited, RateLimiter, RateLimiterArgs, RateLimiterConfig,
-    RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
+    FromRateLimited, Limit, LimiterKeys, ManualClock, RateLimited, RateLimiter, RateLimiterArgs,
+    RateLimiterConfig, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PREFIX, MAX_RATE,
 };
 
 /// At the HTTP edge with axum (cargo feature `axum`): [`ClientIp`](axum::ClientIp),
 /// the client's address behind [`TrustedProxies`](axum::TrustedProxies), usable in
 /// keys: `#[rate_limit(key = "login:{ip}", ...)] async fn login(ip: ClientIp, ...)`.
+///
+/// A refused handler answers 429 with `Retry-After` and the IETF RateLimit fields when
+/// it returns `Result<T, RateLimited>` or `axum::response::Response`; [`axum::ProblemJson`]
+/// answers the same as `application/problem+json`.
 #[cfg(feature = "axum")]
 pub mod axum {
     pub use redlimit_edge::{ClientIp, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
+    pub use redlimit_runtime::{ProblemJson, RATELIMIT, RATELIMIT_POLICY};
 }
 
 /// The README's examples, compiled as doc tests so they stay true.

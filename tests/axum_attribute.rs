@@ -1,7 +1,7 @@
-//! `#[rate_limit]` on an axum handler keyed by `ClientIp` (cargo feature `axum`): a
-//! real server on loopback, a trusted proxy forwarding two clients; each client is
-//! limited on its own, and a forged leftmost `X-Forwarded-For` entry does not give a
-//! client a fresh limit.
+//! `#[rate_limit]` on axum handlers (cargo feature `axum`), on a real server on
+//! loopback: keyed by `ClientIp` behind a trusted proxy (each client limited on its
+//! own, a forged leftmost `X-Forwarded-For` entry gives no fresh limit), and refusals
+//! as HTTP: 429, `Retry-After`, the RateLimit fields, plain text or problem+json.
 #![cfg(feature = "axum")]
 
 use std::net::SocketAddr;
@@ -33,23 +33,62 @@ async fn login(ip: ClientIp) -> Result<String, Refused> {
     Ok(format!("welcome {ip}"))
 }
 
-async fn post_with(addr: SocketAddr, forwarded_for: &str) -> u16 {
+#[rate_limit(key = "search", rate = 1, interval = "1500ms", message = "search is busy")]
+async fn search() -> Result<&'static str, RateLimited> {
+    Ok("results")
+}
+
+#[rate_limit(key = "report", rate = 1, interval = "60s")]
+async fn report() -> axum::response::Response {
+    axum::response::IntoResponse::into_response("report")
+}
+
+#[rate_limit(key = "export", rate = 1, interval = "60s")]
+async fn export() -> Result<&'static str, redlimit::axum::ProblemJson> {
+    Ok("exported")
+}
+
+/// The status, the headers (lower-case names) and the body of one request.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    forwarded_for: &str,
+) -> (u16, Vec<(String, String)>, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "POST /login HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\
          X-Forwarded-For: {forwarded_for}\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
-    response[9..12].parse().unwrap()
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_once(": "))
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
+        .collect();
+    (response[9..12].parse().unwrap(), headers, body.to_owned())
 }
 
-#[tokio::test]
-async fn each_client_behind_the_proxy_has_its_own_limit() {
-    redlimit::set_default(Client::memory()).unwrap();
+async fn post_with(addr: SocketAddr, forwarded_for: &str) -> u16 {
+    request(addr, "POST", "/login", forwarded_for).await.0
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+async fn serve() -> SocketAddr {
+    static SET: std::sync::Once = std::sync::Once::new();
+    SET.call_once(|| redlimit::set_default(Client::memory()).unwrap());
     let app = Router::new()
         .route("/login", post(login))
+        .route("/search", axum::routing::get(search))
+        .route("/report", axum::routing::get(report))
+        .route("/export", axum::routing::get(export))
         .layer(Extension(TrustedProxies::new(["127.0.0.1"]).unwrap()));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -58,6 +97,46 @@ async fn each_client_behind_the_proxy_has_its_own_limit() {
             .await
             .unwrap();
     });
+    addr
+}
+
+#[tokio::test]
+async fn refusals_are_429_with_retry_after_and_the_ratelimit_fields() {
+    let addr = serve().await;
+    let (status, _, body) = request(addr, "GET", "/search", "198.51.100.7").await;
+    assert_eq!((status, body.as_str()), (200, "results"));
+    let (status, headers, body) = request(addr, "GET", "/search", "198.51.100.7").await;
+    assert_eq!(status, 429);
+    assert_eq!(
+        header(&headers, "retry-after"),
+        Some("2"),
+        "1.5 s rounded up: {headers:?}"
+    );
+    assert_eq!(header(&headers, "ratelimit-policy"), Some("\"search\";q=1;w=2"));
+    assert_eq!(header(&headers, "ratelimit"), Some("\"search\";r=0;t=2"));
+    assert_eq!(body, "search is busy; retry in 2 s\n");
+
+    // A handler returning axum's Response.
+    assert_eq!(request(addr, "GET", "/report", "x").await.0, 200);
+    let (status, headers, _) = request(addr, "GET", "/report", "x").await;
+    assert_eq!(status, 429);
+    assert!(header(&headers, "retry-after").is_some());
+
+    // Problem details.
+    assert_eq!(request(addr, "GET", "/export", "x").await.0, 200);
+    let (status, headers, body) = request(addr, "GET", "/export", "x").await;
+    assert_eq!(status, 429);
+    assert_eq!(header(&headers, "content-type"), Some("application/problem+json"));
+    assert!(
+        body.starts_with("{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429"),
+        "{body}"
+    );
+    assert!(header(&headers, "ratelimit-policy").is_some());
+}
+
+#[tokio::test]
+async fn each_client_behind_the_proxy_has_its_own_limit() {
+    let addr = serve().await;
     for _ in 0..2 {
         assert_eq!(post_with(addr, "198.51.100.7").await, 200);
     }

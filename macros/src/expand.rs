@@ -133,8 +133,16 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
             Some(m) => quote!(::core::option::Option::Some(#m)),
             None => quote!(::core::option::Option::None),
         };
+        let name = match &rule.key {
+            Some((lit, _)) => {
+                let text = lit.value();
+                quote!(#text)
+            }
+            None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+        };
         quote! {
             #krate::__private::RuleSpec {
+                name: #name,
                 rate: #rate,
                 interval: ::core::time::Duration::from_millis(#interval_ms),
                 mode: #krate::RateType::#mode,

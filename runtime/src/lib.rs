@@ -42,6 +42,8 @@ pub mod member;
 #[doc(hidden)]
 pub mod private;
 mod refusal;
+#[cfg(feature = "axum")]
+mod response;
 mod rule;
 mod site;
 mod target;
@@ -60,5 +62,7 @@ pub use default_client::{default_client, set_default};
 pub use error::Error;
 pub use keys::LimiterKeys;
 pub use limiter::RateLimiter;
-pub use refusal::{FromRateLimited, RateLimited};
+pub use refusal::{FromRateLimited, Limit, RateLimited};
+#[cfg(feature = "axum")]
+pub use response::{ProblemJson, RATELIMIT, RATELIMIT_POLICY};
 pub use rule::Rule;

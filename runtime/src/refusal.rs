@@ -18,6 +18,19 @@ pub struct RateLimited {
     pub(crate) message: Option<&'static str>,
     pub(crate) rule: usize,
     pub(crate) cause: Option<Arc<Error>>,
+    pub(crate) limit: Option<Limit>,
+}
+
+/// The limit a refusal came from: what the IETF `RateLimit-Policy` field describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// The rule's name: its key template as written (`login:{ip}`), or the function's
+    /// path when it has no `key`. Never an interpolated key.
+    pub name: &'static str,
+    /// Permits per window.
+    pub rate: u64,
+    /// The window.
+    pub window: Duration,
 }
 
 impl RateLimited {
@@ -45,6 +58,11 @@ impl RateLimited {
     /// The backend failure behind a refusal under `on_error = "deny"`.
     pub fn cause(&self) -> Option<&Error> {
         self.cause.as_deref()
+    }
+
+    /// The refusing rule's limit (its name, rate and window).
+    pub fn limit(&self) -> Option<&Limit> {
+        self.limit.as_ref()
     }
 }
 
@@ -90,7 +108,7 @@ impl std::error::Error for RateLimited {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot express a rate-limit refusal",
     label = "a #[rate_limit] function without `fallback` must return a type implementing `FromRateLimited`",
-    note = "return `Result<T, E>` with `E: From<redlimit::RateLimited>`, implement `redlimit::FromRateLimited` for `{Self}`, or give the attribute a `fallback = path::to::fn`"
+    note = "return `Result<T, E>` with `E: From<redlimit::RateLimited>`, implement `redlimit::FromRateLimited` for `{Self}`, or give the attribute a `fallback = path::to::fn`; an axum handler can return `Result<T, redlimit::RateLimited>` or `axum::response::Response` (cargo feature `axum`) instead of `impl IntoResponse`"
 )]
 pub trait FromRateLimited {
     /// The value the function returns when refused.

@@ -24,12 +24,24 @@ pub enum OnError {
 /// One `#[rate_limit]` attribute, checked at compile time.
 #[derive(Debug)]
 pub struct RuleSpec {
+    /// The key template as written, or the function's path: a bounded name.
+    pub name: &'static str,
     pub rate: u64,
     pub interval: Duration,
     pub mode: RateType,
     pub permits: u64,
     pub on_error: OnError,
     pub message: Option<&'static str>,
+}
+
+impl RuleSpec {
+    fn limit(&self) -> crate::refusal::Limit {
+        crate::refusal::Limit {
+            name: self.name,
+            rate: self.rate,
+            window: self.interval,
+        }
+    }
 }
 
 /// Every rule of one function, with its call-level settings and failure log state.
@@ -106,6 +118,7 @@ impl Site {
             message: self.rules[rule].message,
             rule,
             cause: None,
+            limit: Some(self.rules[rule].limit()),
         }
     }
 
@@ -169,6 +182,7 @@ impl Site {
             message: self.rules[0].message,
             rule: 0,
             cause: Some(Arc::new(error)),
+            limit: Some(self.rules[0].limit()),
         }
     }
 
@@ -192,6 +206,7 @@ impl Site {
                 message: self.rules[rule].message,
                 rule,
                 cause: Some(Arc::new(error)),
+                limit: Some(self.rules[rule].limit()),
             });
         }
         let local: Vec<usize> = (0..rules.len())
@@ -249,6 +264,7 @@ mod tests {
     #[test]
     fn an_outage_is_logged_once_per_period_not_per_call() {
         static RULES: [RuleSpec; 1] = [RuleSpec {
+            name: "tests::f",
             rate: 1,
             interval: Duration::from_secs(1),
             mode: RateType::Overall,
@@ -281,6 +297,7 @@ mod tests {
     #[test]
     fn the_end_of_an_outage_is_logged_once() {
         static RULES: [RuleSpec; 1] = [RuleSpec {
+            name: "tests::f",
             rate: 1,
             interval: Duration::from_secs(1),
             mode: RateType::Overall,

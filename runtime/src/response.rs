@@ -1,0 +1,230 @@
+//! Refusals as HTTP responses (cargo feature `axum`): 429 with `Retry-After` and the
+//! IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers), or 503 when the
+//! refusal came from the backend failing under `on_error = "deny"`, without the cause.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use axum_core::response::{IntoResponse, Response};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::StatusCode;
+
+use crate::{FromRateLimited, RateLimited};
+
+/// `RateLimit-Policy: "<name>";q=<rate>;w=<window s>`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit: "<name>";r=<remaining>;t=<seconds until it resets>`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Whole seconds, rounded up: a client that waits that long is not refused again.
+fn seconds_up(wait: Duration) -> u64 {
+    wait.as_millis().div_ceil(1000) as u64
+}
+
+/// A name as a structured-field string (RFC 9651): printable ASCII, `"` and `\`
+/// escaped; anything else becomes `_`.
+fn sf_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('_'),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl RateLimited {
+    /// The status this refusal answers with: 429 when the limit refused, 503 when the
+    /// backend failed under `on_error = "deny"`, 500 when the limiter is misconfigured.
+    pub fn status(&self) -> StatusCode {
+        match &self.cause {
+            None => StatusCode::TOO_MANY_REQUESTS,
+            Some(cause) if cause.is_backend_failure() => StatusCode::SERVICE_UNAVAILABLE,
+            Some(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The response's headers: `Retry-After` and the RateLimit fields for a 429.
+    fn headers(&self, response: &mut Response) {
+        if self.cause.is_some() {
+            return;
+        }
+        let headers = response.headers_mut();
+        let wait = self.retry_after.map(seconds_up);
+        if let Some(wait) = wait {
+            headers.insert(RETRY_AFTER, HeaderValue::from(wait));
+        }
+        if let Some(limit) = &self.limit {
+            let name = sf_string(limit.name);
+            let window = seconds_up(limit.window).max(1);
+            let policy = format!("{name};q={};w={window}", limit.rate);
+            let mut state = format!("{name};r=0");
+            if let Some(wait) = wait {
+                let _ = write!(state, ";t={wait}");
+            }
+            for (field, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, state)] {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    headers.insert(field, value);
+                }
+            }
+        }
+    }
+
+    /// The plain-text body: what happened and when to come back, never the cause.
+    fn body(&self) -> String {
+        match self.status() {
+            StatusCode::TOO_MANY_REQUESTS => {
+                let mut body = String::from(self.message.unwrap_or("Too many requests"));
+                if let Some(wait) = self.retry_after {
+                    let _ = write!(body, "; retry in {} s", seconds_up(wait));
+                }
+                body.push('\n');
+                body
+            }
+            StatusCode::SERVICE_UNAVAILABLE => "Service temporarily unavailable\n".to_owned(),
+            _ => "Internal server error\n".to_owned(),
+        }
+    }
+}
+
+impl IntoResponse for RateLimited {
+    /// 429 with `Retry-After` (whole seconds, rounded up), `RateLimit-Policy` and
+    /// `RateLimit`, and a short plain-text body (the rule's `message` when it has one);
+    /// 503 without the cause when the backend failed under `on_error = "deny"`.
+    fn into_response(self) -> Response {
+        let mut response = (
+            self.status(),
+            [(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            )],
+            self.body(),
+        )
+            .into_response();
+        self.headers(&mut response);
+        response
+    }
+}
+
+/// A refusal as an RFC 9457 problem (`application/problem+json`), with the same
+/// status and headers as [`RateLimited`]'s own response.
+#[derive(Debug, Clone)]
+pub struct ProblemJson(pub RateLimited);
+
+impl From<RateLimited> for ProblemJson {
+    fn from(limited: RateLimited) -> Self {
+        ProblemJson(limited)
+    }
+}
+
+fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl IntoResponse for ProblemJson {
+    fn into_response(self) -> Response {
+        let limited = self.0;
+        let status = limited.status();
+        let title = status.canonical_reason().unwrap_or("Error");
+        let detail = limited.body();
+        let mut body = format!(
+            "{{\"type\":\"about:blank\",\"title\":{},\"status\":{},\"detail\":{}",
+            json_string(title),
+            status.as_u16(),
+            json_string(detail.trim_end())
+        );
+        if let (None, Some(wait)) = (&limited.cause, limited.retry_after) {
+            let _ = write!(body, ",\"retry_after\":{}", seconds_up(wait));
+        }
+        body.push('}');
+        let mut response = (
+            status,
+            [(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"))],
+            body,
+        )
+            .into_response();
+        limited.headers(&mut response);
+        response
+    }
+}
+
+impl FromRateLimited for Response {
+    fn from_rate_limited(limited: RateLimited) -> Self {
+        limited.into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::refusal::Limit;
+    use std::sync::Arc;
+
+    fn refusal(retry: u64) -> RateLimited {
+        RateLimited {
+            key: "rate_limit:login:198.51.100.7".to_owned(),
+            retry_after: Some(Duration::from_millis(retry)),
+            message: None,
+            rule: 0,
+            cause: None,
+            limit: Some(Limit {
+                name: "login:{ip}",
+                rate: 5,
+                window: Duration::from_secs(60),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_429_with_retry_after_rounded_up_and_the_ratelimit_fields() {
+        let response = refusal(1_001).into_response();
+        assert_eq!(response.status(), 429);
+        let header = |name: &str| response.headers()[name].to_str().unwrap().to_owned();
+        assert_eq!(header("retry-after"), "2");
+        assert_eq!(header("ratelimit-policy"), "\"login:{ip}\";q=5;w=60");
+        assert_eq!(header("ratelimit"), "\"login:{ip}\";r=0;t=2");
+        assert_eq!(header("content-type"), "text/plain; charset=utf-8");
+        assert_eq!(refusal(3_000).into_response().headers()["retry-after"], "3");
+    }
+
+    #[test]
+    fn names_are_structured_field_strings() {
+        assert_eq!(sf_string("a\"b\\c é"), "\"a\\\"b\\\\c _\"");
+    }
+
+    #[test]
+    fn a_backend_failure_is_503_and_keeps_the_cause_to_itself() {
+        let mut limited = refusal(0);
+        limited.retry_after = None;
+        limited.cause = Some(Arc::new(crate::Error::Backend {
+            detail: "secret detail".to_owned(),
+        }));
+        let response = limited.clone().into_response();
+        assert_eq!(response.status(), 503);
+        assert!(response.headers().get("retry-after").is_none());
+        assert!(!limited.body().contains("secret"));
+        let problem = ProblemJson(limited).into_response();
+        assert_eq!(problem.status(), 503);
+        assert_eq!(problem.headers()["content-type"], "application/problem+json");
+    }
+}
