@@ -397,3 +397,36 @@ async fn coinciding_keys_never_switch_a_limit_off() {
     // Fresh values only: the random calls start after the first hundred.
     support::coinciding::coinciding_values_never_switch_a_limit_off(300).await;
 }
+
+/// A parameter taken apart by a pattern, as axum's `Path(user_id): Path<u64>`.
+struct Wrapped<T>(T);
+
+struct Point {
+    x: u32,
+    y: u32,
+}
+
+#[rate_limit(key = "patterns:{user_id}:{a}:{x}", rate = 1, interval = "60s")]
+async fn patterns(
+    Wrapped(user_id): Wrapped<u64>,
+    (a, _b): (u8, u8),
+    Point { x, .. }: Point,
+) -> Result<u64, AppError> {
+    Ok(user_id + u64::from(a) + u64::from(x))
+}
+
+#[tokio::test]
+async fn names_bound_by_patterns_can_be_used_in_keys() {
+    client();
+    let point = || Point { x: 3, y: 9 };
+    assert_eq!(patterns(Wrapped(7), (1, 2), point()).await.unwrap(), 11);
+    let AppError::Limited { key, .. } = patterns(Wrapped(7), (1, 5), Point { x: 3, y: 0 })
+        .await
+        .unwrap_err();
+    assert_eq!(key, "rate_limit:patterns:7:1:3");
+    assert!(
+        patterns(Wrapped(8), (1, 2), point()).await.is_ok(),
+        "another user"
+    );
+    let _ = point().y;
+}

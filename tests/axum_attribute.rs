@@ -38,6 +38,11 @@ async fn search() -> Result<&'static str, RateLimited> {
     Ok("results")
 }
 
+#[rate_limit(key = "user:{id}", rate = 1, interval = "60s")]
+async fn user(axum::extract::Path(id): axum::extract::Path<u64>) -> Result<String, RateLimited> {
+    Ok(format!("user {id}"))
+}
+
 #[rate_limit(key = "report", rate = 1, interval = "60s")]
 async fn report() -> axum::response::Response {
     axum::response::IntoResponse::into_response("report")
@@ -87,6 +92,7 @@ async fn serve() -> SocketAddr {
     let app = Router::new()
         .route("/login", post(login))
         .route("/search", axum::routing::get(search))
+        .route("/users/{id}", axum::routing::get(user))
         .route("/report", axum::routing::get(report))
         .route("/export", axum::routing::get(export))
         .layer(Extension(TrustedProxies::new(["127.0.0.1"]).unwrap()));
@@ -121,6 +127,17 @@ async fn refusals_are_429_with_retry_after_and_the_ratelimit_fields() {
     let (status, headers, _) = request(addr, "GET", "/report", "x").await;
     assert_eq!(status, 429);
     assert!(header(&headers, "retry-after").is_some());
+
+    // A path parameter in the key: each user limited on its own.
+    assert_eq!(request(addr, "GET", "/users/1", "x").await.0, 200);
+    assert_eq!(request(addr, "GET", "/users/1", "x").await.0, 429);
+    let (status, headers, _) = request(addr, "GET", "/users/1", "x").await;
+    assert_eq!(status, 429);
+    assert_eq!(
+        header(&headers, "ratelimit-policy"),
+        Some("\"user:{id}\";q=1;w=60")
+    );
+    assert_eq!(request(addr, "GET", "/users/2", "x").await.0, 200);
 
     // Problem details.
     assert_eq!(request(addr, "GET", "/export", "x").await.0, 200);

@@ -23,6 +23,38 @@ fn param_names(sig: &Signature) -> Vec<Option<Ident>> {
         .collect()
 }
 
+/// Every name the parameters bind, patterns included (`Path(user_id): Path<u64>`,
+/// `(a, b): (u32, u32)`, `Point { x, .. }: Point`): what a key template may use.
+fn bound_names(sig: &Signature) -> Vec<String> {
+    let mut names = Vec::new();
+    for arg in &sig.inputs {
+        match arg {
+            FnArg::Receiver(_) => names.push("self".to_owned()),
+            FnArg::Typed(t) => bind(&t.pat, &mut names),
+        }
+    }
+    names
+}
+
+fn bind(pat: &Pat, names: &mut Vec<String>) {
+    match pat {
+        Pat::Ident(p) => {
+            names.push(p.ident.to_string());
+            if let Some((_, sub)) = &p.subpat {
+                bind(sub, names);
+            }
+        }
+        Pat::TupleStruct(p) => p.elems.iter().for_each(|e| bind(e, names)),
+        Pat::Tuple(p) => p.elems.iter().for_each(|e| bind(e, names)),
+        Pat::Struct(p) => p.fields.iter().for_each(|f| bind(&f.pat, names)),
+        Pat::Slice(p) => p.elems.iter().for_each(|e| bind(e, names)),
+        Pat::Reference(p) => bind(&p.pat, names),
+        Pat::Type(p) => bind(&p.pat, names),
+        Pat::Paren(p) => bind(&p.pat, names),
+        _ => {}
+    }
+}
+
 /// Everything the prologue needs, checked.
 pub struct Plan {
     pub rules: Vec<RuleArgs>,
@@ -38,7 +70,7 @@ pub struct Plan {
 pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Result<Plan, Vec<Error>> {
     let mut errors = Vec::new();
     let names = param_names(sig);
-    let params: Vec<String> = names.iter().flatten().map(|i| i.to_string()).collect();
+    let params = bound_names(sig);
     let rules: Vec<RuleArgs> = groups
         .into_iter()
         .filter_map(|Group { name, args }| args::parse(args, name.span(), &params, &mut errors))

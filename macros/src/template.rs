@@ -82,10 +82,10 @@ pub fn check_params(pieces: &[Piece], params: &[String]) -> Result<(), String> {
         if let Piece::Value(path) = piece {
             if !params.contains(&path[0]) {
                 let listed = if params.is_empty() {
-                    "the function has no parameters".to_owned()
+                    "the function's parameters bind no names".to_owned()
                 } else {
                     format!(
-                        "the function's parameters are: {}",
+                        "the names the function's parameters bind are: {}",
                         params
                             .iter()
                             .map(|p| format!("`{p}`"))
