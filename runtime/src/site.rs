@@ -261,50 +261,43 @@ mod tests {
     use super::*;
     use crate::test_support::CountEvents;
 
+    static RULES: [RuleSpec; 1] = [RuleSpec {
+        name: "tests::f",
+        rate: 1,
+        interval: Duration::from_secs(1),
+        mode: RateType::Overall,
+        permits: 1,
+        on_error: OnError::Allow,
+        message: None,
+    }];
+
+    fn timeout() -> Error {
+        Error::Timeout {
+            after: Duration::from_millis(1),
+            connecting: false,
+        }
+    }
+
     #[test]
     fn an_outage_is_logged_once_per_period_not_per_call() {
-        static RULES: [RuleSpec; 1] = [RuleSpec {
-            name: "tests::f",
-            rate: 1,
-            interval: Duration::from_secs(1),
-            mode: RateType::Overall,
-            permits: 1,
-            on_error: OnError::Allow,
-            message: None,
-        }];
         static SITE: Site = Site::new(&RULES, None, "tests::f");
         let errors = CountEvents::new(tracing::Level::ERROR);
         let count = errors.counter();
         let _guard = tracing::subscriber::set_default(errors);
         for _ in 0..1000 {
-            SITE.log_failure(&Error::Timeout {
-                after: Duration::from_millis(1),
-                connecting: false,
-            });
+            SITE.log_failure(&timeout());
         }
         assert_eq!(count.load(Ordering::SeqCst), 1);
         assert_eq!(SITE.suppressed.load(Ordering::SeqCst), 999);
         // The next period's log reports what was left out, and starts counting again.
         SITE.last_log_ms.store(0, Ordering::SeqCst);
-        SITE.log_failure(&Error::Timeout {
-            after: Duration::from_millis(1),
-            connecting: false,
-        });
+        SITE.log_failure(&timeout());
         assert_eq!(count.load(Ordering::SeqCst), 2);
         assert_eq!(SITE.suppressed.load(Ordering::SeqCst), 0);
     }
 
     #[test]
     fn the_end_of_an_outage_is_logged_once() {
-        static RULES: [RuleSpec; 1] = [RuleSpec {
-            name: "tests::f",
-            rate: 1,
-            interval: Duration::from_secs(1),
-            mode: RateType::Overall,
-            permits: 1,
-            on_error: OnError::Allow,
-            message: None,
-        }];
         static SITE: Site = Site::new(&RULES, None, "tests::g");
         let warnings = CountEvents::new(tracing::Level::WARN);
         let count = warnings.counter();
@@ -312,10 +305,7 @@ mod tests {
         SITE.note_success();
         assert_eq!(count.load(Ordering::SeqCst), 0, "no outage, nothing to report");
         for _ in 0..5 {
-            SITE.log_failure(&Error::Timeout {
-                after: Duration::from_millis(1),
-                connecting: false,
-            });
+            SITE.log_failure(&timeout());
         }
         assert_eq!(
             count.load(Ordering::SeqCst),
