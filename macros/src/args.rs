@@ -86,7 +86,7 @@ fn integer(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<u64> {
                 errors.push(Error::new(int.span(), format!("`{name}` must be at least 1")));
                 None
             }
-            Ok(n) if n > duration::MAX_MS => {
+            Ok(n) if n > duration::MAX_EXACT => {
                 errors.push(Error::new(int.span(), format!("`{name}` must be at most 2^53")));
                 None
             }

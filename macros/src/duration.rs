@@ -14,8 +14,10 @@ const UNITS: [(&str, u64); 5] = [
 /// What every rejection repeats: the forms accepted.
 const ACCEPTED: &str = "write a number and a unit (ms, s, m, h, d), e.g. \"60s\", \"1.5s\" or \"1m30s\"";
 
-/// The longest duration accepted, in ms: Redis scripts count in doubles, exact to 2^53.
-pub const MAX_MS: u64 = 1 << 53;
+/// The largest integer accepted anywhere in the attribute (rates, permits, durations
+/// in ms): Redis scripts count in doubles, exact up to 2^53. The runtime's twin is
+/// `MAX_RATE`.
+pub const MAX_EXACT: u64 = 1 << 53;
 
 /// Digits after a decimal point that are looked at; more cannot name whole milliseconds
 /// of any unit.
@@ -96,7 +98,7 @@ pub fn parse_ms(text: &str) -> Result<u64, String> {
         total = total
             .checked_add(part + exact / denominator)
             .ok_or_else(too_long)?;
-        if total > u128::from(MAX_MS) {
+        if total > u128::from(MAX_EXACT) {
             return Err(too_long());
         }
         previous = Some((rank, unit, !fraction.is_empty()));
@@ -174,7 +176,7 @@ mod tests {
                     for d in alphabet {
                         let text = format!("{a}{b}{c}{d}");
                         match parse_ms(&text) {
-                            Ok(ms) => assert!((1..=MAX_MS).contains(&ms)),
+                            Ok(ms) => assert!((1..=MAX_EXACT).contains(&ms)),
                             Err(message) => assert!(!message.is_empty()),
                         }
                     }
@@ -192,7 +194,7 @@ mod tests {
             let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();
             match parse_ms(&text) {
                 Ok(ms) => {
-                    assert!((1..=MAX_MS).contains(&ms), "{text:?}");
+                    assert!((1..=MAX_EXACT).contains(&ms), "{text:?}");
                     let units: String = text
                         .chars()
                         .filter(|c| !c.is_ascii_digit() && *c != '.')

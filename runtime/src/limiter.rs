@@ -30,6 +30,19 @@ pub struct RateLimiter {
     keys: Option<LimiterKeys>,
 }
 
+/// Permits asked for must not exceed the rate: Redisson's "cannot exceed defined rate".
+/// The one place this is checked in Rust (acquire.lua checks it in Lua).
+pub(crate) fn within_rate(name: &str, permits: u64, rate: u64) -> Result<(), Error> {
+    if permits > rate {
+        return Err(Error::PermitsExceedRate {
+            name: name.to_owned(),
+            permits,
+            rate,
+        });
+    }
+    Ok(())
+}
+
 /// Permits must be at least 1, at most the rate, and fit Redisson's 4-byte log field.
 pub(crate) fn check_permits(name: &str, permits: u64, rate: Option<u64>) -> Result<(), Error> {
     if permits == 0 {
@@ -37,12 +50,8 @@ pub(crate) fn check_permits(name: &str, permits: u64, rate: Option<u64>) -> Resu
             name: name.to_owned(),
         });
     }
-    if let Some(rate) = rate.filter(|&rate| permits > rate) {
-        return Err(Error::PermitsExceedRate {
-            name: name.to_owned(),
-            permits,
-            rate,
-        });
+    if let Some(rate) = rate {
+        within_rate(name, permits, rate)?;
     }
     if permits > u64::from(u32::MAX) {
         return Err(Error::InvalidConfig {

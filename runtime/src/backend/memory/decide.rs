@@ -59,13 +59,7 @@ impl MemoryBackend {
                     })
                 }
             };
-            if call.permits > config.rate {
-                return Err(Error::PermitsExceedRate {
-                    name: name.to_owned(),
-                    permits: call.permits,
-                    rate: config.rate,
-                });
-            }
+            crate::limiter::within_rate(name, call.permits, config.rate)?;
             if let Some(score) = limiter.and_then(|l| l.bucket(config.rate_type, clock_now)?.newest()) {
                 newest = newest.max(score);
             }
