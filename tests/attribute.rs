@@ -430,3 +430,45 @@ async fn names_bound_by_patterns_can_be_used_in_keys() {
     );
     let _ = point().y;
 }
+
+#[rate_limit(key = "shadow:enforced", rate = 3, interval = "60s")]
+#[rate_limit(key = "shadow:new", rate = 1, interval = "60s", shadow = true)]
+async fn rolling_out() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[rate_limit(key = "shadow:only", rate = 1, interval = "60s", shadow = true)]
+async fn only_shadow() -> Result<(), AppError> {
+    Ok(())
+}
+
+/// A shadow rule is decided (it takes its permit while it has one) and reported
+/// (a warning), and never refuses; the enforced rule beside it still does.
+#[tokio::test]
+async fn shadow_rules_are_decided_and_reported_but_never_refuse() {
+    client();
+    let capture = support::capture::Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    for _ in 0..3 {
+        rolling_out().await.unwrap();
+    }
+    assert_eq!(
+        available("shadow:new").await,
+        0,
+        "the shadow rule took its one permit"
+    );
+    assert_eq!(available("shadow:enforced").await, 0);
+    assert_eq!(limited_rule(rolling_out().await), 0, "the enforced rule refuses");
+    let logged = capture.text();
+    assert_eq!(
+        logged.matches("shadow rate limit would have refused").count(),
+        1,
+        "two shadow refusals within 10 s, one line: {logged}"
+    );
+    assert!(logged.contains("rule=\"shadow:new\""), "{logged}");
+
+    for _ in 0..5 {
+        only_shadow().await.unwrap();
+    }
+    assert_eq!(available("shadow:only").await, 0);
+}

@@ -14,7 +14,8 @@ use crate::template::{self, Piece};
 /// The most permits one call may take: the permits log stores them in 4 bytes.
 const MAX_PERMITS: u64 = u32::MAX as u64;
 
-pub const ACCEPTED: &str = "rate, interval, key, mode, permits, timeout, fallback, on_error, message, crate";
+pub const ACCEPTED: &str =
+    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, crate";
 
 /// `name = value`, with `crate` accepted as a name.
 pub struct Arg {
@@ -65,6 +66,8 @@ pub struct RuleArgs {
     pub permits: u64,
     pub on_error: Policy,
     pub message: Option<LitStr>,
+    /// Decided and reported, never refusing.
+    pub shadow: bool,
     pub timeout: Option<(Span, u64)>,
     pub fallback: Option<Path>,
     pub krate: Option<(Span, Path)>,
@@ -196,6 +199,7 @@ pub fn parse(
         permits: 1,
         on_error: Policy::Local,
         message: None,
+        shadow: false,
         timeout: None,
         fallback: None,
         krate: None,
@@ -261,6 +265,13 @@ pub fn parse(
             "message" => match string(value) {
                 Some(lit) => rule.message = Some(lit.clone()),
                 None => errors.push(Error::new(value.span(), "`message` must be a string literal")),
+            },
+            "shadow" => match value {
+                Expr::Lit(ExprLit { lit: Lit::Bool(b), .. }) => rule.shadow = b.value,
+                other => errors.push(Error::new(
+                    other.span(),
+                    "`shadow` must be `true` or `false`: a shadow rule is decided and reported, never refusing",
+                )),
             },
             "crate" => rule.krate = path("crate", value, errors).map(|p| (value.span(), p)),
             other => errors.push(Error::new(

@@ -129,6 +129,7 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
             Policy::Allow => quote!(Allow),
             Policy::Deny => quote!(Deny),
         };
+        let shadow = rule.shadow;
         let message = match &rule.message {
             Some(m) => quote!(::core::option::Option::Some(#m)),
             None => quote!(::core::option::Option::None),
@@ -143,6 +144,7 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
         quote! {
             #krate::__private::RuleSpec {
                 name: #name,
+                shadow: #shadow,
                 rate: #rate,
                 interval: ::core::time::Duration::from_millis(#interval_ms),
                 mode: #krate::RateType::#mode,

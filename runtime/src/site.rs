@@ -26,6 +26,8 @@ pub enum OnError {
 pub struct RuleSpec {
     /// The key template as written, or the function's path: a bounded name.
     pub name: &'static str,
+    /// Decided and reported, never refusing (to roll out a new limit safely).
+    pub shadow: bool,
     pub rate: u64,
     pub interval: Duration,
     pub mode: RateType,
@@ -55,6 +57,9 @@ pub struct Site {
     /// Failed calls since the last success, and when the first of them failed.
     failing: AtomicU64,
     failing_since_ms: AtomicU64,
+    /// When a shadow rule's refusal was last logged, and those left out since.
+    shadow_logged_ms: AtomicU64,
+    shadow_suppressed: AtomicU64,
 }
 
 /// Backend failures of one function are logged at most this often.
@@ -73,6 +78,46 @@ impl Site {
             suppressed: AtomicU64::new(0),
             failing: AtomicU64::new(0),
             failing_since_ms: AtomicU64::new(0),
+            shadow_logged_ms: AtomicU64::new(0),
+            shadow_suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// Shadow rules are decided after the enforced ones granted, on their own: each
+    /// takes its permits when it has them, and a refusal is only reported (a warning
+    /// at most once per 10 s per function, with the number left out).
+    async fn shadow(&self, client: &Client, rules: &[Rule]) {
+        let shadow: Vec<(usize, Rule)> = rules
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.rules[*i].shadow)
+            .map(|(i, r)| (i, r.clone()))
+            .collect();
+        for (index, rule) in shadow {
+            let refused = match client.check_rules(std::slice::from_ref(&rule)).await {
+                Ok(decision) if !decision.allowed => decision.retry_after,
+                // A shadow rule never refuses, not even when it cannot be decided.
+                _ => continue,
+            };
+            let now = epoch_ms();
+            let last = self.shadow_logged_ms.load(Ordering::Relaxed);
+            if now.saturating_sub(last) >= LOG_EVERY_MS
+                && self
+                    .shadow_logged_ms
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                let suppressed = self.shadow_suppressed.swap(0, Ordering::Relaxed);
+                tracing::warn!(
+                    function = self.function,
+                    rule = self.rules[index].name,
+                    retry_after_ms = refused.map_or(0, |d| d.as_millis() as u64),
+                    suppressed,
+                    "shadow rate limit would have refused this call; it was let through"
+                );
+            } else {
+                self.shadow_suppressed.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -199,7 +244,11 @@ impl Site {
     ) -> Result<(), RateLimited> {
         self.log_failure(&error);
         let rules = self.build_rules(prefix, keys);
-        if let Some(rule) = self.rules.iter().position(|r| r.on_error == OnError::Deny) {
+        if let Some(rule) = self
+            .rules
+            .iter()
+            .position(|r| r.on_error == OnError::Deny && !r.shadow)
+        {
             return Err(RateLimited {
                 key: rules[rule].name().to_owned(),
                 retry_after: None,
@@ -210,7 +259,7 @@ impl Site {
             });
         }
         let local: Vec<usize> = (0..rules.len())
-            .filter(|&i| self.rules[i].on_error == OnError::Local)
+            .filter(|&i| self.rules[i].on_error == OnError::Local && !self.rules[i].shadow)
             .collect();
         if local.is_empty() {
             return Ok(());
@@ -233,20 +282,46 @@ pub async fn decide(site: &'static Site, keys: &[String]) -> Result<(), RateLimi
         Err(error) => return site.on_error(keys, crate::DEFAULT_PREFIX, error, deadline).await,
     };
     let rules = site.build_rules(client.prefix(), keys);
-    match site.check(client, &rules, deadline).await {
+    let has_shadow = site.rules.iter().any(|r| r.shadow);
+    // The enforced rules, and where each is among all of them.
+    let (enforced, index): (Vec<Rule>, Vec<usize>) = if has_shadow {
+        rules
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !site.rules[*i].shadow)
+            .map(|(i, r)| (r.clone(), i))
+            .unzip()
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let enforced: &[Rule] = if has_shadow { &enforced } else { &rules };
+    let decided = if enforced.is_empty() {
+        Ok(None)
+    } else {
+        site.check(client, enforced, deadline).await.map(Some)
+    };
+    match decided {
         Ok(decision) => {
-            site.note_success();
-            if decision.allowed {
-                Ok(())
-            } else {
-                Err(site.refusal(&rules, &decision, |i| i))
+            if decision.is_some() {
+                site.note_success();
+            }
+            match decision {
+                Some(decision) if !decision.allowed => {
+                    Err(site.refusal(enforced, &decision, |i| if has_shadow { index[i] } else { i }))
+                }
+                _ => {
+                    if has_shadow {
+                        site.shadow(client, &rules).await;
+                    }
+                    Ok(())
+                }
             }
         }
         // on_error is for the backend failing; anything else refuses.
         Err(error) if error.is_backend_failure() => {
             site.on_error(keys, client.prefix(), error, deadline).await
         }
-        Err(error) => Err(site.misuse(&rules, error)),
+        Err(error) => Err(site.misuse(enforced, error)),
     }
 }
 
@@ -263,6 +338,7 @@ mod tests {
 
     static RULES: [RuleSpec; 1] = [RuleSpec {
         name: "tests::f",
+        shadow: false,
         rate: 1,
         interval: Duration::from_secs(1),
         mode: RateType::Overall,
