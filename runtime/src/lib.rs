@@ -35,6 +35,8 @@ mod config_log;
 mod decision;
 mod default_client;
 mod error;
+#[cfg(feature = "tonic")]
+mod grpc;
 mod key_buf;
 pub mod keys;
 mod limiter;

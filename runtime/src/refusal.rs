@@ -120,3 +120,9 @@ impl<T, E: From<RateLimited>> FromRateLimited for Result<T, E> {
         Err(E::from(limited))
     }
 }
+
+/// Whole seconds, rounded up: a client that waits that long is not refused again.
+#[cfg(any(feature = "axum", feature = "tonic"))]
+pub(crate) fn seconds_up(wait: Duration) -> u64 {
+    wait.as_millis().div_ceil(1000) as u64
+}

@@ -2,12 +2,10 @@
 //! IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers), or 503 when the
 //! refusal came from the backend failing under `on_error = "deny"`, without the cause.
 
-use std::fmt::Write;
-use std::time::Duration;
-
 use axum_core::response::{IntoResponse, Response};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::StatusCode;
+use std::fmt::Write;
 
 use crate::{FromRateLimited, RateLimited};
 
@@ -16,10 +14,7 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 /// `RateLimit: "<name>";r=<remaining>;t=<seconds until it resets>`.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-/// Whole seconds, rounded up: a client that waits that long is not refused again.
-fn seconds_up(wait: Duration) -> u64 {
-    wait.as_millis().div_ceil(1000) as u64
-}
+use crate::refusal::seconds_up;
 
 /// A name as a structured-field string (RFC 9651): printable ASCII, `"` and `\`
 /// escaped; anything else becomes `_`.
@@ -179,6 +174,7 @@ mod tests {
     use super::*;
     use crate::refusal::Limit;
     use std::sync::Arc;
+    use std::time::Duration;
 
     fn refusal(retry: u64) -> RateLimited {
         RateLimited {
