@@ -147,7 +147,7 @@ fn wait_for_port_or_exit(port: u16, child: &mut Child) -> bool {
         if let Ok(Some(_)) = child.try_wait() {
             return false;
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if answers_like_redis(port) {
             // Ours, not another server's: it is still running.
             return matches!(child.try_wait(), Ok(None));
         }
@@ -169,6 +169,22 @@ pub fn wait_for_port(port: u16) {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether a server on the loopback `port` answers a PING as Redis does (`+PONG`, or
+/// `-NOAUTH` with a password). A bare successful connect is not enough: retried
+/// connects to a port in the ephemeral range can connect a socket to itself, which
+/// then echoes the PING back.
+fn answers_like_redis(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut first = [0u8; 1];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut first).is_ok()
+        && (first[0] == b'+' || first[0] == b'-')
 }
 
 /// A loopback port nothing listens on, never handed out twice in this process (tests
