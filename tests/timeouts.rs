@@ -19,9 +19,22 @@ async fn the_default_command_timeout_bounds_a_call_to_a_frozen_server() {
     assert_eq!(DEFAULT_COMMAND_TIMEOUT, Duration::from_millis(250));
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
+    // Connected, but not one command sent yet: its timeout is the command's.
+    let fresh = Client::connect(&server.url()).await.unwrap();
     let rules = [Rule::new("rate_limit:frozen", 100, Duration::from_secs(60))];
     assert!(client.check_rules(&rules).await.unwrap().allowed);
     server.pause();
+    let err = fresh.check_rules(&rules).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                connecting: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let mut worst = Duration::ZERO;
     for _ in 0..3 {
         let started = Instant::now();

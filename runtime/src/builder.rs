@@ -108,7 +108,7 @@ impl ClientBuilder {
         self.probe(&client, &target).await?;
         let connect = ConnectionManager::new_with_config(client, connection_config);
         let conn = self.within_connect_timeout(connect, &target).await?;
-        Ok(self.finish_redis(Conn::Single(conn), target))
+        Ok(self.finish_redis(Conn::Single(conn), target, true))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).
@@ -123,7 +123,7 @@ impl ClientBuilder {
         let conn = self
             .within_connect_timeout(client.get_async_connection(), &target)
             .await?;
-        Ok(self.finish_redis(Conn::Cluster(conn), target))
+        Ok(self.finish_redis(Conn::Cluster(conn), target, true))
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
@@ -136,12 +136,12 @@ impl ClientBuilder {
                 .set_connection_timeout(self.connect_timeout)
                 .set_response_timeout(self.command_timeout);
             let conn = client.get_pending_async_connection_with_config(config);
-            return Ok(self.finish_redis(Conn::Cluster(conn), target));
+            return Ok(self.finish_redis(Conn::Cluster(conn), target, false));
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
         let conn = ConnectionManager::new_lazy_with_config(client, connection_config)
             .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
-        Ok(self.finish_redis(Conn::Single(conn), target))
+        Ok(self.finish_redis(Conn::Single(conn), target, false))
     }
 
     /// One connection and a PING, to report what stops a connection by its name
@@ -198,9 +198,9 @@ impl ClientBuilder {
         builder.build().map_err(|e| invalid_url(target, &e))
     }
 
-    fn finish_redis(self, conn: Conn, target: Target) -> Client {
+    fn finish_redis(self, conn: Conn, target: Target, connected: bool) -> Client {
         let shown = target.shown().to_owned();
-        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target);
+        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target, connected);
         self.finish(Backend::Redis(backend), shown)
     }
 

@@ -219,15 +219,16 @@ impl Site {
 
     /// A call that cannot be decided for a reason other than the backend (a prefix
     /// that splits cluster slots, say): refused, never let through unlimited.
-    fn misuse(&self, rules: &[Rule], error: Error) -> RateLimited {
+    /// `first` is the attribute index of `rules[0]`, the rule the refusal names.
+    fn misuse(&self, rules: &[Rule], first: usize, error: Error) -> RateLimited {
         self.log_failure(&error);
         RateLimited {
             key: rules.first().map_or_else(String::new, |r| r.name().to_owned()),
             retry_after: None,
-            message: self.rules[0].message,
-            rule: 0,
+            message: self.rules[first].message,
+            rule: first,
             cause: Some(Arc::new(error)),
-            limit: Some(self.rules[0].limit()),
+            limit: Some(self.rules[first].limit()),
         }
     }
 
@@ -269,7 +270,7 @@ impl Site {
             Ok(decision) if decision.allowed => Ok(()),
             Ok(decision) => Err(self.refusal(&local_rules, &decision, |i| local[i])),
             // The rules cannot be enforced anywhere: refused, never let through.
-            Err(local_error) => Err(self.misuse(&local_rules, local_error)),
+            Err(local_error) => Err(self.misuse(&local_rules, local[0], local_error)),
         }
     }
 }
@@ -321,7 +322,10 @@ pub async fn decide(site: &'static Site, keys: &[String]) -> Result<(), RateLimi
         Err(error) if error.is_backend_failure() => {
             site.on_error(keys, client.prefix(), error, deadline).await
         }
-        Err(error) => Err(site.misuse(enforced, error)),
+        Err(error) => {
+            let first = if has_shadow { index[0] } else { 0 };
+            Err(site.misuse(enforced, first, error))
+        }
     }
 }
 

@@ -61,13 +61,15 @@ pub(crate) struct RedisBackend {
 }
 
 impl RedisBackend {
-    pub fn new(conn: Conn, timeout: Duration, server_time: bool, target: Target) -> Self {
+    /// `connected`: a connection answered already (a client that connected eagerly),
+    /// so a first timeout is the command's, not the connecting's.
+    pub fn new(conn: Conn, timeout: Duration, server_time: bool, target: Target, connected: bool) -> Self {
         RedisBackend {
             conn,
             timeout,
             server_time,
             target,
-            answered: AtomicBool::new(false),
+            answered: AtomicBool::new(connected),
         }
     }
 
