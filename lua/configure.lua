@@ -33,29 +33,36 @@ end
 local rate, interval, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
 local now = clock(ARGV[5])
 local old_kind = redis.call('hget', KEYS[1], 'type')
-redis.call('hset', KEYS[1], 'rate', ARGV[1], 'interval', ARGV[2], 'type', ARGV[3], 'keepAliveTime', ARGV[4])
-if keep > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[4])
-end
-if old_kind ~= false and old_kind ~= ARGV[3] then
-  redis.call('del', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-  return 1
-end
+local mode_changed = old_kind ~= false and old_kind ~= ARGV[3]
 local vkey, pkey, prole = KEYS[2], KEYS[4], 'permits'
 if ARGV[3] == '1' then
   vkey, pkey, prole = KEYS[3], KEYS[5], 'client_permits'
 end
-if ARGV[6] ~= '1' then
-  redis.call('del', vkey, pkey)
+local keep_state = ARGV[6] == '1' and not mode_changed
+
+-- Keeping the window reads it: every check before the first write, so an error
+-- leaves the limiter as it was.
+local total = 0
+if keep_state then
+  check_type(vkey, 'string', prole == 'permits' and 'value' or 'client_value')
+  check_type(pkey, 'zset', prole)
+  local live = redis.call('zrangebyscore', pkey, '(' .. string.format('%d', now - interval), '+inf')
+  for _, member in ipairs(live) do
+    total = total + decode_member(member, prole)
+  end
+end
+
+redis.call('hset', KEYS[1], 'rate', ARGV[1], 'interval', ARGV[2], 'type', ARGV[3], 'keepAliveTime', ARGV[4])
+if keep > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[4])
+end
+if mode_changed then
+  redis.call('del', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   return 1
 end
-check_type(vkey, 'string', prole == 'permits' and 'value' or 'client_value')
-check_type(pkey, 'zset', prole)
-
-local live = redis.call('zrangebyscore', pkey, '(' .. string.format('%d', now - interval), '+inf')
-local total = 0
-for _, member in ipairs(live) do
-  total = total + decode_member(member, prole)
+if not keep_state then
+  redis.call('del', vkey, pkey)
+  return 1
 end
 redis.call('zremrangebyscore', pkey, '-inf', string.format('%d', now - interval))
 if redis.call('exists', vkey) == 1 or total > 0 then

@@ -41,17 +41,21 @@ local function permits_of(member)
 end
 
 -- The window as an acquire would see it: released entries out, the value rebuilt
--- from the log when missing or inflated.
-local cutoff = string.format('%d', now - interval)
-local released = 0
-for _, member in ipairs(redis.call('zrangebyscore', pkey, '-inf', cutoff)) do
-  released = released + permits_of(member)
-end
-redis.call('zremrangebyscore', pkey, '-inf', cutoff)
-local log = redis.call('zrange', pkey, 0, -1, 'withscores')
-local live = 0
-for i = 1, #log, 2 do
-  live = live + permits_of(log[i])
+-- from the log when missing or inflated. Everything is read and checked before the
+-- first write, so an error leaves the limiter as it was.
+local cutoff = now - interval
+local all = redis.call('zrange', pkey, 0, -1, 'withscores')
+local released, stale, live = 0, 0, 0
+local log = {}
+for j = 1, #all, 2 do
+  local permits = permits_of(all[j])
+  if tonumber(all[j + 1]) <= cutoff then
+    released, stale = released + permits, stale + 1
+  else
+    live = live + permits
+    log[#log + 1] = all[j]
+    log[#log + 1] = all[j + 1]
+  end
 end
 local raw = redis.call('get', vkey)
 local value
@@ -66,6 +70,9 @@ else
   if value > rate then
     value = rate - live
   end
+end
+if stale > 0 then
+  redis.call('zremrangebyrank', pkey, 0, stale - 1)
 end
 
 -- Take the permits out of the newest grants.

@@ -346,3 +346,53 @@ async fn release_on_the_in_process_backend_matches() {
     clock.advance(Duration::from_secs(59));
     assert_eq!(limiter.available_permits().await.unwrap(), 10);
 }
+
+/// DUMP of every key of `name` (overall mode), to compare before and after.
+async fn dumps(raw: &mut MultiplexedConnection, name: &str) -> Vec<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    for key in [
+        name.to_owned(),
+        format!("{{{name}}}:value"),
+        format!("{{{name}}}:permits"),
+    ] {
+        out.push(redis::cmd("DUMP").arg(&key).query_async(raw).await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn release_and_update_fail_before_writing_on_a_log_that_does_not_decode() {
+    let (_server, client, clock, mut raw) = setup().await;
+    let limiter = client.rate_limiter("broken");
+    let config = RateLimiterConfig::new(RateType::Overall, 10, MIN).with_keep_alive(MIN);
+    limiter.try_set_config(&config).await.unwrap();
+    assert!(limiter.try_acquire(2).await.unwrap());
+    // An entry that has left the window (the first thing an update or a release would
+    // remove) and one that does not decode (Redisson 3.13-3.16's layout).
+    let _: () = raw
+        .zadd("{broken}:permits", member(3, 1), T0 - 120_000)
+        .await
+        .unwrap();
+    let _: () = raw
+        .zadd("{broken}:permits", &b"\x00\x00\x80?\x01\x00\x00\x00"[..], T0)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(1));
+    let before = dumps(&mut raw, "broken").await;
+    let err = limiter.release(1).await.unwrap_err();
+    assert!(matches!(err, Error::CorruptMember { .. }), "{err:?}");
+    assert_eq!(dumps(&mut raw, "broken").await, before, "release wrote nothing");
+    let err = limiter
+        .update_config(&RateLimiterConfig::new(RateType::Overall, 5, MIN).with_keep_alive(MIN))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::CorruptMember { .. }), "{err:?}");
+    assert_eq!(
+        dumps(&mut raw, "broken").await,
+        before,
+        "update_rate wrote nothing"
+    );
+    // Restarting the window repairs it.
+    limiter.set_config(&config).await.unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+}
