@@ -14,11 +14,7 @@ pub struct RedisCluster {
 /// A port free for the node and for its cluster bus (port + 10000).
 pub fn free_node_port() -> u16 {
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = super::free_port();
         if port < 50_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
             return port;
         }
