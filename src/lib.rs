@@ -22,7 +22,7 @@ pub use redlimit_macros::rate_limit;
 
 pub use redlimit_runtime::{
     default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error,
-    FromRateLimited, Limit, LimiterKeys, ManualClock, RateLimited, RateLimiter, RateLimiterArgs,
+    FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, RateLimited, RateLimiter, RateLimiterArgs,
     RateLimiterConfig, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_PREFIX, MAX_RATE,
 };
@@ -38,6 +38,15 @@ pub use redlimit_runtime::{
 pub mod axum {
     pub use redlimit_edge::{ClientIp, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
     pub use redlimit_runtime::{ProblemJson, RATELIMIT, RATELIMIT_POLICY};
+}
+
+/// A tower layer (cargo feature `tower`, included in `axum` and `tonic`):
+/// [`RateLimitLayer`](tower::RateLimitLayer) decides one or more rules on every request
+/// of a router, a route or a gRPC server, keyed by client address, header, path
+/// parameter, a closure or nothing, with a cost per request, exempt keys and shadow rules.
+#[cfg(feature = "tower")]
+pub mod tower {
+    pub use redlimit_edge::tower::*;
 }
 
 /// The README's examples, compiled as doc tests so they stay true.

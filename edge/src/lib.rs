@@ -4,6 +4,8 @@
 //! - [`TrustedProxies`] and [`ClientIp`]: the client's address from the peer and
 //!   the forwarding headers trusted proxies wrote, walked from the right.
 //! - With the `axum` feature, [`ClientIp`] is an extractor (see [`axum`]).
+//! - With the `tower` feature, [`tower::RateLimitLayer`] limits every request through a
+//!   router or a gRPC server (`axum` and `tonic` add their responses).
 
 mod client_ip;
 
@@ -11,3 +13,5 @@ pub use client_ip::{ClientIp, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX}
 
 #[cfg(feature = "axum")]
 pub mod axum;
+#[cfg(feature = "tower")]
+pub mod tower;

@@ -149,6 +149,7 @@ impl Client {
         }
         let mut decision = Decision::from_outcome(&outcome);
         decision.refused_by = decision.refused_by.map(|i| merged[i].first);
+        decision.tightest = decision.tightest.map(|i| merged[i].first);
         Ok(decision)
     }
 

@@ -72,8 +72,10 @@ impl RateLimiterConfig {
         self.keep_alive.map_or(0, |d| d.as_millis() as u64)
     }
 
-    /// Checks the ranges Redisson and the scripts accept.
-    pub(crate) fn validate(&self, name: &str) -> Result<(), Error> {
+    /// Checks the ranges Redisson and the scripts accept (rate from 1 to 2^53, an
+    /// interval and keep-alive of whole milliseconds within them), naming the limiter
+    /// `name` in the error.
+    pub fn validate(&self, name: &str) -> Result<(), Error> {
         let problem = if self.rate == 0 {
             "rate is 0; it must be at least 1"
         } else if self.rate > MAX_RATE {

@@ -23,6 +23,9 @@ pub struct Decision {
     /// newest grant's time when that is up to 1 s later (a call overtaken on its way to
     /// Redis). A grant's score in the permits log.
     pub at_ms: u64,
+    /// The index of the rule, in the order given, with the fewest permits left (the
+    /// first of them on a tie): the one `remaining` is about.
+    pub tightest: Option<usize>,
 }
 
 impl Decision {
@@ -33,6 +36,12 @@ impl Decision {
             retry_after: (!outcome.granted).then(|| Duration::from_millis(outcome.retry_ms)),
             refused_by: outcome.refused,
             at_ms: outcome.at_ms,
+            tightest: outcome
+                .rules
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, r)| r.left)
+                .map(|(i, _)| i),
         }
     }
 }

@@ -65,6 +65,9 @@ pub use error::Error;
 pub use keys::LimiterKeys;
 pub use limiter::RateLimiter;
 pub use refusal::{FromRateLimited, Limit, RateLimited};
+#[cfg(feature = "http")]
+pub use refusal::{RATELIMIT, RATELIMIT_POLICY};
 #[cfg(feature = "axum")]
-pub use response::{ProblemJson, RATELIMIT, RATELIMIT_POLICY};
+pub use response::ProblemJson;
 pub use rule::Rule;
+pub use site::OnError;

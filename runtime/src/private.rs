@@ -3,4 +3,4 @@
 
 pub use crate::checks::{Fallback, KeyPart};
 pub use crate::key_buf::{KeyBuf, MAX_VALUE_LEN};
-pub use crate::site::{decide, OnError, RuleSpec, Site};
+pub use crate::site::{decide, Granted, OnError, RuleSpec, Site};

@@ -33,6 +33,54 @@ pub struct Limit {
     pub window: Duration,
 }
 
+impl Limit {
+    /// The IETF `RateLimit-Policy` field of this limit: `"<name>";q=<rate>;w=<window
+    /// in seconds, rounded up>`.
+    pub fn policy_field(&self) -> String {
+        let window = seconds_up(self.window).max(1);
+        format!("{};q={};w={window}", sf_string(self.name), self.rate)
+    }
+
+    /// The IETF `RateLimit` field: `"<name>";r=<remaining>`, with `;t=<seconds>` when
+    /// the time until enough permits return is known (a refusal's `retry_after`,
+    /// rounded up).
+    pub fn state_field(&self, remaining: u64, reset: Option<Duration>) -> String {
+        let mut field = format!("{};r={remaining}", sf_string(self.name));
+        if let Some(reset) = reset {
+            field.push_str(";t=");
+            field.push_str(&seconds_up(reset).to_string());
+        }
+        field
+    }
+}
+
+/// `RateLimit-Policy: "<name>";q=<rate>;w=<window s>` (see [`Limit::policy_field`]).
+#[cfg(feature = "http")]
+pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
+/// `RateLimit: "<name>";r=<remaining>;t=<seconds until it resets>` (see
+/// [`Limit::state_field`]).
+#[cfg(feature = "http")]
+pub const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+
+/// A name as a structured-field string (RFC 9651): printable ASCII, `"` and `\`
+/// escaped; anything else becomes `_`.
+pub(crate) fn sf_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('_'),
+        }
+    }
+    out.push('"');
+    out
+}
+
 impl RateLimited {
     /// The limiter's key (prefix included) of the rule that refused.
     pub fn key(&self) -> &str {
@@ -122,7 +170,6 @@ impl<T, E: From<RateLimited>> FromRateLimited for Result<T, E> {
 }
 
 /// Whole seconds, rounded up: a client that waits that long is not refused again.
-#[cfg(any(feature = "axum", feature = "tonic"))]
 pub(crate) fn seconds_up(wait: Duration) -> u64 {
     wait.as_millis().div_ceil(1000) as u64
 }

@@ -3,37 +3,15 @@
 //! refusal came from the backend failing under `on_error = "deny"`, without the cause.
 
 use axum_core::response::{IntoResponse, Response};
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::StatusCode;
 use std::fmt::Write;
 
 use crate::{FromRateLimited, RateLimited};
 
-/// `RateLimit-Policy: "<name>";q=<rate>;w=<window s>`.
-pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit: "<name>";r=<remaining>;t=<seconds until it resets>`.
-pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+use crate::refusal::{RATELIMIT, RATELIMIT_POLICY};
 
 use crate::refusal::seconds_up;
-
-/// A name as a structured-field string (RFC 9651): printable ASCII, `"` and `\`
-/// escaped; anything else becomes `_`.
-fn sf_string(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
-        }
-    }
-    out.push('"');
-    out
-}
 
 impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
@@ -57,13 +35,8 @@ impl RateLimited {
             headers.insert(RETRY_AFTER, HeaderValue::from(wait));
         }
         if let Some(limit) = &self.limit {
-            let name = sf_string(limit.name);
-            let window = seconds_up(limit.window).max(1);
-            let policy = format!("{name};q={};w={window}", limit.rate);
-            let mut state = format!("{name};r=0");
-            if let Some(wait) = wait {
-                let _ = write!(state, ";t={wait}");
-            }
+            let policy = limit.policy_field();
+            let state = limit.state_field(0, self.retry_after);
             for (field, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, state)] {
                 if let Ok(value) = HeaderValue::from_str(&value) {
                     headers.insert(field, value);
@@ -205,7 +178,7 @@ mod tests {
 
     #[test]
     fn names_are_structured_field_strings() {
-        assert_eq!(sf_string("a\"b\\c é"), "\"a\\\"b\\\\c _\"");
+        assert_eq!(crate::refusal::sf_string("a\"b\\c é"), "\"a\\\"b\\\\c _\"");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The call site of `#[rate_limit]`: a function's rules, the decision before its body,
-//! the `on_error` policies, and the throttled failure log.
+//! The call site of `#[rate_limit]` (and of the HTTP layer): a set of rules, the
+//! decision before the call, the `on_error` policies, and the throttled failure log.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -8,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use once_cell::sync::Lazy;
 use tokio::time::Instant;
 
+use crate::refusal::Limit;
 use crate::{default_client, Client, Decision, Error, RateLimited, RateType, Rule};
 
 /// What a rule does when the backend fails.
@@ -21,8 +23,9 @@ pub enum OnError {
     Deny,
 }
 
-/// One `#[rate_limit]` attribute, checked at compile time.
-#[derive(Debug)]
+/// One `#[rate_limit]` attribute, checked at compile time (or one rule of a layer,
+/// checked when the layer is built).
+#[derive(Debug, Clone)]
 pub struct RuleSpec {
     /// The key template as written, or the function's path: a bounded name.
     pub name: &'static str,
@@ -37,8 +40,8 @@ pub struct RuleSpec {
 }
 
 impl RuleSpec {
-    fn limit(&self) -> crate::refusal::Limit {
-        crate::refusal::Limit {
+    pub fn limit(&self) -> Limit {
+        Limit {
             name: self.name,
             rate: self.rate,
             window: self.interval,
@@ -46,10 +49,11 @@ impl RuleSpec {
     }
 }
 
-/// Every rule of one function, with its call-level settings and failure log state.
+/// Every rule of one function (or layer), with its call-level settings and failure
+/// log state.
 #[derive(Debug)]
 pub struct Site {
-    rules: &'static [RuleSpec],
+    rules: Cow<'static, [RuleSpec]>,
     timeout: Option<Duration>,
     function: &'static str,
     last_log_ms: AtomicU64,
@@ -71,7 +75,7 @@ static LOCAL: Lazy<Client> = Lazy::new(Client::memory);
 impl Site {
     pub const fn new(rules: &'static [RuleSpec], timeout: Option<Duration>, function: &'static str) -> Self {
         Site {
-            rules,
+            rules: Cow::Borrowed(rules),
             timeout,
             function,
             last_log_ms: AtomicU64::new(0),
@@ -83,14 +87,27 @@ impl Site {
         }
     }
 
+    /// A site whose rules are built at run time (a layer's).
+    pub fn with_rules(rules: Vec<RuleSpec>, timeout: Option<Duration>, function: &'static str) -> Self {
+        Site {
+            rules: Cow::Owned(rules),
+            ..Site::new(&[], timeout, function)
+        }
+    }
+
+    /// The rules, in the order given.
+    pub fn rules(&self) -> &[RuleSpec] {
+        &self.rules
+    }
+
     /// Shadow rules are decided after the enforced ones granted, on their own: each
     /// takes its permits when it has them, and a refusal is only reported (a warning
     /// at most once per 10 s per function, with the number left out).
-    async fn shadow(&self, client: &Client, rules: &[Rule]) {
+    async fn shadow(&self, client: &Client, rules: &[Rule], call: &Call<'_>) {
         let shadow: Vec<(usize, Rule)> = rules
             .iter()
             .enumerate()
-            .filter(|(i, _)| self.rules[*i].shadow)
+            .filter(|(i, _)| self.rules[*i].shadow && call.applies(*i))
             .map(|(i, r)| (i, r.clone()))
             .collect();
         for (index, rule) in shadow {
@@ -121,17 +138,20 @@ impl Site {
         }
     }
 
-    fn build_rules(&self, prefix: &str, keys: &[String]) -> Vec<Rule> {
+    /// Every rule's limiter for this call (rules that do not apply included, with the
+    /// permits 0 they never spend).
+    fn build_rules(&self, prefix: &str, call: &Call<'_>) -> Vec<Rule> {
         self.rules
             .iter()
-            .zip(keys)
-            .map(|(spec, key)| {
+            .zip(call.keys)
+            .enumerate()
+            .map(|(i, (spec, key))| {
                 let mut name = String::with_capacity(prefix.len() + key.len());
                 name.push_str(prefix);
                 name.push_str(key);
                 Rule::new(name, spec.rate, spec.interval)
                     .mode(spec.mode)
-                    .permits(spec.permits)
+                    .permits(call.permits(i, spec))
             })
             .collect()
     }
@@ -232,23 +252,36 @@ impl Site {
         }
     }
 
+    /// A call whose key for `rule` cannot be built from what the caller sent (a layer
+    /// mounted where the value it reads never exists): refused and logged as a
+    /// misconfiguration, never let through unlimited.
+    pub fn refuse_misconfigured(&self, rule: usize, error: Error) -> RateLimited {
+        self.log_failure(&error);
+        RateLimited {
+            key: String::new(),
+            retry_after: None,
+            message: self.rules[rule].message,
+            rule,
+            cause: Some(Arc::new(error)),
+            limit: Some(self.rules[rule].limit()),
+        }
+    }
+
     /// The `on_error` policies: any `deny` rule refuses; else the `local` rules are
     /// decided in process (all or nothing) and the `allow` rules pass.
     /// The local decision shares the call's deadline, so a failure part-way through a
     /// wait does not make the caller wait twice.
     async fn on_error(
         &self,
-        keys: &[String],
+        call: &Call<'_>,
         prefix: &str,
         error: Error,
         deadline: Option<Instant>,
     ) -> Result<(), RateLimited> {
         self.log_failure(&error);
-        let rules = self.build_rules(prefix, keys);
-        if let Some(rule) = self
-            .rules
-            .iter()
-            .position(|r| r.on_error == OnError::Deny && !r.shadow)
+        let rules = self.build_rules(prefix, call);
+        let enforced = |i: usize| !self.rules[i].shadow && call.applies(i);
+        if let Some(rule) = (0..rules.len()).find(|&i| self.rules[i].on_error == OnError::Deny && enforced(i))
         {
             return Err(RateLimited {
                 key: rules[rule].name().to_owned(),
@@ -260,7 +293,7 @@ impl Site {
             });
         }
         let local: Vec<usize> = (0..rules.len())
-            .filter(|&i| self.rules[i].on_error == OnError::Local && !self.rules[i].shadow)
+            .filter(|&i| self.rules[i].on_error == OnError::Local && enforced(i))
             .collect();
         if local.is_empty() {
             return Ok(());
@@ -273,60 +306,133 @@ impl Site {
             Err(local_error) => Err(self.misuse(&local_rules, local[0], local_error)),
         }
     }
-}
 
-/// Decides every rule of a call: `Ok` to run the body, `Err` with the refusal.
-pub async fn decide(site: &'static Site, keys: &[String]) -> Result<(), RateLimited> {
-    let deadline = site.timeout.map(|timeout| Instant::now() + timeout);
-    let client = match default_client() {
-        Ok(client) => client,
-        Err(error) => return site.on_error(keys, crate::DEFAULT_PREFIX, error, deadline).await,
-    };
-    let rules = site.build_rules(client.prefix(), keys);
-    let has_shadow = site.rules.iter().any(|r| r.shadow);
-    // The enforced rules, and where each is among all of them.
-    let (enforced, index): (Vec<Rule>, Vec<usize>) = if has_shadow {
-        rules
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !site.rules[*i].shadow)
-            .map(|(i, r)| (r.clone(), i))
-            .unzip()
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let enforced: &[Rule] = if has_shadow { &enforced } else { &rules };
-    let decided = if enforced.is_empty() {
-        Ok(None)
-    } else {
-        site.check(client, enforced, deadline).await.map(Some)
-    };
-    match decided {
-        Ok(decision) => {
-            if decision.is_some() {
-                site.note_success();
+    /// Decides every rule of one call: `Ok` to go on, with the tightest enforced rule
+    /// when the backend decided; `Err` with the refusal.
+    ///
+    /// `client` defaults to [`default_client`]. `permits`, one per rule, replaces the
+    /// rules' own for this call (a cost per request); 0 means the rule does not apply
+    /// to this call (an exempt key). A call asking a rule for more than its rate is
+    /// refused at once, without `retry_after`: no wait would let it pass.
+    pub async fn decide(
+        &self,
+        client: Option<&Client>,
+        keys: &[String],
+        permits: Option<&[u64]>,
+    ) -> Result<Granted, RateLimited> {
+        let call = Call { keys, permits };
+        let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
+        if let Some(permits) = permits {
+            if let Some(i) =
+                (0..self.rules.len()).find(|&i| !self.rules[i].shadow && permits[i] > self.rules[i].rate)
+            {
+                return Err(RateLimited {
+                    key: keys[i].clone(),
+                    retry_after: None,
+                    message: self.rules[i].message,
+                    rule: i,
+                    cause: None,
+                    limit: Some(self.rules[i].limit()),
+                });
             }
-            match decision {
-                Some(decision) if !decision.allowed => {
-                    Err(site.refusal(enforced, &decision, |i| if has_shadow { index[i] } else { i }))
+        }
+        let client = match client {
+            Some(client) => client,
+            None => match default_client() {
+                Ok(client) => client,
+                Err(error) => {
+                    return self
+                        .on_error(&call, crate::DEFAULT_PREFIX, error, deadline)
+                        .await
+                        .map(|()| Granted::default())
                 }
-                _ => {
-                    if has_shadow {
-                        site.shadow(client, &rules).await;
+            },
+        };
+        let rules = self.build_rules(client.prefix(), &call);
+        // Every rule enforced and taking its own permits: the attribute's usual case,
+        // decided on `rules` as built.
+        let plain = permits.is_none() && !self.rules.iter().any(|r| r.shadow);
+        // Otherwise the enforced rules, and where each is among all of them.
+        let (enforced, index): (Vec<Rule>, Vec<usize>) = if plain {
+            (Vec::new(), Vec::new())
+        } else {
+            rules
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.rules[*i].shadow && call.applies(*i))
+                .map(|(i, r)| (r.clone(), i))
+                .unzip()
+        };
+        let (enforced, position): (&[Rule], &(dyn Fn(usize) -> usize + Sync)) = if plain {
+            (&rules, &|i| i)
+        } else {
+            (&enforced, &|i| index[i])
+        };
+        let decided = if enforced.is_empty() {
+            Ok(None)
+        } else {
+            self.check(client, enforced, deadline).await.map(Some)
+        };
+        match decided {
+            Ok(decision) => {
+                if decision.is_some() {
+                    self.note_success();
+                }
+                match decision {
+                    Some(decision) if !decision.allowed => Err(self.refusal(enforced, &decision, position)),
+                    _ => {
+                        if !plain {
+                            self.shadow(client, &rules, &call).await;
+                        }
+                        let tightest = decision.and_then(|d| {
+                            let rule = position(d.tightest?);
+                            Some((self.rules[rule].limit(), d.remaining))
+                        });
+                        Ok(Granted { tightest })
                     }
-                    Ok(())
                 }
             }
-        }
-        // on_error is for the backend failing; anything else refuses.
-        Err(error) if error.is_backend_failure() => {
-            site.on_error(keys, client.prefix(), error, deadline).await
-        }
-        Err(error) => {
-            let first = if has_shadow { index[0] } else { 0 };
-            Err(site.misuse(enforced, first, error))
+            // on_error is for the backend failing; anything else refuses.
+            Err(error) if error.is_backend_failure() => self
+                .on_error(&call, client.prefix(), error, deadline)
+                .await
+                .map(|()| Granted::default()),
+            Err(error) => Err(self.misuse(enforced, position(0), error)),
         }
     }
+}
+
+/// One call's keys, one per rule, and the permits it takes of each when not the
+/// rules' own.
+struct Call<'a> {
+    keys: &'a [String],
+    permits: Option<&'a [u64]>,
+}
+
+impl Call<'_> {
+    fn permits(&self, rule: usize, spec: &RuleSpec) -> u64 {
+        self.permits.map_or(spec.permits, |p| p[rule])
+    }
+
+    /// Whether the rule applies to this call (0 permits: it does not).
+    fn applies(&self, rule: usize) -> bool {
+        self.permits.is_none_or(|p| p[rule] != 0)
+    }
+}
+
+/// A call that may go on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Granted {
+    /// The enforced rule with the fewest permits left, and how many: `None` when no
+    /// rule was decided by the backend (none applied, or `on_error` let the call
+    /// through).
+    pub tightest: Option<(Limit, u64)>,
+}
+
+/// Decides every rule of an attribute's call: `Ok` to run the body, `Err` with the
+/// refusal.
+pub async fn decide(site: &'static Site, keys: &[String]) -> Result<(), RateLimited> {
+    site.decide(None, keys, None).await.map(|_| ())
 }
 
 fn epoch_ms() -> u64 {

@@ -57,6 +57,7 @@ mod tests {
             retry_after: Some(wait),
             refused_by: Some(0),
             at_ms: 0,
+            tightest: Some(0),
         }
     }
 

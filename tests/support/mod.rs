@@ -4,6 +4,7 @@
 pub mod capture;
 pub mod cluster;
 pub mod coinciding;
+pub mod http;
 pub mod monitor;
 
 use std::net::{TcpListener, TcpStream};

@@ -1,0 +1,688 @@
+//! A tower layer that rate-limits every request through it: one or more rules,
+//! decided all-or-nothing in one round trip, keyed by what the request carries.
+//!
+//! ```
+//! use std::time::Duration;
+//! use redlimit_edge::tower::{Key, LayerRule, RateLimitLayer};
+//!
+//! let layer = RateLimitLayer::builder()
+//!     // 5 logins per minute per client address (behind trusted proxies, see below)
+//!     .rule(LayerRule::new("login", 5, Duration::from_secs(60)).key(Key::client_ip()))
+//!     // and 1 000 requests per second in all
+//!     .rule(LayerRule::new("all", 1_000, Duration::from_secs(1)))
+//!     .build()
+//!     .unwrap();
+//! # let _ = layer;
+//! ```
+//!
+//! The limiter of a rule is `<client prefix><name>:<value>` (`rate_limit:login:
+//! 198.51.100.7`), the value escaped as in the attribute's keys so that no caller can
+//! reach another key; a rule keyed [`Key::global`] is `<prefix><name>`. A request a rule
+//! finds no value for (no such header) shares one limiter with every other such
+//! request of that rule: leaving a header out never escapes the limit.
+//!
+//! The layer and its clones share their state: a limit on a router holds across all
+//! its routes and every clone the server makes.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{HeaderName, HeaderValue, Request, Response};
+use redlimit_runtime::private::{Granted, KeyBuf, RuleSpec, Site};
+use redlimit_runtime::{
+    Client, Error, OnError, RateLimited, RateLimiterConfig, RateType, MAX_RATE, RATELIMIT, RATELIMIT_POLICY,
+};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::TrustedProxies;
+
+/// A request's permits for a rule, computed from the request.
+type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+/// A request's key value for a rule, computed from the request.
+type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// Where a rule's key comes from.
+#[derive(Clone)]
+pub struct Key(KeyKind);
+
+#[derive(Clone)]
+enum KeyKind {
+    Global,
+    ClientIp,
+    Header(String),
+    #[cfg(feature = "axum")]
+    PathParam(String),
+    With(Arc<KeyFn>),
+}
+
+impl Key {
+    /// One limiter for every request.
+    pub fn global() -> Key {
+        Key(KeyKind::Global)
+    }
+
+    /// The client's address (without port; IPv6 grouped by prefix), from the peer and
+    /// the forwarding headers written by [`TrustedProxies`] (set with
+    /// [`RateLimitLayerBuilder::trusted_proxies`], or as a request extension such as
+    /// axum's `Extension`; none trusted without either). The peer comes from axum's
+    /// `ConnectInfo<SocketAddr>`, tonic's `TcpConnectInfo`, or a `SocketAddr` extension;
+    /// a request with none of them is refused as misconfigured (500).
+    pub fn client_ip() -> Key {
+        Key(KeyKind::ClientIp)
+    }
+
+    /// A request header's value, such as `x-api-key`. Requests without it share one
+    /// limiter (per rule); a value that is not UTF-8 is read lossily. Long values are
+    /// digested, as in the attribute's keys.
+    pub fn header(name: &str) -> Key {
+        Key(KeyKind::Header(name.to_owned()))
+    }
+
+    /// A matched path parameter, such as `user_id` in `/users/{user_id}` (axum). Path
+    /// parameters exist once a route matched: add the layer with `Router::route_layer`
+    /// (`Router::layer` also wraps the fallback, where no route matched) or on the
+    /// route itself. A request without the parameter is refused as misconfigured (500);
+    /// one whose parameter is not UTF-8 shares one limiter with all such.
+    #[cfg(feature = "axum")]
+    pub fn path_param(name: &str) -> Key {
+        Key(KeyKind::PathParam(name.to_owned()))
+    }
+
+    /// A value computed from the request's head; `None` when it has none (those
+    /// requests share one limiter, per rule).
+    pub fn with<F>(key: F) -> Key
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Key(KeyKind::With(Arc::new(key)))
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            KeyKind::Global => f.write_str("Key::global()"),
+            KeyKind::ClientIp => f.write_str("Key::client_ip()"),
+            KeyKind::Header(name) => write!(f, "Key::header({name:?})"),
+            #[cfg(feature = "axum")]
+            KeyKind::PathParam(name) => write!(f, "Key::path_param({name:?})"),
+            KeyKind::With(_) => f.write_str("Key::with(..)"),
+        }
+    }
+}
+
+/// One rule of a [`RateLimitLayer`], in the attribute's vocabulary: `rate` permits per
+/// `interval` on the limiter `<name>:<key value>`.
+#[derive(Clone)]
+pub struct LayerRule {
+    name: &'static str,
+    key: Key,
+    rate: u64,
+    interval: Duration,
+    mode: RateType,
+    permits: u64,
+    cost: Option<Arc<CostFn>>,
+    on_error: OnError,
+    message: Option<&'static str>,
+    shadow: bool,
+    exempt: HashSet<String>,
+}
+
+impl LayerRule {
+    /// `rate` permits per `interval`, one limiter for every request (see
+    /// [`key`](LayerRule::key)), shared by every process (overall mode), 1 permit per
+    /// request, the in-process limiter while the backend fails (`on_error` local).
+    /// `name` names the rule in keys, logs and the `RateLimit` fields.
+    pub fn new(name: &'static str, rate: u64, interval: Duration) -> LayerRule {
+        LayerRule {
+            name,
+            key: Key::global(),
+            rate,
+            interval,
+            mode: RateType::Overall,
+            permits: 1,
+            cost: None,
+            on_error: OnError::Local,
+            message: None,
+            shadow: false,
+            exempt: HashSet::new(),
+        }
+    }
+
+    /// Where the key's value comes from.
+    pub fn key(mut self, key: Key) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// Shared by every process ([`RateType::Overall`], the default) or per process.
+    pub fn mode(mut self, mode: RateType) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Permits each request takes (default 1; at most the rate).
+    pub fn permits(mut self, permits: u64) -> Self {
+        self.permits = permits;
+        self
+    }
+
+    /// Permits per request computed from the request (a cost): an expensive query
+    /// takes more. A cost of 0 counts as 1 (no request is free; exempt keys are
+    /// [`exempt`](LayerRule::exempt)); a cost above the rate is refused with 429 and
+    /// no `Retry-After`, since no wait would let it pass.
+    pub fn cost<F>(mut self, cost: F) -> Self
+    where
+        F: Fn(&Parts) -> u64 + Send + Sync + 'static,
+    {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// What the rule does when the backend fails (default [`OnError::Local`]).
+    pub fn on_error(mut self, on_error: OnError) -> Self {
+        self.on_error = on_error;
+        self
+    }
+
+    /// The refusal's message (the 429's body).
+    pub fn message(mut self, message: &'static str) -> Self {
+        self.message = Some(message);
+        self
+    }
+
+    /// Decide and report (a warning, at most once per 10 s), but never refuse: to roll
+    /// out a new limit safely.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Key values this rule does not apply to (an internal address, a partner's API
+    /// key), compared with the value as read (a client address as its `Display`).
+    pub fn exempt<I, S>(mut self, values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.exempt.extend(values.into_iter().map(Into::into));
+        self
+    }
+}
+
+impl fmt::Debug for LayerRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LayerRule")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("rate", &self.rate)
+            .field("interval", &self.interval)
+            .field("mode", &self.mode)
+            .field("permits", &self.permits)
+            .field("cost", &self.cost.as_ref().map(|_| ".."))
+            .field("on_error", &self.on_error)
+            .field("shadow", &self.shadow)
+            .field("exempt", &self.exempt)
+            .finish()
+    }
+}
+
+/// A layer that cannot be built: what is wrong and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidLayer(String);
+
+impl fmt::Display for InvalidLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidLayer {}
+
+/// Builds a [`RateLimitLayer`].
+#[derive(Debug, Default)]
+pub struct RateLimitLayerBuilder {
+    rules: Vec<LayerRule>,
+    client: Option<Client>,
+    trusted: Option<TrustedProxies>,
+    timeout: Option<Duration>,
+    no_success_fields: bool,
+}
+
+impl RateLimitLayerBuilder {
+    /// Adds a rule; every rule is decided on each request, all or nothing.
+    pub fn rule(mut self, rule: LayerRule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// The client deciding the rules (default: redlimit's default client, from
+    /// `REDIS_URL` or in process, resolved on the first request).
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// The proxies whose forwarding headers [`Key::client_ip`] believes (else a
+    /// `TrustedProxies` request extension; else none).
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted = Some(trusted);
+        self
+    }
+
+    /// Wait up to `timeout` for permits before refusing (default: refuse at once).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Whether granted responses carry `RateLimit-Policy` and `RateLimit` for the rule
+    /// with the fewest permits left (default true).
+    pub fn success_fields(mut self, on: bool) -> Self {
+        self.no_success_fields = !on;
+        self
+    }
+
+    /// Checks the rules: at least one; distinct names, not empty; rate, interval and
+    /// permits as a limiter accepts them; header names valid; no empty exempt value.
+    pub fn build(self) -> Result<RateLimitLayer, InvalidLayer> {
+        if self.rules.is_empty() {
+            return Err(InvalidLayer(
+                "a RateLimitLayer needs at least one rule: add one with .rule(LayerRule::new(name, rate, interval))".into(),
+            ));
+        }
+        let mut names = HashSet::new();
+        let mut specs = Vec::with_capacity(self.rules.len());
+        let mut rules = Vec::with_capacity(self.rules.len());
+        for rule in self.rules {
+            check_rule(&rule)?;
+            if !names.insert(rule.name) {
+                return Err(InvalidLayer(format!(
+                    "two rules are named `{}`: their limiters would be the same keys; give each rule its own name",
+                    rule.name
+                )));
+            }
+            specs.push(RuleSpec {
+                name: rule.name,
+                shadow: rule.shadow,
+                rate: rule.rate,
+                interval: rule.interval,
+                mode: rule.mode,
+                permits: rule.permits,
+                on_error: rule.on_error,
+                message: rule.message,
+            });
+            let key = match rule.key.0 {
+                KeyKind::Global => Extract::Global,
+                KeyKind::ClientIp => Extract::ClientIp,
+                KeyKind::Header(name) => {
+                    Extract::Header(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                        InvalidLayer(format!(
+                            "rule `{}`: `{name}` is not a header name; write e.g. \"x-api-key\"",
+                            rule.name
+                        ))
+                    })?)
+                }
+                #[cfg(feature = "axum")]
+                KeyKind::PathParam(name) => Extract::PathParam(name),
+                KeyKind::With(f) => Extract::With(f),
+            };
+            rules.push(Keyed {
+                name: rule.name,
+                key,
+                cost: rule.cost,
+                exempt: rule.exempt,
+            });
+        }
+        let per_request = rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        Ok(RateLimitLayer {
+            shared: Arc::new(Shared {
+                site: Site::with_rules(specs, self.timeout, "RateLimitLayer"),
+                rules,
+                per_request,
+                client: self.client,
+                trusted: self.trusted,
+                success_fields: !self.no_success_fields,
+            }),
+            respond: PlainText,
+        })
+    }
+}
+
+fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
+    let name = rule.name;
+    let invalid = |problem: String| Err(InvalidLayer(format!("rule `{name}`: {problem}")));
+    if name.is_empty() {
+        return Err(InvalidLayer(
+            "a rule's name is empty: it names the rule's limiters, logs and RateLimit fields".into(),
+        ));
+    }
+    if let Err(error) = RateLimiterConfig::new(rule.mode, rule.rate, rule.interval).validate(name) {
+        return invalid(error.to_string());
+    }
+    if rule.permits == 0 || rule.permits > rule.rate {
+        return invalid(format!(
+            "permits = {} is not accepted: each request takes from 1 to the rate ({}) permits",
+            rule.permits, rule.rate
+        ));
+    }
+    debug_assert!(rule.rate <= MAX_RATE);
+    if rule.exempt.contains("") {
+        return invalid(
+            "an empty exempt value would exempt every request that has no value for the key; \
+             list the values themselves"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// A rule's key and per-request settings, next to its [`RuleSpec`] in the site.
+struct Keyed {
+    name: &'static str,
+    key: Extract,
+    cost: Option<Arc<CostFn>>,
+    exempt: HashSet<String>,
+}
+
+enum Extract {
+    Global,
+    ClientIp,
+    Header(HeaderName),
+    #[cfg(feature = "axum")]
+    PathParam(String),
+    With(Arc<KeyFn>),
+}
+
+/// What every clone of a layer and its services shares.
+struct Shared {
+    site: Site,
+    rules: Vec<Keyed>,
+    /// Some rule has a cost or exempt values: permits are computed per request.
+    per_request: bool,
+    client: Option<Client>,
+    trusted: Option<TrustedProxies>,
+    success_fields: bool,
+}
+
+/// A rule's value for a request: `Ok(None)` for a global rule, `Ok(Some(""))` when the
+/// request carries none, `Err` when the layer cannot read it where it is mounted.
+type Value = Result<Option<String>, &'static str>;
+
+impl Shared {
+    async fn value(&self, key: &Extract, parts: &mut Parts) -> Value {
+        match key {
+            Extract::Global => Ok(None),
+            Extract::ClientIp => {
+                let peer = peer_addr(parts).ok_or(
+                    "the client address needs the peer's: serve axum with \
+                     into_make_service_with_connect_info::<SocketAddr>(), or insert a SocketAddr extension",
+                )?;
+                let default = TrustedProxies::default();
+                let trusted = self
+                    .trusted
+                    .as_ref()
+                    .or_else(|| parts.extensions.get::<TrustedProxies>())
+                    .unwrap_or(&default);
+                Ok(Some(trusted.client_ip(peer.ip(), &parts.headers).to_string()))
+            }
+            Extract::Header(name) => Ok(Some(
+                parts
+                    .headers
+                    .get(name)
+                    .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+                    .unwrap_or_default(),
+            )),
+            #[cfg(feature = "axum")]
+            Extract::PathParam(name) => path_param(parts, name).await,
+            Extract::With(f) => Ok(Some(f(parts).unwrap_or_default())),
+        }
+    }
+
+    async fn decide(&self, parts: &mut Parts) -> Result<Granted, RateLimited> {
+        let mut keys = Vec::with_capacity(self.rules.len());
+        let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
+        for (i, (rule, spec)) in self.rules.iter().zip(self.site.rules()).enumerate() {
+            let value = match self.value(&rule.key, parts).await {
+                Ok(value) => value,
+                Err(problem) => {
+                    let error = Error::InvalidConfig {
+                        name: rule.name.to_owned(),
+                        problem,
+                    };
+                    return Err(self.site.refuse_misconfigured(i, error));
+                }
+            };
+            let mut key = KeyBuf::new();
+            key.text(rule.name);
+            if let Some(value) = &value {
+                key.text(":");
+                key.value(value);
+            }
+            keys.push(key.finish());
+            if self.per_request {
+                let exempt = value.is_some_and(|v| rule.exempt.contains(&v));
+                permits.push(match (&rule.cost, exempt) {
+                    (_, true) => 0,
+                    (Some(cost), false) => cost(parts).max(1),
+                    (None, false) => spec.permits,
+                });
+            }
+        }
+        let permits = self.per_request.then_some(permits.as_slice());
+        self.site.decide(self.client.as_ref(), &keys, permits).await
+    }
+}
+
+/// The peer's address, from whichever server put it in the request.
+fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) =
+        parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*addr);
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(info) = parts.extensions.get::<tonic::transport::server::TcpConnectInfo>() {
+        if let Some(addr) = info.remote_addr() {
+            return Some(addr);
+        }
+    }
+    parts.extensions.get::<SocketAddr>().copied()
+}
+
+#[cfg(feature = "axum")]
+async fn path_param(parts: &mut Parts, name: &str) -> Value {
+    use axum::extract::rejection::RawPathParamsRejection;
+    use axum::extract::{FromRequestParts, RawPathParams};
+    let missing = "the path parameter is not in the request: add the layer with Router::route_layer, \
+                   or on the routes whose path has it";
+    match RawPathParams::from_request_parts(parts, &()).await {
+        Ok(params) => params
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| Some(value.to_owned()))
+            .ok_or(missing),
+        // Not UTF-8: the handler rejects it anyway; counted with all such requests.
+        Err(RawPathParamsRejection::InvalidUtf8InPathParam(_)) => Ok(Some(String::new())),
+        Err(_) => Err(missing),
+    }
+}
+
+/// How a refusal becomes a response with body `B`.
+pub trait Respond<B>: Clone + Send + Sync + 'static {
+    /// The response to a refused request.
+    fn refused(&self, limited: RateLimited) -> Response<B>;
+}
+
+/// Refusals as plain-text HTTP responses: 429 with `Retry-After` and the RateLimit
+/// fields, 503 when the backend failed under [`OnError::Deny`], 500 when misconfigured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlainText;
+
+/// Refusals as RFC 9457 problems (`application/problem+json`), same statuses and
+/// headers as [`PlainText`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProblemJson;
+
+/// Refusals as gRPC statuses: `RESOURCE_EXHAUSTED` with `retry-after` metadata and a
+/// `google.rpc.RetryInfo` detail; `UNAVAILABLE` when the backend failed under
+/// [`OnError::Deny`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Grpc;
+
+#[cfg(feature = "axum")]
+impl Respond<axum::body::Body> for PlainText {
+    fn refused(&self, limited: RateLimited) -> Response<axum::body::Body> {
+        axum::response::IntoResponse::into_response(limited)
+    }
+}
+
+#[cfg(feature = "axum")]
+impl Respond<axum::body::Body> for ProblemJson {
+    fn refused(&self, limited: RateLimited) -> Response<axum::body::Body> {
+        axum::response::IntoResponse::into_response(redlimit_runtime::ProblemJson(limited))
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl Respond<tonic::body::Body> for Grpc {
+    fn refused(&self, limited: RateLimited) -> Response<tonic::body::Body> {
+        tonic::Status::from(limited).into_http()
+    }
+}
+
+/// Rate-limits every request through it (see the [module](self) docs). Cheap to clone:
+/// clones share the rules' state.
+#[derive(Clone)]
+pub struct RateLimitLayer<R = PlainText> {
+    shared: Arc<Shared>,
+    respond: R,
+}
+
+impl RateLimitLayer {
+    /// A layer's rules and settings.
+    pub fn builder() -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder::default()
+    }
+}
+
+impl<R> RateLimitLayer<R> {
+    /// Refusals as `application/problem+json`.
+    pub fn problem_json(self) -> RateLimitLayer<ProblemJson> {
+        RateLimitLayer {
+            shared: self.shared,
+            respond: ProblemJson,
+        }
+    }
+
+    /// Refusals as gRPC statuses, for `tonic::transport::Server::layer`.
+    pub fn grpc(self) -> RateLimitLayer<Grpc> {
+        RateLimitLayer {
+            shared: self.shared,
+            respond: Grpc,
+        }
+    }
+
+    /// Refusals made by your own [`Respond`].
+    pub fn respond_with<T>(self, respond: T) -> RateLimitLayer<T> {
+        RateLimitLayer {
+            shared: self.shared,
+            respond,
+        }
+    }
+}
+
+impl<R> fmt::Debug for RateLimitLayer<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("rules", &self.shared.site.rules())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, R: Clone> Layer<S> for RateLimitLayer<R> {
+    type Service = RateLimit<S, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            shared: self.shared.clone(),
+            respond: self.respond.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] wraps around another.
+#[derive(Clone)]
+pub struct RateLimit<S, R = PlainText> {
+    inner: S,
+    shared: Arc<Shared>,
+    respond: R,
+}
+
+impl<S: fmt::Debug, R> fmt::Debug for RateLimit<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, R, B, ResBody> Service<Request<B>> for RateLimit<S, R>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    R: Respond<ResBody>,
+    B: Send + 'static,
+    ResBody: 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The clone that was polled ready serves this request; the fresh one waits
+        // for the next poll_ready.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        let respond = self.respond.clone();
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            match shared.decide(&mut parts).await {
+                Ok(granted) => {
+                    let mut response = inner.call(Request::from_parts(parts, body)).await?;
+                    if shared.success_fields {
+                        if let Some((limit, remaining)) = granted.tightest {
+                            let headers = response.headers_mut();
+                            let fields = [
+                                (RATELIMIT_POLICY, limit.policy_field()),
+                                (RATELIMIT, limit.state_field(remaining, None)),
+                            ];
+                            for (name, value) in fields {
+                                if let Ok(value) = HeaderValue::from_str(&value) {
+                                    headers.insert(name, value);
+                                }
+                            }
+                        }
+                    }
+                    Ok(response)
+                }
+                Err(limited) => Ok(respond.refused(limited)),
+            }
+        })
+    }
+}

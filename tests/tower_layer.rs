@@ -1,0 +1,325 @@
+//! `RateLimitLayer` on real axum servers on loopback (cargo feature `axum`), on both
+//! backends: rules keyed by client address behind a trusted proxy, by header, by path
+//! parameter and by nothing; a cost per request; exempt keys; shadow rules; the limit
+//! shared by every route and clone of the layer; refusals and grants carrying the
+//! RateLimit fields; backend failures under each `on_error` policy.
+#![cfg(feature = "axum")]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use redlimit::axum::TrustedProxies;
+use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+use redlimit::{Client, OnError, RateType};
+use support::http::send;
+use support::RedisServer;
+use tokio::net::TcpListener;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Serves `app` on `ip` (a free port), with the peer address for `Key::client_ip`.
+async fn serve_on(ip: &str, app: Router) -> SocketAddr {
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap();
+    });
+    addr
+}
+
+async fn serve(app: Router) -> SocketAddr {
+    serve_on("127.0.0.1", app).await
+}
+
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/a", get(|| async { "a" }))
+        .route("/b", get(|| async { "b" }))
+        .layer(layer)
+}
+
+async fn status(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> u16 {
+    send(addr, "GET", path, headers).await.status
+}
+
+/// Every decision of the layer, in order, on `client`.
+async fn client_ip_behind_a_proxy(client: Client) {
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .trusted_proxies(TrustedProxies::new(["127.0.0.1"]).unwrap())
+        .rule(LayerRule::new("login", 2, MINUTE).key(Key::client_ip()))
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let from = |ip| [("x-forwarded-for", ip)];
+
+    let first = send(addr, "GET", "/a", &from("198.51.100.7")).await;
+    assert_eq!((first.status, first.body.as_str()), (200, "a"));
+    assert_eq!(first.header("ratelimit-policy"), Some("\"login\";q=2;w=60"));
+    assert_eq!(first.header("ratelimit"), Some("\"login\";r=1"));
+    assert_eq!(status(addr, "/b", &from("198.51.100.7")).await, 200);
+
+    let refused = send(addr, "GET", "/a", &from("198.51.100.7")).await;
+    assert_eq!(refused.status, 429);
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((59..=60).contains(&retry), "{retry}");
+    assert_eq!(
+        refused.header("ratelimit"),
+        Some(&*format!("\"login\";r=0;t={retry}"))
+    );
+    assert_eq!(refused.body, format!("Too many requests; retry in {retry} s\n"));
+
+    // A client that writes its own leftmost entries is still the one the proxy saw.
+    for forged in ["1.1.1.1, 198.51.100.7", "10.0.0.9,198.51.100.7"] {
+        assert_eq!(status(addr, "/a", &from(forged)).await, 429, "forged {forged:?}");
+    }
+    assert_eq!(
+        status(addr, "/a", &from("198.51.100.8")).await,
+        200,
+        "another client"
+    );
+
+    // The limiter is the rule's name and the address, under the client's prefix.
+    let limiter = client.rate_limiter("rate_limit:login:198.51.100.7");
+    assert_eq!(limiter.available_permits().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn client_ip_behind_a_proxy_in_process() {
+    client_ip_behind_a_proxy(Client::memory()).await;
+}
+
+#[tokio::test]
+async fn client_ip_behind_a_proxy_on_redis() {
+    let server = RedisServer::start();
+    client_ip_behind_a_proxy(Client::connect(&server.url()).await.unwrap()).await;
+}
+
+/// One layer on a router is one limit for all its routes, and for every clone of the
+/// layer, wherever the clone is mounted.
+async fn shared_by_routes_and_clones(client: Client) {
+    let layer = RateLimitLayer::builder()
+        .client(client)
+        .rule(LayerRule::new("everything", 3, MINUTE))
+        .build()
+        .unwrap();
+    let first = serve(app(layer.clone())).await;
+    let second = serve(app(layer)).await;
+    assert_eq!(status(first, "/a", &[]).await, 200);
+    assert_eq!(status(first, "/b", &[]).await, 200);
+    assert_eq!(status(second, "/a", &[]).await, 200);
+    assert_eq!(status(second, "/b", &[]).await, 429);
+    assert_eq!(status(first, "/a", &[]).await, 429);
+}
+
+#[tokio::test]
+async fn one_limit_across_routes_and_clones_in_process() {
+    shared_by_routes_and_clones(Client::memory()).await;
+}
+
+#[tokio::test]
+async fn one_limit_across_routes_and_clones_on_redis() {
+    let server = RedisServer::start();
+    shared_by_routes_and_clones(Client::connect(&server.url()).await.unwrap()).await;
+}
+
+#[tokio::test]
+async fn a_header_key_limits_each_value_and_leaving_it_out_escapes_nothing() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new("api", 1, MINUTE).key(Key::header("x-api-key")))
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let key = |k| [("x-api-key", k)];
+    assert_eq!(status(addr, "/a", &key("k1")).await, 200);
+    assert_eq!(status(addr, "/a", &key("k1")).await, 429);
+    assert_eq!(status(addr, "/a", &key("k2")).await, 200);
+    // A value that poses as another key's separator is only itself.
+    assert_eq!(status(addr, "/a", &key("k2:x")).await, 200);
+    assert_eq!(status(addr, "/a", &key("k2:x")).await, 429);
+    // Without the header: one limiter for all such requests, and an empty value is the
+    // same as none.
+    assert_eq!(status(addr, "/a", &[]).await, 200);
+    assert_eq!(status(addr, "/a", &[]).await, 429);
+    assert_eq!(status(addr, "/a", &key("")).await, 429);
+}
+
+#[tokio::test]
+async fn a_cost_per_request_and_exempt_keys() {
+    let client = Client::memory();
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(
+            LayerRule::new("quota", 5, MINUTE)
+                .key(Key::header("x-api-key"))
+                .cost(|request| {
+                    request
+                        .headers
+                        .get("x-cost")
+                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                        .unwrap_or(1)
+                })
+                .exempt(["internal"]),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let call = |key, cost| [("x-api-key", key), ("x-cost", cost)];
+    let granted = send(addr, "GET", "/a", &call("k1", "3")).await;
+    assert_eq!(granted.status, 200);
+    assert_eq!(granted.header("ratelimit"), Some("\"quota\";r=2"));
+    assert_eq!(status(addr, "/a", &call("k1", "3")).await, 429, "3 of the 2 left");
+    // A cost of 0 is not free.
+    assert_eq!(status(addr, "/a", &call("k1", "0")).await, 200);
+    assert_eq!(status(addr, "/a", &call("k1", "1")).await, 200);
+    assert_eq!(status(addr, "/a", &call("k1", "1")).await, 429);
+    // More than the rate: refused, without a wait that would not help.
+    let never = send(addr, "GET", "/a", &call("k2", "6")).await;
+    assert_eq!(never.status, 429);
+    assert_eq!(never.header("retry-after"), None);
+    assert!(
+        matches!(
+            client
+                .rate_limiter("rate_limit:quota:k2")
+                .available_permits()
+                .await,
+            Err(redlimit::Error::NotInitialized { .. })
+        ),
+        "nothing decided, nothing created"
+    );
+    // An exempt key takes nothing and is never refused.
+    for _ in 0..10 {
+        assert_eq!(status(addr, "/a", &call("internal", "5")).await, 200);
+    }
+}
+
+#[tokio::test]
+async fn a_shadow_rule_spends_but_never_refuses() {
+    let client = Client::memory();
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(LayerRule::new("trial", 1, MINUTE).shadow(true))
+        .rule(LayerRule::new("real", 3, MINUTE))
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    for _ in 0..3 {
+        let reply = send(addr, "GET", "/a", &[]).await;
+        assert_eq!(reply.status, 200);
+        assert!(reply.header("ratelimit").unwrap().starts_with("\"real\""));
+    }
+    assert_eq!(
+        status(addr, "/a", &[]).await,
+        429,
+        "the enforced rule still refuses"
+    );
+    let trial = client.rate_limiter("rate_limit:trial");
+    assert_eq!(
+        trial.available_permits().await.unwrap(),
+        0,
+        "decided all the same"
+    );
+}
+
+#[tokio::test]
+async fn a_path_parameter_key_on_route_layer_and_a_clear_error_without_it() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new("user", 1, MINUTE).key(Key::path_param("id")))
+        .build()
+        .unwrap();
+    let routed = Router::new()
+        .route("/users/{id}", get(|| async { "user" }))
+        .route_layer(layer.clone());
+    let addr = serve(routed).await;
+    assert_eq!(status(addr, "/users/1", &[]).await, 200);
+    assert_eq!(status(addr, "/users/1", &[]).await, 429);
+    assert_eq!(status(addr, "/users/2", &[]).await, 200);
+
+    // Around a whole router, before its routing, there are no path parameters: every
+    // request is refused as a misconfiguration (500), never let through unlimited.
+    let inner = Router::new().route("/users/{id}", get(|| async { "user" }));
+    let around = Router::new().fallback_service(tower_layer::Layer::layer(&layer, inner));
+    let addr = serve(around).await;
+    let reply = send(addr, "GET", "/users/3", &[]).await;
+    assert_eq!(reply.status, 500);
+    assert_eq!(reply.body, "Internal server error\n");
+}
+
+#[tokio::test]
+async fn ipv6_clients_are_grouped_by_prefix() {
+    let client = Client::memory();
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(LayerRule::new("v6", 1, MINUTE).key(Key::client_ip()))
+        .build()
+        .unwrap();
+    let addr = serve_on("::1", app(layer)).await;
+    assert_eq!(status(addr, "/a", &[]).await, 200);
+    // A forwarding header from an untrusted peer changes nothing.
+    assert_eq!(
+        status(addr, "/a", &[("x-forwarded-for", "2001:db8::1")]).await,
+        429
+    );
+    // ::1 in its /64, its colons escaped.
+    let limiter = client.rate_limiter("rate_limit:v6:%3A%3A/64");
+    assert_eq!(limiter.available_permits().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn backend_failures_follow_each_rules_on_error() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let layer = |on_error| {
+        RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(
+                LayerRule::new("outage", 1, MINUTE)
+                    .mode(RateType::Overall)
+                    .on_error(on_error),
+            )
+            .build()
+            .unwrap()
+    };
+    let local = serve(app(layer(OnError::Local))).await;
+    let allow = serve(app(layer(OnError::Allow))).await;
+    let deny = serve(app(layer(OnError::Deny))).await;
+    drop(server);
+
+    assert_eq!(status(local, "/a", &[]).await, 200, "decided in process");
+    assert_eq!(status(local, "/a", &[]).await, 429, "and limited there");
+    for _ in 0..3 {
+        assert_eq!(status(allow, "/a", &[]).await, 200);
+    }
+    let refused = send(deny, "GET", "/a", &[]).await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.header("retry-after"), None);
+    assert_eq!(refused.body, "Service temporarily unavailable\n");
+}
+
+#[test]
+fn a_layer_that_cannot_work_does_not_build() {
+    let error = |builder: redlimit::tower::RateLimitLayerBuilder| builder.build().unwrap_err().to_string();
+    assert!(error(RateLimitLayer::builder()).contains("at least one rule"));
+    let rule = || LayerRule::new("x", 5, MINUTE);
+    assert!(error(RateLimitLayer::builder().rule(rule()).rule(rule())).contains("two rules are named `x`"));
+    assert!(error(RateLimitLayer::builder().rule(rule().permits(6))).contains("permits = 6"));
+    assert!(error(RateLimitLayer::builder().rule(LayerRule::new("x", 0, MINUTE))).contains("rate is 0"));
+    assert!(
+        error(RateLimitLayer::builder().rule(rule().key(Key::header("bad header"))))
+            .contains("not a header name")
+    );
+    assert!(error(RateLimitLayer::builder().rule(rule().exempt([""]))).contains("empty exempt value"));
+    assert!(error(RateLimitLayer::builder().rule(LayerRule::new("", 5, MINUTE))).contains("name is empty"));
+}
