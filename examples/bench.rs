@@ -15,9 +15,8 @@
 //!    five keys, then permits, the time in ms and 16 random bytes, such as Redisson's
 //!    own acquire script taken from its source), on the allow and the deny path.
 
-use std::net::{TcpListener, TcpStream};
 use std::num::NonZeroU32;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,50 +29,10 @@ const RUN: Duration = Duration::from_secs(3);
 /// High enough that the throughput runs are never refused: they measure the work.
 const HUGE_RATE: u64 = 1_000_000_000;
 
-struct Server {
-    child: Child,
-    url: String,
-    port: u16,
-}
+#[path = "support/redis_server.rs"]
+mod redis_server;
 
-impl Server {
-    fn start() -> Server {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (apt-get install -y redis-server)");
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Server {
-            child,
-            url: format!("redis://127.0.0.1:{port}/"),
-            port,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use redis_server::Server;
 
 #[rate_limit(key = "bench:decorated", rate = 1_000_000_000, interval = "1s")]
 async fn decorated() -> Result<(), RateLimited> {

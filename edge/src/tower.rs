@@ -24,8 +24,9 @@
 //! The layer and its clones share their state: a limit on a router holds across all
 //! its routes and every clone the server makes.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
-use std::fmt;
+use std::fmt::{self, Write};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -335,19 +336,31 @@ impl RateLimitLayerBuilder {
                 KeyKind::PathParam(name) => Extract::PathParam(name),
                 KeyKind::With(f) => Extract::With(f),
             };
+            let limit = specs[specs.len() - 1].limit();
+            let policy = HeaderValue::from_str(&limit.policy_field()).ok();
+            // `"name";r=0` less its digits: what every `RateLimit` field starts with.
+            let mut state = limit.state_field(0, None);
+            state.pop();
             rules.push(Keyed {
                 name: rule.name,
+                policy,
+                state,
                 key,
                 cost: rule.cost,
                 exempt: rule.exempt,
             });
         }
         let per_request = rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        #[cfg(feature = "axum")]
+        let needs_path = rules.iter().any(|r| matches!(r.key, Extract::PathParam(_)));
+        #[cfg(not(feature = "axum"))]
+        let needs_path = false;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 site: Site::with_rules(specs, self.timeout, "RateLimitLayer"),
                 rules,
                 per_request,
+                needs_path,
                 client: self.client,
                 trusted: self.trusted,
                 success_fields: !self.no_success_fields,
@@ -388,6 +401,10 @@ fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
 /// A rule's key and per-request settings, next to its [`RuleSpec`] in the site.
 struct Keyed {
     name: &'static str,
+    /// The rule's `RateLimit-Policy` field, the same on every response.
+    policy: Option<HeaderValue>,
+    /// The start of its `RateLimit` field, up to the remaining permits.
+    state: String,
     key: Extract,
     cost: Option<Arc<CostFn>>,
     exempt: HashSet<String>,
@@ -408,6 +425,8 @@ struct Shared {
     rules: Vec<Keyed>,
     /// Some rule has a cost or exempt values: permits are computed per request.
     per_request: bool,
+    /// Some rule is keyed by a path parameter.
+    needs_path: bool,
     client: Option<Client>,
     trusted: Option<TrustedProxies>,
     success_fields: bool,
@@ -415,10 +434,10 @@ struct Shared {
 
 /// A rule's value for a request: `Ok(None)` for a global rule, `Ok(Some(""))` when the
 /// request carries none, `Err` when the layer cannot read it where it is mounted.
-type Value = Result<Option<String>, &'static str>;
+type Value<'a> = Result<Option<Cow<'a, str>>, &'static str>;
 
 impl Shared {
-    async fn value(&self, key: &Extract, parts: &mut Parts) -> Value {
+    fn value<'a>(&self, key: &'a Extract, parts: &'a Parts, path: &'a PathParams) -> Value<'a> {
         match key {
             Extract::Global => Ok(None),
             Extract::ClientIp => {
@@ -432,26 +451,30 @@ impl Shared {
                     .as_ref()
                     .or_else(|| parts.extensions.get::<TrustedProxies>())
                     .unwrap_or(&default);
-                Ok(Some(trusted.client_ip(peer.ip(), &parts.headers).to_string()))
+                Ok(Some(Cow::Owned(
+                    trusted.client_ip(peer.ip(), &parts.headers).to_string(),
+                )))
             }
             Extract::Header(name) => Ok(Some(
                 parts
                     .headers
                     .get(name)
-                    .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+                    .map(|value| String::from_utf8_lossy(value.as_bytes()))
                     .unwrap_or_default(),
             )),
             #[cfg(feature = "axum")]
-            Extract::PathParam(name) => path_param(parts, name).await,
-            Extract::With(f) => Ok(Some(f(parts).unwrap_or_default())),
+            Extract::PathParam(name) => path.get(name),
+            Extract::With(f) => Ok(Some(Cow::Owned(f(parts).unwrap_or_default()))),
         }
     }
 
     async fn decide(&self, parts: &mut Parts) -> Result<Granted, RateLimited> {
+        let path = PathParams::read(self.needs_path, parts).await;
+        let parts = &*parts;
         let mut keys = Vec::with_capacity(self.rules.len());
         let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
         for (i, (rule, spec)) in self.rules.iter().zip(self.site.rules()).enumerate() {
-            let value = match self.value(&rule.key, parts).await {
+            let value = match self.value(&rule.key, parts, &path) {
                 Ok(value) => value,
                 Err(problem) => {
                     let error = Error::InvalidConfig {
@@ -465,11 +488,11 @@ impl Shared {
             key.text(rule.name);
             if let Some(value) = &value {
                 key.text(":");
-                key.value(value);
+                key.value(&**value);
             }
             keys.push(key.finish());
             if self.per_request {
-                let exempt = value.is_some_and(|v| rule.exempt.contains(&v));
+                let exempt = value.is_some_and(|v| rule.exempt.contains(&*v));
                 permits.push(match (&rule.cost, exempt) {
                     (_, true) => 0,
                     (Some(cost), false) => cost(parts).max(1),
@@ -479,6 +502,80 @@ impl Shared {
         }
         let permits = self.per_request.then_some(permits.as_slice());
         self.site.decide(self.client.as_ref(), &keys, permits).await
+    }
+}
+
+/// The matched path parameters, read once per request when a rule needs them.
+#[cfg(feature = "axum")]
+enum PathParams {
+    Unread,
+    Matched(axum::extract::RawPathParams),
+    /// A parameter is not UTF-8: the handler rejects it anyway; such requests share
+    /// one limiter.
+    NotUtf8,
+    Missing,
+}
+
+#[cfg(not(feature = "axum"))]
+enum PathParams {
+    Unread,
+}
+
+impl PathParams {
+    #[cfg(feature = "axum")]
+    async fn read(needed: bool, parts: &mut Parts) -> PathParams {
+        use axum::extract::rejection::RawPathParamsRejection;
+        use axum::extract::{FromRequestParts, RawPathParams};
+        if !needed {
+            return PathParams::Unread;
+        }
+        match RawPathParams::from_request_parts(parts, &()).await {
+            Ok(params) => PathParams::Matched(params),
+            Err(RawPathParamsRejection::InvalidUtf8InPathParam(_)) => PathParams::NotUtf8,
+            Err(_) => PathParams::Missing,
+        }
+    }
+
+    #[cfg(not(feature = "axum"))]
+    async fn read(_: bool, _: &mut Parts) -> PathParams {
+        PathParams::Unread
+    }
+
+    #[cfg(feature = "axum")]
+    fn get(&self, name: &str) -> Value<'_> {
+        let missing = "the path parameter is not in the request: add the layer with Router::route_layer, \
+                       or on the routes whose path has it";
+        match self {
+            PathParams::Matched(params) => params
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| Some(Cow::Borrowed(value)))
+                .ok_or(missing),
+            PathParams::NotUtf8 => Ok(Some(Cow::Borrowed(""))),
+            PathParams::Unread | PathParams::Missing => Err(missing),
+        }
+    }
+}
+
+impl Shared {
+    /// `RateLimit-Policy` and `RateLimit` of the tightest rule on a granted response.
+    fn success_fields(&self, granted: &Granted, headers: &mut http::HeaderMap) {
+        let Some((rule, remaining)) = granted.tightest else {
+            return;
+        };
+        let Some(keyed) = self.rules.get(rule) else {
+            return;
+        };
+        if let Some(policy) = &keyed.policy {
+            headers.insert(RATELIMIT_POLICY, policy.clone());
+            let mut state = String::with_capacity(keyed.state.len() + 20);
+            state.push_str(&keyed.state);
+            let _ = write!(state, "{remaining}");
+            // From a String: no copy.
+            if let Ok(value) = HeaderValue::try_from(state) {
+                headers.insert(RATELIMIT, value);
+            }
+        }
     }
 }
 
@@ -497,24 +594,6 @@ fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
         }
     }
     parts.extensions.get::<SocketAddr>().copied()
-}
-
-#[cfg(feature = "axum")]
-async fn path_param(parts: &mut Parts, name: &str) -> Value {
-    use axum::extract::rejection::RawPathParamsRejection;
-    use axum::extract::{FromRequestParts, RawPathParams};
-    let missing = "the path parameter is not in the request: add the layer with Router::route_layer, \
-                   or on the routes whose path has it";
-    match RawPathParams::from_request_parts(parts, &()).await {
-        Ok(params) => params
-            .iter()
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| Some(value.to_owned()))
-            .ok_or(missing),
-        // Not UTF-8: the handler rejects it anyway; counted with all such requests.
-        Err(RawPathParamsRejection::InvalidUtf8InPathParam(_)) => Ok(Some(String::new())),
-        Err(_) => Err(missing),
-    }
 }
 
 /// How a refusal becomes a response with body `B`.
@@ -666,18 +745,7 @@ where
                 Ok(granted) => {
                     let mut response = inner.call(Request::from_parts(parts, body)).await?;
                     if shared.success_fields {
-                        if let Some((limit, remaining)) = granted.tightest {
-                            let headers = response.headers_mut();
-                            let fields = [
-                                (RATELIMIT_POLICY, limit.policy_field()),
-                                (RATELIMIT, limit.state_field(remaining, None)),
-                            ];
-                            for (name, value) in fields {
-                                if let Ok(value) = HeaderValue::from_str(&value) {
-                                    headers.insert(name, value);
-                                }
-                            }
-                        }
+                        shared.success_fields(&granted, response.headers_mut());
                     }
                     Ok(response)
                 }

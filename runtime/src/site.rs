@@ -384,10 +384,7 @@ impl Site {
                         if !plain {
                             self.shadow(client, &rules, &call).await;
                         }
-                        let tightest = decision.and_then(|d| {
-                            let rule = position(d.tightest?);
-                            Some((self.rules[rule].limit(), d.remaining))
-                        });
+                        let tightest = decision.and_then(|d| Some((position(d.tightest?), d.remaining)));
                         Ok(Granted { tightest })
                     }
                 }
@@ -423,10 +420,10 @@ impl Call<'_> {
 /// A call that may go on.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Granted {
-    /// The enforced rule with the fewest permits left, and how many: `None` when no
-    /// rule was decided by the backend (none applied, or `on_error` let the call
-    /// through).
-    pub tightest: Option<(Limit, u64)>,
+    /// The enforced rule with the fewest permits left (its index among the site's
+    /// rules), and how many: `None` when no rule was decided by the backend (none
+    /// applied, or `on_error` let the call through).
+    pub tightest: Option<(usize, u64)>,
 }
 
 /// Decides every rule of an attribute's call: `Ok` to run the body, `Err` with the

@@ -1,0 +1,199 @@
+//! `cargo run --release --example bench_layer --features axum`: requests per second
+//! through `RateLimitLayer` next to the same router without it, in one run, over real
+//! HTTP/1.1 keep-alive connections on loopback, on both backends (Redis started by
+//! this program; needs `redis-server` on PATH).
+//!
+//! 32 connections, each its own API key (`x-api-key`), send requests one after the
+//! other for 3 s; the rule's rate is so high that nothing is refused, so the figures
+//! are the cost of deciding. Rounds alternate the servers so that the machine's noise
+//! falls on all of them. On Redis the layer is also set against the bare decision
+//! rate: the same rule decided by `Client::check_rules` from 32 tasks, no HTTP.
+//!
+//! Then, without the network, the router called as a tower service on one thread,
+//! with and without the in-process layer: the layer's cost per request, and what
+//! that cost comes to at 50 000 requests per second.
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::Request;
+use axum::routing::get;
+use axum::Router;
+use redis_server::Server;
+use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+use redlimit::{Client, Rule};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+const CONNECTIONS: usize = 32;
+const RUN: Duration = Duration::from_secs(3);
+const ROUNDS: usize = 3;
+const HUGE_RATE: u64 = 1_000_000_000;
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn router() -> Router {
+    Router::new().route("/", get(|| async { "ok" }))
+}
+
+fn layer(client: &Client) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::header("x-api-key")))
+        .build()
+        .unwrap()
+}
+
+async fn serve(app: Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap();
+    });
+    addr
+}
+
+/// Requests per second from `CONNECTIONS` keep-alive connections over `RUN`.
+async fn http_rate(addr: SocketAddr) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|i| {
+            let (stop, done) = (stop.clone(), done.clone());
+            tokio::spawn(async move {
+                let stream = TcpStream::connect(addr).await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                let mut stream = BufReader::new(stream);
+                let request = format!("GET / HTTP/1.1\r\nHost: bench\r\nx-api-key: key-{i}\r\n\r\n");
+                let mut line = String::new();
+                let mut body = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    stream.get_mut().write_all(request.as_bytes()).await.unwrap();
+                    // The status line, the headers up to the blank line, the body.
+                    let mut length = 0;
+                    let mut first = true;
+                    loop {
+                        line.clear();
+                        stream.read_line(&mut line).await.unwrap();
+                        if first {
+                            assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+                            first = false;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(value) = line.strip_prefix("content-length: ") {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    body.resize(length, 0);
+                    stream.read_exact(&mut body).await.unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(RUN).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+}
+
+/// Decisions per second of the layer's rule by `check_rules` from `CONNECTIONS` tasks.
+async fn decision_rate(client: &Client) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|i| {
+            let (stop, done, client) = (stop.clone(), done.clone(), client.clone());
+            tokio::spawn(async move {
+                let rule = [Rule::new(format!("rate_limit:bench:key-{i}"), HUGE_RATE, MINUTE)];
+                while !stop.load(Ordering::Relaxed) {
+                    assert!(client.check_rules(&rule).await.unwrap().allowed);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(RUN).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+}
+
+/// Nanoseconds per request of `service` called directly, `n` times.
+async fn per_call<S>(service: &mut S, n: u32) -> f64
+where
+    S: tower_service::Service<Request<axum::body::Body>>,
+{
+    let started = Instant::now();
+    for i in 0..n {
+        let request = Request::get("/")
+            .header("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" })
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let _ = service.call(request).await;
+    }
+    started.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
+async fn direct() {
+    const CALLS: u32 = 200_000;
+    println!("\n## The layer's own cost (a router called as a service, one thread, {CALLS} calls)\n");
+    println!(
+        "| round | router alone, ns | with the layer, ns | layer, ns | share of a core at 50 000 req/s |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let mut alone = router();
+    let mut limited = router().layer(layer(&Client::memory()));
+    for round in 1..=ROUNDS {
+        let bare = per_call(&mut alone, CALLS).await;
+        let with = per_call(&mut limited, CALLS).await;
+        let cost = with - bare;
+        println!(
+            "| {round} | {bare:.0} | {with:.0} | {cost:.0} | {:.1}% |",
+            cost * 50_000.0 / 1e9 * 100.0
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let redis = Server::start();
+    let on_redis = Client::connect(&redis.url).await.unwrap();
+    let bare = serve(router()).await;
+    let in_process = serve(router().layer(layer(&Client::memory()))).await;
+    let through_redis = serve(router().layer(layer(&on_redis))).await;
+
+    println!(
+        "## Through the layer ({CONNECTIONS} keep-alive connections, one API key each, {RUN:?} per run)\n"
+    );
+    println!("| round | router alone, req/s | layer in process, req/s (ratio) | layer on Redis, req/s | check_rules on Redis, decisions/s | layer on Redis / check_rules |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for round in 1..=ROUNDS {
+        let alone = http_rate(bare).await;
+        let memory = http_rate(in_process).await;
+        let redis_layer = http_rate(through_redis).await;
+        let decisions = decision_rate(&on_redis).await;
+        println!(
+            "| {round} | {alone:.0} | {memory:.0} ({:.3}) | {redis_layer:.0} | {decisions:.0} | {:.3} |",
+            memory / alone,
+            redis_layer / decisions
+        );
+    }
+    direct().await;
+}
