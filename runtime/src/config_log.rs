@@ -26,6 +26,7 @@ static SEEN: Lazy<Mutex<HashMap<String, Seen>>> = Lazy::new(Default::default);
 
 /// Reports that `name`'s stored config `old` was replaced by `new` at `now` (ms).
 pub(crate) fn changed(name: &str, old: &RateLimiterConfig, new: &RateLimiterConfig, now: u64) {
+    crate::observe::config_changed();
     let left_out = {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = seen.get_mut(name) {

@@ -41,6 +41,7 @@ mod key_buf;
 pub mod keys;
 mod limiter;
 pub mod member;
+pub(crate) mod observe;
 #[doc(hidden)]
 pub mod private;
 mod refusal;

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use once_cell::sync::Lazy;
 use tokio::time::Instant;
 
-use crate::refusal::Limit;
+use crate::observe::{RuleOutcome, SiteCounters};
 use crate::{default_client, Client, Decision, Error, RateLimited, RateType, Rule};
 
 /// What a rule does when the backend fails.
@@ -40,8 +40,8 @@ pub struct RuleSpec {
 }
 
 impl RuleSpec {
-    pub fn limit(&self) -> Limit {
-        Limit {
+    pub fn limit(&self) -> crate::Limit {
+        crate::Limit {
             name: self.name,
             rate: self.rate,
             window: self.interval,
@@ -64,6 +64,7 @@ pub struct Site {
     /// When a shadow rule's refusal was last logged, and those left out since.
     shadow_logged_ms: AtomicU64,
     shadow_suppressed: AtomicU64,
+    counters: SiteCounters,
 }
 
 /// Backend failures of one function are logged at most this often.
@@ -84,7 +85,12 @@ impl Site {
             failing_since_ms: AtomicU64::new(0),
             shadow_logged_ms: AtomicU64::new(0),
             shadow_suppressed: AtomicU64::new(0),
+            counters: SiteCounters::new(),
         }
+    }
+
+    fn count(&self, rule: usize, outcome: RuleOutcome) {
+        self.counters.count(&self.rules, rule, outcome);
     }
 
     /// A site whose rules are built at run time (a layer's).
@@ -116,6 +122,7 @@ impl Site {
                 // A shadow rule never refuses, not even when it cannot be decided.
                 _ => continue,
             };
+            self.count(index, RuleOutcome::ShadowLimited);
             let now = epoch_ms();
             let last = self.shadow_logged_ms.load(Ordering::Relaxed);
             if now.saturating_sub(last) >= LOG_EVERY_MS
@@ -175,6 +182,7 @@ impl Site {
     fn refusal(&self, rules: &[Rule], decision: &Decision, index: impl Fn(usize) -> usize) -> RateLimited {
         let refused = decision.refused_by.unwrap_or(0);
         let rule = index(refused);
+        self.count(rule, RuleOutcome::Limited);
         RateLimited {
             key: rules
                 .get(refused)
@@ -242,6 +250,7 @@ impl Site {
     /// `first` is the attribute index of `rules[0]`, the rule the refusal names.
     fn misuse(&self, rules: &[Rule], first: usize, error: Error) -> RateLimited {
         self.log_failure(&error);
+        self.count(first, RuleOutcome::ErrorDenied);
         RateLimited {
             key: rules.first().map_or_else(String::new, |r| r.name().to_owned()),
             retry_after: None,
@@ -257,6 +266,7 @@ impl Site {
     /// misconfiguration, never let through unlimited.
     pub fn refuse_misconfigured(&self, rule: usize, error: Error) -> RateLimited {
         self.log_failure(&error);
+        self.count(rule, RuleOutcome::ErrorDenied);
         RateLimited {
             key: String::new(),
             retry_after: None,
@@ -281,6 +291,14 @@ impl Site {
         self.log_failure(&error);
         let rules = self.build_rules(prefix, call);
         let enforced = |i: usize| !self.rules[i].shadow && call.applies(i);
+        for i in (0..rules.len()).filter(|&i| enforced(i)) {
+            let outcome = match self.rules[i].on_error {
+                OnError::Allow => RuleOutcome::ErrorAllowed,
+                OnError::Deny => RuleOutcome::ErrorDenied,
+                OnError::Local => RuleOutcome::ErrorLocal,
+            };
+            self.count(i, outcome);
+        }
         if let Some(rule) = (0..rules.len()).find(|&i| self.rules[i].on_error == OnError::Deny && enforced(i))
         {
             return Err(RateLimited {
@@ -320,6 +338,51 @@ impl Site {
         keys: &[String],
         permits: Option<&[u64]>,
     ) -> Result<Granted, RateLimited> {
+        let span = tracing::debug_span!(
+            "redlimit.decide",
+            rules = %RuleNames(&self.rules),
+            backend = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            remaining = tracing::field::Empty,
+            retry_after_ms = tracing::field::Empty,
+            waited_ms = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.decide_in_span(client, keys, permits).await;
+        }
+        let decided =
+            tracing::Instrument::instrument(self.decide_in_span(client, keys, permits), span.clone()).await;
+        match &decided {
+            Ok(granted) => {
+                span.record("outcome", "allowed");
+                if let Some((_, remaining)) = granted.tightest {
+                    span.record("remaining", remaining);
+                }
+            }
+            Err(limited) => {
+                span.record(
+                    "outcome",
+                    if limited.cause.is_some() {
+                        "error_denied"
+                    } else {
+                        "limited"
+                    },
+                );
+                if let Some(wait) = limited.retry_after {
+                    span.record("retry_after_ms", wait.as_millis() as u64);
+                }
+            }
+        }
+        decided
+    }
+
+    async fn decide_in_span(
+        &self,
+        client: Option<&Client>,
+        keys: &[String],
+        permits: Option<&[u64]>,
+    ) -> Result<Granted, RateLimited> {
+        tracing::trace!(?keys, "redlimit keys");
         let call = Call { keys, permits };
         let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
         if let Some(permits) = permits {
@@ -348,6 +411,7 @@ impl Site {
                 }
             },
         };
+        tracing::Span::current().record("backend", client.backend().label());
         let rules = self.build_rules(client.prefix(), &call);
         // Every rule enforced and taking its own permits: the attribute's usual case,
         // decided on `rules` as built.
@@ -381,6 +445,9 @@ impl Site {
                 match decision {
                     Some(decision) if !decision.allowed => Err(self.refusal(enforced, &decision, position)),
                     _ => {
+                        for i in (0..rules.len()).filter(|&i| !self.rules[i].shadow && call.applies(i)) {
+                            self.count(i, RuleOutcome::Allowed);
+                        }
                         if !plain {
                             self.shadow(client, &rules, &call).await;
                         }
@@ -396,6 +463,21 @@ impl Site {
                 .map(|()| Granted::default()),
             Err(error) => Err(self.misuse(enforced, position(0), error)),
         }
+    }
+}
+
+/// The rules' names, comma-separated: a span field.
+struct RuleNames<'a>(&'a [RuleSpec]);
+
+impl std::fmt::Display for RuleNames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, rule) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(rule.name)?;
+        }
+        Ok(())
     }
 }
 

@@ -28,21 +28,31 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Decision, Error>>,
 {
-    loop {
-        let decision = attempt().await?;
-        if decision.allowed {
-            return Ok(decision);
+    let mut slept: Option<Instant> = None;
+    let done = |slept: Option<Instant>| {
+        if let Some(started) = slept {
+            crate::observe::waited(started.elapsed());
         }
+    };
+    loop {
+        let decision = attempt().await;
+        if !matches!(&decision, Ok(d) if !d.allowed) {
+            done(slept);
+            return decision;
+        }
+        let decision = decision?;
         let wait = decision
             .retry_after
             .unwrap_or(Duration::from_millis(1))
             .max(Duration::from_millis(1));
-        let wake = Instant::now() + wait + jitter(wait);
-        match deadline {
-            None => tokio::time::sleep_until(wake).await,
-            Some(deadline) if Instant::now() + wait > deadline => return Ok(decision),
-            Some(deadline) => tokio::time::sleep_until(wake.min(deadline)).await,
+        let now = Instant::now();
+        let wake = now + wait + jitter(wait);
+        if matches!(deadline, Some(deadline) if now + wait > deadline) {
+            done(slept);
+            return Ok(decision);
         }
+        slept.get_or_insert(now);
+        tokio::time::sleep_until(deadline.map_or(wake, |deadline| wake.min(deadline))).await;
     }
 }
 

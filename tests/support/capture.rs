@@ -1,16 +1,25 @@
-//! A tracing subscriber that keeps every event's text (message and fields), for tests
-//! that search all output of failing calls for a secret.
+//! A tracing subscriber that keeps every event's and span's text (message and fields),
+//! for tests that search all output of failing calls for a secret, or check the spans
+//! and fields a decision reports. It tracks the entered spans, so `Span::current()`
+//! works under it.
 
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
+use tracing_core::span::Current;
 
 #[derive(Clone, Default)]
 pub struct Capture {
     lines: Arc<Mutex<Vec<String>>>,
+    next_id: Arc<AtomicU64>,
+    /// Each span's metadata, by id - 1.
+    spans: Arc<Mutex<Vec<&'static Metadata<'static>>>>,
+    /// The entered spans, innermost last (tests run their futures on one thread).
+    entered: Arc<Mutex<Vec<Id>>>,
 }
 
 impl Capture {
@@ -33,13 +42,15 @@ impl Subscriber for Capture {
         true
     }
     fn new_span(&self, span: &Attributes<'_>) -> Id {
-        let mut line = String::from("span");
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut line = format!("span {} #{id}", span.metadata().name());
         span.record(&mut Line(&mut line));
         self.lines.lock().unwrap().push(line);
-        Id::from_u64(1)
+        self.spans.lock().unwrap().push(span.metadata());
+        Id::from_u64(id)
     }
-    fn record(&self, _: &Id, values: &Record<'_>) {
-        let mut line = String::from("record");
+    fn record(&self, id: &Id, values: &Record<'_>) {
+        let mut line = format!("record #{}", id.into_u64());
         values.record(&mut Line(&mut line));
         self.lines.lock().unwrap().push(line);
     }
@@ -49,6 +60,23 @@ impl Subscriber for Capture {
         event.record(&mut Line(&mut line));
         self.lines.lock().unwrap().push(line);
     }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
+    fn enter(&self, id: &Id) {
+        self.entered.lock().unwrap().push(id.clone());
+    }
+    fn exit(&self, id: &Id) {
+        let mut entered = self.entered.lock().unwrap();
+        if let Some(at) = entered.iter().rposition(|e| e == id) {
+            entered.remove(at);
+        }
+    }
+    fn current_span(&self) -> Current {
+        let entered = self.entered.lock().unwrap();
+        match entered.last() {
+            Some(id) => {
+                let metadata = self.spans.lock().unwrap()[id.into_u64() as usize - 1];
+                Current::new(id.clone(), metadata)
+            }
+            None => Current::none(),
+        }
+    }
 }

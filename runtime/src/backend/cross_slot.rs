@@ -89,6 +89,7 @@ pub(crate) async fn acquire(backend: &RedisBackend, calls: &[Call<'_>], now: u64
 /// background (it returns by itself when it leaves the window).
 async fn give_back(backend: &RedisBackend, calls: &[Call<'_>], taken: &[(Vec<usize>, Members)]) {
     for (group, members) in taken {
+        crate::observe::refunded();
         let sub: Vec<Call<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
         if backend.refund(&sub, members).await.is_err() {
             backend.spawn_refund(&sub, members.clone());

@@ -71,12 +71,16 @@ pub(crate) enum Backend {
     Redis(redis::RedisBackend),
 }
 
+/// Runs one operation on whichever backend it is, timed as `operation`.
 macro_rules! dispatch {
-    ($self:ident, $b:ident => $e:expr) => {
-        match $self {
-            Backend::Memory($b) => $e,
-            Backend::Redis($b) => $e,
-        }
+    ($self:ident, $operation:ident, $b:ident => $e:expr) => {
+        crate::observe::backend($self.label(), crate::observe::Operation::$operation, async {
+            match $self {
+                Backend::Memory($b) => $e,
+                Backend::Redis($b) => $e,
+            }
+        })
+        .await
     };
 }
 
@@ -84,11 +88,34 @@ impl Backend {
     /// Decides `calls`; on a cluster, rules in several slots are decided slot by
     /// slot (`cross_slot.rs`, which builds on the single-slot Redis backend).
     pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
-        match self {
-            Backend::Redis(b) if b.is_cluster() && !cross_slot::one_slot(calls) => {
-                cross_slot::acquire(b, calls, now).await
+        crate::observe::backend(self.label(), crate::observe::Operation::Acquire, async {
+            match self {
+                Backend::Memory(b) => b.acquire(calls, now).await,
+                Backend::Redis(b) => {
+                    let span = tracing::debug_span!(
+                        "redlimit.redis",
+                        db.system.name = "redis",
+                        db.operation.name = "EVALSHA"
+                    );
+                    let decided = async {
+                        if b.is_cluster() && !cross_slot::one_slot(calls) {
+                            cross_slot::acquire(b, calls, now).await
+                        } else {
+                            b.acquire(calls, now).await
+                        }
+                    };
+                    tracing::Instrument::instrument(decided, span).await
+                }
             }
-            _ => dispatch!(self, b => b.acquire(calls, now).await),
+        })
+        .await
+    }
+
+    /// The `backend` label of metrics and spans.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Backend::Memory(_) => "memory",
+            Backend::Redis(_) => "redis",
         }
     }
 
@@ -98,7 +125,7 @@ impl Backend {
         config: &RateLimiterConfig,
         now: u64,
     ) -> Result<bool, Error> {
-        dispatch!(self, b => b.try_set_rate(keys, config, now).await)
+        dispatch!(self, TrySetRate, b => b.try_set_rate(keys, config, now).await)
     }
 
     /// Writes `config` (see `lua/configure.lua`); false when `how.require_exists` and
@@ -110,30 +137,30 @@ impl Backend {
         how: Configure,
         now: u64,
     ) -> Result<bool, Error> {
-        dispatch!(self, b => b.configure(keys, config, how, now).await)
+        dispatch!(self, Configure, b => b.configure(keys, config, how, now).await)
     }
 
     pub async fn release(&self, keys: &LimiterKeys, permits: u64, now: u64) -> Result<(), Error> {
-        dispatch!(self, b => b.release(keys, permits, now).await)
+        dispatch!(self, Release, b => b.release(keys, permits, now).await)
     }
 
     pub async fn config(&self, keys: &LimiterKeys, now: u64) -> Result<Option<RateLimiterConfig>, Error> {
-        dispatch!(self, b => b.config(keys, now).await)
+        dispatch!(self, Config, b => b.config(keys, now).await)
     }
 
     pub async fn keep_alive(&self, keys: &LimiterKeys, keep_ms: u64, now: u64) -> Result<(), Error> {
-        dispatch!(self, b => b.keep_alive(keys, keep_ms, now).await)
+        dispatch!(self, KeepAlive, b => b.keep_alive(keys, keep_ms, now).await)
     }
 
     pub async fn expire(&self, keys: &LimiterKeys, ttl_ms: u64, now: u64) -> Result<bool, Error> {
-        dispatch!(self, b => b.expire(keys, ttl_ms, now).await)
+        dispatch!(self, Expire, b => b.expire(keys, ttl_ms, now).await)
     }
 
     pub async fn delete(&self, keys: &LimiterKeys, now: u64) -> Result<bool, Error> {
-        dispatch!(self, b => b.delete(keys, now).await)
+        dispatch!(self, Delete, b => b.delete(keys, now).await)
     }
 
     pub async fn is_exists(&self, keys: &LimiterKeys, now: u64) -> Result<bool, Error> {
-        dispatch!(self, b => b.is_exists(keys, now).await)
+        dispatch!(self, IsExists, b => b.is_exists(keys, now).await)
     }
 }

@@ -1,0 +1,218 @@
+//! What redlimit reports about itself: metrics through the `metrics` facade (cargo
+//! feature `metrics`; nothing is recorded until the application installs a recorder)
+//! and spans through `tracing`.
+//!
+//! Metric handles are registered with the recorder on first use and kept, so a
+//! recorder must be installed before the first decision (as exporters' set-up does,
+//! at the start of `main`); what is decided before it is not recorded.
+//!
+//! Metrics (every label is bounded: a rule is named by its key template or its
+//! function's path, never by an interpolated key):
+//! - `redlimit_decisions_total{rule, outcome}`: per rule of a call (attribute or
+//!   layer). `allowed`: the call went on with the rule applied. `limited`: the rule
+//!   refused it. `shadow_limited`: a shadow rule would have refused. On a backend
+//!   failure each applied rule counts its `on_error`: `error_allowed`, `error_denied`,
+//!   `error_local` (decided in process). A call refused for misconfiguration counts
+//!   `error_denied`.
+//! - `redlimit_backend_seconds{backend, operation}`: histogram of every backend
+//!   operation (`backend` is `redis` or `memory`; `operation` is `acquire`,
+//!   `configure`, `release`, ...).
+//! - `redlimit_wait_seconds`: histogram of the time calls slept waiting for permits.
+//! - `redlimit_refunds_total`: refunds a cluster call made (one per slot whose grants
+//!   it gave back after a later slot refused or failed).
+//! - `redlimit_config_changes_total`: stored configs a rule overwrote.
+//!
+//! Spans: `redlimit.decide` (debug) around each call's decision, with `rules`,
+//! `backend`, `outcome`, `remaining`, `retry_after_ms` and `waited_ms`; inside it,
+//! `redlimit.redis` (debug) around each script call, with OpenTelemetry's database
+//! fields `db.system.name = "redis"` and `db.operation.name = "EVALSHA"`. The
+//! interpolated keys appear only in a trace-level event.
+
+use std::time::Duration;
+
+/// What happened to one rule of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RuleOutcome {
+    Allowed,
+    Limited,
+    ShadowLimited,
+    ErrorAllowed,
+    ErrorDenied,
+    ErrorLocal,
+}
+
+impl RuleOutcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            RuleOutcome::Allowed => "allowed",
+            RuleOutcome::Limited => "limited",
+            RuleOutcome::ShadowLimited => "shadow_limited",
+            RuleOutcome::ErrorAllowed => "error_allowed",
+            RuleOutcome::ErrorDenied => "error_denied",
+            RuleOutcome::ErrorLocal => "error_local",
+        }
+    }
+}
+
+/// Every rule's outcome counters of one call site, registered with the recorder on
+/// the site's first decision and kept: a decision then costs one atomic increment per
+/// rule (with a recorder installed), not a registry lookup.
+#[derive(Debug, Default)]
+pub(crate) struct SiteCounters {
+    #[cfg(feature = "metrics")]
+    counters: std::sync::OnceLock<Vec<[metrics::Counter; OUTCOMES]>>,
+}
+
+#[cfg(feature = "metrics")]
+const OUTCOMES: usize = 6;
+
+impl SiteCounters {
+    pub(crate) const fn new() -> Self {
+        SiteCounters {
+            #[cfg(feature = "metrics")]
+            counters: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Counts `outcome` for rule `index` of the site's `rules` (their names).
+    #[inline]
+    pub(crate) fn count(&self, rules: &[crate::site::RuleSpec], index: usize, outcome: RuleOutcome) {
+        #[cfg(feature = "metrics")]
+        {
+            let counters = self.counters.get_or_init(|| {
+                rules
+                    .iter()
+                    .map(|rule| {
+                        let rule = rule.name;
+                        [
+                            RuleOutcome::Allowed,
+                            RuleOutcome::Limited,
+                            RuleOutcome::ShadowLimited,
+                            RuleOutcome::ErrorAllowed,
+                            RuleOutcome::ErrorDenied,
+                            RuleOutcome::ErrorLocal,
+                        ]
+                        .map(|outcome| {
+                            metrics::counter!(
+                                "redlimit_decisions_total",
+                                "rule" => rule,
+                                "outcome" => outcome.label()
+                            )
+                        })
+                    })
+                    .collect()
+            });
+            if let Some(rule) = counters.get(index) {
+                rule[outcome as usize].increment(1);
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (rules, index, outcome);
+    }
+}
+
+/// Times one backend operation.
+pub(crate) async fn backend<T>(
+    backend: &'static str,
+    operation: Operation,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    #[cfg(feature = "metrics")]
+    {
+        let started = std::time::Instant::now();
+        let result = work.await;
+        operation
+            .histogram(backend)
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = (backend, operation);
+        work.await
+    }
+}
+
+/// The backend operations, each one histogram per backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operation {
+    Acquire,
+    TrySetRate,
+    Configure,
+    Release,
+    Config,
+    KeepAlive,
+    Expire,
+    Delete,
+    IsExists,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+impl Operation {
+    const ALL: [Operation; 9] = [
+        Operation::Acquire,
+        Operation::TrySetRate,
+        Operation::Configure,
+        Operation::Release,
+        Operation::Config,
+        Operation::KeepAlive,
+        Operation::Expire,
+        Operation::Delete,
+        Operation::IsExists,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Operation::Acquire => "acquire",
+            Operation::TrySetRate => "try_set_rate",
+            Operation::Configure => "configure",
+            Operation::Release => "release",
+            Operation::Config => "config",
+            Operation::KeepAlive => "keep_alive",
+            Operation::Expire => "expire",
+            Operation::Delete => "delete",
+            Operation::IsExists => "is_exists",
+        }
+    }
+
+    /// The handle of this operation on `backend`, registered on first use.
+    #[cfg(feature = "metrics")]
+    fn histogram(self, backend: &'static str) -> &'static metrics::Histogram {
+        use std::sync::OnceLock;
+        type Handles = [metrics::Histogram; 9];
+        static MEMORY: OnceLock<Handles> = OnceLock::new();
+        static REDIS: OnceLock<Handles> = OnceLock::new();
+        let handles = if backend == "memory" { &MEMORY } else { &REDIS };
+        let handles = handles.get_or_init(|| {
+            Operation::ALL.map(|operation| {
+                metrics::histogram!(
+                    "redlimit_backend_seconds",
+                    "backend" => backend,
+                    "operation" => operation.label()
+                )
+            })
+        });
+        &handles[self as usize]
+    }
+}
+
+/// Records the time a call slept waiting for permits.
+pub(crate) fn waited(slept: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("redlimit_wait_seconds").record(slept.as_secs_f64());
+    tracing::Span::current().record("waited_ms", slept.as_millis() as u64);
+}
+
+/// Counts one slot's grants given back by a cluster call's compensation (rare: no
+/// handle is kept).
+pub(crate) fn refunded() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlimit_refunds_total").increment(1);
+}
+
+/// Counts a stored config a rule overwrote (rare: no handle is kept).
+pub(crate) fn config_changed() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlimit_config_changes_total").increment(1);
+}
