@@ -14,9 +14,10 @@
 //!   failure each applied rule counts its `on_error`: `error_allowed`, `error_denied`,
 //!   `error_local` (decided in process). A call refused for misconfiguration counts
 //!   `error_denied`.
-//! - `redlimit_backend_seconds{backend, operation}`: histogram of every backend
-//!   operation (`backend` is `redis` or `memory`; `operation` is `acquire`,
-//!   `configure`, `release`, ...).
+//! - `redlimit_backend_seconds{backend, operation}`: histogram of every operation on
+//!   Redis (`backend` is `redis`; `operation` is `acquire`, `configure`, `release`,
+//!   ...), failed ones included. The in-process backend has no round trip and is not
+//!   timed.
 //! - `redlimit_wait_seconds`: histogram of the time calls slept waiting for permits.
 //! - `redlimit_refunds_total`: refunds a cluster call made (one per slot whose grants
 //!   it gave back after a later slot refused or failed).
@@ -120,11 +121,14 @@ pub(crate) async fn backend<T>(
 ) -> T {
     #[cfg(feature = "metrics")]
     {
+        // In process there is no round trip to time, and timing costs more than the
+        // decision would show.
+        if backend == "memory" {
+            return work.await;
+        }
         let started = std::time::Instant::now();
         let result = work.await;
-        operation
-            .histogram(backend)
-            .record(started.elapsed().as_secs_f64());
+        operation.histogram().record(started.elapsed().as_secs_f64());
         result
     }
     #[cfg(not(feature = "metrics"))]
@@ -176,19 +180,17 @@ impl Operation {
         }
     }
 
-    /// The handle of this operation on `backend`, registered on first use.
+    /// The handle of this operation on Redis, registered on first use.
     #[cfg(feature = "metrics")]
-    fn histogram(self, backend: &'static str) -> &'static metrics::Histogram {
+    fn histogram(self) -> &'static metrics::Histogram {
         use std::sync::OnceLock;
         type Handles = [metrics::Histogram; 9];
-        static MEMORY: OnceLock<Handles> = OnceLock::new();
         static REDIS: OnceLock<Handles> = OnceLock::new();
-        let handles = if backend == "memory" { &MEMORY } else { &REDIS };
-        let handles = handles.get_or_init(|| {
+        let handles = REDIS.get_or_init(|| {
             Operation::ALL.map(|operation| {
                 metrics::histogram!(
                     "redlimit_backend_seconds",
-                    "backend" => backend,
+                    "backend" => "redis",
                     "operation" => operation.label()
                 )
             })
