@@ -56,6 +56,7 @@ mod test_support;
 mod tls;
 mod waiting;
 
+pub use backend::connection::cluster_nodes;
 pub use builder::ClientBuilder;
 pub use client::{Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 pub use clock::{Clock, ManualClock, SystemClock};

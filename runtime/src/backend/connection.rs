@@ -45,7 +45,7 @@ impl ConnectionLike for Conn {
 /// The node URLs of `redis+cluster://[user:password@]host:port,host:port[/]`
 /// (`rediss+cluster://` for TLS, fragments such as `#insecure` kept), or `None` when
 /// `url` is not a cluster URL.
-pub(crate) fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, Error>> {
+pub fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, Error>> {
     let (scheme, rest) = match url.strip_prefix("redis+cluster://") {
         Some(rest) => ("redis", rest),
         None => ("rediss", url.strip_prefix("rediss+cluster://")?),

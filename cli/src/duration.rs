@@ -1,0 +1,96 @@
+//! Durations as operators write them (`60s`, `1m30s`, `500ms`, `1.5h`) and as the CLI
+//! shows them.
+
+use std::time::Duration;
+
+/// Parses `60s`, `1m30s`, `500ms`, `1.5h`, `2d`: one or more numbers, each with a
+/// unit (`ms`, `s`, `m`, `h`, `d`), to whole milliseconds.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let error = || {
+        format!(
+            "`{text}` is not a duration: write a number and a unit (ms, s, m, h, d), e.g. 60s, 1m30s, 500ms"
+        )
+    };
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(error());
+    }
+    let mut total_ms = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(error)?;
+        let number: f64 = rest[..number_end].parse().map_err(|_| error())?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let factor = match &rest[..unit_end] {
+            "ms" => 1.0,
+            "s" => 1_000.0,
+            "m" => 60_000.0,
+            "h" => 3_600_000.0,
+            "d" => 86_400_000.0,
+            _ => return Err(error()),
+        };
+        rest = &rest[unit_end..];
+        total_ms += number * factor;
+    }
+    if total_ms.fract() != 0.0 || total_ms < 1.0 || total_ms > 2f64.powi(53) {
+        return Err(format!(
+            "`{text}` is not accepted: a duration is a whole number of milliseconds, from 1 ms to 2^53 ms"
+        ));
+    }
+    Ok(Duration::from_millis(total_ms as u64))
+}
+
+/// `1m30s`, `250ms`, `2h`: the shortest exact form.
+pub fn show_ms(ms: u64) -> String {
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    let mut out = String::new();
+    let mut left = ms;
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ] {
+        if left >= size {
+            out.push_str(&format!("{}{unit}", left / size));
+            left %= size;
+        }
+    }
+    out
+}
+
+/// A signed age or wait in seconds with one decimal: `12.3s`, `-0.5s`.
+pub fn show_secs(ms: i64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_operators_write() {
+        assert_eq!(parse("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("1.5h"), Ok(Duration::from_secs(5400)));
+        for bad in ["", "60", "s", "1.5ms", "5 parsecs", "0s"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn shows_the_shortest_exact_form() {
+        assert_eq!(show_ms(90_000), "1m30s");
+        assert_eq!(show_ms(250), "250ms");
+        assert_eq!(show_ms(7_200_000), "2h");
+        assert_eq!(show_secs(-500), "-0.5s");
+    }
+}

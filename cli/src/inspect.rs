@@ -1,0 +1,546 @@
+//! One limiter as it is stored: its config, keys, TTLs, value and grant log, per-client
+//! keys, and what is wrong with it. Read-only: nothing is written or released.
+
+use std::collections::HashMap;
+
+use redis::AsyncCommands;
+use redlimit_runtime::keys::suffix;
+use redlimit_runtime::member::decode_permits;
+use serde_json::{json, Value as Json};
+
+use crate::duration::{show_ms, show_secs};
+use crate::store::Store;
+
+/// A limiter's config as stored in its hash.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub rate: i64,
+    pub interval_ms: i64,
+    /// 0 overall, 1 per client.
+    pub mode: i64,
+    /// `None`: no `keepAliveTime` field (written by Redisson before 4.4).
+    pub keep_alive_ms: Option<i64>,
+}
+
+impl Config {
+    pub fn mode_name(&self) -> &'static str {
+        if self.mode == 1 {
+            "per_client"
+        } else {
+            "overall"
+        }
+    }
+
+    /// Who wrote it, where that can be told.
+    pub fn writer(&self) -> &'static str {
+        match self.keep_alive_ms {
+            None => "Redisson before 4.4 (no keepAliveTime field; redlimit always writes one)",
+            Some(k) if k == self.interval_ms => {
+                "a redlimit rule (keep-alive = interval), or a client that chose the same"
+            }
+            Some(_) => "redlimit's runtime API or Redisson 4.4+ (they write the same fields)",
+        }
+    }
+}
+
+/// Reads the config hash `name`; `None` when it has no rate and interval.
+pub async fn read_config(store: &Store, name: &str) -> Result<Option<Config>, String> {
+    let mut conn = store.conn.clone();
+    let fields: HashMap<String, String> = conn.hgetall(name).await.map_err(|e| e.to_string())?;
+    let number = |field: &str| fields.get(field).and_then(|v| v.parse::<i64>().ok());
+    Ok(match (number("rate"), number("interval")) {
+        (Some(rate), Some(interval_ms)) => Some(Config {
+            rate,
+            interval_ms,
+            mode: number("type").unwrap_or(0),
+            keep_alive_ms: number("keepAliveTime"),
+        }),
+        _ => None,
+    })
+}
+
+/// One key: its type and TTL (`-2` missing, `-1` none, else milliseconds).
+#[derive(Debug, Clone)]
+pub struct KeyState {
+    pub key: String,
+    pub kind: String,
+    pub ttl_ms: i64,
+}
+
+async fn key_state(store: &Store, key: &str) -> Result<KeyState, String> {
+    let mut conn = store.conn.clone();
+    let kind: String = redis::cmd("TYPE")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ttl_ms: i64 = conn.pttl(key).await.map_err(|e| e.to_string())?;
+    Ok(KeyState {
+        key: key.to_owned(),
+        kind,
+        ttl_ms,
+    })
+}
+
+/// A grant log, summed up at `now`.
+#[derive(Debug, Clone, Default)]
+pub struct Log {
+    pub entries: u64,
+    pub permits: u64,
+    pub in_window_entries: u64,
+    pub in_window_permits: u64,
+    pub undecodable: u64,
+    pub oldest_ms: Option<i64>,
+    pub newest_ms: Option<i64>,
+    /// When the oldest grant still in the window leaves it.
+    pub next_release_ms: Option<i64>,
+}
+
+async fn read_log(store: &Store, key: &str, now: i64, interval_ms: i64) -> Result<Log, String> {
+    let mut conn = store.conn.clone();
+    let entries: Vec<(Vec<u8>, f64)> = conn
+        .zrange_withscores(key, 0, -1)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut log = Log::default();
+    for (member, score) in entries {
+        let score = score as i64;
+        log.entries += 1;
+        let Some(permits) = decode_permits(&member) else {
+            log.undecodable += 1;
+            continue;
+        };
+        let permits = u64::from(permits);
+        log.permits += permits;
+        log.oldest_ms = Some(log.oldest_ms.map_or(score, |o| o.min(score)));
+        log.newest_ms = Some(log.newest_ms.map_or(score, |n| n.max(score)));
+        if score > now - interval_ms {
+            log.in_window_entries += 1;
+            log.in_window_permits += permits;
+            let release = score + interval_ms;
+            log.next_release_ms = Some(log.next_release_ms.map_or(release, |r| r.min(release)));
+        }
+    }
+    Ok(log)
+}
+
+/// The state of one mode's value and log (overall, or one client's).
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    /// `None` for overall, else the client id.
+    pub client: Option<String>,
+    pub value_key: KeyState,
+    pub value: Option<i64>,
+    pub log_key: KeyState,
+    pub log: Log,
+}
+
+/// A limiter, read whole.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    pub name: String,
+    pub now_ms: i64,
+    pub config: Option<Config>,
+    pub config_key: KeyState,
+    pub buckets: Vec<Bucket>,
+    /// Per-client keys found (for a per_client limiter, one bucket per client).
+    pub client_keys: usize,
+    pub problems: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// The time on the Redis server, in epoch milliseconds.
+pub async fn server_now(store: &Store) -> Result<i64, String> {
+    let mut conn = store.conn.clone();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+/// `*`, `?`, `[`, `]` and `\` of a key, escaped for a SCAN pattern.
+pub fn glob_escape(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for c in key.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+async fn bucket(
+    store: &Store,
+    client: Option<String>,
+    value_key: String,
+    log_key: String,
+    now: i64,
+    interval_ms: i64,
+) -> Result<Bucket, String> {
+    let mut conn = store.conn.clone();
+    let value_state = key_state(store, &value_key).await?;
+    let value: Option<String> = if value_state.kind == "string" {
+        conn.get(&value_key).await.map_err(|e| e.to_string())?
+    } else {
+        None
+    };
+    let log_state = key_state(store, &log_key).await?;
+    let log = if log_state.kind == "zset" {
+        read_log(store, &log_key, now, interval_ms).await?
+    } else {
+        Log::default()
+    };
+    Ok(Bucket {
+        client,
+        value_key: value_state,
+        value: value.and_then(|v| v.parse().ok()),
+        log_key: log_state,
+        log,
+    })
+}
+
+pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<Inspection, String> {
+    let now = server_now(store).await?;
+    let config_key = key_state(store, name).await?;
+    let config = if config_key.kind == "hash" {
+        read_config(store, name).await?
+    } else {
+        None
+    };
+    let interval_ms = config.as_ref().map_or(0, |c| c.interval_ms);
+    let value_key = suffix(name, "value");
+    let log_key = suffix(name, "permits");
+    let mut buckets = vec![bucket(store, None, value_key.clone(), log_key.clone(), now, interval_ms).await?];
+    let pattern = format!("{}:*", glob_escape(&value_key));
+    let client_values = store.scan(&pattern, None, usize::MAX).await?;
+    let client_logs = store
+        .scan(&format!("{}:*", glob_escape(&log_key)), None, usize::MAX)
+        .await?;
+    let mut clients: Vec<String> = client_values
+        .iter()
+        .filter_map(|k| k.strip_prefix(&format!("{value_key}:")))
+        .chain(
+            client_logs
+                .iter()
+                .filter_map(|k| k.strip_prefix(&format!("{log_key}:"))),
+        )
+        .map(str::to_owned)
+        .collect();
+    clients.sort();
+    clients.dedup();
+    let client_keys = client_values.len() + client_logs.len();
+    for client in clients.iter().take(client_limit) {
+        buckets.push(
+            bucket(
+                store,
+                Some(client.clone()),
+                format!("{value_key}:{client}"),
+                format!("{log_key}:{client}"),
+                now,
+                interval_ms,
+            )
+            .await?,
+        );
+    }
+    let mut inspection = Inspection {
+        name: name.to_owned(),
+        now_ms: now,
+        config,
+        config_key,
+        buckets,
+        client_keys,
+        problems: Vec::new(),
+        notes: Vec::new(),
+    };
+    if clients.len() > client_limit {
+        inspection.notes.push(format!(
+            "{} clients have keys; the first {client_limit} are shown",
+            clients.len()
+        ));
+    }
+    diagnose(&mut inspection);
+    Ok(inspection)
+}
+
+/// What is wrong (problems) and worth knowing (notes).
+fn diagnose(i: &mut Inspection) {
+    let exists = |k: &KeyState| k.ttl_ms != -2;
+    let any_state = i
+        .buckets
+        .iter()
+        .any(|b| exists(&b.value_key) || exists(&b.log_key));
+    match (&i.config, i.config_key.kind.as_str()) {
+        (None, "none") if any_state => i.problems.push(format!(
+            "no config at `{}`, but value or permits keys exist: state left behind (a deleted config, or keys that outlived it)",
+            i.name
+        )),
+        (None, "none") => {}
+        (None, "hash") => i.problems.push(format!("`{}` is a hash without rate and interval: not a limiter's config", i.name)),
+        (None, kind) => i.problems.push(format!("`{}` is a {kind}, not a limiter's config hash", i.name)),
+        _ => {}
+    }
+    let Some(config) = i.config.clone() else {
+        return;
+    };
+    let keep_alive = config.keep_alive_ms.unwrap_or(0) > 0;
+    let no_ttl: Vec<String> = std::iter::once(&i.config_key)
+        .chain(i.buckets.iter().flat_map(|b| [&b.value_key, &b.log_key]))
+        .filter(|k| k.ttl_ms == -1)
+        .map(|k| format!("`{}`", k.key))
+        .collect();
+    if !no_ttl.is_empty() && keep_alive {
+        i.problems.push(format!(
+            "{} without TTL although the limiter has a keep-alive of {}: they will never expire",
+            no_ttl.join(", "),
+            show_ms(config.keep_alive_ms.unwrap_or(0) as u64)
+        ));
+    } else if !no_ttl.is_empty() {
+        i.notes.push(format!(
+            "{} never expire (no keep-alive, Redisson's default): one limiter per user or client piles up",
+            no_ttl.join(", ")
+        ));
+    }
+    for b in &i.buckets {
+        for (key, expected) in [(&b.value_key, "string"), (&b.log_key, "zset")] {
+            if exists(key) && key.kind != expected {
+                i.problems
+                    .push(format!("`{}` is a {}, not a {expected}", key.key, key.kind));
+            }
+        }
+        if let Some(value) = b.value {
+            if value < 0 {
+                i.problems.push(format!(
+                    "`{}` is {value}: the rate was lowered below what the window holds; calls are refused until the window drains",
+                    b.value_key.key
+                ));
+            }
+            if b.log.undecodable == 0 && value + b.log.permits as i64 != config.rate {
+                i.problems.push(format!(
+                    "value {value} + {} permits in the log = {}, not the rate {}: permits were lost or counted twice",
+                    b.log.permits,
+                    value + b.log.permits as i64,
+                    config.rate
+                ));
+            }
+        } else if exists(&b.log_key) {
+            i.notes.push(format!(
+                "`{}` is missing: the next call rebuilds it from the log",
+                b.value_key.key
+            ));
+        }
+        if b.log.undecodable > 0 {
+            i.problems.push(format!(
+                "{} members of `{}` do not decode as grants",
+                b.log.undecodable, b.log_key.key
+            ));
+        }
+    }
+}
+
+impl Inspection {
+    pub fn json(&self) -> Json {
+        let key = |k: &KeyState| json!({"key": k.key, "type": k.kind, "ttl_ms": k.ttl_ms});
+        let buckets: Vec<Json> = self
+            .buckets
+            .iter()
+            .map(|b| {
+                json!({
+                    "client": b.client,
+                    "value_key": key(&b.value_key),
+                    "value": b.value,
+                    "available_now": b.value.map(|v| v + (b.log.permits - b.log.in_window_permits) as i64),
+                    "log_key": key(&b.log_key),
+                    "log": {
+                        "entries": b.log.entries,
+                        "permits": b.log.permits,
+                        "entries_in_window": b.log.in_window_entries,
+                        "permits_in_window": b.log.in_window_permits,
+                        "undecodable": b.log.undecodable,
+                        "oldest_age_ms": b.log.oldest_ms.map(|t| self.now_ms - t),
+                        "newest_age_ms": b.log.newest_ms.map(|t| self.now_ms - t),
+                        "next_release_in_ms": b.log.next_release_ms.map(|t| t - self.now_ms),
+                    },
+                })
+            })
+            .collect();
+        json!({
+            "name": self.name,
+            "config_key": key(&self.config_key),
+            "config": self.config.as_ref().map(|c| json!({
+                "rate": c.rate,
+                "interval_ms": c.interval_ms,
+                "mode": c.mode_name(),
+                "keep_alive_ms": c.keep_alive_ms,
+                "written_by": c.writer(),
+            })),
+            "buckets": buckets,
+            "client_keys": self.client_keys,
+            "healthy": self.problems.is_empty(),
+            "problems": self.problems,
+            "notes": self.notes,
+        })
+    }
+
+    pub fn human(&self) -> String {
+        let mut out = String::new();
+        let mut line = |label: &str, text: String| {
+            out.push_str(format!("{label:<14}{text}").trim_end());
+            out.push('\n');
+        };
+        line("limiter", self.name.clone());
+        match &self.config {
+            Some(c) => {
+                line(
+                    "config",
+                    format!(
+                        "{} per {}, {}, keep-alive {}",
+                        c.rate,
+                        show_ms(c.interval_ms.max(0) as u64),
+                        c.mode_name(),
+                        c.keep_alive_ms
+                            .filter(|k| *k > 0)
+                            .map_or("none".to_owned(), |k| show_ms(k as u64))
+                    ),
+                );
+                line("written by", c.writer().to_owned());
+            }
+            None => line("config", "none".to_owned()),
+        }
+        let ttl = |k: &KeyState| match k.ttl_ms {
+            -2 => "missing".to_owned(),
+            -1 => "no TTL".to_owned(),
+            ms => format!("TTL {}", show_secs(ms)),
+        };
+        line("keys", String::new());
+        let mut keys = vec![&self.config_key];
+        for b in &self.buckets {
+            keys.push(&b.value_key);
+            keys.push(&b.log_key);
+        }
+        let width = keys.iter().map(|k| k.key.len()).max().unwrap_or(0);
+        for k in keys {
+            line("", format!("{:<width$}  {:<6}  {}", k.key, k.kind, ttl(k)));
+        }
+        for b in &self.buckets {
+            if b.value.is_none() && b.log.entries == 0 {
+                continue;
+            }
+            let who = b
+                .client
+                .as_ref()
+                .map_or("overall".to_owned(), |c| format!("client {c}"));
+            let available = b.value.map_or("-".to_owned(), |v| {
+                (v + (b.log.permits - b.log.in_window_permits) as i64).to_string()
+            });
+            line(
+                &who,
+                format!(
+                    "value {}, available now {available}; log {} entries, {} permits in the window ({} entries)",
+                    b.value.map_or("missing".to_owned(), |v| v.to_string()),
+                    b.log.entries,
+                    b.log.in_window_permits,
+                    b.log.in_window_entries
+                ),
+            );
+            if let (Some(oldest), Some(newest)) = (b.log.oldest_ms, b.log.newest_ms) {
+                line(
+                    "",
+                    format!(
+                        "oldest grant {} ago, newest {} ago{}",
+                        show_secs(self.now_ms - oldest),
+                        show_secs(self.now_ms - newest),
+                        b.log.next_release_ms.map_or(String::new(), |r| format!(
+                            ", next release in {}",
+                            show_secs(r - self.now_ms)
+                        ))
+                    ),
+                );
+            }
+        }
+        line("client keys", self.client_keys.to_string());
+        if self.problems.is_empty() {
+            line("health", "ok".to_owned());
+        }
+        for p in &self.problems {
+            line("PROBLEM", p.clone());
+        }
+        for n in &self.notes {
+            line("note", n.clone());
+        }
+        out
+    }
+}
+
+/// Whether `permits` would be granted now, read from the stored state (nothing is
+/// taken or released), and when they would be when not.
+#[derive(Debug, Clone)]
+pub struct Peek {
+    pub allowed: bool,
+    pub available: i64,
+    /// `None` when allowed, or when no wait helps (more than the rate).
+    pub retry_after_ms: Option<i64>,
+}
+
+pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek, String>, String> {
+    let Some(config) = read_config(store, name).await? else {
+        return Ok(Err(format!("no limiter named `{name}`")));
+    };
+    if config.mode == 1 {
+        return Ok(Err(format!(
+            "`{name}` is per_client: each client has its own permits; `inspect` shows them"
+        )));
+    }
+    let now = server_now(store).await?;
+    let mut conn = store.conn.clone();
+    let log_key = suffix(name, "permits");
+    let entries: Vec<(Vec<u8>, f64)> = conn
+        .zrangebyscore_withscores(&log_key, "-inf", "+inf")
+        .await
+        .map_err(|e| e.to_string())?;
+    let grants: Vec<(i64, i64)> = entries
+        .iter()
+        .filter_map(|(m, s)| Some((*s as i64, i64::from(decode_permits(m)?))))
+        .collect();
+    let in_window = |t: i64| t > now - config.interval_ms;
+    let expired: i64 = grants
+        .iter()
+        .filter(|(t, _)| !in_window(*t))
+        .map(|(_, p)| p)
+        .sum();
+    let held: i64 = grants.iter().filter(|(t, _)| in_window(*t)).map(|(_, p)| p).sum();
+    let value: Option<i64> = conn
+        .get::<_, Option<String>>(suffix(name, "value"))
+        .await
+        .map_err(|e| e.to_string())?
+        .and_then(|v| v.parse().ok());
+    // A missing value is rebuilt from the log by the next call, as here.
+    let available = value.map_or(config.rate - held, |v| v + expired);
+    let permits = permits as i64;
+    if available >= permits {
+        return Ok(Ok(Peek {
+            allowed: true,
+            available,
+            retry_after_ms: None,
+        }));
+    }
+    let mut retry_after_ms = None;
+    if permits <= config.rate {
+        let mut returned = 0;
+        let mut window: Vec<&(i64, i64)> = grants.iter().filter(|(t, _)| in_window(*t)).collect();
+        window.sort();
+        for (t, p) in window {
+            returned += p;
+            if available + returned >= permits {
+                retry_after_ms = Some(t + config.interval_ms - now);
+                break;
+            }
+        }
+    }
+    Ok(Ok(Peek {
+        allowed: false,
+        available,
+        retry_after_ms,
+    }))
+}

@@ -1,0 +1,503 @@
+//! `redlimit`: look at and tune the rate limiters in a Redis (single node or cluster),
+//! written by redlimit or by Redisson.
+//!
+//! Exit codes: 0 ok; 1 refused (`check`, `acquire`), unhealthy (`inspect`) or not found;
+//! 2 usage; 3 Redis failed or answered something unexpected.
+
+mod duration;
+mod inspect;
+mod store;
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use redis::AsyncCommands;
+use redlimit_runtime::keys::suffix;
+use redlimit_runtime::{Client, RateLimiterArgs, RateType};
+use serde_json::json;
+
+use crate::inspect::{glob_escape, inspect, peek, read_config, server_now};
+use crate::store::Store;
+
+#[derive(Parser)]
+#[command(
+    name = "redlimit",
+    version,
+    about = "Inspect, list, tune and reset rate limiters in Redis"
+)]
+struct Cli {
+    /// Redis URL: redis://[user:password@]host:port/[db], rediss:// for TLS,
+    /// redis+cluster://host:port,host:port/ for a cluster.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true, global = true)]
+    url: Option<String>,
+    /// Machine-readable output (one JSON document; one per line for `watch`).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// A limiter's config, keys and TTLs, value, grant log and health.
+    Inspect {
+        name: String,
+        /// Per-client keys shown at most.
+        #[arg(long, default_value_t = 20)]
+        clients: usize,
+    },
+    /// Limiters found by SCAN on every primary: rate, usage and memory.
+    Ls {
+        /// A SCAN pattern for limiter names.
+        #[arg(default_value = "*")]
+        pattern: String,
+        #[arg(long, value_enum, default_value_t = Sort::Name)]
+        sort: Sort,
+        /// Limiters listed at most (the scan stops there).
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Changes a limiter's rate, keeping its window (or restarting it with --reset).
+    SetRate {
+        name: String,
+        #[arg(long)]
+        rate: u64,
+        /// The window: 60s, 1m30s, 500ms, 1h, ...
+        #[arg(long, value_parser = duration::parse)]
+        interval: Duration,
+        #[arg(long, value_enum, default_value_t = Mode::Overall)]
+        mode: Mode,
+        /// Keys' keep-alive (at least the interval; default: the stored one, if any).
+        #[arg(long, value_parser = duration::parse)]
+        keep_alive: Option<Duration>,
+        /// Restart the window (every permit available); creates a missing limiter.
+        #[arg(long)]
+        reset: bool,
+    },
+    /// Deletes a limiter: its config, value, log and every client's keys.
+    Reset {
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Would N permits be granted now, and if not when? Reads the stored state and
+    /// takes nothing (overall limiters).
+    Check {
+        name: String,
+        #[arg(long, default_value_t = 1)]
+        permits: u64,
+    },
+    /// Takes N permits now, if granted.
+    Acquire {
+        name: String,
+        #[arg(long, default_value_t = 1)]
+        permits: u64,
+    },
+    /// Every second: grants per second, available permits, permits in the window.
+    Watch {
+        name: String,
+        /// Refresh period.
+        #[arg(long, value_parser = duration::parse, default_value = "1s")]
+        every: Duration,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Sort {
+    Name,
+    Usage,
+    Memory,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Overall,
+    PerClient,
+}
+
+/// A command's failure and its exit code.
+enum Failure {
+    /// Refused, unhealthy, not found: 1.
+    No(String),
+    /// Redis failed: 3.
+    Backend(String),
+}
+
+type Outcome = Result<(), Failure>;
+
+fn backend(error: impl ToString) -> Failure {
+    Failure::Backend(error.to_string())
+}
+
+/// The URL with its password hidden, for messages.
+fn shown(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
+/// `message` with the URL's password, if any, replaced.
+fn scrub(message: &str, url: &str) -> String {
+    let password = url
+        .find("://")
+        .and_then(|scheme| {
+            let rest = &url[scheme + 3..];
+            let at = rest.rfind('@')?;
+            let userinfo = &rest[..at];
+            Some(userinfo.split_once(':').map_or(userinfo, |(_, p)| p).to_owned())
+        })
+        .filter(|p| !p.is_empty());
+    match password {
+        Some(p) => message.replace(&p, "***"),
+        None => message.to_owned(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(url) = cli.url.clone() else {
+        eprintln!("redlimit: no Redis to talk to: pass --url redis://host:port/ or set REDIS_URL");
+        return ExitCode::from(2);
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime");
+    match runtime.block_on(run(&cli, &url)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::No(message)) => {
+            if !message.is_empty() {
+                eprintln!("redlimit: {}", scrub(&message, &url));
+            }
+            ExitCode::from(1)
+        }
+        Err(Failure::Backend(message)) => {
+            eprintln!("redlimit: Redis at {}: {}", shown(&url), scrub(&message, &url));
+            ExitCode::from(3)
+        }
+    }
+}
+
+async fn run(cli: &Cli, url: &str) -> Outcome {
+    match &cli.command {
+        Command::Inspect { name, clients } => {
+            let store = Store::open(url).await.map_err(backend)?;
+            let inspection = inspect(&store, name, *clients).await.map_err(backend)?;
+            if inspection.config.is_none() && inspection.problems.is_empty() {
+                return Err(Failure::No(format!("no limiter named `{name}`")));
+            }
+            if cli.json {
+                println!("{}", inspection.json());
+            } else {
+                print!("{}", inspection.human());
+            }
+            if !inspection.problems.is_empty() {
+                return Err(Failure::No(String::new()));
+            }
+            Ok(())
+        }
+        Command::Ls { pattern, sort, limit } => ls(cli, url, pattern, *sort, *limit).await,
+        Command::SetRate {
+            name,
+            rate,
+            interval,
+            mode,
+            keep_alive,
+            reset,
+        } => {
+            let client = Client::connect(url).await.map_err(backend)?;
+            let limiter = client.rate_limiter(name.clone());
+            let mode = match mode {
+                Mode::Overall => RateType::Overall,
+                Mode::PerClient => RateType::PerClient,
+            };
+            let mut args = RateLimiterArgs::new(mode, *rate, *interval).keep_state(!reset);
+            // The stored keep-alive stays unless another is given.
+            let stored = match limiter.config().await {
+                Ok(config) => config.and_then(|c| c.keep_alive),
+                Err(error) if error.is_backend_failure() => return Err(backend(error)),
+                Err(_) => None,
+            };
+            if let Some(keep_alive) = keep_alive.or(stored) {
+                args = args.keep_alive(keep_alive);
+            }
+            let written = if *reset {
+                limiter.set_rate_with(&args).await.map(|()| true)
+            } else {
+                limiter.update_rate_with(&args).await
+            };
+            match written {
+                Ok(true) => {
+                    let how = if *reset { "window restarted" } else { "window kept" };
+                    if cli.json {
+                        println!(
+                            "{}",
+                            json!({"name": name, "rate": rate, "interval_ms": interval.as_millis() as u64, "reset": reset})
+                        );
+                    } else {
+                        println!(
+                            "{name}: {rate} per {} ({how})",
+                            duration::show_ms(interval.as_millis() as u64)
+                        );
+                    }
+                    Ok(())
+                }
+                Ok(false) => Err(Failure::No(format!(
+                    "no limiter named `{name}`: `set-rate --reset` creates it"
+                ))),
+                Err(error) if error.is_backend_failure() => Err(backend(error)),
+                Err(error) => Err(Failure::No(error.to_string())),
+            }
+        }
+        Command::Reset { name, yes } => {
+            let store = Store::open(url).await.map_err(backend)?;
+            let value = suffix(name, "value");
+            let log = suffix(name, "permits");
+            let mut keys = vec![name.clone(), value.clone(), log.clone()];
+            keys.extend(
+                store
+                    .scan(&format!("{}:*", glob_escape(&value)), None, usize::MAX)
+                    .await
+                    .map_err(backend)?,
+            );
+            keys.extend(
+                store
+                    .scan(&format!("{}:*", glob_escape(&log)), None, usize::MAX)
+                    .await
+                    .map_err(backend)?,
+            );
+            if !yes {
+                eprint!("delete limiter `{name}` ({} keys at most)? [y/N] ", keys.len());
+                let _ = std::io::stderr().flush();
+                let mut answer = String::new();
+                let _ = std::io::stdin().lock().read_line(&mut answer);
+                if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                    return Err(Failure::No("not deleted".to_owned()));
+                }
+            }
+            let mut conn = store.conn.clone();
+            let mut deleted = 0u64;
+            // One key per command: on a cluster, client keys may live in other slots.
+            for key in &keys {
+                let n: u64 = conn.del(key).await.map_err(backend)?;
+                deleted += n;
+            }
+            if cli.json {
+                println!("{}", json!({"name": name, "deleted_keys": deleted}));
+            } else {
+                println!("{name}: {deleted} keys deleted");
+            }
+            if deleted == 0 {
+                return Err(Failure::No(format!("no limiter named `{name}`")));
+            }
+            Ok(())
+        }
+        Command::Check { name, permits } => {
+            let store = Store::open(url).await.map_err(backend)?;
+            let peek = peek(&store, name, *permits)
+                .await
+                .map_err(backend)?
+                .map_err(Failure::No)?;
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"name": name, "permits": permits, "allowed": peek.allowed, "available": peek.available, "retry_after_ms": peek.retry_after_ms})
+                );
+            } else if peek.allowed {
+                println!(
+                    "{name}: {permits} permits would be granted; {} available",
+                    peek.available
+                );
+            } else {
+                let retry = peek
+                    .retry_after_ms
+                    .map_or("never: more than the rate".to_owned(), |ms| {
+                        format!("in {}", duration::show_ms(ms.max(0) as u64))
+                    });
+                println!(
+                    "{name}: {permits} permits would be refused; {} available; retry {retry}",
+                    peek.available
+                );
+            }
+            if peek.allowed {
+                Ok(())
+            } else {
+                Err(Failure::No(String::new()))
+            }
+        }
+        Command::Acquire { name, permits } => {
+            let client = Client::connect(url).await.map_err(backend)?;
+            let limiter = client.rate_limiter(name.clone());
+            let granted = match limiter.try_acquire(*permits).await {
+                Ok(g) => g,
+                Err(error) if error.is_backend_failure() => return Err(backend(error)),
+                Err(error) => return Err(Failure::No(error.to_string())),
+            };
+            let available = limiter.available_permits().await.map_err(backend)?;
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"name": name, "permits": permits, "granted": granted, "available": available})
+                );
+            } else {
+                let verb = if granted { "granted" } else { "refused" };
+                println!("{name}: {permits} permits {verb}; {available} available");
+            }
+            if granted {
+                Ok(())
+            } else {
+                Err(Failure::No(String::new()))
+            }
+        }
+        Command::Watch { name, every, count } => watch(cli, url, name, *every, *count).await,
+    }
+}
+
+async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Outcome {
+    let store = Store::open(url).await.map_err(backend)?;
+    let mut conn = store.conn.clone();
+    // Hashes only; a hash is a limiter when it has a rate and an interval. The scan
+    // reads at most ten times the limit of hashes, so a huge keyspace stays bounded.
+    let hashes = store
+        .scan(pattern, Some("hash"), limit.saturating_mul(10))
+        .await
+        .map_err(backend)?;
+    let mut rows = Vec::new();
+    for name in hashes {
+        let Some(config) = read_config(&store, &name).await.map_err(backend)? else {
+            continue;
+        };
+        let value_key = suffix(&name, "value");
+        let log_key = suffix(&name, "permits");
+        let value: Option<i64> = conn.get(&value_key).await.unwrap_or(None);
+        let mut memory = 0u64;
+        for key in [&name, &value_key, &log_key] {
+            let bytes: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .map_err(backend)?;
+            memory += bytes.unwrap_or(0);
+        }
+        let used = match (config.mode, value) {
+            (0, Some(v)) if config.rate > 0 => Some((config.rate - v) as f64 / config.rate as f64),
+            _ => None,
+        };
+        rows.push((name, config, used, memory));
+        if rows.len() >= limit {
+            break;
+        }
+    }
+    match sort {
+        Sort::Name => rows.sort_by(|a, b| a.0.cmp(&b.0)),
+        Sort::Usage => rows.sort_by(|a, b| b.2.unwrap_or(-1.0).total_cmp(&a.2.unwrap_or(-1.0))),
+        Sort::Memory => rows.sort_by_key(|r| std::cmp::Reverse(r.3)),
+    }
+    if cli.json {
+        let list: Vec<_> = rows
+            .iter()
+            .map(|(name, c, used, memory)| {
+                json!({"name": name, "rate": c.rate, "interval_ms": c.interval_ms, "mode": c.mode_name(), "usage": used, "memory_bytes": memory})
+            })
+            .collect();
+        println!("{}", json!(list));
+        return Ok(());
+    }
+    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
+    println!(
+        "{:<width$}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
+        "NAME", "RATE", "INTERVAL", "MODE", "USAGE", "MEMORY"
+    );
+    for (name, c, used, memory) in &rows {
+        println!(
+            "{:<width$}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
+            name,
+            c.rate,
+            duration::show_ms(c.interval_ms.max(0) as u64),
+            c.mode_name(),
+            used.map_or("-".to_owned(), |u| format!("{:.0}%", u * 100.0)),
+            memory
+        );
+    }
+    Ok(())
+}
+
+async fn watch(cli: &Cli, url: &str, name: &str, every: Duration, count: Option<u64>) -> Outcome {
+    let store = Store::open(url).await.map_err(backend)?;
+    let mut conn = store.conn.clone();
+    let Some(config) = read_config(&store, name).await.map_err(backend)? else {
+        return Err(Failure::No(format!("no limiter named `{name}`")));
+    };
+    let value_key = suffix(name, "value");
+    let log_key = suffix(name, "permits");
+    let mut since = server_now(&store).await.map_err(backend)?;
+    if !cli.json {
+        println!(
+            "{:<24}  {:>10}  {:>10}  {:>10}",
+            "TIME (server, ms)", "GRANTED/s", "AVAILABLE", "IN WINDOW"
+        );
+    }
+    let mut done = 0;
+    while count.is_none_or(|c| done < c) {
+        tokio::time::sleep(every).await;
+        let now = server_now(&store).await.map_err(backend)?;
+        let fresh: Vec<(Vec<u8>, f64)> = conn
+            .zrangebyscore_withscores(&log_key, format!("({since}"), now)
+            .await
+            .map_err(backend)?;
+        let window: Vec<Vec<u8>> = conn
+            .zrangebyscore(&log_key, format!("({}", now - config.interval_ms), "+inf")
+            .await
+            .map_err(backend)?;
+        let sum = |members: &mut dyn Iterator<Item = &Vec<u8>>| -> u64 {
+            members
+                .filter_map(|m| redlimit_runtime::member::decode_permits(m))
+                .map(u64::from)
+                .sum()
+        };
+        let granted = sum(&mut fresh.iter().map(|(m, _)| m));
+        let in_window = sum(&mut window.iter());
+        let value: Option<i64> = conn.get(&value_key).await.map_err(backend)?;
+        let elapsed = (now - since).max(1) as f64 / 1000.0;
+        let per_second = granted as f64 / elapsed;
+        if cli.json {
+            println!(
+                "{}",
+                json!({"time_ms": now, "granted": granted, "granted_per_second": per_second, "available": value, "permits_in_window": in_window})
+            );
+        } else {
+            println!(
+                "{:<24}  {:>10.1}  {:>10}  {:>10}",
+                now,
+                per_second,
+                value.map_or("-".to_owned(), |v| v.to_string()),
+                in_window
+            );
+        }
+        let _ = std::io::stdout().flush();
+        since = now;
+        done += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        let url = "redis://user:s3cret@host:6379/";
+        assert_eq!(shown(url), "redis://***@host:6379/");
+        assert_eq!(scrub("auth s3cret failed", url), "auth *** failed");
+        assert_eq!(shown("redis://host/"), "redis://host/");
+    }
+}
