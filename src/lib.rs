@@ -22,9 +22,9 @@ pub use redlimit_macros::rate_limit;
 
 pub use redlimit_runtime::{
     default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error,
-    FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, RateLimited, RateLimiter, RateLimiterArgs,
-    RateLimiterConfig, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_PREFIX, MAX_RATE,
+    FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, OverrideOf, RateLimited, RateLimiter,
+    RateLimiterArgs, RateLimiterConfig, RateOverride, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
 };
 
 /// At the HTTP edge with axum (cargo feature `axum`): [`ClientIp`](axum::ClientIp),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use redis::AsyncCommands;
 use redlimit_runtime::keys::suffix;
-use redlimit_runtime::{Client, RateLimiterArgs, RateType};
+use redlimit_runtime::{Client, OverrideOf, RateLimiterArgs, RateOverride, RateType};
 use serde_json::json;
 
 use crate::inspect::{glob_escape, inspect, peek, read_config, server_now};
@@ -96,6 +96,15 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         permits: u64,
     },
+    /// Rates changed at run time for every process: `set`, `ls`, `rm`.
+    Override {
+        #[command(subcommand)]
+        action: OverrideAction,
+        /// The key prefix of the processes' clients: a NAME starting with it is one
+        /// limiter, any other NAME a rule (key template, function path or layer rule).
+        #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX, global = true)]
+        prefix: String,
+    },
     /// Every second: grants per second, available permits, permits in the window.
     Watch {
         name: String,
@@ -106,6 +115,22 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+}
+
+#[derive(Subcommand)]
+enum OverrideAction {
+    /// Every limiter of rule NAME (or the limiter NAME) decides with this rate.
+    Set {
+        name: String,
+        #[arg(long)]
+        rate: u64,
+        #[arg(long, value_parser = duration::parse)]
+        interval: Duration,
+    },
+    /// The overrides set.
+    Ls,
+    /// Removes the override of NAME: its rule's own rate applies again.
+    Rm { name: String },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -357,6 +382,112 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
             }
         }
         Command::Watch { name, every, count } => watch(cli, url, name, *every, *count).await,
+        Command::Override { action, prefix } => overrides(cli, url, action, prefix).await,
+    }
+}
+
+/// NAME as a rule or, when it starts with the prefix, as one limiter.
+fn override_of(name: &str, prefix: &str) -> OverrideOf {
+    if !prefix.is_empty() && name.starts_with(prefix) {
+        OverrideOf::Key(name.to_owned())
+    } else {
+        OverrideOf::Rule(name.to_owned())
+    }
+}
+
+fn describe(of: &OverrideOf) -> (&'static str, &str) {
+    match of {
+        OverrideOf::Rule(name) => ("rule", name),
+        OverrideOf::Key(name) => ("limiter", name),
+    }
+}
+
+async fn overrides(cli: &Cli, url: &str, action: &OverrideAction, prefix: &str) -> Outcome {
+    let client = Client::builder()
+        .prefix(prefix)
+        .connect(url)
+        .await
+        .map_err(backend)?;
+    let fail = |error: redlimit_runtime::Error| {
+        if error.is_backend_failure() {
+            backend(error)
+        } else {
+            Failure::No(error.to_string())
+        }
+    };
+    match action {
+        OverrideAction::Set { name, rate, interval } => {
+            let of = override_of(name, prefix);
+            client
+                .set_override(&RateOverride {
+                    of: of.clone(),
+                    rate: *rate,
+                    interval: *interval,
+                })
+                .await
+                .map_err(fail)?;
+            let (kind, name) = describe(&of);
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"of": kind, "name": name, "rate": rate, "interval_ms": interval.as_millis() as u64})
+                );
+            } else {
+                println!(
+                    "{kind} {name}: {rate} per {} in every process within about a second",
+                    duration::show_ms(interval.as_millis() as u64)
+                );
+            }
+            Ok(())
+        }
+        OverrideAction::Ls => {
+            let list = client.list_overrides().await.map_err(fail)?;
+            if cli.json {
+                let list: Vec<_> = list
+                    .iter()
+                    .map(|o| {
+                        let (kind, name) = describe(&o.of);
+                        json!({"of": kind, "name": name, "rate": o.rate, "interval_ms": o.interval.as_millis() as u64})
+                    })
+                    .collect();
+                println!("{}", json!(list));
+                return Ok(());
+            }
+            let width = list
+                .iter()
+                .map(|o| describe(&o.of).1.len())
+                .max()
+                .unwrap_or(4)
+                .max(4);
+            println!(
+                "{:<7}  {:<width$}  {:>10}  {:>8}",
+                "OF", "NAME", "RATE", "INTERVAL"
+            );
+            for o in &list {
+                let (kind, name) = describe(&o.of);
+                println!(
+                    "{kind:<7}  {name:<width$}  {:>10}  {:>8}",
+                    o.rate,
+                    duration::show_ms(o.interval.as_millis() as u64)
+                );
+            }
+            Ok(())
+        }
+        OverrideAction::Rm { name } => {
+            let of = override_of(name, prefix);
+            let removed = client.remove_override(&of).await.map_err(fail)?;
+            let (kind, name) = describe(&of);
+            if cli.json {
+                println!("{}", json!({"of": kind, "name": name, "removed": removed}));
+            } else if removed {
+                println!("{kind} {name}: override removed; its own rate applies again");
+            }
+            if removed {
+                Ok(())
+            } else {
+                Err(Failure::No(format!("no override of {kind} `{name}`")))
+            }
+        }
     }
 }
 

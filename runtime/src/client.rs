@@ -45,6 +45,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     command_timeout: Duration,
     target: String,
+    overrides: crate::overrides::Overrides,
 }
 
 impl Client {
@@ -64,6 +65,7 @@ impl Client {
                 clock,
                 command_timeout,
                 target,
+                overrides: Default::default(),
             }),
         }
     }
@@ -199,11 +201,29 @@ impl Client {
         &self.inner.backend
     }
 
+    pub(crate) fn overrides(&self) -> &crate::overrides::Overrides {
+        &self.inner.overrides
+    }
+
+    /// A handle that does not keep the client alive (for its background refresh).
+    pub(crate) fn downgrade(&self) -> WeakClient {
+        WeakClient(Arc::downgrade(&self.inner))
+    }
+
     fn rule_keys(&self, rule: &Rule) -> Result<LimiterKeys, Error> {
         let keys = LimiterKeys::with_client(rule.name().to_owned(), self.inner.client_id.clone())?;
         rule.config().validate(rule.name())?;
         crate::limiter::check_permits(rule.name(), rule.permits_per_call(), Some(rule.config().rate))?;
         Ok(keys)
+    }
+}
+
+/// A [`Client`] that may have been dropped.
+pub(crate) struct WeakClient(std::sync::Weak<Inner>);
+
+impl WeakClient {
+    pub(crate) fn upgrade(&self) -> Option<Client> {
+        self.0.upgrade().map(|inner| Client { inner })
     }
 }
 

@@ -42,6 +42,7 @@ pub mod keys;
 mod limiter;
 pub mod member;
 pub(crate) mod observe;
+mod overrides;
 #[doc(hidden)]
 pub mod private;
 mod refusal;
@@ -66,6 +67,7 @@ pub use default_client::{default_client, set_default};
 pub use error::Error;
 pub use keys::LimiterKeys;
 pub use limiter::RateLimiter;
+pub use overrides::{OverrideOf, RateOverride};
 pub use refusal::{FromRateLimited, Limit, RateLimited};
 #[cfg(feature = "http")]
 pub use refusal::{RATELIMIT, RATELIMIT_POLICY};

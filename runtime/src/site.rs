@@ -10,6 +10,7 @@ use once_cell::sync::Lazy;
 use tokio::time::Instant;
 
 use crate::observe::{RuleOutcome, SiteCounters};
+use crate::overrides::Table;
 use crate::{default_client, Client, Decision, Error, RateLimited, RateType, Rule};
 
 /// What a rule does when the backend fails.
@@ -146,8 +147,10 @@ impl Site {
     }
 
     /// Every rule's limiter for this call (rules that do not apply included, with the
-    /// permits 0 they never spend).
-    fn build_rules(&self, prefix: &str, call: &Call<'_>) -> Vec<Rule> {
+    /// permits 0 they never spend), at the overridden rate and interval where the
+    /// client has an override for the limiter or its rule.
+    fn build_rules(&self, prefix: &str, call: &Call<'_>, overrides: Option<(&Client, &Table)>) -> Vec<Rule> {
+        let overrides = overrides.filter(|(_, table)| !table.is_empty());
         self.rules
             .iter()
             .zip(call.keys)
@@ -156,11 +159,49 @@ impl Site {
                 let mut name = String::with_capacity(prefix.len() + key.len());
                 name.push_str(prefix);
                 name.push_str(key);
-                Rule::new(name, spec.rate, spec.interval)
-                    .mode(spec.mode)
-                    .permits(call.permits(i, spec))
+                let permits = call.permits(i, spec);
+                let (rate, interval) =
+                    match overrides.and_then(|(c, t)| Some((c, t.lookup(spec.name, &name)?))) {
+                        Some((_, (rate, interval))) if permits <= rate => (rate, interval),
+                        Some((client, (rate, _))) => {
+                            client
+                                .overrides()
+                                .warn_unusable(spec.name, rate, permits, client.now_ms());
+                            (spec.rate, spec.interval)
+                        }
+                        None => (spec.rate, spec.interval),
+                    };
+                Rule::new(name, rate, interval).mode(spec.mode).permits(permits)
             })
             .collect()
+    }
+
+    /// Rule `i`'s limit as decided: its name, and its rate and window after overrides.
+    fn limit_of(&self, i: usize, rule: Option<&Rule>) -> crate::Limit {
+        let mut limit = self.rules[i].limit();
+        if let Some(rule) = rule {
+            limit.rate = rule.config().rate;
+            limit.window = rule.config().interval;
+        }
+        limit
+    }
+
+    /// The first enforced rule this call asks for more permits than its rate: no wait
+    /// would let the call pass.
+    fn never_passes(&self, call: &Call<'_>, rules: &[Rule]) -> Option<RateLimited> {
+        call.permits?;
+        let i = (0..rules.len()).find(|&i| {
+            !self.rules[i].shadow && call.applies(i) && rules[i].permits_per_call() > rules[i].config().rate
+        })?;
+        self.count(i, RuleOutcome::Limited);
+        Some(RateLimited {
+            key: rules[i].name().to_owned(),
+            retry_after: None,
+            message: self.rules[i].message,
+            rule: i,
+            cause: None,
+            limit: Some(self.limit_of(i, Some(&rules[i]))),
+        })
     }
 
     /// Decides `rules`, waiting until `deadline` when the function has a `timeout`.
@@ -191,7 +232,7 @@ impl Site {
             message: self.rules[rule].message,
             rule,
             cause: None,
-            limit: Some(self.rules[rule].limit()),
+            limit: Some(self.limit_of(rule, rules.get(refused))),
         }
     }
 
@@ -284,12 +325,11 @@ impl Site {
     async fn on_error(
         &self,
         call: &Call<'_>,
-        prefix: &str,
+        rules: Vec<Rule>,
         error: Error,
         deadline: Option<Instant>,
     ) -> Result<(), RateLimited> {
         self.log_failure(&error);
-        let rules = self.build_rules(prefix, call);
         let enforced = |i: usize| !self.rules[i].shadow && call.applies(i);
         for i in (0..rules.len()).filter(|&i| enforced(i)) {
             let outcome = match self.rules[i].on_error {
@@ -307,7 +347,7 @@ impl Site {
                 message: self.rules[rule].message,
                 rule,
                 cause: Some(Arc::new(error)),
-                limit: Some(self.rules[rule].limit()),
+                limit: Some(self.limit_of(rule, rules.get(rule))),
             });
         }
         let local: Vec<usize> = (0..rules.len())
@@ -385,34 +425,28 @@ impl Site {
         tracing::trace!(?keys, "redlimit keys");
         let call = Call { keys, permits };
         let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
-        if let Some(permits) = permits {
-            if let Some(i) =
-                (0..self.rules.len()).find(|&i| !self.rules[i].shadow && permits[i] > self.rules[i].rate)
-            {
-                return Err(RateLimited {
-                    key: keys[i].clone(),
-                    retry_after: None,
-                    message: self.rules[i].message,
-                    rule: i,
-                    cause: None,
-                    limit: Some(self.rules[i].limit()),
-                });
-            }
-        }
         let client = match client {
             Some(client) => client,
             None => match default_client() {
                 Ok(client) => client,
                 Err(error) => {
+                    let rules = self.build_rules(crate::DEFAULT_PREFIX, &call, None);
+                    if let Some(never) = self.never_passes(&call, &rules) {
+                        return Err(never);
+                    }
                     return self
-                        .on_error(&call, crate::DEFAULT_PREFIX, error, deadline)
+                        .on_error(&call, rules, error, deadline)
                         .await
-                        .map(|()| Granted::default())
+                        .map(|()| Granted::default());
                 }
             },
         };
         tracing::Span::current().record("backend", client.backend().label());
-        let rules = self.build_rules(client.prefix(), &call);
+        let overrides = client.overrides_ready().await;
+        let rules = self.build_rules(client.prefix(), &call, Some((client, &overrides)));
+        if let Some(never) = self.never_passes(&call, &rules) {
+            return Err(never);
+        }
         // Every rule enforced and taking its own permits: the attribute's usual case,
         // decided on `rules` as built.
         let plain = permits.is_none() && !self.rules.iter().any(|r| r.shadow);
@@ -458,7 +492,7 @@ impl Site {
             }
             // on_error is for the backend failing; anything else refuses.
             Err(error) if error.is_backend_failure() => self
-                .on_error(&call, client.prefix(), error, deadline)
+                .on_error(&call, rules, error, deadline)
                 .await
                 .map(|()| Granted::default()),
             Err(error) => Err(self.misuse(enforced, position(0), error)),

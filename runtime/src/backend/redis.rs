@@ -339,6 +339,37 @@ impl RedisBackend {
         )
     }
 
+    /// Every field of the hash `key` (the rate overrides).
+    pub async fn read_hash(&self, key: &str) -> Result<Vec<(String, String)>, Error> {
+        self.run(&[], |mut conn| async move {
+            redis::cmd("HGETALL").arg(key).query_async(&mut conn).await
+        })
+        .await
+    }
+
+    /// Sets (`Some`) or deletes (`None`) one field of the hash `key`; true when the
+    /// field existed before a delete.
+    pub async fn write_hash(&self, key: &str, field: &str, value: Option<&str>) -> Result<bool, Error> {
+        self.run(&[], |mut conn| async move {
+            match value {
+                Some(value) => redis::cmd("HSET")
+                    .arg(key)
+                    .arg(field)
+                    .arg(value)
+                    .query_async::<u64>(&mut conn)
+                    .await
+                    .map(|_| true),
+                None => redis::cmd("HDEL")
+                    .arg(key)
+                    .arg(field)
+                    .query_async::<u64>(&mut conn)
+                    .await
+                    .map(|n| n > 0),
+            }
+        })
+        .await
+    }
+
     pub async fn keep_alive(&self, keys: &LimiterKeys, keep_ms: u64, _now: u64) -> Result<(), Error> {
         self.run(&[keys], |mut conn| async move {
             let mut invocation = SCRIPTS.keep_alive.prepare_invoke();

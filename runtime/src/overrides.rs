@@ -1,0 +1,312 @@
+//! Rates changed at run time, fleet-wide: a rule's rate and interval replaced for every
+//! key of its template, or for one limiter, without a redeploy.
+//!
+//! Overrides live in one hash under the client's prefix, `<prefix>overrides` (so they
+//! survive restarts), field `rule:<rule name>` or `key:<limiter name>`, value
+//! `<rate>/<interval in ms>`. Each process reads the hash on its first decision and then
+//! every second in the background, so a change reaches every process within about a
+//! second and a decision never waits for it. Rules of the attribute and of the layer
+//! apply them: a limiter's own override first, then its rule's; the rule then writes
+//! the overridden config, so it does not undo it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+
+use crate::{Client, Error, RateLimiterConfig, RateType};
+
+/// What an override applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OverrideOf {
+    /// Every limiter of a rule: its key template as written (`order:{user_id}`), the
+    /// function's path for a rule without key, or a layer rule's name.
+    Rule(String),
+    /// One limiter, by its full name (prefix included: `rate_limit:order:42`).
+    Key(String),
+}
+
+impl OverrideOf {
+    fn field(&self) -> String {
+        match self {
+            OverrideOf::Rule(name) => format!("rule:{name}"),
+            OverrideOf::Key(name) => format!("key:{name}"),
+        }
+    }
+
+    fn from_field(field: &str) -> Option<OverrideOf> {
+        if let Some(name) = field.strip_prefix("rule:") {
+            Some(OverrideOf::Rule(name.to_owned()))
+        } else {
+            field
+                .strip_prefix("key:")
+                .map(|name| OverrideOf::Key(name.to_owned()))
+        }
+    }
+}
+
+/// A rate and interval that replace a rule's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateOverride {
+    pub of: OverrideOf,
+    pub rate: u64,
+    pub interval: Duration,
+}
+
+impl RateOverride {
+    fn value(&self) -> String {
+        format!("{}/{}", self.rate, self.interval.as_millis())
+    }
+
+    fn parse(field: &str, value: &str) -> Option<RateOverride> {
+        let of = OverrideOf::from_field(field)?;
+        let (rate, interval) = value.split_once('/')?;
+        let override_ = RateOverride {
+            of,
+            rate: rate.trim().parse().ok()?,
+            interval: Duration::from_millis(interval.trim().parse().ok()?),
+        };
+        override_.check().ok()?;
+        Some(override_)
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        let name = match &self.of {
+            OverrideOf::Rule(name) | OverrideOf::Key(name) => name,
+        };
+        RateLimiterConfig::new(RateType::Overall, self.rate, self.interval).validate(name)
+    }
+}
+
+/// The overrides a process knows, by rule and by limiter.
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    rules: HashMap<String, (u64, Duration)>,
+    keys: HashMap<String, (u64, Duration)>,
+}
+
+impl Table {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.keys.is_empty()
+    }
+
+    /// The rate and interval for the limiter `key` of rule `rule`, when overridden.
+    pub(crate) fn lookup(&self, rule: &str, key: &str) -> Option<(u64, Duration)> {
+        self.keys.get(key).or_else(|| self.rules.get(rule)).copied()
+    }
+
+    fn from_list(list: &[RateOverride]) -> Table {
+        let mut table = Table::default();
+        for o in list {
+            let entry = (o.rate, o.interval);
+            match &o.of {
+                OverrideOf::Rule(name) => table.rules.insert(name.clone(), entry),
+                OverrideOf::Key(name) => table.keys.insert(name.clone(), entry),
+            };
+        }
+        table
+    }
+
+    fn list(&self) -> Vec<RateOverride> {
+        let rules = self.rules.iter().map(|(n, &(rate, interval))| RateOverride {
+            of: OverrideOf::Rule(n.clone()),
+            rate,
+            interval,
+        });
+        let keys = self.keys.iter().map(|(n, &(rate, interval))| RateOverride {
+            of: OverrideOf::Key(n.clone()),
+            rate,
+            interval,
+        });
+        let mut list: Vec<RateOverride> = rules.chain(keys).collect();
+        list.sort_by(|a, b| a.of.cmp(&b.of));
+        list
+    }
+}
+
+/// How often each process reads the overrides.
+pub(crate) const REFRESH: Duration = Duration::from_secs(1);
+
+/// A client's overrides: the table its decisions read, and the refresh behind it.
+#[derive(Debug, Default)]
+pub(crate) struct Overrides {
+    table: RwLock<Arc<Table>>,
+    /// Set once the first read is done (or failed) and the refresh task runs.
+    started: OnceCell<()>,
+    /// When an unusable override was last reported.
+    warned_ms: AtomicU64,
+}
+
+impl Overrides {
+    pub(crate) fn table(&self) -> Arc<Table> {
+        self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn replace(&self, table: Table) {
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+    }
+
+    /// Reports, at most once per 10 s, an override a rule cannot take.
+    pub(crate) fn warn_unusable(&self, rule: &str, rate: u64, permits: u64, now_ms: u64) {
+        let last = self.warned_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) >= 10_000
+            && self
+                .warned_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                rule,
+                rate,
+                permits,
+                "rate override ignored: the rule takes more permits per call than the overriding rate"
+            );
+        }
+    }
+}
+
+impl Client {
+    /// The key of the overrides hash: `<prefix>overrides`.
+    pub fn overrides_key(&self) -> String {
+        format!("{}overrides", self.prefix())
+    }
+
+    /// Makes sure this client reads the overrides: the first call reads them (one round
+    /// trip, once per client) and starts the background refresh; later calls return at
+    /// once. The in-process backend keeps them in this process only.
+    pub(crate) async fn overrides_ready(&self) -> Arc<Table> {
+        let state = self.overrides();
+        if state.started.initialized() {
+            return state.table();
+        }
+        state
+            .started
+            .get_or_init(|| async {
+                if self.is_memory() {
+                    return;
+                }
+                if let Ok(list) = self.read_overrides().await {
+                    state.replace(Table::from_list(&list));
+                }
+                let weak = self.downgrade();
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(REFRESH).await;
+                        let Some(client) = weak.upgrade() else {
+                            return;
+                        };
+                        // A failed read keeps the table it has: the backend failing is
+                        // on_error's business, not a reason to drop the overrides.
+                        if let Ok(list) = client.read_overrides().await {
+                            client.overrides().replace(Table::from_list(&list));
+                        }
+                    }
+                });
+            })
+            .await;
+        state.table()
+    }
+
+    async fn read_overrides(&self) -> Result<Vec<RateOverride>, Error> {
+        match self.backend() {
+            crate::backend::Backend::Redis(redis) => {
+                let fields = redis.read_hash(&self.overrides_key()).await?;
+                Ok(fields
+                    .iter()
+                    .filter_map(|(field, value)| RateOverride::parse(field, value))
+                    .collect())
+            }
+            crate::backend::Backend::Memory(_) => Ok(self.overrides().table().list()),
+        }
+    }
+
+    /// Sets an override for every process using this Redis and prefix (and at once
+    /// for this client): rules of the attribute and the layer decide with `rate` per
+    /// `interval` instead of their own.
+    pub async fn set_override(&self, override_: &RateOverride) -> Result<(), Error> {
+        override_.check()?;
+        if let crate::backend::Backend::Redis(redis) = self.backend() {
+            redis
+                .write_hash(
+                    &self.overrides_key(),
+                    &override_.of.field(),
+                    Some(&override_.value()),
+                )
+                .await?;
+        }
+        let mut list = self.overrides().table().list();
+        list.retain(|o| o.of != override_.of);
+        list.push(override_.clone());
+        self.overrides().replace(Table::from_list(&list));
+        Ok(())
+    }
+
+    /// Removes an override; the rule's own rate applies again. False when there was
+    /// none.
+    pub async fn remove_override(&self, of: &OverrideOf) -> Result<bool, Error> {
+        let mut list = self.overrides().table().list();
+        let had = list.iter().any(|o| &o.of == of);
+        list.retain(|o| &o.of != of);
+        let removed = match self.backend() {
+            crate::backend::Backend::Redis(redis) => {
+                redis.write_hash(&self.overrides_key(), &of.field(), None).await?
+            }
+            crate::backend::Backend::Memory(_) => had,
+        };
+        self.overrides().replace(Table::from_list(&list));
+        Ok(removed)
+    }
+
+    /// Every override set, rules first, by name. Entries of the hash that do not
+    /// parse are left out.
+    pub async fn list_overrides(&self) -> Result<Vec<RateOverride>, Error> {
+        let mut list = self.read_overrides().await?;
+        list.sort_by(|a, b| a.of.cmp(&b.of));
+        Ok(list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_and_values_round_trip() {
+        let o = RateOverride {
+            of: OverrideOf::Rule("order:{user}".into()),
+            rate: 10,
+            interval: Duration::from_secs(60),
+        };
+        assert_eq!(o.of.field(), "rule:order:{user}");
+        assert_eq!(o.value(), "10/60000");
+        assert_eq!(RateOverride::parse(&o.of.field(), &o.value()), Some(o));
+        assert_eq!(
+            RateOverride::parse("key:x", "0/1000"),
+            None,
+            "rate 0 is not a rate"
+        );
+        assert_eq!(RateOverride::parse("other:x", "1/1000"), None);
+        assert_eq!(RateOverride::parse("key:x", "1"), None);
+    }
+
+    #[test]
+    fn a_limiter_override_wins_over_its_rules() {
+        let table = Table::from_list(&[
+            RateOverride {
+                of: OverrideOf::Rule("r".into()),
+                rate: 1,
+                interval: Duration::from_secs(1),
+            },
+            RateOverride {
+                of: OverrideOf::Key("p:r:7".into()),
+                rate: 7,
+                interval: Duration::from_secs(7),
+            },
+        ]);
+        assert_eq!(table.lookup("r", "p:r:7"), Some((7, Duration::from_secs(7))));
+        assert_eq!(table.lookup("r", "p:r:8"), Some((1, Duration::from_secs(1))));
+        assert_eq!(table.lookup("s", "p:s:8"), None);
+    }
+}
