@@ -117,6 +117,11 @@ async fn rules_on_one_slot_take_one_call_and_across_slots_stay_all_or_nothing() 
     let mut raw = raw(&cluster).await;
     let value_key = format!("{{{first}}}:value");
     let log_key = format!("{{{first}}}:permits");
+    // Each compensation counts one refund (a recorder for this thread only).
+    #[cfg(feature = "metrics")]
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    #[cfg(feature = "metrics")]
+    let recording = metrics::set_default_local_recorder(&recorder);
     for _ in 0..5 {
         let refused = client.check_rules(&rules).await.unwrap();
         assert_eq!(refused.refused_by, Some(1));
@@ -128,6 +133,22 @@ async fn rules_on_one_slot_take_one_call_and_across_slots_stay_all_or_nothing() 
             ("4", 1),
             "the first rule's permit was given back"
         );
+    }
+    #[cfg(feature = "metrics")]
+    {
+        drop(recording);
+        let refunds: u64 = recorder
+            .snapshotter()
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == "redlimit_refunds_total")
+            .map(|(.., value)| match value {
+                metrics_util::debugging::DebugValue::Counter(n) => n,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(refunds, 5, "one refund per refused call");
     }
     assert_eq!(client.rate_limiter(first).available_permits().await.unwrap(), 4);
 }

@@ -142,6 +142,8 @@ fn an_override_reaches_every_process_and_its_removal_restores_the_rule() {
     let listed: Value =
         serde_json::from_slice(&redlimit(&url, &["override", "ls", "--json"]).stdout).unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    // A process started after the override (a restart) obeys it from its first call.
+    let (mut restarted, restarted_lines) = spawn_worker(&url);
     std::thread::sleep(Duration::from_millis(2_500));
     for (_, lines) in &workers {
         let after = verdicts(lines, "u1", set + Duration::from_secs(2), Instant::now());
@@ -150,6 +152,13 @@ fn an_override_reaches_every_process_and_its_removal_restores_the_rule() {
             "obeyed within 2 s: {after:?}"
         );
     }
+    let first = verdicts(&restarted_lines, "u1", set, Instant::now());
+    assert!(
+        !first.is_empty() && first.iter().all(|v| v == "ok"),
+        "after a restart: {first:?}"
+    );
+    let _ = restarted.kill();
+    let _ = restarted.wait();
 
     let removed = Instant::now();
     redlimit(&url, &["override", "rm", "ovr:{user}"]);
