@@ -105,7 +105,8 @@ enum Command {
         #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX, global = true)]
         prefix: String,
     },
-    /// Every second: grants per second, available permits, permits in the window.
+    /// Every second: grants per second, refusals redlimit processes reported, available
+    /// permits, permits in the window.
     Watch {
         name: String,
         /// Refresh period.
@@ -114,6 +115,9 @@ enum Command {
         /// Stop after this many refreshes (default: until interrupted).
         #[arg(long)]
         count: Option<u64>,
+        /// The key prefix of the processes' clients, under which they report refusals.
+        #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX)]
+        prefix: String,
     },
 }
 
@@ -381,7 +385,12 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
                 Err(Failure::No(String::new()))
             }
         }
-        Command::Watch { name, every, count } => watch(cli, url, name, *every, *count).await,
+        Command::Watch {
+            name,
+            every,
+            count,
+            prefix,
+        } => watch(cli, url, name, *every, *count, prefix).await,
         Command::Override { action, prefix } => overrides(cli, url, action, prefix).await,
     }
 }
@@ -561,7 +570,39 @@ async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Ou
     Ok(())
 }
 
-async fn watch(cli: &Cli, url: &str, name: &str, every: Duration, count: Option<u64>) -> Outcome {
+/// Refusals of the limiter `name` that processes reported for the seconds in
+/// `(after, through]`.
+async fn reported_refusals(
+    store: &Store,
+    prefix: &str,
+    name: &str,
+    after: i64,
+    through: i64,
+) -> Result<u64, Failure> {
+    let mut conn = store.conn.clone();
+    let mut total = 0;
+    for second in after + 1..=through {
+        let count: Option<u64> = conn
+            .hget(format!("{prefix}refused:{second}"), name)
+            .await
+            .map_err(backend)?;
+        total += count.unwrap_or(0);
+    }
+    Ok(total)
+}
+
+/// Processes report each second's refusals within about a second: `watch` reads the
+/// seconds that ended this long ago.
+const REPORT_LAG_S: i64 = 2;
+
+async fn watch(
+    cli: &Cli,
+    url: &str,
+    name: &str,
+    every: Duration,
+    count: Option<u64>,
+    prefix: &str,
+) -> Outcome {
     let store = Store::open(url).await.map_err(backend)?;
     let mut conn = store.conn.clone();
     let Some(config) = read_config(&store, name).await.map_err(backend)? else {
@@ -570,10 +611,12 @@ async fn watch(cli: &Cli, url: &str, name: &str, every: Duration, count: Option<
     let value_key = suffix(name, "value");
     let log_key = suffix(name, "permits");
     let mut since = server_now(&store).await.map_err(backend)?;
+    // Refusals from the second watching started on.
+    let mut reported_through = since / 1000 - 1;
     if !cli.json {
         println!(
-            "{:<24}  {:>10}  {:>10}  {:>10}",
-            "TIME (server, ms)", "GRANTED/s", "AVAILABLE", "IN WINDOW"
+            "{:<24}  {:>10}  {:>10}  {:>10}  {:>10}",
+            "TIME (server, ms)", "GRANTED/s", "REFUSED", "AVAILABLE", "IN WINDOW"
         );
     }
     let mut done = 0;
@@ -597,18 +640,22 @@ async fn watch(cli: &Cli, url: &str, name: &str, every: Duration, count: Option<
         let granted = sum(&mut fresh.iter().map(|(m, _)| m));
         let in_window = sum(&mut window.iter());
         let value: Option<i64> = conn.get(&value_key).await.map_err(backend)?;
+        let through = now / 1000 - REPORT_LAG_S;
+        let refused = reported_refusals(&store, prefix, name, reported_through, through).await?;
+        reported_through = reported_through.max(through);
         let elapsed = (now - since).max(1) as f64 / 1000.0;
         let per_second = granted as f64 / elapsed;
         if cli.json {
             println!(
                 "{}",
-                json!({"time_ms": now, "granted": granted, "granted_per_second": per_second, "available": value, "permits_in_window": in_window})
+                json!({"time_ms": now, "granted": granted, "granted_per_second": per_second, "refused": refused, "available": value, "permits_in_window": in_window})
             );
         } else {
             println!(
-                "{:<24}  {:>10.1}  {:>10}  {:>10}",
+                "{:<24}  {:>10.1}  {:>10}  {:>10}  {:>10}",
                 now,
                 per_second,
+                refused,
                 value.map_or("-".to_owned(), |v| v.to_string()),
                 in_window
             );

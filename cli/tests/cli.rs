@@ -341,3 +341,40 @@ async fn on_a_cluster_ls_finds_limiters_on_every_primary() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(json(&out)["buckets"][0]["value"], 9);
 }
+
+#[redlimit::rate_limit(key = "watched:{user}", rate = 2, interval = "60s")]
+async fn watched_call(user: &str) -> Result<(), redlimit::RateLimited> {
+    let _ = user;
+    Ok(())
+}
+
+/// Refusals by the attribute are reported to Redis once a second; `watch` shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_shows_the_refusals_processes_report() {
+    let server = RedisServer::start();
+    let url = server.url();
+    redlimit::set_default(Client::connect(&url).await.unwrap()).unwrap();
+    // The first call starts the client's background reporting.
+    watched_call("w").await.unwrap();
+    let watch = Command::new(env!("CARGO_BIN_EXE_redlimit"))
+        .args(["watch", "rate_limit:watched:w", "--count", "5", "--json"])
+        .env("REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    watched_call("w").await.unwrap();
+    for _ in 0..6 {
+        assert!(watched_call("w").await.is_err());
+    }
+    let out = watch.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0);
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refused: u64 = lines.iter().map(|l| l["refused"].as_u64().unwrap()).sum();
+    let granted: u64 = lines.iter().map(|l| l["granted"].as_u64().unwrap()).sum();
+    assert_eq!((granted, refused), (1, 6), "{lines:?}");
+}

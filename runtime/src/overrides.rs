@@ -1,5 +1,6 @@
 //! Rates changed at run time, fleet-wide: a rule's rate and interval replaced for every
-//! key of its template, or for one limiter, without a redeploy.
+//! key of its template, or for one limiter, without a redeploy. And the refusals each
+//! process reports to Redis once a second, for operators watching a limiter.
 //!
 //! Overrides live in one hash under the client's prefix, `<prefix>overrides` (so they
 //! survive restarts), field `rule:<rule name>` or `key:<limiter name>`, value
@@ -8,6 +9,12 @@
 //! second and a decision never waits for it. Rules of the attribute and of the layer
 //! apply them: a limiter's own override first, then its rule's; the rule then writes
 //! the overridden config, so it does not undo it.
+//!
+//! Refusals of the attribute's and the layer's rules are counted in process and added,
+//! by the same background task, to `<prefix>refused:<epoch second>` (a hash of counts
+//! by limiter name, kept 2 minutes): `redlimit watch` reads them. No call waits for
+//! this; at most `MAX_REPORTED` limiters are reported per second (the busiest are not
+//! chosen: the first refused are).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,8 +133,15 @@ impl Table {
     }
 }
 
-/// How often each process reads the overrides.
+/// How often each process reads the overrides and reports its refusals.
 pub(crate) const REFRESH: Duration = Duration::from_secs(1);
+/// Limiters whose refusals one process reports per second, at most.
+pub(crate) const MAX_REPORTED: usize = 10_000;
+/// How long the refusal counts of one second are kept.
+const REPORT_TTL_MS: u64 = 120_000;
+
+/// Refusals counted since the last report, by second and limiter.
+type Refused = HashMap<(u64, String), u64>;
 
 /// A client's overrides: the table its decisions read, and the refresh behind it.
 #[derive(Debug, Default)]
@@ -137,6 +151,8 @@ pub(crate) struct Overrides {
     started: OnceCell<()>,
     /// When an unusable override was last reported.
     warned_ms: AtomicU64,
+    /// Refusals not yet reported (Redis clients only).
+    refused: std::sync::Mutex<Refused>,
 }
 
 impl Overrides {
@@ -173,10 +189,45 @@ impl Client {
         format!("{}overrides", self.prefix())
     }
 
-    /// Makes sure this client reads the overrides: the first call reads them (one round
-    /// trip, once per client) and starts the background refresh; later calls return at
-    /// once. The in-process backend keeps them in this process only.
-    pub(crate) async fn overrides_ready(&self) -> Arc<Table> {
+    /// Counts a refusal of the limiter `name`, for the next report (Redis clients).
+    pub(crate) fn note_refused(&self, name: &str) {
+        if self.is_memory() {
+            return;
+        }
+        let second = self.now_ms() / 1000;
+        let mut refused = self.overrides().refused.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = refused.get_mut(&(second, name.to_owned())) {
+            *count += 1;
+        } else if refused.len() < MAX_REPORTED {
+            refused.insert((second, name.to_owned()), 1);
+        }
+    }
+
+    /// Adds the refusals counted since the last report to Redis.
+    async fn report_refusals(&self) {
+        let refused =
+            std::mem::take(&mut *self.overrides().refused.lock().unwrap_or_else(|e| e.into_inner()));
+        if refused.is_empty() {
+            return;
+        }
+        if let crate::backend::Backend::Redis(redis) = self.backend() {
+            let mut by_second: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
+            for ((second, name), count) in refused {
+                by_second.entry(second).or_default().push((name, count));
+            }
+            for (second, counts) in by_second {
+                let key = format!("{}refused:{second}", self.prefix());
+                // Lost when Redis fails: these are for watching, not for deciding.
+                let _ = redis.add_counts(&key, &counts, REPORT_TTL_MS).await;
+            }
+        }
+    }
+
+    /// Makes sure this client's background task runs: the first call reads the
+    /// overrides (one round trip, once per client) and starts the task that refreshes
+    /// them and reports refusals every second; later calls return at once. The
+    /// in-process backend keeps overrides in this process only and reports nothing.
+    pub(crate) async fn background_ready(&self) -> Arc<Table> {
         let state = self.overrides();
         if state.started.initialized() {
             return state.table();
@@ -202,6 +253,7 @@ impl Client {
                         if let Ok(list) = client.read_overrides().await {
                             client.overrides().replace(Table::from_list(&list));
                         }
+                        client.report_refusals().await;
                     }
                 });
             })

@@ -442,9 +442,10 @@ impl Site {
             },
         };
         tracing::Span::current().record("backend", client.backend().label());
-        let overrides = client.overrides_ready().await;
+        let overrides = client.background_ready().await;
         let rules = self.build_rules(client.prefix(), &call, Some((client, &overrides)));
         if let Some(never) = self.never_passes(&call, &rules) {
+            client.note_refused(never.key());
             return Err(never);
         }
         // Every rule enforced and taking its own permits: the attribute's usual case,
@@ -477,7 +478,11 @@ impl Site {
                     self.note_success();
                 }
                 match decision {
-                    Some(decision) if !decision.allowed => Err(self.refusal(enforced, &decision, position)),
+                    Some(decision) if !decision.allowed => {
+                        let refusal = self.refusal(enforced, &decision, position);
+                        client.note_refused(refusal.key());
+                        Err(refusal)
+                    }
                     _ => {
                         for i in (0..rules.len()).filter(|&i| !self.rules[i].shadow && call.applies(i)) {
                             self.count(i, RuleOutcome::Allowed);

@@ -370,6 +370,19 @@ impl RedisBackend {
         .await
     }
 
+    /// Adds `counts` to the fields of the hash `key`, and gives it `ttl_ms`.
+    pub async fn add_counts(&self, key: &str, counts: &[(String, u64)], ttl_ms: u64) -> Result<(), Error> {
+        self.run(&[], |mut conn| async move {
+            let mut pipe = redis::pipe();
+            for (field, count) in counts {
+                pipe.cmd("HINCRBY").arg(key).arg(field).arg(*count).ignore();
+            }
+            pipe.cmd("PEXPIRE").arg(key).arg(ttl_ms).ignore();
+            pipe.query_async::<()>(&mut conn).await
+        })
+        .await
+    }
+
     pub async fn keep_alive(&self, keys: &LimiterKeys, keep_ms: u64, _now: u64) -> Result<(), Error> {
         self.run(&[keys], |mut conn| async move {
             let mut invocation = SCRIPTS.keep_alive.prepare_invoke();
