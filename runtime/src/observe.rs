@@ -113,19 +113,10 @@ impl SiteCounters {
     }
 }
 
-/// Times one backend operation.
-pub(crate) async fn backend<T>(
-    backend: &'static str,
-    operation: Operation,
-    work: impl std::future::Future<Output = T>,
-) -> T {
+/// Times one operation on Redis.
+pub(crate) async fn redis<T>(operation: Operation, work: impl std::future::Future<Output = T>) -> T {
     #[cfg(feature = "metrics")]
     {
-        // In process there is no round trip to time, and timing costs more than the
-        // decision would show.
-        if backend == "memory" {
-            return work.await;
-        }
         let started = std::time::Instant::now();
         let result = work.await;
         operation.histogram().record(started.elapsed().as_secs_f64());
@@ -133,12 +124,12 @@ pub(crate) async fn backend<T>(
     }
     #[cfg(not(feature = "metrics"))]
     {
-        let _ = (backend, operation);
+        let _ = operation;
         work.await
     }
 }
 
-/// The backend operations, each one histogram per backend.
+/// The operations on Redis, each with its histogram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Operation {
     Acquire,

@@ -71,16 +71,16 @@ pub(crate) enum Backend {
     Redis(redis::RedisBackend),
 }
 
-/// Runs one operation on whichever backend it is, timed as `operation`.
+/// Runs one operation on whichever backend it is; on Redis, timed as `operation`. (The
+/// in-process one is called directly: wrapping its future would copy it for nothing.)
 macro_rules! dispatch {
     ($self:ident, $operation:ident, $b:ident => $e:expr) => {
-        crate::observe::backend($self.label(), crate::observe::Operation::$operation, async {
-            match $self {
-                Backend::Memory($b) => $e,
-                Backend::Redis($b) => $e,
+        match $self {
+            Backend::Memory($b) => $e,
+            Backend::Redis($b) => {
+                crate::observe::redis(crate::observe::Operation::$operation, async { $e }).await
             }
-        })
-        .await
+        }
     };
 }
 
@@ -88,27 +88,25 @@ impl Backend {
     /// Decides `calls`; on a cluster, rules in several slots are decided slot by
     /// slot (`cross_slot.rs`, which builds on the single-slot Redis backend).
     pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
-        crate::observe::backend(self.label(), crate::observe::Operation::Acquire, async {
-            match self {
-                Backend::Memory(b) => b.acquire(calls, now).await,
-                Backend::Redis(b) => {
-                    let span = tracing::debug_span!(
-                        "redlimit.redis",
-                        db.system.name = "redis",
-                        db.operation.name = "EVALSHA"
-                    );
-                    let decided = async {
-                        if b.is_cluster() && !cross_slot::one_slot(calls) {
-                            cross_slot::acquire(b, calls, now).await
-                        } else {
-                            b.acquire(calls, now).await
-                        }
-                    };
-                    tracing::Instrument::instrument(decided, span).await
-                }
+        match self {
+            Backend::Memory(b) => b.acquire(calls, now).await,
+            Backend::Redis(b) => {
+                let span = tracing::debug_span!(
+                    "redlimit.redis",
+                    db.system.name = "redis",
+                    db.operation.name = "EVALSHA"
+                );
+                let decided = async {
+                    if b.is_cluster() && !cross_slot::one_slot(calls) {
+                        cross_slot::acquire(b, calls, now).await
+                    } else {
+                        b.acquire(calls, now).await
+                    }
+                };
+                let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
+                tracing::Instrument::instrument(timed, span).await
             }
-        })
-        .await
+        }
     }
 
     /// The `backend` label of metrics and spans.
