@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use crate::backend::{Backend, Call, ConfigChange};
+use crate::backend::{Backend, Call, ConfigChange, RuleOutcome};
 use crate::{config_log, waiting, ClientBuilder, Clock, Decision, Error, LimiterKeys, RateLimiter, Rule};
 
 /// The key prefix the attribute puts before its keys (the prefix Java services using
@@ -129,6 +129,9 @@ impl Client {
     /// smallest rate), taking the largest of their permits once, capped at that rate.
     /// So each rule still holds and a coincidence never refuses every call.
     pub async fn check_rules(&self, rules: &[Rule]) -> Result<Decision, Error> {
+        if let [rule] = rules {
+            return self.check_rule(rule).await;
+        }
         let keys = rules
             .iter()
             .map(|rule| self.rule_keys(rule))
@@ -153,6 +156,27 @@ impl Client {
         decision.refused_by = decision.refused_by.map(|i| merged[i].first);
         decision.tightest = decision.tightest.map(|i| merged[i].first);
         Ok(decision)
+    }
+
+    /// [`check_rules`](Client::check_rules) of one rule: nothing to merge, nothing to
+    /// collect.
+    async fn check_rule(&self, rule: &Rule) -> Result<Decision, Error> {
+        let keys = self.rule_keys(rule)?;
+        let permits = rule.permits_per_call().min(rule.config().rate);
+        let calls = [Call {
+            keys: &keys,
+            permits,
+            rule: Some(rule.config()),
+        }];
+        let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
+        if let Some(RuleOutcome {
+            config: ConfigChange::Changed(previous),
+            ..
+        }) = outcome.rules.first()
+        {
+            config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
+        }
+        Ok(Decision::from_outcome(&outcome))
     }
 
     /// Like [`check_rules`](Client::check_rules), waiting up to `timeout` for the
