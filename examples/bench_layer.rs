@@ -59,45 +59,17 @@ async fn serve(app: Router) -> SocketAddr {
     addr
 }
 
-/// Requests per second from `CONNECTIONS` keep-alive connections over `RUN`.
-async fn http_rate(addr: SocketAddr) -> f64 {
+/// Operations per second of `CONNECTIONS` tasks over `RUN`; task `i` runs
+/// `task(i, stop, done)`, counting each operation in `done` until `stop`.
+async fn rate<F, Fut>(task: F) -> f64
+where
+    F: Fn(usize, Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..CONNECTIONS)
-        .map(|i| {
-            let (stop, done) = (stop.clone(), done.clone());
-            tokio::spawn(async move {
-                let stream = TcpStream::connect(addr).await.unwrap();
-                stream.set_nodelay(true).unwrap();
-                let mut stream = BufReader::new(stream);
-                let request = format!("GET / HTTP/1.1\r\nHost: bench\r\nx-api-key: key-{i}\r\n\r\n");
-                let mut line = String::new();
-                let mut body = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    stream.get_mut().write_all(request.as_bytes()).await.unwrap();
-                    // The status line, the headers up to the blank line, the body.
-                    let mut length = 0;
-                    let mut first = true;
-                    loop {
-                        line.clear();
-                        stream.read_line(&mut line).await.unwrap();
-                        if first {
-                            assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-                            first = false;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        if let Some(value) = line.strip_prefix("content-length: ") {
-                            length = value.trim().parse().unwrap();
-                        }
-                    }
-                    body.resize(length, 0);
-                    stream.read_exact(&mut body).await.unwrap();
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
+        .map(|i| tokio::spawn(task(i, stop.clone(), done.clone())))
         .collect();
     let started = Instant::now();
     tokio::time::sleep(RUN).await;
@@ -109,30 +81,55 @@ async fn http_rate(addr: SocketAddr) -> f64 {
     done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
 }
 
+/// Requests per second from `CONNECTIONS` keep-alive connections.
+async fn http_rate(addr: SocketAddr) -> f64 {
+    rate(|i, stop, done| async move {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut stream = BufReader::new(stream);
+        let request = format!("GET / HTTP/1.1\r\nHost: bench\r\nx-api-key: key-{i}\r\n\r\n");
+        let mut line = String::new();
+        let mut body = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            stream.get_mut().write_all(request.as_bytes()).await.unwrap();
+            // The status line, the headers up to the blank line, the body.
+            let mut length = 0;
+            let mut first = true;
+            loop {
+                line.clear();
+                stream.read_line(&mut line).await.unwrap();
+                if first {
+                    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+                    first = false;
+                }
+                if line == "\r\n" {
+                    break;
+                }
+                if let Some(value) = line.strip_prefix("content-length: ") {
+                    length = value.trim().parse().unwrap();
+                }
+            }
+            body.resize(length, 0);
+            stream.read_exact(&mut body).await.unwrap();
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+    .await
+}
+
 /// Decisions per second of the layer's rule by `check_rules` from `CONNECTIONS` tasks.
 async fn decision_rate(client: &Client) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = (0..CONNECTIONS)
-        .map(|i| {
-            let (stop, done, client) = (stop.clone(), done.clone(), client.clone());
-            tokio::spawn(async move {
-                let rule = [Rule::new(format!("rate_limit:bench:key-{i}"), HUGE_RATE, MINUTE)];
-                while !stop.load(Ordering::Relaxed) {
-                    assert!(client.check_rules(&rule).await.unwrap().allowed);
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(RUN).await;
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = started.elapsed();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+    rate(|i, stop, done| {
+        let client = client.clone();
+        async move {
+            let rule = [Rule::new(format!("rate_limit:bench:key-{i}"), HUGE_RATE, MINUTE)];
+            while !stop.load(Ordering::Relaxed) {
+                assert!(client.check_rules(&rule).await.unwrap().allowed);
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await
 }
 
 /// Nanoseconds per request of `service` called directly, `n` times.

@@ -4,6 +4,8 @@
 //! as HTTP: 429, `Retry-After`, the RateLimit fields, plain text or problem+json.
 #![cfg(feature = "axum")]
 
+mod support;
+
 use std::net::SocketAddr;
 
 use axum::http::StatusCode;
@@ -11,8 +13,6 @@ use axum::routing::post;
 use axum::{Extension, Router};
 use redlimit::axum::{ClientIp, TrustedProxies};
 use redlimit::{rate_limit, Client, RateLimited};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 struct Refused;
 
@@ -60,22 +60,8 @@ async fn request(
     path: &str,
     forwarded_for: &str,
 ) -> (u16, Vec<(String, String)>, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\
-         X-Forwarded-For: {forwarded_for}\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let headers = head
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_once(": "))
-        .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
-        .collect();
-    (response[9..12].parse().unwrap(), headers, body.to_owned())
+    let reply = support::http::send(addr, method, path, &[("X-Forwarded-For", forwarded_for)]).await;
+    (reply.status, reply.headers, reply.body)
 }
 
 async fn post_with(addr: SocketAddr, forwarded_for: &str) -> u16 {
@@ -96,14 +82,7 @@ async fn serve() -> SocketAddr {
         .route("/report", axum::routing::get(report))
         .route("/export", axum::routing::get(export))
         .layer(Extension(TrustedProxies::new(["127.0.0.1"]).unwrap()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .unwrap();
-    });
-    addr
+    support::http::serve(app).await
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use redlimit::{Client, Error, ManualClock, RateType, Rule};
-use support::RedisServer;
+use support::{redisson_member, RedisServer};
 
 const T0: u64 = 1_700_000_000_000;
 const SEC: Duration = Duration::from_secs(1);
@@ -20,14 +20,6 @@ async fn setup() -> (RedisServer, Client, ManualClock, MultiplexedConnection) {
     let clock = ManualClock::new(T0);
     let (client, raw) = server.clocked_client(&clock).await;
     (server, client, clock, raw)
-}
-
-/// A member as Redisson's `struct.pack('Bc0I', len, id, permits)` makes it.
-fn redisson_member(id: &[u8], permits: u32) -> Vec<u8> {
-    let mut member = vec![id.len() as u8];
-    member.extend_from_slice(id);
-    member.extend_from_slice(&permits.to_le_bytes());
-    member
 }
 
 async fn key_type(raw: &mut MultiplexedConnection, key: &str) -> String {

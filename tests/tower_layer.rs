@@ -15,27 +15,10 @@ use axum::Router;
 use redlimit::axum::TrustedProxies;
 use redlimit::tower::{Key, LayerRule, RateLimitLayer};
 use redlimit::{Client, OnError, RateType};
-use support::http::send;
+use support::http::{send, serve, serve_on};
 use support::RedisServer;
-use tokio::net::TcpListener;
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-/// Serves `app` on `ip` (a free port), with the peer address for `Key::client_ip`.
-async fn serve_on(ip: &str, app: Router) -> SocketAddr {
-    let listener = TcpListener::bind((ip, 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .unwrap();
-    });
-    addr
-}
-
-async fn serve(app: Router) -> SocketAddr {
-    serve_on("127.0.0.1", app).await
-}
 
 fn app(layer: RateLimitLayer) -> Router {
     Router::new()

@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use redlimit::{Client, RateType, Rule};
 use serde_json::Value;
 use support::cluster::RedisCluster;
-use support::RedisServer;
+use support::{redisson_member, RedisServer};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -40,14 +40,6 @@ fn text(output: &Output) -> String {
 
 fn code(output: &Output) -> i32 {
     output.status.code().unwrap()
-}
-
-/// Redisson's member: `[L][L id bytes][permits u32 LE]`.
-fn redisson_member(id: &[u8], permits: u32) -> Vec<u8> {
-    let mut member = vec![id.len() as u8];
-    member.extend_from_slice(id);
-    member.extend_from_slice(&permits.to_le_bytes());
-    member
 }
 
 #[tokio::test]

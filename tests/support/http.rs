@@ -1,10 +1,28 @@
-//! A plain HTTP/1.1 client over TCP: one request per connection, the response read
-//! whole, headers as written on the wire (names lower-cased).
+//! A plain HTTP/1.1 client over TCP (one request per connection, the response read
+//! whole, headers as written on the wire, names lower-cased), and an axum server on a
+//! free loopback port.
 
 use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Serves `app` on `ip` (a free port), with the peer address for client-IP keys.
+pub async fn serve_on(ip: &str, app: axum::Router) -> SocketAddr {
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap();
+    });
+    addr
+}
+
+/// Serves `app` on 127.0.0.1.
+pub async fn serve(app: axum::Router) -> SocketAddr {
+    serve_on("127.0.0.1", app).await
+}
 
 /// One response: the status, the headers and the body.
 #[derive(Debug)]

@@ -4,12 +4,22 @@
 pub mod capture;
 pub mod cluster;
 pub mod coinciding;
+// (The CLI's tests share this module; they have no `axum` feature.)
+#[cfg(feature = "axum")]
 pub mod http;
 pub mod monitor;
 
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// A permits-log member as Redisson's `struct.pack('Bc0I', len, id, permits)` makes it.
+pub fn redisson_member(id: &[u8], permits: u32) -> Vec<u8> {
+    let mut member = vec![id.len() as u8];
+    member.extend_from_slice(id);
+    member.extend_from_slice(&permits.to_le_bytes());
+    member
+}
 
 /// A `redis-server` owned by one test: no persistence, killed on drop.
 pub struct RedisServer {
