@@ -306,3 +306,52 @@ fn a_layer_that_cannot_work_does_not_build() {
     assert!(error(RateLimitLayer::builder().rule(rule().exempt([""]))).contains("empty exempt value"));
     assert!(error(RateLimitLayer::builder().rule(LayerRule::new("", 5, MINUTE))).contains("name is empty"));
 }
+
+/// Two enforced rules are one decision: when the second refuses, the first spends
+/// nothing. A key from a closure, fixed permits per request, a message, per-process mode.
+#[tokio::test]
+async fn rules_are_decided_all_or_nothing_in_the_attributes_vocabulary() {
+    let client = Client::memory();
+    let tenant = |request: &axum::http::request::Parts| {
+        request
+            .uri
+            .query()
+            .and_then(|q| q.strip_prefix("tenant="))
+            .map(str::to_owned)
+    };
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(
+            LayerRule::new("tenant", 10, MINUTE)
+                .key(Key::with(tenant))
+                .permits(2),
+        )
+        .rule(
+            LayerRule::new("burst", 3, MINUTE)
+                .mode(RateType::PerClient)
+                .message("Slow down"),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    for _ in 0..3 {
+        assert_eq!(status(addr, "/a?tenant=t1", &[]).await, 200);
+    }
+    let refused = send(addr, "GET", "/a?tenant=t1", &[]).await;
+    assert_eq!(refused.status, 429);
+    assert!(refused.body.starts_with("Slow down"), "{}", refused.body);
+    assert_eq!(refused.header("ratelimit-policy"), Some("\"burst\";q=3;w=60"));
+    let tenant_limiter = client.rate_limiter("rate_limit:tenant:t1");
+    assert_eq!(
+        tenant_limiter.available_permits().await.unwrap(),
+        4,
+        "3 grants of 2 permits; the refused request took none"
+    );
+    // per_client: the limiter's keys carry this client's id.
+    let burst = client.rate_limiter("rate_limit:burst");
+    assert_eq!(
+        burst.config().await.unwrap().unwrap().rate_type,
+        RateType::PerClient
+    );
+    assert_eq!(burst.available_permits().await.unwrap(), 0);
+}
