@@ -14,14 +14,21 @@
 --   2 log member: 1 byte id length L, L id bytes, permits as 4-byte little-endian
 --   3 "1": the rule owns the config (create it when missing, overwrite it when it
 --      differs, keeping the window); "0": use the stored config as it is
---   4 rate, 5 interval in ms, 6 type ("0" overall, "1" per_client),
---   7 keepAliveTime in ms (4..7 are read only when 3 is "1")
+--   4 rate, 5 interval in ms, 6 type ("0" overall, "1" per_client; "2" and "3": a
+--   token bucket, overall or per_client), 7 keepAliveTime in ms, or a token
+--   bucket's burst (4..7 are read only when 3 is "1"; a token bucket always owns it)
+-- A token-bucket rule uses its KEYS 2 ({NAME}:bucket) or 3 ({NAME}:bucket:ID) in
+-- place of the value keys, and touches no other: one hash of rate, interval, burst,
+-- tokens (in 1/interval-in-ms of a token, so refilling adds `rate` per millisecond and
+-- every number stays an exact integer) and at (the last refill, epoch ms); a missing
+-- bucket is a full one, and each write sets its TTL to the time until it is full.
 -- Returns {granted (1|0), first refusing rule (1-based, 0 when granted),
 --          wait in ms until that refusal would pass (0 when granted),
 --          the time the call was decided at (now, or a slightly later grant's time),
 --          then per rule: permits left, and 0 (config kept), 1 (created) or 2 (changed),
 --          then for each changed rule in order, the config it replaced:
---          rate, interval, type, keepAliveTime}.
+--          rate, interval, type, keepAliveTime (a token bucket's: rate, interval,
+--          type, burst)}.
 -- Errors start with "redlimit:<code>:<rule>"; the caller names the key. A key of the
 -- wrong type fails the read with Redis's WRONGTYPE, and the caller finds which.
 --
@@ -85,6 +92,88 @@ local function helpers()
   end
 end
 
+-- Token-bucket helpers, made when a call has a token-bucket rule.
+local load_tokens, plan_tokens, idiv, cdiv
+local function token_helpers()
+  if fail == nil then helpers() end
+  -- floor(a / b) and ceil(a / b) of non-negative integers below 2^53, exactly: the
+  -- division of doubles can round across an integer.
+  idiv = function(a, b)
+    local q = math.floor(a / b)
+    if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+    return q
+  end
+  cdiv = function(a, b)
+    local q = idiv(a, b)
+    if q * b < a then q = q + 1 end
+    return q
+  end
+  load_tokens = function(i, k, a)
+    local client = ARGV[a + 6] == '3'
+    local r = {
+      tb = true, name = KEYS[k + 1], k = k, permits = tonumber(ARGV[a + 1]),
+      rate = tonumber(ARGV[a + 4]), interval = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 7]),
+      bkey = client and KEYS[k + 3] or KEYS[k + 2], role = client and 'client_bucket' or 'bucket',
+      kind = ARGV[a + 6], stored = false, units = 0, at = 0,
+      write = false, changed = false, created = false, vkey = false,
+    }
+    local s = redis.call('hmget', r.bkey, 'rate', 'interval', 'burst', 'tokens', 'at')
+    if s[1] or s[2] or s[3] or s[4] or s[5] then
+      local names = { 'rate', 'interval', 'burst', 'tokens', 'at' }
+      for f = 1, 5 do
+        local v = s[f]
+        if v == false or not string.find(v, '^%d+$') or tonumber(v) > LIMIT
+            or (f <= 3 and tonumber(v) < 1) then
+          fail('bad_bucket', i, r.role .. ' ' .. names[f] .. '=' .. tostring(v))
+        end
+      end
+      r.stored = s
+    end
+    if r.permits > r.burst then
+      fail('permits_exceed_rate', i, string.format('%d %d ', r.permits, r.burst)
+        .. 'Requested permits amount cannot exceed the bucket')
+    end
+    return r
+  end
+  -- The tokens at `now`: refilled since the last refill, and carried over (whole
+  -- tokens, up to the new capacity; a full bucket stays full) when the stored config
+  -- differs. Twin: TokenPlan::new in runtime/src/backend/memory/tokens.rs.
+  plan_tokens = function(r)
+    local cap = r.burst * r.interval
+    r.at = now
+    local s = r.stored
+    if not s then
+      r.units, r.created = cap, true
+      return
+    end
+    local orate, ointerval, oburst = tonumber(s[1]), tonumber(s[2]), tonumber(s[3])
+    local units, at = tonumber(s[4]), tonumber(s[5])
+    local ocap = oburst * ointerval
+    if now > at then
+      if (now - at) * orate >= ocap - units then
+        units = math.max(ocap, units)
+      else
+        units = units + (now - at) * orate
+      end
+    else
+      r.at = at
+    end
+    if orate == r.rate and ointerval == r.interval and oburst == r.burst then
+      r.units = units
+    else
+      r.changed = true
+      r.replaced = { s[1], s[2], r.kind, s[3] }
+      if units >= ocap then
+        -- a full bucket holds no information (it may as well have expired): full
+        r.units = cap
+      else
+        units = idiv(units, ointerval) * r.interval
+        r.units = units > cap and cap or units
+      end
+    end
+  end
+end
+
 -- Phase 1, load_rule: each rule's config and keys, and the newest grant of its log.
 local rules = {}
 local newest = now
@@ -92,6 +181,10 @@ local after = ARGV[1] ~= '' and '(' .. ARGV[1] or string.format('(%d', now)
 for i = 1, nrules do
   local k = 5 * (i - 1)
   local a = 1 + 7 * (i - 1)
+  if ARGV[a + 6] == '2' or ARGV[a + 6] == '3' then
+    if load_tokens == nil then token_helpers() end
+    rules[i] = load_tokens(i, k, a)
+  else
   local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
   local r = {
     name = KEYS[k + 1], k = k, permits = tonumber(ARGV[a + 1]), member = ARGV[a + 2],
@@ -147,6 +240,7 @@ for i = 1, nrules do
     if score > newest then newest = score end
   end
   rules[i] = r
+  end
 end
 
 -- A call whose time was taken just before another's, but which reaches Redis after
@@ -162,6 +256,15 @@ end
 local refused, retry = 0, 0
 for i = 1, nrules do
   local r = rules[i]
+  if r.tb then
+    plan_tokens(r)
+    local need = r.permits * r.interval
+    if r.permits > 0 and r.units < need then
+      local wait = cdiv(need - r.units, r.rate)
+      if refused == 0 then refused = i end
+      if wait > retry then retry = wait end
+    end
+  else
   local b = false
   for j = 1, i - 1 do
     if rules[j].vkey == r.vkey then
@@ -235,6 +338,7 @@ for i = 1, nrules do
     end
     b.spent = b.spent + r.permits
   end
+  end
 end
 
 local probe = true
@@ -248,7 +352,15 @@ if not probe then
   local score = now == caller_now and ARGV[1] ~= '' and ARGV[1] or string.format('%d', now)
   for i = 1, nrules do
     local r = rules[i]
-    if r.write then
+    if r.tb then
+      -- the refilled state, less what a grant took; gone when full again
+      local units = r.units - (granted and r.permits * r.interval or 0)
+      local a = 1 + 7 * (i - 1)
+      redis.call('hset', r.bkey, 'rate', ARGV[a + 4], 'interval', ARGV[a + 5], 'burst', ARGV[a + 7],
+        'tokens', string.format('%d', units), 'at', string.format('%d', r.at))
+      local ttl = r.at + math.max(cdiv(r.burst * r.interval - units, r.rate), 1) - caller_now
+      redis.call('pexpire', r.bkey, string.format('%d', math.max(ttl, 1)))
+    elseif r.write then
       local a = 1 + 7 * (i - 1)
       redis.call('hset', r.name, 'rate', ARGV[a + 4], 'interval', ARGV[a + 5], 'type', ARGV[a + 6],
         'keepAliveTime', ARGV[a + 7])
@@ -264,6 +376,7 @@ if not probe then
   end
   for i = 1, nrules do
     local r = rules[i]
+    if not r.tb then
     local b = r.bucket
     if granted then
       redis.call('zadd', r.pkey, score, r.member)
@@ -290,11 +403,12 @@ if not probe then
         redis.call('pexpire', r.pkey, ttl)
       end
     end
+    end
   end
 end
 
 local reply
-if nrules == 1 and not rules[1].replaced then
+if nrules == 1 and not rules[1].replaced and not rules[1].tb then
   -- one rule: the reply built whole
   local b = rules[1].bucket
   local left = granted and b.value - b.spent or b.value
@@ -307,12 +421,19 @@ end
 reply = { granted and 1 or 0, refused, granted and 0 or retry, now }
 for i = 1, nrules do
   local r = rules[i]
-  local left = r.bucket.value
-  if granted then
-    left = left - r.bucket.spent
+  local left
+  if r.tb then
+    left = idiv(r.units - (granted and r.permits * r.interval or 0), r.interval)
+    reply[#reply + 1] = left > 0 and left or 0
+    reply[#reply + 1] = r.changed and 2 or (r.created and 1 or 0)
+  else
+    left = r.bucket.value
+    if granted then
+      left = left - r.bucket.spent
+    end
+    reply[#reply + 1] = left > 0 and left or 0
+    reply[#reply + 1] = r.write and (r.changed and 2 or 1) or 0
   end
-  reply[#reply + 1] = left > 0 and left or 0
-  reply[#reply + 1] = r.write and (r.changed and 2 or 1) or 0
 end
 for i = 1, nrules do
   local old = rules[i].replaced

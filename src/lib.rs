@@ -21,7 +21,7 @@
 pub use redlimit_macros::rate_limit;
 
 pub use redlimit_runtime::{
-    default_client, keys, member, set_default, Client, ClientBuilder, Clock, Decision, Error,
+    default_client, keys, member, set_default, Algorithm, Client, ClientBuilder, Clock, Decision, Error,
     FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, OverrideOf, RateLimited, RateLimiter,
     RateLimiterArgs, RateLimiterConfig, RateOverride, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,

@@ -1,5 +1,6 @@
 //! Differential test: random sequences of operations run against the Redis backend and
-//! the memory backend on the same clock give the same answers, step for step.
+//! the memory backend on the same clock give the same answers, step for step (sliding
+//! windows and token buckets, alone and mixed in one call).
 
 mod support;
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redlimit::{Client, ManualClock, RateType, Rule};
+use redlimit::{Algorithm, Client, ManualClock, RateType, Rule};
 use support::RedisServer;
 
 const NAMES: [&str; 3] = ["diff:a", "diff:b", "{diff}:c"];
@@ -88,9 +89,17 @@ fn random_op(rng: &mut StdRng) -> Op {
                         "diff:b" => (5, 1000),
                         _ => (2, 100),
                     };
-                    Rule::new(name, rate, Duration::from_millis(interval))
-                        .permits(rng.random_range(1..=rate))
-                        .keep_alive(Some(HOUR))
+                    let rule = Rule::new(name, rate, Duration::from_millis(interval)).keep_alive(Some(HOUR));
+                    if rng.random_range(0..3) == 0 {
+                        // A token bucket on the same name (its own key), mixed in;
+                        // its burst varies, so stored configs change.
+                        let burst = rate + rng.random_range(0..=2);
+                        rule.algorithm(Algorithm::TokenBucket)
+                            .burst(burst)
+                            .permits(rng.random_range(1..=burst))
+                    } else {
+                        rule.permits(rng.random_range(1..=rate))
+                    }
                 })
                 .collect();
             Op::Rules { rules }

@@ -143,6 +143,7 @@ impl Client {
                 keys: &keys[m.first],
                 permits: m.permits,
                 rule: Some(rules[m.config].config()),
+                bucket: rules[m.config].capacity(),
             })
             .collect();
         let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
@@ -162,11 +163,12 @@ impl Client {
     /// collect.
     async fn check_rule(&self, rule: &Rule) -> Result<Decision, Error> {
         let keys = self.rule_keys(rule)?;
-        let permits = rule.permits_per_call().min(rule.config().rate);
+        let permits = rule.permits_per_call().min(rule.most_permits());
         let calls = [Call {
             keys: &keys,
             permits,
             rule: Some(rule.config()),
+            bucket: rule.capacity(),
         }];
         let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
         if let Some(RuleOutcome {
@@ -237,7 +239,22 @@ impl Client {
     fn rule_keys(&self, rule: &Rule) -> Result<LimiterKeys, Error> {
         let keys = LimiterKeys::with_client(rule.name().to_owned(), self.inner.client_id.clone())?;
         rule.config().validate(rule.name())?;
-        crate::limiter::check_permits(rule.name(), rule.permits_per_call(), Some(rule.config().rate))?;
+        match rule.capacity() {
+            None => {
+                crate::limiter::check_permits(rule.name(), rule.permits_per_call(), Some(rule.config().rate))?
+            }
+            Some(burst) => {
+                crate::limiter::check_bucket(rule.name(), burst, rule.config())?;
+                crate::limiter::check_permits(rule.name(), rule.permits_per_call(), None)?;
+                if rule.permits_per_call() > burst {
+                    return Err(Error::PermitsExceedBurst {
+                        name: rule.name().to_owned(),
+                        permits: rule.permits_per_call(),
+                        burst,
+                    });
+                }
+            }
+        }
         Ok(keys)
     }
 }

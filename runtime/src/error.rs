@@ -33,6 +33,19 @@ pub enum Error {
         rate: u64,
     },
 
+    /// More permits were asked for than a token bucket can ever hold.
+    #[error(
+        "token bucket `{name}`: {permits} permits requested but it holds at most {burst}          tokens; ask for at most {burst}, or give it a larger burst"
+    )]
+    PermitsExceedBurst {
+        /// The limiter's name.
+        name: String,
+        /// Permits asked for.
+        permits: u64,
+        /// The bucket's capacity.
+        burst: u64,
+    },
+
     /// Zero permits were asked for.
     #[error("rate limiter `{name}`: 0 permits requested; ask for at least 1")]
     ZeroPermits {
@@ -100,6 +113,18 @@ pub enum Error {
         key: String,
         /// What it holds.
         value: String,
+    },
+
+    /// A token bucket's hash holds a field that is not a non-negative integer.
+    #[error(
+        "token bucket key `{key}` holds {detail}, not a token bucket's state; delete it \
+         (a missing bucket is a full one)"
+    )]
+    CorruptBucket {
+        /// The bucket key.
+        key: String,
+        /// The field and what it holds.
+        detail: String,
     },
 
     /// A permits log member does not decode (for example a Redisson 3.13-3.16 member).
@@ -258,6 +283,7 @@ impl Error {
                 | Error::WrongType { .. }
                 | Error::CorruptConfig { .. }
                 | Error::CorruptValue { .. }
+                | Error::CorruptBucket { .. }
                 | Error::CorruptMember { .. }
         )
     }

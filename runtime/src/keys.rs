@@ -50,6 +50,16 @@ impl LimiterKeys {
         format!("{}:{}", suffix(&self.name, "permits"), self.client_id)
     }
 
+    /// `{NAME}:bucket`: a token bucket's state, mode overall.
+    pub fn bucket(&self) -> String {
+        suffix(&self.name, "bucket")
+    }
+
+    /// `{NAME}:bucket:CLIENT_ID`: a token bucket's state, mode per_client.
+    pub fn client_bucket(&self) -> String {
+        format!("{}:{}", suffix(&self.name, "bucket"), self.client_id)
+    }
+
     /// The five keys in script order: config, value, client value, permits, client
     /// permits.
     pub fn all(&self) -> [String; 5] {

@@ -73,5 +73,5 @@ pub use refusal::{FromRateLimited, Limit, RateLimited};
 pub use refusal::{RATELIMIT, RATELIMIT_POLICY};
 #[cfg(feature = "axum")]
 pub use response::ProblemJson;
-pub use rule::Rule;
+pub use rule::{Algorithm, Rule};
 pub use site::OnError;

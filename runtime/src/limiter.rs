@@ -43,6 +43,23 @@ pub(crate) fn within_rate(name: &str, permits: u64, rate: u64) -> Result<(), Err
     Ok(())
 }
 
+/// A token bucket's capacity: from 1, and small enough that its tokens, counted in
+/// units of 1/interval-in-ms, stay exact in Redis's doubles.
+pub(crate) fn check_bucket(name: &str, burst: u64, config: &RateLimiterConfig) -> Result<(), Error> {
+    let problem = if burst == 0 {
+        "burst is 0; a token bucket holds at least 1 token"
+    } else if u128::from(burst) * config.interval.as_millis() > u128::from(crate::MAX_RATE) {
+        "burst times the interval in milliseconds is above 2^53: tokens are counted exactly \
+         in thousandths of a token per millisecond of interval, and must fit; use a smaller burst or interval"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidConfig {
+        name: name.to_owned(),
+        problem,
+    })
+}
+
 /// Permits must be at least 1, at most the rate, and fit Redisson's 4-byte log field.
 pub(crate) fn check_permits(name: &str, permits: u64, rate: Option<u64>) -> Result<(), Error> {
     if permits == 0 {
@@ -216,6 +233,7 @@ impl RateLimiter {
             keys,
             permits,
             rule: None,
+            bucket: None,
         }];
         self.client.backend().acquire(&calls, now).await
     }

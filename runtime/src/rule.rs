@@ -26,6 +26,21 @@ pub struct Rule {
     name: String,
     config: RateLimiterConfig,
     permits: u64,
+    algorithm: Algorithm,
+    burst: Option<u64>,
+}
+
+/// How a rule counts its permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Algorithm {
+    /// Redisson's sliding log: no window of `interval` holds more than `rate` grants.
+    /// The default, and the layout Java services share.
+    #[default]
+    SlidingWindow,
+    /// A token bucket: `rate` tokens per `interval`, refilled continuously, holding at
+    /// most `burst` (default: the rate). A quiet client may then spend a burst at once,
+    /// while the long-run rate holds. One small hash per limiter, whatever the rate.
+    TokenBucket,
 }
 
 impl Rule {
@@ -36,6 +51,8 @@ impl Rule {
             name: name.into(),
             config: RateLimiterConfig::new(RateType::Overall, rate, interval).with_keep_alive(interval),
             permits: 1,
+            algorithm: Algorithm::SlidingWindow,
+            burst: None,
         }
     }
 
@@ -56,6 +73,37 @@ impl Rule {
     pub fn keep_alive(mut self, keep_alive: Option<Duration>) -> Self {
         self.config.keep_alive = keep_alive;
         self
+    }
+
+    /// The sliding window (default) or a token bucket.
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// A token bucket's capacity: the most tokens it holds, so the largest burst
+    /// (default: the rate). Only for [`Algorithm::TokenBucket`].
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// The rule's algorithm.
+    pub fn counted_by(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// A token bucket's capacity (`None` for a sliding window).
+    pub fn capacity(&self) -> Option<u64> {
+        match self.algorithm {
+            Algorithm::SlidingWindow => None,
+            Algorithm::TokenBucket => Some(self.burst.unwrap_or(self.config.rate)),
+        }
+    }
+
+    /// The most permits one call may take: the rate, or a token bucket's capacity.
+    pub(crate) fn most_permits(&self) -> u64 {
+        self.capacity().unwrap_or(self.config.rate)
     }
 
     /// The limiter's name.
@@ -91,14 +139,16 @@ pub(crate) struct Merged {
 pub(crate) fn merge(rules: &[Rule]) -> Vec<Merged> {
     let mut merged: Vec<Merged> = Vec::with_capacity(rules.len());
     for (i, rule) in rules.iter().enumerate() {
-        match merged.iter_mut().find(|m| rules[m.first].name == rule.name) {
+        let same =
+            |m: &Merged| rules[m.first].name == rule.name && rules[m.first].algorithm == rule.algorithm;
+        match merged.iter_mut().find(|m| same(m)) {
             None => merged.push(Merged {
                 first: i,
                 config: i,
                 permits: rule.permits,
             }),
             Some(m) => {
-                if stricter(&rule.config, &rules[m.config].config) {
+                if stricter(rule, &rules[m.config]) {
                     m.config = i;
                 }
                 m.permits = m.permits.max(rule.permits);
@@ -106,14 +156,23 @@ pub(crate) fn merge(rules: &[Rule]) -> Vec<Merged> {
         }
     }
     for m in &mut merged {
-        m.permits = m.permits.min(rules[m.config].config.rate);
+        m.permits = m.permits.min(rules[m.config].most_permits());
     }
     merged
 }
 
 /// Whether `a` grants less than `b`: shared by every client rather than per client,
-/// then a lower long-run rate (rate / interval), then a smaller rate (burst).
-fn stricter(a: &RateLimiterConfig, b: &RateLimiterConfig) -> bool {
+/// then a lower long-run rate (rate / interval), then a smaller rate (burst), then (for
+/// token buckets) a smaller capacity.
+fn stricter(a: &Rule, b: &Rule) -> bool {
+    let (ca, cb) = (&a.config, &b.config);
+    if stricter_config(ca, cb) || stricter_config(cb, ca) {
+        return stricter_config(ca, cb);
+    }
+    a.most_permits() < b.most_permits()
+}
+
+fn stricter_config(a: &RateLimiterConfig, b: &RateLimiterConfig) -> bool {
     let shared = |c: &RateLimiterConfig| c.rate_type == RateType::Overall;
     if shared(a) != shared(b) {
         return shared(a);

@@ -12,7 +12,7 @@ use super::failure::classify;
 use super::replies::{parse_outcome, script_error};
 use super::{Call, Configure, Outcome};
 use crate::target::Target;
-use crate::{member, Error, LimiterKeys, RateLimiterConfig};
+use crate::{member, Error, LimiterKeys, RateLimiterConfig, RateType};
 
 struct Scripts {
     acquire: Script,
@@ -135,6 +135,32 @@ impl RedisBackend {
         let mut invocation = SCRIPTS.acquire.prepare_invoke();
         invocation.arg(self.now_arg(now));
         for (call, member) in calls.iter().zip(&members) {
+            if let (Some(burst), Some(rule)) = (call.bucket, call.rule) {
+                // A token bucket: its two bucket keys in the value keys' places.
+                let k = call.keys;
+                for key in [
+                    k.config().to_owned(),
+                    k.bucket(),
+                    k.client_bucket(),
+                    k.permits(),
+                    k.client_permits(),
+                ] {
+                    invocation.key(key);
+                }
+                let kind = match rule.rate_type {
+                    RateType::Overall => "2",
+                    RateType::PerClient => "3",
+                };
+                invocation
+                    .arg(call.permits)
+                    .arg(&member[..])
+                    .arg("1")
+                    .arg(rule.rate)
+                    .arg(rule.interval_ms())
+                    .arg(kind)
+                    .arg(burst);
+                continue;
+            }
             for key in call.keys.all() {
                 invocation.key(key);
             }
@@ -179,13 +205,20 @@ impl RedisBackend {
     async fn wrong_type(&self, calls: &[Call<'_>], guess: Error) -> Error {
         for call in calls {
             let k = call.keys;
-            let expected = [
-                (k.config().to_owned(), "hash", "config"),
-                (k.value(), "string", "value"),
-                (k.client_value(), "string", "value"),
-                (k.permits(), "zset", "permits"),
-                (k.client_permits(), "zset", "permits"),
-            ];
+            let expected: Vec<(String, &str, &'static str)> = if call.bucket.is_some() {
+                vec![
+                    (k.bucket(), "hash", "bucket"),
+                    (k.client_bucket(), "hash", "bucket"),
+                ]
+            } else {
+                vec![
+                    (k.config().to_owned(), "hash", "config"),
+                    (k.value(), "string", "value"),
+                    (k.client_value(), "string", "value"),
+                    (k.permits(), "zset", "permits"),
+                    (k.client_permits(), "zset", "permits"),
+                ]
+            };
             for (key, kind, role) in expected {
                 let found: Result<String, Error> = self
                     .run(&[k], |mut conn| {

@@ -46,11 +46,13 @@ fn replaced_config(fields: &[i64]) -> Option<RateLimiterConfig> {
     let [rate, interval, kind, keep] = *fields else {
         return None;
     };
+    // A token bucket's (type 2 or 3) fourth field is its burst, not a keep-alive.
     let rate_type = match kind {
-        0 => RateType::Overall,
-        1 => RateType::PerClient,
+        0 | 2 => RateType::Overall,
+        1 | 3 => RateType::PerClient,
         _ => return None,
     };
+    let keep = if kind >= 2 { 0 } else { keep };
     let ms = |n: i64| u64::try_from(n).ok().map(Duration::from_millis);
     Some(RateLimiterConfig {
         rate_type,
@@ -124,6 +126,13 @@ pub(super) fn script_error(err: &RedisError, calls: &[&LimiterKeys]) -> Option<E
                 value: value.to_owned(),
             }
         }
+        "bad_bucket" => {
+            let (role, detail) = detail.split_once(' ').unwrap_or((detail, ""));
+            Error::CorruptBucket {
+                key: key_of(keys, role).1,
+                detail: detail.to_owned(),
+            }
+        }
         "bad_member" => {
             let (role, detail) = detail.split_once(' ').unwrap_or((detail, ""));
             Error::CorruptMember {
@@ -142,6 +151,8 @@ fn key_of(keys: &LimiterKeys, role: &str) -> (&'static str, String) {
         "client_value" => ("value", keys.client_value()),
         "permits" => ("permits", keys.permits()),
         "client_permits" => ("permits", keys.client_permits()),
+        "bucket" => ("bucket", keys.bucket()),
+        "client_bucket" => ("bucket", keys.client_bucket()),
         _ => ("config", keys.config().to_owned()),
     }
 }

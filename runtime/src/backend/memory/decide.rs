@@ -6,6 +6,7 @@
 //! the stored state (the value and log keys).
 
 use super::state::Bucket;
+use super::tokens::{TokenPlan, Tokens};
 use super::{Locked, MemoryBackend, REORDER_MS};
 use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
 use crate::{Error, RateLimiterConfig, RateType};
@@ -31,6 +32,9 @@ struct Resolved {
     change: ConfigChange,
     mode_changed: bool,
     plan: usize,
+    /// A token-bucket call: its stored state (phase 1), then its plan (phase 2).
+    stored_tokens: Option<Tokens>,
+    tokens: Option<TokenPlan>,
 }
 
 impl MemoryBackend {
@@ -46,6 +50,20 @@ impl MemoryBackend {
         let mut newest = clock_now;
         for call in calls {
             let name = call.keys.config();
+            if let (Some(_), Some(rule)) = (call.bucket, call.rule) {
+                // A token bucket: its state now, its plan once the time is settled.
+                let limiter = locked.store(name).limiters.get_mut(name);
+                let stored = limiter.and_then(|l| l.tokens(rule.rate_type, clock_now).copied());
+                resolved.push(Resolved {
+                    config: *rule,
+                    change: ConfigChange::Kept,
+                    mode_changed: false,
+                    plan: usize::MAX,
+                    stored_tokens: stored,
+                    tokens: None,
+                });
+                continue;
+            }
             let mut limiter = locked.store(name).limiters.get_mut(name);
             let stored = limiter.as_mut().and_then(|l| l.live_config(clock_now));
             let (config, change) = match (call.rule, stored) {
@@ -70,6 +88,8 @@ impl MemoryBackend {
                 change,
                 mode_changed,
                 plan: 0,
+                stored_tokens: None,
+                tokens: None,
             });
         }
         // A call overtaken by a slightly later one is decided at the later time, so
@@ -88,6 +108,30 @@ impl MemoryBackend {
         for i in 0..calls.len() {
             let call = &calls[i];
             let config = resolved[i].config;
+            if let Some(burst) = call.bucket {
+                let (plan, old) = TokenPlan::new(
+                    config.rate,
+                    config.interval_ms(),
+                    burst,
+                    resolved[i].stored_tokens.as_ref(),
+                    now,
+                );
+                resolved[i].change = match (&resolved[i].stored_tokens, old) {
+                    (None, _) => ConfigChange::Created,
+                    (Some(_), Some(old)) => ConfigChange::Changed(RateLimiterConfig {
+                        rate: old.rate,
+                        interval: std::time::Duration::from_millis(old.interval),
+                        ..config
+                    }),
+                    (Some(_), None) => ConfigChange::Kept,
+                };
+                if let Some(wait) = plan.wait(call.permits) {
+                    refused.get_or_insert(i);
+                    retry = retry.max(wait as i64);
+                }
+                resolved[i].tokens = Some(plan);
+                continue;
+            }
             let (name, kind) = (call.keys.config(), config.rate_type);
             let existing = plans
                 .iter()
@@ -139,9 +183,19 @@ impl MemoryBackend {
         let granted = refused.is_none();
         let rules = resolved
             .iter()
-            .map(|r| {
-                let p = &plans[r.plan];
-                let left = if granted { p.value - p.spent } else { p.value };
+            .zip(calls)
+            .map(|(r, call)| {
+                let left = match &r.tokens {
+                    Some(tokens) => tokens.left(if granted { call.permits } else { 0 }) as i64,
+                    None => {
+                        let p = &plans[r.plan];
+                        if granted {
+                            p.value - p.spent
+                        } else {
+                            p.value
+                        }
+                    }
+                };
                 RuleOutcome {
                     left: left.max(0) as u64,
                     config: r.change,
@@ -233,6 +287,14 @@ fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
     for (i, (call, r)) in calls.iter().zip(resolved).enumerate() {
         let name = call.keys.config();
         let store = locked.store(name);
+        if let Some(tokens) = &r.tokens {
+            // A token bucket stores its refilled state, less what a grant took.
+            let taken = if granted { call.permits } else { 0 };
+            store
+                .limiter_or_insert(name)
+                .set_tokens(r.config.rate_type, tokens.stored(taken));
+            continue;
+        }
         // A kept config means the limiter exists: one lookup, no insertion.
         let limiter = match r.change {
             ConfigChange::Kept => store.limiters.get_mut(name).expect("found in phase 1"),

@@ -6,6 +6,7 @@
 
 mod decide;
 mod state;
+mod tokens;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -286,6 +287,7 @@ mod tests {
             keys: &keys,
             permits: 1,
             rule: Some(&config),
+            bucket: None,
         }];
         let out = block_on(backend.acquire(&calls, 1_000)).unwrap();
         assert!(out.granted);
@@ -310,6 +312,7 @@ mod tests {
                     keys: &keys,
                     permits: 1,
                     rule: Some(&config),
+                    bucket: None,
                 }];
                 backend.acquire(&calls, 1_000).await.unwrap();
             }
@@ -321,6 +324,7 @@ mod tests {
                     keys: &keys,
                     permits: 1,
                     rule: Some(&config),
+                    bucket: None,
                 }];
                 backend.acquire(&calls, 2_000 + call * 100).await.unwrap();
             }

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::tokens::Tokens;
 use crate::{RateLimiterConfig, RateType};
 
 #[derive(Default)]
@@ -19,6 +20,8 @@ pub(super) struct Limiter {
     pub config_expires: Option<u64>,
     /// Indexed by [`slot`]: overall, per_client.
     buckets: [Option<Bucket>; 2],
+    /// Token buckets of this name (`{NAME}:bucket` and this client's), by [`slot`].
+    tokens: [Option<Tokens>; 2],
 }
 
 #[derive(Default)]
@@ -101,11 +104,31 @@ impl Limiter {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.config.is_none() && self.buckets.iter().all(Option::is_none)
+        self.config.is_none()
+            && self.buckets.iter().all(Option::is_none)
+            && self.tokens.iter().all(Option::is_none)
+    }
+
+    /// The token bucket of `kind`, unless missing or full again (then dropped).
+    pub fn tokens(&mut self, kind: RateType, now: u64) -> Option<&Tokens> {
+        let tokens = &mut self.tokens[slot(kind)];
+        if tokens.is_some_and(|t| t.expires <= now) {
+            *tokens = None;
+        }
+        tokens.as_ref()
+    }
+
+    pub fn set_tokens(&mut self, kind: RateType, tokens: Tokens) {
+        self.tokens[slot(kind)] = Some(tokens);
     }
 
     pub fn expire_all(&mut self, now: u64) {
         self.live_config(now);
+        for tokens in &mut self.tokens {
+            if tokens.is_some_and(|t| t.expires <= now) {
+                *tokens = None;
+            }
+        }
         for bucket in &mut self.buckets {
             if bucket
                 .as_ref()

@@ -1,0 +1,208 @@
+//! Token-bucket rules, on both backends at one manual clock: a burst, then a
+//! continuous refill; exact waits for any number of permits; config changes that keep
+//! whole tokens up to the new burst; mixed with sliding windows in one all-or-nothing
+//! decision; the Redis layout, its expiry and clear errors for foreign state.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redlimit::{Algorithm, Client, Error, ManualClock, Rule};
+use support::RedisServer;
+
+const T0: u64 = 1_700_000_000_000;
+const SEC: Duration = Duration::from_secs(1);
+
+fn bucket(name: &str, rate: u64, interval: Duration, burst: u64) -> Rule {
+    Rule::new(name, rate, interval)
+        .algorithm(Algorithm::TokenBucket)
+        .burst(burst)
+}
+
+/// Both backends at one clock.
+async fn backends(server: &RedisServer, clock: &ManualClock) -> [Client; 2] {
+    let memory = Client::builder().clock(clock.clone()).memory();
+    let (redis, _) = server.clocked_client(clock).await;
+    [memory, redis]
+}
+
+#[tokio::test]
+async fn a_burst_then_a_continuous_refill_with_exact_waits() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for client in backends(&server, &clock).await {
+        let name = if client.is_memory() { "tb:m" } else { "tb:r" };
+        // 10 per second, holding 5: a token every 100 ms.
+        let rule = [bucket(name, 10, SEC, 5)];
+        for left in (0..5).rev() {
+            let d = client.check_rules(&rule).await.unwrap();
+            assert!(d.allowed);
+            assert_eq!(d.remaining, left);
+        }
+        let refused = client.check_rules(&rule).await.unwrap();
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, Some(Duration::from_millis(100)));
+        // Three permits: 300 ms, exactly, from an empty bucket.
+        let three = [bucket(name, 10, SEC, 5).permits(3)];
+        clock.advance(Duration::from_millis(40));
+        assert_eq!(
+            client.check_rules(&three).await.unwrap().retry_after,
+            Some(Duration::from_millis(260))
+        );
+        clock.advance(Duration::from_millis(60));
+        assert!(
+            client.check_rules(&rule).await.unwrap().allowed,
+            "one token at 100 ms"
+        );
+        assert!(!client.check_rules(&rule).await.unwrap().allowed);
+        // After a quiet second the burst is back, and no more than the burst.
+        clock.advance(Duration::from_secs(10));
+        let d = client.check_rules(&three).await.unwrap();
+        assert_eq!((d.allowed, d.remaining), (true, 2));
+        clock.advance(Duration::from_secs(100));
+    }
+}
+
+#[tokio::test]
+async fn the_redis_layout_is_one_small_hash_that_vanishes_once_full() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let (client, mut raw) = server.clocked_client(&clock).await;
+    let rule = [bucket("rate_limit:api:7", 100, Duration::from_secs(60), 20).permits(4)];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    let fields: Vec<(String, String)> = raw.hgetall("{rate_limit:api:7}:bucket").await.unwrap();
+    let mut fields = fields;
+    fields.sort();
+    let expected: Vec<(String, String)> = [
+        ("at", T0.to_string()),
+        ("burst", "20".to_owned()),
+        ("interval", "60000".to_owned()),
+        ("rate", "100".to_owned()),
+        ("tokens", (16 * 60_000).to_string()),
+    ]
+    .into_iter()
+    .map(|(f, v)| (f.to_owned(), v))
+    .collect();
+    assert_eq!(fields, expected);
+    // 4 tokens at 100 per minute come back in 2.4 s: the key lives that long.
+    let ttl: i64 = raw.pttl("{rate_limit:api:7}:bucket").await.unwrap();
+    assert!((2_300..=2_400).contains(&ttl), "{ttl}");
+    let keys: Vec<String> = raw.keys("*").await.unwrap();
+    assert_eq!(keys, ["{rate_limit:api:7}:bucket"], "no other key");
+}
+
+#[tokio::test]
+async fn a_changed_config_keeps_whole_tokens_up_to_the_new_burst() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for client in backends(&server, &clock).await {
+        let name = if client.is_memory() { "tb:cm" } else { "tb:cr" };
+        assert!(
+            client
+                .check_rules(&[bucket(name, 10, SEC, 10).permits(3)])
+                .await
+                .unwrap()
+                .allowed
+        );
+        // 7 tokens kept, clamped to the new burst of 5.
+        let smaller = client
+            .check_rules(&[bucket(name, 60, Duration::from_secs(60), 5)])
+            .await
+            .unwrap();
+        assert_eq!((smaller.allowed, smaller.remaining), (true, 4));
+        // A larger burst does not fill the bucket.
+        let larger = client
+            .check_rules(&[bucket(name, 60, Duration::from_secs(60), 50)])
+            .await
+            .unwrap();
+        assert_eq!((larger.allowed, larger.remaining), (true, 3));
+    }
+}
+
+#[tokio::test]
+async fn mixed_with_sliding_windows_all_or_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for client in backends(&server, &clock).await {
+        let tag = if client.is_memory() { "m" } else { "r" };
+        let tokens = bucket(&format!("mix:{tag}:tokens"), 1, SEC, 3);
+        let window = Rule::new(format!("mix:{tag}:window"), 2, Duration::from_secs(60));
+        let both = [tokens.clone(), window.clone()];
+        assert!(client.check_rules(&both).await.unwrap().allowed);
+        assert!(client.check_rules(&both).await.unwrap().allowed);
+        // The window refuses: the bucket keeps its last token.
+        let refused = client.check_rules(&both).await.unwrap();
+        assert_eq!(refused.refused_by, Some(1));
+        let alone = client.check_rules(std::slice::from_ref(&tokens)).await.unwrap();
+        assert_eq!(
+            (alone.allowed, alone.remaining),
+            (true, 0),
+            "the refused call took no token"
+        );
+        // The bucket refuses: the window is not spent either.
+        let window2 = Rule::new(format!("mix:{tag}:window2"), 5, Duration::from_secs(60));
+        let refused = client
+            .check_rules(&[tokens.clone(), window2.clone()])
+            .await
+            .unwrap();
+        assert_eq!(refused.refused_by, Some(0));
+        assert_eq!(refused.retry_after, Some(SEC));
+        let w = client.rate_limiter(window2.name());
+        assert_eq!(
+            w.available_permits().await.unwrap(),
+            5,
+            "its config written, no permit taken"
+        );
+        clock.advance(Duration::from_secs(100));
+    }
+}
+
+#[tokio::test]
+async fn foreign_state_and_impossible_requests_are_clear_errors() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let (client, mut raw) = server.clocked_client(&clock).await;
+    let _: () = raw.set("{tb:str}:bucket", "x").await.unwrap();
+    let error = client
+        .check_rules(&[bucket("tb:str", 1, SEC, 1)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::WrongType { key, .. } if key == "{tb:str}:bucket"),
+        "{error}"
+    );
+    let _: () = raw.hset("{tb:bad}:bucket", "tokens", "lots").await.unwrap();
+    let error = client
+        .check_rules(&[bucket("tb:bad", 1, SEC, 1)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::CorruptBucket { key, .. } if key == "{tb:bad}:bucket"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("tokens=lots") || error.to_string().contains("rate=false"),
+        "{error}"
+    );
+    for client in backends(&server, &clock).await {
+        let error = client
+            .check_rules(&[bucket("tb:big", 10, SEC, 3).permits(4)])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::PermitsExceedBurst { burst: 3, .. }),
+            "{error}"
+        );
+        let error = client
+            .check_rules(&[bucket(
+                "tb:huge",
+                10,
+                Duration::from_secs(86_400 * 365),
+                u64::MAX / 4,
+            )])
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("2^53"), "{error}");
+    }
+}
