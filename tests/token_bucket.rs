@@ -206,3 +206,41 @@ async fn foreign_state_and_impossible_requests_are_clear_errors() {
         assert!(error.to_string().contains("2^53"), "{error}");
     }
 }
+
+/// The attribute: `algorithm = "token_bucket"` with a `burst`, stacked on a sliding
+/// window, on a default client at a manual clock.
+mod attribute {
+    use super::*;
+    use redlimit::{rate_limit, RateLimited};
+
+    #[rate_limit(
+        key = "tbattr:{user}",
+        rate = 2,
+        interval = "1s",
+        algorithm = "token_bucket",
+        burst = 4
+    )]
+    #[rate_limit(key = "tbattr:daily", rate = 5, interval = "1d")]
+    async fn call(user: u32) -> Result<(), RateLimited> {
+        let _ = user;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_token_bucket_rule_on_a_function() {
+        let clock = ManualClock::new(T0);
+        redlimit::set_default(Client::builder().clock(clock.clone()).memory()).unwrap();
+        for _ in 0..4 {
+            call(1).await.unwrap();
+        }
+        let refused = call(1).await.unwrap_err();
+        assert_eq!(refused.rule(), 0);
+        assert_eq!(refused.retry_after(), Some(Duration::from_millis(500)));
+        clock.advance(Duration::from_millis(500));
+        call(1).await.unwrap();
+        // The daily window's 5 are spent; the bucket refilled does not help.
+        clock.advance(Duration::from_secs(10));
+        let refused = call(1).await.unwrap_err();
+        assert_eq!(refused.rule(), 1);
+    }
+}

@@ -355,3 +355,28 @@ async fn rules_are_decided_all_or_nothing_in_the_attributes_vocabulary() {
     );
     assert_eq!(burst.available_permits().await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn a_token_bucket_rule_in_a_layer() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(
+            LayerRule::new("tb", 1, MINUTE)
+                .algorithm(redlimit::Algorithm::TokenBucket)
+                .burst(3),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    for _ in 0..3 {
+        assert_eq!(status(addr, "/a", &[]).await, 200);
+    }
+    let refused = send(addr, "GET", "/a", &[]).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("retry-after"), Some("60"), "a token a minute");
+    let error = RateLimitLayer::builder()
+        .rule(LayerRule::new("x", 5, MINUTE).burst(3))
+        .build()
+        .unwrap_err();
+    assert!(error.to_string().contains("token bucket"), "{error}");
+}

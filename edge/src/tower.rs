@@ -38,7 +38,8 @@ use http::request::Parts;
 use http::{HeaderName, HeaderValue, Request, Response};
 use redlimit_runtime::private::{Granted, KeyBuf, RuleSpec, Site};
 use redlimit_runtime::{
-    Client, Error, OnError, RateLimited, RateLimiterConfig, RateType, MAX_RATE, RATELIMIT, RATELIMIT_POLICY,
+    Algorithm, Client, Error, OnError, RateLimited, RateLimiterConfig, RateType, MAX_RATE, RATELIMIT,
+    RATELIMIT_POLICY,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -135,6 +136,8 @@ pub struct LayerRule {
     message: Option<&'static str>,
     shadow: bool,
     exempt: HashSet<String>,
+    algorithm: Algorithm,
+    burst: Option<u64>,
 }
 
 impl LayerRule {
@@ -155,7 +158,21 @@ impl LayerRule {
             message: None,
             shadow: false,
             exempt: HashSet::new(),
+            algorithm: Algorithm::SlidingWindow,
+            burst: None,
         }
+    }
+
+    /// The sliding window (default) or a token bucket (see [`burst`](LayerRule::burst)).
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// A token bucket's capacity (default: the rate).
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
     }
 
     /// Where the key's value comes from.
@@ -232,6 +249,8 @@ impl fmt::Debug for LayerRule {
             .field("on_error", &self.on_error)
             .field("shadow", &self.shadow)
             .field("exempt", &self.exempt)
+            .field("algorithm", &self.algorithm)
+            .field("burst", &self.burst)
             .finish()
     }
 }
@@ -320,6 +339,10 @@ impl RateLimitLayerBuilder {
                 permits: rule.permits,
                 on_error: rule.on_error,
                 message: rule.message,
+                bucket: match rule.algorithm {
+                    Algorithm::TokenBucket => Some(rule.burst.unwrap_or(rule.rate)),
+                    Algorithm::SlidingWindow => None,
+                },
             });
             let key = match rule.key.0 {
                 KeyKind::Global => Extract::Global,
@@ -381,13 +404,30 @@ fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
     if let Err(error) = RateLimiterConfig::new(rule.mode, rule.rate, rule.interval).validate(name) {
         return invalid(error.to_string());
     }
-    if rule.permits == 0 || rule.permits > rule.rate {
+    let most = match (rule.algorithm, rule.burst) {
+        (Algorithm::SlidingWindow, Some(_)) => {
+            return invalid(
+                "`burst` is a token bucket's capacity: add .algorithm(Algorithm::TokenBucket)".into(),
+            )
+        }
+        (Algorithm::SlidingWindow, None) => rule.rate,
+        (Algorithm::TokenBucket, burst) => {
+            let burst = burst.unwrap_or(rule.rate);
+            if burst == 0 || u128::from(burst) * rule.interval.as_millis() > u128::from(MAX_RATE) {
+                return invalid(format!(
+                    "burst = {burst} is not accepted: from 1, and burst times the interval in ms at most 2^53"
+                ));
+            }
+            burst
+        }
+    };
+    if rule.permits == 0 || rule.permits > most {
         return invalid(format!(
-            "permits = {} is not accepted: each request takes from 1 to the rate ({}) permits",
-            rule.permits, rule.rate
+            "permits = {} is not accepted: each request takes from 1 to {most} permits (the rate, or a \
+             token bucket's burst)",
+            rule.permits
         ));
     }
-    debug_assert!(rule.rate <= MAX_RATE);
     if rule.exempt.contains("") {
         return invalid(
             "an empty exempt value would exempt every request that has no value for the key; \

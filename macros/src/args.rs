@@ -15,7 +15,7 @@ use crate::template::{self, Piece};
 const MAX_PERMITS: u64 = u32::MAX as u64;
 
 pub const ACCEPTED: &str =
-    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, crate";
+    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, algorithm, burst, crate";
 
 /// `name = value`, with `crate` accepted as a name.
 pub struct Arg {
@@ -68,6 +68,8 @@ pub struct RuleArgs {
     pub message: Option<LitStr>,
     /// Decided and reported, never refusing.
     pub shadow: bool,
+    /// `Some(burst)`: a token bucket holding at most `burst`.
+    pub bucket: Option<u64>,
     pub timeout: Option<(Span, u64)>,
     pub fallback: Option<Path>,
     pub krate: Option<(Span, Path)>,
@@ -200,11 +202,13 @@ pub fn parse(
         on_error: Policy::Local,
         message: None,
         shadow: false,
+        bucket: None,
         timeout: None,
         fallback: None,
         krate: None,
     };
     let (mut rate, mut interval, mut permits) = (None, None, None);
+    let (mut token_bucket, mut burst) = (false, None);
     for Arg { name, value } in &args {
         let text = name.to_string();
         if seen.iter().any(|s| *s == text) {
@@ -273,6 +277,13 @@ pub fn parse(
                     "`shadow` must be `true` or `false`: a shadow rule is decided and reported, never refusing",
                 )),
             },
+            "algorithm" => {
+                let algorithms = [("sliding_window", false), ("token_bucket", true)];
+                if let Some(bucket) = choice("algorithm", value, &algorithms, errors) {
+                    token_bucket = bucket;
+                }
+            }
+            "burst" => burst = integer("burst", value, errors).map(|b| (value.span(), b)),
             "crate" => rule.krate = path("crate", value, errors).map(|p| (value.span(), p)),
             other => errors.push(Error::new(
                 name.span(),
@@ -293,11 +304,34 @@ pub fn parse(
             "missing `interval`: add `interval = \"<duration>\"`, e.g. `interval = \"60s\"`",
         ));
     }
-    if let (Some(rate), Some((span, permits))) = (rate, permits) {
-        if permits > rate {
+    if let (Some((span, _)), false) = (burst, token_bucket) {
+        errors.push(Error::new(
+            span,
+            "`burst` is a token bucket's capacity: add `algorithm = \"token_bucket\"`, or remove `burst`",
+        ));
+    }
+    // What one call may take: the rate, or a token bucket's capacity (default: the rate).
+    let most = if token_bucket {
+        burst.map(|(_, b)| b).or(rate)
+    } else {
+        rate
+    };
+    if let (Some(most), Some((span, permits))) = (most, permits) {
+        if permits > most {
+            let message = if token_bucket {
+                format!("`permits` ({permits}) exceeds the bucket's `burst` ({most}): no call could ever be granted")
+            } else {
+                format!("`permits` ({permits}) exceeds `rate` ({most}): no call could ever be granted")
+            };
+            errors.push(Error::new(span, message));
+        }
+    }
+    if let (true, Some(capacity), Some(interval)) = (token_bucket, most, interval) {
+        if u128::from(capacity) * u128::from(interval) > u128::from(duration::MAX_EXACT) {
             errors.push(Error::new(
-                span,
-                format!("`permits` ({permits}) exceeds `rate` ({rate}): no call could ever be granted"),
+                burst.map_or(attr_span, |(span, _)| span),
+                "the bucket's `burst` times the interval in milliseconds must be at most 2^53: its tokens \
+                 are counted exactly in 1/interval-ms units; use a smaller burst or interval",
             ));
         }
     }
@@ -307,5 +341,6 @@ pub fn parse(
     rule.rate = rate?;
     rule.interval_ms = interval?;
     rule.permits = permits.map_or(1, |(_, p)| p);
+    rule.bucket = token_bucket.then(|| burst.map_or(rule.rate, |(_, b)| b));
     Some(rule)
 }

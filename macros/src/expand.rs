@@ -130,6 +130,10 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
             Policy::Deny => quote!(Deny),
         };
         let shadow = rule.shadow;
+        let bucket = match rule.bucket {
+            Some(burst) => quote!(::core::option::Option::Some(#burst)),
+            None => quote!(::core::option::Option::None),
+        };
         let message = match &rule.message {
             Some(m) => quote!(::core::option::Option::Some(#m)),
             None => quote!(::core::option::Option::None),
@@ -151,6 +155,7 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
                 permits: #permits,
                 on_error: #krate::__private::OnError::#policy,
                 message: #message,
+                bucket: #bucket,
             }
         }
     });

@@ -38,6 +38,8 @@ pub struct RuleSpec {
     pub permits: u64,
     pub on_error: OnError,
     pub message: Option<&'static str>,
+    /// `Some(burst)`: a token bucket holding at most `burst`; `None`: a sliding window.
+    pub bucket: Option<u64>,
 }
 
 impl RuleSpec {
@@ -162,7 +164,9 @@ impl Site {
                 let permits = call.permits(i, spec);
                 let (rate, interval) =
                     match overrides.and_then(|(c, t)| Some((c, t.lookup(spec.name, &name)?))) {
-                        Some((_, (rate, interval))) if permits <= rate => (rate, interval),
+                        Some((_, (rate, interval))) if spec.bucket.is_some() || permits <= rate => {
+                            (rate, interval)
+                        }
                         Some((client, (rate, _))) => {
                             client
                                 .overrides()
@@ -171,7 +175,11 @@ impl Site {
                         }
                         None => (spec.rate, spec.interval),
                     };
-                Rule::new(name, rate, interval).mode(spec.mode).permits(permits)
+                let rule = Rule::new(name, rate, interval).mode(spec.mode).permits(permits);
+                match spec.bucket {
+                    Some(burst) => rule.algorithm(crate::Algorithm::TokenBucket).burst(burst),
+                    None => rule,
+                }
             })
             .collect()
     }
@@ -191,7 +199,7 @@ impl Site {
     fn never_passes(&self, call: &Call<'_>, rules: &[Rule]) -> Option<RateLimited> {
         call.permits?;
         let i = (0..rules.len()).find(|&i| {
-            !self.rules[i].shadow && call.applies(i) && rules[i].permits_per_call() > rules[i].config().rate
+            !self.rules[i].shadow && call.applies(i) && rules[i].permits_per_call() > rules[i].most_permits()
         })?;
         self.count(i, RuleOutcome::Limited);
         Some(RateLimited {
@@ -573,6 +581,7 @@ mod tests {
         permits: 1,
         on_error: OnError::Allow,
         message: None,
+        bucket: None,
     }];
 
     fn timeout() -> Error {

@@ -1,0 +1,23 @@
+use redlimit::{rate_limit, RateLimited};
+
+#[rate_limit(key = "a", rate = 5, interval = "1s", burst = 10)]
+async fn burst_without_token_bucket() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "b", rate = 5, interval = "1s", algorithm = "token_bucket", burst = 3, permits = 4)]
+async fn permits_above_burst() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "c", rate = 5, interval = "1s", algorithm = "leaky_bucket")]
+async fn unknown_algorithm() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "d", rate = 5, interval = "365d", algorithm = "token_bucket", burst = 1000000000)]
+async fn burst_too_large() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+fn main() {}
