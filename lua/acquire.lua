@@ -183,7 +183,10 @@ for i = 1, nrules do
   local a = 1 + 7 * (i - 1)
   if ARGV[a + 6] == '2' or ARGV[a + 6] == '3' then
     if load_tokens == nil then token_helpers() end
-    rules[i] = load_tokens(i, k, a)
+    local r = load_tokens(i, k, a)
+    -- a bucket refilled later than this call's time: the call is decided then (below)
+    if r.stored and tonumber(r.stored[5]) > newest then newest = tonumber(r.stored[5]) end
+    rules[i] = r
   else
   local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
   local r = {
@@ -245,7 +248,7 @@ end
 
 -- A call whose time was taken just before another's, but which reaches Redis after
 -- it, is decided at the later time: each log then stays in time order and no window
--- of its scores holds more than the rate. Clocks further apart than REORDER are skew,
+-- of its scores holds more than the rate (and a token bucket never refills backwards). Clocks further apart than REORDER are skew,
 -- and left as they are (see RELIABILITY.md). Twin: REORDER_MS in memory/mod.rs.
 local REORDER = 1000
 if newest - now <= REORDER then

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redlimit::{rate_limit, Client, RateLimited, RateType, Rule};
+use redlimit::{rate_limit, Algorithm, Client, RateLimited, RateType, Rule};
 use support::RedisServer;
 
 const RATE: u64 = 40;
@@ -19,6 +19,11 @@ const INTERVAL_MS: u64 = 400;
 const RUN: Duration = Duration::from_millis(2500);
 const PROCESSES: usize = 4;
 const TASKS: usize = 12;
+/// The token-bucket scenario's capacity, and the pause its workers make (from this
+/// long after they are started).
+const BURST: u64 = 20;
+const PAUSE_AT: Duration = Duration::from_millis(900);
+const PAUSE: Duration = Duration::from_millis(700);
 
 /// The rules a worker decides, by scenario name.
 fn rules(scenario: &str) -> Vec<Rule> {
@@ -31,6 +36,9 @@ fn rules(scenario: &str) -> Vec<Rule> {
             Rule::new("contention:stacked:c", RATE + 5, interval),
         ],
         "per_client" => vec![Rule::new("contention:per_client", RATE, interval).mode(RateType::PerClient)],
+        "token_bucket" => vec![Rule::new("contention:bucket", RATE, interval)
+            .algorithm(Algorithm::TokenBucket)
+            .burst(BURST)],
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -46,7 +54,13 @@ async fn worker() {
         return restart_worker(&url).await;
     }
     let client = Client::connect(&url).await.unwrap();
-    let deadline = tokio::time::Instant::now() + RUN;
+    let started = tokio::time::Instant::now();
+    let deadline = started + RUN;
+    // The token bucket's workers all pause at one wall-clock time, so the bucket fills
+    // up again mid-run.
+    let pause_at: u64 = std::env::var("CONTENTION_PAUSE_AT").unwrap().parse().unwrap();
+    let from = started + Duration::from_millis(pause_at.saturating_sub(now_ms()));
+    let pause = (scenario == "token_bucket").then(|| (from, from + PAUSE));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let client = client.clone();
@@ -54,6 +68,12 @@ async fn worker() {
             tokio::spawn(async move {
                 let mut grants = Vec::new();
                 loop {
+                    if let Some((from, to)) = pause {
+                        let now = tokio::time::Instant::now();
+                        if now >= from && now < to {
+                            tokio::time::sleep_until(to).await;
+                        }
+                    }
                     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                     if left.is_zero() {
                         return grants;
@@ -137,6 +157,8 @@ fn static_turn<T>(f: impl FnOnce() -> T) -> T {
 /// Starts `PROCESSES` workers of `scenario`: this test binary, run on `worker`.
 fn spawn_workers(server: &RedisServer, scenario: &str) -> Vec<Child> {
     let exe = std::env::current_exe().unwrap();
+    // One pause for all workers, on the wall clock, so that nobody asks during it.
+    let pause_at = now_ms() + PAUSE_AT.as_millis() as u64;
     (0..PROCESSES)
         .map(|_| {
             Command::new(&exe)
@@ -149,6 +171,7 @@ fn spawn_workers(server: &RedisServer, scenario: &str) -> Vec<Child> {
                 ])
                 .env("CONTENTION_URL", server.url())
                 .env("CONTENTION_SCENARIO", scenario)
+                .env("CONTENTION_PAUSE_AT", pause_at.to_string())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .spawn()
@@ -228,6 +251,46 @@ fn three_stacked_rules_across_processes_hold_the_tightest() {
     let grants = run_workers(&server, "stacked");
     let mut all: Vec<u64> = grants.into_values().flatten().collect();
     check("three stacked rules", &mut all, RATE);
+}
+
+/// The most grants in any window of `length` ms.
+fn busiest(times: &[u64], length: u64) -> usize {
+    let mut most = 0;
+    let mut start = 0;
+    for end in 0..times.len() {
+        while times[end] - times[start] >= length {
+            start += 1;
+        }
+        most = most.max(end - start + 1);
+    }
+    most
+}
+
+#[test]
+fn one_token_bucket_across_processes_never_over_grants() {
+    let server = RedisServer::start();
+    let grants = run_workers(&server, "token_bucket");
+    let mut all: Vec<u64> = grants.into_values().flatten().collect();
+    all.sort_unstable();
+    // In any window of T ms, at most the burst plus what T refills.
+    for length in [1, 50, 100, 200, 400, 1000, 2500] {
+        let most = busiest(&all, length) as u64;
+        let bound = BURST + RATE * length / INTERVAL_MS;
+        println!("token bucket: busiest {length} ms window {most}, bound {bound}");
+        assert!(most <= bound, "{most} grants in {length} ms, bound {bound}");
+    }
+    // Under demand it grants the rate: most of what the time outside the pause refills.
+    let active = (RUN - PAUSE).as_millis() as u64;
+    let expected = RATE * active / INTERVAL_MS;
+    println!(
+        "token bucket: {} grants, {expected} refilled outside the pause",
+        all.len()
+    );
+    assert!(
+        all.len() as u64 >= expected * 8 / 10,
+        "only {} grants, {expected} refilled while workers asked",
+        all.len()
+    );
 }
 
 #[test]

@@ -54,6 +54,9 @@ impl MemoryBackend {
                 // A token bucket: its state now, its plan once the time is settled.
                 let limiter = locked.store(name).limiters.get_mut(name);
                 let stored = limiter.and_then(|l| l.tokens(rule.rate_type, clock_now).copied());
+                if let Some(stored) = stored {
+                    newest = newest.max(stored.at);
+                }
                 resolved.push(Resolved {
                     config: *rule,
                     change: ConfigChange::Kept,
