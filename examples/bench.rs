@@ -10,6 +10,9 @@
 //! 3. Latency of a decision under that load.
 //! 4. Memory in Redis per limiter when saturated, and keys left by idle limiters.
 //! 5. In process: the memory backend next to governor, per thread and in total.
+//! 7. A token bucket next to the sliding window: server time per decision and memory
+//!    per limiter at 10, 1 000 and 100 000 per minute (`REDLIMIT_BENCH_ONLY=bucket`
+//!    runs it alone).
 //! 6. Server time per decision side by side with a reference acquire script given in
 //!    `REDLIMIT_REFERENCE_SCRIPT` (a path; any script taking Redisson's KEYS and ARGV:
 //!    five keys, then permits, the time in ms and 16 random bytes, such as Redisson's
@@ -224,6 +227,7 @@ async fn main() {
     match std::env::var("REDLIMIT_BENCH_ONLY").as_deref() {
         Ok("side") => return side_by_side(&client, &mut conn).await,
         Ok("memory") => return in_process(),
+        Ok("bucket") => return token_bucket(&client, &mut conn).await,
         _ => {}
     }
 
@@ -371,10 +375,65 @@ async fn main() {
     );
     // 6: server time side by side with a reference script.
     side_by_side(&client, &mut conn).await;
+    // 7: a token bucket next to the sliding window.
+    token_bucket(&client, &mut conn).await;
     drop(server);
 
     // 5: in process, against governor.
     in_process();
+}
+
+/// Section 7: one limiter per algorithm and rate, 64 tasks deciding it for `RUN`
+/// (grants until it is saturated, then refusals, as a limit under pressure sees), then
+/// the memory of all its keys.
+async fn token_bucket(client: &Client, conn: &mut MultiplexedConnection) {
+    println!("## A token bucket next to the sliding window (64 tasks on one limiter, 3 s each)\n");
+    println!("| rate per minute | sliding window: us per decision in Redis | token bucket | ratio | sliding window: bytes | token bucket: bytes |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for rate in [10u64, 1_000, 100_000] {
+        let mut figures = Vec::new();
+        for bucket in [false, true] {
+            let name = format!("bench:{}:{rate}", if bucket { "bucket" } else { "window" });
+            let rule = Rule::new(name.clone(), rate, Duration::from_secs(60));
+            let rule = if bucket {
+                rule.algorithm(redlimit::Algorithm::TokenBucket)
+            } else {
+                rule
+            };
+            let rules = Arc::new([rule]);
+            let client = client.clone();
+            let (_, usec) = timed(conn, move || {
+                let (client, rules) = (client.clone(), rules.clone());
+                async move {
+                    client.check_rules(&rules[..]).await.unwrap();
+                }
+            })
+            .await;
+            let bytes = if bucket {
+                let key = format!("{{{name}}}:bucket");
+                let bytes: Option<u64> = redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(&key)
+                    .arg("SAMPLES")
+                    .arg(0)
+                    .query_async(conn)
+                    .await
+                    .unwrap();
+                bytes.unwrap_or(0)
+            } else {
+                memory_usage(conn, &name).await
+            };
+            figures.push((usec, bytes));
+        }
+        let ((window_us, window_bytes), (bucket_us, bucket_bytes)) = (figures[0], figures[1]);
+        println!(
+            "| {rate} | {window_us:.1} | {bucket_us:.1} | {:.2} | {window_bytes} | {bucket_bytes} |",
+            bucket_us / window_us
+        );
+    }
+    println!(
+        "\n(target: a token bucket's server time at most half the sliding window's; its memory constant)\n"
+    );
 }
 
 /// Runs `op` under load and answers decisions/s and EVALSHA's time per call in Redis.
