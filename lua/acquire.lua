@@ -18,10 +18,11 @@
 --   token bucket, overall or per_client), 7 keepAliveTime in ms, or a token
 --   bucket's burst (4..7 are read only when 3 is "1"; a token bucket always owns it)
 -- A token-bucket rule uses its KEYS 2 ({NAME}:bucket) or 3 ({NAME}:bucket:ID) in
--- place of the value keys, and touches no other: one hash of rate, interval, burst,
--- tokens (in 1/interval-in-ms of a token, so refilling adds `rate` per millisecond and
--- every number stays an exact integer) and at (the last refill, epoch ms); a missing
--- bucket is a full one, and each write sets its TTL to the time until it is full.
+-- place of the value keys, and touches no other: one string
+-- "rate:interval:burst:tokens:at" (tokens in 1/interval-in-ms of a token, so refilling
+-- adds `rate` per millisecond and every number stays an exact integer; at the last
+-- refill, epoch ms); a missing bucket is a full one, and each write sets its TTL to
+-- the time until it is full (tokens.lua decides calls of token buckets alone).
 -- Returns {granted (1|0), first refusing rule (1-based, 0 when granted),
 --          wait in ms until that refusal would pass (0 when granted),
 --          the time the call was decided at (now, or a slightly later grant's time),
@@ -117,15 +118,12 @@ local function token_helpers()
       kind = ARGV[a + 6], stored = false, units = 0, at = 0,
       write = false, changed = false, created = false, vkey = false,
     }
-    local s = redis.call('hmget', r.bkey, 'rate', 'interval', 'burst', 'tokens', 'at')
-    if s[1] or s[2] or s[3] or s[4] or s[5] then
-      local names = { 'rate', 'interval', 'burst', 'tokens', 'at' }
-      for f = 1, 5 do
-        local v = s[f]
-        if v == false or not string.find(v, '^%d+$') or tonumber(v) > LIMIT
-            or (f <= 3 and tonumber(v) < 1) then
-          fail('bad_bucket', i, r.role .. ' ' .. names[f] .. '=' .. tostring(v))
-        end
+    local raw = redis.call('get', r.bkey)
+    if raw then
+      local s = { string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$') }
+      if s[5] == nil or tonumber(s[1]) < 1 or tonumber(s[2]) < 1 or tonumber(s[3]) < 1
+          or tonumber(s[3]) * tonumber(s[2]) > LIMIT or tonumber(s[5]) > LIMIT then
+        fail('bad_bucket', i, r.role .. ' ' .. raw)
       end
       r.stored = s
     end
@@ -359,10 +357,9 @@ if not probe then
       -- the refilled state, less what a grant took; gone when full again
       local units = r.units - (granted and r.permits * r.interval or 0)
       local a = 1 + 7 * (i - 1)
-      redis.call('hset', r.bkey, 'rate', ARGV[a + 4], 'interval', ARGV[a + 5], 'burst', ARGV[a + 7],
-        'tokens', string.format('%d', units), 'at', string.format('%d', r.at))
       local ttl = r.at + math.max(cdiv(r.burst * r.interval - units, r.rate), 1) - caller_now
-      redis.call('pexpire', r.bkey, string.format('%d', math.max(ttl, 1)))
+      redis.call('set', r.bkey, ARGV[a + 4] .. ':' .. ARGV[a + 5] .. ':' .. ARGV[a + 7] .. ':'
+        .. string.format('%d:%d', units, r.at), 'px', string.format('%d', math.max(ttl, 1)))
     elseif r.write then
       local a = 1 + 7 * (i - 1)
       redis.call('hset', r.name, 'rate', ARGV[a + 4], 'interval', ARGV[a + 5], 'type', ARGV[a + 6],

@@ -65,31 +65,28 @@ async fn a_burst_then_a_continuous_refill_with_exact_waits() {
 }
 
 #[tokio::test]
-async fn the_redis_layout_is_one_small_hash_that_vanishes_once_full() {
+async fn the_redis_layout_is_one_small_value_that_vanishes_once_full() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
     let (client, mut raw) = server.clocked_client(&clock).await;
     let rule = [bucket("rate_limit:api:7", 100, Duration::from_secs(60), 20).permits(4)];
     assert!(client.check_rules(&rule).await.unwrap().allowed);
-    let fields: Vec<(String, String)> = raw.hgetall("{rate_limit:api:7}:bucket").await.unwrap();
-    let mut fields = fields;
-    fields.sort();
-    let expected: Vec<(String, String)> = [
-        ("at", T0.to_string()),
-        ("burst", "20".to_owned()),
-        ("interval", "60000".to_owned()),
-        ("rate", "100".to_owned()),
-        ("tokens", (16 * 60_000).to_string()),
-    ]
-    .into_iter()
-    .map(|(f, v)| (f.to_owned(), v))
-    .collect();
-    assert_eq!(fields, expected);
+    // rate:interval:burst:tokens:at, tokens in 1/60000 of a token: 16 left.
+    let state: String = raw.get("{rate_limit:api:7}:bucket").await.unwrap();
+    assert_eq!(state, format!("100:60000:20:{}:{T0}", 16 * 60_000));
     // 4 tokens at 100 per minute come back in 2.4 s: the key lives that long.
     let ttl: i64 = raw.pttl("{rate_limit:api:7}:bucket").await.unwrap();
     assert!((2_300..=2_400).contains(&ttl), "{ttl}");
     let keys: Vec<String> = raw.keys("*").await.unwrap();
     assert_eq!(keys, ["{rate_limit:api:7}:bucket"], "no other key");
+    // Mixed with a window, the bucket is written the same way.
+    let mixed = [
+        bucket("rate_limit:api:8", 100, Duration::from_secs(60), 20).permits(4),
+        Rule::new("rate_limit:api:8:w", 5, Duration::from_secs(60)),
+    ];
+    assert!(client.check_rules(&mixed).await.unwrap().allowed);
+    let state: String = raw.get("{rate_limit:api:8}:bucket").await.unwrap();
+    assert_eq!(state, format!("100:60000:20:{}:{T0}", 16 * 60_000));
 }
 
 #[tokio::test]
@@ -163,28 +160,34 @@ async fn foreign_state_and_impossible_requests_are_clear_errors() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
     let (client, mut raw) = server.clocked_client(&clock).await;
-    let _: () = raw.set("{tb:str}:bucket", "x").await.unwrap();
+    let _: () = raw.hset("{tb:hash}:bucket", "tokens", "1").await.unwrap();
     let error = client
-        .check_rules(&[bucket("tb:str", 1, SEC, 1)])
+        .check_rules(&[bucket("tb:hash", 1, SEC, 1)])
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, Error::WrongType { key, .. } if key == "{tb:str}:bucket"),
+        matches!(&error, Error::WrongType { key, .. } if key == "{tb:hash}:bucket"),
         "{error}"
     );
-    let _: () = raw.hset("{tb:bad}:bucket", "tokens", "lots").await.unwrap();
-    let error = client
-        .check_rules(&[bucket("tb:bad", 1, SEC, 1)])
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&error, Error::CorruptBucket { key, .. } if key == "{tb:bad}:bucket"),
-        "{error}"
-    );
-    assert!(
-        error.to_string().contains("tokens=lots") || error.to_string().contains("rate=false"),
-        "{error}"
-    );
+    for (name, state) in [
+        ("tb:bad", "lots"),
+        ("tb:zero", "0:1000:1:0:0"),
+        ("tb:short", "1:1000:1:5"),
+    ] {
+        let key = format!("{{{name}}}:bucket");
+        let _: () = raw.set(&key, state).await.unwrap();
+        // Alone (tokens.lua) and mixed with a window (acquire.lua): the same error.
+        for rules in [
+            vec![bucket(name, 1, SEC, 1)],
+            vec![bucket(name, 1, SEC, 1), Rule::new(format!("{name}:w"), 1, SEC)],
+        ] {
+            let error = client.check_rules(&rules).await.unwrap_err();
+            assert!(
+                matches!(&error, Error::CorruptBucket { key: k, detail } if *k == key && detail == state),
+                "{error}"
+            );
+        }
+    }
     for client in backends(&server, &clock).await {
         let error = client
             .check_rules(&[bucket("tb:big", 10, SEC, 3).permits(4)])

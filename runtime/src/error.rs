@@ -115,10 +115,10 @@ pub enum Error {
         value: String,
     },
 
-    /// A token bucket's hash holds a field that is not a non-negative integer.
+    /// A token bucket's key does not hold `rate:interval:burst:tokens:at`.
     #[error(
-        "token bucket key `{key}` holds {detail}, not a token bucket's state; delete it \
-         (a missing bucket is a full one)"
+        "token bucket key `{key}` holds {detail:?}, not a token bucket's state \
+         (rate:interval:burst:tokens:at); delete it (a missing bucket is a full one)"
     )]
     CorruptBucket {
         /// The bucket key.

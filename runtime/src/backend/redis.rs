@@ -22,6 +22,7 @@ struct Scripts {
     keep_alive: Script,
     expire: Script,
     refund: Script,
+    tokens: Script,
 }
 
 /// A script with `lua/shared.lua`'s helpers in front of it.
@@ -42,6 +43,7 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     keep_alive: Script::new(include_str!("../../../lua/keep_alive.lua")),
     expire: Script::new(include_str!("../../../lua/expire.lua")),
     refund: with_shared!("refund.lua"),
+    tokens: Script::new(include_str!("../../../lua/tokens.lua")),
 });
 
 /// Attempts at refunding a timed-out grant, and the pause before each retry.
@@ -132,9 +134,33 @@ impl RedisBackend {
             .iter()
             .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
             .collect();
-        let mut invocation = SCRIPTS.acquire.prepare_invoke();
+        let only_buckets = calls.iter().all(|c| c.bucket.is_some() && c.rule.is_some());
+        let mut invocation = if only_buckets {
+            SCRIPTS.tokens.prepare_invoke()
+        } else {
+            SCRIPTS.acquire.prepare_invoke()
+        };
         invocation.arg(self.now_arg(now));
-        for (call, member) in calls.iter().zip(&members) {
+        if only_buckets {
+            // Token buckets only: tokens.lua, one key and five arguments per rule.
+            for call in calls {
+                let (Some(burst), Some(rule)) = (call.bucket, call.rule) else {
+                    continue;
+                };
+                let (key, kind) = match rule.rate_type {
+                    RateType::Overall => (call.keys.bucket(), "2"),
+                    RateType::PerClient => (call.keys.client_bucket(), "3"),
+                };
+                invocation
+                    .key(key)
+                    .arg(call.permits)
+                    .arg(rule.rate)
+                    .arg(rule.interval_ms())
+                    .arg(burst)
+                    .arg(kind);
+            }
+        }
+        for (call, member) in calls.iter().zip(&members).filter(|_| !only_buckets) {
             if let (Some(burst), Some(rule)) = (call.bucket, call.rule) {
                 // A token bucket: its two bucket keys in the value keys' places.
                 let k = call.keys;
@@ -185,7 +211,8 @@ impl RedisBackend {
             Ok(reply) => reply,
             Err(guess @ Error::WrongType { .. }) => return Err(self.wrong_type(calls, guess).await),
             Err(err) => {
-                let probe = calls.iter().all(|c| c.permits == 0);
+                // A token bucket's grant is not in any log: nothing to take back.
+                let probe = calls.iter().all(|c| c.permits == 0) || only_buckets;
                 if !probe && may_have_run(&err) {
                     self.spawn_refund(calls, members);
                 }
@@ -193,7 +220,7 @@ impl RedisBackend {
             }
         };
         let outcome = parse_outcome(&reply, calls.len()).ok_or_else(|| Error::UnexpectedReply {
-            script: "acquire.lua",
+            script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
             reply: format!("{:?}", &reply[..reply.len().min(16)]),
         })?;
         Ok((outcome, members))
@@ -207,8 +234,8 @@ impl RedisBackend {
             let k = call.keys;
             let expected: Vec<(String, &str, &'static str)> = if call.bucket.is_some() {
                 vec![
-                    (k.bucket(), "hash", "bucket"),
-                    (k.client_bucket(), "hash", "bucket"),
+                    (k.bucket(), "string", "bucket"),
+                    (k.client_bucket(), "string", "bucket"),
                 ]
             } else {
                 vec![
