@@ -247,3 +247,54 @@ mod attribute {
         assert_eq!(refused.rule(), 1);
     }
 }
+
+/// The handle: take, ask, wait, change the rate keeping the tokens, delete.
+#[tokio::test]
+async fn the_token_bucket_handle() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for client in backends(&server, &clock).await {
+        let name = if client.is_memory() { "h:m" } else { "h:r" };
+        let bucket = client.token_bucket(name, 10, SEC).burst(4);
+        assert_eq!(bucket.available().await.unwrap(), 4, "a missing bucket is full");
+        assert!(bucket.try_acquire(3).await.unwrap());
+        assert_eq!(bucket.available().await.unwrap(), 1);
+        assert_eq!(bucket.available().await.unwrap(), 1, "asking takes nothing");
+        let refused = bucket.check(3).await.unwrap();
+        assert_eq!(refused.retry_after, Some(Duration::from_millis(200)));
+        // Another rate, the same tokens: 1 left, now refilled at 60 per minute.
+        let slower = bucket.clone().with_rate(60, Duration::from_secs(60));
+        assert_eq!(slower.capacity(), 4);
+        assert_eq!(slower.check(2).await.unwrap().retry_after, Some(SEC));
+        assert!(bucket.delete().await.unwrap());
+        assert!(!bucket.delete().await.unwrap());
+        assert_eq!(bucket.available().await.unwrap(), 4, "deleted: full again");
+        let error = client
+            .token_bucket("a{b", 1, SEC)
+            .try_acquire(1)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::CrossSlotName { .. }), "{error}");
+    }
+    // Waiting, on the real clock: 20 per second, so a token every 50 ms.
+    let client = Client::connect(&server.url()).await.unwrap();
+    let bucket = client.token_bucket("h:wait", 20, SEC).burst(1);
+    assert!(bucket.try_acquire(1).await.unwrap());
+    let started = std::time::Instant::now();
+    assert!(bucket
+        .try_acquire_for(1, Duration::from_millis(500))
+        .await
+        .unwrap());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(40) && waited < Duration::from_millis(400),
+        "{waited:?}"
+    );
+    assert!(
+        !bucket
+            .try_acquire_for(1, Duration::from_millis(10))
+            .await
+            .unwrap(),
+        "50 ms away, 10 allowed"
+    );
+}

@@ -26,6 +26,7 @@
 //! ```
 
 mod backend;
+mod bucket;
 mod builder;
 mod checks;
 mod client;
@@ -58,6 +59,7 @@ mod tls;
 mod waiting;
 
 pub use backend::connection::cluster_nodes;
+pub use bucket::TokenBucket;
 pub use builder::ClientBuilder;
 pub use client::{Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 pub use clock::{Clock, ManualClock, SystemClock};

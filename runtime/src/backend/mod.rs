@@ -160,6 +160,16 @@ impl Backend {
         dispatch!(self, Delete, b => b.delete(keys, now).await)
     }
 
+    /// Deletes a token bucket of `mode`; true when it existed.
+    pub async fn delete_bucket(
+        &self,
+        keys: &LimiterKeys,
+        mode: crate::RateType,
+        now: u64,
+    ) -> Result<bool, Error> {
+        dispatch!(self, Delete, b => b.delete_bucket(keys, mode, now).await)
+    }
+
     pub async fn is_exists(&self, keys: &LimiterKeys, now: u64) -> Result<bool, Error> {
         dispatch!(self, IsExists, b => b.is_exists(keys, now).await)
     }

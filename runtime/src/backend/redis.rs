@@ -399,6 +399,21 @@ impl RedisBackend {
         )
     }
 
+    pub async fn delete_bucket(&self, keys: &LimiterKeys, mode: RateType, _now: u64) -> Result<bool, Error> {
+        let key = match mode {
+            RateType::Overall => keys.bucket(),
+            RateType::PerClient => keys.client_bucket(),
+        };
+        self.run(&[keys], |mut conn| async move {
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<u64>(&mut conn)
+                .await
+                .map(|n| n > 0)
+        })
+        .await
+    }
+
     /// Every field of the hash `key` (the rate overrides).
     pub async fn read_hash(&self, key: &str) -> Result<Vec<(String, String)>, Error> {
         self.run(&[], |mut conn| async move {

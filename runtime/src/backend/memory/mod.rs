@@ -99,6 +99,16 @@ impl MemoryBackend {
         }
     }
 
+    pub async fn delete_bucket(&self, keys: &LimiterKeys, mode: RateType, now: u64) -> Result<bool, Error> {
+        let mut store = self.lock(keys.config());
+        let Some(limiter) = store.limiters.get_mut(keys.config()) else {
+            return Ok(false);
+        };
+        let existed = limiter.tokens(mode, now).is_some();
+        limiter.remove_tokens(mode);
+        Ok(existed)
+    }
+
     pub async fn try_set_rate(
         &self,
         keys: &LimiterKeys,

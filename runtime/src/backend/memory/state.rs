@@ -118,6 +118,10 @@ impl Limiter {
         tokens.as_ref()
     }
 
+    pub fn remove_tokens(&mut self, kind: RateType) {
+        self.tokens[slot(kind)] = None;
+    }
+
     pub fn set_tokens(&mut self, kind: RateType, tokens: Tokens) {
         self.tokens[slot(kind)] = Some(tokens);
     }

@@ -1,0 +1,152 @@
+//! [`TokenBucket`]: one token bucket by hand, as [`RateLimiter`](crate::RateLimiter)
+//! is one sliding window.
+
+use std::time::Duration;
+
+use crate::backend::{Call, Outcome};
+use crate::{waiting, Client, Decision, Error, LimiterKeys, RateLimiterConfig, RateType, Rule};
+
+/// A token bucket: `rate` tokens per `interval`, refilled continuously, at most `burst`
+/// held (see the README's "Token buckets" for its layout). The handle carries the
+/// config; the bucket adopts it on the next decision, keeping its whole tokens up to
+/// the burst, so changing the rate ([`with_rate`](TokenBucket::with_rate)) keeps the
+/// state. There is no keep-alive to set: a bucket's key expires by itself once the
+/// bucket is full again.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlimit_runtime::Error> {
+/// use redlimit_runtime::Client;
+/// use std::time::Duration;
+///
+/// let bucket = Client::memory().token_bucket("api:7", 10, Duration::from_secs(1)).burst(20);
+/// assert!(bucket.try_acquire(20).await?);
+/// assert!(!bucket.try_acquire(1).await?);
+/// assert_eq!(bucket.check(1).await?.retry_after, Some(Duration::from_millis(100)));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    client: Client,
+    rule: Rule,
+    keys: Option<LimiterKeys>,
+}
+
+impl Client {
+    /// A token bucket on the key `{name}:bucket` (used as given: no prefix),
+    /// refilling `rate` tokens per `interval` and holding at most `rate` (see
+    /// [`TokenBucket::burst`]).
+    pub fn token_bucket(&self, name: impl Into<String>, rate: u64, interval: Duration) -> TokenBucket {
+        let rule = Rule::new(name, rate, interval).algorithm(crate::Algorithm::TokenBucket);
+        let keys = LimiterKeys::with_client(rule.name().to_owned(), self.shared_client_id()).ok();
+        TokenBucket {
+            client: self.clone(),
+            rule,
+            keys,
+        }
+    }
+}
+
+impl TokenBucket {
+    /// The most tokens the bucket holds (default: the rate).
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.rule = self.rule.burst(burst);
+        self
+    }
+
+    /// One bucket shared by every client (default), or one per client.
+    pub fn mode(mut self, mode: RateType) -> Self {
+        self.rule = self.rule.mode(mode);
+        self
+    }
+
+    /// The same bucket at another rate and interval (the burst stays): the stored
+    /// state adopts it on the next decision, keeping its whole tokens.
+    pub fn with_rate(mut self, rate: u64, interval: Duration) -> Self {
+        let burst = self.rule.capacity().unwrap_or(rate);
+        let mode = self.rule.config().rate_type;
+        let name = self.rule.name().to_owned();
+        self.rule = Rule::new(name, rate, interval)
+            .algorithm(crate::Algorithm::TokenBucket)
+            .mode(mode)
+            .burst(burst);
+        self
+    }
+
+    /// The bucket's name.
+    pub fn name(&self) -> &str {
+        self.rule.name()
+    }
+
+    /// The rate, interval and mode this handle decides with.
+    pub fn config(&self) -> &RateLimiterConfig {
+        self.rule.config()
+    }
+
+    /// The most tokens the bucket holds.
+    pub fn capacity(&self) -> u64 {
+        self.rule.capacity().unwrap_or(self.rule.config().rate)
+    }
+
+    /// Takes `permits` tokens if the bucket has them now; never waits.
+    pub async fn try_acquire(&self, permits: u64) -> Result<bool, Error> {
+        Ok(self.check(permits).await?.allowed)
+    }
+
+    /// Takes `permits` tokens, waiting up to `timeout` for them (giving up at once
+    /// when the exact wait ends after it).
+    pub async fn try_acquire_for(&self, permits: u64, timeout: Duration) -> Result<bool, Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let decision = waiting::until_allowed(Some(deadline), || self.check(permits)).await?;
+        Ok(decision.allowed)
+    }
+
+    /// Takes `permits` tokens, waiting as long as it takes.
+    pub async fn acquire(&self, permits: u64) -> Result<(), Error> {
+        waiting::until_allowed(None, || self.check(permits)).await?;
+        Ok(())
+    }
+
+    /// Takes `permits` tokens if the bucket has them now, answering how many whole
+    /// tokens remain or exactly how long until it has them.
+    pub async fn check(&self, permits: u64) -> Result<Decision, Error> {
+        let rule = self.rule.clone().permits(permits);
+        self.client.check_rules(std::slice::from_ref(&rule)).await
+    }
+
+    /// Whole tokens in the bucket now; takes nothing, writes nothing.
+    pub async fn available(&self) -> Result<u64, Error> {
+        Ok(self.run(0).await?.rules[0].left)
+    }
+
+    /// Deletes the bucket (it is full again); true when it existed.
+    pub async fn delete(&self) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        let mode = self.rule.config().rate_type;
+        self.client
+            .backend()
+            .delete_bucket(keys, mode, self.client.now_ms())
+            .await
+    }
+
+    /// The bucket's keys, or why the name cannot be a limiter's.
+    fn keys(&self) -> Result<&LimiterKeys, Error> {
+        match &self.keys {
+            Some(keys) => Ok(keys),
+            None => Err(crate::keys::check_name(self.rule.name()).expect_err("a name keys were refused for")),
+        }
+    }
+
+    async fn run(&self, permits: u64) -> Result<Outcome, Error> {
+        let keys = self.keys()?;
+        self.rule.config().validate(self.rule.name())?;
+        crate::limiter::check_bucket(self.rule.name(), self.capacity(), self.rule.config())?;
+        let calls = [Call {
+            keys,
+            permits,
+            rule: Some(self.rule.config()),
+            bucket: self.rule.capacity(),
+        }];
+        self.client.backend().acquire(&calls, self.client.now_ms()).await
+    }
+}
