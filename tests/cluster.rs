@@ -305,3 +305,29 @@ async fn a_killed_primary_fails_over_and_calls_recover_by_themselves() {
         "a call took {slowest:?}"
     );
 }
+
+#[tokio::test]
+async fn a_token_bucket_in_an_earlier_slot_gets_its_tokens_back() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::connect(&cluster.url()).await.unwrap();
+    let bucket = name_in("rate_limit:tb:", |s| s < 5000);
+    let window = name_in("rate_limit:w:", |s| s > 11_000);
+    let rules = [
+        Rule::new(bucket.clone(), 5, Duration::from_secs(60))
+            .algorithm(redlimit::Algorithm::TokenBucket)
+            .permits(2),
+        Rule::new(window, 1, Duration::from_secs(60)),
+    ];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let handle = client.token_bucket(bucket, 5, Duration::from_secs(60));
+    assert_eq!(handle.available().await.unwrap(), 3);
+    for _ in 0..3 {
+        let refused = client.check_rules(&rules).await.unwrap();
+        assert_eq!(refused.refused_by, Some(1));
+        assert_eq!(
+            handle.available().await.unwrap(),
+            3,
+            "the window refused: the tokens came back"
+        );
+    }
+}

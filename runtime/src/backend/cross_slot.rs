@@ -94,5 +94,8 @@ async fn give_back(backend: &RedisBackend, calls: &[Call<'_>], taken: &[(Vec<usi
         if backend.refund(&sub, members).await.is_err() {
             backend.spawn_refund(&sub, members.clone());
         }
+        // Token buckets get their tokens back once: a failed attempt may have applied,
+        // and applying twice would grant more than the rate (failing leaves them spent).
+        let _ = backend.refund_tokens(&sub).await;
     }
 }

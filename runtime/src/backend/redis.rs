@@ -23,6 +23,7 @@ struct Scripts {
     expire: Script,
     refund: Script,
     tokens: Script,
+    refund_tokens: Script,
 }
 
 /// A script with `lua/shared.lua`'s helpers in front of it.
@@ -44,6 +45,7 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     expire: Script::new(include_str!("../../../lua/expire.lua")),
     refund: with_shared!("refund.lua"),
     tokens: Script::new(include_str!("../../../lua/tokens.lua")),
+    refund_tokens: Script::new(include_str!("../../../lua/refund_tokens.lua")),
 });
 
 /// Attempts at refunding a timed-out grant, and the pause before each retry.
@@ -397,6 +399,32 @@ impl RedisBackend {
             keys.config(),
             fields.iter().map(|(f, v)| (f.as_str(), v.as_str())),
         )
+    }
+
+    /// Gives the token-bucket calls among `calls` back the tokens they took, once (a
+    /// retried refund could give them twice): for grants a later slot's refusal undoes.
+    pub(crate) async fn refund_tokens(&self, calls: &[Call<'_>]) -> Result<(), Error> {
+        let mut invocation = SCRIPTS.refund_tokens.prepare_invoke();
+        let mut any = false;
+        for call in calls {
+            let (Some(_), Some(rule)) = (call.bucket, call.rule) else {
+                continue;
+            };
+            let key = match rule.rate_type {
+                RateType::Overall => call.keys.bucket(),
+                RateType::PerClient => call.keys.client_bucket(),
+            };
+            invocation.key(key).arg(call.permits * rule.interval_ms());
+            any = true;
+        }
+        if !any {
+            return Ok(());
+        }
+        let keys: Vec<&LimiterKeys> = calls.iter().map(|c| c.keys).collect();
+        self.run(&keys, |mut conn| async move {
+            invocation.invoke_async::<u64>(&mut conn).await.map(|_| ())
+        })
+        .await
     }
 
     pub async fn delete_bucket(&self, keys: &LimiterKeys, mode: RateType, _now: u64) -> Result<bool, Error> {

@@ -1,0 +1,23 @@
+-- refund_tokens.lua: give token buckets back what a call took when a later slot of the
+-- same call refused (a cluster decides a call slot by slot). Only for grants the
+-- caller saw: a token given back twice would be a token too many.
+--
+-- KEYS, one per rule: its bucket key. ARGV, one per rule: the tokens to give back, in
+-- the bucket's units (permits times the interval in ms).
+-- Returns how many buckets were given tokens; a missing bucket is full already.
+
+local given = 0
+for i = 1, #KEYS do
+  local raw = redis.call('get', KEYS[i])
+  if raw then
+    local rate, interval, burst, tokens, at = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    if at then
+      local cap = tonumber(burst) * tonumber(interval)
+      local units = math.min(cap, tonumber(tokens) + tonumber(ARGV[i]))
+      redis.call('set', KEYS[i], rate .. ':' .. interval .. ':' .. burst .. ':' .. string.format('%d', units)
+        .. ':' .. at, 'keepttl')
+      given = given + 1
+    end
+  end
+end
+return given
