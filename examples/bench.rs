@@ -192,15 +192,21 @@ async fn commands_per_decision<Fut: std::future::Future<Output = ()>>(
 }
 
 async fn memory_usage(conn: &mut MultiplexedConnection, name: &str) -> u64 {
-    let mut total = 0;
-    for key in [
+    let keys = [
         name.to_owned(),
         format!("{{{name}}}:value"),
         format!("{{{name}}}:permits"),
-    ] {
+    ];
+    keys_memory(conn, &keys).await
+}
+
+/// The memory of `keys`, summed (0 for a missing key).
+async fn keys_memory(conn: &mut MultiplexedConnection, keys: &[String]) -> u64 {
+    let mut total = 0;
+    for key in keys {
         let bytes: Option<u64> = redis::cmd("MEMORY")
             .arg("USAGE")
-            .arg(&key)
+            .arg(key)
             .arg("SAMPLES")
             .arg(0)
             .query_async(conn)
@@ -410,16 +416,7 @@ async fn token_bucket(client: &Client, conn: &mut MultiplexedConnection) {
             })
             .await;
             let bytes = if bucket {
-                let key = format!("{{{name}}}:bucket");
-                let bytes: Option<u64> = redis::cmd("MEMORY")
-                    .arg("USAGE")
-                    .arg(&key)
-                    .arg("SAMPLES")
-                    .arg(0)
-                    .query_async(conn)
-                    .await
-                    .unwrap();
-                bytes.unwrap_or(0)
+                keys_memory(conn, &[format!("{{{name}}}:bucket")]).await
             } else {
                 memory_usage(conn, &name).await
             };

@@ -204,14 +204,7 @@ fn spawn_and_collect(server: &RedisServer, scenario: &str) -> BTreeMap<String, V
 /// before the last (the steady state).
 fn windows(times: &mut [u64]) -> (usize, usize, f64) {
     times.sort_unstable();
-    let mut most = 0;
-    let mut start = 0;
-    for end in 0..times.len() {
-        while times[end] - times[start] >= INTERVAL_MS {
-            start += 1;
-        }
-        most = most.max(end - start + 1);
-    }
+    let most = busiest(times, INTERVAL_MS);
     let (first, last) = (times[0], times[times.len() - 1]);
     let starts: Vec<u64> = (first..=last.saturating_sub(INTERVAL_MS)).step_by(10).collect();
     let in_window = |t: u64| times.iter().filter(|&&g| g >= t && g < t + INTERVAL_MS).count();
@@ -253,7 +246,7 @@ fn three_stacked_rules_across_processes_hold_the_tightest() {
     check("three stacked rules", &mut all, RATE);
 }
 
-/// The most grants in any window of `length` ms.
+/// The most grants in any window of `length` ms (`times` sorted).
 fn busiest(times: &[u64], length: u64) -> usize {
     let mut most = 0;
     let mut start = 0;
