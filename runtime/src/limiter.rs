@@ -49,8 +49,8 @@ pub(crate) fn check_bucket(name: &str, burst: u64, config: &RateLimiterConfig) -
     let problem = if burst == 0 {
         "burst is 0; a token bucket holds at least 1 token"
     } else if u128::from(burst) * config.interval.as_millis() > u128::from(crate::MAX_RATE) {
-        "burst times the interval in milliseconds is above 2^53: tokens are counted exactly \
-         in thousandths of a token per millisecond of interval, and must fit; use a smaller burst or interval"
+        "burst times the interval in milliseconds is above 2^53: a bucket counts its tokens \
+         exactly, in units of 1/(interval in ms) of a token, and they must fit; use a smaller burst or interval"
     } else {
         return Ok(());
     };
