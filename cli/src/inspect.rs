@@ -1,8 +1,6 @@
 //! One limiter as it is stored: its config, keys, TTLs, value and grant log, per-client
 //! keys, and what is wrong with it. Read-only: nothing is written or released.
 
-use std::collections::HashMap;
-
 use redis::AsyncCommands;
 use redlimit_runtime::keys::suffix;
 use redlimit_runtime::member::decode_permits;
@@ -46,14 +44,21 @@ impl Config {
 /// Reads the config hash `name`; `None` when it has no rate and interval.
 pub async fn read_config(store: &Store, name: &str) -> Result<Option<Config>, String> {
     let mut conn = store.conn.clone();
-    let fields: HashMap<String, String> = conn.hgetall(name).await.map_err(|e| e.to_string())?;
-    let number = |field: &str| fields.get(field).and_then(|v| v.parse::<i64>().ok());
-    Ok(match (number("rate"), number("interval")) {
+    // The four fields only: `ls` reads every hash it finds, some of them large (the
+    // refusal counts processes report).
+    let fields: Vec<Option<String>> = redis::cmd("HMGET")
+        .arg(name)
+        .arg(&["rate", "interval", "type", "keepAliveTime"])
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let number = |i: usize| fields.get(i)?.as_deref()?.parse::<i64>().ok();
+    Ok(match (number(0), number(1)) {
         (Some(rate), Some(interval_ms)) => Some(Config {
             rate,
             interval_ms,
-            mode: number("type").unwrap_or(0),
-            keep_alive_ms: number("keepAliveTime"),
+            mode: number(2).unwrap_or(0),
+            keep_alive_ms: number(3),
         }),
         _ => None,
     })
