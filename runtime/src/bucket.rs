@@ -96,9 +96,7 @@ impl TokenBucket {
     /// Takes `permits` tokens, waiting up to `timeout` for them (giving up at once
     /// when the exact wait ends after it).
     pub async fn try_acquire_for(&self, permits: u64, timeout: Duration) -> Result<bool, Error> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let decision = waiting::until_allowed(Some(deadline), || self.check(permits)).await?;
-        Ok(decision.allowed)
+        waiting::within(timeout, || self.check(permits)).await
     }
 
     /// Takes `permits` tokens, waiting as long as it takes.

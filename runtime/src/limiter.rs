@@ -204,9 +204,7 @@ impl RateLimiter {
     /// Takes `permits`, waiting up to `timeout` for them. Gives up as soon as the wait
     /// the backend reports cannot end before the deadline, and never sleeps past it.
     pub async fn try_acquire_for(&self, permits: u64, timeout: Duration) -> Result<bool, Error> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let decision = waiting::until_allowed(Some(deadline), || self.check(permits)).await?;
-        Ok(decision.allowed)
+        waiting::within(timeout, || self.check(permits)).await
     }
 
     /// Takes `permits`, waiting as long as it takes.

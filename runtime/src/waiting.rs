@@ -17,6 +17,16 @@ fn jitter(wait: Duration) -> Duration {
     Duration::from_micros(rand::rng().random_range(0..=cap))
 }
 
+/// Whether `attempt` is allowed within `timeout` (see [`until_allowed`]).
+pub(crate) async fn within<F, Fut>(timeout: Duration, attempt: F) -> Result<bool, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Decision, Error>>,
+{
+    let deadline = Instant::now() + timeout;
+    Ok(until_allowed(Some(deadline), attempt).await?.allowed)
+}
+
 /// Retries `attempt` until it is allowed. With a deadline, returns the last refusal
 /// as soon as the reported wait cannot end before the deadline, and never sleeps past
 /// the deadline.
