@@ -16,13 +16,17 @@ use crate::{waiting, Client, Decision, Error, LimiterKeys, RateLimiterConfig, Ra
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlimit_runtime::Error> {
-/// use redlimit_runtime::Client;
+/// use redlimit_runtime::{Client, ManualClock};
 /// use std::time::Duration;
 ///
-/// let bucket = Client::memory().token_bucket("api:7", 10, Duration::from_secs(1)).burst(20);
+/// let clock = ManualClock::new(1_700_000_000_000);
+/// let client = Client::builder().clock(clock.clone()).memory();
+/// let bucket = client.token_bucket("api:7", 10, Duration::from_secs(1)).burst(20);
 /// assert!(bucket.try_acquire(20).await?);
 /// assert!(!bucket.try_acquire(1).await?);
-/// assert_eq!(bucket.check(1).await?.retry_after, Some(Duration::from_millis(100)));
+/// // A token every 100 ms.
+/// clock.advance(Duration::from_millis(40));
+/// assert_eq!(bucket.check(1).await?.retry_after, Some(Duration::from_millis(60)));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
