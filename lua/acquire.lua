@@ -13,16 +13,15 @@
 --   1 permits; 0 asks what is available and writes nothing
 --   2 log member: 1 byte id length L, L id bytes, permits as 4-byte little-endian
 --   3 "1": the rule owns the config (create it when missing, overwrite it when it
---      differs, keeping the window); "0": use the stored config as it is
+--      differs, keeping the window); "0": use the stored config as it is (a token
+--      bucket always owns its config: 3 is its warm-up in ms, "0" for none)
 --   4 rate, 5 interval in ms, 6 type ("0" overall, "1" per_client; "2" and "3": a
 --   token bucket, overall or per_client), 7 keepAliveTime in ms, or a token
---   bucket's burst (4..7 are read only when 3 is "1"; a token bucket always owns it)
+--   bucket's burst (4..7 are read only when 3 is "1" or the rule is a token bucket)
 -- A token-bucket rule uses its KEYS 2 ({NAME}:bucket) or 3 ({NAME}:bucket:ID) in
--- place of the value keys, and touches no other: one string
--- "rate:interval:burst:tokens:at" (tokens in 1/interval-in-ms of a token, so refilling
--- adds `rate` per millisecond and every number stays an exact integer; at the last
--- refill, epoch ms); a missing bucket is a full one, and each write sets its TTL to
--- the time until it is full (tokens.lua decides calls of token buckets alone).
+-- place of the value keys, and touches no other: one string (its layout is in
+-- bucket.lua); a missing bucket is a full, cold one, and each write sets its TTL to
+-- the time until it is full and cold (tokens.lua decides calls of token buckets alone).
 -- Returns {granted (1|0), first refusing rule (1-based, 0 when granted),
 --          wait in ms until that refusal would pass (0 when granted),
 --          the time the call was decided at (now, or a slightly later grant's time),
@@ -93,82 +92,32 @@ local function helpers()
   end
 end
 
--- Token-bucket helpers, made when a call has a token-bucket rule.
-local load_tokens, plan_tokens, idiv, cdiv
+-- Token-bucket rules: load_tokens reads one, with bucket.lua's helpers (put in front
+-- of this file), made when a call has a token-bucket rule.
+local load_tokens
 local function token_helpers()
   if fail == nil then helpers() end
-  -- floor(a / b) and ceil(a / b) of non-negative integers below 2^53, exactly: the
-  -- division of doubles can round across an integer.
-  idiv = function(a, b)
-    local q = math.floor(a / b)
-    if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-    return q
-  end
-  cdiv = function(a, b)
-    local q = idiv(a, b)
-    if q * b < a then q = q + 1 end
-    return q
-  end
+  bucket_helpers()
   load_tokens = function(i, k, a)
     local client = ARGV[a + 6] == '3'
     local r = {
       tb = true, name = KEYS[k + 1], k = k, permits = tonumber(ARGV[a + 1]),
       rate = tonumber(ARGV[a + 4]), interval = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 7]),
+      warmup = tonumber(ARGV[a + 3]),
       bkey = client and KEYS[k + 3] or KEYS[k + 2], role = client and 'client_bucket' or 'bucket',
-      kind = ARGV[a + 6], stored = false, units = 0, at = 0,
+      kind = ARGV[a + 6], stored = false, units = 0, cold = 0, at = 0, flag = 0,
       write = false, changed = false, created = false, vkey = false,
     }
     local raw = redis.call('get', r.bkey)
     if raw then
-      local s = { string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$') }
-      if s[5] == nil or tonumber(s[1]) < 1 or tonumber(s[2]) < 1 or tonumber(s[3]) < 1
-          or tonumber(s[3]) * tonumber(s[2]) > LIMIT or tonumber(s[5]) > LIMIT then
-        fail('bad_bucket', i, r.role .. ' ' .. raw)
-      end
-      r.stored = s
+      r.stored = read_bucket(raw)
+      if not r.stored then fail('bad_bucket', i, r.role .. ' ' .. raw) end
     end
     if r.permits > r.burst then
       fail('permits_exceed_rate', i, string.format('%d %d ', r.permits, r.burst)
         .. 'Requested permits amount cannot exceed the bucket')
     end
     return r
-  end
-  -- The tokens at `now`: refilled since the last refill, and carried over (whole
-  -- tokens, up to the new capacity; a full bucket stays full) when the stored config
-  -- differs. Twin: TokenPlan::new in runtime/src/backend/memory/tokens.rs.
-  plan_tokens = function(r)
-    local cap = r.burst * r.interval
-    r.at = now
-    local s = r.stored
-    if not s then
-      r.units, r.created = cap, true
-      return
-    end
-    local orate, ointerval, oburst = tonumber(s[1]), tonumber(s[2]), tonumber(s[3])
-    local units, at = tonumber(s[4]), tonumber(s[5])
-    local ocap = oburst * ointerval
-    if now > at then
-      if (now - at) * orate >= ocap - units then
-        units = math.max(ocap, units)
-      else
-        units = units + (now - at) * orate
-      end
-    else
-      r.at = at
-    end
-    if orate == r.rate and ointerval == r.interval and oburst == r.burst then
-      r.units = units
-    else
-      r.changed = true
-      r.replaced = { s[1], s[2], r.kind, s[3] }
-      if units >= ocap then
-        -- a full bucket holds no information (it may as well have expired): full
-        r.units = cap
-      else
-        units = idiv(units, ointerval) * r.interval
-        r.units = units > cap and cap or units
-      end
-    end
   end
 end
 
@@ -183,7 +132,7 @@ for i = 1, nrules do
     if load_tokens == nil then token_helpers() end
     local r = load_tokens(i, k, a)
     -- a bucket refilled later than this call's time: the call is decided then (below)
-    if r.stored and tonumber(r.stored[5]) > newest then newest = tonumber(r.stored[5]) end
+    if r.stored and r.stored.at > newest then newest = r.stored.at end
     rules[i] = r
   else
   local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
@@ -258,7 +207,8 @@ local refused, retry = 0, 0
 for i = 1, nrules do
   local r = rules[i]
   if r.tb then
-    plan_tokens(r)
+    plan_tokens(r, now)
+    if r.flag == 2 then r.replaced = { r.stored.rate, r.stored.interval, r.kind, r.stored.burst } end
     local need = r.permits * r.interval
     if r.permits > 0 and r.units < need then
       local wait = cdiv(need - r.units, r.rate)
@@ -354,12 +304,10 @@ if not probe then
   for i = 1, nrules do
     local r = rules[i]
     if r.tb then
-      -- the refilled state, less what a grant took; gone when full again
-      local units = r.units - (granted and r.permits * r.interval or 0)
+      -- the refilled state, less what a grant took; gone when full and cold again
+      if granted then take_tokens(r, r.permits) end
       local a = 1 + 7 * (i - 1)
-      local ttl = r.at + math.max(cdiv(r.burst * r.interval - units, r.rate), 1) - caller_now
-      redis.call('set', r.bkey, ARGV[a + 4] .. ':' .. ARGV[a + 5] .. ':' .. ARGV[a + 7] .. ':'
-        .. string.format('%d:%d', units, r.at), 'px', string.format('%d', math.max(ttl, 1)))
+      store_tokens(r, r.bkey, ARGV[a + 4], ARGV[a + 5], ARGV[a + 7], caller_now)
     elseif r.write then
       local a = 1 + 7 * (i - 1)
       redis.call('hset', r.name, 'rate', ARGV[a + 4], 'interval', ARGV[a + 5], 'type', ARGV[a + 6],
@@ -423,9 +371,9 @@ for i = 1, nrules do
   local r = rules[i]
   local left
   if r.tb then
-    left = idiv(r.units - (granted and r.permits * r.interval or 0), r.interval)
+    left = idiv(r.units, r.interval) -- taken in phase 3
     reply[#reply + 1] = left > 0 and left or 0
-    reply[#reply + 1] = r.changed and 2 or (r.created and 1 or 0)
+    reply[#reply + 1] = r.flag
   else
     left = r.bucket.value
     if granted then

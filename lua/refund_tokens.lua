@@ -2,20 +2,22 @@
 -- same call refused (a cluster decides a call slot by slot). Only for grants the
 -- caller saw: a token given back twice would be a token too many.
 --
--- KEYS, one per rule: its bucket key. ARGV, one per rule: the tokens to give back, in
--- the bucket's units (permits times the interval in ms).
+-- KEYS, one per rule: its bucket key (layout in bucket.lua). ARGV, one per rule: the
+-- tokens to give back, in the bucket's units (permits times the interval in ms). A
+-- cold bucket took more than that; it gets back the plain tokens only, and keeps the
+-- coldness the grant took off: never more than the call took.
 -- Returns how many buckets were given tokens; a missing bucket is full already.
 
 local given = 0
 for i = 1, #KEYS do
   local raw = redis.call('get', KEYS[i])
   if raw then
-    local rate, interval, burst, tokens, at = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    if at then
+    local rate, interval, burst, tokens, rest = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+)(:[%d:]+)$')
+    if rest then
       local cap = tonumber(burst) * tonumber(interval)
       local units = math.min(cap, tonumber(tokens) + tonumber(ARGV[i]))
       redis.call('set', KEYS[i], rate .. ':' .. interval .. ':' .. burst .. ':' .. string.format('%d', units)
-        .. ':' .. at, 'keepttl')
+        .. rest, 'keepttl')
       given = given + 1
     end
   end

@@ -21,10 +21,10 @@
 pub use redlimit_macros::rate_limit;
 
 pub use redlimit_runtime::{
-    default_client, keys, member, set_default, Algorithm, Client, ClientBuilder, Clock, Decision, Error,
-    FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, OverrideOf, RateLimited, RateLimiter,
-    RateLimiterArgs, RateLimiterConfig, RateOverride, RateType, Rule, SystemClock, DEFAULT_COMMAND_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
+    default_client, keys, member, set_default, Algorithm, BucketShape, Client, ClientBuilder, Clock,
+    Decision, Error, FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, OverrideOf, RateLimited,
+    RateLimiter, RateLimiterArgs, RateLimiterConfig, RateOverride, RateType, Rule, SystemClock, TokenBucket,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_RATE,
 };
 
 /// At the HTTP edge with axum (cargo feature `axum`): [`ClientIp`](axum::ClientIp),

@@ -92,10 +92,12 @@ fn random_op(rng: &mut StdRng) -> Op {
                     let rule = Rule::new(name, rate, Duration::from_millis(interval)).keep_alive(Some(HOUR));
                     if rng.random_range(0..3) == 0 {
                         // A token bucket on the same name (its own key), mixed in;
-                        // its burst varies, so stored configs change.
+                        // its burst and warm-up vary, so stored configs change.
                         let burst = rate + rng.random_range(0..=2);
+                        let warmup = [0, 0, 300, 2_000][rng.random_range(0..4)];
                         rule.algorithm(Algorithm::TokenBucket)
                             .burst(burst)
+                            .warmup(Duration::from_millis(warmup))
                             .permits(rng.random_range(1..=burst))
                     } else {
                         rule.permits(rng.random_range(1..=rate))

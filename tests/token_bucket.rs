@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redlimit::{Algorithm, Client, Error, ManualClock, Rule};
+use redlimit::{Algorithm, Client, Clock, Error, ManualClock, Rule};
 use support::RedisServer;
 
 const T0: u64 = 1_700_000_000_000;
@@ -229,6 +229,17 @@ mod attribute {
         Ok(())
     }
 
+    #[rate_limit(
+        key = "tbattr:cold",
+        rate = 10,
+        interval = "1s",
+        algorithm = "token_bucket",
+        warmup = "10s"
+    )]
+    async fn cold() -> Result<(), RateLimited> {
+        Ok(())
+    }
+
     #[tokio::test]
     async fn a_token_bucket_rule_on_a_function() {
         let clock = ManualClock::new(T0);
@@ -245,6 +256,17 @@ mod attribute {
         clock.advance(Duration::from_secs(10));
         let refused = call(1).await.unwrap_err();
         assert_eq!(refused.rule(), 1);
+        // Warming up from cold: 4 of the burst of 10 at once, then a wait of about
+        // 3 tokens' time.
+        for _ in 0..4 {
+            cold().await.unwrap();
+        }
+        let refused = cold().await.unwrap_err();
+        let wait = refused.retry_after().unwrap();
+        assert!(
+            (Duration::from_millis(200)..=Duration::from_millis(300)).contains(&wait),
+            "{wait:?}"
+        );
     }
 }
 
@@ -297,4 +319,118 @@ async fn the_token_bucket_handle() {
             .unwrap(),
         "50 ms away, 10 allowed"
     );
+}
+
+/// Grants in each second of `seconds`, from a cold start, to a caller that takes every
+/// token as soon as it can be had (waiting exactly each refusal's `retry_after`).
+async fn saturated(client: &Client, clock: &ManualClock, rule: &Rule, seconds: u64) -> Vec<u64> {
+    let start = clock.now_ms();
+    let mut per_second = vec![0; seconds as usize];
+    while clock.now_ms() < start + seconds * 1_000 {
+        let d = client.check_rules(std::slice::from_ref(rule)).await.unwrap();
+        match d.retry_after {
+            None => per_second[((clock.now_ms() - start) / 1_000) as usize] += 1,
+            Some(wait) => clock.advance(wait),
+        }
+    }
+    per_second
+}
+
+#[tokio::test]
+async fn a_cold_bucket_warms_up_to_the_full_rate() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let mut curves = Vec::new();
+    for client in backends(&server, &clock).await {
+        let name = if client.is_memory() { "tb:wm" } else { "tb:wr" };
+        // 10 per second, holding 10, warming up over 10 s.
+        let rule = bucket(name, 10, SEC, 10).warmup(Duration::from_secs(10));
+        let cold = saturated(&client, &clock, &rule, 20).await;
+        // A third of the burst and of the rate at first (the first second also
+        // holds the burst), rising to the full rate as tokens are taken.
+        assert!(cold[0] <= 8, "{cold:?}");
+        assert!((3..=4).contains(&cold[1]), "{cold:?}");
+        assert!(
+            cold[1..].windows(2).all(|w| w[1] >= w[0]),
+            "never slower: {cold:?}"
+        );
+        let full = cold.iter().position(|&n| n == 10).unwrap();
+        assert!(
+            (8..=10).contains(&full),
+            "the full rate after about 10 s: {cold:?}"
+        );
+        assert!(cold[full..].iter().all(|&n| n == 10), "{cold:?}");
+
+        // Busy, it stays warm: a short pause gives the whole burst back at once.
+        clock.advance(Duration::from_secs(2));
+        let burst = saturated(&client, &clock, &rule, 1).await;
+        assert_eq!(burst, [19], "the burst and a second of refill, at full speed");
+        // Idle for long (full for more than the warm-up): cold again.
+        clock.advance(Duration::from_secs(60));
+        let again = saturated(&client, &clock, &rule, 2).await;
+        assert!(again[0] <= 8 && again[1] <= 4, "{again:?}");
+
+        // Without a warm-up: the burst and the full rate at once.
+        let plain = bucket(&format!("{name}:plain"), 10, SEC, 10);
+        let warm = saturated(&client, &clock, &plain, 3).await;
+        assert_eq!(warm, [19, 10, 10]);
+        curves.push(cold);
+    }
+    assert_eq!(curves[0], curves[1], "both backends grant alike");
+}
+
+#[tokio::test]
+async fn a_warming_bucket_keeps_its_coldness_in_its_value_and_lives_until_cold() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let (client, mut raw) = server.clocked_client(&clock).await;
+    // 100 per minute, holding 20, warming up over 30 s: coldness up to 50 tokens, so
+    // 4 permits cost 12 tokens at first.
+    let rule = [bucket("rate_limit:api:9", 100, Duration::from_secs(60), 20)
+        .warmup(Duration::from_secs(30))
+        .permits(4)];
+    let d = client.check_rules(&rule).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 8));
+    // rate:interval:burst:units:at:warmup:cold, in 1/60000 of a token.
+    let state: String = raw.get("{rate_limit:api:9}:bucket").await.unwrap();
+    assert_eq!(
+        state,
+        format!("100:60000:20:{}:{T0}:30000:{}", 8 * 60_000, 46 * 60_000)
+    );
+    // Full again after 12 tokens (7.2 s), cold again after 4 more (2.4 s).
+    let ttl: i64 = raw.pttl("{rate_limit:api:9}:bucket").await.unwrap();
+    assert!((9_500..=9_600).contains(&ttl), "{ttl}");
+    // Taken to its last token and beyond: a debt, which waits pay back exactly.
+    let two = [bucket("rate_limit:api:9", 100, Duration::from_secs(60), 20)
+        .warmup(Duration::from_secs(30))
+        .permits(2)];
+    let mut debt = 0;
+    while client.check_rules(&two).await.unwrap().allowed {
+        debt += 1;
+    }
+    let state: String = raw.get("{rate_limit:api:9}:bucket").await.unwrap();
+    let units: i64 = state.split(':').nth(3).unwrap().parse().unwrap();
+    assert!(debt >= 1 && units < 0, "{debt} grants, {state}");
+    let wait = client.check_rules(&two).await.unwrap().retry_after.unwrap();
+    assert_eq!(wait.as_millis() as i64, (2 * 60_000 - units + 99) / 100);
+    clock.advance(wait - Duration::from_millis(1));
+    assert!(!client.check_rules(&two).await.unwrap().allowed);
+    clock.advance(Duration::from_millis(1));
+    assert!(client.check_rules(&two).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn warm_up_settings_that_cannot_hold_are_clear_errors() {
+    let clock = ManualClock::new(T0);
+    let client = Client::builder().clock(clock).memory();
+    let window = Rule::new("tb:e1", 10, SEC).warmup(SEC);
+    let err = client.check_rules(&[window]).await.unwrap_err();
+    assert!(err.to_string().contains("token bucket's"), "{err}");
+    // Coldness (warm-up ms times the rate) must stay below 2^45.
+    let long = bucket("tb:e2", 1 << 20, SEC, 10).warmup(Duration::from_secs(1 << 26));
+    let err = client.check_rules(&[long]).await.unwrap_err();
+    assert!(err.to_string().contains("shorter warm-up"), "{err}");
+    let wide = bucket("tb:e3", 10, Duration::from_millis(1 << 20), 1 << 32).warmup(SEC);
+    let err = client.check_rules(&[wide]).await.unwrap_err();
+    assert!(err.to_string().contains("2^51"), "{err}");
 }

@@ -36,9 +36,9 @@ use std::time::Duration;
 
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Request, Response};
-use redlimit_runtime::private::{Granted, KeyBuf, RuleSpec, Site};
+use redlimit_runtime::private::{check_bucket, Granted, KeyBuf, RuleSpec, Site};
 use redlimit_runtime::{
-    Algorithm, Client, Error, OnError, RateLimited, RateLimiterConfig, RateType, MAX_RATE, RATELIMIT,
+    Algorithm, BucketShape, Client, Error, OnError, RateLimited, RateLimiterConfig, RateType, RATELIMIT,
     RATELIMIT_POLICY,
 };
 use tower_layer::Layer;
@@ -138,6 +138,7 @@ pub struct LayerRule {
     exempt: HashSet<String>,
     algorithm: Algorithm,
     burst: Option<u64>,
+    warmup: Option<Duration>,
 }
 
 impl LayerRule {
@@ -160,6 +161,7 @@ impl LayerRule {
             exempt: HashSet::new(),
             algorithm: Algorithm::SlidingWindow,
             burst: None,
+            warmup: None,
         }
     }
 
@@ -172,6 +174,14 @@ impl LayerRule {
     /// A token bucket's capacity (default: the rate).
     pub fn burst(mut self, burst: u64) -> Self {
         self.burst = Some(burst);
+        self
+    }
+
+    /// A token bucket's warm-up: after the bucket has been idle, it grants about a
+    /// third of its burst and refills at a third of the rate, rising to the full rate
+    /// over about `warmup` as requests take tokens.
+    pub fn warmup(mut self, warmup: Duration) -> Self {
+        self.warmup = Some(warmup);
         self
     }
 
@@ -251,6 +261,7 @@ impl fmt::Debug for LayerRule {
             .field("exempt", &self.exempt)
             .field("algorithm", &self.algorithm)
             .field("burst", &self.burst)
+            .field("warmup", &self.warmup)
             .finish()
     }
 }
@@ -340,7 +351,7 @@ impl RateLimitLayerBuilder {
                 on_error: rule.on_error,
                 message: rule.message,
                 bucket: match rule.algorithm {
-                    Algorithm::TokenBucket => Some(rule.burst.unwrap_or(rule.rate)),
+                    Algorithm::TokenBucket => Some(shape(&rule)),
                     Algorithm::SlidingWindow => None,
                 },
             });
@@ -393,6 +404,16 @@ impl RateLimitLayerBuilder {
     }
 }
 
+/// A token-bucket rule's shape: its burst (default: the rate) and warm-up.
+fn shape(rule: &LayerRule) -> BucketShape {
+    BucketShape {
+        burst: rule.burst.unwrap_or(rule.rate),
+        warmup_ms: rule
+            .warmup
+            .map_or(0, |w| w.as_millis().min(u128::from(u64::MAX)) as u64),
+    }
+}
+
 fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
     let name = rule.name;
     let invalid = |problem: String| Err(InvalidLayer(format!("rule `{name}`: {problem}")));
@@ -404,21 +425,22 @@ fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
     if let Err(error) = RateLimiterConfig::new(rule.mode, rule.rate, rule.interval).validate(name) {
         return invalid(error.to_string());
     }
-    let most = match (rule.algorithm, rule.burst) {
-        (Algorithm::SlidingWindow, Some(_)) => {
+    let most = match (rule.algorithm, rule.burst, rule.warmup) {
+        (Algorithm::SlidingWindow, Some(_), _) => {
             return invalid(
                 "`burst` is a token bucket's capacity: add .algorithm(Algorithm::TokenBucket)".into(),
             )
         }
-        (Algorithm::SlidingWindow, None) => rule.rate,
-        (Algorithm::TokenBucket, burst) => {
-            let burst = burst.unwrap_or(rule.rate);
-            if burst == 0 || u128::from(burst) * rule.interval.as_millis() > u128::from(MAX_RATE) {
-                return invalid(format!(
-                    "burst = {burst} is not accepted: from 1, and burst times the interval in ms at most 2^53"
-                ));
+        (Algorithm::SlidingWindow, _, Some(_)) => {
+            return invalid("`warmup` is a token bucket's: add .algorithm(Algorithm::TokenBucket)".into())
+        }
+        (Algorithm::SlidingWindow, None, None) => rule.rate,
+        (Algorithm::TokenBucket, ..) => {
+            let config = RateLimiterConfig::new(rule.mode, rule.rate, rule.interval);
+            if let Err(error) = check_bucket(name, shape(rule), &config) {
+                return invalid(error.to_string());
             }
-            burst
+            shape(rule).burst
         }
     };
     if rule.permits == 0 || rule.permits > most {

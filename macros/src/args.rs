@@ -15,7 +15,7 @@ use crate::template::{self, Piece};
 const MAX_PERMITS: u64 = u32::MAX as u64;
 
 pub const ACCEPTED: &str =
-    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, algorithm, burst, crate";
+    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, algorithm, burst, warmup, crate";
 
 /// `name = value`, with `crate` accepted as a name.
 pub struct Arg {
@@ -68,12 +68,17 @@ pub struct RuleArgs {
     pub message: Option<LitStr>,
     /// Decided and reported, never refusing.
     pub shadow: bool,
-    /// `Some(burst)`: a token bucket holding at most `burst`.
-    pub bucket: Option<u64>,
+    /// `Some((burst, warmup_ms))`: a token bucket holding at most `burst`, warming up
+    /// over `warmup_ms` (0: no warm-up).
+    pub bucket: Option<(u64, u64)>,
     pub timeout: Option<(Span, u64)>,
     pub fallback: Option<Path>,
     pub krate: Option<(Span, Path)>,
 }
+
+/// The most coldness a warming-up bucket counts (warm-up in ms times the rate); the
+/// runtime's twin is `MAX_COLD` in runtime/src/limiter.rs.
+const MAX_COLD: u64 = 1 << 45;
 
 fn string(value: &Expr) -> Option<&LitStr> {
     match value {
@@ -208,7 +213,7 @@ pub fn parse(
         krate: None,
     };
     let (mut rate, mut interval, mut permits) = (None, None, None);
-    let (mut token_bucket, mut burst) = (false, None);
+    let (mut token_bucket, mut burst, mut warmup) = (false, None, None);
     for Arg { name, value } in &args {
         let text = name.to_string();
         if seen.iter().any(|s| *s == text) {
@@ -284,6 +289,7 @@ pub fn parse(
                 }
             }
             "burst" => burst = integer("burst", value, errors).map(|b| (value.span(), b)),
+            "warmup" => warmup = duration("warmup", value, errors).map(|ms| (value.span(), ms)),
             "crate" => rule.krate = path("crate", value, errors).map(|p| (value.span(), p)),
             other => errors.push(Error::new(
                 name.span(),
@@ -308,6 +314,12 @@ pub fn parse(
         errors.push(Error::new(
             span,
             "`burst` is a token bucket's capacity: add `algorithm = \"token_bucket\"`, or remove `burst`",
+        ));
+    }
+    if let (Some((span, _)), false) = (warmup, token_bucket) {
+        errors.push(Error::new(
+            span,
+            "`warmup` is a token bucket's: add `algorithm = \"token_bucket\"`, or remove `warmup`",
         ));
     }
     // What one call may take: the rate, or a token bucket's capacity (default: the rate).
@@ -335,12 +347,31 @@ pub fn parse(
             ));
         }
     }
+    if let (true, Some(capacity), Some(interval), Some((span, _))) = (token_bucket, most, interval, warmup) {
+        if 4 * u128::from(capacity) * u128::from(interval) > u128::from(duration::MAX_EXACT) {
+            errors.push(Error::new(
+                span,
+                "with a `warmup`, the bucket's `burst` times the interval in milliseconds must be at most \
+                 2^51: a cold bucket may owe up to twice its capacity, counted exactly; use a smaller burst \
+                 or interval",
+            ));
+        }
+    }
+    if let (Some(rate), Some((span, ms))) = (rate, warmup.filter(|_| token_bucket)) {
+        if u128::from(ms) * u128::from(rate) > u128::from(MAX_COLD) {
+            errors.push(Error::new(
+                span,
+                "`warmup` in milliseconds times `rate` must be at most 2^45: a bucket counts its \
+                 coldness exactly in 1/interval-ms units of a token; use a shorter warm-up",
+            ));
+        }
+    }
     if errors.len() > before {
         return None;
     }
     rule.rate = rate?;
     rule.interval_ms = interval?;
     rule.permits = permits.map_or(1, |(_, p)| p);
-    rule.bucket = token_bucket.then(|| burst.map_or(rule.rate, |(_, b)| b));
+    rule.bucket = token_bucket.then(|| (burst.map_or(rule.rate, |(_, b)| b), warmup.map_or(0, |(_, w)| w)));
     Some(rule)
 }

@@ -131,7 +131,10 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
         };
         let shadow = rule.shadow;
         let bucket = match rule.bucket {
-            Some(burst) => quote!(::core::option::Option::Some(#burst)),
+            Some((burst, warmup_ms)) => quote!(::core::option::Option::Some(#krate::BucketShape {
+                burst: #burst,
+                warmup_ms: #warmup_ms,
+            })),
             None => quote!(::core::option::Option::None),
         };
         let message = match &rule.message {

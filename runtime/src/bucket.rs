@@ -58,22 +58,34 @@ impl TokenBucket {
         self
     }
 
+    /// Warms up over `warmup` after the bucket has been idle: a cold bucket grants
+    /// about a third of its burst at once and refills at a third of the rate, rising
+    /// to the full rate as tokens are taken (see [`Rule::warmup`]). Zero: no warm-up.
+    pub fn warmup(mut self, warmup: Duration) -> Self {
+        self.rule = self.rule.warmup(warmup);
+        self
+    }
+
     /// One bucket shared by every client (default), or one per client.
     pub fn mode(mut self, mode: RateType) -> Self {
         self.rule = self.rule.mode(mode);
         self
     }
 
-    /// The same bucket at another rate and interval (the burst stays): the stored
-    /// state adopts it on the next decision, keeping its whole tokens.
+    /// The same bucket at another rate and interval (the burst and warm-up stay): the
+    /// stored state adopts it on the next decision, keeping its whole tokens.
     pub fn with_rate(mut self, rate: u64, interval: Duration) -> Self {
         let burst = self.rule.capacity().unwrap_or(rate);
         let mode = self.rule.config().rate_type;
         let name = self.rule.name().to_owned();
-        self.rule = Rule::new(name, rate, interval)
+        let mut rule = Rule::new(name, rate, interval)
             .algorithm(crate::Algorithm::TokenBucket)
             .mode(mode)
             .burst(burst);
+        if let Some(warmup) = self.rule.warmup_period() {
+            rule = rule.warmup(warmup);
+        }
+        self.rule = rule;
         self
     }
 
@@ -142,12 +154,13 @@ impl TokenBucket {
     async fn run(&self, permits: u64) -> Result<Outcome, Error> {
         let keys = self.keys()?;
         self.rule.config().validate(self.rule.name())?;
-        crate::limiter::check_bucket(self.rule.name(), self.capacity(), self.rule.config())?;
+        let shape = self.rule.shape().expect("a token bucket's rule");
+        crate::limiter::check_bucket(self.rule.name(), shape, self.rule.config())?;
         let calls = [Call {
             keys,
             permits,
             rule: Some(self.rule.config()),
-            bucket: self.rule.capacity(),
+            bucket: Some(shape),
         }];
         self.client.backend().acquire(&calls, self.client.now_ms()).await
     }

@@ -143,7 +143,7 @@ impl Client {
                 keys: &keys[m.first],
                 permits: m.permits,
                 rule: Some(rules[m.config].config()),
-                bucket: rules[m.config].capacity(),
+                bucket: rules[m.config].shape(),
             })
             .collect();
         let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
@@ -168,7 +168,7 @@ impl Client {
             keys: &keys,
             permits,
             rule: Some(rule.config()),
-            bucket: rule.capacity(),
+            bucket: rule.shape(),
         }];
         let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
         if let Some(RuleOutcome {
@@ -239,12 +239,20 @@ impl Client {
     fn rule_keys(&self, rule: &Rule) -> Result<LimiterKeys, Error> {
         let keys = LimiterKeys::with_client(rule.name().to_owned(), self.inner.client_id.clone())?;
         rule.config().validate(rule.name())?;
-        match rule.capacity() {
+        if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
+            return Err(Error::InvalidConfig {
+                name: rule.name().to_owned(),
+                problem: "burst and warm-up are a token bucket's: add .algorithm(Algorithm::TokenBucket), \
+                          or remove them",
+            });
+        }
+        match rule.shape() {
             None => {
                 crate::limiter::check_permits(rule.name(), rule.permits_per_call(), Some(rule.config().rate))?
             }
-            Some(burst) => {
-                crate::limiter::check_bucket(rule.name(), burst, rule.config())?;
+            Some(shape) => {
+                let burst = shape.burst;
+                crate::limiter::check_bucket(rule.name(), shape, rule.config())?;
                 crate::limiter::check_permits(rule.name(), rule.permits_per_call(), None)?;
                 if rule.permits_per_call() > burst {
                     return Err(Error::PermitsExceedBurst {

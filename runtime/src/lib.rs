@@ -75,5 +75,5 @@ pub use refusal::{FromRateLimited, Limit, RateLimited};
 pub use refusal::{RATELIMIT, RATELIMIT_POLICY};
 #[cfg(feature = "axum")]
 pub use response::ProblemJson;
-pub use rule::{Algorithm, Rule};
+pub use rule::{Algorithm, BucketShape, Rule};
 pub use site::OnError;

@@ -28,6 +28,15 @@ pub struct Rule {
     permits: u64,
     algorithm: Algorithm,
     burst: Option<u64>,
+    warmup: Option<Duration>,
+}
+
+/// A token bucket's shape: the most tokens it holds, and its warm-up in milliseconds
+/// (0: none). What a [`RuleSpec`](crate::private::RuleSpec) and a decision carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BucketShape {
+    pub burst: u64,
+    pub warmup_ms: u64,
 }
 
 /// How a rule counts its permits.
@@ -53,6 +62,7 @@ impl Rule {
             permits: 1,
             algorithm: Algorithm::SlidingWindow,
             burst: None,
+            warmup: None,
         }
     }
 
@@ -86,6 +96,35 @@ impl Rule {
     pub fn burst(mut self, burst: u64) -> Self {
         self.burst = Some(burst);
         self
+    }
+
+    /// A token bucket's warm-up: after the bucket has been idle, a permit costs up to
+    /// 3 tokens, falling back to 1 as permits are taken, so a cold service first sees
+    /// about a third of the burst and of the rate, rising to the full rate over about
+    /// `warmup` (see the README's "Warm-up"). Only for [`Algorithm::TokenBucket`].
+    pub fn warmup(mut self, warmup: Duration) -> Self {
+        self.warmup = Some(warmup);
+        self
+    }
+
+    /// A token bucket's warm-up, if it has one.
+    pub fn warmup_period(&self) -> Option<Duration> {
+        self.warmup.filter(|_| self.algorithm == Algorithm::TokenBucket)
+    }
+
+    /// A token bucket's capacity and warm-up (`None` for a sliding window).
+    pub(crate) fn shape(&self) -> Option<BucketShape> {
+        Some(BucketShape {
+            burst: self.capacity()?,
+            warmup_ms: self
+                .warmup_period()
+                .map_or(0, |w| w.as_millis().min(u128::from(u64::MAX)) as u64),
+        })
+    }
+
+    /// Whether a burst or a warm-up was set (a sliding window refuses them).
+    pub(crate) fn has_bucket_settings(&self) -> bool {
+        self.burst.is_some() || self.warmup.is_some()
     }
 
     /// The rule's algorithm.

@@ -38,8 +38,8 @@ pub struct RuleSpec {
     pub permits: u64,
     pub on_error: OnError,
     pub message: Option<&'static str>,
-    /// `Some(burst)`: a token bucket holding at most `burst`; `None`: a sliding window.
-    pub bucket: Option<u64>,
+    /// `Some`: a token bucket of this shape; `None`: a sliding window.
+    pub bucket: Option<crate::BucketShape>,
 }
 
 impl RuleSpec {
@@ -177,7 +177,10 @@ impl Site {
                     };
                 let rule = Rule::new(name, rate, interval).mode(spec.mode).permits(permits);
                 match spec.bucket {
-                    Some(burst) => rule.algorithm(crate::Algorithm::TokenBucket).burst(burst),
+                    Some(shape) => rule
+                        .algorithm(crate::Algorithm::TokenBucket)
+                        .burst(shape.burst)
+                        .warmup(Duration::from_millis(shape.warmup_ms)),
                     None => rule,
                 }
             })

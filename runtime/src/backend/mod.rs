@@ -22,8 +22,8 @@ pub(crate) struct Call<'a> {
     /// `Some`: the call owns the config (creates it, or overwrites it keeping the
     /// window). `None`: the stored config is used and must exist.
     pub rule: Option<&'a RateLimiterConfig>,
-    /// `Some(capacity)`: a token bucket (its rate and interval are `rule`'s).
-    pub bucket: Option<u64>,
+    /// `Some`: a token bucket (its rate and interval are `rule`'s).
+    pub bucket: Option<crate::BucketShape>,
 }
 
 /// What happened to a rule's config during a decision.

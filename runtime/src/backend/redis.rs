@@ -37,14 +37,20 @@ macro_rules! with_shared {
 }
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
-    acquire: Script::new(include_str!("../../../lua/acquire.lua")),
+    acquire: Script::new(concat!(
+        include_str!("../../../lua/bucket.lua"),
+        include_str!("../../../lua/acquire.lua")
+    )),
     try_set_rate: Script::new(include_str!("../../../lua/try_set_rate.lua")),
     configure: with_shared!("configure.lua"),
     release: with_shared!("release.lua"),
     keep_alive: Script::new(include_str!("../../../lua/keep_alive.lua")),
     expire: Script::new(include_str!("../../../lua/expire.lua")),
     refund: with_shared!("refund.lua"),
-    tokens: Script::new(include_str!("../../../lua/tokens.lua")),
+    tokens: Script::new(concat!(
+        include_str!("../../../lua/bucket.lua"),
+        include_str!("../../../lua/tokens.lua")
+    )),
     refund_tokens: Script::new(include_str!("../../../lua/refund_tokens.lua")),
 });
 
@@ -144,9 +150,9 @@ impl RedisBackend {
         };
         invocation.arg(self.now_arg(now));
         if only_buckets {
-            // Token buckets only: tokens.lua, one key and five arguments per rule.
+            // Token buckets only: tokens.lua, one key and six arguments per rule.
             for call in calls {
-                let (Some(burst), Some(rule)) = (call.bucket, call.rule) else {
+                let (Some(shape), Some(rule)) = (call.bucket, call.rule) else {
                     continue;
                 };
                 let (key, kind) = match rule.rate_type {
@@ -158,12 +164,13 @@ impl RedisBackend {
                     .arg(call.permits)
                     .arg(rule.rate)
                     .arg(rule.interval_ms())
-                    .arg(burst)
+                    .arg(shape.burst)
+                    .arg(shape.warmup_ms)
                     .arg(kind);
             }
         }
         for (call, member) in calls.iter().zip(&members).filter(|_| !only_buckets) {
-            if let (Some(burst), Some(rule)) = (call.bucket, call.rule) {
+            if let (Some(shape), Some(rule)) = (call.bucket, call.rule) {
                 // A token bucket: its two bucket keys in the value keys' places.
                 let k = call.keys;
                 for key in [
@@ -182,11 +189,11 @@ impl RedisBackend {
                 invocation
                     .arg(call.permits)
                     .arg(&member[..])
-                    .arg("1")
+                    .arg(shape.warmup_ms)
                     .arg(rule.rate)
                     .arg(rule.interval_ms())
                     .arg(kind)
-                    .arg(burst);
+                    .arg(shape.burst);
                 continue;
             }
             for key in call.keys.all() {

@@ -111,11 +111,12 @@ impl MemoryBackend {
         for i in 0..calls.len() {
             let call = &calls[i];
             let config = resolved[i].config;
-            if let Some(burst) = call.bucket {
+            if let Some(shape) = call.bucket {
                 let (plan, old) = TokenPlan::new(
                     config.rate,
                     config.interval_ms(),
-                    burst,
+                    shape.burst,
+                    shape.warmup_ms,
                     resolved[i].stored_tokens.as_ref(),
                     now,
                 );

@@ -252,13 +252,19 @@ impl MemoryBackend {
         Ok(true)
     }
 
+    /// Deletes the sliding window's state (config, values, logs) and keeps the token
+    /// buckets of the same name, whose keys are others (as the Redis backend's DEL).
     pub async fn delete(&self, keys: &LimiterKeys, now: u64) -> Result<bool, Error> {
         let mut store = self.lock(keys.config());
-        let Some(mut limiter) = store.limiters.remove(keys.config()) else {
+        let Some(limiter) = store.limiters.get_mut(keys.config()) else {
             return Ok(false);
         };
         limiter.expire_all(now);
-        Ok(!limiter.is_empty())
+        let existed = limiter.remove_window();
+        if limiter.is_empty() {
+            store.limiters.remove(keys.config());
+        }
+        Ok(existed)
     }
 
     pub async fn is_exists(&self, keys: &LimiterKeys, now: u64) -> Result<bool, Error> {

@@ -99,6 +99,15 @@ impl Limiter {
         self.buckets[slot(kind)].get_or_insert_with(Bucket::default)
     }
 
+    /// Removes the config and both sliding-window buckets; true when any existed.
+    pub fn remove_window(&mut self) -> bool {
+        let existed = self.config.is_some() || self.buckets.iter().any(Option::is_some);
+        self.config = None;
+        self.config_expires = None;
+        self.buckets = [None, None];
+        existed
+    }
+
     pub fn remove_bucket(&mut self, kind: RateType) -> bool {
         self.buckets[slot(kind)].take().is_some()
     }

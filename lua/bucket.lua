@@ -1,0 +1,131 @@
+-- bucket.lua: a token bucket's arithmetic, put in front of tokens.lua and acquire.lua
+-- when the scripts are built (runtime/src/backend/redis.rs). Twin in Rust:
+-- runtime/src/backend/memory/tokens.rs (TokenPlan::new is plan_tokens, cost is
+-- token_cost, stored is store_tokens).
+--
+-- A bucket is one string, "rate:interval:burst:units:at" or, with a warm-up,
+-- "rate:interval:burst:units:at:warmup:cold": interval and warmup in ms, units in
+-- 1/interval of a token (so refilling adds `rate` per ms and every number stays an
+-- exact integer), at the last refill in epoch ms, cold its coldness in the same units
+-- (from 0, warm, up to warmup * rate). A missing bucket is a full, cold one. Refill a
+-- full bucket cannot hold adds to its coldness; each permit taken takes its units off
+-- it; above half the maximum a permit costs up to 3 tokens (linearly), and a grant
+-- needs only the permits' plain tokens, so the extra cost may leave units below zero,
+-- a debt later callers wait out.
+--
+-- The helpers are made by bucket_helpers() on the paths that use them: a closure
+-- costs on every call that makes it.
+
+local idiv, cdiv, read_bucket, plan_tokens, token_cost, take_tokens, store_tokens
+local COLD_STEPS = 65536 -- twin: COLD_STEPS in tokens.rs
+
+local function bucket_helpers()
+  -- floor(a / b) and ceil(a / b) of integers below 2^53 in size (b > 0), exactly: the
+  -- division of doubles can round across an integer.
+  idiv = function(a, b)
+    local q = math.floor(a / b)
+    if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+    return q
+  end
+  cdiv = function(a, b)
+    local q = idiv(a, b)
+    if q * b < a then q = q + 1 end
+    return q
+  end
+
+  -- The bucket stored as `raw`, as numbers; nil when it is not one this code wrote.
+  read_bucket = function(raw)
+    local r, i, b, u, at, w, c = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+):(%d+)$')
+    if r == nil then
+      r, i, b, u, at, w, c = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+):(%d+):(%d+):(%d+)$')
+      if r == nil then return nil end
+    end
+    local s = { rate = tonumber(r), interval = tonumber(i), burst = tonumber(b), units = tonumber(u),
+      at = tonumber(at), warmup = tonumber(w or '0'), cold = tonumber(c or '0'), text = raw }
+    local cap = s.burst * s.interval
+    if s.rate < 1 or s.interval < 1 or s.burst < 1 or cap > 9007199254740992
+        or s.at > 9007199254740992 or s.warmup * s.rate > 35184372088832 or s.cold > s.warmup * s.rate
+        or (s.warmup > 0 and 4 * cap > 9007199254740992)
+        or s.units < (s.warmup > 0 and -2 * cap or 0) then
+      return nil
+    end
+    return s
+  end
+
+  -- Rule `r`'s bucket at `now`: its stored state `r.stored` (false: missing, so full
+  -- and cold) refilled at its own rate (units up to its capacity, the rest to its
+  -- coldness, up to its maximum), then carried over when the config differs: whole
+  -- tokens and whole tokens of coldness, each up to the new maximum (a debt
+  -- forgiven); a bucket at rest (full and cold) stays at rest. Sets r.units, r.cold,
+  -- r.at (the refill time to store) and r.flag (0 kept, 1 created, 2 changed).
+  plan_tokens = function(r, now)
+    local cap, coldest = r.burst * r.interval, r.warmup * r.rate
+    r.at = now
+    local s = r.stored
+    if not s then
+      r.units, r.cold, r.flag = cap, coldest, 1
+      return
+    end
+    local units, cold = s.units, s.cold
+    local ocap, ocoldest = s.burst * s.interval, s.warmup * s.rate
+    if now > s.at then
+      local added, room = (now - s.at) * s.rate, ocap - units
+      if added <= room then
+        units = units + added
+      else
+        if added - math.max(room, 0) >= ocoldest - cold then cold = ocoldest else cold = cold + added - math.max(room, 0) end
+        units = math.max(ocap, units)
+      end
+    else
+      r.at = s.at
+    end
+    if s.rate == r.rate and s.interval == r.interval and s.burst == r.burst and s.warmup == r.warmup then
+      r.units, r.cold, r.flag = units, cold, 0
+      return
+    end
+    r.flag = 2
+    if units >= ocap and cold >= ocoldest then
+      r.units, r.cold = cap, coldest
+      return
+    end
+    local whole = idiv(units, s.interval)
+    r.units = math.min(math.max(whole, 0) * r.interval, cap)
+    r.cold = math.min(idiv(cold, s.interval) * r.interval, coldest)
+  end
+
+  -- The units `permits` cost at coldness r.cold: their tokens and, above half the
+  -- maximum coldness, up to twice as many again (in COLD_STEPS steps, computed exactly
+  -- by long division in doubles).
+  token_cost = function(r, permits)
+    local need = permits * r.interval
+    local coldest = r.warmup * r.rate
+    local half = idiv(coldest, 2)
+    if r.cold <= half then return need end
+    local span = coldest - half
+    local rest = (r.cold - half) * 256
+    local steps = idiv(rest, span)
+    rest = (rest - steps * span) * 256
+    steps = steps * 256 + idiv(rest, span)
+    local whole = idiv(need, COLD_STEPS)
+    return need + 2 * whole * steps + cdiv(2 * (need - whole * COLD_STEPS) * steps, COLD_STEPS)
+  end
+
+  -- Takes `permits` from a planned bucket: their cost off its units, their tokens off
+  -- its coldness.
+  take_tokens = function(r, permits)
+    if permits == 0 then return end
+    r.units = r.units - token_cost(r, permits)
+    r.cold = math.max(r.cold - permits * r.interval, 0)
+  end
+
+  -- Writes a planned bucket under `key` (texts: the rule's own arguments), with a
+  -- TTL ending when it is full and cold again (at least 1 ms on).
+  store_tokens = function(r, key, rate, interval, burst, caller_now)
+    local short = r.burst * r.interval - r.units + r.warmup * r.rate - r.cold
+    local ttl = r.at + math.max(cdiv(short, r.rate), 1) - caller_now
+    local text = rate .. ':' .. interval .. ':' .. burst .. ':' .. string.format('%d:%d', r.units, r.at)
+    if r.warmup > 0 then text = text .. string.format(':%d:%d', r.warmup, r.cold) end
+    redis.call('set', key, text, 'px', string.format('%d', math.max(ttl, 1)))
+  end
+end
+
