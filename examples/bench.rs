@@ -238,7 +238,10 @@ async fn main() {
     }
 
     // 1 and 3: the decorated fn against the bare script on redis-rs.
-    let script = Arc::new(redis::Script::new(include_str!("../lua/acquire.lua")));
+    let script = Arc::new(redis::Script::new(concat!(
+        include_str!("../lua/bucket.lua"),
+        include_str!("../lua/acquire.lua")
+    )));
     let bare = {
         let conn = conn.clone();
         move || {
