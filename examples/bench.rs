@@ -397,17 +397,23 @@ async fn main() {
 /// the memory of all its keys.
 async fn token_bucket(client: &Client, conn: &mut MultiplexedConnection) {
     println!("## A token bucket next to the sliding window (64 tasks on one limiter, 3 s each)\n");
-    println!("| rate per minute | sliding window: us per decision in Redis | token bucket | ratio | sliding window: bytes | token bucket: bytes |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| rate per minute | sliding window: us per decision in Redis | token bucket | ratio \
+         | token bucket with a 60 s warm-up | ratio | sliding window: bytes | token bucket: bytes \
+         | with warm-up: bytes |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for rate in [10u64, 1_000, 100_000] {
         let mut figures = Vec::new();
-        for bucket in [false, true] {
-            let name = format!("bench:{}:{rate}", if bucket { "bucket" } else { "window" });
+        for kind in ["window", "bucket", "warming"] {
+            let name = format!("bench:{kind}:{rate}");
             let rule = Rule::new(name.clone(), rate, Duration::from_secs(60));
-            let rule = if bucket {
-                rule.algorithm(redlimit::Algorithm::TokenBucket)
-            } else {
-                rule
+            let rule = match kind {
+                "window" => rule,
+                "bucket" => rule.algorithm(redlimit::Algorithm::TokenBucket),
+                _ => rule
+                    .algorithm(redlimit::Algorithm::TokenBucket)
+                    .warmup(Duration::from_secs(60)),
             };
             let rules = Arc::new([rule]);
             let client = client.clone();
@@ -418,17 +424,21 @@ async fn token_bucket(client: &Client, conn: &mut MultiplexedConnection) {
                 }
             })
             .await;
-            let bytes = if bucket {
-                keys_memory(conn, &[format!("{{{name}}}:bucket")]).await
-            } else {
+            let bytes = if kind == "window" {
                 memory_usage(conn, &name).await
+            } else {
+                keys_memory(conn, &[format!("{{{name}}}:bucket")]).await
             };
             figures.push((usec, bytes));
         }
-        let ((window_us, window_bytes), (bucket_us, bucket_bytes)) = (figures[0], figures[1]);
+        let [(window_us, window_bytes), (bucket_us, bucket_bytes), (warm_us, warm_bytes)] = figures[..]
+        else {
+            unreachable!("three kinds")
+        };
         println!(
-            "| {rate} | {window_us:.1} | {bucket_us:.1} | {:.2} | {window_bytes} | {bucket_bytes} |",
-            bucket_us / window_us
+            "| {rate} | {window_us:.1} | {bucket_us:.1} | {:.2} | {warm_us:.1} | {:.2} | {window_bytes} | {bucket_bytes} | {warm_bytes} |",
+            bucket_us / window_us,
+            warm_us / window_us
         );
     }
     println!(

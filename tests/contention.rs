@@ -24,6 +24,8 @@ const TASKS: usize = 12;
 const BURST: u64 = 20;
 const PAUSE_AT: Duration = Duration::from_millis(900);
 const PAUSE: Duration = Duration::from_millis(700);
+/// The warming bucket's warm-up: it starts cold, and is cold again after the pause.
+const WARMUP: Duration = Duration::from_millis(600);
 
 /// The rules a worker decides, by scenario name.
 fn rules(scenario: &str) -> Vec<Rule> {
@@ -39,6 +41,10 @@ fn rules(scenario: &str) -> Vec<Rule> {
         "token_bucket" => vec![Rule::new("contention:bucket", RATE, interval)
             .algorithm(Algorithm::TokenBucket)
             .burst(BURST)],
+        "token_bucket_warming" => vec![Rule::new("contention:warming", RATE, interval)
+            .algorithm(Algorithm::TokenBucket)
+            .burst(BURST)
+            .warmup(WARMUP)],
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -60,7 +66,7 @@ async fn worker() {
     // up again mid-run.
     let pause_at: u64 = std::env::var("CONTENTION_PAUSE_AT").unwrap().parse().unwrap();
     let from = started + Duration::from_millis(pause_at.saturating_sub(now_ms()));
-    let pause = (scenario == "token_bucket").then(|| (from, from + PAUSE));
+    let pause = scenario.starts_with("token_bucket").then(|| (from, from + PAUSE));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let client = client.clone();
@@ -284,6 +290,25 @@ fn one_token_bucket_across_processes_never_over_grants() {
         "only {} grants, {expected} refilled while workers asked",
         all.len()
     );
+}
+
+#[test]
+fn a_warming_token_bucket_across_processes_never_over_grants_and_starts_slow() {
+    let server = RedisServer::start();
+    let grants = run_workers(&server, "token_bucket_warming");
+    let mut all: Vec<u64> = grants.into_values().flatten().collect();
+    all.sort_unstable();
+    for length in [1, 50, 100, 200, 400, 1000, 2500] {
+        let most = busiest(&all, length) as u64;
+        let bound = BURST + RATE * length / INTERVAL_MS;
+        println!("warming bucket: busiest {length} ms window {most}, bound {bound}");
+        assert!(most <= bound, "{most} grants in {length} ms, bound {bound}");
+    }
+    // Cold at first: a permit costs up to 3 tokens, so the first 200 ms grant well
+    // below the burst and the refill (20 + 20 without a warm-up).
+    let first = all.iter().take_while(|&&at| at < all[0] + 200).count();
+    println!("warming bucket: {first} grants in the first 200 ms, 40 without a warm-up");
+    assert!(first <= 30, "{first} grants in the first 200 ms of a cold bucket");
 }
 
 #[test]
