@@ -379,4 +379,41 @@ async fn a_token_bucket_rule_in_a_layer() {
         .build()
         .unwrap_err();
     assert!(error.to_string().contains("token bucket"), "{error}");
+    let error = RateLimitLayer::builder()
+        .rule(LayerRule::new("x", 5, MINUTE).warmup(MINUTE))
+        .build()
+        .unwrap_err();
+    assert!(error.to_string().contains("token bucket"), "{error}");
+    let error = RateLimitLayer::builder()
+        .rule(
+            LayerRule::new("x", 1 << 30, MINUTE)
+                .algorithm(redlimit::Algorithm::TokenBucket)
+                .warmup(Duration::from_secs(1 << 20)),
+        )
+        .build()
+        .unwrap_err();
+    assert!(error.to_string().contains("shorter warm-up"), "{error}");
+}
+
+#[tokio::test]
+async fn a_warming_token_bucket_in_a_layer_starts_slow() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(
+            LayerRule::new("warming", 10, MINUTE)
+                .algorithm(redlimit::Algorithm::TokenBucket)
+                .warmup(MINUTE),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    // Cold (coldness up to 10 tokens, half of it 5): the permits cost 3, 2.6, 2.2 and
+    // 1.8 tokens of the 10, leaving 0.4; the next token is 0.6 of a token away, 3.6 s
+    // at 10 a minute (without a warm-up, all 10 would pass).
+    for _ in 0..4 {
+        assert_eq!(status(addr, "/a", &[]).await, 200);
+    }
+    let refused = send(addr, "GET", "/a", &[]).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("retry-after"), Some("4"));
 }
