@@ -170,6 +170,11 @@ async fn direct() {
 
 #[tokio::main]
 async fn main() {
+    // REDLIMIT_BENCH_ONLY=direct runs the last part alone (no network, no Redis), for
+    // profiling the layer.
+    if std::env::var("REDLIMIT_BENCH_ONLY").as_deref() == Ok("direct") {
+        return direct().await;
+    }
     let redis = Server::start();
     let on_redis = Client::connect(&redis.url).await.unwrap();
     let bare = serve(router()).await;

@@ -106,7 +106,9 @@ impl Backend {
                     }
                 };
                 let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
-                tracing::Instrument::instrument(timed, span).await
+                // Boxed: the Redis path's state is kilobytes, and every caller's future
+                // would otherwise carry (and move) it, in-process decisions included.
+                Box::pin(tracing::Instrument::instrument(timed, span)).await
             }
         }
     }
