@@ -41,9 +41,7 @@ impl MemoryBackend {
     pub async fn acquire(&self, calls: &[Call<'_>], clock_now: u64) -> Result<Outcome, Error> {
         self.sweep_in_turn(clock_now);
         let mut locked = self.lock_all(calls);
-        for (_, store) in &mut locked.guards {
-            store.sweep_if_due(clock_now);
-        }
+        locked.each_store(|store| store.sweep_if_due(clock_now));
 
         // Phase 1, load_rule: each call's config, and the newest grant of its bucket.
         let mut resolved = Vec::with_capacity(calls.len());

@@ -52,20 +52,33 @@ fn shard_of(name: &str) -> usize {
 }
 
 /// The shards one decision touches, locked in index order so that two decisions
-/// over the same shards cannot deadlock.
-struct Locked<'a> {
-    guards: Vec<(usize, MutexGuard<'a, Store>)>,
+/// over the same shards cannot deadlock. One shard (the usual call) needs no list.
+enum Locked<'a> {
+    One(MutexGuard<'a, Store>),
+    Many(Vec<(usize, MutexGuard<'a, Store>)>),
 }
 
 impl Locked<'_> {
     fn store(&mut self, name: &str) -> &mut Store {
-        let shard = shard_of(name);
-        let (_, guard) = self
-            .guards
-            .iter_mut()
-            .find(|(i, _)| *i == shard)
-            .expect("every shard of the call is locked");
-        guard
+        match self {
+            Locked::One(guard) => guard,
+            Locked::Many(guards) => {
+                let shard = shard_of(name);
+                let (_, guard) = guards
+                    .iter_mut()
+                    .find(|(i, _)| *i == shard)
+                    .expect("every shard of the call is locked");
+                guard
+            }
+        }
+    }
+
+    /// Runs `f` on every locked shard's store.
+    fn each_store(&mut self, mut f: impl FnMut(&mut Store)) {
+        match self {
+            Locked::One(guard) => f(guard),
+            Locked::Many(guards) => guards.iter_mut().for_each(|(_, guard)| f(guard)),
+        }
     }
 }
 
@@ -79,14 +92,15 @@ impl MemoryBackend {
     }
 
     fn lock_all(&self, calls: &[Call<'_>]) -> Locked<'_> {
+        let lock = |i: usize| self.shards[i].lock().unwrap_or_else(PoisonError::into_inner);
+        let first = calls.first().map_or(0, |c| shard_of(c.keys.config()));
+        if calls.iter().skip(1).all(|c| shard_of(c.keys.config()) == first) {
+            return Locked::One(lock(first));
+        }
         let mut shards: Vec<usize> = calls.iter().map(|c| shard_of(c.keys.config())).collect();
         shards.sort_unstable();
         shards.dedup();
-        let guards = shards
-            .into_iter()
-            .map(|i| (i, self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)))
-            .collect();
-        Locked { guards }
+        Locked::Many(shards.into_iter().map(|i| (i, lock(i))).collect())
     }
 
     /// Sweeps one shard in turn every `SWEEP_EVERY` decisions, unless it is busy.
