@@ -330,4 +330,39 @@ async fn a_token_bucket_in_an_earlier_slot_gets_its_tokens_back() {
             "the window refused: the tokens came back"
         );
     }
+
+    // A warming bucket (coldness up to 5 tokens, half of it 2.5) gets back the plain
+    // tokens, not the extra its coldness charged: fewer calls pass, never more.
+    let warming = name_in("rate_limit:tbw:", |s| s < 5000);
+    let rules = [
+        Rule::new(warming.clone(), 5, Duration::from_secs(60))
+            .algorithm(redlimit::Algorithm::TokenBucket)
+            .burst(20)
+            .warmup(Duration::from_secs(60))
+            .permits(2),
+        Rule::new(
+            name_in("rate_limit:w2:", |s| s > 11_000),
+            1,
+            Duration::from_secs(60),
+        ),
+    ];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let handle = client
+        .token_bucket(warming, 5, Duration::from_secs(60))
+        .burst(20)
+        .warmup(Duration::from_secs(60));
+    assert_eq!(
+        handle.available().await.unwrap(),
+        14,
+        "2 permits cost 6 tokens cold"
+    );
+    // Still above half cold: 2 permits cost 2.8 tokens, 2 come back.
+    let refused = client.check_rules(&rules).await.unwrap();
+    assert_eq!(refused.refused_by, Some(1));
+    assert_eq!(handle.available().await.unwrap(), 13);
+    // Warm now: 2 taken, 2 given back.
+    for _ in 0..2 {
+        assert_eq!(client.check_rules(&rules).await.unwrap().refused_by, Some(1));
+        assert_eq!(handle.available().await.unwrap(), 13);
+    }
 }
