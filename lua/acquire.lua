@@ -121,6 +121,104 @@ local function token_helpers()
   end
 end
 
+-- One sliding-window rule whose stored config is its own (the usual call), decided on
+-- locals: the same steps as the phases below, without their tables and helpers. Any
+-- case it does not cover (a config to create or change, a missing or inflated value,
+-- a member that does not decode, a log short of the wait) breaks out before writing
+-- anything, and the phases below decide it from the start. The differential test runs
+-- both paths.
+if nrules == 1 and ARGV[4] == '1' and (ARGV[7] == '0' or ARGV[7] == '1') then
+  repeat
+    local stored = redis.call('hmget', KEYS[1], 'rate', 'interval', 'type', 'keepAliveTime')
+    if stored[1] ~= ARGV[5] or stored[2] ~= ARGV[6] or stored[3] ~= ARGV[7] or (stored[4] or '0') ~= ARGV[8] then
+      break
+    end
+    local permits, rate, interval, keep = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[8]
+    if permits > rate then break end
+    local vkey, pkey = KEYS[2], KEYS[4]
+    if ARGV[7] == '1' then vkey, pkey = KEYS[3], KEYS[5] end
+    -- load_rule: the newest grant, when newer than this call's time
+    local later = redis.call('zrevrangebyscore', pkey, '+inf', ARGV[1] ~= '' and '(' .. ARGV[1] or string.format('(%d', now),
+      'withscores', 'limit', 0, 1)
+    if later[2] ~= nil and tonumber(later[2]) - now <= 1000 then now = tonumber(later[2]) end
+    -- plan_bucket: the value, plus what left the window
+    local raw = redis.call('get', vkey)
+    if raw == false or not string.find(raw, '^%-?%d+$') then break end
+    local value = tonumber(raw)
+    local stale = redis.call('zrangebyscore', pkey, '-inf', string.format('%d', now - interval))
+    local released, broken = 0, false
+    for j = 1, #stale do
+      local member = stale[j]
+      local len = string.byte(member, 1)
+      if len == nil or #member ~= len + 5 then broken = true break end
+      local a, b, c, d = string.byte(member, len + 2, len + 5)
+      released = released + a + b * 256 + c * 65536 + d * 16777216
+    end
+    if broken or (released > 0 and value + released > rate) then break end
+    local dirty, counted = released > 0, false
+    if released > 0 then
+      value = value + released
+    else
+      counted = tostring(value) == raw and raw ~= '-0'
+    end
+    -- take: enough permits, or the exact wait until the log releases them
+    local wait = 0
+    if permits > 0 and value < permits then
+      local need, acc, start = permits - value, 0, #stale
+      wait = nil
+      while wait == nil do
+        local chunk = redis.call('zrange', pkey, start, start + need - 1, 'withscores')
+        if #chunk == 0 then break end
+        for j = 1, #chunk, 2 do
+          local member = chunk[j]
+          local len = string.byte(member, 1)
+          if len == nil or #member ~= len + 5 then broken = true break end
+          local a, b, c, d = string.byte(member, len + 2, len + 5)
+          acc = acc + a + b * 256 + c * 65536 + d * 16777216
+          if acc >= need then
+            wait = tonumber(chunk[j + 1]) + interval - now
+            break
+          end
+        end
+        if broken then break end
+        start = start + #chunk / 2
+      end
+      if wait == nil then break end
+    end
+    local granted = wait == 0
+    -- commit (a call asking what is available writes nothing)
+    if permits > 0 then
+      if #stale > 0 then redis.call('zremrangebyrank', pkey, 0, #stale - 1) end
+      if granted then
+        redis.call('zadd', pkey, now == caller_now and ARGV[1] ~= '' and ARGV[1] or string.format('%d', now), ARGV[3])
+        if counted then
+          redis.call('decrby', vkey, ARGV[2])
+        else
+          redis.call('set', vkey, string.format('%d', value - permits), 'keepttl')
+        end
+      elseif dirty then
+        redis.call('set', vkey, string.format('%d', value), 'keepttl')
+      end
+      if tonumber(keep) > 0 then
+        redis.call('pexpire', KEYS[1], keep)
+        redis.call('pexpire', vkey, keep)
+        redis.call('pexpire', pkey, keep)
+      else
+        local ttl = redis.call('pttl', KEYS[1])
+        if ttl > 0 then
+          redis.call('pexpire', vkey, ttl)
+          redis.call('pexpire', pkey, ttl)
+        end
+      end
+    end
+    if granted then
+      local left = value - permits
+      return { 1, 0, 0, now, left > 0 and left or 0, 0 }
+    end
+    return { 0, 1, wait, now, value > 0 and value or 0, 0 }
+  until true
+end
+
 -- Phase 1, load_rule: each rule's config and keys, and the newest grant of its log.
 local rules = {}
 local newest = now

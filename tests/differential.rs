@@ -240,3 +240,66 @@ async fn memory_and_redis_agree_on_random_sequences() {
         "the sequences must exercise refusals, saw {refusals}"
     );
 }
+
+/// The usual call, many times: one rule whose config is already stored, with grants
+/// leaving the window between calls and refusals waiting on them (the Redis backend's
+/// one-rule path, and its way back to the general one when the value is lost), in both
+/// modes, with and without a keep-alive.
+#[tokio::test]
+async fn one_rule_calls_agree_step_for_step() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let (mut grants, mut refusals) = (0, 0);
+    for seed in 0..20u64 {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
+        let clock = ManualClock::new(1_700_000_000_000 + seed * 11);
+        let memory = Client::builder().clock(clock.clone()).memory();
+        let redis = Client::builder()
+            .clock(clock.clone())
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mode = if seed % 4 == 0 {
+            RateType::PerClient
+        } else {
+            RateType::Overall
+        };
+        let keep = [None, Some(HOUR)][(seed % 2) as usize];
+        let mut history = Vec::new();
+        for step in 0..300 {
+            if step == 150 && seed % 3 == 0 {
+                // The value lost (an eviction): rebuilt from the log, as the memory
+                // backend's value already is.
+                let _: () = redis::cmd("DEL")
+                    .arg("{one}:value")
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+            }
+            let rule = [Rule::new("one", 3, Duration::from_millis(1000))
+                .mode(mode)
+                .keep_alive(keep)
+                .permits(rng.random_range(0..=3))];
+            let on_memory = format!("{:?}", memory.check_rules(&rule).await);
+            let on_redis = format!("{:?}", redis.check_rules(&rule).await);
+            history.push(format!("{:?} -> {on_redis}", rule[0].permits_per_call()));
+            assert_eq!(
+                on_memory,
+                on_redis,
+                "seed {seed}, step {step}: backends disagree\nhistory:\n{}",
+                history.join("\n")
+            );
+            grants += usize::from(on_redis.contains("allowed: true"));
+            refusals += usize::from(on_redis.contains("allowed: false"));
+            let advance = rng.random_range(0..=700);
+            clock.advance(Duration::from_millis(advance));
+            history.push(format!("advance {advance}"));
+        }
+    }
+    println!("{grants} grants, {refusals} refusals compared");
+    assert!(
+        grants > 1000 && refusals > 1000,
+        "{grants} grants, {refusals} refusals"
+    );
+}

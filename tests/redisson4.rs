@@ -396,3 +396,35 @@ async fn release_and_update_fail_before_writing_on_a_log_that_does_not_decode() 
     limiter.set_config(&config).await.unwrap();
     assert!(limiter.try_acquire(1).await.unwrap());
 }
+
+/// Every decision by a rule refreshes the keep-alive of all three keys, the usual
+/// call (config already stored) included, granted or refused; with no keep-alive the
+/// value and log take the config's own TTL.
+#[tokio::test]
+async fn every_rule_decision_refreshes_the_three_ttls() {
+    let (_server, client, _clock, mut raw) = setup().await;
+    let keys = ["ttl:rule", "{ttl:rule}:value", "{ttl:rule}:permits"];
+    let rule = [Rule::new("ttl:rule", 1, MIN)];
+    assert!(
+        client.check_rules(&rule).await.unwrap().allowed,
+        "creates the config"
+    );
+    for granted in [false, false] {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(client.check_rules(&rule).await.unwrap().allowed, granted);
+        for key in keys {
+            let ttl = pttl(&mut raw, key).await;
+            assert!(ttl > 59_800, "{key}: refreshed by the last decision, {ttl}");
+        }
+    }
+    // No keep-alive: the config's own TTL (set by hand, as an operator might) passes
+    // to the value and the log.
+    let plain = [Rule::new("ttl:plain_rule", 5, MIN).keep_alive(None)];
+    assert!(client.check_rules(&plain).await.unwrap().allowed);
+    let _: () = raw.pexpire("ttl:plain_rule", 90_000).await.unwrap();
+    assert!(client.check_rules(&plain).await.unwrap().allowed);
+    for key in ["{ttl:plain_rule}:value", "{ttl:plain_rule}:permits"] {
+        let ttl = pttl(&mut raw, key).await;
+        assert!(ttl > 89_000 && ttl <= 90_000, "{key}: {ttl}");
+    }
+}
