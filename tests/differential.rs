@@ -185,6 +185,17 @@ async fn apply(client: &Client, clock: &ManualClock, op: &Op) -> String {
     answer.unwrap_or_else(|err| format!("error: {err}"))
 }
 
+/// The in-process backend and the Redis backend, on one clock.
+async fn both_backends(server: &RedisServer, clock: &ManualClock) -> (Client, Client) {
+    let memory = Client::builder().clock(clock.clone()).memory();
+    let redis = Client::builder()
+        .clock(clock.clone())
+        .connect(&server.url())
+        .await
+        .unwrap();
+    (memory, redis)
+}
+
 #[tokio::test]
 async fn memory_and_redis_agree_on_random_sequences() {
     let server = RedisServer::start();
@@ -194,12 +205,7 @@ async fn memory_and_redis_agree_on_random_sequences() {
     for seed in 0..40u64 {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
         let clock = ManualClock::new(1_700_000_000_000 + seed * 7);
-        let memory = Client::builder().clock(clock.clone()).memory();
-        let redis = Client::builder()
-            .clock(clock.clone())
-            .connect(&server.url())
-            .await
-            .unwrap();
+        let (memory, redis) = both_backends(&server, &clock).await;
         let mut rng = StdRng::seed_from_u64(seed);
         let mut history = Vec::new();
         for _ in 0..200 {
@@ -253,12 +259,7 @@ async fn one_rule_calls_agree_step_for_step() {
     for seed in 0..20u64 {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
         let clock = ManualClock::new(1_700_000_000_000 + seed * 11);
-        let memory = Client::builder().clock(clock.clone()).memory();
-        let redis = Client::builder()
-            .clock(clock.clone())
-            .connect(&server.url())
-            .await
-            .unwrap();
+        let (memory, redis) = both_backends(&server, &clock).await;
         let mut rng = StdRng::seed_from_u64(seed);
         let mode = if seed % 4 == 0 {
             RateType::PerClient
