@@ -101,7 +101,8 @@ impl Rule {
     /// A token bucket's warm-up: after the bucket has been idle, a permit costs up to
     /// 3 tokens, falling back to 1 as permits are taken, so a cold service first sees
     /// about a third of the burst and of the rate, rising to the full rate over about
-    /// `warmup` (see the README's "Warm-up"). Only for [`Algorithm::TokenBucket`].
+    /// `warmup` (see the README's "Warm-up"). Only for [`Algorithm::TokenBucket`]; a
+    /// zero warm-up is none.
     pub fn warmup(mut self, warmup: Duration) -> Self {
         self.warmup = Some(warmup);
         self
