@@ -32,6 +32,8 @@ struct Resolved {
     change: ConfigChange,
     mode_changed: bool,
     plan: usize,
+    /// The limiter name's hash in its shard's table, computed once.
+    hash: u64,
     /// A token-bucket call: its stored state (phase 1), then its plan (phase 2).
     stored_tokens: Option<Tokens>,
     tokens: Option<TokenPlan>,
@@ -48,9 +50,11 @@ impl MemoryBackend {
         let mut newest = clock_now;
         for call in calls {
             let name = call.keys.config();
+            let limiters = &mut locked.store(name).limiters;
+            let hash = limiters.hash(name);
             if let (Some(_), Some(rule)) = (call.bucket, call.rule) {
                 // A token bucket: its state now, its plan once the time is settled.
-                let limiter = locked.store(name).limiters.get_mut(name);
+                let limiter = limiters.get_hashed(hash, name);
                 let stored = limiter.and_then(|l| l.tokens(rule.rate_type, clock_now).copied());
                 if let Some(stored) = stored {
                     newest = newest.max(stored.at);
@@ -60,12 +64,13 @@ impl MemoryBackend {
                     change: ConfigChange::Kept,
                     mode_changed: false,
                     plan: usize::MAX,
+                    hash,
                     stored_tokens: stored,
                     tokens: None,
                 });
                 continue;
             }
-            let mut limiter = locked.store(name).limiters.get_mut(name);
+            let mut limiter = limiters.get_hashed(hash, name);
             let stored = limiter.as_mut().and_then(|l| l.live_config(clock_now));
             let (config, change) = match (call.rule, stored) {
                 (Some(rule), Some(old)) if *rule == old => (old, ConfigChange::Kept),
@@ -89,6 +94,7 @@ impl MemoryBackend {
                 change,
                 mode_changed,
                 plan: 0,
+                hash,
                 stored_tokens: None,
                 tokens: None,
             });
@@ -141,7 +147,7 @@ impl MemoryBackend {
             let at = match existing {
                 Some(at) => at,
                 None => {
-                    let mut limiter = locked.store(name).limiters.get_mut(name);
+                    let mut limiter = locked.store(name).limiters.get_hashed(resolved[i].hash, name);
                     let bucket = limiter.as_mut().and_then(|l| l.bucket(kind, clock_now));
                     plans.push(plan_bucket(i, bucket.as_deref(), &resolved[i], now_i));
                     plans.len() - 1
@@ -157,7 +163,7 @@ impl MemoryBackend {
             if plan.value - plan.spent < permits {
                 let mut wait = None;
                 if !plan.clear {
-                    let limiter = locked.store(name).limiters.get_mut(name);
+                    let limiter = locked.store(name).limiters.get_hashed(resolved[i].hash, name);
                     let empty = Bucket::default();
                     let bucket = limiter.and_then(|l| l.bucket(kind, clock_now));
                     let bucket = bucket.map_or(&empty, |b| &*b);
@@ -293,14 +299,15 @@ fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
             // A token bucket stores its refilled state, less what a grant took.
             let taken = if granted { call.permits } else { 0 };
             store
-                .limiter_or_insert(name)
+                .limiters
+                .get_or_insert(r.hash, name)
                 .set_tokens(r.config.rate_type, tokens.stored(taken));
             continue;
         }
         // A kept config means the limiter exists: one lookup, no insertion.
         let limiter = match r.change {
-            ConfigChange::Kept => store.limiters.get_mut(name).expect("found in phase 1"),
-            _ => store.limiter_or_insert(name),
+            ConfigChange::Kept => store.limiters.get_hashed(r.hash, name).expect("found in phase 1"),
+            _ => store.limiters.get_or_insert(r.hash, name),
         };
         if r.change != ConfigChange::Kept {
             limiter.config = Some(r.config);

@@ -1,14 +1,68 @@
 //! In-process limiter state: a map of limiters, each with its config and one bucket
 //! per mode (the overall bucket, and this client's per_client bucket).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::hash_map::RandomState;
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 
 use super::tokens::Tokens;
 use crate::{RateLimiterConfig, RateType};
 
+/// Limiters by name. Names come from callers (API keys, addresses), so they are
+/// hashed with a randomly keyed SipHash, as std's map does; a decision hashes its
+/// name once ([`Limiters::hash`]) and probes the table with it in each phase.
+#[derive(Default)]
+pub(super) struct Limiters {
+    table: hashbrown::HashTable<(String, Limiter)>,
+    hasher: RandomState,
+}
+
+impl Limiters {
+    pub fn hash(&self, name: &str) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Limiter> {
+        let hash = self.hash(name);
+        self.get_hashed(hash, name)
+    }
+
+    /// The limiter `name`, whose [`hash`](Limiters::hash) is `hash`.
+    pub fn get_hashed(&mut self, hash: u64, name: &str) -> Option<&mut Limiter> {
+        self.table.find_mut(hash, |(n, _)| n == name).map(|(_, l)| l)
+    }
+
+    /// The limiter `name`, created when missing.
+    pub fn get_or_insert(&mut self, hash: u64, name: &str) -> &mut Limiter {
+        let hasher = &self.hasher;
+        let entry = self
+            .table
+            .entry(hash, |(n, _)| n == name, |(n, _)| hasher.hash_one(n.as_str()));
+        &mut entry
+            .or_insert_with(|| (name.to_owned(), Limiter::default()))
+            .into_mut()
+            .1
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        let hash = self.hash(name);
+        if let Ok(entry) = self.table.find_entry(hash, |(n, _)| n == name) {
+            entry.remove();
+        }
+    }
+
+    pub fn retain(&mut self, mut keep: impl FnMut(&mut Limiter) -> bool) {
+        self.table.retain(|(_, limiter)| keep(limiter));
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Store {
-    pub limiters: HashMap<String, Limiter>,
+    pub limiters: Limiters,
     /// Calls since the last sweep, and the map's size after it.
     calls: usize,
     swept_len: usize,
@@ -46,10 +100,8 @@ pub(super) fn slot(kind: RateType) -> usize {
 impl Store {
     /// The limiter `name`, created when missing.
     pub fn limiter_or_insert(&mut self, name: &str) -> &mut Limiter {
-        if !self.limiters.contains_key(name) {
-            self.limiters.insert(name.to_owned(), Limiter::default());
-        }
-        self.limiters.get_mut(name).expect("just inserted")
+        let hash = self.limiters.hash(name);
+        self.limiters.get_or_insert(hash, name)
     }
 
     /// Drops expired limiters once the map has doubled or enough calls went by, so
@@ -65,7 +117,7 @@ impl Store {
 
     /// Drops every expired limiter now.
     pub fn sweep(&mut self, now: u64) {
-        self.limiters.retain(|_, limiter| {
+        self.limiters.retain(|limiter| {
             limiter.expire_all(now);
             !limiter.is_empty()
         });
