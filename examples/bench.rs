@@ -540,12 +540,22 @@ async fn side_by_side(client: &Client, conn: &mut MultiplexedConnection) {
         .await;
         let (_, three_usec) = timed(conn, || async { side_three().await.unwrap() }).await;
         let [(allow_rate, allow_ref), (_, deny_ref)] = reference_rows;
+        // Without a reference script its columns say so, rather than print NaN.
+        let figure = |x: f64, digits: usize| {
+            if x.is_finite() {
+                format!("{x:.digits$}")
+            } else {
+                "-".to_owned()
+            }
+        };
         println!(
-            "| {round} | {allow_ref:.1} | {one_usec:.1} | {:.2} | {deny_ref:.1} | {deny_usec:.1} | {:.2} | {three_usec:.1} | {:.2} | {:.3} |",
-            one_usec / allow_ref,
-            deny_usec / deny_ref,
+            "| {round} | {} | {one_usec:.1} | {} | {} | {deny_usec:.1} | {} | {three_usec:.1} | {:.2} | {} |",
+            figure(allow_ref, 1),
+            figure(one_usec / allow_ref, 2),
+            figure(deny_ref, 1),
+            figure(deny_usec / deny_ref, 2),
             three_usec / one_usec,
-            one_rate / allow_rate
+            figure(one_rate / allow_rate, 3)
         );
     }
     println!(

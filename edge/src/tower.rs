@@ -406,12 +406,7 @@ impl RateLimitLayerBuilder {
 
 /// A token-bucket rule's shape: its burst (default: the rate) and warm-up.
 fn shape(rule: &LayerRule) -> BucketShape {
-    BucketShape {
-        burst: rule.burst.unwrap_or(rule.rate),
-        warmup_ms: rule
-            .warmup
-            .map_or(0, |w| w.as_millis().min(u128::from(u64::MAX)) as u64),
-    }
+    BucketShape::new(rule.burst.unwrap_or(rule.rate), rule.warmup)
 }
 
 fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {

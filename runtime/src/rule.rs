@@ -39,6 +39,18 @@ pub struct BucketShape {
     pub warmup_ms: u64,
 }
 
+impl BucketShape {
+    /// A bucket holding `burst` and warming up over `warmup`, counted in whole
+    /// milliseconds rounded up: a warm-up under 1 ms is 1 ms, not none.
+    pub fn new(burst: u64, warmup: Option<Duration>) -> BucketShape {
+        let warmup_ms = warmup.map_or(0, |w| w.as_nanos().div_ceil(1_000_000));
+        BucketShape {
+            burst,
+            warmup_ms: u64::try_from(warmup_ms).unwrap_or(u64::MAX),
+        }
+    }
+}
+
 /// How a rule counts its permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub enum Algorithm {
@@ -102,7 +114,7 @@ impl Rule {
     /// 3 tokens, falling back to 1 as permits are taken, so a cold service first sees
     /// about a third of the burst and of the rate, rising to the full rate over about
     /// `warmup` (see the README's "Warm-up"). Only for [`Algorithm::TokenBucket`]; a
-    /// zero warm-up is none.
+    /// zero warm-up is none, and one under 1 ms counts as 1 ms.
     pub fn warmup(mut self, warmup: Duration) -> Self {
         self.warmup = Some(warmup);
         self
@@ -115,12 +127,7 @@ impl Rule {
 
     /// A token bucket's capacity and warm-up (`None` for a sliding window).
     pub(crate) fn shape(&self) -> Option<BucketShape> {
-        Some(BucketShape {
-            burst: self.capacity()?,
-            warmup_ms: self
-                .warmup_period()
-                .map_or(0, |w| w.as_millis().min(u128::from(u64::MAX)) as u64),
-        })
+        Some(BucketShape::new(self.capacity()?, self.warmup_period()))
     }
 
     /// Whether a burst or a warm-up was set (a sliding window refuses them).
@@ -230,6 +237,17 @@ mod tests {
     use super::*;
 
     const MIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_warm_up_counts_in_whole_milliseconds_rounded_up() {
+        let ms = |w: Option<Duration>| BucketShape::new(5, w).warmup_ms;
+        assert_eq!(ms(None), 0);
+        assert_eq!(ms(Some(Duration::ZERO)), 0, "zero is none");
+        assert_eq!(ms(Some(Duration::from_micros(1))), 1, "not silently none");
+        assert_eq!(ms(Some(Duration::from_micros(1_500))), 2);
+        assert_eq!(ms(Some(Duration::from_secs(30))), 30_000);
+        assert_eq!(ms(Some(Duration::MAX)), u64::MAX, "left to the bound check");
+    }
 
     #[test]
     fn distinct_limiters_stay_apart() {
