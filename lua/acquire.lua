@@ -1,5 +1,8 @@
 -- acquire.lua: decide one or more rate-limit rules, all or nothing, in one call.
 -- Its twin in Rust is runtime/src/backend/memory/decide.rs: same phases, same names.
+-- The acquire script is acquire_one.lua, bucket.lua and this file, in that order:
+-- acquire_one.lua decides the usual call (one sliding-window rule) and may answer it
+-- with an integer (see there); every other call reaches this file.
 --
 -- KEYS, five per rule (rule i uses KEYS[5*(i-1)+1 .. 5*(i-1)+5]), in Redisson's order:
 --   1 NAME                config hash (rate, interval, type, keepAliveTime)
@@ -35,14 +38,19 @@
 -- All reads and checks come first and every write after them, so an error leaves
 -- the state untouched, and a refusal by any rule spends no permit of any rule.
 --
--- Every call runs this whole body, so it creates as little as it can: one table per
+-- Every call that reaches here runs this whole body, so it creates as little as it can: one table per
 -- rule (which also holds the plan of the bucket it is the first to name), built whole
 -- by its constructor, and helpers only on the paths that need them.
 
-local now = tonumber(ARGV[1])
-if ARGV[1] == '' then
+-- Numbers are read as `s + 0` where s is a decimal the caller wrote or this script
+-- checked (one conversion; tonumber converts twice), and given to redis.call as text
+-- (a number is printed with "%.17g"): see acquire_one.lua.
+local now
+if ARGV[1] ~= '' then
+  now = ARGV[1] + 0
+else
   local t = redis.call('time')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
 local caller_now = now
 local nrules = #KEYS / 5
@@ -67,7 +75,7 @@ local function helpers()
   -- The permits in the log after its first `skip` entries (the released ones).
   rebuild_from_log = function(rule, kind, key, skip)
     local total = 0
-    for _, member in ipairs(redis.call('zrange', key, skip, -1)) do
+    for _, member in ipairs(redis.call('zrange', key, string.format('%d', skip), '-1')) do
       total = total + permits_of(rule, kind, member)
     end
     return total
@@ -77,12 +85,13 @@ local function helpers()
   wait_for = function(rule, kind, key, skip, need, interval, pending)
     local acc, start = 0, skip
     while true do
-      local chunk = redis.call('zrange', key, start, start + need - 1, 'withscores')
+      local chunk = redis.call('zrange', key, string.format('%d', start), string.format('%d', start + need - 1),
+        'withscores')
       if #chunk == 0 then break end
       for j = 1, #chunk, 2 do
         acc = acc + permits_of(rule, kind, chunk[j])
         if acc >= need then
-          return tonumber(chunk[j + 1]) + interval - now
+          return chunk[j + 1] + interval - now
         end
       end
       start = start + #chunk / 2
@@ -101,9 +110,9 @@ local function token_helpers()
   load_tokens = function(i, k, a)
     local client = ARGV[a + 6] == '3'
     local r = {
-      tb = true, name = KEYS[k + 1], k = k, permits = tonumber(ARGV[a + 1]),
-      rate = tonumber(ARGV[a + 4]), interval = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 7]),
-      warmup = tonumber(ARGV[a + 3]),
+      tb = true, name = KEYS[k + 1], k = k, permits = ARGV[a + 1] + 0,
+      rate = ARGV[a + 4] + 0, interval = ARGV[a + 5] + 0, burst = ARGV[a + 7] + 0,
+      warmup = ARGV[a + 3] + 0,
       bkey = client and KEYS[k + 3] or KEYS[k + 2], role = client and 'client_bucket' or 'bucket',
       kind = ARGV[a + 6], stored = false, units = 0, cold = 0, at = 0, flag = 0,
       write = false, changed = false, created = false, vkey = false,
@@ -119,104 +128,6 @@ local function token_helpers()
     end
     return r
   end
-end
-
--- One sliding-window rule whose stored config is its own (the usual call), decided on
--- locals: the same steps as the phases below, without their tables and helpers. Any
--- case it does not cover (a config to create or change, a missing or inflated value,
--- a member that does not decode, a log short of the wait) breaks out before writing
--- anything, and the phases below decide it from the start. The differential test runs
--- both paths.
-if nrules == 1 and ARGV[4] == '1' and (ARGV[7] == '0' or ARGV[7] == '1') then
-  repeat
-    local stored = redis.call('hmget', KEYS[1], 'rate', 'interval', 'type', 'keepAliveTime')
-    if stored[1] ~= ARGV[5] or stored[2] ~= ARGV[6] or stored[3] ~= ARGV[7] or (stored[4] or '0') ~= ARGV[8] then
-      break
-    end
-    local permits, rate, interval, keep = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[8]
-    if permits > rate then break end
-    local vkey, pkey = KEYS[2], KEYS[4]
-    if ARGV[7] == '1' then vkey, pkey = KEYS[3], KEYS[5] end
-    -- load_rule: the newest grant, when newer than this call's time
-    local later = redis.call('zrevrangebyscore', pkey, '+inf', ARGV[1] ~= '' and '(' .. ARGV[1] or string.format('(%d', now),
-      'withscores', 'limit', 0, 1)
-    if later[2] ~= nil and tonumber(later[2]) - now <= 1000 then now = tonumber(later[2]) end
-    -- plan_bucket: the value, plus what left the window
-    local raw = redis.call('get', vkey)
-    if raw == false or not string.find(raw, '^%-?%d+$') then break end
-    local value = tonumber(raw)
-    local stale = redis.call('zrangebyscore', pkey, '-inf', string.format('%d', now - interval))
-    local released, broken = 0, false
-    for j = 1, #stale do
-      local member = stale[j]
-      local len = string.byte(member, 1)
-      if len == nil or #member ~= len + 5 then broken = true break end
-      local a, b, c, d = string.byte(member, len + 2, len + 5)
-      released = released + a + b * 256 + c * 65536 + d * 16777216
-    end
-    if broken or (released > 0 and value + released > rate) then break end
-    local dirty, counted = released > 0, false
-    if released > 0 then
-      value = value + released
-    else
-      counted = tostring(value) == raw and raw ~= '-0'
-    end
-    -- take: enough permits, or the exact wait until the log releases them
-    local wait = 0
-    if permits > 0 and value < permits then
-      local need, acc, start = permits - value, 0, #stale
-      wait = nil
-      while wait == nil do
-        local chunk = redis.call('zrange', pkey, start, start + need - 1, 'withscores')
-        if #chunk == 0 then break end
-        for j = 1, #chunk, 2 do
-          local member = chunk[j]
-          local len = string.byte(member, 1)
-          if len == nil or #member ~= len + 5 then broken = true break end
-          local a, b, c, d = string.byte(member, len + 2, len + 5)
-          acc = acc + a + b * 256 + c * 65536 + d * 16777216
-          if acc >= need then
-            wait = tonumber(chunk[j + 1]) + interval - now
-            break
-          end
-        end
-        if broken then break end
-        start = start + #chunk / 2
-      end
-      if wait == nil then break end
-    end
-    local granted = wait == 0
-    -- commit (a call asking what is available writes nothing)
-    if permits > 0 then
-      if #stale > 0 then redis.call('zremrangebyrank', pkey, 0, #stale - 1) end
-      if granted then
-        redis.call('zadd', pkey, now == caller_now and ARGV[1] ~= '' and ARGV[1] or string.format('%d', now), ARGV[3])
-        if counted then
-          redis.call('decrby', vkey, ARGV[2])
-        else
-          redis.call('set', vkey, string.format('%d', value - permits), 'keepttl')
-        end
-      elseif dirty then
-        redis.call('set', vkey, string.format('%d', value), 'keepttl')
-      end
-      if tonumber(keep) > 0 then
-        redis.call('pexpire', KEYS[1], keep)
-        redis.call('pexpire', vkey, keep)
-        redis.call('pexpire', pkey, keep)
-      else
-        local ttl = redis.call('pttl', KEYS[1])
-        if ttl > 0 then
-          redis.call('pexpire', vkey, ttl)
-          redis.call('pexpire', pkey, ttl)
-        end
-      end
-    end
-    if granted then
-      local left = value - permits
-      return { 1, 0, 0, now, left > 0 and left or 0, 0 }
-    end
-    return { 0, 1, wait, now, value > 0 and value or 0, 0 }
-  until true
 end
 
 -- Phase 1, load_rule: each rule's config and keys, and the newest grant of its log.
@@ -235,7 +146,7 @@ for i = 1, nrules do
   else
   local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
   local r = {
-    name = KEYS[k + 1], k = k, permits = tonumber(ARGV[a + 1]), member = ARGV[a + 2],
+    name = KEYS[k + 1], k = k, permits = ARGV[a + 1] + 0, member = ARGV[a + 2],
     rate = 0, interval = 0, kind = false, old_kind = false, keep = 0, keep_text = '0',
     write = false, changed = false, vkey = false, pkey = false,
     -- the bucket (value and log) this rule decides on: the first rule naming it owns
@@ -247,7 +158,7 @@ for i = 1, nrules do
   if owns and initialized and stored[1] == ARGV[a + 4] and stored[2] == ARGV[a + 5]
       and stored[3] == ARGV[a + 6] and (stored[4] or '0') == ARGV[a + 7] then
     -- the stored config is the rule's own, valid as sent: nothing to check or write
-    r.rate, r.interval, r.kind, r.keep = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 6], tonumber(ARGV[a + 7])
+    r.rate, r.interval, r.kind, r.keep = ARGV[a + 4] + 0, ARGV[a + 5] + 0, ARGV[a + 6], ARGV[a + 7] + 0
     r.old_kind, r.keep_text = r.kind, ARGV[a + 7]
   else
     if initialized then
@@ -263,7 +174,7 @@ for i = 1, nrules do
     if owns then
       r.write, r.changed = true, initialized
       if initialized then r.replaced = stored end -- rare: the table grows only then
-      r.rate, r.interval, r.kind, r.keep = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 6], tonumber(ARGV[a + 7])
+      r.rate, r.interval, r.kind, r.keep = ARGV[a + 4] + 0, ARGV[a + 5] + 0, ARGV[a + 6], ARGV[a + 7] + 0
       r.keep_text = ARGV[a + 7]
     elseif not initialized then
       helpers()
@@ -282,9 +193,9 @@ for i = 1, nrules do
   end
   -- The newest grant, when it is newer than any seen so far (usually none is: an
   -- empty answer costs least).
-  local later = redis.call('zrevrangebyscore', r.pkey, '+inf', after, 'withscores', 'limit', 0, 1)
+  local later = redis.call('zrevrangebyscore', r.pkey, '+inf', after, 'withscores', 'limit', '0', '1')
   if later[2] ~= nil then
-    local score = tonumber(later[2])
+    local score = later[2] + 0
     if score > newest then newest = score end
   end
   rules[i] = r
@@ -357,7 +268,7 @@ for i = 1, nrules do
         else
           b.value, b.dirty = value, false
           -- written as Redis counts, so the grant can be a DECRBY
-          b.counted = tostring(value) == raw and raw ~= '-0'
+          b.counted = #raw <= 15 and (raw == '0' or string.find(raw, '^%-?[1-9]%d*$') ~= nil)
         end
       end
     end
@@ -416,7 +327,7 @@ if not probe then
       if b.clear then
         redis.call('del', KEYS[r.k + 2], KEYS[r.k + 3], KEYS[r.k + 4], KEYS[r.k + 5])
       elseif b.skip > 0 then
-        redis.call('zremrangebyrank', r.pkey, 0, b.skip - 1)
+        redis.call('zremrangebyrank', r.pkey, '0', string.format('%d', b.skip - 1))
       end
     end
   end
@@ -445,6 +356,7 @@ if not probe then
     else
       local ttl = redis.call('pttl', r.name)
       if ttl > 0 then
+        ttl = string.format('%d', ttl)
         redis.call('pexpire', r.vkey, ttl)
         redis.call('pexpire', r.pkey, ttl)
       end

@@ -9,7 +9,7 @@ use redis::{RedisError, Script};
 
 use super::connection::Conn;
 use super::failure::classify;
-use super::replies::{parse_outcome, script_error};
+use super::replies::{parse_acquire_reply, script_error};
 use super::{Call, Configure, Outcome};
 use crate::target::Target;
 use crate::{member, Error, LimiterKeys, RateLimiterConfig, RateType};
@@ -38,6 +38,7 @@ macro_rules! with_shared {
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     acquire: Script::new(concat!(
+        include_str!("../../../lua/acquire_one.lua"),
         include_str!("../../../lua/bucket.lua"),
         include_str!("../../../lua/acquire.lua")
     )),
@@ -211,7 +212,7 @@ impl RedisBackend {
             };
         }
         let keys: Vec<&LimiterKeys> = calls.iter().map(|c| c.keys).collect();
-        let reply: Result<Vec<i64>, Error> = self
+        let reply: Result<redis::Value, Error> = self
             .run(&keys, |mut conn| async move {
                 invocation.invoke_async(&mut conn).await
             })
@@ -228,9 +229,21 @@ impl RedisBackend {
                 return Err(err);
             }
         };
-        let outcome = parse_outcome(&reply, calls.len()).ok_or_else(|| Error::UnexpectedReply {
-            script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
-            reply: format!("{:?}", &reply[..reply.len().min(16)]),
+        let caller_now = (!self.server_time).then_some(now);
+        let outcome = parse_acquire_reply(&reply, calls.len(), caller_now).ok_or_else(|| {
+            let mut shown = format!("{reply:?}");
+            if shown.len() > 200 {
+                let mut end = 200;
+                while !shown.is_char_boundary(end) {
+                    end -= 1;
+                }
+                shown.truncate(end);
+                shown.push_str("...");
+            }
+            Error::UnexpectedReply {
+                script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
+                reply: shown,
+            }
         })?;
         Ok((outcome, members))
     }

@@ -1,15 +1,53 @@
 //! Reading the scripts' answers: decisions, and errors that name their key.
 
-use redis::RedisError;
+use redis::{RedisError, Value};
 
 use std::time::Duration;
 
 use super::{ConfigChange, Outcome, RuleOutcome};
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
+/// The acquire script's reply as Redis sent it: acquire.lua's table, or, for one rule
+/// decided at the caller's time (`caller_now`, `None` when the server's clock was
+/// used), acquire_one.lua's integer: the permits left after a grant (>= 0), or minus
+/// the wait of a refusal that left no permit (< 0).
+pub(super) fn parse_acquire_reply(reply: &Value, rules: usize, caller_now: Option<u64>) -> Option<Outcome> {
+    match reply {
+        Value::Int(n) if rules == 1 => {
+            let at_ms = caller_now?;
+            let (granted, left, retry_ms) = if *n >= 0 {
+                (true, n.unsigned_abs(), 0)
+            } else {
+                (false, 0, n.unsigned_abs())
+            };
+            Some(Outcome {
+                granted,
+                refused: (!granted).then_some(0),
+                retry_ms,
+                at_ms,
+                rules: vec![RuleOutcome {
+                    left,
+                    config: ConfigChange::Kept,
+                }],
+            })
+        }
+        Value::Array(items) => {
+            let numbers = items
+                .iter()
+                .map(|item| match item {
+                    Value::Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect::<Option<Vec<i64>>>()?;
+            parse_outcome(&numbers, rules)
+        }
+        _ => None,
+    }
+}
+
 /// acquire.lua's reply: granted, refused rule, wait, time, then per rule permits left
 /// and what happened to its config, then the replaced config of each changed rule.
-pub(super) fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
+fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
     let head = 4 + 2 * rules;
     if reply.len() < head {
         return None;
@@ -189,5 +227,31 @@ mod tests {
             "the replaced config is missing"
         );
         assert_eq!(parse_outcome(&[1, 0, 0, 9, 3, 0, 7], 1), None, "a stray value");
+    }
+
+    #[test]
+    fn integer_replies_of_one_rule() {
+        let kept = |left| RuleOutcome {
+            left,
+            config: ConfigChange::Kept,
+        };
+        let grant = parse_acquire_reply(&Value::Int(4), 1, Some(77)).unwrap();
+        assert!(grant.granted);
+        assert_eq!((grant.refused, grant.retry_ms, grant.at_ms), (None, 0, 77));
+        assert_eq!(grant.rules, vec![kept(4)]);
+        let refusal = parse_acquire_reply(&Value::Int(-250), 1, Some(77)).unwrap();
+        assert!(!refusal.granted);
+        assert_eq!(
+            (refusal.refused, refusal.retry_ms, refusal.at_ms),
+            (Some(0), 250, 77)
+        );
+        assert_eq!(refusal.rules, vec![kept(0)]);
+        // Only one rule, decided at the caller's time, is answered with an integer.
+        assert_eq!(parse_acquire_reply(&Value::Int(4), 2, Some(77)), None);
+        assert_eq!(parse_acquire_reply(&Value::Int(4), 1, None), None);
+        let table = Value::Array([1, 0, 0, 9, 3, 0].map(Value::Int).to_vec());
+        assert_eq!(parse_acquire_reply(&table, 1, None).unwrap().rules, vec![kept(3)]);
+        let text = Value::Array(vec![Value::Int(1), Value::SimpleString("0".into())]);
+        assert_eq!(parse_acquire_reply(&text, 1, None), None);
     }
 }
