@@ -128,6 +128,38 @@ on_both_backends!(
     }
 );
 
+// The same through rules that own their config: one rule is decided by the script's
+// one-rule path, two by its general phases; both must reorder.
+on_both_backends!(
+    rules_decide_an_overtaken_call_at_the_later_time,
+    |client, clock, server| {
+        for rules in [
+            vec![Rule::new("rate_limit:reorder:one", 2, SEC)],
+            vec![
+                Rule::new("rate_limit:reorder:a", 2, SEC),
+                Rule::new("rate_limit:reorder:b", 5, SEC),
+            ],
+        ] {
+            clock.set(T0 + 500);
+            assert_eq!(client.check_rules(&rules).await.unwrap().at_ms, T0 + 500);
+            clock.set(T0 + 200);
+            let late = client.check_rules(&rules).await.unwrap();
+            assert!(late.allowed);
+            assert_eq!(late.at_ms, T0 + 500, "{} rule(s)", rules.len());
+            let refused = client.check_rules(&rules).await.unwrap();
+            assert_eq!(refused.retry_after, Some(SEC), "both grants are at T0 + 500");
+            clock.set(T0 + 1499);
+            let d = client.check_rules(&rules).await.unwrap();
+            assert!(!d.allowed, "{} rule(s): {d:?}", rules.len());
+            clock.set(T0 + 1500);
+            assert!(client.check_rules(&rules).await.unwrap().allowed);
+            // Further apart than 1 s is clock skew, and the call keeps its own time.
+            clock.set(T0 - 600);
+            assert_eq!(client.check_rules(&rules).await.unwrap().at_ms, T0 - 600);
+        }
+    }
+);
+
 on_both_backends!(refusals_spend_nothing, |client, clock, server| {
     let limiter = client.rate_limiter("rate_limit:d");
     limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap();

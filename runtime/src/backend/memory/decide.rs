@@ -280,7 +280,7 @@ struct Decided<'a> {
     granted: bool,
     /// The time the call is decided at (a later grant's, when overtaken).
     now: u64,
-    /// The client's clock, for expiry.
+    /// The client's clock, for finding what has expired.
     clock_now: u64,
 }
 
@@ -338,11 +338,14 @@ fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
             bucket.push(now, call.permits as u32);
         }
         // Redisson's TTL rule: keepAliveTime on all three keys, else the config's TTL.
+        // Counted from the decided time: an overtaken call's clock read earlier than the
+        // moment it commits, and a keep-alive counted from that reading would end before
+        // a grant at `now` has left the window.
         let expires = match r.config.keep_alive_ms() {
             0 => limiter.config_expires.filter(|&t| t > clock_now),
             keep => {
-                limiter.config_expires = Some(clock_now + keep);
-                Some(clock_now + keep)
+                limiter.config_expires = Some(now + keep);
+                Some(now + keep)
             }
         };
         if let (Some(expires), Some(bucket)) = (expires, limiter.bucket(kind, clock_now)) {
