@@ -191,10 +191,10 @@ for i = 1, nrules do
   else
     r.vkey, r.pkey = KEYS[k + 2], KEYS[k + 4]
   end
-  -- The newest grant, when it is newer than any seen so far (usually none is: an
-  -- empty answer costs least).
-  local later = redis.call('zrevrangebyscore', r.pkey, '+inf', after, 'withscores', 'limit', '0', '1')
-  if later[2] ~= nil then
+  -- The newest grant, when it is newer than this call's time (usually none is, and
+  -- counting none costs least).
+  if redis.call('zcount', r.pkey, after, '+inf') > 0 then
+    local later = redis.call('zrevrangebyscore', r.pkey, '+inf', after, 'withscores', 'limit', '0', '1')
     local score = later[2] + 0
     if score > newest then newest = score end
   end

@@ -38,9 +38,11 @@ do
       local vkey, pkey = KEYS[2], KEYS[4]
       if ARGV[7] == '1' then vkey, pkey = KEYS[3], KEYS[5] end
       -- load_rule: the newest grant, when newer than this call's time (REORDER: 1000 ms)
-      local later = redis.call('zrevrangebyscore', pkey, '+inf', caller_time and '(' .. ARGV[1] or string.format('(%d', now),
-        'withscores', 'limit', '0', '1')
-      if later[2] ~= nil and later[2] - now <= 1000 then now = later[2] + 0 end
+      local after = caller_time and '(' .. ARGV[1] or string.format('(%d', now)
+      if redis.call('zcount', pkey, after, '+inf') > 0 then
+        local later = redis.call('zrevrangebyscore', pkey, '+inf', after, 'withscores', 'limit', '0', '1')
+        if later[2] - now <= 1000 then now = later[2] + 0 end
+      end
       -- plan_bucket: the value, as Redis counts (so a grant can be a DECRBY) and exact
       -- as a double, plus what left the window
       local raw = redis.call('get', vkey)
