@@ -8,12 +8,14 @@ mod decide;
 mod state;
 mod tokens;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use self::state::Store;
-use super::{Call, Configure};
+use super::Configure;
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
 /// How far a call's time may lag the newest grant and still be decided at that
@@ -26,29 +28,37 @@ const SHARDS: usize = 16;
 
 pub(crate) struct MemoryBackend {
     shards: Box<[Mutex<Store>]>,
-    /// Decisions so far: every `SWEEP_EVERY`th also sweeps the next shard in turn, so
-    /// shards no traffic reaches are cleaned too.
-    decisions: AtomicUsize,
+    /// Names come from callers (API keys, addresses), so they are hashed with a
+    /// randomly keyed SipHash, as std's map does: once per decision, for the shard and
+    /// for the shard's table alike.
+    hasher: RandomState,
 }
 
+/// Every `SWEEP_EVERY`th decision of a thread also sweeps the next shard in turn, so
+/// shards no traffic reaches are cleaned too. Counted per thread: a counter shared by
+/// every thread would be written by all of them on every decision.
 const SWEEP_EVERY: usize = 256;
+
+thread_local! {
+    static DECISIONS: Cell<usize> = const { Cell::new(0) };
+}
 
 impl Default for MemoryBackend {
     fn default() -> Self {
+        let hasher = RandomState::new();
         MemoryBackend {
-            shards: (0..SHARDS).map(|_| Mutex::new(Store::default())).collect(),
-            decisions: AtomicUsize::new(0),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Store::new(hasher.clone())))
+                .collect(),
+            hasher,
         }
     }
 }
 
-/// The shard of a limiter (FNV-1a of its name: cheap, and a hostile name can at worst
-/// crowd one shard, which is then as fast as an unsharded map).
-fn shard_of(name: &str) -> usize {
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    (hash % SHARDS as u64) as usize
+/// The shard of a limiter whose name hashes to `hash`: bits the shard's table does not
+/// use to place it (it takes the low bits, and the top seven as tags).
+fn shard_of(hash: u64) -> usize {
+    (hash >> 32) as usize % SHARDS
 }
 
 /// The shards one decision touches, locked in index order so that two decisions
@@ -59,11 +69,12 @@ enum Locked<'a> {
 }
 
 impl Locked<'_> {
-    fn store(&mut self, name: &str) -> &mut Store {
+    /// The store of the limiter whose name hashes to `hash`.
+    fn store(&mut self, hash: u64) -> &mut Store {
         match self {
             Locked::One(guard) => guard,
             Locked::Many(guards) => {
-                let shard = shard_of(name);
+                let shard = shard_of(hash);
                 let (_, guard) = guards
                     .iter_mut()
                     .find(|(i, _)| *i == shard)
@@ -86,26 +97,38 @@ impl MemoryBackend {
     /// The shard of `name`, locked. A panic elsewhere cannot leave a half-made
     /// decision (every mutation happens after all checks), so poisoning is ignored.
     fn lock(&self, name: &str) -> MutexGuard<'_, Store> {
-        self.shards[shard_of(name)]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.lock_shard(shard_of(self.hash(name)))
     }
 
-    fn lock_all(&self, calls: &[Call<'_>]) -> Locked<'_> {
-        let lock = |i: usize| self.shards[i].lock().unwrap_or_else(PoisonError::into_inner);
-        let first = calls.first().map_or(0, |c| shard_of(c.keys.config()));
-        if calls.iter().skip(1).all(|c| shard_of(c.keys.config()) == first) {
-            return Locked::One(lock(first));
+    fn lock_shard(&self, shard: usize) -> MutexGuard<'_, Store> {
+        self.shards[shard].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The hash of a limiter name, for [`shard_of`] and the shard's table.
+    fn hash(&self, name: &str) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
+    /// The shards of the limiters whose names hash to `hashes`, locked.
+    fn lock_all(&self, hashes: &[u64]) -> Locked<'_> {
+        let first = hashes.first().map_or(0, |&h| shard_of(h));
+        if hashes.iter().skip(1).all(|&h| shard_of(h) == first) {
+            return Locked::One(self.lock_shard(first));
         }
-        let mut shards: Vec<usize> = calls.iter().map(|c| shard_of(c.keys.config())).collect();
+        let mut shards: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
         shards.sort_unstable();
         shards.dedup();
-        Locked::Many(shards.into_iter().map(|i| (i, lock(i))).collect())
+        Locked::Many(shards.into_iter().map(|i| (i, self.lock_shard(i))).collect())
     }
 
-    /// Sweeps one shard in turn every `SWEEP_EVERY` decisions, unless it is busy.
+    /// Sweeps one shard in turn every `SWEEP_EVERY` decisions of this thread, unless
+    /// it is busy.
     fn sweep_in_turn(&self, now: u64) {
-        let n = self.decisions.fetch_add(1, Ordering::Relaxed);
+        let n = DECISIONS.with(|d| {
+            let n = d.get();
+            d.set(n.wrapping_add(1));
+            n
+        });
         if n % SWEEP_EVERY == 0 {
             if let Ok(mut store) = self.shards[(n / SWEEP_EVERY) % SHARDS].try_lock() {
                 store.sweep(now);
@@ -299,7 +322,7 @@ impl MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::ConfigChange;
+    use crate::backend::{Call, ConfigChange};
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()

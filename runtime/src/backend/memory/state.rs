@@ -8,10 +8,8 @@ use std::hash::BuildHasher;
 use super::tokens::Tokens;
 use crate::{RateLimiterConfig, RateType};
 
-/// Limiters by name. Names come from callers (API keys, addresses), so they are
-/// hashed with a randomly keyed SipHash, as std's map does; a decision hashes its
-/// name once ([`Limiters::hash`]) and probes the table with it in each phase.
-#[derive(Default)]
+/// Limiters by name, hashed with the backend's keyed hasher (see `MemoryBackend`); a
+/// decision hashes its name once and probes the table with it in each phase.
 pub(super) struct Limiters {
     table: hashbrown::HashTable<(String, Limiter)>,
     hasher: RandomState,
@@ -60,7 +58,6 @@ impl Limiters {
     }
 }
 
-#[derive(Default)]
 pub(super) struct Store {
     pub limiters: Limiters,
     /// Calls since the last sweep, and the map's size after it.
@@ -98,6 +95,18 @@ pub(super) fn slot(kind: RateType) -> usize {
 }
 
 impl Store {
+    /// An empty store whose table hashes names with `hasher`.
+    pub fn new(hasher: RandomState) -> Self {
+        Store {
+            limiters: Limiters {
+                table: hashbrown::HashTable::new(),
+                hasher,
+            },
+            calls: 0,
+            swept_len: 0,
+        }
+    }
+
     /// The limiter `name`, created when missing.
     pub fn limiter_or_insert(&mut self, name: &str) -> &mut Limiter {
         let hash = self.limiters.hash(name);
