@@ -157,7 +157,7 @@ impl TokenBucket {
         let shape = self.rule.shape().expect("a token bucket's rule");
         crate::limiter::check_bucket(self.rule.name(), shape, self.rule.config())?;
         let calls = [Call {
-            keys,
+            keys: keys.borrowed(),
             permits,
             rule: Some(self.rule.config()),
             bucket: Some(shape),

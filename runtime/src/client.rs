@@ -5,7 +5,8 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use crate::backend::{Backend, Call, ConfigChange, RuleOutcome};
-use crate::{config_log, waiting, ClientBuilder, Clock, Decision, Error, LimiterKeys, RateLimiter, Rule};
+use crate::keys::Keys;
+use crate::{config_log, waiting, ClientBuilder, Clock, Decision, Error, RateLimiter, Rule};
 
 /// The key prefix the attribute puts before its keys (the prefix Java services using
 /// the pattern of `trySetRate` then `tryAcquire` commonly give their limiters).
@@ -140,7 +141,7 @@ impl Client {
         let calls: Vec<Call<'_>> = merged
             .iter()
             .map(|m| Call {
-                keys: &keys[m.first],
+                keys: keys[m.first],
                 permits: m.permits,
                 rule: Some(rules[m.config].config()),
                 bucket: rules[m.config].shape(),
@@ -165,7 +166,7 @@ impl Client {
         let keys = self.rule_keys(rule)?;
         let permits = rule.permits_per_call().min(rule.most_permits());
         let calls = [Call {
-            keys: &keys,
+            keys,
             permits,
             rule: Some(rule.config()),
             bucket: rule.shape(),
@@ -236,8 +237,8 @@ impl Client {
         WeakClient(Arc::downgrade(&self.inner))
     }
 
-    fn rule_keys(&self, rule: &Rule) -> Result<LimiterKeys, Error> {
-        let keys = LimiterKeys::with_client(rule.name().to_owned(), self.inner.client_id.clone())?;
+    fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
+        let keys = Keys::new(rule.name(), &self.inner.client_id)?;
         rule.config().validate(rule.name())?;
         if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
             return Err(Error::InvalidConfig {

@@ -25,6 +25,14 @@ impl LimiterKeys {
         Ok(LimiterKeys { name, client_id })
     }
 
+    /// The same keys, borrowed.
+    pub(crate) fn borrowed(&self) -> Keys<'_> {
+        Keys {
+            name: &self.name,
+            client_id: &self.client_id,
+        }
+    }
+
     /// `NAME`: the config hash.
     pub fn config(&self) -> &str {
         &self.name
@@ -32,39 +40,88 @@ impl LimiterKeys {
 
     /// `{NAME}:value`: available permits, mode overall.
     pub fn value(&self) -> String {
-        suffix(&self.name, "value")
+        self.borrowed().value()
     }
 
     /// `{NAME}:value:CLIENT_ID`: available permits, mode per_client.
     pub fn client_value(&self) -> String {
-        format!("{}:{}", suffix(&self.name, "value"), self.client_id)
+        self.borrowed().client_value()
     }
 
     /// `{NAME}:permits`: the grant log, mode overall.
     pub fn permits(&self) -> String {
-        suffix(&self.name, "permits")
+        self.borrowed().permits()
     }
 
     /// `{NAME}:permits:CLIENT_ID`: the grant log, mode per_client.
     pub fn client_permits(&self) -> String {
-        format!("{}:{}", suffix(&self.name, "permits"), self.client_id)
+        self.borrowed().client_permits()
     }
 
     /// `{NAME}:bucket`: a token bucket's state, mode overall.
     pub fn bucket(&self) -> String {
-        suffix(&self.name, "bucket")
+        self.borrowed().bucket()
     }
 
     /// `{NAME}:bucket:CLIENT_ID`: a token bucket's state, mode per_client.
     pub fn client_bucket(&self) -> String {
-        format!("{}:{}", suffix(&self.name, "bucket"), self.client_id)
+        self.borrowed().client_bucket()
     }
 
     /// The five keys in script order: config, value, client value, permits, client
     /// permits.
     pub fn all(&self) -> [String; 5] {
+        self.borrowed().all()
+    }
+}
+
+/// A limiter's keys, borrowed from its name and the client's id: what a decision
+/// hands the backends, so that a call copies neither (nor counts a reference to the
+/// id, which every thread deciding would write). [`LimiterKeys`] owns the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keys<'a> {
+    name: &'a str,
+    client_id: &'a str,
+}
+
+impl<'a> Keys<'a> {
+    /// As [`LimiterKeys::new`], borrowing.
+    pub fn new(name: &'a str, client_id: &'a str) -> Result<Self, Error> {
+        check_name(name)?;
+        Ok(Keys { name, client_id })
+    }
+
+    pub fn config(&self) -> &'a str {
+        self.name
+    }
+
+    pub fn value(&self) -> String {
+        suffix(self.name, "value")
+    }
+
+    pub fn client_value(&self) -> String {
+        format!("{}:{}", suffix(self.name, "value"), self.client_id)
+    }
+
+    pub fn permits(&self) -> String {
+        suffix(self.name, "permits")
+    }
+
+    pub fn client_permits(&self) -> String {
+        format!("{}:{}", suffix(self.name, "permits"), self.client_id)
+    }
+
+    pub fn bucket(&self) -> String {
+        suffix(self.name, "bucket")
+    }
+
+    pub fn client_bucket(&self) -> String {
+        format!("{}:{}", suffix(self.name, "bucket"), self.client_id)
+    }
+
+    pub fn all(&self) -> [String; 5] {
         [
-            self.name.clone(),
+            self.name.to_owned(),
             self.value(),
             self.client_value(),
             self.permits(),

@@ -240,7 +240,7 @@ impl RateLimiter {
     async fn run(&self, permits: u64, now: u64) -> Result<crate::backend::Outcome, Error> {
         let keys = self.keys()?;
         let calls = [Call {
-            keys,
+            keys: keys.borrowed(),
             permits,
             rule: None,
             bucket: None,

@@ -11,12 +11,13 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 mod replies;
 
+use crate::keys::Keys;
 use crate::{Error, LimiterKeys, RateLimiterConfig};
 
 /// One rule of a decision.
 #[derive(Clone)]
 pub(crate) struct Call<'a> {
-    pub keys: &'a LimiterKeys,
+    pub keys: Keys<'a>,
     /// Permits to take; 0 asks what is available and writes nothing.
     pub permits: u64,
     /// `Some`: the call owns the config (creates it, or overwrites it keeping the

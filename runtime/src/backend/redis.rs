@@ -11,6 +11,7 @@ use super::connection::Conn;
 use super::failure::classify;
 use super::replies::{parse_acquire_reply, script_error};
 use super::{Call, Configure, Outcome};
+use crate::keys::Keys;
 use crate::target::Target;
 use crate::{member, Error, LimiterKeys, RateLimiterConfig, RateType};
 
@@ -94,7 +95,7 @@ impl RedisBackend {
     }
 
     /// Runs one request under the command timeout; script errors name their key.
-    async fn run<T, F>(&self, calls: &[&LimiterKeys], request: impl FnOnce(Conn) -> F) -> Result<T, Error>
+    async fn run<T, F>(&self, calls: &[Keys<'_>], request: impl FnOnce(Conn) -> F) -> Result<T, Error>
     where
         F: Future<Output = Result<T, RedisError>>,
     {
@@ -211,7 +212,7 @@ impl RedisBackend {
                 None => invocation.arg("0").arg("").arg("").arg("").arg(""),
             };
         }
-        let keys: Vec<&LimiterKeys> = calls.iter().map(|c| c.keys).collect();
+        let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         let reply: Result<redis::Value, Error> = self
             .run(&keys, |mut conn| async move {
                 invocation.invoke_async(&mut conn).await
@@ -299,7 +300,7 @@ impl RedisBackend {
         members: &[[u8; member::MEMBER_LEN]],
     ) -> Result<i64, Error> {
         let keys = refund_keys(calls);
-        let all: Vec<&LimiterKeys> = calls.iter().map(|c| c.keys).collect();
+        let all: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         self.run(&all, |mut conn| async move {
             let mut invocation = SCRIPTS.refund.prepare_invoke();
             invocation.key(&keys[..]);
@@ -354,7 +355,7 @@ impl RedisBackend {
         _now: u64,
     ) -> Result<bool, Error> {
         let written: i64 = self
-            .run(&[keys], |mut conn| async move {
+            .run(&[keys.borrowed()], |mut conn| async move {
                 config_args(&SCRIPTS.try_set_rate, keys, config)
                     .invoke_async(&mut conn)
                     .await
@@ -372,7 +373,7 @@ impl RedisBackend {
     ) -> Result<bool, Error> {
         let flag = |on: bool| if on { "1" } else { "0" };
         let written: i64 = self
-            .run(&[keys], |mut conn| async move {
+            .run(&[keys.borrowed()], |mut conn| async move {
                 config_args(&SCRIPTS.configure, keys, config)
                     .arg(self.now_arg(now))
                     .arg(flag(how.keep_state))
@@ -385,7 +386,7 @@ impl RedisBackend {
     }
 
     pub async fn release(&self, keys: &LimiterKeys, permits: u64, now: u64) -> Result<(), Error> {
-        self.run(&[keys], |mut conn| async move {
+        self.run(&[keys.borrowed()], |mut conn| async move {
             let mut invocation = SCRIPTS.release.prepare_invoke();
             invocation
                 .key(&keys.all()[..])
@@ -399,7 +400,7 @@ impl RedisBackend {
 
     pub async fn config(&self, keys: &LimiterKeys, _now: u64) -> Result<Option<RateLimiterConfig>, Error> {
         let fields: Vec<(Vec<u8>, Vec<u8>)> = self
-            .run(&[keys], |mut conn| async move {
+            .run(&[keys.borrowed()], |mut conn| async move {
                 redis::cmd("HGETALL")
                     .arg(keys.config())
                     .query_async(&mut conn)
@@ -440,7 +441,7 @@ impl RedisBackend {
         if !any {
             return Ok(());
         }
-        let keys: Vec<&LimiterKeys> = calls.iter().map(|c| c.keys).collect();
+        let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         self.run(&keys, |mut conn| async move {
             invocation.invoke_async::<u64>(&mut conn).await.map(|_| ())
         })
@@ -452,7 +453,7 @@ impl RedisBackend {
             RateType::Overall => keys.bucket(),
             RateType::PerClient => keys.client_bucket(),
         };
-        self.run(&[keys], |mut conn| async move {
+        self.run(&[keys.borrowed()], |mut conn| async move {
             redis::cmd("DEL")
                 .arg(key)
                 .query_async::<u64>(&mut conn)
@@ -507,7 +508,7 @@ impl RedisBackend {
     }
 
     pub async fn keep_alive(&self, keys: &LimiterKeys, keep_ms: u64, _now: u64) -> Result<(), Error> {
-        self.run(&[keys], |mut conn| async move {
+        self.run(&[keys.borrowed()], |mut conn| async move {
             let mut invocation = SCRIPTS.keep_alive.prepare_invoke();
             invocation.key(&keys.all()[..]).arg(keep_ms);
             invocation.invoke_async::<i64>(&mut conn).await
@@ -518,7 +519,7 @@ impl RedisBackend {
 
     pub async fn expire(&self, keys: &LimiterKeys, ttl_ms: u64, _now: u64) -> Result<bool, Error> {
         let set: i64 = self
-            .run(&[keys], |mut conn| async move {
+            .run(&[keys.borrowed()], |mut conn| async move {
                 let mut invocation = SCRIPTS.expire.prepare_invoke();
                 invocation.key(&keys.all()[..]).arg(ttl_ms);
                 invocation.invoke_async(&mut conn).await
@@ -529,7 +530,7 @@ impl RedisBackend {
 
     pub async fn delete(&self, keys: &LimiterKeys, _now: u64) -> Result<bool, Error> {
         let deleted: i64 = self
-            .run(&[keys], |mut conn| async move {
+            .run(&[keys.borrowed()], |mut conn| async move {
                 redis::cmd("DEL")
                     .arg(&keys.all()[..])
                     .query_async(&mut conn)
@@ -541,7 +542,7 @@ impl RedisBackend {
 
     pub async fn is_exists(&self, keys: &LimiterKeys, _now: u64) -> Result<bool, Error> {
         let exists: i64 = self
-            .run(&[keys], |mut conn| async move {
+            .run(&[keys.borrowed()], |mut conn| async move {
                 redis::cmd("EXISTS")
                     .arg(keys.config())
                     .query_async(&mut conn)

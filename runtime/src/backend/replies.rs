@@ -5,7 +5,8 @@ use redis::{RedisError, Value};
 use std::time::Duration;
 
 use super::{ConfigChange, Outcome, RuleOutcome};
-use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
+use crate::keys::Keys;
+use crate::{Error, RateLimiterConfig, RateType};
 
 /// The acquire script's reply as Redis sent it: acquire.lua's table, or, for one rule
 /// decided at the caller's time (`caller_now`, `None` when the server's clock was
@@ -102,7 +103,7 @@ fn replaced_config(fields: &[i64]) -> Option<RateLimiterConfig> {
 
 /// Turns a script's `redlimit:<code>:<rule> <text>` error into an [`Error`] that
 /// names the key; `None` for other errors (the connection's, the server's).
-pub(super) fn script_error(err: &RedisError, calls: &[&LimiterKeys]) -> Option<Error> {
+pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error> {
     if err.code() == Some("WRONGTYPE") {
         // Which key is only known for single-key commands; acquire.lua's caller
         // finds it out (RedisBackend::wrong_type).
@@ -183,7 +184,7 @@ pub(super) fn script_error(err: &RedisError, calls: &[&LimiterKeys]) -> Option<E
 }
 
 /// The key a script means by a role name, and the role for messages.
-fn key_of(keys: &LimiterKeys, role: &str) -> (&'static str, String) {
+fn key_of(keys: &Keys<'_>, role: &str) -> (&'static str, String) {
     match role {
         "value" => ("value", keys.value()),
         "client_value" => ("value", keys.client_value()),

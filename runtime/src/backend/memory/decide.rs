@@ -258,7 +258,9 @@ fn decide(
 /// stored value or a value inflated by hand, a log short of the wait): [`decide`]
 /// then decides the call from the start.
 fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> Option<Outcome> {
-    let rule = call.rule.filter(|r| call.bucket.is_none() && call.permits <= r.rate)?;
+    let rule = call
+        .rule
+        .filter(|r| call.bucket.is_none() && call.permits <= r.rate)?;
     let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
     if limiter.live_config(clock_now)? != *rule {
         return None;

@@ -337,7 +337,7 @@ mod tests {
         let keys = LimiterKeys::new("a", "c").unwrap();
         let config = RateLimiterConfig::new(RateType::Overall, 2, Duration::from_secs(1));
         let calls = [Call {
-            keys: &keys,
+            keys: keys.borrowed(),
             permits: 1,
             rule: Some(&config),
             bucket: None,
@@ -362,7 +362,7 @@ mod tests {
             for user in 0..10_000 {
                 let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
                 let calls = [Call {
-                    keys: &keys,
+                    keys: keys.borrowed(),
                     permits: 1,
                     rule: Some(&config),
                     bucket: None,
@@ -374,7 +374,7 @@ mod tests {
             let keys = LimiterKeys::new("hot", "c").unwrap();
             for call in 0..6_000u64 {
                 let calls = [Call {
-                    keys: &keys,
+                    keys: keys.borrowed(),
                     permits: 1,
                     rule: Some(&config),
                     bucket: None,
