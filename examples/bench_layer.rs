@@ -6,8 +6,10 @@
 //! 32 connections, each its own API key (`x-api-key`), send requests one after the
 //! other for 3 s; the rule's rate is so high that nothing is refused, so the figures
 //! are the cost of deciding. Rounds alternate the servers so that the machine's noise
-//! falls on all of them. On Redis the layer is also set against the bare decision
-//! rate: the same rule decided by `Client::check_rules` from 32 tasks, no HTTP.
+//! falls on all of them. On Redis the layer is also set against the same route
+//! deciding the rule by hand in its handler (`Client::check_rules`, the same HTTP
+//! work), and against the bare decision rate: the rule decided by `check_rules` from
+//! 32 tasks, no HTTP.
 //!
 //! Then, without the network, the router called as a tower service on one thread,
 //! with and without the in-process layer: the layer's cost per request, and what
@@ -46,6 +48,31 @@ fn layer(client: &Client) -> RateLimitLayer {
         .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::header("x-api-key")))
         .build()
         .unwrap()
+}
+
+/// The same route deciding the same rule by hand in its handler, with `check_rules`:
+/// what the layer saves a service from writing, at the same HTTP cost.
+fn by_hand(client: &Client) -> Router {
+    let client = client.clone();
+    Router::new().route(
+        "/",
+        get(move |headers: axum::http::HeaderMap| {
+            let client = client.clone();
+            async move {
+                let key = headers
+                    .get("x-api-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                let rule = [Rule::new(
+                    format!("rate_limit:bench:hand:{key}"),
+                    HUGE_RATE,
+                    MINUTE,
+                )];
+                assert!(client.check_rules(&rule).await.unwrap().allowed);
+                "ok"
+            }
+        }),
+    )
 }
 
 async fn serve(app: Router) -> SocketAddr {
@@ -184,20 +211,23 @@ async fn main() {
     let bare = serve(router()).await;
     let in_process = serve(router().layer(layer(&Client::memory()))).await;
     let through_redis = serve(router().layer(layer(&on_redis))).await;
+    let hand_written = serve(by_hand(&on_redis)).await;
 
     println!(
         "## Through the layer ({CONNECTIONS} keep-alive connections, one API key each, {RUN:?} per run)\n"
     );
-    println!("| round | router alone, req/s | layer in process, req/s (ratio) | layer on Redis, req/s | check_rules on Redis, decisions/s | layer on Redis / check_rules |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| round | router alone, req/s | layer in process, req/s (ratio) | layer on Redis, req/s | check_rules in the handler on Redis, req/s | layer / handler | check_rules on Redis without HTTP, decisions/s | layer / check_rules |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for round in 1..=ROUNDS {
         let alone = http_rate(bare).await;
         let memory = http_rate(in_process).await;
         let redis_layer = http_rate(through_redis).await;
+        let handler = http_rate(hand_written).await;
         let decisions = decision_rate(&on_redis).await;
         println!(
-            "| {round} | {alone:.0} | {memory:.0} ({:.3}) | {redis_layer:.0} | {decisions:.0} | {:.3} |",
+            "| {round} | {alone:.0} | {memory:.0} ({:.3}) | {redis_layer:.0} | {handler:.0} | {:.3} | {decisions:.0} | {:.3} |",
             memory / alone,
+            redis_layer / handler,
             redis_layer / decisions
         );
     }
