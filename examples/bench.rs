@@ -17,6 +17,12 @@
 //!    `REDLIMIT_REFERENCE_SCRIPT` (a path; any script taking Redisson's KEYS and ARGV:
 //!    five keys, then permits, the time in ms and 16 random bytes, such as Redisson's
 //!    own acquire script taken from its source), on the allow and the deny path.
+//! 8. The rows of section 6 one at a time, for counting the instructions Redis spends
+//!    on them: `REDLIMIT_BENCH_ONLY=count` with `REDLIMIT_BENCH_REDIS_URL` (a server
+//!    started by the caller, under an instruction counter), `REDLIMIT_BENCH_ROW`
+//!    (`reference-allow`, `reference-deny`, `one-allow`, `one-deny`, `three-allow`)
+//!    and `REDLIMIT_BENCH_CALLS` (default 20 000). `scripts/script-instructions.sh`
+//!    runs every row under callgrind and prints the instructions per decision.
 
 use std::num::NonZeroU32;
 use std::process::{Command, Stdio};
@@ -219,6 +225,9 @@ async fn keys_memory(conn: &mut MultiplexedConnection, keys: &[String]) -> u64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if std::env::var("REDLIMIT_BENCH_ONLY").as_deref() == Ok("count") {
+        return count_row().await;
+    }
     let server = Server::start();
     let client = Client::connect(&server.url).await.unwrap();
     redlimit::set_default(client.clone()).unwrap();
@@ -562,6 +571,62 @@ async fn side_by_side(client: &Client, conn: &mut MultiplexedConnection) {
         "\n(targets: fn / reference at most 1 on both paths; three / one at most 2; the fn at least \
          0.9 of the reference loop's decisions/s)\n"
     );
+}
+
+/// Section 8: one row of section 6, `REDLIMIT_BENCH_CALLS` calls one after the other
+/// on the server at `REDLIMIT_BENCH_REDIS_URL`.
+async fn count_row() {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"));
+    let url = var("REDLIMIT_BENCH_REDIS_URL");
+    let row = var("REDLIMIT_BENCH_ROW");
+    let calls: usize = std::env::var("REDLIMIT_BENCH_CALLS")
+        .ok()
+        .map_or(20_000, |n| n.parse().expect("REDLIMIT_BENCH_CALLS is a number"));
+    let client = Client::connect(&url).await.unwrap();
+    redlimit::set_default(client.clone()).unwrap();
+    let conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let minute = Duration::from_secs(60);
+    match row.as_str() {
+        "reference-allow" | "reference-deny" => {
+            let path = var("REDLIMIT_REFERENCE_SCRIPT");
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let script = Arc::new(redis::Script::new(&text));
+            let (name, rate) = if row == "reference-allow" {
+                ("rate_limit:bench:ref:allow", HUGE_RATE)
+            } else {
+                ("rate_limit:bench:ref:deny", 10)
+            };
+            let config =
+                redlimit::RateLimiterConfig::new(RateType::Overall, rate, minute).with_keep_alive(minute);
+            client.rate_limiter(name).set_config(&config).await.unwrap();
+            let call = reference_loop(&conn, &script, name);
+            for _ in 0..calls {
+                call().await;
+            }
+        }
+        "one-allow" => {
+            for _ in 0..calls {
+                side_one().await.unwrap();
+            }
+        }
+        "one-deny" => {
+            for _ in 0..calls {
+                let _ = side_deny().await;
+            }
+        }
+        "three-allow" => {
+            for _ in 0..calls {
+                side_three().await.unwrap();
+            }
+        }
+        other => panic!(
+            "REDLIMIT_BENCH_ROW={other}: expected reference-allow, reference-deny, one-allow, one-deny or three-allow"
+        ),
+    }
 }
 
 fn in_process() {

@@ -66,8 +66,14 @@ do
         local need, acc, start = permits - value, 0, #stale
         wait = nil
         while wait == nil do
-          local chunk = redis.call('zrange', pkey, string.format('%d', start), string.format('%d', start + need - 1),
-            'withscores')
+          local chunk
+          if start == 0 and need == 1 then
+            -- the usual refusal: the oldest grant (string.format costs more than the query)
+            chunk = redis.call('zrange', pkey, '0', '0', 'withscores')
+          else
+            chunk = redis.call('zrange', pkey, string.format('%d', start), string.format('%d', start + need - 1),
+              'withscores')
+          end
           if #chunk == 0 then break end
           for j = 1, #chunk, 2 do
             local member = chunk[j]
