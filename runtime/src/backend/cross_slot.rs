@@ -43,7 +43,7 @@ pub(crate) async fn acquire(backend: &RedisBackend, calls: &[Call<'_>], now: u64
         left: 0,
         config: ConfigChange::Kept,
     };
-    let mut rules = vec![kept; calls.len()];
+    let mut rules: smallvec::SmallVec<[RuleOutcome; 1]> = smallvec::smallvec![kept; calls.len()];
     let mut at_ms = now;
     for group in groups(calls) {
         let sub: Vec<Call<'_>> = group.iter().map(|&i| calls[i].clone()).collect();

@@ -11,6 +11,8 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 mod replies;
 
+use smallvec::SmallVec;
+
 use crate::keys::Keys;
 use crate::{Error, LimiterKeys, RateLimiterConfig};
 
@@ -56,7 +58,7 @@ pub(crate) struct Outcome {
     /// The time the call was decided at: the caller's, or a slightly later grant's.
     pub at_ms: u64,
     /// Per rule, in the order of the calls.
-    pub rules: Vec<RuleOutcome>,
+    pub rules: SmallVec<[RuleOutcome; 1]>,
 }
 
 /// How a config is written: Redisson 4.4's `keepState` and "require exist".

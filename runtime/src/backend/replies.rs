@@ -26,7 +26,7 @@ pub(super) fn parse_acquire_reply(reply: &Value, rules: usize, caller_now: Optio
                 refused: (!granted).then_some(0),
                 retry_ms,
                 at_ms,
-                rules: vec![RuleOutcome {
+                rules: smallvec::smallvec![RuleOutcome {
                     left,
                     config: ConfigChange::Kept,
                 }],
@@ -56,7 +56,7 @@ fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
     let granted = reply[0] == 1;
     let refused = usize::try_from(reply[1]).ok()?.checked_sub(1);
     let mut replaced = reply[head..].chunks_exact(4);
-    let mut per_rule = Vec::with_capacity(rules);
+    let mut per_rule = smallvec::SmallVec::with_capacity(rules);
     for pair in reply[4..head].chunks_exact(2) {
         let change = match pair[1] {
             0 => ConfigChange::Kept,
@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(out.retry_ms, 150);
         let old = RateLimiterConfig::new(RateType::PerClient, 5, Duration::from_secs(1));
         assert_eq!(
-            out.rules,
+            out.rules.to_vec(),
             vec![
                 RuleOutcome {
                     left: 3,
@@ -239,19 +239,22 @@ mod tests {
         let grant = parse_acquire_reply(&Value::Int(4), 1, Some(77)).unwrap();
         assert!(grant.granted);
         assert_eq!((grant.refused, grant.retry_ms, grant.at_ms), (None, 0, 77));
-        assert_eq!(grant.rules, vec![kept(4)]);
+        assert_eq!(grant.rules.to_vec(), vec![kept(4)]);
         let refusal = parse_acquire_reply(&Value::Int(-250), 1, Some(77)).unwrap();
         assert!(!refusal.granted);
         assert_eq!(
             (refusal.refused, refusal.retry_ms, refusal.at_ms),
             (Some(0), 250, 77)
         );
-        assert_eq!(refusal.rules, vec![kept(0)]);
+        assert_eq!(refusal.rules.to_vec(), vec![kept(0)]);
         // Only one rule, decided at the caller's time, is answered with an integer.
         assert_eq!(parse_acquire_reply(&Value::Int(4), 2, Some(77)), None);
         assert_eq!(parse_acquire_reply(&Value::Int(4), 1, None), None);
         let table = Value::Array([1, 0, 0, 9, 3, 0].map(Value::Int).to_vec());
-        assert_eq!(parse_acquire_reply(&table, 1, None).unwrap().rules, vec![kept(3)]);
+        assert_eq!(
+            parse_acquire_reply(&table, 1, None).unwrap().rules.to_vec(),
+            vec![kept(3)]
+        );
         let text = Value::Array(vec![Value::Int(1), Value::SimpleString("0".into())]);
         assert_eq!(parse_acquire_reply(&text, 1, None), None);
     }

@@ -317,7 +317,7 @@ fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> 
         refused: (!granted).then_some(0),
         retry_ms: wait.max(0) as u64,
         at_ms: now,
-        rules: vec![RuleOutcome {
+        rules: smallvec::smallvec![RuleOutcome {
             left: value.max(0) as u64,
             config: ConfigChange::Kept,
         }],

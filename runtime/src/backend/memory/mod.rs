@@ -345,7 +345,7 @@ mod tests {
         let out = block_on(backend.acquire(&calls, 1_000)).unwrap();
         assert!(out.granted);
         assert_eq!(
-            out.rules,
+            out.rules.to_vec(),
             vec![crate::backend::RuleOutcome {
                 left: 1,
                 config: ConfigChange::Created
