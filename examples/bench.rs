@@ -248,6 +248,7 @@ async fn main() {
 
     // 1 and 3: the decorated fn against the bare script on redis-rs.
     let script = Arc::new(redis::Script::new(concat!(
+        include_str!("../lua/acquire_one.lua"),
         include_str!("../lua/bucket.lua"),
         include_str!("../lua/acquire.lua")
     )));
@@ -262,7 +263,7 @@ async fn main() {
                 member[9..17].copy_from_slice(&rand::random::<u64>().to_le_bytes());
                 member[17] = 1;
                 let name = "rate_limit:bench:bare";
-                let _: Vec<i64> = script
+                let _: redis::Value = script
                     .key(name)
                     .key(format!("{{{name}}}:value"))
                     .key(format!("{{{name}}}:value:x"))
