@@ -12,7 +12,8 @@
 -- Returns what acquire.lua returns: {granted, first refusing rule (1-based, 0),
 --   wait in ms, the time decided at, then per rule tokens left and 0 (kept),
 --   1 (created) or 2 (changed), then each changed rule's old rate, interval, type,
---   burst}.
+--   burst}. The tokens script is tokens_one.lua, bucket.lua and this file, in that
+--   order: tokens_one.lua decides the usual call (and may answer it with an integer).
 
 local now = tonumber(ARGV[1])
 if ARGV[1] == '' then
@@ -22,69 +23,6 @@ end
 local caller_now = now
 local n = #KEYS
 local LIMIT = 9007199254740992
-
--- One rule without a warm-up whose bucket is missing or holds the rule's own config
--- (the usual call): decided on locals, without the tables the general path below
--- keeps per rule. The same decision as that path, step for step (the differential
--- test runs both).
-if n == 1 and ARGV[6] == '0' then
-  local raw = redis.call('get', KEYS[1])
-  local rate_s, interval_s, burst_s = ARGV[3], ARGV[4], ARGV[5]
-  local u, last
-  if raw then
-    local r, i, b, tokens, at = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    if r == rate_s and i == interval_s and b == burst_s and tonumber(at) <= LIMIT then
-      u, last = tonumber(tokens), tonumber(at)
-    end
-  end
-  if u or not raw then
-    -- floor(a / b) of non-negative integers below 2^53, exactly (bucket.lua's idiv,
-    -- without making all of its helpers)
-    local function idiv(a, b)
-      local q = math.floor(a / b)
-      if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-      return q
-    end
-    local permits, rate, interval = tonumber(ARGV[2]), tonumber(rate_s), tonumber(interval_s)
-    local cap = tonumber(burst_s) * interval
-    if permits * interval > cap then
-      error({ err = 'redlimit:permits_exceed_rate:1 ' .. ARGV[2] .. ' ' .. burst_s
-        .. ' Requested permits amount cannot exceed the bucket' })
-    end
-    local at, flag = now, 1
-    if u then
-      flag = 0
-      -- overtaken by a slightly later refill: decided at that time
-      if last > now and last - now <= 1000 then now = last end
-      if now > last then
-        if (now - last) * rate >= cap - u then u = math.max(cap, u) else u = u + (now - last) * rate end
-      else
-        at = last
-      end
-    else
-      u = cap
-    end
-    local need = permits * interval
-    local granted = u >= need
-    local wait = 0
-    if not granted then
-      local short = need - u
-      wait = idiv(short, rate)
-      if wait * rate < short then wait = wait + 1 end
-    elseif permits > 0 then
-      u = u - need
-    end
-    if permits > 0 then
-      local short = cap - u
-      local full = idiv(short, rate)
-      if full * rate < short then full = full + 1 end
-      redis.call('set', KEYS[1], rate_s .. ':' .. interval_s .. ':' .. burst_s .. ':'
-        .. string.format('%d:%d', u, at), 'px', string.format('%d', math.max(at + math.max(full, 1) - caller_now, 1)))
-    end
-    if granted then return { 1, 0, 0, now, idiv(u, interval), flag } end
-    return { 0, 1, wait, now, idiv(u, interval), flag }
-  end
-end
 
 -- Phase 1, load: each bucket as stored (false: missing, so full and cold).
 bucket_helpers()

@@ -50,6 +50,7 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     expire: Script::new(include_str!("../../../lua/expire.lua")),
     refund: with_shared!("refund.lua"),
     tokens: Script::new(concat!(
+        include_str!("../../../lua/tokens_one.lua"),
         include_str!("../../../lua/bucket.lua"),
         include_str!("../../../lua/tokens.lua")
     )),

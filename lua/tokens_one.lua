@@ -1,0 +1,91 @@
+-- tokens_one.lua: the usual call of token buckets, one rule without a warm-up whose
+-- bucket is missing or holds the rule's own config, decided on locals. It is put in
+-- front of bucket.lua and tokens.lua when the tokens script is built
+-- (runtime/src/backend/redis.rs), with tokens.lua's KEYS and ARGV, and runs first so
+-- that the usual call makes no closure and no table of its own. The same decision as
+-- tokens.lua's phases, step for step (the differential test runs both); any other
+-- call leaves this block before writing anything.
+--
+-- Replies: decided at the caller's time (ARGV[1]) on a stored bucket, a grant is the
+-- integer tokens left (>= 0) and a refusal with no whole token left is the integer
+-- -wait (< 0, in ms); any other outcome is tokens.lua's reply for one rule. Numbers are
+-- read as `s + 0` and written with string.format, as in acquire_one.lua.
+
+do
+  local caller_time, floor, max = ARGV[1] ~= '', math.floor, math.max
+  if #KEYS == 1 and ARGV[6] == '0' then
+    local raw = redis.call('get', KEYS[1])
+    local rate_s, interval_s, burst_s = ARGV[3], ARGV[4], ARGV[5]
+    -- the stored config is the rule's own when the text starts with it
+    local config = rate_s .. ':' .. interval_s .. ':' .. burst_s .. ':'
+    local u, last
+    if raw and string.find(raw, config, 1, true) == 1 then
+      local tokens, at = string.match(raw, '^(%d+):(%d+)$', #config + 1)
+      if at and #at <= 15 then
+        u, last = tokens + 0, at + 0
+      end
+    end
+    if u or not raw then
+      local now
+      if caller_time then
+        now = ARGV[1] + 0
+      else
+        local t = redis.call('time')
+        now = t[1] * 1000 + floor(t[2] / 1000)
+      end
+      local caller_now = now
+      local permits, rate, interval = ARGV[2] + 0, rate_s + 0, interval_s + 0
+      local cap = burst_s * interval
+      if permits * interval > cap then
+        error({ err = 'redlimit:permits_exceed_rate:1 ' .. ARGV[2] .. ' ' .. burst_s
+          .. ' Requested permits amount cannot exceed the bucket' })
+      end
+      local at, flag = now, 1
+      if u then
+        flag = 0
+        -- overtaken by a slightly later refill: decided at that time
+        if last > now and last - now <= 1000 then now = last end
+        if now > last then
+          if (now - last) * rate >= cap - u then u = max(cap, u) else u = u + (now - last) * rate end
+        else
+          at = last
+        end
+      else
+        u = cap
+      end
+      -- floor(a / b) of non-negative integers below 2^53, exactly (bucket.lua's idiv):
+      -- the division of doubles can round across an integer
+      local need = permits * interval
+      local granted = u >= need
+      local wait = 0
+      if not granted then
+        local short = need - u
+        wait = floor(short / rate)
+        if wait * rate > short then wait = wait - 1 elseif (wait + 1) * rate <= short then wait = wait + 1 end
+        if wait * rate < short then wait = wait + 1 end
+      elseif permits > 0 then
+        u = u - need
+      end
+      if permits > 0 then
+        -- the time until full again, at least 1 ms: the key's TTL
+        local short = cap - u
+        local full = floor(short / rate)
+        if full * rate > short then full = full - 1 elseif (full + 1) * rate <= short then full = full + 1 end
+        if full * rate < short then full = full + 1 end
+        local ttl = at + max(full, 1) - caller_now
+        if ttl < 1 then ttl = 1 end
+        local stamp = at == caller_now and caller_time and ARGV[1] or string.format('%d', at)
+        redis.call('set', KEYS[1], config .. string.format('%d', u) .. ':' .. stamp, 'px', string.format('%d', ttl))
+      end
+      local left = floor(u / interval)
+      if left * interval > u then left = left - 1 elseif (left + 1) * interval <= u then left = left + 1 end
+      local at_caller_time = caller_time and now == caller_now and flag == 0
+      if granted then
+        if at_caller_time then return left end
+        return { 1, 0, 0, now, left, flag }
+      end
+      if at_caller_time and left == 0 then return -wait end
+      return { 0, 1, wait, now, left, flag }
+    end
+  end
+end
