@@ -100,7 +100,7 @@ impl<'a> Keys<'a> {
     }
 
     pub fn client_value(&self) -> String {
-        format!("{}:{}", suffix(self.name, "value"), self.client_id)
+        self.per_client(&self.value())
     }
 
     pub fn permits(&self) -> String {
@@ -108,7 +108,7 @@ impl<'a> Keys<'a> {
     }
 
     pub fn client_permits(&self) -> String {
-        format!("{}:{}", suffix(self.name, "permits"), self.client_id)
+        self.per_client(&self.permits())
     }
 
     pub fn bucket(&self) -> String {
@@ -116,27 +116,40 @@ impl<'a> Keys<'a> {
     }
 
     pub fn client_bucket(&self) -> String {
-        format!("{}:{}", suffix(self.name, "bucket"), self.client_id)
+        self.per_client(&self.bucket())
+    }
+
+    /// `KEY:CLIENT_ID`, the per_client form of an overall key.
+    fn per_client(&self, key: &str) -> String {
+        let mut out = String::with_capacity(key.len() + 1 + self.client_id.len());
+        out.push_str(key);
+        out.push(':');
+        out.push_str(self.client_id);
+        out
     }
 
     pub fn all(&self) -> [String; 5] {
-        [
-            self.name.to_owned(),
-            self.value(),
-            self.client_value(),
-            self.permits(),
-            self.client_permits(),
-        ]
+        let (value, permits) = (self.value(), self.permits());
+        let (client_value, client_permits) = (self.per_client(&value), self.per_client(&permits));
+        [self.name.to_owned(), value, client_value, permits, client_permits]
     }
 }
 
 /// Redisson's `suffixName`: `NAME:s` when the name has a brace, else `{NAME}:s`.
+/// Built at its final size: a decision on Redis formats five keys.
 pub fn suffix(name: &str, s: &str) -> String {
-    if name.contains('{') {
-        format!("{name}:{s}")
-    } else {
-        format!("{{{name}}}:{s}")
+    let braced = !name.contains('{');
+    let mut out = String::with_capacity(name.len() + s.len() + 3);
+    if braced {
+        out.push('{');
     }
+    out.push_str(name);
+    if braced {
+        out.push('}');
+    }
+    out.push(':');
+    out.push_str(s);
+    out
 }
 
 /// Accepts a limiter name only when its five keys share one Redis Cluster slot:
