@@ -146,77 +146,78 @@ impl RedisBackend {
             .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
             .collect();
         let only_buckets = calls.iter().all(|c| c.bucket.is_some() && c.rule.is_some());
-        let mut invocation = if only_buckets {
-            SCRIPTS.tokens.prepare_invoke()
+        let script = if only_buckets {
+            &SCRIPTS.tokens
         } else {
-            SCRIPTS.acquire.prepare_invoke()
+            &SCRIPTS.acquire
         };
-        invocation.arg(self.now_arg(now));
-        if only_buckets {
-            // Token buckets only: tokens.lua, one key and six arguments per rule.
-            for call in calls {
-                let (Some(shape), Some(rule)) = (call.bucket, call.rule) else {
-                    continue;
-                };
-                let (key, kind) = match rule.rate_type {
-                    RateType::Overall => (call.keys.bucket(), "2"),
-                    RateType::PerClient => (call.keys.client_bucket(), "3"),
-                };
-                invocation
-                    .key(key)
+        // EVALSHA written straight into one command: every key, then every argument.
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(if only_buckets {
+            calls.len()
+        } else {
+            5 * calls.len()
+        });
+        for call in calls {
+            let k = call.keys;
+            match (call.bucket, call.rule) {
+                // Token buckets only: tokens.lua, one key per rule.
+                (_, Some(rule)) if only_buckets => cmd.arg(match rule.rate_type {
+                    RateType::Overall => k.bucket(),
+                    RateType::PerClient => k.client_bucket(),
+                }),
+                // A token bucket in acquire.lua: its two bucket keys in the value keys' places.
+                (Some(_), Some(_)) => cmd
+                    .arg(k.config())
+                    .arg(k.bucket())
+                    .arg(k.client_bucket())
+                    .arg(k.permits())
+                    .arg(k.client_permits()),
+                _ => cmd.arg(&k.all()[..]),
+            };
+        }
+        cmd.arg(self.now_arg(now));
+        for (call, member) in calls.iter().zip(&members) {
+            match (call.bucket, call.rule) {
+                // tokens.lua: six arguments per rule.
+                (Some(shape), Some(rule)) if only_buckets => cmd
                     .arg(call.permits)
                     .arg(rule.rate)
                     .arg(rule.interval_ms())
                     .arg(shape.burst)
                     .arg(shape.warmup_ms)
-                    .arg(kind);
-            }
-        }
-        for (call, member) in calls.iter().zip(&members).filter(|_| !only_buckets) {
-            if let (Some(shape), Some(rule)) = (call.bucket, call.rule) {
-                // A token bucket: its two bucket keys in the value keys' places.
-                let k = call.keys;
-                for key in [
-                    k.config().to_owned(),
-                    k.bucket(),
-                    k.client_bucket(),
-                    k.permits(),
-                    k.client_permits(),
-                ] {
-                    invocation.key(key);
-                }
-                let kind = match rule.rate_type {
-                    RateType::Overall => "2",
-                    RateType::PerClient => "3",
-                };
-                invocation
+                    .arg(bucket_kind(rule.rate_type)),
+                // acquire.lua: seven per rule.
+                (Some(shape), Some(rule)) => cmd
                     .arg(call.permits)
                     .arg(&member[..])
                     .arg(shape.warmup_ms)
                     .arg(rule.rate)
                     .arg(rule.interval_ms())
-                    .arg(kind)
-                    .arg(shape.burst);
-                continue;
-            }
-            for key in call.keys.all() {
-                invocation.key(key);
-            }
-            invocation.arg(call.permits).arg(&member[..]);
-            match call.rule {
-                Some(rule) => invocation
+                    .arg(bucket_kind(rule.rate_type))
+                    .arg(shape.burst),
+                (_, Some(rule)) => cmd
+                    .arg(call.permits)
+                    .arg(&member[..])
                     .arg("1")
                     .arg(rule.rate)
                     .arg(rule.interval_ms())
                     .arg(rule.rate_type.as_redis())
                     .arg(rule.keep_alive_ms()),
-                None => invocation.arg("0").arg("").arg("").arg("").arg(""),
+                (_, None) => cmd
+                    .arg(call.permits)
+                    .arg(&member[..])
+                    .arg("0")
+                    .arg("")
+                    .arg("")
+                    .arg("")
+                    .arg(""),
             };
         }
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         let reply: Result<redis::Value, Error> = self
             .run(&keys, |mut conn| async move {
-                invocation.invoke_async(&mut conn).await
+                eval_sha(script, &cmd, &mut conn).await
             })
             .await;
         let reply = match reply {
@@ -551,6 +552,32 @@ impl RedisBackend {
             })
             .await?;
         Ok(exists == 1)
+    }
+}
+
+/// A token bucket's type in the scripts' arguments: "2" overall, "3" per client.
+fn bucket_kind(mode: RateType) -> &'static str {
+    match mode {
+        RateType::Overall => "2",
+        RateType::PerClient => "3",
+    }
+}
+
+/// Runs `cmd`, an EVALSHA of `script`; on NOSCRIPT (a restarted or flushed server)
+/// loads the script and runs it again, as redis-rs's ScriptInvocation does. The
+/// command is built by hand because a ScriptInvocation keeps every key and argument
+/// in a vector of its own and copies them into the command on every call.
+async fn eval_sha<T: redis::FromRedisValue>(
+    script: &Script,
+    cmd: &redis::Cmd,
+    conn: &mut Conn,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
     }
 }
 
