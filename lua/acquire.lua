@@ -45,14 +45,8 @@
 -- Numbers are read as `s + 0` where s is a decimal the caller wrote or this script
 -- checked (one conversion; tonumber converts twice), and given to redis.call as text
 -- (a number is printed with "%.17g"): see acquire_one.lua.
-local now
-if ARGV[1] ~= '' then
-  now = ARGV[1] + 0
-else
-  local t = redis.call('time')
-  now = t[1] * 1000 + math.floor(t[2] / 1000)
-end
-local caller_now = now
+-- caller_now, the call's time, was read by acquire_one.lua.
+local now = caller_now
 local nrules = #KEYS / 5
 local LIMIT = 9007199254740992 -- 2^53: doubles count exactly up to here
 

@@ -17,15 +17,18 @@
 -- "%.17g" (pass text, or string.format('%d', n)); tonumber(s) converts its string twice
 -- where s + 0 converts it once (only for strings known to be decimal).
 
+-- The call's time in epoch ms: the caller's (ARGV[1]), or Redis's clock when it is
+-- empty. acquire.lua, after this file, starts from the same.
+local caller_now
+if ARGV[1] ~= '' then
+  caller_now = ARGV[1] + 0
+else
+  local t = redis.call('time')
+  caller_now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
 do
-  local now, caller_time = 0, ARGV[1] ~= ''
-  if caller_time then
-    now = ARGV[1] + 0
-  else
-    local t = redis.call('time')
-    now = t[1] * 1000 + math.floor(t[2] / 1000)
-  end
-  local caller_now = now
+  local now, caller_time = caller_now, ARGV[1] ~= ''
   if #KEYS == 5 and ARGV[4] == '1' and (ARGV[7] == '0' or ARGV[7] == '1') then
     repeat
       local stored = redis.call('hmget', KEYS[1], 'rate', 'interval', 'type', 'keepAliveTime')

@@ -15,12 +15,8 @@
 --   burst}. The tokens script is tokens_one.lua, bucket.lua and this file, in that
 --   order: tokens_one.lua decides the usual call (and may answer it with an integer).
 
-local now = tonumber(ARGV[1])
-if ARGV[1] == '' then
-  local t = redis.call('time')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local caller_now = now
+-- caller_now, the call's time, was read by tokens_one.lua.
+local now = caller_now
 local n = #KEYS
 local LIMIT = 9007199254740992
 

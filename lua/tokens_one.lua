@@ -11,6 +11,16 @@
 -- -wait (< 0, in ms); any other outcome is tokens.lua's reply for one rule. Numbers are
 -- read as `s + 0` and written with string.format, as in acquire_one.lua.
 
+-- The call's time in epoch ms: the caller's (ARGV[1]), or Redis's clock when it is
+-- empty. tokens.lua, after this file, starts from the same.
+local caller_now
+if ARGV[1] ~= '' then
+  caller_now = ARGV[1] + 0
+else
+  local t = redis.call('time')
+  caller_now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
 do
   local caller_time, floor, max = ARGV[1] ~= '', math.floor, math.max
   if #KEYS == 1 and ARGV[6] == '0' then
@@ -26,14 +36,7 @@ do
       end
     end
     if u or not raw then
-      local now
-      if caller_time then
-        now = ARGV[1] + 0
-      else
-        local t = redis.call('time')
-        now = t[1] * 1000 + floor(t[2] / 1000)
-      end
-      local caller_now = now
+      local now = caller_now
       local permits, rate, interval = ARGV[2] + 0, rate_s + 0, interval_s + 0
       local cap = burst_s * interval
       if permits * interval > cap then
