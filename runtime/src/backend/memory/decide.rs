@@ -3,10 +3,11 @@
 //! `plan_bucket` and `take` (each bucket once, then each rule's permits, writing
 //! nothing), `commit` (the writes). The bucket plans Lua keeps in the table of the
 //! first rule naming a bucket are this file's `BucketPlan`s; `state.rs`'s `Bucket` is
-//! the stored state (the value and log keys).
+//! the stored state (the value and log keys). The usual call (one sliding-window rule
+//! with its stored config) is decided first by `decide_one`, the twin of
+//! `lua/acquire_one.lua`, which leaves every other case to the phases.
 
-use super::state::Bucket;
-use super::state::Store;
+use super::state::{Bucket, Store};
 use super::tokens::{TokenPlan, Tokens};
 use super::{shard_of, Locked, MemoryBackend, REORDER_MS};
 use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
