@@ -56,8 +56,10 @@ do
       else
         u = cap
       end
-      -- floor(a / b) of non-negative integers below 2^53, exactly (bucket.lua's idiv):
-      -- the division of doubles can round across an integer
+      -- Three divisions below (the wait, the TTL, the tokens left) are bucket.lua's
+      -- idiv, floor(a / b) of integers below 2^53 exactly (the division of doubles can
+      -- round across an integer), and the first two its cdiv, written out: a helper
+      -- function cost this call 1.5k of its 49k instructions.
       local need = permits * interval
       local granted = u >= need
       local wait = 0
