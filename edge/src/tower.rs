@@ -26,7 +26,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::fmt::{self, Write};
+use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -41,6 +41,7 @@ use redlimit_runtime::{
     Algorithm, BucketShape, Client, Error, OnError, RateLimited, RateLimiterConfig, RateType, RATELIMIT,
     RATELIMIT_POLICY,
 };
+use smallvec::SmallVec;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -528,7 +529,7 @@ impl Shared {
     async fn decide(&self, parts: &mut Parts) -> Result<Granted, RateLimited> {
         let path = PathParams::read(self.needs_path, parts).await;
         let parts = &*parts;
-        let mut keys = Vec::with_capacity(self.rules.len());
+        let mut keys = SmallVec::<[String; 2]>::new();
         let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
         for (i, (rule, spec)) in self.rules.iter().zip(self.site.rules()).enumerate() {
             let value = match self.value(&rule.key, parts, &path) {
@@ -545,7 +546,7 @@ impl Shared {
             key.text(rule.name);
             if let Some(value) = &value {
                 key.text(":");
-                key.value(&**value);
+                key.value_str(value);
             }
             keys.push(key.finish());
             if self.per_request {
@@ -627,7 +628,7 @@ impl Shared {
             headers.insert(RATELIMIT_POLICY, policy.clone());
             let mut state = String::with_capacity(keyed.state.len() + 20);
             state.push_str(&keyed.state);
-            let _ = write!(state, "{remaining}");
+            state.push_str(itoa::Buffer::new().format(remaining));
             // From a String: no copy.
             if let Ok(value) = HeaderValue::try_from(state) {
                 headers.insert(RATELIMIT, value);

@@ -36,6 +36,19 @@ impl KeyBuf {
     pub fn value<T: Display + ?Sized>(&mut self, value: &T) {
         let start = self.0.len();
         let _ = write!(Escaper(&mut self.0), "{value}");
+        self.end_value(start);
+    }
+
+    /// [`value`](Self::value) for text already at hand, without the formatting
+    /// machinery a `Display` goes through (the edge layer's keys, on every request).
+    pub fn value_str(&mut self, value: &str) {
+        let start = self.0.len();
+        escape_into(&mut self.0, value);
+        self.end_value(start);
+    }
+
+    /// The empty value's and the long value's forms, for the value written from `start`.
+    fn end_value(&mut self, start: usize) {
         let written = self.0.len() - start;
         if written == 0 {
             self.0.push_str("%00");
@@ -62,17 +75,28 @@ struct Escaper<'a>(&'a mut String);
 
 impl Write for Escaper<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        for c in s.chars() {
-            match c {
-                '%' => self.0.push_str("%25"),
-                ':' => self.0.push_str("%3A"),
-                '{' => self.0.push_str("%7B"),
-                '}' => self.0.push_str("%7D"),
-                c => self.0.push(c),
-            }
-        }
+        escape_into(self.0, s);
         Ok(())
     }
+}
+
+/// `s` with `%`, `:`, `{` and `}` percent-encoded. They are ASCII, so the runs
+/// between them are whole UTF-8 text and are copied as they are.
+fn escape_into(out: &mut String, s: &str) {
+    let mut run = 0;
+    for (i, byte) in s.bytes().enumerate() {
+        let escaped = match byte {
+            b'%' => "%25",
+            b':' => "%3A",
+            b'{' => "%7B",
+            b'}' => "%7D",
+            _ => continue,
+        };
+        out.push_str(&s[run..i]);
+        out.push_str(escaped);
+        run = i + 1;
+    }
+    out.push_str(&s[run..]);
 }
 
 #[cfg(test)]
@@ -138,6 +162,10 @@ mod tests {
                 s
             };
             let (a, b) = (value(), value());
+            let (mut by_display, mut by_str) = (KeyBuf::new(), KeyBuf::new());
+            by_display.value(&a);
+            by_str.value_str(&a);
+            assert_eq!(by_str.finish(), by_display.finish(), "{a:?}");
             for template in [0, 1] {
                 let mut key = KeyBuf::new();
                 if template == 0 {
@@ -146,10 +174,11 @@ mod tests {
                     key.text(":");
                     key.value(&b);
                 } else {
+                    // value_str, as the edge layer writes values
                     key.text("rate_limit:{t:");
-                    key.value(&a);
+                    key.value_str(&a);
                     key.text("}:");
-                    key.value(&b);
+                    key.value_str(&b);
                 }
                 let key = key.finish();
                 assert!(
