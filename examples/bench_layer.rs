@@ -86,9 +86,67 @@ async fn serve(app: Router) -> SocketAddr {
     addr
 }
 
-/// Operations per second of `CONNECTIONS` tasks over `RUN`; task `i` runs
-/// `task(i, stop, done)`, counting each operation in `done` until `stop`.
-async fn rate<F, Fut>(task: F) -> f64
+/// CPU seconds spent so far by this process (all its threads: the load, the HTTP
+/// server, the layer, the Redis client) and by the Redis server.
+struct Cpu {
+    process: f64,
+    redis: f64,
+}
+
+impl Cpu {
+    async fn now(redis: &mut redis::aio::MultiplexedConnection) -> Cpu {
+        // utime and stime, fields 14 and 15 of /proc/self/stat, in USER_HZ (100 on Linux)
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        let info: String = redis::cmd("INFO").arg("cpu").query_async(redis).await.unwrap();
+        let field = |name: &str| -> f64 {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        Cpu {
+            process: ticks / 100.0,
+            redis: field("used_cpu_user") + field("used_cpu_sys"),
+        }
+    }
+
+    /// Microseconds of each per operation since `self`, for `count` operations.
+    async fn per_op(&self, redis: &mut redis::aio::MultiplexedConnection, count: u64) -> (f64, f64) {
+        let now = Cpu::now(redis).await;
+        let per = |spent: f64| spent * 1e6 / count as f64;
+        (per(now.process - self.process), per(now.redis - self.redis))
+    }
+}
+
+/// One measured run: operations per second, and the CPU each operation cost this
+/// process and the Redis server (microseconds).
+struct Run {
+    rate: f64,
+    process_us: f64,
+    redis_us: f64,
+}
+
+async fn measured<Fut: std::future::Future<Output = (f64, u64)>>(
+    redis: &mut redis::aio::MultiplexedConnection,
+    run: Fut,
+) -> Run {
+    let before = Cpu::now(redis).await;
+    let (rate, count) = run.await;
+    let (process_us, redis_us) = before.per_op(redis, count).await;
+    Run {
+        rate,
+        process_us,
+        redis_us,
+    }
+}
+
+/// Operations per second of `CONNECTIONS` tasks over `RUN`, and how many there were;
+/// task `i` runs `task(i, stop, done)`, counting each operation in `done` until `stop`.
+async fn rate<F, Fut>(task: F) -> (f64, u64)
 where
     F: Fn(usize, Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -105,11 +163,12 @@ where
     for task in tasks {
         task.await.unwrap();
     }
-    done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+    let count = done.load(Ordering::Relaxed);
+    (count as f64 / elapsed.as_secs_f64(), count)
 }
 
 /// Requests per second from `CONNECTIONS` keep-alive connections.
-async fn http_rate(addr: SocketAddr) -> f64 {
+async fn http_rate(addr: SocketAddr) -> (f64, u64) {
     rate(|i, stop, done| async move {
         let stream = TcpStream::connect(addr).await.unwrap();
         stream.set_nodelay(true).unwrap();
@@ -145,7 +204,7 @@ async fn http_rate(addr: SocketAddr) -> f64 {
 }
 
 /// Decisions per second of the layer's rule by `check_rules` from `CONNECTIONS` tasks.
-async fn decision_rate(client: &Client) -> f64 {
+async fn decision_rate(client: &Client) -> (f64, u64) {
     rate(|i, stop, done| {
         let client = client.clone();
         async move {
@@ -213,22 +272,51 @@ async fn main() {
     let through_redis = serve(router().layer(layer(&on_redis))).await;
     let hand_written = serve(by_hand(&on_redis)).await;
 
+    let mut info = redis::Client::open(redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+
     println!(
         "## Through the layer ({CONNECTIONS} keep-alive connections, one API key each, {RUN:?} per run)\n"
     );
     println!("| round | router alone, req/s | layer in process, req/s (ratio) | layer on Redis, req/s | check_rules in the handler on Redis, req/s | layer / handler | check_rules on Redis without HTTP, decisions/s | layer / check_rules |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut cpu = Vec::new();
     for round in 1..=ROUNDS {
-        let alone = http_rate(bare).await;
-        let memory = http_rate(in_process).await;
-        let redis_layer = http_rate(through_redis).await;
-        let handler = http_rate(hand_written).await;
-        let decisions = decision_rate(&on_redis).await;
+        let (alone, _) = http_rate(bare).await;
+        let (memory, _) = http_rate(in_process).await;
+        let layer = measured(&mut info, http_rate(through_redis)).await;
+        let handler = measured(&mut info, http_rate(hand_written)).await;
+        let decisions = measured(&mut info, decision_rate(&on_redis)).await;
         println!(
-            "| {round} | {alone:.0} | {memory:.0} ({:.3}) | {redis_layer:.0} | {handler:.0} | {:.3} | {decisions:.0} | {:.3} |",
+            "| {round} | {alone:.0} | {memory:.0} ({:.3}) | {:.0} | {:.0} | {:.3} | {:.0} | {:.3} |",
             memory / alone,
-            redis_layer / handler,
-            redis_layer / decisions
+            layer.rate,
+            handler.rate,
+            layer.rate / handler.rate,
+            decisions.rate,
+            layer.rate / decisions.rate
+        );
+        cpu.push((layer, handler, decisions));
+    }
+
+    println!("\n## CPU per request on Redis, microseconds (the same runs)\n");
+    println!("This process serves HTTP, generates the load and runs the Redis client; the Redis server runs apart, and its CPU per decision sets the most decisions per second it can make on a core of its own.\n");
+    println!("| round | layer: process | layer: Redis | handler: process | handler: Redis | check_rules without HTTP: process | check_rules: Redis | Redis per decision, check_rules / layer |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (round, (layer, handler, decisions)) in cpu.iter().enumerate() {
+        println!(
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} |",
+            round + 1,
+            layer.process_us,
+            layer.redis_us,
+            handler.process_us,
+            handler.redis_us,
+            decisions.process_us,
+            decisions.redis_us,
+            decisions.redis_us / layer.redis_us
         );
     }
     direct().await;
