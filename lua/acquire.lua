@@ -1,8 +1,9 @@
 -- acquire.lua: decide one or more rate-limit rules, all or nothing, in one call.
 -- Its twin in Rust is runtime/src/backend/memory/decide.rs: same phases, same names.
--- The acquire script is acquire_one.lua, bucket.lua and this file, in that order:
--- acquire_one.lua decides the usual call (one sliding-window rule) and may answer it
--- with an integer (see there); every other call reaches this file.
+-- The acquire script is acquire_plain.lua, bucket.lua and this file, in that order:
+-- acquire_plain.lua decides the usual calls (sliding-window rules that own their
+-- stored configs) and may answer one rule with an integer (see there); every other
+-- call reaches this file.
 --
 -- KEYS, five per rule (rule i uses KEYS[5*(i-1)+1 .. 5*(i-1)+5]), in Redisson's order:
 --   1 NAME                config hash (rate, interval, type, keepAliveTime)
@@ -44,8 +45,8 @@
 
 -- Numbers are read as `s + 0` where s is a decimal the caller wrote or this script
 -- checked (one conversion; tonumber converts twice), and given to redis.call as text
--- (a number is printed with "%.17g"): see acquire_one.lua.
--- caller_now, the call's time, was read by acquire_one.lua.
+-- (a number is printed with "%.17g"): see acquire_plain.lua.
+-- caller_now, the call's time, was read by acquire_plain.lua.
 local now = caller_now
 local nrules = #KEYS / 5
 local LIMIT = 9007199254740992 -- 2^53: doubles count exactly up to here

@@ -9,7 +9,7 @@
 -- Replies: decided at the caller's time (ARGV[1]) on a stored bucket, a grant is the
 -- integer tokens left (>= 0) and a refusal with no whole token left is the integer
 -- -wait (< 0, in ms); any other outcome is tokens.lua's reply for one rule. Numbers are
--- read as `s + 0` and written with string.format, as in acquire_one.lua.
+-- read as `s + 0` and written with string.format, as in acquire_plain.lua.
 
 -- The call's time in epoch ms: the caller's (ARGV[1]), or Redis's clock when it is
 -- empty. tokens.lua, after this file, starts from the same.

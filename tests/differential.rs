@@ -247,16 +247,18 @@ async fn memory_and_redis_agree_on_random_sequences() {
     );
 }
 
-/// The usual call, many times: one rule whose config is already stored, with grants
-/// leaving the window between calls and refusals waiting on them (the Redis backend's
-/// one-rule path, and its way back to the general one when the value is lost), in both
-/// modes, with and without a keep-alive.
+/// The usual calls, many times: one, two or three rules whose configs are already
+/// stored, with grants leaving the window between calls and refusals waiting on them
+/// (the Redis backend's path for such rules, and its way back to the general one when
+/// a value is lost or a rule of several asks for no permit), in both modes, with and
+/// without a keep-alive.
 #[tokio::test]
-async fn one_rule_calls_agree_step_for_step() {
+async fn plain_rule_calls_agree_step_for_step() {
     let server = RedisServer::start();
     let mut raw = server.raw().await;
     let (mut grants, mut refusals) = (0, 0);
-    for seed in 0..20u64 {
+    let mut stacked = 0;
+    for seed in 0..30u64 {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
         let clock = ManualClock::new(1_700_000_000_000 + seed * 11);
         let (memory, redis) = both_backends(&server, &clock).await;
@@ -267,9 +269,10 @@ async fn one_rule_calls_agree_step_for_step() {
             RateType::Overall
         };
         let keep = [None, Some(HOUR)][(seed % 2) as usize];
+        let count = 1 + (seed % 3) as usize;
         let mut history = Vec::new();
         for step in 0..300 {
-            if step == 150 && seed % 3 == 0 {
+            if step == 150 && seed % 5 < 2 {
                 // The value lost (an eviction): rebuilt from the log, as the memory
                 // backend's value already is.
                 let _: () = redis::cmd("DEL")
@@ -278,13 +281,27 @@ async fn one_rule_calls_agree_step_for_step() {
                     .await
                     .unwrap();
             }
-            let rule = [Rule::new("one", 3, Duration::from_millis(1000))
-                .mode(mode)
-                .keep_alive(keep)
-                .permits(rng.random_range(0..=3))];
+            let shapes = [("one", 3, 1000), ("two", 5, 700), ("three", 2, 400)];
+            let rule: Vec<Rule> = shapes[..count]
+                .iter()
+                .map(|&(name, rate, interval)| {
+                    // several rules: a rule asking for no permit now and then
+                    let permits = if count == 1 || rng.random_range(0..10) == 0 {
+                        rng.random_range(0..=rate)
+                    } else {
+                        rng.random_range(1..=rate)
+                    };
+                    Rule::new(name, rate, Duration::from_millis(interval))
+                        .mode(mode)
+                        .keep_alive(keep)
+                        .permits(permits)
+                })
+                .collect();
+            stacked += usize::from(count > 1);
             let on_memory = format!("{:?}", memory.check_rules(&rule).await);
             let on_redis = format!("{:?}", redis.check_rules(&rule).await);
-            history.push(format!("{:?} -> {on_redis}", rule[0].permits_per_call()));
+            let permits: Vec<u64> = rule.iter().map(Rule::permits_per_call).collect();
+            history.push(format!("{permits:?} -> {on_redis}"));
             assert_eq!(
                 on_memory,
                 on_redis,
@@ -298,9 +315,9 @@ async fn one_rule_calls_agree_step_for_step() {
             history.push(format!("advance {advance}"));
         }
     }
-    println!("{grants} grants, {refusals} refusals compared");
+    println!("{grants} grants, {refusals} refusals compared, {stacked} calls of several rules");
     assert!(
-        grants > 1000 && refusals > 1000,
+        grants > 1500 && refusals > 1500,
         "{grants} grants, {refusals} refusals"
     );
 }

@@ -39,7 +39,7 @@ macro_rules! with_shared {
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     acquire: Script::new(concat!(
-        include_str!("../../../lua/acquire_one.lua"),
+        include_str!("../../../lua/acquire_plain.lua"),
         include_str!("../../../lua/bucket.lua"),
         include_str!("../../../lua/acquire.lua")
     )),

@@ -10,7 +10,7 @@ use crate::{Error, RateLimiterConfig, RateType};
 
 /// The acquire script's reply as Redis sent it: acquire.lua's table, or, for one rule
 /// decided at the caller's time (`caller_now`, `None` when the server's clock was
-/// used), acquire_one.lua's integer: the permits left after a grant (>= 0), or minus
+/// used), acquire_plain.lua's integer: the permits left after a grant (>= 0), or minus
 /// the wait of a refusal that left no permit (< 0).
 pub(super) fn parse_acquire_reply(reply: &Value, rules: usize, caller_now: Option<u64>) -> Option<Outcome> {
     match reply {

@@ -5,7 +5,8 @@
 //! first rule naming a bucket are this file's `BucketPlan`s; `state.rs`'s `Bucket` is
 //! the stored state (the value and log keys). The usual call (one sliding-window rule
 //! with its stored config) is decided first by `decide_one`, the twin of
-//! `lua/acquire_one.lua`, which leaves every other case to the phases.
+//! `lua/acquire_plain.lua` for one rule, which leaves every other case to the phases
+//! (several such rules: acquire_plain.lua decides them too, here the phases do).
 
 use super::state::{Bucket, Store};
 use super::tokens::{TokenPlan, Tokens};
@@ -253,7 +254,7 @@ fn decide(
     })
 }
 
-/// acquire_one.lua's twin: one sliding-window rule whose stored config is its own, with
+/// acquire_plain.lua's twin for one rule: one sliding-window rule whose stored config is its own, with
 /// a value and no change of mode, decided without the phases' lists. `None`, before
 /// anything is written, for every other case (a config to create or change, no
 /// stored value or a value inflated by hand, a log short of the wait): [`decide`]
