@@ -159,39 +159,25 @@ on_both_backends!(
             clock.set(T0 - 600);
             assert_eq!(client.check_rules(&rules).await.unwrap().at_ms, T0 - 600);
         }
-        let x = Rule::new("rate_limit:reorder:x", 2, SEC);
-        let y = Rule::new("rate_limit:reorder:y", 5, SEC);
+        let x = [Rule::new("rate_limit:reorder:x", 2, SEC)];
+        let y = [Rule::new("rate_limit:reorder:y", 5, SEC)];
+        let both = [x[0].clone(), y[0].clone()];
         // x's config stored, with a grant long gone by T0 + 200
         clock.set(T0 - 5000);
-        assert!(
-            client
-                .check_rules(std::slice::from_ref(&x))
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(client.check_rules(&x).await.unwrap().allowed);
         clock.set(T0 + 500);
-        assert_eq!(
-            client.check_rules(std::slice::from_ref(&y)).await.unwrap().at_ms,
-            T0 + 500
-        );
+        assert_eq!(client.check_rules(&y).await.unwrap().at_ms, T0 + 500);
         // A call read at T0 + 200 arrives now; the later grant is in y's log alone.
         clock.set(T0 + 200);
-        let late = client.check_rules(&[x.clone(), y.clone()]).await.unwrap();
+        let late = client.check_rules(&both).await.unwrap();
         assert!(late.allowed);
         assert_eq!(late.at_ms, T0 + 500, "decided at y's later grant");
         clock.set(T0 + 510);
-        assert!(
-            client
-                .check_rules(std::slice::from_ref(&x))
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(client.check_rules(&x).await.unwrap().allowed);
         // x's grants are at T0 + 500 and 510: at T0 + 1300 (past the window of a grant
         // at T0 + 200) x has none to give.
         clock.set(T0 + 1300);
-        let d = client.check_rules(std::slice::from_ref(&x)).await.unwrap();
+        let d = client.check_rules(&x).await.unwrap();
         assert!(!d.allowed, "{d:?}");
     }
 );
