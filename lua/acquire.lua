@@ -1,6 +1,7 @@
 -- acquire.lua: decide one or more rate-limit rules, all or nothing, in one call.
 -- Its twin in Rust is runtime/src/backend/memory/decide.rs: same phases, same names.
--- The acquire script is acquire_plain.lua, bucket.lua and this file, in that order:
+-- The acquire script is call_time.lua, acquire_plain.lua, bucket.lua and this file,
+-- in that order:
 -- acquire_plain.lua decides the usual calls (sliding-window rules that own their
 -- stored configs) and may answer one rule with an integer (see there); every other
 -- call reaches this file.
@@ -46,7 +47,7 @@
 -- Numbers are read as `s + 0` where s is a decimal the caller wrote or this script
 -- checked (one conversion; tonumber converts twice), and given to redis.call as text
 -- (a number is printed with "%.17g"): see acquire_plain.lua.
--- caller_now, the call's time, was read by acquire_plain.lua.
+-- caller_now, the call's time, and REORDER are call_time.lua's.
 local now = caller_now
 local nrules = #KEYS / 5
 local LIMIT = 9007199254740992 -- 2^53: doubles count exactly up to here
@@ -197,11 +198,7 @@ for i = 1, nrules do
   end
 end
 
--- A call whose time was taken just before another's, but which reaches Redis after
--- it, is decided at the later time: each log then stays in time order and no window
--- of its scores holds more than the rate (and a token bucket never refills backwards). Clocks further apart than REORDER are skew,
--- and left as they are (see RELIABILITY.md). Twin: REORDER_MS in memory/mod.rs.
-local REORDER = 1000
+-- An overtaken call is decided at the later time (REORDER: call_time.lua).
 if newest - now <= REORDER then
   now = newest
 end

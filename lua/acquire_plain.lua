@@ -1,8 +1,9 @@
 -- acquire_plain.lua: the usual calls, decided on locals: one or more sliding-window
--- rules, each owning its stored config, on keys of their own. It is put in front of
--- bucket.lua and acquire.lua when the acquire script is built
--- (runtime/src/backend/redis.rs), with acquire.lua's KEYS and ARGV, and runs first so
--- that the usual call makes no table per rule and no helper closure.
+-- rules, each owning its stored config, on keys of their own. It is put after
+-- call_time.lua (caller_now, REORDER) and in front of bucket.lua and acquire.lua when
+-- the acquire script is built (runtime/src/backend/redis.rs), with acquire.lua's KEYS
+-- and ARGV, and runs first so that the usual call makes no table per rule and no
+-- helper closure.
 -- It takes the same steps as acquire.lua's phases (load_rule, plan_bucket, take,
 -- commit), rule by rule: `decide(i)` reads rule i and plans it, decides the rules
 -- after it (a call of its own), and commits rule i on the way back, when every rule
@@ -21,16 +22,6 @@
 -- Costs measured in Redis and kept here: a number given to redis.call is printed with
 -- "%.17g" (pass text, or string.format('%d', n)); tonumber(s) converts its string twice
 -- where s + 0 converts it once (only for strings known to be decimal).
-
--- The call's time in epoch ms: the caller's (ARGV[1]), or Redis's clock when it is
--- empty. acquire.lua, after this file, starts from the same.
-local caller_now
-if ARGV[1] ~= '' then
-  caller_now = ARGV[1] + 0
-else
-  local t = redis.call('time')
-  caller_now = t[1] * 1000 + math.floor(t[2] / 1000)
-end
 
 do
   local nrules = #KEYS / 5
@@ -53,15 +44,16 @@ do
   end
   if plain then
     local caller_time = ARGV[1] ~= ''
-    -- `decide(decide, i, now, after, score, refused, retry, reply)`: rule i and those
-    -- after it, with the call's time, `(` and the caller's time (for ZCOUNT), the
+    -- `decide(decide, i, now, after, score, refused, retry, reply, reorder)`: rule i and
+    -- those after it, with the call's time, `(` and the caller's time (for ZCOUNT), the
     -- grants' score (text; the first rule sets it), the first refusing rule and the
     -- longest wait so far (acquire.lua's `refused`, `retry`), and for several rules
-    -- acquire.lua's reply, filled in rule by rule. It returns false to leave, else true,
+    -- acquire.lua's reply, filled in rule by rule, and REORDER. It returns false to
+    -- leave, else true,
     -- the final refused, retry and time, and rule i's permits and wait. It reads
     -- nothing from outside but KEYS and ARGV: each local of the script a function
     -- shares costs every call an object.
-    local decide = function(decide, i, now, after, score, refused, retry, reply)
+    local decide = function(decide, i, now, after, score, refused, retry, reply, reorder)
       -- globals read once (each read of a global is a lookup by name)
       local keys, argv, call = KEYS, ARGV, redis.call
       local byte, format, find = string.byte, string.format, string.find
@@ -76,14 +68,14 @@ do
       if permits > rate then return false end
       local vkey, pkey = keys[k + 2], keys[k + 4]
       if argv[a + 6] == '1' then vkey, pkey = keys[k + 3], keys[k + 5] end
-      -- load_rule: the newest grant, when newer than this call's time (REORDER: 1000
-      -- ms). Only the first rule may move the call's time: the rules before any other
-      -- were planned at the earlier one, so acquire.lua decides such a call.
+      -- load_rule: the newest grant, when newer than this call's time (by at most
+      -- REORDER). Only the first rule may move the call's time: the rules before any
+      -- other were planned at the earlier one, so acquire.lua decides such a call.
       local moved = false
       if call('zcount', pkey, after, '+inf') > 0 then
         if i > 1 then return false end
         local later = call('zrevrangebyscore', pkey, '+inf', after, 'withscores', 'limit', '0', '1')
-        if later[2] - now <= 1000 then now, moved = later[2] + 0, true end
+        if later[2] - now <= reorder then now, moved = later[2] + 0, true end
       end
       if i == 1 then
         score = argv[1] ~= '' and not moved and argv[1] or format('%d', now)
@@ -143,7 +135,7 @@ do
       -- the rules after this one; nothing is written until all are planned
       if i < #keys / 5 then
         local ok
-        ok, refused, retry = decide(decide, i + 1, now, after, score, refused, retry, reply)
+        ok, refused, retry = decide(decide, i + 1, now, after, score, refused, retry, reply, reorder)
         if not ok then return false end
       end
 
@@ -184,7 +176,7 @@ do
 
     local reply = nrules > 1 and { 1, 0, 0, 0 } or false
     local after = caller_time and '(' .. ARGV[1] or string.format('(%d', caller_now)
-    local ok, refused, retry, now, one_value, one_wait = decide(decide, 1, caller_now, after, false, 0, 0, reply)
+    local ok, refused, retry, now, one_value, one_wait = decide(decide, 1, caller_now, after, false, 0, 0, reply, REORDER)
     if ok then
       local granted = refused == 0
       if reply then

@@ -15,7 +15,7 @@
 --   burst}. The tokens script is tokens_one.lua, bucket.lua and this file, in that
 --   order: tokens_one.lua decides the usual call (and may answer it with an integer).
 
--- caller_now, the call's time, was read by tokens_one.lua.
+-- caller_now, the call's time, and REORDER are call_time.lua's.
 local now = caller_now
 local n = #KEYS
 local LIMIT = 9007199254740992
@@ -44,7 +44,7 @@ for i = 1, n do
   rules[i] = r
 end
 -- A call overtaken by one that refilled a bucket slightly later is decided then.
-if newest - now <= 1000 then now = newest end
+if newest - now <= REORDER then now = newest end
 
 -- Phase 2, plan and take: the tokens at `now`, and whether each rule has enough.
 local refused, retry, probe = 0, 0, true

@@ -1,25 +1,15 @@
 -- tokens_one.lua: the usual call of token buckets, one rule without a warm-up whose
--- bucket is missing or holds the rule's own config, decided on locals. It is put in
--- front of bucket.lua and tokens.lua when the tokens script is built
--- (runtime/src/backend/redis.rs), with tokens.lua's KEYS and ARGV, and runs first so
--- that the usual call makes no closure and no table of its own. The same decision as
--- tokens.lua's phases, step for step (the differential test runs both); any other
--- call leaves this block before writing anything.
+-- bucket is missing or holds the rule's own config, decided on locals. It is put after
+-- call_time.lua (caller_now, REORDER) and in front of bucket.lua and tokens.lua when
+-- the tokens script is built (runtime/src/backend/redis.rs), with tokens.lua's KEYS
+-- and ARGV, and runs first so that the usual call makes no closure and no table of
+-- its own. The same decision as tokens.lua's phases, step for step (the differential
+-- test runs both); any other call leaves this block before writing anything.
 --
 -- Replies: decided at the caller's time (ARGV[1]) on a stored bucket, a grant is the
 -- integer tokens left (>= 0) and a refusal with no whole token left is the integer
 -- -wait (< 0, in ms); any other outcome is tokens.lua's reply for one rule. Numbers are
 -- read as `s + 0` and written with string.format, as in acquire_plain.lua.
-
--- The call's time in epoch ms: the caller's (ARGV[1]), or Redis's clock when it is
--- empty. tokens.lua, after this file, starts from the same.
-local caller_now
-if ARGV[1] ~= '' then
-  caller_now = ARGV[1] + 0
-else
-  local t = redis.call('time')
-  caller_now = t[1] * 1000 + math.floor(t[2] / 1000)
-end
 
 do
   local caller_time, floor, max = ARGV[1] ~= '', math.floor, math.max
@@ -47,7 +37,7 @@ do
       if u then
         flag = 0
         -- overtaken by a slightly later refill: decided at that time
-        if last > now and last - now <= 1000 then now = last end
+        if last > now and last - now <= REORDER then now = last end
         if now > last then
           if (now - last) * rate >= cap - u then u = max(cap, u) else u = u + (now - last) * rate end
         else

@@ -64,6 +64,36 @@ async fn a_burst_then_a_continuous_refill_with_exact_waits() {
     }
 }
 
+/// A call whose time was read before a refill that reached the bucket first is decided
+/// at that refill's time (so the bucket never refills backwards), when it is at most
+/// 1 s later; further apart is clock skew, and the call keeps its own time. One bucket
+/// (the tokens script's one-bucket path), two (its phases), and a bucket beside a
+/// sliding window (the acquire script's phases).
+#[tokio::test]
+async fn a_call_overtaken_on_its_way_is_decided_at_the_later_refill() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for client in backends(&server, &clock).await {
+        let side = if client.is_memory() { "m" } else { "r" };
+        let b = |i: usize| bucket(&format!("tb:late:{side}:{i}"), 1, SEC, 2);
+        let w = |i: usize| Rule::new(format!("tb:late:w:{side}:{i}"), 10, SEC);
+        for rules in [vec![b(1)], vec![b(2), b(3)], vec![w(4), b(4)]] {
+            let first = &rules[0];
+            clock.set(T0 + 500);
+            assert_eq!(client.check_rules(&rules).await.unwrap().at_ms, T0 + 500);
+            // Read at T0 + 200, arriving after the call of T0 + 500.
+            clock.set(T0 + 200);
+            let late = client.check_rules(&rules).await.unwrap();
+            assert!(late.allowed, "{side} {}: {late:?}", first.name());
+            assert_eq!(late.at_ms, T0 + 500, "{side} {}", first.name());
+            // Further apart than 1 s: the call's own time.
+            clock.set(T0 - 600);
+            let skewed = client.check_rules(&rules).await.unwrap();
+            assert_eq!(skewed.at_ms, T0 - 600, "{side} {}", first.name());
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_redis_layout_is_one_small_value_that_vanishes_once_full() {
     let server = RedisServer::start();

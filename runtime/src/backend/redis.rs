@@ -39,6 +39,7 @@ macro_rules! with_shared {
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     acquire: Script::new(concat!(
+        include_str!("../../../lua/call_time.lua"),
         include_str!("../../../lua/acquire_plain.lua"),
         include_str!("../../../lua/bucket.lua"),
         include_str!("../../../lua/acquire.lua")
@@ -50,6 +51,7 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     expire: Script::new(include_str!("../../../lua/expire.lua")),
     refund: with_shared!("refund.lua"),
     tokens: Script::new(concat!(
+        include_str!("../../../lua/call_time.lua"),
         include_str!("../../../lua/tokens_one.lua"),
         include_str!("../../../lua/bucket.lua"),
         include_str!("../../../lua/tokens.lua")

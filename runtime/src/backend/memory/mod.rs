@@ -19,7 +19,7 @@ use super::Configure;
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
 /// How far a call's time may lag the newest grant and still be decided at that
-/// grant's time (acquire.lua's REORDER).
+/// grant's time (REORDER in lua/call_time.lua).
 const REORDER_MS: u64 = 1000;
 
 /// Limiters are spread over this many independently locked shards, so threads

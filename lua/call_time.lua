@@ -1,0 +1,19 @@
+-- call_time.lua: put first in the acquire and tokens scripts when they are built
+-- (runtime/src/backend/redis.rs); every file after it starts from what it defines.
+
+-- The call's time in epoch ms: the caller's (ARGV[1]), or Redis's clock when it is
+-- empty.
+local caller_now
+if ARGV[1] ~= '' then
+  caller_now = ARGV[1] + 0
+else
+  local t = redis.call('time')
+  caller_now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- A call whose time was taken just before another's, but which reaches Redis after
+-- it, is decided at the later time when that is at most REORDER ms later: each log
+-- then stays in time order and no window of its scores holds more than the rate (and
+-- a token bucket never refills backwards). Clocks further apart are skew, and left as
+-- they are (see RELIABILITY.md). Twin: REORDER_MS in runtime/src/backend/memory/mod.rs.
+local REORDER = 1000
