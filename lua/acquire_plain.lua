@@ -44,15 +44,14 @@ do
   end
   if plain then
     local caller_time = ARGV[1] ~= ''
-    -- `decide(decide, i, now, after, score, refused, retry, reply, reorder)`: rule i and
-    -- those after it, with the call's time, `(` and the caller's time (for ZCOUNT), the
-    -- grants' score (text; the first rule sets it), the first refusing rule and the
-    -- longest wait so far (acquire.lua's `refused`, `retry`), and for several rules
-    -- acquire.lua's reply, filled in rule by rule, and REORDER. It returns false to
-    -- leave, else true,
-    -- the final refused, retry and time, and rule i's permits and wait. It reads
-    -- nothing from outside but KEYS and ARGV: each local of the script a function
-    -- shares costs every call an object.
+    -- `decide(decide, i, now, after, score, refused, retry, reply, reorder)` decides
+    -- rule i and those after it. It takes the call's time, `(` and the caller's time
+    -- (for ZCOUNT), the grants' score (text; the first rule sets it), the first
+    -- refusing rule and the longest wait so far (acquire.lua's `refused`, `retry`),
+    -- for several rules acquire.lua's reply (filled in rule by rule), and REORDER. It
+    -- returns false to leave, else true, the final refused, retry and time, and rule
+    -- i's permits and wait. Everything comes in as an argument: each local of the
+    -- script a function shares would cost every call an object.
     local decide = function(decide, i, now, after, score, refused, retry, reply, reorder)
       -- globals read once (each read of a global is a lookup by name)
       local keys, argv, call = KEYS, ARGV, redis.call
