@@ -116,7 +116,7 @@ impl Cpu {
         }
     }
 
-    /// Microseconds of each per operation since `self`, for `count` operations.
+    /// The microseconds each spent per operation since `self`, over `count` operations.
     async fn per_op(&self, redis: &mut redis::aio::MultiplexedConnection, count: u64) -> (f64, f64) {
         let now = Cpu::now(redis).await;
         let per = |spent: f64| spent * 1e6 / count as f64;
