@@ -128,10 +128,52 @@ impl<'a> Keys<'a> {
         out
     }
 
+    /// The bytes [`all`](Keys::all)'s five keys take, at most (two braces, a colon
+    /// and a suffix each, and the client's id in two).
+    pub fn all_len(&self) -> usize {
+        5 * self.name.len() + 2 * self.client_id.len() + 4 * (3 + "permits".len()) + 2
+    }
+
     pub fn all(&self) -> [String; 5] {
         let (value, permits) = (self.value(), self.permits());
         let (client_value, client_permits) = (self.per_client(&value), self.per_client(&permits));
         [self.name.to_owned(), value, client_value, permits, client_permits]
+    }
+}
+
+/// The five keys of [`Keys::all`], in its order, written as five arguments straight
+/// into a command: each is built in one buffer, on the stack for names up to about
+/// 140 bytes, rather than as a string of its own.
+impl redis::ToRedisArgs for Keys<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        out.write_arg(self.name.as_bytes());
+        // `{NAME}:` (or `NAME:` with a hash tag) once, then each suffix after it.
+        let mut key = smallvec::SmallVec::<[u8; 160]>::new();
+        let braced = !self.name.contains('{');
+        if braced {
+            key.push(b'{');
+        }
+        key.extend_from_slice(self.name.as_bytes());
+        if braced {
+            key.push(b'}');
+        }
+        key.push(b':');
+        let base = key.len();
+        for suffix in [&b"value"[..], b"permits"] {
+            key.truncate(base);
+            key.extend_from_slice(suffix);
+            out.write_arg(&key);
+            key.push(b':');
+            key.extend_from_slice(self.client_id.as_bytes());
+            out.write_arg(&key);
+        }
+    }
+
+    fn num_of_args(&self) -> usize {
+        5
     }
 }
 
@@ -215,6 +257,14 @@ mod tests {
                 "{rate_limit:user:42}:permits:id",
             ]
         );
+        // Written into a command, the same five keys in the same order.
+        for name in ["rate_limit:user:42", "{tenant:7}:orders"] {
+            let keys = LimiterKeys::new(name, "id").unwrap();
+            let written = redis::ToRedisArgs::to_redis_args(&keys.borrowed());
+            let all = keys.all().map(String::into_bytes);
+            assert!(written.iter().map(Vec::len).sum::<usize>() <= keys.borrowed().all_len());
+            assert_eq!(written, all, "{name}");
+        }
         let tagged = LimiterKeys::new("{tenant:7}:orders", "id").unwrap();
         assert_eq!(tagged.value(), "{tenant:7}:orders:value");
         assert_eq!(tagged.client_permits(), "{tenant:7}:orders:permits:id");

@@ -89,12 +89,8 @@ impl RedisBackend {
     }
 
     /// The scripts' time argument: the caller's clock, or empty for the server's.
-    fn now_arg(&self, now: u64) -> String {
-        if self.server_time {
-            String::new()
-        } else {
-            now.to_string()
-        }
+    fn now_arg(&self, now: u64) -> NowArg {
+        NowArg((!self.server_time).then_some(now))
     }
 
     /// Runs one request under the command timeout; script errors name their key.
@@ -153,8 +149,14 @@ impl RedisBackend {
         } else {
             &SCRIPTS.acquire
         };
-        // EVALSHA written straight into one command: every key, then every argument.
-        let mut cmd = redis::cmd("EVALSHA");
+        // EVALSHA written straight into one command: every key, then every argument,
+        // into buffers allocated once (growing them argument by argument cost more
+        // than building the rest of the command).
+        let mut cmd = redis::Cmd::with_capacity(
+            4 + 12 * calls.len(),
+            64 + calls.iter().map(|c| c.keys.all_len() + 112).sum::<usize>(),
+        );
+        cmd.arg("EVALSHA");
         cmd.arg(script.get_hash()).arg(if only_buckets {
             calls.len()
         } else {
@@ -175,7 +177,7 @@ impl RedisBackend {
                     .arg(k.client_bucket())
                     .arg(k.permits())
                     .arg(k.client_permits()),
-                _ => cmd.arg(&k.all()[..]),
+                _ => cmd.arg(k),
             };
         }
         cmd.arg(self.now_arg(now));
@@ -600,6 +602,22 @@ fn may_have_run(err: &Error) -> bool {
         // A connection lost after the call was written: it may have run.
         Error::Timeout { .. } | Error::Unreachable { .. } => true,
         _ => false,
+    }
+}
+
+/// The call's time as a script's argument: the number, or empty for the server's
+/// clock (see `call_time.lua`).
+struct NowArg(Option<u64>);
+
+impl redis::ToRedisArgs for NowArg {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        match self.0 {
+            Some(now) => now.write_redis_args(out),
+            None => out.write_arg(b""),
+        }
     }
 }
 
