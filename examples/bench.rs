@@ -17,12 +17,13 @@
 //!    `REDLIMIT_REFERENCE_SCRIPT` (a path; any script taking Redisson's KEYS and ARGV:
 //!    five keys, then permits, the time in ms and 16 random bytes, such as Redisson's
 //!    own acquire script taken from its source), on the allow and the deny path.
-//! 8. The rows of section 6 one at a time, for counting the instructions Redis spends
-//!    on them: `REDLIMIT_BENCH_ONLY=count` with `REDLIMIT_BENCH_REDIS_URL` (a server
-//!    started by the caller, under an instruction counter), `REDLIMIT_BENCH_ROW`
-//!    (`reference-allow`, `reference-deny`, `one-allow`, `one-deny`, `three-allow`)
-//!    and `REDLIMIT_BENCH_CALLS` (default 20 000). `scripts/script-instructions.sh`
-//!    runs every row under callgrind and prints the instructions per decision.
+//! 8. The rows of section 6 one at a time, for counting the instructions Redis and
+//!    the caller spend on them: `REDLIMIT_BENCH_ONLY=count` with
+//!    `REDLIMIT_BENCH_REDIS_URL` (a server started by the caller, under an instruction
+//!    counter or not), `REDLIMIT_BENCH_ROW` (`reference-allow`, `reference-deny`,
+//!    `one-allow`, `one-deny`, `three-allow`) and `REDLIMIT_BENCH_CALLS` (default
+//!    20 000). `scripts/script-instructions.sh` runs every row under callgrind, Redis
+//!    then the caller, and prints the instructions per decision of each.
 
 use std::num::NonZeroU32;
 use std::process::{Command, Stdio};
