@@ -257,9 +257,11 @@ mod tests {
                 "{rate_limit:user:42}:permits:id",
             ]
         );
-        // Written into a command, the same five keys in the same order.
-        for name in ["rate_limit:user:42", "{tenant:7}:orders"] {
-            let keys = LimiterKeys::new(name, "id").unwrap();
+        // Written into a command, the same five keys in the same order, names longer
+        // than the stack buffer included.
+        let long = format!("rate_limit:{}", "x".repeat(300));
+        for name in ["rate_limit:user:42", "{tenant:7}:orders", &long] {
+            let keys = LimiterKeys::new(name, "a-client-id").unwrap();
             let written = redis::ToRedisArgs::to_redis_args(&keys.borrowed());
             let all = keys.all().map(String::into_bytes);
             assert!(written.iter().map(Vec::len).sum::<usize>() <= keys.borrowed().all_len());
