@@ -142,8 +142,9 @@ impl<'a> Keys<'a> {
 }
 
 /// The five keys of [`Keys::all`], in its order, written as five arguments straight
-/// into a command: each is built in one buffer, on the stack for names up to about
-/// 140 bytes, rather than as a string of its own.
+/// into a command: each is built in one buffer, on the stack while the longest key
+/// fits in 160 bytes (names up to about 110 bytes with a client's 36-byte id), rather
+/// than as a string of its own.
 impl redis::ToRedisArgs for Keys<'_> {
     fn write_redis_args<W>(&self, out: &mut W)
     where
