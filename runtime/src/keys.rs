@@ -153,15 +153,10 @@ impl redis::ToRedisArgs for Keys<'_> {
         out.write_arg(self.name.as_bytes());
         // `{NAME}:` (or `NAME:` with a hash tag) once, then each suffix after it.
         let mut key = smallvec::SmallVec::<[u8; 160]>::new();
-        let braced = !self.name.contains('{');
-        if braced {
-            key.push(b'{');
+        let (open, close) = braces(self.name);
+        for piece in [open, self.name, close, ":"] {
+            key.extend_from_slice(piece.as_bytes());
         }
-        key.extend_from_slice(self.name.as_bytes());
-        if braced {
-            key.push(b'}');
-        }
-        key.push(b':');
         let base = key.len();
         for suffix in [&b"value"[..], b"permits"] {
             key.truncate(base);
@@ -178,21 +173,25 @@ impl redis::ToRedisArgs for Keys<'_> {
     }
 }
 
-/// Redisson's `suffixName`: `NAME:s` when the name has a brace, else `{NAME}:s`.
-/// Built at its final size: a decision on Redis formats five keys.
+/// Redisson's `suffixName`: `NAME:s` when the name has a brace, else `{NAME}:s`,
+/// built at its final size.
 pub fn suffix(name: &str, s: &str) -> String {
-    let braced = !name.contains('{');
+    let (open, close) = braces(name);
     let mut out = String::with_capacity(name.len() + s.len() + 3);
-    if braced {
-        out.push('{');
+    for piece in [open, name, close, ":", s] {
+        out.push_str(piece);
     }
-    out.push_str(name);
-    if braced {
-        out.push('}');
-    }
-    out.push(':');
-    out.push_str(s);
     out
+}
+
+/// What `suffixName` puts around a name: braces, so that its keys share the name's
+/// cluster slot, unless the name has a brace (a hash tag) of its own.
+fn braces(name: &str) -> (&'static str, &'static str) {
+    if name.contains('{') {
+        ("", "")
+    } else {
+        ("{", "}")
+    }
 }
 
 /// Accepts a limiter name only when its five keys share one Redis Cluster slot:
