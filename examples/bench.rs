@@ -21,8 +21,9 @@
 //!    the caller spend on them: `REDLIMIT_BENCH_ONLY=count` with
 //!    `REDLIMIT_BENCH_REDIS_URL` (a server started by the caller, under an instruction
 //!    counter or not), `REDLIMIT_BENCH_ROW` (`reference-allow`, `reference-deny`,
-//!    `one-allow`, `one-deny`, `three-allow`) and `REDLIMIT_BENCH_CALLS` (default
-//!    20 000). `scripts/script-instructions.sh` runs every row under callgrind, Redis
+//!    `one-allow`, `one-deny`, `three-allow`; `walk-deny-1` and `walk-deny-all`, refusals
+//!    of 1 and of 100 000 permits on a log of 100 000 grants) and `REDLIMIT_BENCH_CALLS`
+//!    (default 20 000). `scripts/script-instructions.sh` runs every row under callgrind, Redis
 //!    then the caller, and prints the instructions per decision of each.
 
 use std::num::NonZeroU32;
@@ -626,8 +627,40 @@ async fn count_row() {
                 side_three().await.unwrap();
             }
         }
+        "walk-deny-1" | "walk-deny-all" => {
+            // A log of 100 000 one-permit grants, every permit taken; then refusals of
+            // 1 permit, or of all 100 000 (which read at most the walk's entries).
+            let (name, grants) = ("rate_limit:bench:walk", 100_000u64);
+            let rule = Rule::new(name, grants, Duration::from_secs(600));
+            assert!(
+                client
+                    .check_rules(std::slice::from_ref(&rule))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            let fill = "local now = tonumber(redis.call('time')[1]) * 1000 \
+                for i = 1, tonumber(ARGV[1]) - 1 do \
+                redis.call('zadd', KEYS[1], now, struct.pack('Bc0I', 16, string.format('%016d', i), 1)) end \
+                redis.call('set', KEYS[2], '0', 'keepttl')";
+            let _: () = redis::cmd("EVAL")
+                .arg(fill)
+                .arg(2)
+                .arg(format!("{{{name}}}:permits"))
+                .arg(format!("{{{name}}}:value"))
+                .arg(grants)
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+            let permits = if row == "walk-deny-1" { 1 } else { grants };
+            let rules = [rule.permits(permits)];
+            for _ in 0..calls {
+                assert!(!client.check_rules(&rules).await.unwrap().allowed);
+            }
+        }
         other => panic!(
-            "REDLIMIT_BENCH_ROW={other}: expected reference-allow, reference-deny, one-allow, one-deny or three-allow"
+            "REDLIMIT_BENCH_ROW={other}: expected reference-allow, reference-deny, one-allow, one-deny, \
+             three-allow, walk-deny-1 or walk-deny-all"
         ),
     }
 }

@@ -77,20 +77,24 @@ local function helpers()
     return total
   end
   -- Time until `need` permits of the live log have left the window, or nil when the
-  -- live log holds fewer (plus the `pending` ones this call takes).
+  -- live log holds fewer (plus the `pending` ones this call takes). It reads at most
+  -- WALK entries: permits lacking past them get the time until the newest entry leaves.
   wait_for = function(rule, kind, key, skip, need, interval, pending)
-    local acc, start = 0, skip
-    while true do
-      local chunk = redis.call('zrange', key, string.format('%d', start), string.format('%d', start + need - 1),
-        'withscores')
-      if #chunk == 0 then break end
-      for j = 1, #chunk, 2 do
-        acc = acc + permits_of(rule, kind, chunk[j])
-        if acc >= need then
-          return chunk[j + 1] + interval - now
-        end
+    local acc = 0
+    local walk = need < WALK and need or WALK
+    local chunk = redis.call('zrange', key, string.format('%d', skip), string.format('%d', skip + walk - 1),
+      'withscores')
+    for j = 1, #chunk, 2 do
+      acc = acc + permits_of(rule, kind, chunk[j])
+      if acc >= need then
+        return chunk[j + 1] + interval - now
       end
-      start = start + #chunk / 2
+    end
+    if #chunk == 2 * walk and redis.call('zcard', key) > skip + walk then
+      local newest = redis.call('zrange', key, '-1', '-1', 'withscores')
+      local wait = newest[2] + interval - now
+      if pending > 0 and wait < interval then wait = interval end
+      return wait
     end
     if acc + pending >= need then return interval end
     return nil

@@ -52,7 +52,7 @@ do
     -- returns false to leave, else true, the final refused, retry and time, and rule
     -- i's permits and wait. Everything comes in as an argument: each local of the
     -- script a function shares would cost every call an object.
-    local decide = function(decide, i, now, after, score, refused, retry, reply, reorder)
+    local decide = function(decide, i, now, after, score, refused, retry, reply, reorder, walk_max)
       -- globals read once (each read of a global is a lookup by name)
       local keys, argv, call = KEYS, ARGV, redis.call
       local byte, format, find = string.byte, string.format, string.find
@@ -99,30 +99,32 @@ do
       -- take: enough permits, or the exact wait until the log releases them
       local wait = 0
       if permits > 0 and value < permits then
-        local need, acc, start = permits - value, 0, #stale
-        wait = nil
-        while wait == nil do
-          local chunk
-          if start == 0 and need == 1 then
-            -- the usual refusal: the oldest grant (string.format costs more than the query)
-            chunk = call('zrange', pkey, '0', '0', 'withscores')
-          else
-            chunk = call('zrange', pkey, format('%d', start), format('%d', start + need - 1),
-              'withscores')
+        -- at most `walk` entries are read: permits lacking past them get an upper bound
+        local need, acc = permits - value, 0
+        local walk = need < walk_max and need or walk_max
+        local chunk
+        if #stale == 0 and need == 1 then
+          -- the usual refusal: the oldest grant (string.format costs more than the query)
+          chunk = call('zrange', pkey, '0', '0', 'withscores')
+        else
+          chunk = call('zrange', pkey, format('%d', #stale), format('%d', #stale + walk - 1), 'withscores')
+        end
+        for j = 1, #chunk, 2 do
+          local member = chunk[j]
+          local len = byte(member, 1)
+          if len == nil or #member ~= len + 5 then return false end
+          local b1, b2, b3, b4 = byte(member, len + 2, len + 5)
+          acc = acc + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+          if acc >= need then
+            wait = chunk[j + 1] + interval - now
+            break
           end
-          if #chunk == 0 then return false end
-          for j = 1, #chunk, 2 do
-            local member = chunk[j]
-            local len = byte(member, 1)
-            if len == nil or #member ~= len + 5 then return false end
-            local b1, b2, b3, b4 = byte(member, len + 2, len + 5)
-            acc = acc + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-            if acc >= need then
-              wait = chunk[j + 1] + interval - now
-              break
-            end
-          end
-          start = start + #chunk / 2
+        end
+        if acc < need then
+          -- a log short of the wait is acquire.lua's case
+          if #chunk < 2 * walk or call('zcard', pkey) <= #stale + walk then return false end
+          local newest = call('zrange', pkey, '-1', '-1', 'withscores')
+          wait = newest[2] + interval - now
         end
         if refused == 0 then refused = i end
         if wait > retry then retry = wait end
@@ -134,7 +136,7 @@ do
       -- the rules after this one; nothing is written until all are planned
       if i < #keys / 5 then
         local ok
-        ok, refused, retry = decide(decide, i + 1, now, after, score, refused, retry, reply, reorder)
+        ok, refused, retry = decide(decide, i + 1, now, after, score, refused, retry, reply, reorder, walk_max)
         if not ok then return false end
       end
 
@@ -175,7 +177,7 @@ do
 
     local reply = nrules > 1 and { 1, 0, 0, 0 } or false
     local after = caller_time and '(' .. ARGV[1] or string.format('(%d', caller_now)
-    local ok, refused, retry, now, one_value, one_wait = decide(decide, 1, caller_now, after, false, 0, 0, reply, REORDER)
+    local ok, refused, retry, now, one_value, one_wait = decide(decide, 1, caller_now, after, false, 0, 0, reply, REORDER, WALK)
     if ok then
       local granted = refused == 0
       if reply then

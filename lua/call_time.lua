@@ -17,3 +17,10 @@ end
 -- a token bucket never refills backwards). Clocks further apart are skew, and left as
 -- they are (see RELIABILITY.md). Twin: REORDER_MS in runtime/src/backend/memory/mod.rs.
 local REORDER = 1000
+
+-- A refusal's wait is exact when the permits it lacks leave the window within the
+-- oldest WALK entries of the log; past them it is the time until the newest entry
+-- leaves, an upper bound (the log then holds no permit, so the rate is free), never
+-- shorter than the exact wait. A refusal reads at most WALK + 1 entries, whatever the
+-- permits asked. Twin: WALK in runtime/src/backend/memory/state.rs.
+local WALK = 64

@@ -13,14 +13,15 @@
 #   REDLIMIT_REFERENCE_SCRIPT=path/to/try_acquire.lua scripts/script-instructions.sh
 #
 # Needs valgrind and a redis-server whose evalShaCommand symbol is visible (Debian's
-# is). Without REDLIMIT_REFERENCE_SCRIPT the reference rows are left out.
+# is). Without REDLIMIT_REFERENCE_SCRIPT the reference rows are left out;
+# REDLIMIT_BENCH_ROWS="walk-deny-1 walk-deny-all" runs only the rows it names.
 set -eu
 calls=${REDLIMIT_BENCH_CALLS:-20000}
 cargo build --release --example bench --quiet
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-rows="one-allow one-deny three-allow"
-if [ -n "${REDLIMIT_REFERENCE_SCRIPT:-}" ]; then
+rows=${REDLIMIT_BENCH_ROWS:-"one-allow one-deny three-allow walk-deny-1 walk-deny-all"}
+if [ -n "${REDLIMIT_REFERENCE_SCRIPT:-}" ] && [ -z "${REDLIMIT_BENCH_ROWS:-}" ]; then
   rows="reference-allow reference-deny $rows"
 fi
 echo "| row | in Redis, instructions per decision ($calls decisions) | in the caller, instructions per decision |"

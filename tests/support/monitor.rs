@@ -71,6 +71,26 @@ impl Monitor {
     }
 }
 
+impl Monitor {
+    /// The commands scripts ran since the start, in order, each as its arguments
+    /// (the command's name first, lower case as scripts write it).
+    pub fn script_commands(mut self) -> Vec<Vec<String>> {
+        let lines = self.until_marker();
+        lines
+            .iter()
+            .filter(|line| line.contains(" lua]"))
+            .filter_map(|line| {
+                let args = line.split("] ").nth(1)?;
+                Some(
+                    args.split("\" \"")
+                        .map(|a| a.trim_matches('"').to_owned())
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+}
+
 impl Drop for Monitor {
     fn drop(&mut self) {
         let _ = self.child.kill();

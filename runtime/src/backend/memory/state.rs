@@ -8,6 +8,9 @@ use std::hash::BuildHasher;
 use super::tokens::Tokens;
 use crate::{RateLimiterConfig, RateType};
 
+/// The log entries a refusal's wait reads at most (WALK in lua/call_time.lua).
+pub(crate) const WALK: usize = 64;
+
 /// Limiters by name, hashed with the backend's keyed hasher (see `MemoryBackend`); a
 /// decision hashes its name once and probes the table with it in each phase.
 pub(super) struct Limiters {
@@ -235,14 +238,22 @@ impl Bucket {
     }
 
     /// Milliseconds until `need` permits of the log after its first `skip` entries
-    /// have left the window; `None` when it holds fewer (plus `pending`).
+    /// have left the window; `None` when it holds fewer (plus `pending`). It reads at
+    /// most [`WALK`] entries, as the acquire script does: permits lacking past them get
+    /// the time until the newest entry leaves, an upper bound of the exact wait.
     pub fn wait_for(&self, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
+        let walk = need.clamp(1, WALK as i64) as usize;
         let mut acc = 0i64;
-        for &(score, p) in self.log.iter().skip(skip) {
+        for &(score, p) in self.log.iter().skip(skip).take(walk) {
             acc += i64::from(p);
             if acc >= need {
                 return Some(score as i64 + interval - now);
             }
+        }
+        if self.log.len() > skip + walk {
+            let newest = self.log.back().map_or(now, |&(score, _)| score as i64);
+            let wait = newest + interval - now;
+            return Some(if pending > 0 { wait.max(interval) } else { wait });
         }
         (acc + pending >= need).then_some(interval)
     }

@@ -1,0 +1,169 @@
+//! Attacks on the Redis side, each against a real redis-server: what a caller's value
+//! can make a decision cost Redis, and what it can reach.
+
+mod support;
+
+use std::time::Duration;
+
+use redlimit::{Client, Clock, ManualClock, Rule};
+use support::RedisServer;
+
+const START: u64 = 1_700_000_000_000;
+
+/// A log of `grants` one-permit grants, one per ms from START, on a limiter of rate
+/// `grants` per 10 minutes that a rule owns: every permit taken, value 0.
+async fn full_log(server: &RedisServer, clock: &ManualClock, name: &str, grants: u64) -> (Client, Rule) {
+    let (client, mut raw) = server.clocked_client(clock).await;
+    let rule = Rule::new(name, grants, Duration::from_secs(600));
+    assert!(
+        client
+            .check_rules(std::slice::from_ref(&rule))
+            .await
+            .unwrap()
+            .allowed
+    );
+    // the other grants written in bulk, as the script would have written them
+    let script = redis::Script::new(
+        r"
+        local n = tonumber(ARGV[1])
+        for i = 1, n - 1 do
+          redis.call('zadd', KEYS[1], ARGV[2] + i, struct.pack('Bc0I', 16, string.format('%016d', i), 1))
+        end
+        redis.call('set', KEYS[2], '0', 'keepttl')
+        ",
+    );
+    let _: () = script
+        .key(format!("{{{name}}}:permits"))
+        .key(format!("{{{name}}}:value"))
+        .arg(grants)
+        .arg(START)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    clock.set(START + grants + 1);
+    (client, rule)
+}
+
+/// What the server spent on the last script call, in microseconds (SLOWLOG logs
+/// every command on these servers).
+async fn last_script_us(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let entries: Vec<Vec<redis::Value>> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(10)
+        .query_async(raw)
+        .await
+        .unwrap();
+    for entry in entries {
+        let (redis::Value::Int(us), redis::Value::Array(args)) = (&entry[2], &entry[3]) else {
+            panic!("a SLOWLOG entry: {entry:?}")
+        };
+        if matches!(&args[0], redis::Value::BulkString(name) if name.eq_ignore_ascii_case(b"evalsha")) {
+            return *us as u64;
+        }
+    }
+    panic!("no script call in SLOWLOG")
+}
+
+#[tokio::test]
+async fn a_refusal_for_many_permits_reads_a_bounded_part_of_the_log() {
+    let server = RedisServer::start_with(&["--slowlog-log-slower-than", "0"]);
+    let clock = ManualClock::new(START);
+    let grants = 100_000;
+    let (client, rule) = full_log(&server, &clock, "rate_limit:attack:walk", grants).await;
+    let mut raw = server.raw().await;
+
+    let mut spent = Vec::new();
+    for permits in [1, 1_000, 100_000] {
+        let monitor = support::monitor::Monitor::start(server.port);
+        let decision = client
+            .check_rules(&[rule.clone().permits(permits)])
+            .await
+            .unwrap();
+        let commands = monitor.script_commands();
+        spent.push(last_script_us(&mut raw).await);
+        assert!(!decision.allowed, "{permits} permits granted on a full log");
+        // The exact wait: the grant at which `permits` have left is START + permits - 1.
+        let exact = START + permits - 1 + 600_000 - clock.now_ms();
+        let retry = decision.retry_after.unwrap().as_millis() as u64;
+        assert!(
+            retry >= exact,
+            "{permits} permits: retry {retry} ms is shorter than the exact {exact} ms"
+        );
+        if permits <= 64 {
+            assert_eq!(
+                retry, exact,
+                "{permits} permits: the wait is exact within the walk"
+            );
+        }
+        // Every range of the log a script read is at most the walk's 64 entries.
+        for args in &commands {
+            if args[0] == "zrange" && args[1].ends_with(":permits") {
+                let (start, stop): (i64, i64) = (args[2].parse().unwrap(), args[3].parse().unwrap());
+                let read = if stop < 0 { 1 } else { stop - start + 1 };
+                assert!(
+                    read <= 64,
+                    "{permits} permits: the script read {read} entries of the log: {args:?}"
+                );
+            }
+        }
+    }
+    // And the server's time follows: a refusal of 100 000 permits costs about what one
+    // of 1 permit does (a whole walk of the log cost 2 000 times more).
+    println!("server time per refusal, 1 / 1 000 / 100 000 permits: {spent:?} us");
+    assert!(
+        spent[2] < 20 * spent[0].max(50),
+        "a refusal of 100 000 permits took {} us against {} us for 1 permit",
+        spent[2],
+        spent[0]
+    );
+}
+
+#[tokio::test]
+async fn a_bounded_wait_is_the_same_in_process() {
+    // The in-process backend answers the same upper bound as the script, decision for
+    // decision, past the walk and within it.
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let grants = 500;
+    let (client, rule) = full_log(&server, &clock, "rate_limit:attack:walk_twin", grants).await;
+    let memory_clock = ManualClock::new(START);
+    let memory = Client::builder().clock(memory_clock.clone()).memory();
+    assert!(
+        memory
+            .check_rules(std::slice::from_ref(&rule))
+            .await
+            .unwrap()
+            .allowed
+    );
+    for _ in 1..grants {
+        memory_clock.advance(Duration::from_millis(1));
+        assert!(
+            memory
+                .check_rules(std::slice::from_ref(&rule))
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    memory_clock.set(clock.now_ms());
+    for permits in [1, 63, 64, 65, 200, 500] {
+        let redis = client
+            .check_rules(&[rule.clone().permits(permits)])
+            .await
+            .unwrap();
+        let local = memory
+            .check_rules(&[rule.clone().permits(permits)])
+            .await
+            .unwrap();
+        assert!(!redis.allowed && !local.allowed);
+        assert_eq!(redis.retry_after, local.retry_after, "{permits} permits");
+        let exact = START + permits - 1 + 600_000 - clock.now_ms();
+        let bound = START + grants - 1 + 600_000 - clock.now_ms();
+        let want = if permits <= 64 { exact } else { bound };
+        assert_eq!(
+            redis.retry_after,
+            Some(Duration::from_millis(want)),
+            "{permits} permits"
+        );
+    }
+}
