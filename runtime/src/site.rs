@@ -445,6 +445,10 @@ impl Site {
                     if let Some(never) = self.never_passes(&call, &rules) {
                         return Err(never);
                     }
+                    // A URL that names no server is misuse, not an outage: refused.
+                    if !error.is_backend_failure() {
+                        return Err(self.misuse(&rules, 0, error));
+                    }
                     return self
                         .on_error(&call, rules, error, deadline)
                         .await
