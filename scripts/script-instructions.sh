@@ -44,7 +44,7 @@ run_row() {
   row_calls=$2
   shift 2
   REDLIMIT_BENCH_ONLY=count REDLIMIT_BENCH_ROW="$row" REDLIMIT_BENCH_CALLS="$row_calls" \
-    REDLIMIT_BENCH_REDIS_URL="redis://127.0.0.1:$row_port" "$@" target/release/examples/bench
+    REDLIMIT_BENCH_REDIS_URL="redis://127.0.0.1:$row_port" "$@" "${CARGO_TARGET_DIR:-target}/release/examples/bench"
 }
 for row in $rows; do
   port=$(free_port)

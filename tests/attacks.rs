@@ -167,3 +167,73 @@ async fn a_bounded_wait_is_the_same_in_process() {
         );
     }
 }
+
+/// Refusals with a distinct key each, refused before Redis (a cost above the rate):
+/// what they report to Redis stays within the per-second budget, and every refusal is
+/// still counted, under its rule past the budget.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn refusal_reports_of_sprayed_keys_stay_within_their_budget() {
+    use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(
+            LayerRule::new("quota", 5, Duration::from_secs(60))
+                .key(Key::header("x-api-key"))
+                .cost(|request| {
+                    request
+                        .headers
+                        .get("x-cost")
+                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                        .unwrap_or(1)
+                }),
+        )
+        .build()
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(layer);
+    let addr = support::http::serve(app).await;
+    let sprayed = 2_000;
+    let started = std::time::Instant::now();
+    for i in 0..sprayed {
+        let key = format!("attacker-{i:06}-{}", "x".repeat(200));
+        let reply = support::http::send(addr, "GET", "/", &[("x-api-key", &key), ("x-cost", "100")]).await;
+        assert_eq!(reply.status, 429);
+    }
+    let seconds = started.elapsed().as_secs() + 2;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+
+    let mut raw = server.raw().await;
+    let reports: Vec<String> = redis::cmd("KEYS")
+        .arg("rate_limit:refused:*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (mut fields, mut counted, mut by_rule) = (0, 0, 0);
+    for report in reports {
+        let counts: std::collections::HashMap<String, u64> = redis::cmd("HGETALL")
+            .arg(&report)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        for (field, count) in counts {
+            fields += 1;
+            counted += count;
+            if field == "rule:quota" {
+                by_rule += count;
+            }
+        }
+    }
+    assert_eq!(counted, sprayed, "every refusal is counted");
+    assert!(
+        fields as u64 <= 101 * seconds,
+        "{fields} fields reported in about {seconds} s: more than 100 limiters a second"
+    );
+    assert!(
+        by_rule > 0,
+        "past the budget, refusals are counted under their rule"
+    );
+}

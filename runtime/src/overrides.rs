@@ -13,8 +13,11 @@
 //! Refusals of the attribute's and the layer's rules are counted in process and added,
 //! by the same background task, to `<prefix>refused:<epoch second>` (a hash of counts
 //! by limiter name, kept 2 minutes): `redlimit watch` reads them. No call waits for
-//! this; at most `MAX_REPORTED` limiters are reported per second (the busiest are not
-//! chosen: the first refused are).
+//! this. What the reports cost Redis is bounded per process, whatever keys callers
+//! send: each second, at most `MAX_REPORTED` limiters (the first refused, not the
+//! busiest) and `MAX_REPORTED_BYTES` of their names get a field of their own; the
+//! refusals of any other limiter are counted under its rule, in the field
+//! `rule:<rule name>`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,13 +138,21 @@ impl Table {
 
 /// How often each process reads the overrides and reports its refusals.
 pub(crate) const REFRESH: Duration = Duration::from_secs(1);
-/// Limiters whose refusals one process reports per second, at most.
-pub(crate) const MAX_REPORTED: usize = 10_000;
+/// Limiters whose refusals one process reports per second, at most, each in a field of
+/// its own; other refusals are counted by rule.
+pub(crate) const MAX_REPORTED: usize = 100;
+/// The bytes of limiter names one process reports per second, at most.
+pub(crate) const MAX_REPORTED_BYTES: usize = 16 * 1024;
 /// How long the refusal counts of one second are kept.
 const REPORT_TTL_MS: u64 = 120_000;
 
-/// Refusals counted since the last report, by second and limiter.
-type Refused = HashMap<(u64, String), u64>;
+/// Refusals counted since the last report, by second and limiter (or rule), and the
+/// fields and bytes of names each second has taken of the budget.
+#[derive(Debug, Default)]
+struct Refused {
+    counts: HashMap<(u64, String), u64>,
+    budget: HashMap<u64, (usize, usize)>,
+}
 
 /// A client's overrides: the table its decisions read, and the refresh behind it.
 #[derive(Debug, Default)]
@@ -189,30 +200,50 @@ impl Client {
         format!("{}overrides", self.prefix())
     }
 
-    /// Counts a refusal of the limiter `name`, for the next report (Redis clients).
-    pub(crate) fn note_refused(&self, name: &str) {
+    /// Counts a refusal of the limiter `name` of rule `rule`, for the next report
+    /// (Redis clients): under the limiter's name while the second's budget lasts, else
+    /// under the rule's.
+    pub(crate) fn note_refused(&self, name: &str, rule: &str) {
         if self.is_memory() {
             return;
         }
         let second = self.now_ms() / 1000;
         let mut refused = self.overrides().refused.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = refused.get_mut(&(second, name.to_owned())) {
+        let Refused { counts, budget } = &mut *refused;
+        if let Some(count) = counts.get_mut(&(second, name.to_owned())) {
             *count += 1;
-        } else if refused.len() < MAX_REPORTED {
-            refused.insert((second, name.to_owned()), 1);
+            return;
         }
+        if !budget.contains_key(&second) {
+            budget.retain(|&s, _| s > second);
+        }
+        let (fields, bytes) = budget.entry(second).or_default();
+        let field = if *fields < MAX_REPORTED && *bytes + name.len() <= MAX_REPORTED_BYTES {
+            *fields += 1;
+            *bytes += name.len();
+            name.to_owned()
+        } else {
+            format!("rule:{rule}")
+        };
+        *counts.entry((second, field)).or_default() += 1;
     }
 
     /// Adds the refusals counted since the last report to Redis.
     async fn report_refusals(&self) {
-        let refused =
-            std::mem::take(&mut *self.overrides().refused.lock().unwrap_or_else(|e| e.into_inner()));
-        if refused.is_empty() {
+        let counts = std::mem::take(
+            &mut self
+                .overrides()
+                .refused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .counts,
+        );
+        if counts.is_empty() {
             return;
         }
         if let crate::backend::Backend::Redis(redis) = self.backend() {
             let mut by_second: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
-            for ((second, name), count) in refused {
+            for ((second, name), count) in counts {
                 by_second.entry(second).or_default().push((name, count));
             }
             for (second, counts) in by_second {

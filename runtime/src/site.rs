@@ -460,7 +460,7 @@ impl Site {
         let overrides = client.background_ready().await;
         let rules = self.build_rules(client.prefix(), &call, Some((client, &overrides)));
         if let Some(never) = self.never_passes(&call, &rules) {
-            client.note_refused(never.key());
+            client.note_refused(never.key(), self.rules[never.rule()].name);
             return Err(never);
         }
         // Every rule enforced and taking its own permits: the attribute's usual case,
@@ -495,7 +495,7 @@ impl Site {
                 match decision {
                     Some(decision) if !decision.allowed => {
                         let refusal = self.refusal(enforced, &decision, position);
-                        client.note_refused(refusal.key());
+                        client.note_refused(refusal.key(), self.rules[refusal.rule()].name);
                         Err(refusal)
                     }
                     _ => {
