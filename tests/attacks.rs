@@ -237,3 +237,75 @@ async fn refusal_reports_of_sprayed_keys_stay_within_their_budget() {
         "past the budget, refusals are counted under their rule"
     );
 }
+
+/// An override a rule cannot take: refused when set from a process that runs the
+/// rule, and, written into Redis by hand, ignored with a warning (the rule's own rate
+/// applies) instead of failing every request.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn an_override_a_rule_cannot_take_never_takes_a_route_down() {
+    use redlimit::tower::{LayerRule, RateLimitLayer};
+    use redlimit::{Algorithm, OverrideOf, RateOverride};
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let capture = support::capture::Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(
+            LayerRule::new("attack:search", 5, Duration::from_secs(60))
+                .algorithm(Algorithm::TokenBucket)
+                .warmup(Duration::from_secs(60)),
+        )
+        .build()
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(layer);
+    let addr = support::http::serve(app).await;
+    assert_eq!(support::http::send(addr, "GET", "/", &[]).await.status, 200);
+
+    // Warm-up times rate far above what the bucket counts: refused, with the reason.
+    let huge = RateOverride {
+        of: OverrideOf::Rule("attack:search".into()),
+        rate: 1_000_000_000,
+        interval: Duration::from_secs(1),
+    };
+    let error = client.set_override(&huge).await.unwrap_err();
+    assert!(
+        matches!(&error, redlimit::Error::UnusableOverride { .. }) && error.to_string().contains("warm-up"),
+        "{error}"
+    );
+    assert!(
+        client.list_overrides().await.unwrap().is_empty(),
+        "nothing written"
+    );
+
+    // The same override written by hand: ignored, every request decided by the rule.
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("HSET")
+        .arg(client.overrides_key())
+        .arg("rule:attack:search")
+        .arg("1000000000/1000")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(support::http::send(addr, "GET", "/", &[]).await.status);
+    }
+    assert!(
+        !statuses.contains(&500),
+        "an unusable override failed requests: {statuses:?}"
+    );
+    assert!(
+        statuses.contains(&429),
+        "the rule's own rate still limits: {statuses:?}"
+    );
+    assert!(
+        capture.text().contains("rate override ignored"),
+        "{}",
+        capture.text()
+    );
+}

@@ -236,6 +236,21 @@ pub enum Error {
         reply: String,
     },
 
+    /// A run-time rate override that a rule it reaches cannot take (a rate below the
+    /// permits the rule takes per call, or outside what its token bucket counts).
+    #[error(
+        "the override {of} cannot apply to rule `{rule}`: {reason}; set a rate and interval the rule can \
+         take (the rule's own checks), or remove the override"
+    )]
+    UnusableOverride {
+        /// The override: `rule:<name>` or `key:<limiter>`.
+        of: String,
+        /// The rule it reaches.
+        rule: String,
+        /// The rule's check that fails.
+        reason: String,
+    },
+
     /// A URL that cannot name a Redis server.
     #[error(
         "invalid Redis URL `{url}`: {detail}; expected redis://[user:password@]host[:port][/db], \

@@ -47,6 +47,7 @@ mod overrides;
 #[doc(hidden)]
 pub mod private;
 mod refusal;
+mod registry;
 #[cfg(feature = "axum")]
 mod response;
 mod rule;

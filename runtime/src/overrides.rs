@@ -175,8 +175,8 @@ impl Overrides {
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
     }
 
-    /// Reports, at most once per 10 s, an override a rule cannot take.
-    pub(crate) fn warn_unusable(&self, rule: &str, rate: u64, permits: u64, now_ms: u64) {
+    /// Reports, at most once per 10 s, an override a rule cannot take (and ignores).
+    pub(crate) fn warn_unusable(&self, rule: &str, error: &Error, now_ms: u64) {
         let last = self.warned_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) >= 10_000
             && self
@@ -186,9 +186,7 @@ impl Overrides {
         {
             tracing::warn!(
                 rule,
-                rate,
-                permits,
-                "rate override ignored: the rule takes more permits per call than the overriding rate"
+                "rate override ignored, the rule's own rate applies: {error}"
             );
         }
     }
@@ -308,8 +306,16 @@ impl Client {
     /// Sets an override for every process using this Redis and prefix (and at once
     /// for this client): rules of the attribute and the layer decide with `rate` per
     /// `interval` instead of their own.
+    ///
+    /// The override is checked first against every rule of this process it reaches,
+    /// with the rule's own checks (a rate below the permits the rule takes per call, a
+    /// token bucket whose counts would not fit): an override a rule cannot take is
+    /// refused with the reason, and nothing is written.
     pub async fn set_override(&self, override_: &RateOverride) -> Result<(), Error> {
         override_.check()?;
+        if let OverrideOf::Rule(rule) = &override_.of {
+            crate::registry::check_override(&override_.of.field(), rule, override_.rate, override_.interval)?;
+        }
         if let crate::backend::Backend::Redis(redis) = self.backend() {
             redis
                 .write_hash(

@@ -68,6 +68,8 @@ pub struct Site {
     shadow_logged_ms: AtomicU64,
     shadow_suppressed: AtomicU64,
     counters: SiteCounters,
+    /// Whether the rules are in this process's registry (see `registry`).
+    registered: std::sync::atomic::AtomicBool,
 }
 
 /// Backend failures of one function are logged at most this often.
@@ -89,6 +91,7 @@ impl Site {
             shadow_logged_ms: AtomicU64::new(0),
             shadow_suppressed: AtomicU64::new(0),
             counters: SiteCounters::new(),
+            registered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -162,19 +165,24 @@ impl Site {
                 name.push_str(prefix);
                 name.push_str(key);
                 let permits = call.permits(i, spec);
-                let (rate, interval) =
-                    match overrides.and_then(|(c, t)| Some((c, t.lookup(spec.name, &name)?))) {
-                        Some((_, (rate, interval))) if spec.bucket.is_some() || permits <= rate => {
-                            (rate, interval)
+                // An override the rule cannot take (set by hand in Redis) is ignored,
+                // with a warning: the rule's own rate applies, never an error.
+                let (rate, interval) = match overrides
+                    .and_then(|(c, t)| Some((c, t.lookup(spec.name, &name)?)))
+                {
+                    Some((client, (rate, interval))) => {
+                        match crate::registry::fits(spec.name, spec.permits, spec.bucket, rate, interval) {
+                            Ok(()) => (rate, interval),
+                            Err(error) => {
+                                client
+                                    .overrides()
+                                    .warn_unusable(spec.name, &error, client.now_ms());
+                                (spec.rate, spec.interval)
+                            }
                         }
-                        Some((client, (rate, _))) => {
-                            client
-                                .overrides()
-                                .warn_unusable(spec.name, rate, permits, client.now_ms());
-                            (spec.rate, spec.interval)
-                        }
-                        None => (spec.rate, spec.interval),
-                    };
+                    }
+                    None => (spec.rate, spec.interval),
+                };
                 let rule = Rule::new(name, rate, interval).mode(spec.mode).permits(permits);
                 match spec.bucket {
                     Some(shape) => rule
@@ -434,6 +442,10 @@ impl Site {
         permits: Option<&[u64]>,
     ) -> Result<Granted, RateLimited> {
         tracing::trace!(?keys, "redlimit keys");
+        if !self.registered.load(Ordering::Relaxed) {
+            crate::registry::register(&self.rules);
+            self.registered.store(true, Ordering::Relaxed);
+        }
         let call = Call { keys, permits };
         let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
         let client = match client {
