@@ -9,7 +9,7 @@
 
 mod client_ip;
 
-pub use client_ip::{ClientIp, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
+pub use client_ip::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
 
 #[cfg(feature = "axum")]
 pub mod axum;
