@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::get;
-use axum::Router;
-use redlimit::axum::{ForwardedHeader, TrustedProxies};
+use axum::{Extension, Router};
+use redlimit::axum::{ClientIp, ForwardedHeader, TrustedProxies};
 use redlimit::tower::{Key, LayerRule, RateLimitLayer};
 use redlimit::{Client, OnError, RateType};
 use support::http::{proxy, send, send_from, serve, serve_on, Writes};
@@ -539,6 +539,104 @@ async fn attack_a_byte_that_is_not_ascii_left_of_the_client_does_not_make_the_ex
         let requests: Vec<_> = (0..100).map(|_| vec![(header, junk.clone())]).collect();
         let spent = granted(addr, "127.0.0.77", &requests).await;
         assert_eq!(spent, 5, "{header}: {spent} of 100 granted at 5 a minute");
+    }
+}
+
+#[tokio::test]
+async fn one_trusted_proxy_setting_the_handlers_client_ip_is_the_layers_key() {
+    let client = Client::memory();
+    let trusted = TrustedProxies::new(["127.0.0.1"]).unwrap();
+    let layer = |trusted: Option<TrustedProxies>| {
+        let builder = RateLimitLayer::builder().client(client.clone());
+        match trusted {
+            Some(trusted) => builder.trusted_proxies(trusted),
+            None => builder,
+        }
+        .rule(LayerRule::new("login", 5, MINUTE).key(Key::client_ip()))
+        .build()
+        .unwrap()
+    };
+    let whoami = || get(|ip: ClientIp| async move { ip.to_string() });
+    let from = |ip| [("x-forwarded-for", ip)];
+
+    // Set on the layer alone: the handler's ClientIp is what the layer keyed by.
+    let addr = serve(
+        Router::new()
+            .route("/", whoami())
+            .layer(layer(Some(trusted.clone()))),
+    )
+    .await;
+    let reply = send(addr, "GET", "/", &from("198.51.100.7")).await;
+    assert_eq!((reply.status, reply.body.as_str()), (200, "198.51.100.7"));
+    let limiter = client.rate_limiter("rate_limit:login:198.51.100.7");
+    assert_eq!(limiter.available_permits().await.unwrap(), 4);
+
+    // Set as an Extension outside the layer alone: both read it.
+    let addr = serve(
+        Router::new()
+            .route("/", whoami().route_layer(layer(None)))
+            .layer(Extension(trusted.clone())),
+    )
+    .await;
+    let reply = send(addr, "GET", "/", &from("198.51.100.8")).await;
+    assert_eq!((reply.status, reply.body.as_str()), (200, "198.51.100.8"));
+    let limiter = client.rate_limiter("rate_limit:login:198.51.100.8");
+    assert_eq!(limiter.available_permits().await.unwrap(), 4);
+
+    // The same setting in both places: one setting.
+    let addr = serve(
+        Router::new()
+            .route("/", whoami())
+            .layer(Extension(trusted.clone()))
+            .layer(layer(Some(trusted.clone()))),
+    )
+    .await;
+    assert_eq!(
+        send(addr, "GET", "/", &from("198.51.100.9")).await.body,
+        "198.51.100.9"
+    );
+
+    // Two settings that differ, in either order, or an Extension the layer cannot see
+    // (inside it): refused as misconfigured, never keyed by one and answered by the other.
+    let other = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    let apps = [
+        Router::new()
+            .route("/", whoami())
+            .layer(Extension(other.clone()))
+            .layer(layer(Some(trusted.clone()))),
+        Router::new()
+            .route("/", whoami().route_layer(layer(Some(trusted.clone()))))
+            .layer(Extension(other)),
+        Router::new()
+            .route("/", whoami())
+            .layer(Extension(trusted.clone()))
+            .layer(layer(None)),
+    ];
+    for (i, app) in apps.into_iter().enumerate() {
+        let addr = serve(app).await;
+        let reply = send(addr, "GET", "/", &from("198.51.100.10")).await;
+        assert_eq!(reply.status, 500, "app {i}: {reply:?}");
+    }
+    // The layer refuses it itself, before any handler: one that reads no ClientIp, and
+    // two layers whose settings differ.
+    let plain = || get(|| async { "ok" });
+    let apps = [
+        Router::new()
+            .route("/", plain().route_layer(layer(Some(trusted.clone()))))
+            .layer(Extension(TrustedProxies::new(["10.0.0.0/8"]).unwrap())),
+        Router::new()
+            .route("/", plain())
+            .layer(layer(Some(TrustedProxies::new(["10.0.0.0/8"]).unwrap())))
+            .layer(layer(Some(trusted.clone()))),
+    ];
+    for (i, app) in apps.into_iter().enumerate() {
+        let addr = serve(app).await;
+        let reply = send(addr, "GET", "/", &from("198.51.100.11")).await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (500, "Internal server error\n"),
+            "app {i}"
+        );
     }
 }
 

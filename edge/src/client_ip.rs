@@ -19,7 +19,8 @@ use http::HeaderMap;
 use ipnet::IpNet;
 
 /// The proxies (CIDR ranges or single addresses) whose forwarding header is believed,
-/// which header that is, and how IPv6 clients are grouped.
+/// which header that is, and how IPv6 clients are grouped. One setting serves both
+/// [`ClientIp`] and the layer's [`Key::client_ip`](crate::tower::Key::client_ip).
 ///
 /// ```
 /// use redlimit_edge::{ForwardedHeader, TrustedProxies};
@@ -280,6 +281,39 @@ fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
         high if high >> 16 == 0x2002 => Some(Ipv4Addr::from((bits >> 80) as u32)),
         _ => None,
     }
+}
+
+/// The trusted proxies a `RateLimitLayer` read a request's client with (and the client,
+/// when a rule is keyed by it), left on the request so that the handler's [`ClientIp`]
+/// is the layer's, and a different setting further in is refused.
+#[cfg(feature = "tower")]
+#[derive(Clone)]
+pub(crate) struct ReadBy {
+    pub(crate) trusted: TrustedProxies,
+    pub(crate) client: Option<ClientIp>,
+}
+
+/// Why a request is refused when two of its trusted-proxy settings differ.
+#[cfg(feature = "tower")]
+pub(crate) const TWO_SETTINGS: &str = "two different TrustedProxies settings reach this request (a \
+     RateLimitLayer's .trusted_proxies(...), a TrustedProxies extension, another layer's): the \
+     layer's key and the handler's ClientIp would not be the same client; set it once, on the \
+     layer or as an Extension outside every layer";
+
+/// The one trusted-proxy setting among those present, `None` when none is, or
+/// [`TWO_SETTINGS`] when two differ.
+#[cfg(feature = "tower")]
+pub(crate) fn one_setting<'a>(
+    settings: impl IntoIterator<Item = Option<&'a TrustedProxies>>,
+) -> Result<Option<&'a TrustedProxies>, &'static str> {
+    let mut one: Option<&TrustedProxies> = None;
+    for setting in settings.into_iter().flatten() {
+        match one {
+            Some(seen) if seen != setting => return Err(TWO_SETTINGS),
+            _ => one = Some(setting),
+        }
+    }
+    Ok(one)
 }
 
 /// A client's IP address, without port; an IPv6 client as its network (by default
