@@ -696,3 +696,88 @@ async fn attack_ipv6_addresses_that_embed_ipv4_are_limited_as_that_ipv4_address(
         0
     );
 }
+
+/// Forged values naming the victim 127.0.0.55 in every form an address takes, and
+/// values meant to confuse a parser: case, repeated lines, whitespace, quotes, zone
+/// ids, RFC 7239's obfuscated identifiers, bytes that are not ASCII.
+fn forgeries(header: &'static str) -> Vec<Vec<(&'static str, Vec<u8>)>> {
+    let values: &[&[u8]] = &[
+        b"127.0.0.55",
+        b"::ffff:127.0.0.55",
+        b"[::ffff:127.0.0.55]:80",
+        b"64:ff9b::7f00:37",
+        b"\"127.0.0.55\"",
+        b"for=127.0.0.55",
+        b"for=\"127.0.0.55\"",
+        b"FOR=127.0.0.55;for=127.0.0.55",
+        b"for=\"127.0.0.55",
+        b"for=127.0.0.55;proto=\"a, for=127.0.0.55\"",
+        b"  127.0.0.55\t,\t127.0.0.55  ",
+        b"127.0.0.55,",
+        b",",
+        b"\"",
+        b"fe80::1%eth0",
+        b"for=_hidden, for=unknown",
+        b"127.0.0.55\xff",
+        b"\xff\xfe\xfd",
+    ];
+    let mut requests = Vec::new();
+    for value in values {
+        for name in [header, "X-FORWARDED-FOR", "Forwarded", "x-real-ip"] {
+            requests.push(vec![(name, value.to_vec())]);
+        }
+        // The same header on two lines, and in two cases.
+        requests.push(vec![(header, value.to_vec()), (header, value.to_vec())]);
+        requests.push(vec![
+            (header, b"127.0.0.55".to_vec()),
+            ("X-Forwarded-For", value.to_vec()),
+        ]);
+    }
+    requests
+}
+
+#[tokio::test]
+async fn attack_forged_values_in_every_form_case_and_line_grant_at_most_the_rate() {
+    for (writes, header, choice) in [
+        (
+            Writes::XForwardedFor,
+            "x-forwarded-for",
+            ForwardedHeader::XForwardedFor,
+        ),
+        (Writes::Forwarded, "forwarded", ForwardedHeader::Forwarded),
+        (Writes::XRealIp, "x-real-ip", ForwardedHeader::XRealIp),
+    ] {
+        let trusted = TrustedProxies::new(["127.0.0.1"]).unwrap().header(choice);
+        let addr = login_behind(writes, trusted, &["127.0.0.1"]).await;
+        let forged = forgeries(header);
+        let spent = granted(addr, "127.0.0.66", &forged).await;
+        assert_eq!(
+            spent,
+            5,
+            "{header}: {spent} of {} granted at 5 a minute",
+            forged.len()
+        );
+        let victim = send_from(Some(ip("127.0.0.55")), addr, "GET", "/a", &[]).await;
+        assert_eq!(
+            victim.status, 200,
+            "{header}: the forgeries spent the victim's permits"
+        );
+    }
+}
+
+#[tokio::test]
+async fn attack_a_huge_forwarding_header_changes_nothing() {
+    // 380 KB (hyper answers 431 to a head above about 400 KB) of entries naming the
+    // victim behind a chain of the trusted proxy itself, hoping the walk believes
+    // them: it stops at the address the proxy wrote.
+    let trusted = TrustedProxies::new(["127.0.0.1"]).unwrap();
+    let addr = login_behind(Writes::XForwardedFor, trusted, &["127.0.0.1"]).await;
+    let mut huge = b"127.0.0.55".to_vec();
+    while huge.len() < 380_000 {
+        huge.extend_from_slice(b", 127.0.0.1");
+    }
+    let requests: Vec<_> = (0..8).map(|_| vec![("x-forwarded-for", huge.clone())]).collect();
+    assert_eq!(granted(addr, "127.0.0.66", &requests).await, 5);
+    let victim = send_from(Some(ip("127.0.0.55")), addr, "GET", "/a", &[]).await;
+    assert_eq!(victim.status, 200);
+}

@@ -612,6 +612,10 @@ mod tests {
             trusted.client_ip(ip("10.0.0.1"), &map).to_string(),
             "198.51.100.7"
         );
+        // A proxy that adds its X-Real-IP line after the client's instead of replacing it.
+        let real = trusted.clone().header(ForwardedHeader::XRealIp);
+        let added = [("x-real-ip", "6.6.6.6"), ("x-real-ip", "198.51.100.7")];
+        assert_eq!(client(&real, "10.0.0.1", &added), "198.51.100.7");
     }
 
     #[test]

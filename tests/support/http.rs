@@ -122,13 +122,15 @@ pub async fn proxy(upstream: SocketAddr, writes: Writes) -> SocketAddr {
         loop {
             let (mut client, peer) = listener.accept().await.unwrap();
             tokio::spawn(async move {
+                // The requests have no body: the head is all there is.
                 let mut head = Vec::new();
-                let mut byte = [0u8; 1];
+                let mut chunk = [0u8; 16 * 1024];
                 while !head.ends_with(b"\r\n\r\n") {
-                    if client.read(&mut byte).await.unwrap() == 0 {
+                    let n = client.read(&mut chunk).await.unwrap();
+                    if n == 0 {
                         return;
                     }
-                    head.push(byte[0]);
+                    head.extend_from_slice(&chunk[..n]);
                 }
                 let request = rewrite(&head[..head.len() - 4], writes, peer.ip());
                 let mut upstream = TcpStream::connect(upstream).await.unwrap();
