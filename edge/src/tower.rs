@@ -307,9 +307,10 @@ impl RateLimitLayerBuilder {
 
     /// The proxies whose forwarding header [`Key::client_ip`] believes (else a
     /// `TrustedProxies` request extension; else none). The layer leaves the setting it
-    /// read on each request: the handler's [`ClientIp`] reads the client with it. A
-    /// request that meets two different settings (this one and an extension, on
-    /// either side of the layer, or another layer's) is refused as misconfigured (500).
+    /// read on each request: the handler's [`ClientIp`] is the client it keyed by. Two
+    /// different settings on one request are refused as misconfigured (500): by the
+    /// layer when it sees both (an extension outside it, another layer's), by
+    /// `ClientIp` when the extension is inside the layer.
     pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
         self.trusted = Some(trusted);
         self
