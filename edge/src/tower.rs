@@ -547,6 +547,9 @@ impl Shared {
         path: &'a PathParams,
         client: &ReadClient,
     ) -> Value<'a> {
+        // Path parameters are axum's.
+        #[cfg(not(feature = "axum"))]
+        let _ = path;
         match key {
             Extract::Global => Ok(None),
             Extract::ClientIp => match client {
