@@ -24,7 +24,8 @@ const MINUTE: Duration = Duration::from_secs(60);
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Shadow refusals and backend failures are reported as warnings and errors.
     tracing_subscriber::fmt().with_target(false).init();
-    // Forwarding headers are believed from a local reverse proxy only.
+    // X-Forwarded-For (the only forwarding header read) is believed from a local
+    // reverse proxy only.
     let trusted = TrustedProxies::new(["127.0.0.1", "::1"])?;
 
     let login = RateLimitLayer::builder()

@@ -36,7 +36,7 @@ pub use redlimit_runtime::{
 /// answers the same as `application/problem+json`.
 #[cfg(feature = "axum")]
 pub mod axum {
-    pub use redlimit_edge::{ClientIp, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
+    pub use redlimit_edge::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
     pub use redlimit_runtime::{ProblemJson, RATELIMIT, RATELIMIT_POLICY};
 }
 

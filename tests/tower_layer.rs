@@ -11,11 +11,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::get;
-use axum::Router;
-use redlimit::axum::TrustedProxies;
+use axum::{Extension, Router};
+use redlimit::axum::{ClientIp, ForwardedHeader, TrustedProxies};
 use redlimit::tower::{Key, LayerRule, RateLimitLayer};
 use redlimit::{Client, OnError, RateType};
-use support::http::{send, serve, serve_on};
+use support::http::{proxy, send, send_from, serve, serve_on, Writes};
 use support::RedisServer;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -416,4 +416,368 @@ async fn a_warming_token_bucket_in_a_layer_starts_slow() {
     let refused = send(addr, "GET", "/a", &[]).await;
     assert_eq!(refused.status, 429);
     assert_eq!(refused.header("retry-after"), Some("4"));
+}
+
+// Attacks on the client address, each through a real reverse proxy on loopback (the
+// only trusted proxy, 127.0.0.1) that writes one forwarding header as nginx does; the
+// clients connect from addresses of their own (127.0.0.55, 127.0.0.66, ...).
+
+fn ip(text: &str) -> std::net::IpAddr {
+    text.parse().unwrap()
+}
+
+/// A router limiting 5 requests a minute per client address with `trusted` (and the
+/// given exempt values), behind a proxy that writes `writes`; answers the proxy's
+/// address.
+async fn login_behind(writes: Writes, trusted: TrustedProxies, exempt: &[&str]) -> SocketAddr {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .trusted_proxies(trusted)
+        .rule(
+            LayerRule::new("login", 5, MINUTE)
+                .key(Key::client_ip())
+                .exempt(exempt.iter().map(|v| v.to_string())),
+        )
+        .build()
+        .unwrap();
+    proxy(serve(app(layer)).await, writes).await
+}
+
+/// How many of `requests` (each a list of raw headers) sent from `from` are granted.
+async fn granted(addr: SocketAddr, from: &str, requests: &[Vec<(&str, Vec<u8>)>]) -> usize {
+    let mut granted = 0;
+    for headers in requests {
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+        let reply = send_from(Some(ip(from)), addr, "GET", "/a", &headers).await;
+        assert!(matches!(reply.status, 200 | 429), "{reply:?}");
+        granted += usize::from(reply.status == 200);
+    }
+    granted
+}
+
+#[tokio::test]
+async fn attack_a_clients_own_forwarded_header_is_never_read_behind_a_proxy_writing_x_forwarded_for() {
+    let trusted = TrustedProxies::new(["10.0.0.0/8", "127.0.0.1"]).unwrap();
+    let addr = login_behind(Writes::XForwardedFor, trusted, &[]).await;
+    // 5 requests forged as coming from the victim, 127.0.0.55...
+    let forged: Vec<_> = (0..5)
+        .map(|_| vec![("forwarded", b"for=127.0.0.55".to_vec())])
+        .collect();
+    let mut spent = granted(addr, "127.0.0.66", &forged).await;
+    // ...leave the victim its own limit.
+    let victim = send_from(Some(ip("127.0.0.55")), addr, "GET", "/a", &[]).await;
+    assert_eq!(
+        victim.status, 200,
+        "the forged Forwarded spent the victim's permits"
+    );
+    // 50 more, each with a new Forwarded and a new leftmost X-Forwarded-For.
+    let rotating: Vec<_> = (0..50)
+        .map(|i| {
+            vec![
+                ("forwarded", format!("for=203.0.113.{i}").into_bytes()),
+                ("x-forwarded-for", format!("198.51.100.{i}").into_bytes()),
+            ]
+        })
+        .collect();
+    spent += granted(addr, "127.0.0.66", &rotating).await;
+    assert!(spent <= 5, "{spent} of 55 granted at 5 a minute");
+}
+
+#[tokio::test]
+async fn attack_a_clients_own_x_forwarded_for_is_never_read_behind_a_proxy_writing_x_real_ip() {
+    let trusted = TrustedProxies::new(["10.0.0.0/8", "127.0.0.1"])
+        .unwrap()
+        .header(ForwardedHeader::XRealIp);
+    let addr = login_behind(Writes::XRealIp, trusted, &[]).await;
+    let forged: Vec<_> = (0..5)
+        .map(|_| {
+            vec![
+                ("x-forwarded-for", b"127.0.0.55".to_vec()),
+                ("forwarded", b"for=127.0.0.55".to_vec()),
+            ]
+        })
+        .collect();
+    let mut spent = granted(addr, "127.0.0.66", &forged).await;
+    let victim = send_from(Some(ip("127.0.0.55")), addr, "GET", "/a", &[]).await;
+    assert_eq!(
+        victim.status, 200,
+        "the forged X-Forwarded-For spent the victim's permits"
+    );
+    let rotating: Vec<_> = (0..50)
+        .map(|i| {
+            vec![
+                ("x-forwarded-for", format!("198.51.100.{i}").into_bytes()),
+                ("x-real-ip", format!("203.0.113.{i}").into_bytes()),
+            ]
+        })
+        .collect();
+    spent += granted(addr, "127.0.0.66", &rotating).await;
+    assert!(spent <= 5, "{spent} of 55 granted at 5 a minute");
+}
+
+#[tokio::test]
+async fn attack_a_byte_that_is_not_ascii_left_of_the_client_does_not_make_the_exempt_proxy_the_client() {
+    for (writes, header, trusted, junk) in [
+        (
+            Writes::XForwardedFor,
+            "x-forwarded-for",
+            ForwardedHeader::XForwardedFor,
+            b"\xff".to_vec(),
+        ),
+        (
+            Writes::Forwarded,
+            "forwarded",
+            ForwardedHeader::Forwarded,
+            b"for=\xff".to_vec(),
+        ),
+    ] {
+        let trusted = TrustedProxies::new(["10.0.0.0/8", "127.0.0.1"])
+            .unwrap()
+            .header(trusted);
+        // The proxy, the load balancer every request comes through, is exempt.
+        let addr = login_behind(writes, trusted, &["127.0.0.1"]).await;
+        let requests: Vec<_> = (0..100).map(|_| vec![(header, junk.clone())]).collect();
+        let spent = granted(addr, "127.0.0.77", &requests).await;
+        assert_eq!(spent, 5, "{header}: {spent} of 100 granted at 5 a minute");
+    }
+}
+
+#[tokio::test]
+async fn one_trusted_proxy_setting_the_handlers_client_ip_is_the_layers_key() {
+    let client = Client::memory();
+    let trusted = TrustedProxies::new(["127.0.0.1"]).unwrap();
+    let layer = |trusted: Option<TrustedProxies>| {
+        let builder = RateLimitLayer::builder().client(client.clone());
+        match trusted {
+            Some(trusted) => builder.trusted_proxies(trusted),
+            None => builder,
+        }
+        .rule(LayerRule::new("login", 5, MINUTE).key(Key::client_ip()))
+        .build()
+        .unwrap()
+    };
+    let whoami = || get(|ip: ClientIp| async move { ip.to_string() });
+    let from = |ip| [("x-forwarded-for", ip)];
+
+    // Set on the layer alone: the handler's ClientIp is what the layer keyed by.
+    let addr = serve(
+        Router::new()
+            .route("/", whoami())
+            .layer(layer(Some(trusted.clone()))),
+    )
+    .await;
+    let reply = send(addr, "GET", "/", &from("198.51.100.7")).await;
+    assert_eq!((reply.status, reply.body.as_str()), (200, "198.51.100.7"));
+    let limiter = client.rate_limiter("rate_limit:login:198.51.100.7");
+    assert_eq!(limiter.available_permits().await.unwrap(), 4);
+
+    // Set as an Extension outside the layer alone: both read it.
+    let addr = serve(
+        Router::new()
+            .route("/", whoami().route_layer(layer(None)))
+            .layer(Extension(trusted.clone())),
+    )
+    .await;
+    let reply = send(addr, "GET", "/", &from("198.51.100.8")).await;
+    assert_eq!((reply.status, reply.body.as_str()), (200, "198.51.100.8"));
+    let limiter = client.rate_limiter("rate_limit:login:198.51.100.8");
+    assert_eq!(limiter.available_permits().await.unwrap(), 4);
+
+    // The same setting in both places: one setting.
+    let addr = serve(
+        Router::new()
+            .route("/", whoami())
+            .layer(Extension(trusted.clone()))
+            .layer(layer(Some(trusted.clone()))),
+    )
+    .await;
+    assert_eq!(
+        send(addr, "GET", "/", &from("198.51.100.9")).await.body,
+        "198.51.100.9"
+    );
+
+    // Two settings that differ, in either order, or an Extension the layer cannot see
+    // (inside it): refused as misconfigured, never keyed by one and answered by the other.
+    let other = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    let apps = [
+        Router::new()
+            .route("/", whoami())
+            .layer(Extension(other.clone()))
+            .layer(layer(Some(trusted.clone()))),
+        Router::new()
+            .route("/", whoami().route_layer(layer(Some(trusted.clone()))))
+            .layer(Extension(other)),
+        Router::new()
+            .route("/", whoami())
+            .layer(Extension(trusted.clone()))
+            .layer(layer(None)),
+    ];
+    for (i, app) in apps.into_iter().enumerate() {
+        let addr = serve(app).await;
+        let reply = send(addr, "GET", "/", &from("198.51.100.10")).await;
+        assert_eq!(reply.status, 500, "app {i}: {reply:?}");
+    }
+    // The layer refuses it itself, before any handler: one that reads no ClientIp, and
+    // two layers whose settings differ.
+    let plain = || get(|| async { "ok" });
+    let apps = [
+        Router::new()
+            .route("/", plain().route_layer(layer(Some(trusted.clone()))))
+            .layer(Extension(TrustedProxies::new(["10.0.0.0/8"]).unwrap())),
+        Router::new()
+            .route("/", plain())
+            .layer(layer(Some(TrustedProxies::new(["10.0.0.0/8"]).unwrap())))
+            .layer(layer(Some(trusted.clone()))),
+    ];
+    for (i, app) in apps.into_iter().enumerate() {
+        let addr = serve(app).await;
+        let reply = send(addr, "GET", "/", &from("198.51.100.11")).await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (500, "Internal server error\n"),
+            "app {i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn attack_ipv6_addresses_that_embed_ipv4_are_limited_as_that_ipv4_address() {
+    let client = Client::memory();
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .trusted_proxies(TrustedProxies::new(["127.0.0.1"]).unwrap())
+        .rule(LayerRule::new("v4", 1, MINUTE).key(Key::client_ip()))
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let from = |ip: &'static str| async move { send(addr, "GET", "/a", &[("x-forwarded-for", ip)]).await };
+    // Two IPv4 clients behind NAT64 (RFC 6052's well-known prefix) are two clients.
+    assert_eq!(from("64:ff9b::1.2.3.4").await.status, 200);
+    assert_eq!(from("64:ff9b::5.6.7.8").await.status, 200);
+    assert_eq!(
+        client
+            .rate_limiter("rate_limit:v4:1.2.3.4")
+            .available_permits()
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        client
+            .rate_limiter("rate_limit:v4:5.6.7.8")
+            .available_permits()
+            .await
+            .unwrap(),
+        0
+    );
+    // And each is the IPv4 address it embeds, in every form that embeds it.
+    for same in [
+        "1.2.3.4",
+        "::ffff:1.2.3.4",
+        "[64:ff9b::102:304]:4711",
+        "::1.2.3.4",
+        "2002:102:304::1",
+        "2002:102:304:ffff::9",
+        "2001:0:4136:e378:8000:63bf:fefd:fcfb",
+    ] {
+        assert_eq!(from(same).await.status, 429, "{same}");
+    }
+    assert_eq!(from("64:ff9b::9.9.9.9").await.status, 200);
+    // Native IPv6 stays grouped by /64; loopback and the unspecified address are not IPv4.
+    assert_eq!(from("2001:db8:1:2::1").await.status, 200);
+    assert_eq!(from("2001:db8:1:2::2").await.status, 429);
+    assert_eq!(from("::1").await.status, 200);
+    assert_eq!(
+        client
+            .rate_limiter("rate_limit:v4:%3A%3A/64")
+            .available_permits()
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+/// Forged values naming the victim 127.0.0.55 in every form an address takes, and
+/// values meant to confuse a parser: case, repeated lines, whitespace, quotes, zone
+/// ids, RFC 7239's obfuscated identifiers, bytes that are not ASCII.
+fn forgeries(header: &'static str) -> Vec<Vec<(&'static str, Vec<u8>)>> {
+    let values: &[&[u8]] = &[
+        b"127.0.0.55",
+        b"::ffff:127.0.0.55",
+        b"[::ffff:127.0.0.55]:80",
+        b"64:ff9b::7f00:37",
+        b"\"127.0.0.55\"",
+        b"for=127.0.0.55",
+        b"for=\"127.0.0.55\"",
+        b"FOR=127.0.0.55;for=127.0.0.55",
+        b"for=\"127.0.0.55",
+        b"for=127.0.0.55;proto=\"a, for=127.0.0.55\"",
+        b"  127.0.0.55\t,\t127.0.0.55  ",
+        b"127.0.0.55,",
+        b",",
+        b"\"",
+        b"fe80::1%eth0",
+        b"for=_hidden, for=unknown",
+        b"127.0.0.55\xff",
+        b"\xff\xfe\xfd",
+    ];
+    let mut requests = Vec::new();
+    for value in values {
+        for name in [header, "X-FORWARDED-FOR", "Forwarded", "x-real-ip"] {
+            requests.push(vec![(name, value.to_vec())]);
+        }
+        // The same header on two lines, and in two cases.
+        requests.push(vec![(header, value.to_vec()), (header, value.to_vec())]);
+        requests.push(vec![
+            (header, b"127.0.0.55".to_vec()),
+            ("X-Forwarded-For", value.to_vec()),
+        ]);
+    }
+    requests
+}
+
+#[tokio::test]
+async fn attack_forged_values_in_every_form_case_and_line_grant_at_most_the_rate() {
+    for (writes, header, choice) in [
+        (
+            Writes::XForwardedFor,
+            "x-forwarded-for",
+            ForwardedHeader::XForwardedFor,
+        ),
+        (Writes::Forwarded, "forwarded", ForwardedHeader::Forwarded),
+        (Writes::XRealIp, "x-real-ip", ForwardedHeader::XRealIp),
+    ] {
+        let trusted = TrustedProxies::new(["127.0.0.1"]).unwrap().header(choice);
+        let addr = login_behind(writes, trusted, &["127.0.0.1"]).await;
+        let forged = forgeries(header);
+        let spent = granted(addr, "127.0.0.66", &forged).await;
+        assert_eq!(
+            spent,
+            5,
+            "{header}: {spent} of {} granted at 5 a minute",
+            forged.len()
+        );
+        let victim = send_from(Some(ip("127.0.0.55")), addr, "GET", "/a", &[]).await;
+        assert_eq!(
+            victim.status, 200,
+            "{header}: the forgeries spent the victim's permits"
+        );
+    }
+}
+
+#[tokio::test]
+async fn attack_a_huge_forwarding_header_changes_nothing() {
+    // 380 KB (hyper answers 431 to a head above about 400 KB) of entries naming the
+    // victim behind a chain of the trusted proxy itself, hoping the walk believes
+    // them: it stops at the address the proxy wrote.
+    let trusted = TrustedProxies::new(["127.0.0.1"]).unwrap();
+    let addr = login_behind(Writes::XForwardedFor, trusted, &["127.0.0.1"]).await;
+    let mut huge = b"127.0.0.55".to_vec();
+    while huge.len() < 380_000 {
+        huge.extend_from_slice(b", 127.0.0.1");
+    }
+    let requests: Vec<_> = (0..8).map(|_| vec![("x-forwarded-for", huge.clone())]).collect();
+    assert_eq!(granted(addr, "127.0.0.66", &requests).await, 5);
+    let victim = send_from(Some(ip("127.0.0.55")), addr, "GET", "/a", &[]).await;
+    assert_eq!(victim.status, 200);
 }

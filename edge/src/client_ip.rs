@@ -1,34 +1,97 @@
-//! Who the client is: its IP address, read from forwarding headers only when the peer
-//! that wrote them is a proxy you trust.
+//! Who the client is: its IP address, read from the one forwarding header your proxies
+//! write, and only when the peer that wrote it is a proxy you trust.
 //!
-//! A client can write any `X-Forwarded-For` it likes, so the leftmost entry proves
-//! nothing. The chain is walked from the right, starting at the peer: each hop added by
-//! a trusted proxy is believed, and the walk stops at the first address that is not a
-//! trusted proxy: that is the client. Nothing a client sends can change the address
-//! unless a trusted proxy vouches for it.
+//! A client can write any forwarding header it likes, so the leftmost entry proves
+//! nothing, and neither does a header the proxies do not write (they pass it through
+//! as the client sent it): one header is read, the one named on [`TrustedProxies`],
+//! never another. Its entries are walked from the right, over the bytes as received,
+//! starting at the peer: each hop added by a trusted proxy is believed, and the walk
+//! stops at the first address that is not a trusted proxy: that is the client. What
+//! lies to the left of it is never read. An entry that does not parse before that
+//! point ends the walk at the last address proved. Nothing a client sends can change
+//! the address unless a trusted proxy vouches for it.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use http::HeaderMap;
 use ipnet::IpNet;
 
-/// The proxies (CIDR ranges or single addresses) whose forwarding headers are
-/// believed, and how IPv6 clients are grouped.
+/// The proxies (CIDR ranges or single addresses) whose forwarding header is believed,
+/// which header that is, and how IPv6 clients are grouped. One setting serves both
+/// [`ClientIp`] and the layer's [`Key::client_ip`](crate::tower::Key::client_ip).
 ///
 /// ```
-/// use redlimit_edge::TrustedProxies;
+/// use redlimit_edge::{ForwardedHeader, TrustedProxies};
 ///
 /// let trusted = TrustedProxies::new(["10.0.0.0/8", "192.168.1.7"]).unwrap();
 /// assert!(trusted.trusts("10.1.2.3".parse().unwrap()));
 /// assert!(!trusted.trusts("203.0.113.9".parse().unwrap()));
+/// // Proxies that write RFC 7239's header instead of X-Forwarded-For:
+/// let trusted = trusted.header(ForwardedHeader::Forwarded);
+/// # let _ = trusted;
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrustedProxies {
     /// Shared: a router hands a clone to every request.
     nets: Arc<[IpNet]>,
     ipv6_prefix: u8,
+    header: ForwardedHeader,
+}
+
+/// The one forwarding header the trusted proxies write (default `X-Forwarded-For`).
+/// The others are never read: a proxy passes them through as the client wrote them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: <client>, <proxy 1>, ...`, each proxy appending the address
+    /// it saw (nginx's `$proxy_add_x_forwarded_for`, most load balancers). Every line of
+    /// the header is read, the last one rightmost.
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=<client>, for=<proxy 1>;proto=https, ...` (RFC 7239), each proxy
+    /// appending an element; the `for` parameter of each element is read (an element
+    /// without one, or with two, does not parse).
+    Forwarded,
+    /// `X-Real-IP: <client>`, which the proxy sets to the address it saw, replacing the
+    /// client's own (nginx's `proxy_set_header X-Real-IP $remote_addr`). Each line is
+    /// one address; a line with a list does not parse.
+    XRealIp,
+}
+
+impl ForwardedHeader {
+    /// The header's name, lower-case.
+    pub fn name(self) -> &'static str {
+        match self {
+            ForwardedHeader::XForwardedFor => "x-forwarded-for",
+            ForwardedHeader::Forwarded => "forwarded",
+            ForwardedHeader::XRealIp => "x-real-ip",
+        }
+    }
+
+    /// One entry of the header (an element between commas; for `X-Real-IP` a whole
+    /// line) as an address, or `None` when it does not parse.
+    fn parse(self, entry: &[u8]) -> Option<IpAddr> {
+        match self {
+            ForwardedHeader::XForwardedFor | ForwardedHeader::XRealIp => parse_node(entry),
+            ForwardedHeader::Forwarded => {
+                let mut nodes = entry.split(|&b| b == b';').filter_map(|pair| {
+                    let eq = pair.iter().position(|&b| b == b'=')?;
+                    pair[..eq]
+                        .trim_ascii()
+                        .eq_ignore_ascii_case(b"for")
+                        .then(|| &pair[eq + 1..])
+                });
+                let node = nodes.next()?;
+                // A parameter occurs once per element (RFC 7239 section 4).
+                if nodes.next().is_some() {
+                    return None;
+                }
+                parse_node(node)
+            }
+        }
+    }
 }
 
 impl Default for TrustedProxies {
@@ -37,6 +100,7 @@ impl Default for TrustedProxies {
         TrustedProxies {
             nets: Arc::from([]),
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            header: ForwardedHeader::default(),
         }
     }
 }
@@ -66,7 +130,9 @@ impl fmt::Display for InvalidProxy {
 impl std::error::Error for InvalidProxy {}
 
 impl TrustedProxies {
-    /// Trusts the given ranges (`"10.0.0.0/8"`) and addresses (`"192.168.1.7"`).
+    /// Trusts the given ranges (`"10.0.0.0/8"`) and addresses (`"192.168.1.7"`), which
+    /// write `X-Forwarded-For` (see [`header`](TrustedProxies::header)). List the
+    /// proxies only: every address in these ranges may say whom it forwards for.
     pub fn new<I, S>(proxies: I) -> Result<Self, InvalidProxy>
     where
         I: IntoIterator<Item = S>,
@@ -87,123 +153,175 @@ impl TrustedProxies {
         Ok(TrustedProxies {
             nets,
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            header: ForwardedHeader::default(),
         })
     }
 
+    /// The one forwarding header the trusted proxies write (default
+    /// [`ForwardedHeader::XForwardedFor`]); no other is ever read.
+    pub fn header(mut self, header: ForwardedHeader) -> Self {
+        self.header = header;
+        self
+    }
+
     /// Groups IPv6 clients by their first `bits` bits (default 64; 128 keeps each
-    /// address apart). At most 128.
+    /// address apart). At most 128. An IPv6 address that embeds an IPv4 address is
+    /// that IPv4 address (see [`ClientIp`]), whatever the prefix.
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.ipv6_prefix = bits.min(128);
         self
     }
 
-    /// Whether `ip` is a trusted proxy.
+    /// Whether `ip` is a trusted proxy (an IPv4-mapped address as its IPv4 address).
     pub fn trusts(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
+        let ip = unmapped(ip);
         self.nets.iter().any(|net| net.contains(&ip))
     }
 
     /// The client behind `peer`, the address that connected, given the request's
-    /// headers: `Forwarded`, else `X-Forwarded-For`, else `X-Real-IP`, each believed
-    /// only as far as trusted proxies wrote it. A header that does not parse where it
-    /// would be believed is ignored, and the peer is the client.
+    /// headers: the forwarding header the proxies write, believed only as far as
+    /// trusted proxies wrote it, walked from the right. The walk stops at the first
+    /// address that is not a trusted proxy (the client); at an entry that does not
+    /// parse, the last address proved (the peer, or the leftmost trusted hop read) is
+    /// the client.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> ClientIp {
-        let peer = canonical(peer);
+        let peer = unmapped(peer);
         let client = if self.trusts(peer) {
-            self.walk(peer, headers).unwrap_or(peer)
+            self.walk(peer, headers)
         } else {
             peer
         };
         ClientIp::grouped(client, self.ipv6_prefix)
     }
 
-    /// The first untrusted hop from the right, or `None` when a header that matters
-    /// does not parse (or there is none).
-    fn walk(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
-        let chain = forwarded_chain(headers)?;
-        let mut client = peer;
-        for hop in chain.iter().rev() {
-            let ip = canonical(hop.as_ref().copied().ok()?);
-            client = ip;
-            if !self.trusts(ip) {
-                return Some(ip);
+    /// The first untrusted hop from the right; at an entry that does not parse, or
+    /// when every hop is trusted, the last address proved.
+    fn walk(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        // X-Real-IP's lines are one address each; the others' entries are separated by
+        // commas, the byte itself, so a byte that is not ASCII only spoils its entry.
+        let lists = self.header != ForwardedHeader::XRealIp;
+        let mut proved = peer;
+        for line in headers.get_all(self.header.name()).iter().rev() {
+            for entry in line.as_bytes().rsplit(|&b| lists && b == b',') {
+                let Some(ip) = self.header.parse(entry) else {
+                    return proved;
+                };
+                proved = unmapped(ip);
+                if !self.trusts(proved) {
+                    return proved;
+                }
             }
         }
-        Some(client)
+        proved
     }
-}
-
-/// The addresses a request says it was forwarded for, leftmost (the claimed client)
-/// first; an entry that does not parse is an `Err`. `None` when no header is there.
-fn forwarded_chain(headers: &HeaderMap) -> Option<Vec<Result<IpAddr, ()>>> {
-    let values = |name: &str| -> Vec<&str> {
-        headers
-            .get_all(name)
-            .iter()
-            .map(|v| v.to_str().unwrap_or("\u{0}"))
-            .collect()
-    };
-    let forwarded = values("forwarded");
-    if !forwarded.is_empty() {
-        return Some(
-            forwarded
-                .iter()
-                .flat_map(|v| v.split(','))
-                .map(|element| {
-                    element
-                        .split(';')
-                        .find_map(|pair| {
-                            let (key, value) = pair.split_once('=')?;
-                            key.trim().eq_ignore_ascii_case("for").then(|| value.trim())
-                        })
-                        .map_or(Err(()), parse_node)
-                })
-                .collect(),
-        );
-    }
-    let xff = values("x-forwarded-for");
-    if !xff.is_empty() {
-        return Some(
-            xff.iter()
-                .flat_map(|v| v.split(','))
-                .map(|v| parse_node(v.trim()))
-                .collect(),
-        );
-    }
-    let real = values("x-real-ip");
-    if !real.is_empty() {
-        return Some(real.iter().map(|v| parse_node(v.trim())).collect());
-    }
-    None
 }
 
 /// An address as forwarding headers write it: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,
-/// `[2001:db8::1]:443`, optionally in double quotes (RFC 7239).
-fn parse_node(text: &str) -> Result<IpAddr, ()> {
-    let text = text.trim().trim_matches('"');
+/// `[2001:db8::1]`, `[2001:db8::1]:443`, optionally in double quotes (RFC 7239), the
+/// port possibly obfuscated (`:_a1`); surrounding whitespace ignored. Anything else
+/// does not parse: bytes that are not ASCII, zone ids (`fe80::1%eth0`), RFC 7239's
+/// `unknown` and obfuscated identifiers (`_hidden`).
+fn parse_node(entry: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(entry.trim_ascii()).ok()?;
+    let text = text.trim_matches('"');
+    if text.contains('%') {
+        return None;
+    }
     if let Ok(ip) = text.parse::<IpAddr>() {
-        return Ok(ip);
+        return Some(ip);
     }
-    if let Ok(addr) = text.parse::<std::net::SocketAddr>() {
-        return Ok(addr.ip());
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Some(addr.ip());
     }
-    let bracketed = text.strip_prefix('[').and_then(|rest| rest.split_once(']'));
-    if let Some((inner, _)) = bracketed {
-        return inner.parse::<Ipv6Addr>().map(IpAddr::V6).map_err(|_| ());
-    }
-    Err(())
+    // `[2001:db8::1]` without a port, or either form with an obfuscated port.
+    let (host, after) = match text.strip_prefix('[') {
+        Some(rest) => {
+            let (inner, after) = rest.split_once(']')?;
+            (IpAddr::V6(inner.parse().ok()?), after)
+        }
+        None => {
+            let colon = text.find(':')?;
+            (IpAddr::V4(text[..colon].parse().ok()?), &text[colon..])
+        }
+    };
+    let port_ok = match after.strip_prefix(':') {
+        None => after.is_empty(),
+        Some(port) => port.strip_prefix('_').is_some_and(|obfuscated| {
+            !obfuscated.is_empty()
+                && obfuscated
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        }),
+    };
+    port_ok.then_some(host)
 }
 
-/// IPv4-mapped IPv6 (`::ffff:1.2.3.4`) as the IPv4 address it is.
-fn canonical(ip: IpAddr) -> IpAddr {
+/// An IPv4-mapped address (`::ffff:1.2.3.4`, what a dual-stack socket reports for an
+/// IPv4 peer) as the IPv4 address it is.
+fn unmapped(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
     }
 }
 
+/// The IPv4 address an IPv6 address embeds, if it has one: IPv4-mapped
+/// (`::ffff:1.2.3.4`), IPv4-compatible (`::1.2.3.4`; not `::` or `::1`), RFC 6052's
+/// well-known NAT64 prefix (`64:ff9b::1.2.3.4`), 6to4 (`2002:0102:0304::/48`, RFC
+/// 3056) and Teredo (`2001:0::/32`, RFC 4380: the client's address inverted in the
+/// last 32 bits).
+fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let bits = u128::from(v6);
+    let low = bits as u32;
+    match bits >> 96 {
+        0 if bits >> 32 == 0xffff => Some(Ipv4Addr::from(low)),
+        0 if bits >> 32 == 0 && bits > 1 => Some(Ipv4Addr::from(low)),
+        0x0064_ff9b if (bits >> 32) as u64 == 0 => Some(Ipv4Addr::from(low)),
+        0x2001_0000 => Some(Ipv4Addr::from(!low)),
+        high if high >> 16 == 0x2002 => Some(Ipv4Addr::from((bits >> 80) as u32)),
+        _ => None,
+    }
+}
+
+/// The trusted proxies a `RateLimitLayer` read a request's client with (and the client,
+/// when a rule is keyed by it), left on the request so that the handler's [`ClientIp`]
+/// is the layer's, and a different setting further in is refused.
+#[cfg(feature = "tower")]
+#[derive(Clone)]
+pub(crate) struct ReadBy {
+    pub(crate) trusted: TrustedProxies,
+    /// Read by the axum extractor.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) client: Option<ClientIp>,
+}
+
+/// Why a request is refused when two of its trusted-proxy settings differ.
+#[cfg(feature = "tower")]
+pub(crate) const TWO_SETTINGS: &str = "two different TrustedProxies settings reach this request (a \
+     RateLimitLayer's .trusted_proxies(...), a TrustedProxies extension, another layer's): the \
+     layer's key and the handler's ClientIp would not be the same client; set it once, on the \
+     layer or as an Extension outside every layer";
+
+/// The one trusted-proxy setting among those present, `None` when none is, or
+/// [`TWO_SETTINGS`] when two differ.
+#[cfg(feature = "tower")]
+pub(crate) fn one_setting<'a>(
+    settings: impl IntoIterator<Item = Option<&'a TrustedProxies>>,
+) -> Result<Option<&'a TrustedProxies>, &'static str> {
+    let mut one: Option<&TrustedProxies> = None;
+    for setting in settings.into_iter().flatten() {
+        match one {
+            Some(seen) if seen != setting => return Err(TWO_SETTINGS),
+            _ => one = Some(setting),
+        }
+    }
+    Ok(one)
+}
+
 /// A client's IP address, without port; an IPv6 client as its network (by default
-/// the /64). Its `Display` is what goes into a key: `203.0.113.9`,
+/// the /64), except that an IPv6 address embedding an IPv4 address (IPv4-mapped,
+/// IPv4-compatible, NAT64's well-known prefix `64:ff9b::/96`, 6to4, Teredo) is that
+/// IPv4 address. Its `Display` is what goes into a key: `203.0.113.9`,
 /// `2001:db8:1:2::/64`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ClientIp {
@@ -213,7 +331,11 @@ pub struct ClientIp {
 
 impl ClientIp {
     fn grouped(ip: IpAddr, ipv6_prefix: u8) -> ClientIp {
-        match canonical(ip) {
+        let ip = match ip {
+            IpAddr::V6(v6) => embedded_ipv4(v6).map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match ip {
             IpAddr::V6(v6) => {
                 let bits = u128::from(v6);
                 let mask = if ipv6_prefix == 0 {
@@ -314,7 +436,8 @@ mod tests {
             "forwarded",
             "for=6.6.6.6, for=198.51.100.7;proto=https, for=\"10.0.0.2\"",
         )];
-        assert_eq!(client(&trusted, "10.0.0.1", &forwarded), honest);
+        let rfc7239 = trusted.clone().header(ForwardedHeader::Forwarded);
+        assert_eq!(client(&rfc7239, "10.0.0.1", &forwarded), honest);
         // Every hop trusted: the leftmost is the client.
         assert_eq!(
             client(&trusted, "10.0.0.1", &[("x-forwarded-for", "10.5.5.5, 10.0.0.2")]),
@@ -325,14 +448,21 @@ mod tests {
     #[test]
     fn unparsable_headers_fall_back_to_the_peer() {
         let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
-        for pairs in [
-            &[("x-forwarded-for", "not-an-ip")][..],
-            &[("x-forwarded-for", "198.51.100.7, ")],
-            &[("forwarded", "proto=https")],
-            &[("forwarded", "for=unknown")],
-            &[("x-real-ip", "nope")],
+        let rfc7239 = trusted.clone().header(ForwardedHeader::Forwarded);
+        let real = trusted.clone().header(ForwardedHeader::XRealIp);
+        for (trusted, pairs) in [
+            (&trusted, &[("x-forwarded-for", "not-an-ip")][..]),
+            (&trusted, &[("x-forwarded-for", "198.51.100.7, ")]),
+            (&rfc7239, &[("forwarded", "proto=https")]),
+            (&rfc7239, &[("forwarded", "for=unknown")]),
+            (&rfc7239, &[("forwarded", "for=_hidden")]),
+            (&rfc7239, &[("forwarded", "for=198.51.100.7;for=198.51.100.8")]),
+            (&real, &[("x-real-ip", "nope")]),
+            (&real, &[("x-real-ip", "198.51.100.8, 198.51.100.7")]),
+            (&trusted, &[("x-forwarded-for", "fe80::1%eth0")]),
+            (&trusted, &[("x-forwarded-for", "[fe80::1%2]:4711")]),
         ] {
-            assert_eq!(client(&trusted, "10.0.0.1", pairs), "10.0.0.1", "{pairs:?}");
+            assert_eq!(client(trusted, "10.0.0.1", pairs), "10.0.0.1", "{pairs:?}");
         }
         // Past the first untrusted hop nothing is read, parsable or not.
         let beyond = [("x-forwarded-for", "junk, 198.51.100.7")];
@@ -342,18 +472,64 @@ mod tests {
     #[test]
     fn forms_of_addresses() {
         let trusted = TrustedProxies::new(["10.0.0.0/8", "2001:db8:ffff::/48"]).unwrap();
+        let rfc7239 = trusted.clone().header(ForwardedHeader::Forwarded);
+        let real = trusted.clone().header(ForwardedHeader::XRealIp);
         let cases = [
-            (&[("x-forwarded-for", "198.51.100.7:4711")][..], "198.51.100.7"),
             (
+                &trusted,
+                &[("x-forwarded-for", "198.51.100.7:4711")][..],
+                "198.51.100.7",
+            ),
+            (
+                &trusted,
+                &[("x-forwarded-for", "198.51.100.7:_a1")],
+                "198.51.100.7",
+            ),
+            (
+                &trusted,
+                &[("x-forwarded-for", " \t198.51.100.7\t ")],
+                "198.51.100.7",
+            ),
+            (
+                &trusted,
+                &[("x-forwarded-for", "[2001:db8:1:2::7]")],
+                "2001:db8:1:2::/64",
+            ),
+            (
+                &rfc7239,
                 &[("forwarded", "for=\"[2001:db8:1:2::7]:4711\"")],
                 "2001:db8:1:2::/64",
             ),
-            (&[("x-real-ip", "198.51.100.7")], "198.51.100.7"),
-            (&[("x-forwarded-for", "::ffff:198.51.100.7")], "198.51.100.7"),
-            (&[("FORWARDED", "For=198.51.100.7")], "198.51.100.7"),
+            (
+                &rfc7239,
+                &[("forwarded", "for=\"[2001:db8:1:2::7]:_x\";proto=https")],
+                "2001:db8:1:2::/64",
+            ),
+            (&real, &[("x-real-ip", "198.51.100.7")], "198.51.100.7"),
+            (
+                &trusted,
+                &[("x-forwarded-for", "::ffff:198.51.100.7")],
+                "198.51.100.7",
+            ),
+            (&rfc7239, &[("FORWARDED", "For=198.51.100.7")], "198.51.100.7"),
+            (
+                &rfc7239,
+                &[("forwarded", "proto=https; FOR = 198.51.100.7 ;by=x")],
+                "198.51.100.7",
+            ),
         ];
-        for (pairs, expected) in cases {
-            assert_eq!(client(&trusted, "10.0.0.1", pairs), expected, "{pairs:?}");
+        for (trusted, pairs, expected) in cases {
+            assert_eq!(client(trusted, "10.0.0.1", pairs), expected, "{pairs:?}");
+        }
+        for bad in [
+            "198.51.100.7:",
+            "198.51.100.7:_",
+            "198.51.100.7:99999",
+            "198.51.100.7:_a/b",
+            "[::1",
+        ] {
+            let pairs = [("x-forwarded-for", bad)];
+            assert_eq!(client(&trusted, "10.0.0.1", &pairs), "10.0.0.1", "{bad:?}");
         }
         // An IPv4-mapped peer is its IPv4 address, trusted as such.
         assert_eq!(
@@ -385,6 +561,99 @@ mod tests {
         assert_eq!(client(&wide, "2001:db8:1:2::1", &[]), "2001:db8:1::/48");
         assert_eq!(client(&none, "::1", &[]), "::/64");
         assert_eq!(client(&none, "127.0.0.1", &[]), "127.0.0.1");
+    }
+
+    #[test]
+    fn only_the_header_the_proxies_write_is_read() {
+        let all = [
+            ("forwarded", "for=6.6.6.6"),
+            ("x-forwarded-for", "7.7.7.7"),
+            ("x-real-ip", "8.8.8.8"),
+        ];
+        let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+        assert_eq!(client(&trusted, "10.0.0.1", &all), "7.7.7.7", "the default");
+        for (header, expected) in [
+            (ForwardedHeader::Forwarded, "6.6.6.6"),
+            (ForwardedHeader::XForwardedFor, "7.7.7.7"),
+            (ForwardedHeader::XRealIp, "8.8.8.8"),
+        ] {
+            let trusted = trusted.clone().header(header);
+            assert_eq!(client(&trusted, "10.0.0.1", &all), expected, "{header:?}");
+            // Without it, the others are not read: the proxy is the client.
+            let others: Vec<_> = all.iter().copied().filter(|(n, _)| *n != header.name()).collect();
+            assert_eq!(client(&trusted, "10.0.0.1", &others), "10.0.0.1", "{header:?}");
+        }
+    }
+
+    #[test]
+    fn the_walk_reads_bytes_and_stops_at_the_first_untrusted_address() {
+        let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+        let raw = |value: &[u8]| {
+            let mut map = HeaderMap::new();
+            map.append("x-forwarded-for", HeaderValue::from_bytes(value).unwrap());
+            trusted.client_ip(ip("10.0.0.1"), &map).to_string()
+        };
+        // What lies left of the client, parsable or not, changes nothing.
+        assert_eq!(raw(b"\xff, 198.51.100.7"), "198.51.100.7");
+        assert_eq!(
+            raw(b"\xff\xfe garbage \x80, 10.9.9.9 , 198.51.100.7, 10.0.0.2"),
+            "198.51.100.7"
+        );
+        assert_eq!(raw(b"198.51.100.\xff7, 198.51.100.7"), "198.51.100.7");
+        // An entry that does not parse before the client: the last address proved,
+        // here the trusted hop 10.0.0.2 that the peer vouched for.
+        assert_eq!(raw(b"198.51.100.7, \xff, 10.0.0.2"), "10.0.0.2");
+        assert_eq!(raw(b"198.51.100.7, , 10.0.0.2"), "10.0.0.2");
+        // The peer's own entry does not parse: the peer is all that is proved.
+        assert_eq!(raw(b"198.51.100.7, \xff"), "10.0.0.1");
+        // Lines are walked from the last; a bad line left of the client is never read.
+        let mut map = HeaderMap::new();
+        map.append("x-forwarded-for", HeaderValue::from_bytes(b"\xff\xff").unwrap());
+        map.append("x-forwarded-for", HeaderValue::from_static("198.51.100.7"));
+        assert_eq!(
+            trusted.client_ip(ip("10.0.0.1"), &map).to_string(),
+            "198.51.100.7"
+        );
+        // A proxy that adds its X-Real-IP line after the client's instead of replacing it.
+        let real = trusted.clone().header(ForwardedHeader::XRealIp);
+        let added = [("x-real-ip", "6.6.6.6"), ("x-real-ip", "198.51.100.7")];
+        assert_eq!(client(&real, "10.0.0.1", &added), "198.51.100.7");
+    }
+
+    #[test]
+    fn ipv6_addresses_embedding_ipv4_are_that_ipv4_address() {
+        let none = TrustedProxies::default();
+        for (v6, v4) in [
+            ("::ffff:1.2.3.4", "1.2.3.4"),
+            ("::1.2.3.4", "1.2.3.4"),
+            ("::0.0.0.2", "0.0.0.2"),
+            ("64:ff9b::1.2.3.4", "1.2.3.4"),
+            ("64:ff9b::5.6.7.8", "5.6.7.8"),
+            ("2002:102:304::1", "1.2.3.4"),
+            ("2002:102:304:abcd:1234::9", "1.2.3.4"),
+            ("2001:0:4136:e378:8000:63bf:fefd:fcfb", "1.2.3.4"),
+        ] {
+            assert_eq!(client(&none, v6, &[]), v4, "{v6}");
+            assert_eq!(client(&none.clone().ipv6_prefix(128), v6, &[]), v4, "{v6} /128");
+        }
+        for (v6, grouped) in [
+            ("::1", "::/64"),
+            ("::", "::/64"),
+            ("64:ff9b:1::1.2.3.4", "64:ff9b:1::/64"),
+            ("64:ff9b:0:0:1::1.2.3.4", "64:ff9b::/64"),
+            ("2001:1::1", "2001:1::/64"),
+            ("2003:102:304::1", "2003:102:304::/64"),
+            ("::1:0:0:1", "::/64"),
+        ] {
+            assert_eq!(client(&none, v6, &[]), grouped, "{v6}");
+        }
+        // Trust is decided on the address as received: only an IPv4-mapped peer is its
+        // IPv4 address there, never one that a prefix translates.
+        let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+        assert!(trusted.trusts(ip("::ffff:10.0.0.1")));
+        for translated in ["64:ff9b::10.0.0.1", "::10.0.0.1", "2002:a00:1::1"] {
+            assert!(!trusted.trusts(ip(translated)), "{translated}");
+        }
     }
 
     #[test]

@@ -2,14 +2,14 @@
 //! believing what a client writes about itself.
 //!
 //! - [`TrustedProxies`] and [`ClientIp`]: the client's address from the peer and
-//!   the forwarding headers trusted proxies wrote, walked from the right.
+//!   the one forwarding header trusted proxies write, walked from the right.
 //! - With the `axum` feature, [`ClientIp`] is an extractor (see [`axum`]).
 //! - With the `tower` feature, [`tower::RateLimitLayer`] limits every request through a
 //!   router or a gRPC server (`axum` and `tonic` add their responses).
 
 mod client_ip;
 
-pub use client_ip::{ClientIp, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
+pub use client_ip::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
 
 #[cfg(feature = "axum")]
 pub mod axum;

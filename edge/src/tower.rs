@@ -45,7 +45,8 @@ use smallvec::SmallVec;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::TrustedProxies;
+use crate::client_ip::{one_setting, ReadBy};
+use crate::{ClientIp, TrustedProxies};
 
 /// A request's permits for a rule, computed from the request.
 type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
@@ -73,11 +74,12 @@ impl Key {
     }
 
     /// The client's address (without port; IPv6 grouped by prefix), from the peer and
-    /// the forwarding headers written by [`TrustedProxies`] (set with
+    /// the forwarding header written by [`TrustedProxies`] (set with
     /// [`RateLimitLayerBuilder::trusted_proxies`], or as a request extension such as
-    /// axum's `Extension`; none trusted without either). The peer comes from axum's
-    /// `ConnectInfo<SocketAddr>`, tonic's `TcpConnectInfo`, or a `SocketAddr` extension;
-    /// a request with none of them is refused as misconfigured (500).
+    /// axum's `Extension` outside the layer; none trusted without either). The peer
+    /// comes from axum's `ConnectInfo<SocketAddr>`, tonic's `TcpConnectInfo`, or a
+    /// `SocketAddr` extension; a request with none of them is refused as misconfigured
+    /// (500). The handler's [`ClientIp`] is the address the layer keyed by.
     pub fn client_ip() -> Key {
         Key(KeyKind::ClientIp)
     }
@@ -303,8 +305,12 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// The proxies whose forwarding headers [`Key::client_ip`] believes (else a
-    /// `TrustedProxies` request extension; else none).
+    /// The proxies whose forwarding header [`Key::client_ip`] believes (else a
+    /// `TrustedProxies` request extension; else none). The layer leaves the setting it
+    /// read on each request: the handler's [`ClientIp`] is the client it keyed by. Two
+    /// different settings on one request are refused as misconfigured (500): by the
+    /// layer when it sees both (an extension outside it, another layer's), by
+    /// `ClientIp` when the extension is inside the layer.
     pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
         self.trusted = Some(trusted);
         self
@@ -386,6 +392,7 @@ impl RateLimitLayerBuilder {
             });
         }
         let per_request = rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        let keys_client_ip = rules.iter().position(|r| matches!(r.key, Extract::ClientIp));
         #[cfg(feature = "axum")]
         let needs_path = rules.iter().any(|r| matches!(r.key, Extract::PathParam(_)));
         #[cfg(not(feature = "axum"))]
@@ -397,7 +404,11 @@ impl RateLimitLayerBuilder {
                 per_request,
                 needs_path,
                 client: self.client,
+                reads_trust: keys_client_ip.is_some() || self.trusted.is_some(),
+                keys_client_ip: keys_client_ip.is_some(),
+                trust_rule: keys_client_ip.unwrap_or(0),
                 trusted: self.trusted,
+                untrusted: TrustedProxies::default(),
                 success_fields: !self.no_success_fields,
             }),
             respond: PlainText,
@@ -486,33 +497,66 @@ struct Shared {
     /// Some rule is keyed by a path parameter.
     needs_path: bool,
     client: Option<Client>,
+    /// Some rule is keyed by the client address, or the layer has its own trusted
+    /// proxies: it reads the one setting of each request, and leaves it there.
+    reads_trust: bool,
+    /// Some rule is keyed by the client address.
+    keys_client_ip: bool,
+    /// The rule a request meeting two settings is refused for (the first keyed by the
+    /// client address).
+    trust_rule: usize,
     trusted: Option<TrustedProxies>,
+    /// The setting when none is given: no proxy trusted.
+    untrusted: TrustedProxies,
     success_fields: bool,
 }
+
+/// The missing peer address, said to whoever runs the server.
+const NO_PEER: &str = "the client address needs the peer's: serve axum with \
+                       into_make_service_with_connect_info::<SocketAddr>(), or insert a SocketAddr extension";
 
 /// A rule's value for a request: `Ok(None)` for a global rule, `Ok(Some(""))` when the
 /// request carries none, `Err` when the layer cannot read it where it is mounted.
 type Value<'a> = Result<Option<Cow<'a, str>>, &'static str>;
 
+/// The client address when a rule is keyed by it: `Err` when the peer's is missing.
+type ReadClient = Option<Result<ClientIp, &'static str>>;
+
+/// A request's limiters, and its permits per rule when they are per request.
+type Keys = (SmallVec<[String; 2]>, Vec<u64>);
+
 impl Shared {
-    fn value<'a>(&self, key: &'a Extract, parts: &'a Parts, path: &'a PathParams) -> Value<'a> {
+    /// The request's one trusted-proxy setting: this layer's, an extension's or an
+    /// outer layer's, which must not differ; `None` when the layer reads none.
+    fn trust(&self, parts: &Parts) -> Result<Option<TrustedProxies>, &'static str> {
+        if !self.reads_trust {
+            return Ok(None);
+        }
+        let setting = one_setting([
+            self.trusted.as_ref(),
+            parts.extensions.get::<TrustedProxies>(),
+            parts.extensions.get::<ReadBy>().map(|read| &read.trusted),
+        ])?;
+        Ok(Some(setting.unwrap_or(&self.untrusted).clone()))
+    }
+
+    fn value<'a>(
+        &self,
+        key: &'a Extract,
+        parts: &'a Parts,
+        path: &'a PathParams,
+        client: &ReadClient,
+    ) -> Value<'a> {
+        // Path parameters are axum's.
+        #[cfg(not(feature = "axum"))]
+        let _ = path;
         match key {
             Extract::Global => Ok(None),
-            Extract::ClientIp => {
-                let peer = peer_addr(parts).ok_or(
-                    "the client address needs the peer's: serve axum with \
-                     into_make_service_with_connect_info::<SocketAddr>(), or insert a SocketAddr extension",
-                )?;
-                let default = TrustedProxies::default();
-                let trusted = self
-                    .trusted
-                    .as_ref()
-                    .or_else(|| parts.extensions.get::<TrustedProxies>())
-                    .unwrap_or(&default);
-                Ok(Some(Cow::Owned(
-                    trusted.client_ip(peer.ip(), &parts.headers).to_string(),
-                )))
-            }
+            Extract::ClientIp => match client {
+                Some(Ok(client)) => Ok(Some(Cow::Owned(client.to_string()))),
+                Some(Err(problem)) => Err(problem),
+                None => Err(NO_PEER),
+            },
             Extract::Header(name) => Ok(Some(
                 parts
                     .headers
@@ -528,11 +572,36 @@ impl Shared {
 
     async fn decide(&self, parts: &mut Parts) -> Result<Granted, RateLimited> {
         let path = PathParams::read(self.needs_path, parts).await;
-        let parts = &*parts;
+        let trusted = self.trust(parts).map_err(|problem| {
+            let error = Error::InvalidConfig {
+                name: self.rules[self.trust_rule].name.to_owned(),
+                problem,
+            };
+            self.site.refuse_misconfigured(self.trust_rule, error)
+        })?;
+        let client = match &trusted {
+            Some(trusted) if self.keys_client_ip => Some(
+                peer_addr(parts)
+                    .map(|peer| trusted.client_ip(peer.ip(), &parts.headers))
+                    .ok_or(NO_PEER),
+            ),
+            _ => None,
+        };
+        let (keys, permits) = self.keys(parts, &path, &client)?;
+        if let Some(trusted) = trusted {
+            let client = client.and_then(Result::ok);
+            parts.extensions.insert(ReadBy { trusted, client });
+        }
+        let permits = self.per_request.then_some(permits.as_slice());
+        self.site.decide(self.client.as_ref(), &keys, permits).await
+    }
+
+    /// Each rule's limiter for the request, and its permits when they are per request.
+    fn keys(&self, parts: &Parts, path: &PathParams, client: &ReadClient) -> Result<Keys, RateLimited> {
         let mut keys = SmallVec::<[String; 2]>::new();
         let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
         for (i, (rule, spec)) in self.rules.iter().zip(self.site.rules()).enumerate() {
-            let value = match self.value(&rule.key, parts, &path) {
+            let value = match self.value(&rule.key, parts, path, client) {
                 Ok(value) => value,
                 Err(problem) => {
                     let error = Error::InvalidConfig {
@@ -558,8 +627,7 @@ impl Shared {
                 });
             }
         }
-        let permits = self.per_request.then_some(permits.as_slice());
-        self.site.decide(self.client.as_ref(), &keys, permits).await
+        Ok((keys, permits))
     }
 }
 

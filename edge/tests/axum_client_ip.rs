@@ -1,12 +1,13 @@
 //! `ClientIp` in a real axum server on loopback (IPv4 and IPv6), over real HTTP/1.1:
-//! the peer without a proxy, trusted proxies' headers believed, spoofed ones not.
+//! the peer without a proxy, the one header trusted proxies write believed, spoofed
+//! entries and the other headers not.
 #![cfg(feature = "axum")]
 
 use std::net::SocketAddr;
 
 use axum::routing::get;
 use axum::{Extension, Router};
-use redlimit_edge::{ClientIp, TrustedProxies};
+use redlimit_edge::{ClientIp, ForwardedHeader, TrustedProxies};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -68,16 +69,48 @@ async fn a_trusted_proxy_is_believed_and_a_spoofed_leftmost_entry_is_not() {
     let garbage = [("X-Forwarded-For", "garbage")];
     assert_eq!(get_with(addr, &garbage).await.1, "127.0.0.1");
 
+    // Proxies that write RFC 7239's header: that one is read, and no other.
+    let rfc7239 = TrustedProxies::new(["::1"])
+        .unwrap()
+        .header(ForwardedHeader::Forwarded);
     let v6 = serve(
         "[::1]:0",
-        Router::new()
-            .route("/", get(whoami))
-            .layer(Extension(TrustedProxies::new(["::1"]).unwrap())),
+        Router::new().route("/", get(whoami)).layer(Extension(rfc7239)),
     )
     .await;
     assert_eq!(get_with(v6, &[]).await.1, "::/64");
     let forwarded = [("Forwarded", "for=\"[2001:db8:1:2::7]:4711\"")];
     assert_eq!(get_with(v6, &forwarded).await.1, "2001:db8:1:2::/64");
+    let others = [("X-Forwarded-For", "198.51.100.7"), ("X-Real-IP", "198.51.100.8")];
+    assert_eq!(get_with(v6, &others).await.1, "::/64");
+    // An IPv6 address that embeds an IPv4 address is that address.
+    let nat64 = [("Forwarded", "for=\"[64:ff9b::198.51.100.9]\"")];
+    assert_eq!(get_with(v6, &nat64).await.1, "198.51.100.9");
+}
+
+#[tokio::test]
+async fn only_the_named_header_is_read_and_its_bytes_left_of_the_client_change_nothing() {
+    let trusted = TrustedProxies::new(["127.0.0.0/8"]).unwrap();
+    let app = Router::new().route("/", get(whoami)).layer(Extension(trusted));
+    let addr = serve("127.0.0.1:0", app).await;
+    let spoofed = [("Forwarded", "for=6.6.6.6"), ("X-Real-IP", "9.9.9.9")];
+    assert_eq!(get_with(addr, &spoofed).await.1, "127.0.0.1");
+    let both = [("Forwarded", "for=6.6.6.6"), ("X-Forwarded-For", "198.51.100.7")];
+    assert_eq!(get_with(addr, &both).await.1, "198.51.100.7");
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Forwarded-For: \xff, 198.51.100.7\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    assert!(
+        response.ends_with(b"\r\n\r\n198.51.100.7"),
+        "{}",
+        String::from_utf8_lossy(&response)
+    );
 }
 
 #[tokio::test]

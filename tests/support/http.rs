@@ -1,11 +1,12 @@
 //! A plain HTTP/1.1 client over TCP (one request per connection, the response read
-//! whole, headers as written on the wire, names lower-cased), and an axum server on a
-//! free loopback port.
+//! whole, headers as written on the wire, names lower-cased), an axum server on a
+//! free loopback port, and a reverse proxy in front of it that writes one forwarding
+//! header the way nginx does.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 /// Serves `app` on `ip` (a free port), with the peer address for client-IP keys.
 pub async fn serve_on(ip: &str, app: axum::Router) -> SocketAddr {
@@ -44,16 +45,45 @@ impl Reply {
 
 /// Sends `method path` with `headers` (`("x-api-key", "k1")`) and reads the response.
 pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let raw: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+    send_from(None, addr, method, path, &raw).await
+}
+
+/// Sends `method path` from the loopback address `from` (127.0.0.1 when `None`), the
+/// header values as raw bytes (what a client may put on the wire, UTF-8 or not).
+pub async fn send_from(
+    from: Option<IpAddr>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+) -> Reply {
+    let mut stream = match from {
+        None => TcpStream::connect(addr).await.unwrap(),
+        Some(ip) => {
+            let socket = match ip {
+                IpAddr::V4(_) => TcpSocket::new_v4(),
+                IpAddr::V6(_) => TcpSocket::new_v6(),
+            }
+            .unwrap();
+            socket.bind(SocketAddr::new(ip, 0)).unwrap();
+            socket.connect(addr).await.unwrap()
+        }
+    };
     let mut request =
-        format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n");
+        format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n")
+            .into_bytes();
     for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
+        request.extend_from_slice(name.as_bytes());
+        request.extend_from_slice(b": ");
+        request.extend_from_slice(value);
+        request.extend_from_slice(b"\r\n");
     }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
+    request.extend_from_slice(b"\r\n");
+    stream.write_all(&request).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8_lossy(&response);
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     let headers = head
         .lines()
@@ -66,4 +96,92 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
         headers,
         body: body.to_owned(),
     }
+}
+
+/// The one forwarding header a [`proxy`] writes about the client it saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writes {
+    /// nginx's `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for`: the
+    /// client's own lines joined with ", ", the client's address appended.
+    XForwardedFor,
+    /// nginx's `proxy_set_header X-Real-IP $remote_addr`: the client's own lines
+    /// replaced by one with its address.
+    XRealIp,
+    /// RFC 7239: an element `for=...` appended to the client's own `Forwarded`.
+    Forwarded,
+}
+
+/// A reverse proxy on 127.0.0.1 (a free port) in front of `upstream`, one request per
+/// connection (requests without a body): it rewrites the header it `writes` with the
+/// address the client connected from and passes every other header through as the
+/// client wrote it, byte for byte. It connects to `upstream` from 127.0.0.1.
+pub async fn proxy(upstream: SocketAddr, writes: Writes) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut client, peer) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                // The requests have no body: the head is all there is.
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 16 * 1024];
+                while !head.ends_with(b"\r\n\r\n") {
+                    let n = client.read(&mut chunk).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    head.extend_from_slice(&chunk[..n]);
+                }
+                let request = rewrite(&head[..head.len() - 4], writes, peer.ip());
+                let mut upstream = TcpStream::connect(upstream).await.unwrap();
+                upstream.write_all(&request).await.unwrap();
+                let mut response = Vec::new();
+                upstream.read_to_end(&mut response).await.unwrap();
+                client.write_all(&response).await.unwrap();
+            });
+        }
+    });
+    addr
+}
+
+/// The request head as the proxy forwards it.
+fn rewrite(head: &[u8], writes: Writes, client: IpAddr) -> Vec<u8> {
+    let name = match writes {
+        Writes::XForwardedFor => "x-forwarded-for",
+        Writes::XRealIp => "x-real-ip",
+        Writes::Forwarded => "forwarded",
+    };
+    let mut lines = head
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let mut out = lines.next().unwrap().to_vec();
+    out.extend_from_slice(b"\r\n");
+    let mut own: Vec<&[u8]> = Vec::new();
+    for line in lines {
+        let colon = line.iter().position(|&b| b == b':').unwrap();
+        if line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
+            own.push(line[colon + 1..].trim_ascii());
+        } else {
+            out.extend_from_slice(line);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    let address = match (writes, client) {
+        (Writes::Forwarded, IpAddr::V6(v6)) => format!("for=\"[{v6}]\""),
+        (Writes::Forwarded, v4) => format!("for={v4}"),
+        (_, ip) => ip.to_string(),
+    };
+    let mut value = Vec::new();
+    if writes != Writes::XRealIp {
+        for line in own {
+            value.extend_from_slice(line);
+            value.extend_from_slice(b", ");
+        }
+    }
+    value.extend_from_slice(address.as_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(&value);
+    out.extend_from_slice(b"\r\n\r\n");
+    out
 }
