@@ -639,19 +639,24 @@ async fn count_row() {
                     .unwrap()
                     .allowed
             );
+            // in batches, each short enough for a connection's reply timeout under an
+            // instruction counter
             let fill = "local now = tonumber(redis.call('time')[1]) * 1000 \
-                for i = 1, tonumber(ARGV[1]) - 1 do \
+                for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do \
                 redis.call('zadd', KEYS[1], now, struct.pack('Bc0I', 16, string.format('%016d', i), 1)) end \
                 redis.call('set', KEYS[2], '0', 'keepttl')";
-            let _: () = redis::cmd("EVAL")
-                .arg(fill)
-                .arg(2)
-                .arg(format!("{{{name}}}:permits"))
-                .arg(format!("{{{name}}}:value"))
-                .arg(grants)
-                .query_async(&mut conn.clone())
-                .await
-                .unwrap();
+            for first in (1..grants).step_by(1_000) {
+                let _: () = redis::cmd("EVAL")
+                    .arg(fill)
+                    .arg(2)
+                    .arg(format!("{{{name}}}:permits"))
+                    .arg(format!("{{{name}}}:value"))
+                    .arg(first)
+                    .arg((first + 999).min(grants - 1))
+                    .query_async(&mut conn.clone())
+                    .await
+                    .unwrap();
+            }
             let permits = if row == "walk-deny-1" { 1 } else { grants };
             let rules = [rule.permits(permits)];
             for _ in 0..calls {

@@ -260,7 +260,7 @@ mod attribute {
     }
 
     #[rate_limit(
-        key = "tbattr:cold",
+        key = "tbattr:cold:bucket",
         rate = 10,
         interval = "1s",
         algorithm = "token_bucket",

@@ -583,7 +583,10 @@ async fn reported_refusals(
     let mut total = 0;
     for second in after + 1..=through {
         let count: Option<u64> = conn
-            .hget(format!("{prefix}refused:{second}"), name)
+            .hget(
+                format!("{prefix}{}:refused:{second}", redlimit_runtime::LIBRARY_SEGMENT),
+                name,
+            )
             .await
             .map_err(backend)?;
         total += count.unwrap_or(0);

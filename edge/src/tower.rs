@@ -340,8 +340,10 @@ impl RateLimitLayerBuilder {
         let mut names = HashSet::new();
         let mut specs = Vec::with_capacity(self.rules.len());
         let mut rules = Vec::with_capacity(self.rules.len());
+        let mut templates = Vec::with_capacity(self.rules.len());
         for rule in self.rules {
             check_rule(&rule)?;
+            templates.push(template(&rule));
             if !names.insert(rule.name) {
                 return Err(InvalidLayer(format!(
                     "two rules are named `{}`: their limiters would be the same keys; give each rule its own name",
@@ -399,7 +401,7 @@ impl RateLimitLayerBuilder {
         let needs_path = false;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
-                site: Site::with_rules(specs, self.timeout, "RateLimitLayer"),
+                site: Site::with_rules(specs, self.timeout, "RateLimitLayer").with_templates(templates),
                 rules,
                 per_request,
                 needs_path,
@@ -421,12 +423,39 @@ fn shape(rule: &LayerRule) -> BucketShape {
     BucketShape::new(rule.burst.unwrap_or(rule.rate), rule.warmup)
 }
 
+/// A rule's limiters in the attribute's template syntax, for the registry that keeps
+/// rules of different shapes from sharing names: the name as literal text, then the
+/// key's value, named after its source (`login:{ip}` for [`Key::client_ip`], as an
+/// attribute keyed by a `ClientIp` parameter named `ip` writes it).
+fn template(rule: &LayerRule) -> String {
+    let name = rule.name.replace('{', "{{").replace('}', "}}");
+    let value = match &rule.key.0 {
+        KeyKind::Global => return name,
+        KeyKind::ClientIp => "ip".to_owned(),
+        KeyKind::Header(header) => header.to_ascii_lowercase(),
+        #[cfg(feature = "axum")]
+        KeyKind::PathParam(param) => param.clone(),
+        KeyKind::With(_) => "with".to_owned(),
+    };
+    format!("{name}:{{{value}}}")
+}
+
 fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
     let name = rule.name;
     let invalid = |problem: String| Err(InvalidLayer(format!("rule `{name}`: {problem}")));
     if name.is_empty() {
         return Err(InvalidLayer(
             "a rule's name is empty: it names the rule's limiters, logs and RateLimit fields".into(),
+        ));
+    }
+    let reserved = redlimit_runtime::LIBRARY_SEGMENT;
+    if name
+        .strip_prefix(reserved)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '{', '}']))
+    {
+        return invalid(format!(
+            "a rule's name may not start with `{reserved}`: the library keeps its own keys (run-time overrides, \
+             refusal reports) under that segment; choose another name"
         ));
     }
     if let Err(error) = RateLimiterConfig::new(rule.mode, rule.rate, rule.interval).validate(name) {

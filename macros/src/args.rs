@@ -244,6 +244,7 @@ pub fn parse(
                 Some(lit) => match template::parse(&lit.value())
                     .and_then(|pieces| template::check_params(&pieces, params).map(|()| pieces))
                     .and_then(|pieces| template::check_slot(&pieces).map(|()| pieces))
+                    .and_then(|pieces| template::check_segments(&pieces).map(|()| pieces))
                 {
                     Ok(pieces) => rule.key = Some((lit.clone(), pieces)),
                     Err(problem) => errors.push(Error::new(lit.span(), problem)),

@@ -103,6 +103,70 @@ pub fn check_params(pieces: &[Piece], params: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// What ends a segment of a limiter name: interpolated values never contain these
+/// (they are escaped), so a value fills exactly the segment it is written into.
+const SEPARATORS: [char; 3] = [':', '{', '}'];
+
+/// The first segment of every key the library keeps for itself (`<prefix>redlimit:...`).
+pub const RESERVED: &str = "redlimit";
+
+/// A key's values must each fill a whole segment, after a literal one, so that no value
+/// can write another rule's literal text: every placeholder sits between separators
+/// (`:`, or the braces of a hash tag) or at the end, the key starts with literal text,
+/// and that text does not start with the library's own segment.
+pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
+    let example = "write the key as literal segments and whole-segment values, e.g. \"order:{user_id}\" or \
+                   \"{{tenant:{tenant.id}}}:search\"";
+    let separated = |c: Option<char>| c.is_none_or(|c| SEPARATORS.contains(&c));
+    match pieces.first() {
+        Some(Piece::Text(text)) if text.chars().any(|c| !SEPARATORS.contains(&c)) => {
+            let starts_reserved = text
+                .strip_prefix(RESERVED)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(SEPARATORS));
+            if starts_reserved {
+                return Err(format!(
+                    "a key may not start with `{RESERVED}`: the library keeps its own keys (run-time overrides, \
+                     refusal reports) under that segment; choose another first segment"
+                ));
+            }
+        }
+        None => {}
+        Some(Piece::Text(_)) | Some(Piece::Value(_)) => {
+            let value = pieces.iter().find_map(|p| match p {
+                Piece::Value(path) => Some(path.join(".")),
+                Piece::Text(_) => None,
+            });
+            return Err(format!(
+                "the key starts with the value `{{{}}}`: a key must start with literal text of its own, so that \
+                 no value can choose which rule's limiters it reaches; {example}",
+                value.unwrap_or_default()
+            ));
+        }
+    }
+    for (i, piece) in pieces.iter().enumerate() {
+        let Piece::Value(path) = piece else { continue };
+        let before = match i.checked_sub(1).map(|j| &pieces[j]) {
+            Some(Piece::Text(text)) => text.chars().last(),
+            Some(Piece::Value(_)) => Some('v'),
+            None => None,
+        };
+        let after = match pieces.get(i + 1) {
+            Some(Piece::Text(text)) => text.chars().next(),
+            Some(Piece::Value(_)) => Some('v'),
+            None => None,
+        };
+        if !separated(before) || !separated(after) {
+            return Err(format!(
+                "`{{{}}}` shares a segment of the key with other text: a value must fill a whole segment, \
+                 between `:` (or a hash tag's braces) and the next, so that no value can spell another key; \
+                 {example}",
+                path.join(".")
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The key's written braces must form a Redis hash tag that keeps the limiter's keys
 /// in one cluster slot. Interpolated values never contain braces (they are escaped),
 /// so the written text decides.
@@ -132,6 +196,38 @@ pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn values_fill_whole_segments_after_a_literal_one() {
+        let ok = |t: &str| check_segments(&parse(t).unwrap());
+        for good in [
+            "order",
+            "order:{user_id}",
+            "order:{a}:{b.c}:x",
+            "{{tenant:{tenant.id}}}:search:{query}",
+            "search:{{{tenant}}}",
+            "redlimitx:{a}",
+            "x:redlimit:{a}",
+        ] {
+            assert_eq!(ok(good), Ok(()), "{good}");
+        }
+        for (bad, says) in [
+            ("{tenant}:{user}", "starts with the value `{tenant}`"),
+            ("{api_key}", "starts with the value"),
+            (":{a}", "starts with the value"),
+            ("{{{t}}}:search", "starts with the value"),
+            ("user-{id}", "`{id}` shares a segment"),
+            ("v{n}:x", "`{n}` shares a segment"),
+            ("a:{x}{y}", "`{x}` shares a segment"),
+            ("a:{x}.json", "`{x}` shares a segment"),
+            ("redlimit", "may not start with `redlimit`"),
+            ("redlimit:overrides", "may not start with `redlimit`"),
+            ("redlimit:{x}", "may not start with `redlimit`"),
+        ] {
+            let error = ok(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
 
     fn text(s: &str) -> Piece {
         Piece::Text(s.into())

@@ -251,6 +251,25 @@ pub enum Error {
         reason: String,
     },
 
+    /// Two rules of this process, of different shapes, that can produce one limiter
+    /// name: a value passed to one would reach the limiters of the other.
+    #[error(
+        "rules `{rule}` (limiters `{shape}`) and `{other}` (limiters `{other_shape}`) can produce the same \
+         limiter name from different values, so a value passed to one reaches the limiters of the other; \
+         give one of them a literal segment of its own (`login:user:{{user}}`), or name the values alike if \
+         they are the same value; `{rule}` refuses every call until then"
+    )]
+    OverlappingRules {
+        /// The rule refused: the later of the two to be used.
+        rule: String,
+        /// Its limiter names, prefix included, values by placeholder name.
+        shape: String,
+        /// The rule it overlaps.
+        other: String,
+        /// That rule's limiter names.
+        other_shape: String,
+    },
+
     /// A URL that cannot name a Redis server.
     #[error(
         "invalid Redis URL `{url}`: {detail}; expected redis://[user:password@]host[:port][/db], \

@@ -70,7 +70,7 @@ pub use default_client::{default_client, set_default};
 pub use error::Error;
 pub use keys::LimiterKeys;
 pub use limiter::RateLimiter;
-pub use overrides::{OverrideOf, RateOverride};
+pub use overrides::{OverrideOf, RateOverride, LIBRARY_SEGMENT};
 pub use refusal::{FromRateLimited, Limit, RateLimited};
 #[cfg(feature = "http")]
 pub use refusal::{RATELIMIT, RATELIMIT_POLICY};

@@ -2,8 +2,10 @@
 //! key of its template, or for one limiter, without a redeploy. And the refusals each
 //! process reports to Redis once a second, for operators watching a limiter.
 //!
-//! Overrides live in one hash under the client's prefix, `<prefix>overrides` (so they
-//! survive restarts), field `rule:<rule name>` or `key:<limiter name>`, value
+//! The library keeps its own keys under `<prefix>redlimit:`, a segment no rule's
+//! limiter can start with (the attribute refuses such keys at compile time, the layer
+//! such names when it is built). Overrides live in one hash there,
+//! `<prefix>redlimit:overrides` (so they survive restarts), field `rule:<rule name>` or `key:<limiter name>`, value
 //! `<rate>/<interval in ms>`. Each process reads the hash on its first decision and then
 //! every second in the background, so a change reaches every process within about a
 //! second and a decision never waits for it. Rules of the attribute and of the layer
@@ -11,7 +13,7 @@
 //! the overridden config, so it does not undo it.
 //!
 //! Refusals of the attribute's and the layer's rules are counted in process and added,
-//! by the same background task, to `<prefix>refused:<epoch second>` (a hash of counts
+//! by the same background task, to `<prefix>redlimit:refused:<epoch second>` (a hash of counts
 //! by limiter name, kept 2 minutes): `redlimit watch` reads them. No call waits for
 //! this. What the reports cost Redis is bounded per process, whatever keys callers
 //! send: each second, at most `MAX_REPORTED` limiters (the first refused, not the
@@ -136,6 +138,9 @@ impl Table {
     }
 }
 
+/// The first segment, after the prefix, of the keys the library keeps for itself.
+pub const LIBRARY_SEGMENT: &str = "redlimit";
+
 /// How often each process reads the overrides and reports its refusals.
 pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 /// Limiters whose refusals one process reports per second, at most, each in a field of
@@ -193,9 +198,15 @@ impl Overrides {
 }
 
 impl Client {
-    /// The key of the overrides hash: `<prefix>overrides`.
+    /// The key of the overrides hash: `<prefix>redlimit:overrides`.
     pub fn overrides_key(&self) -> String {
-        format!("{}overrides", self.prefix())
+        format!("{}{LIBRARY_SEGMENT}:overrides", self.prefix())
+    }
+
+    /// The key of the refusals reported for the epoch second `second`:
+    /// `<prefix>redlimit:refused:<second>`.
+    pub fn refusals_key(&self, second: u64) -> String {
+        format!("{}{LIBRARY_SEGMENT}:refused:{second}", self.prefix())
     }
 
     /// Counts a refusal of the limiter `name` of rule `rule`, for the next report
@@ -245,7 +256,7 @@ impl Client {
                 by_second.entry(second).or_default().push((name, count));
             }
             for (second, counts) in by_second {
-                let key = format!("{}refused:{second}", self.prefix());
+                let key = self.refusals_key(second);
                 // Lost when Redis fails: these are for watching, not for deciding.
                 let _ = redis.add_counts(&key, &counts, REPORT_TTL_MS).await;
             }

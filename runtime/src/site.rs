@@ -70,6 +70,16 @@ pub struct Site {
     counters: SiteCounters,
     /// Whether the rules are in this process's registry (see `registry`).
     registered: std::sync::atomic::AtomicBool,
+    /// The rules' key templates, for their shapes, when not their names (a layer's).
+    templates: Vec<String>,
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        if self.registered.load(Ordering::Relaxed) {
+            crate::registry::forget(self.id());
+        }
+    }
 }
 
 /// Backend failures of one function are logged at most this often.
@@ -92,6 +102,7 @@ impl Site {
             shadow_suppressed: AtomicU64::new(0),
             counters: SiteCounters::new(),
             registered: std::sync::atomic::AtomicBool::new(false),
+            templates: Vec::new(),
         }
     }
 
@@ -101,10 +112,42 @@ impl Site {
 
     /// A site whose rules are built at run time (a layer's).
     pub fn with_rules(rules: Vec<RuleSpec>, timeout: Option<Duration>, function: &'static str) -> Self {
-        Site {
-            rules: Cow::Owned(rules),
-            ..Site::new(&[], timeout, function)
-        }
+        crate::registry::register(&rules);
+        let mut site = Site::new(&[], timeout, function);
+        site.rules = Cow::Owned(rules);
+        site
+    }
+
+    /// The key template of each rule, in the attribute's syntax (`login:{ip}`), where
+    /// the rules' names are not templates (a layer's): what the registry compares.
+    pub fn with_templates(mut self, templates: Vec<String>) -> Self {
+        self.templates = templates;
+        self
+    }
+
+    /// Puts the rules in this process's registry, once: for override checks, and to
+    /// find rules of other functions that overlap them.
+    fn register(&self, prefix: &str) {
+        crate::registry::register(&self.rules);
+        let shapes: Vec<(String, crate::registry::Shape)> = self
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let template = self.templates.get(i).map_or(spec.name, String::as_str);
+                (
+                    spec.name.to_owned(),
+                    crate::registry::Shape::of_template(prefix, template),
+                )
+            })
+            .collect();
+        crate::registry::place(self.id(), &shapes);
+        self.registered.store(true, Ordering::Relaxed);
+    }
+
+    /// This site in the registry: its address, stable while it lives.
+    fn id(&self) -> usize {
+        self as *const Site as usize
     }
 
     /// The rules, in the order given.
@@ -442,10 +485,6 @@ impl Site {
         permits: Option<&[u64]>,
     ) -> Result<Granted, RateLimited> {
         tracing::trace!(?keys, "redlimit keys");
-        if !self.registered.load(Ordering::Relaxed) {
-            crate::registry::register(&self.rules);
-            self.registered.store(true, Ordering::Relaxed);
-        }
         let call = Call { keys, permits };
         let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
         let client = match client {
@@ -471,6 +510,12 @@ impl Site {
         tracing::Span::current().record("backend", client.backend().label());
         let overrides = client.background_ready().await;
         let rules = self.build_rules(client.prefix(), &call, Some((client, &overrides)));
+        if !self.registered.load(Ordering::Relaxed) {
+            self.register(client.prefix());
+        }
+        if let Some(overlap) = crate::registry::conflict_of(self.id()) {
+            return Err(self.misuse(&rules, 0, overlap));
+        }
         if let Some(never) = self.never_passes(&call, &rules) {
             client.note_refused(never.key(), self.rules[never.rule()].name);
             return Err(never);

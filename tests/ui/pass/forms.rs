@@ -19,18 +19,18 @@ pub struct Service {
 }
 
 impl Service {
-    #[rate_limit(key = "{self.name}", rate = 5, interval = "1s")]
+    #[rate_limit(key = "svc:{self.name}", rate = 5, interval = "1s")]
     pub async fn by_ref(&self) -> Result<usize, RateLimited> {
         Ok(self.name.len())
     }
 
-    #[rate_limit(key = "{self.name}:mut", rate = 5, interval = "1s")]
+    #[rate_limit(key = "svc:{self.name}:mut", rate = 5, interval = "1s")]
     pub async fn by_mut(&mut self, suffix: &str) -> Result<(), RateLimited> {
         self.name.push_str(suffix);
         Ok(())
     }
 
-    #[rate_limit(key = "{self.name}:owned", rate = 5, interval = "1s")]
+    #[rate_limit(key = "svc:{self.name}:owned", rate = 5, interval = "1s")]
     pub async fn by_value(self) -> Result<String, RateLimited> {
         Ok(self.name)
     }
