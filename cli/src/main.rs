@@ -164,29 +164,14 @@ fn backend(error: impl ToString) -> Failure {
     Failure::Backend(error.to_string())
 }
 
-/// The URL with its password hidden, for messages.
+/// The URL with its passwords hidden, for messages.
 fn shown(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
-        _ => url.to_owned(),
-    }
+    redlimit_runtime::redact_url(url)
 }
 
-/// `message` with the URL's password, if any, replaced.
+/// `message` with the URL's passwords, if any, replaced.
 fn scrub(message: &str, url: &str) -> String {
-    let password = url
-        .find("://")
-        .and_then(|scheme| {
-            let rest = &url[scheme + 3..];
-            let at = rest.rfind('@')?;
-            let userinfo = &rest[..at];
-            Some(userinfo.split_once(':').map_or(userinfo, |(_, p)| p).to_owned())
-        })
-        .filter(|p| !p.is_empty());
-    match password {
-        Some(p) => message.replace(&p, "***"),
-        None => message.to_owned(),
-    }
+    redlimit_runtime::scrub_url_secrets(message, url)
 }
 
 fn main() -> ExitCode {
@@ -673,9 +658,10 @@ mod tests {
 
     #[test]
     fn passwords_never_show() {
-        let url = "redis://user:s3cret@host:6379/";
+        let url = "redis://user:s3c,ret@host:6379/";
         assert_eq!(shown(url), "redis://***@host:6379/");
-        assert_eq!(scrub("auth s3cret failed", url), "auth *** failed");
+        assert_eq!(scrub("auth s3c,ret failed", url), "auth *** failed");
         assert_eq!(shown("redis://host/"), "redis://host/");
+        assert_eq!(shown("unix:///r.sock?pass=s3cret"), "unix:///r.sock?pass=***");
     }
 }

@@ -77,3 +77,4 @@ pub use refusal::{RATELIMIT, RATELIMIT_POLICY};
 pub use response::ProblemJson;
 pub use rule::{Algorithm, BucketShape, Rule};
 pub use site::OnError;
+pub use target::{redact_url, scrub_url_secrets};
