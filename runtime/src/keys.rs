@@ -194,6 +194,21 @@ fn braces(name: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// What `name` is when it is one of the library's own keys under the clients' key
+/// `prefix`: the override table (`<prefix>overrides`) or a refusal report
+/// (`<prefix>refused:<second>`). No limiter may be named so: its writes would rewrite,
+/// expire or delete them. `None` for any other name.
+pub fn library_key(prefix: &str, name: &str) -> Option<&'static str> {
+    let rest = name.strip_prefix(prefix)?;
+    if rest == "overrides" {
+        Some("the override table")
+    } else if rest.starts_with("refused:") {
+        Some("a refusal report")
+    } else {
+        None
+    }
+}
+
 /// Accepts a limiter name only when its five keys share one Redis Cluster slot:
 /// a name without braces, or one whose first `{` opens a non-empty hash tag.
 pub fn check_name(name: &str) -> Result<(), Error> {

@@ -59,6 +59,8 @@ mod tls;
 mod waiting;
 
 pub use backend::connection::cluster_nodes;
+#[doc(hidden)]
+pub use backend::redis::delete_limiter_keys;
 pub use bucket::TokenBucket;
 pub use builder::ClientBuilder;
 pub use client::{Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
