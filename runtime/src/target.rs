@@ -5,7 +5,8 @@
 //! and rebuilt from the parts that are known to be harmless: the scheme, hosts and
 //! ports, a database number, a sentinel's master name, a socket's path, the `db` and
 //! `protocol` query parameters and the `#insecure` fragment. User info becomes `***`,
-//! every other query value `***`. A URL whose parts do not all read as one of the
+//! so do the values of `pass`, `password`, `user` and `username`, and any other query
+//! parameter whole. A URL whose parts do not all read as one of the
 //! forms accepted (`redis://`, `rediss://`, `valkey://`, `valkeys://`, `redis+unix://`,
 //! `valkey+unix://`, `unix://`, `redis+cluster://` and `rediss+cluster://` with several
 //! hosts, `redis+sentinel://` and `rediss+sentinel://` with several hosts, a master
@@ -259,15 +260,15 @@ impl Parsed<'_> {
     }
 }
 
-/// A query parameter as shown: `db` and `protocol` with their value, any other named
-/// parameter (`pass`, `password`, `user`, ...) with `***`, anything else `***`.
+/// A query parameter as shown: `db` and `protocol` with their value, the parameters
+/// that name credentials (`pass`, `password`, `user`, `username`) with `***`, any other
+/// parameter `***` whole (its name may be a password written in the wrong place).
 fn show_pair(pair: &str, secrets: &mut Vec<String>) -> String {
     if let Some((key, value)) = pair.split_once('=') {
-        let plain_key = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if plain_key {
-            if matches!(key, "db" | "protocol") && value.chars().all(|c| c.is_ascii_alphanumeric()) {
-                return pair.to_owned();
-            }
+        if matches!(key, "db" | "protocol") && value.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return pair.to_owned();
+        }
+        if matches!(key, "db" | "protocol" | "pass" | "password" | "user" | "username") {
             push_secret(value, secrets);
             return format!("{key}=***");
         }
@@ -408,7 +409,8 @@ mod tests {
                 "unix:///run/r.sock?user=***&password=***&protocol=resp3",
             ),
             ("unix:///run/r.sock?secret", "unix:///run/r.sock?***"),
-            ("redis://h:1/?x=secret#secret", "redis://h:1/?x=***#***"),
+            ("redis://h:1/?x=secret#secret", "redis://h:1/?***#***"),
+            ("redis://h:1/?secret=1&db=x!", "redis://h:1/?***&db=***"),
             // Not parsed as written: hidden up to the hosts.
             ("redis://:sec/ret@host:1/", "redis://***@host:1/"),
             ("redis://:sec?ret@host:1/", "redis://***@host:1/"),
