@@ -1,4 +1,4 @@
--- configure.lua (after shared.lua): write a limiter's config (Redisson's setRate, and 4.4's setRate and
+-- configure.lua (after shared.lua and limiter.lua): write a limiter's config (Redisson's setRate, and 4.4's setRate and
 -- updateRate with RateLimiterArgs).
 --
 -- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
@@ -15,8 +15,9 @@
 -- value + permits in the log = rate, so the new rate is never exceeded while old
 -- grants leave (Redisson clamps it at 0 instead, which lets the window exceed the new
 -- rate). Then the TTL rule of an acquire applies to the three keys.
--- Keys that are deleted may hold anything (a restart repairs corrupted state); keys
--- that are read must hold their type.
+-- NAME must be missing or a limiter's config (limiter.lua): any other key is another
+-- program's, and nothing is written. Keys that are deleted may hold anything (a
+-- restart repairs corrupted state); keys that are read must hold their type.
 
 local function check_type(key, expected, role)
   local kind = redis.call('type', key).ok
@@ -26,7 +27,7 @@ local function check_type(key, expected, role)
   return kind
 end
 
-if check_type(KEYS[1], 'hash', 'config') == 'none' and ARGV[7] == '1' then
+if not limiter_config(KEYS[1]) and ARGV[7] == '1' then
   return 0
 end
 

@@ -233,7 +233,13 @@ async fn foreign_or_corrupted_state_gives_errors_naming_the_key() {
         "{err:?}"
     );
 
-    let _: () = raw.hset("log_is_hash", "rate", "5").await.unwrap();
+    let _: () = raw
+        .hset_multiple(
+            "log_is_hash",
+            &[("rate", "5"), ("interval", "1000"), ("type", "0")],
+        )
+        .await
+        .unwrap();
     let _: () = raw.hset("{log_is_hash}:permits", "x", "y").await.unwrap();
     client
         .rate_limiter("log_is_hash")

@@ -307,9 +307,15 @@ fn a_layer_that_cannot_work_does_not_build() {
     assert!(error(RateLimitLayer::builder().rule(LayerRule::new("", 5, MINUTE))).contains("name is empty"));
     for reserved in ["redlimit", "redlimit:overrides", "redlimit{x}"] {
         let said = error(RateLimitLayer::builder().rule(LayerRule::new(reserved, 5, MINUTE)));
-        assert!(said.contains("may not start with `redlimit`"), "{reserved}: {said}");
+        assert!(
+            said.contains("may not start with `redlimit`"),
+            "{reserved}: {said}"
+        );
     }
-    assert!(RateLimitLayer::builder().rule(LayerRule::new("redlimitx", 5, MINUTE)).build().is_ok());
+    assert!(RateLimitLayer::builder()
+        .rule(LayerRule::new("redlimitx", 5, MINUTE))
+        .build()
+        .is_ok());
 }
 
 /// Two enforced rules are one decision: when the second refuses, the first spends

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use redis::AsyncCommands;
-use redlimit_runtime::keys::suffix;
-use redlimit_runtime::{Client, OverrideOf, RateLimiterArgs, RateOverride, RateType};
+use redlimit_runtime::keys::{library_key, suffix};
+use redlimit_runtime::{delete_limiter_keys, Client, OverrideOf, RateLimiterArgs, RateOverride, RateType};
 use serde_json::json;
 
 use crate::inspect::{glob_escape, inspect, peek, read_config, server_now};
@@ -75,13 +75,22 @@ enum Command {
         /// Restart the window (every permit available); creates a missing limiter.
         #[arg(long)]
         reset: bool,
+        /// The key prefix of the processes' clients, whose own keys (override table,
+        /// refusal reports) are never taken for limiters.
+        #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX)]
+        prefix: String,
     },
-    /// Deletes a limiter: its config, value, log and every client's keys.
+    /// Deletes a limiter: its config, value, log, token bucket and every client's
+    /// keys; refuses, deleting nothing, when one of them is not a limiter's.
     Reset {
         name: String,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// The key prefix of the processes' clients, whose own keys (override table,
+        /// refusal reports) are never taken for limiters.
+        #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX)]
+        prefix: String,
     },
     /// Would N permits be granted now, and if not when? Reads the stored state and
     /// takes nothing (overall limiters).
@@ -164,29 +173,14 @@ fn backend(error: impl ToString) -> Failure {
     Failure::Backend(error.to_string())
 }
 
-/// The URL with its password hidden, for messages.
+/// The URL with its passwords hidden, for messages.
 fn shown(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
-        _ => url.to_owned(),
-    }
+    redlimit_runtime::redact_url(url)
 }
 
-/// `message` with the URL's password, if any, replaced.
+/// `message` with the URL's passwords, if any, replaced.
 fn scrub(message: &str, url: &str) -> String {
-    let password = url
-        .find("://")
-        .and_then(|scheme| {
-            let rest = &url[scheme + 3..];
-            let at = rest.rfind('@')?;
-            let userinfo = &rest[..at];
-            Some(userinfo.split_once(':').map_or(userinfo, |(_, p)| p).to_owned())
-        })
-        .filter(|p| !p.is_empty());
-    match password {
-        Some(p) => message.replace(&p, "***"),
-        None => message.to_owned(),
-    }
+    redlimit_runtime::scrub_url_secrets(message, url)
 }
 
 fn main() -> ExitCode {
@@ -240,17 +234,24 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
             mode,
             keep_alive,
             reset,
+            prefix,
         } => {
-            let client = Client::connect(url).await.map_err(backend)?;
+            let client = Client::builder()
+                .prefix(prefix)
+                .connect(url)
+                .await
+                .map_err(backend)?;
             let limiter = client.rate_limiter(name.clone());
             let mode = match mode {
                 Mode::Overall => RateType::Overall,
                 Mode::PerClient => RateType::PerClient,
             };
             let mut args = RateLimiterArgs::new(mode, *rate, *interval).keep_state(!reset);
-            // The stored keep-alive stays unless another is given.
+            // The stored keep-alive stays unless another is given. A key of another
+            // type is refused by the write, naming what it holds.
             let stored = match limiter.config().await {
                 Ok(config) => config.and_then(|c| c.keep_alive),
+                Err(redlimit_runtime::Error::WrongType { .. }) => None,
                 Err(error) if error.is_backend_failure() => return Err(backend(error)),
                 Err(_) => None,
             };
@@ -285,23 +286,27 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
                 Err(error) => Err(Failure::No(error.to_string())),
             }
         }
-        Command::Reset { name, yes } => {
+        Command::Reset { name, yes, prefix } => {
+            if let Some(what) = library_key(prefix, name) {
+                return Err(Failure::No(format!(
+                    "`{name}` is {what} of the clients with the key prefix `{prefix}`, \
+                     not a rate limiter: nothing deleted"
+                )));
+            }
             let store = Store::open(url).await.map_err(backend)?;
-            let value = suffix(name, "value");
-            let log = suffix(name, "permits");
-            let mut keys = vec![name.clone(), value.clone(), log.clone()];
-            keys.extend(
-                store
-                    .scan(&format!("{}:*", glob_escape(&value)), None, usize::MAX)
+            let mut keys: Vec<(String, &'static str)> = vec![(name.clone(), "config")];
+            for (key, role) in [
+                (suffix(name, "value"), "value"),
+                (suffix(name, "permits"), "permits"),
+                (suffix(name, "bucket"), "bucket"),
+            ] {
+                let clients = store
+                    .scan(&format!("{}:*", glob_escape(&key)), None, usize::MAX)
                     .await
-                    .map_err(backend)?,
-            );
-            keys.extend(
-                store
-                    .scan(&format!("{}:*", glob_escape(&log)), None, usize::MAX)
-                    .await
-                    .map_err(backend)?,
-            );
+                    .map_err(backend)?;
+                keys.push((key, role));
+                keys.extend(clients.into_iter().map(|client| (client, role)));
+            }
             if !yes {
                 eprint!("delete limiter `{name}` ({} keys at most)? [y/N] ", keys.len());
                 let _ = std::io::stderr().flush();
@@ -311,13 +316,13 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
                     return Err(Failure::No("not deleted".to_owned()));
                 }
             }
+            // One script: every key is checked to be a limiter's before any is
+            // deleted (a limiter's keys share one cluster slot).
             let mut conn = store.conn.clone();
-            let mut deleted = 0u64;
-            // One key per command: on a cluster, client keys may live in other slots.
-            for key in &keys {
-                let n: u64 = conn.del(key).await.map_err(backend)?;
-                deleted += n;
-            }
+            let deleted = delete_limiter_keys(&mut conn, &keys)
+                .await
+                .map_err(backend)?
+                .map_err(|error| Failure::No(error.to_string()))?;
             if cli.json {
                 println!("{}", json!({"name": name, "deleted_keys": deleted}));
             } else {
@@ -676,9 +681,10 @@ mod tests {
 
     #[test]
     fn passwords_never_show() {
-        let url = "redis://user:s3cret@host:6379/";
+        let url = "redis://user:s3c,ret@host:6379/";
         assert_eq!(shown(url), "redis://***@host:6379/");
-        assert_eq!(scrub("auth s3cret failed", url), "auth *** failed");
+        assert_eq!(scrub("auth s3c,ret failed", url), "auth *** failed");
         assert_eq!(shown("redis://host/"), "redis://host/");
+        assert_eq!(shown("unix:///r.sock?pass=s3cret"), "unix:///r.sock?pass=***");
     }
 }

@@ -133,7 +133,9 @@ impl TokenBucket {
         Ok(self.run(0).await?.rules[0].left)
     }
 
-    /// Deletes the bucket (it is full again); true when it existed.
+    /// Deletes the bucket (it is full again); true when it existed. Refuses
+    /// ([`Error::NotALimiter`]), deleting nothing, when its key holds something that
+    /// is not a token bucket's state.
     pub async fn delete(&self) -> Result<bool, Error> {
         let keys = self.keys()?;
         let mode = self.rule.config().rate_type;

@@ -114,7 +114,7 @@ impl ClientBuilder {
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<Client, Error> {
         let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-        let target = Target::new(&nodes.join(","));
+        let target = Target::nodes(&nodes);
         self.connect_cluster_nodes(&nodes, target).await
     }
 

@@ -88,6 +88,23 @@ pub enum Error {
         detail: String,
     },
 
+    /// A write of a limiter (setting its rate, keep-alive or TTL, deleting it) found
+    /// a key that is not a rate limiter's: another program's data, or one of this
+    /// library's own keys. Nothing was written. A misuse, not a backend failure.
+    #[error(
+        "key `{key}` is not a rate limiter's {role}: it {found}; nothing was written \
+         (a limiter's config is a hash with fields rate, interval and type, a token \
+         bucket's state a string rate:interval:burst:tokens:at); choose another limiter name"
+    )]
+    NotALimiter {
+        /// The key.
+        key: String,
+        /// What the write took it for: config, value, permits or bucket.
+        role: &'static str,
+        /// What it holds.
+        found: String,
+    },
+
     /// A config hash field holds something that is not a valid value.
     #[error(
         "config `{key}` has field `{field}` = {value:?}, which is not valid \

@@ -60,6 +60,8 @@ mod tls;
 mod waiting;
 
 pub use backend::connection::cluster_nodes;
+#[doc(hidden)]
+pub use backend::redis::delete_limiter_keys;
 pub use bucket::TokenBucket;
 pub use builder::ClientBuilder;
 pub use client::{Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
@@ -78,3 +80,4 @@ pub use refusal::{RATELIMIT, RATELIMIT_POLICY};
 pub use response::ProblemJson;
 pub use rule::{Algorithm, BucketShape, Rule};
 pub use site::OnError;
+pub use target::{redact_url, scrub_url_secrets};

@@ -8,6 +8,13 @@ use crate::{waiting, Client, Decision, Error, LimiterKeys, RateLimiterArgs, Rate
 
 /// One limiter, named as in Redis. Get it from [`Client::rate_limiter`].
 ///
+/// Its writes (setting the rate, keep-alive or TTL, deleting it) touch only a
+/// limiter's keys: when the name is one of the library's own keys (the override table
+/// `<prefix>overrides`, a refusal report `<prefix>refused:*`), or a key under it holds
+/// what a limiter does not keep there (another program's string, a hash without
+/// `rate`, `interval` and `type`), they fail with [`Error::NotALimiter`] and write
+/// nothing. A name that does not exist yet becomes a limiter.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlimit_runtime::Error> {
@@ -111,9 +118,24 @@ impl RateLimiter {
     }
 
     fn checked(&self, config: &RateLimiterConfig) -> Result<&LimiterKeys, Error> {
-        let keys = self.keys()?;
+        let keys = self.writable()?;
         config.validate(&self.name)?;
         Ok(keys)
+    }
+
+    /// The keys, for a write: refused when the name is one of the library's own keys
+    /// (the override table, a refusal report), whatever it holds.
+    fn writable(&self) -> Result<&LimiterKeys, Error> {
+        let keys = self.keys()?;
+        let prefix = self.client.prefix();
+        match crate::keys::library_key(prefix, &self.name) {
+            Some(what) => Err(Error::NotALimiter {
+                key: self.name.clone(),
+                role: "config",
+                found: format!("is {what} of the clients with the key prefix `{prefix}`"),
+            }),
+            None => Ok(keys),
+        }
     }
 
     /// Sets the config only if none exists (three HSETNX, as Redisson): answers whether
@@ -259,7 +281,7 @@ impl RateLimiter {
     /// too. `Duration::ZERO` removes it (and the TTLs). A keep-alive shorter than the
     /// stored interval is refused, as Redisson refuses it.
     pub async fn keep_alive(&self, keep_alive: Duration) -> Result<(), Error> {
-        let keys = self.keys()?;
+        let keys = self.writable()?;
         let keep_ms = keep_alive.as_millis() as u64;
         if keep_alive > Duration::ZERO {
             RateLimiterConfig::new(RateType::Overall, 1, Duration::from_millis(1))
@@ -274,7 +296,7 @@ impl RateLimiter {
 
     /// Sets a TTL on all five keys; answers whether the config exists and got it.
     pub async fn expire(&self, ttl: Duration) -> Result<bool, Error> {
-        let keys = self.keys()?;
+        let keys = self.writable()?;
         self.client
             .backend()
             .expire(keys, ttl.as_millis() as u64, self.client.now_ms())
@@ -283,7 +305,7 @@ impl RateLimiter {
 
     /// Deletes all five keys; answers whether anything was deleted.
     pub async fn delete(&self) -> Result<bool, Error> {
-        let keys = self.keys()?;
+        let keys = self.writable()?;
         self.client.backend().delete(keys, self.client.now_ms()).await
     }
 

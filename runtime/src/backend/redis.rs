@@ -25,14 +25,16 @@ struct Scripts {
     refund: Script,
     tokens: Script,
     refund_tokens: Script,
+    reset: Script,
 }
 
-/// A script with `lua/shared.lua`'s helpers in front of it.
+/// A script with `lua/shared.lua`'s helpers (and those of the other files given) in
+/// front of it.
 macro_rules! with_shared {
-    ($file:literal) => {
+    ($($file:literal),+) => {
         Script::new(concat!(
             include_str!("../../../lua/shared.lua"),
-            include_str!(concat!("../../../lua/", $file))
+            $(include_str!(concat!("../../../lua/", $file))),+
         ))
     };
 }
@@ -44,11 +46,22 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
         include_str!("../../../lua/bucket.lua"),
         include_str!("../../../lua/acquire.lua")
     )),
-    try_set_rate: Script::new(include_str!("../../../lua/try_set_rate.lua")),
-    configure: with_shared!("configure.lua"),
+    try_set_rate: Script::new(concat!(
+        include_str!("../../../lua/limiter.lua"),
+        include_str!("../../../lua/try_set_rate.lua")
+    )),
+    configure: with_shared!("limiter.lua", "configure.lua"),
     release: with_shared!("release.lua"),
-    keep_alive: Script::new(include_str!("../../../lua/keep_alive.lua")),
-    expire: Script::new(include_str!("../../../lua/expire.lua")),
+    keep_alive: Script::new(concat!(
+        include_str!("../../../lua/limiter.lua"),
+        include_str!("../../../lua/guard.lua"),
+        include_str!("../../../lua/keep_alive.lua")
+    )),
+    expire: Script::new(concat!(
+        include_str!("../../../lua/limiter.lua"),
+        include_str!("../../../lua/guard.lua"),
+        include_str!("../../../lua/expire.lua")
+    )),
     refund: with_shared!("refund.lua"),
     tokens: Script::new(concat!(
         include_str!("../../../lua/call_time.lua"),
@@ -57,6 +70,11 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
         include_str!("../../../lua/tokens.lua")
     )),
     refund_tokens: Script::new(include_str!("../../../lua/refund_tokens.lua")),
+    reset: Script::new(concat!(
+        include_str!("../../../lua/limiter.lua"),
+        include_str!("../../../lua/bucket.lua"),
+        include_str!("../../../lua/reset.lua")
+    )),
 });
 
 /// Attempts at refunding a timed-out grant, and the pause before each retry.
@@ -459,14 +477,12 @@ impl RedisBackend {
             RateType::Overall => keys.bucket(),
             RateType::PerClient => keys.client_bucket(),
         };
+        let keys_and_roles = [(key, "bucket")];
         self.run(&[keys.borrowed()], |mut conn| async move {
-            redis::cmd("DEL")
-                .arg(key)
-                .query_async::<u64>(&mut conn)
-                .await
-                .map(|n| n > 0)
+            delete_limiter_keys(&mut conn, &keys_and_roles).await
         })
-        .await
+        .await?
+        .map(|n| n > 0)
     }
 
     /// Every field of the hash `key` (the rate overrides).
@@ -535,15 +551,19 @@ impl RedisBackend {
     }
 
     pub async fn delete(&self, keys: &LimiterKeys, _now: u64) -> Result<bool, Error> {
-        let deleted: i64 = self
-            .run(&[keys.borrowed()], |mut conn| async move {
-                redis::cmd("DEL")
-                    .arg(&keys.all()[..])
-                    .query_async(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(deleted > 0)
+        let [config, value, client_value, permits, client_permits] = keys.all();
+        let keys_and_roles = [
+            (config, "config"),
+            (value, "value"),
+            (client_value, "value"),
+            (permits, "permits"),
+            (client_permits, "permits"),
+        ];
+        self.run(&[keys.borrowed()], |mut conn| async move {
+            delete_limiter_keys(&mut conn, &keys_and_roles).await
+        })
+        .await?
+        .map(|n| n > 0)
     }
 
     pub async fn is_exists(&self, keys: &LimiterKeys, _now: u64) -> Result<bool, Error> {
@@ -556,6 +576,61 @@ impl RedisBackend {
             })
             .await?;
         Ok(exists == 1)
+    }
+}
+
+/// Deletes `keys`, each given with its role (`"config"`, `"value"`, `"permits"` or
+/// `"bucket"`), in one script call, when every one is missing or holds what a limiter
+/// keeps there (a config hash with rate, interval and type, an integer, a sorted set,
+/// a token bucket's state); answers how many were deleted, or [`Error::NotALimiter`]
+/// naming the first key that holds something else, having deleted nothing. The keys
+/// must share one cluster slot, as a limiter's do. (The `redlimit` CLI's reset.)
+#[doc(hidden)]
+pub async fn delete_limiter_keys<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    keys: &[(String, &'static str)],
+) -> redis::RedisResult<Result<u64, Error>> {
+    if keys.is_empty() {
+        return Ok(Ok(0));
+    }
+    let mut invocation = SCRIPTS.reset.prepare_invoke();
+    for (key, _) in keys {
+        invocation.key(key);
+    }
+    for (_, role) in keys {
+        invocation.arg(*role);
+    }
+    let reply: redis::Value = invocation.invoke_async(conn).await?;
+    let refused = |index: &redis::Value, found: &redis::Value| {
+        let index = match index {
+            redis::Value::Int(i) => usize::try_from(*i).ok()?.checked_sub(1)?,
+            _ => return None,
+        };
+        let found = match found {
+            redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            redis::Value::SimpleString(text) => text.clone(),
+            _ => return None,
+        };
+        let (key, role) = keys.get(index)?;
+        Some(Error::NotALimiter {
+            key: key.clone(),
+            role,
+            found,
+        })
+    };
+    Ok(match &reply {
+        redis::Value::Int(n) => Ok(u64::try_from(*n).unwrap_or(0)),
+        redis::Value::Array(items) if items.len() == 2 => {
+            Err(refused(&items[0], &items[1]).unwrap_or_else(|| unexpected_reset(&reply)))
+        }
+        _ => Err(unexpected_reset(&reply)),
+    })
+}
+
+fn unexpected_reset(reply: &redis::Value) -> Error {
+    Error::UnexpectedReply {
+        script: "reset.lua",
+        reply: format!("{reply:?}"),
     }
 }
 

@@ -144,6 +144,15 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
                 detail: detail.to_owned(),
             }
         }
+        "not_limiter" => {
+            let (role, found) = detail.split_once(' ').unwrap_or((detail, ""));
+            let (role, key) = key_of(keys, role);
+            Error::NotALimiter {
+                key,
+                role,
+                found: found.to_owned(),
+            }
+        }
         "bad_config" => {
             let (field, value) = detail.split_once('=').unwrap_or((detail, ""));
             let field = match field {

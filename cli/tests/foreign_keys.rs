@@ -1,0 +1,303 @@
+//! The CLI's writes (`reset`, `set-rate`) on keys that are not limiters: another
+//! program's string or hash, the override table, a refusal report, a key under a
+//! limiter's name that holds something else. Each is refused with a message naming
+//! what the key holds, exit code 1, and nothing written; limiters and token buckets
+//! are still reset and tuned.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redlimit::{Client, RateType};
+use support::RedisServer;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn redlimit(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_redlimit"))
+        .args(args)
+        .env("REDIS_URL", url)
+        .output()
+        .unwrap()
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A key's type, TTL and contents.
+async fn state(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> (String, i64, Option<Vec<u8>>) {
+    let kind: String = redis::cmd("TYPE").arg(key).query_async(raw).await.unwrap();
+    let ttl: i64 = raw.pttl(key).await.unwrap();
+    let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query_async(raw).await.unwrap();
+    (kind, ttl, dump)
+}
+
+/// `args` on `key` exit 1 naming what it holds, and leave `key` (and `also`) as they
+/// were.
+async fn refused(
+    url: &str,
+    raw: &mut redis::aio::MultiplexedConnection,
+    args: &[&str],
+    key: &str,
+    also: &[&str],
+    found: &str,
+) {
+    let mut before = vec![state(raw, key).await];
+    for other in also {
+        before.push(state(raw, other).await);
+    }
+    let out = redlimit(url, args);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {shown}");
+    assert!(shown.contains(found), "{args:?}: {shown}");
+    assert!(shown.contains(key), "{args:?}: {shown}");
+    assert!(shown.contains("nothing"), "{args:?}: {shown}");
+    let mut after = vec![state(raw, key).await];
+    for other in also {
+        after.push(state(raw, other).await);
+    }
+    assert_eq!(before, after, "{args:?} wrote");
+}
+
+#[tokio::test]
+async fn reset_deletes_only_limiters() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+
+    let _: () = raw.set("session:abc", "token").await.unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &["reset", "session:abc", "--yes"],
+        "session:abc",
+        &[],
+        "holds a string",
+    )
+    .await;
+    let _: () = raw
+        .hset_multiple("user:42", &[("name", "ada"), ("email", "ada@example.com")])
+        .await
+        .unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &["reset", "user:42", "--yes"],
+        "user:42",
+        &[],
+        "without rate, interval, type",
+    )
+    .await;
+
+    // The library's keys, by name, whatever they hold.
+    let out = redlimit(
+        &url,
+        &["override", "set", "login", "--rate", "3", "--interval", "1m"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let _: () = raw
+        .hset_multiple(
+            "rate_limit:redlimit:overrides",
+            &[("rate", "5"), ("interval", "1000"), ("type", "0")],
+        )
+        .await
+        .unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &["reset", "rate_limit:redlimit:overrides", "--yes"],
+        "rate_limit:redlimit:overrides",
+        &[],
+        "override table",
+    )
+    .await;
+    let _: () = raw
+        .hset("rate_limit:redlimit:refused:1700000000", "login", 3)
+        .await
+        .unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &["reset", "rate_limit:redlimit:refused:1700000000", "--yes"],
+        "rate_limit:redlimit:refused:1700000000",
+        &[],
+        "refusal report",
+    )
+    .await;
+
+    // A limiter whose keys include one that is not a limiter's: nothing deleted.
+    let client = Client::connect(&url).await.unwrap();
+    let limiter = client.rate_limiter("mixed");
+    limiter
+        .try_set_rate(RateType::PerClient, 5, MINUTE)
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let _: () = raw.hset("{mixed}:value:foreign", "x", "y").await.unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &["reset", "mixed", "--yes"],
+        "{mixed}:value:foreign",
+        &["mixed"],
+        "holds a hash",
+    )
+    .await;
+    let _: () = raw.del("{mixed}:value:foreign").await.unwrap();
+    let out = redlimit(&url, &["reset", "mixed", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("3 keys deleted"), "{}", text(&out));
+
+    // A token bucket's state is a limiter's; a string under a bucket's name that does
+    // not decode is not.
+    let bucket = client.token_bucket("tb", 5, MINUTE);
+    assert!(bucket.try_acquire(1).await.unwrap());
+    let out = redlimit(&url, &["reset", "tb", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("1 keys deleted"), "{}", text(&out));
+    let exists: bool = raw.exists("{tb}:bucket").await.unwrap();
+    assert!(!exists);
+    let _: () = raw.set("{tb2}:bucket", "1:2:3").await.unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &["reset", "tb2", "--yes"],
+        "{tb2}:bucket",
+        &[],
+        "not a token bucket",
+    )
+    .await;
+
+    let out = redlimit(&url, &["reset", "nothing:here", "--yes"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("no limiter named"), "{}", text(&out));
+}
+
+#[tokio::test]
+async fn set_rate_writes_only_limiters() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+
+    let _: () = raw
+        .hset_multiple("user:42", &[("name", "ada"), ("email", "ada@example.com")])
+        .await
+        .unwrap();
+    for extra in [&[][..], &["--reset"][..], &["--keep-alive", "2m", "--reset"][..]] {
+        let mut args = vec!["set-rate", "user:42", "--rate", "5", "--interval", "1m"];
+        args.extend(extra);
+        refused(
+            &url,
+            &mut raw,
+            &args,
+            "user:42",
+            &[],
+            "without rate, interval, type",
+        )
+        .await;
+    }
+    let _: () = raw.set("session:abc", "token").await.unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &[
+            "set-rate",
+            "session:abc",
+            "--rate",
+            "5",
+            "--interval",
+            "1m",
+            "--reset",
+        ],
+        "session:abc",
+        &[],
+        "holds a string",
+    )
+    .await;
+
+    // The override table, as it is and made to look like a config: never a limiter,
+    // so it is neither rewritten nor given a TTL.
+    let out = redlimit(
+        &url,
+        &["override", "set", "login", "--rate", "3", "--interval", "1m"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for extra in [&[][..], &["--reset"][..]] {
+        let mut args = vec![
+            "set-rate",
+            "rate_limit:redlimit:overrides",
+            "--rate",
+            "5",
+            "--interval",
+            "1s",
+            "--keep-alive",
+            "1s",
+        ];
+        args.extend(extra);
+        refused(
+            &url,
+            &mut raw,
+            &args,
+            "rate_limit:redlimit:overrides",
+            &[],
+            "override table",
+        )
+        .await;
+    }
+    let _: () = raw
+        .hset_multiple(
+            "rate_limit:redlimit:overrides",
+            &[("rate", "5"), ("interval", "1000"), ("type", "0")],
+        )
+        .await
+        .unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &[
+            "set-rate",
+            "rate_limit:redlimit:overrides",
+            "--rate",
+            "5",
+            "--interval",
+            "1s",
+            "--keep-alive",
+            "1s",
+        ],
+        "rate_limit:redlimit:overrides",
+        &[],
+        "override table",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let table: Option<String> = raw
+        .hget("rate_limit:redlimit:overrides", "rule:login")
+        .await
+        .unwrap();
+    assert!(
+        table.is_some(),
+        "the override table outlives a refused keep-alive"
+    );
+
+    // A missing key becomes a limiter with --reset; a limiter is tuned.
+    let out = redlimit(
+        &url,
+        &["set-rate", "new:1", "--rate", "5", "--interval", "1m", "--reset"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = redlimit(&url, &["set-rate", "new:1", "--rate", "6", "--interval", "1m"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rate: String = raw.hget("new:1", "rate").await.unwrap();
+    assert_eq!(rate, "6");
+    let out = redlimit(&url, &["set-rate", "new:2", "--rate", "5", "--interval", "1m"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("no limiter named"), "{}", text(&out));
+}
