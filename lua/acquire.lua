@@ -171,6 +171,15 @@ for i = 1, nrules do
       if not string.find(keep, '^%d+$') or r.keep > LIMIT then helpers() fail('bad_config', i, 'keepAliveTime=' .. keep) end
       r.kind, r.old_kind, r.keep_text = kind, kind, keep
     end
+    if owns and not initialized and redis.call('exists', r.name) == 1 then
+      -- another program's hash under the limiter's name: the rule writes nothing to it
+      local missing = {}
+      for j, field in ipairs({ 'rate', 'interval', 'type' }) do
+        if stored[j] == false then missing[#missing + 1] = field end
+      end
+      helpers()
+      fail('not_limiter', i, 'config holds a hash without ' .. table.concat(missing, ', '))
+    end
     if owns then
       r.write, r.changed = true, initialized
       if initialized then r.replaced = stored end -- rare: the table grows only then

@@ -192,3 +192,29 @@ async fn a_token_bucket_deletes_only_its_state() {
     let kept: String = raw.get("{tb:2}:bucket").await.unwrap();
     assert_eq!(kept, "not a bucket");
 }
+
+/// A rule creates its limiter's config only where nothing is: a rule named after
+/// another program's hash is refused, and the hash is left as it was.
+#[tokio::test]
+async fn a_rule_writes_no_config_into_another_programs_hash() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    for (name, fields, found) in [
+        ("user:7", vec![("name", "ada")], "without rate, interval, type"),
+        ("fx:rate", vec![("rate", "1.0842")], "without interval, type"),
+    ] {
+        let _: () = raw.hset_multiple(name, &fields).await.unwrap();
+        let before = state(&mut raw, name).await;
+        for rules in [
+            vec![redlimit::Rule::new(name, 5, MINUTE)],
+            vec![redlimit::Rule::new("fresh:1", 5, MINUTE), redlimit::Rule::new(name, 5, MINUTE)],
+        ] {
+            let err = client.check_rules(&rules).await.unwrap_err();
+            assert_refused(&err, name, found);
+        }
+        assert_eq!(state(&mut raw, name).await, before, "{name} unchanged");
+    }
+    let exists: bool = raw.exists("fresh:1").await.unwrap();
+    assert!(!exists, "a refused call writes no rule's config");
+}
