@@ -586,7 +586,13 @@ async fn count_row() {
     let calls: usize = std::env::var("REDLIMIT_BENCH_CALLS")
         .ok()
         .map_or(20_000, |n| n.parse().expect("REDLIMIT_BENCH_CALLS is a number"));
-    let client = Client::connect(&url).await.unwrap();
+    // Under an instruction counter Redis runs tens of times slower than usual.
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(10))
+        .connect_timeout(Duration::from_secs(10))
+        .connect(&url)
+        .await
+        .unwrap();
     redlimit::set_default(client.clone()).unwrap();
     let conn = redis::Client::open(url.as_str())
         .unwrap()
