@@ -73,7 +73,8 @@ pub struct Site {
 /// Backend failures of one function are logged at most this often.
 const LOG_EVERY_MS: u64 = 10_000;
 
-/// The in-process limiters `on_error = "local"` decides on while the backend is down.
+/// The in-process limiters `on_error = "local"` decides on when no client could be
+/// resolved (a client's own are [`Client::local`]'s).
 static LOCAL: Lazy<Client> = Lazy::new(Client::memory);
 
 impl Site {
@@ -339,6 +340,7 @@ impl Site {
         rules: Vec<Rule>,
         error: Error,
         deadline: Option<Instant>,
+        fallback: &Client,
     ) -> Result<(), RateLimited> {
         self.log_failure(&error);
         let enforced = |i: usize| !self.rules[i].shadow && call.applies(i);
@@ -368,7 +370,7 @@ impl Site {
             return Ok(());
         }
         let local_rules: Vec<Rule> = local.iter().map(|&i| rules[i].clone()).collect();
-        match self.check(&LOCAL, &local_rules, deadline).await {
+        match self.check(fallback, &local_rules, deadline).await {
             Ok(decision) if decision.allowed => Ok(()),
             Ok(decision) => Err(self.refusal(&local_rules, &decision, |i| local[i])),
             // The rules cannot be enforced anywhere: refused, never let through.
@@ -446,7 +448,7 @@ impl Site {
                         return Err(never);
                     }
                     return self
-                        .on_error(&call, rules, error, deadline)
+                        .on_error(&call, rules, error, deadline, &LOCAL)
                         .await
                         .map(|()| Granted::default());
                 }
@@ -508,7 +510,7 @@ impl Site {
             }
             // on_error is for the backend failing; anything else refuses.
             Err(error) if error.is_backend_failure() => self
-                .on_error(&call, rules, error, deadline)
+                .on_error(&call, rules, error, deadline, client.local())
                 .await
                 .map(|()| Granted::default()),
             Err(error) => Err(self.misuse(enforced, position(0), error)),
