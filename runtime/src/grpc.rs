@@ -32,7 +32,9 @@ impl From<RateLimited> for Status {
                 }
                 status
             }
-            Some(cause) if cause.is_backend_failure() => {
+            Some(cause)
+                if cause.is_backend_failure() || matches!(**cause, crate::Error::MemoryFull { .. }) =>
+            {
                 Status::unavailable("service temporarily unavailable")
             }
             Some(_) => Status::internal("internal error"),
