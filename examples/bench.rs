@@ -733,7 +733,11 @@ fn live_keys_on_this_thread() {
                 )]
             })
             .collect();
-        let hot = [Rule::new("rate_limit:bench:hot", HUGE_RATE, Duration::from_secs(1))];
+        let hot = [Rule::new(
+            "rate_limit:bench:hot",
+            HUGE_RATE,
+            Duration::from_secs(1),
+        )];
         let (hot_ns, turn_ns, bytes) = runtime.block_on(async {
             let before = resident_bytes();
             for rule in &rules {

@@ -81,4 +81,17 @@ mod tests {
         assert!(!status.message().contains("secret"));
         assert!(status.metadata().get("retry-after").is_none());
     }
+
+    #[test]
+    fn the_in_process_bound_is_unavailable_without_the_cause() {
+        let mut limited = refusal();
+        limited.retry_after = None;
+        limited.cause = Some(Arc::new(crate::Error::MemoryFull {
+            name: "rate_limit:rpc:secret-key".to_owned(),
+            max: 10,
+        }));
+        let status = Status::from(limited);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(!status.message().contains("secret"));
+    }
 }
