@@ -77,7 +77,7 @@ impl ClientBuilder {
     /// bucket full again), as Redis drops their keys. While `max` are held, a
     /// decision that needs a new limiter is refused with [`Error::MemoryFull`] (under
     /// every `on_error`: it is not a backend failure), counted in
-    /// `redlimit_memory_full_total` and logged once; the limiters held are never
+    /// `redlimit_memory_full_total` and logged once per client; the limiters held are never
     /// dropped early to make room, so a flood of new keys cannot reset a key's window.
     /// 0 refuses every new limiter.
     pub fn max_limiters(mut self, max: usize) -> Self {

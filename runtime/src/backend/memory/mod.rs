@@ -42,9 +42,9 @@ const SHARDS: usize = 16;
 /// counter shared by every thread would be written by all of them on every decision.
 const SWEEP_EVERY: usize = 64;
 const IN_TURN: usize = 32;
-/// Buckets a decision sweeps in a shard for each limiter it created there (up to
-/// [`AT_BOUND`]), so that the table is gone round about once per table's worth of new
-/// limiters and expired ones never outnumber the live ones by much.
+/// Buckets a decision sweeps in a shard for each limiter it created there, so that
+/// new limiters pay for the sweeping they make necessary: a shard's table of `B`
+/// buckets is gone round once every `B / 4` new limiters.
 const PER_NEW: usize = 4;
 /// Buckets a decision that needs a new limiter sweeps in each of its shards when the
 /// backend holds its maximum, looking for expired limiters to make room.
