@@ -704,4 +704,43 @@ mod tests {
             }
         });
     }
+
+    #[test]
+    fn a_limiter_without_keep_alive_is_never_swept_and_counts_towards_the_bound() {
+        let backend = MemoryBackend::new(2);
+        let forever = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_secs(1));
+        let by_hand = LimiterKeys::new("by-hand", "c").unwrap();
+        let config = minute(5);
+        let later = 1_000 + 20_000 * 61_000;
+        block_on(async {
+            assert!(backend.try_set_rate(&by_hand, &forever, 1_000).await.unwrap());
+            // Two weeks of decisions on other keys, each expired before the next.
+            for call in 0..20_000u64 {
+                let keys = LimiterKeys::new(&format!("k:{call}"), "c").unwrap();
+                let _ = backend
+                    .acquire(&call_on(&keys, &config), 1_000 + call * 61_000)
+                    .await;
+            }
+            // Every shard swept whole: what is left is what never expires.
+            for shard in backend.shards.iter() {
+                backend.sweep(&mut shard.lock().unwrap(), later, usize::MAX);
+            }
+            assert_eq!(backend.len(), 1);
+            assert!(backend.is_exists(&by_hand, later).await.unwrap());
+            // It holds one of the two places.
+            let a = LimiterKeys::new("a", "c").unwrap();
+            let b = LimiterKeys::new("b", "c").unwrap();
+            assert!(
+                backend
+                    .acquire(&call_on(&a, &config), later)
+                    .await
+                    .unwrap()
+                    .granted
+            );
+            assert!(matches!(
+                backend.acquire(&call_on(&b, &config), later).await,
+                Err(Error::MemoryFull { max: 2, .. })
+            ));
+        });
+    }
 }
