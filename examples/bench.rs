@@ -9,7 +9,11 @@
 //!    pattern of calling `trySetRate` then `tryAcquire` before every call.
 //! 3. Latency of a decision under that load.
 //! 4. Memory in Redis per limiter when saturated, and keys left by idle limiters.
-//! 5. In process: the memory backend next to governor, per thread and in total.
+//! 5. In process: the memory backend next to governor, per thread and in total; then
+//!    one thread's ns per decision with 1 000, 100 000 and 1 000 000 live limiters, on
+//!    one hot key and on every key in turn, and the memory each limiter takes
+//!    (`REDLIMIT_BENCH_ONLY=memory` runs section 5 alone, `=keys` only its second
+//!    table).
 //! 7. A token bucket next to the sliding window: server time per decision and memory
 //!    per limiter at 10, 1 000 and 100 000 per minute (`REDLIMIT_BENCH_ONLY=bucket`
 //!    runs it alone).
@@ -244,6 +248,7 @@ async fn main() {
     match std::env::var("REDLIMIT_BENCH_ONLY").as_deref() {
         Ok("side") => return side_by_side(&client, &mut conn).await,
         Ok("memory") => return in_process(),
+        Ok("keys") => return live_keys(),
         Ok("bucket") => return token_bucket(&client, &mut conn).await,
         _ => {}
     }
@@ -733,6 +738,72 @@ fn in_process() {
         ours_1.per_thread_ns / gov_1.per_thread_ns,
         ours_2.per_thread_ns / gov_2.per_thread_ns
     );
+    live_keys();
+}
+
+/// The resident memory of this process, in bytes (Linux; 0 elsewhere).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Section 5, second table: one thread's decisions with `keys` limiters live (each
+/// granted once, within a 60 s window), on one hot key (a rule that always grants, so
+/// every decision writes) and on every live key in turn; and the resident memory the
+/// live limiters added, per limiter. The clients are kept to the end, so each row's
+/// limiters take fresh memory.
+fn live_keys() {
+    // On a thread of its own: the caller may be inside the benchmark's runtime.
+    std::thread::spawn(live_keys_on_this_thread).join().unwrap();
+}
+
+fn live_keys_on_this_thread() {
+    const HOT: usize = 2_000_000;
+    println!("\n## In process: one thread, 1 000 to 1 000 000 live limiters\n");
+    println!("| live limiters | ns per decision, one hot key | ns per decision, every key in turn | resident bytes per limiter |");
+    println!("|---:|---:|---:|---:|");
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let mut kept = Vec::new();
+    for keys in [1_000usize, 100_000, 1_000_000] {
+        let client = Client::builder().max_limiters(keys + 1).memory();
+        let rules: Vec<[Rule; 1]> = (0..keys)
+            .map(|k| {
+                [Rule::new(
+                    format!("rate_limit:bench:live:{k}"),
+                    HUGE_RATE,
+                    Duration::from_secs(60),
+                )]
+            })
+            .collect();
+        let hot = [Rule::new(
+            "rate_limit:bench:hot",
+            HUGE_RATE,
+            Duration::from_secs(1),
+        )];
+        let (hot_ns, turn_ns, bytes) = runtime.block_on(async {
+            let before = resident_bytes();
+            for rule in &rules {
+                assert!(client.check_rules(rule).await.unwrap().allowed);
+            }
+            let bytes = resident_bytes().saturating_sub(before) as f64 / keys as f64;
+            let started = Instant::now();
+            for _ in 0..HOT {
+                let _ = client.check_rules(&hot).await.unwrap();
+            }
+            let hot_ns = started.elapsed().as_nanos() as f64 / HOT as f64;
+            let turns = keys.max(HOT);
+            let started = Instant::now();
+            for i in 0..turns {
+                let _ = client.check_rules(&rules[i % keys]).await.unwrap();
+            }
+            let turn_ns = started.elapsed().as_nanos() as f64 / turns as f64;
+            (hot_ns, turn_ns, bytes)
+        });
+        println!("| {keys} | {hot_ns:.0} | {turn_ns:.0} | {bytes:.0} |");
+        kept.push((client, rules));
+    }
 }
 
 /// One run of `run_threads`.

@@ -11,7 +11,7 @@ use crate::backend::failure::classify;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
 use crate::backend::Backend;
-use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX};
 use crate::target::Target;
 use crate::{Client, Clock, Error, SystemClock};
 
@@ -24,6 +24,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     clock: Arc<dyn Clock>,
     server_time: bool,
+    max_limiters: usize,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsFiles,
 }
@@ -36,6 +37,7 @@ impl Default for ClientBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             clock: Arc::new(SystemClock),
             server_time: false,
+            max_limiters: DEFAULT_MAX_LIMITERS,
             #[cfg(feature = "tls")]
             tls: Default::default(),
         }
@@ -65,6 +67,27 @@ impl ClientBuilder {
     /// The clock decisions are made at (default: the system clock, as Redisson).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The most live limiters kept in process (default [`DEFAULT_MAX_LIMITERS`],
+    /// 100 000): by a [`memory`](ClientBuilder::memory) client, and, for a Redis
+    /// client, by the in-process limiters `on_error = "local"` decides on while Redis
+    /// fails. Limiters are dropped once expired (idle past their keep-alive, a token
+    /// bucket full again), as Redis drops their keys. While `max` are held, a
+    /// decision that needs a new limiter is refused with [`Error::MemoryFull`] (under
+    /// every `on_error`: it is not a backend failure), counted in
+    /// `redlimit_memory_full_total` and logged once per client; the limiters held are never
+    /// dropped early to make room, so a flood of new keys cannot reset a key's window.
+    /// 0 refuses every new limiter.
+    pub fn max_limiters(mut self, max: usize) -> Self {
+        self.max_limiters = max;
+        self
+    }
+
+    /// The clock, shared.
+    pub(crate) fn shared_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -206,7 +229,8 @@ impl ClientBuilder {
 
     /// A client on the in-process backend: same semantics, limits per process.
     pub fn memory(self) -> Client {
-        self.finish(Backend::Memory(MemoryBackend::default()), "memory".to_owned())
+        let backend = MemoryBackend::new(self.max_limiters);
+        self.finish(Backend::Memory(backend), "memory".to_owned())
     }
 
     fn redis_config(
@@ -239,7 +263,14 @@ impl ClientBuilder {
     }
 
     fn finish(self, backend: Backend, shown: String) -> Client {
-        Client::assemble(backend, self.prefix, self.clock, self.command_timeout, shown)
+        Client::assemble(
+            backend,
+            self.prefix,
+            self.clock,
+            self.command_timeout,
+            shown,
+            self.max_limiters,
+        )
     }
 }
 

@@ -16,6 +16,9 @@ pub const DEFAULT_PREFIX: &str = "rate_limit:";
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
 /// How long establishing a connection may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// The most live limiters an in-process backend holds, unless
+/// [`ClientBuilder::max_limiters`] says otherwise.
+pub const DEFAULT_MAX_LIMITERS: usize = 100_000;
 
 /// A handle on limiter state in Redis or in this process. Cheap to clone: clones
 /// share the connection, the client id and the in-process state.
@@ -47,6 +50,10 @@ struct Inner {
     command_timeout: Duration,
     target: String,
     overrides: crate::overrides::Overrides,
+    /// The bound of the in-process limiters `on_error = "local"` decides on while
+    /// this client's backend fails, and those limiters, made on first use.
+    max_limiters: usize,
+    local: once_cell::sync::OnceCell<Client>,
 }
 
 impl Client {
@@ -57,6 +64,7 @@ impl Client {
         clock: Arc<dyn Clock>,
         command_timeout: Duration,
         target: String,
+        max_limiters: usize,
     ) -> Client {
         Client {
             inner: Arc::new(Inner {
@@ -67,8 +75,21 @@ impl Client {
                 command_timeout,
                 target,
                 overrides: Default::default(),
+                max_limiters,
+                local: once_cell::sync::OnceCell::new(),
             }),
         }
+    }
+
+    /// The in-process limiters `on_error = "local"` decides on while this client's
+    /// backend fails: on this client's clock, holding at most its `max_limiters`.
+    pub(crate) fn local(&self) -> &Client {
+        self.inner.local.get_or_init(|| {
+            ClientBuilder::default()
+                .max_limiters(self.inner.max_limiters)
+                .shared_clock(self.inner.clock.clone())
+                .memory()
+        })
     }
 }
 

@@ -299,6 +299,22 @@ pub enum Error {
         detail: String,
     },
 
+    /// The in-process backend holds its maximum of limiters and none has expired, so
+    /// a decision that needs a new one is refused (the limiters held are kept: none is
+    /// dropped early to make room). Not a backend failure: `on_error` does not apply,
+    /// the call is refused.
+    #[error(
+        "in-process rate limiter full: it holds its maximum of {max} live limiters, so the new \
+         limiter `{name}` is refused until idle ones expire; raise ClientBuilder::max_limiters \
+         if this many keys are expected"
+    )]
+    MemoryFull {
+        /// The limiter that could not be created.
+        name: String,
+        /// The bound (`ClientBuilder::max_limiters`).
+        max: usize,
+    },
+
     /// `set_default` was called after a default client was set or first used.
     #[error(
         "a default client is already in place (set earlier, or resolved from REDIS_URL on first use); \

@@ -32,7 +32,9 @@ impl From<RateLimited> for Status {
                 }
                 status
             }
-            Some(cause) if cause.is_backend_failure() => {
+            Some(cause)
+                if cause.is_backend_failure() || matches!(**cause, crate::Error::MemoryFull { .. }) =>
+            {
                 Status::unavailable("service temporarily unavailable")
             }
             Some(_) => Status::internal("internal error"),
@@ -78,5 +80,18 @@ mod tests {
         assert_eq!(status.code(), Code::Unavailable);
         assert!(!status.message().contains("secret"));
         assert!(status.metadata().get("retry-after").is_none());
+    }
+
+    #[test]
+    fn the_in_process_bound_is_unavailable_without_the_cause() {
+        let mut limited = refusal();
+        limited.retry_after = None;
+        limited.cause = Some(Arc::new(crate::Error::MemoryFull {
+            name: "rate_limit:rpc:secret-key".to_owned(),
+            max: 10,
+        }));
+        let status = Status::from(limited);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(!status.message().contains("secret"));
     }
 }

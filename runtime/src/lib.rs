@@ -64,7 +64,9 @@ pub use backend::connection::cluster_nodes;
 pub use backend::redis::delete_limiter_keys;
 pub use bucket::TokenBucket;
 pub use builder::ClientBuilder;
-pub use client::{Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+pub use client::{
+    Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_RATE};
 pub use decision::Decision;

@@ -22,6 +22,9 @@
 //! - `redlimit_refunds_total`: refunds a cluster call made (one per slot whose grants
 //!   it gave back after a later slot refused or failed).
 //! - `redlimit_config_changes_total`: stored configs a rule overwrote.
+//! - `redlimit_memory_full_total`: decisions an in-process backend refused because it
+//!   held its maximum of live limiters (`ClientBuilder::max_limiters`) and the call
+//!   needed a new one ([`Error::MemoryFull`](crate::Error::MemoryFull)).
 //!
 //! Spans: `redlimit.decide` (debug) around each call's decision, with `rules`,
 //! `backend`, `outcome`, `remaining`, `retry_after_ms` and `waited_ms`; inside it,
@@ -208,4 +211,11 @@ pub(crate) fn refunded() {
 pub(crate) fn config_changed() {
     #[cfg(feature = "metrics")]
     metrics::counter!("redlimit_config_changes_total").increment(1);
+}
+
+/// Counts a decision refused at the in-process backend's bound (rare: no handle is
+/// kept).
+pub(crate) fn memory_full() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlimit_memory_full_total").increment(1);
 }

@@ -15,11 +15,16 @@ use crate::refusal::seconds_up;
 
 impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
-    /// backend failed under `on_error = "deny"`, 500 when the limiter is misconfigured.
+    /// backend failed under `on_error = "deny"` or the in-process limiters are at their
+    /// bound ([`Error::MemoryFull`](crate::Error::MemoryFull)), 500 when the limiter is
+    /// misconfigured.
     pub fn status(&self) -> StatusCode {
         match &self.cause {
             None => StatusCode::TOO_MANY_REQUESTS,
             Some(cause) if cause.is_backend_failure() => StatusCode::SERVICE_UNAVAILABLE,
+            Some(cause) if matches!(**cause, crate::Error::MemoryFull { .. }) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Some(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

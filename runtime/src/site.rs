@@ -85,7 +85,8 @@ impl Drop for Site {
 /// Backend failures of one function are logged at most this often.
 const LOG_EVERY_MS: u64 = 10_000;
 
-/// The in-process limiters `on_error = "local"` decides on while the backend is down.
+/// The in-process limiters `on_error = "local"` decides on when no client could be
+/// resolved (a client's own are [`Client::local`]'s).
 static LOCAL: Lazy<Client> = Lazy::new(Client::memory);
 
 impl Site {
@@ -390,6 +391,7 @@ impl Site {
         rules: Vec<Rule>,
         error: Error,
         deadline: Option<Instant>,
+        fallback: &Client,
     ) -> Result<(), RateLimited> {
         self.log_failure(&error);
         let enforced = |i: usize| !self.rules[i].shadow && call.applies(i);
@@ -419,7 +421,7 @@ impl Site {
             return Ok(());
         }
         let local_rules: Vec<Rule> = local.iter().map(|&i| rules[i].clone()).collect();
-        match self.check(&LOCAL, &local_rules, deadline).await {
+        match self.check(fallback, &local_rules, deadline).await {
             Ok(decision) if decision.allowed => Ok(()),
             Ok(decision) => Err(self.refusal(&local_rules, &decision, |i| local[i])),
             // The rules cannot be enforced anywhere: refused, never let through.
@@ -501,7 +503,7 @@ impl Site {
                         return Err(self.misuse(&rules, 0, error));
                     }
                     return self
-                        .on_error(&call, rules, error, deadline)
+                        .on_error(&call, rules, error, deadline, &LOCAL)
                         .await
                         .map(|()| Granted::default());
                 }
@@ -569,7 +571,7 @@ impl Site {
             }
             // on_error is for the backend failing; anything else refuses.
             Err(error) if error.is_backend_failure() => self
-                .on_error(&call, rules, error, deadline)
+                .on_error(&call, rules, error, deadline, client.local())
                 .await
                 .map(|()| Granted::default()),
             Err(error) => Err(self.misuse(enforced, position(0), error)),

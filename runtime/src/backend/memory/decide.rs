@@ -10,7 +10,7 @@
 
 use super::state::{Bucket, Store};
 use super::tokens::{TokenPlan, Tokens};
-use super::{shard_of, Locked, MemoryBackend, REORDER_MS};
+use super::{shard_of, Locked, MemoryBackend, AT_BOUND, PER_NEW, REORDER_MS};
 use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
 use crate::{Error, RateLimiterConfig, RateType};
 
@@ -49,22 +49,55 @@ impl MemoryBackend {
             // One rule: one hash, one shard, and the usual call decided on its own.
             let hash = self.hash(call.keys.config());
             let mut locked = Locked::One(self.lock_shard(shard_of(hash)));
-            let store = locked.store(hash);
-            store.sweep_if_due(clock_now);
-            if let Some(outcome) = decide_one(store, call, hash, clock_now) {
+            if let Some(outcome) = decide_one(locked.store(hash), call, hash, clock_now) {
                 return Ok(outcome);
             }
-            return decide(locked, calls, &[hash], clock_now);
+            return decide(self, locked, calls, &[hash], clock_now);
         }
         let hashes: Vec<u64> = calls.iter().map(|c| self.hash(c.keys.config())).collect();
-        let mut locked = self.lock_all(&hashes);
-        locked.each_store(|store| store.sweep_if_due(clock_now));
-        decide(locked, calls, &hashes, clock_now)
+        let locked = self.lock_all(&hashes);
+        decide(self, locked, calls, &hashes, clock_now)
+    }
+
+    /// Room for the limiters a decision of `calls` creates (the names not held yet,
+    /// each once), taken from the bound; at the bound, after sweeping their shards for
+    /// expired limiters. Answers the first call of each new name.
+    fn make_room(
+        &self,
+        locked: &mut Locked<'_>,
+        calls: &[Call<'_>],
+        hashes: &[u64],
+        now: u64,
+    ) -> Result<Vec<usize>, Error> {
+        let new = |locked: &mut Locked<'_>| -> Vec<usize> {
+            (0..calls.len())
+                .filter(|&i| {
+                    let name = calls[i].keys.config();
+                    !calls[..i].iter().any(|c| c.keys.config() == name)
+                        && !locked.store(hashes[i]).limiters.contains(hashes[i], name)
+                })
+                .collect()
+        };
+        let mut fresh = new(locked);
+        if self.room.take(fresh.len()) {
+            return Ok(fresh);
+        }
+        // Dropping expired limiters changes no answer already computed (an expired
+        // limiter decides as a missing one), but a call's own may go: count again.
+        for &i in &fresh {
+            self.sweep(locked.store(hashes[i]), now, AT_BOUND);
+        }
+        fresh = new(locked);
+        if self.room.take(fresh.len()) {
+            return Ok(fresh);
+        }
+        Err(self.room.refuse(calls[fresh[0]].keys.config()))
     }
 }
 
 /// The decision of `calls`, whose names hash to `hashes`, on their locked shards.
 fn decide(
+    backend: &MemoryBackend,
     mut locked: Locked<'_>,
     calls: &[Call<'_>],
     hashes: &[u64],
@@ -243,7 +276,14 @@ fn decide(
             now,
             clock_now,
         };
+        let fresh = backend.make_room(&mut locked, calls, hashes, clock_now)?;
         commit(&mut locked, calls, &decided);
+        // Each new limiter pays for sweeping its share of the table, after the writes
+        // (before them, a sweep could drop a limiter the writes then create again,
+        // uncounted).
+        for &i in &fresh {
+            backend.sweep(locked.store(hashes[i]), clock_now, PER_NEW);
+        }
     }
     Ok(Outcome {
         granted,

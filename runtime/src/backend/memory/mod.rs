@@ -3,6 +3,14 @@
 //! TTLs follow the same rules as the scripts, measured on the client's clock, and
 //! expired limiters are swept so memory does not grow with the number of limiters
 //! ever seen. Keys are never formatted: limiters are found by name, buckets by mode.
+//!
+//! What a decision costs does not grow with the number of limiters held: sweeping
+//! goes round each shard's table a few buckets at a time (see [`MOST_SWEPT`]), and
+//! the number of limiters held has a bound ([`crate::DEFAULT_MAX_LIMITERS`] unless
+//! the builder says otherwise). At the bound a decision that would create a limiter
+//! first sweeps its shard for expired ones; finding none, it is refused with
+//! [`Error::MemoryFull`]: the limiters held are never dropped to make room, so no
+//! key's window is ever forgotten early.
 
 mod decide;
 mod state;
@@ -11,11 +19,14 @@ mod tokens;
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use self::state::Store;
 use super::Configure;
+#[cfg(test)]
+use crate::DEFAULT_MAX_LIMITERS;
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
 /// How far a call's time may lag the newest grant and still be decided at that
@@ -26,31 +37,105 @@ const REORDER_MS: u64 = 1000;
 /// deciding different limiters rarely wait for each other.
 const SHARDS: usize = 16;
 
+/// Every `SWEEP_EVERY`th decision of a thread sweeps [`IN_TURN`] buckets of the next
+/// shard in turn, so shards no traffic reaches are cleaned too. Counted per thread: a
+/// counter shared by every thread would be written by all of them on every decision.
+const SWEEP_EVERY: usize = 64;
+const IN_TURN: usize = 32;
+/// Buckets a decision sweeps in a shard for each limiter it created there, so that
+/// new limiters pay for the sweeping they make necessary: a shard's table of `B`
+/// buckets is gone round once every `B / 4` new limiters.
+const PER_NEW: usize = 4;
+/// Buckets a decision that needs a new limiter sweeps in each of its shards when the
+/// backend holds its maximum, looking for expired limiters to make room.
+const AT_BOUND: usize = 32;
+/// The most buckets one decision of one rule sweeps, whatever the number of limiters
+/// held: one turn, a search for room at the bound, and its own new limiter's share.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const MOST_SWEPT: u64 = (IN_TURN + AT_BOUND + PER_NEW) as u64;
+
 pub(crate) struct MemoryBackend {
     shards: Box<[Mutex<Store>]>,
     /// Names come from callers (API keys, addresses), so they are hashed with a
     /// randomly keyed SipHash, as std's map does: once per decision, for the shard and
     /// for the shard's table alike.
     hasher: RandomState,
+    room: Room,
 }
 
-/// Every `SWEEP_EVERY`th decision of a thread also sweeps the next shard in turn, so
-/// shards no traffic reaches are cleaned too. Counted per thread: a counter shared by
-/// every thread would be written by all of them on every decision.
-const SWEEP_EVERY: usize = 256;
+/// The bound on the limiters held, over every shard. Written only when a limiter is
+/// created or dropped, never by a decision on limiters already held.
+struct Room {
+    held: AtomicUsize,
+    max: usize,
+    /// Whether reaching the bound has been logged.
+    warned: AtomicBool,
+}
+
+impl Room {
+    /// Takes room for `n` more limiters, unless that would pass the bound.
+    fn take(&self, n: usize) -> bool {
+        n == 0
+            || self
+                .held
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                    held.checked_add(n).filter(|&after| after <= self.max)
+                })
+                .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        if n > 0 {
+            self.held.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The refusal of a new limiter `name` at the bound: counted, and logged the
+    /// first time.
+    fn refuse(&self, name: &str) -> Error {
+        crate::observe::memory_full();
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max_limiters = self.max,
+                "the in-process rate limiter holds its maximum of {} live limiters: \
+                 decisions that need a new limiter are refused until idle ones expire \
+                 (limiters held are kept; raise ClientBuilder::max_limiters if this \
+                 load is expected). Logged once.",
+                self.max
+            );
+        }
+        Error::MemoryFull {
+            name: name.to_owned(),
+            max: self.max,
+        }
+    }
+}
 
 thread_local! {
     static DECISIONS: Cell<usize> = const { Cell::new(0) };
 }
 
+#[cfg(test)]
 impl Default for MemoryBackend {
     fn default() -> Self {
+        MemoryBackend::new(DEFAULT_MAX_LIMITERS)
+    }
+}
+
+impl MemoryBackend {
+    /// A backend holding at most `max` limiters.
+    pub fn new(max: usize) -> Self {
         let hasher = RandomState::new();
         MemoryBackend {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(Store::new(hasher.clone())))
                 .collect(),
             hasher,
+            room: Room {
+                held: AtomicUsize::new(0),
+                max,
+                warned: AtomicBool::new(false),
+            },
         }
     }
 }
@@ -83,14 +168,6 @@ impl Locked<'_> {
             }
         }
     }
-
-    /// Runs `f` on every locked shard's store.
-    fn each_store(&mut self, mut f: impl FnMut(&mut Store)) {
-        match self {
-            Locked::One(guard) => f(guard),
-            Locked::Many(guards) => guards.iter_mut().for_each(|(_, guard)| f(guard)),
-        }
-    }
 }
 
 impl MemoryBackend {
@@ -121,8 +198,8 @@ impl MemoryBackend {
         Locked::Many(shards.into_iter().map(|i| (i, self.lock_shard(i))).collect())
     }
 
-    /// Sweeps one shard in turn every `SWEEP_EVERY` decisions of this thread, unless
-    /// it is busy.
+    /// Sweeps [`IN_TURN`] buckets of one shard in turn every `SWEEP_EVERY` decisions
+    /// of this thread, unless that shard is busy.
     fn sweep_in_turn(&self, now: u64) {
         let n = DECISIONS.with(|d| {
             let n = d.get();
@@ -131,9 +208,33 @@ impl MemoryBackend {
         });
         if n % SWEEP_EVERY == 0 {
             if let Ok(mut store) = self.shards[(n / SWEEP_EVERY) % SHARDS].try_lock() {
-                store.sweep(now);
+                let dropped = store.sweep(now, IN_TURN);
+                self.room.give_back(dropped);
             }
         }
+    }
+
+    /// Sweeps `buckets` buckets of `store`.
+    fn sweep(&self, store: &mut Store, now: u64, buckets: usize) {
+        let dropped = store.sweep(now, buckets);
+        self.room.give_back(dropped);
+    }
+
+    /// Room for the limiter `name` (hash `hash`) in `store`, when it is not held yet:
+    /// at the bound, after sweeping [`AT_BOUND`] buckets for it. Writes nothing but
+    /// what the sweep drops.
+    fn room_for(&self, store: &mut Store, hash: u64, name: &str, now: u64) -> Result<(), Error> {
+        if store.limiters.contains(hash, name) {
+            return Ok(());
+        }
+        if !self.room.take(1) {
+            self.sweep(store, now, AT_BOUND);
+            if !self.room.take(1) {
+                return Err(self.room.refuse(name));
+            }
+        }
+        self.sweep(store, now, PER_NEW);
+        Ok(())
     }
 
     pub async fn delete_bucket(&self, keys: &LimiterKeys, mode: RateType, now: u64) -> Result<bool, Error> {
@@ -152,11 +253,15 @@ impl MemoryBackend {
         config: &RateLimiterConfig,
         now: u64,
     ) -> Result<bool, Error> {
-        let mut store = self.lock(keys.config());
-        let limiter = store.limiter_or_insert(keys.config());
-        if limiter.live_config(now).is_some() {
-            return Ok(false);
+        let hash = self.hash(keys.config());
+        let mut store = self.lock_shard(shard_of(hash));
+        if let Some(limiter) = store.limiters.get_hashed(hash, keys.config()) {
+            if limiter.live_config(now).is_some() {
+                return Ok(false);
+            }
         }
+        self.room_for(&mut store, hash, keys.config(), now)?;
+        let limiter = store.limiters.get_or_insert(hash, keys.config());
         limiter.config = Some(*config);
         if config.keep_alive_ms() > 0 {
             limiter.config_expires = Some(now + config.keep_alive_ms());
@@ -172,15 +277,17 @@ impl MemoryBackend {
         how: Configure,
         now: u64,
     ) -> Result<bool, Error> {
-        let mut store = self.lock(keys.config());
+        let hash = self.hash(keys.config());
+        let mut store = self.lock_shard(shard_of(hash));
         let exists = store
             .limiters
-            .get_mut(keys.config())
+            .get_hashed(hash, keys.config())
             .is_some_and(|l| l.live_config(now).is_some());
         if how.require_exists && !exists {
             return Ok(false);
         }
-        let limiter = store.limiter_or_insert(keys.config());
+        self.room_for(&mut store, hash, keys.config(), now)?;
+        let limiter = store.limiters.get_or_insert(hash, keys.config());
         let old = limiter.live_config(now);
         limiter.config = Some(*config);
         let keep = config.keep_alive_ms();
@@ -298,8 +405,8 @@ impl MemoryBackend {
         };
         limiter.expire_all(now);
         let existed = limiter.remove_window();
-        if limiter.is_empty() {
-            store.limiters.remove(keys.config());
+        if limiter.is_empty() && store.limiters.remove(keys.config()) {
+            self.room.give_back(1);
         }
         Ok(existed)
     }
@@ -370,18 +477,270 @@ mod tests {
                 backend.acquire(&calls, 1_000).await.unwrap();
             }
             assert_eq!(backend.len(), 10_000);
-            // Past the keep-alive, new traffic sweeps the idle limiters away.
+            // Past the keep-alive, new traffic sweeps the idle limiters away, a few
+            // buckets of a shard in turn: 16 shards of 1 024 buckets, 32 buckets
+            // every 64 decisions.
             let keys = LimiterKeys::new("hot", "c").unwrap();
-            for call in 0..6_000u64 {
+            for call in 0..40_000u64 {
                 let calls = [Call {
                     keys: keys.borrowed(),
                     permits: 1,
                     rule: Some(&config),
                     bucket: None,
                 }];
-                backend.acquire(&calls, 2_000 + call * 100).await.unwrap();
+                backend.acquire(&calls, 2_000 + call * 10).await.unwrap();
             }
         });
         assert_eq!(backend.len(), 1);
+    }
+
+    /// One rule of `rate` per 60 s on `name`, with the keep-alive rules give.
+    fn call_on<'a>(keys: &'a LimiterKeys, config: &'a RateLimiterConfig) -> [Call<'a>; 1] {
+        [Call {
+            keys: keys.borrowed(),
+            permits: 1,
+            rule: Some(config),
+            bucket: None,
+        }]
+    }
+
+    fn minute(rate: u64) -> RateLimiterConfig {
+        RateLimiterConfig::new(RateType::Overall, rate, Duration::from_secs(60))
+            .with_keep_alive(Duration::from_secs(60))
+    }
+
+    /// Limiters every sweep of `backend` has looked at so far.
+    fn swept(backend: &MemoryBackend) -> u64 {
+        backend.shards.iter().map(|s| s.lock().unwrap().swept).sum()
+    }
+
+    #[test]
+    fn a_decision_sweeps_a_bounded_number_of_limiters() {
+        let backend = MemoryBackend::new(200_000);
+        let config = minute(5);
+        block_on(async {
+            for user in 0..100_000 {
+                let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
+                backend.acquire(&call_on(&keys, &config), 1_000).await.unwrap();
+            }
+            // Every limiter is live: a sweep finds nothing to drop, yet looks.
+            let hot = LimiterKeys::new("hot", "c").unwrap();
+            let hot_config = minute(1_000_000);
+            let mut most = 0;
+            for call in 0..5_000u64 {
+                let before = swept(&backend);
+                backend
+                    .acquire(&call_on(&hot, &hot_config), 2_000 + call)
+                    .await
+                    .unwrap();
+                most = most.max(swept(&backend) - before);
+            }
+            assert!(
+                most <= MOST_SWEPT,
+                "one decision swept {most} limiters, more than {MOST_SWEPT}"
+            );
+        });
+    }
+
+    #[test]
+    fn distinct_keys_cannot_grow_the_table_past_its_bound() {
+        let backend = MemoryBackend::default();
+        let config = minute(5);
+        block_on(async {
+            for user in 0..DEFAULT_MAX_LIMITERS + 1_000 {
+                let keys = LimiterKeys::new(&format!("spray:{user}"), "c").unwrap();
+                let _ = backend.acquire(&call_on(&keys, &config), 1_000).await;
+            }
+        });
+        assert!(
+            backend.len() <= DEFAULT_MAX_LIMITERS,
+            "{} limiters held, the bound is {DEFAULT_MAX_LIMITERS}",
+            backend.len()
+        );
+    }
+
+    fn bucket_call<'a>(keys: &'a LimiterKeys, config: &'a RateLimiterConfig) -> [Call<'a>; 1] {
+        [Call {
+            keys: keys.borrowed(),
+            permits: 1,
+            rule: Some(config),
+            bucket: Some(crate::BucketShape {
+                burst: 5,
+                warmup_ms: 0,
+            }),
+        }]
+    }
+
+    fn is_full(result: Result<crate::backend::Outcome, Error>) -> bool {
+        matches!(result, Err(Error::MemoryFull { max: 100, .. }))
+    }
+
+    #[test]
+    fn at_the_bound_new_keys_are_refused_and_the_held_ones_kept() {
+        let backend = MemoryBackend::new(100);
+        let config = minute(5);
+        block_on(async {
+            // An exhausted key, and 99 others: the bound.
+            let victim = LimiterKeys::new("victim", "c").unwrap();
+            for _ in 0..5 {
+                assert!(
+                    backend
+                        .acquire(&call_on(&victim, &config), 1_000)
+                        .await
+                        .unwrap()
+                        .granted
+                );
+            }
+            for user in 0..99 {
+                let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
+                assert!(
+                    backend
+                        .acquire(&call_on(&keys, &config), 1_000)
+                        .await
+                        .unwrap()
+                        .granted
+                );
+            }
+            // A spray of new keys, sliding windows and token buckets: each refused.
+            for user in 0..10_000u64 {
+                let keys = LimiterKeys::new(&format!("spray:{user}"), "c").unwrap();
+                let now = 1_000 + user;
+                assert!(is_full(backend.acquire(&call_on(&keys, &config), now).await));
+                assert!(is_full(backend.acquire(&bucket_call(&keys, &config), now).await));
+                assert!(backend.len() <= 100, "{} limiters held", backend.len());
+            }
+            // By hand too.
+            let keys = LimiterKeys::new("by-hand", "c").unwrap();
+            assert!(matches!(
+                backend.try_set_rate(&keys, &config, 20_000).await,
+                Err(Error::MemoryFull { max: 100, .. })
+            ));
+            let how = Configure {
+                keep_state: true,
+                require_exists: false,
+            };
+            assert!(matches!(
+                backend.configure(&keys, &config, how, 20_000).await,
+                Err(Error::MemoryFull { max: 100, .. })
+            ));
+            // A call of a held limiter and a new one: refused, and nothing spent.
+            let held = LimiterKeys::new("user:0", "c").unwrap();
+            let both = [
+                call_on(&held, &config)[0].clone(),
+                call_on(&keys, &config)[0].clone(),
+            ];
+            assert!(is_full(backend.acquire(&both, 20_000).await));
+            let ask = [Call {
+                permits: 0,
+                ..call_on(&held, &config)[0].clone()
+            }];
+            let left = backend.acquire(&ask, 20_000);
+            assert_eq!(left.await.unwrap().rules[0].left, 4);
+            // The exhausted key stays exhausted: the spray reset nothing.
+            let out = backend.acquire(&call_on(&victim, &config), 30_000).await.unwrap();
+            assert!(!out.granted);
+            assert_eq!(out.retry_ms, 31_000);
+            // Once the windows and keep-alives are over, the expired limiters make
+            // room (swept at the bound, a few buckets per decision).
+            // (The refusal at 30 s kept the victim's limiter alive for another 60 s, as
+            // Redisson's keep-alive does.)
+            let later = 30_000 + 60_000 + 1;
+            let mut admitted = 0;
+            for user in 0..1_000 {
+                let keys = LimiterKeys::new(&format!("after:{user}"), "c").unwrap();
+                if let Ok(out) = backend.acquire(&call_on(&keys, &config), later).await {
+                    assert!(out.granted);
+                    admitted += 1;
+                }
+                assert!(backend.len() <= 100);
+            }
+            assert_eq!(admitted, 100, "every expired limiter's room, and no more");
+        });
+    }
+
+    #[test]
+    fn the_count_of_limiters_held_is_exact_whatever_the_operations() {
+        let backend = MemoryBackend::new(50);
+        let short = RateLimiterConfig::new(RateType::Overall, 3, Duration::from_millis(500))
+            .with_keep_alive(Duration::from_millis(500));
+        let kept = RateLimiterConfig::new(RateType::PerClient, 3, Duration::from_millis(500));
+        let how = Configure {
+            keep_state: true,
+            require_exists: false,
+        };
+        let mut seed = 7u64;
+        let mut next = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        block_on(async {
+            for step in 0..20_000u64 {
+                let now = 1_000 + step * 7;
+                let a = LimiterKeys::new(&format!("k:{}", next(80)), "c").unwrap();
+                let b = LimiterKeys::new(&format!("k:{}", next(80)), "c").unwrap();
+                let config = if next(2) == 0 { &short } else { &kept };
+                let _ = match next(8) {
+                    0 => backend.acquire(&call_on(&a, config), now).await.map(|_| true),
+                    1 => backend.acquire(&bucket_call(&a, &short), now).await.map(|_| true),
+                    2 => {
+                        let calls = [
+                            call_on(&a, config)[0].clone(),
+                            call_on(&b, &short)[0].clone(),
+                            bucket_call(&a, &short)[0].clone(),
+                        ];
+                        backend.acquire(&calls, now).await.map(|_| true)
+                    }
+                    3 => backend.try_set_rate(&a, config, now).await,
+                    4 => backend.configure(&a, config, how, now).await,
+                    5 => backend.delete(&a, now).await,
+                    6 => backend.delete_bucket(&a, RateType::Overall, now).await,
+                    _ => backend.expire(&a, 100, now).await,
+                };
+                let held = backend.room.held.load(Ordering::Relaxed);
+                assert_eq!(held, backend.len(), "after step {step}");
+                assert!(held <= 50);
+            }
+        });
+    }
+
+    #[test]
+    fn a_limiter_without_keep_alive_is_never_swept_and_counts_towards_the_bound() {
+        let backend = MemoryBackend::new(2);
+        let forever = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_secs(1));
+        let by_hand = LimiterKeys::new("by-hand", "c").unwrap();
+        let config = minute(5);
+        let later = 1_000 + 20_000 * 61_000;
+        block_on(async {
+            assert!(backend.try_set_rate(&by_hand, &forever, 1_000).await.unwrap());
+            // Two weeks of decisions on other keys, each expired before the next.
+            for call in 0..20_000u64 {
+                let keys = LimiterKeys::new(&format!("k:{call}"), "c").unwrap();
+                let _ = backend
+                    .acquire(&call_on(&keys, &config), 1_000 + call * 61_000)
+                    .await;
+            }
+            // Every shard swept whole: what is left is what never expires.
+            for shard in backend.shards.iter() {
+                backend.sweep(&mut shard.lock().unwrap(), later, usize::MAX);
+            }
+            assert_eq!(backend.len(), 1);
+            assert!(backend.is_exists(&by_hand, later).await.unwrap());
+            // It holds one of the two places.
+            let a = LimiterKeys::new("a", "c").unwrap();
+            let b = LimiterKeys::new("b", "c").unwrap();
+            assert!(
+                backend
+                    .acquire(&call_on(&a, &config), later)
+                    .await
+                    .unwrap()
+                    .granted
+            );
+            assert!(matches!(
+                backend.acquire(&call_on(&b, &config), later).await,
+                Err(Error::MemoryFull { max: 2, .. })
+            ));
+        });
     }
 }

@@ -45,17 +45,24 @@ impl Limiters {
             .1
     }
 
-    pub fn remove(&mut self, name: &str) {
+    /// Removes the limiter `name`; true when it was held.
+    pub fn remove(&mut self, name: &str) -> bool {
         let hash = self.hash(name);
-        if let Ok(entry) = self.table.find_entry(hash, |(n, _)| n == name) {
-            entry.remove();
+        match self.table.find_entry(hash, |(n, _)| n == name) {
+            Ok(entry) => {
+                entry.remove();
+                true
+            }
+            Err(_) => false,
         }
     }
 
-    pub fn retain(&mut self, mut keep: impl FnMut(&mut Limiter) -> bool) {
-        self.table.retain(|(_, limiter)| keep(limiter));
+    /// Whether the limiter `name`, whose hash is `hash`, is held.
+    pub fn contains(&self, hash: u64, name: &str) -> bool {
+        self.table.find(hash, |(n, _)| n == name).is_some()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.table.len()
     }
@@ -63,9 +70,12 @@ impl Limiters {
 
 pub(super) struct Store {
     pub limiters: Limiters,
-    /// Calls since the last sweep, and the map's size after it.
-    calls: usize,
-    swept_len: usize,
+    /// The bucket of the table the next sweep starts at: sweeps go round the table a
+    /// few buckets at a time, so none costs more than the buckets it is given.
+    cursor: usize,
+    /// Buckets sweeps have looked at, ever: what sweeping has cost.
+    #[cfg(test)]
+    pub swept: u64,
 }
 
 #[derive(Default)]
@@ -105,36 +115,37 @@ impl Store {
                 table: hashbrown::HashTable::new(),
                 hasher,
             },
-            calls: 0,
-            swept_len: 0,
+            cursor: 0,
+            #[cfg(test)]
+            swept: 0,
         }
     }
 
-    /// The limiter `name`, created when missing.
-    pub fn limiter_or_insert(&mut self, name: &str) -> &mut Limiter {
-        let hash = self.limiters.hash(name);
-        self.limiters.get_or_insert(hash, name)
-    }
-
-    /// Drops expired limiters once the map has doubled or enough calls went by, so
-    /// the work is constant per call on average.
-    pub fn sweep_if_due(&mut self, now: u64) {
-        self.calls += 1;
-        let len = self.limiters.len();
-        if len < 2 * self.swept_len.max(512) && self.calls < (len / 2).max(1024) {
-            return;
+    /// Looks at the next `buckets` buckets of the table, in turn, and drops the
+    /// limiters there that hold nothing live (every part expired, as Redis would have
+    /// dropped their keys: a missing limiter decides as they would). Answers how many
+    /// it dropped. Work is `buckets`, whatever the number of limiters held.
+    pub fn sweep(&mut self, now: u64, buckets: usize) -> usize {
+        let table = &mut self.limiters.table;
+        let size = table.num_buckets();
+        let mut dropped = 0;
+        for _ in 0..buckets.min(size) {
+            let at = self.cursor % size;
+            self.cursor = at + 1;
+            #[cfg(test)]
+            {
+                self.swept += 1;
+            }
+            if let Ok(mut entry) = table.get_bucket_entry(at) {
+                let limiter = &mut entry.get_mut().1;
+                limiter.expire_all(now);
+                if limiter.is_empty() {
+                    entry.remove();
+                    dropped += 1;
+                }
+            }
         }
-        self.sweep(now);
-    }
-
-    /// Drops every expired limiter now.
-    pub fn sweep(&mut self, now: u64) {
-        self.limiters.retain(|limiter| {
-            limiter.expire_all(now);
-            !limiter.is_empty()
-        });
-        self.calls = 0;
-        self.swept_len = self.limiters.len();
+        dropped
     }
 }
 
