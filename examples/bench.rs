@@ -599,11 +599,12 @@ async fn count_row() {
         .await
         .unwrap();
     redlimit::set_default(client.clone()).unwrap();
-    let conn = redis::Client::open(url.as_str())
+    let mut conn = redis::Client::open(url.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
+    conn.set_response_timeout(Duration::from_secs(60));
     let minute = Duration::from_secs(60);
     match row.as_str() {
         "reference-allow" | "reference-deny" => {
