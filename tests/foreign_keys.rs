@@ -208,7 +208,10 @@ async fn a_rule_writes_no_config_into_another_programs_hash() {
         let before = state(&mut raw, name).await;
         for rules in [
             vec![redlimit::Rule::new(name, 5, MINUTE)],
-            vec![redlimit::Rule::new("fresh:1", 5, MINUTE), redlimit::Rule::new(name, 5, MINUTE)],
+            vec![
+                redlimit::Rule::new("fresh:1", 5, MINUTE),
+                redlimit::Rule::new(name, 5, MINUTE),
+            ],
         ] {
             let err = client.check_rules(&rules).await.unwrap_err();
             assert_refused(&err, name, found);

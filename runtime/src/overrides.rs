@@ -148,6 +148,10 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 pub(crate) const MAX_REPORTED: usize = 100;
 /// The bytes of limiter names one process reports per second, at most.
 pub(crate) const MAX_REPORTED_BYTES: usize = 16 * 1024;
+/// How often a process publishes its rules when they did not change, and how long
+/// the published table is kept after the last publication.
+const RULES_REFRESH_MS: u64 = 60_000;
+const RULES_TTL_MS: u64 = 3_600_000;
 /// How long the refusal counts of one second are kept.
 const REPORT_TTL_MS: u64 = 120_000;
 
@@ -169,6 +173,9 @@ pub(crate) struct Overrides {
     warned_ms: AtomicU64,
     /// Refusals not yet reported (Redis clients only).
     refused: std::sync::Mutex<Refused>,
+    /// The registry's generation (plus one) last published, and when.
+    published: AtomicU64,
+    published_ms: AtomicU64,
 }
 
 impl Overrides {
@@ -201,6 +208,43 @@ impl Client {
     /// The key of the overrides hash: `<prefix>redlimit:overrides`.
     pub fn overrides_key(&self) -> String {
         format!("{}{LIBRARY_SEGMENT}:overrides", self.prefix())
+    }
+
+    /// The key of the table where each process publishes the rules it runs (what an
+    /// override must fit, see [`Client::set_override`]): `<prefix>redlimit:rules`.
+    pub fn rules_key(&self) -> String {
+        format!("{}{LIBRARY_SEGMENT}:rules", self.prefix())
+    }
+
+    /// Publishes this process's rules, when they changed or a minute passed (Redis
+    /// clients): fields of `rules_key()`, kept an hour after the last process
+    /// publishing them.
+    async fn publish_rules(&self) {
+        let generation = crate::registry::generation() as u64 + 1;
+        let state = self.overrides();
+        let now = self.now_ms();
+        if state.published.load(Ordering::Relaxed) == generation
+            && now.saturating_sub(state.published_ms.load(Ordering::Relaxed)) < RULES_REFRESH_MS
+        {
+            return;
+        }
+        let fields: Vec<(String, u64)> = crate::registry::published_fields()
+            .into_iter()
+            .map(|f| (f, 0))
+            .collect();
+        if fields.is_empty() {
+            return;
+        }
+        if let crate::backend::Backend::Redis(redis) = self.backend() {
+            if redis
+                .add_counts(&self.rules_key(), &fields, RULES_TTL_MS)
+                .await
+                .is_ok()
+            {
+                state.published.store(generation, Ordering::Relaxed);
+                state.published_ms.store(now, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The key of the refusals reported for the epoch second `second`:
@@ -294,6 +338,7 @@ impl Client {
                             client.overrides().replace(Table::from_list(&list));
                         }
                         client.report_refusals().await;
+                        client.publish_rules().await;
                     }
                 });
             })
@@ -325,7 +370,23 @@ impl Client {
     pub async fn set_override(&self, override_: &RateOverride) -> Result<(), Error> {
         override_.check()?;
         if let OverrideOf::Rule(rule) = &override_.of {
-            crate::registry::check_override(&override_.of.field(), rule, override_.rate, override_.interval)?;
+            // this process's rules, and those every process using this Redis published
+            let published = match self.backend() {
+                crate::backend::Backend::Redis(redis) => redis
+                    .read_hash(&self.rules_key())
+                    .await?
+                    .into_iter()
+                    .map(|(field, _)| field)
+                    .collect(),
+                crate::backend::Backend::Memory(_) => Vec::new(),
+            };
+            crate::registry::check_override(
+                &override_.of.field(),
+                rule,
+                override_.rate,
+                override_.interval,
+                &published,
+            )?;
         }
         if let crate::backend::Backend::Redis(redis) = self.backend() {
             redis

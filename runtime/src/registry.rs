@@ -30,6 +30,8 @@ struct Registered {
 }
 
 static RULES: RwLock<Vec<Registered>> = RwLock::new(Vec::new());
+/// Bumped at each rule registered: a client publishes the rules again when it moved.
+static GENERATION: AtomicUsize = AtomicUsize::new(0);
 
 /// Registers `specs`, once per rule name and shape.
 pub(crate) fn register(specs: &[RuleSpec]) {
@@ -44,6 +46,7 @@ pub(crate) fn register(specs: &[RuleSpec]) {
                 permits: spec.permits,
                 bucket: spec.bucket,
             });
+            GENERATION.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -65,9 +68,57 @@ pub(crate) fn fits(
     }
 }
 
-/// The first rule of this process named `rule` that cannot take `rate` per `interval`.
-pub(crate) fn check_override(of: &str, rule: &str, rate: u64, interval: Duration) -> Result<(), Error> {
+/// How many rules this process has registered so far.
+pub(crate) fn generation() -> usize {
+    GENERATION.load(Ordering::Relaxed)
+}
+
+/// This process's rules as fields of the table every process publishes to Redis
+/// (`<prefix>redlimit:rules`), so that a process that runs none of them (the CLI) can
+/// check an override too: `<name>|w:<permits>` for a sliding window,
+/// `<name>|b:<permits>:<burst>:<warm-up ms>` for a token bucket.
+pub(crate) fn published_fields() -> Vec<String> {
     let rules = RULES.read().unwrap_or_else(|e| e.into_inner());
+    rules
+        .iter()
+        .map(|r| match r.bucket {
+            None => format!("{}|w:{}", r.name, r.permits),
+            Some(shape) => format!("{}|b:{}:{}:{}", r.name, r.permits, shape.burst, shape.warmup_ms),
+        })
+        .collect()
+}
+
+/// A published field read back; `None` for one this version does not know.
+fn from_field(field: &str) -> Option<Registered> {
+    let (name, shape) = field.rsplit_once('|')?;
+    let number = |s: &str| s.parse::<u64>().ok();
+    let (permits, bucket) = if let Some(permits) = shape.strip_prefix("w:") {
+        (number(permits)?, None)
+    } else {
+        let mut parts = shape.strip_prefix("b:")?.split(':');
+        let permits = number(parts.next()?)?;
+        let burst = number(parts.next()?)?;
+        let warmup_ms = number(parts.next()?)?;
+        (permits, Some(crate::BucketShape { burst, warmup_ms }))
+    };
+    Some(Registered {
+        name: name.to_owned(),
+        permits,
+        bucket,
+    })
+}
+
+/// The first rule named `rule`, of this process or among `published` (fields of the
+/// published table), that cannot take `rate` per `interval`.
+pub(crate) fn check_override(
+    of: &str,
+    rule: &str,
+    rate: u64,
+    interval: Duration,
+    published: &[String],
+) -> Result<(), Error> {
+    let mut rules = RULES.read().unwrap_or_else(|e| e.into_inner()).clone();
+    rules.extend(published.iter().filter_map(|field| from_field(field)));
     for r in rules.iter().filter(|r| r.name == rule) {
         if let Err(error) = fits(&r.name, r.permits, r.bucket, rate, interval) {
             return Err(Error::UnusableOverride {
@@ -271,6 +322,33 @@ mod tests {
             "one shape: shared on purpose"
         );
         assert_ne!(shape("login:{ip}"), shape("login:{user}"));
+    }
+
+    #[test]
+    fn published_fields_read_back() {
+        let window = Registered {
+            name: "a|b:{x}".into(),
+            permits: 3,
+            bucket: None,
+        };
+        let bucket = Registered {
+            name: "t".into(),
+            permits: 1,
+            bucket: Some(crate::BucketShape {
+                burst: 10,
+                warmup_ms: 60_000,
+            }),
+        };
+        for (r, field) in [(window, "a|b:{x}|w:3"), (bucket, "t|b:1:10:60000")] {
+            let back = from_field(field).unwrap();
+            assert_eq!(
+                (back.name, back.permits, back.bucket),
+                (r.name, r.permits, r.bucket)
+            );
+        }
+        assert!(
+            from_field("x|z:1").is_none() && from_field("x").is_none() && from_field("x|b:1:2").is_none()
+        );
     }
 
     #[test]
