@@ -26,7 +26,8 @@
 //!    `REDLIMIT_BENCH_REDIS_URL` (a server started by the caller, under an instruction
 //!    counter or not), `REDLIMIT_BENCH_ROW` (`reference-allow`, `reference-deny`,
 //!    `one-allow`, `one-deny`, `three-allow`; `walk-deny-1` and `walk-deny-all`, refusals
-//!    of 1 and of 100 000 permits on a log of 100 000 grants) and `REDLIMIT_BENCH_CALLS`
+//!    of 1 and of 100 000 permits on a log of 100 000 grants; `bucket-allow` and
+//!    `bucket-deny`, one token-bucket rule) and `REDLIMIT_BENCH_CALLS`
 //!    (default 20 000). `scripts/script-instructions.sh` runs every row under callgrind, Redis
 //!    then the caller, and prints the instructions per decision of each.
 
@@ -675,9 +676,22 @@ async fn count_row() {
                 assert!(!client.check_rules(&rules).await.unwrap().allowed);
             }
         }
+        "bucket-allow" | "bucket-deny" => {
+            // One token-bucket rule: granted every time (a bucket far larger than the
+            // calls), or refused after its one token.
+            let rule = if row == "bucket-allow" {
+                Rule::new("rate_limit:bench:tb:allow", HUGE_RATE, minute).burst(HUGE_RATE)
+            } else {
+                Rule::new("rate_limit:bench:tb:deny", 1, Duration::from_secs(3600))
+            };
+            let rules = [rule.algorithm(redlimit::Algorithm::TokenBucket)];
+            for _ in 0..calls {
+                let _ = client.check_rules(&rules).await.unwrap();
+            }
+        }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected reference-allow, reference-deny, one-allow, one-deny, \
-             three-allow, walk-deny-1 or walk-deny-all"
+             three-allow, walk-deny-1, walk-deny-all, bucket-allow or bucket-deny"
         ),
     }
 }

@@ -61,7 +61,10 @@ do
       elseif permits > 0 then
         u = u - need
       end
-      if permits > 0 then
+      -- A refusal writes nothing: refilling from the stored time later gives what
+      -- refilling now and again later would (the refill is linear, capped at `cap`),
+      -- and the key's TTL (until full) still holds.
+      if permits > 0 and granted then
         -- the time until full again, at least 1 ms: the key's TTL
         local short = cap - u
         local full = floor(short / rate)

@@ -119,6 +119,44 @@ async fn the_redis_layout_is_one_small_value_that_vanishes_once_full() {
     assert_eq!(state, format!("100:60000:20:{}:{T0}", 16 * 60_000));
 }
 
+/// A refusal changes nothing that must be stored, so it writes nothing: the stored
+/// bucket (value and TTL) stays as the last grant left it, and the decisions after it
+/// are those of the in-process twin, which refills at every call.
+#[tokio::test]
+async fn a_refusal_writes_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let [memory, redis] = backends(&server, &clock).await;
+    let mut raw = server.raw().await;
+    let rule = [bucket("tb:quiet", 10, SEC, 2)];
+    for client in [&memory, &redis] {
+        assert!(client.check_rules(&rule).await.unwrap().allowed);
+        assert!(client.check_rules(&rule).await.unwrap().allowed);
+    }
+    let mut stored: String = raw.get("{tb:quiet}:bucket").await.unwrap();
+    let mut refused = 0;
+    for step in 0..12 {
+        clock.advance(Duration::from_millis(30));
+        let monitor = support::monitor::Monitor::start(server.port);
+        let decisions = [
+            memory.check_rules(&rule).await.unwrap(),
+            redis.check_rules(&rule).await.unwrap(),
+        ];
+        let commands = monitor.script_commands();
+        assert_eq!(decisions[0], decisions[1], "step {step}");
+        let now: String = raw.get("{tb:quiet}:bucket").await.unwrap();
+        if decisions[1].allowed {
+            stored = now;
+        } else {
+            refused += 1;
+            let writes: Vec<_> = commands.iter().filter(|c| c[0] != "get").collect();
+            assert!(writes.is_empty(), "step {step}: a refusal ran {writes:?}");
+            assert_eq!(now, stored, "step {step}");
+        }
+    }
+    assert!(refused >= 6, "{refused} refusals");
+}
+
 #[tokio::test]
 async fn a_changed_config_keeps_whole_tokens_up_to_the_new_burst() {
     let server = RedisServer::start();
