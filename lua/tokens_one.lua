@@ -73,7 +73,7 @@ do
         local ttl = at + max(full, 1) - caller_now
         if ttl < 1 then ttl = 1 end
         local stamp = at == caller_now and caller_time and ARGV[1] or string.format('%d', at)
-        redis.call('set', KEYS[1], config .. string.format('%d', u) .. ':' .. stamp, 'px', string.format('%d', ttl))
+        redis.call('psetex', KEYS[1], string.format('%d', ttl), config .. string.format('%d', u) .. ':' .. stamp)
       end
       local left = floor(u / interval)
       if left * interval > u then left = left - 1 elseif (left + 1) * interval <= u then left = left + 1 end
