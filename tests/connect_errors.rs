@@ -167,13 +167,11 @@ async fn the_attribute_logs_the_cause_without_the_password() {
     let capture = Capture::default();
     let _guard = tracing::subscriber::set_global_default(capture.clone());
     let server = guarded();
-    // SAFETY: no other test of this binary reads the environment.
-    unsafe {
-        std::env::set_var(
-            "REDIS_URL",
-            format!("redis://:wrong-{SECRET}@127.0.0.1:{}/", server.port),
-        )
-    };
+    // No other test of this binary reads the environment.
+    std::env::set_var(
+        "REDIS_URL",
+        format!("redis://:wrong-{SECRET}@127.0.0.1:{}/", server.port),
+    );
     for user in 0..3 {
         let refused = limited(user).await.unwrap_err();
         let cause = refused.cause().expect("refused by the failure");

@@ -210,7 +210,7 @@ async fn rediss_single_node_lazy_and_from_the_environment() {
     limits(&insecure, "tls:insecure").await;
 
     // SAFETY: the only test of this binary that touches the environment.
-    unsafe { std::env::set_var("REDIS_URL", format!("{url}#insecure")) };
+    std::env::set_var("REDIS_URL", format!("{url}#insecure"));
     let from_env = Client::from_env().unwrap();
     assert!(!from_env.is_memory());
     limits(&from_env, "tls:env").await;

@@ -29,6 +29,20 @@ pub struct ClientBuilder {
     tls: crate::tls::TlsFiles,
 }
 
+/// The settings, without the clock's internals or the TLS files' contents (a client
+/// key is a secret).
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("prefix", &self.prefix)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("server_time", &self.server_time)
+            .field("max_limiters", &self.max_limiters)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {

@@ -13,6 +13,7 @@ pub const MAX_VALUE_LEN: usize = 128;
 const DIGEST_PREFIX_LEN: usize = 64;
 
 /// A key under construction: template text as written, argument values escaped.
+#[derive(Debug)]
 pub struct KeyBuf(String);
 
 impl KeyBuf {
