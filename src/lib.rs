@@ -40,14 +40,11 @@ pub mod axum {
     pub use redlimit_runtime::{ProblemJson, RATELIMIT, RATELIMIT_POLICY};
 }
 
-/// A tower layer (cargo feature `tower`, included in `axum` and `tonic`):
-/// [`RateLimitLayer`](tower::RateLimitLayer) decides one or more rules on every request
-/// of a router, a route or a gRPC server, keyed by client address, header, path
-/// parameter, a closure or nothing, with a cost per request, exempt keys and shadow rules.
+// A tower layer (cargo feature `tower`, included in `axum` and `tonic`): the module,
+// with its own documentation (limiter names, keyless requests, clones sharing state).
 #[cfg(feature = "tower")]
-pub mod tower {
-    pub use redlimit_edge::tower::*;
-}
+#[doc(inline)]
+pub use redlimit_edge::tower;
 
 /// The README's examples, compiled as doc tests so they stay true.
 #[doc = include_str!("../README.md")]

@@ -11,7 +11,8 @@
 //! ```no_run
 //! use std::net::SocketAddr;
 //! use axum::{routing::post, Extension, Router};
-//! use redlimit_edge::{ClientIp, TrustedProxies};
+//! # mod redlimit { pub mod axum { pub use redlimit_edge::{ClientIp, TrustedProxies}; } }
+//! use redlimit::axum::{ClientIp, TrustedProxies};
 //!
 //! async fn login(ip: ClientIp) -> String {
 //!     format!("hello {ip}")

@@ -23,7 +23,8 @@ use ipnet::IpNet;
 /// [`ClientIp`] and the layer's [`Key::client_ip`](crate::tower::Key::client_ip).
 ///
 /// ```
-/// use redlimit_edge::{ForwardedHeader, TrustedProxies};
+/// # mod redlimit { pub mod axum { pub use redlimit_edge::{ForwardedHeader, TrustedProxies}; } }
+/// use redlimit::axum::{ForwardedHeader, TrustedProxies};
 ///
 /// let trusted = TrustedProxies::new(["10.0.0.0/8", "192.168.1.7"]).unwrap();
 /// assert!(trusted.trusts("10.1.2.3".parse().unwrap()));

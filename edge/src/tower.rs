@@ -3,7 +3,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use redlimit_edge::tower::{Key, LayerRule, RateLimitLayer};
+//! # use redlimit_edge as redlimit;
+//! use redlimit::tower::{Key, LayerRule, RateLimitLayer};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     // 5 logins per minute per client address (behind trusted proxies, see below)
@@ -794,7 +795,7 @@ impl Respond<tonic::body::Body> for Grpc {
     }
 }
 
-/// Rate-limits every request through it (see the [module](self) docs). Cheap to clone:
+/// Rate-limits every request through it (see the module's docs). Cheap to clone:
 /// clones share the rules' state.
 #[derive(Clone)]
 pub struct RateLimitLayer<R = PlainText> {

@@ -32,7 +32,7 @@ pub struct Rule {
 }
 
 /// A token bucket's shape: the most tokens it holds, and its warm-up in milliseconds
-/// (0: none). What a [`RuleSpec`](crate::private::RuleSpec) and a decision carry.
+/// (0: none): what a token-bucket rule and its decision carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BucketShape {
     pub burst: u64,
