@@ -16,8 +16,9 @@
 -- grants leave (Redisson clamps it at 0 instead, which lets the window exceed the new
 -- rate). Then the TTL rule of an acquire applies to the three keys.
 -- NAME must be missing or a limiter's config (limiter.lua): any other key is another
--- program's, and nothing is written. Keys that are deleted may hold anything (a
--- restart repairs corrupted state); keys that are read must hold their type.
+-- program's, and nothing is written. Keys that are read must hold their type; so must
+-- the state keys of a limiter that does not exist yet, while a restart of an existing
+-- one deletes them whatever they hold (it repairs corrupted state).
 
 local function check_type(key, expected, role)
   local kind = redis.call('type', key).ok
@@ -27,8 +28,21 @@ local function check_type(key, expected, role)
   return kind
 end
 
-if not limiter_config(KEYS[1]) and ARGV[7] == '1' then
+local exists = limiter_config(KEYS[1])
+if not exists and ARGV[7] == '1' then
   return 0
+end
+-- A new limiter: the keys named after it are missing or of a limiter's types, else
+-- they are another program's and nothing is written (a restart of an existing
+-- limiter deletes them whatever they hold: that repairs it).
+if not exists then
+  for i, role in ipairs({ 'value', 'client_value', 'permits', 'client_permits' }) do
+    local kind = redis.call('type', KEYS[i + 1]).ok
+    local expected = i <= 2 and 'string' or 'zset'
+    if kind ~= expected and kind ~= 'none' then
+      error({ err = 'redlimit:not_limiter:1 ' .. role .. ' holds a ' .. kind })
+    end
+  end
 end
 
 local rate, interval, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])

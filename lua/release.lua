@@ -41,26 +41,27 @@ local function permits_of(member)
 end
 
 -- The window as an acquire would see it: released entries out, the value rebuilt
--- from the log when missing or inflated. Everything is read and checked before the
--- first write, so an error leaves the limiter as it was.
+-- from the log when missing or inflated. What is read is checked before the first
+-- write, so an error leaves the limiter as it was. The work is the entries that left
+-- the window (each read once, when it leaves) and those the permits are taken from;
+-- the whole log is read only to repair a missing or inflated value.
 local cutoff = now - interval
-local all = redis.call('zrange', pkey, 0, -1, 'withscores')
-local released, stale, live = 0, 0, 0
-local log = {}
-for j = 1, #all, 2 do
-  local permits = permits_of(all[j])
-  if tonumber(all[j + 1]) <= cutoff then
-    released, stale = released + permits, stale + 1
-  else
-    live = live + permits
-    log[#log + 1] = all[j]
-    log[#log + 1] = all[j + 1]
+local gone = redis.call('zrangebyscore', pkey, '-inf', string.format('%d', cutoff))
+local released, stale = 0, #gone
+for j = 1, #gone do
+  released = released + permits_of(gone[j])
+end
+local function live_permits()
+  local live = 0
+  for _, member in ipairs(redis.call('zrange', pkey, stale, -1)) do
+    live = live + permits_of(member)
   end
+  return live
 end
 local raw = redis.call('get', vkey)
 local value
 if raw == false then
-  value = rate - live
+  value = rate - live_permits()
 else
   value = tonumber(raw)
   if value == nil or not string.match(raw, '^%-?%d+$') then
@@ -68,19 +69,28 @@ else
   end
   value = value + released
   if value > rate then
-    value = rate - live
+    value = rate - live_permits()
   end
+end
+-- the newest grants the permits are taken from, checked before any write
+local left = tonumber(ARGV[1])
+local newest = redis.call('zrevrange', pkey, 0, left - 1, 'withscores')
+local log = {}
+for j = 1, #newest, 2 do
+  if tonumber(newest[j + 1]) <= cutoff then break end
+  permits_of(newest[j])
+  log[#log + 1] = { newest[j], newest[j + 1] }
 end
 if stale > 0 then
   redis.call('zremrangebyrank', pkey, 0, stale - 1)
 end
 
--- Take the permits out of the newest grants.
-local left = tonumber(ARGV[1])
+-- Take the permits out of the newest grants (each holds at least one permit, so the
+-- `left` newest hold enough).
 local taken = 0
-local i = #log - 1
-while left > 0 and i >= 1 do
-  local member, score = log[i], log[i + 1]
+for _, entry in ipairs(log) do
+  if left <= 0 then break end
+  local member, score = entry[1], entry[2]
   local permits, len = permits_of(member)
   redis.call('zrem', pkey, member)
   if permits > left then
@@ -93,7 +103,6 @@ while left > 0 and i >= 1 do
   end
   taken = taken + permits
   left = left - permits
-  i = i - 2
 end
 value = value + taken
 if value > rate then

@@ -368,13 +368,18 @@ async fn release_and_update_fail_before_writing_on_a_log_that_does_not_decode() 
     limiter.try_set_config(&config).await.unwrap();
     assert!(limiter.try_acquire(2).await.unwrap());
     // An entry that has left the window (the first thing an update or a release would
-    // remove) and one that does not decode (Redisson 3.13-3.16's layout).
+    // remove) and, the newest grant (the first a release takes permits from), one that
+    // does not decode (Redisson 3.13-3.16's layout).
     let _: () = raw
         .zadd("{broken}:permits", member(3, 1), T0 - 120_000)
         .await
         .unwrap();
     let _: () = raw
-        .zadd("{broken}:permits", &b"\x00\x00\x80?\x01\x00\x00\x00"[..], T0)
+        .zadd(
+            "{broken}:permits",
+            &b"\x00\x00\x80?\x01\x00\x00\x00"[..],
+            T0 + 500,
+        )
         .await
         .unwrap();
     clock.advance(Duration::from_secs(1));

@@ -73,6 +73,31 @@ async fn reset_deletes_only_limiters() {
     let url = server.url();
     let mut raw = server.raw().await;
 
+    // A limiter that does not exist yet, whose state keys another program holds: the
+    // restart would have deleted them.
+    let _: () = redis::cmd("SADD")
+        .arg("{app:user:43}:permits")
+        .arg("read")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    refused(
+        &url,
+        &mut raw,
+        &[
+            "set-rate",
+            "app:user:43",
+            "--rate",
+            "5",
+            "--interval",
+            "1m",
+            "--reset",
+        ],
+        "{app:user:43}:permits",
+        &[],
+        "holds a set",
+    )
+    .await;
     let _: () = raw.set("session:abc", "token").await.unwrap();
     refused(
         &url,

@@ -65,7 +65,8 @@ enum KeyKind {
     Header(String),
     #[cfg(feature = "axum")]
     PathParam(String),
-    With(Arc<KeyFn>),
+    /// The closure, and its type: what tells two closures' limiters apart.
+    With(Arc<KeyFn>, std::any::TypeId),
 }
 
 impl Key {
@@ -108,7 +109,7 @@ impl Key {
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
-        Key(KeyKind::With(Arc::new(key)))
+        Key(KeyKind::With(Arc::new(key), std::any::TypeId::of::<F>()))
     }
 }
 
@@ -120,7 +121,7 @@ impl fmt::Debug for Key {
             KeyKind::Header(name) => write!(f, "Key::header({name:?})"),
             #[cfg(feature = "axum")]
             KeyKind::PathParam(name) => write!(f, "Key::path_param({name:?})"),
-            KeyKind::With(_) => f.write_str("Key::with(..)"),
+            KeyKind::With(..) => f.write_str("Key::with(..)"),
         }
     }
 }
@@ -378,7 +379,7 @@ impl RateLimitLayerBuilder {
                 }
                 #[cfg(feature = "axum")]
                 KeyKind::PathParam(name) => Extract::PathParam(name),
-                KeyKind::With(f) => Extract::With(f),
+                KeyKind::With(f, _) => Extract::With(f),
             };
             let limit = specs[specs.len() - 1].limit();
             let policy = HeaderValue::from_str(&limit.policy_field()).ok();
@@ -436,7 +437,14 @@ fn template(rule: &LayerRule) -> String {
         KeyKind::Header(header) => header.to_ascii_lowercase(),
         #[cfg(feature = "axum")]
         KeyKind::PathParam(param) => param.clone(),
-        KeyKind::With(_) => "with".to_owned(),
+        // each closure is a type of its own: two closures are two shapes (a value one
+        // computes never reaches the limiters of another's), one closure built twice one
+        KeyKind::With(_, closure) => {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            closure.hash(&mut hasher);
+            format!("with {:016x}", hasher.finish())
+        }
     };
     format!("{name}:{{{value}}}")
 }

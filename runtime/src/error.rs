@@ -272,12 +272,13 @@ pub enum Error {
     /// name: a value passed to one would reach the limiters of the other.
     #[error(
         "rules `{rule}` (limiters `{shape}`) and `{other}` (limiters `{other_shape}`) can produce the same \
-         limiter name from different values, so a value passed to one reaches the limiters of the other; \
+         Redis key from different values (one's limiter name, or a key a limiter keeps beside its config), \
+         so a value passed to one reaches the keys of the other; \
          give one of them a literal segment of its own (`login:user:{{user}}`), or name the values alike if \
-         they are the same value; `{rule}` refuses every call until then"
+         they are the same value; both refuse every call until then"
     )]
     OverlappingRules {
-        /// The rule refused: the later of the two to be used.
+        /// The rule refused (the other is refused too).
         rule: String,
         /// Its limiter names, prefix included, values by placeholder name.
         shape: String,
@@ -332,6 +333,24 @@ fn while_connecting(connecting: &bool) -> &'static str {
 }
 
 impl Error {
+    /// True for the backend failures an outage causes, which pass by themselves (a
+    /// timeout, a server unreachable or answering errors), as opposed to those that
+    /// last until someone acts: credentials refused, an unknown database, state that is
+    /// not a limiter's. `on_error = "allow"` lets calls through on transient failures
+    /// only, and decides the others in process, as `"local"` does: no key another
+    /// program writes, and no configuration mistake, switches a limit off.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. }
+                | Error::ConnectTimeout { .. }
+                | Error::Unreachable { .. }
+                | Error::Tls { .. }
+                | Error::Backend { .. }
+                | Error::UnexpectedReply { .. }
+        )
+    }
+
     /// True for failures of the backend itself (unreachable, hung, refusing the
     /// credentials, answering with errors or holding corrupt state), as opposed to a
     /// misuse of the API. The attribute's `on_error` policy applies to these and only

@@ -9,9 +9,11 @@
 //! produce one name and are not the same shape (the same literal segments, and values
 //! of the same name in the same places) would let a value passed to one reach the
 //! limiters of the other: `login:{user}` called with `192.0.2.55` spends what
-//! `login:{ip}` gives that address. The rule used later of two such rules refuses every
-//! call with [`Error::OverlappingRules`] (the one in use keeps deciding). Rules of one
-//! function (or one layer) are written together and may share limiters.
+//! `login:{ip}` gives that address. Nor may a rule's name be one of the keys another
+//! keeps beside its config (`{tenant:acme}:value` of a rule named `{tenant:acme}`).
+//! Both rules of such a pair refuse every call with [`Error::OverlappingRules`], so
+//! which was used first changes nothing. Rules of one function (or one layer) are
+//! written together and may share limiters, but not one's name be another's key.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
@@ -188,6 +190,44 @@ impl Shape {
         }
     }
 
+    /// This shape followed by `other` (the last segment and `other`'s first joined).
+    fn then(mut self, other: &Shape) -> Shape {
+        let mut segments = other.segments.iter();
+        if let (Some(Segment::Text(last)), Some(Segment::Text(first))) =
+            (self.segments.last_mut(), segments.next())
+        {
+            last.push_str(first);
+        }
+        self.segments.extend(segments.cloned());
+        self.separators.extend(other.separators.iter().copied());
+        self
+    }
+
+    /// The keys a limiter of this name keeps beside its config (Redisson's layout): its
+    /// value and log, per client too, and a token bucket's state, each `NAME:<role>` when
+    /// the name has a hash tag, else `{NAME}:<role>`. A name another rule produces must
+    /// be none of these either.
+    fn stored_keys(&self) -> Vec<Shape> {
+        let wrapped = !self.separators.contains(&'{');
+        let base = if wrapped {
+            Shape::of_template("", "{{")
+                .then(self)
+                .then(&Shape::of_template("", "}}"))
+        } else {
+            self.clone()
+        };
+        [
+            ":value",
+            ":permits",
+            ":bucket",
+            ":value:{client}",
+            ":permits:{client}",
+        ]
+        .iter()
+        .map(|suffix| base.clone().then(&Shape::of_template("", suffix)))
+        .collect()
+    }
+
     /// Whether some limiter name is produced by both.
     fn overlaps(&self, other: &Shape) -> bool {
         self.separators == other.separators
@@ -213,14 +253,27 @@ impl std::fmt::Display for Shape {
     }
 }
 
-/// A rule's shape, the site (function or layer) it belongs to, and whether it
-/// overlaps another site's rule.
+/// A rule's shape and the keys it keeps, the site (function or layer) it belongs to,
+/// and the rule it overlaps, if any.
 #[derive(Debug)]
 struct Placed {
     site: usize,
     rule: String,
     shape: Shape,
+    keys: Vec<Shape>,
     conflict: Option<(String, String)>,
+}
+
+impl Placed {
+    /// Whether a value passed to one of the two could reach the other's keys: one's
+    /// name is one of the other's stored keys, or (rules of different sites) their
+    /// names coincide without being one shape.
+    fn overlaps(&self, other: &Placed) -> bool {
+        let names = self.site != other.site && self.shape.overlaps(&other.shape) && self.shape != other.shape;
+        names
+            || other.keys.iter().any(|key| key.overlaps(&self.shape))
+            || self.keys.iter().any(|key| key.overlaps(&other.shape))
+    }
 }
 
 static SHAPES: RwLock<Vec<Placed>> = RwLock::new(Vec::new());
@@ -228,8 +281,7 @@ static SHAPES: RwLock<Vec<Placed>> = RwLock::new(Vec::new());
 static CONFLICTS: AtomicUsize = AtomicUsize::new(0);
 
 /// Places the rules of `site` (an address, stable while the site lives), each with its
-/// shape, and marks every pair of different sites' rules that can produce one name
-/// without being one shape.
+/// shape, and marks every pair of rules that overlap.
 pub(crate) fn place(site: usize, rules: &[(String, Shape)]) {
     let mut placed = SHAPES.write().unwrap_or_else(|e| e.into_inner());
     for (rule, shape) in rules {
@@ -237,10 +289,12 @@ pub(crate) fn place(site: usize, rules: &[(String, Shape)]) {
             .iter()
             .any(|p| p.site == site && &p.rule == rule && &p.shape == shape)
         {
+            let keys = shape.stored_keys();
             placed.push(Placed {
                 site,
                 rule: rule.clone(),
                 shape: shape.clone(),
+                keys,
                 conflict: None,
             });
         }
@@ -258,22 +312,17 @@ pub(crate) fn forget(site: usize) {
     }
 }
 
-/// Each rule's conflict: the first rule placed before it, of another site, that can
-/// produce one of its names without being its shape. Only the later rule is refused,
-/// so that a rule in use keeps deciding when another one appears.
+/// Each rule's conflict: the first other rule it overlaps. Both rules of a pair are
+/// refused, so which of them was used first changes nothing.
 fn mark_conflicts(placed: &mut [Placed]) {
     let mut count = 0;
     for i in 0..placed.len() {
-        let (earlier, rest) = placed.split_at_mut(i);
-        let this = &mut rest[0];
-        let conflict = earlier
-            .iter()
-            .find(|other| {
-                other.site != this.site && other.shape.overlaps(&this.shape) && other.shape != this.shape
-            })
-            .map(|other| (other.rule.clone(), other.shape.to_string()));
+        let conflict = (0..placed.len())
+            .filter(|&j| j != i)
+            .find(|&j| placed[i].overlaps(&placed[j]))
+            .map(|j| (placed[j].rule.clone(), placed[j].shape.to_string()));
         count += usize::from(conflict.is_some());
-        this.conflict = conflict;
+        placed[i].conflict = conflict;
     }
     CONFLICTS.store(count, Ordering::Relaxed);
 }
@@ -367,11 +416,49 @@ mod tests {
             error.contains("reg:{user}") && error.contains("reg:{ip}"),
             "{error}"
         );
-        assert!(conflict_of(a).is_none(), "the rule in use keeps deciding");
+        assert!(
+            conflict_of(a).is_some() && conflict_of(c).is_some(),
+            "both sides refuse, whichever came first"
+        );
         forget(a);
         assert!(conflict_of(b).is_some(), "c is of a's shape");
         forget(c);
         assert!(conflict_of(b).is_none(), "nothing left to overlap");
+        forget(b);
+    }
+
+    #[test]
+    fn a_name_that_is_another_rules_stored_key_overlaps_it() {
+        let shape = |t: &str| Shape::of_template("p:", t);
+        let (a, b) = (0x5000usize, 0x6000usize);
+        // a hash tag: the keys are NAME:value, NAME:permits, NAME:bucket
+        place(a, &[("{{st:{t}}}".into(), shape("{{st:{t}}}"))]);
+        place(b, &[("{{st:{t}}}:{route}".into(), shape("{{st:{t}}}:{route}"))]);
+        assert!(conflict_of(a).is_some() && conflict_of(b).is_some());
+        forget(a);
+        forget(b);
+        // in one function too
+        place(
+            b,
+            &[
+                ("{{st:{t}}}".into(), shape("{{st:{t}}}")),
+                ("{{st:{t}}}:{route}".into(), shape("{{st:{t}}}:{route}")),
+            ],
+        );
+        assert!(conflict_of(b).is_some());
+        forget(b);
+        // without a hash tag the keys are {NAME}:..., which no name under a prefix is
+        place(a, &[("sk:{x}".into(), shape("sk:{x}"))]);
+        place(b, &[("sk:{x}:{y}".into(), shape("sk:{x}:{y}"))]);
+        assert!(conflict_of(a).is_none() && conflict_of(b).is_none());
+        let stored: Vec<String> = shape("sk:{x}")
+            .stored_keys()
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        assert_eq!(stored[0], "{p:sk:{x}}:value");
+        assert_eq!(stored[3], "{p:sk:{x}}:value:{client}");
+        forget(a);
         forget(b);
     }
 }

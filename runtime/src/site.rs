@@ -395,16 +395,21 @@ impl Site {
     ) -> Result<(), RateLimited> {
         self.log_failure(&error);
         let enforced = |i: usize| !self.rules[i].shadow && call.applies(i);
+        // `allow` is for an outage; a failure that persists until someone acts (state
+        // another program wrote, credentials, a full server) is decided in process.
+        let policy = |i: usize| match self.rules[i].on_error {
+            OnError::Allow if !error.is_transient() => OnError::Local,
+            policy => policy,
+        };
         for i in (0..rules.len()).filter(|&i| enforced(i)) {
-            let outcome = match self.rules[i].on_error {
+            let outcome = match policy(i) {
                 OnError::Allow => RuleOutcome::ErrorAllowed,
                 OnError::Deny => RuleOutcome::ErrorDenied,
                 OnError::Local => RuleOutcome::ErrorLocal,
             };
             self.count(i, outcome);
         }
-        if let Some(rule) = (0..rules.len()).find(|&i| self.rules[i].on_error == OnError::Deny && enforced(i))
-        {
+        if let Some(rule) = (0..rules.len()).find(|&i| policy(i) == OnError::Deny && enforced(i)) {
             return Err(RateLimited {
                 key: rules[rule].name().to_owned(),
                 retry_after: None,
@@ -415,7 +420,7 @@ impl Site {
             });
         }
         let local: Vec<usize> = (0..rules.len())
-            .filter(|&i| self.rules[i].on_error == OnError::Local && enforced(i))
+            .filter(|&i| policy(i) == OnError::Local && enforced(i))
             .collect();
         if local.is_empty() {
             return Ok(());
