@@ -312,3 +312,29 @@ async fn an_override_a_rule_cannot_take_never_takes_a_route_down() {
         capture.text()
     );
 }
+
+/// `release` on a log of 100 000 grants reads the newest grant it takes its permit
+/// from, not the log.
+#[tokio::test]
+async fn a_release_reads_what_it_gives_back_not_the_log() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let (client, rule) = full_log(&server, &clock, "rate_limit:attack:release", 100_000).await;
+    let limiter = client.rate_limiter(rule.name());
+    let monitor = support::monitor::Monitor::start(server.port);
+    limiter.release(1).await.unwrap();
+    assert_eq!(limiter.available_permits().await.unwrap(), 1);
+    for args in monitor.script_commands() {
+        if args[0].starts_with("zrange") || args[0].starts_with("zrevrange") {
+            let (start, stop): (i64, i64) = (args[2].parse().unwrap_or(0), args[3].parse().unwrap_or(0));
+            let read = if args[0] == "zrangebyscore" {
+                0
+            } else if stop < 0 {
+                i64::MAX
+            } else {
+                stop - start + 1
+            };
+            assert!(read <= 1, "release read {args:?}");
+        }
+    }
+}
