@@ -192,3 +192,202 @@ async fn rust_creates_java_acquires(version: Version) {
         assert!(ttl > 0 && ttl <= 1000, "{key}: {ttl}");
     }
 }
+
+on_both_versions!(per_client_side_by_side);
+
+async fn per_client_side_by_side(version: Version) {
+    let Both {
+        _server, rust, java, mut raw,
+    } = both(version).await;
+    let url = format!("redis://127.0.0.1:{}/", _server.port);
+    let java2 = Java::connect(version, &url).await;
+    let rust2 = Client::connect(&url).await.unwrap();
+    let name = "interop:per-client";
+    assert!(java.boolean("trySetRate", name, &[&"PER_CLIENT", &2, &2000]).await);
+    for _ in 0..2 {
+        assert!(java.try_acquire(name, 1).await);
+        assert!(rust.rate_limiter(name).try_acquire(1).await.unwrap());
+        assert!(java2.try_acquire(name, 1).await);
+    }
+    // Each client has its own rate: the fourth still gets its own two.
+    assert!(!java.try_acquire(name, 1).await);
+    assert!(!rust.rate_limiter(name).try_acquire(1).await.unwrap());
+    assert!(!java2.try_acquire(name, 1).await);
+    for _ in 0..2 {
+        assert!(rust2.rate_limiter(name).try_acquire(1).await.unwrap());
+    }
+    assert!(!rust2.rate_limiter(name).try_acquire(1).await.unwrap());
+    assert_eq!(java.available(name).await, 0);
+    assert_eq!(java.config(name).await, ("PER_CLIENT".to_owned(), 2, 2000));
+    // The client ids: random UUIDs, lower case, one per client instance, in the same
+    // key names on both sides.
+    let ids = [java.id.clone(), java2.id.clone(), rust.client_id().to_owned(), rust2.client_id().to_owned()];
+    let mut values: Vec<String> = raw.keys("{interop:per-client}:value:*").await.unwrap();
+    values.sort();
+    let mut expected: Vec<String> = ids.iter().map(|id| format!("{{interop:per-client}}:value:{id}")).collect();
+    expected.sort();
+    assert_eq!(values, expected);
+    for id in &ids {
+        assert_eq!(id.len(), 36, "{id}");
+        assert!(id.chars().all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c)), "{id}");
+        let value: i64 = raw.get(format!("{{interop:per-client}}:value:{id}")).await.unwrap();
+        assert_eq!(value, 0);
+        assert_eq!(log(&mut raw, &format!("{{interop:per-client}}:permits:{id}")).await.len(), 2);
+    }
+    assert!(!raw.exists::<_, bool>("{interop:per-client}:value").await.unwrap(), "no overall state");
+}
+
+// ---------------------------------------------------------------------------------
+// Changing the rate on one side while the other keeps deciding.
+
+on_both_versions!(java_changes_the_rate_while_rust_decides, rust_updates_the_rate_while_java_acquires);
+
+/// Rust tasks deciding on `name` until `until`: every grant's time.
+fn rust_deciders(client: &Client, name: &str, tasks: usize, until: Instant) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
+    (0..tasks)
+        .map(|_| {
+            let limiter = client.rate_limiter(name);
+            tokio::spawn(async move {
+                let mut grants = Vec::new();
+                while Instant::now() < until {
+                    let decision = limiter.check(1).await.unwrap();
+                    if decision.allowed {
+                        grants.push(decision.at_ms);
+                    } else {
+                        let wait = decision.retry_after.unwrap().min(until.saturating_duration_since(Instant::now()));
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                grants
+            })
+        })
+        .collect()
+}
+
+async fn joined(tasks: Vec<tokio::task::JoinHandle<Vec<u64>>>) -> Vec<u64> {
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort_unstable();
+    all
+}
+
+async fn java_changes_the_rate_while_rust_decides(version: Version) {
+    let Both { _server, rust, java, .. } = both(version).await;
+    // Each change restarts the window: setRate (both versions); 4.x's
+    // setRate(RateLimiterArgs) and updateRate without keepState.
+    let mut changes: Vec<(&str, Vec<String>)> = vec![("setRate", vec!["OVERALL".into(), "5".into(), "1000".into()])];
+    if version == Version::V4 {
+        changes.push(("setRateArgs", ["OVERALL", "5", "1000", "0", "false"].map(String::from).to_vec()));
+        changes.push(("updateRate", ["OVERALL", "5", "1000", "0", "false"].map(String::from).to_vec()));
+    }
+    for (op, args) in changes {
+        let name = format!("interop:java-changes:{op}");
+        assert!(java.boolean("trySetRate", &name, &[&"OVERALL", &20, &1000]).await);
+        let until = Instant::now() + Duration::from_millis(2300);
+        let tasks = rust_deciders(&rust, &name, 6, until);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let args: Vec<&dyn std::fmt::Display> = args.iter().map(|a| a as &dyn std::fmt::Display).collect();
+        let answer = java.ok(op, &name, &args).await;
+        assert!(answer.is_empty() || answer == "true", "{op}: {answer}");
+        let changed = now_ms();
+        let grants = joined(tasks).await;
+        let (before, after): (Vec<u64>, Vec<u64>) = grants.iter().partition(|&&at| at < changed);
+        assert!(before.len() >= 20, "{op}: Rust granted {} at the old rate", before.len());
+        // From the change on, no window holds more than the new rate, and Rust goes on
+        // getting it (1.6 s at 5 per second).
+        let most = busiest(&after, 1000);
+        println!("{op}: {} grants before, {} after, busiest window after {most}", before.len(), after.len());
+        assert!(most <= 5, "{op}: {most} grants in a window after the change to 5 per second");
+        assert!(after.len() >= 7, "{op}: only {} grants after the change", after.len());
+    }
+}
+
+/// Every grant the log of `key` holds while `running`: (member, score), read every
+/// 50 ms (a grant stays in the log for at least its interval, 1 s here).
+fn capture_log(url: String, key: String, running: Arc<AtomicBool>) -> tokio::task::JoinHandle<HashMap<Vec<u8>, u64>> {
+    tokio::spawn(async move {
+        let mut raw = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let mut seen = HashMap::new();
+        loop {
+            let done = !running.load(Ordering::SeqCst);
+            let entries: Vec<(Vec<u8>, f64)> = raw.zrange_withscores(&key, 0, -1).await.unwrap();
+            for (member, score) in entries {
+                seen.insert(member, score as u64);
+            }
+            if done {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// Scores sorted, one per permit.
+fn scores(seen: &HashMap<Vec<u8>, u64>) -> Vec<u64> {
+    let mut all: Vec<u64> = seen
+        .iter()
+        .flat_map(|(m, &s)| std::iter::repeat_n(s, permits_of(m) as usize))
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+/// Java's `run`: (grants, [(before, after)]).
+fn java_grants(answer: &str) -> (usize, Vec<(u64, u64)>) {
+    let (count, list) = answer.split_once(' ').unwrap();
+    let grants: Vec<(u64, u64)> = if list == "-" {
+        Vec::new()
+    } else {
+        list.split(',')
+            .map(|g| {
+                let (a, b) = g.split_once('-').unwrap();
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect()
+    };
+    let count: usize = count.parse().unwrap();
+    assert_eq!(count, grants.len());
+    (count, grants)
+}
+
+async fn rust_updates_the_rate_while_java_acquires(version: Version) {
+    let Both { _server, rust, java, .. } = both(version).await;
+    let name = "interop:rust-updates";
+    let limiter = rust.rate_limiter(name);
+    assert!(limiter.try_set_rate(RateType::Overall, 20, SEC).await.unwrap());
+    let running = Arc::new(AtomicBool::new(true));
+    let capture = capture_log(
+        _server.url(),
+        "{interop:rust-updates}:permits".into(),
+        running.clone(),
+    );
+    let start = now_ms() + 100;
+    let args: [&dyn std::fmt::Display; 3] = [&4, &2400, &start];
+    let run = java.ok("run", name, &args);
+    let update = async {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        // Lowered below what the window holds: redlimit keeps the debt.
+        assert!(limiter.update_rate(RateType::Overall, 5, SEC).await.unwrap());
+        now_ms()
+    };
+    let (answer, updated) = tokio::join!(run, update);
+    running.store(false, Ordering::SeqCst);
+    let seen = capture.await.unwrap();
+    let (count, _) = java_grants(&answer);
+    let all = scores(&seen);
+    assert_eq!(all.len(), count, "the log saw every grant Java reported");
+    // Every window that ends at a grant made after the update holds at most the new
+    // rate, old grants included: Java's script counts the debt down before granting.
+    let mut after = 0;
+    for (i, &at) in all.iter().enumerate() {
+        if at > updated {
+            after += 1;
+            let in_window = all[..=i].iter().filter(|&&t| t + 1000 > at).count();
+            assert!(in_window <= 5, "{in_window} grants in the window ending at a grant after the update");
+        }
+    }
+    println!("{count} Java grants, {after} after the update to 5 per second");
+    assert!(count - after >= 20 && after >= 5, "Java kept acquiring: {count} grants, {after} after");
+}
