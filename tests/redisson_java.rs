@@ -391,3 +391,182 @@ async fn rust_updates_the_rate_while_java_acquires(version: Version) {
     println!("{count} Java grants, {after} after the update to 5 per second");
     assert!(count - after >= 20 && after >= 5, "Java kept acquiring: {count} grants, {after} after");
 }
+
+// ---------------------------------------------------------------------------------
+// release, expire, delete, isExists, keepAliveTime.
+
+on_both_versions!(release_from_each_side, expire_delete_and_exists, keep_alive_ttls);
+
+async fn release_from_each_side(version: Version) {
+    let Both {
+        _server, rust, java, mut raw,
+    } = both(version).await;
+    // Rust releases: the permits come out of the newest grants, and Java sees them.
+    let name = "interop:release:rust";
+    let limiter = rust.rate_limiter(name);
+    assert!(java.boolean("trySetRate", name, &[&"OVERALL", &5, &2000]).await);
+    for _ in 0..3 {
+        assert!(java.try_acquire(name, 1).await);
+    }
+    limiter.release(2).await.unwrap();
+    assert_eq!(java.available(name).await, 4);
+    assert_eq!(log(&mut raw, "{interop:release:rust}:permits").await.len(), 1);
+    for i in 0..4 {
+        assert!(java.try_acquire(name, 1).await, "Java grant {i} after Rust's release");
+    }
+    assert!(!java.try_acquire(name, 1).await);
+    if version == Version::V3 {
+        return; // 3.24.3 has no release (3.52 added it).
+    }
+    // Java releases (4.x): the value goes up, the log stays as it is.
+    let name = "interop:release:java";
+    let limiter = rust.rate_limiter(name);
+    assert!(limiter.try_set_rate(RateType::Overall, 5, 2 * SEC).await.unwrap());
+    for _ in 0..3 {
+        assert!(limiter.try_acquire(1).await.unwrap());
+    }
+    java.ok("release", name, &[&2]).await;
+    let value: i64 = raw.get("{interop:release:java}:value").await.unwrap();
+    assert_eq!(value, 4);
+    assert_eq!(log(&mut raw, "{interop:release:java}:permits").await.len(), 3);
+    assert_eq!(limiter.available_permits().await.unwrap(), 4);
+    for i in 0..4 {
+        assert!(limiter.try_acquire(1).await.unwrap(), "Rust grant {i} after Java's release");
+    }
+    assert!(!limiter.try_acquire(1).await.unwrap());
+    // Released up to the rate, not beyond.
+    java.ok("release", name, &[&50]).await;
+    assert_eq!(java.available(name).await, 5);
+}
+
+async fn expire_delete_and_exists(version: Version) {
+    let Both {
+        _server, rust, java, mut raw,
+    } = both(version).await;
+    let name = "interop:expire";
+    let limiter = rust.rate_limiter(name);
+    assert!(limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let keys = [name, "{interop:expire}:value", "{interop:expire}:permits"];
+    // Java's expire reaches the keys Rust wrote, and Rust's the keys Java reads.
+    assert!(java.boolean("expire", name, &[&5000]).await);
+    for key in keys {
+        assert!(fresh_ttl(pttl(&mut raw, key).await, 5000), "{key}");
+    }
+    assert!(limiter.expire(Duration::from_secs(3)).await.unwrap());
+    let ttl: i64 = java.ok("remainTimeToLive", name, &[]).await.parse().unwrap();
+    assert!(fresh_ttl(ttl, 3000), "{ttl}");
+    for key in keys {
+        assert!(fresh_ttl(pttl(&mut raw, key).await, 3000), "{key}");
+    }
+    // isExists is the config key, on both sides; delete removes all keys.
+    assert!(java.boolean("isExists", name, &[]).await);
+    assert!(limiter.delete().await.unwrap());
+    assert!(!java.boolean("isExists", name, &[]).await);
+    let error = java.err("tryAcquire", name, &[&1]).await;
+    assert!(error.contains("RateLimiter is not initialized"), "{error}");
+    assert!(java.boolean("trySetRate", name, &[&"OVERALL", &5, &1000]).await);
+    assert!(java.try_acquire(name, 1).await);
+    assert!(limiter.is_exists().await.unwrap());
+    assert!(java.boolean("delete", name, &[]).await);
+    assert!(!limiter.is_exists().await.unwrap());
+    assert_eq!(limiter.config().await.unwrap(), None);
+    let left: Vec<String> = raw.keys("*expire*").await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(!java.boolean("delete", name, &[]).await);
+    assert!(!limiter.delete().await.unwrap());
+    // Per client, each side's delete removes its own client's keys and the shared
+    // ones, not another client's.
+    let name = "interop:expire:per-client";
+    assert!(java.boolean("trySetRate", name, &[&"PER_CLIENT", &5, &1000]).await);
+    assert!(java.try_acquire(name, 1).await);
+    assert!(rust.rate_limiter(name).try_acquire(1).await.unwrap());
+    assert!(java.boolean("delete", name, &[]).await);
+    let mut left: Vec<String> = raw.keys("*per-client*").await.unwrap();
+    left.sort();
+    let rust_id = rust.client_id();
+    assert_eq!(
+        left,
+        [
+            format!("{{interop:expire:per-client}}:permits:{rust_id}"),
+            format!("{{interop:expire:per-client}}:value:{rust_id}")
+        ]
+    );
+}
+
+async fn keep_alive_ttls(version: Version) {
+    let Both {
+        _server, rust, java, mut raw,
+    } = both(version).await;
+    let name = "interop:keep-alive";
+    let keys = [name, "{interop:keep-alive}:value", "{interop:keep-alive}:permits"];
+    let limiter = rust.rate_limiter(name);
+    if version == Version::V3 {
+        // 3.24.3 knows no keepAliveTime: on a limiter a rule made (keep-alive =
+        // interval), its acquires copy the config key's TTL onto the others and never
+        // renew it, so the limiter expires under a Java service that only acquires.
+        let rule = Rule::new(name, 5, SEC);
+        assert!(rust.check_rules(std::slice::from_ref(&rule)).await.unwrap().allowed);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(java.try_acquire(name, 1).await);
+        let config_ttl = pttl(&mut raw, name).await;
+        assert!(config_ttl > 0 && config_ttl <= 600, "not renewed: {config_ttl}");
+        for key in &keys[1..] {
+            let ttl = pttl(&mut raw, key).await;
+            assert!(ttl > 0 && ttl <= config_ttl, "{key}: {ttl}, the config's {config_ttl}");
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let error = java.err("tryAcquire", name, &[&1]).await;
+        assert!(error.contains("RateLimiter is not initialized"), "{error}");
+        assert!(rust.check_rules(std::slice::from_ref(&rule)).await.unwrap().allowed, "the rule makes it anew");
+        return;
+    }
+    // 4.x: trySetRate with a keepAliveTime sets the config's TTL at once; each
+    // acquire, on either side, renews all three keys.
+    assert!(java.boolean("trySetRate", name, &[&"OVERALL", &5, &1000, &3000]).await);
+    assert!(fresh_ttl(pttl(&mut raw, name).await, 3000));
+    assert!(limiter.try_acquire(1).await.unwrap());
+    for key in keys {
+        assert!(fresh_ttl(pttl(&mut raw, key).await, 3000), "{key} after Rust's acquire");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(java.try_acquire(name, 1).await);
+    for key in keys {
+        assert!(fresh_ttl(pttl(&mut raw, key).await, 3000), "{key} after Java's acquire");
+    }
+    // A refused acquire renews them too, on both sides.
+    for _ in 0..3 {
+        assert!(limiter.try_acquire(1).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!java.try_acquire(name, 1).await);
+    assert!(fresh_ttl(pttl(&mut raw, name).await, 3000), "renewed by a refusal");
+    // Rust's keep_alive changes the field Java reads at each acquire.
+    limiter.keep_alive(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    java.try_acquire(name, 1).await;
+    for key in keys {
+        assert!(fresh_ttl(pttl(&mut raw, key).await, 5000), "{key} after Java's acquire");
+    }
+    // Java's setRate with a keep-alive: the config's TTL at once, state restarted.
+    java.ok("setRate", name, &[&"OVERALL", &5, &1000, &2000]).await;
+    assert!(fresh_ttl(pttl(&mut raw, name).await, 2000));
+    assert_eq!(limiter.config().await.unwrap().unwrap().keep_alive, Some(2 * SEC));
+    // Both refuse a keep-alive shorter than the interval, in the same words.
+    let text = "The parameter keepAliveTime should be greater than or equal to rateInterval";
+    let error = java.err("trySetRate", "interop:keep-alive:short", &[&"OVERALL", &5, &1000, &500]).await;
+    assert!(error.contains(text), "{error}");
+    let short = RateLimiterConfig::new(RateType::Overall, 5, SEC).with_keep_alive(Duration::from_millis(500));
+    let error = rust.rate_limiter("interop:keep-alive:short").try_set_config(&short).await.unwrap_err();
+    assert!(error.to_string().contains(text), "{error}");
+    assert!(!raw.exists::<_, bool>("interop:keep-alive:short").await.unwrap());
+    // Without a keep-alive (0), an expire set on the config is copied at each acquire.
+    let plain = "interop:keep-alive:plain";
+    assert!(java.boolean("trySetRate", plain, &[&"OVERALL", &5, &1000, &0]).await);
+    assert_eq!(pttl(&mut raw, plain).await, -1);
+    let _: () = raw.pexpire(plain, 4000).await.unwrap();
+    assert!(rust.rate_limiter(plain).try_acquire(1).await.unwrap());
+    for key in ["{interop:keep-alive:plain}:value", "{interop:keep-alive:plain}:permits"] {
+        assert!(fresh_ttl(pttl(&mut raw, key).await, 4000), "{key}");
+    }
+}
