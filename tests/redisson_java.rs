@@ -570,3 +570,62 @@ async fn keep_alive_ttls(version: Version) {
         assert!(fresh_ttl(pttl(&mut raw, key).await, 4000), "{key}");
     }
 }
+
+// ---------------------------------------------------------------------------------
+// Waiting out a window the other side filled.
+
+on_both_versions!(each_side_waits_out_a_window_the_other_filled);
+
+async fn each_side_waits_out_a_window_the_other_filled(version: Version) {
+    let Both {
+        _server, rust, java, mut raw,
+    } = both(version).await;
+    // Rust fills; Java's tryAcquire(permits, timeout) gives up at a timeout too short,
+    // and is granted when the grants leave the window.
+    let name = "interop:wait:java";
+    let limiter = rust.rate_limiter(name);
+    assert!(limiter.try_set_rate(RateType::Overall, 2, SEC).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let filled = log(&mut raw, "{interop:wait:java}:permits").await;
+    let answer = java.ok("tryAcquireFor", name, &[&1, &300]).await;
+    let (granted, elapsed) = answer.split_once(' ').unwrap();
+    let elapsed: u64 = elapsed.parse().unwrap();
+    assert_eq!(granted, "false");
+    assert!((280..800).contains(&elapsed), "gave up after {elapsed} ms");
+    let answer = java.ok("tryAcquireFor", name, &[&2, &3000]).await;
+    assert!(answer.starts_with("true "), "{answer}");
+    let after = log(&mut raw, "{interop:wait:java}:permits").await;
+    assert_eq!(after.len(), 1, "Rust's grants left, Java's 2 permits came in: {after:?}");
+    let newest = filled.iter().map(|&(s, _)| s).max().unwrap();
+    assert!(after[0].0 >= newest + 1000, "Java granted at {}, the window ended at {}", after[0].0, newest + 1000);
+    assert!(after[0].0 < newest + 1000 + 300, "Java waited too long: {} after the window", after[0].0 - newest - 1000);
+    // Java's acquire waits as long as it takes.
+    let name = "interop:wait:java-acquire";
+    let limiter = rust.rate_limiter(name);
+    assert!(limiter.try_set_rate(RateType::Overall, 3, SEC).await.unwrap());
+    for _ in 0..3 {
+        assert!(limiter.try_acquire(1).await.unwrap());
+    }
+    let filled_at = log(&mut raw, "{interop:wait:java-acquire}:permits").await[2].0;
+    let waited: u64 = java.ok("acquire", name, &[&1]).await.parse().unwrap();
+    let granted = log(&mut raw, "{interop:wait:java-acquire}:permits").await;
+    let java_at = granted.last().unwrap().0;
+    assert!(java_at >= filled_at + 1000 && java_at < filled_at + 1300, "{java_at} vs {filled_at}; waited {waited}");
+
+    // Java fills; Rust's acquire waits it out, and its try_acquire_for gives up at once
+    // when the wait cannot end before its timeout.
+    let name = "interop:wait:rust";
+    assert!(java.boolean("trySetRate", name, &[&"OVERALL", &2, &1000]).await);
+    assert!(java.try_acquire(name, 1).await);
+    assert!(java.try_acquire(name, 1).await);
+    let filled_at = log(&mut raw, "{interop:wait:rust}:permits").await[1].0;
+    let limiter = rust.rate_limiter(name);
+    let started = Instant::now();
+    assert!(!limiter.try_acquire_for(1, Duration::from_millis(200)).await.unwrap());
+    assert!(started.elapsed() < Duration::from_millis(100), "gave up at once: {:?}", started.elapsed());
+    limiter.acquire(2).await.unwrap();
+    let granted = log(&mut raw, "{interop:wait:rust}:permits").await;
+    assert_eq!(granted.len(), 1);
+    assert!(granted[0].0 >= filled_at + 1000 && granted[0].0 < filled_at + 1100, "{:?} vs {filled_at}", granted);
+}
