@@ -629,3 +629,209 @@ async fn each_side_waits_out_a_window_the_other_filled(version: Version) {
     assert_eq!(granted.len(), 1);
     assert!(granted[0].0 >= filled_at + 1000 && granted[0].0 < filled_at + 1100, "{:?} vs {filled_at}", granted);
 }
+
+// ---------------------------------------------------------------------------------
+// Contention: two JVMs of 16 threads and two Rust processes of 16 tasks on one limiter.
+
+const CONTENDED_RATE: u64 = 50;
+const CONTENTION_MS: u64 = 3000;
+const THREADS: usize = 16;
+/// The longest a call may be on its way to Redis (its clock read, then the script run)
+/// in the contention tests, 64 callers on 2 cores.
+const MOST_IN_FLIGHT_MS: u64 = 50;
+
+/// The rules a Rust worker decides, by scenario; the limiter Java shares comes first
+/// or second. Its rule has no keep-alive, as Java's `trySetRate` configures it, so
+/// the rule finds the config it expects and never rewrites it.
+fn contended_rules(scenario: &str, name: &str) -> Vec<Rule> {
+    let shared = Rule::new(name, CONTENDED_RATE, SEC).keep_alive(None);
+    match scenario {
+        "one" => vec![shared],
+        "stacked" => vec![
+            Rule::new(format!("{name}:wide"), CONTENDED_RATE * 2, SEC),
+            shared,
+            Rule::new(format!("{name}:loose"), CONTENDED_RATE + 5, SEC),
+        ],
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// A Rust worker process: `THREADS` tasks decide the scenario's rules from the epoch
+/// millisecond START until START + CONTENTION_MS, waiting out each refusal (or, with a
+/// PERIOD, deciding once every PERIOD ms without waiting), and print each grant's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the contention tests in worker processes"]
+async fn worker() {
+    let url = std::env::var("INTEROP_URL").expect("INTEROP_URL");
+    let scenario = std::env::var("INTEROP_SCENARIO").unwrap();
+    let name = std::env::var("INTEROP_NAME").unwrap();
+    let start: u64 = std::env::var("INTEROP_START").unwrap().parse().unwrap();
+    let period: u64 = std::env::var("INTEROP_PERIOD").unwrap().parse().unwrap();
+    let client = Client::connect(&url).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(start.saturating_sub(now_ms()))).await;
+    let until = Instant::now() + Duration::from_millis((start + CONTENTION_MS).saturating_sub(now_ms()));
+    let tasks: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let client = client.clone();
+            let rules = contended_rules(&scenario, &name);
+            tokio::spawn(async move {
+                let mut grants = Vec::new();
+                let mut next = tokio::time::Instant::now();
+                loop {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return grants;
+                    }
+                    let decision = if period > 0 {
+                        client.check_rules(&rules).await.unwrap()
+                    } else {
+                        client.check_rules_for(&rules, left).await.unwrap()
+                    };
+                    if decision.allowed {
+                        grants.push(decision.at_ms);
+                    }
+                    if period > 0 {
+                        next += Duration::from_millis(period);
+                        tokio::time::sleep_until(next).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut out = String::from("\n");
+    for task in tasks {
+        for at in task.await.unwrap() {
+            out.push_str(&format!("GRANT {at}\n"));
+        }
+    }
+    print!("{out}");
+}
+
+/// One contention scenario at a time: two at once would measure the machine.
+static CONTENDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Every caller asks once every this many ms, in the scenarios that do not wait.
+const PERIOD_MS: u64 = 20;
+
+/// Runs `scenario` (`one` or `stacked`), each caller waiting out its refusals or, when
+/// `paced`, asking once every `PERIOD_MS` without waiting.
+async fn contend(version: Version, scenario: &str, paced: bool) {
+    let period = if paced { PERIOD_MS } else { 0 };
+    let _turn = CONTENDING.lock().await;
+    let server = RedisServer::start();
+    let name = format!("interop:contended:{scenario}");
+    let java = [
+        Java::connect_in_jvm(version, 0, &server.url()).await,
+        Java::connect_in_jvm(version, 1, &server.url()).await,
+    ];
+    assert!(java[0].boolean("trySetRate", &name, &[&"OVERALL", &CONTENDED_RATE, &1000]).await);
+    let start = now_ms() + 1500;
+    let exe = std::env::current_exe().unwrap();
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["worker", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+                .env("INTEROP_URL", server.url())
+                .env("INTEROP_SCENARIO", scenario)
+                .env("INTEROP_NAME", &name)
+                .env("INTEROP_START", start.to_string())
+                .env("INTEROP_PERIOD", period.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let running = Arc::new(AtomicBool::new(true));
+    let mut captures = vec![capture_log(server.url(), format!("{{{name}}}:permits"), running.clone())];
+    if scenario == "stacked" {
+        for rule in ["wide", "loose"] {
+            captures.push(capture_log(server.url(), format!("{{{name}:{rule}}}:permits"), running.clone()));
+        }
+    }
+    let args: [&dyn std::fmt::Display; 4] = [&THREADS, &CONTENTION_MS, &start, &period];
+    let (a, b) = tokio::join!(java[0].ok("run", &name, &args), java[1].ok("run", &name, &args));
+    let java_counts = [java_grants(&a).0, java_grants(&b).0];
+    let rust_counts: Vec<usize> = tokio::task::spawn_blocking(move || {
+        workers
+            .into_iter()
+            .map(|child| {
+                let output = child.wait_with_output().unwrap();
+                assert!(output.status.success(), "a Rust worker failed");
+                String::from_utf8(output.stdout)
+                    .unwrap()
+                    .lines()
+                    .filter(|l| l.starts_with("GRANT "))
+                    .count()
+            })
+            .collect()
+    })
+    .await
+    .unwrap();
+    running.store(false, Ordering::SeqCst);
+    let mut logs = Vec::new();
+    for capture in captures {
+        logs.push(scores(&capture.await.unwrap()));
+    }
+    let shared = &logs[0];
+    let java_total: usize = java_counts.iter().sum();
+    let rust_total: usize = rust_counts.iter().sum();
+    // Redisson stamps a call with its clock when it sends it, so the time a call
+    // spends on its way (queued in the client, on the wire, behind other scripts)
+    // acts as clock skew D: no window of `interval - D` holds more than the rate
+    // (RELIABILITY.md, "Clock skew"). D is the least that makes it hold here.
+    let skew = (0..1000).find(|&d| busiest(shared, 1000 - d) as u64 <= CONTENDED_RATE).unwrap();
+    println!(
+        "{} {scenario}{}: Java {java_counts:?}, Rust {rust_counts:?}, {} in the log, busiest window {}, \
+         at most the rate in every window of 1000 - {skew} ms",
+        version.name(),
+        if paced { ", paced" } else { ", waiting" },
+        shared.len(),
+        busiest(shared, 1000),
+    );
+    assert_eq!(shared.len(), java_total + rust_total, "the log holds every grant each side reported");
+    assert!(
+        skew <= MOST_IN_FLIGHT_MS,
+        "more than the rate in a window of 1000 - {MOST_IN_FLIGHT_MS} ms: calls {skew} ms on their way?"
+    );
+    // Under steady demand from both sides the rate is used. Asking at the same pace,
+    // each side gets a fair share (half would be even); waiting, neither is starved,
+    // though Redisson's waiters wake later than redlimit's (README).
+    let expected = CONTENDED_RATE as usize * CONTENTION_MS as usize / 1000;
+    assert!(shared.len() >= expected * 9 / 10, "only {} grants in {CONTENTION_MS} ms at {CONTENDED_RATE}/s", shared.len());
+    let least = if paced { 3 } else { 30 };
+    assert!(
+        java_total * least >= shared.len() && rust_total * least >= shared.len(),
+        "Java {java_total}, Rust {rust_total}"
+    );
+    if scenario == "stacked" {
+        for (log, rate) in logs[1..].iter().zip([CONTENDED_RATE * 2, CONTENDED_RATE + 5]) {
+            assert!(busiest(log, 1000) as u64 <= rate);
+            assert_eq!(log.len(), rust_total, "the other rules count Rust's grants only");
+        }
+        // The rule found Java's config and left it alone.
+        let mut raw = server.raw().await;
+        let config: HashMap<String, String> = raw.hgetall(&name).await.unwrap();
+        assert_eq!(config["rate"], CONTENDED_RATE.to_string());
+        assert_eq!(config.get("keepAliveTime").map(String::as_str), (version == Version::V4).then_some("0"));
+        assert_eq!(raw.pttl::<_, i64>(&name).await.unwrap(), -1);
+    }
+}
+
+on_both_versions!(
+    contention_on_one_limiter,
+    contention_with_three_stacked_rules,
+    contention_of_waiters_on_one_limiter
+);
+
+async fn contention_on_one_limiter(version: Version) {
+    contend(version, "one", true).await
+}
+
+async fn contention_with_three_stacked_rules(version: Version) {
+    contend(version, "stacked", true).await
+}
+
+async fn contention_of_waiters_on_one_limiter(version: Version) {
+    contend(version, "one", false).await
+}

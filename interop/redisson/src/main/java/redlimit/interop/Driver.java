@@ -50,13 +50,15 @@ import org.redisson.config.Config;
  * remainTimeToLive CLIENT NAME                  -> OK TTL
  * delete CLIENT NAME                            -> OK true|false
  * isExists CLIENT NAME                          -> OK true|false
- * run CLIENT NAME THREADS DURATION START        -> OK GRANTS BEFORE-AFTER,...
+ * run CLIENT NAME THREADS DURATION START [PERIOD]  -> OK GRANTS BEFORE-AFTER,...
  * </pre>
  *
  * <p>{@code run} starts THREADS threads at the epoch millisecond START (at once when
- * it has passed), each calling {@code tryAcquire(1, timeout)} with the time left until
- * START + DURATION, and answers every grant with the clock read just before the call
- * that got it and just after it returned.
+ * it has passed), until START + DURATION. Without PERIOD each calls
+ * {@code tryAcquire(1, timeout)} with the time left, again and again (Redisson's
+ * waiting); with PERIOD each calls {@code tryAcquire(1)} (no waiting) once every
+ * PERIOD ms. It answers every grant with the clock read just before the call that got
+ * it and just after it returned.
  */
 public final class Driver {
     private static final PrintStream OUT =
@@ -191,7 +193,7 @@ public final class Driver {
             case "isExists":
                 return " " + limiter.isExists();
             case "run":
-                return contend(limiter, (int) num(w[4]), num(w[5]), num(w[6]));
+                return contend(limiter, (int) num(w[4]), num(w[5]), num(w[6]), w.length > 7 ? num(w[7]) : 0);
             default:
                 throw new IllegalArgumentException("unknown operation " + op);
         }
@@ -222,7 +224,8 @@ public final class Driver {
         return Long.parseLong(word);
     }
 
-    private static String contend(RRateLimiter limiter, int threads, long duration, long start) throws Exception {
+    private static String contend(RRateLimiter limiter, int threads, long duration, long start, long period)
+            throws Exception {
         long end = start + duration;
         List<Thread> workers = new ArrayList<>();
         List<List<long[]>> grants = new ArrayList<>();
@@ -236,13 +239,24 @@ public final class Driver {
                     if (wait > 0) {
                         Thread.sleep(wait);
                     }
+                    long next = start;
                     while (true) {
                         long before = System.currentTimeMillis();
                         if (before >= end) {
                             return;
                         }
-                        if (specific.tryAcquireFor(limiter, 1, end - before)) {
+                        boolean granted = period > 0
+                                ? limiter.tryAcquire(1)
+                                : specific.tryAcquireFor(limiter, 1, end - before);
+                        if (granted) {
                             mine.add(new long[] {before, System.currentTimeMillis()});
+                        }
+                        if (period > 0) {
+                            next += period;
+                            long pause = next - System.currentTimeMillis();
+                            if (pause > 0) {
+                                Thread.sleep(pause);
+                            }
                         }
                     }
                 } catch (Throwable e) {
