@@ -242,8 +242,21 @@ async fn per_client_side_by_side(version: Version) {
 
 on_both_versions!(java_changes_the_rate_while_rust_decides, rust_updates_the_rate_while_java_acquires);
 
-/// Rust tasks deciding on `name` until `until`: every grant's time.
+/// Rust tasks deciding on `name` until `until`, waiting out each refusal: every
+/// grant's time.
 fn rust_deciders(client: &Client, name: &str, tasks: usize, until: Instant) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
+    deciders(client, name, tasks, until, None)
+}
+
+/// As [`rust_deciders`], or, with a `period`, each task deciding once every period
+/// without waiting.
+fn deciders(
+    client: &Client,
+    name: &str,
+    tasks: usize,
+    until: Instant,
+    period: Option<Duration>,
+) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
     (0..tasks)
         .map(|_| {
             let limiter = client.rate_limiter(name);
@@ -253,7 +266,10 @@ fn rust_deciders(client: &Client, name: &str, tasks: usize, until: Instant) -> V
                     let decision = limiter.check(1).await.unwrap();
                     if decision.allowed {
                         grants.push(decision.at_ms);
-                    } else {
+                    }
+                    if let Some(period) = period {
+                        tokio::time::sleep(period).await;
+                    } else if !decision.allowed {
                         let wait = decision.retry_after.unwrap().min(until.saturating_duration_since(Instant::now()));
                         tokio::time::sleep(wait).await;
                     }
@@ -834,4 +850,61 @@ async fn contention_with_three_stacked_rules(version: Version) {
 
 async fn contention_of_waiters_on_one_limiter(version: Version) {
     contend(version, "one", false).await
+}
+
+// ---------------------------------------------------------------------------------
+// Redis Cluster: Redisson's cluster client and redlimit on one limiter.
+
+on_both_versions!(one_limiter_on_a_cluster);
+
+async fn one_limiter_on_a_cluster(version: Version) {
+    let cluster = tokio::task::spawn_blocking(|| support::cluster::RedisCluster::start(3, 0))
+        .await
+        .unwrap();
+    let rust = Client::connect(&cluster.url()).await.unwrap();
+    let java = Java::cluster(version, &cluster.urls()).await;
+    for name in ["interop:cluster", "{tenant:7}:orders"] {
+        assert!(java.boolean("trySetRate", name, &[&"OVERALL", &6, &1000]).await);
+        let limiter = rust.rate_limiter(name);
+        for _ in 0..3 {
+            assert!(limiter.try_acquire(1).await.unwrap(), "{name}");
+            assert!(java.try_acquire(name, 1).await, "{name}");
+        }
+        assert!(!limiter.try_acquire(1).await.unwrap());
+        assert!(!java.try_acquire(name, 1).await);
+        assert_eq!(java.available(name).await, 0);
+        let keys = limiter.keys().unwrap();
+        let (value, permits) = (keys.value(), keys.permits());
+        let slot = cluster.keyslot(name);
+        assert_eq!((cluster.keyslot(&value), cluster.keyslot(&permits)), (slot, slot));
+        // Every grant in the slot's node, 3 from each side.
+        let (port, _) = cluster.primary_of(slot);
+        let mut node = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        assert_eq!(log(&mut node, &permits).await.len(), 6);
+    }
+    // Per client, and under contention from both sides at once.
+    let name = "interop:cluster:contended";
+    assert!(java.boolean("trySetRate", name, &[&"OVERALL", &20, &1000]).await);
+    let slot = cluster.keyslot(name);
+    let (port, _) = cluster.primary_of(slot);
+    let running = Arc::new(AtomicBool::new(true));
+    let capture = capture_log(format!("redis://127.0.0.1:{port}/"), format!("{{{name}}}:permits"), running.clone());
+    let until = Instant::now() + Duration::from_millis(2000);
+    // Each side asks at the same pace: 6 callers each every 20 ms.
+    let rust_tasks = deciders(&rust, name, 6, until, Some(Duration::from_millis(PERIOD_MS)));
+    let start = now_ms();
+    let args: [&dyn std::fmt::Display; 4] = [&6, &2000, &start, &PERIOD_MS];
+    let (count, _) = java_grants(&java.ok("run", name, &args).await);
+    let rust_grants = joined(rust_tasks).await;
+    running.store(false, Ordering::SeqCst);
+    let all = scores(&capture.await.unwrap());
+    println!("cluster: Java {count}, Rust {}, busiest window {}", rust_grants.len(), busiest(&all, 1000));
+    assert_eq!(all.len(), count + rust_grants.len());
+    assert!(busiest(&all, 1000 - MOST_IN_FLIGHT_MS) <= 20);
+    assert!(all.len() >= 40, "{} grants in 2 s at 20 per second", all.len());
+    assert!(count * 4 >= all.len() && rust_grants.len() * 4 >= all.len(), "a fair share each");
 }
