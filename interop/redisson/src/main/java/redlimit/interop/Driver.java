@@ -57,7 +57,7 @@ import org.redisson.config.Config;
  * it has passed), until START + DURATION. Without PERIOD each calls
  * {@code tryAcquire(1, timeout)} with the time left, again and again (Redisson's
  * waiting); with PERIOD each calls {@code tryAcquire(1)} (no waiting) once every
- * PERIOD ms. It answers every grant with the clock read just before the call that got
+ * PERIOD ms, thread i from START + i * PERIOD / THREADS on. It answers every grant with the clock read just before the call that got
  * it and just after it returned.
  */
 public final class Driver {
@@ -233,13 +233,15 @@ public final class Driver {
         for (int i = 0; i < threads; i++) {
             List<long[]> mine = new ArrayList<>();
             grants.add(mine);
+            // Paced threads ask in turn, spread evenly over the period.
+            long first = start + (period > 0 ? i * period / threads : 0);
             Thread worker = new Thread(() -> {
                 try {
-                    long wait = start - System.currentTimeMillis();
+                    long wait = first - System.currentTimeMillis();
                     if (wait > 0) {
                         Thread.sleep(wait);
                     }
-                    long next = start;
+                    long next = first;
                     while (true) {
                         long before = System.currentTimeMillis();
                         if (before >= end) {
