@@ -1213,3 +1213,52 @@ async fn release_leaves_the_log_in_redisson_4_7_0_only() {
         }
     }
 }
+
+
+/// Redisson 4.x's `updateRate` with `keepState`, lowering the rate below what a
+/// window of spread-out grants holds, clamps the value at 0 and so loses the debt:
+/// under steady demand the limiter goes on granting at the old rate, whichever side
+/// decides (redlimit recounts the log only when released grants would lift the value
+/// above the rate, and here they never do). After redlimit's `update_rate`, which
+/// keeps the debt, the new rate holds, whichever side decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_lowered_with_keep_state_under_steady_demand_in_redisson_4_7_0() {
+    let _turn = TURNS.read().await;
+    let Both { _server, rust, java, .. } = both(Version::V4).await;
+    for (lowered_by, decided_by) in [("java", "java"), ("java", "rust"), ("rust", "java"), ("rust", "rust")] {
+        let name = format!("interop:keep-state:{lowered_by}:{decided_by}");
+        let name = name.as_str();
+        assert!(java.boolean("trySetRate", name, &[&"OVERALL", &20, &1000]).await);
+        for _ in 0..20 {
+            assert!(java.try_acquire(name, 1).await);
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        if lowered_by == "java" {
+            assert!(java.boolean("updateRate", name, &[&"OVERALL", &5, &1000, &0, &true]).await);
+        } else {
+            assert!(rust.rate_limiter(name).update_rate(RateType::Overall, 5, SEC).await.unwrap());
+        }
+        let changed = now_ms();
+        // 4 callers asking every 20 ms for 2 s; every grant read from the log.
+        let running = Arc::new(AtomicBool::new(true));
+        let capture = capture_log(_server.url(), format!("{{{name}}}:permits"), running.clone());
+        if decided_by == "java" {
+            let args: [&dyn std::fmt::Display; 4] = [&4, &2000, &changed, &PERIOD_MS];
+            java.ok("run", name, &args).await;
+        } else {
+            let until = Instant::now() + Duration::from_millis(2000);
+            joined(deciders(&rust, name, 4, until, Some(Duration::from_millis(PERIOD_MS)))).await;
+        }
+        running.store(false, Ordering::SeqCst);
+        let grants = scores(&capture.await.unwrap());
+        // A second after the change every old grant has left: what the rate is now.
+        let late: Vec<u64> = grants.iter().copied().filter(|&t| t >= changed + 1000).collect();
+        let most = busiest(&late, 1000);
+        println!("lowered to 5 by {lowered_by}, decided by {decided_by}: busiest late window {most}");
+        if lowered_by == "java" {
+            assert!(most >= 15, "{decided_by}: still about the old rate of 20, {most}");
+        } else {
+            assert!(most <= 5, "{decided_by}: the new rate of 5, {most}");
+        }
+    }
+}
