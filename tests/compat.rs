@@ -192,7 +192,10 @@ async fn a_deleted_value_is_rebuilt_from_the_log_without_over_granting() {
     assert!(limiter.try_acquire(3).await.unwrap());
     assert!(!limiter.try_acquire(1).await.unwrap());
     let value: String = raw.get("{rate_limit:lost}:value").await.unwrap();
-    assert_eq!(value, "0", "the rebuilt value less the grant: value + permits in the log = rate");
+    assert_eq!(
+        value, "0",
+        "the rebuilt value less the grant: value + permits in the log = rate"
+    );
     // A full limiter whose log is lost, asked for one permit: the rebuilt value is
     // written whole (3 - 1), not spent from the stale one (0 - 1).
     let full = client.rate_limiter("rate_limit:lost:full");

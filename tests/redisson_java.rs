@@ -100,10 +100,7 @@ fn permits_of(member: &[u8]) -> u64 {
 /// The log's entries: (score, permits), oldest first.
 async fn log(raw: &mut MultiplexedConnection, key: &str) -> Vec<(u64, u64)> {
     let entries: Vec<(Vec<u8>, f64)> = raw.zrange_withscores(key, 0, -1).await.unwrap();
-    entries
-        .iter()
-        .map(|(m, s)| (*s as u64, permits_of(m)))
-        .collect()
+    entries.iter().map(|(m, s)| (*s as u64, permits_of(m))).collect()
 }
 
 /// The most grants in any window of `length` ms (`times` sorted).
@@ -126,14 +123,23 @@ on_both_versions!(java_configures_rust_acquires, rust_creates_java_acquires);
 
 async fn java_configures_rust_acquires(version: Version) {
     let Both {
-        _server, rust, java, mut raw
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     let name = "interop:java-configures";
     assert!(java.boolean("trySetRate", name, &[&"OVERALL", &5, &1000]).await);
-    assert!(!java.boolean("trySetRate", name, &[&"OVERALL", &7, &1000]).await, "trySetRate takes effect once");
+    assert!(
+        !java.boolean("trySetRate", name, &[&"OVERALL", &7, &1000]).await,
+        "trySetRate takes effect once"
+    );
     let limiter = rust.rate_limiter(name);
     let config = limiter.config().await.unwrap().unwrap();
-    assert_eq!((config.rate_type, config.rate, config.interval, config.keep_alive), (RateType::Overall, 5, SEC, None));
+    assert_eq!(
+        (config.rate_type, config.rate, config.interval, config.keep_alive),
+        (RateType::Overall, 5, SEC, None)
+    );
     for i in 0..5 {
         assert!(limiter.try_acquire(1).await.unwrap(), "grant {i}");
     }
@@ -157,18 +163,29 @@ async fn java_configures_rust_acquires(version: Version) {
     if version == Version::V4 {
         // The forms with a keepAliveTime: trySetRate, setRate(RateLimiterArgs).
         let kept = "interop:java-configures:kept";
-        assert!(java.boolean("trySetRate", kept, &[&"OVERALL", &2, &1000, &3000]).await);
+        assert!(
+            java.boolean("trySetRate", kept, &[&"OVERALL", &2, &1000, &3000])
+                .await
+        );
         let config = rust.rate_limiter(kept).config().await.unwrap().unwrap();
         assert_eq!(config.keep_alive, Some(Duration::from_secs(3)));
         assert!(fresh_ttl(pttl(&mut raw, kept).await, 3000));
-        java.ok("setRateArgs", name, &[&"OVERALL", &4, &1000, &2000, &false]).await;
+        java.ok("setRateArgs", name, &[&"OVERALL", &4, &1000, &2000, &false])
+            .await;
         let config = limiter.config().await.unwrap().unwrap();
-        assert_eq!((config.rate, config.keep_alive), (4, Some(Duration::from_secs(2))));
+        assert_eq!(
+            (config.rate, config.keep_alive),
+            (4, Some(Duration::from_secs(2)))
+        );
         for _ in 0..4 {
             assert!(limiter.try_acquire(1).await.unwrap());
         }
         assert!(!limiter.try_acquire(1).await.unwrap());
-        for key in [name, "{interop:java-configures}:value", "{interop:java-configures}:permits"] {
+        for key in [
+            name,
+            "{interop:java-configures}:value",
+            "{interop:java-configures}:permits",
+        ] {
             assert!(fresh_ttl(pttl(&mut raw, key).await, 2000), "{key}");
         }
     }
@@ -176,7 +193,10 @@ async fn java_configures_rust_acquires(version: Version) {
 
 async fn rust_creates_java_acquires(version: Version) {
     let Both {
-        _server, rust, java, mut raw
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     let name = "interop:rust-creates";
     let rule = Rule::new(name, 4, SEC);
@@ -194,12 +214,18 @@ async fn rust_creates_java_acquires(version: Version) {
     // Four grants in the log, one of Rust's and three of Java's, 21-byte members each.
     let members: Vec<Vec<u8>> = raw.zrange("{interop:rust-creates}:permits", 0, -1).await.unwrap();
     assert_eq!(members.len(), 4);
-    assert!(members.iter().all(|m| m.len() == 21 && m[0] == 16 && permits_of(m) == 1));
+    assert!(members
+        .iter()
+        .all(|m| m.len() == 21 && m[0] == 16 && permits_of(m) == 1));
     // A rule's limiter has keep-alive = interval: Java 4.x re-applies it at each
     // acquire; 3.24.3 knows no keepAliveTime and copies the config key's TTL instead.
     let stored: HashMap<String, String> = raw.hgetall(name).await.unwrap();
     assert_eq!(stored["keepAliveTime"], "1000");
-    for key in [name, "{interop:rust-creates}:value", "{interop:rust-creates}:permits"] {
+    for key in [
+        name,
+        "{interop:rust-creates}:value",
+        "{interop:rust-creates}:permits",
+    ] {
         let ttl = pttl(&mut raw, key).await;
         assert!(ttl > 0 && ttl <= 1000, "{key}: {ttl}");
     }
@@ -209,13 +235,19 @@ on_both_versions!(per_client_side_by_side);
 
 async fn per_client_side_by_side(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     let url = format!("redis://127.0.0.1:{}/", _server.port);
     let java2 = Java::connect(version, &url).await;
     let rust2 = Client::connect(&url).await.unwrap();
     let name = "interop:per-client";
-    assert!(java.boolean("trySetRate", name, &[&"PER_CLIENT", &2, &2000]).await);
+    assert!(
+        java.boolean("trySetRate", name, &[&"PER_CLIENT", &2, &2000])
+            .await
+    );
     for _ in 0..2 {
         assert!(java.try_acquire(name, 1).await);
         assert!(rust.rate_limiter(name).try_acquire(1).await.unwrap());
@@ -233,30 +265,61 @@ async fn per_client_side_by_side(version: Version) {
     assert_eq!(java.config(name).await, ("PER_CLIENT".to_owned(), 2, 2000));
     // The client ids: random UUIDs, lower case, one per client instance, in the same
     // key names on both sides.
-    let ids = [java.id.clone(), java2.id.clone(), rust.client_id().to_owned(), rust2.client_id().to_owned()];
+    let ids = [
+        java.id.clone(),
+        java2.id.clone(),
+        rust.client_id().to_owned(),
+        rust2.client_id().to_owned(),
+    ];
     let mut values: Vec<String> = raw.keys("{interop:per-client}:value:*").await.unwrap();
     values.sort();
-    let mut expected: Vec<String> = ids.iter().map(|id| format!("{{interop:per-client}}:value:{id}")).collect();
+    let mut expected: Vec<String> = ids
+        .iter()
+        .map(|id| format!("{{interop:per-client}}:value:{id}"))
+        .collect();
     expected.sort();
     assert_eq!(values, expected);
     for id in &ids {
         assert_eq!(id.len(), 36, "{id}");
-        assert!(id.chars().all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c)), "{id}");
-        let value: i64 = raw.get(format!("{{interop:per-client}}:value:{id}")).await.unwrap();
+        assert!(
+            id.chars()
+                .all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c)),
+            "{id}"
+        );
+        let value: i64 = raw
+            .get(format!("{{interop:per-client}}:value:{id}"))
+            .await
+            .unwrap();
         assert_eq!(value, 0);
-        assert_eq!(log(&mut raw, &format!("{{interop:per-client}}:permits:{id}")).await.len(), 2);
+        assert_eq!(
+            log(&mut raw, &format!("{{interop:per-client}}:permits:{id}"))
+                .await
+                .len(),
+            2
+        );
     }
-    assert!(!raw.exists::<_, bool>("{interop:per-client}:value").await.unwrap(), "no overall state");
+    assert!(
+        !raw.exists::<_, bool>("{interop:per-client}:value").await.unwrap(),
+        "no overall state"
+    );
 }
 
 // ---------------------------------------------------------------------------------
 // Changing the rate on one side while the other keeps deciding.
 
-on_both_versions!(java_changes_the_rate_while_rust_decides, rust_updates_the_rate_while_java_acquires);
+on_both_versions!(
+    java_changes_the_rate_while_rust_decides,
+    rust_updates_the_rate_while_java_acquires
+);
 
 /// Rust tasks deciding on `name` until `until`, waiting out each refusal: every
 /// grant's time.
-fn rust_deciders(client: &Client, name: &str, tasks: usize, until: Instant) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
+fn rust_deciders(
+    client: &Client,
+    name: &str,
+    tasks: usize,
+    until: Instant,
+) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
     deciders(client, name, tasks, until, None)
 }
 
@@ -282,7 +345,10 @@ fn deciders(
                     if let Some(period) = period {
                         tokio::time::sleep(period).await;
                     } else if !decision.allowed {
-                        let wait = decision.retry_after.unwrap().min(until.saturating_duration_since(Instant::now()));
+                        let wait = decision
+                            .retry_after
+                            .unwrap()
+                            .min(until.saturating_duration_since(Instant::now()));
                         tokio::time::sleep(wait).await;
                     }
                 }
@@ -302,13 +368,22 @@ async fn joined(tasks: Vec<tokio::task::JoinHandle<Vec<u64>>>) -> Vec<u64> {
 }
 
 async fn java_changes_the_rate_while_rust_decides(version: Version) {
-    let Both { _server, rust, java, .. } = both(version).await;
+    let Both {
+        _server, rust, java, ..
+    } = both(version).await;
     // Each change restarts the window: setRate (both versions); 4.x's
     // setRate(RateLimiterArgs) and updateRate without keepState.
-    let mut changes: Vec<(&str, Vec<String>)> = vec![("setRate", vec!["OVERALL".into(), "5".into(), "1000".into()])];
+    let mut changes: Vec<(&str, Vec<String>)> =
+        vec![("setRate", vec!["OVERALL".into(), "5".into(), "1000".into()])];
     if version == Version::V4 {
-        changes.push(("setRateArgs", ["OVERALL", "5", "1000", "0", "false"].map(String::from).to_vec()));
-        changes.push(("updateRate", ["OVERALL", "5", "1000", "0", "false"].map(String::from).to_vec()));
+        changes.push((
+            "setRateArgs",
+            ["OVERALL", "5", "1000", "0", "false"].map(String::from).to_vec(),
+        ));
+        changes.push((
+            "updateRate",
+            ["OVERALL", "5", "1000", "0", "false"].map(String::from).to_vec(),
+        ));
     }
     for (op, args) in changes {
         let name = format!("interop:java-changes:{op}");
@@ -322,21 +397,44 @@ async fn java_changes_the_rate_while_rust_decides(version: Version) {
         let changed = now_ms();
         let grants = joined(tasks).await;
         let (before, after): (Vec<u64>, Vec<u64>) = grants.iter().partition(|&&at| at < changed);
-        assert!(before.len() >= 20, "{op}: Rust granted {} at the old rate", before.len());
+        assert!(
+            before.len() >= 20,
+            "{op}: Rust granted {} at the old rate",
+            before.len()
+        );
         // From the change on, no window holds more than the new rate, and Rust goes on
         // getting it (1.6 s at 5 per second).
         let most = busiest(&after, 1000);
-        println!("{op}: {} grants before, {} after, busiest window after {most}", before.len(), after.len());
-        assert!(most <= 5, "{op}: {most} grants in a window after the change to 5 per second");
-        assert!(after.len() >= 7, "{op}: only {} grants after the change", after.len());
+        println!(
+            "{op}: {} grants before, {} after, busiest window after {most}",
+            before.len(),
+            after.len()
+        );
+        assert!(
+            most <= 5,
+            "{op}: {most} grants in a window after the change to 5 per second"
+        );
+        assert!(
+            after.len() >= 7,
+            "{op}: only {} grants after the change",
+            after.len()
+        );
     }
 }
 
 /// Every grant the log of `key` holds while `running`: (member, score), read every
 /// 50 ms (a grant stays in the log for at least its interval, 1 s here).
-fn capture_log(url: String, key: String, running: Arc<AtomicBool>) -> tokio::task::JoinHandle<HashMap<Vec<u8>, u64>> {
+fn capture_log(
+    url: String,
+    key: String,
+    running: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<HashMap<Vec<u8>, u64>> {
     tokio::spawn(async move {
-        let mut raw = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let mut raw = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
         let mut seen = HashMap::new();
         loop {
             let done = !running.load(Ordering::SeqCst);
@@ -381,7 +479,9 @@ fn java_grants(answer: &str) -> (usize, Vec<(u64, u64)>) {
 }
 
 async fn rust_updates_the_rate_while_java_acquires(version: Version) {
-    let Both { _server, rust, java, .. } = both(version).await;
+    let Both {
+        _server, rust, java, ..
+    } = both(version).await;
     let name = "interop:rust-updates";
     let limiter = rust.rate_limiter(name);
     assert!(limiter.try_set_rate(RateType::Overall, 20, SEC).await.unwrap());
@@ -413,11 +513,17 @@ async fn rust_updates_the_rate_while_java_acquires(version: Version) {
         if at > updated {
             after += 1;
             let in_window = all[..=i].iter().filter(|&&t| t + 1000 > at).count();
-            assert!(in_window <= 5, "{in_window} grants in the window ending at a grant after the update");
+            assert!(
+                in_window <= 5,
+                "{in_window} grants in the window ending at a grant after the update"
+            );
         }
     }
     println!("{count} Java grants, {after} after the update to 5 per second");
-    assert!(count - after >= 20 && after >= 5, "Java kept acquiring: {count} grants, {after} after");
+    assert!(
+        count - after >= 20 && after >= 5,
+        "Java kept acquiring: {count} grants, {after} after"
+    );
 }
 
 // ---------------------------------------------------------------------------------
@@ -427,7 +533,10 @@ on_both_versions!(release_from_each_side, expire_delete_and_exists, keep_alive_t
 
 async fn release_from_each_side(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // Rust releases: the permits come out of the newest grants, and Java sees them.
     let name = "interop:release:rust";
@@ -440,7 +549,10 @@ async fn release_from_each_side(version: Version) {
     assert_eq!(java.available(name).await, 4);
     assert_eq!(log(&mut raw, "{interop:release:rust}:permits").await.len(), 1);
     for i in 0..4 {
-        assert!(java.try_acquire(name, 1).await, "Java grant {i} after Rust's release");
+        assert!(
+            java.try_acquire(name, 1).await,
+            "Java grant {i} after Rust's release"
+        );
     }
     assert!(!java.try_acquire(name, 1).await);
     if version == Version::V3 {
@@ -459,7 +571,10 @@ async fn release_from_each_side(version: Version) {
     assert_eq!(log(&mut raw, "{interop:release:java}:permits").await.len(), 3);
     assert_eq!(limiter.available_permits().await.unwrap(), 4);
     for i in 0..4 {
-        assert!(limiter.try_acquire(1).await.unwrap(), "Rust grant {i} after Java's release");
+        assert!(
+            limiter.try_acquire(1).await.unwrap(),
+            "Rust grant {i} after Java's release"
+        );
     }
     assert!(!limiter.try_acquire(1).await.unwrap());
     // Released up to the rate, not beyond.
@@ -469,7 +584,10 @@ async fn release_from_each_side(version: Version) {
 
 async fn expire_delete_and_exists(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     let name = "interop:expire";
     let limiter = rust.rate_limiter(name);
@@ -506,7 +624,10 @@ async fn expire_delete_and_exists(version: Version) {
     // Per client, each side's delete removes its own client's keys and the shared
     // ones, not another client's.
     let name = "interop:expire:per-client";
-    assert!(java.boolean("trySetRate", name, &[&"PER_CLIENT", &5, &1000]).await);
+    assert!(
+        java.boolean("trySetRate", name, &[&"PER_CLIENT", &5, &1000])
+            .await
+    );
     assert!(java.try_acquire(name, 1).await);
     assert!(rust.rate_limiter(name).try_acquire(1).await.unwrap());
     assert!(java.boolean("delete", name, &[]).await);
@@ -524,7 +645,10 @@ async fn expire_delete_and_exists(version: Version) {
 
 async fn keep_alive_ttls(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     let name = "interop:keep-alive";
     let keys = [name, "{interop:keep-alive}:value", "{interop:keep-alive}:permits"];
@@ -534,33 +658,56 @@ async fn keep_alive_ttls(version: Version) {
         // interval), its acquires copy the config key's TTL onto the others and never
         // renew it, so the limiter expires under a Java service that only acquires.
         let rule = Rule::new(name, 5, SEC);
-        assert!(rust.check_rules(std::slice::from_ref(&rule)).await.unwrap().allowed);
+        assert!(
+            rust.check_rules(std::slice::from_ref(&rule))
+                .await
+                .unwrap()
+                .allowed
+        );
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(java.try_acquire(name, 1).await);
         let config_ttl = pttl(&mut raw, name).await;
         assert!(config_ttl > 0 && config_ttl <= 600, "not renewed: {config_ttl}");
         for key in &keys[1..] {
             let ttl = pttl(&mut raw, key).await;
-            assert!(ttl > 0 && ttl <= config_ttl, "{key}: {ttl}, the config's {config_ttl}");
+            assert!(
+                ttl > 0 && ttl <= config_ttl,
+                "{key}: {ttl}, the config's {config_ttl}"
+            );
         }
         tokio::time::sleep(Duration::from_millis(700)).await;
         let error = java.err("tryAcquire", name, &[&1]).await;
         assert!(error.contains("RateLimiter is not initialized"), "{error}");
-        assert!(rust.check_rules(std::slice::from_ref(&rule)).await.unwrap().allowed, "the rule makes it anew");
+        assert!(
+            rust.check_rules(std::slice::from_ref(&rule))
+                .await
+                .unwrap()
+                .allowed,
+            "the rule makes it anew"
+        );
         return;
     }
     // 4.x: trySetRate with a keepAliveTime sets the config's TTL at once; each
     // acquire, on either side, renews all three keys.
-    assert!(java.boolean("trySetRate", name, &[&"OVERALL", &5, &1000, &3000]).await);
+    assert!(
+        java.boolean("trySetRate", name, &[&"OVERALL", &5, &1000, &3000])
+            .await
+    );
     assert!(fresh_ttl(pttl(&mut raw, name).await, 3000));
     assert!(limiter.try_acquire(1).await.unwrap());
     for key in keys {
-        assert!(fresh_ttl(pttl(&mut raw, key).await, 3000), "{key} after Rust's acquire");
+        assert!(
+            fresh_ttl(pttl(&mut raw, key).await, 3000),
+            "{key} after Rust's acquire"
+        );
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(java.try_acquire(name, 1).await);
     for key in keys {
-        assert!(fresh_ttl(pttl(&mut raw, key).await, 3000), "{key} after Java's acquire");
+        assert!(
+            fresh_ttl(pttl(&mut raw, key).await, 3000),
+            "{key} after Java's acquire"
+        );
     }
     // A refused acquire renews them too, on both sides.
     for _ in 0..3 {
@@ -568,13 +715,19 @@ async fn keep_alive_ttls(version: Version) {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!java.try_acquire(name, 1).await);
-    assert!(fresh_ttl(pttl(&mut raw, name).await, 3000), "renewed by a refusal");
+    assert!(
+        fresh_ttl(pttl(&mut raw, name).await, 3000),
+        "renewed by a refusal"
+    );
     // Rust's keep_alive changes the field Java reads at each acquire.
     limiter.keep_alive(Duration::from_secs(5)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     java.try_acquire(name, 1).await;
     for key in keys {
-        assert!(fresh_ttl(pttl(&mut raw, key).await, 5000), "{key} after Java's acquire");
+        assert!(
+            fresh_ttl(pttl(&mut raw, key).await, 5000),
+            "{key} after Java's acquire"
+        );
     }
     // Java's setRate with a keep-alive: the config's TTL at once, state restarted.
     java.ok("setRate", name, &[&"OVERALL", &5, &1000, &2000]).await;
@@ -582,19 +735,35 @@ async fn keep_alive_ttls(version: Version) {
     assert_eq!(limiter.config().await.unwrap().unwrap().keep_alive, Some(2 * SEC));
     // Both refuse a keep-alive shorter than the interval, in the same words.
     let text = "The parameter keepAliveTime should be greater than or equal to rateInterval";
-    let error = java.err("trySetRate", "interop:keep-alive:short", &[&"OVERALL", &5, &1000, &500]).await;
+    let error = java
+        .err(
+            "trySetRate",
+            "interop:keep-alive:short",
+            &[&"OVERALL", &5, &1000, &500],
+        )
+        .await;
     assert!(error.contains(text), "{error}");
     let short = RateLimiterConfig::new(RateType::Overall, 5, SEC).with_keep_alive(Duration::from_millis(500));
-    let error = rust.rate_limiter("interop:keep-alive:short").try_set_config(&short).await.unwrap_err();
+    let error = rust
+        .rate_limiter("interop:keep-alive:short")
+        .try_set_config(&short)
+        .await
+        .unwrap_err();
     assert!(error.to_string().contains(text), "{error}");
     assert!(!raw.exists::<_, bool>("interop:keep-alive:short").await.unwrap());
     // Without a keep-alive (0), an expire set on the config is copied at each acquire.
     let plain = "interop:keep-alive:plain";
-    assert!(java.boolean("trySetRate", plain, &[&"OVERALL", &5, &1000, &0]).await);
+    assert!(
+        java.boolean("trySetRate", plain, &[&"OVERALL", &5, &1000, &0])
+            .await
+    );
     assert_eq!(pttl(&mut raw, plain).await, -1);
     let _: () = raw.pexpire(plain, 4000).await.unwrap();
     assert!(rust.rate_limiter(plain).try_acquire(1).await.unwrap());
-    for key in ["{interop:keep-alive:plain}:value", "{interop:keep-alive:plain}:permits"] {
+    for key in [
+        "{interop:keep-alive:plain}:value",
+        "{interop:keep-alive:plain}:permits",
+    ] {
         assert!(fresh_ttl(pttl(&mut raw, key).await, 4000), "{key}");
     }
 }
@@ -606,7 +775,10 @@ on_both_versions!(each_side_waits_out_a_window_the_other_filled);
 
 async fn each_side_waits_out_a_window_the_other_filled(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // Rust fills; Java's tryAcquire(permits, timeout) gives up at a timeout too short,
     // and is granted when the grants leave the window.
@@ -624,10 +796,23 @@ async fn each_side_waits_out_a_window_the_other_filled(version: Version) {
     let answer = java.ok("tryAcquireFor", name, &[&2, &3000]).await;
     assert!(answer.starts_with("true "), "{answer}");
     let after = log(&mut raw, "{interop:wait:java}:permits").await;
-    assert_eq!(after.len(), 1, "Rust's grants left, Java's 2 permits came in: {after:?}");
+    assert_eq!(
+        after.len(),
+        1,
+        "Rust's grants left, Java's 2 permits came in: {after:?}"
+    );
     let newest = filled.iter().map(|&(s, _)| s).max().unwrap();
-    assert!(after[0].0 >= newest + 1000, "Java granted at {}, the window ended at {}", after[0].0, newest + 1000);
-    assert!(after[0].0 < newest + 1000 + 300, "Java waited too long: {} after the window", after[0].0 - newest - 1000);
+    assert!(
+        after[0].0 >= newest + 1000,
+        "Java granted at {}, the window ended at {}",
+        after[0].0,
+        newest + 1000
+    );
+    assert!(
+        after[0].0 < newest + 1000 + 300,
+        "Java waited too long: {} after the window",
+        after[0].0 - newest - 1000
+    );
     // Java's acquire waits as long as it takes.
     let name = "interop:wait:java-acquire";
     let limiter = rust.rate_limiter(name);
@@ -639,7 +824,10 @@ async fn each_side_waits_out_a_window_the_other_filled(version: Version) {
     let waited: u64 = java.ok("acquire", name, &[&1]).await.parse().unwrap();
     let granted = log(&mut raw, "{interop:wait:java-acquire}:permits").await;
     let java_at = granted.last().unwrap().0;
-    assert!(java_at >= filled_at + 1000 && java_at < filled_at + 1300, "{java_at} vs {filled_at}; waited {waited}");
+    assert!(
+        java_at >= filled_at + 1000 && java_at < filled_at + 1300,
+        "{java_at} vs {filled_at}; waited {waited}"
+    );
 
     // Java fills; Rust's acquire waits it out, and its try_acquire_for gives up at once
     // when the wait cannot end before its timeout.
@@ -650,12 +838,23 @@ async fn each_side_waits_out_a_window_the_other_filled(version: Version) {
     let filled_at = log(&mut raw, "{interop:wait:rust}:permits").await[1].0;
     let limiter = rust.rate_limiter(name);
     let started = Instant::now();
-    assert!(!limiter.try_acquire_for(1, Duration::from_millis(200)).await.unwrap());
-    assert!(started.elapsed() < Duration::from_millis(100), "gave up at once: {:?}", started.elapsed());
+    assert!(!limiter
+        .try_acquire_for(1, Duration::from_millis(200))
+        .await
+        .unwrap());
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "gave up at once: {:?}",
+        started.elapsed()
+    );
     limiter.acquire(2).await.unwrap();
     let granted = log(&mut raw, "{interop:wait:rust}:permits").await;
     assert_eq!(granted.len(), 1);
-    assert!(granted[0].0 >= filled_at + 1000 && granted[0].0 < filled_at + 1100, "{:?} vs {filled_at}", granted);
+    assert!(
+        granted[0].0 >= filled_at + 1000 && granted[0].0 < filled_at + 1100,
+        "{:?} vs {filled_at}",
+        granted
+    );
 }
 
 // ---------------------------------------------------------------------------------
@@ -753,13 +952,23 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
         Java::connect_in_jvm(version, 0, &server.url()).await,
         Java::connect_in_jvm(version, 1, &server.url()).await,
     ];
-    assert!(java[0].boolean("trySetRate", &name, &[&"OVERALL", &CONTENDED_RATE, &1000]).await);
+    assert!(
+        java[0]
+            .boolean("trySetRate", &name, &[&"OVERALL", &CONTENDED_RATE, &1000])
+            .await
+    );
     let start = now_ms() + 1500;
     let exe = std::env::current_exe().unwrap();
     let workers: Vec<_> = (0..2u64)
         .map(|process| {
             std::process::Command::new(&exe)
-                .args(["worker", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+                .args([
+                    "worker",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env("INTEROP_URL", server.url())
                 .env("INTEROP_SCENARIO", scenario)
                 .env("INTEROP_NAME", &name)
@@ -773,10 +982,18 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
         })
         .collect();
     let running = Arc::new(AtomicBool::new(true));
-    let mut captures = vec![capture_log(server.url(), format!("{{{name}}}:permits"), running.clone())];
+    let mut captures = vec![capture_log(
+        server.url(),
+        format!("{{{name}}}:permits"),
+        running.clone(),
+    )];
     if scenario == "stacked" {
         for rule in ["wide", "loose"] {
-            captures.push(capture_log(server.url(), format!("{{{name}:{rule}}}:permits"), running.clone()));
+            captures.push(capture_log(
+                server.url(),
+                format!("{{{name}:{rule}}}:permits"),
+                running.clone(),
+            ));
         }
     }
     let args: [&dyn std::fmt::Display; 4] = [&THREADS, &CONTENTION_MS, &start, &period];
@@ -810,7 +1027,9 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
     // spends on its way (queued in the client, on the wire, behind other scripts)
     // acts as clock skew D: no window of `interval - D` holds more than the rate
     // (RELIABILITY.md, "Clock skew"). D is the least that makes it hold here.
-    let skew = (0..1000).find(|&d| busiest(shared, 1000 - d) as u64 <= CONTENDED_RATE).unwrap();
+    let skew = (0..1000)
+        .find(|&d| busiest(shared, 1000 - d) as u64 <= CONTENDED_RATE)
+        .unwrap();
     println!(
         "{} {scenario}{}: Java {java_counts:?}, Rust {rust_counts:?}, {} in the log, busiest window {}, \
          at most the rate in every window of 1000 - {skew} ms",
@@ -819,7 +1038,11 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
         shared.len(),
         busiest(shared, 1000),
     );
-    assert_eq!(shared.len(), java_total + rust_total, "the log holds every grant each side reported");
+    assert_eq!(
+        shared.len(),
+        java_total + rust_total,
+        "the log holds every grant each side reported"
+    );
     assert!(
         skew <= MOST_IN_FLIGHT_MS,
         "more than the rate in a window of 1000 - {MOST_IN_FLIGHT_MS} ms: calls {skew} ms on their way?"
@@ -828,7 +1051,11 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
     // each side gets a fair share (half would be even). Waiting, Redisson's waiters
     // wake later than redlimit's and get less (README): the split is printed above.
     let expected = CONTENDED_RATE as usize * CONTENTION_MS as usize / 1000;
-    assert!(shared.len() >= expected * 9 / 10, "only {} grants in {CONTENTION_MS} ms at {CONTENDED_RATE}/s", shared.len());
+    assert!(
+        shared.len() >= expected * 9 / 10,
+        "only {} grants in {CONTENTION_MS} ms at {CONTENDED_RATE}/s",
+        shared.len()
+    );
     if paced {
         assert!(
             java_total * 4 >= shared.len() && rust_total * 4 >= shared.len(),
@@ -844,7 +1071,10 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
         let mut raw = server.raw().await;
         let config: HashMap<String, String> = raw.hgetall(&name).await.unwrap();
         assert_eq!(config["rate"], CONTENDED_RATE.to_string());
-        assert_eq!(config.get("keepAliveTime").map(String::as_str), (version == Version::V4).then_some("0"));
+        assert_eq!(
+            config.get("keepAliveTime").map(String::as_str),
+            (version == Version::V4).then_some("0")
+        );
         assert_eq!(raw.pttl::<_, i64>(&name).await.unwrap(), -1);
     }
 }
@@ -907,7 +1137,11 @@ async fn one_limiter_on_a_cluster(version: Version) {
     let slot = cluster.keyslot(name);
     let (port, _) = cluster.primary_of(slot);
     let running = Arc::new(AtomicBool::new(true));
-    let capture = capture_log(format!("redis://127.0.0.1:{port}/"), format!("{{{name}}}:permits"), running.clone());
+    let capture = capture_log(
+        format!("redis://127.0.0.1:{port}/"),
+        format!("{{{name}}}:permits"),
+        running.clone(),
+    );
     let until = Instant::now() + Duration::from_millis(2000);
     // Each side asks at the same pace: 6 callers each every 20 ms.
     let rust_tasks = deciders(&rust, name, 6, until, Some(Duration::from_millis(PERIOD_MS)));
@@ -917,11 +1151,18 @@ async fn one_limiter_on_a_cluster(version: Version) {
     let rust_grants = joined(rust_tasks).await;
     running.store(false, Ordering::SeqCst);
     let all = scores(&capture.await.unwrap());
-    println!("cluster: Java {count}, Rust {}, busiest window {}", rust_grants.len(), busiest(&all, 1000));
+    println!(
+        "cluster: Java {count}, Rust {}, busiest window {}",
+        rust_grants.len(),
+        busiest(&all, 1000)
+    );
     assert_eq!(all.len(), count + rust_grants.len());
     assert!(busiest(&all, 1000 - MOST_IN_FLIGHT_MS) <= 20);
     assert!(all.len() >= 40, "{} grants in 2 s at 20 per second", all.len());
-    assert!(count * 4 >= all.len() && rust_grants.len() * 4 >= all.len(), "a fair share each");
+    assert!(
+        count * 4 >= all.len() && rust_grants.len() * 4 >= all.len(),
+        "a fair share each"
+    );
 }
 
 // ---------------------------------------------------------------------------------
@@ -950,7 +1191,10 @@ async fn filled(rust: &Client, name: &str, rate: u64, grants: u64) {
 
 async fn a_lost_value_key(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // Redisson refills a lost value to the rate, over-granting for a window: 3 grants
     // in the log, 5 more by Java.
@@ -977,7 +1221,10 @@ async fn a_lost_value_key(version: Version) {
 
 async fn a_lost_log_under_a_surviving_value(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // A full limiter whose log is lost: Redisson's refusal reads the oldest grant's
     // score, finds none, and fails on every call until the value key goes.
@@ -986,25 +1233,45 @@ async fn a_lost_log_under_a_surviving_value(version: Version) {
     let error = java.err("tryAcquire", "interop:lost-log", &[&1]).await;
     assert!(error.contains("arithmetic on a nil value"), "{error}");
     // redlimit recounts from the (empty) log and grants, and Java is whole again.
-    assert!(rust.rate_limiter("interop:lost-log").try_acquire(1).await.unwrap());
+    assert!(rust
+        .rate_limiter("interop:lost-log")
+        .try_acquire(1)
+        .await
+        .unwrap());
     assert_eq!(java.available("interop:lost-log").await, 2);
     assert!(java.try_acquire("interop:lost-log", 1).await);
 }
 
 async fn a_recount_after_damage(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // A damaged value (9, where the log says 10 - 2 - 3 - 3 = 2 once the oldest grant
     // has left): the next acquire recounts. 3.24.3 counts the entries (10 - 2 = 8),
     // 4.x sums their permits (10 - 6 = 4), as redlimit does.
     let now = now_ms();
     for (name, decide) in [("interop:damaged:java", "java"), ("interop:damaged:rust", "rust")] {
-        assert!(rust.rate_limiter(name).try_set_rate(RateType::Overall, 10, SEC).await.unwrap());
+        assert!(rust
+            .rate_limiter(name)
+            .try_set_rate(RateType::Overall, 10, SEC)
+            .await
+            .unwrap());
         let permits = format!("{{{name}}}:permits");
-        let _: () = raw.zadd(&permits, support::redisson_member(&[1; 16], 2), now - 1500).await.unwrap();
-        let _: () = raw.zadd(&permits, support::redisson_member(&[2; 16], 3), now - 100).await.unwrap();
-        let _: () = raw.zadd(&permits, support::redisson_member(&[3; 16], 3), now - 50).await.unwrap();
+        let _: () = raw
+            .zadd(&permits, support::redisson_member(&[1; 16], 2), now - 1500)
+            .await
+            .unwrap();
+        let _: () = raw
+            .zadd(&permits, support::redisson_member(&[2; 16], 3), now - 100)
+            .await
+            .unwrap();
+        let _: () = raw
+            .zadd(&permits, support::redisson_member(&[3; 16], 3), now - 50)
+            .await
+            .unwrap();
         let _: () = raw.set(format!("{{{name}}}:value"), 9).await.unwrap();
         if decide == "java" {
             assert!(java.try_acquire(name, 1).await);
@@ -1020,26 +1287,44 @@ async fn a_recount_after_damage(version: Version) {
 }
 
 async fn the_error_texts(version: Version) {
-    let Both { _server, rust, java, .. } = both(version).await;
+    let Both {
+        _server, rust, java, ..
+    } = both(version).await;
     filled(&rust, "interop:errors", 3, 0).await;
     let java_error = java.err("tryAcquire", "interop:errors", &[&4]).await;
-    let rust_error = rust.rate_limiter("interop:errors").try_acquire(4).await.unwrap_err().to_string();
+    let rust_error = rust
+        .rate_limiter("interop:errors")
+        .try_acquire(4)
+        .await
+        .unwrap_err()
+        .to_string();
     let text = "Requested permits amount cannot exceed defined rate";
     assert!(rust_error.contains(text), "{rust_error}");
     match version {
-        Version::V3 => assert!(java_error.contains("Requested permits amount could not exceed defined rate"), "{java_error}"),
+        Version::V3 => assert!(
+            java_error.contains("Requested permits amount could not exceed defined rate"),
+            "{java_error}"
+        ),
         Version::V4 => assert!(java_error.contains(text), "{java_error}"),
     }
     let text = "RateLimiter is not initialized";
     let java_error = java.err("tryAcquire", "interop:errors:none", &[&1]).await;
     assert!(java_error.contains(text), "{java_error}");
-    let rust_error = rust.rate_limiter("interop:errors:none").try_acquire(1).await.unwrap_err().to_string();
+    let rust_error = rust
+        .rate_limiter("interop:errors:none")
+        .try_acquire(1)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(rust_error.contains(text), "{rust_error}");
 }
 
 async fn a_rate_lowered_below_the_window(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // redlimit's update_rate keeps the debt: Java reads a negative value and refuses
     // until enough old grants leave; so does Rust.
@@ -1071,32 +1356,80 @@ async fn a_rate_lowered_below_the_window(version: Version) {
         assert!(java.try_acquire(name, 1).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(java.boolean("updateRate", name, &[&"OVERALL", &2, &1000, &0, &true]).await);
+    assert!(
+        java.boolean("updateRate", name, &[&"OVERALL", &2, &1000, &0, &true])
+            .await
+    );
     assert_eq!(java.available(name).await, 0);
     let oldest = log(&mut raw, "{interop:lowered:java}:permits").await[0].0;
     tokio::time::sleep(Duration::from_millis((oldest + 1050).saturating_sub(now_ms()))).await;
-    assert!(java.try_acquire(name, 1).await, "Redisson grants as the first old grant leaves");
+    assert!(
+        java.try_acquire(name, 1).await,
+        "Redisson grants as the first old grant leaves"
+    );
     let window = log(&mut raw, "{interop:lowered:java}:permits").await;
-    assert_eq!(window.len(), 5, "5 grants in the window at a rate of 2: {window:?}");
+    assert_eq!(
+        window.len(),
+        5,
+        "5 grants in the window at a rate of 2: {window:?}"
+    );
     // updateRate, as redlimit's, writes nothing on a missing limiter.
-    assert!(!java.boolean("updateRate", "interop:lowered:none", &[&"OVERALL", &2, &1000, &0, &true]).await);
-    assert!(!rust.rate_limiter("interop:lowered:none").update_rate(RateType::Overall, 2, SEC).await.unwrap());
+    assert!(
+        !java
+            .boolean(
+                "updateRate",
+                "interop:lowered:none",
+                &[&"OVERALL", &2, &1000, &0, &true]
+            )
+            .await
+    );
+    assert!(!rust
+        .rate_limiter("interop:lowered:none")
+        .update_rate(RateType::Overall, 2, SEC)
+        .await
+        .unwrap());
     let none: Vec<String> = raw.keys("*lowered:none*").await.unwrap();
     assert!(none.is_empty(), "{none:?}");
 }
 
 async fn available_permits_writes_on_the_java_side_only(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // On a configured limiter nobody acquired from yet, Java's availablePermits
     // writes the value key (without a TTL, even under a keepAliveTime); redlimit's
     // reads only.
     let (rate, keep) = (4, if version == Version::V4 { 3000 } else { 0 });
-    assert!(java.boolean("trySetRate", "interop:available:rust", &[&"OVERALL", &rate, &1000, &keep]).await);
-    assert_eq!(rust.rate_limiter("interop:available:rust").available_permits().await.unwrap(), 4);
-    assert!(!raw.exists::<_, bool>("{interop:available:rust}:value").await.unwrap());
-    assert!(java.boolean("trySetRate", "interop:available:java", &[&"OVERALL", &rate, &1000, &keep]).await);
+    assert!(
+        java.boolean(
+            "trySetRate",
+            "interop:available:rust",
+            &[&"OVERALL", &rate, &1000, &keep]
+        )
+        .await
+    );
+    assert_eq!(
+        rust.rate_limiter("interop:available:rust")
+            .available_permits()
+            .await
+            .unwrap(),
+        4
+    );
+    assert!(!raw
+        .exists::<_, bool>("{interop:available:rust}:value")
+        .await
+        .unwrap());
+    assert!(
+        java.boolean(
+            "trySetRate",
+            "interop:available:java",
+            &[&"OVERALL", &rate, &1000, &keep]
+        )
+        .await
+    );
     assert_eq!(java.available("interop:available:java").await, 4);
     let value: i64 = raw.get("{interop:available:java}:value").await.unwrap();
     assert_eq!(value, 4);
@@ -1105,7 +1438,10 @@ async fn available_permits_writes_on_the_java_side_only(version: Version) {
 
 async fn retry_after_is_the_moment_enough_grants_leave(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // Grants at 0, 300 and 600 ms; 2 permits are free once the second leaves. Rust's
     // refusal says so exactly; Java (whose script reports the oldest grant's leaving,
@@ -1120,16 +1456,31 @@ async fn retry_after_is_the_moment_enough_grants_leave(version: Version) {
     let grants = log(&mut raw, "{interop:retry-after}:permits").await;
     let refused = limiter.check(2).await.unwrap();
     let free_at = refused.at_ms + refused.retry_after.unwrap().as_millis() as u64;
-    assert_eq!(free_at, grants[1].0 + 1000, "the second grant's leaving, to the millisecond");
+    assert_eq!(
+        free_at,
+        grants[1].0 + 1000,
+        "the second grant's leaving, to the millisecond"
+    );
     let answer = java.ok("tryAcquireFor", name, &[&2, &3000]).await;
     assert!(answer.starts_with("true"), "{answer}");
-    let java_at = log(&mut raw, "{interop:retry-after}:permits").await.last().unwrap().0;
-    assert!(java_at >= free_at && java_at < free_at + 200, "Java granted {} ms after", java_at - free_at);
+    let java_at = log(&mut raw, "{interop:retry-after}:permits")
+        .await
+        .last()
+        .unwrap()
+        .0;
+    assert!(
+        java_at >= free_at && java_at < free_at + 200,
+        "Java granted {} ms after",
+        java_at - free_at
+    );
 }
 
 async fn a_change_of_mode(version: Version) {
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(version).await;
     // Overall state from Rust's grants; Java switches the limiter to per client.
     // setRate(mode, rate, interval) deletes only the new mode's state (its own
@@ -1145,15 +1496,25 @@ async fn a_change_of_mode(version: Version) {
     };
     filled(&rust, name, 3, 2).await;
     java.ok("setRate", name, &[&"PER_CLIENT", &3, &1000]).await;
-    assert!(overall_left(&mut raw).await, "setRate leaves the old mode's state");
+    assert!(
+        overall_left(&mut raw).await,
+        "setRate leaves the old mode's state"
+    );
     if version == Version::V4 {
-        rust.rate_limiter(name).set_rate(RateType::Overall, 3, SEC).await.unwrap();
+        rust.rate_limiter(name)
+            .set_rate(RateType::Overall, 3, SEC)
+            .await
+            .unwrap();
         assert!(!overall_left(&mut raw).await);
         for _ in 0..2 {
             assert!(rust.rate_limiter(name).try_acquire(1).await.unwrap());
         }
-        java.ok("setRateArgs", name, &[&"PER_CLIENT", &3, &1000, &0, &false]).await;
-        assert!(!overall_left(&mut raw).await, "setRate(RateLimiterArgs) deletes the old mode's state");
+        java.ok("setRateArgs", name, &[&"PER_CLIENT", &3, &1000, &0, &false])
+            .await;
+        assert!(
+            !overall_left(&mut raw).await,
+            "setRate(RateLimiterArgs) deletes the old mode's state"
+        );
     }
     // Each client now has its own 3.
     for _ in 0..3 {
@@ -1162,10 +1523,16 @@ async fn a_change_of_mode(version: Version) {
     }
     assert!(!java.try_acquire(name, 1).await);
     // And back, by Rust: both modes' state is gone.
-    rust.rate_limiter(name).set_rate(RateType::Overall, 3, SEC).await.unwrap();
+    rust.rate_limiter(name)
+        .set_rate(RateType::Overall, 3, SEC)
+        .await
+        .unwrap();
     let mut left: Vec<String> = raw.keys("{interop:mode}:*").await.unwrap();
     left.sort();
-    let java_keys = [format!("{{interop:mode}}:permits:{}", java.id), format!("{{interop:mode}}:value:{}", java.id)];
+    let java_keys = [
+        format!("{{interop:mode}}:permits:{}", java.id),
+        format!("{{interop:mode}}:value:{}", java.id),
+    ];
     assert_eq!(left, java_keys, "another client's per-client keys stay");
 }
 
@@ -1176,9 +1543,15 @@ async fn a_change_of_mode(version: Version) {
 async fn release_leaves_the_log_in_redisson_4_7_0_only() {
     let _turn = TURNS.read().await;
     let Both {
-        _server, rust, java, mut raw,
+        _server,
+        rust,
+        java,
+        mut raw,
     } = both(Version::V4).await;
-    for (name, side) in [("interop:release-twice:java", "java"), ("interop:release-twice:rust", "rust")] {
+    for (name, side) in [
+        ("interop:release-twice:java", "java"),
+        ("interop:release-twice:rust", "rust"),
+    ] {
         let limiter = rust.rate_limiter(name);
         assert!(limiter.try_set_rate(RateType::Overall, 5, SEC).await.unwrap());
         for _ in 0..5 {
@@ -1214,7 +1587,6 @@ async fn release_leaves_the_log_in_redisson_4_7_0_only() {
     }
 }
 
-
 /// Redisson 4.x's `updateRate` with `keepState`, lowering the rate below what a
 /// window of spread-out grants holds, clamps the value at 0 and so loses the debt:
 /// under steady demand the limiter goes on granting at the old rate, whichever side
@@ -1224,8 +1596,15 @@ async fn release_leaves_the_log_in_redisson_4_7_0_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_lowered_with_keep_state_under_steady_demand_in_redisson_4_7_0() {
     let _turn = TURNS.read().await;
-    let Both { _server, rust, java, .. } = both(Version::V4).await;
-    for (lowered_by, decided_by) in [("java", "java"), ("java", "rust"), ("rust", "java"), ("rust", "rust")] {
+    let Both {
+        _server, rust, java, ..
+    } = both(Version::V4).await;
+    for (lowered_by, decided_by) in [
+        ("java", "java"),
+        ("java", "rust"),
+        ("rust", "java"),
+        ("rust", "rust"),
+    ] {
         let name = format!("interop:keep-state:{lowered_by}:{decided_by}");
         let name = name.as_str();
         assert!(java.boolean("trySetRate", name, &[&"OVERALL", &20, &1000]).await);
@@ -1234,9 +1613,16 @@ async fn a_rate_lowered_with_keep_state_under_steady_demand_in_redisson_4_7_0() 
             tokio::time::sleep(Duration::from_millis(40)).await;
         }
         if lowered_by == "java" {
-            assert!(java.boolean("updateRate", name, &[&"OVERALL", &5, &1000, &0, &true]).await);
+            assert!(
+                java.boolean("updateRate", name, &[&"OVERALL", &5, &1000, &0, &true])
+                    .await
+            );
         } else {
-            assert!(rust.rate_limiter(name).update_rate(RateType::Overall, 5, SEC).await.unwrap());
+            assert!(rust
+                .rate_limiter(name)
+                .update_rate(RateType::Overall, 5, SEC)
+                .await
+                .unwrap());
         }
         let changed = now_ms();
         // 4 callers asking every 20 ms for 2 s; every grant read from the log.
@@ -1247,7 +1633,14 @@ async fn a_rate_lowered_with_keep_state_under_steady_demand_in_redisson_4_7_0() 
             java.ok("run", name, &args).await;
         } else {
             let until = Instant::now() + Duration::from_millis(2000);
-            joined(deciders(&rust, name, 4, until, Some(Duration::from_millis(PERIOD_MS)))).await;
+            joined(deciders(
+                &rust,
+                name,
+                4,
+                until,
+                Some(Duration::from_millis(PERIOD_MS)),
+            ))
+            .await;
         }
         running.store(false, Ordering::SeqCst);
         let grants = scores(&capture.await.unwrap());

@@ -131,7 +131,10 @@ pub struct Jvm {
 impl Jvm {
     /// JVM `which` (0 or 1) of `version`, started on first use.
     pub fn get(version: Version, which: usize) -> &'static Jvm {
-        static JVMS: [[OnceLock<Jvm>; 2]; 2] = [[OnceLock::new(), OnceLock::new()], [OnceLock::new(), OnceLock::new()]];
+        static JVMS: [[OnceLock<Jvm>; 2]; 2] = [
+            [OnceLock::new(), OnceLock::new()],
+            [OnceLock::new(), OnceLock::new()],
+        ];
         JVMS[version.index()][which].get_or_init(|| Jvm::start(version))
     }
 
@@ -195,12 +198,22 @@ impl Jvm {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         // Registered before it is sent, so the answer always finds it.
         self.pending.lock().unwrap().insert(id, sender);
-        self.write(id, order)
-            .unwrap_or_else(|e| panic!("the Redisson {} driver's JVM has exited ({e})", self.version.name()));
+        self.write(id, order).unwrap_or_else(|e| {
+            panic!(
+                "the Redisson {} driver's JVM has exited ({e})",
+                self.version.name()
+            )
+        });
         match tokio::time::timeout(Duration::from_secs(60), receiver).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => panic!("the Redisson {} driver exited during `{order}`", self.version.name()),
-            Err(_) => panic!("the Redisson {} driver did not answer `{order}` in 60 s", self.version.name()),
+            Ok(Err(_)) => panic!(
+                "the Redisson {} driver exited during `{order}`",
+                self.version.name()
+            ),
+            Err(_) => panic!(
+                "the Redisson {} driver did not answer `{order}` in 60 s",
+                self.version.name()
+            ),
         }
     }
 }
@@ -246,7 +259,12 @@ impl Java {
     }
 
     /// `OPERATION NAME ARGS...` on this client: the answer, or Redisson's error.
-    pub async fn call(&self, op: &str, limiter: &str, args: &[&dyn std::fmt::Display]) -> Result<String, String> {
+    pub async fn call(
+        &self,
+        op: &str,
+        limiter: &str,
+        args: &[&dyn std::fmt::Display],
+    ) -> Result<String, String> {
         let mut order = format!("{op} {} {limiter}", self.name);
         for arg in args {
             order.push_str(&format!(" {arg}"));
@@ -256,12 +274,9 @@ impl Java {
 
     /// As [`call`](Self::call), failing the test on an error.
     pub async fn ok(&self, op: &str, limiter: &str, args: &[&dyn std::fmt::Display]) -> String {
-        self.call(op, limiter, args).await.unwrap_or_else(|e| {
-            panic!(
-                "Redisson {} {op} on {limiter} failed: {e}",
-                self.version().name()
-            )
-        })
+        self.call(op, limiter, args)
+            .await
+            .unwrap_or_else(|e| panic!("Redisson {} {op} on {limiter} failed: {e}", self.version().name()))
     }
 
     /// As [`call`](Self::call), answering Redisson's error and failing the test when
@@ -288,7 +303,11 @@ impl Java {
     pub async fn config(&self, limiter: &str) -> (String, u64, u64) {
         let answer = self.ok("getConfig", limiter, &[]).await;
         let words: Vec<&str> = answer.split(' ').collect();
-        (words[0].to_owned(), words[1].parse().unwrap(), words[2].parse().unwrap())
+        (
+            words[0].to_owned(),
+            words[1].parse().unwrap(),
+            words[2].parse().unwrap(),
+        )
     }
 
     pub async fn boolean(&self, op: &str, limiter: &str, args: &[&dyn std::fmt::Display]) -> bool {
