@@ -710,8 +710,15 @@ async fn keep_alive_ttls(version: Version) {
         );
     }
     // A refused acquire renews them too, on both sides.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     for _ in 0..3 {
         assert!(limiter.try_acquire(1).await.unwrap());
+    }
+    for key in keys {
+        assert!(
+            fresh_ttl(pttl(&mut raw, key).await, 3000),
+            "{key} after Rust's acquires"
+        );
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!java.try_acquire(name, 1).await);
