@@ -1182,7 +1182,7 @@ on_both_versions!(
     a_recount_after_damage,
     the_error_texts,
     a_rate_lowered_below_the_window,
-    available_permits_writes_on_the_java_side_only,
+    what_refusals_and_available_permits_write,
     retry_after_is_the_moment_enough_grants_leave,
     a_change_of_mode,
 );
@@ -1399,7 +1399,7 @@ async fn a_rate_lowered_below_the_window(version: Version) {
     assert!(none.is_empty(), "{none:?}");
 }
 
-async fn available_permits_writes_on_the_java_side_only(version: Version) {
+async fn what_refusals_and_available_permits_write(version: Version) {
     let Both {
         _server,
         rust,
@@ -1441,6 +1441,29 @@ async fn available_permits_writes_on_the_java_side_only(version: Version) {
     let value: i64 = raw.get("{interop:available:java}:value").await.unwrap();
     assert_eq!(value, 4);
     assert_eq!(pttl(&mut raw, "{interop:available:java}:value").await, -1);
+    // A refusal writes nothing (while no grant leaves the window), on either side.
+    let name = "interop:available:refused";
+    filled(&rust, name, 2, 2).await;
+    let dump = |raw: &MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let mut dumps = Vec::new();
+            for key in [
+                name,
+                "{interop:available:refused}:value",
+                "{interop:available:refused}:permits",
+            ] {
+                let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query_async(&mut raw).await.unwrap();
+                dumps.push(dump);
+            }
+            dumps
+        }
+    };
+    let before = dump(&raw).await;
+    assert!(!java.try_acquire(name, 1).await);
+    assert_eq!(dump(&raw).await, before, "after Java's refusal");
+    assert!(!rust.rate_limiter(name).try_acquire(1).await.unwrap());
+    assert_eq!(dump(&raw).await, before, "after Rust's refusal");
 }
 
 async fn retry_after_is_the_moment_enough_grants_leave(version: Version) {
