@@ -287,9 +287,10 @@ for i = 1, nrules do
         if wait_for == nil then helpers() end
         wait = wait_for(i, r.kind, r.pkey, b.skip, r.permits + b.spent - b.value, r.interval, b.spent)
         if wait == nil then
-          -- value and log disagree (permits lost): the log is the authority
-        if rebuild_from_log == nil then helpers() end
-          b.value, b.dirty = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip), true
+          -- value and log disagree (permits lost): the log is the authority, and the
+          -- rebuilt value is written whole (a DECRBY would spend from the stale one)
+          if rebuild_from_log == nil then helpers() end
+          b.value, b.dirty, b.counted = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip), true, false
           if b.value - b.spent < r.permits then
             wait = wait_for(i, r.kind, r.pkey, b.skip, r.permits + b.spent - b.value, r.interval, b.spent)
               or r.interval

@@ -191,6 +191,22 @@ async fn a_deleted_value_is_rebuilt_from_the_log_without_over_granting() {
     let _: () = raw.del("{rate_limit:lost}:permits").await.unwrap();
     assert!(limiter.try_acquire(3).await.unwrap());
     assert!(!limiter.try_acquire(1).await.unwrap());
+    let value: String = raw.get("{rate_limit:lost}:value").await.unwrap();
+    assert_eq!(
+        value, "0",
+        "the rebuilt value less the grant: value + permits in the log = rate"
+    );
+    // A full limiter whose log is lost, asked for one permit: the rebuilt value is
+    // written whole (3 - 1), not spent from the stale one (0 - 1).
+    let full = client.rate_limiter("rate_limit:lost:full");
+    full.try_set_rate(RateType::Overall, 3, SEC).await.unwrap();
+    for _ in 0..3 {
+        assert!(full.try_acquire(1).await.unwrap());
+    }
+    let _: () = raw.del("{rate_limit:lost:full}:permits").await.unwrap();
+    assert!(full.try_acquire(1).await.unwrap());
+    let value: String = raw.get("{rate_limit:lost:full}:value").await.unwrap();
+    assert_eq!(value, "2", "value + permits in the log = rate");
     // A value inflated by hand is recounted by permits when grants are released.
     let _: () = raw.set("{rate_limit:lost}:value", "50").await.unwrap();
     clock.advance(SEC);
