@@ -138,6 +138,7 @@ impl TokenBucket {
     /// is not a token bucket's state.
     pub async fn delete(&self) -> Result<bool, Error> {
         let keys = self.keys()?;
+        self.client.forget_refusal(self.rule.name());
         let mode = self.rule.config().rate_type;
         self.client
             .backend()

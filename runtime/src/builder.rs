@@ -25,6 +25,7 @@ pub struct ClientBuilder {
     clock: Arc<dyn Clock>,
     server_time: bool,
     max_limiters: usize,
+    local_refusals: bool,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsFiles,
 }
@@ -39,6 +40,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("server_time", &self.server_time)
             .field("max_limiters", &self.max_limiters)
+            .field("local_refusals", &self.local_refusals)
             .finish_non_exhaustive()
     }
 }
@@ -52,6 +54,7 @@ impl Default for ClientBuilder {
             clock: Arc::new(SystemClock),
             server_time: false,
             max_limiters: DEFAULT_MAX_LIMITERS,
+            local_refusals: true,
             #[cfg(feature = "tls")]
             tls: Default::default(),
         }
@@ -102,6 +105,19 @@ impl ClientBuilder {
     /// The clock, shared.
     pub(crate) fn shared_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Whether a refusal Redis gave may be answered again by this client, without a
+    /// round trip, until its wait is over (default: on). Only refusals the client can
+    /// answer exactly are kept: a call of one rule (a sliding window, or a token
+    /// bucket without a warm-up) for the same permits, refused when one more permit
+    /// would have let it pass. A grant is never made in process. What this can change:
+    /// when another client gives permits back, deletes the limiter or raises its rate
+    /// meanwhile, a call Redis would grant is refused, never for longer than the wait
+    /// Redis gave. Off per rule with [`Rule::local_refusals`](crate::Rule::local_refusals).
+    pub fn local_refusals(mut self, on: bool) -> Self {
+        self.local_refusals = on;
         self
     }
 
@@ -284,6 +300,7 @@ impl ClientBuilder {
             self.command_timeout,
             shown,
             self.max_limiters,
+            self.local_refusals,
         )
     }
 }

@@ -54,6 +54,8 @@ struct Inner {
     /// this client's backend fails, and those limiters, made on first use.
     max_limiters: usize,
     local: once_cell::sync::OnceCell<Client>,
+    /// Refusals answered again without a round trip (Redis clients).
+    refusals: crate::refusal_cache::RefusalCache,
 }
 
 impl Client {
@@ -65,7 +67,9 @@ impl Client {
         command_timeout: Duration,
         target: String,
         max_limiters: usize,
+        local_refusals: bool,
     ) -> Client {
+        let local_refusals = local_refusals && matches!(backend, Backend::Redis(_));
         Client {
             inner: Arc::new(Inner {
                 backend,
@@ -77,6 +81,7 @@ impl Client {
                 overrides: Default::default(),
                 max_limiters,
                 local: once_cell::sync::OnceCell::new(),
+                refusals: crate::refusal_cache::RefusalCache::new(local_refusals),
             }),
         }
     }
@@ -176,6 +181,11 @@ impl Client {
             }
         }
         let mut decision = Decision::from_outcome(&outcome);
+        if decision.allowed {
+            for rule in rules {
+                self.inner.refusals.forget(rule.name());
+            }
+        }
         decision.refused_by = decision.refused_by.map(|i| merged[i].first);
         decision.tightest = decision.tightest.map(|i| merged[i].first);
         Ok(decision)
@@ -184,15 +194,19 @@ impl Client {
     /// [`check_rules`](Client::check_rules) of one rule: nothing to merge, nothing to
     /// collect.
     async fn check_rule(&self, rule: &Rule) -> Result<Decision, Error> {
-        let keys = self.rule_keys(rule)?;
         let permits = rule.permits_per_call().min(rule.most_permits());
+        let now = self.now_ms();
+        if let Some(refused) = self.inner.refusals.answer(rule, permits, now) {
+            return Ok(refused);
+        }
+        let keys = self.rule_keys(rule)?;
         let calls = [Call {
             keys,
             permits,
             rule: Some(rule.config()),
             bucket: rule.shape(),
         }];
-        let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
+        let outcome = self.backend().acquire(&calls, now).await?;
         if let Some(RuleOutcome {
             config: ConfigChange::Changed(previous),
             ..
@@ -200,7 +214,14 @@ impl Client {
         {
             config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
         }
-        Ok(Decision::from_outcome(&outcome))
+        let decision = Decision::from_outcome(&outcome);
+        self.inner.refusals.note(rule, permits, &decision, now);
+        Ok(decision)
+    }
+
+    /// Drops the refusal this client keeps of the limiter `name`, if any: it changed.
+    pub(crate) fn forget_refusal(&self, name: &str) {
+        self.inner.refusals.forget(name);
     }
 
     /// Like [`check_rules`](Client::check_rules), waiting up to `timeout` for the

@@ -47,6 +47,7 @@ mod overrides;
 #[doc(hidden)]
 pub mod private;
 mod refusal;
+mod refusal_cache;
 mod registry;
 #[cfg(feature = "axum")]
 mod response;

@@ -149,6 +149,7 @@ impl RateLimiter {
     /// [`try_set_rate`](Self::try_set_rate) with a full config (keep-alive included).
     pub async fn try_set_config(&self, config: &RateLimiterConfig) -> Result<bool, Error> {
         let keys = self.checked(config)?;
+        self.client.forget_refusal(&self.name);
         self.client
             .backend()
             .try_set_rate(keys, config, self.client.now_ms())
@@ -206,6 +207,7 @@ impl RateLimiter {
             keep_state: args.keep_state,
             require_exists,
         };
+        self.client.forget_refusal(&self.name);
         self.client
             .backend()
             .configure(keys, &args.config, how, self.client.now_ms())
@@ -224,6 +226,7 @@ impl RateLimiter {
             return Ok(());
         }
         let keys = self.keys()?;
+        self.client.forget_refusal(&self.name);
         self.client
             .backend()
             .release(keys, permits, self.client.now_ms())
@@ -261,6 +264,7 @@ impl RateLimiter {
 
     async fn run(&self, permits: u64, now: u64) -> Result<crate::backend::Outcome, Error> {
         let keys = self.keys()?;
+        self.client.forget_refusal(&self.name);
         let calls = [Call {
             keys: keys.borrowed(),
             permits,
@@ -282,6 +286,7 @@ impl RateLimiter {
     /// stored interval is refused, as Redisson refuses it.
     pub async fn keep_alive(&self, keep_alive: Duration) -> Result<(), Error> {
         let keys = self.writable()?;
+        self.client.forget_refusal(&self.name);
         let keep_ms = keep_alive.as_millis() as u64;
         if keep_alive > Duration::ZERO {
             RateLimiterConfig::new(RateType::Overall, 1, Duration::from_millis(1))
@@ -297,6 +302,7 @@ impl RateLimiter {
     /// Sets a TTL on all five keys; answers whether the config exists and got it.
     pub async fn expire(&self, ttl: Duration) -> Result<bool, Error> {
         let keys = self.writable()?;
+        self.client.forget_refusal(&self.name);
         self.client
             .backend()
             .expire(keys, ttl.as_millis() as u64, self.client.now_ms())
@@ -306,6 +312,7 @@ impl RateLimiter {
     /// Deletes all five keys; answers whether anything was deleted.
     pub async fn delete(&self) -> Result<bool, Error> {
         let keys = self.writable()?;
+        self.client.forget_refusal(&self.name);
         self.client.backend().delete(keys, self.client.now_ms()).await
     }
 

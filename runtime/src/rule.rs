@@ -29,6 +29,7 @@ pub struct Rule {
     algorithm: Algorithm,
     burst: Option<u64>,
     warmup: Option<Duration>,
+    local_refusals: bool,
 }
 
 /// A token bucket's shape: the most tokens it holds, and its warm-up in milliseconds
@@ -75,7 +76,21 @@ impl Rule {
             algorithm: Algorithm::SlidingWindow,
             burst: None,
             warmup: None,
+            local_refusals: true,
         }
+    }
+
+    /// Whether a refusal Redis gave this rule's limiter may be answered again by the
+    /// client, without a round trip, until its wait is over (default: yes; see
+    /// [`ClientBuilder::local_refusals`](crate::ClientBuilder::local_refusals)).
+    pub fn local_refusals(mut self, on: bool) -> Self {
+        self.local_refusals = on;
+        self
+    }
+
+    /// Whether [`local_refusals`](Rule::local_refusals) is on.
+    pub fn answers_refusals_locally(&self) -> bool {
+        self.local_refusals
     }
 
     /// Overall (shared by every client) or per client.

@@ -1,0 +1,154 @@
+//! Refusals answered in process: once Redis refuses a call and says when it would
+//! pass, the same call on the same limiter is refused by the client until then,
+//! without a round trip. A grant is never made here.
+//!
+//! Only refusals that are exact in process are kept: a sliding window or a token
+//! bucket without a warm-up, refused for `p` permits with `p - 1` left, so that the
+//! very next permit to come back lets the call pass. Until that moment nothing about
+//! the answer changes (no grant leaves the window earlier that would count, no whole
+//! token refills), so the refusal, its `remaining` and its `retry_after` (the time left
+//! of the wait Redis gave) are what Redis would answer, as long as no other client
+//! gives permits back, deletes the limiter or raises its rate meanwhile: then a call
+//! Redis would grant may be refused, never for longer than the wait Redis gave. A call
+//! for another number of permits, with another config, or of several rules goes to
+//! Redis. Any grant this client makes on a limiter, and any change it makes to one,
+//! drops what it kept of it. At most `MAX_ENTRIES` limiters are kept per client.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::{Algorithm, Decision, Rule};
+
+/// Limiters whose refusal one client keeps, at most.
+pub(crate) const MAX_ENTRIES: usize = 10_000;
+
+#[derive(Debug)]
+struct Entry {
+    rule: Rule,
+    permits: u64,
+    left: u64,
+    until_ms: u64,
+}
+
+/// A client's refusals, by limiter name.
+#[derive(Debug)]
+pub(crate) struct RefusalCache {
+    on: bool,
+    len: AtomicUsize,
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl RefusalCache {
+    pub(crate) fn new(on: bool) -> Self {
+        RefusalCache {
+            on,
+            len: AtomicUsize::new(0),
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn eligible(&self, rule: &Rule) -> bool {
+        self.on
+            && rule.answers_refusals_locally()
+            && (rule.counted_by() == Algorithm::SlidingWindow || rule.warmup_period().is_none())
+    }
+
+    /// The refusal of `rule` for `permits` at `now_ms`, when one is kept and its wait
+    /// is not over.
+    pub(crate) fn answer(&self, rule: &Rule, permits: u64, now_ms: u64) -> Option<Decision> {
+        if self.len.load(Ordering::Relaxed) == 0 || !self.eligible(rule) {
+            return None;
+        }
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = entries.get(rule.name())?;
+        if entry.permits != permits || &entry.rule != rule || now_ms >= entry.until_ms {
+            return None;
+        }
+        Some(Decision {
+            allowed: false,
+            remaining: entry.left,
+            retry_after: Some(Duration::from_millis(entry.until_ms - now_ms)),
+            refused_by: Some(0),
+            at_ms: now_ms,
+            tightest: Some(0),
+        })
+    }
+
+    /// What Redis decided for `rule` alone, taking `permits`, at `now_ms`: a refusal
+    /// that is exact in process is kept; anything else drops what was kept.
+    pub(crate) fn note(&self, rule: &Rule, permits: u64, decision: &Decision, now_ms: u64) {
+        let keep = !decision.allowed
+            && self.eligible(rule)
+            && permits > 0
+            && decision.remaining + 1 == permits
+            && decision.at_ms == now_ms;
+        match (keep, decision.retry_after) {
+            (true, Some(wait)) if !wait.is_zero() => {
+                let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+                if entries.len() >= MAX_ENTRIES {
+                    entries.retain(|_, e| e.until_ms > now_ms);
+                    if entries.len() >= MAX_ENTRIES && !entries.contains_key(rule.name()) {
+                        return;
+                    }
+                }
+                let entry = Entry {
+                    rule: rule.clone(),
+                    permits,
+                    left: decision.remaining,
+                    until_ms: now_ms + wait.as_millis() as u64,
+                };
+                entries.insert(rule.name().to_owned(), entry);
+                self.len.store(entries.len(), Ordering::Relaxed);
+            }
+            _ => self.forget(rule.name()),
+        }
+    }
+
+    /// Drops what was kept of the limiter `name` (a grant, or a change to it).
+    pub(crate) fn forget(&self, name: &str) {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.remove(name);
+        self.len.store(entries.len(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_most_max_entries_are_kept_and_expired_ones_make_room() {
+        let cache = RefusalCache::new(true);
+        let refused = Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: Some(Duration::from_secs(60)),
+            refused_by: Some(0),
+            at_ms: 1_000,
+            tightest: Some(0),
+        };
+        for i in 0..MAX_ENTRIES + 10 {
+            let rule = Rule::new(format!("k:{i}"), 1, Duration::from_secs(60));
+            cache.note(&rule, 1, &refused, 1_000);
+        }
+        assert_eq!(cache.entries.lock().unwrap().len(), MAX_ENTRIES);
+        let late = Rule::new("late", 1, Duration::from_secs(60));
+        cache.note(
+            &late,
+            1,
+            &Decision {
+                at_ms: 70_000,
+                ..refused
+            },
+            70_000,
+        );
+        let entries = cache.entries.lock().unwrap();
+        assert_eq!(entries.len(), 1, "the expired entries made room");
+        assert!(entries.contains_key("late"));
+    }
+}

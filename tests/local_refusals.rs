@@ -1,0 +1,171 @@
+//! Refusals answered in process, against a real redis-server: a flood of refused calls
+//! on one limiter costs Redis one script call, each answer is the one Redis would
+//! give, the wait is never extended, and each off switch sends every call to Redis.
+
+mod support;
+
+use std::time::Duration;
+
+use redlimit::{Client, Decision, ManualClock, Rule};
+use support::RedisServer;
+
+const T0: u64 = 1_700_000_000_000;
+const MINUTE: Duration = Duration::from_secs(60);
+
+async fn client(server: &RedisServer, clock: &ManualClock, local_refusals: bool) -> Client {
+    Client::builder()
+        .clock(clock.clone())
+        .local_refusals(local_refusals)
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+fn evalshas(commands: &[String]) -> usize {
+    commands
+        .iter()
+        .filter(|c| c.as_str() == "EVALSHA" || c.as_str() == "EVAL")
+        .count()
+}
+
+#[tokio::test]
+async fn a_flood_of_refusals_costs_redis_one_call_and_each_answer_is_redis_s() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let cached = client(&server, &clock, true).await;
+    let exact = client(&server, &clock, false).await;
+    for algorithm in [
+        redlimit::Algorithm::SlidingWindow,
+        redlimit::Algorithm::TokenBucket,
+    ] {
+        let name = format!("rate_limit:flood:{algorithm:?}");
+        let rule = [Rule::new(name.as_str(), 2, MINUTE).algorithm(algorithm)];
+        clock.set(T0);
+        for _ in 0..2 {
+            assert!(cached.check_rules(&rule).await.unwrap().allowed);
+        }
+        let monitor = support::monitor::Monitor::start(server.port);
+        let mut refused: Vec<Decision> = Vec::new();
+        for _ in 0..1_000 {
+            refused.push(cached.check_rules(&rule).await.unwrap());
+        }
+        let calls = evalshas(&monitor.client_commands());
+        assert!(refused.iter().all(|d| !d.allowed), "{algorithm:?}");
+        assert!(
+            calls <= 1,
+            "{algorithm:?}: {calls} script calls for 1 000 refusals"
+        );
+        let wait = refused[0].retry_after.unwrap().as_millis() as u64;
+        // Later in the wait: what Redis says, to the millisecond.
+        for step in [1, wait / 3, wait - 1] {
+            clock.set(T0 + step);
+            let local = cached.check_rules(&rule).await.unwrap();
+            let redis = exact.check_rules(&rule).await.unwrap();
+            assert_eq!(local, redis, "{algorithm:?} at +{step} ms");
+        }
+        // The wait over: decided by Redis again, and granted.
+        clock.set(T0 + wait);
+        let monitor = support::monitor::Monitor::start(server.port);
+        assert!(cached.check_rules(&rule).await.unwrap().allowed, "{algorithm:?}");
+        assert_eq!(evalshas(&monitor.client_commands()), 1);
+    }
+}
+
+#[tokio::test]
+async fn another_clients_release_is_seen_when_the_wait_ends_never_later() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let cached = client(&server, &clock, true).await;
+    let other = client(&server, &clock, false).await;
+    let rule = [Rule::new("rate_limit:flood:release", 1, MINUTE)];
+    assert!(cached.check_rules(&rule).await.unwrap().allowed);
+    let refused = cached.check_rules(&rule).await.unwrap();
+    assert_eq!(refused.retry_after, Some(MINUTE));
+    other
+        .rate_limiter("rate_limit:flood:release")
+        .release(1)
+        .await
+        .unwrap();
+    clock.set(T0 + 1_000);
+    // Redis would grant now; the client answers the refusal it kept, with what is
+    // left of the wait Redis gave, and no longer.
+    let kept = cached.check_rules(&rule).await.unwrap();
+    assert_eq!(
+        (kept.allowed, kept.retry_after),
+        (false, Some(Duration::from_secs(59)))
+    );
+    clock.set(T0 + 60_000);
+    assert!(cached.check_rules(&rule).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn each_off_switch_and_each_other_call_goes_to_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let on = client(&server, &clock, true).await;
+    let off = client(&server, &clock, false).await;
+    let cases: [(&Client, Rule); 3] = [
+        (&off, Rule::new("rate_limit:flood:off", 1, MINUTE)),
+        (
+            &on,
+            Rule::new("rate_limit:flood:rule_off", 1, MINUTE).local_refusals(false),
+        ),
+        // a warm-up makes a refusal's answer change before its wait ends
+        (
+            &on,
+            Rule::new("rate_limit:flood:warm", 10, MINUTE)
+                .algorithm(redlimit::Algorithm::TokenBucket)
+                .warmup(MINUTE),
+        ),
+    ];
+    for (client, rule) in cases {
+        let rule = [rule];
+        while client.check_rules(&rule).await.unwrap().allowed {}
+        let monitor = support::monitor::Monitor::start(server.port);
+        for _ in 0..10 {
+            assert!(!client.check_rules(&rule).await.unwrap().allowed);
+        }
+        assert_eq!(evalshas(&monitor.client_commands()), 10, "{}", rule[0].name());
+    }
+    // A call for more permits than the refusal kept, and a call of several rules.
+    let one = Rule::new("rate_limit:flood:sizes", 3, MINUTE);
+    for _ in 0..3 {
+        assert!(on.check_rules(std::slice::from_ref(&one)).await.unwrap().allowed);
+    }
+    assert!(!on.check_rules(std::slice::from_ref(&one)).await.unwrap().allowed);
+    let monitor = support::monitor::Monitor::start(server.port);
+    assert!(!on.check_rules(&[one.clone().permits(2)]).await.unwrap().allowed);
+    assert!(
+        !on.check_rules(&[one.clone(), Rule::new("rate_limit:flood:other", 5, MINUTE)])
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(evalshas(&monitor.client_commands()), 2);
+
+    // A refusal short of more than one permit is not kept: grants leave the window
+    // one by one before it passes, and each changes the answer.
+    // (the same calls on two limiters, one per client)
+    let rules = |name: &str| Rule::new(name, 3, MINUTE);
+    let (mine, theirs) = (
+        rules("rate_limit:flood:short:on"),
+        rules("rate_limit:flood:short:off"),
+    );
+    for at in [0, 10_000, 20_000] {
+        clock.set(T0 + 100_000 + at);
+        assert!(on.check_rules(std::slice::from_ref(&mine)).await.unwrap().allowed);
+        assert!(
+            off.check_rules(std::slice::from_ref(&theirs))
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    let (mine, theirs) = ([mine.permits(2)], [theirs.permits(2)]);
+    for at in [20_000, 60_001, 69_999, 70_000] {
+        clock.set(T0 + 100_000 + at);
+        let local = on.check_rules(&mine).await.unwrap();
+        let redis = off.check_rules(&theirs).await.unwrap();
+        assert_eq!(local, redis, "at +{at} ms");
+    }
+}
