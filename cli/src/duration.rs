@@ -96,10 +96,7 @@ pub fn show_utc(epoch_ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{}Z",
-        show_time_of_day(epoch_ms)
-    )
+    format!("{year:04}-{month:02}-{day:02}T{}Z", show_time_of_day(epoch_ms))
 }
 
 #[cfg(test)]

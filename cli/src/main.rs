@@ -300,7 +300,10 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
                 keys.extend(clients.into_iter().map(|client| (client, role)));
             }
             if !yes {
-                eprint!("delete limiter `{name}` ({} at most)? [y/N] ", count(keys.len() as u64, "key", "keys"));
+                eprint!(
+                    "delete limiter `{name}` ({} at most)? [y/N] ",
+                    count(keys.len() as u64, "key", "keys")
+                );
                 let _ = std::io::stderr().flush();
                 let mut answer = String::new();
                 let _ = std::io::stdin().lock().read_line(&mut answer);
@@ -334,16 +337,12 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
                     json!({"name": name, "permits": permits, "allowed": peek.allowed, "available": peek.available, "retry_after_ms": peek.retry_after_ms})
                 );
             } else if peek.allowed {
-                println!(
-                    "{name}: {asked} would be granted; {} available",
-                    peek.available
-                );
+                println!("{name}: {asked} would be granted; {} available", peek.available);
             } else {
-                let retry = peek
-                    .retry_after_ms
-                    .map_or("never: more than the limiter ever grants at once".to_owned(), |ms| {
-                        format!("in {}", duration::show_ms(ms.max(0) as u64))
-                    });
+                let retry = peek.retry_after_ms.map_or(
+                    "never: more than the limiter ever grants at once".to_owned(),
+                    |ms| format!("in {}", duration::show_ms(ms.max(0) as u64)),
+                );
                 println!(
                     "{name}: {asked} would be refused; {} available; retry {retry}",
                     peek.available
@@ -476,7 +475,11 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
                    "rule_wrote_config": rule_wrote, "note": note})
         );
     } else {
-        let how = if args.reset { "window restarted" } else { "window kept" };
+        let how = if args.reset {
+            "window restarted"
+        } else {
+            "window kept"
+        };
         println!(
             "{name}: {} per {} ({how})",
             args.rate,
@@ -518,7 +521,11 @@ async fn acquire(cli: &Cli, url: &str, name: &str, permits: u64) -> Outcome {
             };
             // The handle decides with the stored config, so the bucket keeps it.
             let mut bucket = client
-                .token_bucket(name, state.rate as u64, Duration::from_millis(state.interval_ms as u64))
+                .token_bucket(
+                    name,
+                    state.rate as u64,
+                    Duration::from_millis(state.interval_ms as u64),
+                )
                 .burst(state.burst as u64);
             if state.warmup_ms > 0 {
                 bucket = bucket.warmup(Duration::from_millis(state.warmup_ms as u64));
@@ -818,7 +825,12 @@ enum Watched {
 }
 
 /// A token bucket's state now; a missing key is a full, cold bucket of `last`'s config.
-async fn bucket_now(store: &Store, key: &str, now: i64, last: &tokens::State) -> Result<tokens::State, Error> {
+async fn bucket_now(
+    store: &Store,
+    key: &str,
+    now: i64,
+    last: &tokens::State,
+) -> Result<tokens::State, Error> {
     let mut conn = store.conn.clone();
     let raw: Option<String> = conn.get(key).await.map_err(|e| store.fail(e))?;
     Ok(match raw.as_deref().and_then(tokens::State::parse) {
@@ -919,7 +931,9 @@ async fn watch(
                 let state = bucket_now(&store, &bucket_key, now, last).await?;
                 // What the period took: the last state refilled to now, less what is
                 // there (a warm-up's extra cost included), in tokens.
-                let spent = if (state.rate, state.interval_ms, state.burst) == (last.rate, last.interval_ms, last.burst) {
+                let spent = if (state.rate, state.interval_ms, state.burst)
+                    == (last.rate, last.interval_ms, last.burst)
+                {
                     ((last.at(now).units - state.units).max(0) as f64) / state.interval_ms as f64
                 } else {
                     0.0

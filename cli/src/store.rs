@@ -88,7 +88,10 @@ async fn primaries(cluster: &RawConnection, node: &str) -> Result<Vec<RawConnect
         }
         // ip:port@cport[,hostname]
         let addr = fields[1].split('@').next().unwrap_or_default();
-        if addr.rsplit_once(':').is_none_or(|(_, port)| port.parse::<u16>().is_err()) {
+        if addr
+            .rsplit_once(':')
+            .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+        {
             continue;
         }
         primaries.push(builder().connect_raw(&with_address(node, addr)).await?);
@@ -99,7 +102,10 @@ async fn primaries(cluster: &RawConnection, node: &str) -> Result<Vec<RawConnect
 /// `scheme://[auth@]host:port/[#fragment]` (a node URL as `cluster_nodes` makes it)
 /// with `host:port` replaced by `addr`.
 fn with_address(node: &str, addr: &str) -> String {
-    let start = node.rfind('@').map(|at| at + 1).or_else(|| node.find("://").map(|s| s + 3));
+    let start = node
+        .rfind('@')
+        .map(|at| at + 1)
+        .or_else(|| node.find("://").map(|s| s + 3));
     let Some(start) = start else {
         return node.to_owned();
     };

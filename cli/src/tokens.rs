@@ -30,7 +30,11 @@ impl State {
         }
         let number = |i: usize, signed: bool| -> Option<i64> {
             let text = fields.get(i)?;
-            let digits = if signed { text.strip_prefix('-').unwrap_or(text) } else { text };
+            let digits = if signed {
+                text.strip_prefix('-').unwrap_or(text)
+            } else {
+                text
+            };
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
@@ -170,49 +174,96 @@ pub fn limiter_of(key: &str) -> Option<(String, Option<String>)> {
     Some((name_of(base)?, Some(client.to_owned())))
 }
 
-/// Whether `text` matches the SCAN pattern `pattern` (`*`, `?`, `[...]` with `^` and
-/// ranges, `\` escapes), as Redis matches keys.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    fn go(p: &[char], t: &[char]) -> bool {
-        let Some((&first, rest)) = p.split_first() else {
-            return t.is_empty();
-        };
-        match first {
-            '*' => (0..=t.len()).any(|skip| go(rest, &t[skip..])),
-            '?' => !t.is_empty() && go(rest, &t[1..]),
+/// One piece of a SCAN pattern: every piece but `*` matches one character.
+enum Piece {
+    Star,
+    Any,
+    Char(char),
+    /// `[...]`: ranges (a single character is a range of one), negated with `^`.
+    Class(Vec<(char, char)>, bool),
+}
+
+impl Piece {
+    fn matches(&self, c: char) -> bool {
+        match self {
+            Piece::Star | Piece::Any => true,
+            Piece::Char(p) => *p == c,
+            Piece::Class(ranges, negate) => ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negate,
+        }
+    }
+}
+
+fn pieces(pattern: &str) -> Vec<Piece> {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '*' => out.push(Piece::Star),
+            '?' => out.push(Piece::Any),
+            '\\' if i + 1 < chars.len() => {
+                i += 1;
+                out.push(Piece::Char(chars[i]));
+            }
             '[' => {
-                let Some(&c) = t.first() else {
-                    return false;
-                };
-                let mut i = 0;
-                let negate = rest.first() == Some(&'^');
+                i += 1;
+                let negate = chars.get(i) == Some(&'^');
                 if negate {
                     i += 1;
                 }
-                let mut matched = false;
-                while i < rest.len() && rest[i] != ']' {
-                    if rest[i] == '\\' && i + 1 < rest.len() {
-                        matched |= rest[i + 1] == c;
+                let mut ranges = Vec::new();
+                while i < chars.len() && chars[i] != ']' {
+                    if chars[i] == '\\' && i + 1 < chars.len() {
+                        ranges.push((chars[i + 1], chars[i + 1]));
                         i += 2;
-                    } else if i + 2 < rest.len() && rest[i + 1] == '-' && rest[i + 2] != ']' {
-                        let (lo, hi) = (rest[i].min(rest[i + 2]), rest[i].max(rest[i + 2]));
-                        matched |= (lo..=hi).contains(&c);
+                    } else if i + 2 < chars.len() && chars[i + 1] == '-' && chars[i + 2] != ']' {
+                        let (a, b) = (chars[i], chars[i + 2]);
+                        ranges.push((a.min(b), a.max(b)));
                         i += 3;
                     } else {
-                        matched |= rest[i] == c;
+                        ranges.push((chars[i], chars[i]));
                         i += 1;
                     }
                 }
-                let after = if i < rest.len() { &rest[i + 1..] } else { &rest[i..] };
-                matched != negate && go(after, &t[1..])
+                out.push(Piece::Class(ranges, negate));
             }
-            '\\' if !rest.is_empty() => t.first() == Some(&rest[0]) && go(&rest[1..], &t[1..]),
-            c => t.first() == Some(&c) && go(rest, &t[1..]),
+            c => out.push(Piece::Char(c)),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Whether `text` matches the SCAN pattern `pattern` (`*`, `?`, `[...]` with `^` and
+/// ranges, `\` escapes), as Redis matches keys; in time linear in the text for each
+/// `*`, never exponential.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p = pieces(pattern);
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    // The last `*` seen, and where in the text it was tried up to.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match p.get(pi) {
+            Some(Piece::Star) => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            Some(piece) if piece.matches(t[ti]) => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
         }
     }
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    go(&p, &t)
+    p[pi..].iter().all(|piece| matches!(piece, Piece::Star))
 }
 
 #[cfg(test)]
@@ -239,7 +290,14 @@ mod tests {
         assert_eq!(cold.coldness(), Some(1.0));
         assert_eq!(cold.cost_per_permit(), 3.0);
         assert_eq!(w.rested_in_ms(), 2_000);
-        for bad in ["", "1:2:3", "0:1000:5:0:1", "1:1000:5:-1:1", "a:1:1:1:1", "1:1:1:1:1:1"] {
+        for bad in [
+            "",
+            "1:2:3",
+            "0:1000:5:0:1",
+            "1:1000:5:-1:1",
+            "a:1:1:1:1",
+            "1:1:1:1:1:1",
+        ] {
             assert_eq!(State::parse(bad), None, "{bad}");
         }
     }
@@ -265,5 +323,13 @@ mod tests {
         assert!(!glob_match("a[^b]c", "abc"));
         assert!(glob_match("a\\*", "a*"));
         assert!(!glob_match("a\\*", "ab"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a*b*c", "aXbYbZc"));
+        assert!(!glob_match("a*b*c", "aXbYbZ"));
+        let long = "a".repeat(5000);
+        assert!(
+            !glob_match(&format!("{}b", "*a".repeat(20)), &long),
+            "in linear time"
+        );
     }
 }

@@ -84,6 +84,9 @@ async fn token_buckets_are_seen_by_every_command() {
     assert!(table.contains(name) && table.contains("bucket"), "{table}");
     let out = redlimit(&url, &["ls", "other*", "--json"]);
     assert_eq!(json(&out), serde_json::json!([]), "the pattern is the name's");
+    // `*}` matches the key `{NAME}:bucket`'s first part, not NAME.
+    let out = redlimit(&url, &["ls", "*}", "--json"]);
+    assert_eq!(json(&out), serde_json::json!([]), "the pattern is the name's");
 
     // inspect: tokens, burst, refill, time until full, TTL.
     let out = redlimit(&url, &["inspect", name, "--json"]);
@@ -95,7 +98,10 @@ async fn token_buckets_are_seen_by_every_command() {
     assert_eq!(bucket["burst"], 20);
     assert_eq!(bucket["rate"], 10);
     let full_in = bucket["full_in_ms"].as_i64().unwrap();
-    assert!((25_000..=30_000).contains(&full_in), "5 tokens at 10 a minute: {full_in}");
+    assert!(
+        (25_000..=30_000).contains(&full_in),
+        "5 tokens at 10 a minute: {full_in}"
+    );
     let ttl = bucket["key"]["ttl_ms"].as_i64().unwrap();
     assert!((25_000..=30_000).contains(&ttl), "{ttl}");
     assert_eq!(report["healthy"], true);
@@ -119,7 +125,11 @@ async fn token_buckets_are_seen_by_every_command() {
     // acquire takes from the bucket with its own config.
     let out = redlimit(&url, &["acquire", name, "--permits", "3"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
-    assert!(text(&out).contains("3 permits granted; 12 available"), "{}", text(&out));
+    assert!(
+        text(&out).contains("3 permits granted; 12 available"),
+        "{}",
+        text(&out)
+    );
     let after: String = raw.get("{rate_limit:tb:user:1}:bucket").await.unwrap();
     assert_eq!(
         after.split(':').take(3).collect::<Vec<_>>(),
@@ -129,16 +139,25 @@ async fn token_buckets_are_seen_by_every_command() {
     assert_eq!(code(&redlimit(&url, &["acquire", name, "--permits", "13"])), 1);
 
     // watch follows its tokens.
-    let out = redlimit(&url, &["watch", name, "--every", "200ms", "--count", "1", "--json"]);
+    let out = redlimit(
+        &url,
+        &["watch", name, "--every", "200ms", "--count", "1", "--json"],
+    );
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(json(&out)["tokens"], 12);
 
     // set-rate refuses, writing nothing: the rule writes its own config back.
-    let out = redlimit(&url, &["set-rate", name, "--rate", "50", "--interval", "1m", "--reset"]);
+    let out = redlimit(
+        &url,
+        &["set-rate", name, "--rate", "50", "--interval", "1m", "--reset"],
+    );
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(text(&out).contains("is a token bucket"), "{}", text(&out));
     assert!(text(&out).contains("override set"), "{}", text(&out));
-    assert!(!raw.exists::<_, bool>(name).await.unwrap(), "no config hash written");
+    assert!(
+        !raw.exists::<_, bool>(name).await.unwrap(),
+        "no config hash written"
+    );
 
     // reset deletes it.
     let out = redlimit(&url, &["reset", name, "--yes"]);
@@ -147,7 +166,11 @@ async fn token_buckets_are_seen_by_every_command() {
     assert!(keys(&mut raw, "*tb:user*").await.is_empty());
     let out = redlimit(&url, &["inspect", name]);
     assert_eq!(code(&out), 1);
-    assert!(text(&out).contains("a full token bucket has no key"), "{}", text(&out));
+    assert!(
+        text(&out).contains("a full token bucket has no key"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[tokio::test]
@@ -164,9 +187,15 @@ async fn a_warming_bucket_shows_its_coldness_and_per_client_buckets_their_client
     let coldness = bucket["coldness"].as_f64().unwrap();
     // A new bucket is cold; its first permit took one token's worth (1/5 of 10 x 30 s).
     assert!((coldness - 0.8).abs() < 0.01, "{coldness}");
-    assert!((bucket["cost_per_permit"].as_f64().unwrap() - 2.2).abs() < 0.05, "{bucket}");
+    assert!(
+        (bucket["cost_per_permit"].as_f64().unwrap() - 2.2).abs() < 0.05,
+        "{bucket}"
+    );
     let human = text(&redlimit(&url, &["inspect", "warm"]));
-    assert!(human.contains("warm-up 30s") && human.contains("coldness"), "{human}");
+    assert!(
+        human.contains("warm-up 30s") && human.contains("coldness"),
+        "{human}"
+    );
 
     let per_client = bucket_rule("pcb").mode(RateType::PerClient);
     assert!(client.check_rules(&[per_client]).await.unwrap().allowed);
@@ -175,7 +204,9 @@ async fn a_warming_bucket_shows_its_coldness_and_per_client_buckets_their_client
     let human = text(&redlimit(&url, &["inspect", "pcb"]));
     let id = client.client_id();
     assert!(
-        human.lines().any(|l| l.trim_end() == format!("client        {id}")),
+        human
+            .lines()
+            .any(|l| l.trim_end() == format!("client        {id}")),
         "the client on a line of its own: {human}"
     );
     let before = keys(&mut raw, "*").await;
@@ -187,7 +218,13 @@ async fn a_warming_bucket_shows_its_coldness_and_per_client_buckets_their_client
     assert_eq!(keys(&mut raw, "*").await, before, "the CLI left no client keys");
 }
 
-#[redlimit::rate_limit(key = "tbo:{user}", rate = 10, interval = "60s", algorithm = "token_bucket", burst = 20)]
+#[redlimit::rate_limit(
+    key = "tbo:{user}",
+    rate = 10,
+    interval = "60s",
+    algorithm = "token_bucket",
+    burst = 20
+)]
 async fn bucketed(user: &str) -> Result<(), redlimit::RateLimited> {
     let _ = user;
     Ok(())
@@ -200,7 +237,10 @@ async fn an_override_reaches_a_bucket_through_its_rule() {
     let server = RedisServer::start();
     let url = server.url();
     let name = "rate_limit:tbo:u";
-    let out = redlimit(&url, &["override", "set", name, "--rate", "30", "--interval", "1m"]);
+    let out = redlimit(
+        &url,
+        &["override", "set", name, "--rate", "30", "--interval", "1m"],
+    );
     assert_eq!(code(&out), 0, "{}", text(&out));
     redlimit::set_default(Client::connect(&url).await.unwrap()).unwrap();
     bucketed("u").await.unwrap();
@@ -254,7 +294,10 @@ async fn set_rate_on_a_rules_limiter_says_it_will_not_last() {
         shown.contains(&format!("redlimit override set {name} --rate 50 --interval 1m")),
         "{shown}"
     );
-    let out = redlimit(&url, &["set-rate", name, "--rate", "50", "--interval", "1m", "--json"]);
+    let out = redlimit(
+        &url,
+        &["set-rate", name, "--rate", "50", "--interval", "1m", "--json"],
+    );
     assert_eq!(json(&out)["rule_wrote_config"], true);
 
     // The rule's next call writes its own back, and says what it knows.
@@ -302,9 +345,8 @@ fn http_server() -> u16 {
                 let mut buf = [0u8; 1024];
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
                 let _ = stream.read(&mut buf);
-                let _ = stream.write_all(
-                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                );
+                let _ = stream
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
             });
         }
     });
@@ -319,12 +361,32 @@ fn every_command_names_each_cause_once_and_alike() {
     let closed = free_port();
     let http = http_server();
     let cases = [
-        (format!("redis://:{password}@127.0.0.1:{closed}/"), 3, "cannot reach Redis at `redis://***@127.0.0.1"),
-        (format!("redis://:wrong{password}@127.0.0.1:{port}/"), 3, "refused the connection's credentials"),
-        (format!("redis://127.0.0.1:{port}/"), 3, "refused the connection's credentials"),
+        (
+            format!("redis://:{password}@127.0.0.1:{closed}/"),
+            3,
+            "cannot reach Redis at `redis://***@127.0.0.1",
+        ),
+        (
+            format!("redis://:wrong{password}@127.0.0.1:{port}/"),
+            3,
+            "refused the connection's credentials",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/"),
+            3,
+            "refused the connection's credentials",
+        ),
         (format!("redis://127.0.0.1:{http}/"), 3, "is not a Redis server"),
-        (format!("redis://:{password}@127.0.0.1:{port}/99"), 3, "has no such database"),
-        (format!("redis://:{password}@127.0.0.1:notaport/"), 2, "invalid Redis URL"),
+        (
+            format!("redis://:{password}@127.0.0.1:{port}/99"),
+            3,
+            "has no such database",
+        ),
+        (
+            format!("redis://:{password}@127.0.0.1:notaport/"),
+            2,
+            "invalid Redis URL",
+        ),
         ("http://127.0.0.1:6379/".to_owned(), 2, "invalid Redis URL"),
     ];
     for (url, expected, cause) in cases {
@@ -342,7 +404,12 @@ fn every_command_names_each_cause_once_and_alike() {
                 stderr.matches("Redis at").count() <= 1,
                 "said once: {url} {args:?}: {stderr}"
             );
-            for raw in ["AuthenticationFailed", "InvalidClientConfig", "Incompatible type", "NOAUTH\":"] {
+            for raw in [
+                "AuthenticationFailed",
+                "InvalidClientConfig",
+                "Incompatible type",
+                "NOAUTH\":",
+            ] {
                 assert!(!stderr.contains(raw), "{url} {args:?}: {stderr}");
             }
             match &first {
@@ -393,7 +460,17 @@ async fn exit_codes_are_as_documented_for_every_command() {
         vec!["set-rate", "here", "--rate", "0", "--interval", "1s"],
         vec!["set-rate", "here", "--rate", max.as_str(), "--interval", "1s"],
         vec!["set-rate", "here", "--rate", "1", "--interval", "60"],
-        vec!["set-rate", "here", "--rate", "1", "--interval", "1m", "--keep-alive", "1s", "--reset"],
+        vec![
+            "set-rate",
+            "here",
+            "--rate",
+            "1",
+            "--interval",
+            "1m",
+            "--keep-alive",
+            "1s",
+            "--reset",
+        ],
         vec!["override", "set", "x", "--rate", "0", "--interval", "1s"],
         vec!["check", "here", "--permits", "0"],
         vec!["acquire", "here", "--permits", "0"],
@@ -409,7 +486,11 @@ async fn exit_codes_are_as_documented_for_every_command() {
     assert!(text(&out).contains("at least 1"), "{}", text(&out));
     let out = redlimit(&url, &["acquire", "here", "--permits", "0"]);
     assert!(text(&out).contains("at least 1"), "{}", text(&out));
-    assert_eq!(limiter.config().await.unwrap().unwrap().rate, 5, "nothing written");
+    assert_eq!(
+        limiter.config().await.unwrap().unwrap().rate,
+        5,
+        "nothing written"
+    );
 
     // 0: ok.
     limiter.set_rate(RateType::Overall, 5, MINUTE).await.unwrap();
@@ -439,14 +520,28 @@ async fn text_reads_at_three_in_the_morning() {
     assert!(client.check_rules(&rule).await.unwrap().allowed);
 
     let out = redlimit(&url, &["check", "rate_limit:t"]);
-    assert!(text(&out).contains("1 permit would be granted; 4 available"), "{}", text(&out));
+    assert!(
+        text(&out).contains("1 permit would be granted; 4 available"),
+        "{}",
+        text(&out)
+    );
     let out = redlimit(&url, &["acquire", "rate_limit:t"]);
-    assert!(text(&out).contains("1 permit granted; 3 available"), "{}", text(&out));
+    assert!(
+        text(&out).contains("1 permit granted; 3 available"),
+        "{}",
+        text(&out)
+    );
     let human = text(&redlimit(&url, &["inspect", "rate_limit:t"]));
-    assert!(human.contains("log 2 entries, 2 permits in the window (2 entries)"), "{human}");
+    assert!(
+        human.contains("log 2 entries, 2 permits in the window (2 entries)"),
+        "{human}"
+    );
     assert!(!human.contains("chose the same"), "{human}");
     let written_by = human.lines().find(|l| l.starts_with("written by")).unwrap();
-    assert!(written_by.trim_end().ends_with(')'), "a sentence that ends: {written_by}");
+    assert!(
+        written_by.trim_end().ends_with(')'),
+        "a sentence that ends: {written_by}"
+    );
 
     // A per-client window: each client on a line of its own.
     let per_client = client.rate_limiter("pcw");
@@ -463,15 +558,48 @@ async fn text_reads_at_three_in_the_morning() {
         .unwrap_or_else(|| panic!("{human}"));
     let next = human.lines().nth(at + 1).unwrap();
     assert!(next.starts_with("              value 4"), "{human}");
-    assert!(next.contains("log 1 entry, 1 permit in the window (1 entry)"), "{human}");
+    assert!(
+        next.contains("log 1 entry, 1 permit in the window (1 entry)"),
+        "{human}"
+    );
 
     // watch shows the server's time of day.
-    let out = redlimit(&url, &["watch", "rate_limit:t", "--every", "10ms", "--count", "1"]);
-    let line = String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().to_owned();
+    let out = redlimit(
+        &url,
+        &["watch", "rate_limit:t", "--every", "10ms", "--count", "1"],
+    );
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_owned();
     let time = line.split_whitespace().next().unwrap();
     let shape: Vec<usize> = time.split([':', '.']).map(str::len).collect();
     assert_eq!(shape, [2, 2, 2, 3], "HH:MM:SS.mmm: {line}");
-    let out = redlimit(&url, &["watch", "rate_limit:t", "--every", "10ms", "--count", "1", "--json"]);
+    let out = redlimit(
+        &url,
+        &[
+            "watch",
+            "rate_limit:t",
+            "--every",
+            "10ms",
+            "--count",
+            "1",
+            "--json",
+        ],
+    );
     let time = json(&out)["time"].as_str().unwrap().to_owned();
     assert!(time.ends_with('Z') && time.contains('T'), "{time}");
+}
+
+/// The runtime names the cause the CLI shows: a client connecting to an HTTP server.
+#[tokio::test]
+async fn a_client_says_an_http_server_is_not_redis() {
+    let port = http_server();
+    let err = Client::connect(&format!("redis://127.0.0.1:{port}/"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, redlimit::Error::NotRedis { .. }), "{err:?}");
+    assert!(err.is_backend_failure());
+    assert!(err.to_string().contains("is not a Redis server"), "{err}");
 }

@@ -80,7 +80,9 @@ impl RawConnection {
 
 impl std::fmt::Debug for RawConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawConnection").field("target", &self.target).finish()
+        f.debug_struct("RawConnection")
+            .field("target", &self.target)
+            .finish()
     }
 }
 
