@@ -47,14 +47,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// A limiter's config, keys and TTLs, value, grant log and health.
+    /// A limiter's config, keys and TTLs, value, grant log and health; a token
+    /// bucket's tokens, burst, refill, warm-up coldness, time until full and TTL.
     Inspect {
         name: String,
         /// Per-client keys shown at most.
         #[arg(long, default_value_t = 20)]
         clients: usize,
     },
-    /// Limiters found by SCAN on every primary: rate, usage and memory.
+    /// Limiters (sliding windows and token buckets) found by SCAN on every primary:
+    /// kind, rate, usage and memory.
     Ls {
         /// A SCAN pattern for limiter names.
         #[arg(default_value = "*")]
@@ -65,7 +67,9 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
-    /// Changes a limiter's rate, keeping its window (or restarting it with --reset).
+    /// Changes a sliding window's rate, keeping its window (or restarting it with
+    /// --reset). A rule writes its own config back on its next call: `override set`
+    /// changes a rule's rate for good.
     SetRate {
         name: String,
         #[arg(long, value_parser = at_least_one)]
@@ -99,13 +103,13 @@ enum Command {
         prefix: String,
     },
     /// Would N permits be granted now, and if not when? Reads the stored state and
-    /// takes nothing (overall limiters).
+    /// takes nothing (overall limiters: windows and token buckets).
     Check {
         name: String,
         #[arg(long, default_value_t = 1, value_parser = at_least_one)]
         permits: u64,
     },
-    /// Takes N permits now, if granted.
+    /// Takes N permits now, if granted (overall limiters: windows and token buckets).
     Acquire {
         name: String,
         #[arg(long, default_value_t = 1, value_parser = at_least_one)]
@@ -120,8 +124,9 @@ enum Command {
         #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX, global = true)]
         prefix: String,
     },
-    /// Every second: grants per second, refusals redlimit processes reported, available
-    /// permits, permits in the window.
+    /// Every second, at the server's time (UTC): grants per second, refusals redlimit
+    /// processes reported, available permits, permits in the window; for a token
+    /// bucket, tokens spent per second, refusals, tokens, time until full.
     Watch {
         name: String,
         /// Refresh period.
