@@ -197,6 +197,27 @@ async fn a_warming_bucket_shows_its_coldness_and_per_client_buckets_their_client
         "{human}"
     );
 
+    // State another program wrote under a bucket's key: refused, left as it was.
+    for (key, stored) in [("{junk}:bucket", "9:9:9"), ("{debt}:bucket", "1:1000:5:-1:1")] {
+        let _: () = raw.set(key, stored).await.unwrap();
+        let name = &key[1..key.find('}').unwrap()];
+        let commands = [vec!["check", name], vec!["acquire", name]];
+        for args in commands {
+            let out = redlimit(&url, &args);
+            assert_eq!(code(&out), 1, "{args:?}: {}", text(&out));
+            assert!(text(&out).contains(key), "{args:?}: {}", text(&out));
+        }
+        let after: String = raw.get(key).await.unwrap();
+        assert_eq!(after, stored);
+    }
+    let out = redlimit(&url, &["inspect", "junk"]);
+    assert_eq!(code(&out), 1, "unhealthy: {}", text(&out));
+    assert!(
+        text(&out).contains("not a token bucket's state"),
+        "{}",
+        text(&out)
+    );
+
     let per_client = bucket_rule("pcb").mode(RateType::PerClient);
     assert!(client.check_rules(&[per_client]).await.unwrap().allowed);
     let list = json(&redlimit(&url, &["ls", "pcb", "--json"]));
