@@ -402,13 +402,26 @@ fn lasting_note(args: &SetRate<'_>, rule_wrote: bool) -> String {
     }
 }
 
+/// `word` as a shell reads it back: as it is when plain, else in single quotes.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '-' | '.' | '/' | '@'))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 /// The `override set` that changes what `set-rate` was asked for, for good.
 fn override_how(args: &SetRate<'_>) -> String {
     if args.name.starts_with(args.prefix) && !args.prefix.is_empty() {
         format!(
             "`redlimit override set {} --rate {} --interval {}` (this limiter), or the same with the \
              rule's key template (all of its limiters)",
-            args.name,
+            shell_word(args.name),
             args.rate,
             duration::show_ms(args.interval.as_millis() as u64)
         )
@@ -972,6 +985,13 @@ async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_shown_read_back_as_written() {
+        assert_eq!(shell_word("rate_limit:order:user:7"), "rate_limit:order:user:7");
+        assert_eq!(shell_word("rate_limit:{u} x"), "'rate_limit:{u} x'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+    }
 
     #[test]
     fn passwords_never_show() {
