@@ -71,6 +71,34 @@ pub fn show_secs(ms: i64) -> String {
     format!("{:.1}s", ms as f64 / 1000.0)
 }
 
+/// The time of day of epoch milliseconds, in UTC: `09:41:07.250`.
+pub fn show_time_of_day(epoch_ms: i64) -> String {
+    let ms = epoch_ms.rem_euclid(86_400_000);
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
+/// Epoch milliseconds as an RFC 3339 time in UTC: `2026-12-01T09:41:07.250Z`.
+pub fn show_utc(epoch_ms: i64) -> String {
+    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
+    let days = epoch_ms.div_euclid(86_400_000);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{}Z", show_time_of_day(epoch_ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +120,13 @@ mod tests {
         assert_eq!(show_ms(250), "250ms");
         assert_eq!(show_ms(7_200_000), "2h");
         assert_eq!(show_secs(-500), "-0.5s");
+    }
+
+    #[test]
+    fn shows_times_a_person_reads() {
+        assert_eq!(show_time_of_day(1_764_582_067_250), "09:41:07.250");
+        assert_eq!(show_utc(1_764_582_067_250), "2025-12-01T09:41:07.250Z");
+        assert_eq!(show_utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(show_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
     }
 }

@@ -4,10 +4,12 @@
 use redis::AsyncCommands;
 use redlimit_runtime::keys::suffix;
 use redlimit_runtime::member::decode_permits;
+use redlimit_runtime::Error;
 use serde_json::{json, Value as Json};
 
 use crate::duration::{show_ms, show_secs};
 use crate::store::Store;
+use crate::tokens;
 
 /// A limiter's config as stored in its hash.
 #[derive(Debug, Clone)]
@@ -29,12 +31,19 @@ impl Config {
         }
     }
 
+    /// Whether a rule most likely wrote it: rules write keep-alive = interval, the
+    /// runtime API and Redisson what they are given.
+    pub fn rule_wrote(&self) -> bool {
+        self.keep_alive_ms == Some(self.interval_ms)
+    }
+
     /// Who wrote it, where that can be told.
     pub fn writer(&self) -> &'static str {
         match self.keep_alive_ms {
             None => "Redisson before 4.4 (no keepAliveTime field; redlimit always writes one)",
             Some(k) if k == self.interval_ms => {
-                "a redlimit rule (keep-alive = interval), or a client that chose the same"
+                "a redlimit rule, most likely: rules write keep-alive = interval (as would a \
+                 client given that keep-alive)"
             }
             Some(_) => "redlimit's runtime API or Redisson 4.4+ (they write the same fields)",
         }
@@ -42,7 +51,7 @@ impl Config {
 }
 
 /// Reads the config hash `name`; `None` when it has no rate and interval.
-pub async fn read_config(store: &Store, name: &str) -> Result<Option<Config>, String> {
+pub async fn read_config(store: &Store, name: &str) -> Result<Option<Config>, Error> {
     let mut conn = store.conn.clone();
     // The four fields only: `ls` reads every hash it finds, some of them large (the
     // refusal counts processes report).
@@ -51,7 +60,7 @@ pub async fn read_config(store: &Store, name: &str) -> Result<Option<Config>, St
         .arg(&["rate", "interval", "type", "keepAliveTime"])
         .query_async(&mut conn)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| store.fail(e))?;
     let number = |i: usize| fields.get(i)?.as_deref()?.parse::<i64>().ok();
     Ok(match (number(0), number(1)) {
         (Some(rate), Some(interval_ms)) => Some(Config {
@@ -72,14 +81,14 @@ pub struct KeyState {
     pub ttl_ms: i64,
 }
 
-async fn key_state(store: &Store, key: &str) -> Result<KeyState, String> {
+async fn key_state(store: &Store, key: &str) -> Result<KeyState, Error> {
     let mut conn = store.conn.clone();
     let kind: String = redis::cmd("TYPE")
         .arg(key)
         .query_async(&mut conn)
         .await
-        .map_err(|e| e.to_string())?;
-    let ttl_ms: i64 = conn.pttl(key).await.map_err(|e| e.to_string())?;
+        .map_err(|e| store.fail(e))?;
+    let ttl_ms: i64 = conn.pttl(key).await.map_err(|e| store.fail(e))?;
     Ok(KeyState {
         key: key.to_owned(),
         kind,
@@ -101,12 +110,12 @@ pub struct Log {
     pub next_release_ms: Option<i64>,
 }
 
-async fn read_log(store: &Store, key: &str, now: i64, interval_ms: i64) -> Result<Log, String> {
+async fn read_log(store: &Store, key: &str, now: i64, interval_ms: i64) -> Result<Log, Error> {
     let mut conn = store.conn.clone();
     let entries: Vec<(Vec<u8>, f64)> = conn
         .zrange_withscores(key, 0, -1)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| store.fail(e))?;
     let mut log = Log::default();
     for (member, score) in entries {
         let score = score as i64;
@@ -140,6 +149,63 @@ pub struct Bucket {
     pub log: Log,
 }
 
+/// One token bucket's key and state (overall, or one client's).
+#[derive(Debug, Clone)]
+pub struct TokenKey {
+    /// `None` for overall, else the client id.
+    pub client: Option<String>,
+    pub key: KeyState,
+    /// What the key holds, when a string.
+    pub raw: Option<String>,
+    /// The stored state refilled to now, when it is one.
+    pub state: Option<tokens::State>,
+}
+
+async fn token_key(store: &Store, client: Option<String>, key: String, now: i64) -> Result<TokenKey, Error> {
+    let mut conn = store.conn.clone();
+    let key = key_state(store, &key).await?;
+    let raw: Option<String> = if key.kind == "string" {
+        conn.get(&key.key).await.map_err(|e| store.fail(e))?
+    } else {
+        None
+    };
+    let state = raw.as_deref().and_then(tokens::State::parse).map(|s| s.at(now));
+    Ok(TokenKey {
+        client,
+        key,
+        raw,
+        state,
+    })
+}
+
+/// The token bucket keys of limiter `name` (overall, then at most `client_limit`
+/// clients'), and how many clients have one.
+pub async fn token_keys(
+    store: &Store,
+    name: &str,
+    now: i64,
+    client_limit: usize,
+) -> Result<(Vec<TokenKey>, usize), Error> {
+    let key = suffix(name, "bucket");
+    let mut found = Vec::new();
+    let overall = token_key(store, None, key.clone(), now).await?;
+    if overall.key.ttl_ms != -2 {
+        found.push(overall);
+    }
+    let mut clients: Vec<String> = store
+        .scan(&format!("{}:*", glob_escape(&key)), None, usize::MAX)
+        .await?
+        .into_iter()
+        .filter_map(|k| k.strip_prefix(&format!("{key}:")).map(str::to_owned))
+        .collect();
+    clients.sort();
+    clients.dedup();
+    for client in clients.iter().take(client_limit) {
+        found.push(token_key(store, Some(client.clone()), format!("{key}:{client}"), now).await?);
+    }
+    Ok((found, clients.len()))
+}
+
 /// A limiter, read whole.
 #[derive(Debug, Clone)]
 pub struct Inspection {
@@ -148,6 +214,8 @@ pub struct Inspection {
     pub config: Option<Config>,
     pub config_key: KeyState,
     pub buckets: Vec<Bucket>,
+    /// Its token bucket's keys, when it is one.
+    pub token_buckets: Vec<TokenKey>,
     /// Per-client keys found (for a per_client limiter, one bucket per client).
     pub client_keys: usize,
     pub problems: Vec<String>,
@@ -155,12 +223,12 @@ pub struct Inspection {
 }
 
 /// The time on the Redis server, in epoch milliseconds.
-pub async fn server_now(store: &Store) -> Result<i64, String> {
+pub async fn server_now(store: &Store) -> Result<i64, Error> {
     let mut conn = store.conn.clone();
     let (secs, micros): (i64, i64) = redis::cmd("TIME")
         .query_async(&mut conn)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| store.fail(e))?;
     Ok(secs * 1000 + micros / 1000)
 }
 
@@ -183,11 +251,11 @@ async fn bucket(
     log_key: String,
     now: i64,
     interval_ms: i64,
-) -> Result<Bucket, String> {
+) -> Result<Bucket, Error> {
     let mut conn = store.conn.clone();
     let value_state = key_state(store, &value_key).await?;
     let value: Option<String> = if value_state.kind == "string" {
-        conn.get(&value_key).await.map_err(|e| e.to_string())?
+        conn.get(&value_key).await.map_err(|e| store.fail(e))?
     } else {
         None
     };
@@ -206,7 +274,7 @@ async fn bucket(
     })
 }
 
-pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<Inspection, String> {
+pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<Inspection, Error> {
     let now = server_now(store).await?;
     let config_key = key_state(store, name).await?;
     let config = if config_key.kind == "hash" {
@@ -235,7 +303,8 @@ pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<I
         .collect();
     clients.sort();
     clients.dedup();
-    let client_keys = client_values.len() + client_logs.len();
+    let (token_buckets, token_clients) = token_keys(store, name, now, client_limit).await?;
+    let client_keys = client_values.len() + client_logs.len() + token_clients;
     for client in clients.iter().take(client_limit) {
         buckets.push(
             bucket(
@@ -255,22 +324,57 @@ pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<I
         config,
         config_key,
         buckets,
+        token_buckets,
         client_keys,
         problems: Vec::new(),
         notes: Vec::new(),
     };
-    if clients.len() > client_limit {
-        inspection.notes.push(format!(
-            "{} clients have keys; the first {client_limit} are shown",
-            clients.len()
-        ));
+    for (count, what) in [(clients.len(), "window"), (token_clients, "token bucket")] {
+        if count > client_limit {
+            inspection.notes.push(format!(
+                "{count} clients have {what} keys; the first {client_limit} are shown (--clients)"
+            ));
+        }
     }
     diagnose(&mut inspection);
     Ok(inspection)
 }
 
+/// What is wrong with a token bucket's keys (problems) and worth knowing (notes).
+fn diagnose_tokens(i: &mut Inspection) {
+    for t in &i.token_buckets {
+        if t.key.kind != "string" {
+            i.problems.push(format!(
+                "`{}` is a {}, not a token bucket's string",
+                t.key.key, t.key.kind
+            ));
+        } else if t.state.is_none() {
+            i.problems.push(format!(
+                "`{}` holds {:?}, not a token bucket's state (rate:interval:burst:tokens:at); \
+                 delete it (a missing bucket is a full one)",
+                t.key.key,
+                t.raw.as_deref().unwrap_or_default()
+            ));
+        } else if t.key.ttl_ms == -1 {
+            i.problems.push(format!(
+                "`{}` has no TTL: every write of a bucket sets one (until it is full again), \
+                 so this key will never expire",
+                t.key.key
+            ));
+        }
+    }
+    if i.config.is_some() && !i.token_buckets.is_empty() {
+        i.notes.push(format!(
+            "`{}` is both a sliding window (its config hash) and a token bucket: two rules of \
+             different algorithms use this name",
+            i.name
+        ));
+    }
+}
+
 /// What is wrong (problems) and worth knowing (notes).
 fn diagnose(i: &mut Inspection) {
+    diagnose_tokens(i);
     let exists = |k: &KeyState| k.ttl_ms != -2;
     let any_state = i
         .buckets
@@ -344,6 +448,67 @@ fn diagnose(i: &mut Inspection) {
     }
 }
 
+/// A token bucket's key and state for `--json`.
+fn token_json(t: &TokenKey, key: Json) -> Json {
+    let Some(s) = &t.state else {
+        return json!({"client": t.client, "key": key, "stored": t.raw});
+    };
+    json!({
+        "client": t.client,
+        "key": key,
+        "stored": t.raw,
+        "rate": s.rate,
+        "interval_ms": s.interval_ms,
+        "burst": s.burst,
+        "warmup_ms": s.warmup_ms,
+        "tokens": s.tokens(),
+        "full_in_ms": s.full_in_ms(),
+        "coldness": s.coldness(),
+        "cost_per_permit": s.cost_per_permit(),
+        "expires_in_ms": s.rested_in_ms(),
+    })
+}
+
+/// `1 entry`, `2 entries`.
+pub fn count(n: impl Into<i128>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A token bucket's config: `10 per 1m, burst 20, warm-up 30s`.
+pub fn token_config(s: &tokens::State) -> String {
+    let warmup = if s.warmup_ms > 0 {
+        format!(", warm-up {}", show_ms(s.warmup_ms as u64))
+    } else {
+        String::new()
+    };
+    format!(
+        "{} per {}, burst {}{warmup}",
+        s.rate,
+        show_ms(s.interval_ms as u64),
+        s.burst
+    )
+}
+
+/// A token bucket's state: `7 tokens of 20, full in 12.0s; coldness 40%, ...`.
+pub fn token_line(s: &tokens::State) -> String {
+    let mut line = format!(
+        "{} of {}, full in {}",
+        count(s.tokens(), "token", "tokens"),
+        s.burst,
+        show_secs(s.full_in_ms())
+    );
+    if let Some(coldness) = s.coldness() {
+        line.push_str(&format!(
+            "; coldness {:.0}% (a permit costs {:.2} tokens), cold again in {}",
+            coldness * 100.0,
+            s.cost_per_permit(),
+            show_secs(s.rested_in_ms())
+        ));
+    }
+    line
+}
+
 impl Inspection {
     pub fn json(&self) -> Json {
         let key = |k: &KeyState| json!({"key": k.key, "type": k.kind, "ttl_ms": k.ttl_ms});
@@ -381,6 +546,7 @@ impl Inspection {
                 "written_by": c.writer(),
             })),
             "buckets": buckets,
+            "token_buckets": self.token_buckets.iter().map(|t| token_json(t, key(&t.key))).collect::<Vec<_>>(),
             "client_keys": self.client_keys,
             "healthy": self.problems.is_empty(),
             "problems": self.problems,
@@ -391,7 +557,14 @@ impl Inspection {
     pub fn human(&self) -> String {
         let mut out = String::new();
         let mut line = |label: &str, text: String| {
-            out.push_str(format!("{label:<14}{text}").trim_end());
+            // A label too long for its column gets a line of its own.
+            if label.len() >= 14 {
+                out.push_str(label);
+                out.push('\n');
+                out.push_str(format!("{:<14}{text}", "").trim_end());
+            } else {
+                out.push_str(format!("{label:<14}{text}").trim_end());
+            }
             out.push('\n');
         };
         line("limiter", self.name.clone());
@@ -411,7 +584,11 @@ impl Inspection {
                 );
                 line("written by", c.writer().to_owned());
             }
-            None => line("config", "none".to_owned()),
+            None if self.token_buckets.is_empty() => line("config", "none".to_owned()),
+            None => {}
+        }
+        if let Some(state) = self.token_buckets.iter().find_map(|t| t.state) {
+            line("token bucket", token_config(&state));
         }
         let ttl = |k: &KeyState| match k.ttl_ms {
             -2 => "missing".to_owned(),
@@ -424,6 +601,11 @@ impl Inspection {
             keys.push(&b.value_key);
             keys.push(&b.log_key);
         }
+        // A token bucket alone: the window's missing keys are not its own.
+        if self.config.is_none() && !self.token_buckets.is_empty() {
+            keys.retain(|k| k.ttl_ms != -2);
+        }
+        keys.extend(self.token_buckets.iter().map(|t| &t.key));
         let width = keys.iter().map(|k| k.key.len()).max().unwrap_or(0);
         for k in keys {
             line("", format!("{:<width$}  {:<6}  {}", k.key, k.kind, ttl(k)));
@@ -432,21 +614,21 @@ impl Inspection {
             if b.value.is_none() && b.log.entries == 0 {
                 continue;
             }
-            let who = b
-                .client
-                .as_ref()
-                .map_or("overall".to_owned(), |c| format!("client {c}"));
+            if let Some(client) = &b.client {
+                line("client", client.clone());
+            }
+            let who = if b.client.is_some() { "" } else { "overall" };
             let available = b.value.map_or("-".to_owned(), |v| {
                 (v + (b.log.permits - b.log.in_window_permits) as i64).to_string()
             });
             line(
-                &who,
+                who,
                 format!(
-                    "value {}, available now {available}; log {} entries, {} permits in the window ({} entries)",
+                    "value {}, available now {available}; log {}, {} in the window ({})",
                     b.value.map_or("missing".to_owned(), |v| v.to_string()),
-                    b.log.entries,
-                    b.log.in_window_permits,
-                    b.log.in_window_entries
+                    count(b.log.entries, "entry", "entries"),
+                    count(b.log.in_window_permits, "permit", "permits"),
+                    count(b.log.in_window_entries, "entry", "entries")
                 ),
             );
             if let (Some(oldest), Some(newest)) = (b.log.oldest_ms, b.log.newest_ms) {
@@ -462,6 +644,16 @@ impl Inspection {
                         ))
                     ),
                 );
+            }
+        }
+        for t in &self.token_buckets {
+            if let Some(client) = &t.client {
+                line("client", client.clone());
+            }
+            let who = if t.client.is_some() { "" } else { "overall" };
+            match &t.state {
+                Some(state) => line(who, token_line(state)),
+                None => line(who, "not a token bucket's state".to_owned()),
             }
         }
         line("client keys", self.client_keys.to_string());
@@ -488,14 +680,54 @@ pub struct Peek {
     pub retry_after_ms: Option<i64>,
 }
 
-pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek, String>, String> {
+/// What the CLI says of a name with no limiter's keys.
+pub fn not_found(name: &str) -> String {
+    format!(
+        "no limiter named `{name}`: no config hash `{name}` and no token bucket `{}` \
+         (a full token bucket has no key until its next call)",
+        suffix(name, "bucket")
+    )
+}
+
+/// What the CLI says of a per-client limiter it cannot speak for.
+pub fn per_client(name: &str) -> String {
+    format!(
+        "`{name}` is per_client: each client has its own permits, and the CLI is none of \
+         them; `inspect {name}` shows every client's"
+    )
+}
+
+/// [`peek`] of a token bucket: the whole tokens it holds now, and the exact wait.
+async fn peek_tokens(store: &Store, name: &str, permits: u64) -> Result<Result<Peek, String>, Error> {
+    let now = server_now(store).await?;
+    let (found, clients) = token_keys(store, name, now, 0).await?;
+    let Some(bucket) = found.first() else {
+        return Ok(Err(if clients > 0 {
+            per_client(name)
+        } else {
+            not_found(name)
+        }));
+    };
+    let Some(state) = bucket.state else {
+        return Ok(Err(format!(
+            "`{}` is not a token bucket's state: `inspect {name}` shows what it holds",
+            bucket.key.key
+        )));
+    };
+    let wait = state.wait_for(permits);
+    Ok(Ok(Peek {
+        allowed: wait == Some(0),
+        available: state.tokens(),
+        retry_after_ms: wait.filter(|w| *w > 0),
+    }))
+}
+
+pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek, String>, Error> {
     let Some(config) = read_config(store, name).await? else {
-        return Ok(Err(format!("no limiter named `{name}`")));
+        return peek_tokens(store, name, permits).await;
     };
     if config.mode == 1 {
-        return Ok(Err(format!(
-            "`{name}` is per_client: each client has its own permits; `inspect` shows them"
-        )));
+        return Ok(Err(per_client(name)));
     }
     let now = server_now(store).await?;
     let mut conn = store.conn.clone();
@@ -503,7 +735,7 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
     let entries: Vec<(Vec<u8>, f64)> = conn
         .zrangebyscore_withscores(&log_key, "-inf", "+inf")
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| store.fail(e))?;
     let grants: Vec<(i64, i64)> = entries
         .iter()
         .filter_map(|(m, s)| Some((*s as i64, i64::from(decode_permits(m)?))))
@@ -518,7 +750,7 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
     let value: Option<i64> = conn
         .get::<_, Option<String>>(suffix(name, "value"))
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| store.fail(e))?
         .and_then(|v| v.parse().ok());
     // A missing value is rebuilt from the log by the next call, as here.
     let available = value.map_or(config.rate - held, |v| v + expired);

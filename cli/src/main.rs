@@ -1,12 +1,16 @@
 //! `redlimit`: look at and tune the rate limiters in a Redis (single node or cluster),
 //! written by redlimit or by Redisson.
 //!
-//! Exit codes: 0 ok; 1 refused (`check`, `acquire`), unhealthy (`inspect`) or not found;
-//! 2 usage; 3 Redis failed or answered something unexpected.
+//! Exit codes, the same for every command: 0 ok; 1 refused (`check`, `acquire`),
+//! unhealthy (`inspect`), not found, not deleted, or a key that is not a limiter's;
+//! 2 usage (a bad argument, a URL that cannot name a Redis, a rate, interval or
+//! keep-alive out of range); 3 Redis failed: unreachable, refusing the credentials, not
+//! a Redis server, timing out, or answering something unexpected.
 
 mod duration;
 mod inspect;
 mod store;
+mod tokens;
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -15,10 +19,12 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use redis::AsyncCommands;
 use redlimit_runtime::keys::{library_key, suffix};
-use redlimit_runtime::{delete_limiter_keys, Client, OverrideOf, RateLimiterArgs, RateOverride, RateType};
+use redlimit_runtime::{delete_limiter_keys, Error, OverrideOf, RateLimiterArgs, RateOverride, RateType};
 use serde_json::json;
 
-use crate::inspect::{glob_escape, inspect, peek, read_config, server_now};
+use crate::inspect::{
+    count, glob_escape, inspect, not_found, peek, per_client, read_config, server_now, token_keys,
+};
 use crate::store::Store;
 
 #[derive(Parser)]
@@ -41,14 +47,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// A limiter's config, keys and TTLs, value, grant log and health.
+    /// A limiter's config, keys and TTLs, value, grant log and health; a token
+    /// bucket's tokens, burst, refill, warm-up coldness, time until full and TTL.
     Inspect {
         name: String,
         /// Per-client keys shown at most.
         #[arg(long, default_value_t = 20)]
         clients: usize,
     },
-    /// Limiters found by SCAN on every primary: rate, usage and memory.
+    /// Limiters (sliding windows and token buckets) found by SCAN on every primary:
+    /// kind, rate, usage and memory.
     Ls {
         /// A SCAN pattern for limiter names.
         #[arg(default_value = "*")]
@@ -59,10 +67,12 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
-    /// Changes a limiter's rate, keeping its window (or restarting it with --reset).
+    /// Changes a sliding window's rate, keeping its window (or restarting it with
+    /// --reset). A rule writes its own config back on its next call: `override set`
+    /// changes a rule's rate for good.
     SetRate {
         name: String,
-        #[arg(long)]
+        #[arg(long, value_parser = at_least_one)]
         rate: u64,
         /// The window: 60s, 1m30s, 500ms, 1h, ...
         #[arg(long, value_parser = duration::parse)]
@@ -93,16 +103,16 @@ enum Command {
         prefix: String,
     },
     /// Would N permits be granted now, and if not when? Reads the stored state and
-    /// takes nothing (overall limiters).
+    /// takes nothing (overall limiters: windows and token buckets).
     Check {
         name: String,
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
         permits: u64,
     },
-    /// Takes N permits now, if granted.
+    /// Takes N permits now, if granted (overall limiters: windows and token buckets).
     Acquire {
         name: String,
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
         permits: u64,
     },
     /// Rates changed at run time for every process: `set`, `ls`, `rm`.
@@ -114,8 +124,9 @@ enum Command {
         #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX, global = true)]
         prefix: String,
     },
-    /// Every second: grants per second, refusals redlimit processes reported, available
-    /// permits, permits in the window.
+    /// Every second, at the server's time (UTC): grants per second, refusals redlimit
+    /// processes reported, available permits, permits in the window; for a token
+    /// bucket, tokens spent per second, refusals, tokens, time until full.
     Watch {
         name: String,
         /// Refresh period.
@@ -135,7 +146,7 @@ enum OverrideAction {
     /// Every limiter of rule NAME (or the limiter NAME) decides with this rate.
     Set {
         name: String,
-        #[arg(long)]
+        #[arg(long, value_parser = at_least_one)]
         rate: u64,
         #[arg(long, value_parser = duration::parse)]
         interval: Duration,
@@ -159,21 +170,46 @@ enum Mode {
     PerClient,
 }
 
+/// A count of 1 or more: rates and permits.
+fn at_least_one(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("0 is not accepted: give a whole number of at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "`{text}` is not a count: give a whole number of at least 1"
+        )),
+    }
+}
+
 /// A command's failure and its exit code.
 enum Failure {
     /// Refused, unhealthy, not found: 1.
     No(String),
+    /// Usage: 2.
+    Usage(String),
     /// Redis failed: 3.
     Backend(String),
 }
 
 type Outcome = Result<(), Failure>;
 
-fn backend(error: impl ToString) -> Failure {
-    Failure::Backend(error.to_string())
+/// The failure, and exit code, for an error of the runtime: one message per cause,
+/// whichever command met it.
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        match error {
+            Error::InvalidUrl { .. }
+            | Error::InvalidConfig { .. }
+            | Error::ZeroPermits { .. }
+            | Error::CrossSlotName { .. } => Failure::Usage(error.to_string()),
+            _ if error.is_backend_failure() => Failure::Backend(error.to_string()),
+            _ => Failure::No(error.to_string()),
+        }
+    }
 }
 
 /// The URL with its passwords hidden, for messages.
+#[cfg(test)]
 fn shown(url: &str) -> String {
     redlimit_runtime::redact_url(url)
 }
@@ -193,28 +229,29 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a Tokio runtime");
-    match runtime.block_on(run(&cli, &url)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::No(message)) => {
-            if !message.is_empty() {
-                eprintln!("redlimit: {}", scrub(&message, &url));
-            }
-            ExitCode::from(1)
-        }
-        Err(Failure::Backend(message)) => {
-            eprintln!("redlimit: Redis at {}: {}", shown(&url), scrub(&message, &url));
-            ExitCode::from(3)
-        }
+    let (message, code) = match runtime.block_on(run(&cli, &url)) {
+        Ok(()) => return ExitCode::SUCCESS,
+        Err(Failure::No(message)) => (message, 1),
+        Err(Failure::Usage(message)) => (message, 2),
+        Err(Failure::Backend(message)) => (message, 3),
+    };
+    if !message.is_empty() {
+        eprintln!("redlimit: {}", scrub(&message, &url));
     }
+    ExitCode::from(code)
 }
 
 async fn run(cli: &Cli, url: &str) -> Outcome {
     match &cli.command {
         Command::Inspect { name, clients } => {
-            let store = Store::open(url).await.map_err(backend)?;
-            let inspection = inspect(&store, name, *clients).await.map_err(backend)?;
-            if inspection.config.is_none() && inspection.problems.is_empty() {
-                return Err(Failure::No(format!("no limiter named `{name}`")));
+            let store = Store::open(url).await?;
+            let inspection = inspect(&store, name, *clients).await?;
+            if inspection.config.is_none()
+                && inspection.token_buckets.is_empty()
+                && inspection.client_keys == 0
+                && inspection.problems.is_empty()
+            {
+                return Err(Failure::No(not_found(name)));
             }
             if cli.json {
                 println!("{}", inspection.json());
@@ -236,55 +273,16 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
             reset,
             prefix,
         } => {
-            let client = Client::builder()
-                .prefix(prefix)
-                .connect(url)
-                .await
-                .map_err(backend)?;
-            let limiter = client.rate_limiter(name.clone());
-            let mode = match mode {
-                Mode::Overall => RateType::Overall,
-                Mode::PerClient => RateType::PerClient,
+            let args = SetRate {
+                name,
+                rate: *rate,
+                interval: *interval,
+                mode: *mode,
+                keep_alive: *keep_alive,
+                reset: *reset,
+                prefix,
             };
-            let mut args = RateLimiterArgs::new(mode, *rate, *interval).keep_state(!reset);
-            // The stored keep-alive stays unless another is given. A key of another
-            // type is refused by the write, naming what it holds.
-            let stored = match limiter.config().await {
-                Ok(config) => config.and_then(|c| c.keep_alive),
-                Err(redlimit_runtime::Error::WrongType { .. }) => None,
-                Err(error) if error.is_backend_failure() => return Err(backend(error)),
-                Err(_) => None,
-            };
-            if let Some(keep_alive) = keep_alive.or(stored) {
-                args = args.keep_alive(keep_alive);
-            }
-            let written = if *reset {
-                limiter.set_rate_with(&args).await.map(|()| true)
-            } else {
-                limiter.update_rate_with(&args).await
-            };
-            match written {
-                Ok(true) => {
-                    let how = if *reset { "window restarted" } else { "window kept" };
-                    if cli.json {
-                        println!(
-                            "{}",
-                            json!({"name": name, "rate": rate, "interval_ms": interval.as_millis() as u64, "reset": reset})
-                        );
-                    } else {
-                        println!(
-                            "{name}: {rate} per {} ({how})",
-                            duration::show_ms(interval.as_millis() as u64)
-                        );
-                    }
-                    Ok(())
-                }
-                Ok(false) => Err(Failure::No(format!(
-                    "no limiter named `{name}`: `set-rate --reset` creates it"
-                ))),
-                Err(error) if error.is_backend_failure() => Err(backend(error)),
-                Err(error) => Err(Failure::No(error.to_string())),
-            }
+            set_rate(cli, url, &args).await
         }
         Command::Reset { name, yes, prefix } => {
             if let Some(what) = library_key(prefix, name) {
@@ -293,7 +291,7 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
                      not a rate limiter: nothing deleted"
                 )));
             }
-            let store = Store::open(url).await.map_err(backend)?;
+            let store = Store::open(url).await?;
             let mut keys: Vec<(String, &'static str)> = vec![(name.clone(), "config")];
             for (key, role) in [
                 (suffix(name, "value"), "value"),
@@ -302,13 +300,15 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
             ] {
                 let clients = store
                     .scan(&format!("{}:*", glob_escape(&key)), None, usize::MAX)
-                    .await
-                    .map_err(backend)?;
+                    .await?;
                 keys.push((key, role));
                 keys.extend(clients.into_iter().map(|client| (client, role)));
             }
             if !yes {
-                eprint!("delete limiter `{name}` ({} keys at most)? [y/N] ", keys.len());
+                eprint!(
+                    "delete limiter `{name}` ({} at most)? [y/N] ",
+                    count(keys.len() as u64, "key", "keys")
+                );
                 let _ = std::io::stderr().flush();
                 let mut answer = String::new();
                 let _ = std::io::stdin().lock().read_line(&mut answer);
@@ -321,42 +321,35 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
             let mut conn = store.conn.clone();
             let deleted = delete_limiter_keys(&mut conn, &keys)
                 .await
-                .map_err(backend)?
-                .map_err(|error| Failure::No(error.to_string()))?;
+                .map_err(|e| store.fail(e))??;
+            if deleted == 0 {
+                return Err(Failure::No(format!("{}: nothing deleted", not_found(name))));
+            }
             if cli.json {
                 println!("{}", json!({"name": name, "deleted_keys": deleted}));
             } else {
-                println!("{name}: {deleted} keys deleted");
-            }
-            if deleted == 0 {
-                return Err(Failure::No(format!("no limiter named `{name}`")));
+                println!("{name}: {} deleted", count(deleted, "key", "keys"));
             }
             Ok(())
         }
         Command::Check { name, permits } => {
-            let store = Store::open(url).await.map_err(backend)?;
-            let peek = peek(&store, name, *permits)
-                .await
-                .map_err(backend)?
-                .map_err(Failure::No)?;
+            let store = Store::open(url).await?;
+            let peek = peek(&store, name, *permits).await?.map_err(Failure::No)?;
+            let asked = count(*permits, "permit", "permits");
             if cli.json {
                 println!(
                     "{}",
                     json!({"name": name, "permits": permits, "allowed": peek.allowed, "available": peek.available, "retry_after_ms": peek.retry_after_ms})
                 );
             } else if peek.allowed {
-                println!(
-                    "{name}: {permits} permits would be granted; {} available",
-                    peek.available
-                );
+                println!("{name}: {asked} would be granted; {} available", peek.available);
             } else {
-                let retry = peek
-                    .retry_after_ms
-                    .map_or("never: more than the rate".to_owned(), |ms| {
-                        format!("in {}", duration::show_ms(ms.max(0) as u64))
-                    });
+                let retry = peek.retry_after_ms.map_or(
+                    "never: more than the limiter ever grants at once".to_owned(),
+                    |ms| format!("in {}", duration::show_ms(ms.max(0) as u64)),
+                );
                 println!(
-                    "{name}: {permits} permits would be refused; {} available; retry {retry}",
+                    "{name}: {asked} would be refused; {} available; retry {retry}",
                     peek.available
                 );
             }
@@ -366,30 +359,7 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
                 Err(Failure::No(String::new()))
             }
         }
-        Command::Acquire { name, permits } => {
-            let client = Client::connect(url).await.map_err(backend)?;
-            let limiter = client.rate_limiter(name.clone());
-            let granted = match limiter.try_acquire(*permits).await {
-                Ok(g) => g,
-                Err(error) if error.is_backend_failure() => return Err(backend(error)),
-                Err(error) => return Err(Failure::No(error.to_string())),
-            };
-            let available = limiter.available_permits().await.map_err(backend)?;
-            if cli.json {
-                println!(
-                    "{}",
-                    json!({"name": name, "permits": permits, "granted": granted, "available": available})
-                );
-            } else {
-                let verb = if granted { "granted" } else { "refused" };
-                println!("{name}: {permits} permits {verb}; {available} available");
-            }
-            if granted {
-                Ok(())
-            } else {
-                Err(Failure::No(String::new()))
-            }
-        }
+        Command::Acquire { name, permits } => acquire(cli, url, name, *permits).await,
         Command::Watch {
             name,
             every,
@@ -397,6 +367,204 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
             prefix,
         } => watch(cli, url, name, *every, *count, prefix).await,
         Command::Override { action, prefix } => overrides(cli, url, action, prefix).await,
+    }
+}
+
+/// `set-rate`'s arguments.
+struct SetRate<'a> {
+    name: &'a str,
+    rate: u64,
+    interval: Duration,
+    mode: Mode,
+    keep_alive: Option<Duration>,
+    reset: bool,
+    prefix: &'a str,
+}
+
+/// A rule decides with its own config and writes it back over any other it finds, on
+/// its next call: what `set-rate` wrote on a rule's limiter does not last. The CLI
+/// cannot know which limiters rules decide; rules write keep-alive = interval, so a
+/// config with that keep-alive is most likely a rule's, and any other may be.
+fn lasting_note(args: &SetRate<'_>, rule_wrote: bool) -> String {
+    let how = override_how(args);
+    if rule_wrote {
+        format!(
+            "this change will not last: a rule wrote this limiter's config (its keep-alive is its \
+             interval), and a rule writes its own config back on its next call, keeping the window. \
+             To change a rule's rate in every process until the override is removed: {how}"
+        )
+    } else {
+        format!(
+            "if a rule (#[rate_limit], a layer rule, Client::check_rules) decides this limiter, \
+             its next call writes the rule's config back, keeping the window; to change a rule's \
+             rate in every process: {how}"
+        )
+    }
+}
+
+/// `word` as a shell reads it back: as it is when plain, else in single quotes.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '-' | '.' | '/' | '@'))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// The `override set` that changes what `set-rate` was asked for, for good.
+fn override_how(args: &SetRate<'_>) -> String {
+    if args.name.starts_with(args.prefix) && !args.prefix.is_empty() {
+        format!(
+            "`redlimit override set {} --rate {} --interval {}` (this limiter), or the same with the \
+             rule's key template (all of its limiters)",
+            shell_word(args.name),
+            args.rate,
+            duration::show_ms(args.interval.as_millis() as u64)
+        )
+    } else {
+        format!(
+            "`redlimit override set RULE --rate {} --interval {}`, RULE the rule's key template",
+            args.rate,
+            duration::show_ms(args.interval.as_millis() as u64)
+        )
+    }
+}
+
+async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
+    let name = args.name;
+    let store = Store::open(url).await?;
+    let stored = if library_key(args.prefix, name).is_none() {
+        read_config(&store, name).await.unwrap_or(None)
+    } else {
+        None
+    };
+    if stored.is_none() {
+        let now = server_now(&store).await?;
+        let (buckets, _) = token_keys(&store, name, now, 1).await?;
+        if buckets.iter().any(|b| b.state.is_some()) {
+            return Err(Failure::No(format!(
+                "`{name}` is a token bucket: the rule or handle that decides it writes its own \
+                 config into the bucket on every call, so a rate set here would not last; nothing \
+                 written. To change its rule's rate in every process: {}",
+                override_how(args)
+            )));
+        }
+    }
+    let client = store::builder().prefix(args.prefix).connect(url).await?;
+    let limiter = client.rate_limiter(name.to_owned());
+    let mode = match args.mode {
+        Mode::Overall => RateType::Overall,
+        Mode::PerClient => RateType::PerClient,
+    };
+    let mut limiter_args = RateLimiterArgs::new(mode, args.rate, args.interval).keep_state(!args.reset);
+    // The stored keep-alive stays unless another is given. A key of another type is
+    // refused by the write, naming what it holds.
+    let stored_keep_alive = match limiter.config().await {
+        Ok(config) => config.and_then(|c| c.keep_alive),
+        Err(Error::WrongType { .. }) => None,
+        Err(error) if error.is_backend_failure() => return Err(error.into()),
+        Err(_) => None,
+    };
+    if let Some(keep_alive) = args.keep_alive.or(stored_keep_alive) {
+        limiter_args = limiter_args.keep_alive(keep_alive);
+    }
+    let written = if args.reset {
+        limiter.set_rate_with(&limiter_args).await.map(|()| true)
+    } else {
+        limiter.update_rate_with(&limiter_args).await
+    };
+    if !written? {
+        return Err(Failure::No(format!(
+            "{}: `set-rate --reset` creates a sliding window",
+            not_found(name)
+        )));
+    }
+    let rule_wrote = stored.as_ref().is_some_and(|c| c.rule_wrote());
+    let note = lasting_note(args, rule_wrote);
+    let interval_ms = args.interval.as_millis() as u64;
+    if cli.json {
+        println!(
+            "{}",
+            json!({"name": name, "rate": args.rate, "interval_ms": interval_ms, "reset": args.reset,
+                   "rule_wrote_config": rule_wrote, "note": note})
+        );
+    } else {
+        let how = if args.reset {
+            "window restarted"
+        } else {
+            "window kept"
+        };
+        println!(
+            "{name}: {} per {} ({how})",
+            args.rate,
+            duration::show_ms(interval_ms)
+        );
+        println!("note: {note}");
+    }
+    Ok(())
+}
+
+async fn acquire(cli: &Cli, url: &str, name: &str, permits: u64) -> Outcome {
+    let store = Store::open(url).await?;
+    let client = store::builder().connect(url).await?;
+    let asked = count(permits, "permit", "permits");
+    let (granted, available) = match read_config(&store, name).await? {
+        // Every process is a client of its own: the CLI's keys would be a client's
+        // that never comes back, left until the keep-alive ends, or for good.
+        Some(config) if config.mode == 1 => return Err(Failure::No(per_client(name))),
+        Some(_) => {
+            let limiter = client.rate_limiter(name.to_owned());
+            let granted = limiter.try_acquire(permits).await?;
+            (granted, limiter.available_permits().await? as i64)
+        }
+        None => {
+            let now = server_now(&store).await?;
+            let (found, clients) = token_keys(&store, name, now, 0).await?;
+            let Some(found) = found.first() else {
+                return Err(Failure::No(if clients > 0 {
+                    per_client(name)
+                } else {
+                    not_found(name)
+                }));
+            };
+            let Some(state) = found.state else {
+                return Err(Failure::No(format!(
+                    "`{}` is not a token bucket's state: `inspect {name}` shows what it holds",
+                    found.key.key
+                )));
+            };
+            // The handle decides with the stored config, so the bucket keeps it.
+            let mut bucket = client
+                .token_bucket(
+                    name,
+                    state.rate as u64,
+                    Duration::from_millis(state.interval_ms as u64),
+                )
+                .burst(state.burst as u64);
+            if state.warmup_ms > 0 {
+                bucket = bucket.warmup(Duration::from_millis(state.warmup_ms as u64));
+            }
+            let granted = bucket.try_acquire(permits).await?;
+            (granted, bucket.available().await? as i64)
+        }
+    };
+    if cli.json {
+        println!(
+            "{}",
+            json!({"name": name, "permits": permits, "granted": granted, "available": available})
+        );
+    } else {
+        let verb = if granted { "granted" } else { "refused" };
+        println!("{name}: {asked} {verb}; {available} available");
+    }
+    if granted {
+        Ok(())
+    } else {
+        Err(Failure::No(String::new()))
     }
 }
 
@@ -417,18 +585,8 @@ fn describe(of: &OverrideOf) -> (&'static str, &str) {
 }
 
 async fn overrides(cli: &Cli, url: &str, action: &OverrideAction, prefix: &str) -> Outcome {
-    let client = Client::builder()
-        .prefix(prefix)
-        .connect(url)
-        .await
-        .map_err(backend)?;
-    let fail = |error: redlimit_runtime::Error| {
-        if error.is_backend_failure() {
-            backend(error)
-        } else {
-            Failure::No(error.to_string())
-        }
-    };
+    let client = store::builder().prefix(prefix).connect(url).await?;
+    let fail = Failure::from;
     match action {
         OverrideAction::Set { name, rate, interval } => {
             let of = override_of(name, prefix);
@@ -505,71 +663,146 @@ async fn overrides(cli: &Cli, url: &str, action: &OverrideAction, prefix: &str) 
     }
 }
 
+/// One row of `ls`.
+struct Row {
+    name: String,
+    algorithm: &'static str,
+    rate: i64,
+    interval_ms: i64,
+    mode: &'static str,
+    /// Share of the rate (window) or burst (bucket) in use, overall limiters only.
+    used: Option<f64>,
+    memory: u64,
+}
+
+async fn memory_usage(store: &Store, keys: &[&str]) -> Result<u64, Error> {
+    let mut conn = store.conn.clone();
+    let mut memory = 0;
+    for key in keys {
+        let bytes: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| store.fail(e))?;
+        memory += bytes.unwrap_or(0);
+    }
+    Ok(memory)
+}
+
 async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Outcome {
-    let store = Store::open(url).await.map_err(backend)?;
+    let store = Store::open(url).await?;
     let mut conn = store.conn.clone();
     // Hashes only; a hash is a limiter when it has a rate and an interval. The scan
     // reads at most ten times the limit of hashes, so a huge keyspace stays bounded.
     let hashes = store
         .scan(pattern, Some("hash"), limit.saturating_mul(10))
-        .await
-        .map_err(backend)?;
+        .await?;
     let mut rows = Vec::new();
     for name in hashes {
-        let Some(config) = read_config(&store, &name).await.map_err(backend)? else {
+        if rows.len() >= limit {
+            break;
+        }
+        let Some(config) = read_config(&store, &name).await? else {
             continue;
         };
         let value_key = suffix(&name, "value");
         let log_key = suffix(&name, "permits");
         let value: Option<i64> = conn.get(&value_key).await.unwrap_or(None);
-        let mut memory = 0u64;
-        for key in [&name, &value_key, &log_key] {
-            let bytes: Option<u64> = redis::cmd("MEMORY")
-                .arg("USAGE")
-                .arg(key)
-                .query_async(&mut conn)
-                .await
-                .map_err(backend)?;
-            memory += bytes.unwrap_or(0);
-        }
+        let memory = memory_usage(&store, &[&name, &value_key, &log_key]).await?;
         let used = match (config.mode, value) {
             (0, Some(v)) if config.rate > 0 => Some((config.rate - v) as f64 / config.rate as f64),
             _ => None,
         };
-        rows.push((name, config, used, memory));
+        rows.push(Row {
+            name,
+            algorithm: "window",
+            rate: config.rate,
+            interval_ms: config.interval_ms,
+            mode: config.mode_name(),
+            used,
+            memory,
+        });
+    }
+    // Token buckets: strings `{NAME}:bucket` (`NAME:bucket` for a NAME with braces),
+    // `...:CLIENT_ID` per client; one row per limiter, its NAME matching the pattern.
+    let mut bucket_keys = Vec::new();
+    for form in [format!("{{{pattern}}}:bucket*"), format!("{pattern}:bucket*")] {
+        if bucket_keys.len() >= limit.saturating_mul(10) {
+            break;
+        }
+        let budget = limit.saturating_mul(10) - bucket_keys.len();
+        bucket_keys.extend(store.scan(&form, Some("string"), budget).await?);
+    }
+    bucket_keys.sort();
+    bucket_keys.dedup();
+    let now = server_now(&store).await?;
+    let mut buckets: std::collections::BTreeMap<String, (Option<tokens::State>, bool, Vec<String>)> =
+        Default::default();
+    for key in bucket_keys {
+        let Some((name, client)) = tokens::limiter_of(&key) else {
+            continue;
+        };
+        if !tokens::glob_match(pattern, &name) {
+            continue;
+        }
+        let entry = buckets.entry(name).or_default();
+        if entry.0.is_none() {
+            let raw: Option<String> = conn.get(&key).await.map_err(|e| store.fail(e))?;
+            entry.0 = raw.as_deref().and_then(tokens::State::parse).map(|s| s.at(now));
+        }
+        entry.1 |= client.is_some();
+        entry.2.push(key);
+    }
+    for (name, (state, per_client, keys)) in buckets {
         if rows.len() >= limit {
             break;
         }
+        let Some(state) = state else {
+            continue;
+        };
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let memory = memory_usage(&store, &keys).await?;
+        rows.push(Row {
+            name,
+            algorithm: "bucket",
+            rate: state.rate,
+            interval_ms: state.interval_ms,
+            mode: if per_client { "per_client" } else { "overall" },
+            used: (!per_client).then(|| 1.0 - state.tokens() as f64 / state.burst as f64),
+            memory,
+        });
     }
     match sort {
-        Sort::Name => rows.sort_by(|a, b| a.0.cmp(&b.0)),
-        Sort::Usage => rows.sort_by(|a, b| b.2.unwrap_or(-1.0).total_cmp(&a.2.unwrap_or(-1.0))),
-        Sort::Memory => rows.sort_by_key(|r| std::cmp::Reverse(r.3)),
+        Sort::Name => rows.sort_by(|a, b| a.name.cmp(&b.name)),
+        Sort::Usage => rows.sort_by(|a, b| b.used.unwrap_or(-1.0).total_cmp(&a.used.unwrap_or(-1.0))),
+        Sort::Memory => rows.sort_by_key(|r| std::cmp::Reverse(r.memory)),
     }
     if cli.json {
         let list: Vec<_> = rows
             .iter()
-            .map(|(name, c, used, memory)| {
-                json!({"name": name, "rate": c.rate, "interval_ms": c.interval_ms, "mode": c.mode_name(), "usage": used, "memory_bytes": memory})
+            .map(|r| {
+                json!({"name": r.name, "algorithm": r.algorithm, "rate": r.rate, "interval_ms": r.interval_ms, "mode": r.mode, "usage": r.used, "memory_bytes": r.memory})
             })
             .collect();
         println!("{}", json!(list));
         return Ok(());
     }
-    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
+    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     println!(
-        "{:<width$}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
-        "NAME", "RATE", "INTERVAL", "MODE", "USAGE", "MEMORY"
+        "{:<width$}  {:<6}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
+        "NAME", "KIND", "RATE", "INTERVAL", "MODE", "USAGE", "MEMORY"
     );
-    for (name, c, used, memory) in &rows {
+    for r in &rows {
         println!(
-            "{:<width$}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
-            name,
-            c.rate,
-            duration::show_ms(c.interval_ms.max(0) as u64),
-            c.mode_name(),
-            used.map_or("-".to_owned(), |u| format!("{:.0}%", u * 100.0)),
-            memory
+            "{:<width$}  {:<6}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
+            r.name,
+            r.algorithm,
+            r.rate,
+            duration::show_ms(r.interval_ms.max(0) as u64),
+            r.mode,
+            r.used.map_or("-".to_owned(), |u| format!("{:.0}%", u * 100.0)),
+            r.memory
         );
     }
     Ok(())
@@ -583,7 +816,7 @@ async fn reported_refusals(
     name: &str,
     after: i64,
     through: i64,
-) -> Result<u64, Failure> {
+) -> Result<u64, Error> {
     let mut conn = store.conn.clone();
     let mut total = 0;
     for second in after + 1..=through {
@@ -593,7 +826,7 @@ async fn reported_refusals(
                 name,
             )
             .await
-            .map_err(backend)?;
+            .map_err(|e| store.fail(e))?;
         total += count.unwrap_or(0);
     }
     Ok(total)
@@ -603,6 +836,32 @@ async fn reported_refusals(
 /// seconds that ended this long ago.
 const REPORT_LAG_S: i64 = 2;
 
+/// What `watch` follows: a sliding window (its config) or a token bucket.
+enum Watched {
+    Window(inspect::Config),
+    Bucket(tokens::State),
+}
+
+/// A token bucket's state now; a missing key is a full, cold bucket of `last`'s config.
+async fn bucket_now(
+    store: &Store,
+    key: &str,
+    now: i64,
+    last: &tokens::State,
+) -> Result<tokens::State, Error> {
+    let mut conn = store.conn.clone();
+    let raw: Option<String> = conn.get(key).await.map_err(|e| store.fail(e))?;
+    Ok(match raw.as_deref().and_then(tokens::State::parse) {
+        Some(state) => state.at(now),
+        None => tokens::State {
+            units: last.burst * last.interval_ms,
+            cold: last.warmup_ms * last.rate,
+            at_ms: now,
+            ..*last
+        },
+    })
+}
+
 async fn watch(
     cli: &Cli,
     url: &str,
@@ -611,62 +870,110 @@ async fn watch(
     count: Option<u64>,
     prefix: &str,
 ) -> Outcome {
-    let store = Store::open(url).await.map_err(backend)?;
+    let store = Store::open(url).await?;
     let mut conn = store.conn.clone();
-    let Some(config) = read_config(&store, name).await.map_err(backend)? else {
-        return Err(Failure::No(format!("no limiter named `{name}`")));
+    let mut since = server_now(&store).await?;
+    let bucket_key = suffix(name, "bucket");
+    let mut watched = match read_config(&store, name).await? {
+        Some(config) => Watched::Window(config),
+        None => {
+            let (found, clients) = token_keys(&store, name, since, 0).await?;
+            match found.first().and_then(|f| f.state) {
+                Some(state) => Watched::Bucket(state),
+                None if clients > 0 => return Err(Failure::No(per_client(name))),
+                None => return Err(Failure::No(not_found(name))),
+            }
+        }
     };
     let value_key = suffix(name, "value");
     let log_key = suffix(name, "permits");
-    let mut since = server_now(&store).await.map_err(backend)?;
     // Refusals from the second watching started on.
     let mut reported_through = since / 1000 - 1;
     if !cli.json {
-        println!(
-            "{:<24}  {:>10}  {:>10}  {:>10}  {:>10}",
-            "TIME (server, ms)", "GRANTED/s", "REFUSED", "AVAILABLE", "IN WINDOW"
-        );
+        match watched {
+            Watched::Window(_) => println!(
+                "{:<16}  {:>10}  {:>10}  {:>10}  {:>10}",
+                "TIME (UTC)", "GRANTED/s", "REFUSED", "AVAILABLE", "IN WINDOW"
+            ),
+            Watched::Bucket(_) => println!(
+                "{:<16}  {:>10}  {:>10}  {:>10}  {:>10}",
+                "TIME (UTC)", "TOKENS/s", "REFUSED", "TOKENS", "FULL IN"
+            ),
+        }
     }
     let mut done = 0;
     while count.is_none_or(|c| done < c) {
         tokio::time::sleep(every).await;
-        let now = server_now(&store).await.map_err(backend)?;
-        let fresh: Vec<(Vec<u8>, f64)> = conn
-            .zrangebyscore_withscores(&log_key, format!("({since}"), now)
-            .await
-            .map_err(backend)?;
-        let window: Vec<Vec<u8>> = conn
-            .zrangebyscore(&log_key, format!("({}", now - config.interval_ms), "+inf")
-            .await
-            .map_err(backend)?;
-        let sum = |members: &mut dyn Iterator<Item = &Vec<u8>>| -> u64 {
-            members
-                .filter_map(|m| redlimit_runtime::member::decode_permits(m))
-                .map(u64::from)
-                .sum()
-        };
-        let granted = sum(&mut fresh.iter().map(|(m, _)| m));
-        let in_window = sum(&mut window.iter());
-        let value: Option<i64> = conn.get(&value_key).await.map_err(backend)?;
+        let now = server_now(&store).await?;
         let through = now / 1000 - REPORT_LAG_S;
         let refused = reported_refusals(&store, prefix, name, reported_through, through).await?;
         reported_through = reported_through.max(through);
         let elapsed = (now - since).max(1) as f64 / 1000.0;
-        let per_second = granted as f64 / elapsed;
-        if cli.json {
-            println!(
-                "{}",
-                json!({"time_ms": now, "granted": granted, "granted_per_second": per_second, "refused": refused, "available": value, "permits_in_window": in_window})
-            );
-        } else {
-            println!(
-                "{:<24}  {:>10.1}  {:>10}  {:>10}  {:>10}",
-                now,
-                per_second,
-                refused,
-                value.map_or("-".to_owned(), |v| v.to_string()),
-                in_window
-            );
+        match &mut watched {
+            Watched::Window(config) => {
+                let fresh: Vec<(Vec<u8>, f64)> = conn
+                    .zrangebyscore_withscores(&log_key, format!("({since}"), now)
+                    .await
+                    .map_err(|e| store.fail(e))?;
+                let window: Vec<Vec<u8>> = conn
+                    .zrangebyscore(&log_key, format!("({}", now - config.interval_ms), "+inf")
+                    .await
+                    .map_err(|e| store.fail(e))?;
+                let sum = |members: &mut dyn Iterator<Item = &Vec<u8>>| -> u64 {
+                    members
+                        .filter_map(|m| redlimit_runtime::member::decode_permits(m))
+                        .map(u64::from)
+                        .sum()
+                };
+                let granted = sum(&mut fresh.iter().map(|(m, _)| m));
+                let in_window = sum(&mut window.iter());
+                let value: Option<i64> = conn.get(&value_key).await.map_err(|e| store.fail(e))?;
+                let per_second = granted as f64 / elapsed;
+                if cli.json {
+                    println!(
+                        "{}",
+                        json!({"time_ms": now, "time": duration::show_utc(now), "granted": granted, "granted_per_second": per_second, "refused": refused, "available": value, "permits_in_window": in_window})
+                    );
+                } else {
+                    println!(
+                        "{:<16}  {:>10.1}  {:>10}  {:>10}  {:>10}",
+                        duration::show_time_of_day(now),
+                        per_second,
+                        refused,
+                        value.map_or("-".to_owned(), |v| v.to_string()),
+                        in_window
+                    );
+                }
+            }
+            Watched::Bucket(last) => {
+                let state = bucket_now(&store, &bucket_key, now, last).await?;
+                // What the period took: the last state refilled to now, less what is
+                // there (a warm-up's extra cost included), in tokens.
+                let spent = if (state.rate, state.interval_ms, state.burst)
+                    == (last.rate, last.interval_ms, last.burst)
+                {
+                    ((last.at(now).units - state.units).max(0) as f64) / state.interval_ms as f64
+                } else {
+                    0.0
+                };
+                let per_second = spent / elapsed;
+                if cli.json {
+                    println!(
+                        "{}",
+                        json!({"time_ms": now, "time": duration::show_utc(now), "tokens_spent": spent, "tokens_per_second": per_second, "refused": refused, "tokens": state.tokens(), "full_in_ms": state.full_in_ms(), "coldness": state.coldness()})
+                    );
+                } else {
+                    println!(
+                        "{:<16}  {:>10.1}  {:>10}  {:>10}  {:>10}",
+                        duration::show_time_of_day(now),
+                        per_second,
+                        refused,
+                        state.tokens(),
+                        duration::show_secs(state.full_in_ms())
+                    );
+                }
+                *last = state;
+            }
         }
         let _ = std::io::stdout().flush();
         since = now;
@@ -678,6 +985,13 @@ async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_shown_read_back_as_written() {
+        assert_eq!(shell_word("rate_limit:order:user:7"), "rate_limit:order:user:7");
+        assert_eq!(shell_word("rate_limit:{u} x"), "'rate_limit:{u} x'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+    }
 
     #[test]
     fn passwords_never_show() {

@@ -326,9 +326,37 @@ async fn on_a_cluster_ls_finds_limiters_on_every_primary() {
         .map(|n| cluster.primary_of(cluster.keyslot(&format!("cl:{n}"))).0)
         .collect();
     assert!(primaries.len() > 1, "the limiters are spread over primaries");
+    // Token buckets too, wherever their slot is.
+    let buckets = ["g", "h", "i", "j"];
+    for name in buckets {
+        let bucket = client.token_bucket(format!("cl:{name}"), 10, MINUTE);
+        assert!(bucket.try_acquire(1).await.unwrap());
+    }
+    let bucket_primaries: std::collections::HashSet<u16> = buckets
+        .iter()
+        .map(|n| cluster.primary_of(cluster.keyslot(&format!("cl:{n}"))).0)
+        .collect();
+    assert!(
+        bucket_primaries.len() > 1,
+        "the buckets are spread over primaries"
+    );
     let out = redlimit(&url, &["ls", "cl:*", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
-    assert_eq!(json(&out).as_array().unwrap().len(), names.len());
+    let list = json(&out);
+    assert_eq!(
+        list.as_array().unwrap().len(),
+        names.len() + buckets.len(),
+        "{list}"
+    );
+    let kinds = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["algorithm"] == "bucket")
+        .count();
+    assert_eq!(kinds, buckets.len(), "{list}");
+    let out = redlimit(&url, &["inspect", "cl:h", "--json"]);
+    assert_eq!(json(&out)["token_buckets"][0]["tokens"], 9, "{}", text(&out));
     let out = redlimit(&url, &["inspect", "cl:d", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(json(&out)["buckets"][0]["value"], 9);

@@ -187,7 +187,7 @@ async fn reset_deletes_only_limiters() {
     assert!(bucket.try_acquire(1).await.unwrap());
     let out = redlimit(&url, &["reset", "tb", "--yes"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(text(&out).contains("1 keys deleted"), "{}", text(&out));
+    assert!(text(&out).contains("1 key deleted"), "{}", text(&out));
     let exists: bool = raw.exists("{tb}:bucket").await.unwrap();
     assert!(!exists);
     let _: () = raw.set("{tb2}:bucket", "1:2:3").await.unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncConnectionConfig;
 
-use crate::backend::connection::{cluster_nodes, Conn};
+use crate::backend::connection::{cluster_nodes, Conn, RawConnection};
 use crate::backend::failure::classify;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
@@ -153,15 +153,31 @@ impl ClientBuilder {
     /// `redis+cluster://host:port,host:port/` connects to a Redis Cluster;
     /// `rediss://` uses TLS (cargo feature `tls`).
     pub async fn connect(self, url: &str) -> Result<Client, Error> {
+        let (conn, target) = self.connect_conn(url).await?;
+        Ok(self.finish_redis(conn, target, true))
+    }
+
+    /// The connection [`connect`](ClientBuilder::connect) makes, and where it goes.
+    async fn connect_conn(&self, url: &str) -> Result<(Conn, Target), Error> {
         let target = Target::new(url);
         if let Some(nodes) = cluster_nodes(url) {
-            return self.connect_cluster_nodes(&nodes?, target).await;
+            let conn = self.connect_cluster_conn(&nodes?, &target).await?;
+            return Ok((conn, target));
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
         self.probe(&client, &target).await?;
         let connect = ConnectionManager::new_with_config(client, connection_config);
         let conn = self.within_connect_timeout(connect, &target).await?;
-        Ok(self.finish_redis(Conn::Single(conn), target, true))
+        Ok((Conn::Single(conn), target))
+    }
+
+    /// A connection made as [`connect`](ClientBuilder::connect) makes its own (the
+    /// same URLs, timeouts and TLS, the same errors), for raw commands: the `redlimit`
+    /// CLI's. Not a public API.
+    #[doc(hidden)]
+    pub async fn connect_raw(self, url: &str) -> Result<RawConnection, Error> {
+        let (conn, target) = self.connect_conn(url).await?;
+        Ok(RawConnection::new(conn, target, self.command_timeout))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).
@@ -172,11 +188,16 @@ impl ClientBuilder {
     }
 
     async fn connect_cluster_nodes(self, nodes: &[String], target: Target) -> Result<Client, Error> {
-        let client = self.cluster_client(nodes, &target)?;
+        let conn = self.connect_cluster_conn(nodes, &target).await?;
+        Ok(self.finish_redis(conn, target, true))
+    }
+
+    async fn connect_cluster_conn(&self, nodes: &[String], target: &Target) -> Result<Conn, Error> {
+        let client = self.cluster_client(nodes, target)?;
         let conn = self
-            .within_connect_timeout(client.get_async_connection(), &target)
+            .within_connect_timeout(client.get_async_connection(), target)
             .await?;
-        Ok(self.finish_redis(Conn::Cluster(conn), target, true))
+        Ok(Conn::Cluster(conn))
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
@@ -306,7 +327,9 @@ impl ClientBuilder {
 }
 
 fn invalid_url(target: &Target, err: &redis::RedisError) -> Error {
-    let detail = target.scrub(&err.to_string());
+    // The connection layer's text, without the name of its error kind.
+    let text = err.to_string().replace(&format!(" - {:?}", err.kind()), "");
+    let detail = target.scrub(&text);
     let detail = if detail.contains("TLS") && !cfg!(feature = "tls") {
         format!("{detail}; enable the cargo feature `tls` of redlimit for rediss:// URLs")
     } else {

@@ -1,8 +1,9 @@
 //! Logging a stored config that a rule rewrote: each rewrite, throttled per limiter.
 //!
-//! A config that keeps changing means two rules (two functions, or two services)
-//! disagree about one limiter; each rewrites it in turn and neither limit holds as
-//! written. Every rewrite is reported, at most one line per limiter per period, with
+//! All a rule knows is that the stored config differs from its own: something else
+//! wrote it (the CLI's `set-rate`, the runtime API, Redisson, another rule). A config
+//! that keeps changing means two writers disagree about one limiter; each rewrites it
+//! in turn and neither limit holds as written. Every rewrite is reported, at most one line per limiter per period, with
 //! the number of rewrites the period left out.
 
 use std::collections::HashMap;
@@ -58,9 +59,11 @@ pub(crate) fn changed(name: &str, old: &RateLimiterConfig, new: &RateLimiterConf
         from = %Shown(old),
         to = %Shown(new),
         rewrites_left_out = left_out,
-        "a rule rewrote the stored rate limiter config, keeping the window; if this repeats, \
-         two rules (functions or services) share this limiter with different configs: \
-         give each its own key"
+        "the stored rate limiter config differs from the rule's, so the rule wrote its own \
+         back, keeping the window; something else wrote the stored one (`redlimit set-rate`, \
+         the runtime's set_rate, a Redisson client, or a rule of another config on this limiter): \
+         change a rule's rate at run time with an override (`redlimit override set`), and if \
+         this repeats, give rules that disagree keys of their own"
     );
 }
 

@@ -204,7 +204,7 @@ pub enum Error {
     AuthFailed {
         /// The server, password hidden.
         target: String,
-        /// What the server answered (WRONGPASS, NOAUTH, ...).
+        /// What the server said, in words (no password given, or one refused).
         detail: String,
     },
 
@@ -231,6 +231,19 @@ pub enum Error {
         /// The server, password hidden.
         target: String,
         /// What the TLS layer reported.
+        detail: String,
+    },
+
+    /// The server answered, but not in Redis's protocol (RESP): the URL names a port
+    /// that another kind of server listens on (HTTP, say).
+    #[error(
+        "the server at `{target}` is not a Redis server: it does not answer in Redis's \
+         protocol ({detail}); check the host and port in the URL"
+    )]
+    NotRedis {
+        /// The server, password hidden.
+        target: String,
+        /// What the parser reported.
         detail: String,
     },
 
@@ -364,6 +377,7 @@ impl Error {
                 | Error::AuthFailed { .. }
                 | Error::UnknownDatabase { .. }
                 | Error::Tls { .. }
+                | Error::NotRedis { .. }
                 | Error::Backend { .. }
                 | Error::UnexpectedReply { .. }
                 | Error::WrongType { .. }

@@ -62,6 +62,8 @@ mod waiting;
 
 pub use backend::connection::cluster_nodes;
 #[doc(hidden)]
+pub use backend::connection::RawConnection;
+#[doc(hidden)]
 pub use backend::redis::delete_limiter_keys;
 pub use bucket::TokenBucket;
 pub use builder::ClientBuilder;

@@ -4,6 +4,10 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use std::time::Duration;
+
+use crate::backend::failure::classify;
+use crate::target::Target;
 use crate::Error;
 
 /// A reconnecting connection to one server, or a connection to a Redis Cluster that
@@ -39,6 +43,65 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
         }
+    }
+}
+
+/// A connection for raw commands, made by [`ClientBuilder::connect_raw`] as a client
+/// makes its own; its failures are named as the client's are.
+///
+/// [`ClientBuilder::connect_raw`]: crate::ClientBuilder::connect_raw
+#[derive(Clone)]
+pub struct RawConnection {
+    conn: Conn,
+    target: Target,
+    command_timeout: Duration,
+}
+
+impl RawConnection {
+    pub(crate) fn new(conn: Conn, target: Target, command_timeout: Duration) -> RawConnection {
+        RawConnection {
+            conn,
+            target,
+            command_timeout,
+        }
+    }
+
+    /// The [`Error`] a client would answer for `err`, a failure of a command sent on
+    /// this connection (passwords removed).
+    pub fn error(&self, err: &redis::RedisError) -> Error {
+        classify(err, &self.target, self.command_timeout, false)
+    }
+
+    /// Where it is connected, password hidden.
+    pub fn shown(&self) -> &str {
+        self.target.shown()
+    }
+}
+
+impl std::fmt::Debug for RawConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawConnection")
+            .field("target", &self.target)
+            .finish()
+    }
+}
+
+impl ConnectionLike for RawConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.conn.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
     }
 }
 

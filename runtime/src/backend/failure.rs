@@ -25,9 +25,16 @@ pub(crate) fn classify(err: &RedisError, target: &Target, timeout: Duration, con
         || matches!(code, "NOAUTH" | "WRONGPASS")
         || text.contains("unauthenticated")
     {
+        // What the server said, in words: the connection layer's text names its
+        // own error kinds.
+        let said = if code == "NOAUTH" || text.contains("NOAUTH") {
+            "the server requires a password and none was given"
+        } else {
+            "the server refused the user name or password"
+        };
         return Error::AuthFailed {
             target: target.shown().to_owned(),
-            detail: detail(),
+            detail: said.to_owned(),
         };
     }
     if text.contains("DB index is out of range") || text.contains("invalid DB index") {
@@ -40,6 +47,14 @@ pub(crate) fn classify(err: &RedisError, target: &Target, timeout: Duration, con
         return Error::Tls {
             target: target.shown().to_owned(),
             detail: detail(),
+        };
+    }
+    // A reply that is not RESP at all (the parser's own error, not a reply of an
+    // unexpected type): another kind of server on the port.
+    if err.kind() == ErrorKind::Parse && text.contains("Parse error at") {
+        return Error::NotRedis {
+            target: target.shown().to_owned(),
+            detail: "its reply does not parse as RESP".to_owned(),
         };
     }
     if err.is_io_error() || err.kind() == ErrorKind::ClusterConnectionNotFound {
