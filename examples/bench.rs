@@ -27,7 +27,9 @@
 //!    counter or not), `REDLIMIT_BENCH_ROW` (`reference-allow`, `reference-deny`,
 //!    `one-allow`, `one-deny`, `three-allow`; `walk-deny-1` and `walk-deny-all`, refusals
 //!    of 1 and of 100 000 permits on a log of 100 000 grants; `bucket-allow` and
-//!    `bucket-deny`, one token-bucket rule) and `REDLIMIT_BENCH_CALLS`
+//!    `bucket-deny`, one token-bucket rule; `flood-deny`, refusals of an exhausted limiter
+//!    answered in process, and `governor-check`, governor's keyed check of an exhausted
+//!    key) and `REDLIMIT_BENCH_CALLS`
 //!    (default 20 000). `scripts/script-instructions.sh` runs every row under callgrind, Redis
 //!    then the caller, and prints the instructions per decision of each.
 
@@ -596,6 +598,8 @@ async fn count_row() {
     let client = Client::builder()
         .command_timeout(Duration::from_secs(10))
         .connect_timeout(Duration::from_secs(10))
+        // every row but the flood's counts what the script costs, refusals included
+        .local_refusals(row == "flood-deny")
         .connect(&url)
         .await
         .unwrap();
@@ -689,9 +693,27 @@ async fn count_row() {
                 let _ = client.check_rules(&rules).await.unwrap();
             }
         }
+        "flood-deny" => {
+            // A flood of refused calls on one exhausted limiter, answered in process
+            // after the first (the client's local refusals, on by default).
+            let rules = [Rule::new("rate_limit:bench:flood", 1, Duration::from_secs(3600))];
+            let _ = client.check_rules(&rules).await.unwrap();
+            for _ in 0..calls {
+                assert!(!client.check_rules(&rules).await.unwrap().allowed);
+            }
+        }
+        "governor-check" => {
+            // The anchor: governor's keyed check of one exhausted key, in process.
+            let limiter =
+                governor::RateLimiter::keyed(governor::Quota::per_hour(NonZeroU32::new(1).unwrap()));
+            let _ = limiter.check_key(&1u64);
+            for _ in 0..calls {
+                assert!(limiter.check_key(std::hint::black_box(&1u64)).is_err());
+            }
+        }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected reference-allow, reference-deny, one-allow, one-deny, \
-             three-allow, walk-deny-1, walk-deny-all, bucket-allow or bucket-deny"
+             three-allow, walk-deny-1, walk-deny-all, bucket-allow, bucket-deny, flood-deny or governor-check"
         ),
     }
 }

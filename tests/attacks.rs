@@ -13,7 +13,14 @@ const START: u64 = 1_700_000_000_000;
 /// A log of `grants` one-permit grants, one per ms from START, on a limiter of rate
 /// `grants` per 10 minutes that a rule owns: every permit taken, value 0.
 async fn full_log(server: &RedisServer, clock: &ManualClock, name: &str, grants: u64) -> (Client, Rule) {
-    let (client, mut raw) = server.clocked_client(clock).await;
+    // every refusal asked of Redis: none answered again in process
+    let client = Client::builder()
+        .clock(clock.clone())
+        .local_refusals(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut raw = server.raw().await;
     let rule = Rule::new(name, grants, Duration::from_secs(600));
     assert!(
         client
@@ -83,7 +90,17 @@ async fn a_refusal_for_many_permits_reads_a_bounded_part_of_the_log() {
             .await
             .unwrap();
         let commands = monitor.script_commands();
-        spent.push(last_script_us(&mut raw).await);
+        // the least of five (a refusal writes nothing, so each is the same work): the
+        // machine's other load only ever adds
+        let mut least = last_script_us(&mut raw).await;
+        for _ in 0..4 {
+            client
+                .check_rules(&[rule.clone().permits(permits)])
+                .await
+                .unwrap();
+            least = least.min(last_script_us(&mut raw).await);
+        }
+        spent.push(least);
         assert!(!decision.allowed, "{permits} permits granted on a full log");
         // The exact wait: the grant at which `permits` have left is START + permits - 1.
         let exact = START + permits - 1 + 600_000 - clock.now_ms();
