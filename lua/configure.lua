@@ -21,7 +21,7 @@
 local function check_type(key, expected, role)
   local kind = redis.call('type', key).ok
   if kind ~= expected and kind ~= 'none' then
-    error({ err = 'redlimit:wrong_type:1 ' .. role .. ' holds a ' .. kind })
+    error('redlimit:wrong_type:1 ' .. role .. ' holds a ' .. kind, 0)
   end
   return kind
 end

@@ -8,7 +8,7 @@
 
 local kind = redis.pcall('type', KEYS[1])
 if kind.ok ~= 'hash' and kind.ok ~= 'none' then
-  error({ err = 'redlimit:wrong_type:1 config holds a ' .. kind.ok })
+  error('redlimit:wrong_type:1 config holds a ' .. kind.ok, 0)
 end
 redis.call('hsetnx', KEYS[1], 'rate', ARGV[1])
 redis.call('hsetnx', KEYS[1], 'interval', ARGV[2])

@@ -120,9 +120,10 @@ impl ClientBuilder {
 
     async fn connect_cluster_nodes(self, nodes: &[String], target: Target) -> Result<Client, Error> {
         let client = self.cluster_client(nodes, &target)?;
-        let conn = self
+        let mut conn = self
             .within_connect_timeout(client.get_async_connection(), &target)
             .await?;
+        self.check_server(&mut conn, &target).await?;
         Ok(self.finish_redis(Conn::Cluster(conn), target, true))
     }
 
@@ -154,9 +155,26 @@ impl ClientBuilder {
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            redis::cmd("PING").query_async::<()>(&mut conn).await
+            redis::cmd("PING").query_async::<()>(&mut conn).await?;
+            Ok(conn)
         };
-        self.within_connect_timeout(attempt, target).await
+        let mut conn = self.within_connect_timeout(attempt, target).await?;
+        self.check_server(&mut conn, target).await
+    }
+
+    /// Refuses a server older than the scripts need, naming the version found.
+    async fn check_server(&self, conn: &mut impl redis::aio::ConnectionLike, target: &Target) -> Result<(), Error> {
+        let read = crate::backend::server::read_server(conn);
+        match tokio::time::timeout(self.connect_timeout, read).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(problem)) => Err(problem.into_error(target.shown(), |err| {
+                classify(err, target, self.connect_timeout, true)
+            })),
+            Err(_) => Err(Error::ConnectTimeout {
+                target: target.shown().to_owned(),
+                after: self.connect_timeout,
+            }),
+        }
     }
 
     async fn within_connect_timeout<T>(

@@ -224,6 +224,19 @@ pub enum Error {
         detail: String,
     },
 
+    /// The server is older than the scripts need (or would not say its version).
+    #[error(
+        "Redis at `{target}` is {found}, and redlimit needs {needed}; upgrade the server \
+         (the README's compatibility table lists the servers tested)",
+        needed = crate::backend::server::needed()
+    )]
+    UnsupportedServer {
+        /// The server, password hidden.
+        target: String,
+        /// The server and version found (`Redis 6.0.20`).
+        found: String,
+    },
+
     /// A script answered something this version of the crate does not understand.
     #[error(
         "{script} answered an unexpected reply ({reply}); another program may have \
@@ -279,6 +292,7 @@ impl Error {
                 | Error::UnknownDatabase { .. }
                 | Error::Tls { .. }
                 | Error::Backend { .. }
+                | Error::UnsupportedServer { .. }
                 | Error::UnexpectedReply { .. }
                 | Error::WrongType { .. }
                 | Error::CorruptConfig { .. }

@@ -1,0 +1,124 @@
+//! Which servers a client accepts, and what it tells an operator about them: a server
+//! older than the oldest supported is refused by its version, whatever binary the
+//! suite runs on (REDLIMIT_REDIS_SERVER).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+use redlimit::{Client, Error, Rule};
+use support::RedisServer;
+
+/// A loopback server speaking just enough RESP to be taken for a Redis whose INFO
+/// server reports `info` and whose HELLO answers `hello` (an error line, or a RESP
+/// reply): PING, CLIENT SETINFO, INFO and HELLO. Answers on one thread per connection.
+fn fake_server(info: &'static str, hello: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                while let Some(args) = read_command(&mut reader) {
+                    let name = args.first().map(|a| a.to_ascii_uppercase()).unwrap_or_default();
+                    let reply = match name.as_str() {
+                        "PING" => "+PONG\r\n".to_owned(),
+                        "CLIENT" => "+OK\r\n".to_owned(),
+                        "INFO" if info.starts_with('-') => format!("{info}\r\n"),
+                        "INFO" => format!("${}\r\n{info}\r\n", info.len()),
+                        "HELLO" => hello.to_owned(),
+                        _ => "-ERR unknown command\r\n".to_owned(),
+                    };
+                    if out.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// One RESP array of bulk strings; `None` at the end of the stream.
+fn read_command(reader: &mut impl BufRead) -> Option<Vec<String>> {
+    let mut line = String::new();
+    reader.read_line(&mut line).ok().filter(|n| *n > 0)?;
+    let count: usize = line.trim().strip_prefix('*')?.parse().ok()?;
+    let mut args = Vec::with_capacity(count);
+    for _ in 0..count {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        let len: usize = line.trim().strip_prefix('$')?.parse().ok()?;
+        let mut buf = vec![0u8; len + 2];
+        reader.read_exact(&mut buf).ok()?;
+        args.push(String::from_utf8_lossy(&buf[..len]).into_owned());
+    }
+    Some(args)
+}
+
+#[tokio::test]
+async fn a_server_older_than_supported_is_refused_naming_both_versions() {
+    let old = fake_server("# Server\r\nredis_version:6.0.20\r\nos:Linux\r\n", "");
+    let err = Client::connect(&format!("redis://127.0.0.1:{old}/"))
+        .await
+        .expect_err("Redis 6.0 is older than supported");
+    assert!(matches!(err, Error::UnsupportedServer { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("Redis 6.0.20"), "the version found: {text}");
+    assert!(text.contains("Redis 6.2.0 or later"), "the version needed: {text}");
+    assert!(text.contains("Valkey 7.2.0 or later"), "{text}");
+
+    // INFO forbidden (an ACL user without +info): HELLO says the version instead.
+    let hello_old = fake_server(
+        "-NOPERM this user has no permissions to run the 'info' command",
+        "*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n5.0.7\r\n",
+    );
+    let err = Client::connect(&format!("redis://127.0.0.1:{hello_old}/"))
+        .await
+        .expect_err("Redis 5.0 is older than supported");
+    assert!(err.to_string().contains("Redis 5.0.7"), "{err}");
+
+    // A server that says nothing of its version is not taken for a supported one.
+    let silent = fake_server("# Server\r\nos:Linux\r\n", "-ERR unknown command 'HELLO'\r\n");
+    let err = Client::connect(&format!("redis://127.0.0.1:{silent}/"))
+        .await
+        .expect_err("no version");
+    assert!(matches!(err, Error::UnsupportedServer { .. }), "{err:?}");
+    assert!(err.to_string().contains("does not report its version"), "{err}");
+
+    // The same server claiming a supported version is connected to.
+    let new = fake_server("# Server\r\nredis_version:6.2.14\r\n", "");
+    Client::connect(&format!("redis://127.0.0.1:{new}/"))
+        .await
+        .expect("Redis 6.2.14 is supported");
+}
+
+/// Whatever the suite runs on (Redis 6.2, 7.x, Valkey), the server is accepted and a
+/// script's own error reaches the caller as the same misuse error: a permit count
+/// above the rate refuses, it is not a backend failure `on_error` could let through.
+#[tokio::test]
+async fn the_server_under_test_is_accepted_and_script_errors_are_misuse() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let limiter = client.rate_limiter("servers:misuse");
+    limiter
+        .try_set_rate(redlimit::RateType::Overall, 2, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let err = limiter.try_acquire(3).await.unwrap_err();
+    assert!(matches!(err, Error::PermitsExceedRate { permits: 3, rate: 2, .. }), "{err:?}");
+    assert!(!err.is_backend_failure(), "{err:?}");
+    let err = client
+        .rate_limiter("servers:none")
+        .try_acquire(1)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotInitialized { .. }), "{err:?}");
+    assert!(!err.is_backend_failure(), "{err:?}");
+    let rule = [Rule::new("servers:rule", 1, Duration::from_secs(60))];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+}
