@@ -1,6 +1,7 @@
 //! Which servers a client accepts, and what it tells an operator about them: a server
-//! older than the oldest supported is refused by its version, whatever binary the
-//! suite runs on (REDLIMIT_REDIS_SERVER).
+//! older than the oldest supported is refused by its version; a policy that can evict
+//! limiter keys is warned about (once) and shown by a gauge; a full server fails with
+//! its own error kind. Whatever binary the suite runs on (REDLIMIT_REDIS_SERVER).
 
 mod support;
 
@@ -8,8 +9,51 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use redlimit::{Client, Error, Rule};
+use std::sync::OnceLock;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use redlimit::{rate_limit, Client, Error, ManualClock, RateLimited, Rule};
+use support::capture::Capture;
 use support::RedisServer;
+
+/// The `redlimit_redis_evictable` gauge's last value (the recorder is this binary's).
+fn evictable_gauge() -> Option<f64> {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    let snapshotter = SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().unwrap();
+        snapshotter
+    });
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .find(|(key, ..)| key.key().name() == "redlimit_redis_evictable")
+        .and_then(|(_, _, _, value)| match value {
+            DebugValue::Gauge(v) => Some(v.into_inner()),
+            _ => None,
+        })
+}
+
+/// The warning lines an evicting policy logged so far.
+fn eviction_warnings(capture: &Capture) -> usize {
+    capture
+        .text()
+        .lines()
+        .filter(|l| l.contains("can evict rate limiter keys"))
+        .count()
+}
+
+/// Lets spawned checks (the client's own task) run to their end.
+async fn settle(server: &RedisServer) {
+    // A round trip on another connection, after the tasks had a turn.
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+        let mut raw = server.raw().await;
+        let _: () = redis::cmd("PING").query_async(&mut raw).await.unwrap();
+    }
+}
 
 /// A loopback server speaking just enough RESP to be taken for a Redis whose INFO
 /// server reports `info` and whose HELLO answers `hello` (an error line, or a RESP
@@ -121,4 +165,114 @@ async fn the_server_under_test_is_accepted_and_script_errors_are_misuse() {
     assert!(!err.is_backend_failure(), "{err:?}");
     let rule = [Rule::new("servers:rule", 1, Duration::from_secs(60))];
     assert!(client.check_rules(&rule).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn an_evicting_policy_is_warned_about_once_and_shown_by_a_gauge() {
+    evictable_gauge();
+    let capture = Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let server = RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let clock = ManualClock::new(1_000_000);
+    let client = Client::builder()
+        .clock(clock.clone())
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert_eq!(eviction_warnings(&capture), 1, "on connect: {}", capture.text());
+    let text = capture.text();
+    assert!(text.contains("allkeys-lru") && text.contains("noeviction"), "{text}");
+    assert!(text.contains("When Redis loses data"), "{text}");
+    assert_eq!(evictable_gauge(), Some(1.0));
+    let rule = [Rule::new("servers:evict", 100, Duration::from_secs(60))];
+    for _ in 0..5 {
+        client.check_rules(&rule).await.unwrap();
+        clock.advance(Duration::from_secs(61));
+        settle(&server).await;
+    }
+    assert_eq!(eviction_warnings(&capture), 1, "one warning, not one per check");
+
+    // Once a minute (the client's clock) the policy is read again: noeviction clears
+    // the gauge; an evicting policy again warns again, once.
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(61));
+    client.check_rules(&rule).await.unwrap();
+    settle(&server).await;
+    assert_eq!(evictable_gauge(), Some(0.0));
+    for policy in ["volatile-ttl", "volatile-lru"] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(policy)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(61));
+        client.check_rules(&rule).await.unwrap();
+        settle(&server).await;
+    }
+    assert_eq!(evictable_gauge(), Some(1.0));
+    assert_eq!(eviction_warnings(&capture), 2, "{}", capture.text());
+    assert!(capture.text().contains("volatile-ttl"), "{}", capture.text());
+
+    // A lazily connecting client finds out at its first decision.
+    let lazy = Client::builder().connect_lazy(&server.url()).unwrap();
+    lazy.check_rules(&rule).await.unwrap();
+    settle(&server).await;
+    assert_eq!(eviction_warnings(&capture), 3, "{}", capture.text());
+}
+
+/// A server under noeviction whose memory is full refuses every write with OOM, and
+/// the limiter says so by its own error kind, a backend failure.
+#[tokio::test]
+async fn a_full_server_fails_with_out_of_memory() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let client = Client::connect(&server.url()).await.unwrap();
+    let rule = [Rule::new("servers:oom", 5, Duration::from_secs(60))];
+    assert!(client.check_rules(&rule).await.unwrap().allowed, "room yet");
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = client.check_rules(&rule).await.unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");
+    assert!(err.is_backend_failure());
+    let text = err.to_string();
+    assert!(text.contains("out of memory") && text.contains("maxmemory"), "{text}");
+    let other = [Rule::new("servers:oom:new", 5, Duration::from_secs(60))];
+    let err = client.check_rules(&other).await.unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "a new limiter: {err:?}");
+
+    // Through the attribute, OOM is a backend failure: on_error decides. "allow" lets
+    // every call through while the server is full; "deny" refuses them.
+    redlimit::set_default(client).unwrap();
+    for _ in 0..10 {
+        full_allow().await.expect("on_error = \"allow\" lets it through");
+        let refused = full_deny().await.unwrap_err();
+        assert!(
+            matches!(refused.cause(), Some(Error::OutOfMemory { .. })),
+            "{refused:?}"
+        );
+    }
+}
+
+#[rate_limit(key = "servers:full:allow", rate = 1, interval = "60s", on_error = "allow")]
+async fn full_allow() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(key = "servers:full:deny", rate = 1, interval = "60s", on_error = "deny")]
+async fn full_deny() -> Result<(), RateLimited> {
+    Ok(())
 }

@@ -10,6 +10,7 @@ use crate::backend::connection::{cluster_nodes, Conn};
 use crate::backend::failure::classify;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
+use crate::backend::server::Eviction;
 use crate::backend::Backend;
 use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 use crate::target::Target;
@@ -105,10 +106,10 @@ impl ClientBuilder {
             return self.connect_cluster_nodes(&nodes?, target).await;
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
-        self.probe(&client, &target).await?;
+        let eviction = self.probe(&client, &target).await?;
         let connect = ConnectionManager::new_with_config(client, connection_config);
         let conn = self.within_connect_timeout(connect, &target).await?;
-        Ok(self.finish_redis(Conn::Single(conn), target, true))
+        Ok(self.finish_redis(Conn::Single(conn), target, true, eviction))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).
@@ -123,8 +124,8 @@ impl ClientBuilder {
         let mut conn = self
             .within_connect_timeout(client.get_async_connection(), &target)
             .await?;
-        self.check_server(&mut conn, &target).await?;
-        Ok(self.finish_redis(Conn::Cluster(conn), target, true))
+        let eviction = self.check_server(&mut conn, &target).await?;
+        Ok(self.finish_redis(Conn::Cluster(conn), target, true, eviction))
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
@@ -137,17 +138,18 @@ impl ClientBuilder {
                 .set_connection_timeout(self.connect_timeout)
                 .set_response_timeout(self.command_timeout);
             let conn = client.get_pending_async_connection_with_config(config);
-            return Ok(self.finish_redis(Conn::Cluster(conn), target, false));
+            return Ok(self.finish_redis(Conn::Cluster(conn), target, false, None));
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
         let conn = ConnectionManager::new_lazy_with_config(client, connection_config)
             .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
-        Ok(self.finish_redis(Conn::Single(conn), target, false))
+        Ok(self.finish_redis(Conn::Single(conn), target, false, None))
     }
 
     /// One connection and a PING, to report what stops a connection by its name
-    /// (the reconnecting connection retries instead of answering).
-    async fn probe(&self, client: &redis::Client, target: &Target) -> Result<(), Error> {
+    /// (the reconnecting connection retries instead of answering); then the server's
+    /// version and eviction policy.
+    async fn probe(&self, client: &redis::Client, target: &Target) -> Result<Option<Eviction>, Error> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.connect_timeout));
@@ -162,11 +164,20 @@ impl ClientBuilder {
         self.check_server(&mut conn, target).await
     }
 
-    /// Refuses a server older than the scripts need, naming the version found.
-    async fn check_server(&self, conn: &mut impl redis::aio::ConnectionLike, target: &Target) -> Result<(), Error> {
-        let read = crate::backend::server::read_server(conn);
+    /// Refuses a server older than the scripts need, naming the version found; reads
+    /// its eviction policy (`None` when it would not say).
+    async fn check_server(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        target: &Target,
+    ) -> Result<Option<Eviction>, Error> {
+        let read = async {
+            let server = crate::backend::server::read_server(conn).await?;
+            let eviction = crate::backend::server::read_eviction(conn).await.ok().flatten();
+            Ok::<_, crate::backend::server::ServerProblem>((server, eviction))
+        };
         match tokio::time::timeout(self.connect_timeout, read).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok((_, eviction))) => Ok(eviction),
             Ok(Err(problem)) => Err(problem.into_error(target.shown(), |err| {
                 classify(err, target, self.connect_timeout, true)
             })),
@@ -216,9 +227,14 @@ impl ClientBuilder {
         builder.build().map_err(|e| invalid_url(target, &e))
     }
 
-    fn finish_redis(self, conn: Conn, target: Target, connected: bool) -> Client {
+    /// `connected`: an eager connect, which read the version and `eviction` (a lazy
+    /// client reads them at its first decision).
+    fn finish_redis(self, conn: Conn, target: Target, connected: bool, eviction: Option<Eviction>) -> Client {
         let shown = target.shown().to_owned();
         let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target, connected);
+        if let Some(eviction) = &eviction {
+            backend.record_eviction(eviction);
+        }
         self.finish(Backend::Redis(backend), shown)
     }
 

@@ -204,11 +204,31 @@ pub(crate) fn unwrapped<'a>(code: &'a str, detail: &'a str) -> (&'a str, &'a str
             inner = Some(detail);
         }
     }
-    let (code, detail) = match inner {
-        Some(error) => error.split_once(' ').unwrap_or((error, "")),
+    let (code, detail) = match inner.map(command_error) {
+        Some(error) => match error.split_once(' ').unwrap_or((error, "")) {
+            (code, rest) if is_code(code) => (code, rest),
+            _ => ("ERR", error),
+        },
         None => (code, detail),
     };
     (code, strip_script_suffix(detail))
+}
+
+/// A command's error inside a script as Redis 6.2 words it (`@user_script: 1: -OOM ...`)
+/// without that prefix.
+fn command_error(error: &str) -> &str {
+    let Some(rest) = error.strip_prefix("@user_script: ") else {
+        return error;
+    };
+    match rest.split_once(": ") {
+        Some((line, rest)) if is_digits(line) => rest.strip_prefix('-').unwrap_or(rest),
+        _ => error,
+    }
+}
+
+/// An error code: `WRONGTYPE`, `OOM`, `NOPERM`, or the scripts' `redlimit:<code>:<rule>`.
+fn is_code(word: &str) -> bool {
+    word.starts_with("redlimit:") || (!word.is_empty() && word.bytes().all(|b| b.is_ascii_uppercase()))
 }
 
 fn is_sha(text: &str) -> bool {
@@ -331,6 +351,14 @@ mod tests {
         assert_eq!(unwrapped("ERR", &w62), ("WRONGTYPE", wrong), "6.2");
         let w7 = format!("{wrong} script: {sha}, on @user_script:79.");
         assert_eq!(unwrapped("WRONGTYPE", &w7), ("WRONGTYPE", wrong), "7.x");
+        let oom = "command not allowed when used memory > 'maxmemory'.";
+        let o62 = format!("Error running script (call to f_{sha}): @user_script:1: @user_script: 1: -OOM {oom}");
+        assert_eq!(unwrapped("ERR", &o62), ("OOM", oom), "6.2");
+        let o7 = format!("{oom} script: {sha}, on @user_script:1.");
+        assert_eq!(unwrapped("OOM", &o7), ("OOM", oom), "7.x");
+        let acl = "The user executing the script can't run this command or subcommand";
+        let a62 = format!("Error running script (call to f_{sha}): @user_script:1: @user_script: 1: {acl}");
+        assert_eq!(unwrapped("ERR", &a62), ("ERR", acl), "6.2");
         // A value that itself holds " script: " keeps it: only the server's suffix goes.
         let odd = format!("redlimit:bad_value:1 value a script: b script: {sha}, on @user_script:5.");
         assert_eq!(unwrapped("ERR", &odd), ("redlimit:bad_value:1", "value a script: b"));
