@@ -276,3 +276,135 @@ async fn full_allow() -> Result<(), RateLimited> {
 async fn full_deny() -> Result<(), RateLimited> {
     Ok(())
 }
+
+/// Grants of `rule` until the first refusal (at most 100).
+async fn grants_until_refused(client: &Client, rule: &[Rule]) -> u32 {
+    let mut granted = 0;
+    while granted < 100 && client.check_rules(rule).await.unwrap().allowed {
+        granted += 1;
+    }
+    granted
+}
+
+/// Writes 1 KiB values under `junk:<n>` until the server refuses or `stop` says
+/// so, or `limit` keys; answers whether a write was refused (OOM).
+async fn fill(raw: &mut redis::aio::MultiplexedConnection, from: u32, limit: u32) -> (u32, bool) {
+    let value = vec![b'x'; 1024];
+    let mut n = from;
+    while n < from + limit {
+        let mut pipe = redis::pipe();
+        for i in n..n + 100 {
+            pipe.cmd("SET").arg(format!("junk:{i}")).arg(&value[..]).ignore();
+        }
+        n += 100;
+        let done: Result<(), redis::RedisError> = pipe.query_async(raw).await;
+        if done.is_err() {
+            return (n, true);
+        }
+    }
+    (n, false)
+}
+
+/// What RELIABILITY.md's "When Redis loses data" states of eviction: under an
+/// evicting policy a full server evicts the limiter's keys and the limit starts over
+/// (here 5 per minute granted twice in one minute); under noeviction the keys stay,
+/// the limit holds, and what cannot be written fails with OutOfMemory.
+#[tokio::test]
+async fn eviction_forgets_a_limit_and_noeviction_keeps_it() {
+    let rule = [Rule::new("servers:evicted", 5, Duration::from_secs(60))];
+    let keys = redlimit::LimiterKeys::new("servers:evicted", "unused").unwrap();
+    for policy in ["allkeys-lru", "volatile-lru"] {
+        let server = RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", policy]);
+        let client = Client::connect(&server.url()).await.unwrap();
+        let mut raw = server.raw().await;
+        assert_eq!(grants_until_refused(&client, &rule).await, 5);
+        // allkeys-*: any key may go. volatile-*: only keys with a TTL, which the
+        // limiter's keys carry: the junk gets one too, as a cache's would.
+        let mut n = 0;
+        let evicted = loop {
+            let (next, _) = fill(&mut raw, n, 500).await;
+            n = next;
+            if policy.starts_with("volatile") {
+                for i in (n - 500)..n {
+                    let _: () = redis::cmd("PEXPIRE")
+                        .arg(format!("junk:{i}"))
+                        .arg(600_000)
+                        .query_async(&mut raw)
+                        .await
+                        .unwrap_or(());
+                }
+            }
+            let left: u32 = redis::cmd("EXISTS")
+                .arg(keys.config())
+                .arg(keys.value())
+                .arg(keys.permits())
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            if left == 0 {
+                break true;
+            }
+            if n > 200_000 {
+                break false;
+            }
+        };
+        assert!(evicted, "{policy}: the limiter's keys were not evicted");
+        let again = grants_until_refused(&client, &rule).await;
+        println!("{policy}: evicted after {n} junk keys; {again} more grants in the same minute");
+        assert_eq!(again, 5, "{policy}: the limit started over");
+    }
+
+    let server = RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    assert_eq!(grants_until_refused(&client, &rule).await, 5);
+    let (_, refused) = fill(&mut raw, 0, 40_000).await;
+    assert!(refused, "the server filled up and refused a write");
+    // Right at the limit a small write may still fit: make sure it is over.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let left: u32 = redis::cmd("EXISTS")
+        .arg(keys.config())
+        .arg(keys.value())
+        .arg(keys.permits())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(left, 3, "noeviction keeps the limiter's keys");
+    // The exhausted limiter's refusal writes nothing: it is still refused.
+    let decision = client.check_rules(&rule).await.unwrap();
+    assert!(!decision.allowed, "the limit holds when full");
+    let fresh = [Rule::new("servers:evicted:new", 5, Duration::from_secs(60))];
+    let err = client.check_rules(&fresh).await.unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "a new limiter cannot be written: {err:?}");
+}
+
+/// FLUSHALL, and a restart of a server without persistence, forget every limit.
+#[tokio::test]
+async fn a_flush_or_a_restart_without_persistence_forgets_the_limits() {
+    let rule = [Rule::new("servers:flushed", 5, Duration::from_secs(60))];
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    assert_eq!(grants_until_refused(&client, &rule).await, 5);
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
+    assert_eq!(grants_until_refused(&client, &rule).await, 5, "after FLUSHALL");
+
+    let port = server.stop();
+    let _restarted = RedisServer::start_on(port);
+    // The first call after the restart may meet the lost connection.
+    let mut again = 0;
+    for _ in 0..200 {
+        match client.check_rules(&rule).await {
+            Ok(d) if d.allowed => again += 1,
+            Ok(_) => break,
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    assert_eq!(again, 5, "after a restart without persistence");
+}
