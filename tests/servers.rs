@@ -16,8 +16,9 @@ use redlimit::{rate_limit, Client, Error, ManualClock, RateLimited, Rule};
 use support::capture::Capture;
 use support::RedisServer;
 
-/// The `redlimit_redis_evictable` gauge's last value (the recorder is this binary's).
-fn evictable_gauge() -> Option<f64> {
+/// The `redlimit_redis_evictable` gauge's last value for `server` (its URL; the
+/// recorder is this binary's).
+fn evictable_gauge(server: &str) -> Option<f64> {
     static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
     let snapshotter = SNAPSHOTTER.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
@@ -29,17 +30,39 @@ fn evictable_gauge() -> Option<f64> {
         .snapshot()
         .into_vec()
         .into_iter()
-        .find(|(key, ..)| key.key().name() == "redlimit_redis_evictable")
+        .find(|(key, ..)| {
+            key.key().name() == "redlimit_redis_evictable"
+                && key.key().labels().any(|l| l.key() == "server" && l.value() == server)
+        })
         .and_then(|(_, _, _, value)| match value {
             DebugValue::Gauge(v) => Some(v.into_inner()),
             _ => None,
         })
 }
 
-/// The warning lines an evicting policy logged so far.
-fn eviction_warnings(capture: &Capture) -> usize {
-    capture
+/// Everything this binary's tests logged, from any thread (spawned checks included).
+fn logged() -> &'static Capture {
+    static CAPTURE: OnceLock<Capture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let capture = Capture::default();
+        tracing::subscriber::set_global_default(capture.clone()).unwrap();
+        capture
+    })
+}
+
+/// The lines logged about `server` (its URL).
+fn logged_about(server: &str) -> String {
+    logged()
         .text()
+        .lines()
+        .filter(|l| l.contains(server))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The warning lines an evicting policy of `server` logged so far.
+fn eviction_warnings(server: &str) -> usize {
+    logged_about(server)
         .lines()
         .filter(|l| l.contains("can evict rate limiter keys"))
         .count()
@@ -169,9 +192,8 @@ async fn the_server_under_test_is_accepted_and_script_errors_are_misuse() {
 
 #[tokio::test]
 async fn an_evicting_policy_is_warned_about_once_and_shown_by_a_gauge() {
-    evictable_gauge();
-    let capture = Capture::default();
-    let _guard = tracing::subscriber::set_default(capture.clone());
+    evictable_gauge("none: this installs the recorder");
+    logged();
     let server = RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
     let clock = ManualClock::new(1_000_000);
     let client = Client::builder()
@@ -179,18 +201,18 @@ async fn an_evicting_policy_is_warned_about_once_and_shown_by_a_gauge() {
         .connect(&server.url())
         .await
         .unwrap();
-    assert_eq!(eviction_warnings(&capture), 1, "on connect: {}", capture.text());
-    let text = capture.text();
+    assert_eq!(eviction_warnings(&server.url()), 1, "on connect: {}", logged_about(&server.url()));
+    let text = logged_about(&server.url());
     assert!(text.contains("allkeys-lru") && text.contains("noeviction"), "{text}");
     assert!(text.contains("When Redis loses data"), "{text}");
-    assert_eq!(evictable_gauge(), Some(1.0));
+    assert_eq!(evictable_gauge(&server.url()), Some(1.0));
     let rule = [Rule::new("servers:evict", 100, Duration::from_secs(60))];
     for _ in 0..5 {
         client.check_rules(&rule).await.unwrap();
         clock.advance(Duration::from_secs(61));
         settle(&server).await;
     }
-    assert_eq!(eviction_warnings(&capture), 1, "one warning, not one per check");
+    assert_eq!(eviction_warnings(&server.url()), 1, "one warning, not one per check");
 
     // Once a minute (the client's clock) the policy is read again: noeviction clears
     // the gauge; an evicting policy again warns again, once.
@@ -205,7 +227,7 @@ async fn an_evicting_policy_is_warned_about_once_and_shown_by_a_gauge() {
     clock.advance(Duration::from_secs(61));
     client.check_rules(&rule).await.unwrap();
     settle(&server).await;
-    assert_eq!(evictable_gauge(), Some(0.0));
+    assert_eq!(evictable_gauge(&server.url()), Some(0.0));
     for policy in ["volatile-ttl", "volatile-lru"] {
         let _: () = redis::cmd("CONFIG")
             .arg("SET")
@@ -218,15 +240,15 @@ async fn an_evicting_policy_is_warned_about_once_and_shown_by_a_gauge() {
         client.check_rules(&rule).await.unwrap();
         settle(&server).await;
     }
-    assert_eq!(evictable_gauge(), Some(1.0));
-    assert_eq!(eviction_warnings(&capture), 2, "{}", capture.text());
-    assert!(capture.text().contains("volatile-ttl"), "{}", capture.text());
+    assert_eq!(evictable_gauge(&server.url()), Some(1.0));
+    assert_eq!(eviction_warnings(&server.url()), 2, "{}", logged_about(&server.url()));
+    assert!(logged_about(&server.url()).contains("volatile-ttl"), "{}", logged_about(&server.url()));
 
     // A lazily connecting client finds out at its first decision.
     let lazy = Client::builder().connect_lazy(&server.url()).unwrap();
     lazy.check_rules(&rule).await.unwrap();
     settle(&server).await;
-    assert_eq!(eviction_warnings(&capture), 3, "{}", capture.text());
+    assert_eq!(eviction_warnings(&server.url()), 3, "{}", logged_about(&server.url()));
 }
 
 /// A server under noeviction whose memory is full refuses every write with OOM, and
@@ -407,4 +429,175 @@ async fn a_flush_or_a_restart_without_persistence_forgets_the_limits() {
         }
     }
     assert_eq!(again, 5, "after a restart without persistence");
+}
+
+/// `ACL SETUSER` on `raw`.
+async fn acl_user(raw: &mut redis::aio::MultiplexedConnection, user: &str, rules: &[&str]) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg("reset")
+        .arg("on")
+        .arg(">pw-4f1c")
+        .arg(rules)
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
+/// The rules docs/operating.md and Error::NoPermission recommend for the default prefix.
+const RECOMMENDED: &[&str] = &[
+    "~rate_limit:*",
+    "~{rate_limit:*",
+    "+@read",
+    "+@write",
+    "+@scripting",
+    "+ping",
+    "+time",
+    "+info",
+    "+config|get",
+    "+client|setname",
+];
+
+/// ACL users in the URL: the recommended permissions run everything; a wrong user or
+/// password is AuthFailed; a user without a permission the scripts need is
+/// NoPermission, naming what was refused; INFO or CONFIG forbidden is worked around.
+#[tokio::test]
+async fn acl_users_work_and_missing_permissions_are_named() {
+    let server = RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let mut raw = server.raw().await;
+    let url = |user: &str, password: &str| format!("redis://{user}:{password}@127.0.0.1:{}/", server.port);
+    let rule = [Rule::new("rate_limit:acl", 2, Duration::from_secs(60))];
+
+    acl_user(&mut raw, "limiter", RECOMMENDED).await;
+    let client = Client::connect(&url("limiter", "pw-4f1c")).await.unwrap();
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    assert!(!client.check_rules(&rule).await.unwrap().allowed);
+    let limiter = client.rate_limiter("rate_limit:acl:api");
+    assert!(limiter
+        .try_set_rate(redlimit::RateType::PerClient, 3, Duration::from_secs(60))
+        .await
+        .unwrap());
+    assert!(limiter.try_acquire(2).await.unwrap());
+    assert_eq!(limiter.available_permits().await.unwrap(), 1);
+    let lazy = Client::builder().connect_lazy(&url("limiter", "pw-4f1c")).unwrap();
+    assert!(!lazy.check_rules(&rule).await.unwrap().allowed);
+
+    for (user, password) in [("nobody", "pw-4f1c"), ("limiter", "wrong")] {
+        let err = Client::connect(&url(user, password)).await.unwrap_err();
+        assert!(matches!(err, Error::AuthFailed { .. }), "{user}: {err:?}");
+        assert!(err.to_string().contains("refused the connection's credentials"), "{err}");
+        assert!(!format!("{err} {err:?}").contains(password), "{err:?}");
+    }
+
+    // Without scripting: EVALSHA is refused, by name.
+    let mut no_scripts = RECOMMENDED.to_vec();
+    no_scripts.retain(|r| *r != "+@scripting");
+    acl_user(&mut raw, "noscripts", &no_scripts).await;
+    let client = Client::connect(&url("noscripts", "pw-4f1c")).await.unwrap();
+    let err = client.check_rules(&rule).await.unwrap_err();
+    assert!(matches!(err, Error::NoPermission { .. }), "{err:?}");
+    assert!(err.is_backend_failure());
+    let text = err.to_string();
+    assert!(text.contains("NOPERM") && text.contains("evalsha"), "{text}");
+    assert!(text.contains("ACL SETUSER") && !text.contains("pw-4f1c"), "{text}");
+
+    // A command inside the scripts refused (each server words it its own way).
+    let mut no_zadd = RECOMMENDED.to_vec();
+    no_zadd.push("-zadd");
+    acl_user(&mut raw, "nozadd", &no_zadd).await;
+    let client = Client::connect(&url("nozadd", "pw-4f1c")).await.unwrap();
+    let err = client
+        .check_rules(&[Rule::new("rate_limit:acl:zadd", 2, Duration::from_secs(60))])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoPermission { .. }), "{err:?}");
+
+    // The limiter's keys outside the user's key patterns.
+    acl_user(&mut raw, "otherkeys", &["~other:*", "+@all"]).await;
+    let client = Client::connect(&url("otherkeys", "pw-4f1c")).await.unwrap();
+    let err = client.check_rules(&rule).await.unwrap_err();
+    assert!(matches!(err, Error::NoPermission { .. }), "{err:?}");
+    assert!(err.to_string().contains("keys"), "{err}");
+
+    // INFO and CONFIG forbidden (as managed services do): the version comes from
+    // HELLO, the eviction policy from... nowhere but INFO, so nothing is known and
+    // nothing is claimed; calls work.
+    let mut no_info = RECOMMENDED.to_vec();
+    no_info.retain(|r| *r != "+info" && *r != "+config|get");
+    acl_user(&mut raw, "noinfo", &no_info).await;
+    let client = Client::connect(&url("noinfo", "pw-4f1c")).await.unwrap();
+    assert!(client
+        .check_rules(&[Rule::new("rate_limit:acl:noinfo", 2, Duration::from_secs(60))])
+        .await
+        .unwrap()
+        .allowed);
+}
+
+/// CONFIG forbidden but INFO allowed: the policy is read from INFO memory.
+#[tokio::test]
+async fn the_policy_is_read_from_info_where_config_is_forbidden() {
+    logged();
+    let server = RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "volatile-random"]);
+    let mut raw = server.raw().await;
+    let mut no_config = RECOMMENDED.to_vec();
+    no_config.retain(|r| *r != "+config|get");
+    acl_user(&mut raw, "noconfig", &no_config).await;
+    let url = format!("redis://noconfig:pw-4f1c@127.0.0.1:{}/", server.port);
+    let _client = Client::connect(&url).await.unwrap();
+    // The URL is shown with its credentials hidden: look for the address.
+    let address = format!("127.0.0.1:{}/", server.port);
+    let text = logged_about(&address);
+    assert_eq!(eviction_warnings(&address), 1, "{text}");
+    assert!(!text.contains("pw-4f1c"), "{text}");
+    assert!(text.contains("volatile-random"), "{text}");
+}
+
+/// The connection that decides is named `redlimit` in CLIENT LIST, also after it was
+/// lost and made again.
+#[tokio::test]
+async fn connections_announce_themselves_in_client_list() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let named = |list: &str| list.lines().filter(|l| l.contains(" name=redlimit ")).count();
+    let client_list = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut raw).await.unwrap();
+            list
+        }
+    };
+    let rule = [Rule::new("rate_limit:named", 100, Duration::from_secs(60))];
+    let client = Client::connect(&server.url()).await.unwrap();
+    client.check_rules(&rule).await.unwrap();
+    settle(&server).await;
+    let list = client_list(&mut raw).await;
+    assert_eq!(named(&list), 1, "{list}");
+
+    let lazy = Client::builder().connect_lazy(&server.url()).unwrap();
+    lazy.check_rules(&rule).await.unwrap();
+    settle(&server).await;
+    assert_eq!(named(&client_list(&mut raw).await), 2);
+
+    // Kill both: the next decisions reconnect and name the new connections.
+    let _: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let mut raw = server.raw().await;
+    for c in [&client, &lazy] {
+        for _ in 0..50 {
+            if c.check_rules(&rule).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    settle(&server).await;
+    let list = client_list(&mut raw).await;
+    assert_eq!(named(&list), 2, "{list}");
 }

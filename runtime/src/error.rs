@@ -243,8 +243,8 @@ pub enum Error {
     #[error(
         "Redis at `{target}` refused a command for the connection's user ({detail}); give the \
          user the commands the scripts run and the limiter's keys, for example \
-         `ACL SETUSER <user> ~rate_limit:* +@read +@write +@scripting +time +info +config|get +client|setname` \
-         (docs/operating.md lists them)"
+         `ACL SETUSER <user> ~rate_limit:* ~{{rate_limit:* +@read +@write +@scripting +ping +time +info +config|get +client|setname` \
+         for the default prefix (docs/operating.md explains it)"
     )]
     NoPermission {
         /// The server, password hidden.

@@ -329,11 +329,14 @@ impl Health {
     }
 
     /// Notes a policy read: logs one warning when it newly can evict, and sets the
-    /// `redlimit_redis_evictable` gauge (1: keys can be evicted, 0: they cannot).
+    /// `redlimit_redis_evictable{server}` gauge (1: keys can be evicted, 0: they
+    /// cannot), `server` being the client's URL with its password hidden (one series
+    /// per client a process makes).
     pub(crate) fn record_eviction(&self, eviction: &Eviction, target: &str) {
         let evicting = eviction.can_evict();
         #[cfg(feature = "metrics")]
-        metrics::gauge!("redlimit_redis_evictable").set(if evicting { 1.0 } else { 0.0 });
+        metrics::gauge!("redlimit_redis_evictable", "server" => target.to_owned())
+            .set(if evicting { 1.0 } else { 0.0 });
         if self.evicting.swap(evicting, Ordering::Relaxed) != evicting && evicting {
             tracing::warn!(
                 policy = %eviction.policy,
