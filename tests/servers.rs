@@ -32,7 +32,10 @@ fn evictable_gauge(server: &str) -> Option<f64> {
         .into_iter()
         .find(|(key, ..)| {
             key.key().name() == "redlimit_redis_evictable"
-                && key.key().labels().any(|l| l.key() == "server" && l.value() == server)
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "server" && l.value() == server)
         })
         .and_then(|(_, _, _, value)| match value {
             DebugValue::Gauge(v) => Some(v.into_inner()),
@@ -136,7 +139,10 @@ async fn a_server_older_than_supported_is_refused_naming_both_versions() {
     assert!(matches!(err, Error::UnsupportedServer { .. }), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("Redis 6.0.20"), "the version found: {text}");
-    assert!(text.contains("Redis 6.2.0 or later"), "the version needed: {text}");
+    assert!(
+        text.contains("Redis 6.2.0 or later"),
+        "the version needed: {text}"
+    );
     assert!(text.contains("Valkey 7.2.0 or later"), "{text}");
 
     // INFO forbidden (an ACL user without +info): HELLO says the version instead.
@@ -177,7 +183,17 @@ async fn the_server_under_test_is_accepted_and_script_errors_are_misuse() {
         .await
         .unwrap();
     let err = limiter.try_acquire(3).await.unwrap_err();
-    assert!(matches!(err, Error::PermitsExceedRate { permits: 3, rate: 2, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::PermitsExceedRate {
+                permits: 3,
+                rate: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(!err.is_backend_failure(), "{err:?}");
     let err = client
         .rate_limiter("servers:none")
@@ -201,9 +217,17 @@ async fn an_evicting_policy_is_warned_about_once_and_shown_by_a_gauge() {
         .connect(&server.url())
         .await
         .unwrap();
-    assert_eq!(eviction_warnings(&server.url()), 1, "on connect: {}", logged_about(&server.url()));
+    assert_eq!(
+        eviction_warnings(&server.url()),
+        1,
+        "on connect: {}",
+        logged_about(&server.url())
+    );
     let text = logged_about(&server.url());
-    assert!(text.contains("allkeys-lru") && text.contains("noeviction"), "{text}");
+    assert!(
+        text.contains("allkeys-lru") && text.contains("noeviction"),
+        "{text}"
+    );
     assert!(text.contains("When Redis loses data"), "{text}");
     assert_eq!(evictable_gauge(&server.url()), Some(1.0));
     let rule = [Rule::new("servers:evict", 100, Duration::from_secs(60))];
@@ -212,7 +236,11 @@ async fn an_evicting_policy_is_warned_about_once_and_shown_by_a_gauge() {
         clock.advance(Duration::from_secs(61));
         settle(&server).await;
     }
-    assert_eq!(eviction_warnings(&server.url()), 1, "one warning, not one per check");
+    assert_eq!(
+        eviction_warnings(&server.url()),
+        1,
+        "one warning, not one per check"
+    );
 
     // Once a minute (the client's clock) the policy is read again: noeviction clears
     // the gauge; an evicting policy again warns again, once.
@@ -241,14 +269,28 @@ async fn an_evicting_policy_is_warned_about_once_and_shown_by_a_gauge() {
         settle(&server).await;
     }
     assert_eq!(evictable_gauge(&server.url()), Some(1.0));
-    assert_eq!(eviction_warnings(&server.url()), 2, "{}", logged_about(&server.url()));
-    assert!(logged_about(&server.url()).contains("volatile-ttl"), "{}", logged_about(&server.url()));
+    assert_eq!(
+        eviction_warnings(&server.url()),
+        2,
+        "{}",
+        logged_about(&server.url())
+    );
+    assert!(
+        logged_about(&server.url()).contains("volatile-ttl"),
+        "{}",
+        logged_about(&server.url())
+    );
 
     // A lazily connecting client finds out at its first decision.
     let lazy = Client::builder().connect_lazy(&server.url()).unwrap();
     lazy.check_rules(&rule).await.unwrap();
     settle(&server).await;
-    assert_eq!(eviction_warnings(&server.url()), 3, "{}", logged_about(&server.url()));
+    assert_eq!(
+        eviction_warnings(&server.url()),
+        3,
+        "{}",
+        logged_about(&server.url())
+    );
 }
 
 /// A server under noeviction whose memory is full refuses every write with OOM, and
@@ -271,7 +313,10 @@ async fn a_full_server_fails_with_out_of_memory() {
     assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");
     assert!(err.is_backend_failure());
     let text = err.to_string();
-    assert!(text.contains("out of memory") && text.contains("maxmemory"), "{text}");
+    assert!(
+        text.contains("out of memory") && text.contains("maxmemory"),
+        "{text}"
+    );
     let other = [Rule::new("servers:oom:new", 5, Duration::from_secs(60))];
     let err = client.check_rules(&other).await.unwrap_err();
     assert!(matches!(err, Error::OutOfMemory { .. }), "a new limiter: {err:?}");
@@ -403,7 +448,10 @@ async fn eviction_forgets_a_limit_and_noeviction_keeps_it() {
     assert!(!decision.allowed, "the limit holds when full");
     let fresh = [Rule::new("servers:evicted:new", 5, Duration::from_secs(60))];
     let err = client.check_rules(&fresh).await.unwrap_err();
-    assert!(matches!(err, Error::OutOfMemory { .. }), "a new limiter cannot be written: {err:?}");
+    assert!(
+        matches!(err, Error::OutOfMemory { .. }),
+        "a new limiter cannot be written: {err:?}"
+    );
 }
 
 /// FLUSHALL, and a restart of a server without persistence, forget every limit.
@@ -481,13 +529,18 @@ async fn acl_users_work_and_missing_permissions_are_named() {
         .unwrap());
     assert!(limiter.try_acquire(2).await.unwrap());
     assert_eq!(limiter.available_permits().await.unwrap(), 1);
-    let lazy = Client::builder().connect_lazy(&url("limiter", "pw-4f1c")).unwrap();
+    let lazy = Client::builder()
+        .connect_lazy(&url("limiter", "pw-4f1c"))
+        .unwrap();
     assert!(!lazy.check_rules(&rule).await.unwrap().allowed);
 
     for (user, password) in [("nobody", "pw-4f1c"), ("limiter", "wrong")] {
         let err = Client::connect(&url(user, password)).await.unwrap_err();
         assert!(matches!(err, Error::AuthFailed { .. }), "{user}: {err:?}");
-        assert!(err.to_string().contains("refused the connection's credentials"), "{err}");
+        assert!(
+            err.to_string().contains("refused the connection's credentials"),
+            "{err}"
+        );
         assert!(!format!("{err} {err:?}").contains(password), "{err:?}");
     }
 
@@ -501,7 +554,10 @@ async fn acl_users_work_and_missing_permissions_are_named() {
     assert!(err.is_backend_failure());
     let text = err.to_string();
     assert!(text.contains("NOPERM") && text.contains("evalsha"), "{text}");
-    assert!(text.contains("ACL SETUSER") && !text.contains("pw-4f1c"), "{text}");
+    assert!(
+        text.contains("ACL SETUSER") && !text.contains("pw-4f1c"),
+        "{text}"
+    );
 
     // A command inside the scripts refused (each server words it its own way).
     let mut no_zadd = RECOMMENDED.to_vec();
@@ -528,11 +584,13 @@ async fn acl_users_work_and_missing_permissions_are_named() {
     no_info.retain(|r| *r != "+info" && *r != "+config|get");
     acl_user(&mut raw, "noinfo", &no_info).await;
     let client = Client::connect(&url("noinfo", "pw-4f1c")).await.unwrap();
-    assert!(client
-        .check_rules(&[Rule::new("rate_limit:acl:noinfo", 2, Duration::from_secs(60))])
-        .await
-        .unwrap()
-        .allowed);
+    assert!(
+        client
+            .check_rules(&[Rule::new("rate_limit:acl:noinfo", 2, Duration::from_secs(60))])
+            .await
+            .unwrap()
+            .allowed
+    );
 }
 
 /// CONFIG forbidden but INFO allowed: the policy is read from INFO memory.
@@ -564,7 +622,11 @@ async fn connections_announce_themselves_in_client_list() {
     let client_list = |raw: &mut redis::aio::MultiplexedConnection| {
         let mut raw = raw.clone();
         async move {
-            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut raw).await.unwrap();
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
             list
         }
     };

@@ -385,9 +385,15 @@ async fn inspect_finds_a_policy_that_can_evict_limiter_keys() {
     let report = json(&out);
     assert_eq!(report["healthy"], false);
     let problems = report["problems"].to_string();
-    assert!(problems.contains("volatile-lfu") && problems.contains("noeviction"), "{problems}");
+    assert!(
+        problems.contains("volatile-lfu") && problems.contains("noeviction"),
+        "{problems}"
+    );
     let human = text(&redlimit(&url, &["inspect", "rate_limit:evictable"]));
-    assert!(human.contains("PROBLEM") && human.contains("can evict rate limiter keys"), "{human}");
+    assert!(
+        human.contains("PROBLEM") && human.contains("can evict rate limiter keys"),
+        "{human}"
+    );
 
     let mut raw = server.raw().await;
     let _: () = redis::cmd("CONFIG")

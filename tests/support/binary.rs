@@ -35,11 +35,19 @@ pub fn cannot_start(err: &std::io::Error) -> String {
 /// without TLS, else the made-up one after it (so no server is left running).
 pub fn has_tls() -> bool {
     let out = redis_server_command()
-        .args(["--port", "0", "--tls-port", "0", "--redlimit-no-such-directive", "0"])
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            "0",
+            "--redlimit-no-such-directive",
+            "0",
+        ])
         .output();
     match out {
         Ok(out) => {
-            let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            let text =
+                String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
             !text.contains("tls-port")
         }
         Err(_) => false,

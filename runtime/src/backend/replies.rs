@@ -342,7 +342,8 @@ mod tests {
         let text = "permits member of 3 bytes does not decode";
         let ours = ("redlimit:bad_member:1", text);
         let v7 = format!("redlimit:bad_member:1 {text} script: {sha}, on @user_script:19.");
-        let v62 = format!("Error running script (call to f_{sha}): @user_script:19: redlimit:bad_member:1 {text}");
+        let v62 =
+            format!("Error running script (call to f_{sha}): @user_script:19: redlimit:bad_member:1 {text}");
         assert_eq!(unwrapped("ERR", &v7), ours, "7.x, Valkey");
         assert_eq!(unwrapped("ERR", &v62), ours, "6.2");
         assert_eq!(unwrapped("redlimit:bad_member:1", text), ours, "an error reply");
@@ -352,7 +353,8 @@ mod tests {
         let w7 = format!("{wrong} script: {sha}, on @user_script:79.");
         assert_eq!(unwrapped("WRONGTYPE", &w7), ("WRONGTYPE", wrong), "7.x");
         let oom = "command not allowed when used memory > 'maxmemory'.";
-        let o62 = format!("Error running script (call to f_{sha}): @user_script:1: @user_script: 1: -OOM {oom}");
+        let o62 =
+            format!("Error running script (call to f_{sha}): @user_script:1: @user_script: 1: -OOM {oom}");
         assert_eq!(unwrapped("ERR", &o62), ("OOM", oom), "6.2");
         let o7 = format!("{oom} script: {sha}, on @user_script:1.");
         assert_eq!(unwrapped("OOM", &o7), ("OOM", oom), "7.x");
@@ -361,11 +363,17 @@ mod tests {
         assert_eq!(unwrapped("ERR", &a62), ("ERR", acl), "6.2");
         // A value that itself holds " script: " keeps it: only the server's suffix goes.
         let odd = format!("redlimit:bad_value:1 value a script: b script: {sha}, on @user_script:5.");
-        assert_eq!(unwrapped("ERR", &odd), ("redlimit:bad_value:1", "value a script: b"));
+        assert_eq!(
+            unwrapped("ERR", &odd),
+            ("redlimit:bad_value:1", "value a script: b")
+        );
         // Other errors come back as they are.
         for (code, detail) in [
             ("ERR", "value is not an integer or out of range"),
-            ("ERR", "Error running script (call to f_x): @user_script:1: redlimit:a:1 b"),
+            (
+                "ERR",
+                "Error running script (call to f_x): @user_script:1: redlimit:a:1 b",
+            ),
             ("ERR", "user_script:1: redlimit:a:1 b"),
             ("OOM", "command not allowed when used memory > 'maxmemory'."),
         ] {

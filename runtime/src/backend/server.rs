@@ -168,7 +168,9 @@ impl ServerProblem {
         match self {
             ServerProblem::Redis(_) => None,
             ServerProblem::TooOld(server) => Some(format!("{} {}", server.product, server.version)),
-            ServerProblem::Unknown(detail) => Some(format!("a server that does not report its version ({detail})")),
+            ServerProblem::Unknown(detail) => {
+                Some(format!("a server that does not report its version ({detail})"))
+            }
         }
     }
 
@@ -220,7 +222,11 @@ impl Eviction {
 /// takes no more), or `INFO memory` where CONFIG is forbidden (managed services, ACL
 /// users without `+config`). `Ok(None)`: neither said (a server without them).
 pub async fn read_eviction(conn: &mut impl ConnectionLike) -> Result<Option<Eviction>, RedisError> {
-    let config: Result<Value, RedisError> = redis::cmd("CONFIG").arg("GET").arg("maxmemory*").query_async(conn).await;
+    let config: Result<Value, RedisError> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory*")
+        .query_async(conn)
+        .await;
     match config {
         Ok(reply) => {
             if let Some(found) = from_config(&reply) {
@@ -232,13 +238,19 @@ pub async fn read_eviction(conn: &mut impl ConnectionLike) -> Result<Option<Evic
     }
     let info: Value = redis::cmd("INFO").arg("memory").query_async(conn).await?;
     // A cluster answers every node's: the first that can evict, else the first.
-    let all: Vec<Eviction> = texts_of(&info).iter().filter_map(|t| from_info_memory(t)).collect();
+    let all: Vec<Eviction> = texts_of(&info)
+        .iter()
+        .filter_map(|t| from_info_memory(t))
+        .collect();
     Ok(all.iter().find(|e| e.can_evict()).or(all.first()).cloned())
 }
 
 fn from_config(reply: &Value) -> Option<Eviction> {
     let pairs: Vec<(String, String)> = match reply {
-        Value::Map(map) => map.iter().filter_map(|(k, v)| Some((text_of(k)?, text_of(v)?))).collect(),
+        Value::Map(map) => map
+            .iter()
+            .filter_map(|(k, v)| Some((text_of(k)?, text_of(v)?)))
+            .collect(),
         Value::Array(items) => items
             .chunks_exact(2)
             .filter_map(|p| Some((text_of(&p[0])?, text_of(&p[1])?)))
@@ -312,7 +324,8 @@ impl Health {
         if self.running.swap(true, Ordering::Acquire) {
             return false;
         }
-        self.next_check.store(now.saturating_add(CHECK_EVERY_MS), Ordering::Relaxed);
+        self.next_check
+            .store(now.saturating_add(CHECK_EVERY_MS), Ordering::Relaxed);
         true
     }
 
@@ -335,8 +348,11 @@ impl Health {
     pub(crate) fn record_eviction(&self, eviction: &Eviction, target: &str) {
         let evicting = eviction.can_evict();
         #[cfg(feature = "metrics")]
-        metrics::gauge!("redlimit_redis_evictable", "server" => target.to_owned())
-            .set(if evicting { 1.0 } else { 0.0 });
+        metrics::gauge!("redlimit_redis_evictable", "server" => target.to_owned()).set(if evicting {
+            1.0
+        } else {
+            0.0
+        });
         if self.evicting.swap(evicting, Ordering::Relaxed) != evicting && evicting {
             tracing::warn!(
                 policy = %eviction.policy,
@@ -377,7 +393,6 @@ impl Health {
         self.running.store(false, Ordering::Release);
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -425,9 +440,16 @@ mod tests {
     fn eviction_policies() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let reply = Value::Array(
-            ["maxmemory", "1000000", "maxmemory-policy", "allkeys-lru", "maxmemory-samples", "5"]
-                .map(bulk)
-                .to_vec(),
+            [
+                "maxmemory",
+                "1000000",
+                "maxmemory-policy",
+                "allkeys-lru",
+                "maxmemory-samples",
+                "5",
+            ]
+            .map(bulk)
+            .to_vec(),
         );
         let found = from_config(&reply).unwrap();
         assert_eq!(found.policy, "allkeys-lru");
