@@ -124,12 +124,12 @@ pub(crate) async fn read_server(conn: &mut impl ConnectionLike) -> Result<Server
             .map(|text| from_info(text))
             .collect::<Option<Vec<Server>>>()
             .filter(|all| !all.is_empty()),
-        Err(err) if err.is_io_error() || err.is_timeout() => return Err(ServerProblem::Redis(err)),
+        Err(err) if !refused_command(&err) => return Err(ServerProblem::Redis(err)),
         Err(info_err) => {
             let hello: Result<Value, RedisError> = redis::cmd("HELLO").query_async(conn).await;
             match hello {
                 Ok(reply) => from_hello(&reply).map(|s| vec![s]),
-                Err(err) if err.is_io_error() || err.is_timeout() => return Err(ServerProblem::Redis(err)),
+                Err(err) if !refused_command(&err) => return Err(ServerProblem::Redis(err)),
                 Err(hello_err) => {
                     return Err(ServerProblem::Unknown(format!(
                         "INFO server answered `{info_err}` and HELLO `{hello_err}`"
@@ -149,6 +149,13 @@ pub(crate) async fn read_server(conn: &mut impl ConnectionLike) -> Result<Server
         return Err(ServerProblem::TooOld(server));
     }
     Ok(server)
+}
+
+/// Whether the server answered that it will not run the command (unknown, renamed or
+/// forbidden by the ACL: `ERR`, `NOPERM`), as opposed to failing otherwise (the
+/// connection, the credentials, loading...), which says nothing of its version.
+fn refused_command(err: &RedisError) -> bool {
+    matches!(err.code(), Some("ERR" | "NOPERM")) && !err.is_io_error() && !err.is_timeout()
 }
 
 /// Why a server is not used.
