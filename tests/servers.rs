@@ -155,6 +155,16 @@ async fn a_server_older_than_supported_is_refused_naming_both_versions() {
         .expect_err("Redis 5.0 is older than supported");
     assert!(err.to_string().contains("Redis 5.0.7"), "{err}");
 
+    // INFO renamed away (an unknown command): HELLO again.
+    let renamed = fake_server(
+        "-ERR unknown command 'INFO', with args beginning with: 'server'",
+        "*4\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n",
+    );
+    let err = Client::connect(&format!("redis://127.0.0.1:{renamed}/"))
+        .await
+        .expect_err("no Valkey 7.0 was released; older than 7.2 all the same");
+    assert!(err.to_string().contains("Valkey 7.0.0"), "{err}");
+
     // A server that says nothing of its version is not taken for a supported one.
     let silent = fake_server("# Server\r\nos:Linux\r\n", "-ERR unknown command 'HELLO'\r\n");
     let err = Client::connect(&format!("redis://127.0.0.1:{silent}/"))

@@ -155,7 +155,15 @@ pub(crate) async fn read_server(conn: &mut impl ConnectionLike) -> Result<Server
 /// forbidden by the ACL: `ERR`, `NOPERM`), as opposed to failing otherwise (the
 /// connection, the credentials, loading...), which says nothing of its version.
 fn refused_command(err: &RedisError) -> bool {
-    matches!(err.code(), Some("ERR" | "NOPERM")) && !err.is_io_error() && !err.is_timeout()
+    match err.code() {
+        Some("NOPERM") => true,
+        // `unknown command 'INFO'`: renamed away. Any other ERR (a failed SELECT while
+        // connecting, say) is the connection's.
+        Some("ERR") => err
+            .detail()
+            .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command")),
+        _ => false,
+    }
 }
 
 /// Why a server is not used.
