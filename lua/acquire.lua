@@ -56,7 +56,7 @@ local LIMIT = 9007199254740992 -- 2^53: doubles count exactly up to here
 local fail, permits_of, rebuild_from_log, wait_for
 local function helpers()
   fail = function(code, rule, text)
-    error({ err = 'redlimit:' .. code .. ':' .. rule .. ' ' .. text })
+    error('redlimit:' .. code .. ':' .. rule .. ' ' .. text, 0)
   end
   -- The permits a log member holds (Redisson's struct.pack('Bc0I', ...)).
   permits_of = function(rule, kind, member)

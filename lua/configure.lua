@@ -23,7 +23,7 @@
 local function check_type(key, expected, role)
   local kind = redis.call('type', key).ok
   if kind ~= expected and kind ~= 'none' then
-    error({ err = 'redlimit:wrong_type:1 ' .. role .. ' holds a ' .. kind })
+    error('redlimit:wrong_type:1 ' .. role .. ' holds a ' .. kind, 0)
   end
   return kind
 end
@@ -40,7 +40,7 @@ if not exists then
     local kind = redis.call('type', KEYS[i + 1]).ok
     local expected = i <= 2 and 'string' or 'zset'
     if kind ~= expected and kind ~= 'none' then
-      error({ err = 'redlimit:not_limiter:1 ' .. role .. ' holds a ' .. kind })
+      error('redlimit:not_limiter:1 ' .. role .. ' holds a ' .. kind, 0)
     end
   end
 end

@@ -7,15 +7,15 @@
 
 local cfg = redis.pcall('hmget', KEYS[1], 'type', 'interval')
 if type(cfg) == 'table' and cfg.err then
-  error({ err = 'redlimit:wrong_type:1 config ' .. cfg.err })
+  error('redlimit:wrong_type:1 config ' .. cfg.err, 0)
 end
 local kind = cfg[1]
 if kind == false then
-  error({ err = 'redlimit:not_initialized:1 RateLimiter is not initialized' })
+  error('redlimit:not_initialized:1 RateLimiter is not initialized', 0)
 end
 local keep_ms = tonumber(ARGV[1])
 if keep_ms > 0 and keep_ms < (tonumber(cfg[2]) or 0) then
-  error({ err = 'redlimit:keep_alive_short:1 ' .. cfg[2] })
+  error('redlimit:keep_alive_short:1 ' .. cfg[2], 0)
 end
 local vkey, pkey = KEYS[2], KEYS[4]
 if kind == '1' then

@@ -32,7 +32,7 @@ end
 local function limiter_config(key)
   local problem = config_problem(key)
   if problem then
-    error({ err = 'redlimit:not_limiter:1 config ' .. problem })
+    error('redlimit:not_limiter:1 config ' .. problem, 0)
   end
   return problem == nil
 end

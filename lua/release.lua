@@ -15,14 +15,14 @@
 
 local cfg = redis.pcall('hmget', KEYS[1], 'rate', 'interval', 'type')
 if type(cfg) == 'table' and cfg.err then
-  error({ err = 'redlimit:wrong_type:1 config ' .. cfg.err })
+  error('redlimit:wrong_type:1 config ' .. cfg.err, 0)
 end
 if cfg[1] == false or cfg[2] == false or cfg[3] == false then
-  error({ err = 'redlimit:not_initialized:1 RateLimiter is not initialized' })
+  error('redlimit:not_initialized:1 RateLimiter is not initialized', 0)
 end
 local rate, interval = tonumber(cfg[1]), tonumber(cfg[2])
 if rate == nil or interval == nil then
-  error({ err = 'redlimit:bad_config:1 rate=' .. tostring(cfg[1]) })
+  error('redlimit:bad_config:1 rate=' .. tostring(cfg[1]), 0)
 end
 local now = clock(ARGV[2])
 local vkey, pkey, vrole, prole = KEYS[2], KEYS[4], 'value', 'permits'
@@ -32,7 +32,7 @@ end
 for _, pair in ipairs({ { vkey, 'string', vrole }, { pkey, 'zset', prole } }) do
   local kind = redis.call('type', pair[1]).ok
   if kind ~= pair[2] and kind ~= 'none' then
-    error({ err = 'redlimit:wrong_type:1 ' .. pair[3] .. ' holds a ' .. kind })
+    error('redlimit:wrong_type:1 ' .. pair[3] .. ' holds a ' .. kind, 0)
   end
 end
 
@@ -65,7 +65,7 @@ if raw == false then
 else
   value = tonumber(raw)
   if value == nil or not string.match(raw, '^%-?%d+$') then
-    error({ err = 'redlimit:bad_value:1 ' .. vrole .. ' ' .. tostring(raw) })
+    error('redlimit:bad_value:1 ' .. vrole .. ' ' .. tostring(raw), 0)
   end
   value = value + released
   if value > rate then

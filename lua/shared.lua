@@ -16,7 +16,7 @@ end
 local function decode_member(member, role)
   local len = string.byte(member, 1)
   if len == nil or #member ~= len + 5 then
-    error({ err = 'redlimit:bad_member:1 ' .. role .. ' member of ' .. #member .. ' bytes does not decode' })
+    error('redlimit:bad_member:1 ' .. role .. ' member of ' .. #member .. ' bytes does not decode', 0)
   end
   local a, b, c, d = string.byte(member, len + 2, len + 5)
   return a + b * 256 + c * 65536 + d * 16777216, len

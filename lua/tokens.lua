@@ -33,13 +33,13 @@ for i = 1, n do
     r.stored = read_bucket(raw)
     if not r.stored then
       local role = ARGV[a + 6] == '3' and 'client_bucket' or 'bucket'
-      error({ err = 'redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw })
+      error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
     end
     if r.stored.at > newest then newest = r.stored.at end
   end
   if r.permits > r.burst then
-    error({ err = 'redlimit:permits_exceed_rate:' .. i .. ' ' .. ARGV[a + 1] .. ' ' .. ARGV[a + 4]
-      .. ' Requested permits amount cannot exceed the bucket' })
+    error('redlimit:permits_exceed_rate:' .. i .. ' ' .. ARGV[a + 1] .. ' ' .. ARGV[a + 4]
+      .. ' Requested permits amount cannot exceed the bucket', 0)
   end
   rules[i] = r
 end

@@ -30,8 +30,8 @@ do
       local permits, rate, interval = ARGV[2] + 0, rate_s + 0, interval_s + 0
       local cap = burst_s * interval
       if permits * interval > cap then
-        error({ err = 'redlimit:permits_exceed_rate:1 ' .. ARGV[2] .. ' ' .. burst_s
-          .. ' Requested permits amount cannot exceed the bucket' })
+        error('redlimit:permits_exceed_rate:1 ' .. ARGV[2] .. ' ' .. burst_s
+          .. ' Requested permits amount cannot exceed the bucket', 0)
       end
       local at, flag = now, 1
       if u then

@@ -398,3 +398,40 @@ async fn watch_shows_the_refusals_processes_report() {
     let granted: u64 = lines.iter().map(|l| l["granted"].as_u64().unwrap()).sum();
     assert_eq!((granted, refused), (1, 6), "{lines:?}");
 }
+
+/// A server whose policy can evict limiter keys is a health finding of `inspect`,
+/// naming the policy and the fix; the same limiter on noeviction is healthy.
+#[tokio::test]
+async fn inspect_finds_a_policy_that_can_evict_limiter_keys() {
+    let server = RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "volatile-lfu"]);
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let rule = [Rule::new("rate_limit:evictable", 5, MINUTE)];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    let out = redlimit(&url, &["inspect", "rate_limit:evictable", "--json"]);
+    assert_eq!(code(&out), 1, "unhealthy: {}", text(&out));
+    let report = json(&out);
+    assert_eq!(report["healthy"], false);
+    let problems = report["problems"].to_string();
+    assert!(
+        problems.contains("volatile-lfu") && problems.contains("noeviction"),
+        "{problems}"
+    );
+    let human = text(&redlimit(&url, &["inspect", "rate_limit:evictable"]));
+    assert!(
+        human.contains("PROBLEM") && human.contains("can evict rate limiter keys"),
+        "{human}"
+    );
+
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let out = redlimit(&url, &["inspect", "rate_limit:evictable", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["healthy"], true);
+}

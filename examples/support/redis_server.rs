@@ -1,8 +1,11 @@
 //! A redis-server the benchmarks start on a free loopback port and stop when dropped.
 #![allow(dead_code)] // each benchmark uses what it needs
 
+#[path = "../../tests/support/binary.rs"]
+mod binary;
+
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 pub struct Server {
@@ -18,7 +21,7 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("redis-server")
+        let child = binary::redis_server_command()
             .args([
                 "--port",
                 &port.to_string(),
@@ -31,7 +34,7 @@ impl Server {
             ])
             .stdout(Stdio::null())
             .spawn()
-            .expect("redis-server on PATH (apt-get install -y redis-server)");
+            .unwrap_or_else(|e| panic!("{}", binary::cannot_start(&e)));
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -10,6 +10,7 @@ use crate::backend::connection::{cluster_nodes, Conn, RawConnection};
 use crate::backend::failure::classify;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
+use crate::backend::server::Eviction;
 use crate::backend::Backend;
 use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX};
 use crate::target::Target;
@@ -153,22 +154,23 @@ impl ClientBuilder {
     /// `redis+cluster://host:port,host:port/` connects to a Redis Cluster;
     /// `rediss://` uses TLS (cargo feature `tls`).
     pub async fn connect(self, url: &str) -> Result<Client, Error> {
-        let (conn, target) = self.connect_conn(url).await?;
-        Ok(self.finish_redis(conn, target, true))
+        let (conn, target, eviction) = self.connect_conn(url).await?;
+        Ok(self.finish_redis(conn, target, true, eviction))
     }
 
-    /// The connection [`connect`](ClientBuilder::connect) makes, and where it goes.
-    async fn connect_conn(&self, url: &str) -> Result<(Conn, Target), Error> {
+    /// The connection [`connect`](ClientBuilder::connect) makes, where it goes, and
+    /// what the server's eviction policy is.
+    async fn connect_conn(&self, url: &str) -> Result<(Conn, Target, Option<Eviction>), Error> {
         let target = Target::new(url);
         if let Some(nodes) = cluster_nodes(url) {
-            let conn = self.connect_cluster_conn(&nodes?, &target).await?;
-            return Ok((conn, target));
+            let (conn, eviction) = self.connect_cluster_conn(&nodes?, &target).await?;
+            return Ok((conn, target, eviction));
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
-        self.probe(&client, &target).await?;
+        let eviction = self.probe(&client, &target).await?;
         let connect = ConnectionManager::new_with_config(client, connection_config);
         let conn = self.within_connect_timeout(connect, &target).await?;
-        Ok((Conn::Single(conn), target))
+        Ok((Conn::Single(conn), target, eviction))
     }
 
     /// A connection made as [`connect`](ClientBuilder::connect) makes its own (the
@@ -176,7 +178,7 @@ impl ClientBuilder {
     /// CLI's. Not a public API.
     #[doc(hidden)]
     pub async fn connect_raw(self, url: &str) -> Result<RawConnection, Error> {
-        let (conn, target) = self.connect_conn(url).await?;
+        let (conn, target, _) = self.connect_conn(url).await?;
         Ok(RawConnection::new(conn, target, self.command_timeout))
     }
 
@@ -188,16 +190,17 @@ impl ClientBuilder {
     }
 
     async fn connect_cluster_nodes(self, nodes: &[String], target: Target) -> Result<Client, Error> {
-        let conn = self.connect_cluster_conn(nodes, &target).await?;
-        Ok(self.finish_redis(conn, target, true))
+        let (conn, eviction) = self.connect_cluster_conn(nodes, &target).await?;
+        Ok(self.finish_redis(conn, target, true, eviction))
     }
 
-    async fn connect_cluster_conn(&self, nodes: &[String], target: &Target) -> Result<Conn, Error> {
+    async fn connect_cluster_conn(&self, nodes: &[String], target: &Target) -> Result<(Conn, Option<Eviction>), Error> {
         let client = self.cluster_client(nodes, target)?;
-        let conn = self
+        let mut conn = self
             .within_connect_timeout(client.get_async_connection(), target)
             .await?;
-        Ok(Conn::Cluster(conn))
+        let eviction = self.check_server(&mut conn, target).await?;
+        Ok((Conn::Cluster(conn), eviction))
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
@@ -210,17 +213,18 @@ impl ClientBuilder {
                 .set_connection_timeout(self.connect_timeout)
                 .set_response_timeout(self.command_timeout);
             let conn = client.get_pending_async_connection_with_config(config);
-            return Ok(self.finish_redis(Conn::Cluster(conn), target, false));
+            return Ok(self.finish_redis(Conn::Cluster(conn), target, false, None));
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
         let conn = ConnectionManager::new_lazy_with_config(client, connection_config)
             .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
-        Ok(self.finish_redis(Conn::Single(conn), target, false))
+        Ok(self.finish_redis(Conn::Single(conn), target, false, None))
     }
 
     /// One connection and a PING, to report what stops a connection by its name
-    /// (the reconnecting connection retries instead of answering).
-    async fn probe(&self, client: &redis::Client, target: &Target) -> Result<(), Error> {
+    /// (the reconnecting connection retries instead of answering); then the server's
+    /// version and eviction policy.
+    async fn probe(&self, client: &redis::Client, target: &Target) -> Result<Option<Eviction>, Error> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.connect_timeout));
@@ -228,9 +232,35 @@ impl ClientBuilder {
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            redis::cmd("PING").query_async::<()>(&mut conn).await
+            redis::cmd("PING").query_async::<()>(&mut conn).await?;
+            Ok(conn)
         };
-        self.within_connect_timeout(attempt, target).await
+        let mut conn = self.within_connect_timeout(attempt, target).await?;
+        self.check_server(&mut conn, target).await
+    }
+
+    /// Refuses a server older than the scripts need, naming the version found; reads
+    /// its eviction policy (`None` when it would not say).
+    async fn check_server(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        target: &Target,
+    ) -> Result<Option<Eviction>, Error> {
+        let read = async {
+            let server = crate::backend::server::read_server(conn).await?;
+            let eviction = crate::backend::server::read_eviction(conn).await.ok().flatten();
+            Ok::<_, crate::backend::server::ServerProblem>((server, eviction))
+        };
+        match tokio::time::timeout(self.connect_timeout, read).await {
+            Ok(Ok((_, eviction))) => Ok(eviction),
+            Ok(Err(problem)) => Err(problem.into_error(target.shown(), |err| {
+                classify(err, target, self.connect_timeout, true)
+            })),
+            Err(_) => Err(Error::ConnectTimeout {
+                target: target.shown().to_owned(),
+                after: self.connect_timeout,
+            }),
+        }
     }
 
     async fn within_connect_timeout<T>(
@@ -272,9 +302,14 @@ impl ClientBuilder {
         builder.build().map_err(|e| invalid_url(target, &e))
     }
 
-    fn finish_redis(self, conn: Conn, target: Target, connected: bool) -> Client {
+    /// `connected`: an eager connect, which read the version and `eviction` (a lazy
+    /// client reads them at its first decision).
+    fn finish_redis(self, conn: Conn, target: Target, connected: bool, eviction: Option<Eviction>) -> Client {
         let shown = target.shown().to_owned();
         let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target, connected);
+        if let Some(eviction) = &eviction {
+            backend.record_eviction(eviction);
+        }
         self.finish(Backend::Redis(backend), shown)
     }
 

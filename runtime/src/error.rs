@@ -254,6 +254,48 @@ pub enum Error {
         detail: String,
     },
 
+    /// The server is full and refuses writes (`OOM`: used memory over `maxmemory` under
+    /// the `noeviction` policy): no grant can be recorded until memory is freed.
+    #[error(
+        "Redis at `{target}` is out of memory and refuses writes ({detail}): no grant can be \
+         recorded; add memory or raise maxmemory, keeping maxmemory-policy noeviction \
+         (an evicting policy would forget limits instead; see RELIABILITY.md)"
+    )]
+    OutOfMemory {
+        /// The server, password hidden.
+        target: String,
+        /// What the server answered.
+        detail: String,
+    },
+
+    /// The connection's ACL user may not run a command the scripts need, or touch the
+    /// limiter's keys.
+    #[error(
+        "Redis at `{target}` refused a command for the connection's user ({detail}); give the \
+         user the commands the scripts run and the limiter's keys, for example \
+         `ACL SETUSER <user> ~rate_limit:* ~{{rate_limit:* +@read +@write +@scripting +ping +time +info +config|get +client|setname` \
+         for the default prefix (docs/operating.md explains it)"
+    )]
+    NoPermission {
+        /// The server, password hidden.
+        target: String,
+        /// What the server answered (NOPERM, and the command when it says which).
+        detail: String,
+    },
+
+    /// The server is older than the scripts need (or would not say its version).
+    #[error(
+        "Redis at `{target}` is {found}, and redlimit needs {needed}; upgrade the server \
+         (the README's compatibility table lists the servers tested)",
+        needed = crate::backend::server::needed()
+    )]
+    UnsupportedServer {
+        /// The server, password hidden.
+        target: String,
+        /// The server and version found (`Redis 6.0.20`).
+        found: String,
+    },
+
     /// A script answered something this version of the crate does not understand.
     #[error(
         "{script} answered an unexpected reply ({reply}); another program may have \
@@ -379,6 +421,9 @@ impl Error {
                 | Error::Tls { .. }
                 | Error::NotRedis { .. }
                 | Error::Backend { .. }
+                | Error::UnsupportedServer { .. }
+                | Error::OutOfMemory { .. }
+                | Error::NoPermission { .. }
                 | Error::UnexpectedReply { .. }
                 | Error::WrongType { .. }
                 | Error::CorruptConfig { .. }

@@ -1,6 +1,7 @@
 //! Test support: a throwaway `redis-server` on a free loopback port.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod capture;
 pub mod cluster;
 pub mod coinciding;
@@ -118,20 +119,15 @@ impl Drop for RedisServer {
     }
 }
 
-/// Starts `redis-server` with `args`; fails the test (never skips it) when the binary
-/// is missing, saying how to install it.
+/// Starts the server binary (`binary::redis_server`) with `args`; fails the test
+/// (never skips it) when the binary is missing, saying how to install it.
 pub fn spawn_redis<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Child {
-    Command::new("redis-server")
+    binary::redis_server_command()
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot start redis-server ({e}); these tests need it on PATH: \
-                 install it with `apt-get update && apt-get install -y redis-server`"
-            )
-        })
+        .unwrap_or_else(|e| panic!("{}", binary::cannot_start(&e)))
 }
 
 fn server_args(port: u16) -> Vec<String> {

@@ -21,6 +21,24 @@ pub(crate) fn classify(err: &RedisError, target: &Target, timeout: Duration, con
             connecting,
         };
     }
+    let (inner_code, inner) = super::replies::unwrapped(code, err.detail().unwrap_or_default());
+    if inner_code == "OOM" {
+        return Error::OutOfMemory {
+            target: target.shown().to_owned(),
+            detail: target.scrub(&format!("OOM {inner}")),
+        };
+    }
+    // A command refused by the user's ACL: directly (NOPERM), or inside a script, which
+    // each server words its own way (Valkey names the user and the command).
+    if inner_code == "NOPERM"
+        || inner.contains("can't run this command or subcommand")
+        || inner.starts_with("ACL failure in script")
+    {
+        return Error::NoPermission {
+            target: target.shown().to_owned(),
+            detail: target.scrub(&format!("{inner_code} {inner}")),
+        };
+    }
     if err.kind() == ErrorKind::AuthenticationFailed
         || matches!(code, "NOAUTH" | "WRONGPASS")
         || text.contains("unauthenticated")

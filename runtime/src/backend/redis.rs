@@ -10,6 +10,7 @@ use redis::{RedisError, Script};
 use super::connection::Conn;
 use super::failure::classify;
 use super::replies::{parse_acquire_reply, script_error};
+use super::server::{Eviction, Health};
 use super::{Call, Configure, Outcome};
 use crate::keys::Keys;
 use crate::target::Target;
@@ -91,6 +92,9 @@ pub(crate) struct RedisBackend {
     /// Whether a command was answered since the connection was made or last lost:
     /// a timeout before that went to connecting, and says so.
     answered: AtomicBool,
+    /// The server's version, eviction policy and the connection's name, checked about
+    /// once a minute off the deciding path.
+    health: std::sync::Arc<Health>,
 }
 
 impl RedisBackend {
@@ -103,7 +107,40 @@ impl RedisBackend {
             server_time,
             target,
             answered: AtomicBool::new(connected),
+            // An eager connect read the version already.
+            health: std::sync::Arc::new(Health::new(connected)),
         }
+    }
+
+    /// Notes the eviction policy a connect read.
+    pub fn record_eviction(&self, eviction: &Eviction) {
+        self.health.record_eviction(eviction, self.target.shown());
+    }
+
+    /// Checks the server in a task of its own when a check is due at `now`.
+    #[inline]
+    fn maybe_check(&self, now: u64) {
+        if self.health.due(now) {
+            self.spawn_check(now);
+        }
+    }
+
+    #[cold]
+    fn spawn_check(&self, now: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.health.begin(now) {
+            return;
+        }
+        let health = self.health.clone();
+        let mut conn = self.conn.clone();
+        let target = self.target.shown().to_owned();
+        let timeout = self.timeout * 4;
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(timeout, health.check(&mut conn, &target)).await;
+            health.end();
+        });
     }
 
     /// The scripts' time argument: the caller's clock, or empty for the server's.
@@ -116,6 +153,9 @@ impl RedisBackend {
     where
         F: Future<Output = Result<T, RedisError>>,
     {
+        if let Some(refusal) = self.health.refusal(self.target.shown()) {
+            return Err(refusal);
+        }
         match tokio::time::timeout(self.timeout, request(self.conn.clone())).await {
             Ok(Ok(value)) => {
                 if !self.answered.load(Ordering::Relaxed) {
@@ -129,6 +169,8 @@ impl RedisBackend {
                 // next command can be answered.
                 if err.is_io_error() && !err.is_timeout() {
                     self.answered.store(false, Ordering::Relaxed);
+                    // The new connection is named, and the server looked at, again.
+                    self.health.check_soon();
                 }
                 Err(script_error(&err, calls)
                     .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting)))
@@ -157,6 +199,7 @@ impl RedisBackend {
         calls: &[Call<'_>],
         now: u64,
     ) -> Result<(Outcome, Vec<[u8; member::MEMBER_LEN]>), Error> {
+        self.maybe_check(now);
         let members: Vec<[u8; member::MEMBER_LEN]> = calls
             .iter()
             .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))

@@ -104,19 +104,17 @@ fn replaced_config(fields: &[i64]) -> Option<RateLimiterConfig> {
 /// Turns a script's `redlimit:<code>:<rule> <text>` error into an [`Error`] that
 /// names the key; `None` for other errors (the connection's, the server's).
 pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error> {
-    if err.code() == Some("WRONGTYPE") {
+    let (code, detail) = unwrapped(err.code()?, err.detail().unwrap_or_default());
+    if code == "WRONGTYPE" {
         // Which key is only known for single-key commands; acquire.lua's caller
         // finds it out (RedisBackend::wrong_type).
         return Some(Error::WrongType {
             key: calls.first()?.config().to_owned(),
             role: "config",
-            detail: err.detail().unwrap_or_default().to_owned(),
+            detail: detail.to_owned(),
         });
     }
-    let code = err.code()?.strip_prefix("redlimit:")?;
-    let detail = err.detail().unwrap_or_default();
-    // Redis appends " script: <sha>, on @user_script:<line>." to script errors.
-    let detail = detail.rfind(" script: ").map_or(detail, |end| &detail[..end]);
+    let code = code.strip_prefix("redlimit:")?;
     let (kind, rule) = code.split_once(':').unwrap_or((code, "1"));
     let keys = rule
         .parse::<usize>()
@@ -190,6 +188,82 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
         }
         _ => return None,
     })
+}
+
+/// An error reply to a script call as its code and detail, the same on every server:
+/// the script's own `error('redlimit:<code>:<rule> <text>', 0)` as (`redlimit:<code>:<rule>`,
+/// `<text>`), and an error a command inside the script raised (WRONGTYPE, OOM, NOPERM)
+/// as that command's. The servers word them:
+/// - Redis 7.x and Valkey: `ERR redlimit:<code>:<rule> <text> script: <sha>, on @user_script:<line>.`,
+///   and a command's error under its own code, with the same suffix;
+/// - Redis 6.2: `ERR Error running script (call to f_<sha>): @user_script:<line>: <error>`,
+///   a command's error included;
+/// - an error reply (`redis.error_reply`, or a table raised on 7.x): `redlimit:<code>:<rule> <text>`.
+///
+/// Any other error comes back unchanged: only these exact shapes are unwrapped.
+pub(crate) fn unwrapped<'a>(code: &'a str, detail: &'a str) -> (&'a str, &'a str) {
+    let mut inner = None;
+    if code == "ERR" {
+        if let Some(rest) = detail.strip_prefix("Error running script (call to f_") {
+            inner = rest.split_once("): @user_script:").and_then(|(sha, rest)| {
+                let (line, error) = rest.split_once(": ")?;
+                (is_sha(sha) && is_digits(line)).then_some(error)
+            });
+        } else if detail.starts_with("redlimit:") {
+            inner = Some(detail);
+        }
+    }
+    let (code, detail) = match inner.map(command_error) {
+        Some(error) => match error.split_once(' ').unwrap_or((error, "")) {
+            (code, rest) if is_code(code) => (code, rest),
+            _ => ("ERR", error),
+        },
+        None => (code, detail),
+    };
+    (code, strip_script_suffix(detail))
+}
+
+/// A command's error inside a script as Redis 6.2 words it (`@user_script: 1: -OOM ...`)
+/// without that prefix.
+fn command_error(error: &str) -> &str {
+    let Some(rest) = error.strip_prefix("@user_script: ") else {
+        return error;
+    };
+    match rest.split_once(": ") {
+        Some((line, rest)) if is_digits(line) => rest.strip_prefix('-').unwrap_or(rest),
+        _ => error,
+    }
+}
+
+/// An error code: `WRONGTYPE`, `OOM`, `NOPERM`, or the scripts' `redlimit:<code>:<rule>`.
+fn is_code(word: &str) -> bool {
+    word.starts_with("redlimit:") || (!word.is_empty() && word.bytes().all(|b| b.is_ascii_uppercase()))
+}
+
+fn is_sha(text: &str) -> bool {
+    text.len() == 40 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn is_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The message without the ` script: <sha>, on @user_script:<line>.` Redis 7.x and
+/// Valkey append to a script's error; unchanged when it does not end so.
+fn strip_script_suffix(message: &str) -> &str {
+    let Some(at) = message.rfind(" script: ") else {
+        return message;
+    };
+    let tail = &message[at + " script: ".len()..];
+    let suffix_ok = tail
+        .split_once(", on @user_script:")
+        .and_then(|(sha, line)| Some((sha, line.strip_suffix('.')?)))
+        .is_some_and(|(sha, line)| is_sha(sha) && is_digits(line));
+    if suffix_ok {
+        &message[..at]
+    } else {
+        message
+    }
 }
 
 /// The key a script means by a role name, and the role for messages.
@@ -266,5 +340,53 @@ mod tests {
         );
         let text = Value::Array(vec![Value::Int(1), Value::SimpleString("0".into())]);
         assert_eq!(parse_acquire_reply(&text, 1, None), None);
+    }
+
+    /// Each server's wording of one `error('redlimit:...', 0)`, and of a command's
+    /// error inside a script, as recorded from Redis 6.2.14, 7.0.15 and Valkey 8.1.8,
+    /// reads as the same code and detail.
+    #[test]
+    fn every_servers_wording_of_a_script_error() {
+        let sha = "adca7d748f39278e006f8439d97469003614482a";
+        let text = "permits member of 3 bytes does not decode";
+        let ours = ("redlimit:bad_member:1", text);
+        let v7 = format!("redlimit:bad_member:1 {text} script: {sha}, on @user_script:19.");
+        let v62 =
+            format!("Error running script (call to f_{sha}): @user_script:19: redlimit:bad_member:1 {text}");
+        assert_eq!(unwrapped("ERR", &v7), ours, "7.x, Valkey");
+        assert_eq!(unwrapped("ERR", &v62), ours, "6.2");
+        assert_eq!(unwrapped("redlimit:bad_member:1", text), ours, "an error reply");
+        let wrong = "Operation against a key holding the wrong kind of value";
+        let w62 = format!("Error running script (call to f_{sha}): @user_script:79: WRONGTYPE {wrong}");
+        assert_eq!(unwrapped("ERR", &w62), ("WRONGTYPE", wrong), "6.2");
+        let w7 = format!("{wrong} script: {sha}, on @user_script:79.");
+        assert_eq!(unwrapped("WRONGTYPE", &w7), ("WRONGTYPE", wrong), "7.x");
+        let oom = "command not allowed when used memory > 'maxmemory'.";
+        let o62 =
+            format!("Error running script (call to f_{sha}): @user_script:1: @user_script: 1: -OOM {oom}");
+        assert_eq!(unwrapped("ERR", &o62), ("OOM", oom), "6.2");
+        let o7 = format!("{oom} script: {sha}, on @user_script:1.");
+        assert_eq!(unwrapped("OOM", &o7), ("OOM", oom), "7.x");
+        let acl = "The user executing the script can't run this command or subcommand";
+        let a62 = format!("Error running script (call to f_{sha}): @user_script:1: @user_script: 1: {acl}");
+        assert_eq!(unwrapped("ERR", &a62), ("ERR", acl), "6.2");
+        // A value that itself holds " script: " keeps it: only the server's suffix goes.
+        let odd = format!("redlimit:bad_value:1 value a script: b script: {sha}, on @user_script:5.");
+        assert_eq!(
+            unwrapped("ERR", &odd),
+            ("redlimit:bad_value:1", "value a script: b")
+        );
+        // Other errors come back as they are.
+        for (code, detail) in [
+            ("ERR", "value is not an integer or out of range"),
+            (
+                "ERR",
+                "Error running script (call to f_x): @user_script:1: redlimit:a:1 b",
+            ),
+            ("ERR", "user_script:1: redlimit:a:1 b"),
+            ("OOM", "command not allowed when used memory > 'maxmemory'."),
+        ] {
+            assert_eq!(unwrapped(code, detail), (code, detail), "{code} {detail}");
+        }
     }
 }

@@ -1,0 +1,494 @@
+//! What the server is: its name and version (refused when older than the scripts
+//! need), and whether its eviction policy can remove limiter keys.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use redis::aio::ConnectionLike;
+use redis::{RedisError, Value};
+
+use crate::Error;
+
+/// The oldest Redis the scripts are run against in CI (6.2.14 there).
+pub(crate) const OLDEST_REDIS: Version = Version(6, 2, 0);
+/// The oldest Valkey (its first release, 7.2, reports redis_version 7.2.4).
+pub(crate) const OLDEST_VALKEY: Version = Version(7, 2, 0);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Version(pub u32, pub u32, pub u32);
+
+impl Version {
+    /// `7.0.15` (a missing patch or minor reads as 0); `None` when it is not a version.
+    fn parse(text: &str) -> Option<Version> {
+        let mut parts = text.trim().split('.');
+        let mut next = || -> Option<u32> {
+            match parts.next() {
+                None => Some(0),
+                Some(p) => p.parse().ok(),
+            }
+        };
+        let v = Version(next()?, next()?, next()?);
+        Some(v)
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// A server's product and version, as INFO server or HELLO report them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Server {
+    pub product: &'static str,
+    pub version: Version,
+}
+
+impl Server {
+    fn oldest(&self) -> Version {
+        if self.product == "Valkey" {
+            OLDEST_VALKEY
+        } else {
+            OLDEST_REDIS
+        }
+    }
+}
+
+/// The server an `INFO server` text describes: Valkey by `valkey_version` (it reports
+/// a `redis_version` too, the Redis it is compatible with), else Redis.
+fn from_info(text: &str) -> Option<Server> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
+    };
+    if let Some(v) = field("valkey_version") {
+        return Some(Server {
+            product: "Valkey",
+            version: Version::parse(v)?,
+        });
+    }
+    Some(Server {
+        product: "Redis",
+        version: Version::parse(field("redis_version")?)?,
+    })
+}
+
+/// The server HELLO's reply (`server`, `version`, ... as a map or a flat array) names.
+fn from_hello(reply: &Value) -> Option<Server> {
+    let pairs: Vec<(&Value, &Value)> = match reply {
+        Value::Map(map) => map.iter().map(|(k, v)| (k, v)).collect(),
+        Value::Array(items) => items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
+        _ => return None,
+    };
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| text_of(k).as_deref() == Some(name))
+            .and_then(|(_, v)| text_of(v))
+    };
+    let product = match field("server")?.as_str() {
+        "valkey" => "Valkey",
+        _ => "Redis",
+    };
+    Some(Server {
+        product,
+        version: Version::parse(&field("version")?)?,
+    })
+}
+
+fn text_of(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// Every node's text of a reply: one server's, or a cluster's map of node to text.
+fn texts_of(value: &Value) -> Vec<String> {
+    match value {
+        Value::Map(map) => map.iter().filter_map(|(_, v)| text_of(v)).collect(),
+        other => text_of(other).into_iter().collect(),
+    }
+}
+
+/// Reads which server this is (every node of a cluster; the oldest is answered) by
+/// `INFO server`, or by `HELLO` where INFO is forbidden (an ACL user without
+/// `+info`, a managed service that renamed it).
+pub(crate) async fn read_server(conn: &mut impl ConnectionLike) -> Result<Server, ServerProblem> {
+    let info: Result<Value, RedisError> = redis::cmd("INFO").arg("server").query_async(conn).await;
+    let found = match info {
+        Ok(reply) => texts_of(&reply)
+            .iter()
+            .map(|text| from_info(text))
+            .collect::<Option<Vec<Server>>>()
+            .filter(|all| !all.is_empty()),
+        Err(err) if !refused_command(&err) => return Err(ServerProblem::Redis(err)),
+        Err(info_err) => {
+            let hello: Result<Value, RedisError> = redis::cmd("HELLO").query_async(conn).await;
+            match hello {
+                Ok(reply) => from_hello(&reply).map(|s| vec![s]),
+                Err(err) if !refused_command(&err) => return Err(ServerProblem::Redis(err)),
+                Err(hello_err) => {
+                    return Err(ServerProblem::Unknown(format!(
+                        "INFO server answered `{info_err}` and HELLO `{hello_err}`"
+                    )))
+                }
+            }
+        }
+    };
+    let Some(mut servers) = found else {
+        return Err(ServerProblem::Unknown(
+            "INFO server and HELLO named no redis_version / valkey_version".to_owned(),
+        ));
+    };
+    servers.sort_by_key(|s| s.version);
+    let server = servers.swap_remove(0);
+    if server.version < server.oldest() {
+        return Err(ServerProblem::TooOld(server));
+    }
+    Ok(server)
+}
+
+/// Whether the server answered that it will not run the command (unknown, renamed or
+/// forbidden by the ACL: `ERR`, `NOPERM`), as opposed to failing otherwise (the
+/// connection, the credentials, loading...), which says nothing of its version.
+fn refused_command(err: &RedisError) -> bool {
+    match err.code() {
+        Some("NOPERM") => true,
+        // `unknown command 'INFO'`: renamed away. Any other ERR (a failed SELECT while
+        // connecting, say) is the connection's.
+        Some("ERR") => err
+            .detail()
+            .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command")),
+        _ => false,
+    }
+}
+
+/// Why a server is not used.
+#[derive(Debug)]
+pub(crate) enum ServerProblem {
+    /// The connection failed while asking.
+    Redis(RedisError),
+    /// Older than the scripts need.
+    TooOld(Server),
+    /// It would not say what it is.
+    Unknown(String),
+}
+
+impl ServerProblem {
+    /// What the server was found to be, for an unsupported one.
+    fn found(&self) -> Option<String> {
+        match self {
+            ServerProblem::Redis(_) => None,
+            ServerProblem::TooOld(server) => Some(format!("{} {}", server.product, server.version)),
+            ServerProblem::Unknown(detail) => {
+                Some(format!("a server that does not report its version ({detail})"))
+            }
+        }
+    }
+
+    pub(crate) fn into_error(self, target: &str, classify: impl FnOnce(&RedisError) -> Error) -> Error {
+        match (self.found(), self) {
+            (Some(found), _) => Error::UnsupportedServer {
+                target: target.to_owned(),
+                found,
+            },
+            (None, ServerProblem::Redis(err)) => classify(&err),
+            (None, _) => unreachable!("only a connection failure has nothing found"),
+        }
+    }
+}
+
+/// The text naming the oldest servers supported, for the error message.
+pub(crate) fn needed() -> String {
+    format!("Redis {OLDEST_REDIS} or later, or Valkey {OLDEST_VALKEY} or later")
+}
+
+/// How the server may drop keys when it is full: `maxmemory-policy` and `maxmemory`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    /// `noeviction`, `allkeys-lru`, `volatile-ttl`, ...
+    pub policy: String,
+    /// Bytes; 0 is no limit (nothing is ever evicted).
+    pub maxmemory: u64,
+}
+
+impl Eviction {
+    /// Whether the policy can evict a limiter's keys: every `allkeys-*` policy, and
+    /// every `volatile-*` one (the keys carry TTLs), once a `maxmemory` is set.
+    pub fn can_evict(&self) -> bool {
+        self.maxmemory > 0 && (self.policy.starts_with("allkeys-") || self.policy.starts_with("volatile-"))
+    }
+
+    /// What an operator is told when [`can_evict`](Self::can_evict).
+    pub fn warning(&self, target: &str) -> String {
+        format!(
+            "Redis at `{target}` can evict rate limiter keys (maxmemory-policy {}, maxmemory {} bytes): \
+             an evicted key forgets its grants, so that limit starts again from a full window; \
+             set maxmemory-policy noeviction (see RELIABILITY.md, \"When Redis loses data\")",
+            self.policy, self.maxmemory
+        )
+    }
+}
+
+/// Reads the eviction policy with `CONFIG GET maxmemory*` (one pattern: Redis 6.2
+/// takes no more), or `INFO memory` where CONFIG is forbidden (managed services, ACL
+/// users without `+config`). `Ok(None)`: neither said (a server without them).
+pub async fn read_eviction(conn: &mut impl ConnectionLike) -> Result<Option<Eviction>, RedisError> {
+    let config: Result<Value, RedisError> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory*")
+        .query_async(conn)
+        .await;
+    match config {
+        Ok(reply) => {
+            if let Some(found) = from_config(&reply) {
+                return Ok(Some(found));
+            }
+        }
+        Err(err) if err.is_io_error() || err.is_timeout() => return Err(err),
+        Err(_) => {}
+    }
+    let info: Value = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    // A cluster answers every node's: the first that can evict, else the first.
+    let all: Vec<Eviction> = texts_of(&info)
+        .iter()
+        .filter_map(|t| from_info_memory(t))
+        .collect();
+    Ok(all.iter().find(|e| e.can_evict()).or(all.first()).cloned())
+}
+
+fn from_config(reply: &Value) -> Option<Eviction> {
+    let pairs: Vec<(String, String)> = match reply {
+        Value::Map(map) => map
+            .iter()
+            .filter_map(|(k, v)| Some((text_of(k)?, text_of(v)?)))
+            .collect(),
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .filter_map(|p| Some((text_of(&p[0])?, text_of(&p[1])?)))
+            .collect(),
+        _ => return None,
+    };
+    let field = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    Some(Eviction {
+        policy: field("maxmemory-policy")?,
+        maxmemory: field("maxmemory")?.parse().ok()?,
+    })
+}
+
+fn from_info_memory(text: &str) -> Option<Eviction> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
+    };
+    Some(Eviction {
+        policy: field("maxmemory_policy")?.to_owned(),
+        maxmemory: field("maxmemory")?.parse().ok()?,
+    })
+}
+
+/// What the client knows of its server, checked on connect and then about once a
+/// minute from the deciding path (in a task of its own, never on a call's way):
+/// the eviction policy, the connection's name, and, for a client that connected
+/// lazily, the version.
+#[derive(Default)]
+pub(crate) struct Health {
+    /// Client-clock ms at which the next check is due; 0: at the next decision.
+    next_check: AtomicU64,
+    running: AtomicBool,
+    /// Whether the last policy read could evict (the warning is logged on the change).
+    evicting: AtomicBool,
+    /// Whether the version was read (eager connect reads it before the client exists).
+    version_known: AtomicBool,
+    /// A lazily connected client's server turned out older than supported.
+    refused: AtomicBool,
+    found: std::sync::OnceLock<String>,
+}
+
+/// How often the policy is read again.
+pub(crate) const CHECK_EVERY_MS: u64 = 60_000;
+
+/// The name connections announce (`CLIENT SETNAME`), shown by `CLIENT LIST`.
+pub const CONNECTION_NAME: &str = "redlimit";
+
+impl Health {
+    pub(crate) fn new(version_known: bool) -> Health {
+        let health = Health::default();
+        health.version_known.store(version_known, Ordering::Relaxed);
+        health
+    }
+
+    /// Whether a check is due at `now` (client-clock ms): a relaxed load and a compare.
+    #[inline]
+    pub(crate) fn due(&self, now: u64) -> bool {
+        let next = self.next_check.load(Ordering::Relaxed);
+        // A clock set back by more than a period checks again too.
+        now >= next || next > now.saturating_add(2 * CHECK_EVERY_MS)
+    }
+
+    /// The next decision checks again (a connection was lost and is made anew: name it).
+    pub(crate) fn check_soon(&self) {
+        self.next_check.store(0, Ordering::Relaxed);
+    }
+
+    /// Takes the check at `now`; false when another is running.
+    pub(crate) fn begin(&self, now: u64) -> bool {
+        if self.running.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        self.next_check
+            .store(now.saturating_add(CHECK_EVERY_MS), Ordering::Relaxed);
+        true
+    }
+
+    /// The error every call answers once the server was found older than supported.
+    #[inline]
+    pub(crate) fn refusal(&self, target: &str) -> Option<Error> {
+        if !self.refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(Error::UnsupportedServer {
+            target: target.to_owned(),
+            found: self.found.get().cloned().unwrap_or_default(),
+        })
+    }
+
+    /// Notes a policy read: logs one warning when it newly can evict, and sets the
+    /// `redlimit_redis_evictable{server}` gauge (1: keys can be evicted, 0: they
+    /// cannot), `server` being the client's URL with its password hidden (one series
+    /// per client a process makes).
+    pub(crate) fn record_eviction(&self, eviction: &Eviction, target: &str) {
+        let evicting = eviction.can_evict();
+        #[cfg(feature = "metrics")]
+        metrics::gauge!("redlimit_redis_evictable", "server" => target.to_owned()).set(if evicting {
+            1.0
+        } else {
+            0.0
+        });
+        if self.evicting.swap(evicting, Ordering::Relaxed) != evicting && evicting {
+            tracing::warn!(
+                policy = %eviction.policy,
+                maxmemory = eviction.maxmemory,
+                "{}",
+                eviction.warning(target)
+            );
+        }
+    }
+
+    /// One check on `conn`: names the connection, reads the version when not yet
+    /// known and the eviction policy. Failures are left to the calls to report.
+    pub(crate) async fn check(&self, conn: &mut impl ConnectionLike, target: &str) {
+        let _: Result<(), RedisError> = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(CONNECTION_NAME)
+            .query_async(conn)
+            .await;
+        if !self.version_known.load(Ordering::Relaxed) {
+            match read_server(conn).await {
+                Ok(_) => self.version_known.store(true, Ordering::Relaxed),
+                Err(ServerProblem::Redis(_)) => {}
+                Err(problem) => {
+                    let found = problem.found().unwrap_or_default();
+                    tracing::error!("Redis at `{target}` is {found}, and redlimit needs {}", needed());
+                    let _ = self.found.set(found);
+                    self.refused.store(true, Ordering::Relaxed);
+                    self.version_known.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        if let Ok(Some(eviction)) = read_eviction(conn).await {
+            self.record_eviction(&eviction, target);
+        }
+    }
+
+    pub(crate) fn end(&self) {
+        self.running.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_of_each_server() {
+        let redis62 = "# Server\r\nredis_version:6.2.14\r\nredis_git_sha1:40305114\r\n";
+        assert_eq!(
+            from_info(redis62),
+            Some(Server {
+                product: "Redis",
+                version: Version(6, 2, 14)
+            })
+        );
+        let valkey = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n";
+        assert_eq!(
+            from_info(valkey),
+            Some(Server {
+                product: "Valkey",
+                version: Version(8, 1, 8)
+            })
+        );
+        assert_eq!(from_info("# Server\r\nos:Linux\r\n"), None);
+        assert_eq!(from_info("redis_version:banana\r\n"), None);
+        assert!(Version(6, 0, 20) < OLDEST_REDIS && Version(6, 2, 0) >= OLDEST_REDIS);
+        assert!(Version(10, 0, 0) > Version(7, 4, 2), "numbers compare as numbers");
+        let hello = Value::Array(
+            ["server", "valkey", "version", "8.1.8", "proto"]
+                .iter()
+                .map(|s| Value::BulkString(s.as_bytes().to_vec()))
+                .chain([Value::Int(2)])
+                .collect(),
+        );
+        assert_eq!(
+            from_hello(&hello),
+            Some(Server {
+                product: "Valkey",
+                version: Version(8, 1, 8)
+            })
+        );
+    }
+
+    #[test]
+    fn eviction_policies() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = Value::Array(
+            [
+                "maxmemory",
+                "1000000",
+                "maxmemory-policy",
+                "allkeys-lru",
+                "maxmemory-samples",
+                "5",
+            ]
+            .map(bulk)
+            .to_vec(),
+        );
+        let found = from_config(&reply).unwrap();
+        assert_eq!(found.policy, "allkeys-lru");
+        assert!(found.can_evict());
+        for (policy, maxmemory, evicts) in [
+            ("volatile-ttl", 1, true),
+            ("volatile-lfu", 1, true),
+            ("allkeys-random", 1, true),
+            ("noeviction", 1, false),
+            ("allkeys-lru", 0, false),
+        ] {
+            let e = Eviction {
+                policy: policy.to_owned(),
+                maxmemory,
+            };
+            assert_eq!(e.can_evict(), evicts, "{e:?}");
+        }
+        let info = "# Memory\r\nused_memory:1\r\nmaxmemory:2048\r\nmaxmemory_human:2.00K\r\nmaxmemory_policy:volatile-lru\r\n";
+        assert_eq!(
+            from_info_memory(info),
+            Some(Eviction {
+                policy: "volatile-lru".to_owned(),
+                maxmemory: 2048
+            })
+        );
+    }
+}
