@@ -5,3 +5,4 @@ pub use crate::checks::{Fallback, KeyPart};
 pub use crate::key_buf::{KeyBuf, MAX_VALUE_LEN};
 pub use crate::limiter::check_bucket;
 pub use crate::site::{decide, Granted, OnError, RuleSpec, Site};
+pub use std::borrow::Cow;
