@@ -13,5 +13,7 @@ pub use client_ip::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEF
 
 #[cfg(feature = "axum")]
 pub mod axum;
+#[cfg(feature = "serde")]
+mod config;
 #[cfg(feature = "tower")]
 pub mod tower;
