@@ -295,3 +295,14 @@ fn one_rule_with_its_name() {
         .to_string();
     assert!(error.contains("field `name` is missing"), "{error}");
 }
+
+/// The error the README shows.
+#[test]
+fn the_readmes_error() {
+    let text = "[rules.api]\nrate = 20\ninterval = \"60\"\nkey = { header = \"x-api-key\" }\n";
+    let error = refused(text);
+    let line =
+        "rule `api`: field `interval`: `60` has no known unit after `60`; write whole numbers with units \
+                (ms, s, m, h, d), largest first, e.g. \"250ms\", \"60s\" or \"1m30s\"";
+    assert!(error.lines().any(|l| l == line), "{error}");
+}

@@ -1,34 +1,5 @@
 //! Layer rules from configuration (cargo feature `serde`): a [`LayerRule`] or a whole
 //! layer's [`LayerConfig`] read by any serde format (TOML, YAML, JSON, ...).
-//!
-//! ```toml
-//! # Optional layer settings.
-//! timeout = "250ms"            # wait up to this for permits (default: refuse at once)
-//! success_fields = true        # RateLimit-Policy and RateLimit on granted responses
-//! x_ratelimit_headers = false  # X-RateLimit-Limit, -Remaining, -Reset too
-//!
-//! # One table per rule, named by its key; all decided on each request, all or nothing.
-//! [rules.login]
-//! rate = 5
-//! interval = "1m"              # a number and a unit: ms, s, m, h, d ("1m30s")
-//! key = "client_ip"            # "global" (default), "client_ip",
-//!                              # { header = "x-api-key" }, { path_param = "user_id" }
-//!
-//! [rules.api]
-//! rate = 100
-//! interval = "1s"
-//! key = { header = "x-api-key" }
-//! missing_key = "unauthorized" # "share" (default), "bad_request", "unauthorized"
-//! message = "API quota exceeded"
-//! exempt = ["partner-key"]
-//! # Also: mode = "overall" | "per_client", permits = 1, on_error = "local" | "allow"
-//! # | "deny", shadow = false, algorithm = "sliding_window" | "token_bucket",
-//! # burst = 10, warmup = "30s".
-//! ```
-//!
-//! Every rule is checked as it is read, as [`RateLimitLayerBuilder::build`] checks it:
-//! an error names the rule and the field (`rule `api`: field `interval`: ...`). An
-//! unknown field, a field given twice and a rule named twice are errors too.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -39,9 +10,40 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 
 use crate::tower::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, RateLimitLayerBuilder};
 
-/// A layer's rules and settings as read from configuration: see the [module](self)
-/// docs for the format. [`builder`](LayerConfig::builder) makes the layer's builder,
-/// to which code adds what configuration cannot say (the client, trusted proxies).
+/// A layer's rules and settings as read from configuration (cargo feature `serde`), in
+/// any format serde reads (TOML, YAML, JSON, ...). [`builder`](LayerConfig::builder)
+/// makes the layer's builder, to which code adds what configuration cannot say (the
+/// client, trusted proxies). A [`LayerRule`] alone reads the same fields, with its
+/// `name` among them.
+///
+/// ```toml
+/// # Optional layer settings.
+/// timeout = "250ms"            # wait up to this for permits (default: refuse at once)
+/// success_fields = true        # RateLimit-Policy and RateLimit on granted responses
+/// x_ratelimit_headers = false  # X-RateLimit-Limit, -Remaining, -Reset too
+///
+/// # One table per rule, named by its key; all decided on each request, all or nothing.
+/// [rules.login]
+/// rate = 5
+/// interval = "1m"              # whole numbers with units: ms, s, m, h, d ("1m30s")
+/// key = "client_ip"            # "global" (default), "client_ip",
+///                              # { header = "x-api-key" }, { path_param = "user_id" }
+///
+/// [rules.api]
+/// rate = 100
+/// interval = "1s"
+/// key = { header = "x-api-key" }
+/// missing_key = "unauthorized" # "share" (default), "bad_request", "unauthorized"
+/// message = "API quota exceeded"
+/// exempt = ["partner-key"]
+/// # Also: mode = "overall" | "per_client", permits = 1, on_error = "local" | "allow"
+/// # | "deny", shadow = false, algorithm = "sliding_window" | "token_bucket",
+/// # burst = 10, warmup = "30s".
+/// ```
+///
+/// Every rule is checked as it is read, as [`RateLimitLayerBuilder::build`] checks it:
+/// an error names the rule and the field, as in "rule \`api\`: field \`interval\`: ...".
+/// An unknown field, a field given twice and a rule named twice are errors too.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayerConfig {

@@ -20,6 +20,8 @@
 //! reach another key; a rule keyed [`Key::global`] is `<prefix><name>`. A request a rule
 //! finds no value for (no such header) shares one limiter with every other such
 //! request of that rule: leaving a header out never escapes the limit.
+//! A rule may refuse such requests instead, with 400 or 401 naming the header
+//! ([`LayerRule::missing_key`]).
 //!
 //! The layer and its clones share their state: a limit on a router holds across all
 //! its routes and every clone the server makes.
