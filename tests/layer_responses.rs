@@ -299,8 +299,15 @@ async fn a_rule_can_refuse_requests_without_its_key() {
         .client(Client::memory())
         .rule(
             LayerRule::new("tenant", 5, MINUTE)
+                // A value of blanks (a closure may make one; HTTP trims a header's) is
+                // no value.
                 .key(Key::with(|parts| {
-                    parts.headers.get("x-tenant")?.to_str().ok().map(str::to_owned)
+                    let tenant = parts.headers.get("x-tenant")?.to_str().ok()?;
+                    Some(if tenant == "blank" {
+                        " \t ".to_owned()
+                    } else {
+                        tenant.to_owned()
+                    })
                 }))
                 .missing_key(MissingKey::BadRequest),
         )
@@ -316,6 +323,7 @@ async fn a_rule_can_refuse_requests_without_its_key() {
         "{}",
         reply.body
     );
+    assert_eq!(get_a(addr, &[("x-tenant", "blank")]).await.status, 400);
     assert_eq!(get_a(addr, &[("x-tenant", "t1")]).await.status, 200);
 }
 
