@@ -250,6 +250,11 @@ fn attack_files_a_layer_must_refuse_name_the_rule_and_the_field() {
             ),
             &["a"],
         ),
+        // Rules are a table by name, not a list.
+        (
+            "[[rules]]\nname = \"a\"\nrate = 1\ninterval = \"1s\"".to_owned(),
+            &["a table of rules by name"],
+        ),
         // A layer needs a rule; settings are checked too.
         ("rules = {}".to_owned(), &["`rules` is empty"]),
         ("timeout = \"1s\"".to_owned(), &["rules"]),
