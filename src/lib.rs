@@ -37,7 +37,9 @@ pub use redlimit_runtime::{
 #[cfg(feature = "axum")]
 pub mod axum {
     pub use redlimit_edge::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
-    pub use redlimit_runtime::{ProblemJson, RATELIMIT, RATELIMIT_POLICY};
+    pub use redlimit_runtime::{
+        ProblemJson, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    };
 }
 
 // A tower layer (cargo feature `tower`, included in `axum` and `tonic`): the module,

@@ -30,7 +30,7 @@ enum AppError {
         key: String,
         rule: usize,
         retry_after: Option<Duration>,
-        message: Option<&'static str>,
+        message: Option<String>,
     },
 }
 
@@ -40,7 +40,7 @@ impl From<RateLimited> for AppError {
             key: limited.key().to_owned(),
             rule: limited.rule(),
             retry_after: limited.retry_after(),
-            message: limited.message(),
+            message: limited.message().map(str::to_owned),
         }
     }
 }
@@ -72,7 +72,7 @@ async fn user_1_is_limited_and_user_2_is_not() {
     assert_eq!(key, "rate_limit:per_user:1");
     assert_eq!(rule, 0);
     assert!(retry_after.unwrap() > Duration::from_secs(59));
-    assert_eq!(message, Some("slow down"));
+    assert_eq!(message.as_deref(), Some("slow down"));
     assert_eq!(per_user(2).await, Ok(2));
 }
 

@@ -31,7 +31,7 @@ async fn misuse_refuses_and_names_the_enforced_rule() {
     );
     assert_eq!(refused.rule(), 1, "the enforced rule, not the shadow one");
     assert_eq!(refused.message(), Some("enforced"));
-    assert_eq!(refused.limit().map(|l| l.name), Some("misuse:enforced"));
+    assert_eq!(refused.limit().map(|l| &*l.name), Some("misuse:enforced"));
     let refused = local_policy().await.unwrap_err();
     assert!(
         refused.cause().is_some_and(|c| !c.is_backend_failure()),

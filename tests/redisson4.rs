@@ -409,7 +409,9 @@ async fn release_and_update_fail_before_writing_on_a_log_that_does_not_decode() 
 async fn every_rule_decision_refreshes_the_three_ttls() {
     let (_server, client, _clock, mut raw) = setup().await;
     let keys = ["ttl:rule", "{ttl:rule}:value", "{ttl:rule}:permits"];
-    let rule = [Rule::new("ttl:rule", 1, MIN)];
+    // every refusal asked of Redis (a refusal answered in process leaves the TTLs
+    // where Redis last set them)
+    let rule = [Rule::new("ttl:rule", 1, MIN).local_refusals(false)];
     assert!(
         client.check_rules(&rule).await.unwrap().allowed,
         "creates the config"

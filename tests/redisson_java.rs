@@ -902,7 +902,13 @@ async fn worker() {
     let start: u64 = std::env::var("INTEROP_START").unwrap().parse().unwrap();
     let period: u64 = std::env::var("INTEROP_PERIOD").unwrap().parse().unwrap();
     let offset: u64 = std::env::var("INTEROP_OFFSET").unwrap().parse().unwrap();
-    let client = Client::connect(&url).await.unwrap();
+    // Four processes of 16 tasks and two JVMs share 2 cores: a command may wait its
+    // turn longer than the default 250 ms.
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&url)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(start.saturating_sub(now_ms()))).await;
     let until = Instant::now() + Duration::from_millis((start + CONTENTION_MS).saturating_sub(now_ms()));
     let tasks: Vec<_> = (0..THREADS)

@@ -5,7 +5,8 @@
 //!   the one forwarding header trusted proxies write, walked from the right.
 //! - With the `axum` feature, [`ClientIp`] is an extractor (see [`axum`]).
 //! - With the `tower` feature, [`tower::RateLimitLayer`] limits every request through a
-//!   router or a gRPC server (`axum` and `tonic` add their responses).
+//!   router or a gRPC server (`axum` and `tonic` add their responses); with `serde`,
+//!   its rules read from configuration (`tower::LayerConfig`).
 
 mod client_ip;
 
@@ -13,5 +14,7 @@ pub use client_ip::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEF
 
 #[cfg(feature = "axum")]
 pub mod axum;
+#[cfg(feature = "serde")]
+mod config;
 #[cfg(feature = "tower")]
 pub mod tower;

@@ -21,6 +21,8 @@
 //! reach another key; a rule keyed [`Key::global`] is `<prefix><name>`. A request a rule
 //! finds no value for (no such header) shares one limiter with every other such
 //! request of that rule: leaving a header out never escapes the limit.
+//! A rule may refuse such requests instead, with 400 or 401 naming the header
+//! ([`LayerRule::missing_key`]).
 //!
 //! The layer and its clones share their state: a limit on a router holds across all
 //! its routes and every clone the server makes.
@@ -40,7 +42,7 @@ use http::{HeaderName, HeaderValue, Request, Response};
 use redlimit_runtime::private::{check_bucket, Granted, KeyBuf, RuleSpec, Site};
 use redlimit_runtime::{
     Algorithm, BucketShape, Client, Error, OnError, RateLimited, RateLimiterConfig, RateType, RATELIMIT,
-    RATELIMIT_POLICY,
+    RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
 };
 use smallvec::SmallVec;
 use tower_layer::Layer;
@@ -48,6 +50,9 @@ use tower_service::Service;
 
 use crate::client_ip::{one_setting, ReadBy};
 use crate::{ClientIp, TrustedProxies};
+
+#[cfg(feature = "serde")]
+pub use crate::config::LayerConfig;
 
 /// A request's permits for a rule, computed from the request.
 type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
@@ -94,10 +99,12 @@ impl Key {
     }
 
     /// A matched path parameter, such as `user_id` in `/users/{user_id}` (axum). Path
-    /// parameters exist once a route matched: add the layer with `Router::route_layer`
-    /// (`Router::layer` also wraps the fallback, where no route matched) or on the
-    /// route itself. A request without the parameter is refused as misconfigured (500);
-    /// one whose parameter is not UTF-8 shares one limiter with all such.
+    /// parameters exist once a route matched: add the layer with `Router::route_layer`,
+    /// `Router::layer` or on the route itself. Under `Router::layer`, a request no route
+    /// matches goes on to the router's fallback (404) without this rule, the other
+    /// rules still deciding. A matched route without the parameter (a misspelt name),
+    /// and a layer outside the router, are refused as misconfigured (500), never let
+    /// through unlimited; a parameter that is not UTF-8 shares one limiter with all such.
     #[cfg(feature = "axum")]
     pub fn path_param(name: &str) -> Key {
         Key(KeyKind::PathParam(name.to_owned()))
@@ -126,11 +133,29 @@ impl fmt::Debug for Key {
     }
 }
 
+/// What a rule does with a request that has no value for its key: no such header, an
+/// empty or all-whitespace one, `None` from [`Key::with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum MissingKey {
+    /// All such requests share one limiter of the rule (the default): leaving the
+    /// value out never escapes the limit.
+    #[default]
+    Share,
+    /// Refused with 400 Bad Request, the body naming what is missing (`This request
+    /// needs the x-api-key header`); nothing is spent.
+    BadRequest,
+    /// Refused the same way with 401 Unauthorized (for a key that is a credential).
+    /// The response has no `WWW-Authenticate`: the scheme is the application's.
+    Unauthorized,
+}
+
 /// One rule of a [`RateLimitLayer`], in the attribute's vocabulary: `rate` permits per
 /// `interval` on the limiter `<name>:<key value>`.
 #[derive(Clone)]
 pub struct LayerRule {
-    name: &'static str,
+    name: Cow<'static, str>,
     key: Key,
     rate: u64,
     interval: Duration,
@@ -138,7 +163,8 @@ pub struct LayerRule {
     permits: u64,
     cost: Option<Arc<CostFn>>,
     on_error: OnError,
-    message: Option<&'static str>,
+    message: Option<Cow<'static, str>>,
+    missing_key: MissingKey,
     shadow: bool,
     exempt: HashSet<String>,
     algorithm: Algorithm,
@@ -150,10 +176,11 @@ impl LayerRule {
     /// `rate` permits per `interval`, one limiter for every request (see
     /// [`key`](LayerRule::key)), shared by every process (overall mode), 1 permit per
     /// request, the in-process limiter while the backend fails (`on_error` local).
-    /// `name` names the rule in keys, logs and the `RateLimit` fields.
-    pub fn new(name: &'static str, rate: u64, interval: Duration) -> LayerRule {
+    /// `name` names the rule in keys, logs and the `RateLimit` fields: a `&'static
+    /// str` or a `String` read from configuration.
+    pub fn new(name: impl Into<Cow<'static, str>>, rate: u64, interval: Duration) -> LayerRule {
         LayerRule {
-            name,
+            name: name.into(),
             key: Key::global(),
             rate,
             interval,
@@ -162,6 +189,7 @@ impl LayerRule {
             cost: None,
             on_error: OnError::Local,
             message: None,
+            missing_key: MissingKey::Share,
             shadow: false,
             exempt: HashSet::new(),
             algorithm: Algorithm::SlidingWindow,
@@ -227,9 +255,22 @@ impl LayerRule {
     }
 
     /// The refusal's message (the 429's body).
-    pub fn message(mut self, message: &'static str) -> Self {
-        self.message = Some(message);
+    pub fn message(mut self, message: impl Into<Cow<'static, str>>) -> Self {
+        self.message = Some(message.into());
         self
+    }
+
+    /// What to do with a request that has no value for the key (default
+    /// [`MissingKey::Share`]: one limiter for all of them). For keys a request can
+    /// lack: a header, a path parameter, [`Key::with`].
+    pub fn missing_key(mut self, missing_key: MissingKey) -> Self {
+        self.missing_key = missing_key;
+        self
+    }
+
+    /// The rule's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Decide and report (a warning, at most once per 10 s), but never refuse: to roll
@@ -262,6 +303,8 @@ impl fmt::Debug for LayerRule {
             .field("permits", &self.permits)
             .field("cost", &self.cost.as_ref().map(|_| ".."))
             .field("on_error", &self.on_error)
+            .field("message", &self.message)
+            .field("missing_key", &self.missing_key)
             .field("shadow", &self.shadow)
             .field("exempt", &self.exempt)
             .field("algorithm", &self.algorithm)
@@ -291,6 +334,7 @@ pub struct RateLimitLayerBuilder {
     trusted: Option<TrustedProxies>,
     timeout: Option<Duration>,
     no_success_fields: bool,
+    x_ratelimit: bool,
 }
 
 impl RateLimitLayerBuilder {
@@ -331,6 +375,21 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Also adds `X-RateLimit-Limit` and `X-RateLimit-Remaining` to granted responses
+    /// (with the success fields' rule), and `X-RateLimit-Limit`, `X-RateLimit-Remaining:
+    /// 0` and `X-RateLimit-Reset` (seconds, as `Retry-After`) to 429s, beside the IETF
+    /// fields, for clients that read those (default false).
+    pub fn x_ratelimit_headers(mut self, on: bool) -> Self {
+        self.x_ratelimit = on;
+        self
+    }
+
+    /// Adds every rule of `rules`, in order (rules read from configuration).
+    pub fn rules(mut self, rules: impl IntoIterator<Item = LayerRule>) -> Self {
+        self.rules.extend(rules);
+        self
+    }
+
     /// Checks the rules: at least one; distinct names, not empty; rate, interval and
     /// permits as a limiter accepts them; header names valid; no empty exempt value.
     pub fn build(self) -> Result<RateLimitLayer, InvalidLayer> {
@@ -346,21 +405,21 @@ impl RateLimitLayerBuilder {
         for rule in self.rules {
             check_rule(&rule)?;
             templates.push(template(&rule));
-            if !names.insert(rule.name) {
+            if !names.insert(rule.name.clone()) {
                 return Err(InvalidLayer(format!(
                     "two rules are named `{}`: their limiters would be the same keys; give each rule its own name",
                     rule.name
                 )));
             }
             specs.push(RuleSpec {
-                name: rule.name,
+                name: rule.name.clone(),
                 shadow: rule.shadow,
                 rate: rule.rate,
                 interval: rule.interval,
                 mode: rule.mode,
                 permits: rule.permits,
                 on_error: rule.on_error,
-                message: rule.message,
+                message: rule.message.clone(),
                 bucket: match rule.algorithm {
                     Algorithm::TokenBucket => Some(shape(&rule)),
                     Algorithm::SlidingWindow => None,
@@ -369,38 +428,41 @@ impl RateLimitLayerBuilder {
             let key = match rule.key.0 {
                 KeyKind::Global => Extract::Global,
                 KeyKind::ClientIp => Extract::ClientIp,
-                KeyKind::Header(name) => {
-                    Extract::Header(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                        InvalidLayer(format!(
-                            "rule `{}`: `{name}` is not a header name; write e.g. \"x-api-key\"",
-                            rule.name
-                        ))
-                    })?)
-                }
+                KeyKind::Header(name) => Extract::Header(header_name(&rule.name, &name)?),
                 #[cfg(feature = "axum")]
                 KeyKind::PathParam(name) => Extract::PathParam(name),
                 KeyKind::With(f, _) => Extract::With(f),
             };
             let limit = specs[specs.len() - 1].limit();
             let policy = HeaderValue::from_str(&limit.policy_field()).ok();
+            let missing = match (rule.missing_key, &key) {
+                (MissingKey::Share, _) => None,
+                (refuse, Extract::Header(header)) => Some((format!("the {header} header"), refuse)),
+                #[cfg(feature = "axum")]
+                (refuse, Extract::PathParam(param)) => Some((format!("the path parameter {param}"), refuse)),
+                (refuse, Extract::With(_)) => Some(("a value for its key".to_owned(), refuse)),
+                (_, Extract::Global | Extract::ClientIp) => unreachable!("refused by check_rule"),
+            };
             // `"name";r=0` less its digits: what every `RateLimit` field starts with.
             let mut state = limit.state_field(0, None);
             state.pop();
             rules.push(Keyed {
                 name: rule.name,
                 policy,
+                missing,
                 state,
                 key,
                 cost: rule.cost,
                 exempt: rule.exempt,
             });
         }
-        let per_request = rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
         let keys_client_ip = rules.iter().position(|r| matches!(r.key, Extract::ClientIp));
         #[cfg(feature = "axum")]
         let needs_path = rules.iter().any(|r| matches!(r.key, Extract::PathParam(_)));
         #[cfg(not(feature = "axum"))]
         let needs_path = false;
+        // A path parameter's rule does not apply where no route matched.
+        let per_request = needs_path || rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 site: Site::with_rules(specs, self.timeout, "RateLimitLayer").with_templates(templates),
@@ -414,6 +476,7 @@ impl RateLimitLayerBuilder {
                 trusted: self.trusted,
                 untrusted: TrustedProxies::default(),
                 success_fields: !self.no_success_fields,
+                x_ratelimit: self.x_ratelimit,
             }),
             respond: PlainText,
         })
@@ -449,8 +512,26 @@ fn template(rule: &LayerRule) -> String {
     format!("{name}:{{{value}}}")
 }
 
+/// What `build` checks of one rule, its header name included.
+#[cfg_attr(not(feature = "serde"), allow(dead_code))]
+pub(crate) fn check_rule_fully(rule: &LayerRule) -> Result<(), InvalidLayer> {
+    check_rule(rule)?;
+    if let KeyKind::Header(name) = &rule.key.0 {
+        header_name(&rule.name, name)?;
+    }
+    Ok(())
+}
+
+fn header_name(rule: &str, name: &str) -> Result<HeaderName, InvalidLayer> {
+    HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+        InvalidLayer(format!(
+            "rule `{rule}`: `{name}` is not a header name; write e.g. \"x-api-key\""
+        ))
+    })
+}
+
 fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
-    let name = rule.name;
+    let name = &*rule.name;
     let invalid = |problem: String| Err(InvalidLayer(format!("rule `{name}`: {problem}")));
     if name.is_empty() {
         return Err(InvalidLayer(
@@ -495,6 +576,13 @@ fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
             rule.permits
         ));
     }
+    if rule.missing_key != MissingKey::Share && matches!(rule.key.0, KeyKind::Global | KeyKind::ClientIp) {
+        return invalid(format!(
+            "missing_key = {:?} is for keys a request can lack (Key::header, Key::path_param, Key::with); \
+             this rule is keyed by {:?}, which every request has",
+            rule.missing_key, rule.key
+        ));
+    }
     if rule.exempt.contains("") {
         return invalid(
             "an empty exempt value would exempt every request that has no value for the key; \
@@ -507,9 +595,12 @@ fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
 
 /// A rule's key and per-request settings, next to its [`RuleSpec`] in the site.
 struct Keyed {
-    name: &'static str,
-    /// The rule's `RateLimit-Policy` field, the same on every response.
+    name: Cow<'static, str>,
+    /// The rule's `RateLimit-Policy` field, on every response decided at the rule's
+    /// own rate and interval.
     policy: Option<HeaderValue>,
+    /// What a request without a value lacks, and how it is refused; `None`: shared.
+    missing: Option<(String, MissingKey)>,
     /// The start of its `RateLimit` field, up to the remaining permits.
     state: String,
     key: Extract,
@@ -547,7 +638,13 @@ struct Shared {
     /// The setting when none is given: no proxy trusted.
     untrusted: TrustedProxies,
     success_fields: bool,
+    x_ratelimit: bool,
 }
+
+/// A path parameter's layer outside the router, where no route has matched yet.
+const OUTSIDE_ROUTER: &str = "no route has matched where the layer is: path parameters exist inside the \
+                              Router; add the layer with Router::route_layer or Router::layer (directly, \
+                              not inside another layer), or on a route";
 
 /// The missing peer address, said to whoever runs the server.
 const NO_PEER: &str = "the client address needs the peer's: serve axum with \
@@ -555,7 +652,17 @@ const NO_PEER: &str = "the client address needs the peer's: serve axum with \
 
 /// A rule's value for a request: `Ok(None)` for a global rule, `Ok(Some(""))` when the
 /// request carries none, `Err` when the layer cannot read it where it is mounted.
-type Value<'a> = Result<Option<Cow<'a, str>>, &'static str>;
+type Value<'a> = Result<Option<Cow<'a, str>>, NoValue>;
+
+/// Why a rule has no value for a request.
+#[derive(Debug, Clone, Copy)]
+enum NoValue {
+    /// The layer cannot read it where it is mounted: what to change.
+    Misconfigured(&'static str),
+    /// A path parameter of a request no route matched.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    NotRouted,
+}
 
 /// The client address when a rule is keyed by it: `Err` when the peer's is missing.
 type ReadClient = Option<Result<ClientIp, &'static str>>;
@@ -592,8 +699,8 @@ impl Shared {
             Extract::Global => Ok(None),
             Extract::ClientIp => match client {
                 Some(Ok(client)) => Ok(Some(Cow::Owned(client.to_string()))),
-                Some(Err(problem)) => Err(problem),
-                None => Err(NO_PEER),
+                Some(Err(problem)) => Err(NoValue::Misconfigured(problem)),
+                None => Err(NoValue::Misconfigured(NO_PEER)),
             },
             Extract::Header(name) => Ok(Some(
                 parts
@@ -608,11 +715,13 @@ impl Shared {
         }
     }
 
-    async fn decide(&self, parts: &mut Parts) -> Result<Granted, RateLimited> {
+    /// `routed`: the layer is inside an axum `Router` (it wraps a route or the
+    /// fallback), where a request without matched path parameters matched no route.
+    async fn decide(&self, parts: &mut Parts, routed: bool) -> Result<Granted, RateLimited> {
         let path = PathParams::read(self.needs_path, parts).await;
         let trusted = self.trust(parts).map_err(|problem| {
             let error = Error::InvalidConfig {
-                name: self.rules[self.trust_rule].name.to_owned(),
+                name: self.rules[self.trust_rule].name.to_string(),
                 problem,
             };
             self.site.refuse_misconfigured(self.trust_rule, error)
@@ -625,7 +734,7 @@ impl Shared {
             ),
             _ => None,
         };
-        let (keys, permits) = self.keys(parts, &path, &client)?;
+        let (keys, permits) = self.keys(parts, &path, &client, routed)?;
         if let Some(trusted) = trusted {
             let client = client.and_then(Result::ok);
             parts.extensions.insert(ReadBy { trusted, client });
@@ -635,22 +744,52 @@ impl Shared {
     }
 
     /// Each rule's limiter for the request, and its permits when they are per request.
-    fn keys(&self, parts: &Parts, path: &PathParams, client: &ReadClient) -> Result<Keys, RateLimited> {
+    fn keys(
+        &self,
+        parts: &Parts,
+        path: &PathParams,
+        client: &ReadClient,
+        routed: bool,
+    ) -> Result<Keys, RateLimited> {
         let mut keys = SmallVec::<[String; 2]>::new();
         let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
         for (i, (rule, spec)) in self.rules.iter().zip(self.site.rules()).enumerate() {
-            let value = match self.value(&rule.key, parts, path, client) {
+            let problem = match self.value(&rule.key, parts, path, client) {
+                Ok(value) => Ok(value),
+                // No route matched: the request goes on to the router's fallback (404),
+                // as without the layer; the other rules still apply.
+                Err(NoValue::NotRouted) if routed => {
+                    let mut key = KeyBuf::new();
+                    key.text(&rule.name);
+                    keys.push(key.finish());
+                    permits.push(0);
+                    continue;
+                }
+                Err(NoValue::NotRouted) => Err(OUTSIDE_ROUTER),
+                Err(NoValue::Misconfigured(problem)) => Err(problem),
+            };
+            let value = match problem {
                 Ok(value) => value,
                 Err(problem) => {
                     let error = Error::InvalidConfig {
-                        name: rule.name.to_owned(),
+                        name: rule.name.to_string(),
                         problem,
                     };
                     return Err(self.site.refuse_misconfigured(i, error));
                 }
             };
+            if let (Some((what, refuse)), Some(value)) = (&rule.missing, &value) {
+                if value.trim().is_empty() {
+                    let error = Error::MissingKey {
+                        rule: rule.name.to_string(),
+                        what: what.clone(),
+                        unauthorized: *refuse == MissingKey::Unauthorized,
+                    };
+                    return Err(self.site.refuse_without_key(i, error));
+                }
+            }
             let mut key = KeyBuf::new();
-            key.text(rule.name);
+            key.text(&rule.name);
             if let Some(value) = &value {
                 key.text(":");
                 key.value_str(value);
@@ -677,6 +816,7 @@ enum PathParams {
     /// A parameter is not UTF-8: the handler rejects it anyway; such requests share
     /// one limiter.
     NotUtf8,
+    /// No route matched (the router's fallback), or the layer is outside the router.
     Missing,
 }
 
@@ -693,6 +833,10 @@ impl PathParams {
         if !needed {
             return PathParams::Unread;
         }
+        // The router's fallback, or no router yet: no route matched.
+        if parts.extensions.get::<axum::extract::MatchedPath>().is_none() {
+            return PathParams::Missing;
+        }
         match RawPathParams::from_request_parts(parts, &()).await {
             Ok(params) => PathParams::Matched(params),
             Err(RawPathParamsRejection::InvalidUtf8InPathParam(_)) => PathParams::NotUtf8,
@@ -707,38 +851,55 @@ impl PathParams {
 
     #[cfg(feature = "axum")]
     fn get(&self, name: &str) -> Value<'_> {
-        let missing = "the path parameter is not in the request: add the layer with Router::route_layer, \
-                       or on the routes whose path has it";
+        let missing = "the path parameter is not in the route that matched: add the layer with \
+                       Router::route_layer, or on the routes whose path has it";
         match self {
             PathParams::Matched(params) => params
                 .iter()
                 .find(|(key, _)| *key == name)
                 .map(|(_, value)| Some(Cow::Borrowed(value)))
-                .ok_or(missing),
+                .ok_or(NoValue::Misconfigured(missing)),
             PathParams::NotUtf8 => Ok(Some(Cow::Borrowed(""))),
-            PathParams::Unread | PathParams::Missing => Err(missing),
+            PathParams::Unread => Err(NoValue::Misconfigured(missing)),
+            PathParams::Missing => Err(NoValue::NotRouted),
         }
     }
 }
 
 impl Shared {
     /// `RateLimit-Policy` and `RateLimit` of the tightest rule on a granted response.
+    /// The rate and window are the ones decided: a run-time override's when one applied.
     fn success_fields(&self, granted: &Granted, headers: &mut http::HeaderMap) {
         let Some((rule, remaining)) = granted.tightest else {
             return;
         };
-        let Some(keyed) = self.rules.get(rule) else {
+        let (Some(keyed), Some(spec)) = (self.rules.get(rule), self.site.rules().get(rule)) else {
             return;
         };
-        if let Some(policy) = &keyed.policy {
-            headers.insert(RATELIMIT_POLICY, policy.clone());
-            let mut state = String::with_capacity(keyed.state.len() + 20);
-            state.push_str(&keyed.state);
-            state.push_str(itoa::Buffer::new().format(remaining));
-            // From a String: no copy.
-            if let Ok(value) = HeaderValue::try_from(state) {
-                headers.insert(RATELIMIT, value);
+        let (rate, window) = granted.decided.unwrap_or((spec.rate, spec.interval));
+        if self.success_fields {
+            let policy = if (rate, window) == (spec.rate, spec.interval) {
+                keyed.policy.clone()
+            } else {
+                let mut limit = spec.limit();
+                limit.rate = rate;
+                limit.window = window;
+                HeaderValue::try_from(limit.policy_field()).ok()
+            };
+            if let Some(policy) = policy {
+                headers.insert(RATELIMIT_POLICY, policy);
+                let mut state = String::with_capacity(keyed.state.len() + 20);
+                state.push_str(&keyed.state);
+                state.push_str(itoa::Buffer::new().format(remaining));
+                // From a String: no copy.
+                if let Ok(value) = HeaderValue::try_from(state) {
+                    headers.insert(RATELIMIT, value);
+                }
             }
+        }
+        if self.x_ratelimit {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(rate));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
         }
     }
 }
@@ -905,16 +1066,31 @@ where
         let respond = self.respond.clone();
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
-            match shared.decide(&mut parts).await {
+            match shared.decide(&mut parts, behind_router::<S>()).await {
                 Ok(granted) => {
                     let mut response = inner.call(Request::from_parts(parts, body)).await?;
-                    if shared.success_fields {
+                    if shared.success_fields || shared.x_ratelimit {
                         shared.success_fields(&granted, response.headers_mut());
                     }
                     Ok(response)
                 }
-                Err(limited) => Ok(respond.refused(limited)),
+                Err(limited) => Ok(respond.refused(limited.x_ratelimit(shared.x_ratelimit))),
             }
         })
     }
+}
+
+/// Whether the layer wraps what an axum `Router` routes to (`Router::layer`,
+/// `route_layer`, a `MethodRouter`'s layer): there, a request without path parameters
+/// matched no route. Anywhere else (around the whole router, inside another layer) no
+/// route has matched yet, and a path parameter's rule refuses as misconfigured.
+#[cfg(feature = "axum")]
+fn behind_router<S: 'static>() -> bool {
+    std::any::TypeId::of::<S>() == std::any::TypeId::of::<axum::routing::Route>()
+}
+
+#[cfg(not(feature = "axum"))]
+#[allow(clippy::extra_unused_type_parameters)]
+fn behind_router<S: 'static>() -> bool {
+    false
 }

@@ -138,7 +138,7 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
             None => quote!(::core::option::Option::None),
         };
         let message = match &rule.message {
-            Some(m) => quote!(::core::option::Option::Some(#m)),
+            Some(m) => quote!(::core::option::Option::Some(#krate::__private::Cow::Borrowed(#m))),
             None => quote!(::core::option::Option::None),
         };
         let name = match &rule.key {
@@ -150,7 +150,7 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
         };
         quote! {
             #krate::__private::RuleSpec {
-                name: #name,
+                name: #krate::__private::Cow::Borrowed(#name),
                 shadow: #shadow,
                 rate: #rate,
                 interval: ::core::time::Duration::from_millis(#interval_ms),

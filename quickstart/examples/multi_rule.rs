@@ -10,7 +10,7 @@ use redlimit::{rate_limit, RateLimited};
 #[derive(Debug)]
 enum OrderError {
     TooFast {
-        rule: &'static str,
+        rule: String,
         retry_after: Option<Duration>,
     },
 }
@@ -18,7 +18,7 @@ enum OrderError {
 impl From<RateLimited> for OrderError {
     fn from(limited: RateLimited) -> Self {
         OrderError::TooFast {
-            rule: limited.message().unwrap_or("?"),
+            rule: limited.message().unwrap_or("?").to_owned(),
             retry_after: limited.retry_after(),
         }
     }

@@ -194,7 +194,11 @@ impl ClientBuilder {
         Ok(self.finish_redis(conn, target, true, eviction))
     }
 
-    async fn connect_cluster_conn(&self, nodes: &[String], target: &Target) -> Result<(Conn, Option<Eviction>), Error> {
+    async fn connect_cluster_conn(
+        &self,
+        nodes: &[String],
+        target: &Target,
+    ) -> Result<(Conn, Option<Eviction>), Error> {
         let client = self.cluster_client(nodes, target)?;
         let mut conn = self
             .within_connect_timeout(client.get_async_connection(), target)

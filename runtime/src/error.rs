@@ -377,6 +377,19 @@ pub enum Error {
          call redlimit::set_default once, before the first rate-limited call"
     )]
     DefaultAlreadySet,
+
+    /// A request without a value for a layer rule's key, under a rule that refuses
+    /// such requests rather than sharing one limiter among them. Not a backend
+    /// failure: answered 400 (or 401) with `what` in the body.
+    #[error("rule `{rule}` refuses requests without {what}")]
+    MissingKey {
+        /// The rule.
+        rule: String,
+        /// What the request lacks, for the client: `the x-api-key header`.
+        what: String,
+        /// Answered 401 Unauthorized rather than 400 Bad Request.
+        unauthorized: bool,
+    },
 }
 
 fn while_connecting(connecting: &bool) -> &'static str {

@@ -16,7 +16,11 @@ impl From<RateLimited> for Status {
         match &limited.cause {
             None => {
                 let wait = limited.retry_after;
-                let mut message = limited.message.unwrap_or("rate limit exceeded").to_owned();
+                let mut message = limited
+                    .message
+                    .as_deref()
+                    .unwrap_or("rate limit exceeded")
+                    .to_owned();
                 if let Some(wait) = wait {
                     message.push_str(&format!("; retry in {} s", seconds_up(wait)));
                 }
@@ -32,12 +36,22 @@ impl From<RateLimited> for Status {
                 }
                 status
             }
-            Some(cause)
-                if cause.is_backend_failure() || matches!(**cause, crate::Error::MemoryFull { .. }) =>
-            {
-                Status::unavailable("service temporarily unavailable")
-            }
-            Some(_) => Status::internal("internal error"),
+            Some(cause) => match &**cause {
+                crate::Error::MissingKey {
+                    what, unauthorized, ..
+                } => {
+                    let message = format!("this request needs {what}");
+                    if *unauthorized {
+                        Status::unauthenticated(message)
+                    } else {
+                        Status::invalid_argument(message)
+                    }
+                }
+                cause if cause.is_backend_failure() || matches!(cause, crate::Error::MemoryFull { .. }) => {
+                    Status::unavailable("service temporarily unavailable")
+                }
+                _ => Status::internal("internal error"),
+            },
         }
     }
 }
@@ -56,6 +70,7 @@ mod tests {
             rule: 0,
             cause: None,
             limit: None,
+            x_ratelimit: false,
         }
     }
 

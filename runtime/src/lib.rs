@@ -80,7 +80,7 @@ pub use limiter::RateLimiter;
 pub use overrides::{OverrideOf, RateOverride, LIBRARY_SEGMENT};
 pub use refusal::{FromRateLimited, Limit, RateLimited};
 #[cfg(feature = "http")]
-pub use refusal::{RATELIMIT, RATELIMIT_POLICY};
+pub use refusal::{RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
 #[cfg(feature = "axum")]
 pub use response::ProblemJson;
 pub use rule::{Algorithm, BucketShape, Rule};

@@ -88,7 +88,7 @@ impl SiteCounters {
                 rules
                     .iter()
                     .map(|rule| {
-                        let rule = rule.name;
+                        let rule = rule.name.clone();
                         [
                             RuleOutcome::Allowed,
                             RuleOutcome::Limited,
@@ -100,7 +100,7 @@ impl SiteCounters {
                         .map(|outcome| {
                             metrics::counter!(
                                 "redlimit_decisions_total",
-                                "rule" => rule,
+                                "rule" => rule.clone(),
                                 "outcome" => outcome.label()
                             )
                         })

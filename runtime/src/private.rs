@@ -7,3 +7,4 @@ pub use crate::limiter::check_bucket;
 pub use crate::site::{decide, Granted, OnError, RuleSpec, Site};
 // For the CLI's `inspect`: the server's eviction policy, read as the client reads it.
 pub use crate::backend::server::{read_eviction, Eviction};
+pub use std::borrow::Cow;

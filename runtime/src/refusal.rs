@@ -1,6 +1,7 @@
 //! How a rate-limited function says no: [`RateLimited`], and [`FromRateLimited`] to
 //! turn it into the function's return type.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,18 +16,21 @@ use crate::Error;
 pub struct RateLimited {
     pub(crate) key: String,
     pub(crate) retry_after: Option<Duration>,
-    pub(crate) message: Option<&'static str>,
+    pub(crate) message: Option<Cow<'static, str>>,
     pub(crate) rule: usize,
     pub(crate) cause: Option<Arc<Error>>,
-    pub(crate) limit: Option<Limit>,
+    /// Boxed: a refusal stays small enough to return by value.
+    pub(crate) limit: Option<Box<Limit>>,
+    /// The response adds `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+    pub(crate) x_ratelimit: bool,
 }
 
 /// The limit a refusal came from: what the IETF `RateLimit-Policy` field describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limit {
-    /// The rule's name: its key template as written (`login:{ip}`), or the function's
-    /// path when it has no `key`. Never an interpolated key.
-    pub name: &'static str,
+    /// The rule's name: its key template as written (`login:{ip}`), the function's
+    /// path when it has no `key`, or a layer rule's name. Never an interpolated key.
+    pub name: Cow<'static, str>,
     /// Permits per window.
     pub rate: u64,
     /// The window.
@@ -38,14 +42,14 @@ impl Limit {
     /// in seconds, rounded up>`.
     pub fn policy_field(&self) -> String {
         let window = seconds_up(self.window).max(1);
-        format!("{};q={};w={window}", sf_string(self.name), self.rate)
+        format!("{};q={};w={window}", sf_string(&self.name), self.rate)
     }
 
     /// The IETF `RateLimit` field: `"<name>";r=<remaining>`, with `;t=<seconds>` when
     /// the time until enough permits return is known (a refusal's `retry_after`,
     /// rounded up).
     pub fn state_field(&self, remaining: u64, reset: Option<Duration>) -> String {
-        let mut field = format!("{};r={remaining}", sf_string(self.name));
+        let mut field = format!("{};r={remaining}", sf_string(&self.name));
         if let Some(reset) = reset {
             field.push_str(";t=");
             field.push_str(&seconds_up(reset).to_string());
@@ -61,6 +65,18 @@ pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ra
 /// [`Limit::state_field`]).
 #[cfg(feature = "http")]
 pub const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+
+/// `X-RateLimit-Limit: <rate>`, beside the IETF fields when asked for (see
+/// [`RateLimited::x_ratelimit`]).
+#[cfg(feature = "http")]
+pub const X_RATELIMIT_LIMIT: http::HeaderName = http::HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining: <permits left>`.
+#[cfg(feature = "http")]
+pub const X_RATELIMIT_REMAINING: http::HeaderName = http::HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset: <seconds until a refused request would pass>` (a delta, as the
+/// IETF field's `t`, not a timestamp), on refusals.
+#[cfg(feature = "http")]
+pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
 
 /// A name as a structured-field string (RFC 9651): printable ASCII, `"` and `\`
 /// escaped; anything else becomes `_`.
@@ -94,8 +110,8 @@ impl RateLimited {
     }
 
     /// The rule's `message`, if it has one.
-    pub fn message(&self) -> Option<&'static str> {
-        self.message
+    pub fn message(&self) -> Option<&str> {
+        self.message.as_deref()
     }
 
     /// Which rule refused: the index of its attribute on the function, in source order.
@@ -110,13 +126,21 @@ impl RateLimited {
 
     /// The refusing rule's limit (its name, rate and window).
     pub fn limit(&self) -> Option<&Limit> {
-        self.limit.as_ref()
+        self.limit.as_deref()
+    }
+
+    /// Whether the 429 this refusal answers with (cargo feature `axum`) also carries
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining` (0) and `X-RateLimit-Reset` (the
+    /// seconds `Retry-After` gives), beside the IETF fields; default false.
+    pub fn x_ratelimit(mut self, on: bool) -> Self {
+        self.x_ratelimit = on;
+        self
     }
 }
 
 impl fmt::Display for RateLimited {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.message {
+        match &self.message {
             Some(message) => f.write_str(message)?,
             None => write!(f, "rate limit exceeded for `{}`", self.key)?,
         }

@@ -44,7 +44,7 @@ pub(crate) fn register(specs: &[RuleSpec]) {
             .any(|r| r.name == spec.name && r.permits == spec.permits && r.bucket == spec.bucket);
         if !known {
             rules.push(Registered {
-                name: spec.name.to_owned(),
+                name: spec.name.to_string(),
                 permits: spec.permits,
                 bucket: spec.bucket,
             });

@@ -9,7 +9,9 @@ use std::fmt::Write;
 
 use crate::{FromRateLimited, RateLimited};
 
-use crate::refusal::{RATELIMIT, RATELIMIT_POLICY};
+use crate::refusal::{
+    RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
 
 use crate::refusal::seconds_up;
 
@@ -17,10 +19,22 @@ impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
     /// backend failed under `on_error = "deny"` or the in-process limiters are at their
     /// bound ([`Error::MemoryFull`](crate::Error::MemoryFull)), 500 when the limiter is
-    /// misconfigured.
+    /// misconfigured; 400 (or 401) when a layer rule refuses requests without a key.
     pub fn status(&self) -> StatusCode {
         match &self.cause {
             None => StatusCode::TOO_MANY_REQUESTS,
+            Some(cause)
+                if matches!(
+                    **cause,
+                    crate::Error::MissingKey {
+                        unauthorized: true,
+                        ..
+                    }
+                ) =>
+            {
+                StatusCode::UNAUTHORIZED
+            }
+            Some(cause) if matches!(**cause, crate::Error::MissingKey { .. }) => StatusCode::BAD_REQUEST,
             Some(cause) if cause.is_backend_failure() => StatusCode::SERVICE_UNAVAILABLE,
             Some(cause) if matches!(**cause, crate::Error::MemoryFull { .. }) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -47,6 +61,13 @@ impl RateLimited {
                     headers.insert(field, value);
                 }
             }
+            if self.x_ratelimit {
+                headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit.rate));
+                headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(0u64));
+                if let Some(wait) = wait {
+                    headers.insert(X_RATELIMIT_RESET, HeaderValue::from(wait));
+                }
+            }
         }
     }
 
@@ -54,7 +75,7 @@ impl RateLimited {
     fn body(&self) -> String {
         match self.status() {
             StatusCode::TOO_MANY_REQUESTS => {
-                let mut body = String::from(self.message.unwrap_or("Too many requests"));
+                let mut body = String::from(self.message.as_deref().unwrap_or("Too many requests"));
                 if let Some(wait) = self.retry_after {
                     let _ = write!(body, "; retry in {} s", seconds_up(wait));
                 }
@@ -62,7 +83,16 @@ impl RateLimited {
                 body
             }
             StatusCode::SERVICE_UNAVAILABLE => "Service temporarily unavailable\n".to_owned(),
-            _ => "Internal server error\n".to_owned(),
+            _ => match self.cause.as_deref() {
+                Some(crate::Error::MissingKey { what, .. }) => format!("This request needs {what}\n"),
+                // What the server's set-up lacks, in the library's own words (never a
+                // value the request sent): the rule's name and the fixed problem text.
+                Some(crate::Error::InvalidConfig { problem, .. }) => {
+                    let rule = self.limit.as_ref().map_or("", |limit| &limit.name);
+                    format!("Internal server error: rate limit rule `{rule}` is misconfigured: {problem}\n")
+                }
+                _ => "Internal server error\n".to_owned(),
+            },
         }
     }
 }
@@ -161,11 +191,12 @@ mod tests {
             message: None,
             rule: 0,
             cause: None,
-            limit: Some(Limit {
-                name: "login:{ip}",
+            limit: Some(Box::new(Limit {
+                name: "login:{ip}".into(),
                 rate: 5,
                 window: Duration::from_secs(60),
-            }),
+            })),
+            x_ratelimit: false,
         }
     }
 

@@ -28,8 +28,9 @@ pub enum OnError {
 /// checked when the layer is built).
 #[derive(Debug, Clone)]
 pub struct RuleSpec {
-    /// The key template as written, or the function's path: a bounded name.
-    pub name: &'static str,
+    /// The key template as written, the function's path, or a layer rule's name: a
+    /// bounded name (`Cow::Borrowed` in the attribute's statics).
+    pub name: Cow<'static, str>,
     /// Decided and reported, never refusing (to roll out a new limit safely).
     pub shadow: bool,
     pub rate: u64,
@@ -37,7 +38,7 @@ pub struct RuleSpec {
     pub mode: RateType,
     pub permits: u64,
     pub on_error: OnError,
-    pub message: Option<&'static str>,
+    pub message: Option<Cow<'static, str>>,
     /// `Some`: a token bucket of this shape; `None`: a sliding window.
     pub bucket: Option<crate::BucketShape>,
 }
@@ -45,7 +46,7 @@ pub struct RuleSpec {
 impl RuleSpec {
     pub fn limit(&self) -> crate::Limit {
         crate::Limit {
-            name: self.name,
+            name: self.name.clone(),
             rate: self.rate,
             window: self.interval,
         }
@@ -135,9 +136,9 @@ impl Site {
             .iter()
             .enumerate()
             .map(|(i, spec)| {
-                let template = self.templates.get(i).map_or(spec.name, String::as_str);
+                let template = self.templates.get(i).map_or(&*spec.name, String::as_str);
                 (
-                    spec.name.to_owned(),
+                    spec.name.to_string(),
                     crate::registry::Shape::of_template(prefix, template),
                 )
             })
@@ -184,7 +185,7 @@ impl Site {
                 let suppressed = self.shadow_suppressed.swap(0, Ordering::Relaxed);
                 tracing::warn!(
                     function = self.function,
-                    rule = self.rules[index].name,
+                    rule = &*self.rules[index].name,
                     retry_after_ms = refused.map_or(0, |d| d.as_millis() as u64),
                     suppressed,
                     "shadow rate limit would have refused this call; it was let through"
@@ -212,15 +213,15 @@ impl Site {
                 // An override the rule cannot take (set by hand in Redis) is ignored,
                 // with a warning: the rule's own rate applies, never an error.
                 let (rate, interval) = match overrides
-                    .and_then(|(c, t)| Some((c, t.lookup(spec.name, &name)?)))
+                    .and_then(|(c, t)| Some((c, t.lookup(&spec.name, &name)?)))
                 {
                     Some((client, (rate, interval))) => {
-                        match crate::registry::fits(spec.name, spec.permits, spec.bucket, rate, interval) {
+                        match crate::registry::fits(&spec.name, spec.permits, spec.bucket, rate, interval) {
                             Ok(()) => (rate, interval),
                             Err(error) => {
                                 client
                                     .overrides()
-                                    .warn_unusable(spec.name, &error, client.now_ms());
+                                    .warn_unusable(&spec.name, &error, client.now_ms());
                                 (spec.rate, spec.interval)
                             }
                         }
@@ -260,10 +261,11 @@ impl Site {
         Some(RateLimited {
             key: rules[i].name().to_owned(),
             retry_after: None,
-            message: self.rules[i].message,
+            message: self.rules[i].message.clone(),
             rule: i,
             cause: None,
-            limit: Some(self.limit_of(i, Some(&rules[i]))),
+            limit: Some(Box::new(self.limit_of(i, Some(&rules[i])))),
+            x_ratelimit: false,
         })
     }
 
@@ -292,10 +294,11 @@ impl Site {
                 .get(refused)
                 .map_or_else(String::new, |r| r.name().to_owned()),
             retry_after: decision.retry_after,
-            message: self.rules[rule].message,
+            message: self.rules[rule].message.clone(),
             rule,
             cause: None,
-            limit: Some(self.limit_of(rule, rules.get(refused))),
+            limit: Some(Box::new(self.limit_of(rule, rules.get(refused)))),
+            x_ratelimit: false,
         }
     }
 
@@ -358,10 +361,11 @@ impl Site {
         RateLimited {
             key: rules.first().map_or_else(String::new, |r| r.name().to_owned()),
             retry_after: None,
-            message: self.rules[first].message,
+            message: self.rules[first].message.clone(),
             rule: first,
             cause: Some(Arc::new(error)),
-            limit: Some(self.rules[first].limit()),
+            limit: Some(Box::new(self.rules[first].limit())),
+            x_ratelimit: false,
         }
     }
 
@@ -374,10 +378,26 @@ impl Site {
         RateLimited {
             key: String::new(),
             retry_after: None,
-            message: self.rules[rule].message,
+            message: self.rules[rule].message.clone(),
             rule,
             cause: Some(Arc::new(error)),
-            limit: Some(self.rules[rule].limit()),
+            limit: Some(Box::new(self.rules[rule].limit())),
+            x_ratelimit: false,
+        }
+    }
+
+    /// A request without a value for `rule`'s key, under a rule that refuses such
+    /// requests (a layer's): refused with `error` as the cause, nothing spent, nothing
+    /// logged (it is the caller's doing, not the service's).
+    pub fn refuse_without_key(&self, rule: usize, error: Error) -> RateLimited {
+        RateLimited {
+            key: String::new(),
+            retry_after: None,
+            message: self.rules[rule].message.clone(),
+            rule,
+            cause: Some(Arc::new(error)),
+            limit: Some(Box::new(self.rules[rule].limit())),
+            x_ratelimit: false,
         }
     }
 
@@ -413,10 +433,11 @@ impl Site {
             return Err(RateLimited {
                 key: rules[rule].name().to_owned(),
                 retry_after: None,
-                message: self.rules[rule].message,
+                message: self.rules[rule].message.clone(),
                 rule,
                 cause: Some(Arc::new(error)),
-                limit: Some(self.limit_of(rule, rules.get(rule))),
+                limit: Some(Box::new(self.limit_of(rule, rules.get(rule)))),
+                x_ratelimit: false,
             });
         }
         let local: Vec<usize> = (0..rules.len())
@@ -524,7 +545,7 @@ impl Site {
             return Err(self.misuse(&rules, 0, overlap));
         }
         if let Some(never) = self.never_passes(&call, &rules) {
-            client.note_refused(never.key(), self.rules[never.rule()].name);
+            client.note_refused(never.key(), &self.rules[never.rule()].name);
             return Err(never);
         }
         // Every rule enforced and taking its own permits: the attribute's usual case,
@@ -559,7 +580,7 @@ impl Site {
                 match decision {
                     Some(decision) if !decision.allowed => {
                         let refusal = self.refusal(enforced, &decision, position);
-                        client.note_refused(refusal.key(), self.rules[refusal.rule()].name);
+                        client.note_refused(refusal.key(), &self.rules[refusal.rule()].name);
                         Err(refusal)
                     }
                     _ => {
@@ -569,8 +590,13 @@ impl Site {
                         if !plain {
                             self.shadow(client, &rules, &call).await;
                         }
-                        let tightest = decision.and_then(|d| Some((position(d.tightest?), d.remaining)));
-                        Ok(Granted { tightest })
+                        let tightest = decision.as_ref().and_then(|d| Some((d.tightest?, d.remaining)));
+                        Ok(Granted {
+                            tightest: tightest.map(|(i, remaining)| (position(i), remaining)),
+                            decided: tightest
+                                .and_then(|(i, _)| enforced.get(i))
+                                .map(|rule| (rule.config().rate, rule.config().interval)),
+                        })
                     }
                 }
             }
@@ -593,7 +619,7 @@ impl std::fmt::Display for RuleNames<'_> {
             if i > 0 {
                 f.write_str(",")?;
             }
-            f.write_str(rule.name)?;
+            f.write_str(&rule.name)?;
         }
         Ok(())
     }
@@ -624,6 +650,8 @@ pub struct Granted {
     /// rules), and how many: `None` when no rule was decided by the backend (none
     /// applied, or `on_error` let the call through).
     pub tightest: Option<(usize, u64)>,
+    /// That rule's rate and window as decided: its own, or a run-time override's.
+    pub decided: Option<(u64, Duration)>,
 }
 
 /// Decides every rule of an attribute's call: `Ok` to run the body, `Err` with the
@@ -644,7 +672,7 @@ mod tests {
     use crate::test_support::CountEvents;
 
     static RULES: [RuleSpec; 1] = [RuleSpec {
-        name: "tests::f",
+        name: Cow::Borrowed("tests::f"),
         shadow: false,
         rate: 1,
         interval: Duration::from_secs(1),
