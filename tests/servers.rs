@@ -331,11 +331,21 @@ async fn a_full_server_fails_with_out_of_memory() {
     let err = client.check_rules(&other).await.unwrap_err();
     assert!(matches!(err, Error::OutOfMemory { .. }), "a new limiter: {err:?}");
 
-    // Through the attribute, OOM is a backend failure: on_error decides. "allow" lets
-    // every call through while the server is full; "deny" refuses them.
+    // Through the attribute, OOM is a backend failure that lasts until someone adds
+    // memory (a spray of new keys can fill a server): "allow" decides in process, as
+    // "local" does, so the rule of 1 a minute still holds; "deny" refuses.
     redlimit::set_default(client).unwrap();
-    for _ in 0..10 {
-        full_allow().await.expect("on_error = \"allow\" lets it through");
+    for call in 0..10 {
+        let allowed = full_allow().await;
+        if call == 0 {
+            allowed.expect("decided in process: the first call of the minute");
+        } else {
+            let refused = allowed.unwrap_err();
+            assert!(
+                refused.cause().is_none(),
+                "refused by the in-process limit: {refused:?}"
+            );
+        }
         let refused = full_deny().await.unwrap_err();
         assert!(
             matches!(refused.cause(), Some(Error::OutOfMemory { .. })),
@@ -392,7 +402,13 @@ async fn eviction_forgets_a_limit_and_noeviction_keeps_it() {
     let keys = redlimit::LimiterKeys::new("servers:evicted", "unused").unwrap();
     for policy in ["allkeys-lru", "volatile-lru"] {
         let server = RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", policy]);
-        let client = Client::connect(&server.url()).await.unwrap();
+        // every refusal asked of Redis: a refusal kept in process outlives lost keys
+        // until its wait ends (README, "Refusals answered in process")
+        let client = Client::builder()
+            .local_refusals(false)
+            .connect(&server.url())
+            .await
+            .unwrap();
         let mut raw = server.raw().await;
         assert_eq!(grants_until_refused(&client, &rule).await, 5);
         // allkeys-*: any key may go. volatile-*: only keys with a TTL, which the
@@ -432,7 +448,13 @@ async fn eviction_forgets_a_limit_and_noeviction_keeps_it() {
     }
 
     let server = RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
-    let client = Client::connect(&server.url()).await.unwrap();
+    // every refusal asked of Redis: a refusal kept in process outlives lost keys
+    // until its wait ends (README, "Refusals answered in process")
+    let client = Client::builder()
+        .local_refusals(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
     let mut raw = server.raw().await;
     assert_eq!(grants_until_refused(&client, &rule).await, 5);
     let (_, refused) = fill(&mut raw, 0, 40_000).await;
@@ -469,7 +491,13 @@ async fn eviction_forgets_a_limit_and_noeviction_keeps_it() {
 async fn a_flush_or_a_restart_without_persistence_forgets_the_limits() {
     let rule = [Rule::new("servers:flushed", 5, Duration::from_secs(60))];
     let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    // every refusal asked of Redis: a refusal kept in process outlives lost keys
+    // until its wait ends (README, "Refusals answered in process")
+    let client = Client::builder()
+        .local_refusals(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
     assert_eq!(grants_until_refused(&client, &rule).await, 5);
     let mut raw = server.raw().await;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
