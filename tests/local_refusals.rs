@@ -169,3 +169,67 @@ async fn each_off_switch_and_each_other_call_goes_to_redis() {
         assert_eq!(local, redis, "at +{at} ms");
     }
 }
+
+#[redlimit::rate_limit(key = "flood:attr:on", rate = 1, interval = "60s")]
+async fn attribute_on() -> Result<(), redlimit::RateLimited> {
+    Ok(())
+}
+
+#[redlimit::rate_limit(key = "flood:attr:off", rate = 1, interval = "60s", local_refusals = false)]
+async fn attribute_off() -> Result<(), redlimit::RateLimited> {
+    Ok(())
+}
+
+/// The attribute's and the layer's switch: `local_refusals = false` and
+/// `LayerRule::local_refusals(false)` send every refusal to Redis.
+#[tokio::test]
+async fn the_attribute_and_the_layer_switch_it_off_per_rule() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    redlimit::set_default(client.clone()).unwrap();
+    for (off, expected) in [(false, 0), (true, 10)] {
+        let call = || async move {
+            if off {
+                attribute_off().await
+            } else {
+                attribute_on().await
+            }
+        };
+        call().await.unwrap();
+        assert!(call().await.is_err());
+        let monitor = support::monitor::Monitor::start(server.port);
+        for _ in 0..10 {
+            assert!(call().await.is_err());
+        }
+        assert_eq!(
+            evalshas(&monitor.client_commands()),
+            expected,
+            "local_refusals off: {off}"
+        );
+    }
+    #[cfg(feature = "axum")]
+    for (off, expected) in [(false, 0), (true, 10)] {
+        use redlimit::tower::{LayerRule, RateLimitLayer};
+        let name = if off { "flood:layer:off" } else { "flood:layer:on" };
+        let layer = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new(name, 1, MINUTE).local_refusals(!off))
+            .build()
+            .unwrap();
+        let app = axum::Router::new()
+            .route("/", axum::routing::get(|| async { "ok" }))
+            .layer(layer);
+        let addr = support::http::serve(app).await;
+        assert_eq!(support::http::send(addr, "GET", "/", &[]).await.status, 200);
+        assert_eq!(support::http::send(addr, "GET", "/", &[]).await.status, 429);
+        let monitor = support::monitor::Monitor::start(server.port);
+        for _ in 0..10 {
+            assert_eq!(support::http::send(addr, "GET", "/", &[]).await.status, 429);
+        }
+        assert_eq!(
+            evalshas(&monitor.client_commands()),
+            expected,
+            "layer, local_refusals off: {off}"
+        );
+    }
+}

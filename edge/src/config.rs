@@ -95,14 +95,15 @@ struct Fields {
     message: Option<String>,
     missing_key: Option<MissingKey>,
     shadow: Option<bool>,
+    local_refusals: Option<bool>,
     exempt: Option<Vec<String>>,
     algorithm: Option<AlgorithmSpec>,
     burst: Option<u64>,
     warmup: Option<Duration>,
 }
 
-const FIELDS: &str = "rate, interval, key, mode, permits, on_error, message, missing_key, shadow, exempt, \
-                      algorithm, burst, warmup";
+const FIELDS: &str = "rate, interval, key, mode, permits, on_error, message, missing_key, shadow, \
+                      local_refusals, exempt, algorithm, burst, warmup";
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -250,6 +251,7 @@ impl<'de> Deserialize<'de> for Fields {
                         "message" => read!(message),
                         "missing_key" => read!(missing_key),
                         "shadow" => read!(shadow),
+                        "local_refusals" => read!(local_refusals),
                         "exempt" => read!(exempt),
                         "algorithm" => read!(algorithm),
                         "burst" => read!(burst),
@@ -321,6 +323,9 @@ impl Fields {
         }
         if let Some(shadow) = self.shadow {
             rule = rule.shadow(shadow);
+        }
+        if let Some(on) = self.local_refusals {
+            rule = rule.local_refusals(on);
         }
         if let Some(exempt) = self.exempt {
             rule = rule.exempt(exempt);

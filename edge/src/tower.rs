@@ -166,6 +166,7 @@ pub struct LayerRule {
     message: Option<Cow<'static, str>>,
     missing_key: MissingKey,
     shadow: bool,
+    local_refusals: bool,
     exempt: HashSet<String>,
     algorithm: Algorithm,
     burst: Option<u64>,
@@ -191,6 +192,7 @@ impl LayerRule {
             message: None,
             missing_key: MissingKey::Share,
             shadow: false,
+            local_refusals: true,
             exempt: HashSet::new(),
             algorithm: Algorithm::SlidingWindow,
             burst: None,
@@ -280,6 +282,14 @@ impl LayerRule {
         self
     }
 
+    /// Whether a refusal Redis gave this rule may be answered again by the client,
+    /// without a round trip, until its wait ends (default: yes, where the answer is
+    /// exact; see `ClientBuilder::local_refusals`).
+    pub fn local_refusals(mut self, on: bool) -> Self {
+        self.local_refusals = on;
+        self
+    }
+
     /// Key values this rule does not apply to (an internal address, a partner's API
     /// key), compared with the value as read (a client address as its `Display`).
     pub fn exempt<I, S>(mut self, values: I) -> Self
@@ -306,6 +316,7 @@ impl fmt::Debug for LayerRule {
             .field("message", &self.message)
             .field("missing_key", &self.missing_key)
             .field("shadow", &self.shadow)
+            .field("local_refusals", &self.local_refusals)
             .field("exempt", &self.exempt)
             .field("algorithm", &self.algorithm)
             .field("burst", &self.burst)
@@ -414,6 +425,7 @@ impl RateLimitLayerBuilder {
             specs.push(RuleSpec {
                 name: rule.name.clone(),
                 shadow: rule.shadow,
+                local_refusals: rule.local_refusals,
                 rate: rule.rate,
                 interval: rule.interval,
                 mode: rule.mode,

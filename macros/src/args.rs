@@ -15,7 +15,7 @@ use crate::template::{self, Piece};
 const MAX_PERMITS: u64 = u32::MAX as u64;
 
 pub const ACCEPTED: &str =
-    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, algorithm, burst, warmup, crate";
+    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, local_refusals, algorithm, burst, warmup, crate";
 
 /// `name = value`, with `crate` accepted as a name.
 pub struct Arg {
@@ -68,6 +68,8 @@ pub struct RuleArgs {
     pub message: Option<LitStr>,
     /// Decided and reported, never refusing.
     pub shadow: bool,
+    /// Whether a refusal Redis gave may be answered again in process (default true).
+    pub local_refusals: bool,
     /// `Some((burst, warmup_ms))`: a token bucket holding at most `burst`, warming up
     /// over `warmup_ms` (0: no warm-up).
     pub bucket: Option<(u64, u64)>,
@@ -207,6 +209,7 @@ pub fn parse(
         on_error: Policy::Local,
         message: None,
         shadow: false,
+        local_refusals: true,
         bucket: None,
         timeout: None,
         fallback: None,
@@ -281,6 +284,14 @@ pub fn parse(
                 other => errors.push(Error::new(
                     other.span(),
                     "`shadow` must be `true` or `false`: a shadow rule is decided and reported, never refusing",
+                )),
+            },
+            "local_refusals" => match value {
+                Expr::Lit(ExprLit { lit: Lit::Bool(b), .. }) => rule.local_refusals = b.value,
+                other => errors.push(Error::new(
+                    other.span(),
+                    "`local_refusals` must be `true` or `false`: whether a refusal Redis gave is answered \
+                     again in process until its wait ends",
                 )),
             },
             "algorithm" => {

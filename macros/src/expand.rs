@@ -130,6 +130,7 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
             Policy::Deny => quote!(Deny),
         };
         let shadow = rule.shadow;
+        let local_refusals = rule.local_refusals;
         let bucket = match rule.bucket {
             Some((burst, warmup_ms)) => quote!(::core::option::Option::Some(#krate::BucketShape {
                 burst: #burst,
@@ -152,6 +153,7 @@ fn emit(sig: &Signature, plan: &Plan, mut body: Block) -> TokenStream {
             #krate::__private::RuleSpec {
                 name: #krate::__private::Cow::Borrowed(#name),
                 shadow: #shadow,
+                local_refusals: #local_refusals,
                 rate: #rate,
                 interval: ::core::time::Duration::from_millis(#interval_ms),
                 mode: #krate::RateType::#mode,

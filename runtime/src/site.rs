@@ -33,6 +33,9 @@ pub struct RuleSpec {
     pub name: Cow<'static, str>,
     /// Decided and reported, never refusing (to roll out a new limit safely).
     pub shadow: bool,
+    /// Whether a refusal Redis gave may be answered again in process until its wait
+    /// ends ([`Rule::local_refusals`]).
+    pub local_refusals: bool,
     pub rate: u64,
     pub interval: Duration,
     pub mode: RateType,
@@ -228,7 +231,10 @@ impl Site {
                     }
                     None => (spec.rate, spec.interval),
                 };
-                let rule = Rule::new(name, rate, interval).mode(spec.mode).permits(permits);
+                let rule = Rule::new(name, rate, interval)
+                    .mode(spec.mode)
+                    .permits(permits)
+                    .local_refusals(spec.local_refusals);
                 match spec.bucket {
                     Some(shape) => rule
                         .algorithm(crate::Algorithm::TokenBucket)
@@ -674,6 +680,7 @@ mod tests {
     static RULES: [RuleSpec; 1] = [RuleSpec {
         name: Cow::Borrowed("tests::f"),
         shadow: false,
+        local_refusals: true,
         rate: 1,
         interval: Duration::from_secs(1),
         mode: RateType::Overall,
