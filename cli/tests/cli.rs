@@ -2,11 +2,14 @@
 //! cluster), on state written by the runtime and state written as Redisson's scripts
 //! leave it: output, JSON and exit codes.
 
+mod binary;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+use binary::{code, json, redlimit, text};
+
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -16,31 +19,6 @@ use support::cluster::RedisCluster;
 use support::{redisson_member, RedisServer};
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-fn redlimit(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redlimit"))
-        .args(args)
-        .env("REDIS_URL", url)
-        .output()
-        .unwrap()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)))
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().unwrap()
-}
 
 #[tokio::test]
 async fn inspect_a_limiter_a_rule_wrote() {

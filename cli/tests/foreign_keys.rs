@@ -4,10 +4,12 @@
 //! what the key holds, exit code 1, and nothing written; limiters and token buckets
 //! are still reset and tuned.
 
+mod binary;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::process::{Command, Output};
+use binary::{redlimit, text};
+
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -15,22 +17,6 @@ use redlimit::{Client, RateType};
 use support::RedisServer;
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-fn redlimit(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redlimit"))
-        .args(args)
-        .env("REDIS_URL", url)
-        .output()
-        .unwrap()
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 /// A key's type, TTL and contents.
 async fn state(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> (String, i64, Option<Vec<u8>>) {

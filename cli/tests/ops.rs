@@ -3,46 +3,22 @@
 //! one message per failure whatever the command, the documented exit codes per
 //! command, and text that reads.
 
+mod binary;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+use binary::{code, json, redlimit, text};
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use redis::AsyncCommands;
 use redlimit::{Algorithm, Client, RateType, Rule};
-use serde_json::Value;
 use support::capture::Capture;
 use support::{free_port, RedisServer};
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-fn redlimit(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redlimit"))
-        .args(args)
-        .env("REDIS_URL", url)
-        .output()
-        .unwrap()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)))
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().unwrap()
-}
 
 async fn keys(raw: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
     let mut keys: Vec<String> = raw.keys(pattern).await.unwrap();
