@@ -10,6 +10,7 @@ use crate::backend::connection::{cluster_nodes, Conn, RawConnection};
 use crate::backend::failure::classify;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
+use crate::backend::sentinel::{self, SentinelConn};
 use crate::backend::server::Eviction;
 use crate::backend::Backend;
 use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX};
@@ -166,6 +167,11 @@ impl ClientBuilder {
             let (conn, eviction) = self.connect_cluster_conn(&nodes?, &target).await?;
             return Ok((conn, target, eviction));
         }
+        if let Some(parts) = sentinel::parse_url(url) {
+            let mut conn = self.sentinel_conn(&parts?, &target)?;
+            let eviction = self.check_server(&mut conn, &target).await?;
+            return Ok((conn, target, eviction));
+        }
         let (client, connection_config) = self.redis_config(url, &target)?;
         let eviction = self.probe(&client, &target).await?;
         let connect = ConnectionManager::new_with_config(client, connection_config);
@@ -219,10 +225,39 @@ impl ClientBuilder {
             let conn = client.get_pending_async_connection_with_config(config);
             return Ok(self.finish_redis(Conn::Cluster(conn), target, false, None));
         }
+        if let Some(parts) = sentinel::parse_url(url) {
+            let conn = self.sentinel_conn(&parts?, &target)?;
+            return Ok(self.finish_redis(conn, target, false, None));
+        }
         let (client, connection_config) = self.redis_config(url, &target)?;
         let conn = ConnectionManager::new_lazy_with_config(client, connection_config)
             .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
         Ok(self.finish_redis(Conn::Single(conn), target, false, None))
+    }
+
+    /// The connection to the master the sentinels of `url` name (found at its first
+    /// command, and again after each failover).
+    fn sentinel_conn(&self, url: &sentinel::SentinelUrl, target: &Target) -> Result<Conn, Error> {
+        if url.tls && !cfg!(feature = "tls") {
+            return Err(Error::InvalidUrl {
+                url: target.shown().to_owned(),
+                detail: "TLS needs the cargo feature `tls` of redlimit for rediss+sentinel:// URLs"
+                    .to_owned(),
+            });
+        }
+        let timeouts = sentinel::Timeouts {
+            connect: self.connect_timeout,
+            command: self.command_timeout,
+        };
+        #[cfg(feature = "tls")]
+        let conn = {
+            crate::tls::install_crypto_provider();
+            SentinelConn::new(url, timeouts, self.tls.certificates())
+        };
+        #[cfg(not(feature = "tls"))]
+        let conn = SentinelConn::new(url, timeouts);
+        let conn = conn.map_err(|e| invalid_url(target, &e))?;
+        Ok(Conn::Sentinel(conn))
     }
 
     /// One connection and a PING, to report what stops a connection by its name

@@ -9,6 +9,7 @@ pub mod coinciding;
 #[cfg(feature = "axum")]
 pub mod http;
 pub mod monitor;
+pub mod sentinel;
 
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -130,7 +131,7 @@ pub fn spawn_redis<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Child {
         .unwrap_or_else(|e| panic!("{}", binary::cannot_start(&e)))
 }
 
-fn server_args(port: u16) -> Vec<String> {
+pub fn server_args(port: u16) -> Vec<String> {
     [
         "--port",
         &port.to_string(),
@@ -148,7 +149,7 @@ fn server_args(port: u16) -> Vec<String> {
 
 /// Waits until `child` accepts connections on `port`; false when it exited first
 /// (the port was taken).
-fn wait_for_port_or_exit(port: u16, child: &mut Child) -> bool {
+pub fn wait_for_port_or_exit(port: u16, child: &mut Child) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(Some(_)) = child.try_wait() {

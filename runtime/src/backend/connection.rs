@@ -7,6 +7,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::time::Duration;
 
 use crate::backend::failure::classify;
+use crate::backend::sentinel::SentinelConn;
 use crate::target::Target;
 use crate::Error;
 
@@ -16,6 +17,8 @@ use crate::Error;
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The master Sentinel names, found again after a failover.
+    Sentinel(SentinelConn),
 }
 
 impl ConnectionLike for Conn {
@@ -23,6 +26,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Sentinel(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -35,6 +39,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -42,6 +47,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
+            Conn::Sentinel(conn) => conn.get_db(),
         }
     }
 }

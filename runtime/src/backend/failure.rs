@@ -75,6 +75,16 @@ pub(crate) fn classify(err: &RedisError, target: &Target, timeout: Duration, con
             detail: "its reply does not parse as RESP".to_owned(),
         };
     }
+    if matches!(
+        err.kind(),
+        ErrorKind::MasterNameNotFoundBySentinel | ErrorKind::EmptySentinelList
+    ) {
+        return Error::Unreachable {
+            target: target.shown().to_owned(),
+            detail: "no sentinel named a reachable master of that name (a failover may be under way)"
+                .to_owned(),
+        };
+    }
     if err.is_io_error() || err.kind() == ErrorKind::ClusterConnectionNotFound {
         return Error::Unreachable {
             target: target.shown().to_owned(),

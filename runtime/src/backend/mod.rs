@@ -10,6 +10,7 @@ pub(crate) mod failure;
 pub(crate) mod memory;
 pub(crate) mod redis;
 mod replies;
+pub(crate) mod sentinel;
 pub(crate) mod server;
 
 use smallvec::SmallVec;

@@ -1,0 +1,480 @@
+//! Redis behind Sentinel: the master the sentinels name, found again after a failover.
+//!
+//! `redis+sentinel://[user:password@]host:port[,host:port...]/master_name[/db]`
+//! (`rediss+sentinel://` for TLS to the sentinels and the master, `#insecure` to skip
+//! certificate checks). The user info is the master's credentials; sentinels that
+//! require their own take `?sentinel_username=...&sentinel_password=...`.
+//!
+//! Every command goes to the master found last. A command that fails because the
+//! connection was lost, timed out, or reached a node that is no longer a master
+//! (`READONLY`, `MASTERDOWN`) forgets that master; the next command asks the sentinels
+//! again, so a failover is followed without a restart. Commands are never sent twice:
+//! a script whose answer was lost may have run, and the caller's `on_error` decides.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, TlsMode, Value,
+};
+
+use crate::target::Target;
+use crate::Error;
+
+/// How long after a failed search for the master commands fail at once with its error,
+/// instead of each asking the sentinels again: at most ten searches a second per
+/// client while there is no master.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
+
+/// A sentinel URL's parts.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct SentinelUrl {
+    pub sentinels: Vec<(String, u16)>,
+    pub master: String,
+    pub db: i64,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub sentinel_username: Option<String>,
+    pub sentinel_password: Option<String>,
+    pub tls: bool,
+    pub insecure: bool,
+}
+
+impl std::fmt::Debug for SentinelUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelUrl")
+            .field("sentinels", &self.sentinels)
+            .field("master", &self.master)
+            .field("db", &self.db)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parts of a `redis+sentinel://` or `rediss+sentinel://` URL, or `None` for any
+/// other URL.
+pub(crate) fn parse_url(url: &str) -> Option<Result<SentinelUrl, Error>> {
+    let (tls, rest) = match url.strip_prefix("redis+sentinel://") {
+        Some(rest) => (false, rest),
+        None => (true, url.strip_prefix("rediss+sentinel://")?),
+    };
+    let invalid = |detail: &str| Error::InvalidUrl {
+        url: Target::new(url).shown().to_owned(),
+        detail: detail.to_owned(),
+    };
+    Some(parse_rest(rest, tls).map_err(|detail| invalid(&detail)))
+}
+
+fn parse_rest(rest: &str, tls: bool) -> Result<SentinelUrl, String> {
+    let (rest, fragment) = split_off(rest, '#');
+    let insecure = match fragment {
+        None => false,
+        Some("insecure") if tls => true,
+        Some(_) => return Err("the only fragment accepted is `#insecure`, with rediss+sentinel://".into()),
+    };
+    let (rest, query) = split_off(rest, '?');
+    // The user info ends at the last `@`: a password may hold one.
+    let (auth, rest) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let (hosts, path) = match rest.find('/') {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, ""),
+    };
+    let sentinels = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(host_port)
+        .collect::<Result<Vec<_>, String>>()?;
+    if sentinels.is_empty() {
+        return Err("no sentinel listed (expected host:port[,host:port...])".into());
+    }
+    let mut path = path.trim_end_matches('/').split('/');
+    let master = path.next().unwrap_or_default();
+    if master.is_empty() {
+        return Err("no master name (expected .../master_name[/db])".into());
+    }
+    let db = match path.next() {
+        None => 0,
+        Some(db) => db
+            .parse::<i64>()
+            .ok()
+            .filter(|db| *db >= 0)
+            .ok_or("the database after the master name is not a number")?,
+    };
+    if path.next().is_some() {
+        return Err("more than a master name and a database in the path".into());
+    }
+    let (username, password) = match auth {
+        None => (None, None),
+        Some(auth) => {
+            let (user, pass) = match auth.split_once(':') {
+                Some((user, pass)) => (user, Some(pass)),
+                None => (auth, None),
+            };
+            let user = decode(user)?;
+            (
+                (!user.is_empty()).then_some(user),
+                pass.map(decode).transpose()?.filter(|p| !p.is_empty()),
+            )
+        }
+    };
+    let (mut sentinel_username, mut sentinel_password) = (None, None);
+    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = Some(decode(value)?).filter(|v| !v.is_empty());
+        match name {
+            "sentinel_username" => sentinel_username = value,
+            "sentinel_password" => sentinel_password = value,
+            // Not named back: a parameter's name may be a mistyped secret.
+            _ => {
+                return Err(
+                    "an unknown query parameter (accepted: sentinel_username, sentinel_password)".into(),
+                )
+            }
+        }
+    }
+    Ok(SentinelUrl {
+        sentinels,
+        master: decode(master)?,
+        db,
+        username,
+        password,
+        sentinel_username,
+        sentinel_password,
+        tls,
+        insecure,
+    })
+}
+
+fn split_off(text: &str, at: char) -> (&str, Option<&str>) {
+    match text.find(at) {
+        Some(i) => (&text[..i], Some(&text[i + 1..])),
+        None => (text, None),
+    }
+}
+
+fn host_port(host: &str) -> Result<(String, u16), String> {
+    let (name, port) = host
+        .rsplit_once(':')
+        .ok_or_else(|| format!("sentinel `{host}` has no port (expected host:port)"))?;
+    let port = port
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("sentinel `{host}` has no valid port"))?;
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    if name.is_empty() {
+        return Err(format!("sentinel `{host}` has no host"));
+    }
+    Ok((name.to_owned(), port))
+}
+
+/// Percent-decoding, as URLs write user names, passwords and names.
+fn decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or("a `%` not followed by two hex digits")?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "a percent-encoded part that is not UTF-8".to_owned())
+}
+
+/// The connection settings: timeouts for the master's connections and the searches.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    pub connect: Duration,
+    pub command: Duration,
+}
+
+/// A connection to the master the sentinels name, made again when it is lost.
+/// Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The search for the master, one at a time.
+    search: tokio::sync::Mutex<SentinelClient>,
+    state: Mutex<State>,
+    config: AsyncConnectionConfig,
+    timeouts: Timeouts,
+    db: i64,
+}
+
+#[derive(Default)]
+struct State {
+    /// The master's connection, and a number that changes with each new one.
+    current: Option<(u64, MultiplexedConnection)>,
+    generation: u64,
+    /// The last search's failure, and when.
+    failed: Option<(Instant, RedisError)>,
+}
+
+impl SentinelConn {
+    pub(crate) fn new(
+        url: &SentinelUrl,
+        timeouts: Timeouts,
+        #[cfg(feature = "tls")] certs: Option<redis::TlsCertificates>,
+    ) -> RedisResult<SentinelConn> {
+        let addrs = url.sentinels.iter().map(|(host, port)| {
+            if url.tls {
+                ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: url.insecure,
+                    tls_params: None,
+                }
+            } else {
+                ConnectionAddr::Tcp(host.clone(), *port)
+            }
+        });
+        let mut builder = SentinelClientBuilder::new(addrs, &url.master, SentinelServerType::Master)?
+            .set_client_to_redis_db(url.db);
+        if let Some(user) = &url.username {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(pass) = &url.password {
+            builder = builder.set_client_to_redis_password(pass);
+        }
+        if let Some(user) = &url.sentinel_username {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        if let Some(pass) = &url.sentinel_password {
+            builder = builder.set_client_to_sentinel_password(pass);
+        }
+        if url.tls {
+            let mode = if url.insecure {
+                TlsMode::Insecure
+            } else {
+                TlsMode::Secure
+            };
+            builder = builder
+                .set_client_to_redis_tls_mode(mode)
+                .set_client_to_sentinel_tls_mode(mode);
+            #[cfg(feature = "tls")]
+            if let Some(certs) = certs {
+                builder = builder
+                    .set_client_to_redis_certificates(certs.clone())
+                    .set_client_to_sentinel_certificates(certs);
+            }
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeouts.connect))
+            .set_response_timeout(Some(timeouts.command));
+        Ok(SentinelConn {
+            inner: Arc::new(Inner {
+                search: tokio::sync::Mutex::new(builder.build()?),
+                state: Mutex::new(State::default()),
+                config,
+                timeouts,
+                db: url.db,
+            }),
+        })
+    }
+
+    /// The master's connection: the one in use, or one found now.
+    async fn master(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        if let Some(current) = self.inner.current() {
+            return Ok(current);
+        }
+        let mut search = self.inner.search.lock().await;
+        // Found, or failed, while this call waited for the search.
+        if let Some(current) = self.inner.current() {
+            return Ok(current);
+        }
+        if let Some(err) = self.inner.recent_failure() {
+            return Err(err);
+        }
+        let found = tokio::time::timeout(self.inner.timeouts.connect, self.find(&mut search)).await;
+        let found = found.unwrap_or_else(|_| {
+            Err(RedisError::from((
+                ErrorKind::Io,
+                "no master found",
+                format!(
+                    "the sentinels did not name a reachable master within {:?}",
+                    self.inner.timeouts.connect
+                ),
+            )))
+        });
+        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        match found {
+            Ok(conn) => {
+                state.generation += 1;
+                state.current = Some((state.generation, conn.clone()));
+                state.failed = None;
+                Ok((state.generation, conn))
+            }
+            Err(err) => {
+                state.failed = Some((Instant::now(), err.clone()));
+                Err(err)
+            }
+        }
+    }
+
+    /// Asks the sentinels for the master, connects to it and names the connection.
+    async fn find(&self, search: &mut SentinelClient) -> RedisResult<MultiplexedConnection> {
+        let mut conn = search
+            .get_async_connection_with_config(&self.inner.config)
+            .await?;
+        redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(crate::backend::server::CONNECTION_NAME)
+            .query_async::<()>(&mut conn)
+            .await?;
+        Ok(conn)
+    }
+
+    /// Forgets the connection `generation` after `err`, when `err` says the master
+    /// is gone or is no longer the master.
+    fn after_error(&self, generation: u64, err: &RedisError) {
+        if !lost_master(err) {
+            return;
+        }
+        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(state.current, Some((g, _)) if g == generation) {
+            state.current = None;
+        }
+    }
+}
+
+impl Inner {
+    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.current.clone()
+    }
+
+    fn recent_failure(&self) -> Option<RedisError> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &state.failed {
+            Some((at, err)) if at.elapsed() < RETRY_AFTER_FAILURE => Some(err.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `err` means the master's connection is no use: lost, silent, or to a node
+/// that is no longer the master.
+fn lost_master(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_unrecoverable_error()
+        || matches!(
+            err.kind(),
+            ErrorKind::Server(ServerErrorKind::ReadOnly) | ErrorKind::Server(ServerErrorKind::MasterDown)
+        )
+        // Inside a script, a replica's refusal to write reaches the caller as the
+        // script's error.
+        || err.to_string().contains("READONLY")
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.master().await?;
+            let reply = conn.req_packed_command(cmd).await;
+            if let Err(err) = &reply {
+                self.after_error(generation, err);
+            }
+            reply
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.master().await?;
+            let reply = conn.req_packed_commands(pipeline, offset, count).await;
+            if let Err(err) = &reply {
+                self.after_error(generation, err);
+            }
+            reply
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(url: &str) -> SentinelUrl {
+        parse_url(url).expect("a sentinel URL").expect("valid")
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        assert!(parse_url("redis://a:1/").is_none());
+        assert!(parse_url("redis+cluster://a:1/").is_none());
+        let url = parsed("redis+sentinel://a:26379,b:26380/mymaster");
+        assert_eq!(url.sentinels, [("a".into(), 26379), ("b".into(), 26380)]);
+        assert_eq!((url.master.as_str(), url.db, url.tls), ("mymaster", 0, false));
+        assert_eq!((url.username, url.password), (None, None));
+
+        let url = parsed("rediss+sentinel://app:p%40ss@w@a:1/m/3?sentinel_password=s%26p#insecure");
+        assert_eq!(url.username.as_deref(), Some("app"));
+        assert_eq!(url.password.as_deref(), Some("p@ss@w"));
+        assert_eq!(url.sentinel_password.as_deref(), Some("s&p"));
+        assert_eq!((url.db, url.tls, url.insecure), (3, true, true));
+
+        let url = parsed("redis+sentinel://:secret@[::1]:26379/m/");
+        assert_eq!(url.sentinels, [("::1".into(), 26379)]);
+        assert_eq!((url.username, url.password.as_deref()), (None, Some("secret")));
+    }
+
+    #[test]
+    fn bad_sentinel_urls_say_what_is_accepted() {
+        for (url, says) in [
+            ("redis+sentinel:///m", "no sentinel listed"),
+            ("redis+sentinel://a:1", "no master name"),
+            ("redis+sentinel://a/m", "has no port"),
+            ("redis+sentinel://a:0/m", "no valid port"),
+            ("redis+sentinel://a:1/m/x", "not a number"),
+            ("redis+sentinel://a:1/m/1/2", "more than a master name"),
+            ("redis+sentinel://a:1/m?timeout=1", "accepted: sentinel_username"),
+            ("redis+sentinel://a:1/m#insecure", "only fragment"),
+            ("redis+sentinel://u:%zz@a:1/m", "two hex digits"),
+        ] {
+            let err = parse_url(url).unwrap().unwrap_err();
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn secrets_stay_out_of_errors_and_debug() {
+        let err = parse_url("redis+sentinel://u:hunter2@a:1/m?sentinel_password=s3cret&hunter2=1")
+            .unwrap()
+            .unwrap_err();
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
+        let url = parsed("redis+sentinel://u:hunter2@a:1/m?sentinel_password=s3cret");
+        let shown = format!("{url:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
+    }
+}

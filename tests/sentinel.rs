@@ -1,0 +1,244 @@
+//! redlimit behind Redis Sentinel (one master, one replica, three sentinels, passwords
+//! on the master and on the sentinels): connecting by `redis+sentinel://`, following a
+//! failover without a restart, what a failover loses, and the errors that name what is
+//! wrong without showing a password.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redlimit::{rate_limit, Client, Error, RateType};
+use support::sentinel::{RedisSentinel, MASTER_PASSWORD, SENTINEL_PASSWORD};
+
+/// A rule the attribute decides through the default client, which `REDIS_URL` (the
+/// sentinel URL) makes.
+#[rate_limit(key = "sentinel:{user}", rate = 100000, interval = "60s", on_error = "deny")]
+async fn guarded(user: &str) -> Result<(), redlimit::RateLimited> {
+    Ok(())
+}
+
+fn assert_hidden(text: &str) {
+    assert!(
+        !text.contains(MASTER_PASSWORD) && !text.contains(SENTINEL_PASSWORD),
+        "a password shown: {text}"
+    );
+}
+
+/// One result of a load task: when it came back, and whether Redis granted it
+/// (`Some(true)`), refused it (`Some(false)`) or failed (`None`).
+type Outcome = (Instant, Option<bool>);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_fails_over_and_calls_follow_by_themselves() {
+    let mut set = RedisSentinel::start();
+    let timeout = Duration::from_millis(200);
+    let client = Client::builder()
+        .command_timeout(timeout)
+        .connect(&set.url())
+        .await
+        .unwrap();
+    std::env::set_var("REDIS_URL", set.url());
+    guarded("alice").await.expect("decided by the master");
+
+    // Nothing expires or refuses within the test: every grant is one log entry.
+    let rate = 1_000_000;
+    let limiter = client.rate_limiter("rate_limit:sentinel:hot");
+    limiter
+        .try_set_rate(RateType::Overall, rate, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (limiter, stop, outcomes) = (limiter.clone(), stop.clone(), outcomes.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut slowest = Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let result = limiter.try_acquire(1).await;
+                slowest = slowest.max(started.elapsed());
+                let failed = result.is_err();
+                outcomes.lock().unwrap().push((Instant::now(), result.ok()));
+                if failed {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            slowest
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (old_master, replica) = set.data_ports();
+    assert_eq!(set.master_port(), old_master);
+    set.kill(old_master);
+    let killed = Instant::now();
+    let killed_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+
+    // Without a master the attribute's calls follow on_error ("deny") and come back
+    // promptly; once the replica is promoted Redis decides them again.
+    let mut refused_meanwhile = 0;
+    let recovered = loop {
+        let started = Instant::now();
+        let decided = guarded("alice").await;
+        assert!(
+            started.elapsed() < timeout * 3,
+            "a call took {:?}",
+            started.elapsed()
+        );
+        match decided {
+            Ok(()) if set.master_port() == replica => break killed.elapsed(),
+            Ok(()) => {}
+            Err(refusal) => {
+                assert_hidden(&format!("{refusal} {refusal:?}"));
+                refused_meanwhile += 1;
+            }
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "no failover within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut slowest = Duration::ZERO;
+    for task in tasks {
+        slowest = slowest.max(task.await.unwrap());
+    }
+    let outcomes = std::mem::take(&mut *outcomes.lock().unwrap());
+    let before = |o: &&Outcome| o.0 < killed;
+    let acknowledged = outcomes
+        .iter()
+        .filter(before)
+        .filter(|o| o.1 == Some(true))
+        .count() as u64;
+    let failed = outcomes.iter().filter(|o| o.1.is_none()).count();
+    let after = outcomes
+        .iter()
+        .filter(|o| !before(o) && o.1 == Some(true))
+        .count() as u64;
+    let last_second = outcomes
+        .iter()
+        .filter(|o| o.0 < killed && killed - o.0 < Duration::from_secs(1) && o.1 == Some(true))
+        .count() as u64;
+    assert!(after > 0, "the promoted replica granted nothing");
+    assert!(refused_meanwhile > 0, "no call met the gap without a master");
+
+    // What the promoted replica holds: every grant is one log entry scored by its
+    // time, so those before the kill are what it kept of the old master's.
+    let held = rate - limiter.available_permits().await.unwrap();
+    let kept: u64 = set
+        .node_cli(
+            replica,
+            &[
+                "zcount",
+                "{rate_limit:sentinel:hot}:permits",
+                "-inf",
+                &format!("({killed_ms}"),
+            ],
+        )
+        .trim()
+        .parse()
+        .unwrap();
+    // A call whose answer the kill cut off (at most one per task) may have been kept
+    // too: it counts against the loss, so the loss is at least this.
+    let lost = acknowledged.saturating_sub(kept);
+    println!(
+        "failover: decided again {recovered:?} after the kill; {acknowledged} grants acknowledged \
+         by the old master, {kept} of its grants kept by the new one ({lost} lost), {after} granted \
+         by the new one, {failed} calls failed meanwhile; slowest call {slowest:?}"
+    );
+    assert!(
+        held <= acknowledged + after + failed as u64,
+        "the new master holds {held}, more than the calls that may have run"
+    );
+    // Asynchronous replication: what is lost was acknowledged within the replica's lag,
+    // on loopback well inside the last second before the kill.
+    assert!(
+        lost <= last_second,
+        "{lost} lost, more than the last second's {last_second}"
+    );
+    assert!(slowest < timeout * 3, "a call took {slowest:?}");
+}
+
+#[tokio::test]
+async fn connections_to_the_master_are_named_and_passwords_stay_hidden() {
+    let set = RedisSentinel::start();
+    let client = Client::connect(&set.url()).await.unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:named");
+    limiter
+        .try_set_rate(RateType::Overall, 2, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert!(!limiter.try_acquire(1).await.unwrap(), "the third of a rate of 2");
+    assert_hidden(&format!("{client:?}"));
+    let (master, _) = set.data_ports();
+    let clients = set.node_cli(master, &["client", "list"]);
+    assert!(clients.contains("name=redlimit"), "{clients}");
+    // The grants are on the master the sentinels name.
+    let logged = set.node_cli(master, &["zcard", "{rate_limit:sentinel:named}:permits"]);
+    assert_eq!(logged.trim(), "2");
+}
+
+#[tokio::test]
+async fn wrong_passwords_and_an_unknown_master_are_named() {
+    let set = RedisSentinel::start();
+    let hosts: Vec<String> = set
+        .sentinel_ports()
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    let hosts = hosts.join(",");
+    let connect = |url: String| async move {
+        Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .connect(&url)
+            .await
+            .unwrap_err()
+    };
+
+    let err = connect(format!(
+        "redis+sentinel://:{MASTER_PASSWORD}@{hosts}/mymaster?sentinel_password=not-{SENTINEL_PASSWORD}"
+    ))
+    .await;
+    assert_hidden(&format!("{err} {err:?}"));
+    assert!(
+        matches!(err, Error::AuthFailed { .. }),
+        "a wrong sentinel password: {err:?}"
+    );
+
+    let err = connect(format!(
+        "redis+sentinel://:not-{MASTER_PASSWORD}@{hosts}/mymaster?sentinel_password={SENTINEL_PASSWORD}"
+    ))
+    .await;
+    assert_hidden(&format!("{err} {err:?}"));
+    assert!(
+        matches!(err, Error::AuthFailed { .. }),
+        "a wrong master password: {err:?}"
+    );
+
+    let err = connect(format!(
+        "redis+sentinel://:{MASTER_PASSWORD}@{hosts}/othermaster?sentinel_password={SENTINEL_PASSWORD}"
+    ))
+    .await;
+    assert_hidden(&format!("{err} {err:?}"));
+    assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("othermaster") && err.to_string().contains("no sentinel named"),
+        "{err}"
+    );
+
+    let err = connect(format!(
+        "redis+sentinel://:{MASTER_PASSWORD}@{hosts}/mymaster?sentinel_pass=x"
+    ))
+    .await;
+    assert_hidden(&format!("{err} {err:?}"));
+    assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
+}

@@ -1,0 +1,190 @@
+//! A throwaway Redis behind Sentinel: one master, one replica and three sentinels on
+//! free loopback ports, with passwords on the master and on the sentinels, killed on
+//! drop.
+
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use super::cluster::cli;
+
+/// The master's password (and the replica's, which must take over).
+pub const MASTER_PASSWORD: &str = "m-secret-4f1";
+/// The sentinels' own password.
+pub const SENTINEL_PASSWORD: &str = "s-secret-9c2";
+/// The name the sentinels monitor the master by.
+pub const MASTER_NAME: &str = "mymaster";
+
+pub struct RedisSentinel {
+    /// Master first, then the replica; `None` once killed.
+    nodes: Vec<(u16, Option<Child>)>,
+    sentinels: Vec<(u16, Child)>,
+    dir: PathBuf,
+}
+
+impl RedisSentinel {
+    /// Starts the master, its replica and three sentinels, and waits until the replica
+    /// is in sync and every sentinel knows the replica and the two other sentinels.
+    pub fn start() -> RedisSentinel {
+        let master = data_node(&[]);
+        let master_port = master.0;
+        let replica = data_node(&["--replicaof", "127.0.0.1", &master_port.to_string()]);
+        let dir =
+            std::env::temp_dir().join(format!("redlimit-sentinel-{}-{master_port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut set = RedisSentinel {
+            nodes: vec![(master.0, Some(master.1)), (replica.0, Some(replica.1))],
+            sentinels: Vec::new(),
+            dir,
+        };
+        for _ in 0..3 {
+            let port = super::free_port();
+            let conf = set.dir.join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\nrequirepass {SENTINEL_PASSWORD}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                     sentinel auth-pass {MASTER_NAME} {MASTER_PASSWORD}\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 10000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 1\n",
+                    dir = set.dir.display()
+                ),
+            )
+            .unwrap();
+            let child = super::spawn_redis(&[conf.to_str().unwrap(), "--sentinel"]);
+            super::wait_for_port(port);
+            set.sentinels.push((port, child));
+        }
+        set.wait_until_ready();
+        set
+    }
+
+    /// `redis+sentinel://` with both passwords, listing the three sentinels.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .collect();
+        format!(
+            "redis+sentinel://:{MASTER_PASSWORD}@{}/{MASTER_NAME}?sentinel_password={SENTINEL_PASSWORD}",
+            hosts.join(",")
+        )
+    }
+
+    pub fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(|(port, _)| *port).collect()
+    }
+
+    /// The master's port, as the first sentinel names it now.
+    pub fn master_port(&self) -> u16 {
+        let port = self.sentinels[0].0;
+        let reply = sentinel_cli(port, &["sentinel", "get-master-addr-by-name", MASTER_NAME]);
+        reply
+            .lines()
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+            .expect("a master address")
+    }
+
+    /// Ports of the master and the replica as started.
+    pub fn data_ports(&self) -> (u16, u16) {
+        (self.nodes[0].0, self.nodes[1].0)
+    }
+
+    /// Kills the node on `port` (SIGKILL), as a crash.
+    pub fn kill(&mut self, port: u16) {
+        for (p, child) in &mut self.nodes {
+            if *p == port {
+                if let Some(mut child) = child.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+    }
+
+    /// Runs a command on a data node (with the master's password).
+    pub fn node_cli(&self, port: u16, args: &[&str]) -> String {
+        let port = port.to_string();
+        let mut all = vec!["-p", &port, "-a", MASTER_PASSWORD, "--no-auth-warning"];
+        all.extend_from_slice(args);
+        cli(&all)
+    }
+
+    fn wait_until_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let replica = self.nodes[1].0;
+        loop {
+            let synced = self
+                .node_cli(replica, &["info", "replication"])
+                .contains("master_link_status:up");
+            let known = self.sentinels.iter().all(|(port, _)| {
+                let master = sentinel_cli(*port, &["sentinel", "master", MASTER_NAME]);
+                field(&master, "num-slaves") == Some("1")
+                    && field(&master, "num-other-sentinels") == Some("2")
+            });
+            if synced && known {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels did not see the replica and each other within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A master or replica with the master's password, no persistence.
+fn data_node(extra: &[&str]) -> (u16, Child) {
+    for _ in 0..5 {
+        let port = super::free_port();
+        let mut args = super::server_args(port);
+        args.extend(["--requirepass", MASTER_PASSWORD, "--masterauth", MASTER_PASSWORD].map(String::from));
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let mut child = super::spawn_redis(&args);
+        if super::wait_for_port_or_exit(port, &mut child) {
+            return (port, child);
+        }
+    }
+    panic!("redis-server could not listen on a free port in 5 attempts");
+}
+
+/// Runs a command on a sentinel (with the sentinels' password).
+pub fn sentinel_cli(port: u16, args: &[&str]) -> String {
+    let port = port.to_string();
+    let mut all = vec!["-p", &port, "-a", SENTINEL_PASSWORD, "--no-auth-warning"];
+    all.extend_from_slice(args);
+    cli(&all)
+}
+
+/// A field of `SENTINEL MASTER`'s reply as redis-cli prints it (name and value on
+/// alternate lines).
+fn field<'a>(reply: &'a str, name: &str) -> Option<&'a str> {
+    let mut lines = reply.lines().map(str::trim);
+    while let Some(line) = lines.next() {
+        if line == name {
+            return lines.next();
+        }
+    }
+    None
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for (_, child) in &mut self.nodes {
+            if let Some(mut child) = child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
