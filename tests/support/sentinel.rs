@@ -26,12 +26,18 @@ impl RedisSentinel {
     /// Starts the master, its replica and three sentinels, and waits until the replica
     /// is in sync and every sentinel knows the replica and the two other sentinels.
     pub fn start() -> RedisSentinel {
-        let master = data_node(&[]);
+        let dir = std::env::temp_dir().join(format!(
+            "redlimit-sentinel-{}-{}",
+            std::process::id(),
+            super::free_port()
+        ));
+        // Each node's files (a replica's copy of the data) in a folder of its own.
+        let (master_dir, replica_dir) = (dir.join("master"), dir.join("replica"));
+        std::fs::create_dir_all(&master_dir).unwrap();
+        std::fs::create_dir_all(&replica_dir).unwrap();
+        let master = data_node(&master_dir, &[]);
         let master_port = master.0;
-        let replica = data_node(&["--replicaof", "127.0.0.1", &master_port.to_string()]);
-        let dir =
-            std::env::temp_dir().join(format!("redlimit-sentinel-{}-{master_port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let replica = data_node(&replica_dir, &["--replicaof", "127.0.0.1", &master_port.to_string()]);
         let mut set = RedisSentinel {
             nodes: vec![(master.0, Some(master.1)), (replica.0, Some(replica.1))],
             sentinels: Vec::new(),
@@ -139,11 +145,12 @@ impl RedisSentinel {
 }
 
 /// A master or replica with the master's password, no persistence.
-fn data_node(extra: &[&str]) -> (u16, Child) {
+fn data_node(dir: &std::path::Path, extra: &[&str]) -> (u16, Child) {
     for _ in 0..5 {
         let port = super::free_port();
         let mut args = super::server_args(port);
         args.extend(["--requirepass", MASTER_PASSWORD, "--masterauth", MASTER_PASSWORD].map(String::from));
+        args.extend(["--dir".to_owned(), dir.display().to_string()]);
         args.extend(extra.iter().map(|a| a.to_string()));
         let mut child = super::spawn_redis(&args);
         if super::wait_for_port_or_exit(port, &mut child) {
