@@ -37,7 +37,10 @@ impl RedisSentinel {
         std::fs::create_dir_all(&replica_dir).unwrap();
         let master = data_node(&master_dir, &[]);
         let master_port = master.0;
-        let replica = data_node(&replica_dir, &["--replicaof", "127.0.0.1", &master_port.to_string()]);
+        let replica = data_node(
+            &replica_dir,
+            &["--replicaof", "127.0.0.1", &master_port.to_string()],
+        );
         let mut set = RedisSentinel {
             nodes: vec![(master.0, Some(master.1)), (replica.0, Some(replica.1))],
             sentinels: Vec::new(),
