@@ -242,3 +242,136 @@ async fn wrong_passwords_and_an_unknown_master_are_named() {
     assert_hidden(&format!("{err} {err:?}"));
     assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
 }
+
+/// Polls until the sentinels name `port` as the master.
+async fn wait_for_master(set: &RedisSentinel, port: u16) -> Duration {
+    let started = Instant::now();
+    while set.master_port() != port {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no failover within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn waiting_for_a_replica_refuses_the_grants_a_failover_would_lose() {
+    let mut set = RedisSentinel::start();
+    let connect = |replicas: bool| {
+        let builder = Client::builder().command_timeout(Duration::from_millis(500));
+        let builder = if replicas {
+            builder.wait_for_replicas(1, Duration::from_millis(100))
+        } else {
+            builder
+        };
+        let url = set.url();
+        async move { builder.connect(&url).await.unwrap() }
+    };
+    let (plain, waiting) = (connect(false).await, connect(true).await);
+    let rate = 1_000_000;
+    let interval = Duration::from_secs(600);
+    let plain = plain.rate_limiter("rate_limit:sentinel:plain");
+    let waited = waiting.rate_limiter("rate_limit:sentinel:waited");
+    for limiter in [&plain, &waited] {
+        limiter
+            .try_set_rate(RateType::Overall, rate, interval)
+            .await
+            .unwrap();
+        for _ in 0..10 {
+            assert!(limiter.try_acquire(1).await.unwrap(), "replicated grants");
+        }
+    }
+
+    // The replica is cut off (a partition: frozen, and its link closed, so nothing
+    // more reaches it); the master still grants.
+    let (old_master, replica) = set.data_ports();
+    set.signal(replica, "-STOP");
+    set.node_cli(old_master, &["client", "kill", "type", "replica"]);
+    for _ in 0..20 {
+        assert!(
+            plain.try_acquire(1).await.unwrap(),
+            "acknowledged, not replicated"
+        );
+    }
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = waited.try_acquire(1).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::NotReplicated {
+                    wanted: 1,
+                    acknowledged: 0,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.is_transient() && err.is_backend_failure(),
+            "on_error decides: {err:?}"
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_hidden(&format!("{err} {err:?}"));
+    }
+
+    // The master dies before the replica caught up; the replica is promoted.
+    set.kill(old_master);
+    set.signal(replica, "-CONT");
+    let waited_for = wait_for_master(&set, replica).await;
+    let held = |limiter: redlimit::RateLimiter| async move {
+        loop {
+            match limiter.available_permits().await {
+                Ok(available) => return rate - available,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    };
+    let (plain_held, waited_held) = (held(plain.clone()).await, held(waited.clone()).await);
+    println!(
+        "failover after {waited_for:?}: without waiting 30 grants acknowledged, {plain_held} kept; \
+         waiting for a replica 10 grants answered (and 3 NotReplicated), {waited_held} kept"
+    );
+    assert_eq!(
+        plain_held, 10,
+        "the 20 grants the replica never received are lost"
+    );
+    // Every grant answered as one survived; the three NotReplicated calls (refused
+    // under on_error = "deny") were never received either.
+    assert_eq!(waited_held, 10, "a grant answered as such was lost");
+}
+
+#[tokio::test]
+async fn waiting_for_replicas_refuses_settings_that_cannot_work() {
+    for (builder, says) in [
+        (
+            Client::builder().wait_for_replicas(0, Duration::from_millis(10)),
+            "at least 1",
+        ),
+        (
+            Client::builder()
+                .command_timeout(Duration::from_millis(100))
+                .wait_for_replicas(1, Duration::from_millis(100)),
+            "below the command timeout",
+        ),
+        (
+            Client::builder().wait_for_replicas(1, Duration::ZERO),
+            "at least 1 ms",
+        ),
+    ] {
+        let err = builder.connect_lazy("redis://127.0.0.1:1/").unwrap_err();
+        assert!(matches!(err, Error::InvalidSetting { .. }), "{err:?}");
+        assert!(err.to_string().contains(says), "{err}");
+    }
+    let err = Client::builder()
+        .wait_for_replicas(1, Duration::from_millis(10))
+        .connect_lazy("redis+cluster://127.0.0.1:1,127.0.0.1:2/")
+        .unwrap_err();
+    assert!(err.to_string().contains("single master"), "{err}");
+}

@@ -28,8 +28,17 @@ pub struct ClientBuilder {
     server_time: bool,
     max_limiters: usize,
     local_refusals: bool,
+    replicas: Option<Replicas>,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsFiles,
+}
+
+/// What [`ClientBuilder::wait_for_replicas`] asks: a grant is answered once this many
+/// replicas have it, waiting at most `timeout` for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    pub count: u32,
+    pub timeout: Duration,
 }
 
 /// The settings, without the clock's internals or the TLS files' contents (a client
@@ -43,6 +52,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("server_time", &self.server_time)
             .field("max_limiters", &self.max_limiters)
             .field("local_refusals", &self.local_refusals)
+            .field("replicas", &self.replicas)
             .finish_non_exhaustive()
     }
 }
@@ -57,6 +67,7 @@ impl Default for ClientBuilder {
             server_time: false,
             max_limiters: DEFAULT_MAX_LIMITERS,
             local_refusals: true,
+            replicas: None,
             #[cfg(feature = "tls")]
             tls: Default::default(),
         }
@@ -123,6 +134,56 @@ impl ClientBuilder {
         self
     }
 
+    /// Answers a grant only once `replicas` replicas of the master have it (Redis's
+    /// `WAIT`, sent with the script in one round trip), waiting at most `timeout` for
+    /// them. Replication is asynchronous: without this, a failover loses the grants
+    /// the master acknowledged and the promoted replica had not received (see
+    /// RELIABILITY.md, "When Redis loses data"). With it, a grant fewer replicas
+    /// acknowledged in time fails with [`Error::NotReplicated`] (the permits stay
+    /// taken; `on_error` decides the call), and every grant costs the replicas' round
+    /// trip in latency. For every replica's copy to count, ask for as many replicas as
+    /// the master has. A single master (`redis://`, `redis+sentinel://`) only: `timeout`
+    /// from 1 ms to below the command timeout, `replicas` at least 1; otherwise
+    /// connecting fails with [`Error::InvalidSetting`]. A refusal is answered whatever
+    /// the replicas acknowledged.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas {
+            count: replicas,
+            timeout,
+        });
+        self
+    }
+
+    /// The `wait_for_replicas` setting, checked against the others and the server.
+    fn replicas(&self, cluster: bool) -> Result<Option<Replicas>, Error> {
+        let Some(replicas) = self.replicas else {
+            return Ok(None);
+        };
+        let invalid = |problem: String| Error::InvalidSetting {
+            setting: "wait_for_replicas",
+            problem,
+        };
+        if replicas.count == 0 {
+            return Err(invalid(
+                "0 replicas waits for nothing: ask for at least 1".to_owned(),
+            ));
+        }
+        if replicas.timeout < Duration::from_millis(1) || replicas.timeout >= self.command_timeout {
+            return Err(invalid(format!(
+                "a timeout of {:?}: it must be at least 1 ms and below the command timeout ({:?})",
+                replicas.timeout, self.command_timeout
+            )));
+        }
+        if cluster {
+            return Err(invalid(
+                "a Redis Cluster: waiting for replicas is offered on a single master \
+                 (redis://, rediss:// or redis+sentinel://)"
+                    .to_owned(),
+            ));
+        }
+        Ok(Some(replicas))
+    }
+
     /// Decide at the Redis server's clock (`TIME` inside the scripts) instead of this
     /// process's, for fleets whose clocks cannot be trusted: windows are then exact
     /// whatever the clients' skew. The trade-off: Java Redisson clients sharing the
@@ -156,7 +217,7 @@ impl ClientBuilder {
     /// `rediss://` uses TLS (cargo feature `tls`).
     pub async fn connect(self, url: &str) -> Result<Client, Error> {
         let (conn, target, eviction) = self.connect_conn(url).await?;
-        Ok(self.finish_redis(conn, target, true, eviction))
+        self.finish_redis(conn, target, true, eviction)
     }
 
     /// The connection [`connect`](ClientBuilder::connect) makes, where it goes, and
@@ -197,7 +258,7 @@ impl ClientBuilder {
 
     async fn connect_cluster_nodes(self, nodes: &[String], target: Target) -> Result<Client, Error> {
         let (conn, eviction) = self.connect_cluster_conn(nodes, &target).await?;
-        Ok(self.finish_redis(conn, target, true, eviction))
+        self.finish_redis(conn, target, true, eviction)
     }
 
     async fn connect_cluster_conn(
@@ -223,16 +284,16 @@ impl ClientBuilder {
                 .set_connection_timeout(self.connect_timeout)
                 .set_response_timeout(self.command_timeout);
             let conn = client.get_pending_async_connection_with_config(config);
-            return Ok(self.finish_redis(Conn::Cluster(conn), target, false, None));
+            return self.finish_redis(Conn::Cluster(conn), target, false, None);
         }
         if let Some(parts) = sentinel::parse_url(url) {
             let conn = self.sentinel_conn(&parts?, &target)?;
-            return Ok(self.finish_redis(conn, target, false, None));
+            return self.finish_redis(conn, target, false, None);
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
         let conn = ConnectionManager::new_lazy_with_config(client, connection_config)
             .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
-        Ok(self.finish_redis(Conn::Single(conn), target, false, None))
+        self.finish_redis(Conn::Single(conn), target, false, None)
     }
 
     /// The connection to the master the sentinels of `url` name (found at its first
@@ -343,13 +404,21 @@ impl ClientBuilder {
 
     /// `connected`: an eager connect, which read the version and `eviction` (a lazy
     /// client reads them at its first decision).
-    fn finish_redis(self, conn: Conn, target: Target, connected: bool, eviction: Option<Eviction>) -> Client {
+    fn finish_redis(
+        self,
+        conn: Conn,
+        target: Target,
+        connected: bool,
+        eviction: Option<Eviction>,
+    ) -> Result<Client, Error> {
+        let replicas = self.replicas(matches!(conn, Conn::Cluster(_)))?;
         let shown = target.shown().to_owned();
-        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target, connected);
+        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target, connected)
+            .wait_for_replicas(replicas);
         if let Some(eviction) = &eviction {
             backend.record_eviction(eviction);
         }
-        self.finish(Backend::Redis(backend), shown)
+        Ok(self.finish(Backend::Redis(backend), shown))
     }
 
     /// A client on the in-process backend: same semantics, limits per process.

@@ -254,6 +254,35 @@ pub enum Error {
         detail: String,
     },
 
+    /// A client setting out of range (what is wrong and what is accepted).
+    #[error("ClientBuilder::{setting}: {problem}")]
+    InvalidSetting {
+        /// The builder's method.
+        setting: &'static str,
+        /// What is wrong and what is accepted.
+        problem: String,
+    },
+
+    /// A grant the master made that fewer replicas than
+    /// [`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas)
+    /// asks for acknowledged within its timeout: a failover now could lose it. The
+    /// permits stay taken on the master; `on_error` decides the call.
+    #[error(
+        "Redis at `{target}` granted, but {acknowledged} of the {wanted} replicas asked for \
+         acknowledged the grant within {after:?}; check the replicas' links, or lower \
+         ClientBuilder::wait_for_replicas"
+    )]
+    NotReplicated {
+        /// The server, password hidden.
+        target: String,
+        /// The replicas asked for.
+        wanted: u32,
+        /// The replicas that acknowledged.
+        acknowledged: u64,
+        /// How long the master waited.
+        after: Duration,
+    },
+
     /// The server is full and refuses writes (`OOM`: used memory over `maxmemory` under
     /// the `noeviction` policy): no grant can be recorded until memory is freed.
     #[error(
@@ -416,6 +445,7 @@ impl Error {
                 | Error::Tls { .. }
                 | Error::Backend { .. }
                 | Error::UnexpectedReply { .. }
+                | Error::NotReplicated { .. }
         )
     }
 
@@ -438,6 +468,7 @@ impl Error {
                 | Error::OutOfMemory { .. }
                 | Error::NoPermission { .. }
                 | Error::UnexpectedReply { .. }
+                | Error::NotReplicated { .. }
                 | Error::WrongType { .. }
                 | Error::CorruptConfig { .. }
                 | Error::CorruptValue { .. }

@@ -115,6 +115,21 @@ impl RedisSentinel {
         }
     }
 
+    /// Freezes (`-STOP`) or thaws (`-CONT`) the data node on `port`.
+    pub fn signal(&self, port: u16, signal: &str) {
+        let child = self
+            .nodes
+            .iter()
+            .find(|(p, _)| *p == port)
+            .and_then(|(_, child)| child.as_ref())
+            .expect("a live node on that port");
+        let status = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill(1) is needed to pause and resume redis-server");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
     /// Runs a command on a data node (with the master's password).
     pub fn node_cli(&self, port: u16, args: &[&str]) -> String {
         let port = port.to_string();

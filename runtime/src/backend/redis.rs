@@ -95,6 +95,8 @@ pub(crate) struct RedisBackend {
     /// The server's version, eviction policy and the connection's name, checked about
     /// once a minute off the deciding path.
     health: std::sync::Arc<Health>,
+    /// Grants answered once this many replicas have them (`WAIT` after the script).
+    replicas: Option<crate::builder::Replicas>,
 }
 
 impl RedisBackend {
@@ -109,7 +111,14 @@ impl RedisBackend {
             answered: AtomicBool::new(connected),
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected)),
+            replicas: None,
         }
+    }
+
+    /// Answers grants once `replicas` replicas have them.
+    pub(crate) fn wait_for_replicas(mut self, replicas: Option<crate::builder::Replicas>) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     /// Notes the eviction policy a connect read.
@@ -280,18 +289,22 @@ impl RedisBackend {
             };
         }
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
-        let reply: Result<redis::Value, Error> = self
+        let probe = calls.iter().all(|c| c.permits == 0);
+        let replicas = self.replicas.filter(|_| !probe);
+        let reply: Result<(redis::Value, u64), Error> = self
             .run(&keys, |mut conn| async move {
-                eval_sha(script, &cmd, &mut conn).await
+                match replicas {
+                    None => eval_sha(script, &cmd, &mut conn).await.map(|reply| (reply, 0)),
+                    Some(replicas) => eval_sha_replicated(script, &cmd, replicas, &mut conn).await,
+                }
             })
             .await;
-        let reply = match reply {
+        let (reply, acknowledged) = match reply {
             Ok(reply) => reply,
             Err(guess @ Error::WrongType { .. }) => return Err(self.wrong_type(calls, guess).await),
             Err(err) => {
                 // A token bucket's grant is not in any log: nothing to take back.
-                let probe = calls.iter().all(|c| c.permits == 0) || only_buckets;
-                if !probe && may_have_run(&err) {
+                if !(probe || only_buckets) && may_have_run(&err) {
                     self.spawn_refund(calls, members);
                 }
                 return Err(err);
@@ -313,6 +326,16 @@ impl RedisBackend {
                 reply: shown,
             }
         })?;
+        if let Some(replicas) = replicas {
+            if outcome.granted && acknowledged < u64::from(replicas.count) {
+                return Err(Error::NotReplicated {
+                    target: self.target.shown().to_owned(),
+                    wanted: replicas.count,
+                    acknowledged,
+                    after: replicas.timeout,
+                });
+            }
+        }
         Ok((outcome, members))
     }
 
@@ -698,6 +721,29 @@ async fn eval_sha<T: redis::FromRedisValue>(
         Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.prepare_invoke().load_async(conn).await?;
             cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// The script, then `WAIT replicas timeout` in the same round trip (a pipeline):
+/// its reply, and how many replicas acknowledged what it wrote.
+async fn eval_sha_replicated(
+    script: &Script,
+    cmd: &redis::Cmd,
+    replicas: crate::builder::Replicas,
+    conn: &mut Conn,
+) -> redis::RedisResult<(redis::Value, u64)> {
+    let mut pipe = redis::pipe();
+    let timeout_ms = u64::try_from(replicas.timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    pipe.add_command(cmd.clone())
+        .add_command(redis::cmd("WAIT").arg(replicas.count).arg(timeout_ms).clone());
+    match pipe.query_async(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            pipe.query_async(conn).await
         }
         other => other,
     }
