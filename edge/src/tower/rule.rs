@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
+use redlimit_runtime::private::RuleSpec;
 use redlimit_runtime::{Algorithm, BucketShape, OnError, RateType};
 
 use super::key::{Key, MissingKey};
@@ -18,22 +19,20 @@ pub(super) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 /// vocabulary: `rate` permits per `interval` on the limiter `<name>:<key value>`.
 #[derive(Clone)]
 pub struct LayerRule {
-    pub(super) name: Cow<'static, str>,
-    pub(super) key: Key,
-    pub(super) rate: u64,
-    pub(super) interval: Duration,
-    pub(super) mode: RateType,
-    pub(super) permits: u64,
-    pub(super) cost: Option<Arc<CostFn>>,
-    pub(super) on_error: OnError,
-    pub(super) message: Option<Cow<'static, str>>,
-    pub(super) missing_key: MissingKey,
-    pub(super) shadow: bool,
-    pub(super) local_refusals: bool,
-    pub(super) exempt: HashSet<String>,
-    pub(super) algorithm: Algorithm,
+    /// The rule as the runtime decides it, the attribute's rules' description: name,
+    /// rate, interval, mode, permits, `on_error`, message, shadow, local refusals, and
+    /// a token bucket's shape (`None`: the sliding window).
+    pub(super) spec: RuleSpec,
+    /// A token bucket's burst and warm-up as set, whatever the algorithm: the spec's
+    /// shape is made of them, and a sliding window refuses them when the layer is built.
     pub(super) burst: Option<u64>,
     pub(super) warmup: Option<Duration>,
+    /// What the layer adds to the description: where the key comes from, the cost of
+    /// a request, what a request without a key value gets, the values not limited.
+    pub(super) key: Key,
+    pub(super) cost: Option<Arc<CostFn>>,
+    pub(super) missing_key: MissingKey,
+    pub(super) exempt: HashSet<String>,
 }
 
 impl LayerRule {
@@ -44,35 +43,40 @@ impl LayerRule {
     /// str` or a `String` read from configuration.
     pub fn new(name: impl Into<Cow<'static, str>>, rate: u64, interval: Duration) -> LayerRule {
         LayerRule {
-            name: name.into(),
-            key: Key::global(),
-            rate,
-            interval,
-            mode: RateType::Overall,
-            permits: 1,
-            cost: None,
-            on_error: OnError::Local,
-            message: None,
-            missing_key: MissingKey::Share,
-            shadow: false,
-            local_refusals: true,
-            exempt: HashSet::new(),
-            algorithm: Algorithm::SlidingWindow,
+            spec: RuleSpec {
+                name: name.into(),
+                shadow: false,
+                local_refusals: true,
+                rate,
+                interval,
+                mode: RateType::Overall,
+                permits: 1,
+                on_error: OnError::Local,
+                message: None,
+                bucket: None,
+            },
             burst: None,
             warmup: None,
+            key: Key::global(),
+            cost: None,
+            missing_key: MissingKey::Share,
+            exempt: HashSet::new(),
         }
     }
 
     /// The sliding window (default) or a token bucket (see [`burst`](LayerRule::burst)).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = algorithm;
+        self.spec.bucket = match algorithm {
+            Algorithm::SlidingWindow => None,
+            Algorithm::TokenBucket => Some(self.shape()),
+        };
         self
     }
 
     /// A token bucket's capacity (default: the rate).
     pub fn burst(mut self, burst: u64) -> Self {
         self.burst = Some(burst);
-        self
+        self.reshape()
     }
 
     /// A token bucket's warm-up: after the bucket has been idle, it grants about a
@@ -80,7 +84,7 @@ impl LayerRule {
     /// over about `warmup` as requests take tokens.
     pub fn warmup(mut self, warmup: Duration) -> Self {
         self.warmup = Some(warmup);
-        self
+        self.reshape()
     }
 
     /// Where the key's value comes from.
@@ -91,13 +95,13 @@ impl LayerRule {
 
     /// Shared by every process ([`RateType::Overall`], the default) or per process.
     pub fn mode(mut self, mode: RateType) -> Self {
-        self.mode = mode;
+        self.spec.mode = mode;
         self
     }
 
     /// Permits each request takes (default 1; at most the rate).
     pub fn permits(mut self, permits: u64) -> Self {
-        self.permits = permits;
+        self.spec.permits = permits;
         self
     }
 
@@ -115,13 +119,13 @@ impl LayerRule {
 
     /// What the rule does when the backend fails (default [`OnError::Local`]).
     pub fn on_error(mut self, on_error: OnError) -> Self {
-        self.on_error = on_error;
+        self.spec.on_error = on_error;
         self
     }
 
     /// The refusal's message (the 429's body).
     pub fn message(mut self, message: impl Into<Cow<'static, str>>) -> Self {
-        self.message = Some(message.into());
+        self.spec.message = Some(message.into());
         self
     }
 
@@ -135,13 +139,13 @@ impl LayerRule {
 
     /// The rule's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.spec.name
     }
 
     /// Decide and report (a warning, at most once per 10 s), but never refuse: to roll
     /// out a new limit safely.
     pub fn shadow(mut self, shadow: bool) -> Self {
-        self.shadow = shadow;
+        self.spec.shadow = shadow;
         self
     }
 
@@ -149,7 +153,7 @@ impl LayerRule {
     /// without a round trip, until its wait ends (default: yes, where the answer is
     /// exact; see `ClientBuilder::local_refusals`).
     pub fn local_refusals(mut self, on: bool) -> Self {
-        self.local_refusals = on;
+        self.spec.local_refusals = on;
         self
     }
 
@@ -165,32 +169,49 @@ impl LayerRule {
     }
 }
 
-impl fmt::Debug for LayerRule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LayerRule")
-            .field("name", &self.name)
-            .field("key", &self.key)
-            .field("rate", &self.rate)
-            .field("interval", &self.interval)
-            .field("mode", &self.mode)
-            .field("permits", &self.permits)
-            .field("cost", &self.cost.as_ref().map(|_| ".."))
-            .field("on_error", &self.on_error)
-            .field("message", &self.message)
-            .field("missing_key", &self.missing_key)
-            .field("shadow", &self.shadow)
-            .field("local_refusals", &self.local_refusals)
-            .field("exempt", &self.exempt)
-            .field("algorithm", &self.algorithm)
-            .field("burst", &self.burst)
-            .field("warmup", &self.warmup)
-            .finish()
+impl LayerRule {
+    /// A token bucket's shape from the burst (default: the rate) and warm-up as set.
+    fn shape(&self) -> BucketShape {
+        BucketShape::new(self.burst.unwrap_or(self.spec.rate), self.warmup)
+    }
+
+    /// The spec's shape again after its burst or warm-up changed, if a token bucket.
+    fn reshape(mut self) -> Self {
+        if self.spec.bucket.is_some() {
+            self.spec.bucket = Some(self.shape());
+        }
+        self
+    }
+
+    /// The algorithm the spec counts with.
+    fn algorithm_of(&self) -> Algorithm {
+        match self.spec.bucket {
+            Some(_) => Algorithm::TokenBucket,
+            None => Algorithm::SlidingWindow,
+        }
     }
 }
 
-impl LayerRule {
-    /// A token-bucket rule's shape: its burst (default: the rate) and warm-up.
-    pub(super) fn shape(&self) -> BucketShape {
-        BucketShape::new(self.burst.unwrap_or(self.rate), self.warmup)
+impl fmt::Debug for LayerRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let spec = &self.spec;
+        f.debug_struct("LayerRule")
+            .field("name", &spec.name)
+            .field("key", &self.key)
+            .field("rate", &spec.rate)
+            .field("interval", &spec.interval)
+            .field("mode", &spec.mode)
+            .field("permits", &spec.permits)
+            .field("cost", &self.cost.as_ref().map(|_| ".."))
+            .field("on_error", &spec.on_error)
+            .field("message", &spec.message)
+            .field("missing_key", &self.missing_key)
+            .field("shadow", &spec.shadow)
+            .field("local_refusals", &spec.local_refusals)
+            .field("exempt", &self.exempt)
+            .field("algorithm", &self.algorithm_of())
+            .field("burst", &self.burst)
+            .field("warmup", &self.warmup)
+            .finish()
     }
 }

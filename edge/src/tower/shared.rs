@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 use redlimit_runtime::private::{RuleSpec, Site};
-use redlimit_runtime::{Algorithm, Client};
+use redlimit_runtime::Client;
 
 use super::key::{KeyFn, KeyKind, MissingKey};
 use super::rule::{CostFn, LayerRule};
@@ -84,10 +84,10 @@ impl Shared {
         for rule in rules {
             check_rule(&rule)?;
             templates.push(template(&rule));
-            if !names.insert(rule.name.clone()) {
+            if !names.insert(rule.spec.name.clone()) {
                 return Err(InvalidLayer(format!(
                     "two rules are named `{}`: their limiters would be the same keys; give each rule its own name",
-                    rule.name
+                    rule.spec.name
                 )));
             }
             let (spec, rule) = compile(rule)?;
@@ -121,32 +121,25 @@ impl Shared {
 
 /// A checked rule as the site decides it, and as the layer keys it.
 fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
-    let spec = RuleSpec {
-        name: rule.name.clone(),
-        shadow: rule.shadow,
-        local_refusals: rule.local_refusals,
-        rate: rule.rate,
-        interval: rule.interval,
-        mode: rule.mode,
-        permits: rule.permits,
-        on_error: rule.on_error,
-        message: rule.message.clone(),
-        bucket: match rule.algorithm {
-            Algorithm::TokenBucket => Some(rule.shape()),
-            Algorithm::SlidingWindow => None,
-        },
-    };
-    let key = match rule.key.0 {
+    let LayerRule {
+        spec,
+        key,
+        cost,
+        missing_key,
+        exempt,
+        ..
+    } = rule;
+    let key = match key.0 {
         KeyKind::Global => Extract::Global,
         KeyKind::ClientIp => Extract::ClientIp,
-        KeyKind::Header(name) => Extract::Header(header_name(&rule.name, &name)?),
+        KeyKind::Header(name) => Extract::Header(header_name(&spec.name, &name)?),
         #[cfg(feature = "axum")]
         KeyKind::PathParam(name) => Extract::PathParam(name),
         KeyKind::With(f, _) => Extract::With(f),
     };
     let limit = spec.limit();
     let policy = HeaderValue::from_str(&limit.policy_field()).ok();
-    let missing = match (rule.missing_key, &key) {
+    let missing = match (missing_key, &key) {
         (MissingKey::Share, _) => None,
         (refuse, Extract::Header(header)) => Some((format!("the {header} header"), refuse)),
         #[cfg(feature = "axum")]
@@ -158,13 +151,13 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     let mut state = limit.state_field(0, None);
     state.pop();
     let keyed = Keyed {
-        name: rule.name,
+        name: spec.name.clone(),
         policy,
         missing,
         state,
         key,
-        cost: rule.cost,
-        exempt: rule.exempt,
+        cost,
+        exempt,
     };
     Ok((spec, keyed))
 }
@@ -174,7 +167,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
 /// key's value, named after its source (`login:{ip}` for a rule keyed by the client
 /// address).
 fn template(rule: &LayerRule) -> String {
-    let name = rule.name.replace('{', "{{").replace('}', "}}");
+    let name = rule.spec.name.replace('{', "{{").replace('}', "}}");
     match rule.key.template_value() {
         None => name,
         Some(value) => format!("{name}:{{{value}}}"),

@@ -5,7 +5,7 @@ use std::fmt;
 
 use http::HeaderName;
 use redlimit_runtime::private::check_bucket;
-use redlimit_runtime::{Algorithm, RateLimiterConfig};
+use redlimit_runtime::RateLimiterConfig;
 
 use super::key::{KeyKind, MissingKey};
 use super::rule::LayerRule;
@@ -28,7 +28,7 @@ impl std::error::Error for InvalidLayer {}
 pub(crate) fn check_rule_fully(rule: &LayerRule) -> Result<(), InvalidLayer> {
     check_rule(rule)?;
     if let KeyKind::Header(name) = &rule.key.0 {
-        header_name(&rule.name, name)?;
+        header_name(&rule.spec.name, name)?;
     }
     Ok(())
 }
@@ -45,17 +45,18 @@ pub(super) fn header_name(rule: &str, name: &str) -> Result<HeaderName, InvalidL
 /// Everything of one rule but its header name: name, rate and interval, the token
 /// bucket's settings, permits, `missing_key` and the exempt values.
 pub(super) fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
-    check_name(&rule.name)?;
-    let invalid = |problem: String| InvalidLayer(format!("rule `{}`: {problem}", rule.name));
-    if let Err(error) = RateLimiterConfig::new(rule.mode, rule.rate, rule.interval).validate(&rule.name) {
+    let spec = &rule.spec;
+    check_name(&spec.name)?;
+    let invalid = |problem: String| InvalidLayer(format!("rule `{}`: {problem}", spec.name));
+    if let Err(error) = RateLimiterConfig::new(spec.mode, spec.rate, spec.interval).validate(&spec.name) {
         return Err(invalid(error.to_string()));
     }
     let most = most_permits(rule).map_err(invalid)?;
-    if rule.permits == 0 || rule.permits > most {
+    if spec.permits == 0 || spec.permits > most {
         return Err(invalid(format!(
             "permits = {} is not accepted: each request takes from 1 to {most} permits (the rate, or a \
              token bucket's burst)",
-            rule.permits
+            spec.permits
         )));
     }
     if rule.missing_key != MissingKey::Share && rule.key.always_present() {
@@ -98,18 +99,19 @@ fn check_name(name: &str) -> Result<(), InvalidLayer> {
 /// The most permits one request may take (the rate, or a token bucket's burst), once
 /// the token bucket's settings are checked; `Err`: what is wrong with them.
 fn most_permits(rule: &LayerRule) -> Result<u64, String> {
-    match (rule.algorithm, rule.burst, rule.warmup) {
-        (Algorithm::SlidingWindow, Some(_), _) => {
+    let spec = &rule.spec;
+    match (spec.bucket, rule.burst, rule.warmup) {
+        (None, Some(_), _) => {
             Err("`burst` is a token bucket's capacity: add .algorithm(Algorithm::TokenBucket)".into())
         }
-        (Algorithm::SlidingWindow, _, Some(_)) => {
+        (None, _, Some(_)) => {
             Err("`warmup` is a token bucket's: add .algorithm(Algorithm::TokenBucket)".into())
         }
-        (Algorithm::SlidingWindow, None, None) => Ok(rule.rate),
-        (Algorithm::TokenBucket, ..) => {
-            let config = RateLimiterConfig::new(rule.mode, rule.rate, rule.interval);
-            check_bucket(&rule.name, rule.shape(), &config).map_err(|error| error.to_string())?;
-            Ok(rule.shape().burst)
+        (None, None, None) => Ok(spec.rate),
+        (Some(shape), ..) => {
+            let config = RateLimiterConfig::new(spec.mode, spec.rate, spec.interval);
+            check_bucket(&spec.name, shape, &config).map_err(|error| error.to_string())?;
+            Ok(shape.burst)
         }
     }
 }
