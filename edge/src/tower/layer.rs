@@ -8,7 +8,7 @@ use std::time::Duration;
 use redlimit_runtime::Client;
 use tower_layer::Layer;
 
-use super::respond::{Grpc, PlainText, ProblemJson};
+use super::respond::{Grpc, PlainText, ProblemDetails};
 use super::rule::LayerRule;
 use super::service::RateLimit;
 use super::shared::{Settings, Shared};
@@ -118,10 +118,10 @@ impl RateLimitLayer {
 
 impl<R> RateLimitLayer<R> {
     /// Refusals as `application/problem+json`.
-    pub fn problem_json(self) -> RateLimitLayer<ProblemJson> {
+    pub fn problem_json(self) -> RateLimitLayer<ProblemDetails> {
         RateLimitLayer {
             shared: self.shared,
-            respond: ProblemJson,
+            respond: ProblemDetails,
         }
     }
 

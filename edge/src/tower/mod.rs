@@ -45,7 +45,7 @@ mod validate;
 
 pub use key::{Key, MissingKey};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
-pub use respond::{Grpc, PlainText, ProblemJson, Respond};
+pub use respond::{Grpc, PlainText, ProblemDetails, Respond};
 pub use rule::LayerRule;
 pub use service::RateLimit;
 pub use validate::InvalidLayer;

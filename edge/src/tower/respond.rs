@@ -20,10 +20,10 @@ pub trait Respond<B>: Clone + Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PlainText;
 
-/// Refusals as RFC 9457 problems (`application/problem+json`), same statuses and
-/// headers as [`PlainText`].
+/// Refusals as RFC 9457 problem details (`application/problem+json`, as the axum
+/// response `ProblemJson` writes them), same statuses and headers as [`PlainText`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ProblemJson;
+pub struct ProblemDetails;
 
 /// Refusals as gRPC statuses: `RESOURCE_EXHAUSTED` with `retry-after` metadata and a
 /// `google.rpc.RetryInfo` detail; `UNAVAILABLE` when the backend failed under
@@ -39,7 +39,7 @@ impl Respond<axum::body::Body> for PlainText {
 }
 
 #[cfg(feature = "axum")]
-impl Respond<axum::body::Body> for ProblemJson {
+impl Respond<axum::body::Body> for ProblemDetails {
     fn refused(&self, limited: RateLimited) -> Response<axum::body::Body> {
         axum::response::IntoResponse::into_response(redlimit_runtime::ProblemJson(limited))
     }
