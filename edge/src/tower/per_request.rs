@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 
 use super::key::MissingKey;
 use super::request::{peer_addr, NoValue, PathParams, Value, NO_PEER, OUTSIDE_ROUTER};
-use super::shared::{Extract, Shared};
+use super::shared::{Extract, Keyed, Shared};
 use crate::client_ip::{one_setting, ReadBy};
 use crate::{ClientIp, TrustedProxies};
 
@@ -98,16 +98,7 @@ impl Shared {
                     return Err(self.site.refuse_misconfigured(i, error));
                 }
             };
-            if let (Some((what, refuse)), Some(value)) = (&rule.missing, &value) {
-                if value.trim().is_empty() {
-                    let error = Error::MissingKey {
-                        rule: rule.name.to_string(),
-                        what: what.clone(),
-                        unauthorized: *refuse == MissingKey::Unauthorized,
-                    };
-                    return Err(self.site.refuse_without_key(i, error));
-                }
-            }
+            self.refuse_missing(i, rule, value.as_ref())?;
             let mut key = KeyBuf::new();
             key.text(&rule.name);
             if let Some(value) = &value {
@@ -125,6 +116,27 @@ impl Shared {
             }
         }
         Ok((keys, permits))
+    }
+
+    /// The refusal of a request without a value for rule `i`, when the rule refuses
+    /// those (`missing_key`): an empty or all-whitespace value is none.
+    fn refuse_missing(
+        &self,
+        i: usize,
+        rule: &Keyed,
+        value: Option<&Cow<'_, str>>,
+    ) -> Result<(), RateLimited> {
+        if let (Some((what, refuse)), Some(value)) = (&rule.missing, value) {
+            if value.trim().is_empty() {
+                let error = Error::MissingKey {
+                    rule: rule.name.to_string(),
+                    what: what.clone(),
+                    unauthorized: *refuse == MissingKey::Unauthorized,
+                };
+                return Err(self.site.refuse_without_key(i, error));
+            }
+        }
+        Ok(())
     }
 }
 
