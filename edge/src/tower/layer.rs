@@ -81,6 +81,7 @@ impl RateLimitLayerBuilder {
     }
 
     /// Checks the rules: at least one; distinct names, not empty; rate, interval and
+    /// permits as a limiter accepts them; header names valid; no empty exempt value.
     pub fn build(self) -> Result<RateLimitLayer, InvalidLayer> {
         if self.rules.is_empty() {
             return Err(InvalidLayer(
