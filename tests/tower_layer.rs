@@ -410,6 +410,36 @@ async fn a_token_bucket_rule_in_a_layer() {
     assert!(error.to_string().contains("shorter warm-up"), "{error}");
 }
 
+/// A token bucket's settings hold in whichever order they are given: the burst set
+/// before the algorithm is the bucket's burst still.
+#[tokio::test]
+async fn a_token_bucket_burst_set_before_its_algorithm() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(
+            LayerRule::new("tb", 1, MINUTE)
+                .burst(3)
+                .algorithm(redlimit::Algorithm::TokenBucket),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    for _ in 0..3 {
+        assert_eq!(status(addr, "/a", &[]).await, 200);
+    }
+    assert_eq!(status(addr, "/a", &[]).await, 429, "a burst of 3, not 4");
+    let error = RateLimitLayer::builder()
+        .rule(
+            LayerRule::new("x", 5, MINUTE)
+                .algorithm(redlimit::Algorithm::TokenBucket)
+                .burst(3)
+                .algorithm(redlimit::Algorithm::SlidingWindow),
+        )
+        .build()
+        .unwrap_err();
+    assert!(error.to_string().contains("token bucket"), "{error}");
+}
+
 #[tokio::test]
 async fn a_warming_token_bucket_in_a_layer_starts_slow() {
     let layer = RateLimitLayer::builder()

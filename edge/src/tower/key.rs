@@ -1,0 +1,129 @@
+//! Key sources: where a rule's key value comes from ([`Key`]), and what a rule does
+//! with a request that has none ([`MissingKey`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::request::Parts;
+
+/// A request's key value for a rule, computed from the request.
+pub(super) type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// Where a rule's key comes from.
+#[derive(Clone)]
+pub struct Key(pub(super) KeyKind);
+
+#[derive(Clone)]
+pub(super) enum KeyKind {
+    Global,
+    ClientIp,
+    Header(String),
+    #[cfg(feature = "axum")]
+    PathParam(String),
+    /// The closure, and its type: what tells two closures' limiters apart.
+    With(Arc<KeyFn>, std::any::TypeId),
+}
+
+impl Key {
+    /// One limiter for every request.
+    pub fn global() -> Key {
+        Key(KeyKind::Global)
+    }
+
+    /// The client's address (without port; IPv6 grouped by prefix), from the peer and
+    /// the forwarding header written by [`TrustedProxies`](crate::TrustedProxies) (set with
+    /// [`RateLimitLayerBuilder::trusted_proxies`](super::RateLimitLayerBuilder::trusted_proxies),
+    /// or as a request extension such as axum's `Extension` outside the layer; none
+    /// trusted without either). The peer comes from axum's `ConnectInfo<SocketAddr>`,
+    /// tonic's `TcpConnectInfo`, or a `SocketAddr` extension; a request with none of
+    /// them is refused as misconfigured (500). The handler's
+    /// [`ClientIp`](crate::ClientIp) is the address the layer keyed by.
+    pub fn client_ip() -> Key {
+        Key(KeyKind::ClientIp)
+    }
+
+    /// A request header's value, such as `x-api-key`. Requests without it share one
+    /// limiter (per rule); a value that is not UTF-8 is read lossily. Long values are
+    /// digested, as in the attribute's keys.
+    pub fn header(name: &str) -> Key {
+        Key(KeyKind::Header(name.to_owned()))
+    }
+
+    /// A matched path parameter, such as `user_id` in `/users/{user_id}` (axum). Path
+    /// parameters exist once a route matched: add the layer with `Router::route_layer`,
+    /// `Router::layer` or on the route itself. Under `Router::layer`, a request no route
+    /// matches goes on to the router's fallback (404) without this rule, the other
+    /// rules still deciding. A matched route without the parameter (a misspelt name),
+    /// and a layer outside the router, are refused as misconfigured (500), never let
+    /// through unlimited; a parameter that is not UTF-8 shares one limiter with all such.
+    #[cfg(feature = "axum")]
+    pub fn path_param(name: &str) -> Key {
+        Key(KeyKind::PathParam(name.to_owned()))
+    }
+
+    /// A value computed from the request's head; `None` when it has none (those
+    /// requests share one limiter, per rule).
+    pub fn with<F>(key: F) -> Key
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Key(KeyKind::With(Arc::new(key), std::any::TypeId::of::<F>()))
+    }
+
+    /// Whether every request has a value for this key (a client address always has one).
+    pub(super) fn always_present(&self) -> bool {
+        matches!(self.0, KeyKind::Global | KeyKind::ClientIp)
+    }
+
+    /// The key's value in the attribute's template syntax, named after its source
+    /// (`ip` for [`Key::client_ip`], as an attribute keyed by a `ClientIp` parameter
+    /// named `ip` writes it); `None` for [`Key::global`], whose limiter has no value.
+    pub(super) fn template_value(&self) -> Option<String> {
+        Some(match &self.0 {
+            KeyKind::Global => return None,
+            KeyKind::ClientIp => "ip".to_owned(),
+            KeyKind::Header(header) => header.to_ascii_lowercase(),
+            #[cfg(feature = "axum")]
+            KeyKind::PathParam(param) => param.clone(),
+            // each closure is a type of its own: two closures are two shapes (a value one
+            // computes never reaches the limiters of another's), one closure built twice one
+            KeyKind::With(_, closure) => {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                closure.hash(&mut hasher);
+                format!("with {:016x}", hasher.finish())
+            }
+        })
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            KeyKind::Global => f.write_str("Key::global()"),
+            KeyKind::ClientIp => f.write_str("Key::client_ip()"),
+            KeyKind::Header(name) => write!(f, "Key::header({name:?})"),
+            #[cfg(feature = "axum")]
+            KeyKind::PathParam(name) => write!(f, "Key::path_param({name:?})"),
+            KeyKind::With(..) => f.write_str("Key::with(..)"),
+        }
+    }
+}
+
+/// What a rule does with a request that has no value for its key: no such header, an
+/// empty or all-whitespace one, `None` from [`Key::with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum MissingKey {
+    /// All such requests share one limiter of the rule (the default): leaving the
+    /// value out never escapes the limit.
+    #[default]
+    Share,
+    /// Refused with 400 Bad Request, the body naming what is missing (`This request
+    /// needs the x-api-key header`); nothing is spent.
+    BadRequest,
+    /// Refused the same way with 401 Unauthorized (for a key that is a credential).
+    /// The response has no `WWW-Authenticate`: the scheme is the application's.
+    Unauthorized,
+}

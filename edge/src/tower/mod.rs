@@ -1,0 +1,56 @@
+//! A tower layer that rate-limits every request through it: one or more rules,
+//! decided all-or-nothing in one round trip, keyed by what the request carries.
+//!
+//! ```
+//! use std::time::Duration;
+//! # use redlimit_edge as redlimit;
+//! use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+//!
+//! let layer = RateLimitLayer::builder()
+//!     // 5 logins per minute per client address (behind trusted proxies, see below)
+//!     .rule(LayerRule::new("login", 5, Duration::from_secs(60)).key(Key::client_ip()))
+//!     // and 1 000 requests per second in all
+//!     .rule(LayerRule::new("all", 1_000, Duration::from_secs(1)))
+//!     .build()
+//!     .unwrap();
+//! # let _ = layer;
+//! ```
+//!
+//! The limiter of a rule is `<client prefix><name>:<value>` (`rate_limit:login:
+//! 198.51.100.7`), the value escaped as in the attribute's keys so that no caller can
+//! reach another key; a rule keyed [`Key::global`] is `<prefix><name>`. A request a rule
+//! finds no value for (no such header) shares one limiter with every other such
+//! request of that rule: leaving a header out never escapes the limit.
+//! A rule may refuse such requests instead, with 400 or 401 naming the header
+//! ([`LayerRule::missing_key`]).
+//!
+//! The layer and its clones share their state: a limit on a router holds across all
+//! its routes and every clone the server makes.
+
+// One job per file, each importing only those before it in this order: `key` (where a
+// rule's key comes from), `rule` (a rule's builder), `validate` (what a rule must be),
+// `shared` (what a built layer keeps), `request` (what the server and the router put
+// in a request), `per_request` (one request's keys and decision), `respond` (refusals
+// and the RateLimit fields), `service` and `layer` (tower's `Service` and `Layer`).
+
+mod key;
+mod layer;
+mod per_request;
+mod request;
+mod respond;
+mod rule;
+mod service;
+mod shared;
+mod validate;
+
+pub use key::{Key, MissingKey};
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use respond::{Grpc, PlainText, ProblemDetails, Respond};
+pub use rule::LayerRule;
+pub use service::RateLimit;
+pub use validate::InvalidLayer;
+
+#[cfg(feature = "serde")]
+pub use crate::config::LayerConfig;
+#[cfg(feature = "serde")]
+pub(crate) use validate::check_rule_fully;

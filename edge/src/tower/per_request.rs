@@ -1,0 +1,168 @@
+//! One request through the layer: its trusted-proxy setting and client address, each
+//! rule's key value and permits, and then the site's decision on those limiters.
+
+use std::borrow::Cow;
+
+use http::request::Parts;
+use redlimit_runtime::private::{Granted, KeyBuf};
+use redlimit_runtime::{Error, RateLimited};
+use smallvec::SmallVec;
+
+use super::key::MissingKey;
+use super::request::{peer_addr, NoValue, PathParams, Value, NO_PEER, OUTSIDE_ROUTER};
+use super::shared::{Extract, Keyed, Shared};
+use crate::client_ip::{one_setting, ReadBy};
+use crate::{ClientIp, TrustedProxies};
+
+/// The client address when a rule is keyed by it: `Err` when the peer's is missing.
+type ReadClient = Option<Result<ClientIp, &'static str>>;
+
+/// A request's limiters, and its permits per rule when they are per request.
+type Keys = (SmallVec<[String; 2]>, Vec<u64>);
+
+impl Shared {
+    /// `routed`: the layer is inside an axum `Router` (it wraps a route or the
+    /// fallback), where a request without matched path parameters matched no route.
+    pub(super) async fn decide(&self, parts: &mut Parts, routed: bool) -> Result<Granted, RateLimited> {
+        let path = PathParams::read(self.needs_path, parts).await;
+        let trusted = self.trust(parts).map_err(|problem| {
+            let error = Error::InvalidConfig {
+                name: self.rules[self.trust_rule].name.to_string(),
+                problem,
+            };
+            self.site.refuse_misconfigured(self.trust_rule, error)
+        })?;
+        let client = match &trusted {
+            Some(trusted) if self.keys_client_ip => Some(
+                peer_addr(parts)
+                    .map(|peer| trusted.client_ip(peer.ip(), &parts.headers))
+                    .ok_or(NO_PEER),
+            ),
+            _ => None,
+        };
+        let (keys, permits) = self.keys(parts, &path, &client, routed)?;
+        if let Some(trusted) = trusted {
+            let client = client.and_then(Result::ok);
+            parts.extensions.insert(ReadBy { trusted, client });
+        }
+        let permits = self.per_request.then_some(permits.as_slice());
+        self.site.decide(self.client.as_ref(), &keys, permits).await
+    }
+
+    /// The request's one trusted-proxy setting: this layer's, an extension's or an
+    /// outer layer's, which must not differ; `None` when the layer reads none.
+    fn trust(&self, parts: &Parts) -> Result<Option<TrustedProxies>, &'static str> {
+        if !self.reads_trust {
+            return Ok(None);
+        }
+        let setting = one_setting([
+            self.trusted.as_ref(),
+            parts.extensions.get::<TrustedProxies>(),
+            parts.extensions.get::<ReadBy>().map(|read| &read.trusted),
+        ])?;
+        Ok(Some(setting.unwrap_or(&self.untrusted).clone()))
+    }
+
+    /// Each rule's limiter for the request, and its permits when they are per request.
+    fn keys(
+        &self,
+        parts: &Parts,
+        path: &PathParams,
+        client: &ReadClient,
+        routed: bool,
+    ) -> Result<Keys, RateLimited> {
+        let mut keys = SmallVec::<[String; 2]>::new();
+        let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
+        for (i, (rule, spec)) in self.rules.iter().zip(self.site.rules()).enumerate() {
+            let problem = match rule.key.value(parts, path, client) {
+                Ok(value) => Ok(value),
+                // No route matched: the request goes on to the router's fallback (404),
+                // as without the layer; the other rules still apply.
+                Err(NoValue::NotRouted) if routed => {
+                    let mut key = KeyBuf::new();
+                    key.text(&rule.name);
+                    keys.push(key.finish());
+                    permits.push(0);
+                    continue;
+                }
+                Err(NoValue::NotRouted) => Err(OUTSIDE_ROUTER),
+                Err(NoValue::Misconfigured(problem)) => Err(problem),
+            };
+            let value = match problem {
+                Ok(value) => value,
+                Err(problem) => {
+                    let error = Error::InvalidConfig {
+                        name: rule.name.to_string(),
+                        problem,
+                    };
+                    return Err(self.site.refuse_misconfigured(i, error));
+                }
+            };
+            self.refuse_missing(i, rule, value.as_ref())?;
+            let mut key = KeyBuf::new();
+            key.text(&rule.name);
+            if let Some(value) = &value {
+                key.text(":");
+                key.value_str(value);
+            }
+            keys.push(key.finish());
+            if self.per_request {
+                let exempt = value.is_some_and(|v| rule.exempt.contains(&*v));
+                permits.push(match (&rule.cost, exempt) {
+                    (_, true) => 0,
+                    (Some(cost), false) => cost(parts).max(1),
+                    (None, false) => spec.permits,
+                });
+            }
+        }
+        Ok((keys, permits))
+    }
+
+    /// The refusal of a request without a value for rule `i`, when the rule refuses
+    /// those (`missing_key`): an empty or all-whitespace value is none.
+    fn refuse_missing(
+        &self,
+        i: usize,
+        rule: &Keyed,
+        value: Option<&Cow<'_, str>>,
+    ) -> Result<(), RateLimited> {
+        if let (Some((what, refuse)), Some(value)) = (&rule.missing, value) {
+            if value.trim().is_empty() {
+                let error = Error::MissingKey {
+                    rule: rule.name.to_string(),
+                    what: what.clone(),
+                    unauthorized: *refuse == MissingKey::Unauthorized,
+                };
+                return Err(self.site.refuse_without_key(i, error));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Extract {
+    /// This key's value for the request.
+    fn value<'a>(&self, parts: &'a Parts, path: &'a PathParams, client: &ReadClient) -> Value<'a> {
+        // Path parameters are axum's.
+        #[cfg(not(feature = "axum"))]
+        let _ = path;
+        match self {
+            Extract::Global => Ok(None),
+            Extract::ClientIp => match client {
+                Some(Ok(client)) => Ok(Some(Cow::Owned(client.to_string()))),
+                Some(Err(problem)) => Err(NoValue::Misconfigured(problem)),
+                None => Err(NoValue::Misconfigured(NO_PEER)),
+            },
+            Extract::Header(name) => Ok(Some(
+                parts
+                    .headers
+                    .get(name)
+                    .map(|value| String::from_utf8_lossy(value.as_bytes()))
+                    .unwrap_or_default(),
+            )),
+            #[cfg(feature = "axum")]
+            Extract::PathParam(name) => path.get(name),
+            Extract::With(f) => Ok(Some(Cow::Owned(f(parts).unwrap_or_default()))),
+        }
+    }
+}

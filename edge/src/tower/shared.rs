@@ -1,0 +1,175 @@
+//! What a built layer keeps, shared by all its clones and services: the runtime's
+//! site with the rules' descriptions, and beside each rule its key source and
+//! per-request settings, made once from the [`LayerRule`]s when the layer is built.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use redlimit_runtime::private::{RuleSpec, Site};
+use redlimit_runtime::Client;
+
+use super::key::{KeyFn, KeyKind, MissingKey};
+use super::rule::{CostFn, LayerRule};
+use super::validate::{check_rule, header_name, InvalidLayer};
+use crate::TrustedProxies;
+
+/// A rule's key and per-request settings, next to its [`RuleSpec`] in the site.
+pub(super) struct Keyed {
+    pub(super) name: Cow<'static, str>,
+    /// The rule's `RateLimit-Policy` field, on every response decided at the rule's
+    /// own rate and interval.
+    pub(super) policy: Option<HeaderValue>,
+    /// What a request without a value lacks, and how it is refused; `None`: shared.
+    pub(super) missing: Option<(String, MissingKey)>,
+    /// The start of its `RateLimit` field, up to the remaining permits.
+    pub(super) state: String,
+    pub(super) key: Extract,
+    pub(super) cost: Option<Arc<CostFn>>,
+    pub(super) exempt: HashSet<String>,
+}
+
+/// A key source as the layer reads it: a header's name parsed once.
+pub(super) enum Extract {
+    Global,
+    ClientIp,
+    Header(HeaderName),
+    #[cfg(feature = "axum")]
+    PathParam(String),
+    With(Arc<KeyFn>),
+}
+
+/// What every clone of a layer and its services shares.
+pub(super) struct Shared {
+    pub(super) site: Site,
+    pub(super) rules: Vec<Keyed>,
+    /// Some rule has a cost or exempt values: permits are computed per request.
+    pub(super) per_request: bool,
+    /// Some rule is keyed by a path parameter.
+    pub(super) needs_path: bool,
+    pub(super) client: Option<Client>,
+    /// Some rule is keyed by the client address, or the layer has its own trusted
+    /// proxies: it reads the one setting of each request, and leaves it there.
+    pub(super) reads_trust: bool,
+    /// Some rule is keyed by the client address.
+    pub(super) keys_client_ip: bool,
+    /// The rule a request meeting two settings is refused for (the first keyed by the
+    /// client address).
+    pub(super) trust_rule: usize,
+    pub(super) trusted: Option<TrustedProxies>,
+    /// The setting when none is given: no proxy trusted.
+    pub(super) untrusted: TrustedProxies,
+    pub(super) success_fields: bool,
+    pub(super) x_ratelimit: bool,
+}
+
+/// The layer's settings besides its rules, as its builder collected them.
+pub(super) struct Settings {
+    pub(super) client: Option<Client>,
+    pub(super) trusted: Option<TrustedProxies>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) success_fields: bool,
+    pub(super) x_ratelimit: bool,
+}
+
+impl Shared {
+    /// Checks each rule, refuses two of one name, and keeps what each request needs.
+    pub(super) fn new(rules: Vec<LayerRule>, settings: Settings) -> Result<Shared, InvalidLayer> {
+        let mut names = HashSet::new();
+        let mut specs = Vec::with_capacity(rules.len());
+        let mut keyed = Vec::with_capacity(rules.len());
+        let mut templates = Vec::with_capacity(rules.len());
+        for rule in rules {
+            check_rule(&rule)?;
+            templates.push(template(&rule));
+            if !names.insert(rule.spec.name.clone()) {
+                return Err(InvalidLayer(format!(
+                    "two rules are named `{}`: their limiters would be the same keys; give each rule its own name",
+                    rule.spec.name
+                )));
+            }
+            let (spec, rule) = compile(rule)?;
+            specs.push(spec);
+            keyed.push(rule);
+        }
+        let rules = keyed;
+        let keys_client_ip = rules.iter().position(|r| matches!(r.key, Extract::ClientIp));
+        #[cfg(feature = "axum")]
+        let needs_path = rules.iter().any(|r| matches!(r.key, Extract::PathParam(_)));
+        #[cfg(not(feature = "axum"))]
+        let needs_path = false;
+        // A path parameter's rule does not apply where no route matched.
+        let per_request = needs_path || rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        Ok(Shared {
+            site: Site::with_rules(specs, settings.timeout, "RateLimitLayer").with_templates(templates),
+            rules,
+            per_request,
+            needs_path,
+            client: settings.client,
+            reads_trust: keys_client_ip.is_some() || settings.trusted.is_some(),
+            keys_client_ip: keys_client_ip.is_some(),
+            trust_rule: keys_client_ip.unwrap_or(0),
+            trusted: settings.trusted,
+            untrusted: TrustedProxies::default(),
+            success_fields: settings.success_fields,
+            x_ratelimit: settings.x_ratelimit,
+        })
+    }
+}
+
+/// A checked rule as the site decides it, and as the layer keys it.
+fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
+    let LayerRule {
+        spec,
+        key,
+        cost,
+        missing_key,
+        exempt,
+        ..
+    } = rule;
+    let key = match key.0 {
+        KeyKind::Global => Extract::Global,
+        KeyKind::ClientIp => Extract::ClientIp,
+        KeyKind::Header(name) => Extract::Header(header_name(&spec.name, &name)?),
+        #[cfg(feature = "axum")]
+        KeyKind::PathParam(name) => Extract::PathParam(name),
+        KeyKind::With(f, _) => Extract::With(f),
+    };
+    let limit = spec.limit();
+    let policy = HeaderValue::from_str(&limit.policy_field()).ok();
+    let missing = match (missing_key, &key) {
+        (MissingKey::Share, _) => None,
+        (refuse, Extract::Header(header)) => Some((format!("the {header} header"), refuse)),
+        #[cfg(feature = "axum")]
+        (refuse, Extract::PathParam(param)) => Some((format!("the path parameter {param}"), refuse)),
+        (refuse, Extract::With(_)) => Some(("a value for its key".to_owned(), refuse)),
+        (_, Extract::Global | Extract::ClientIp) => unreachable!("refused by check_rule"),
+    };
+    // `"name";r=0` less its digits: what every `RateLimit` field starts with.
+    let mut state = limit.state_field(0, None);
+    state.pop();
+    let keyed = Keyed {
+        name: spec.name.clone(),
+        policy,
+        missing,
+        state,
+        key,
+        cost,
+        exempt,
+    };
+    Ok((spec, keyed))
+}
+
+/// A rule's limiters in the attribute's template syntax, for the registry that keeps
+/// rules of different shapes from sharing names: the name as literal text, then the
+/// key's value, named after its source (`login:{ip}` for a rule keyed by the client
+/// address).
+fn template(rule: &LayerRule) -> String {
+    let name = rule.spec.name.replace('{', "{{").replace('}', "}}");
+    match rule.key.template_value() {
+        None => name,
+        Some(value) => format!("{name}:{{{value}}}"),
+    }
+}

@@ -1,0 +1,117 @@
+//! Validation: what a layer's rule must be before the layer is built, and the error
+//! that says what is wrong and what is accepted ([`InvalidLayer`]).
+
+use std::fmt;
+
+use http::HeaderName;
+use redlimit_runtime::private::check_bucket;
+use redlimit_runtime::RateLimiterConfig;
+
+use super::key::{KeyKind, MissingKey};
+use super::rule::LayerRule;
+
+/// A layer that cannot be built: what is wrong and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidLayer(pub(super) String);
+
+impl fmt::Display for InvalidLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidLayer {}
+
+/// What `build` checks of one rule, its header name included (for rules read from
+/// configuration, checked as they are read).
+#[cfg_attr(not(feature = "serde"), allow(dead_code))]
+pub(crate) fn check_rule_fully(rule: &LayerRule) -> Result<(), InvalidLayer> {
+    check_rule(rule)?;
+    if let KeyKind::Header(name) = &rule.key.0 {
+        header_name(&rule.spec.name, name)?;
+    }
+    Ok(())
+}
+
+/// A header key's name, parsed once when the layer is built.
+pub(super) fn header_name(rule: &str, name: &str) -> Result<HeaderName, InvalidLayer> {
+    HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+        InvalidLayer(format!(
+            "rule `{rule}`: `{name}` is not a header name; write e.g. \"x-api-key\""
+        ))
+    })
+}
+
+/// Everything of one rule but its header name: name, rate and interval, the token
+/// bucket's settings, permits, `missing_key` and the exempt values.
+pub(super) fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
+    let spec = &rule.spec;
+    check_name(&spec.name)?;
+    let invalid = |problem: String| InvalidLayer(format!("rule `{}`: {problem}", spec.name));
+    if let Err(error) = RateLimiterConfig::new(spec.mode, spec.rate, spec.interval).validate(&spec.name) {
+        return Err(invalid(error.to_string()));
+    }
+    let most = most_permits(rule).map_err(invalid)?;
+    if spec.permits == 0 || spec.permits > most {
+        return Err(invalid(format!(
+            "permits = {} is not accepted: each request takes from 1 to {most} permits (the rate, or a \
+             token bucket's burst)",
+            spec.permits
+        )));
+    }
+    if rule.missing_key != MissingKey::Share && rule.key.always_present() {
+        return Err(invalid(format!(
+            "missing_key = {:?} is for keys a request can lack (Key::header, Key::path_param, Key::with); \
+             this rule is keyed by {:?}, which every request has",
+            rule.missing_key, rule.key
+        )));
+    }
+    if rule.exempt.contains("") {
+        return Err(invalid(
+            "an empty exempt value would exempt every request that has no value for the key; \
+             list the values themselves"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A rule's name: not empty, not in the library's own segment.
+fn check_name(name: &str) -> Result<(), InvalidLayer> {
+    if name.is_empty() {
+        return Err(InvalidLayer(
+            "a rule's name is empty: it names the rule's limiters, logs and RateLimit fields".into(),
+        ));
+    }
+    let reserved = redlimit_runtime::LIBRARY_SEGMENT;
+    if name
+        .strip_prefix(reserved)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '{', '}']))
+    {
+        return Err(InvalidLayer(format!(
+            "rule `{name}`: a rule's name may not start with `{reserved}`: the library keeps its own keys \
+             (run-time overrides, refusal reports) under that segment; choose another name"
+        )));
+    }
+    Ok(())
+}
+
+/// The most permits one request may take (the rate, or a token bucket's burst), once
+/// the token bucket's settings are checked; `Err`: what is wrong with them.
+fn most_permits(rule: &LayerRule) -> Result<u64, String> {
+    let spec = &rule.spec;
+    match (spec.bucket, rule.burst, rule.warmup) {
+        (None, Some(_), _) => {
+            Err("`burst` is a token bucket's capacity: add .algorithm(Algorithm::TokenBucket)".into())
+        }
+        (None, _, Some(_)) => {
+            Err("`warmup` is a token bucket's: add .algorithm(Algorithm::TokenBucket)".into())
+        }
+        (None, None, None) => Ok(spec.rate),
+        (Some(shape), ..) => {
+            let config = RateLimiterConfig::new(spec.mode, spec.rate, spec.interval);
+            check_bucket(&spec.name, shape, &config).map_err(|error| error.to_string())?;
+            Ok(shape.burst)
+        }
+    }
+}
