@@ -9,6 +9,7 @@
 mod args;
 mod duration;
 mod expand;
+mod input;
 mod plan;
 mod template;
 
@@ -42,7 +43,7 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
         groups.extend(earlier.groups);
         body = earlier.body;
     }
-    let named = |span: proc_macro2::Span, args: TokenStream2| expand::Group {
+    let named = |span: proc_macro2::Span, args: TokenStream2| input::Group {
         name: syn::Ident::new("rate_limit", span),
         args,
     };
@@ -64,7 +65,7 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 
     let krate = crate_path(&groups).unwrap_or_else(|| syn::parse_quote!(::redlimit));
-    let input = expand::Input {
+    let input = input::Input {
         sig: function.sig.clone(),
         groups,
         body,
@@ -83,7 +84,7 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 #[doc(hidden)]
 #[proc_macro]
 pub fn expand(input: TokenStream) -> TokenStream {
-    match syn::parse::<expand::Input>(input) {
+    match syn::parse::<input::Input>(input) {
         Ok(input) => expand::expand(input).into(),
         Err(err) => err.to_compile_error().into(),
     }
@@ -97,7 +98,7 @@ fn is_rate_limit(attr: &Attribute) -> bool {
 }
 
 /// The body an earlier `#[rate_limit]` left: one `...::__private::expand! { .. }`.
-fn earlier_expansion(body: &syn::Block) -> Option<expand::Input> {
+fn earlier_expansion(body: &syn::Block) -> Option<input::Input> {
     let [stmt] = &body.stmts[..] else { return None };
     let mac = match stmt {
         Stmt::Macro(m) => &m.mac,
@@ -113,7 +114,7 @@ fn earlier_expansion(body: &syn::Block) -> Option<expand::Input> {
 
 /// The `crate = ...` argument of any attribute, read leniently (`expand!` reports
 /// mistakes), to name the path `expand!` is called through.
-fn crate_path(groups: &[expand::Group]) -> Option<Path> {
+fn crate_path(groups: &[input::Group]) -> Option<Path> {
     groups.iter().find_map(|group| {
         let args = Punctuated::<args::Arg, Token![,]>::parse_terminated
             .parse2(group.args.clone())

@@ -6,7 +6,7 @@ use syn::spanned::Spanned;
 use syn::{Error, FnArg, Ident, Pat, Path, Signature};
 
 use crate::args::{self, RuleArgs};
-use crate::expand::Group;
+use crate::input::Group;
 use crate::template::Piece;
 
 /// A parameter's name when it is a plain binding (`x: T`, `mut x: T`, `self`).
