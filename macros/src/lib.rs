@@ -8,7 +8,7 @@
 
 mod args;
 mod duration;
-mod expand;
+mod emit;
 mod input;
 mod plan;
 mod template;
@@ -85,8 +85,24 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro]
 pub fn expand(input: TokenStream) -> TokenStream {
     match syn::parse::<input::Input>(input) {
-        Ok(input) => expand::expand(input).into(),
+        Ok(input) => expand_input(input).into(),
         Err(err) => err.to_compile_error().into(),
+    }
+}
+
+/// Checks every attribute into a plan, then emits the prologue and the body; on
+/// errors, the errors and the body unchanged, so the rest of the crate still
+/// type-checks.
+fn expand_input(input: input::Input) -> TokenStream2 {
+    let input::Input {
+        sig,
+        groups,
+        mut body,
+    } = input;
+    let is_async_trait = input::async_trait_block(&mut body).is_some();
+    match plan::check(&sig, groups, is_async_trait) {
+        Ok(plan) => emit::prologue_and_body(&sig, &plan, body),
+        Err(errors) => emit::errors_and_body(errors, &body),
     }
 }
 
