@@ -6,9 +6,9 @@ use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{token, Block, Expr, FnArg, Ident, Path, ReturnType, Signature, Stmt};
 
-use crate::args::{Mode, Policy, RuleArgs};
 use crate::input::async_trait_block;
 use crate::plan::Plan;
+use crate::rule::{Mode, Policy, RuleArgs};
 use crate::template::Piece;
 
 /// The errors, then the body unchanged, so the rest of the crate still type-checks.

@@ -11,7 +11,9 @@ mod duration;
 mod emit;
 mod input;
 mod plan;
+mod rule;
 mod template;
+mod values;
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as TokenStream2;
@@ -137,6 +139,6 @@ fn crate_path(groups: &[input::Group]) -> Option<Path> {
             .ok()?;
         args.into_iter()
             .find(|a| a.name == "crate")
-            .and_then(|a| args::path_value(&a.value))
+            .and_then(|a| values::path_value(&a.value))
     })
 }

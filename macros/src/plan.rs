@@ -5,8 +5,9 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Error, FnArg, Ident, Pat, Path, Signature};
 
-use crate::args::{self, RuleArgs};
+use crate::args;
 use crate::input::Group;
+use crate::rule::RuleArgs;
 use crate::template::Piece;
 
 /// A parameter's name when it is a plain binding (`x: T`, `mut x: T`, `self`).

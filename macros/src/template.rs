@@ -76,6 +76,17 @@ pub fn parse(text: &str) -> Result<Vec<Piece>, String> {
     Ok(pieces)
 }
 
+/// A key template split into pieces and checked: its placeholders name `params`, its
+/// braces keep one cluster slot, its values fill whole segments. The first problem
+/// found, in that order, is the one reported.
+pub fn checked(text: &str, params: &[String]) -> Result<Vec<Piece>, String> {
+    let pieces = parse(text)?;
+    check_params(&pieces, params)?;
+    check_slot(&pieces)?;
+    check_segments(&pieces)?;
+    Ok(pieces)
+}
+
 /// Every placeholder must start with one of `params`.
 pub fn check_params(pieces: &[Piece], params: &[String]) -> Result<(), String> {
     for piece in pieces {
