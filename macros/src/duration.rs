@@ -142,7 +142,7 @@ fn part_ms(text: &str, part: &Part<'_>) -> Result<u128, String> {
             "`{text}` is not a whole number of milliseconds; write it in a smaller unit, e.g. \"1500ms\""
         ));
     }
-    Ok(ms + exact / denominator)
+    ms.checked_add(exact / denominator).ok_or_else(|| too_long(text))
 }
 
 fn too_long(text: &str) -> String {
@@ -196,6 +196,9 @@ mod tests {
             ("0s", "zero"),
             ("99999999999999999999d", "too long"),
             ("200000000000d", "too long"),
+            // The largest whole number of days u128 holds, plus half a day.
+            ("3938453320844195178974243141571.5d", "too long"),
+            ("340282366920938463463374607431768211.5s", "too long"),
             ("60 s", "unknown unit ` s`"),
         ] {
             let err = parse_ms(input).unwrap_err();
