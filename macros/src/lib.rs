@@ -9,7 +9,8 @@
 //!   (`values.rs`, with `duration.rs` and the key templates of `template.rs`), into
 //!   what the attribute wrote;
 //! - plan: each attribute checked across its arguments into a rule (`rule.rs`), and
-//!   the rules checked together against the signature (`plan.rs`);
+//!   the rules checked together against the signature (`plan.rs`, with the
+//!   parameters' names from `params.rs`);
 //! - emit: the prologue that decides all rules at once, then the body (`emit.rs`).
 
 mod args;
@@ -17,6 +18,7 @@ mod duration;
 mod emit;
 mod gather;
 mod input;
+mod params;
 mod plan;
 mod rule;
 mod template;
