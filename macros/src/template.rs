@@ -1,6 +1,8 @@
 //! Key templates: text with `{param}` / `{param.field}` placeholders; `{{` and `}}`
 //! are literal braces.
 
+use crate::hash_tag::{self, Split};
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
     /// Text as written (with `{{`/`}}` already turned into single braces).
@@ -179,8 +181,9 @@ pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
 }
 
 /// The key's written braces must form a Redis hash tag that keeps the limiter's keys
-/// in one cluster slot. Interpolated values never contain braces (they are escaped),
-/// so the written text decides.
+/// in one cluster slot (`hash_tag.rs`). Interpolated values never contain braces
+/// (they are escaped) and are never empty, so the written text, with a letter for
+/// each value, decides.
 pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
     let skeleton: String = pieces
         .iter()
@@ -189,14 +192,11 @@ pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
             Piece::Value(_) => "v",
         })
         .collect();
-    let problem = match skeleton.find('{') {
-        None if skeleton.contains('}') => "it has a literal `}` but no `{`",
+    let problem = match hash_tag::split(&skeleton) {
         None => return Ok(()),
-        Some(open) => match skeleton[open + 1..].find('}') {
-            Some(0) => "its first literal `{` opens an empty hash tag",
-            Some(_) => return Ok(()),
-            None => "its first literal `{` is never closed",
-        },
+        Some(Split::CloseWithoutOpen) => "it has a literal `}` but no `{`",
+        Some(Split::EmptyTag) => "its first literal `{` opens an empty hash tag",
+        Some(Split::Unclosed) => "its first literal `{` is never closed",
     };
     Err(format!(
         "this key would split the limiter's keys across Redis Cluster slots: {problem}; \
