@@ -43,29 +43,12 @@ pub fn parse(text: &str) -> Result<Vec<Piece>, String> {
                 ))
             }
             '{' => {
-                let rest = &text[at + 1..];
-                let Some(close) = rest.find('}') else {
-                    return Err(format!(
-                        "unclosed `{{` at byte {at} of the key; close it with `}}`, or write `{{{{` for a literal brace"
-                    ));
-                };
-                let inner = &rest[..close];
-                if inner.trim().is_empty() {
-                    return Err("empty `{}` in the key; name a parameter inside, e.g. `{user_id}`".into());
-                }
-                let segments: Vec<&str> = inner.split('.').collect();
-                let valid = is_ident(segments[0]) && segments[1..].iter().all(|s| is_ident(s) || is_index(s));
-                if !valid {
-                    return Err(format!(
-                        "`{{{inner}}}` in the key is not a parameter or a field path; \
-                         write `{{param}}` or `{{param.field}}`"
-                    ));
-                }
+                let (path, inner_chars) = placeholder(text, at)?;
                 if !literal.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut literal)));
                 }
-                pieces.push(Piece::Value(segments.iter().map(|s| s.to_string()).collect()));
-                for _ in 0..inner.chars().count() + 1 {
+                pieces.push(Piece::Value(path));
+                for _ in 0..inner_chars + 1 {
                     chars.next();
                 }
             }
@@ -87,6 +70,31 @@ pub fn checked(text: &str, params: &[String]) -> Result<Vec<Piece>, String> {
     check_slot(&pieces)?;
     check_segments(&pieces)?;
     Ok(pieces)
+}
+
+/// The placeholder opened by the `{` at byte `at` of `text`: its path, and how many
+/// characters lie between its braces.
+fn placeholder(text: &str, at: usize) -> Result<(Vec<String>, usize), String> {
+    let rest = &text[at + 1..];
+    let Some(close) = rest.find('}') else {
+        return Err(format!(
+            "unclosed `{{` at byte {at} of the key; close it with `}}`, or write `{{{{` for a literal brace"
+        ));
+    };
+    let inner = &rest[..close];
+    if inner.trim().is_empty() {
+        return Err("empty `{}` in the key; name a parameter inside, e.g. `{user_id}`".into());
+    }
+    let segments: Vec<&str> = inner.split('.').collect();
+    let valid = is_ident(segments[0]) && segments[1..].iter().all(|s| is_ident(s) || is_index(s));
+    if !valid {
+        return Err(format!(
+            "`{{{inner}}}` in the key is not a parameter or a field path; \
+             write `{{param}}` or `{{param.field}}`"
+        ));
+    }
+    let path = segments.iter().map(|s| s.to_string()).collect();
+    Ok((path, inner.chars().count()))
 }
 
 /// Every placeholder must start with one of `params`.
@@ -128,9 +136,17 @@ pub const RESERVED: &str = "redlimit";
 /// (`:`, or the braces of a hash tag) or at the end, the key starts with literal text,
 /// and that text does not start with the library's own segment.
 pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
-    let example = "write the key as literal segments and whole-segment values, e.g. \"order:{user_id}\" or \
-                   \"{{tenant:{tenant.id}}}:search\"";
-    let separated = |c: Option<char>| c.is_none_or(|c| SEPARATORS.contains(&c));
+    check_first_segment(pieces)?;
+    check_whole_segments(pieces)
+}
+
+/// What a key's segment rules are shown with.
+const SEGMENTS_EXAMPLE: &str =
+    "write the key as literal segments and whole-segment values, e.g. \"order:{user_id}\" or \
+                                \"{{tenant:{tenant.id}}}:search\"";
+
+/// The key starts with literal text, and not with the library's own segment.
+fn check_first_segment(pieces: &[Piece]) -> Result<(), String> {
     match pieces.first() {
         Some(Piece::Text(text)) if text.chars().any(|c| !SEPARATORS.contains(&c)) => {
             let starts_reserved = text
@@ -142,20 +158,26 @@ pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
                      refusal reports) under that segment; choose another first segment"
                 ));
             }
+            Ok(())
         }
-        None => {}
+        None => Ok(()),
         Some(Piece::Text(_)) | Some(Piece::Value(_)) => {
             let value = pieces.iter().find_map(|p| match p {
                 Piece::Value(path) => Some(path.join(".")),
                 Piece::Text(_) => None,
             });
-            return Err(format!(
+            Err(format!(
                 "the key starts with the value `{{{}}}`: a key must start with literal text of its own, so that \
-                 no value can choose which rule's limiters it reaches; {example}",
+                 no value can choose which rule's limiters it reaches; {SEGMENTS_EXAMPLE}",
                 value.unwrap_or_default()
-            ));
+            ))
         }
     }
+}
+
+/// Every placeholder sits between separators or at the end.
+fn check_whole_segments(pieces: &[Piece]) -> Result<(), String> {
+    let separated = |c: Option<char>| c.is_none_or(|c| SEPARATORS.contains(&c));
     for (i, piece) in pieces.iter().enumerate() {
         let Piece::Value(path) = piece else { continue };
         let before = match i.checked_sub(1).map(|j| &pieces[j]) {
@@ -172,7 +194,7 @@ pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
             return Err(format!(
                 "`{{{}}}` shares a segment of the key with other text: a value must fill a whole segment, \
                  between `:` (or a hash tag's braces) and the next, so that no value can spell another key; \
-                 {example}",
+                 {SEGMENTS_EXAMPLE}",
                 path.join(".")
             ));
         }
