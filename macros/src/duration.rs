@@ -230,7 +230,7 @@ mod tests {
     #[test]
     fn random_inputs_never_panic_and_accepted_ones_round_trip() {
         let alphabet: Vec<char> = "0123456789smhdxé -.+_\u{0}🦀".chars().collect();
-        let mut rng = crate::template::tests::XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..100_000 {
             let len = rng.below(12);
             let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();

@@ -24,6 +24,8 @@ mod params;
 mod plan;
 mod rule;
 mod template;
+#[cfg(test)]
+mod test_rng;
 mod values;
 
 use proc_macro::TokenStream;

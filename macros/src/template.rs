@@ -227,8 +227,9 @@ pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
 
     #[test]
     fn values_fill_whole_segments_after_a_literal_one() {
@@ -387,18 +388,6 @@ pub(crate) mod tests {
                     }
                 }
             }
-        }
-    }
-
-    /// A small deterministic generator, so the macro crate needs no test dependency.
-    pub struct XorShift(pub u64);
-
-    impl XorShift {
-        pub fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
         }
     }
 
