@@ -9,7 +9,7 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Error, Expr, Ident, Token};
 
-use crate::rule::{Given, Mode, Policy, RuleArgs};
+use crate::rule::{Given, RuleArgs, ALGORITHMS, MODES, POLICIES};
 use crate::values;
 
 pub const ACCEPTED: &str =
@@ -81,6 +81,13 @@ fn first_time(written: &mut Vec<Ident>, name: &Ident, errors: &mut Vec<Error>) -
     true
 }
 
+/// What `shadow` and `local_refusals` say when they are not a bool.
+const SHADOW_PROBLEM: &str =
+    "`shadow` must be `true` or `false`: a shadow rule is decided and reported, never refusing";
+const LOCAL_REFUSALS_PROBLEM: &str =
+    "`local_refusals` must be `true` or `false`: whether a refusal Redis gave \
+     is answered again in process until its wait ends";
+
 /// Reads one argument's value into `given`, or reports an unknown argument.
 fn read(given: &mut Given, name: &Ident, value: &Expr, params: &[String], errors: &mut Vec<Error>) {
     let span = value.span();
@@ -89,46 +96,14 @@ fn read(given: &mut Given, name: &Ident, value: &Expr, params: &[String], errors
         "interval" => given.interval = values::duration("interval", value, errors),
         "permits" => given.permits = values::permits(value, errors),
         "key" => given.key = values::key(value, params, errors),
-        "mode" => {
-            let modes = [("overall", Mode::Overall), ("per_client", Mode::PerClient)];
-            if let Some(mode) = values::choice("mode", value, &modes, errors) {
-                given.mode = mode;
-            }
-        }
-        "on_error" => {
-            let policies = [
-                ("local", Policy::Local),
-                ("allow", Policy::Allow),
-                ("deny", Policy::Deny),
-            ];
-            if let Some(policy) = values::choice("on_error", value, &policies, errors) {
-                given.on_error = policy;
-            }
-        }
+        "mode" => given.mode = values::choice("mode", value, &MODES, errors),
+        "on_error" => given.on_error = values::choice("on_error", value, &POLICIES, errors),
         "timeout" => given.timeout = values::duration("timeout", value, errors).map(|ms| (span, ms)),
         "fallback" => given.fallback = values::path("fallback", value, errors),
         "message" => given.message = values::message(value, errors),
-        "shadow" => {
-            let problem =
-                "`shadow` must be `true` or `false`: a shadow rule is decided and reported, never refusing";
-            if let Some(shadow) = values::boolean(value, problem, errors) {
-                given.shadow = shadow;
-            }
-        }
-        "local_refusals" => {
-            let problem =
-                "`local_refusals` must be `true` or `false`: whether a refusal Redis gave is answered \
-                           again in process until its wait ends";
-            if let Some(local_refusals) = values::boolean(value, problem, errors) {
-                given.local_refusals = local_refusals;
-            }
-        }
-        "algorithm" => {
-            let algorithms = [("sliding_window", false), ("token_bucket", true)];
-            if let Some(token_bucket) = values::choice("algorithm", value, &algorithms, errors) {
-                given.token_bucket = token_bucket;
-            }
-        }
+        "shadow" => given.shadow = values::boolean(value, SHADOW_PROBLEM, errors),
+        "local_refusals" => given.local_refusals = values::boolean(value, LOCAL_REFUSALS_PROBLEM, errors),
+        "algorithm" => given.algorithm = values::choice("algorithm", value, &ALGORITHMS, errors),
         "burst" => given.burst = values::integer("burst", value, errors).map(|b| (span, b)),
         "warmup" => given.warmup = values::duration("warmup", value, errors).map(|ms| (span, ms)),
         "crate" => given.krate = values::path("crate", value, errors).map(|p| (span, p)),

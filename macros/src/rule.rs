@@ -26,6 +26,25 @@ pub enum Policy {
     Deny,
 }
 
+/// `algorithm`: how the rule counts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    SlidingWindow,
+    TokenBucket,
+}
+
+/// What `mode`, `on_error` and `algorithm` accept, as written.
+pub const MODES: [(&str, Mode); 2] = [("overall", Mode::Overall), ("per_client", Mode::PerClient)];
+pub const POLICIES: [(&str, Policy); 3] = [
+    ("local", Policy::Local),
+    ("allow", Policy::Allow),
+    ("deny", Policy::Deny),
+];
+pub const ALGORITHMS: [(&str, Algorithm); 2] = [
+    ("sliding_window", Algorithm::SlidingWindow),
+    ("token_bucket", Algorithm::TokenBucket),
+];
+
 /// One attribute, checked.
 pub struct RuleArgs {
     /// The attribute's arguments, for errors about the rule as a whole.
@@ -49,8 +68,8 @@ pub struct RuleArgs {
     pub krate: Option<(Span, Path)>,
 }
 
-/// What one attribute wrote, each value read on its own: `None` (or the default) for
-/// what was not written or could not be read, with the span a later check reports at.
+/// What one attribute wrote, each value read on its own: `None` for what was not
+/// written or could not be read, with the span a later check reports at.
 pub struct Given {
     /// The attribute's arguments.
     pub span: Span,
@@ -60,13 +79,12 @@ pub struct Given {
     pub interval: Option<u64>,
     pub permits: Option<(Span, u64)>,
     pub key: Option<(LitStr, Vec<Piece>)>,
-    pub mode: Mode,
-    pub on_error: Policy,
+    pub mode: Option<Mode>,
+    pub on_error: Option<Policy>,
     pub message: Option<LitStr>,
-    pub shadow: bool,
-    pub local_refusals: bool,
-    /// `algorithm = "token_bucket"`.
-    pub token_bucket: bool,
+    pub shadow: Option<bool>,
+    pub local_refusals: Option<bool>,
+    pub algorithm: Option<Algorithm>,
     pub burst: Option<(Span, u64)>,
     pub warmup: Option<(Span, u64)>,
     pub timeout: Option<(Span, u64)>,
@@ -75,7 +93,7 @@ pub struct Given {
 }
 
 impl Given {
-    /// Nothing written yet: every default.
+    /// Nothing written yet.
     pub fn new(span: Span) -> Self {
         Given {
             span,
@@ -84,12 +102,12 @@ impl Given {
             interval: None,
             permits: None,
             key: None,
-            mode: Mode::Overall,
-            on_error: Policy::Local,
+            mode: None,
+            on_error: None,
             message: None,
-            shadow: false,
-            local_refusals: true,
-            token_bucket: false,
+            shadow: None,
+            local_refusals: None,
+            algorithm: None,
             burst: None,
             warmup: None,
             timeout: None,
@@ -109,7 +127,7 @@ impl Given {
     /// The rule, once [`check`](Self::check) and every reader found nothing wrong.
     pub fn build(self) -> Option<RuleArgs> {
         let rate = self.rate?;
-        let bucket = self.token_bucket.then(|| {
+        let bucket = self.token_bucket().then(|| {
             (
                 self.burst.map_or(rate, |(_, b)| b),
                 self.warmup.map_or(0, |(_, w)| w),
@@ -120,17 +138,21 @@ impl Given {
             rate,
             interval_ms: self.interval?,
             key: self.key,
-            mode: self.mode,
+            mode: self.mode.unwrap_or(Mode::Overall),
             permits: self.permits.map_or(1, |(_, p)| p),
-            on_error: self.on_error,
+            on_error: self.on_error.unwrap_or(Policy::Local),
             message: self.message,
-            shadow: self.shadow,
-            local_refusals: self.local_refusals,
+            shadow: self.shadow.unwrap_or(false),
+            local_refusals: self.local_refusals.unwrap_or(true),
             bucket,
             timeout: self.timeout,
             fallback: self.fallback,
             krate: self.krate,
         })
+    }
+
+    fn token_bucket(&self) -> bool {
+        self.algorithm == Some(Algorithm::TokenBucket)
     }
 
     fn has(&self, name: &str) -> bool {
@@ -139,7 +161,7 @@ impl Given {
 
     /// What one call may take: the rate, or a token bucket's capacity (default: the rate).
     fn most(&self) -> Option<u64> {
-        if self.token_bucket {
+        if self.token_bucket() {
             self.burst.map(|(_, b)| b).or(self.rate)
         } else {
             self.rate
@@ -164,13 +186,13 @@ impl Given {
 
     /// `burst` and `warmup` belong to a token bucket.
     fn check_bucket_only(&self, errors: &mut Vec<Error>) {
-        if let (Some((span, _)), false) = (self.burst, self.token_bucket) {
+        if let (Some((span, _)), false) = (self.burst, self.token_bucket()) {
             errors.push(Error::new(
                 span,
                 "`burst` is a token bucket's capacity: add `algorithm = \"token_bucket\"`, or remove `burst`",
             ));
         }
-        if let (Some((span, _)), false) = (self.warmup, self.token_bucket) {
+        if let (Some((span, _)), false) = (self.warmup, self.token_bucket()) {
             errors.push(Error::new(
                 span,
                 "`warmup` is a token bucket's: add `algorithm = \"token_bucket\"`, or remove `warmup`",
@@ -184,7 +206,7 @@ impl Given {
             return;
         };
         if permits > most {
-            let message = if self.token_bucket {
+            let message = if self.token_bucket() {
                 format!("`permits` ({permits}) exceeds the bucket's `burst` ({most}): no call could ever be granted")
             } else {
                 format!("`permits` ({permits}) exceeds `rate` ({most}): no call could ever be granted")
@@ -195,7 +217,7 @@ impl Given {
 
     /// A token bucket's counts must stay exact in the doubles Redis scripts count in.
     fn check_exact_counts(&self, errors: &mut Vec<Error>) {
-        if let (true, Some(capacity), Some(interval)) = (self.token_bucket, self.most(), self.interval) {
+        if let (true, Some(capacity), Some(interval)) = (self.token_bucket(), self.most(), self.interval) {
             if u128::from(capacity) * u128::from(interval) > u128::from(MAX_EXACT) {
                 errors.push(Error::new(
                     self.burst.map_or(self.span, |(span, _)| span),
@@ -205,7 +227,7 @@ impl Given {
             }
         }
         if let (true, Some(capacity), Some(interval), Some((span, _))) =
-            (self.token_bucket, self.most(), self.interval, self.warmup)
+            (self.token_bucket(), self.most(), self.interval, self.warmup)
         {
             if 4 * u128::from(capacity) * u128::from(interval) > u128::from(MAX_EXACT) {
                 errors.push(Error::new(
@@ -216,7 +238,7 @@ impl Given {
                 ));
             }
         }
-        if let (Some(rate), Some((span, ms))) = (self.rate, self.warmup.filter(|_| self.token_bucket)) {
+        if let (Some(rate), Some((span, ms))) = (self.rate, self.warmup.filter(|_| self.token_bucket())) {
             if u128::from(ms) * u128::from(rate) > u128::from(MAX_COLD) {
                 errors.push(Error::new(
                     span,
