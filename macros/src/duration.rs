@@ -28,86 +28,125 @@ pub fn parse_ms(text: &str) -> Result<u64, String> {
     if text.is_empty() {
         return Err(format!("is empty; {ACCEPTED}"));
     }
-    let too_long = || format!("`{text}` is too long; the longest accepted is 2^53 ms (about 285 000 years)");
     let mut rest = text;
     let mut total: u128 = 0;
-    // The unit of the part before, and whether it had decimals.
-    let mut previous: Option<(usize, &str, bool)> = None;
+    let mut previous: Option<Part<'_>> = None;
     while !rest.is_empty() {
-        let whole_len = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        let whole = &rest[..whole_len];
-        let mut after = &rest[whole_len..];
-        let mut fraction = "";
-        if let Some(tail) = after.strip_prefix('.') {
-            let len = tail.find(|c: char| !c.is_ascii_digit()).unwrap_or(tail.len());
-            fraction = &tail[..len];
-            after = &tail[len..];
-            if fraction.is_empty() || whole.is_empty() {
-                return Err(format!(
-                    "`{text}` has a decimal point without digits on both sides; {ACCEPTED}"
-                ));
-            }
-        }
-        if whole.is_empty() {
-            return Err(format!("`{text}` must start each part with a number; {ACCEPTED}"));
-        }
-        let unit_len = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
-        let unit = &after[..unit_len];
-        if unit.is_empty() {
-            return Err(format!(
-                "`{text}` needs a unit after `{whole}`: ms, s, m, h or d, e.g. \"{whole}s\""
-            ));
-        }
-        let Some(rank) = UNITS.iter().position(|(name, _)| *name == unit) else {
-            return Err(format!(
-                "`{text}` has an unknown unit `{unit}`; accepted units: ms, s, m, h, d"
-            ));
-        };
-        if let Some((earlier, name, decimals)) = previous {
-            if decimals {
-                return Err(format!(
-                    "`{text}`: only the last part may have decimals; {ACCEPTED}"
-                ));
-            }
-            if rank <= earlier {
-                return Err(format!(
-                    "`{text}` has `{unit}` after `{name}`; write each unit once, largest first, e.g. \"1h15m\" or \"1m30s\""
-                ));
-            }
-        }
-        let scale = u128::from(UNITS[rank].1);
-        if fraction.len() > MAX_FRACTION_DIGITS {
-            return Err(format!(
-                "`{text}` has more than {MAX_FRACTION_DIGITS} decimals; write it in a smaller unit"
-            ));
-        }
-        let whole: u128 = whole.parse().map_err(|_| too_long())?;
-        let digits: u128 = if fraction.is_empty() {
-            0
-        } else {
-            fraction.parse().map_err(|_| too_long())?
-        };
-        let denominator = 10u128.pow(fraction.len() as u32);
-        let part = whole.checked_mul(scale).ok_or_else(too_long)?;
-        let exact = digits * scale;
-        if exact % denominator != 0 {
-            return Err(format!(
-                "`{text}` is not a whole number of milliseconds; write it in a smaller unit, e.g. \"1500ms\""
-            ));
+        let (part, after) = next_part(text, rest)?;
+        if let Some(earlier) = &previous {
+            check_order(text, earlier, &part)?;
         }
         total = total
-            .checked_add(part + exact / denominator)
-            .ok_or_else(too_long)?;
+            .checked_add(part_ms(text, &part)?)
+            .ok_or_else(|| too_long(text))?;
         if total > u128::from(MAX_EXACT) {
-            return Err(too_long());
+            return Err(too_long(text));
         }
-        previous = Some((rank, unit, !fraction.is_empty()));
-        rest = &after[unit_len..];
+        previous = Some(part);
+        rest = after;
     }
     if total == 0 {
         return Err(format!("`{text}` is zero; it must be at least 1 ms"));
     }
     Ok(total as u64)
+}
+
+/// One `<number><unit>` part of a duration, such as `1.5` and `s`.
+struct Part<'a> {
+    /// The digits before the decimal point.
+    whole: &'a str,
+    /// The digits after it (empty without one).
+    fraction: &'a str,
+    unit: &'a str,
+    /// The unit's position in [`UNITS`].
+    rank: usize,
+}
+
+/// The part at the start of `rest` (a suffix of `text`), and what follows it.
+fn next_part<'a>(text: &str, rest: &'a str) -> Result<(Part<'a>, &'a str), String> {
+    let (whole, mut after) = split_digits(rest);
+    let mut fraction = "";
+    if let Some(tail) = after.strip_prefix('.') {
+        (fraction, after) = split_digits(tail);
+        if fraction.is_empty() || whole.is_empty() {
+            return Err(format!(
+                "`{text}` has a decimal point without digits on both sides; {ACCEPTED}"
+            ));
+        }
+    }
+    if whole.is_empty() {
+        return Err(format!("`{text}` must start each part with a number; {ACCEPTED}"));
+    }
+    let unit_len = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
+    let (unit, after) = after.split_at(unit_len);
+    if unit.is_empty() {
+        return Err(format!(
+            "`{text}` needs a unit after `{whole}`: ms, s, m, h or d, e.g. \"{whole}s\""
+        ));
+    }
+    let Some(rank) = UNITS.iter().position(|(name, _)| *name == unit) else {
+        return Err(format!(
+            "`{text}` has an unknown unit `{unit}`; accepted units: ms, s, m, h, d"
+        ));
+    };
+    let part = Part {
+        whole,
+        fraction,
+        unit,
+        rank,
+    };
+    Ok((part, after))
+}
+
+/// The leading ASCII digits of `text`, and the rest.
+fn split_digits(text: &str) -> (&str, &str) {
+    text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()))
+}
+
+/// Only the last part may have decimals, and each unit comes once, largest first.
+fn check_order(text: &str, earlier: &Part<'_>, part: &Part<'_>) -> Result<(), String> {
+    if !earlier.fraction.is_empty() {
+        return Err(format!(
+            "`{text}`: only the last part may have decimals; {ACCEPTED}"
+        ));
+    }
+    if part.rank <= earlier.rank {
+        return Err(format!(
+            "`{text}` has `{}` after `{}`; write each unit once, largest first, e.g. \"1h15m\" or \"1m30s\"",
+            part.unit, earlier.unit
+        ));
+    }
+    Ok(())
+}
+
+/// A part's length in milliseconds, which must be whole.
+fn part_ms(text: &str, part: &Part<'_>) -> Result<u128, String> {
+    let scale = u128::from(UNITS[part.rank].1);
+    let fraction = part.fraction;
+    if fraction.len() > MAX_FRACTION_DIGITS {
+        return Err(format!(
+            "`{text}` has more than {MAX_FRACTION_DIGITS} decimals; write it in a smaller unit"
+        ));
+    }
+    let whole: u128 = part.whole.parse().map_err(|_| too_long(text))?;
+    let digits: u128 = if fraction.is_empty() {
+        0
+    } else {
+        fraction.parse().map_err(|_| too_long(text))?
+    };
+    let denominator = 10u128.pow(fraction.len() as u32);
+    let ms = whole.checked_mul(scale).ok_or_else(|| too_long(text))?;
+    let exact = digits * scale;
+    if exact % denominator != 0 {
+        return Err(format!(
+            "`{text}` is not a whole number of milliseconds; write it in a smaller unit, e.g. \"1500ms\""
+        ));
+    }
+    ms.checked_add(exact / denominator).ok_or_else(|| too_long(text))
+}
+
+fn too_long(text: &str) -> String {
+    format!("`{text}` is too long; the longest accepted is 2^53 ms (about 285 000 years)")
 }
 
 #[cfg(test)]
@@ -157,6 +196,9 @@ mod tests {
             ("0s", "zero"),
             ("99999999999999999999d", "too long"),
             ("200000000000d", "too long"),
+            // The largest whole number of days u128 holds, plus half a day.
+            ("3938453320844195178974243141571.5d", "too long"),
+            ("340282366920938463463374607431768211.5s", "too long"),
             ("60 s", "unknown unit ` s`"),
         ] {
             let err = parse_ms(input).unwrap_err();
@@ -188,7 +230,7 @@ mod tests {
     #[test]
     fn random_inputs_never_panic_and_accepted_ones_round_trip() {
         let alphabet: Vec<char> = "0123456789smhdxé -.+_\u{0}🦀".chars().collect();
-        let mut rng = crate::template::tests::XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..100_000 {
             let len = rng.below(12);
             let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();

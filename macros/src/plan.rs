@@ -1,59 +1,16 @@
 //! Checking every `#[rate_limit]` of a function into a [`Plan`]: each attribute's
-//! arguments (`args.rs`), then the rules across them, every error reported at once.
+//! arguments (`args.rs`), then the rules across them and against the signature, every
+//! error reported at once.
 
 use proc_macro2::Span;
 use syn::spanned::Spanned;
-use syn::{Error, FnArg, Ident, Pat, Path, Signature};
+use syn::{Error, Ident, Path, Signature};
 
-use crate::args::{self, RuleArgs};
-use crate::expand::Group;
+use crate::args;
+use crate::input::Group;
+use crate::params::{bound_names, param_names};
+use crate::rule::RuleArgs;
 use crate::template::Piece;
-
-/// A parameter's name when it is a plain binding (`x: T`, `mut x: T`, `self`).
-fn param_names(sig: &Signature) -> Vec<Option<Ident>> {
-    sig.inputs
-        .iter()
-        .map(|arg| match arg {
-            FnArg::Receiver(r) => Some(Ident::new("self", r.self_token.span)),
-            FnArg::Typed(t) => match &*t.pat {
-                Pat::Ident(p) if p.subpat.is_none() && p.by_ref.is_none() => Some(p.ident.clone()),
-                _ => None,
-            },
-        })
-        .collect()
-}
-
-/// Every name the parameters bind, patterns included (`Path(user_id): Path<u64>`,
-/// `(a, b): (u32, u32)`, `Point { x, .. }: Point`): what a key template may use.
-fn bound_names(sig: &Signature) -> Vec<String> {
-    let mut names = Vec::new();
-    for arg in &sig.inputs {
-        match arg {
-            FnArg::Receiver(_) => names.push("self".to_owned()),
-            FnArg::Typed(t) => bind(&t.pat, &mut names),
-        }
-    }
-    names
-}
-
-fn bind(pat: &Pat, names: &mut Vec<String>) {
-    match pat {
-        Pat::Ident(p) => {
-            names.push(p.ident.to_string());
-            if let Some((_, sub)) = &p.subpat {
-                bind(sub, names);
-            }
-        }
-        Pat::TupleStruct(p) => p.elems.iter().for_each(|e| bind(e, names)),
-        Pat::Tuple(p) => p.elems.iter().for_each(|e| bind(e, names)),
-        Pat::Struct(p) => p.fields.iter().for_each(|f| bind(&f.pat, names)),
-        Pat::Slice(p) => p.elems.iter().for_each(|e| bind(e, names)),
-        Pat::Reference(p) => bind(&p.pat, names),
-        Pat::Type(p) => bind(&p.pat, names),
-        Pat::Paren(p) => bind(&p.pat, names),
-        _ => {}
-    }
-}
 
 /// Everything the prologue needs, checked.
 pub struct Plan {
@@ -92,23 +49,9 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
     );
 
     check_distinct_templates(&rules, &mut errors);
-    if sig.asyncness.is_none() && !is_async_trait {
-        errors.push(Error::new(
-            sig.fn_token.span,
-            "#[rate_limit] needs an `async fn`: the limiter is awaited before the body runs",
-        ));
-    }
+    check_async(sig, is_async_trait, &mut errors);
     if let Some(path) = &fallback {
-        if let Some(position) = names.iter().position(Option::is_none) {
-            errors.push(Error::new(
-                path.span(),
-                format!(
-                    "`fallback` is called with the function's arguments, but parameter {} is a pattern; \
-                     give every parameter a plain name",
-                    position + 1
-                ),
-            ));
-        }
+        check_fallback_args(path, &names, &mut errors);
     }
     if !errors.is_empty() {
         return Err(errors);
@@ -120,6 +63,31 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
         fallback,
         names,
     })
+}
+
+/// The limiter is awaited before the body, so the function must be async (or be the
+/// body `#[async_trait]` leaves).
+fn check_async(sig: &Signature, is_async_trait: bool, errors: &mut Vec<Error>) {
+    if sig.asyncness.is_none() && !is_async_trait {
+        errors.push(Error::new(
+            sig.fn_token.span,
+            "#[rate_limit] needs an `async fn`: the limiter is awaited before the body runs",
+        ));
+    }
+}
+
+/// A fallback is called with the function's arguments, so each must have a name.
+fn check_fallback_args(path: &Path, names: &[Option<Ident>], errors: &mut Vec<Error>) {
+    if let Some(position) = names.iter().position(Option::is_none) {
+        errors.push(Error::new(
+            path.span(),
+            format!(
+                "`fallback` is called with the function's arguments, but parameter {} is a pattern; \
+                 give every parameter a plain name",
+                position + 1
+            ),
+        ));
+    }
 }
 
 /// Rejects two rules whose templates are the same text up to placeholders

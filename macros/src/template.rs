@@ -1,6 +1,8 @@
 //! Key templates: text with `{param}` / `{param.field}` placeholders; `{{` and `}}`
 //! are literal braces.
 
+use crate::hash_tag::{self, Split};
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
     /// Text as written (with `{{`/`}}` already turned into single braces).
@@ -41,29 +43,12 @@ pub fn parse(text: &str) -> Result<Vec<Piece>, String> {
                 ))
             }
             '{' => {
-                let rest = &text[at + 1..];
-                let Some(close) = rest.find('}') else {
-                    return Err(format!(
-                        "unclosed `{{` at byte {at} of the key; close it with `}}`, or write `{{{{` for a literal brace"
-                    ));
-                };
-                let inner = &rest[..close];
-                if inner.trim().is_empty() {
-                    return Err("empty `{}` in the key; name a parameter inside, e.g. `{user_id}`".into());
-                }
-                let segments: Vec<&str> = inner.split('.').collect();
-                let valid = is_ident(segments[0]) && segments[1..].iter().all(|s| is_ident(s) || is_index(s));
-                if !valid {
-                    return Err(format!(
-                        "`{{{inner}}}` in the key is not a parameter or a field path; \
-                         write `{{param}}` or `{{param.field}}`"
-                    ));
-                }
+                let (path, inner_chars) = placeholder(text, at)?;
                 if !literal.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut literal)));
                 }
-                pieces.push(Piece::Value(segments.iter().map(|s| s.to_string()).collect()));
-                for _ in 0..inner.chars().count() + 1 {
+                pieces.push(Piece::Value(path));
+                for _ in 0..inner_chars + 1 {
                     chars.next();
                 }
             }
@@ -74,6 +59,42 @@ pub fn parse(text: &str) -> Result<Vec<Piece>, String> {
         pieces.push(Piece::Text(literal));
     }
     Ok(pieces)
+}
+
+/// A key template split into pieces and checked: its placeholders name `params`, its
+/// braces keep one cluster slot, its values fill whole segments. The first problem
+/// found, in that order, is the one reported.
+pub fn checked(text: &str, params: &[String]) -> Result<Vec<Piece>, String> {
+    let pieces = parse(text)?;
+    check_params(&pieces, params)?;
+    check_slot(&pieces)?;
+    check_segments(&pieces)?;
+    Ok(pieces)
+}
+
+/// The placeholder opened by the `{` at byte `at` of `text`: its path, and how many
+/// characters lie between its braces.
+fn placeholder(text: &str, at: usize) -> Result<(Vec<String>, usize), String> {
+    let rest = &text[at + 1..];
+    let Some(close) = rest.find('}') else {
+        return Err(format!(
+            "unclosed `{{` at byte {at} of the key; close it with `}}`, or write `{{{{` for a literal brace"
+        ));
+    };
+    let inner = &rest[..close];
+    if inner.trim().is_empty() {
+        return Err("empty `{}` in the key; name a parameter inside, e.g. `{user_id}`".into());
+    }
+    let segments: Vec<&str> = inner.split('.').collect();
+    let valid = is_ident(segments[0]) && segments[1..].iter().all(|s| is_ident(s) || is_index(s));
+    if !valid {
+        return Err(format!(
+            "`{{{inner}}}` in the key is not a parameter or a field path; \
+             write `{{param}}` or `{{param.field}}`"
+        ));
+    }
+    let path = segments.iter().map(|s| s.to_string()).collect();
+    Ok((path, inner.chars().count()))
 }
 
 /// Every placeholder must start with one of `params`.
@@ -115,9 +136,17 @@ pub const RESERVED: &str = "redlimit";
 /// (`:`, or the braces of a hash tag) or at the end, the key starts with literal text,
 /// and that text does not start with the library's own segment.
 pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
-    let example = "write the key as literal segments and whole-segment values, e.g. \"order:{user_id}\" or \
-                   \"{{tenant:{tenant.id}}}:search\"";
-    let separated = |c: Option<char>| c.is_none_or(|c| SEPARATORS.contains(&c));
+    check_first_segment(pieces)?;
+    check_whole_segments(pieces)
+}
+
+/// What a key's segment rules are shown with.
+const SEGMENTS_EXAMPLE: &str =
+    "write the key as literal segments and whole-segment values, e.g. \"order:{user_id}\" or \
+                                \"{{tenant:{tenant.id}}}:search\"";
+
+/// The key starts with literal text, and not with the library's own segment.
+fn check_first_segment(pieces: &[Piece]) -> Result<(), String> {
     match pieces.first() {
         Some(Piece::Text(text)) if text.chars().any(|c| !SEPARATORS.contains(&c)) => {
             let starts_reserved = text
@@ -129,20 +158,26 @@ pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
                      refusal reports) under that segment; choose another first segment"
                 ));
             }
+            Ok(())
         }
-        None => {}
+        None => Ok(()),
         Some(Piece::Text(_)) | Some(Piece::Value(_)) => {
             let value = pieces.iter().find_map(|p| match p {
                 Piece::Value(path) => Some(path.join(".")),
                 Piece::Text(_) => None,
             });
-            return Err(format!(
+            Err(format!(
                 "the key starts with the value `{{{}}}`: a key must start with literal text of its own, so that \
-                 no value can choose which rule's limiters it reaches; {example}",
+                 no value can choose which rule's limiters it reaches; {SEGMENTS_EXAMPLE}",
                 value.unwrap_or_default()
-            ));
+            ))
         }
     }
+}
+
+/// Every placeholder sits between separators or at the end.
+fn check_whole_segments(pieces: &[Piece]) -> Result<(), String> {
+    let separated = |c: Option<char>| c.is_none_or(|c| SEPARATORS.contains(&c));
     for (i, piece) in pieces.iter().enumerate() {
         let Piece::Value(path) = piece else { continue };
         let before = match i.checked_sub(1).map(|j| &pieces[j]) {
@@ -159,7 +194,7 @@ pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
             return Err(format!(
                 "`{{{}}}` shares a segment of the key with other text: a value must fill a whole segment, \
                  between `:` (or a hash tag's braces) and the next, so that no value can spell another key; \
-                 {example}",
+                 {SEGMENTS_EXAMPLE}",
                 path.join(".")
             ));
         }
@@ -168,8 +203,9 @@ pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
 }
 
 /// The key's written braces must form a Redis hash tag that keeps the limiter's keys
-/// in one cluster slot. Interpolated values never contain braces (they are escaped),
-/// so the written text decides.
+/// in one cluster slot (`hash_tag.rs`). Interpolated values never contain braces
+/// (they are escaped) and are never empty, so the written text, with a letter for
+/// each value, decides.
 pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
     let skeleton: String = pieces
         .iter()
@@ -178,14 +214,11 @@ pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
             Piece::Value(_) => "v",
         })
         .collect();
-    let problem = match skeleton.find('{') {
-        None if skeleton.contains('}') => "it has a literal `}` but no `{`",
+    let problem = match hash_tag::split(&skeleton) {
         None => return Ok(()),
-        Some(open) => match skeleton[open + 1..].find('}') {
-            Some(0) => "its first literal `{` opens an empty hash tag",
-            Some(_) => return Ok(()),
-            None => "its first literal `{` is never closed",
-        },
+        Some(Split::CloseWithoutOpen) => "it has a literal `}` but no `{`",
+        Some(Split::EmptyTag) => "its first literal `{` opens an empty hash tag",
+        Some(Split::Unclosed) => "its first literal `{` is never closed",
     };
     Err(format!(
         "this key would split the limiter's keys across Redis Cluster slots: {problem}; \
@@ -194,8 +227,9 @@ pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
 
     #[test]
     fn values_fill_whole_segments_after_a_literal_one() {
@@ -354,18 +388,6 @@ pub(crate) mod tests {
                     }
                 }
             }
-        }
-    }
-
-    /// A small deterministic generator, so the macro crate needs no test dependency.
-    pub struct XorShift(pub u64);
-
-    impl XorShift {
-        pub fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
         }
     }
 

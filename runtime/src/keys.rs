@@ -213,7 +213,9 @@ pub fn library_key(prefix: &str, name: &str) -> Option<&'static str> {
 }
 
 /// Accepts a limiter name only when its five keys share one Redis Cluster slot:
-/// a name without braces, or one whose first `{` opens a non-empty hash tag.
+/// a name without braces, or one whose first `{` opens a non-empty hash tag. The
+/// attribute applies the same rule to a key at compile time with its own copy
+/// (macros/src/hash_tag.rs); tests/hash_tag_rule.rs holds the two to one answer.
 pub fn check_name(name: &str) -> Result<(), Error> {
     let reason = match name.find('{') {
         None if name.is_empty() => "it is empty",

@@ -1,0 +1,242 @@
+//! What `__private::expand!` emits from a checked [`Plan`]: the prologue that decides
+//! every rule in one call, then the body.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{token, Block, Expr, FnArg, Ident, Path, ReturnType, Signature, Stmt};
+
+use crate::input::async_trait_block;
+use crate::plan::Plan;
+use crate::rule::{Mode, Policy, RuleArgs};
+use crate::template::Piece;
+
+/// The errors, then the body unchanged, so the rest of the crate still type-checks.
+pub fn errors_and_body(errors: Vec<syn::Error>, body: &Block) -> TokenStream {
+    let errors = errors.into_iter().map(|e| e.to_compile_error());
+    let stmts = &body.stmts;
+    quote! { #(#errors)* #(#stmts)* }
+}
+
+/// The prologue that decides every rule, then the body (just the body when no rule
+/// is left).
+pub fn prologue_and_body(sig: &Signature, plan: &Plan, body: Block) -> TokenStream {
+    if plan.rules.is_empty() {
+        let stmts = &body.stmts;
+        return quote! { #(#stmts)* };
+    }
+    with_body(prologue(sig, plan), body)
+}
+
+/// A static `Site` describing every rule, the keys of this call, and one `decide`
+/// whose refusal returns from the function.
+fn prologue(sig: &Signature, plan: &Plan) -> TokenStream {
+    let krate = &plan.krate;
+    let fn_name = sig.ident.to_string();
+    let site = format_ident!("__REDLIMIT_SITE", span = Span::mixed_site());
+    let keys = format_ident!("__redlimit_keys", span = Span::mixed_site());
+    let specs = plan.rules.iter().map(|rule| rule_spec(rule, krate, &fn_name));
+    let key_exprs = plan.rules.iter().map(|rule| key_expr(rule, krate, &fn_name));
+    let timeout = option(
+        plan.timeout_ms
+            .map(|ms| quote!(::core::time::Duration::from_millis(#ms))),
+    );
+    let (binding, on_refusal) = on_refusal(sig, plan);
+    quote! {
+        {
+            static #site: #krate::__private::Site = #krate::__private::Site::new(
+                &[#(#specs),*],
+                #timeout,
+                ::core::concat!(::core::module_path!(), "::", #fn_name),
+            );
+            let #keys = [#(#key_exprs),*];
+            if let ::core::result::Result::Err(#binding) = #krate::__private::decide(&#site, &#keys).await {
+                #on_refusal
+            }
+        }
+    }
+}
+
+/// One rule's `RuleSpec`, as the runtime reads it.
+fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
+    let RuleArgs {
+        rate,
+        interval_ms,
+        permits,
+        shadow,
+        local_refusals,
+        ..
+    } = rule;
+    let mode = mode_variant(rule.mode);
+    let policy = policy_variant(rule.on_error);
+    let bucket = option(rule.bucket.map(|(burst, warmup_ms)| {
+        quote!(#krate::BucketShape {
+            burst: #burst,
+            warmup_ms: #warmup_ms,
+        })
+    }));
+    let message = option(
+        rule.message
+            .as_ref()
+            .map(|m| quote!(#krate::__private::Cow::Borrowed(#m))),
+    );
+    let name = match &rule.key {
+        Some((lit, _)) => {
+            let text = lit.value();
+            quote!(#text)
+        }
+        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+    };
+    quote! {
+        #krate::__private::RuleSpec {
+            name: #krate::__private::Cow::Borrowed(#name),
+            shadow: #shadow,
+            local_refusals: #local_refusals,
+            rate: #rate,
+            interval: ::core::time::Duration::from_millis(#interval_ms),
+            mode: #krate::RateType::#mode,
+            permits: #permits,
+            on_error: #krate::__private::OnError::#policy,
+            message: #message,
+            bucket: #bucket,
+        }
+    }
+}
+
+/// The `RateType` variant of a mode.
+fn mode_variant(mode: Mode) -> TokenStream {
+    match mode {
+        Mode::Overall => quote!(Overall),
+        Mode::PerClient => quote!(PerClient),
+    }
+}
+
+/// The `OnError` variant of a policy.
+fn policy_variant(policy: Policy) -> TokenStream {
+    match policy {
+        Policy::Local => quote!(Local),
+        Policy::Allow => quote!(Allow),
+        Policy::Deny => quote!(Deny),
+    }
+}
+
+/// `::core::option::Option::Some(value)`, or `None`.
+fn option(value: Option<TokenStream>) -> TokenStream {
+    match value {
+        Some(value) => quote!(::core::option::Option::Some(#value)),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+/// What a refusal binds, and what it does: call the fallback, or return the refusal
+/// converted into the function's return type.
+fn on_refusal(sig: &Signature, plan: &Plan) -> (TokenStream, TokenStream) {
+    let krate = &plan.krate;
+    if let Some(path) = &plan.fallback {
+        return (quote!(_), fallback_call(sig, &plan.names, krate, path));
+    }
+    let refused = format_ident!("__redlimit_refused", span = Span::mixed_site());
+    let span = match &sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => sig.ident.span(),
+    };
+    // The whole path carries the return type's span, so a missing impl is reported
+    // there.
+    let krate = respan(krate.to_token_stream(), span);
+    let refusal = quote_spanned! {span=> return #krate::FromRateLimited::from_rate_limited(#refused); };
+    (quote!(#refused), refusal)
+}
+
+/// The prologue before the body: inside the `async move` block `#[async_trait]`
+/// leaves, or else before the body in a block of its own, so nothing in the body can
+/// shadow what the prologue uses.
+fn with_body(prologue: TokenStream, mut body: Block) -> TokenStream {
+    if let Some(block) = async_trait_block(&mut body) {
+        let stmts = &block.stmts;
+        let inner = quote! { #prologue #(#stmts)* };
+        block.stmts = vec![Stmt::Expr(Expr::Verbatim(quote! { { #inner } }), None)];
+        let stmts = &body.stmts;
+        return quote! { #(#stmts)* };
+    }
+    let stmts = &body.stmts;
+    let brace = token::Brace::default();
+    let mut block = TokenStream::new();
+    brace.surround(&mut block, |tokens| {
+        for stmt in stmts {
+            stmt.to_tokens(tokens);
+        }
+    });
+    quote! { #prologue #block }
+}
+
+/// `return <fallback>(args).await`, through `__private::Fallback` with the parameter
+/// types written out (`_` for `impl Trait`): a fallback taking other arguments fails
+/// the bound at its path, reported with the signature expected, rather than being
+/// matched against its own signature.
+fn fallback_call(sig: &Signature, names: &[Option<Ident>], krate: &Path, path: &Path) -> TokenStream {
+    let args = names.iter().flatten();
+    let holes = sig.inputs.iter().map(|arg| match arg {
+        FnArg::Receiver(receiver) => receiver.ty.to_token_stream(),
+        FnArg::Typed(typed) if names_a_type(&typed.ty) => typed.ty.to_token_stream(),
+        FnArg::Typed(_) => quote!(_),
+    });
+    let krate = respan(krate.to_token_stream(), path.span());
+    quote_spanned! {path.span()=>
+        return #krate::__private::Fallback::<( #(#holes,)* )>::call(#path, (#(#args,)*)).await;
+    }
+}
+
+/// Whether `ty` can be written in an expression (`impl Trait` cannot).
+fn names_a_type(ty: &syn::Type) -> bool {
+    !ty.to_token_stream()
+        .into_iter()
+        .any(|token| matches!(&token, proc_macro2::TokenTree::Ident(i) if i == "impl"))
+        && !matches!(ty, syn::Type::ImplTrait(_))
+}
+
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut inner = proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = inner.into();
+            }
+            token.set_span(span);
+            token
+        })
+        .collect()
+}
+
+/// The expression building one rule's key (without the client's prefix).
+fn key_expr(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
+    let buf = format_ident!("__redlimit_key", span = Span::mixed_site());
+    let Some((lit, pieces)) = &rule.key else {
+        return quote! {
+            {
+                let mut #buf = #krate::__private::KeyBuf::new();
+                #buf.text(::core::concat!(::core::module_path!(), "::", #fn_name));
+                #buf.finish()
+            }
+        };
+    };
+    let span = lit.span();
+    let parts = pieces.iter().map(|piece| match piece {
+        Piece::Text(text) => quote! { #buf.text(#text); },
+        Piece::Value(path) => {
+            let segments = path.iter().map(|segment| match segment.parse::<u32>() {
+                Ok(index) => syn::Index { index, span }.into_token_stream(),
+                Err(_) => Ident::new(segment, span).into_token_stream(),
+            });
+            quote_spanned! {span=> #krate::__private::KeyPart::write_to(&#(#segments).*, &mut #buf); }
+        }
+    });
+    quote! {
+        {
+            let mut #buf = #krate::__private::KeyBuf::new();
+            #(#parts)*
+            #buf.finish()
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The hash-tag rule has two copies: the attribute refuses a key at compile time with
+//! macros/src/hash_tag.rs (the macro crate may not depend on the runtime), and the
+//! runtime refuses a name at run time with `keys::check_name`. This test compiles the
+//! attribute's copy in and holds both to the same answer, and the same reason, on
+//! every name of up to seven characters over `{`, `}`, `a`, `:`, `é`, and on random
+//! longer ones.
+
+#[path = "../../macros/src/hash_tag.rs"]
+mod attribute_rule;
+
+use attribute_rule::Split;
+use redlimit_runtime::keys::{check_name, hash_slot};
+use redlimit_runtime::{Error, LimiterKeys};
+
+/// The runtime's reason for each of the attribute's (which words its own message).
+fn runtime_reason(split: Split) -> &'static str {
+    match split {
+        Split::CloseWithoutOpen => "it has a `}` but no `{`",
+        Split::EmptyTag => "its first `{` opens an empty `{}` tag",
+        Split::Unclosed => "its first `{` is never closed",
+    }
+}
+
+/// Both rules on `name`; an accepted name's five keys must also share its slot, so
+/// that agreeing on a wrong rule would fail too.
+fn agree(name: &str) {
+    let runtime = match check_name(name) {
+        Ok(()) => None,
+        Err(Error::CrossSlotName { reason, .. }) => Some(reason),
+        Err(other) => panic!("{name:?}: {other}"),
+    };
+    assert_eq!(
+        runtime,
+        attribute_rule::split(name).map(runtime_reason),
+        "{name:?}"
+    );
+    if runtime.is_none() {
+        let slot = hash_slot(name.as_bytes());
+        for key in LimiterKeys::new(name, "client").unwrap().all() {
+            assert_eq!(hash_slot(key.as_bytes()), slot, "{name:?}: {key}");
+        }
+    }
+}
+
+#[test]
+fn every_short_name() {
+    let alphabet = ['{', '}', 'a', ':', 'é'];
+    let mut names = vec![String::new()];
+    let mut checked = 0;
+    for _ in 0..7 {
+        names = names
+            .iter()
+            .flat_map(|name| alphabet.iter().map(move |c| format!("{name}{c}")))
+            .collect();
+        for name in &names {
+            agree(name);
+            checked += 1;
+        }
+    }
+    // Each rejection reason and acceptance occurs in the corpus.
+    for name in ["a}", "{}a", "{a", "a", "{a}"] {
+        agree(name);
+    }
+    assert_eq!(checked, (1..=7).map(|n| 5usize.pow(n)).sum::<usize>());
+}
+
+#[test]
+fn random_longer_names() {
+    let alphabet: Vec<char> = "{}{}a:é🦀 %\u{0}".chars().collect();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..100_000 {
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let len = 8 + (next() % 24) as usize;
+        let name: String = (0..len)
+            .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+            .collect();
+        agree(&name);
+    }
+}
+
+/// The one name only the runtime refuses: the attribute checks a template's text, and
+/// a limiter's name is the client's prefix followed by it.
+#[test]
+fn the_empty_name_is_the_runtimes_alone() {
+    assert!(attribute_rule::split("").is_none());
+    assert!(matches!(
+        check_name(""),
+        Err(Error::CrossSlotName {
+            reason: "it is empty",
+            ..
+        })
+    ));
+}
