@@ -375,3 +375,76 @@ async fn waiting_for_replicas_refuses_settings_that_cannot_work() {
         .unwrap_err();
     assert!(err.to_string().contains("single master"), "{err}");
 }
+
+#[tokio::test]
+async fn a_manual_failover_is_followed_too() {
+    // `SENTINEL FAILOVER`: the master is not killed; the sentinels promote the replica,
+    // announce it, and make the old master a replica only seconds later.
+    let set = RedisSentinel::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:manual");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let (old_master, replica) = set.data_ports();
+    let port = set.sentinel_ports()[0];
+    support::sentinel::sentinel_cli(port, &["sentinel", "failover", "mymaster"]);
+    let waited = wait_for_master(&set, replica).await;
+    let started = Instant::now();
+    let mut failed = 0;
+    // Decided by the new master: its log grows.
+    let count = |port: u16| -> u64 {
+        set.node_cli(port, &["zcard", "{rate_limit:sentinel:manual}:permits"])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    loop {
+        let before = count(replica);
+        match limiter.try_acquire(1).await {
+            Ok(granted) => {
+                assert!(granted);
+                if count(replica) > before {
+                    break;
+                }
+            }
+            Err(err) => {
+                assert_hidden(&format!("{err} {err:?}"));
+                failed += 1;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "still not on the new master"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "manual failover: the sentinels named the new master after {waited:?}; decided there {:?} \
+         later, {failed} calls failed in between",
+        started.elapsed()
+    );
+    // Followed on the announcement (`+switch-master`), not seconds later when the old
+    // master is made a replica and refuses writes.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "followed after {:?}",
+        started.elapsed()
+    );
+    let (on_old, on_new) = (count(old_master), count(replica));
+    for _ in 0..20 {
+        assert!(limiter.try_acquire(1).await.unwrap());
+    }
+    assert_eq!(
+        count(old_master),
+        on_old,
+        "written to the old master after the switch"
+    );
+    assert_eq!(count(replica), on_new + 20);
+}

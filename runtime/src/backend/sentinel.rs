@@ -5,20 +5,24 @@
 //! certificate checks). The user info is the master's credentials; sentinels that
 //! require their own take `?sentinel_username=...&sentinel_password=...`.
 //!
-//! Every command goes to the master found last. A command that fails because the
-//! connection was lost, timed out, or reached a node that is no longer a master
-//! (`READONLY`, `MASTERDOWN`) forgets that master; the next command asks the sentinels
-//! again, so a failover is followed without a restart. Commands are never sent twice:
-//! a script whose answer was lost may have run, and the caller's `on_error` decides.
+//! Every command goes to the master found last. That master is forgotten, and the
+//! next command asks the sentinels again, when a command fails because the connection
+//! was lost, timed out, or reached a node that is no longer a master (`READONLY`,
+//! `MASTERDOWN`), and when a sentinel announces a new master (`+switch-master`, which a
+//! task of the client's listens for on one sentinel at a time): so a failover, a
+//! crash's or an operator's, is followed without a restart. Commands are never sent
+//! twice: a script whose answer was lost may have run, and the caller's `on_error`
+//! decides.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
-    ServerErrorKind, TlsMode, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, Pipeline,
+    RedisConnectionInfo, RedisError, RedisFuture, RedisResult, ServerErrorKind, TlsMode, Value,
 };
 
 use crate::target::Target;
@@ -235,19 +239,23 @@ impl SentinelConn {
         timeouts: Timeouts,
         #[cfg(feature = "tls")] certs: Option<redis::TlsCertificates>,
     ) -> RedisResult<SentinelConn> {
-        let addrs = url.sentinels.iter().map(|(host, port)| {
-            if url.tls {
-                ConnectionAddr::TcpTls {
-                    host: host.clone(),
-                    port: *port,
-                    insecure: url.insecure,
-                    tls_params: None,
+        let addrs: Vec<ConnectionAddr> = url
+            .sentinels
+            .iter()
+            .map(|(host, port)| {
+                if url.tls {
+                    ConnectionAddr::TcpTls {
+                        host: host.clone(),
+                        port: *port,
+                        insecure: url.insecure,
+                        tls_params: None,
+                    }
+                } else {
+                    ConnectionAddr::Tcp(host.clone(), *port)
                 }
-            } else {
-                ConnectionAddr::Tcp(host.clone(), *port)
-            }
-        });
-        let mut builder = SentinelClientBuilder::new(addrs, &url.master, SentinelServerType::Master)?
+            })
+            .collect();
+        let mut builder = SentinelClientBuilder::new(addrs.clone(), &url.master, SentinelServerType::Master)?
             .set_client_to_redis_db(url.db);
         if let Some(user) = &url.username {
             builder = builder.set_client_to_redis_username(user);
@@ -271,16 +279,31 @@ impl SentinelConn {
                 .set_client_to_redis_tls_mode(mode)
                 .set_client_to_sentinel_tls_mode(mode);
             #[cfg(feature = "tls")]
-            if let Some(certs) = certs {
+            if let Some(certs) = certs.clone() {
                 builder = builder
                     .set_client_to_redis_certificates(certs.clone())
                     .set_client_to_sentinel_certificates(certs);
             }
         }
+        let watched = Watched {
+            sentinels: addrs
+                .into_iter()
+                .map(|addr| {
+                    sentinel_client(
+                        addr,
+                        url,
+                        #[cfg(feature = "tls")]
+                        certs.clone(),
+                    )
+                })
+                .collect::<RedisResult<_>>()?,
+            master: url.master.clone(),
+            timeouts,
+        };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(timeouts.command));
-        Ok(SentinelConn {
+        let conn = SentinelConn {
             inner: Arc::new(Inner {
                 search: tokio::sync::Mutex::new(builder.build()?),
                 state: Mutex::new(State::default()),
@@ -288,7 +311,11 @@ impl SentinelConn {
                 timeouts,
                 db: url.db,
             }),
-        })
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(watched.listen(Arc::downgrade(&conn.inner)));
+        }
+        Ok(conn)
     }
 
     /// The master's connection: the one in use, or one found now.
@@ -353,6 +380,95 @@ impl SentinelConn {
         if matches!(state.current, Some((g, _)) if g == generation) {
             state.current = None;
         }
+    }
+}
+
+/// A client for one sentinel, with the sentinels' credentials.
+fn sentinel_client(
+    addr: ConnectionAddr,
+    url: &SentinelUrl,
+    #[cfg(feature = "tls")] certs: Option<redis::TlsCertificates>,
+) -> RedisResult<redis::Client> {
+    let mut settings = RedisConnectionInfo::default();
+    if let Some(user) = &url.sentinel_username {
+        settings = settings.set_username(user);
+    }
+    if let Some(pass) = &url.sentinel_password {
+        settings = settings.set_password(pass);
+    }
+    let info: ConnectionInfo = addr.into_connection_info()?.set_redis_settings(settings);
+    #[cfg(feature = "tls")]
+    if let Some(certs) = certs {
+        return redis::Client::build_with_tls(info, certs);
+    }
+    redis::Client::open(info)
+}
+
+/// The announcements of new masters a client listens for.
+struct Watched {
+    sentinels: Vec<redis::Client>,
+    master: String,
+    timeouts: Timeouts,
+}
+
+/// The channel on which sentinels announce a new master:
+/// `<master name> <old ip> <old port> <new ip> <new port>`.
+const SWITCH_MASTER: &str = "+switch-master";
+
+/// How often a listener looks whether its client is gone, and how long it waits
+/// before trying the next sentinel.
+const LISTENER_PAUSE: Duration = Duration::from_secs(1);
+
+impl Watched {
+    /// Listens on one sentinel after another until the client is dropped; each new
+    /// master announced for this master's name makes the next command look again.
+    async fn listen(self, inner: std::sync::Weak<Inner>) {
+        let mut next = 0;
+        let mut listened = false;
+        while inner.strong_count() > 0 {
+            let sentinel = &self.sentinels[next % self.sentinels.len()];
+            next += 1;
+            let subscribed = tokio::time::timeout(self.timeouts.connect, async {
+                let mut pubsub = sentinel.get_async_pubsub().await?;
+                pubsub.subscribe(SWITCH_MASTER).await?;
+                Ok::<_, RedisError>(pubsub)
+            })
+            .await;
+            if let Ok(Ok(pubsub)) = subscribed {
+                // A switch may have been announced while no one listened.
+                if listened {
+                    forget(&inner);
+                }
+                listened = true;
+                self.until_closed(pubsub, &inner).await;
+            }
+            tokio::time::sleep(LISTENER_PAUSE).await;
+        }
+    }
+
+    async fn until_closed(&self, pubsub: redis::aio::PubSub, inner: &std::sync::Weak<Inner>) {
+        let mut messages = pubsub.into_on_message();
+        while inner.strong_count() > 0 {
+            match tokio::time::timeout(LISTENER_PAUSE, messages.next()).await {
+                Err(_) => continue,
+                Ok(None) => return,
+                Ok(Some(message)) => {
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    if payload.split(' ').next() == Some(self.master.as_str()) {
+                        forget(inner);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Forgets the master in use, if the client still exists.
+fn forget(inner: &std::sync::Weak<Inner>) {
+    if let Some(inner) = inner.upgrade() {
+        let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.current = None;
+        state.failed = None;
     }
 }
 
