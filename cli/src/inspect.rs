@@ -340,7 +340,7 @@ pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<I
     // The server's eviction policy (CONFIG GET, else INFO memory): one that can evict
     // limiter keys makes every limit forgettable.
     let mut conn = store.conn.clone();
-    if let Ok(Some(eviction)) = redlimit_runtime::private::read_eviction(&mut conn).await {
+    if let Ok(Some(eviction)) = redlimit_runtime::read_eviction(&mut conn).await {
         if eviction.can_evict() {
             inspection.problems.push(eviction.warning("this server"));
         }

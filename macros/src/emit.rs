@@ -28,7 +28,7 @@ pub fn prologue_and_body(sig: &Signature, plan: &Plan, body: Block) -> TokenStre
     with_body(prologue(sig, plan), body)
 }
 
-/// A static `Site` describing every rule, the keys of this call, and one `decide`
+/// A static `Engine` holding every rule, the keys of this call, and one `decide`
 /// whose refusal returns from the function.
 fn prologue(sig: &Signature, plan: &Plan) -> TokenStream {
     let krate = &plan.krate;
@@ -44,7 +44,7 @@ fn prologue(sig: &Signature, plan: &Plan) -> TokenStream {
     let (binding, on_refusal) = on_refusal(sig, plan);
     quote! {
         {
-            static #site: #krate::__private::Site = #krate::__private::Site::new(
+            static #site: #krate::__private::Engine = #krate::__private::Engine::new(
                 &[#(#specs),*],
                 #timeout,
                 ::core::concat!(::core::module_path!(), "::", #fn_name),

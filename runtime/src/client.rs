@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::backend::{Backend, Call, ConfigChange, RuleOutcome};
 use crate::keys::Keys;
-use crate::{config_log, waiting, ClientBuilder, Clock, Decision, Error, RateLimiter, Rule};
+use crate::rules::config_log;
+use crate::{waiting, ClientBuilder, Clock, Decision, Error, RateLimiter, Rule};
 
 /// The key prefix the attribute puts before its keys (the prefix Java services using
 /// the pattern of `trySetRate` then `tryAcquire` commonly give their limiters).
@@ -49,7 +50,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     command_timeout: Duration,
     target: String,
-    overrides: crate::overrides::Overrides,
+    overrides: crate::rules::overrides::Overrides,
     /// The bound of the in-process limiters `on_error = "local"` decides on while
     /// this client's backend fails, and those limiters, made on first use.
     max_limiters: usize,
@@ -163,7 +164,7 @@ impl Client {
             .iter()
             .map(|rule| self.rule_keys(rule))
             .collect::<Result<Vec<_>, _>>()?;
-        let merged = crate::rule::merge(rules);
+        let merged = crate::rules::rule::merge(rules);
         let calls: Vec<Call<'_>> = merged
             .iter()
             .map(|m| Call {
@@ -270,7 +271,7 @@ impl Client {
         &self.inner.backend
     }
 
-    pub(crate) fn overrides(&self) -> &crate::overrides::Overrides {
+    pub(crate) fn overrides(&self) -> &crate::rules::overrides::Overrides {
         &self.inner.overrides
     }
 

@@ -31,10 +31,10 @@ mod builder;
 mod checks;
 mod client;
 mod clock;
-mod config;
-mod config_log;
 mod decision;
 mod default_client;
+#[doc(hidden)]
+pub mod engine;
 mod error;
 #[cfg(feature = "tonic")]
 mod grpc;
@@ -43,16 +43,13 @@ pub mod keys;
 mod limiter;
 pub mod member;
 pub(crate) mod observe;
-mod overrides;
 #[doc(hidden)]
 pub mod private;
 mod refusal;
 mod refusal_cache;
-mod registry;
 #[cfg(feature = "axum")]
 mod response;
-mod rule;
-mod site;
+mod rules;
 mod target;
 #[cfg(test)]
 mod test_support;
@@ -65,24 +62,29 @@ pub use backend::connection::cluster_nodes;
 pub use backend::connection::RawConnection;
 #[doc(hidden)]
 pub use backend::redis::delete_limiter_keys;
+// For the CLI's `inspect`: the server's eviction policy, read as a client reads it.
+#[doc(hidden)]
+pub use backend::server::{read_eviction, Eviction};
 pub use bucket::TokenBucket;
 pub use builder::ClientBuilder;
 pub use client::{
     Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_RATE};
 pub use decision::Decision;
 pub use default_client::{default_client, set_default};
 pub use error::Error;
 pub use keys::LimiterKeys;
 pub use limiter::RateLimiter;
-pub use overrides::{OverrideOf, RateOverride, LIBRARY_SEGMENT};
 pub use refusal::{FromRateLimited, Limit, RateLimited};
 #[cfg(feature = "http")]
 pub use refusal::{RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
 #[cfg(feature = "axum")]
 pub use response::ProblemJson;
-pub use rule::{Algorithm, BucketShape, Rule};
-pub use site::OnError;
+pub use rules::config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_RATE};
+pub use rules::overrides::{OverrideOf, RateOverride, LIBRARY_SEGMENT};
+pub use rules::rule::{Algorithm, BucketShape, Rule};
+pub use rules::spec::OnError;
+#[doc(hidden)]
+pub use rules::spec::RuleSpec;
 pub use target::{redact_url, scrub_url_secrets};

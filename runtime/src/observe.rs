@@ -59,11 +59,11 @@ impl RuleOutcome {
     }
 }
 
-/// Every rule's outcome counters of one call site, registered with the recorder on
-/// the site's first decision and kept: a decision then costs one atomic increment per
+/// Every rule's outcome counters of one engine (a function or a layer), registered with the recorder on
+/// its first decision and kept: a decision then costs one atomic increment per
 /// rule (with a recorder installed), not a registry lookup.
 #[derive(Debug, Default)]
-pub(crate) struct SiteCounters {
+pub(crate) struct RuleCounters {
     #[cfg(feature = "metrics")]
     counters: std::sync::OnceLock<Vec<[metrics::Counter; OUTCOMES]>>,
 }
@@ -71,24 +71,29 @@ pub(crate) struct SiteCounters {
 #[cfg(feature = "metrics")]
 const OUTCOMES: usize = 6;
 
-impl SiteCounters {
+impl RuleCounters {
     pub(crate) const fn new() -> Self {
-        SiteCounters {
+        RuleCounters {
             #[cfg(feature = "metrics")]
             counters: std::sync::OnceLock::new(),
         }
     }
 
-    /// Counts `outcome` for rule `index` of the site's `rules` (their names).
+    /// Counts `outcome` for rule `index`; `names` gives every rule's name, asked for
+    /// once, when the counters are registered.
     #[inline]
-    pub(crate) fn count(&self, rules: &[crate::site::RuleSpec], index: usize, outcome: RuleOutcome) {
+    pub(crate) fn count(
+        &self,
+        names: impl FnOnce() -> Vec<std::borrow::Cow<'static, str>>,
+        index: usize,
+        outcome: RuleOutcome,
+    ) {
         #[cfg(feature = "metrics")]
         {
             let counters = self.counters.get_or_init(|| {
-                rules
-                    .iter()
+                names()
+                    .into_iter()
                     .map(|rule| {
-                        let rule = rule.name.clone();
                         [
                             RuleOutcome::Allowed,
                             RuleOutcome::Limited,
@@ -112,7 +117,7 @@ impl SiteCounters {
             }
         }
         #[cfg(not(feature = "metrics"))]
-        let _ = (rules, index, outcome);
+        let _ = (names, index, outcome);
     }
 }
 

@@ -2,9 +2,7 @@
 //! with the macro.
 
 pub use crate::checks::{Fallback, KeyPart};
-pub use crate::key_buf::{KeyBuf, MAX_VALUE_LEN};
-pub use crate::limiter::check_bucket;
-pub use crate::site::{decide, Granted, OnError, RuleSpec, Site};
-// For the CLI's `inspect`: the server's eviction policy, read as the client reads it.
-pub use crate::backend::server::{read_eviction, Eviction};
+pub use crate::engine::{decide, Engine};
+pub use crate::key_buf::KeyBuf;
+pub use crate::{OnError, RuleSpec};
 pub use std::borrow::Cow;

@@ -146,7 +146,7 @@ impl<R> RateLimitLayer<R> {
 impl<R> fmt::Debug for RateLimitLayer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("rules", &self.shared.site.rules())
+            .field("rules", &self.shared.engine.rules())
             .finish_non_exhaustive()
     }
 }

@@ -1,10 +1,10 @@
 //! One request through the layer: its trusted-proxy setting and client address, each
-//! rule's key value and permits, and then the site's decision on those limiters.
+//! rule's key value and permits, and then the engine's decision on those limiters.
 
 use std::borrow::Cow;
 
 use http::request::Parts;
-use redlimit_runtime::private::{Granted, KeyBuf};
+use redlimit_runtime::engine::{Granted, KeyBuf};
 use redlimit_runtime::{Error, RateLimited};
 use smallvec::SmallVec;
 
@@ -30,7 +30,7 @@ impl Shared {
                 name: self.rules[self.trust_rule].name.to_string(),
                 problem,
             };
-            self.site.refuse_misconfigured(self.trust_rule, error)
+            self.engine.refuse_misconfigured(self.trust_rule, error)
         })?;
         let client = match &trusted {
             Some(trusted) if self.keys_client_ip => Some(
@@ -46,7 +46,7 @@ impl Shared {
             parts.extensions.insert(ReadBy { trusted, client });
         }
         let permits = self.per_request.then_some(permits.as_slice());
-        self.site.decide(self.client.as_ref(), &keys, permits).await
+        self.engine.decide(self.client.as_ref(), &keys, permits).await
     }
 
     /// The request's one trusted-proxy setting: this layer's, an extension's or an
@@ -73,7 +73,7 @@ impl Shared {
     ) -> Result<Keys, RateLimited> {
         let mut keys = SmallVec::<[String; 2]>::new();
         let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
-        for (i, (rule, spec)) in self.rules.iter().zip(self.site.rules()).enumerate() {
+        for (i, (rule, spec)) in self.rules.iter().zip(self.engine.rules()).enumerate() {
             let problem = match rule.key.value(parts, path, client) {
                 Ok(value) => Ok(value),
                 // No route matched: the request goes on to the router's fallback (404),
@@ -95,7 +95,7 @@ impl Shared {
                         name: rule.name.to_string(),
                         problem,
                     };
-                    return Err(self.site.refuse_misconfigured(i, error));
+                    return Err(self.engine.refuse_misconfigured(i, error));
                 }
             };
             self.refuse_missing(i, rule, value.as_ref())?;
@@ -133,7 +133,7 @@ impl Shared {
                     what: what.clone(),
                     unauthorized: *refuse == MissingKey::Unauthorized,
                 };
-                return Err(self.site.refuse_without_key(i, error));
+                return Err(self.engine.refuse_without_key(i, error));
             }
         }
         Ok(())

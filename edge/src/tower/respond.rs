@@ -3,7 +3,7 @@
 //! granted response gets the RateLimit fields of its tightest rule.
 
 use http::{HeaderValue, Response};
-use redlimit_runtime::private::Granted;
+use redlimit_runtime::engine::Granted;
 use redlimit_runtime::{RateLimited, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING};
 
 use super::shared::Shared;
@@ -59,7 +59,7 @@ impl Shared {
         let Some((rule, remaining)) = granted.tightest else {
             return;
         };
-        let (Some(keyed), Some(spec)) = (self.rules.get(rule), self.site.rules().get(rule)) else {
+        let (Some(keyed), Some(spec)) = (self.rules.get(rule), self.engine.rules().get(rule)) else {
             return;
         };
         let (rate, window) = granted.decided.unwrap_or((spec.rate, spec.interval));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
-use redlimit_runtime::private::RuleSpec;
+use redlimit_runtime::RuleSpec;
 use redlimit_runtime::{Algorithm, BucketShape, OnError, RateType};
 
 use super::key::{Key, MissingKey};

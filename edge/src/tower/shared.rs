@@ -1,5 +1,5 @@
 //! What a built layer keeps, shared by all its clones and services: the runtime's
-//! site with the rules' descriptions, and beside each rule its key source and
+//! engine with the rules' descriptions, and beside each rule its key source and
 //! per-request settings, made once from the [`LayerRule`]s when the layer is built.
 
 use std::borrow::Cow;
@@ -8,15 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use redlimit_runtime::private::{RuleSpec, Site};
+use redlimit_runtime::engine::Engine;
 use redlimit_runtime::Client;
+use redlimit_runtime::RuleSpec;
 
 use super::key::{KeyFn, KeyKind, MissingKey};
 use super::rule::{CostFn, LayerRule};
 use super::validate::{check_rule, header_name, InvalidLayer};
 use crate::TrustedProxies;
 
-/// A rule's key and per-request settings, next to its [`RuleSpec`] in the site.
+/// A rule's key and per-request settings, next to its [`RuleSpec`] in the engine.
 pub(super) struct Keyed {
     pub(super) name: Cow<'static, str>,
     /// The rule's `RateLimit-Policy` field, on every response decided at the rule's
@@ -43,7 +44,7 @@ pub(super) enum Extract {
 
 /// What every clone of a layer and its services shares.
 pub(super) struct Shared {
-    pub(super) site: Site,
+    pub(super) engine: Engine,
     pub(super) rules: Vec<Keyed>,
     /// Some rule has a cost or exempt values: permits are computed per request.
     pub(super) per_request: bool,
@@ -103,7 +104,7 @@ impl Shared {
         // A path parameter's rule does not apply where no route matched.
         let per_request = needs_path || rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
         Ok(Shared {
-            site: Site::with_rules(specs, settings.timeout, "RateLimitLayer").with_templates(templates),
+            engine: Engine::with_rules(specs, settings.timeout, "RateLimitLayer").with_templates(templates),
             rules,
             per_request,
             needs_path,
@@ -119,7 +120,7 @@ impl Shared {
     }
 }
 
-/// A checked rule as the site decides it, and as the layer keys it.
+/// A checked rule as the engine decides it, and as the layer keys it.
 fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     let LayerRule {
         spec,

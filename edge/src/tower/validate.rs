@@ -4,7 +4,7 @@
 use std::fmt;
 
 use http::HeaderName;
-use redlimit_runtime::private::check_bucket;
+use redlimit_runtime::engine::check_bucket;
 use redlimit_runtime::RateLimiterConfig;
 
 use super::key::{KeyKind, MissingKey};

@@ -126,7 +126,7 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
         "not_initialized" => Error::NotInitialized { name },
         "keep_alive_short" => Error::InvalidConfig {
             name,
-            problem: crate::config::KEEP_ALIVE_SHORT,
+            problem: crate::rules::config::KEEP_ALIVE_SHORT,
         },
         "permits_exceed_rate" => {
             let mut numbers = detail.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));

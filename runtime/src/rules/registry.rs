@@ -20,7 +20,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use crate::limiter::{check_bucket, within_rate};
-use crate::site::RuleSpec;
+use crate::RuleSpec;
 use crate::{Error, RateLimiterConfig, RateType};
 
 /// What an override must fit in one rule.
@@ -253,11 +253,11 @@ impl std::fmt::Display for Shape {
     }
 }
 
-/// A rule's shape and the keys it keeps, the site (function or layer) it belongs to,
+/// A rule's shape and the keys it keeps, the engine (a function's or a layer's) it belongs to,
 /// and the rule it overlaps, if any.
 #[derive(Debug)]
 struct Placed {
-    site: usize,
+    engine: usize,
     rule: String,
     shape: Shape,
     keys: Vec<Shape>,
@@ -269,7 +269,8 @@ impl Placed {
     /// name is one of the other's stored keys, or (rules of different sites) their
     /// names coincide without being one shape.
     fn overlaps(&self, other: &Placed) -> bool {
-        let names = self.site != other.site && self.shape.overlaps(&other.shape) && self.shape != other.shape;
+        let names =
+            self.engine != other.engine && self.shape.overlaps(&other.shape) && self.shape != other.shape;
         names
             || other.keys.iter().any(|key| key.overlaps(&self.shape))
             || self.keys.iter().any(|key| key.overlaps(&other.shape))
@@ -280,18 +281,18 @@ static SHAPES: RwLock<Vec<Placed>> = RwLock::new(Vec::new());
 /// How many rules overlap another: while 0, a decision looks no further.
 static CONFLICTS: AtomicUsize = AtomicUsize::new(0);
 
-/// Places the rules of `site` (an address, stable while the site lives), each with its
+/// Places the rules of `engine` (an address, stable while the engine lives), each with its
 /// shape, and marks every pair of rules that overlap.
-pub(crate) fn place(site: usize, rules: &[(String, Shape)]) {
+pub(crate) fn place(engine: usize, rules: &[(String, Shape)]) {
     let mut placed = SHAPES.write().unwrap_or_else(|e| e.into_inner());
     for (rule, shape) in rules {
         if !placed
             .iter()
-            .any(|p| p.site == site && &p.rule == rule && &p.shape == shape)
+            .any(|p| p.engine == engine && &p.rule == rule && &p.shape == shape)
         {
             let keys = shape.stored_keys();
             placed.push(Placed {
-                site,
+                engine,
                 rule: rule.clone(),
                 shape: shape.clone(),
                 keys,
@@ -302,11 +303,11 @@ pub(crate) fn place(site: usize, rules: &[(String, Shape)]) {
     mark_conflicts(&mut placed);
 }
 
-/// Forgets the rules of a site that is gone (a dropped layer).
-pub(crate) fn forget(site: usize) {
+/// Forgets the rules of a engine that is gone (a dropped layer).
+pub(crate) fn forget(engine: usize) {
     let mut placed = SHAPES.write().unwrap_or_else(|e| e.into_inner());
     let before = placed.len();
-    placed.retain(|p| p.site != site);
+    placed.retain(|p| p.engine != engine);
     if placed.len() != before {
         mark_conflicts(&mut placed);
     }
@@ -327,14 +328,16 @@ fn mark_conflicts(placed: &mut [Placed]) {
     CONFLICTS.store(count, Ordering::Relaxed);
 }
 
-/// The first rule of `site` that overlaps another site's rule, as the error its calls
+/// The first rule of `engine` that overlaps another engine's rule, as the error its calls
 /// are refused with.
-pub(crate) fn conflict_of(site: usize) -> Option<Error> {
+pub(crate) fn conflict_of(engine: usize) -> Option<Error> {
     if CONFLICTS.load(Ordering::Relaxed) == 0 {
         return None;
     }
     let placed = SHAPES.read().unwrap_or_else(|e| e.into_inner());
-    let p = placed.iter().find(|p| p.site == site && p.conflict.is_some())?;
+    let p = placed
+        .iter()
+        .find(|p| p.engine == engine && p.conflict.is_some())?;
     let (other, other_shape) = p.conflict.clone()?;
     Some(Error::OverlappingRules {
         rule: p.rule.clone(),

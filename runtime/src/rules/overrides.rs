@@ -220,7 +220,7 @@ impl Client {
     /// clients): fields of `rules_key()`, kept an hour after the last process
     /// publishing them.
     async fn publish_rules(&self) {
-        let generation = crate::registry::generation() as u64 + 1;
+        let generation = crate::rules::registry::generation() as u64 + 1;
         let state = self.overrides();
         let now = self.now_ms();
         if state.published.load(Ordering::Relaxed) == generation
@@ -228,7 +228,7 @@ impl Client {
         {
             return;
         }
-        let fields: Vec<(String, u64)> = crate::registry::published_fields()
+        let fields: Vec<(String, u64)> = crate::rules::registry::published_fields()
             .into_iter()
             .map(|f| (f, 0))
             .collect();
@@ -380,7 +380,7 @@ impl Client {
                     .collect(),
                 crate::backend::Backend::Memory(_) => Vec::new(),
             };
-            crate::registry::check_override(
+            crate::rules::registry::check_override(
                 &override_.of.field(),
                 rule,
                 override_.rate,

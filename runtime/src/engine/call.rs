@@ -1,0 +1,35 @@
+//! One call as the engine sees it (its keys and permits), and what a call that may go
+//! on learns.
+
+use std::time::Duration;
+
+use crate::RuleSpec;
+
+/// One call's keys, one per rule, and the permits it takes of each when not the
+/// rules' own.
+pub(super) struct Call<'a> {
+    pub keys: &'a [String],
+    pub permits: Option<&'a [u64]>,
+}
+
+impl Call<'_> {
+    pub fn permits(&self, rule: usize, spec: &RuleSpec) -> u64 {
+        self.permits.map_or(spec.permits, |p| p[rule])
+    }
+
+    /// Whether the rule applies to this call (0 permits: it does not).
+    pub fn applies(&self, rule: usize) -> bool {
+        self.permits.is_none_or(|p| p[rule] != 0)
+    }
+}
+
+/// A call that may go on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Granted {
+    /// The enforced rule with the fewest permits left (its index among the engine's
+    /// rules), and how many: `None` when no rule was decided by the backend (none
+    /// applied, or `on_error` let the call through).
+    pub tightest: Option<(usize, u64)>,
+    /// That rule's rate and window as decided: its own, or a run-time override's.
+    pub decided: Option<(u64, Duration)>,
+}

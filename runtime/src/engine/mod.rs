@@ -1,0 +1,307 @@
+//! The decision engine: what one call of a `#[rate_limit]` function, or one request
+//! through the layer, goes through before it may go on.
+//!
+//! An [`Engine`] holds the rules of one function (or one layer) as [`RuleSpec`]s.
+//! For each call it makes every rule's limiter for the call's keys
+//! ([`build`](self::build), with run-time overrides), refuses what no wait would let
+//! pass, has the client decide the enforced rules all or nothing, and on a backend
+//! failure applies each rule's `on_error` ([`on_error`](self::on_error)). Shadow rules
+//! are decided after a grant and only reported ([`shadow`](self::shadow)). Around it:
+//! the `redlimit.decide` span ([`span`](self::span)), the outcome counters
+//! (`crate::observe`) and the throttled log ([`log`](self::log)). Refusals are made in
+//! [`refuse`](self::refuse).
+//!
+//! Not a stable API: the attribute's expansion and `redlimit-edge` use it, and it
+//! changes with them.
+
+mod build;
+mod call;
+mod log;
+mod on_error;
+mod refuse;
+mod shadow;
+mod span;
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use once_cell::sync::Lazy;
+use tokio::time::Instant;
+
+/// Keys built from a call's values, as the attribute and the layer build them.
+pub use crate::key_buf::KeyBuf;
+/// A token bucket rule's shape checked against its config, as a layer checks its rules
+/// when it is built.
+pub use crate::limiter::check_bucket;
+pub use call::Granted;
+
+use crate::observe::{RuleCounters, RuleOutcome};
+use crate::{default_client, Client, Decision, Error, RateLimited, Rule, RuleSpec};
+use call::Call;
+use log::{FailureLog, ShadowLog};
+
+/// Every rule of one function (or layer), with its call-level settings, counters and
+/// log state.
+#[derive(Debug)]
+pub struct Engine {
+    rules: Cow<'static, [RuleSpec]>,
+    timeout: Option<Duration>,
+    function: &'static str,
+    failures: FailureLog,
+    shadows: ShadowLog,
+    counters: RuleCounters,
+    /// Whether the rules are in this process's registry (see `rules::registry`).
+    registered: AtomicBool,
+    /// The rules' key templates, for their shapes, when not their names (a layer's).
+    templates: Vec<String>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if self.registered.load(Ordering::Relaxed) {
+            crate::rules::registry::forget(self.id());
+        }
+    }
+}
+
+/// The in-process limiters `on_error = "local"` decides on when no client could be
+/// resolved (a client's own are [`Client::local`]'s).
+static LOCAL: Lazy<Client> = Lazy::new(Client::memory);
+
+impl Engine {
+    /// The engine of a function's attribute: its rules, its `timeout`, its path.
+    pub const fn new(rules: &'static [RuleSpec], timeout: Option<Duration>, function: &'static str) -> Self {
+        Engine {
+            rules: Cow::Borrowed(rules),
+            timeout,
+            function,
+            failures: FailureLog::new(),
+            shadows: ShadowLog::new(),
+            counters: RuleCounters::new(),
+            registered: AtomicBool::new(false),
+            templates: Vec::new(),
+        }
+    }
+
+    /// An engine whose rules are built at run time (a layer's).
+    pub fn with_rules(rules: Vec<RuleSpec>, timeout: Option<Duration>, function: &'static str) -> Self {
+        crate::rules::registry::register(&rules);
+        let mut engine = Engine::new(&[], timeout, function);
+        engine.rules = Cow::Owned(rules);
+        engine
+    }
+
+    /// The key template of each rule, in the attribute's syntax (`login:{ip}`), where
+    /// the rules' names are not templates (a layer's): what the registry compares.
+    pub fn with_templates(mut self, templates: Vec<String>) -> Self {
+        self.templates = templates;
+        self
+    }
+
+    /// The rules, in the order given.
+    pub fn rules(&self) -> &[RuleSpec] {
+        &self.rules
+    }
+
+    fn count(&self, rule: usize, outcome: RuleOutcome) {
+        let names = || self.rules.iter().map(|r| r.name.clone()).collect();
+        self.counters.count(names, rule, outcome);
+    }
+
+    /// Puts the rules in this process's registry, once: for override checks, and to
+    /// find rules of other functions that overlap them.
+    fn register(&self, prefix: &str) {
+        use crate::rules::registry;
+        registry::register(&self.rules);
+        let shapes: Vec<(String, registry::Shape)> = self
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let template = self.templates.get(i).map_or(&*spec.name, String::as_str);
+                (
+                    spec.name.to_string(),
+                    registry::Shape::of_template(prefix, template),
+                )
+            })
+            .collect();
+        registry::place(self.id(), &shapes);
+        self.registered.store(true, Ordering::Relaxed);
+    }
+
+    /// This engine in the registry: its address, stable while it lives.
+    fn id(&self) -> usize {
+        self as *const Engine as usize
+    }
+
+    /// Decides every rule of one call: `Ok` to go on, with the tightest enforced rule
+    /// when the backend decided; `Err` with the refusal.
+    ///
+    /// `client` defaults to [`default_client`]. `permits`, one per rule, replaces the
+    /// rules' own for this call (a cost per request); 0 means the rule does not apply
+    /// to this call (an exempt key). A call asking a rule for more than its rate is
+    /// refused at once, without `retry_after`: no wait would let it pass.
+    pub async fn decide(
+        &self,
+        client: Option<&Client>,
+        keys: &[String],
+        permits: Option<&[u64]>,
+    ) -> Result<Granted, RateLimited> {
+        let span = span::decide_span(&self.rules);
+        if span.is_disabled() {
+            return self.decide_in_span(client, Call { keys, permits }).await;
+        }
+        let decided = self.decide_in_span(client, Call { keys, permits });
+        let decided = tracing::Instrument::instrument(decided, span.clone()).await;
+        span::record(&span, &decided);
+        decided
+    }
+
+    async fn decide_in_span(&self, client: Option<&Client>, call: Call<'_>) -> Result<Granted, RateLimited> {
+        tracing::trace!(keys = ?call.keys, "redlimit keys");
+        let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
+        let client = match client {
+            Some(client) => client,
+            None => match default_client() {
+                Ok(client) => client,
+                Err(error) => return self.without_client(&call, error, deadline).await,
+            },
+        };
+        tracing::Span::current().record("backend", client.backend().label());
+        let overrides = client.background_ready().await;
+        let rules = self.build_rules(client.prefix(), &call, Some((client, &overrides)));
+        if !self.registered.load(Ordering::Relaxed) {
+            self.register(client.prefix());
+        }
+        if let Some(overlap) = crate::rules::registry::conflict_of(self.id()) {
+            return Err(self.misuse(&rules, 0, overlap));
+        }
+        if let Some(never) = self.never_passes(&call, &rules) {
+            client.note_refused(never.key(), &self.rules[never.rule()].name);
+            return Err(never);
+        }
+        self.enforce(client, &call, rules, deadline).await
+    }
+
+    /// No client could be made (`REDIS_URL` names no server, say): `on_error` on the
+    /// process's own limiters for a backend failure, refused for anything else.
+    async fn without_client(
+        &self,
+        call: &Call<'_>,
+        error: Error,
+        deadline: Option<Instant>,
+    ) -> Result<Granted, RateLimited> {
+        let rules = self.build_rules(crate::DEFAULT_PREFIX, call, None);
+        if let Some(never) = self.never_passes(call, &rules) {
+            return Err(never);
+        }
+        // A URL that names no server is misuse, not an outage: refused.
+        if !error.is_backend_failure() {
+            return Err(self.misuse(&rules, 0, error));
+        }
+        self.on_error(call, rules, error, deadline, &LOCAL)
+            .await
+            .map(|()| Granted::default())
+    }
+
+    /// Has `client` decide the enforced rules of `rules` (all or nothing); then the
+    /// grant, the refusal, or `on_error`.
+    async fn enforce(
+        &self,
+        client: &Client,
+        call: &Call<'_>,
+        rules: Vec<Rule>,
+        deadline: Option<Instant>,
+    ) -> Result<Granted, RateLimited> {
+        // Every rule enforced and taking its own permits: the attribute's usual case,
+        // decided on `rules` as built. Otherwise the enforced rules, and where each is
+        // among all of them.
+        let plain = call.permits.is_none() && !self.rules.iter().any(|r| r.shadow);
+        let (enforced, index): (Vec<Rule>, Vec<usize>) = if plain {
+            (Vec::new(), Vec::new())
+        } else {
+            rules
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.rules[*i].shadow && call.applies(*i))
+                .map(|(i, r)| (r.clone(), i))
+                .unzip()
+        };
+        let (enforced, position): (&[Rule], &(dyn Fn(usize) -> usize + Sync)) = if plain {
+            (&rules, &|i| i)
+        } else {
+            (&enforced, &|i| index[i])
+        };
+        let decided = if enforced.is_empty() {
+            Ok(None)
+        } else {
+            self.check(client, enforced, deadline).await.map(Some)
+        };
+        match decided {
+            Ok(Some(decision)) if !decision.allowed => {
+                self.failures.succeeded(self.function);
+                let refusal = self.refusal(enforced, &decision, position);
+                client.note_refused(refusal.key(), &self.rules[refusal.rule()].name);
+                Err(refusal)
+            }
+            Ok(decision) => {
+                if decision.is_some() {
+                    self.failures.succeeded(self.function);
+                }
+                if !plain {
+                    self.shadow(client, &rules, call).await;
+                }
+                Ok(self.granted(call, enforced, decision.as_ref(), position))
+            }
+            // on_error is for the backend failing; anything else refuses.
+            Err(error) if error.is_backend_failure() => self
+                .on_error(call, rules, error, deadline, client.local())
+                .await
+                .map(|()| Granted::default()),
+            Err(error) => Err(self.misuse(enforced, position(0), error)),
+        }
+    }
+
+    /// A grant: every enforced rule counted as allowed, and the tightest of them.
+    fn granted(
+        &self,
+        call: &Call<'_>,
+        enforced: &[Rule],
+        decision: Option<&Decision>,
+        position: &dyn Fn(usize) -> usize,
+    ) -> Granted {
+        for i in (0..self.rules.len()).filter(|&i| !self.rules[i].shadow && call.applies(i)) {
+            self.count(i, RuleOutcome::Allowed);
+        }
+        let tightest = decision.and_then(|d| Some((d.tightest?, d.remaining)));
+        Granted {
+            tightest: tightest.map(|(i, remaining)| (position(i), remaining)),
+            decided: tightest
+                .and_then(|(i, _)| enforced.get(i))
+                .map(|rule| (rule.config().rate, rule.config().interval)),
+        }
+    }
+
+    /// Decides `rules`, waiting until `deadline` when the function has a `timeout`.
+    async fn check(
+        &self,
+        client: &Client,
+        rules: &[Rule],
+        deadline: Option<Instant>,
+    ) -> Result<Decision, Error> {
+        match deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                client.check_rules_for(rules, left).await
+            }
+            None => client.check_rules(rules).await,
+        }
+    }
+}
+
+/// Decides every rule of an attribute's call: `Ok` to run the body, `Err` with the
+/// refusal.
+pub async fn decide(engine: &'static Engine, keys: &[String]) -> Result<(), RateLimited> {
+    engine.decide(None, keys, None).await.map(|_| ())
+}
