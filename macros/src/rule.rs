@@ -8,7 +8,7 @@ use crate::duration::MAX_EXACT;
 use crate::template::Piece;
 
 /// The most coldness a warming-up bucket counts (warm-up in ms times the rate); the
-/// runtime's twin is `MAX_COLD` in runtime/src/limiter.rs.
+/// runtime's twin is `MAX_COLD` in runtime/src/rules/fit.rs.
 const MAX_COLD: u64 = 1 << 45;
 
 /// `mode`: one bucket for every client, or one per client.

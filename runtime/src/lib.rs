@@ -26,65 +26,51 @@
 //! ```
 
 mod backend;
-mod bucket;
-mod builder;
-mod checks;
 mod client;
-mod clock;
-mod decision;
-mod default_client;
 #[doc(hidden)]
 pub mod engine;
-mod error;
-#[cfg(feature = "tonic")]
-mod grpc;
-mod key_buf;
+mod handles;
 pub mod keys;
-mod limiter;
-pub mod member;
 pub(crate) mod observe;
+mod outcomes;
 #[doc(hidden)]
 pub mod private;
-mod refusal;
-mod refusal_cache;
-#[cfg(feature = "axum")]
-mod response;
+mod render;
 mod rules;
-mod target;
 #[cfg(test)]
 mod test_support;
-#[cfg(feature = "tls")]
-mod tls;
-mod waiting;
 
-pub use backend::connection::cluster_nodes;
+pub use backend::memory::DEFAULT_MAX_LIMITERS;
+pub use backend::redis::connection::cluster_nodes;
 #[doc(hidden)]
-pub use backend::connection::RawConnection;
+pub use backend::redis::connection::RawConnection;
 #[doc(hidden)]
 pub use backend::redis::delete_limiter_keys;
 // For the CLI's `inspect`: the server's eviction policy, read as a client reads it.
 #[doc(hidden)]
-pub use backend::server::{read_eviction, Eviction};
-pub use bucket::TokenBucket;
-pub use builder::ClientBuilder;
-pub use client::{
-    Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX,
-};
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::Decision;
-pub use default_client::{default_client, set_default};
-pub use error::Error;
+pub use backend::redis::server::{read_eviction, Eviction};
+pub use backend::redis::target::{redact_url, scrub_url_secrets};
+pub use client::builder::ClientBuilder;
+pub use client::clock::{Clock, ManualClock, SystemClock};
+pub use client::default_client::{default_client, set_default};
+pub use client::{Client, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+pub use handles::bucket::TokenBucket;
+pub use handles::limiter::RateLimiter;
+pub use keys::member;
 pub use keys::LimiterKeys;
-pub use limiter::RateLimiter;
-pub use refusal::{FromRateLimited, Limit, RateLimited};
+pub use keys::LIBRARY_SEGMENT;
+pub use outcomes::decision::Decision;
+pub use outcomes::error::Error;
+pub use outcomes::refusal::{FromRateLimited, Limit, RateLimited};
 #[cfg(feature = "http")]
-pub use refusal::{RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
+pub use outcomes::refusal::{
+    RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
 #[cfg(feature = "axum")]
-pub use response::ProblemJson;
+pub use render::http::ProblemJson;
 pub use rules::config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_RATE};
-pub use rules::overrides::{OverrideOf, RateOverride, LIBRARY_SEGMENT};
+pub use rules::overrides::{OverrideOf, RateOverride};
 pub use rules::rule::{Algorithm, BucketShape, Rule};
 pub use rules::spec::OnError;
 #[doc(hidden)]
 pub use rules::spec::RuleSpec;
-pub use target::{redact_url, scrub_url_secrets};

@@ -1,8 +1,8 @@
 //! What `#[rate_limit]` expands into: re-exports only. Not a public API: it changes
 //! with the macro.
 
-pub use crate::checks::{Fallback, KeyPart};
+pub use crate::engine::checks::{Fallback, KeyPart};
 pub use crate::engine::{decide, Engine};
-pub use crate::key_buf::KeyBuf;
+pub use crate::keys::key_buf::KeyBuf;
 pub use crate::{OnError, RuleSpec};
 pub use std::borrow::Cow;

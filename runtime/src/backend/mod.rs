@@ -4,19 +4,15 @@
 //! must give the same answers decision for decision; the differential test holds them
 //! to it.
 
-pub(crate) mod connection;
-mod cross_slot;
-pub(crate) mod failure;
 pub(crate) mod memory;
 pub(crate) mod redis;
-mod replies;
-pub(crate) mod sentinel;
-pub(crate) mod server;
 
 use smallvec::SmallVec;
 
 use crate::keys::Keys;
-use crate::{Error, LimiterKeys, RateLimiterConfig};
+use std::time::Duration;
+
+use crate::{Decision, Error, LimiterKeys, RateLimiterConfig};
 
 /// One rule of a decision.
 #[derive(Clone)]
@@ -104,8 +100,8 @@ impl Backend {
                     db.operation.name = "EVALSHA"
                 );
                 let decided = async {
-                    if b.is_cluster() && !cross_slot::one_slot(calls) {
-                        cross_slot::acquire(b, calls, now).await
+                    if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
+                        redis::cross_slot::acquire(b, calls, now).await
                     } else {
                         b.acquire(calls, now).await
                     }
@@ -179,5 +175,25 @@ impl Backend {
 
     pub async fn is_exists(&self, keys: &LimiterKeys, now: u64) -> Result<bool, Error> {
         dispatch!(self, IsExists, b => b.is_exists(keys, now).await)
+    }
+}
+
+impl Outcome {
+    /// The decision this outcome is, as a caller sees it.
+    pub(crate) fn decision(&self) -> Decision {
+        let outcome = self;
+        Decision {
+            allowed: outcome.granted,
+            remaining: outcome.rules.iter().map(|r| r.left).min().unwrap_or(0),
+            retry_after: (!outcome.granted).then(|| Duration::from_millis(outcome.retry_ms)),
+            refused_by: outcome.refused,
+            at_ms: outcome.at_ms,
+            tightest: outcome
+                .rules
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, r)| r.left)
+                .map(|(i, _)| i),
+        }
     }
 }

@@ -7,14 +7,24 @@ use std::time::Duration;
 use once_cell::sync::Lazy;
 use redis::{RedisError, Script};
 
-use super::connection::Conn;
-use super::failure::classify;
-use super::replies::{parse_acquire_reply, script_error};
-use super::server::{Eviction, Health};
+pub(crate) mod connection;
+pub(crate) mod cross_slot;
+pub(crate) mod failure;
+mod replies;
+pub(crate) mod sentinel;
+pub(crate) mod server;
+pub(crate) mod target;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
+
 use super::{Call, Configure, Outcome};
 use crate::keys::Keys;
-use crate::target::Target;
 use crate::{member, Error, LimiterKeys, RateLimiterConfig, RateType};
+use connection::Conn;
+use failure::classify;
+use replies::{parse_acquire_reply, script_error};
+use server::{Eviction, Health};
+use target::Target;
 
 struct Scripts {
     acquire: Script,
@@ -82,6 +92,14 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
 const REFUND_ATTEMPTS: u32 = 3;
 const REFUND_BACKOFF: Duration = Duration::from_millis(500);
 
+/// What [`ClientBuilder::wait_for_replicas`] asks: a grant is answered once this many
+/// replicas have it, waiting at most `timeout` for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    pub count: u32,
+    pub timeout: Duration,
+}
+
 pub(crate) struct RedisBackend {
     conn: Conn,
     timeout: Duration,
@@ -96,7 +114,7 @@ pub(crate) struct RedisBackend {
     /// once a minute off the deciding path.
     health: std::sync::Arc<Health>,
     /// Grants answered once this many replicas have them (`WAIT` after the script).
-    replicas: Option<crate::builder::Replicas>,
+    replicas: Option<Replicas>,
 }
 
 impl RedisBackend {
@@ -116,7 +134,7 @@ impl RedisBackend {
     }
 
     /// Answers grants once `replicas` replicas have them.
-    pub(crate) fn wait_for_replicas(mut self, replicas: Option<crate::builder::Replicas>) -> Self {
+    pub(crate) fn wait_for_replicas(mut self, replicas: Option<Replicas>) -> Self {
         self.replicas = replicas;
         self
     }
@@ -731,7 +749,7 @@ async fn eval_sha<T: redis::FromRedisValue>(
 async fn eval_sha_replicated(
     script: &Script,
     cmd: &redis::Cmd,
-    replicas: crate::builder::Replicas,
+    replicas: Replicas,
     conn: &mut Conn,
 ) -> redis::RedisResult<(redis::Value, u64)> {
     let mut pipe = redis::pipe();

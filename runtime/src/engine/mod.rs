@@ -16,6 +16,7 @@
 
 mod build;
 mod call;
+pub(crate) mod checks;
 mod log;
 mod on_error;
 mod refuse;
@@ -30,10 +31,10 @@ use once_cell::sync::Lazy;
 use tokio::time::Instant;
 
 /// Keys built from a call's values, as the attribute and the layer build them.
-pub use crate::key_buf::KeyBuf;
+pub use crate::keys::key_buf::KeyBuf;
 /// A token bucket rule's shape checked against its config, as a layer checks its rules
 /// when it is built.
-pub use crate::limiter::check_bucket;
+pub use crate::rules::fit::check_bucket;
 pub use call::Granted;
 
 use crate::observe::{RuleCounters, RuleOutcome};

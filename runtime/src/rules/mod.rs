@@ -1,11 +1,12 @@
 //! Rules and their configuration: a limiter's config as Redisson stores it
-//! ([`config`]), a rule of a decision ([`rule`]), a rule as the attribute and the
+//! ([`config`]), a rule of a decision ([`rule`]), its numbers checked ([`fit`]), a rule as the attribute and the
 //! layer describe it ([`spec`]), the process's registry of rule shapes ([`registry`]),
 //! rates overridden at run time ([`overrides`]) and the log of config changes
 //! ([`config_log`]).
 
 pub(crate) mod config;
 pub(crate) mod config_log;
+pub(crate) mod fit;
 pub(crate) mod overrides;
 pub(crate) mod registry;
 pub(crate) mod rule;

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
-use crate::limiter::{check_bucket, within_rate};
+use crate::rules::fit::{check_bucket, within_rate};
 use crate::RuleSpec;
 use crate::{Error, RateLimiterConfig, RateType};
 

@@ -140,7 +140,7 @@ fn decide(
                 })
             }
         };
-        crate::limiter::within_rate(name, call.permits, config.rate)?;
+        crate::rules::fit::within_rate(name, call.permits, config.rate)?;
         if let Some(score) = limiter.and_then(|l| l.bucket(config.rate_type, clock_now)?.newest()) {
             newest = newest.max(score);
         }

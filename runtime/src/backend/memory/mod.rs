@@ -25,9 +25,11 @@ use std::time::Duration;
 
 use self::state::Store;
 use super::Configure;
-#[cfg(test)]
-use crate::DEFAULT_MAX_LIMITERS;
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
+
+/// The most live limiters an in-process backend holds, unless
+/// [`ClientBuilder::max_limiters`](crate::ClientBuilder::max_limiters) says otherwise.
+pub const DEFAULT_MAX_LIMITERS: usize = 100_000;
 
 /// How far a call's time may lag the newest grant and still be decided at that
 /// grant's time (REORDER in lua/call_time.lua).

@@ -1,5 +1,13 @@
 //! The client: a backend, a clock, a key prefix, timeouts and a client id.
 
+mod background;
+pub(crate) mod builder;
+pub(crate) mod clock;
+pub(crate) mod default_client;
+mod overrides;
+pub(crate) mod refusal_cache;
+pub(crate) mod waiting;
+
 use std::fmt;
 use std::sync::{Arc, Once};
 use std::time::Duration;
@@ -7,7 +15,7 @@ use std::time::Duration;
 use crate::backend::{Backend, Call, ConfigChange, RuleOutcome};
 use crate::keys::Keys;
 use crate::rules::config_log;
-use crate::{waiting, ClientBuilder, Clock, Decision, Error, RateLimiter, Rule};
+use crate::{ClientBuilder, Clock, Decision, Error, RateLimiter, Rule};
 
 /// The key prefix the attribute puts before its keys (the prefix Java services using
 /// the pattern of `trySetRate` then `tryAcquire` commonly give their limiters).
@@ -17,9 +25,6 @@ pub const DEFAULT_PREFIX: &str = "rate_limit:";
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
 /// How long establishing a connection may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
-/// The most live limiters an in-process backend holds, unless
-/// [`ClientBuilder::max_limiters`] says otherwise.
-pub const DEFAULT_MAX_LIMITERS: usize = 100_000;
 
 /// A handle on limiter state in Redis or in this process. Cheap to clone: clones
 /// share the connection, the client id and the in-process state.
@@ -51,12 +56,14 @@ struct Inner {
     command_timeout: Duration,
     target: String,
     overrides: crate::rules::overrides::Overrides,
+    refusal_reports: crate::observe::refusal_reports::RefusalReports,
+    background: background::Background,
     /// The bound of the in-process limiters `on_error = "local"` decides on while
     /// this client's backend fails, and those limiters, made on first use.
     max_limiters: usize,
     local: once_cell::sync::OnceCell<Client>,
     /// Refusals answered again without a round trip (Redis clients).
-    refusals: crate::refusal_cache::RefusalCache,
+    refusals: crate::client::refusal_cache::RefusalCache,
 }
 
 impl Client {
@@ -80,9 +87,11 @@ impl Client {
                 command_timeout,
                 target,
                 overrides: Default::default(),
+                refusal_reports: Default::default(),
+                background: Default::default(),
                 max_limiters,
                 local: once_cell::sync::OnceCell::new(),
-                refusals: crate::refusal_cache::RefusalCache::new(local_refusals),
+                refusals: crate::client::refusal_cache::RefusalCache::new(local_refusals),
             }),
         }
     }
@@ -140,6 +149,13 @@ impl Client {
         }
     }
 
+    /// A token bucket on the key `{name}:bucket` (used as given: no prefix),
+    /// refilling `rate` tokens per `interval` and holding at most `rate` (see
+    /// [`TokenBucket::burst`]).
+    pub fn token_bucket(&self, name: impl Into<String>, rate: u64, interval: Duration) -> crate::TokenBucket {
+        crate::TokenBucket::new(self, name.into(), rate, interval)
+    }
+
     /// A limiter on the key `name`, used as given (no prefix), as Redisson's
     /// `getRateLimiter(name)`.
     pub fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter {
@@ -181,7 +197,7 @@ impl Client {
                 config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
             }
         }
-        let mut decision = Decision::from_outcome(&outcome);
+        let mut decision = outcome.decision();
         if decision.allowed {
             for rule in rules {
                 self.inner.refusals.forget(rule.name());
@@ -215,7 +231,7 @@ impl Client {
         {
             config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
         }
-        let decision = Decision::from_outcome(&outcome);
+        let decision = outcome.decision();
         self.inner.refusals.note(rule, permits, &decision, now);
         Ok(decision)
     }
@@ -275,6 +291,14 @@ impl Client {
         &self.inner.overrides
     }
 
+    pub(crate) fn refusal_reports(&self) -> &crate::observe::refusal_reports::RefusalReports {
+        &self.inner.refusal_reports
+    }
+
+    pub(crate) fn background(&self) -> &background::Background {
+        &self.inner.background
+    }
+
     /// A handle that does not keep the client alive (for its background refresh).
     pub(crate) fn downgrade(&self) -> WeakClient {
         WeakClient(Arc::downgrade(&self.inner))
@@ -291,13 +315,15 @@ impl Client {
             });
         }
         match rule.shape() {
-            None => {
-                crate::limiter::check_permits(rule.name(), rule.permits_per_call(), Some(rule.config().rate))?
-            }
+            None => crate::handles::limiter::check_permits(
+                rule.name(),
+                rule.permits_per_call(),
+                Some(rule.config().rate),
+            )?,
             Some(shape) => {
                 let burst = shape.burst;
-                crate::limiter::check_bucket(rule.name(), shape, rule.config())?;
-                crate::limiter::check_permits(rule.name(), rule.permits_per_call(), None)?;
+                crate::rules::fit::check_bucket(rule.name(), shape, rule.config())?;
+                crate::handles::limiter::check_permits(rule.name(), rule.permits_per_call(), None)?;
                 if rule.permits_per_call() > burst {
                     return Err(Error::PermitsExceedBurst {
                         name: rule.name().to_owned(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError};
 
-use crate::target::Target;
+use crate::backend::redis::target::Target;
 use crate::Error;
 
 /// The [`Error`] for a connection or command failure that is not a script's own error.

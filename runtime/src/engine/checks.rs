@@ -5,7 +5,7 @@
 use std::fmt::Display;
 use std::future::Future;
 
-use crate::key_buf::KeyBuf;
+use crate::keys::key_buf::KeyBuf;
 
 /// A `fallback` called with the function's arguments, as one tuple.
 #[diagnostic::on_unimplemented(

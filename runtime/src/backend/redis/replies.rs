@@ -4,7 +4,7 @@ use redis::{RedisError, Value};
 
 use std::time::Duration;
 
-use super::{ConfigChange, Outcome, RuleOutcome};
+use crate::backend::{ConfigChange, Outcome, RuleOutcome};
 use crate::keys::Keys;
 use crate::{Error, RateLimiterConfig, RateType};
 

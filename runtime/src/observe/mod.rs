@@ -32,6 +32,8 @@
 //! fields `db.system.name = "redis"` and `db.operation.name = "EVALSHA"`. The
 //! interpolated keys appear only in a trace-level event.
 
+pub(crate) mod refusal_reports;
+
 use std::time::Duration;
 
 /// What happened to one rule of a call.

@@ -9,11 +9,11 @@ use std::fmt::Write;
 
 use crate::{FromRateLimited, RateLimited};
 
-use crate::refusal::{
+use crate::outcomes::refusal::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 
-use crate::refusal::seconds_up;
+use crate::outcomes::refusal::seconds_up;
 
 impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
@@ -180,7 +180,7 @@ impl FromRateLimited for Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::refusal::Limit;
+    use crate::outcomes::refusal::Limit;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -214,7 +214,10 @@ mod tests {
 
     #[test]
     fn names_are_structured_field_strings() {
-        assert_eq!(crate::refusal::sf_string("a\"b\\c é"), "\"a\\\"b\\\\c _\"");
+        assert_eq!(
+            crate::outcomes::refusal::sf_string("a\"b\\c é"),
+            "\"a\\\"b\\\\c _\""
+        );
     }
 
     #[test]

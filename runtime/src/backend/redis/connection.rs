@@ -6,9 +6,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use std::time::Duration;
 
-use crate::backend::failure::classify;
-use crate::backend::sentinel::SentinelConn;
-use crate::target::Target;
+use crate::backend::redis::failure::classify;
+use crate::backend::redis::sentinel::SentinelConn;
+use crate::backend::redis::target::Target;
 use crate::Error;
 
 /// A reconnecting connection to one server, or a connection to a Redis Cluster that
@@ -136,7 +136,7 @@ pub fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, Error>> {
         .collect();
     if nodes.is_empty() {
         return Some(Err(Error::InvalidUrl {
-            url: crate::target::Target::new(url).shown().to_owned(),
+            url: crate::backend::redis::target::Target::new(url).shown().to_owned(),
             detail: "no node listed".to_owned(),
         }));
     }

@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 
-use super::redis::RedisBackend;
-use super::{Call, ConfigChange, Outcome, RuleOutcome};
+use super::RedisBackend;
+use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
 use crate::keys::hash_slot;
 use crate::{member, Error};
 

@@ -27,21 +27,3 @@ pub struct Decision {
     /// first of them on a tie): the one `remaining` is about.
     pub tightest: Option<usize>,
 }
-
-impl Decision {
-    pub(crate) fn from_outcome(outcome: &crate::backend::Outcome) -> Self {
-        Decision {
-            allowed: outcome.granted,
-            remaining: outcome.rules.iter().map(|r| r.left).min().unwrap_or(0),
-            retry_after: (!outcome.granted).then(|| Duration::from_millis(outcome.retry_ms)),
-            refused_by: outcome.refused,
-            at_ms: outcome.at_ms,
-            tightest: outcome
-                .rules
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, r)| r.left)
-                .map(|(i, _)| i),
-        }
-    }
-}

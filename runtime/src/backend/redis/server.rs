@@ -414,6 +414,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_errors_name_the_versions_checked() {
+        assert_eq!(needed(), crate::outcomes::error::SUPPORTED_SERVERS);
+    }
+
+    #[test]
     fn versions_of_each_server() {
         let redis62 = "# Server\r\nredis_version:6.2.14\r\nredis_git_sha1:40305114\r\n";
         assert_eq!(

@@ -8,7 +8,7 @@ use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::refusal::seconds_up;
+use crate::outcomes::refusal::seconds_up;
 use crate::RateLimited;
 
 impl From<RateLimited> for Status {

@@ -25,7 +25,7 @@ use redis::{
     RedisConnectionInfo, RedisError, RedisFuture, RedisResult, ServerErrorKind, TlsMode, Value,
 };
 
-use crate::target::Target;
+use crate::backend::redis::target::Target;
 use crate::Error;
 
 /// How long after a failed search for the master commands fail at once with its error,
@@ -364,7 +364,7 @@ impl SentinelConn {
             .await?;
         redis::cmd("CLIENT")
             .arg("SETNAME")
-            .arg(crate::backend::server::CONNECTION_NAME)
+            .arg(crate::backend::redis::server::CONNECTION_NAME)
             .query_async::<()>(&mut conn)
             .await?;
         Ok(conn)

@@ -1,8 +1,14 @@
 //! Redis key names of a limiter, exactly as Redisson builds them.
 
+pub(crate) mod key_buf;
+pub mod member;
+
 use std::sync::Arc;
 
 use crate::Error;
+
+/// The first segment, after the prefix, of the keys the library keeps for itself.
+pub const LIBRARY_SEGMENT: &str = "redlimit";
 
 /// The five keys of a limiter, in the order every script receives them. Only the
 /// name is held; the other keys are built when a script needs them, so the in-process
@@ -200,7 +206,7 @@ fn braces(name: &str) -> (&'static str, &'static str) {
 /// or any other key of the library's. No limiter may be named so: its writes would
 /// rewrite, expire or delete them. `None` for any other name.
 pub fn library_key(prefix: &str, name: &str) -> Option<&'static str> {
-    let rest = name.strip_prefix(prefix)?.strip_prefix(crate::LIBRARY_SEGMENT)?;
+    let rest = name.strip_prefix(prefix)?.strip_prefix(LIBRARY_SEGMENT)?;
     if rest == ":overrides" {
         Some("the override table")
     } else if rest.starts_with(":refused:") {

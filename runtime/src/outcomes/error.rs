@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+/// The oldest servers supported, as errors name them (the versions the Redis backend
+/// checks on connect; a test there holds the two together).
+pub(crate) const SUPPORTED_SERVERS: &str = "Redis 6.2.0 or later, or Valkey 7.2.0 or later";
+
 /// What went wrong talking to the limiter's state, or how it was misused.
 ///
 /// Every message names the limiter or key concerned and says what to do.
@@ -316,7 +320,7 @@ pub enum Error {
     #[error(
         "Redis at `{target}` is {found}, and redlimit needs {needed}; upgrade the server \
          (the README's compatibility table lists the servers tested)",
-        needed = crate::backend::server::needed()
+        needed = SUPPORTED_SERVERS
     )]
     UnsupportedServer {
         /// The server, password hidden.

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::backend::{Call, Outcome};
-use crate::{waiting, Client, Decision, Error, LimiterKeys, RateLimiterConfig, RateType, Rule};
+use crate::client::waiting;
+use crate::{Client, Decision, Error, LimiterKeys, RateLimiterConfig, RateType, Rule};
 
 /// A token bucket: `rate` tokens per `interval`, refilled continuously, at most `burst`
 /// held (see the README's "Token buckets" for its layout). The handle carries the
@@ -36,22 +37,18 @@ pub struct TokenBucket {
     keys: Option<LimiterKeys>,
 }
 
-impl Client {
-    /// A token bucket on the key `{name}:bucket` (used as given: no prefix),
-    /// refilling `rate` tokens per `interval` and holding at most `rate` (see
-    /// [`TokenBucket::burst`]).
-    pub fn token_bucket(&self, name: impl Into<String>, rate: u64, interval: Duration) -> TokenBucket {
+impl TokenBucket {
+    /// The bucket [`Client::token_bucket`] makes.
+    pub(crate) fn new(client: &Client, name: String, rate: u64, interval: Duration) -> TokenBucket {
         let rule = Rule::new(name, rate, interval).algorithm(crate::Algorithm::TokenBucket);
-        let keys = LimiterKeys::with_client(rule.name().to_owned(), self.shared_client_id()).ok();
+        let keys = LimiterKeys::with_client(rule.name().to_owned(), client.shared_client_id()).ok();
         TokenBucket {
-            client: self.clone(),
+            client: client.clone(),
             rule,
             keys,
         }
     }
-}
 
-impl TokenBucket {
     /// The most tokens the bucket holds (default: the rate).
     pub fn burst(mut self, burst: u64) -> Self {
         self.rule = self.rule.burst(burst);
@@ -158,7 +155,7 @@ impl TokenBucket {
         let keys = self.keys()?;
         self.rule.config().validate(self.rule.name())?;
         let shape = self.rule.shape().expect("a token bucket's rule");
-        crate::limiter::check_bucket(self.rule.name(), shape, self.rule.config())?;
+        crate::rules::fit::check_bucket(self.rule.name(), shape, self.rule.config())?;
         let calls = [Call {
             keys: keys.borrowed(),
             permits,

@@ -6,15 +6,16 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncConnectionConfig;
 
-use crate::backend::connection::{cluster_nodes, Conn, RawConnection};
-use crate::backend::failure::classify;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::RedisBackend;
-use crate::backend::sentinel::{self, SentinelConn};
-use crate::backend::server::Eviction;
+use crate::backend::redis::connection::{cluster_nodes, Conn, RawConnection};
+use crate::backend::redis::failure::classify;
+use crate::backend::redis::sentinel::{self, SentinelConn};
+use crate::backend::redis::server::Eviction;
+use crate::backend::redis::target::Target;
+use crate::backend::redis::{RedisBackend, Replicas};
 use crate::backend::Backend;
-use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX};
-use crate::target::Target;
+use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+use crate::DEFAULT_MAX_LIMITERS;
 use crate::{Client, Clock, Error, SystemClock};
 
 /// Settings for a [`Client`]; finish with [`connect`](ClientBuilder::connect),
@@ -30,15 +31,7 @@ pub struct ClientBuilder {
     local_refusals: bool,
     replicas: Option<Replicas>,
     #[cfg(feature = "tls")]
-    tls: crate::tls::TlsFiles,
-}
-
-/// What [`ClientBuilder::wait_for_replicas`] asks: a grant is answered once this many
-/// replicas have it, waiting at most `timeout` for them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Replicas {
-    pub count: u32,
-    pub timeout: Duration,
+    tls: crate::backend::redis::tls::TlsFiles,
 }
 
 /// The settings, without the clock's internals or the TLS files' contents (a client
@@ -312,7 +305,7 @@ impl ClientBuilder {
         };
         #[cfg(feature = "tls")]
         let conn = {
-            crate::tls::install_crypto_provider();
+            crate::backend::redis::tls::install_crypto_provider();
             SentinelConn::new(url, timeouts, self.tls.certificates())
         };
         #[cfg(not(feature = "tls"))]
@@ -347,9 +340,12 @@ impl ClientBuilder {
         target: &Target,
     ) -> Result<Option<Eviction>, Error> {
         let read = async {
-            let server = crate::backend::server::read_server(conn).await?;
-            let eviction = crate::backend::server::read_eviction(conn).await.ok().flatten();
-            Ok::<_, crate::backend::server::ServerProblem>((server, eviction))
+            let server = crate::backend::redis::server::read_server(conn).await?;
+            let eviction = crate::backend::redis::server::read_eviction(conn)
+                .await
+                .ok()
+                .flatten();
+            Ok::<_, crate::backend::redis::server::ServerProblem>((server, eviction))
         };
         match tokio::time::timeout(self.connect_timeout, read).await {
             Ok(Ok((_, eviction))) => Ok(eviction),
@@ -435,11 +431,11 @@ impl ClientBuilder {
         #[cfg(feature = "tls")]
         let client = match self.tls.certificates() {
             Some(certs) => {
-                crate::tls::install_crypto_provider();
+                crate::backend::redis::tls::install_crypto_provider();
                 redis::Client::build_with_tls(url, certs)
             }
             None => {
-                crate::tls::install_crypto_provider();
+                crate::backend::redis::tls::install_crypto_provider();
                 redis::Client::open(url)
             }
         };

@@ -1,0 +1,94 @@
+//! The client's API for rates changed at run time: set, remove and list overrides
+//! (the table and its format: `rules::overrides`).
+
+use crate::rules::overrides::{OverrideOf, RateOverride, Table};
+use crate::{Client, Error, LIBRARY_SEGMENT};
+
+impl Client {
+    /// The key of the overrides hash: `<prefix>redlimit:overrides`.
+    pub fn overrides_key(&self) -> String {
+        format!("{}{LIBRARY_SEGMENT}:overrides", self.prefix())
+    }
+
+    pub(crate) async fn read_overrides(&self) -> Result<Vec<RateOverride>, Error> {
+        match self.backend() {
+            crate::backend::Backend::Redis(redis) => {
+                let fields = redis.read_hash(&self.overrides_key()).await?;
+                Ok(fields
+                    .iter()
+                    .filter_map(|(field, value)| RateOverride::parse(field, value))
+                    .collect())
+            }
+            crate::backend::Backend::Memory(_) => Ok(self.overrides().table().list()),
+        }
+    }
+
+    /// Sets an override for every process using this Redis and prefix (and at once
+    /// for this client): rules of the attribute and the layer decide with `rate` per
+    /// `interval` instead of their own.
+    ///
+    /// The override is checked first against every rule of this process it reaches,
+    /// with the rule's own checks (a rate below the permits the rule takes per call, a
+    /// token bucket whose counts would not fit): an override a rule cannot take is
+    /// refused with the reason, and nothing is written.
+    pub async fn set_override(&self, override_: &RateOverride) -> Result<(), Error> {
+        override_.check()?;
+        if let OverrideOf::Rule(rule) = &override_.of {
+            // this process's rules, and those every process using this Redis published
+            let published = match self.backend() {
+                crate::backend::Backend::Redis(redis) => redis
+                    .read_hash(&self.rules_key())
+                    .await?
+                    .into_iter()
+                    .map(|(field, _)| field)
+                    .collect(),
+                crate::backend::Backend::Memory(_) => Vec::new(),
+            };
+            crate::rules::registry::check_override(
+                &override_.of.field(),
+                rule,
+                override_.rate,
+                override_.interval,
+                &published,
+            )?;
+        }
+        if let crate::backend::Backend::Redis(redis) = self.backend() {
+            redis
+                .write_hash(
+                    &self.overrides_key(),
+                    &override_.of.field(),
+                    Some(&override_.value()),
+                )
+                .await?;
+        }
+        let mut list = self.overrides().table().list();
+        list.retain(|o| o.of != override_.of);
+        list.push(override_.clone());
+        self.overrides().replace(Table::from_list(&list));
+        Ok(())
+    }
+
+    /// Removes an override; the rule's own rate applies again. False when there was
+    /// none.
+    pub async fn remove_override(&self, of: &OverrideOf) -> Result<bool, Error> {
+        let mut list = self.overrides().table().list();
+        let had = list.iter().any(|o| &o.of == of);
+        list.retain(|o| &o.of != of);
+        let removed = match self.backend() {
+            crate::backend::Backend::Redis(redis) => {
+                redis.write_hash(&self.overrides_key(), &of.field(), None).await?
+            }
+            crate::backend::Backend::Memory(_) => had,
+        };
+        self.overrides().replace(Table::from_list(&list));
+        Ok(removed)
+    }
+
+    /// Every override set, rules first, by name. Entries of the hash that do not
+    /// parse are left out.
+    pub async fn list_overrides(&self) -> Result<Vec<RateOverride>, Error> {
+        let mut list = self.read_overrides().await?;
+        list.sort_by(|a, b| a.of.cmp(&b.of));
+        Ok(list)
+    }
+}

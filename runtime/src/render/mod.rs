@@ -1,0 +1,13 @@
+//! Refusals rendered for the protocols they travel in: HTTP responses for axum
+//! ([`http`], cargo feature `axum`) and gRPC statuses for tonic ([`grpc`], feature
+//! `tonic`).
+//!
+//! These live in the runtime, not beside the layer in `redlimit-edge`, because of the
+//! orphan rule: `impl IntoResponse for RateLimited` and `impl From<RateLimited> for
+//! tonic::Status` need the crate that defines `RateLimited` or the trait, and the
+//! runtime is the one that defines `RateLimited`.
+
+#[cfg(feature = "tonic")]
+pub(crate) mod grpc;
+#[cfg(feature = "axum")]
+pub(crate) mod http;
