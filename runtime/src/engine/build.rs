@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::call::Call;
+use super::call::CallKeys;
 use super::Engine;
 use crate::rules::overrides::Table;
 use crate::{Client, Rule, RuleSpec};
@@ -15,7 +15,7 @@ impl Engine {
     pub(super) fn build_rules(
         &self,
         prefix: &str,
-        call: &Call<'_>,
+        call: &CallKeys<'_>,
         overrides: Option<(&Client, &Table)>,
     ) -> Vec<Rule> {
         let overrides = overrides.filter(|(_, table)| !table.is_empty());

@@ -7,12 +7,12 @@ use crate::RuleSpec;
 
 /// One call's keys, one per rule, and the permits it takes of each when not the
 /// rules' own.
-pub(super) struct Call<'a> {
+pub(super) struct CallKeys<'a> {
     pub keys: &'a [String],
     pub permits: Option<&'a [u64]>,
 }
 
-impl Call<'_> {
+impl CallKeys<'_> {
     pub fn permits(&self, rule: usize, spec: &RuleSpec) -> u64 {
         self.permits.map_or(spec.permits, |p| p[rule])
     }

@@ -37,9 +37,9 @@ pub use crate::keys::key_buf::KeyBuf;
 pub use crate::rules::fit::check_bucket;
 pub use call::Granted;
 
-use crate::observe::{RuleCounters, RuleOutcome};
+use crate::observe::{Counted, RuleCounters};
 use crate::{default_client, Client, Decision, Error, RateLimited, Rule, RuleSpec};
-use call::Call;
+use call::CallKeys;
 use log::{FailureLog, ShadowLog};
 
 /// Every rule of one function (or layer), with its call-level settings, counters and
@@ -105,7 +105,7 @@ impl Engine {
         &self.rules
     }
 
-    fn count(&self, rule: usize, outcome: RuleOutcome) {
+    fn count(&self, rule: usize, outcome: Counted) {
         let names = || self.rules.iter().map(|r| r.name.clone()).collect();
         self.counters.count(names, rule, outcome);
     }
@@ -151,15 +151,19 @@ impl Engine {
     ) -> Result<Granted, RateLimited> {
         let span = span::decide_span(&self.rules);
         if span.is_disabled() {
-            return self.decide_in_span(client, Call { keys, permits }).await;
+            return self.decide_in_span(client, CallKeys { keys, permits }).await;
         }
-        let decided = self.decide_in_span(client, Call { keys, permits });
+        let decided = self.decide_in_span(client, CallKeys { keys, permits });
         let decided = tracing::Instrument::instrument(decided, span.clone()).await;
         span::record(&span, &decided);
         decided
     }
 
-    async fn decide_in_span(&self, client: Option<&Client>, call: Call<'_>) -> Result<Granted, RateLimited> {
+    async fn decide_in_span(
+        &self,
+        client: Option<&Client>,
+        call: CallKeys<'_>,
+    ) -> Result<Granted, RateLimited> {
         tracing::trace!(keys = ?call.keys, "redlimit keys");
         let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
         let client = match client {
@@ -189,7 +193,7 @@ impl Engine {
     /// process's own limiters for a backend failure, refused for anything else.
     async fn without_client(
         &self,
-        call: &Call<'_>,
+        call: &CallKeys<'_>,
         error: Error,
         deadline: Option<Instant>,
     ) -> Result<Granted, RateLimited> {
@@ -211,7 +215,7 @@ impl Engine {
     async fn enforce(
         &self,
         client: &Client,
-        call: &Call<'_>,
+        call: &CallKeys<'_>,
         rules: Vec<Rule>,
         deadline: Option<Instant>,
     ) -> Result<Granted, RateLimited> {
@@ -267,13 +271,13 @@ impl Engine {
     /// A grant: every enforced rule counted as allowed, and the tightest of them.
     fn granted(
         &self,
-        call: &Call<'_>,
+        call: &CallKeys<'_>,
         enforced: &[Rule],
         decision: Option<&Decision>,
         position: &dyn Fn(usize) -> usize,
     ) -> Granted {
         for i in (0..self.rules.len()).filter(|&i| !self.rules[i].shadow && call.applies(i)) {
-            self.count(i, RuleOutcome::Allowed);
+            self.count(i, Counted::Allowed);
         }
         let tightest = decision.and_then(|d| Some((d.tightest?, d.remaining)));
         Granted {

@@ -3,9 +3,9 @@
 
 use tokio::time::Instant;
 
-use super::call::Call;
+use super::call::CallKeys;
 use super::Engine;
-use crate::observe::RuleOutcome;
+use crate::observe::Counted;
 use crate::{Client, Error, OnError, RateLimited, Rule};
 
 impl Engine {
@@ -14,7 +14,7 @@ impl Engine {
     /// not make the caller wait twice.
     pub(super) async fn on_error(
         &self,
-        call: &Call<'_>,
+        call: &CallKeys<'_>,
         rules: Vec<Rule>,
         error: Error,
         deadline: Option<Instant>,
@@ -60,11 +60,11 @@ impl Engine {
 
 impl OnError {
     /// The outcome a rule under this policy is counted as.
-    fn outcome(self) -> RuleOutcome {
+    fn outcome(self) -> Counted {
         match self {
-            OnError::Allow => RuleOutcome::ErrorAllowed,
-            OnError::Deny => RuleOutcome::ErrorDenied,
-            OnError::Local => RuleOutcome::ErrorLocal,
+            OnError::Allow => Counted::ErrorAllowed,
+            OnError::Deny => Counted::ErrorDenied,
+            OnError::Local => Counted::ErrorLocal,
         }
     }
 }

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::call::Call;
+use super::call::CallKeys;
 use super::Engine;
-use crate::observe::RuleOutcome;
+use crate::observe::Counted;
 use crate::{Decision, Error, RateLimited, Rule};
 
 impl Engine {
@@ -26,12 +26,12 @@ impl Engine {
 
     /// The first enforced rule this call asks for more permits than its rate: no wait
     /// would let the call pass.
-    pub(super) fn never_passes(&self, call: &Call<'_>, rules: &[Rule]) -> Option<RateLimited> {
+    pub(super) fn never_passes(&self, call: &CallKeys<'_>, rules: &[Rule]) -> Option<RateLimited> {
         call.permits?;
         let i = (0..rules.len()).find(|&i| {
             !self.rules[i].shadow && call.applies(i) && rules[i].permits_per_call() > rules[i].most_permits()
         })?;
-        self.count(i, RuleOutcome::Limited);
+        self.count(i, Counted::Limited);
         Some(self.refused(i, rules[i].name().to_owned(), self.limit_of(i, Some(&rules[i]))))
     }
 
@@ -45,7 +45,7 @@ impl Engine {
     ) -> RateLimited {
         let refused = decision.refused_by.unwrap_or(0);
         let rule = index(refused);
-        self.count(rule, RuleOutcome::Limited);
+        self.count(rule, Counted::Limited);
         let key = rules
             .get(refused)
             .map_or_else(String::new, |r| r.name().to_owned());
@@ -72,7 +72,7 @@ impl Engine {
     /// `first` is the engine's index of `rules[0]`, the rule the refusal names.
     pub(super) fn misuse(&self, rules: &[Rule], first: usize, error: Error) -> RateLimited {
         self.failures.failed(self.function, &error);
-        self.count(first, RuleOutcome::ErrorDenied);
+        self.count(first, Counted::ErrorDenied);
         let key = rules.first().map_or_else(String::new, |r| r.name().to_owned());
         RateLimited {
             cause: Some(Arc::new(error)),
@@ -85,7 +85,7 @@ impl Engine {
     /// misconfiguration, never let through unlimited.
     pub fn refuse_misconfigured(&self, rule: usize, error: Error) -> RateLimited {
         self.failures.failed(self.function, &error);
-        self.count(rule, RuleOutcome::ErrorDenied);
+        self.count(rule, Counted::ErrorDenied);
         self.refuse_without_key(rule, error)
     }
 

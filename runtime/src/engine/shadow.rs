@@ -1,16 +1,16 @@
 //! Shadow rules: decided after the enforced ones granted, on their own, and reported,
 //! never refusing.
 
-use super::call::Call;
+use super::call::CallKeys;
 use super::Engine;
-use crate::observe::RuleOutcome;
+use crate::observe::Counted;
 use crate::{Client, Rule};
 
 impl Engine {
     /// Each shadow rule that applies takes its permits when it has them; a refusal is
     /// only reported (a warning at most once per 10 s per function, with the number
     /// left out).
-    pub(super) async fn shadow(&self, client: &Client, rules: &[Rule], call: &Call<'_>) {
+    pub(super) async fn shadow(&self, client: &Client, rules: &[Rule], call: &CallKeys<'_>) {
         let shadow = (0..rules.len()).filter(|&i| self.rules[i].shadow && call.applies(i));
         for index in shadow {
             let refused = match client.check_rules(std::slice::from_ref(&rules[index])).await {
@@ -18,7 +18,7 @@ impl Engine {
                 // A shadow rule never refuses, not even when it cannot be decided.
                 _ => continue,
             };
-            self.count(index, RuleOutcome::ShadowLimited);
+            self.count(index, Counted::ShadowLimited);
             self.shadows
                 .refused(self.function, &self.rules[index].name, refused);
         }

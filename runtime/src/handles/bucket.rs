@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::backend::{Call, Outcome};
-use crate::client::waiting;
 use crate::{Client, Decision, Error, LimiterKeys, RateLimiterConfig, RateType, Rule};
 
 /// A token bucket: `rate` tokens per `interval`, refilled continuously, at most `burst`
@@ -101,22 +100,10 @@ impl TokenBucket {
         self.rule.capacity().unwrap_or(self.rule.config().rate)
     }
 
-    /// Takes `permits` tokens if the bucket has them now; never waits.
-    pub async fn try_acquire(&self, permits: u64) -> Result<bool, Error> {
-        Ok(self.check(permits).await?.allowed)
-    }
-
-    /// Takes `permits` tokens, waiting up to `timeout` for them (giving up at once
-    /// when the exact wait ends after it).
-    pub async fn try_acquire_for(&self, permits: u64, timeout: Duration) -> Result<bool, Error> {
-        waiting::within(timeout, || self.check(permits)).await
-    }
-
-    /// Takes `permits` tokens, waiting as long as it takes.
-    pub async fn acquire(&self, permits: u64) -> Result<(), Error> {
-        waiting::until_allowed(None, || self.check(permits)).await?;
-        Ok(())
-    }
+    waiting_methods!(
+        "tokens",
+        "Takes `permits` tokens if the bucket has them now; never waits."
+    );
 
     /// Takes `permits` tokens if the bucket has them now, answering how many whole
     /// tokens remain or exactly how long until it has them.

@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{Call, Configure};
-use crate::client::waiting;
 use crate::rules::fit::within_rate;
 use crate::{Client, Decision, Error, LimiterKeys, RateLimiterArgs, RateLimiterConfig, RateType};
 
@@ -193,22 +192,7 @@ impl RateLimiter {
             .await
     }
 
-    /// Takes `permits` if available now; never waits.
-    pub async fn try_acquire(&self, permits: u64) -> Result<bool, Error> {
-        Ok(self.check(permits).await?.allowed)
-    }
-
-    /// Takes `permits`, waiting up to `timeout` for them. Gives up as soon as the wait
-    /// the backend reports cannot end before the deadline, and never sleeps past it.
-    pub async fn try_acquire_for(&self, permits: u64, timeout: Duration) -> Result<bool, Error> {
-        waiting::within(timeout, || self.check(permits)).await
-    }
-
-    /// Takes `permits`, waiting as long as it takes.
-    pub async fn acquire(&self, permits: u64) -> Result<(), Error> {
-        waiting::until_allowed(None, || self.check(permits)).await?;
-        Ok(())
-    }
+    waiting_methods!("permits", "Takes `permits` if available now; never waits.");
 
     /// Takes `permits` if available now, answering how many remain or how long to wait.
     pub async fn check(&self, permits: u64) -> Result<Decision, Error> {

@@ -36,9 +36,10 @@ pub(crate) mod refusal_reports;
 
 use std::time::Duration;
 
-/// What happened to one rule of a call.
+/// What one rule of a call is counted as: the `outcome` label of
+/// `redlimit_decisions_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RuleOutcome {
+pub(crate) enum Counted {
     Allowed,
     Limited,
     ShadowLimited,
@@ -47,16 +48,16 @@ pub(crate) enum RuleOutcome {
     ErrorLocal,
 }
 
-impl RuleOutcome {
+impl Counted {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) fn label(self) -> &'static str {
         match self {
-            RuleOutcome::Allowed => "allowed",
-            RuleOutcome::Limited => "limited",
-            RuleOutcome::ShadowLimited => "shadow_limited",
-            RuleOutcome::ErrorAllowed => "error_allowed",
-            RuleOutcome::ErrorDenied => "error_denied",
-            RuleOutcome::ErrorLocal => "error_local",
+            Counted::Allowed => "allowed",
+            Counted::Limited => "limited",
+            Counted::ShadowLimited => "shadow_limited",
+            Counted::ErrorAllowed => "error_allowed",
+            Counted::ErrorDenied => "error_denied",
+            Counted::ErrorLocal => "error_local",
         }
     }
 }
@@ -88,7 +89,7 @@ impl RuleCounters {
         &self,
         names: impl FnOnce() -> Vec<std::borrow::Cow<'static, str>>,
         index: usize,
-        outcome: RuleOutcome,
+        outcome: Counted,
     ) {
         #[cfg(feature = "metrics")]
         {
@@ -97,12 +98,12 @@ impl RuleCounters {
                     .into_iter()
                     .map(|rule| {
                         [
-                            RuleOutcome::Allowed,
-                            RuleOutcome::Limited,
-                            RuleOutcome::ShadowLimited,
-                            RuleOutcome::ErrorAllowed,
-                            RuleOutcome::ErrorDenied,
-                            RuleOutcome::ErrorLocal,
+                            Counted::Allowed,
+                            Counted::Limited,
+                            Counted::ShadowLimited,
+                            Counted::ErrorAllowed,
+                            Counted::ErrorDenied,
+                            Counted::ErrorLocal,
                         ]
                         .map(|outcome| {
                             metrics::counter!(
