@@ -115,6 +115,25 @@ enum KeySpec {
     PathParam(String),
 }
 
+impl KeySpec {
+    /// The key source this names; path parameters need the `axum` feature.
+    fn into_key(self) -> Result<Key, Result<String, InvalidLayer>> {
+        Ok(match self {
+            KeySpec::Global => Key::global(),
+            KeySpec::ClientIp => Key::client_ip(),
+            KeySpec::Header(header) => Key::header(&header),
+            #[cfg(feature = "axum")]
+            KeySpec::PathParam(param) => Key::path_param(&param),
+            #[cfg(not(feature = "axum"))]
+            KeySpec::PathParam(_) => {
+                return Err(Ok(
+                    "field `key`: path_param keys are axum's: enable the `axum` feature".into(),
+                ))
+            }
+        })
+    }
+}
+
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum ModeSpec {
@@ -275,7 +294,7 @@ impl<'de> Deserialize<'de> for Fields {
 impl Fields {
     /// The rule, checked as the layer's builder checks it: `Err(Ok(..))` for what a
     /// field says, `Err(Err(..))` for what the builder refuses (its error names the rule).
-    fn into_rule(self, name: String) -> Result<LayerRule, Result<String, InvalidLayer>> {
+    fn into_rule(mut self, name: String) -> Result<LayerRule, Result<String, InvalidLayer>> {
         let missing = |text: &str| Ok(text.to_owned());
         let rate = self
             .rate
@@ -284,36 +303,44 @@ impl Fields {
             .interval
             .ok_or_else(|| missing("field `interval` is missing: the window, e.g. interval = \"60s\""))?;
         let mut rule = LayerRule::new(name, rate, interval);
-        if let Some(key) = self.key {
-            rule = rule.key(match key {
-                KeySpec::Global => Key::global(),
-                KeySpec::ClientIp => Key::client_ip(),
-                KeySpec::Header(header) => Key::header(&header),
-                #[cfg(feature = "axum")]
-                KeySpec::PathParam(param) => Key::path_param(&param),
-                #[cfg(not(feature = "axum"))]
-                KeySpec::PathParam(_) => {
-                    return Err(Ok(
-                        "field `key`: path_param keys are axum's: enable the `axum` feature".into(),
-                    ))
-                }
-            });
+        if let Some(key) = self.key.take() {
+            rule = rule.key(key.into_key()?);
         }
-        if let Some(mode) = self.mode {
+        let rule = self.with_choices(rule);
+        let rule = self.with_values(rule);
+        check_rule_fully(&rule).map_err(Err)?;
+        Ok(rule)
+    }
+
+    /// The settings chosen among words: mode, on_error, algorithm.
+    fn with_choices(&mut self, mut rule: LayerRule) -> LayerRule {
+        if let Some(mode) = self.mode.take() {
             rule = rule.mode(match mode {
                 ModeSpec::Overall => RateType::Overall,
                 ModeSpec::PerClient => RateType::PerClient,
             });
         }
-        if let Some(permits) = self.permits {
-            rule = rule.permits(permits);
-        }
-        if let Some(on_error) = self.on_error {
+        if let Some(on_error) = self.on_error.take() {
             rule = rule.on_error(match on_error {
                 OnErrorSpec::Local => OnError::Local,
                 OnErrorSpec::Allow => OnError::Allow,
                 OnErrorSpec::Deny => OnError::Deny,
             });
+        }
+        if let Some(algorithm) = self.algorithm.take() {
+            rule = rule.algorithm(match algorithm {
+                AlgorithmSpec::SlidingWindow => Algorithm::SlidingWindow,
+                AlgorithmSpec::TokenBucket => Algorithm::TokenBucket,
+            });
+        }
+        rule
+    }
+
+    /// The settings given as values: permits, message, missing_key, shadow,
+    /// local_refusals, exempt, burst, warmup.
+    fn with_values(self, mut rule: LayerRule) -> LayerRule {
+        if let Some(permits) = self.permits {
+            rule = rule.permits(permits);
         }
         if let Some(message) = self.message {
             rule = rule.message(message);
@@ -330,20 +357,13 @@ impl Fields {
         if let Some(exempt) = self.exempt {
             rule = rule.exempt(exempt);
         }
-        if let Some(algorithm) = self.algorithm {
-            rule = rule.algorithm(match algorithm {
-                AlgorithmSpec::SlidingWindow => Algorithm::SlidingWindow,
-                AlgorithmSpec::TokenBucket => Algorithm::TokenBucket,
-            });
-        }
         if let Some(burst) = self.burst {
             rule = rule.burst(burst);
         }
         if let Some(warmup) = self.warmup {
             rule = rule.warmup(warmup);
         }
-        check_rule_fully(&rule).map_err(Err)?;
-        Ok(rule)
+        rule
     }
 }
 

@@ -12,21 +12,31 @@ use crate::Error;
 /// `connecting`: no connection has answered since the client was made or since the
 /// last failure.
 pub(crate) fn classify(err: &RedisError, target: &Target, timeout: Duration, connecting: bool) -> Error {
-    let detail = || target.scrub(&err.to_string());
-    let code = err.code().unwrap_or_default();
-    let text = err.to_string();
     if err.is_timeout() {
         return Error::Timeout {
             after: timeout,
             connecting,
         };
     }
+    refused_by_server(err, target)
+        .or_else(|| failed_to_connect(err, target))
+        .unwrap_or_else(|| Error::Backend {
+            detail: target.scrub(&err.to_string()),
+        })
+}
+
+/// What the server refused, by its reply: memory, permissions, credentials, the
+/// database.
+fn refused_by_server(err: &RedisError, target: &Target) -> Option<Error> {
+    let shown = || target.shown().to_owned();
+    let code = err.code().unwrap_or_default();
+    let text = err.to_string();
     let (inner_code, inner) = super::replies::unwrapped(code, err.detail().unwrap_or_default());
     if inner_code == "OOM" {
-        return Error::OutOfMemory {
-            target: target.shown().to_owned(),
+        return Some(Error::OutOfMemory {
+            target: shown(),
             detail: target.scrub(&format!("OOM {inner}")),
-        };
+        });
     }
     // A command refused by the user's ACL: directly (NOPERM), or inside a script, which
     // each server words its own way (Valkey names the user and the command).
@@ -34,10 +44,10 @@ pub(crate) fn classify(err: &RedisError, target: &Target, timeout: Duration, con
         || inner.contains("can't run this command or subcommand")
         || inner.starts_with("ACL failure in script")
     {
-        return Error::NoPermission {
-            target: target.shown().to_owned(),
+        return Some(Error::NoPermission {
+            target: shown(),
             detail: target.scrub(&format!("{inner_code} {inner}")),
-        };
+        });
     }
     if err.kind() == ErrorKind::AuthenticationFailed
         || matches!(code, "NOAUTH" | "WRONGPASS")
@@ -50,48 +60,56 @@ pub(crate) fn classify(err: &RedisError, target: &Target, timeout: Duration, con
         } else {
             "the server refused the user name or password"
         };
-        return Error::AuthFailed {
-            target: target.shown().to_owned(),
+        return Some(Error::AuthFailed {
+            target: shown(),
             detail: said.to_owned(),
-        };
+        });
     }
     if text.contains("DB index is out of range") || text.contains("invalid DB index") {
-        return Error::UnknownDatabase {
-            target: target.shown().to_owned(),
-            detail: detail(),
-        };
+        return Some(Error::UnknownDatabase {
+            target: shown(),
+            detail: target.scrub(&text),
+        });
     }
+    None
+}
+
+/// Why no connection answered: TLS, a server that is not Redis, no master named by
+/// the sentinels, the network.
+fn failed_to_connect(err: &RedisError, target: &Target) -> Option<Error> {
+    let shown = || target.shown().to_owned();
+    let text = err.to_string();
     if is_tls(&text) {
-        return Error::Tls {
-            target: target.shown().to_owned(),
-            detail: detail(),
-        };
+        return Some(Error::Tls {
+            target: shown(),
+            detail: target.scrub(&text),
+        });
     }
     // A reply that is not RESP at all (the parser's own error, not a reply of an
     // unexpected type): another kind of server on the port.
     if err.kind() == ErrorKind::Parse && text.contains("Parse error at") {
-        return Error::NotRedis {
-            target: target.shown().to_owned(),
+        return Some(Error::NotRedis {
+            target: shown(),
             detail: "its reply does not parse as RESP".to_owned(),
-        };
+        });
     }
     if matches!(
         err.kind(),
         ErrorKind::MasterNameNotFoundBySentinel | ErrorKind::EmptySentinelList
     ) {
-        return Error::Unreachable {
-            target: target.shown().to_owned(),
+        return Some(Error::Unreachable {
+            target: shown(),
             detail: "no sentinel named a reachable master of that name (a failover may be under way)"
                 .to_owned(),
-        };
+        });
     }
     if err.is_io_error() || err.kind() == ErrorKind::ClusterConnectionNotFound {
-        return Error::Unreachable {
-            target: target.shown().to_owned(),
-            detail: detail(),
-        };
+        return Some(Error::Unreachable {
+            target: shown(),
+            detail: target.scrub(&text),
+        });
     }
-    Error::Backend { detail: detail() }
+    None
 }
 
 fn is_tls(text: &str) -> bool {
