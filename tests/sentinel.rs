@@ -448,3 +448,70 @@ async fn a_manual_failover_is_followed_too() {
     );
     assert_eq!(count(replica), on_new + 20);
 }
+
+/// The layer on an axum server on loopback, deciding on the master the sentinels
+/// name: the limit holds, and after a failover the promoted replica decides.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn the_layer_decides_behind_sentinel_across_a_failover() {
+    use axum::routing::get;
+    use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+    use support::http::{send, serve};
+
+    let mut set = RedisSentinel::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let layer = RateLimitLayer::builder()
+        .client(client)
+        .rule(
+            LayerRule::new("sentinel_api", 3, Duration::from_secs(60))
+                .key(Key::header("x-user"))
+                .on_error(redlimit::OnError::Deny),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(
+        axum::Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let user = |name| [("x-user", name)];
+    for _ in 0..3 {
+        assert_eq!(send(addr, "GET", "/", &user("alice")).await.status, 200);
+    }
+    assert_eq!(
+        send(addr, "GET", "/", &user("alice")).await.status,
+        429,
+        "the fourth of 3"
+    );
+
+    let (old_master, replica) = set.data_ports();
+    set.kill(old_master);
+    // No master: `deny` answers 503; then the promoted replica, which has alice's
+    // three grants, refuses her and grants bob.
+    let started = Instant::now();
+    let mut unavailable = 0;
+    loop {
+        match send(addr, "GET", "/", &user("bob")).await.status {
+            200 if set.master_port() == replica => break,
+            503 => unavailable += 1,
+            200 => {}
+            other => panic!("bob got {other}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no failover within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(unavailable > 0, "no request met the gap");
+    assert_eq!(
+        send(addr, "GET", "/", &user("alice")).await.status,
+        429,
+        "kept across the failover"
+    );
+}
