@@ -269,6 +269,7 @@ impl Engine {
     }
 
     /// A grant: every enforced rule counted as allowed, and the tightest of them.
+    #[inline]
     fn granted(
         &self,
         call: &CallKeys<'_>,
