@@ -3,7 +3,7 @@
 //! each refused with an error that names the rule and the field.
 #![cfg(all(feature = "axum", feature = "serde"))]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 

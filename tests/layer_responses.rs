@@ -5,7 +5,7 @@
 //! parameter's rule, and rules that refuse requests without a key.
 #![cfg(feature = "axum")]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

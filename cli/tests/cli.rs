@@ -3,8 +3,7 @@
 //! leave it: output, JSON and exit codes.
 
 mod binary;
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redlimit_test_support as support;
 
 use binary::{code, json, redlimit, text};
 
