@@ -35,6 +35,7 @@ mod config;
 mod config_log;
 mod decision;
 mod default_client;
+pub mod duration;
 mod error;
 #[cfg(feature = "tonic")]
 mod grpc;
