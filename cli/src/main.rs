@@ -208,17 +208,6 @@ impl From<Error> for Failure {
     }
 }
 
-/// The URL with its passwords hidden, for messages.
-#[cfg(test)]
-fn shown(url: &str) -> String {
-    redlimit_runtime::redact_url(url)
-}
-
-/// `message` with the URL's passwords, if any, replaced.
-fn scrub(message: &str, url: &str) -> String {
-    redlimit_runtime::scrub_url_secrets(message, url)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Some(url) = cli.url.clone() else {
@@ -236,7 +225,11 @@ fn main() -> ExitCode {
         Err(Failure::Backend(message)) => (message, 3),
     };
     if !message.is_empty() {
-        eprintln!("redlimit: {}", scrub(&message, &url));
+        // The URL's passwords, if any, replaced as the runtime hides them everywhere.
+        eprintln!(
+            "redlimit: {}",
+            redlimit_runtime::scrub_url_secrets(&message, &url)
+        );
     }
     ExitCode::from(code)
 }
@@ -995,10 +988,14 @@ mod tests {
 
     #[test]
     fn passwords_never_show() {
+        use redlimit_runtime::{redact_url, scrub_url_secrets};
         let url = "redis://user:s3c,ret@host:6379/";
-        assert_eq!(shown(url), "redis://***@host:6379/");
-        assert_eq!(scrub("auth s3c,ret failed", url), "auth *** failed");
-        assert_eq!(shown("redis://host/"), "redis://host/");
-        assert_eq!(shown("unix:///r.sock?pass=s3cret"), "unix:///r.sock?pass=***");
+        assert_eq!(redact_url(url), "redis://***@host:6379/");
+        assert_eq!(scrub_url_secrets("auth s3c,ret failed", url), "auth *** failed");
+        assert_eq!(redact_url("redis://host/"), "redis://host/");
+        assert_eq!(
+            redact_url("unix:///r.sock?pass=s3cret"),
+            "unix:///r.sock?pass=***"
+        );
     }
 }
