@@ -274,22 +274,17 @@ async fn bucket(
     })
 }
 
-pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<Inspection, Error> {
-    let now = server_now(store).await?;
-    let config_key = key_state(store, name).await?;
-    let config = if config_key.kind == "hash" {
-        read_config(store, name).await?
-    } else {
-        None
-    };
-    let interval_ms = config.as_ref().map_or(0, |c| c.interval_ms);
-    let value_key = suffix(name, "value");
-    let log_key = suffix(name, "permits");
-    let mut buckets = vec![bucket(store, None, value_key.clone(), log_key.clone(), now, interval_ms).await?];
-    let pattern = format!("{}:*", glob_escape(&value_key));
+/// The clients with window keys (value or log) of their own, sorted, and how many
+/// such keys there are.
+async fn window_clients(
+    store: &Store,
+    value_key: &str,
+    log_key: &str,
+) -> Result<(Vec<String>, usize), Error> {
+    let pattern = format!("{}:*", glob_escape(value_key));
     let client_values = store.scan(&pattern, None, usize::MAX).await?;
     let client_logs = store
-        .scan(&format!("{}:*", glob_escape(&log_key)), None, usize::MAX)
+        .scan(&format!("{}:*", glob_escape(log_key)), None, usize::MAX)
         .await?;
     let mut clients: Vec<String> = client_values
         .iter()
@@ -303,8 +298,24 @@ pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<I
         .collect();
     clients.sort();
     clients.dedup();
+    Ok((clients, client_values.len() + client_logs.len()))
+}
+
+pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<Inspection, Error> {
+    let now = server_now(store).await?;
+    let config_key = key_state(store, name).await?;
+    let config = if config_key.kind == "hash" {
+        read_config(store, name).await?
+    } else {
+        None
+    };
+    let interval_ms = config.as_ref().map_or(0, |c| c.interval_ms);
+    let value_key = suffix(name, "value");
+    let log_key = suffix(name, "permits");
+    let mut buckets = vec![bucket(store, None, value_key.clone(), log_key.clone(), now, interval_ms).await?];
+    let (clients, window_client_keys) = window_clients(store, &value_key, &log_key).await?;
     let (token_buckets, token_clients) = token_keys(store, name, now, client_limit).await?;
-    let client_keys = client_values.len() + client_logs.len() + token_clients;
+    let client_keys = window_client_keys + token_clients;
     for client in clients.iter().take(client_limit) {
         buckets.push(
             bucket(

@@ -457,16 +457,7 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
         None
     };
     if stored.is_none() {
-        let now = server_now(&store).await?;
-        let (buckets, _) = token_keys(&store, name, now, 1).await?;
-        if buckets.iter().any(|b| b.state.is_some()) {
-            return Err(Failure::No(format!(
-                "`{name}` is a token bucket: the rule or handle that decides it writes its own \
-                 config into the bucket on every call, so a rate set here would not last; nothing \
-                 written. To change its rule's rate in every process: {}",
-                override_how(args)
-            )));
-        }
+        refuse_a_token_bucket(&store, args).await?;
     }
     let client = store::builder().prefix(args.prefix).connect(url).await?;
     let limiter = client.rate_limiter(name.to_owned());
@@ -475,15 +466,7 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
         Mode::PerClient => RateType::PerClient,
     };
     let mut limiter_args = RateLimiterArgs::new(mode, args.rate, args.interval).keep_state(!args.reset);
-    // The stored keep-alive stays unless another is given. A key of another type is
-    // refused by the write, naming what it holds.
-    let stored_keep_alive = match limiter.config().await {
-        Ok(config) => config.and_then(|c| c.keep_alive),
-        Err(Error::WrongType { .. }) => None,
-        Err(error) if error.is_backend_failure() => return Err(error.into()),
-        Err(_) => None,
-    };
-    if let Some(keep_alive) = args.keep_alive.or(stored_keep_alive) {
+    if let Some(keep_alive) = args.keep_alive.or(stored_keep_alive(&limiter).await?) {
         limiter_args = limiter_args.keep_alive(keep_alive);
     }
     let written = if args.reset {
@@ -497,13 +480,46 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
             not_found(name)
         )));
     }
-    let rule_wrote = stored.as_ref().is_some_and(|c| c.rule_wrote());
+    print_set_rate(cli, args, stored.as_ref().is_some_and(|c| c.rule_wrote()));
+    Ok(())
+}
+
+/// A token bucket under `args.name` refused: its rule writes its own config into the
+/// bucket on every call.
+async fn refuse_a_token_bucket(store: &Store, args: &SetRate<'_>) -> Outcome {
+    let now = server_now(store).await?;
+    let (buckets, _) = token_keys(store, args.name, now, 1).await?;
+    if buckets.iter().any(|b| b.state.is_some()) {
+        return Err(Failure::No(format!(
+            "`{}` is a token bucket: the rule or handle that decides it writes its own \
+             config into the bucket on every call, so a rate set here would not last; nothing \
+             written. To change its rule's rate in every process: {}",
+            args.name,
+            override_how(args)
+        )));
+    }
+    Ok(())
+}
+
+/// The stored keep-alive, which stays unless another is given. A key of another type
+/// is refused by the write, naming what it holds.
+async fn stored_keep_alive(limiter: &redlimit_runtime::RateLimiter) -> Result<Option<Duration>, Failure> {
+    match limiter.config().await {
+        Ok(config) => Ok(config.and_then(|c| c.keep_alive)),
+        Err(Error::WrongType { .. }) => Ok(None),
+        Err(error) if error.is_backend_failure() => Err(error.into()),
+        Err(_) => Ok(None),
+    }
+}
+
+/// What `set-rate` wrote, and whether it will last.
+fn print_set_rate(cli: &Cli, args: &SetRate<'_>, rule_wrote: bool) {
     let note = lasting_note(args, rule_wrote);
     let interval_ms = args.interval.as_millis() as u64;
     if cli.json {
         println!(
             "{}",
-            json!({"name": name, "rate": args.rate, "interval_ms": interval_ms, "reset": args.reset,
+            json!({"name": args.name, "rate": args.rate, "interval_ms": interval_ms, "reset": args.reset,
                    "rule_wrote_config": rule_wrote, "note": note})
         );
     } else {
@@ -513,13 +529,13 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
             "window kept"
         };
         println!(
-            "{name}: {} per {} ({how})",
+            "{}: {} per {} ({how})",
+            args.name,
             args.rate,
             duration::show_ms(interval_ms)
         );
         println!("note: {note}");
     }
-    Ok(())
 }
 
 async fn acquire(cli: &Cli, url: &str, name: &str, permits: u64) -> Outcome {
