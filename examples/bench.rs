@@ -47,10 +47,7 @@ const RUN: Duration = Duration::from_secs(3);
 /// High enough that the throughput runs are never refused: they measure the work.
 const HUGE_RATE: u64 = 1_000_000_000;
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
-use redis_server::Server;
+use redlimit_test_support::RedisServer;
 
 #[rate_limit(key = "bench:decorated", rate = 1_000_000_000, interval = "1s")]
 async fn decorated() -> Result<(), RateLimited> {
@@ -237,10 +234,10 @@ async fn main() {
     if std::env::var("REDLIMIT_BENCH_ONLY").as_deref() == Ok("count") {
         return count_row().await;
     }
-    let server = Server::start();
-    let client = Client::connect(&server.url).await.unwrap();
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
     redlimit::set_default(client.clone()).unwrap();
-    let mut conn = redis::Client::open(server.url.as_str())
+    let mut conn = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await

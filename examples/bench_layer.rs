@@ -17,9 +17,6 @@
 //! with and without the in-process layer: the layer's cost per request, and what
 //! that cost comes to at 50 000 requests per second.
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,9 +25,9 @@ use std::time::{Duration, Instant};
 use axum::http::Request;
 use axum::routing::get;
 use axum::Router;
-use redis_server::Server;
 use redlimit::tower::{Key, LayerRule, RateLimitLayer};
 use redlimit::{Client, Rule};
+use redlimit_test_support::RedisServer;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -267,14 +264,14 @@ async fn main() {
     if std::env::var("REDLIMIT_BENCH_ONLY").as_deref() == Ok("direct") {
         return direct().await;
     }
-    let redis = Server::start();
-    let on_redis = Client::connect(&redis.url).await.unwrap();
+    let redis = RedisServer::start();
+    let on_redis = Client::connect(&redis.url()).await.unwrap();
     let bare = serve(router()).await;
     let in_process = serve(router().layer(layer(&Client::memory()))).await;
     let through_redis = serve(router().layer(layer(&on_redis))).await;
     let hand_written = serve(by_hand(&on_redis)).await;
 
-    let mut info = redis::Client::open(redis.url.as_str())
+    let mut info = redis::Client::open(redis.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await

@@ -1,7 +1,7 @@
 //! Attacks on the Redis side, each against a real redis-server: what a caller's value
 //! can make a decision cost Redis, and what it can reach.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 

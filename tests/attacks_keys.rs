@@ -3,7 +3,7 @@
 //! sets the default client.)
 #![cfg(feature = "axum")]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redlimit::{rate_limit, Client, RateLimited};
 
-mod support;
+use redlimit_test_support as support;
 
 /// Every test of this binary shares one in-process default client.
 fn client() -> &'static Client {

@@ -4,7 +4,7 @@
 //! The default client is process-wide, so this binary runs one test that owns its
 //! server and walks through the scenarios in order.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! as HTTP: 429, `Retry-After`, the RateLimit fields, plain text or problem+json.
 #![cfg(feature = "axum")]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::net::SocketAddr;
 

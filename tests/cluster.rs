@@ -2,7 +2,7 @@
 //! test): the runtime API, slots, rules on one slot and across slots, resharding
 //! under load, and a primary killed with its replica promoted.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

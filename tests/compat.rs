@@ -2,7 +2,7 @@
 //! state written the way Redisson writes it, continued by the runtime; and foreign or
 //! corrupted state, reported as clear errors that leave the keys untouched.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! missing password, unknown database, DNS, connect timeout), the address with the
 //! password hidden, and never the password, in any error, log line or Debug output.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //!
 //! The worker processes are this test binary run again on the ignored `worker` test.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};

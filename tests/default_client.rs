@@ -1,7 +1,7 @@
 //! The default client: resolved from `REDIS_URL` on first use, fixed afterwards.
 //! (Its own test binary: it sets an environment variable of the process.)
 
-mod support;
+use redlimit_test_support as support;
 
 use redlimit::{Client, Error, RateType};
 use support::RedisServer;

@@ -2,7 +2,7 @@
 //! misuse: every call is refused, whatever the rule's `on_error`, and the log says so.
 //! (Its own test binary: it sets an environment variable of the process.)
 
-mod support;
+use redlimit_test_support as support;
 
 use redlimit::{rate_limit, RateLimited};
 

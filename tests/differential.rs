@@ -2,7 +2,7 @@
 //! the memory backend on the same clock give the same answers, step for step (sliding
 //! windows and token buckets, alone and mixed in one call).
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 

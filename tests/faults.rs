@@ -5,7 +5,7 @@
 //!
 //! One test owns the process-wide default client and walks through the faults.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

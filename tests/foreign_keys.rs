@@ -4,7 +4,7 @@
 //! refused with an error naming what the key holds, and writes nothing; a key that
 //! does not exist yet may still become a limiter.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 

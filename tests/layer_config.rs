@@ -3,7 +3,7 @@
 //! each refused with an error that names the rule and the field.
 #![cfg(all(feature = "axum", feature = "serde"))]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 
@@ -161,11 +161,19 @@ fn attack_files_a_layer_must_refuse_name_the_rule_and_the_field() {
         // Zero, unitless, negative and enormous intervals.
         (
             rule("z", "rate = 1\ninterval = \"0s\""),
-            &["rule `z`", "interval is below 1 ms"],
+            &[
+                "rule `z`",
+                "field `interval`",
+                "is zero; it must be at least 1 ms",
+            ],
         ),
         (
             rule("z", "rate = 1\ninterval = \"0ms\""),
-            &["rule `z`", "interval is below 1 ms"],
+            &[
+                "rule `z`",
+                "field `interval`",
+                "is zero; it must be at least 1 ms",
+            ],
         ),
         (
             rule("u", "rate = 1\ninterval = \"60\""),
@@ -182,6 +190,11 @@ fn attack_files_a_layer_must_refuse_name_the_rule_and_the_field() {
         (
             rule("e", "rate = 1\ninterval = \"999999999999d\""),
             &["rule `e`", "field `interval`", "2^53 ms"],
+        ),
+        // The attribute's grammar: each unit once, largest first.
+        (
+            rule("o", "rate = 1\ninterval = \"30s1m\""),
+            &["rule `o`", "field `interval`", "largest first"],
         ),
         // The library's own segment, as the name or its first segment.
         (
@@ -306,8 +319,6 @@ fn one_rule_with_its_name() {
 fn the_readmes_error() {
     let text = "[rules.api]\nrate = 20\ninterval = \"60\"\nkey = { header = \"x-api-key\" }\n";
     let error = refused(text);
-    let line =
-        "rule `api`: field `interval`: `60` has no known unit after `60`; write whole numbers with units \
-                (ms, s, m, h, d), largest first, e.g. \"250ms\", \"60s\" or \"1m30s\"";
+    let line = "rule `api`: field `interval`: `60` needs a unit after `60`: ms, s, m, h or d, e.g. \"60s\"";
     assert!(error.lines().any(|l| l == line), "{error}");
 }

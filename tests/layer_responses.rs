@@ -5,7 +5,7 @@
 //! parameter's rule, and rules that refuse requests without a key.
 #![cfg(feature = "axum")]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -374,4 +374,34 @@ async fn owned_names_and_messages() {
             .unwrap(),
         0
     );
+}
+
+/// A problem+json body stays one JSON document whatever the rule's message holds
+/// (quotes, backslashes, line breaks, control characters, markup): its `detail` reads
+/// back as the message the plain-text body shows.
+#[tokio::test]
+async fn a_problem_body_is_json_whatever_the_message_holds() {
+    let message = "over \"quota\" \\ here,\nnext line\t\u{1}\u{7f} é </script>{\"x\":1}";
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new("hostile", 1, MINUTE).message(message))
+        .build()
+        .unwrap()
+        .problem_json();
+    let addr = serve(app_with(layer)).await;
+    assert_eq!(get_a(addr, &[]).await.status, 200);
+    let refused = get_a(addr, &[]).await;
+    assert_eq!(refused.status, 429);
+    let body: serde_json::Value =
+        serde_json::from_str(&refused.body).unwrap_or_else(|e| panic!("{e}: {}", refused.body));
+    let object = body.as_object().unwrap();
+    let keys: Vec<&str> = object.keys().map(String::as_str).collect();
+    assert_eq!(keys.len(), 5, "{body}");
+    assert_eq!(body["type"], "about:blank");
+    assert_eq!(body["title"], "Too Many Requests");
+    assert_eq!(body["status"], 429);
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.starts_with(message), "{detail:?}");
+    assert!(detail.ends_with('s'), "{detail:?}");
+    assert_eq!(body["retry_after"], 60);
 }

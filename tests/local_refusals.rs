@@ -2,7 +2,7 @@
 //! on one limiter costs Redis one script call, each answer is the one Redis would
 //! give, the wait is never extended, and each off switch sends every call to Redis.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! under every `on_error`), counted in `redlimit_memory_full_total` and logged once.
 #![cfg(feature = "axum")]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;

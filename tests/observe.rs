@@ -4,7 +4,7 @@
 //! child; interpolated keys only at trace level.
 #![cfg(feature = "metrics")]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -3,7 +3,7 @@
 //! commands, and Redisson's own writes and reads done here with plain commands as its
 //! scripts do them. Where older Redisson versions differ, the comment says how.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::collections::HashMap;
 use std::time::Duration;

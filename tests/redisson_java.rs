@@ -8,7 +8,7 @@
 //! sources, `mvn` and Maven Central (or the dependencies in `~/.m2`): the first test
 //! builds them with `mvn -B -q -f interop/redisson/pom.xml package`.
 
-mod support;
+use redlimit_test_support as support;
 
 #[path = "redisson_java/driver.rs"]
 mod driver;

@@ -1,7 +1,7 @@
 //! The runtime API on both backends: every test runs on the in-process backend and on
 //! a real redis-server started for it, with an injected clock.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 

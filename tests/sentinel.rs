@@ -3,7 +3,7 @@
 //! failover without a restart, what a failover loses, and the errors that name what is
 //! wrong without showing a password.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! limiter keys is warned about (once) and shown by a gauge; a full server fails with
 //! its own error kind. Whatever binary the suite runs on (REDLIMIT_REDIS_SERVER).
 
-mod support;
+use redlimit_test_support as support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

@@ -7,7 +7,7 @@
 //! On the server's clock (`ClientBuilder::server_time`) skew does not matter: no window
 //! of `interval` holds more than `rate`.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -3,7 +3,7 @@
 //! waiting twice: a plain call, and a function with a `timeout` whose wait is cut
 //! by the outage.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! when the server's certificate is not trusted.
 #![cfg(feature = "tls")]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! whole tokens up to the new burst; mixed with sliding windows in one all-or-nothing
 //! decision; the Redis layout, its expiry and clear errors for foreign state.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::Duration;
 

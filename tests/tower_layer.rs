@@ -5,7 +5,7 @@
 //! RateLimit fields; backend failures under each `on_error` policy.
 #![cfg(feature = "axum")]
 
-mod support;
+use redlimit_test_support as support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

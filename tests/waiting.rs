@@ -1,7 +1,7 @@
 //! Waiting for permits on the real clock, with short intervals: `try_acquire_for`,
 //! `acquire` and `check_rules_for` sleep for the reported wait and respect deadlines.
 
-mod support;
+use redlimit_test_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -1,47 +1,12 @@
-//! Durations as operators write them (`60s`, `1m30s`, `500ms`, `1.5h`) and as the CLI
-//! shows them.
+//! Durations as operators write them (`60s`, `1m30s`, `500ms`, `1.5h`: the attribute's
+//! grammar, read by the runtime) and as the CLI shows them.
 
 use std::time::Duration;
 
-/// Parses `60s`, `1m30s`, `500ms`, `1.5h`, `2d`: one or more numbers, each with a
-/// unit (`ms`, `s`, `m`, `h`, `d`), to whole milliseconds.
+/// Parses a duration in the attribute's grammar (`60s`, `1m30s`, `500ms`, `1.5h`, `2d`:
+/// each unit once, largest first), as clap reads an option's value.
 pub fn parse(text: &str) -> Result<Duration, String> {
-    let error = || {
-        format!(
-            "`{text}` is not a duration: write a number and a unit (ms, s, m, h, d), e.g. 60s, 1m30s, 500ms"
-        )
-    };
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(error());
-    }
-    let mut total_ms = 0f64;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(error)?;
-        let number: f64 = rest[..number_end].parse().map_err(|_| error())?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let factor = match &rest[..unit_end] {
-            "ms" => 1.0,
-            "s" => 1_000.0,
-            "m" => 60_000.0,
-            "h" => 3_600_000.0,
-            "d" => 86_400_000.0,
-            _ => return Err(error()),
-        };
-        rest = &rest[unit_end..];
-        total_ms += number * factor;
-    }
-    if total_ms.fract() != 0.0 || total_ms < 1.0 || total_ms > 2f64.powi(53) {
-        return Err(format!(
-            "`{text}` is not accepted: a duration is a whole number of milliseconds, from 1 ms to 2^53 ms"
-        ));
-    }
-    Ok(Duration::from_millis(total_ms as u64))
+    redlimit_runtime::duration::parse(text).map_err(|e| format!("not a duration: {e}"))
 }
 
 /// `1m30s`, `250ms`, `2h`: the shortest exact form.
@@ -109,9 +74,11 @@ mod tests {
         assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse("1.5h"), Ok(Duration::from_secs(5400)));
-        for bad in ["", "60", "s", "1.5ms", "5 parsecs", "0s"] {
+        for bad in ["", "60", "s", "1.5ms", "5 parsecs", "0s", "30s1m", " 60s"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+        let refused = parse("30s1m").unwrap_err();
+        assert!(refused.contains("largest first"), "{refused}");
     }
 
     #[test]

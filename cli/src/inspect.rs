@@ -274,22 +274,17 @@ async fn bucket(
     })
 }
 
-pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<Inspection, Error> {
-    let now = server_now(store).await?;
-    let config_key = key_state(store, name).await?;
-    let config = if config_key.kind == "hash" {
-        read_config(store, name).await?
-    } else {
-        None
-    };
-    let interval_ms = config.as_ref().map_or(0, |c| c.interval_ms);
-    let value_key = suffix(name, "value");
-    let log_key = suffix(name, "permits");
-    let mut buckets = vec![bucket(store, None, value_key.clone(), log_key.clone(), now, interval_ms).await?];
-    let pattern = format!("{}:*", glob_escape(&value_key));
+/// The clients with window keys (value or log) of their own, sorted, and how many
+/// such keys there are.
+async fn window_clients(
+    store: &Store,
+    value_key: &str,
+    log_key: &str,
+) -> Result<(Vec<String>, usize), Error> {
+    let pattern = format!("{}:*", glob_escape(value_key));
     let client_values = store.scan(&pattern, None, usize::MAX).await?;
     let client_logs = store
-        .scan(&format!("{}:*", glob_escape(&log_key)), None, usize::MAX)
+        .scan(&format!("{}:*", glob_escape(log_key)), None, usize::MAX)
         .await?;
     let mut clients: Vec<String> = client_values
         .iter()
@@ -303,8 +298,24 @@ pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<I
         .collect();
     clients.sort();
     clients.dedup();
+    Ok((clients, client_values.len() + client_logs.len()))
+}
+
+pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<Inspection, Error> {
+    let now = server_now(store).await?;
+    let config_key = key_state(store, name).await?;
+    let config = if config_key.kind == "hash" {
+        read_config(store, name).await?
+    } else {
+        None
+    };
+    let interval_ms = config.as_ref().map_or(0, |c| c.interval_ms);
+    let value_key = suffix(name, "value");
+    let log_key = suffix(name, "permits");
+    let mut buckets = vec![bucket(store, None, value_key.clone(), log_key.clone(), now, interval_ms).await?];
+    let (clients, window_client_keys) = window_clients(store, &value_key, &log_key).await?;
     let (token_buckets, token_clients) = token_keys(store, name, now, client_limit).await?;
-    let client_keys = client_values.len() + client_logs.len() + token_clients;
+    let client_keys = window_client_keys + token_clients;
     for client in clients.iter().take(client_limit) {
         buckets.push(
             bucket(
@@ -380,10 +391,26 @@ fn diagnose_tokens(i: &mut Inspection) {
     }
 }
 
+/// Whether a key exists (TTL -2 is Redis's "no such key").
+fn exists(k: &KeyState) -> bool {
+    k.ttl_ms != -2
+}
+
 /// What is wrong (problems) and worth knowing (notes).
 fn diagnose(i: &mut Inspection) {
     diagnose_tokens(i);
-    let exists = |k: &KeyState| k.ttl_ms != -2;
+    diagnose_config_key(i);
+    let Some(config) = i.config.clone() else {
+        return;
+    };
+    diagnose_expiry(i, &config);
+    for b in 0..i.buckets.len() {
+        diagnose_window(i, b, &config);
+    }
+}
+
+/// The config key: missing with state left behind, or not a config hash.
+fn diagnose_config_key(i: &mut Inspection) {
     let any_state = i
         .buckets
         .iter()
@@ -398,9 +425,10 @@ fn diagnose(i: &mut Inspection) {
         (None, kind) => i.problems.push(format!("`{}` is a {kind}, not a limiter's config hash", i.name)),
         _ => {}
     }
-    let Some(config) = i.config.clone() else {
-        return;
-    };
+}
+
+/// Keys without a TTL: a problem under a keep-alive, else a note.
+fn diagnose_expiry(i: &mut Inspection, config: &Config) {
     let keep_alive = config.keep_alive_ms.unwrap_or(0) > 0;
     let no_ttl: Vec<String> = std::iter::once(&i.config_key)
         .chain(i.buckets.iter().flat_map(|b| [&b.value_key, &b.log_key]))
@@ -419,41 +447,47 @@ fn diagnose(i: &mut Inspection) {
             no_ttl.join(", ")
         ));
     }
-    for b in &i.buckets {
-        for (key, expected) in [(&b.value_key, "string"), (&b.log_key, "zset")] {
-            if exists(key) && key.kind != expected {
-                i.problems
-                    .push(format!("`{}` is a {}, not a {expected}", key.key, key.kind));
-            }
+}
+
+/// One window (`i.buckets[b]`): its keys' types, its value against its log and rate,
+/// members that are not grants.
+fn diagnose_window(i: &mut Inspection, b: usize, config: &Config) {
+    let (mut problems, mut notes) = (Vec::new(), Vec::new());
+    let b = &i.buckets[b];
+    for (key, expected) in [(&b.value_key, "string"), (&b.log_key, "zset")] {
+        if exists(key) && key.kind != expected {
+            problems.push(format!("`{}` is a {}, not a {expected}", key.key, key.kind));
         }
-        if let Some(value) = b.value {
-            if value < 0 {
-                i.problems.push(format!(
-                    "`{}` is {value}: the rate was lowered below what the window holds; calls are refused until the window drains",
-                    b.value_key.key
-                ));
-            }
-            if b.log.undecodable == 0 && value + b.log.permits as i64 != config.rate {
-                i.problems.push(format!(
-                    "value {value} + {} permits in the log = {}, not the rate {}: permits were lost or counted twice",
-                    b.log.permits,
-                    value + b.log.permits as i64,
-                    config.rate
-                ));
-            }
-        } else if exists(&b.log_key) {
-            i.notes.push(format!(
-                "`{}` is missing: the next call rebuilds it from the log",
+    }
+    if let Some(value) = b.value {
+        if value < 0 {
+            problems.push(format!(
+                "`{}` is {value}: the rate was lowered below what the window holds; calls are refused until the window drains",
                 b.value_key.key
             ));
         }
-        if b.log.undecodable > 0 {
-            i.problems.push(format!(
-                "{} members of `{}` do not decode as grants",
-                b.log.undecodable, b.log_key.key
+        if b.log.undecodable == 0 && value + b.log.permits as i64 != config.rate {
+            problems.push(format!(
+                "value {value} + {} permits in the log = {}, not the rate {}: permits were lost or counted twice",
+                b.log.permits,
+                value + b.log.permits as i64,
+                config.rate
             ));
         }
+    } else if exists(&b.log_key) {
+        notes.push(format!(
+            "`{}` is missing: the next call rebuilds it from the log",
+            b.value_key.key
+        ));
     }
+    if b.log.undecodable > 0 {
+        problems.push(format!(
+            "{} members of `{}` do not decode as grants",
+            b.log.undecodable, b.log_key.key
+        ));
+    }
+    i.problems.extend(problems);
+    i.notes.extend(notes);
 }
 
 /// A token bucket's key and state for `--json`.
@@ -563,22 +597,30 @@ impl Inspection {
     }
 
     pub fn human(&self) -> String {
-        let mut out = String::new();
-        let mut line = |label: &str, text: String| {
-            // A label too long for its column gets a line of its own.
-            if label.len() >= 14 {
-                out.push_str(label);
-                out.push('\n');
-                out.push_str(format!("{:<14}{text}", "").trim_end());
-            } else {
-                out.push_str(format!("{label:<14}{text}").trim_end());
-            }
-            out.push('\n');
-        };
-        line("limiter", self.name.clone());
+        let mut out = Lines::default();
+        out.line("limiter", self.name.clone());
+        self.config_lines(&mut out);
+        self.key_lines(&mut out);
+        self.window_lines(&mut out);
+        self.bucket_lines(&mut out);
+        out.line("client keys", self.client_keys.to_string());
+        if self.problems.is_empty() {
+            out.line("health", "ok".to_owned());
+        }
+        for p in &self.problems {
+            out.line("PROBLEM", p.clone());
+        }
+        for n in &self.notes {
+            out.line("note", n.clone());
+        }
+        out.0
+    }
+
+    /// The window's config and who wrote it; a token bucket's config.
+    fn config_lines(&self, out: &mut Lines) {
         match &self.config {
             Some(c) => {
-                line(
+                out.line(
                     "config",
                     format!(
                         "{} per {}, {}, keep-alive {}",
@@ -590,20 +632,24 @@ impl Inspection {
                             .map_or("none".to_owned(), |k| show_ms(k as u64))
                     ),
                 );
-                line("written by", c.writer().to_owned());
+                out.line("written by", c.writer().to_owned());
             }
-            None if self.token_buckets.is_empty() => line("config", "none".to_owned()),
+            None if self.token_buckets.is_empty() => out.line("config", "none".to_owned()),
             None => {}
         }
         if let Some(state) = self.token_buckets.iter().find_map(|t| t.state) {
-            line("token bucket", token_config(&state));
+            out.line("token bucket", token_config(&state));
         }
+    }
+
+    /// Every key, its type and its TTL, in a column.
+    fn key_lines(&self, out: &mut Lines) {
         let ttl = |k: &KeyState| match k.ttl_ms {
             -2 => "missing".to_owned(),
             -1 => "no TTL".to_owned(),
             ms => format!("TTL {}", show_secs(ms)),
         };
-        line("keys", String::new());
+        out.line("keys", String::new());
         let mut keys = vec![&self.config_key];
         for b in &self.buckets {
             keys.push(&b.value_key);
@@ -616,20 +662,24 @@ impl Inspection {
         keys.extend(self.token_buckets.iter().map(|t| &t.key));
         let width = keys.iter().map(|k| k.key.len()).max().unwrap_or(0);
         for k in keys {
-            line("", format!("{:<width$}  {:<6}  {}", k.key, k.kind, ttl(k)));
+            out.line("", format!("{:<width$}  {:<6}  {}", k.key, k.kind, ttl(k)));
         }
+    }
+
+    /// Each window's value and log (overall, then per client).
+    fn window_lines(&self, out: &mut Lines) {
         for b in &self.buckets {
             if b.value.is_none() && b.log.entries == 0 {
                 continue;
             }
             if let Some(client) = &b.client {
-                line("client", client.clone());
+                out.line("client", client.clone());
             }
             let who = if b.client.is_some() { "" } else { "overall" };
             let available = b.value.map_or("-".to_owned(), |v| {
                 (v + (b.log.permits - b.log.in_window_permits) as i64).to_string()
             });
-            line(
+            out.line(
                 who,
                 format!(
                     "value {}, available now {available}; log {}, {} in the window ({})",
@@ -640,41 +690,55 @@ impl Inspection {
                 ),
             );
             if let (Some(oldest), Some(newest)) = (b.log.oldest_ms, b.log.newest_ms) {
-                line(
-                    "",
-                    format!(
-                        "oldest grant {} ago, newest {} ago{}",
-                        show_secs(self.now_ms - oldest),
-                        show_secs(self.now_ms - newest),
-                        b.log.next_release_ms.map_or(String::new(), |r| format!(
-                            ", next release in {}",
-                            show_secs(r - self.now_ms)
-                        ))
-                    ),
-                );
+                out.line("", self.grant_ages(oldest, newest, b.log.next_release_ms));
             }
         }
+    }
+
+    /// `oldest grant 12.0s ago, newest 1.0s ago, next release in 48.0s`.
+    fn grant_ages(&self, oldest: i64, newest: i64, next_release: Option<i64>) -> String {
+        format!(
+            "oldest grant {} ago, newest {} ago{}",
+            show_secs(self.now_ms - oldest),
+            show_secs(self.now_ms - newest),
+            next_release.map_or(String::new(), |r| format!(
+                ", next release in {}",
+                show_secs(r - self.now_ms)
+            ))
+        )
+    }
+
+    /// Each token bucket's state (overall, then per client).
+    fn bucket_lines(&self, out: &mut Lines) {
         for t in &self.token_buckets {
             if let Some(client) = &t.client {
-                line("client", client.clone());
+                out.line("client", client.clone());
             }
             let who = if t.client.is_some() { "" } else { "overall" };
             match &t.state {
-                Some(state) => line(who, token_line(state)),
-                None => line(who, "not a token bucket's state".to_owned()),
+                Some(state) => out.line(who, token_line(state)),
+                None => out.line(who, "not a token bucket's state".to_owned()),
             }
         }
-        line("client keys", self.client_keys.to_string());
-        if self.problems.is_empty() {
-            line("health", "ok".to_owned());
+    }
+}
+
+/// The text `inspect` prints: a label in a column of 14, then its text.
+#[derive(Default)]
+struct Lines(String);
+
+impl Lines {
+    fn line(&mut self, label: &str, text: String) {
+        let out = &mut self.0;
+        // A label too long for its column gets a line of its own.
+        if label.len() >= 14 {
+            out.push_str(label);
+            out.push('\n');
+            out.push_str(format!("{:<14}{text}", "").trim_end());
+        } else {
+            out.push_str(format!("{label:<14}{text}").trim_end());
         }
-        for p in &self.problems {
-            line("PROBLEM", p.clone());
-        }
-        for n in &self.notes {
-            line("note", n.clone());
-        }
-        out
+        out.push('\n');
     }
 }
 

@@ -19,7 +19,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use redis::AsyncCommands;
 use redlimit_runtime::keys::{library_key, suffix};
-use redlimit_runtime::{delete_limiter_keys, Error, OverrideOf, RateLimiterArgs, RateOverride, RateType};
+use redlimit_runtime::{
+    delete_limiter_keys, Client, Error, OverrideOf, RateLimiterArgs, RateOverride, RateType,
+};
 use serde_json::json;
 
 use crate::inspect::{
@@ -208,17 +210,6 @@ impl From<Error> for Failure {
     }
 }
 
-/// The URL with its passwords hidden, for messages.
-#[cfg(test)]
-fn shown(url: &str) -> String {
-    redlimit_runtime::redact_url(url)
-}
-
-/// `message` with the URL's passwords, if any, replaced.
-fn scrub(message: &str, url: &str) -> String {
-    redlimit_runtime::scrub_url_secrets(message, url)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Some(url) = cli.url.clone() else {
@@ -236,33 +227,18 @@ fn main() -> ExitCode {
         Err(Failure::Backend(message)) => (message, 3),
     };
     if !message.is_empty() {
-        eprintln!("redlimit: {}", scrub(&message, &url));
+        // The URL's passwords, if any, replaced as the runtime hides them everywhere.
+        eprintln!(
+            "redlimit: {}",
+            redlimit_runtime::scrub_url_secrets(&message, &url)
+        );
     }
     ExitCode::from(code)
 }
 
 async fn run(cli: &Cli, url: &str) -> Outcome {
     match &cli.command {
-        Command::Inspect { name, clients } => {
-            let store = Store::open(url).await?;
-            let inspection = inspect(&store, name, *clients).await?;
-            if inspection.config.is_none()
-                && inspection.token_buckets.is_empty()
-                && inspection.client_keys == 0
-                && inspection.problems.is_empty()
-            {
-                return Err(Failure::No(not_found(name)));
-            }
-            if cli.json {
-                println!("{}", inspection.json());
-            } else {
-                print!("{}", inspection.human());
-            }
-            if !inspection.problems.is_empty() {
-                return Err(Failure::No(String::new()));
-            }
-            Ok(())
-        }
+        Command::Inspect { name, clients } => inspect_one(cli, url, name, *clients).await,
         Command::Ls { pattern, sort, limit } => ls(cli, url, pattern, *sort, *limit).await,
         Command::SetRate {
             name,
@@ -284,81 +260,8 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
             };
             set_rate(cli, url, &args).await
         }
-        Command::Reset { name, yes, prefix } => {
-            if let Some(what) = library_key(prefix, name) {
-                return Err(Failure::No(format!(
-                    "`{name}` is {what} of the clients with the key prefix `{prefix}`, \
-                     not a rate limiter: nothing deleted"
-                )));
-            }
-            let store = Store::open(url).await?;
-            let mut keys: Vec<(String, &'static str)> = vec![(name.clone(), "config")];
-            for (key, role) in [
-                (suffix(name, "value"), "value"),
-                (suffix(name, "permits"), "permits"),
-                (suffix(name, "bucket"), "bucket"),
-            ] {
-                let clients = store
-                    .scan(&format!("{}:*", glob_escape(&key)), None, usize::MAX)
-                    .await?;
-                keys.push((key, role));
-                keys.extend(clients.into_iter().map(|client| (client, role)));
-            }
-            if !yes {
-                eprint!(
-                    "delete limiter `{name}` ({} at most)? [y/N] ",
-                    count(keys.len() as u64, "key", "keys")
-                );
-                let _ = std::io::stderr().flush();
-                let mut answer = String::new();
-                let _ = std::io::stdin().lock().read_line(&mut answer);
-                if !matches!(answer.trim(), "y" | "Y" | "yes") {
-                    return Err(Failure::No("not deleted".to_owned()));
-                }
-            }
-            // One script: every key is checked to be a limiter's before any is
-            // deleted (a limiter's keys share one cluster slot).
-            let mut conn = store.conn.clone();
-            let deleted = delete_limiter_keys(&mut conn, &keys)
-                .await
-                .map_err(|e| store.fail(e))??;
-            if deleted == 0 {
-                return Err(Failure::No(format!("{}: nothing deleted", not_found(name))));
-            }
-            if cli.json {
-                println!("{}", json!({"name": name, "deleted_keys": deleted}));
-            } else {
-                println!("{name}: {} deleted", count(deleted, "key", "keys"));
-            }
-            Ok(())
-        }
-        Command::Check { name, permits } => {
-            let store = Store::open(url).await?;
-            let peek = peek(&store, name, *permits).await?.map_err(Failure::No)?;
-            let asked = count(*permits, "permit", "permits");
-            if cli.json {
-                println!(
-                    "{}",
-                    json!({"name": name, "permits": permits, "allowed": peek.allowed, "available": peek.available, "retry_after_ms": peek.retry_after_ms})
-                );
-            } else if peek.allowed {
-                println!("{name}: {asked} would be granted; {} available", peek.available);
-            } else {
-                let retry = peek.retry_after_ms.map_or(
-                    "never: more than the limiter ever grants at once".to_owned(),
-                    |ms| format!("in {}", duration::show_ms(ms.max(0) as u64)),
-                );
-                println!(
-                    "{name}: {asked} would be refused; {} available; retry {retry}",
-                    peek.available
-                );
-            }
-            if peek.allowed {
-                Ok(())
-            } else {
-                Err(Failure::No(String::new()))
-            }
-        }
+        Command::Reset { name, yes, prefix } => reset(cli, url, name, *yes, prefix).await,
+        Command::Check { name, permits } => check(cli, url, name, *permits).await,
         Command::Acquire { name, permits } => acquire(cli, url, name, *permits).await,
         Command::Watch {
             name,
@@ -367,6 +270,117 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
             prefix,
         } => watch(cli, url, name, *every, *count, prefix).await,
         Command::Override { action, prefix } => overrides(cli, url, action, prefix).await,
+    }
+}
+
+/// `inspect`: every key of the limiter, its state, and what is wrong with it.
+async fn inspect_one(cli: &Cli, url: &str, name: &str, clients: usize) -> Outcome {
+    let store = Store::open(url).await?;
+    let inspection = inspect(&store, name, clients).await?;
+    if inspection.config.is_none()
+        && inspection.token_buckets.is_empty()
+        && inspection.client_keys == 0
+        && inspection.problems.is_empty()
+    {
+        return Err(Failure::No(not_found(name)));
+    }
+    if cli.json {
+        println!("{}", inspection.json());
+    } else {
+        print!("{}", inspection.human());
+    }
+    if !inspection.problems.is_empty() {
+        return Err(Failure::No(String::new()));
+    }
+    Ok(())
+}
+
+/// `reset`: every key of the limiter deleted, after asking, when all are a limiter's.
+async fn reset(cli: &Cli, url: &str, name: &str, yes: bool, prefix: &str) -> Outcome {
+    if let Some(what) = library_key(prefix, name) {
+        return Err(Failure::No(format!(
+            "`{name}` is {what} of the clients with the key prefix `{prefix}`, \
+             not a rate limiter: nothing deleted"
+        )));
+    }
+    let store = Store::open(url).await?;
+    let keys = limiter_keys(&store, name).await?;
+    if !yes && !confirmed(name, keys.len()) {
+        return Err(Failure::No("not deleted".to_owned()));
+    }
+    // One script: every key is checked to be a limiter's before any is
+    // deleted (a limiter's keys share one cluster slot).
+    let mut conn = store.conn.clone();
+    let deleted = delete_limiter_keys(&mut conn, &keys)
+        .await
+        .map_err(|e| store.fail(e))??;
+    if deleted == 0 {
+        return Err(Failure::No(format!("{}: nothing deleted", not_found(name))));
+    }
+    if cli.json {
+        println!("{}", json!({"name": name, "deleted_keys": deleted}));
+    } else {
+        println!("{name}: {} deleted", count(deleted, "key", "keys"));
+    }
+    Ok(())
+}
+
+/// The limiter's keys and their roles: config, value, permits, bucket, and each
+/// client's.
+async fn limiter_keys(store: &Store, name: &str) -> Result<Vec<(String, &'static str)>, Error> {
+    let mut keys: Vec<(String, &'static str)> = vec![(name.to_owned(), "config")];
+    for (key, role) in [
+        (suffix(name, "value"), "value"),
+        (suffix(name, "permits"), "permits"),
+        (suffix(name, "bucket"), "bucket"),
+    ] {
+        let clients = store
+            .scan(&format!("{}:*", glob_escape(&key)), None, usize::MAX)
+            .await?;
+        keys.push((key, role));
+        keys.extend(clients.into_iter().map(|client| (client, role)));
+    }
+    Ok(keys)
+}
+
+/// Asks on the terminal whether to delete `name`'s `keys` keys.
+fn confirmed(name: &str, keys: usize) -> bool {
+    eprint!(
+        "delete limiter `{name}` ({} at most)? [y/N] ",
+        count(keys as u64, "key", "keys")
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes")
+}
+
+/// `check`: whether `permits` would be granted now, taking nothing.
+async fn check(cli: &Cli, url: &str, name: &str, permits: u64) -> Outcome {
+    let store = Store::open(url).await?;
+    let peek = peek(&store, name, permits).await?.map_err(Failure::No)?;
+    let asked = count(permits, "permit", "permits");
+    if cli.json {
+        println!(
+            "{}",
+            json!({"name": name, "permits": permits, "allowed": peek.allowed, "available": peek.available, "retry_after_ms": peek.retry_after_ms})
+        );
+    } else if peek.allowed {
+        println!("{name}: {asked} would be granted; {} available", peek.available);
+    } else {
+        let retry = peek.retry_after_ms.map_or(
+            "never: more than the limiter ever grants at once".to_owned(),
+            |ms| format!("in {}", duration::show_ms(ms.max(0) as u64)),
+        );
+        println!(
+            "{name}: {asked} would be refused; {} available; retry {retry}",
+            peek.available
+        );
+    }
+    if peek.allowed {
+        Ok(())
+    } else {
+        Err(Failure::No(String::new()))
     }
 }
 
@@ -443,16 +457,7 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
         None
     };
     if stored.is_none() {
-        let now = server_now(&store).await?;
-        let (buckets, _) = token_keys(&store, name, now, 1).await?;
-        if buckets.iter().any(|b| b.state.is_some()) {
-            return Err(Failure::No(format!(
-                "`{name}` is a token bucket: the rule or handle that decides it writes its own \
-                 config into the bucket on every call, so a rate set here would not last; nothing \
-                 written. To change its rule's rate in every process: {}",
-                override_how(args)
-            )));
-        }
+        refuse_a_token_bucket(&store, args).await?;
     }
     let client = store::builder().prefix(args.prefix).connect(url).await?;
     let limiter = client.rate_limiter(name.to_owned());
@@ -461,15 +466,7 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
         Mode::PerClient => RateType::PerClient,
     };
     let mut limiter_args = RateLimiterArgs::new(mode, args.rate, args.interval).keep_state(!args.reset);
-    // The stored keep-alive stays unless another is given. A key of another type is
-    // refused by the write, naming what it holds.
-    let stored_keep_alive = match limiter.config().await {
-        Ok(config) => config.and_then(|c| c.keep_alive),
-        Err(Error::WrongType { .. }) => None,
-        Err(error) if error.is_backend_failure() => return Err(error.into()),
-        Err(_) => None,
-    };
-    if let Some(keep_alive) = args.keep_alive.or(stored_keep_alive) {
+    if let Some(keep_alive) = args.keep_alive.or(stored_keep_alive(&limiter).await?) {
         limiter_args = limiter_args.keep_alive(keep_alive);
     }
     let written = if args.reset {
@@ -483,13 +480,46 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
             not_found(name)
         )));
     }
-    let rule_wrote = stored.as_ref().is_some_and(|c| c.rule_wrote());
+    print_set_rate(cli, args, stored.as_ref().is_some_and(|c| c.rule_wrote()));
+    Ok(())
+}
+
+/// A token bucket under `args.name` refused: its rule writes its own config into the
+/// bucket on every call.
+async fn refuse_a_token_bucket(store: &Store, args: &SetRate<'_>) -> Outcome {
+    let now = server_now(store).await?;
+    let (buckets, _) = token_keys(store, args.name, now, 1).await?;
+    if buckets.iter().any(|b| b.state.is_some()) {
+        return Err(Failure::No(format!(
+            "`{}` is a token bucket: the rule or handle that decides it writes its own \
+             config into the bucket on every call, so a rate set here would not last; nothing \
+             written. To change its rule's rate in every process: {}",
+            args.name,
+            override_how(args)
+        )));
+    }
+    Ok(())
+}
+
+/// The stored keep-alive, which stays unless another is given. A key of another type
+/// is refused by the write, naming what it holds.
+async fn stored_keep_alive(limiter: &redlimit_runtime::RateLimiter) -> Result<Option<Duration>, Failure> {
+    match limiter.config().await {
+        Ok(config) => Ok(config.and_then(|c| c.keep_alive)),
+        Err(Error::WrongType { .. }) => Ok(None),
+        Err(error) if error.is_backend_failure() => Err(error.into()),
+        Err(_) => Ok(None),
+    }
+}
+
+/// What `set-rate` wrote, and whether it will last.
+fn print_set_rate(cli: &Cli, args: &SetRate<'_>, rule_wrote: bool) {
     let note = lasting_note(args, rule_wrote);
     let interval_ms = args.interval.as_millis() as u64;
     if cli.json {
         println!(
             "{}",
-            json!({"name": name, "rate": args.rate, "interval_ms": interval_ms, "reset": args.reset,
+            json!({"name": args.name, "rate": args.rate, "interval_ms": interval_ms, "reset": args.reset,
                    "rule_wrote_config": rule_wrote, "note": note})
         );
     } else {
@@ -499,13 +529,13 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
             "window kept"
         };
         println!(
-            "{name}: {} per {} ({how})",
+            "{}: {} per {} ({how})",
+            args.name,
             args.rate,
             duration::show_ms(interval_ms)
         );
         println!("note: {note}");
     }
-    Ok(())
 }
 
 async fn acquire(cli: &Cli, url: &str, name: &str, permits: u64) -> Outcome {
@@ -586,80 +616,88 @@ fn describe(of: &OverrideOf) -> (&'static str, &str) {
 
 async fn overrides(cli: &Cli, url: &str, action: &OverrideAction, prefix: &str) -> Outcome {
     let client = store::builder().prefix(prefix).connect(url).await?;
-    let fail = Failure::from;
     match action {
         OverrideAction::Set { name, rate, interval } => {
             let of = override_of(name, prefix);
-            client
-                .set_override(&RateOverride {
-                    of: of.clone(),
-                    rate: *rate,
-                    interval: *interval,
-                })
-                .await
-                .map_err(fail)?;
-            let (kind, name) = describe(&of);
-            if cli.json {
-                println!(
-                    "{}",
-                    json!({"of": kind, "name": name, "rate": rate, "interval_ms": interval.as_millis() as u64})
-                );
-            } else {
-                println!(
-                    "{kind} {name}: {rate} per {} in every process within about a second",
-                    duration::show_ms(interval.as_millis() as u64)
-                );
-            }
-            Ok(())
+            override_set(cli, &client, of, *rate, *interval).await
         }
-        OverrideAction::Ls => {
-            let list = client.list_overrides().await.map_err(fail)?;
-            if cli.json {
-                let list: Vec<_> = list
-                    .iter()
-                    .map(|o| {
-                        let (kind, name) = describe(&o.of);
-                        json!({"of": kind, "name": name, "rate": o.rate, "interval_ms": o.interval.as_millis() as u64})
-                    })
-                    .collect();
-                println!("{}", json!(list));
-                return Ok(());
-            }
-            let width = list
-                .iter()
-                .map(|o| describe(&o.of).1.len())
-                .max()
-                .unwrap_or(4)
-                .max(4);
-            println!(
-                "{:<7}  {:<width$}  {:>10}  {:>8}",
-                "OF", "NAME", "RATE", "INTERVAL"
-            );
-            for o in &list {
+        OverrideAction::Ls => override_ls(cli, &client).await,
+        OverrideAction::Rm { name } => override_rm(cli, &client, override_of(name, prefix)).await,
+    }
+}
+
+/// `override set`: every process decides `of` with this rate.
+async fn override_set(cli: &Cli, client: &Client, of: OverrideOf, rate: u64, interval: Duration) -> Outcome {
+    client
+        .set_override(&RateOverride {
+            of: of.clone(),
+            rate,
+            interval,
+        })
+        .await?;
+    let (kind, name) = describe(&of);
+    if cli.json {
+        println!(
+            "{}",
+            json!({"of": kind, "name": name, "rate": rate, "interval_ms": interval.as_millis() as u64})
+        );
+    } else {
+        println!(
+            "{kind} {name}: {rate} per {} in every process within about a second",
+            duration::show_ms(interval.as_millis() as u64)
+        );
+    }
+    Ok(())
+}
+
+/// `override ls`: the overrides set, as a table or JSON.
+async fn override_ls(cli: &Cli, client: &Client) -> Outcome {
+    let list = client.list_overrides().await?;
+    if cli.json {
+        let list: Vec<_> = list
+            .iter()
+            .map(|o| {
                 let (kind, name) = describe(&o.of);
-                println!(
-                    "{kind:<7}  {name:<width$}  {:>10}  {:>8}",
-                    o.rate,
-                    duration::show_ms(o.interval.as_millis() as u64)
-                );
-            }
-            Ok(())
-        }
-        OverrideAction::Rm { name } => {
-            let of = override_of(name, prefix);
-            let removed = client.remove_override(&of).await.map_err(fail)?;
-            let (kind, name) = describe(&of);
-            if cli.json {
-                println!("{}", json!({"of": kind, "name": name, "removed": removed}));
-            } else if removed {
-                println!("{kind} {name}: override removed; its own rate applies again");
-            }
-            if removed {
-                Ok(())
-            } else {
-                Err(Failure::No(format!("no override of {kind} `{name}`")))
-            }
-        }
+                json!({"of": kind, "name": name, "rate": o.rate, "interval_ms": o.interval.as_millis() as u64})
+            })
+            .collect();
+        println!("{}", json!(list));
+        return Ok(());
+    }
+    let width = list
+        .iter()
+        .map(|o| describe(&o.of).1.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<7}  {:<width$}  {:>10}  {:>8}",
+        "OF", "NAME", "RATE", "INTERVAL"
+    );
+    for o in &list {
+        let (kind, name) = describe(&o.of);
+        println!(
+            "{kind:<7}  {name:<width$}  {:>10}  {:>8}",
+            o.rate,
+            duration::show_ms(o.interval.as_millis() as u64)
+        );
+    }
+    Ok(())
+}
+
+/// `override rm`: `of`'s own rate applies again.
+async fn override_rm(cli: &Cli, client: &Client, of: OverrideOf) -> Outcome {
+    let removed = client.remove_override(&of).await?;
+    let (kind, name) = describe(&of);
+    if cli.json {
+        println!("{}", json!({"of": kind, "name": name, "removed": removed}));
+    } else if removed {
+        println!("{kind} {name}: override removed; its own rate applies again");
+    }
+    if removed {
+        Ok(())
+    } else {
+        Err(Failure::No(format!("no override of {kind} `{name}`")))
     }
 }
 
@@ -692,9 +730,32 @@ async fn memory_usage(store: &Store, keys: &[&str]) -> Result<u64, Error> {
 
 async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Outcome {
     let store = Store::open(url).await?;
+    let mut rows = window_rows(&store, pattern, limit).await?;
+    bucket_rows(&store, pattern, limit, &mut rows).await?;
+    match sort {
+        Sort::Name => rows.sort_by(|a, b| a.name.cmp(&b.name)),
+        Sort::Usage => rows.sort_by(|a, b| b.used.unwrap_or(-1.0).total_cmp(&a.used.unwrap_or(-1.0))),
+        Sort::Memory => rows.sort_by_key(|r| std::cmp::Reverse(r.memory)),
+    }
+    if cli.json {
+        let list: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                json!({"name": r.name, "algorithm": r.algorithm, "rate": r.rate, "interval_ms": r.interval_ms, "mode": r.mode, "usage": r.used, "memory_bytes": r.memory})
+            })
+            .collect();
+        println!("{}", json!(list));
+    } else {
+        print_rows(&rows);
+    }
+    Ok(())
+}
+
+/// The sliding windows matching `pattern`, at most `limit`. Hashes only; a hash is a
+/// limiter when it has a rate and an interval. The scan reads at most ten times the
+/// limit of hashes, so a huge keyspace stays bounded.
+async fn window_rows(store: &Store, pattern: &str, limit: usize) -> Result<Vec<Row>, Error> {
     let mut conn = store.conn.clone();
-    // Hashes only; a hash is a limiter when it has a rate and an interval. The scan
-    // reads at most ten times the limit of hashes, so a huge keyspace stays bounded.
     let hashes = store
         .scan(pattern, Some("hash"), limit.saturating_mul(10))
         .await?;
@@ -703,13 +764,13 @@ async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Ou
         if rows.len() >= limit {
             break;
         }
-        let Some(config) = read_config(&store, &name).await? else {
+        let Some(config) = read_config(store, &name).await? else {
             continue;
         };
         let value_key = suffix(&name, "value");
         let log_key = suffix(&name, "permits");
         let value: Option<i64> = conn.get(&value_key).await.unwrap_or(None);
-        let memory = memory_usage(&store, &[&name, &value_key, &log_key]).await?;
+        let memory = memory_usage(store, &[&name, &value_key, &log_key]).await?;
         let used = match (config.mode, value) {
             (0, Some(v)) if config.rate > 0 => Some((config.rate - v) as f64 / config.rate as f64),
             _ => None,
@@ -724,8 +785,46 @@ async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Ou
             memory,
         });
     }
-    // Token buckets: strings `{NAME}:bucket` (`NAME:bucket` for a NAME with braces),
-    // `...:CLIENT_ID` per client; one row per limiter, its NAME matching the pattern.
+    Ok(rows)
+}
+
+/// A token bucket of `ls`: its state (the overall key's, or a client's), whether it
+/// is per client, and all its keys.
+type Bucket = (Option<tokens::State>, bool, Vec<String>);
+
+/// The token buckets matching `pattern` added to `rows`, until `limit` rows.
+async fn bucket_rows(store: &Store, pattern: &str, limit: usize, rows: &mut Vec<Row>) -> Result<(), Error> {
+    for (name, (state, per_client, keys)) in buckets_matching(store, pattern, limit).await? {
+        if rows.len() >= limit {
+            break;
+        }
+        let Some(state) = state else {
+            continue;
+        };
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let memory = memory_usage(store, &keys).await?;
+        rows.push(Row {
+            name,
+            algorithm: "bucket",
+            rate: state.rate,
+            interval_ms: state.interval_ms,
+            mode: if per_client { "per_client" } else { "overall" },
+            used: (!per_client).then(|| 1.0 - state.tokens() as f64 / state.burst as f64),
+            memory,
+        });
+    }
+    Ok(())
+}
+
+/// Token buckets by limiter name: strings `{NAME}:bucket` (`NAME:bucket` for a NAME
+/// with braces), `...:CLIENT_ID` per client; NAME matching the pattern. At most ten
+/// times `limit` keys are read.
+async fn buckets_matching(
+    store: &Store,
+    pattern: &str,
+    limit: usize,
+) -> Result<std::collections::BTreeMap<String, Bucket>, Error> {
+    let mut conn = store.conn.clone();
     let mut bucket_keys = Vec::new();
     for form in [format!("{{{pattern}}}:bucket*"), format!("{pattern}:bucket*")] {
         if bucket_keys.len() >= limit.saturating_mul(10) {
@@ -736,9 +835,8 @@ async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Ou
     }
     bucket_keys.sort();
     bucket_keys.dedup();
-    let now = server_now(&store).await?;
-    let mut buckets: std::collections::BTreeMap<String, (Option<tokens::State>, bool, Vec<String>)> =
-        Default::default();
+    let now = server_now(store).await?;
+    let mut buckets: std::collections::BTreeMap<String, Bucket> = Default::default();
     for key in bucket_keys {
         let Some((name, client)) = tokens::limiter_of(&key) else {
             continue;
@@ -754,46 +852,18 @@ async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Ou
         entry.1 |= client.is_some();
         entry.2.push(key);
     }
-    for (name, (state, per_client, keys)) in buckets {
-        if rows.len() >= limit {
-            break;
-        }
-        let Some(state) = state else {
-            continue;
-        };
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let memory = memory_usage(&store, &keys).await?;
-        rows.push(Row {
-            name,
-            algorithm: "bucket",
-            rate: state.rate,
-            interval_ms: state.interval_ms,
-            mode: if per_client { "per_client" } else { "overall" },
-            used: (!per_client).then(|| 1.0 - state.tokens() as f64 / state.burst as f64),
-            memory,
-        });
-    }
-    match sort {
-        Sort::Name => rows.sort_by(|a, b| a.name.cmp(&b.name)),
-        Sort::Usage => rows.sort_by(|a, b| b.used.unwrap_or(-1.0).total_cmp(&a.used.unwrap_or(-1.0))),
-        Sort::Memory => rows.sort_by_key(|r| std::cmp::Reverse(r.memory)),
-    }
-    if cli.json {
-        let list: Vec<_> = rows
-            .iter()
-            .map(|r| {
-                json!({"name": r.name, "algorithm": r.algorithm, "rate": r.rate, "interval_ms": r.interval_ms, "mode": r.mode, "usage": r.used, "memory_bytes": r.memory})
-            })
-            .collect();
-        println!("{}", json!(list));
-        return Ok(());
-    }
+    Ok(buckets)
+}
+
+/// `ls`'s table. (Formatted here: one header and one row format, with the name column
+/// as wide as the longest name, is what a table crate would be asked for.)
+fn print_rows(rows: &[Row]) {
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     println!(
         "{:<width$}  {:<6}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
         "NAME", "KIND", "RATE", "INTERVAL", "MODE", "USAGE", "MEMORY"
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "{:<width$}  {:<6}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
             r.name,
@@ -805,7 +875,6 @@ async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -> Ou
             r.memory
         );
     }
-    Ok(())
 }
 
 /// Refusals of the limiter `name` that processes reported for the seconds in
@@ -871,35 +940,12 @@ async fn watch(
     prefix: &str,
 ) -> Outcome {
     let store = Store::open(url).await?;
-    let mut conn = store.conn.clone();
     let mut since = server_now(&store).await?;
-    let bucket_key = suffix(name, "bucket");
-    let mut watched = match read_config(&store, name).await? {
-        Some(config) => Watched::Window(config),
-        None => {
-            let (found, clients) = token_keys(&store, name, since, 0).await?;
-            match found.first().and_then(|f| f.state) {
-                Some(state) => Watched::Bucket(state),
-                None if clients > 0 => return Err(Failure::No(per_client(name))),
-                None => return Err(Failure::No(not_found(name))),
-            }
-        }
-    };
-    let value_key = suffix(name, "value");
-    let log_key = suffix(name, "permits");
+    let mut watched = watched(&store, name, since).await?;
     // Refusals from the second watching started on.
     let mut reported_through = since / 1000 - 1;
     if !cli.json {
-        match watched {
-            Watched::Window(_) => println!(
-                "{:<16}  {:>10}  {:>10}  {:>10}  {:>10}",
-                "TIME (UTC)", "GRANTED/s", "REFUSED", "AVAILABLE", "IN WINDOW"
-            ),
-            Watched::Bucket(_) => println!(
-                "{:<16}  {:>10}  {:>10}  {:>10}  {:>10}",
-                "TIME (UTC)", "TOKENS/s", "REFUSED", "TOKENS", "FULL IN"
-            ),
-        }
+        print_watch_header(&watched);
     }
     let mut done = 0;
     while count.is_none_or(|c| done < c) {
@@ -908,78 +954,134 @@ async fn watch(
         let through = now / 1000 - REPORT_LAG_S;
         let refused = reported_refusals(&store, prefix, name, reported_through, through).await?;
         reported_through = reported_through.max(through);
-        let elapsed = (now - since).max(1) as f64 / 1000.0;
+        let tick = Tick {
+            since,
+            now,
+            elapsed: (now - since).max(1) as f64 / 1000.0,
+            refused,
+        };
         match &mut watched {
-            Watched::Window(config) => {
-                let fresh: Vec<(Vec<u8>, f64)> = conn
-                    .zrangebyscore_withscores(&log_key, format!("({since}"), now)
-                    .await
-                    .map_err(|e| store.fail(e))?;
-                let window: Vec<Vec<u8>> = conn
-                    .zrangebyscore(&log_key, format!("({}", now - config.interval_ms), "+inf")
-                    .await
-                    .map_err(|e| store.fail(e))?;
-                let sum = |members: &mut dyn Iterator<Item = &Vec<u8>>| -> u64 {
-                    members
-                        .filter_map(|m| redlimit_runtime::member::decode_permits(m))
-                        .map(u64::from)
-                        .sum()
-                };
-                let granted = sum(&mut fresh.iter().map(|(m, _)| m));
-                let in_window = sum(&mut window.iter());
-                let value: Option<i64> = conn.get(&value_key).await.map_err(|e| store.fail(e))?;
-                let per_second = granted as f64 / elapsed;
-                if cli.json {
-                    println!(
-                        "{}",
-                        json!({"time_ms": now, "time": duration::show_utc(now), "granted": granted, "granted_per_second": per_second, "refused": refused, "available": value, "permits_in_window": in_window})
-                    );
-                } else {
-                    println!(
-                        "{:<16}  {:>10.1}  {:>10}  {:>10}  {:>10}",
-                        duration::show_time_of_day(now),
-                        per_second,
-                        refused,
-                        value.map_or("-".to_owned(), |v| v.to_string()),
-                        in_window
-                    );
-                }
-            }
-            Watched::Bucket(last) => {
-                let state = bucket_now(&store, &bucket_key, now, last).await?;
-                // What the period took: the last state refilled to now, less what is
-                // there (a warm-up's extra cost included), in tokens.
-                let spent = if (state.rate, state.interval_ms, state.burst)
-                    == (last.rate, last.interval_ms, last.burst)
-                {
-                    ((last.at(now).units - state.units).max(0) as f64) / state.interval_ms as f64
-                } else {
-                    0.0
-                };
-                let per_second = spent / elapsed;
-                if cli.json {
-                    println!(
-                        "{}",
-                        json!({"time_ms": now, "time": duration::show_utc(now), "tokens_spent": spent, "tokens_per_second": per_second, "refused": refused, "tokens": state.tokens(), "full_in_ms": state.full_in_ms(), "coldness": state.coldness()})
-                    );
-                } else {
-                    println!(
-                        "{:<16}  {:>10.1}  {:>10}  {:>10}  {:>10}",
-                        duration::show_time_of_day(now),
-                        per_second,
-                        refused,
-                        state.tokens(),
-                        duration::show_secs(state.full_in_ms())
-                    );
-                }
-                *last = state;
-            }
+            Watched::Window(config) => window_tick(cli, &store, name, config, &tick).await?,
+            Watched::Bucket(last) => *last = bucket_tick(cli, &store, name, last, &tick).await?,
         }
         let _ = std::io::stdout().flush();
         since = now;
         done += 1;
     }
     Ok(())
+}
+
+/// What `name` is: a sliding window (its config) or a token bucket (its state at `now`).
+async fn watched(store: &Store, name: &str, now: i64) -> Result<Watched, Failure> {
+    if let Some(config) = read_config(store, name).await? {
+        return Ok(Watched::Window(config));
+    }
+    let (found, clients) = token_keys(store, name, now, 0).await?;
+    match found.first().and_then(|f| f.state) {
+        Some(state) => Ok(Watched::Bucket(state)),
+        None if clients > 0 => Err(Failure::No(per_client(name))),
+        None => Err(Failure::No(not_found(name))),
+    }
+}
+
+fn print_watch_header(watched: &Watched) {
+    match watched {
+        Watched::Window(_) => println!(
+            "{:<16}  {:>10}  {:>10}  {:>10}  {:>10}",
+            "TIME (UTC)", "GRANTED/s", "REFUSED", "AVAILABLE", "IN WINDOW"
+        ),
+        Watched::Bucket(_) => println!(
+            "{:<16}  {:>10}  {:>10}  {:>10}  {:>10}",
+            "TIME (UTC)", "TOKENS/s", "REFUSED", "TOKENS", "FULL IN"
+        ),
+    }
+}
+
+/// One refresh of `watch`: the period `(since, now]`, in seconds, and the refusals
+/// processes reported for it.
+struct Tick {
+    since: i64,
+    now: i64,
+    elapsed: f64,
+    refused: u64,
+}
+
+/// A window's line: permits granted in the period, available, in the window.
+async fn window_tick(cli: &Cli, store: &Store, name: &str, config: &inspect::Config, tick: &Tick) -> Outcome {
+    let mut conn = store.conn.clone();
+    let (now, refused) = (tick.now, tick.refused);
+    let log_key = suffix(name, "permits");
+    let fresh: Vec<(Vec<u8>, f64)> = conn
+        .zrangebyscore_withscores(&log_key, format!("({}", tick.since), now)
+        .await
+        .map_err(|e| store.fail(e))?;
+    let window: Vec<Vec<u8>> = conn
+        .zrangebyscore(&log_key, format!("({}", now - config.interval_ms), "+inf")
+        .await
+        .map_err(|e| store.fail(e))?;
+    let sum = |members: &mut dyn Iterator<Item = &Vec<u8>>| -> u64 {
+        members
+            .filter_map(|m| redlimit_runtime::member::decode_permits(m))
+            .map(u64::from)
+            .sum()
+    };
+    let granted = sum(&mut fresh.iter().map(|(m, _)| m));
+    let in_window = sum(&mut window.iter());
+    let value: Option<i64> = conn.get(suffix(name, "value")).await.map_err(|e| store.fail(e))?;
+    let per_second = granted as f64 / tick.elapsed;
+    if cli.json {
+        println!(
+            "{}",
+            json!({"time_ms": now, "time": duration::show_utc(now), "granted": granted, "granted_per_second": per_second, "refused": refused, "available": value, "permits_in_window": in_window})
+        );
+    } else {
+        println!(
+            "{:<16}  {:>10.1}  {:>10}  {:>10}  {:>10}",
+            duration::show_time_of_day(now),
+            per_second,
+            refused,
+            value.map_or("-".to_owned(), |v| v.to_string()),
+            in_window
+        );
+    }
+    Ok(())
+}
+
+/// A token bucket's line: tokens spent in the period, tokens, time until full. The
+/// bucket's state now is returned, the next period's start.
+async fn bucket_tick(
+    cli: &Cli,
+    store: &Store,
+    name: &str,
+    last: &tokens::State,
+    tick: &Tick,
+) -> Result<tokens::State, Failure> {
+    let (now, refused) = (tick.now, tick.refused);
+    let state = bucket_now(store, &suffix(name, "bucket"), now, last).await?;
+    // What the period took: the last state refilled to now, less what is
+    // there (a warm-up's extra cost included), in tokens.
+    let spent = if (state.rate, state.interval_ms, state.burst) == (last.rate, last.interval_ms, last.burst) {
+        ((last.at(now).units - state.units).max(0) as f64) / state.interval_ms as f64
+    } else {
+        0.0
+    };
+    let per_second = spent / tick.elapsed;
+    if cli.json {
+        println!(
+            "{}",
+            json!({"time_ms": now, "time": duration::show_utc(now), "tokens_spent": spent, "tokens_per_second": per_second, "refused": refused, "tokens": state.tokens(), "full_in_ms": state.full_in_ms(), "coldness": state.coldness()})
+        );
+    } else {
+        println!(
+            "{:<16}  {:>10.1}  {:>10}  {:>10}  {:>10}",
+            duration::show_time_of_day(now),
+            per_second,
+            refused,
+            state.tokens(),
+            duration::show_secs(state.full_in_ms())
+        );
+    }
+    Ok(state)
 }
 
 #[cfg(test)]
@@ -995,10 +1097,14 @@ mod tests {
 
     #[test]
     fn passwords_never_show() {
+        use redlimit_runtime::{redact_url, scrub_url_secrets};
         let url = "redis://user:s3c,ret@host:6379/";
-        assert_eq!(shown(url), "redis://***@host:6379/");
-        assert_eq!(scrub("auth s3c,ret failed", url), "auth *** failed");
-        assert_eq!(shown("redis://host/"), "redis://host/");
-        assert_eq!(shown("unix:///r.sock?pass=s3cret"), "unix:///r.sock?pass=***");
+        assert_eq!(redact_url(url), "redis://***@host:6379/");
+        assert_eq!(scrub_url_secrets("auth s3c,ret failed", url), "auth *** failed");
+        assert_eq!(redact_url("redis://host/"), "redis://host/");
+        assert_eq!(
+            redact_url("unix:///r.sock?pass=s3cret"),
+            "unix:///r.sock?pass=***"
+        );
     }
 }

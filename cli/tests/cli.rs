@@ -3,8 +3,7 @@
 //! leave it: output, JSON and exit codes.
 
 mod binary;
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redlimit_test_support as support;
 
 use binary::{code, json, redlimit, text};
 
@@ -187,6 +186,10 @@ async fn ls_set_rate_check_acquire_and_reset() {
     let out = redlimit(&url, &["set-rate", "api:a", "--rate", "1", "--interval", "60"]);
     assert_eq!(code(&out), 2, "usage: {}", text(&out));
     assert!(text(&out).contains("not a duration"), "{}", text(&out));
+    // The attribute's grammar: each unit once, largest first; nothing is written.
+    let out = redlimit(&url, &["set-rate", "api:a", "--rate", "1", "--interval", "30s1m"]);
+    assert_eq!(code(&out), 2, "usage: {}", text(&out));
+    assert!(text(&out).contains("largest first"), "{}", text(&out));
 
     // check takes nothing; acquire takes.
     let out = redlimit(&url, &["check", "other", "--permits", "5", "--json"]);

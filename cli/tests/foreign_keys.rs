@@ -5,8 +5,7 @@
 //! are still reset and tuned.
 
 mod binary;
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redlimit_test_support as support;
 
 use binary::{redlimit, text};
 

@@ -4,8 +4,7 @@
 //! command, and text that reads.
 
 mod binary;
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redlimit_test_support as support;
 
 use binary::{code, json, redlimit, text};
 

@@ -3,8 +3,7 @@
 //! publishes its rules, and an override one of them cannot take is refused with the
 //! reason, writing nothing.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redlimit_test_support as support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

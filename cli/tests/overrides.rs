@@ -3,8 +3,7 @@
 //! restores the compiled rule, and a per-limiter override holds through the
 //! attribute's calls (the rule does not undo it).
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redlimit_test_support as support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};

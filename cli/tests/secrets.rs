@@ -3,8 +3,7 @@
 //! cluster and sentinel host lists, TLS schemes, and URLs that do not parse), never
 //! appear in an error, a `Debug` output, a log line or the CLI's output.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redlimit_test_support as support;
 
 use std::process::Command;
 use std::time::Duration;

@@ -2,8 +2,7 @@
 //! limiters on the master the sentinels name, and shows neither password.
 
 mod binary;
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use redlimit_test_support as support;
 
 use binary::{code, json, redlimit, text};
 

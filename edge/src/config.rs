@@ -25,7 +25,7 @@ use crate::tower::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, R
 /// # One table per rule, named by its key; all decided on each request, all or nothing.
 /// [rules.login]
 /// rate = 5
-/// interval = "1m"              # whole numbers with units: ms, s, m, h, d ("1m30s")
+/// interval = "1m"              # as the attribute's: ms, s, m, h, d ("1m30s", "1.5s")
 /// key = "client_ip"            # "global" (default), "client_ip",
 ///                              # { header = "x-api-key" }, { path_param = "user_id" }
 ///
@@ -172,57 +172,9 @@ fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Optio
         .map_err(|e| de::Error::custom(format_args!("field `timeout`: {e}")))
 }
 
-const ACCEPTED: &str = "write whole numbers with units (ms, s, m, h, d), largest first, e.g. \"250ms\", \
-                        \"60s\" or \"1m30s\"";
-
-/// One or more `<whole number><unit>` parts, largest unit first, each unit once; at
-/// most 2^53 ms in all.
+/// A duration in the attribute's grammar (`redlimit_runtime::duration`).
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    const UNITS: [(&str, u64); 5] = [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-        ("ms", 1),
-    ];
-    const MAX_MS: u64 = 1 << 53;
-    if text.is_empty() {
-        return Err(format!("the duration is empty; {ACCEPTED}"));
-    }
-    let mut rest = text;
-    let mut total: u64 = 0;
-    // The unit of the part before: each part's must be smaller.
-    let mut previous: Option<usize> = None;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("`{text}` is not a duration; {ACCEPTED}"));
-        }
-        let after = &rest[digits..];
-        let unit_len = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
-        let unit = &after[..unit_len];
-        let Some(position) = UNITS.iter().position(|(u, _)| *u == unit) else {
-            return Err(format!(
-                "`{text}` has no known unit after `{}`; {ACCEPTED}",
-                &rest[..digits]
-            ));
-        };
-        if previous.is_some_and(|p| position <= p) {
-            return Err(format!(
-                "`{text}` repeats a unit or puts a larger one after a smaller; {ACCEPTED}"
-            ));
-        }
-        previous = Some(position);
-        let too_long = || format!("`{text}` is longer than 2^53 ms (about 285 000 years)");
-        let number: u64 = rest[..digits].parse().map_err(|_| too_long())?;
-        total = number
-            .checked_mul(UNITS[position].1)
-            .and_then(|ms| total.checked_add(ms))
-            .filter(|&ms| ms <= MAX_MS)
-            .ok_or_else(too_long)?;
-        rest = &after[unit_len..];
-    }
-    Ok(Duration::from_millis(total))
+    redlimit_runtime::duration::parse(text).map_err(|e| e.to_string())
 }
 
 /// `field `<field>`: <error>`.
@@ -436,6 +388,7 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1_500)));
         for bad in [
             "",
             "60",
@@ -444,8 +397,9 @@ mod tests {
             "1s1m",
             "1s1s",
             "-1s",
-            "1.5s",
+            "1.5ms",
             " 1s",
+            "0s",
             "99999999999999999999999s",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");

@@ -30,6 +30,7 @@ mod client;
 #[doc(hidden)]
 pub mod engine;
 mod handles;
+pub mod duration;
 pub mod keys;
 pub(crate) mod observe;
 mod outcomes;

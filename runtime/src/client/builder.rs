@@ -7,7 +7,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncConnectionConfig;
 
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::connection::{cluster_nodes, Conn, RawConnection};
+use crate::backend::redis::connection::{cluster_nodes, primary_addresses, with_address, Conn, RawConnection};
 use crate::backend::redis::failure::classify;
 use crate::backend::redis::sentinel::{self, SentinelConn};
 use crate::backend::redis::server::Eviction;
@@ -240,6 +240,34 @@ impl ClientBuilder {
     pub async fn connect_raw(self, url: &str) -> Result<RawConnection, Error> {
         let (conn, target, _) = self.connect_conn(url).await?;
         Ok(RawConnection::new(conn, target, self.command_timeout))
+    }
+
+    /// A raw connection to each primary behind `url`, for commands a node answers for
+    /// its own keys only (SCAN): `routed` itself (made by
+    /// [`connect_raw`](ClientBuilder::connect_raw) on `url`) for one server or
+    /// Sentinel's master; for a cluster URL, each primary `CLUSTER NODES` on `routed`
+    /// names and does not mark failing, reached with the first listed node's
+    /// credentials and TLS. The `redlimit` CLI's. Not a public API.
+    #[doc(hidden)]
+    pub async fn connect_raw_primaries(
+        self,
+        url: &str,
+        routed: &RawConnection,
+    ) -> Result<Vec<RawConnection>, Error> {
+        let Some(nodes) = cluster_nodes(url) else {
+            return Ok(vec![routed.clone()]);
+        };
+        let node = &nodes?[0];
+        let reply: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut routed.clone())
+            .await
+            .map_err(|e| routed.error(&e))?;
+        let mut primaries = Vec::new();
+        for addr in primary_addresses(&reply) {
+            primaries.push(self.clone().connect_raw(&with_address(node, addr)).await?);
+        }
+        Ok(primaries)
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).

@@ -127,21 +127,9 @@ impl From<RateLimited> for ProblemJson {
     }
 }
 
+/// `text` as a JSON string, quotes included.
 fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    serde_json::Value::from(text).to_string()
 }
 
 impl IntoResponse for ProblemJson {
@@ -234,5 +222,14 @@ mod tests {
         let problem = ProblemJson(limited).into_response();
         assert_eq!(problem.status(), 503);
         assert_eq!(problem.headers()["content-type"], "application/problem+json");
+    }
+
+    #[test]
+    fn a_problem_body_is_json_whatever_its_message_holds() {
+        let message = "a \"quoted\" \\ back\\slash,\n a tab\t, \u{0}\u{1f}\u{7f} é 🦀 </script>";
+        let body = json_string(message);
+        let read: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(read, message, "{body}");
+        assert_eq!(json_string("Too Many Requests"), "\"Too Many Requests\"");
     }
 }

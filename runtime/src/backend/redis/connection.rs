@@ -143,9 +143,69 @@ pub fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, Error>> {
     Some(Ok(nodes))
 }
 
+/// The `ip:port` of each primary in a `CLUSTER NODES` reply that is not marked
+/// failing (`fail` or `fail?`); lines that do not read as a node are left out.
+pub(crate) fn primary_addresses(reply: &str) -> Vec<&str> {
+    let mut addresses = Vec::new();
+    for line in reply.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 3 || !fields[2].split(',').any(|f| f == "master") || fields[2].contains("fail") {
+            continue;
+        }
+        // ip:port@cport[,hostname]
+        let addr = fields[1].split('@').next().unwrap_or_default();
+        if addr
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| port.parse::<u16>().is_ok())
+        {
+            addresses.push(addr);
+        }
+    }
+    addresses
+}
+
+/// `scheme://[auth@]host:port/[#fragment]` (a node URL as [`cluster_nodes`] makes it)
+/// with `host:port` replaced by `addr`, the credentials and TLS kept.
+pub(crate) fn with_address(node: &str, addr: &str) -> String {
+    let start = node
+        .rfind('@')
+        .map(|at| at + 1)
+        .or_else(|| node.find("://").map(|s| s + 3));
+    let Some(start) = start else {
+        return node.to_owned();
+    };
+    let end = node[start..].find('/').map_or(node.len(), |e| start + e);
+    format!("{}{addr}{}", &node[..start], &node[end..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_urls_keep_all_but_the_address() {
+        assert_eq!(
+            with_address("redis://:p@ss@a:1/", "10.0.0.2:7001"),
+            "redis://:p@ss@10.0.0.2:7001/"
+        );
+        assert_eq!(
+            with_address("rediss://a:1/#insecure", "b:2"),
+            "rediss://b:2/#insecure"
+        );
+    }
+
+    #[test]
+    fn primaries_of_a_cluster_nodes_reply() {
+        let reply = "\
+a1 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b2 10.0.0.2:7001@17001,node-b master - 0 0 2 connected 5461-10922
+c3 10.0.0.3:7002@17002 master,fail - 0 0 3 disconnected
+d4 10.0.0.4:7003@17003 master,fail? - 0 0 4 connected 10923-16383
+e5 10.0.0.5:7004@17004 slave a1 0 0 1 connected
+short line
+";
+        assert_eq!(primary_addresses(reply), ["10.0.0.1:7000", "10.0.0.2:7001"]);
+    }
 
     #[test]
     fn cluster_urls() {

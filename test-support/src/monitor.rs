@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
+#[derive(Debug)]
 pub struct Monitor {
     child: Child,
     lines: Receiver<String>,

@@ -12,7 +12,7 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 use tracing_core::span::Current;
 
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Capture {
     lines: Arc<Mutex<Vec<String>>>,
     next_id: Arc<AtomicU64>,

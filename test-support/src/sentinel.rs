@@ -15,6 +15,7 @@ pub const SENTINEL_PASSWORD: &str = "s-secret-9c2";
 /// The name the sentinels monitor the master by.
 pub const MASTER_NAME: &str = "mymaster";
 
+#[derive(Debug)]
 pub struct RedisSentinel {
     /// Master first, then the replica; `None` once killed.
     nodes: Vec<(u16, Option<Child>)>,

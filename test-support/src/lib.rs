@@ -1,11 +1,12 @@
-//! Test support: a throwaway `redis-server` on a free loopback port.
-#![allow(dead_code)]
+//! What redlimit's integration tests, the CLI's tests and the benchmarks share: a
+//! throwaway `redis-server` on a free loopback port (failing, never skipping, when the
+//! binary is missing), clusters and sentinels of them, a MONITOR reader, a capturing
+//! tracing subscriber and, with `axum`, a plain HTTP client and server.
 
 pub mod binary;
 pub mod capture;
 pub mod cluster;
 pub mod coinciding;
-// (The CLI's tests share this module; they have no `axum` feature.)
 #[cfg(feature = "axum")]
 pub mod http;
 pub mod monitor;
@@ -24,6 +25,7 @@ pub fn redisson_member(id: &[u8], permits: u32) -> Vec<u8> {
 }
 
 /// A `redis-server` owned by one test: no persistence, killed on drop.
+#[derive(Debug)]
 pub struct RedisServer {
     child: Child,
     pub port: u16,
