@@ -27,10 +27,10 @@
 
 mod backend;
 mod client;
+pub mod duration;
 #[doc(hidden)]
 pub mod engine;
 mod handles;
-pub mod duration;
 pub mod keys;
 pub(crate) mod observe;
 mod outcomes;

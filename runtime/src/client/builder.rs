@@ -7,7 +7,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncConnectionConfig;
 
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::connection::{cluster_nodes, primary_addresses, with_address, Conn, RawConnection};
+use crate::backend::redis::connection::{
+    cluster_nodes, primary_addresses, with_address, Conn, RawConnection,
+};
 use crate::backend::redis::failure::classify;
 use crate::backend::redis::sentinel::{self, SentinelConn};
 use crate::backend::redis::server::Eviction;
