@@ -448,3 +448,61 @@ async fn a_manual_failover_is_followed_too() {
     );
     assert_eq!(count(replica), on_new + 20);
 }
+
+/// The clients on the sentinel on `port` subscribed to a channel (`sub=1`).
+fn subscribers(set: &RedisSentinel, port: u16) -> usize {
+    set.sentinel_cli(port, &["client", "list"])
+        .lines()
+        .filter(|line| line.contains(" sub=1 "))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_client_closes_its_connections() {
+    let set = RedisSentinel::start();
+    let ports = set.sentinel_ports();
+    let listening = || ports.iter().map(|p| subscribers(&set, *p)).sum::<usize>();
+    let (master, _) = set.data_ports();
+    let named = || {
+        set.node_cli(master, &["client", "list"])
+            .lines()
+            .filter(|line| line.contains("name=redlimit"))
+            .count()
+    };
+    // The sentinels' own links to each other subscribe too (to `__sentinel__:hello`
+    // on the data nodes, not on the sentinels): what is here is clients'.
+    let before = listening();
+    let client = Client::connect(&set.url()).await.unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:dropped");
+    limiter
+        .try_set_rate(RateType::Overall, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let started = Instant::now();
+    while listening() != before + 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the client's listener did not subscribe on a sentinel"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(named(), 1, "one connection to the master");
+    drop(limiter);
+    drop(client);
+    let dropped = Instant::now();
+    while listening() != before || named() != 0 {
+        assert!(
+            dropped.elapsed() < Duration::from_secs(5),
+            "5 s after the client was dropped: {} subscribers on the sentinels (before: {before}), \
+             {} named connections on the master",
+            listening(),
+            named()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "the dropped client's connections closed within {:?}",
+        dropped.elapsed()
+    );
+}
