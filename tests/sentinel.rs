@@ -506,3 +506,64 @@ async fn a_dropped_client_closes_its_connections() {
         dropped.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_sentinel_does_not_hide_the_master() {
+    let mut set = RedisSentinel::start();
+    // The default timeouts: 500 ms to connect, 250 ms a command.
+    let client = Client::connect(&set.url()).await.unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:hung");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+
+    // The sentinel listed first accepts connections and never answers.
+    set.signal_first_sentinel("-STOP");
+    let started = Instant::now();
+    let fresh = Client::connect(&set.url())
+        .await
+        .expect("a new client finds the master through the two sentinels that answer");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(fresh
+        .rate_limiter("rate_limit:sentinel:hung")
+        .try_acquire(1)
+        .await
+        .unwrap());
+
+    // The two others fail the master over; both clients follow.
+    let (master, replica) = set.data_ports();
+    set.kill(master);
+    let killed = Instant::now();
+    let count = || -> u64 {
+        set.node_cli(replica, &["zcard", "{rate_limit:sentinel:hung}:permits"])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    for client in [&client, &fresh] {
+        let limiter = client.rate_limiter("rate_limit:sentinel:hung");
+        loop {
+            let before = count();
+            if let Ok(true) = limiter.try_acquire(1).await {
+                if count() > before {
+                    break;
+                }
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(20),
+                "not decided by the promoted replica 20 s after the kill"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    println!(
+        "both clients decided by the new master {:?} after the kill",
+        killed.elapsed()
+    );
+}

@@ -143,9 +143,9 @@ impl RedisSentinel {
         self.sentinels.iter().map(|(port, _)| *port).collect()
     }
 
-    /// The master's port, as the first sentinel names it now.
+    /// The master's port, as the last sentinel names it now.
     pub fn master_port(&self) -> u16 {
-        let port = self.sentinels[0].0;
+        let port = self.sentinels[2].0;
         let reply = self.sentinel_cli(port, &["sentinel", "get-master-addr-by-name", MASTER_NAME]);
         reply
             .lines()
@@ -181,6 +181,15 @@ impl RedisSentinel {
             .expect("a live node on that port");
         let status = std::process::Command::new("kill")
             .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill(1) is needed to pause and resume redis-server");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
+    /// Freezes (`-STOP`) or thaws (`-CONT`) the sentinel listed first in the URL.
+    pub fn signal_first_sentinel(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.sentinels[0].1.id().to_string()])
             .status()
             .expect("kill(1) is needed to pause and resume redis-server");
         assert!(status.success(), "kill {signal} failed");
