@@ -93,14 +93,23 @@ fn parse_rest(rest: &str, tls: bool) -> Result<SentinelUrl, String> {
         Some(at) => (&rest[..at], &rest[at + 1..]),
         None => (rest, ""),
     };
+    // Sentinels are named by their place in the list, never by their text: with a
+    // `?` or `#` left unencoded in a password, the text read as hosts is the password.
     let sentinels = hosts
         .split(',')
         .map(str::trim)
         .filter(|h| !h.is_empty())
-        .map(host_port)
+        .enumerate()
+        .map(|(i, host)| host_port(host).map_err(|problem| format!("sentinel {} {problem}", i + 1)))
         .collect::<Result<Vec<_>, String>>()?;
     if sentinels.is_empty() {
         return Err("no sentinel listed (expected host:port[,host:port...])".into());
+    }
+    if sentinels.len() > MAX_SENTINELS {
+        return Err(format!(
+            "{} sentinels listed: at most {MAX_SENTINELS} are accepted",
+            sentinels.len()
+        ));
     }
     let mut path = path.trim_end_matches('/').split('/');
     let master = path.next().unwrap_or_default();
@@ -167,18 +176,30 @@ fn split_off(text: &str, at: char) -> (&str, Option<&str>) {
     }
 }
 
-fn host_port(host: &str) -> Result<(String, u16), String> {
+/// The most sentinels a URL may list (deployments run three or five).
+const MAX_SENTINELS: usize = 64;
+
+fn host_port(host: &str) -> Result<(String, u16), &'static str> {
     let (name, port) = host
         .rsplit_once(':')
-        .ok_or_else(|| format!("sentinel `{host}` has no port (expected host:port)"))?;
+        .ok_or("has no port (expected host:port; a `?` or `#` in a password must be written %3F, %23)")?;
     let port = port
         .parse::<u16>()
         .ok()
         .filter(|p| *p != 0)
-        .ok_or_else(|| format!("sentinel `{host}` has no valid port"))?;
-    let name = name.trim_start_matches('[').trim_end_matches(']');
+        .ok_or("has no valid port (1 to 65535)")?;
+    let name = match name.strip_prefix('[') {
+        Some(v6) => v6
+            .strip_suffix(']')
+            .filter(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok())
+            .ok_or("has an IPv6 address that does not parse (expected [address]:port)")?,
+        None if name.contains([':', '[', ']']) => {
+            return Err("has a host with a `:` (an IPv6 address is written [address]:port)")
+        }
+        None => name,
+    };
     if name.is_empty() {
-        return Err(format!("sentinel `{host}` has no host"));
+        return Err("has no host");
     }
     Ok((name.to_owned(), port))
 }
@@ -725,8 +746,10 @@ mod tests {
         for (url, says) in [
             ("redis+sentinel:///m", "no sentinel listed"),
             ("redis+sentinel://a:1", "no master name"),
-            ("redis+sentinel://a/m", "has no port"),
-            ("redis+sentinel://a:0/m", "no valid port"),
+            ("redis+sentinel://a/m", "sentinel 1 has no port"),
+            ("redis+sentinel://a:1,b:0/m", "sentinel 2 has no valid port"),
+            ("redis+sentinel://a:1:2/m", "with a `:`"),
+            ("redis+sentinel://[::1:1/m", "IPv6 address that does not parse"),
             ("redis+sentinel://a:1/m/x", "not a number"),
             ("redis+sentinel://a:1/m/1/2", "more than a master name"),
             ("redis+sentinel://a:1/m?timeout=1", "accepted: sentinel_username"),
@@ -735,6 +758,35 @@ mod tests {
         ] {
             let err = parse_url(url).unwrap().unwrap_err();
             assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn huge_host_lists_are_refused() {
+        let hosts: Vec<String> = (0..65).map(|i| format!("10.0.0.{i}:26379")).collect();
+        let err = parse_url(&format!("redis+sentinel://{}/m", hosts.join(",")))
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("at most 64"), "{err}");
+        assert!(
+            parse_url(&format!("redis+sentinel://{}/m", hosts[..64].join(",")))
+                .unwrap()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_password_cut_at_an_unencoded_question_mark_is_not_shown() {
+        // Before the `?`: `:hunter2` reads as the only host.
+        for url in [
+            "redis+sentinel://:hunter2?x@a:1/m",
+            "redis+sentinel://u:hunter2?x@a:1/m",
+            "redis+sentinel://:hunter2:9?x@a:1/m",
+            "redis+sentinel://:hunter2#x@a:1/m",
+        ] {
+            let err = parse_url(url).unwrap().unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert!(!shown.contains("hunter2"), "{url}: {shown}");
         }
     }
 
