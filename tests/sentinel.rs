@@ -567,3 +567,84 @@ async fn a_hung_sentinel_does_not_hide_the_master() {
         killed.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_text_that_reads_readonly_does_not_drop_the_master() {
+    // A token bucket's key holding the word a replica's refusal starts with: the
+    // script names what it found in its error, which must not read as "no longer the
+    // master" (each call would search the sentinels and connect again).
+    let set = RedisSentinel::start();
+    let client = Client::connect(&set.url()).await.unwrap();
+    let rule = [
+        redlimit::Rule::new("rate_limit:sentinel:ro", 5, Duration::from_secs(60))
+            .algorithm(redlimit::Algorithm::TokenBucket),
+    ];
+    let (master, _) = set.data_ports();
+    set.node_cli(
+        master,
+        &[
+            "set",
+            "{rate_limit:sentinel:ro}:bucket",
+            "READONLY You can't write",
+        ],
+    );
+    let connections = || -> u64 {
+        let info = set.node_cli(master, &["info", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("INFO stats names the connections received")
+    };
+    let before = connections();
+    for _ in 0..20 {
+        let err = client.check_rules(&rule).await.unwrap_err();
+        assert!(err.to_string().contains("READONLY"), "{err}");
+        assert!(matches!(err, Error::CorruptBucket { .. }), "{err:?}");
+    }
+    // The counting redis-cli connects once.
+    assert_eq!(
+        connections() - before,
+        1,
+        "the client connected to the master again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_master_is_left_on_its_readonly_reply() {
+    // The master made a replica behind the sentinels' back (an operator's REPLICAOF):
+    // no announcement, no connection closed, only READONLY replies. The client must
+    // drop that connection (and ask the sentinels again) rather than keep writing
+    // to a replica.
+    let set = RedisSentinel::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:demoted");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let (master, replica) = set.data_ports();
+    let named = || {
+        set.node_cli(master, &["client", "list"])
+            .lines()
+            .filter(|line| line.contains("name=redlimit"))
+            .count()
+    };
+    assert_eq!(named(), 1);
+    set.node_cli(replica, &["replicaof", "no", "one"]);
+    set.node_cli(master, &["replicaof", "127.0.0.1", &replica.to_string()]);
+    let err = limiter.try_acquire(1).await.unwrap_err();
+    assert!(err.to_string().contains("read only replica"), "{err:?}");
+    let started = Instant::now();
+    while named() != 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the client still holds its connection to the demoted master"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -387,12 +387,9 @@ impl SentinelConn {
         }
     }
 
-    /// Forgets the connection `generation` after `err`, when `err` says the master
-    /// is gone or is no longer the master.
-    fn after_error(&self, generation: u64, err: &RedisError) {
-        if !lost_master(err) {
-            return;
-        }
+    /// Forgets the connection `generation`, after a reply or an error that says the
+    /// master is gone or is no longer the master.
+    fn forget(&self, generation: u64) {
         let mut state = self.inner.lock();
         if matches!(state.current, Some((g, _)) if g == generation) {
             state.current = None;
@@ -671,13 +668,26 @@ fn lost_master(err: &RedisError) -> bool {
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_unrecoverable_error()
-        || matches!(
-            err.kind(),
-            ErrorKind::Server(ServerErrorKind::ReadOnly) | ErrorKind::Server(ServerErrorKind::MasterDown)
-        )
-        // Inside a script, a replica's refusal to write reaches the caller as the
-        // script's error.
-        || err.to_string().contains("READONLY")
+        || not_the_master(err.code().unwrap_or_default(), err.detail().unwrap_or_default())
+}
+
+/// Whether a server's error reply says the node is no longer a writable master: its
+/// code, or, inside a script on Redis 6.2, the code of the command the script ran.
+/// Never a word found elsewhere in the text: a script's error may quote stored
+/// values, which anyone who can write a key could make read `READONLY`.
+fn not_the_master(code: &str, detail: &str) -> bool {
+    let (code, _) = crate::backend::replies::unwrapped(code, detail);
+    matches!(code, "READONLY" | "MASTERDOWN")
+}
+
+/// The error reply in `value`, if it is one that says the node is not the master.
+/// (The connection hands error replies back as values; only a lost connection is an
+/// error there.)
+fn replied_not_the_master(value: &Value) -> bool {
+    match value {
+        Value::ServerError(err) => not_the_master(err.code(), err.details().unwrap_or_default()),
+        _ => false,
+    }
 }
 
 impl ConnectionLike for SentinelConn {
@@ -685,8 +695,10 @@ impl ConnectionLike for SentinelConn {
         Box::pin(async move {
             let (generation, mut conn) = self.master().await?;
             let reply = conn.req_packed_command(cmd).await;
-            if let Err(err) = &reply {
-                self.after_error(generation, err);
+            match &reply {
+                Err(err) if lost_master(err) => self.forget(generation),
+                Ok(value) if replied_not_the_master(value) => self.forget(generation),
+                _ => {}
             }
             reply
         })
@@ -701,8 +713,10 @@ impl ConnectionLike for SentinelConn {
         Box::pin(async move {
             let (generation, mut conn) = self.master().await?;
             let reply = conn.req_packed_commands(pipeline, offset, count).await;
-            if let Err(err) = &reply {
-                self.after_error(generation, err);
+            match &reply {
+                Err(err) if lost_master(err) => self.forget(generation),
+                Ok(values) if values.iter().any(replied_not_the_master) => self.forget(generation),
+                _ => {}
             }
             reply
         })
@@ -716,6 +730,28 @@ impl ConnectionLike for SentinelConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_replys_code_says_not_the_master() {
+        assert!(not_the_master(
+            "READONLY",
+            "You can't write against a read only replica."
+        ));
+        assert!(not_the_master("MASTERDOWN", "Link with MASTER is down"));
+        // Redis 6.2's wording of a command's error inside a script.
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let detail = format!(
+            "Error running script (call to f_{sha}): @user_script:1: @user_script: 1: \
+             -READONLY You can't write against a read only replica."
+        );
+        assert!(not_the_master("ERR", &detail));
+        // A script's own error quoting a stored value.
+        assert!(!not_the_master(
+            "redlimit:bad_bucket:1",
+            "bucket READONLY You can't write"
+        ));
+        assert!(!not_the_master("ERR", "redlimit:bad_bucket:1 bucket READONLY"));
+    }
 
     fn parsed(url: &str) -> SentinelUrl {
         parse_url(url).expect("a sentinel URL").expect("valid")
