@@ -648,3 +648,58 @@ async fn a_demoted_master_is_left_on_its_readonly_reply() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_sentinel_does_not_deafen_the_listener() {
+    // The sentinel the client listens on freezes (its connection stays open, nothing
+    // comes); the client must move to another to hear the next `+switch-master`.
+    let set = RedisSentinel::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:deaf");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let ports = set.sentinel_ports();
+    let started = Instant::now();
+    while subscribers(&set, ports[0]) != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the listener is not on the first sentinel"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    set.signal_first_sentinel("-STOP");
+    // Time for a listener that checks its sentinel to notice and move.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (old_master, replica) = set.data_ports();
+    set.sentinel_cli(ports[1], &["sentinel", "failover", "mymaster"]);
+    wait_for_master(&set, replica).await;
+    let announced = Instant::now();
+    let count = |port: u16| -> u64 {
+        set.node_cli(port, &["zcard", "{rate_limit:sentinel:deaf}:permits"])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    loop {
+        let before = count(replica);
+        if let Ok(true) = limiter.try_acquire(1).await {
+            if count(replica) > before {
+                break;
+            }
+        }
+        assert!(
+            announced.elapsed() < Duration::from_secs(2),
+            "still deciding on the old master {:?} after the switch ({} grants there)",
+            announced.elapsed(),
+            count(old_master)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

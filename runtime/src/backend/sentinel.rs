@@ -635,11 +635,19 @@ impl Watched {
         }
     }
 
+    /// Until the sentinel's connection closes, or the sentinel stops answering: a
+    /// quiet pause is followed by a PING, so a sentinel that hangs with its connection
+    /// open is left for the next instead of deafening the client.
     async fn until_closed(&self, pubsub: redis::aio::PubSub, inner: &std::sync::Weak<Inner>) {
-        let mut messages = pubsub.into_on_message();
+        let (mut sink, mut messages) = pubsub.split();
         while inner.strong_count() > 0 {
             match tokio::time::timeout(LISTENER_PAUSE, messages.next()).await {
-                Err(_) => continue,
+                Err(_) => {
+                    let pong = tokio::time::timeout(self.timeouts.connect, sink.ping::<Value>()).await;
+                    if !matches!(pong, Ok(Ok(_))) {
+                        return;
+                    }
+                }
                 Ok(None) => return,
                 Ok(Some(message)) => {
                     let payload: String = message.get_payload().unwrap_or_default();
