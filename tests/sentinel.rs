@@ -488,6 +488,28 @@ async fn a_dropped_client_closes_its_connections() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(named(), 1, "one connection to the master");
+    // On the sentinels, only the listener stays: the search's connections close once
+    // it found the master.
+    let clients = || -> usize {
+        ports
+            .iter()
+            .map(|p| {
+                set.sentinel_cli(*p, &["client", "list"])
+                    .lines()
+                    .filter(|line| !line.contains("name=sentinel-") && !line.contains("cmd=client|list"))
+                    .count()
+            })
+            .sum()
+    };
+    let started = Instant::now();
+    while clients() != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{} connections of the client's on the sentinels",
+            clients()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     drop(limiter);
     drop(client);
     let dropped = Instant::now();

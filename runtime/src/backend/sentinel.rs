@@ -424,14 +424,20 @@ async fn search(inner: Arc<Inner>) {
         }
     }
     let mut finish = Finish(&inner, None);
-    let found = tokio::time::timeout(inner.timeouts.connect, inner.find())
-        .await
-        .unwrap_or_else(|_| {
-            Err(no_master(&format!(
-                "the sentinels did not name a reachable master within {:?}",
-                inner.timeouts.connect
-            )))
-        });
+    let found = tokio::time::timeout(inner.timeouts.connect, inner.find()).await;
+    if matches!(found, Ok(Ok(_))) {
+        // Kept only while no master is found: searches are rare once one answers,
+        // and a client should not hold a connection to every sentinel meanwhile.
+        for sentinel in &inner.sentinels {
+            *sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+    let found = found.unwrap_or_else(|_| {
+        Err(no_master(&format!(
+            "the sentinels did not name a reachable master within {:?}",
+            inner.timeouts.connect
+        )))
+    });
     finish.1 = Some(found);
 }
 
