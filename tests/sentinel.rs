@@ -449,6 +449,283 @@ async fn a_manual_failover_is_followed_too() {
     assert_eq!(count(replica), on_new + 20);
 }
 
+/// The clients on the sentinel on `port` subscribed to a channel (`sub=1`).
+fn subscribers(set: &RedisSentinel, port: u16) -> usize {
+    set.sentinel_cli(port, &["client", "list"])
+        .lines()
+        .filter(|line| line.contains(" sub=1 "))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_client_closes_its_connections() {
+    let set = RedisSentinel::start();
+    let ports = set.sentinel_ports();
+    let listening = || ports.iter().map(|p| subscribers(&set, *p)).sum::<usize>();
+    let (master, _) = set.data_ports();
+    let named = || {
+        set.node_cli(master, &["client", "list"])
+            .lines()
+            .filter(|line| line.contains("name=redlimit"))
+            .count()
+    };
+    // The sentinels' own links to each other subscribe too (to `__sentinel__:hello`
+    // on the data nodes, not on the sentinels): what is here is clients'.
+    let before = listening();
+    let client = Client::connect(&set.url()).await.unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:dropped");
+    limiter
+        .try_set_rate(RateType::Overall, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let started = Instant::now();
+    while listening() != before + 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the client's listener did not subscribe on a sentinel"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(named(), 1, "one connection to the master");
+    // On the sentinels, only the listener stays: the search's connections close once
+    // it found the master.
+    let clients = || -> usize {
+        ports
+            .iter()
+            .map(|p| {
+                set.sentinel_cli(*p, &["client", "list"])
+                    .lines()
+                    .filter(|line| !line.contains("name=sentinel-") && !line.contains("cmd=client"))
+                    .count()
+            })
+            .sum()
+    };
+    let started = Instant::now();
+    while clients() != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{} connections of the client's on the sentinels",
+            clients()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(limiter);
+    drop(client);
+    let dropped = Instant::now();
+    while listening() != before || named() != 0 {
+        assert!(
+            dropped.elapsed() < Duration::from_secs(5),
+            "5 s after the client was dropped: {} subscribers on the sentinels (before: {before}), \
+             {} named connections on the master",
+            listening(),
+            named()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "the dropped client's connections closed within {:?}",
+        dropped.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_sentinel_does_not_hide_the_master() {
+    let mut set = RedisSentinel::start();
+    // The default timeouts: 500 ms to connect, 250 ms a command.
+    let client = Client::connect(&set.url()).await.unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:hung");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+
+    // The sentinel listed first accepts connections and never answers.
+    set.signal_first_sentinel("-STOP");
+    let started = Instant::now();
+    let fresh = Client::connect(&set.url())
+        .await
+        .expect("a new client finds the master through the two sentinels that answer");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(fresh
+        .rate_limiter("rate_limit:sentinel:hung")
+        .try_acquire(1)
+        .await
+        .unwrap());
+
+    // The two others fail the master over; both clients follow.
+    let (master, replica) = set.data_ports();
+    set.kill(master);
+    let killed = Instant::now();
+    let count = || -> u64 {
+        set.node_cli(replica, &["zcard", "{rate_limit:sentinel:hung}:permits"])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    for client in [&client, &fresh] {
+        let limiter = client.rate_limiter("rate_limit:sentinel:hung");
+        loop {
+            let before = count();
+            if let Ok(true) = limiter.try_acquire(1).await {
+                if count() > before {
+                    break;
+                }
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(20),
+                "not decided by the promoted replica 20 s after the kill"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    println!(
+        "both clients decided by the new master {:?} after the kill",
+        killed.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_text_that_reads_readonly_does_not_drop_the_master() {
+    // A token bucket's key holding the word a replica's refusal starts with: the
+    // script names what it found in its error, which must not read as "no longer the
+    // master" (each call would search the sentinels and connect again).
+    let set = RedisSentinel::start();
+    let client = Client::connect(&set.url()).await.unwrap();
+    let rule = [
+        redlimit::Rule::new("rate_limit:sentinel:ro", 5, Duration::from_secs(60))
+            .algorithm(redlimit::Algorithm::TokenBucket),
+    ];
+    let (master, _) = set.data_ports();
+    set.node_cli(
+        master,
+        &[
+            "set",
+            "{rate_limit:sentinel:ro}:bucket",
+            "READONLY You can't write",
+        ],
+    );
+    let connections = || -> u64 {
+        let info = set.node_cli(master, &["info", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("INFO stats names the connections received")
+    };
+    let before = connections();
+    for _ in 0..20 {
+        let err = client.check_rules(&rule).await.unwrap_err();
+        assert!(err.to_string().contains("READONLY"), "{err}");
+        assert!(matches!(err, Error::CorruptBucket { .. }), "{err:?}");
+    }
+    // The counting redis-cli connects once.
+    assert_eq!(
+        connections() - before,
+        1,
+        "the client connected to the master again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_master_is_left_on_its_readonly_reply() {
+    // The master made a replica behind the sentinels' back (an operator's REPLICAOF):
+    // no announcement, no connection closed, only READONLY replies. The client must
+    // drop that connection (and ask the sentinels again) rather than keep writing
+    // to a replica.
+    let set = RedisSentinel::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:demoted");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let (master, replica) = set.data_ports();
+    let named = || {
+        set.node_cli(master, &["client", "list"])
+            .lines()
+            .filter(|line| line.contains("name=redlimit"))
+            .count()
+    };
+    assert_eq!(named(), 1);
+    set.node_cli(replica, &["replicaof", "no", "one"]);
+    set.node_cli(master, &["replicaof", "127.0.0.1", &replica.to_string()]);
+    let err = limiter.try_acquire(1).await.unwrap_err();
+    assert!(err.to_string().contains("read only replica"), "{err:?}");
+    let started = Instant::now();
+    while named() != 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the client still holds its connection to the demoted master"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_sentinel_does_not_deafen_the_listener() {
+    // The sentinel the client listens on freezes (its connection stays open, nothing
+    // comes); the client must move to another to hear the next `+switch-master`.
+    let set = RedisSentinel::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:deaf");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let ports = set.sentinel_ports();
+    let started = Instant::now();
+    while subscribers(&set, ports[0]) != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the listener is not on the first sentinel"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    set.signal_first_sentinel("-STOP");
+    // Time for a listener that checks its sentinel to notice and move.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (old_master, replica) = set.data_ports();
+    set.sentinel_cli(ports[1], &["sentinel", "failover", "mymaster"]);
+    wait_for_master(&set, replica).await;
+    let announced = Instant::now();
+    let count = |port: u16| -> u64 {
+        set.node_cli(port, &["zcard", "{rate_limit:sentinel:deaf}:permits"])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    loop {
+        let before = count(replica);
+        if let Ok(true) = limiter.try_acquire(1).await {
+            if count(replica) > before {
+                break;
+            }
+        }
+        assert!(
+            announced.elapsed() < Duration::from_secs(2),
+            "still deciding on the old master {:?} after the switch ({} grants there)",
+            announced.elapsed(),
+            count(old_master)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The layer on an axum server on loopback, deciding on the master the sentinels
 /// name: the limit holds, and after a failover the promoted replica decides.
 #[cfg(feature = "axum")]

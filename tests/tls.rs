@@ -1,7 +1,8 @@
 //! `rediss://` (cargo feature `tls`) against redis-server's own TLS port, with
 //! certificates made for the test by `openssl`: a CA given to the builder, a client
-//! certificate, `#insecure`, lazy clients, `REDIS_URL`, a TLS cluster, and the error
-//! when the server's certificate is not trusted.
+//! certificate, `#insecure`, lazy clients, `REDIS_URL`, a TLS cluster, Sentinel over
+//! TLS (`rediss+sentinel://`, failovers included), and the error when the server's
+//! certificate is not trusted.
 #![cfg(feature = "tls")]
 
 use redlimit_test_support as support;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use redlimit::{Client, Error, Rule};
 use support::cluster::{cli, free_node_port};
+use support::sentinel::{RedisSentinel, MASTER_PASSWORD, SENTINEL_PASSWORD};
 use support::{free_port, spawn_redis, wait_for_port};
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, in a temp dir.
@@ -104,6 +106,22 @@ impl Certs {
 
     fn read(&self, file: &str) -> Vec<u8> {
         std::fs::read(self.dir.join(file)).unwrap()
+    }
+
+    /// The TLS settings of a Sentinel set that speaks only TLS (no client certificates).
+    fn sentinel_tls(&self) -> support::sentinel::Tls {
+        require_tls();
+        support::sentinel::Tls {
+            settings: [
+                ("tls-cert-file", self.path("server.crt")),
+                ("tls-key-file", self.path("server.key")),
+                ("tls-ca-cert-file", self.path("ca.crt")),
+                ("tls-auth-clients", "no".to_owned()),
+            ]
+            .map(|(name, value)| (name.to_owned(), value))
+            .to_vec(),
+            ca_file: self.path("ca.crt"),
+        }
     }
 
     /// redis-server's TLS options; `clients`: whether it requires client certificates.
@@ -347,5 +365,175 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Whether anything on the loopback `port` answers a plain-text PING.
+fn answers_plain_text(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut first = [0u8; 1];
+    stream.write_all(b"PING\r\n").is_ok() && stream.read_exact(&mut first).is_ok()
+}
+
+fn assert_hidden(text: &str) {
+    assert!(
+        !text.contains(MASTER_PASSWORD) && !text.contains(SENTINEL_PASSWORD),
+        "a password shown: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_sentinel_decides_over_tls_and_checks_the_certificates() {
+    let certs = Certs::make();
+    let set = RedisSentinel::start_tls(certs.sentinel_tls());
+    let url = set.url();
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    // Nothing speaks plain text: the plain ports are 0, the listed ones TLS only, so
+    // whatever decides below went through TLS.
+    let (master, replica) = set.data_ports();
+    for port in [master, replica] {
+        assert_eq!(
+            set.node_cli(port, &["config", "get", "port"]).lines().nth(1),
+            Some("0")
+        );
+    }
+    for port in set.sentinel_ports().into_iter().chain([master, replica]) {
+        assert!(!answers_plain_text(port), "port {port} answers plain text");
+    }
+
+    let client = Client::builder()
+        .tls_ca_cert(certs.read("ca.crt"))
+        .connect(&url)
+        .await
+        .unwrap();
+    limits(&client, "tls:sentinel").await;
+    let logged = set.node_cli(master, &["zcard", "{tls:sentinel}:permits"]);
+    assert_eq!(logged.trim(), "2", "decided on the master the sentinels name");
+    let lazy = Client::builder()
+        .tls_ca_cert(certs.read("ca.crt"))
+        .connect_lazy(&url)
+        .unwrap();
+    limits(&lazy, "tls:sentinel:lazy").await;
+    let insecure = Client::connect(&format!("{url}#insecure")).await.unwrap();
+    limits(&insecure, "tls:sentinel:insecure").await;
+
+    // A CA that did not sign the servers' certificates, and none (the system's roots):
+    // a TLS error, promptly, no password shown.
+    let other = Certs::make();
+    for builder in [
+        Client::builder().tls_ca_cert(other.read("ca.crt")),
+        Client::builder(),
+    ] {
+        let started = Instant::now();
+        let err = builder.connect(&url).await.unwrap_err();
+        assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+        assert!(err.to_string().contains("tls_ca_cert"), "{err}");
+        assert_hidden(&format!("{err} {err:?}"));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // Plain text to the TLS sentinels fails; it does not hang.
+    let plain = url.replacen("rediss+sentinel://", "redis+sentinel://", 1);
+    let err = Client::connect(&plain).await.unwrap_err();
+    assert!(err.is_backend_failure(), "{err:?}");
+    assert_hidden(&format!("{err} {err:?}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_sentinel_follows_failovers_over_tls() {
+    let certs = Certs::make();
+    let mut set = RedisSentinel::start_tls(certs.sentinel_tls());
+    let client = Client::builder()
+        .tls_ca_cert(certs.read("ca.crt"))
+        .command_timeout(Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let rules = [Rule::new(
+        "tls:sentinel:failover",
+        1_000_000,
+        Duration::from_secs(600),
+    )];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let count = |set: &RedisSentinel, port: u16| -> u64 {
+        set.node_cli(port, &["zcard", "{tls:sentinel:failover}:permits"])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let (first, second) = set.data_ports();
+
+    // A manual failover leaves the old master up (it turns replica seconds later):
+    // followed at once only through `+switch-master`, heard over TLS.
+    let sentinel = set.sentinel_ports()[0];
+    set.sentinel_cli(sentinel, &["sentinel", "failover", "mymaster"]);
+    wait_for_master(&set, second).await;
+    let started = Instant::now();
+    loop {
+        // Decided there: the grant lands in that node's log.
+        let before = count(&set, second);
+        let granted = matches!(client.check_rules(&rules).await, Ok(d) if d.allowed);
+        if granted && count(&set, second) > before {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "not on the announced master within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The old master, now a replica in sync, is promoted when the new one is killed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !set
+        .node_cli(first, &["info", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(Instant::now() < deadline, "the old master never replicated");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    set.kill(second);
+    let killed = Instant::now();
+    let mut failed = 0;
+    loop {
+        let before = count(&set, first);
+        match client.check_rules(&rules).await {
+            Ok(decision) if decision.allowed && count(&set, first) > before => break,
+            Ok(_) => {}
+            Err(err) => {
+                assert!(err.is_backend_failure(), "{err:?}");
+                assert_hidden(&format!("{err} {err:?}"));
+                failed += 1;
+            }
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "no failover within 30 s of the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(failed > 0, "no call met the gap without a master");
+    println!(
+        "TLS: decided by the promoted node {:?} after the kill, {failed} calls failed meanwhile",
+        killed.elapsed()
+    );
+}
+
+/// Polls until the sentinels name `port` as the master.
+async fn wait_for_master(set: &RedisSentinel, port: u16) {
+    let started = Instant::now();
+    while set.master_port() != port {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no failover within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -1,6 +1,6 @@
 //! A throwaway Redis behind Sentinel: one master, one replica and three sentinels on
 //! free loopback ports, with passwords on the master and on the sentinels, killed on
-//! drop.
+//! drop. [`RedisSentinel::start_tls`] runs the same set speaking only TLS.
 
 use std::path::PathBuf;
 use std::process::Child;
@@ -21,12 +21,60 @@ pub struct RedisSentinel {
     nodes: Vec<(u16, Option<Child>)>,
     sentinels: Vec<(u16, Child)>,
     dir: PathBuf,
+    tls: Option<Tls>,
+}
+
+/// A set that speaks only TLS: every node and sentinel has `port 0` and a `tls-port`,
+/// and replicates and talks to the others over TLS.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    /// The servers' TLS settings (`tls-cert-file`, `tls-key-file`, `tls-ca-cert-file`,
+    /// `tls-auth-clients`), as names and values.
+    pub settings: Vec<(String, String)>,
+    /// The CA file redis-cli trusts.
+    pub ca_file: String,
+}
+
+impl Tls {
+    fn lines(&self) -> String {
+        let mut lines = String::from("tls-replication yes\n");
+        for (name, value) in &self.settings {
+            lines.push_str(&format!("{name} {value}\n"));
+        }
+        lines
+    }
+
+    fn args(&self, port: u16) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-replication",
+            "yes",
+        ]
+        .map(String::from)
+        .to_vec();
+        for (name, value) in &self.settings {
+            args.extend([format!("--{name}"), value.clone()]);
+        }
+        args
+    }
 }
 
 impl RedisSentinel {
     /// Starts the master, its replica and three sentinels, and waits until the replica
     /// is in sync and every sentinel knows the replica and the two other sentinels.
     pub fn start() -> RedisSentinel {
+        RedisSentinel::start_with(None)
+    }
+
+    /// As [`start`](RedisSentinel::start), every port a TLS port (the plain ports 0).
+    pub fn start_tls(tls: Tls) -> RedisSentinel {
+        RedisSentinel::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<Tls>) -> RedisSentinel {
         let dir = std::env::temp_dir().join(format!(
             "redlimit-sentinel-{}-{}",
             std::process::id(),
@@ -36,24 +84,30 @@ impl RedisSentinel {
         let (master_dir, replica_dir) = (dir.join("master"), dir.join("replica"));
         std::fs::create_dir_all(&master_dir).unwrap();
         std::fs::create_dir_all(&replica_dir).unwrap();
-        let master = data_node(&master_dir, &[]);
+        let master = data_node(&master_dir, &[], tls.as_ref());
         let master_port = master.0;
         let replica = data_node(
             &replica_dir,
             &["--replicaof", "127.0.0.1", &master_port.to_string()],
+            tls.as_ref(),
         );
         let mut set = RedisSentinel {
             nodes: vec![(master.0, Some(master.1)), (replica.0, Some(replica.1))],
             sentinels: Vec::new(),
             dir,
+            tls,
         };
         for _ in 0..3 {
             let port = super::free_port();
             let conf = set.dir.join(format!("sentinel-{port}.conf"));
+            let listen = match &set.tls {
+                None => format!("port {port}\n"),
+                Some(tls) => format!("port 0\ntls-port {port}\n{}", tls.lines()),
+            };
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndir {dir}\nrequirepass {SENTINEL_PASSWORD}\n\
+                    "{listen}bind 127.0.0.1\ndir {dir}\nrequirepass {SENTINEL_PASSWORD}\n\
                      sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
                      sentinel auth-pass {MASTER_NAME} {MASTER_PASSWORD}\n\
                      sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
@@ -71,15 +125,17 @@ impl RedisSentinel {
         set
     }
 
-    /// `redis+sentinel://` with both passwords, listing the three sentinels.
+    /// `redis+sentinel://` (`rediss+sentinel://` for a TLS set) with both passwords,
+    /// listing the three sentinels.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
             .map(|(port, _)| format!("127.0.0.1:{port}"))
             .collect();
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
         format!(
-            "redis+sentinel://:{MASTER_PASSWORD}@{}/{MASTER_NAME}?sentinel_password={SENTINEL_PASSWORD}",
+            "{scheme}+sentinel://:{MASTER_PASSWORD}@{}/{MASTER_NAME}?sentinel_password={SENTINEL_PASSWORD}",
             hosts.join(",")
         )
     }
@@ -88,10 +144,10 @@ impl RedisSentinel {
         self.sentinels.iter().map(|(port, _)| *port).collect()
     }
 
-    /// The master's port, as the first sentinel names it now.
+    /// The master's port, as the last sentinel names it now.
     pub fn master_port(&self) -> u16 {
-        let port = self.sentinels[0].0;
-        let reply = sentinel_cli(port, &["sentinel", "get-master-addr-by-name", MASTER_NAME]);
+        let port = self.sentinels[2].0;
+        let reply = self.sentinel_cli(port, &["sentinel", "get-master-addr-by-name", MASTER_NAME]);
         reply
             .lines()
             .nth(1)
@@ -131,12 +187,37 @@ impl RedisSentinel {
         assert!(status.success(), "kill {signal} failed");
     }
 
+    /// Freezes (`-STOP`) or thaws (`-CONT`) the sentinel listed first in the URL.
+    pub fn signal_first_sentinel(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.sentinels[0].1.id().to_string()])
+            .status()
+            .expect("kill(1) is needed to pause and resume redis-server");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
     /// Runs a command on a data node (with the master's password).
     pub fn node_cli(&self, port: u16, args: &[&str]) -> String {
         let port = port.to_string();
         let mut all = vec!["-p", &port, "-a", MASTER_PASSWORD, "--no-auth-warning"];
+        all.extend(self.cli_tls());
         all.extend_from_slice(args);
         cli(&all)
+    }
+
+    /// Runs a command on the sentinel on `port` (with the sentinels' password), over
+    /// TLS for a TLS set.
+    pub fn sentinel_cli(&self, port: u16, args: &[&str]) -> String {
+        let mut all = self.cli_tls();
+        all.extend_from_slice(args);
+        sentinel_cli(port, &all)
+    }
+
+    fn cli_tls(&self) -> Vec<&str> {
+        match &self.tls {
+            None => Vec::new(),
+            Some(tls) => vec!["--tls", "--cacert", &tls.ca_file],
+        }
     }
 
     fn wait_until_ready(&self) {
@@ -147,7 +228,7 @@ impl RedisSentinel {
                 .node_cli(replica, &["info", "replication"])
                 .contains("master_link_status:up");
             let known = self.sentinels.iter().all(|(port, _)| {
-                let master = sentinel_cli(*port, &["sentinel", "master", MASTER_NAME]);
+                let master = self.sentinel_cli(*port, &["sentinel", "master", MASTER_NAME]);
                 field(&master, "num-slaves") == Some("1")
                     && field(&master, "num-other-sentinels") == Some("2")
             });
@@ -164,13 +245,24 @@ impl RedisSentinel {
 }
 
 /// A master or replica with the master's password, no persistence.
-fn data_node(dir: &std::path::Path, extra: &[&str]) -> (u16, Child) {
+fn data_node(dir: &std::path::Path, extra: &[&str], tls: Option<&Tls>) -> (u16, Child) {
     for _ in 0..5 {
         let port = super::free_port();
         let mut args = super::server_args(port);
         args.extend(["--requirepass", MASTER_PASSWORD, "--masterauth", MASTER_PASSWORD].map(String::from));
         args.extend(["--dir".to_owned(), dir.display().to_string()]);
         args.extend(extra.iter().map(|a| a.to_string()));
+        if let Some(tls) = tls {
+            // Later options win: the plain port becomes 0.
+            args.extend(tls.args(port));
+            let mut child = super::spawn_redis(&args);
+            // A plain PING cannot ask a TLS port; a server that lost the port exits.
+            super::wait_for_port(port);
+            if matches!(child.try_wait(), Ok(None)) {
+                return (port, child);
+            }
+            continue;
+        }
         let mut child = super::spawn_redis(&args);
         if super::wait_for_port_or_exit(port, &mut child) {
             return (port, child);

@@ -379,7 +379,8 @@ pub enum Error {
     /// A URL that cannot name a Redis server.
     #[error(
         "invalid Redis URL `{url}`: {detail}; expected redis://[user:password@]host[:port][/db], \
-         rediss://... for TLS, or redis+cluster://host:port,host:port/"
+         rediss://... for TLS, redis+cluster://host:port,host:port/, or \
+         redis+sentinel://[user:password@]host:port[,host:port...]/master_name[/db]"
     )]
     InvalidUrl {
         /// The URL given, password hidden.

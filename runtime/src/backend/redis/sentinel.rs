@@ -5,6 +5,11 @@
 //! certificate checks). The user info is the master's credentials; sentinels that
 //! require their own take `?sentinel_username=...&sentinel_password=...`.
 //!
+//! A search asks the sentinels a few at once (`SENTINEL MASTER`) and takes the first
+//! master one names as up that says so itself (`ROLE`): a sentinel that hangs or is
+//! down costs nothing while another answers. It runs in a task of its own, one at a
+//! time per client, so callers that give up do not cut it short.
+//!
 //! Every command goes to the master found last. That master is forgotten, and the
 //! next command asks the sentinels again, when a command fails because the connection
 //! was lost, timed out, or reached a node that is no longer a master (`READONLY`,
@@ -19,10 +24,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, Pipeline,
-    RedisConnectionInfo, RedisError, RedisFuture, RedisResult, ServerErrorKind, TlsMode, Value,
+    RedisConnectionInfo, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
 use crate::backend::redis::target::Target;
@@ -89,14 +93,23 @@ fn parse_rest(rest: &str, tls: bool) -> Result<SentinelUrl, String> {
         Some(at) => (&rest[..at], &rest[at + 1..]),
         None => (rest, ""),
     };
+    // Sentinels are named by their place in the list, never by their text: with a
+    // `?` or `#` left unencoded in a password, the text read as hosts is the password.
     let sentinels = hosts
         .split(',')
         .map(str::trim)
         .filter(|h| !h.is_empty())
-        .map(host_port)
+        .enumerate()
+        .map(|(i, host)| host_port(host).map_err(|problem| format!("sentinel {} {problem}", i + 1)))
         .collect::<Result<Vec<_>, String>>()?;
     if sentinels.is_empty() {
         return Err("no sentinel listed (expected host:port[,host:port...])".into());
+    }
+    if sentinels.len() > MAX_SENTINELS {
+        return Err(format!(
+            "{} sentinels listed: at most {MAX_SENTINELS} are accepted",
+            sentinels.len()
+        ));
     }
     let mut path = path.trim_end_matches('/').split('/');
     let master = path.next().unwrap_or_default();
@@ -163,18 +176,30 @@ fn split_off(text: &str, at: char) -> (&str, Option<&str>) {
     }
 }
 
-fn host_port(host: &str) -> Result<(String, u16), String> {
+/// The most sentinels a URL may list (deployments run three or five).
+const MAX_SENTINELS: usize = 64;
+
+fn host_port(host: &str) -> Result<(String, u16), &'static str> {
     let (name, port) = host
         .rsplit_once(':')
-        .ok_or_else(|| format!("sentinel `{host}` has no port (expected host:port)"))?;
+        .ok_or("has no port (expected host:port; a `?` or `#` in a password must be written %3F, %23)")?;
     let port = port
         .parse::<u16>()
         .ok()
         .filter(|p| *p != 0)
-        .ok_or_else(|| format!("sentinel `{host}` has no valid port"))?;
-    let name = name.trim_start_matches('[').trim_end_matches(']');
+        .ok_or("has no valid port (1 to 65535)")?;
+    let name = match name.strip_prefix('[') {
+        Some(v6) => v6
+            .strip_suffix(']')
+            .filter(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok())
+            .ok_or("has an IPv6 address that does not parse (expected [address]:port)")?,
+        None if name.contains([':', '[', ']']) => {
+            return Err("has a host with a `:` (an IPv6 address is written [address]:port)")
+        }
+        None => name,
+    };
     if name.is_empty() {
-        return Err(format!("sentinel `{host}` has no host"));
+        return Err("has no host");
     }
     Ok((name.to_owned(), port))
 }
@@ -216,12 +241,30 @@ pub(crate) struct SentinelConn {
 }
 
 struct Inner {
-    /// The search for the master, one at a time.
-    search: tokio::sync::Mutex<SentinelClient>,
+    /// The sentinels, in the URL's order, each with the connection asked last.
+    sentinels: Vec<Sentinel>,
+    master: Master,
     state: Mutex<State>,
+    /// Counts the searches finished; callers waiting for one watch it.
+    searched: tokio::sync::watch::Sender<u64>,
     config: AsyncConnectionConfig,
     timeouts: Timeouts,
     db: i64,
+}
+
+struct Sentinel {
+    client: redis::Client,
+    conn: Mutex<Option<MultiplexedConnection>>,
+}
+
+/// How to reach a master a sentinel names: its name, credentials, database and TLS.
+struct Master {
+    name: String,
+    settings: RedisConnectionInfo,
+    /// `Some(insecure)` for TLS.
+    tls: Option<bool>,
+    #[cfg(feature = "tls")]
+    certs: Option<redis::TlsCertificates>,
 }
 
 #[derive(Default)]
@@ -231,7 +274,13 @@ struct State {
     generation: u64,
     /// The last search's failure, and when.
     failed: Option<(Instant, RedisError)>,
+    /// Whether a search is under way.
+    searching: bool,
 }
+
+/// How many sentinels a search asks at once: a sentinel that hangs holds one place
+/// until the connect timeout, while the others answer.
+const SENTINELS_AT_ONCE: usize = 3;
 
 impl SentinelConn {
     pub(crate) fn new(
@@ -239,11 +288,11 @@ impl SentinelConn {
         timeouts: Timeouts,
         #[cfg(feature = "tls")] certs: Option<redis::TlsCertificates>,
     ) -> RedisResult<SentinelConn> {
-        let addrs: Vec<ConnectionAddr> = url
+        let clients = url
             .sentinels
             .iter()
             .map(|(host, port)| {
-                if url.tls {
+                let addr = if url.tls {
                     ConnectionAddr::TcpTls {
                         host: host.clone(),
                         port: *port,
@@ -252,61 +301,49 @@ impl SentinelConn {
                     }
                 } else {
                     ConnectionAddr::Tcp(host.clone(), *port)
-                }
+                };
+                sentinel_client(
+                    addr,
+                    url,
+                    #[cfg(feature = "tls")]
+                    certs.clone(),
+                )
             })
-            .collect();
-        let mut builder = SentinelClientBuilder::new(addrs.clone(), &url.master, SentinelServerType::Master)?
-            .set_client_to_redis_db(url.db);
+            .collect::<RedisResult<Vec<_>>>()?;
+        let mut settings = RedisConnectionInfo::default().set_db(url.db);
         if let Some(user) = &url.username {
-            builder = builder.set_client_to_redis_username(user);
+            settings = settings.set_username(user);
         }
         if let Some(pass) = &url.password {
-            builder = builder.set_client_to_redis_password(pass);
-        }
-        if let Some(user) = &url.sentinel_username {
-            builder = builder.set_client_to_sentinel_username(user);
-        }
-        if let Some(pass) = &url.sentinel_password {
-            builder = builder.set_client_to_sentinel_password(pass);
-        }
-        if url.tls {
-            let mode = if url.insecure {
-                TlsMode::Insecure
-            } else {
-                TlsMode::Secure
-            };
-            builder = builder
-                .set_client_to_redis_tls_mode(mode)
-                .set_client_to_sentinel_tls_mode(mode);
-            #[cfg(feature = "tls")]
-            if let Some(certs) = certs.clone() {
-                builder = builder
-                    .set_client_to_redis_certificates(certs.clone())
-                    .set_client_to_sentinel_certificates(certs);
-            }
+            settings = settings.set_password(pass);
         }
         let watched = Watched {
-            sentinels: addrs
-                .into_iter()
-                .map(|addr| {
-                    sentinel_client(
-                        addr,
-                        url,
-                        #[cfg(feature = "tls")]
-                        certs.clone(),
-                    )
-                })
-                .collect::<RedisResult<_>>()?,
+            sentinels: clients.clone(),
             master: url.master.clone(),
             timeouts,
         };
+        // Every connection the search makes answers within the connect timeout.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeouts.connect))
             .set_response_timeout(Some(timeouts.command));
         let conn = SentinelConn {
             inner: Arc::new(Inner {
-                search: tokio::sync::Mutex::new(builder.build()?),
+                sentinels: clients
+                    .into_iter()
+                    .map(|client| Sentinel {
+                        client,
+                        conn: Mutex::new(None),
+                    })
+                    .collect(),
+                master: Master {
+                    name: url.master.clone(),
+                    settings,
+                    tls: url.tls.then_some(url.insecure),
+                    #[cfg(feature = "tls")]
+                    certs,
+                },
                 state: Mutex::new(State::default()),
+                searched: tokio::sync::watch::channel(0).0,
                 config,
                 timeouts,
                 db: url.db,
@@ -318,50 +355,203 @@ impl SentinelConn {
         Ok(conn)
     }
 
-    /// The master's connection: the one in use, or one found now.
+    /// The master's connection: the one in use, or the one a search finds. The search
+    /// runs in a task of its own, one at a time: a caller that gives up (its command
+    /// timeout is shorter than the connect timeout) does not cut it short, and the
+    /// next caller takes what it found.
     async fn master(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        if let Some(current) = self.inner.current() {
-            return Ok(current);
-        }
-        let mut search = self.inner.search.lock().await;
-        // Found, or failed, while this call waited for the search.
-        if let Some(current) = self.inner.current() {
-            return Ok(current);
-        }
-        if let Some(err) = self.inner.recent_failure() {
-            return Err(err);
-        }
-        let found = tokio::time::timeout(self.inner.timeouts.connect, self.find(&mut search)).await;
-        let found = found.unwrap_or_else(|_| {
-            Err(RedisError::from((
-                ErrorKind::Io,
-                "no master found",
-                format!(
-                    "the sentinels did not name a reachable master within {:?}",
-                    self.inner.timeouts.connect
-                ),
-            )))
-        });
-        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        match found {
-            Ok(conn) => {
-                state.generation += 1;
-                state.current = Some((state.generation, conn.clone()));
-                state.failed = None;
-                Ok((state.generation, conn))
+        let mut searched = self.inner.searched.subscribe();
+        // Whether a search ended while this call waited.
+        let mut waited = false;
+        loop {
+            {
+                let mut state = self.inner.lock();
+                if let Some(current) = &state.current {
+                    return Ok(current.clone());
+                }
+                if let Some((at, err)) = &state.failed {
+                    // A search failed since this call began, or a moment ago.
+                    if waited || at.elapsed() < RETRY_AFTER_FAILURE {
+                        return Err(err.clone());
+                    }
+                }
+                if !state.searching {
+                    state.searching = true;
+                    tokio::spawn(search(self.inner.clone()));
+                }
             }
-            Err(err) => {
-                state.failed = Some((Instant::now(), err.clone()));
-                Err(err)
+            waited = true;
+            if searched.changed().await.is_err() {
+                return Err(no_master("the search for the master stopped"));
             }
         }
     }
 
-    /// Asks the sentinels for the master, connects to it and names the connection.
-    async fn find(&self, search: &mut SentinelClient) -> RedisResult<MultiplexedConnection> {
-        let mut conn = search
-            .get_async_connection_with_config(&self.inner.config)
+    /// Forgets the connection `generation`, after a reply or an error that says the
+    /// master is gone or is no longer the master.
+    fn forget(&self, generation: u64) {
+        let mut state = self.inner.lock();
+        if matches!(state.current, Some((g, _)) if g == generation) {
+            state.current = None;
+        }
+    }
+}
+
+fn no_master(detail: &str) -> RedisError {
+    RedisError::from((ErrorKind::Io, "no master found", detail.to_owned()))
+}
+
+/// Looks for the master within the connect timeout, and keeps what it found (or why
+/// it found nothing) for the callers.
+async fn search(inner: Arc<Inner>) {
+    // Ends the search even if the task is dropped (the runtime shutting down).
+    struct Finish<'a>(&'a Inner, Option<RedisResult<MultiplexedConnection>>);
+    impl Drop for Finish<'_> {
+        fn drop(&mut self) {
+            let mut state = self.0.lock();
+            state.searching = false;
+            match self.1.take() {
+                Some(Ok(conn)) => {
+                    state.generation += 1;
+                    state.current = Some((state.generation, conn));
+                    state.failed = None;
+                }
+                Some(Err(err)) => state.failed = Some((Instant::now(), err)),
+                None => state.failed = Some((Instant::now(), no_master("the search was stopped"))),
+            }
+            drop(state);
+            self.0.searched.send_modify(|n| *n += 1);
+        }
+    }
+    let mut finish = Finish(&inner, None);
+    let found = tokio::time::timeout(inner.timeouts.connect, inner.find()).await;
+    if matches!(found, Ok(Ok(_))) {
+        // Kept only while no master is found: searches are rare once one answers,
+        // and a client should not hold a connection to every sentinel meanwhile.
+        for sentinel in &inner.sentinels {
+            *sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+    let found = found.unwrap_or_else(|_| {
+        Err(no_master(&format!(
+            "the sentinels did not name a reachable master within {:?}",
+            inner.timeouts.connect
+        )))
+    });
+    finish.1 = Some(found);
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks the sentinels, a few at once, for the master, and connects to the first
+    /// master one of them names. When none does, the most telling failure: the
+    /// master's own (a wrong password, an untrusted certificate), else a sentinel's,
+    /// else that no sentinel knows a master of that name that is up.
+    async fn find(&self) -> RedisResult<MultiplexedConnection> {
+        // Collected first: a closure inside the stream makes the task's future not `Send`.
+        let lookups: Vec<_> = self.sentinels.iter().map(|s| self.ask(s)).collect();
+        let mut lookups = futures_util::stream::iter(lookups).buffer_unordered(SENTINELS_AT_ONCE);
+        let (mut master_err, mut sentinel_err, mut unknown) = (None, None, None);
+        while let Some(lookup) = lookups.next().await {
+            match lookup {
+                Ok(conn) => return Ok(conn),
+                Err(Failure::Master(err)) => master_err = Some(err),
+                Err(Failure::Sentinel(err)) => sentinel_err = Some(err),
+                Err(Failure::Unknown(err)) => unknown = Some(err),
+            }
+        }
+        Err(master_err
+            .or(sentinel_err)
+            .or(unknown)
+            .unwrap_or_else(|| no_master("no sentinel listed")))
+    }
+
+    /// One sentinel's answer, and a connection to the master it names.
+    async fn ask(&self, sentinel: &Sentinel) -> Result<MultiplexedConnection, Failure> {
+        let (ip, port) = self.named_by(sentinel).await?;
+        self.connect_master(ip, port).await.map_err(Failure::Master)
+    }
+
+    /// The address `sentinel` gives for the master, when it says the master is up.
+    async fn named_by(&self, sentinel: &Sentinel) -> Result<(String, u16), Failure> {
+        let cached = sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut conn = match cached {
+            Some(conn) => conn,
+            None => {
+                let conn = sentinel
+                    .client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await
+                    .map_err(Failure::Sentinel)?;
+                *sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+                conn
+            }
+        };
+        let reply: RedisResult<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg(&self.master.name)
+            .query_async(&mut conn)
+            .await;
+        let info = match reply {
+            Ok(info) => info,
+            Err(err) if err.code() == Some("ERR") && err.to_string().contains("No such master") => {
+                return Err(unknown_master());
+            }
+            Err(err) => {
+                *sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                return Err(Failure::Sentinel(err));
+            }
+        };
+        let flags = info.get("flags").map(String::as_str).unwrap_or_default();
+        let up = flags.split(',').any(|f| f == "master")
+            && !flags.split(',').any(|f| f == "s_down" || f == "o_down");
+        let ip = info.get("ip").filter(|ip| !ip.is_empty());
+        let port = info
+            .get("port")
+            .and_then(|p| p.parse::<u16>().ok())
+            .filter(|p| *p != 0);
+        match (up, ip, port) {
+            (true, Some(ip), Some(port)) if info.get("name") == Some(&self.master.name) => {
+                Ok((ip.clone(), port))
+            }
+            _ => Err(unknown_master()),
+        }
+    }
+
+    /// A connection to `ip:port` once it says it is a master, named for `CLIENT LIST`.
+    async fn connect_master(&self, ip: String, port: u16) -> RedisResult<MultiplexedConnection> {
+        let addr = match self.master.tls {
+            None => ConnectionAddr::Tcp(ip, port),
+            Some(insecure) => ConnectionAddr::TcpTls {
+                host: ip,
+                port,
+                insecure,
+                tls_params: None,
+            },
+        };
+        let info = addr
+            .into_connection_info()?
+            .set_redis_settings(self.master.settings.clone());
+        #[cfg(feature = "tls")]
+        let client = match &self.master.certs {
+            Some(certs) => redis::Client::build_with_tls(info, certs.clone())?,
+            None => redis::Client::open(info)?,
+        };
+        #[cfg(not(feature = "tls"))]
+        let client = redis::Client::open(info)?;
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
+        let role: redis::Role = redis::cmd("ROLE").query_async(&mut conn).await?;
+        if !matches!(role, redis::Role::Primary { .. }) {
+            return Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ReadOnly),
+                "the node the sentinel named is not a master",
+            )));
+        }
         redis::cmd("CLIENT")
             .arg("SETNAME")
             .arg(crate::backend::redis::server::CONNECTION_NAME)
@@ -369,18 +559,23 @@ impl SentinelConn {
             .await?;
         Ok(conn)
     }
+}
 
-    /// Forgets the connection `generation` after `err`, when `err` says the master
-    /// is gone or is no longer the master.
-    fn after_error(&self, generation: u64, err: &RedisError) {
-        if !lost_master(err) {
-            return;
-        }
-        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(state.current, Some((g, _)) if g == generation) {
-            state.current = None;
-        }
-    }
+/// Why one sentinel's lookup found no master.
+enum Failure {
+    /// The sentinel could not be asked (unreachable, wrong password, TLS).
+    Sentinel(RedisError),
+    /// It knows no master of that name that is up.
+    Unknown(RedisError),
+    /// The master it named could not be used.
+    Master(RedisError),
+}
+
+fn unknown_master() -> Failure {
+    Failure::Unknown(RedisError::from((
+        ErrorKind::MasterNameNotFoundBySentinel,
+        "Master with given name not found in sentinel",
+    )))
 }
 
 /// A client for one sentinel, with the sentinels' credentials.
@@ -446,11 +641,19 @@ impl Watched {
         }
     }
 
+    /// Until the sentinel's connection closes, or the sentinel stops answering: a
+    /// quiet pause is followed by a PING, so a sentinel that hangs with its connection
+    /// open is left for the next instead of deafening the client.
     async fn until_closed(&self, pubsub: redis::aio::PubSub, inner: &std::sync::Weak<Inner>) {
-        let mut messages = pubsub.into_on_message();
+        let (mut sink, mut messages) = pubsub.split();
         while inner.strong_count() > 0 {
             match tokio::time::timeout(LISTENER_PAUSE, messages.next()).await {
-                Err(_) => continue,
+                Err(_) => {
+                    let pong = tokio::time::timeout(self.timeouts.connect, sink.ping::<Value>()).await;
+                    if !matches!(pong, Ok(Ok(_))) {
+                        return;
+                    }
+                }
                 Ok(None) => return,
                 Ok(Some(message)) => {
                     let payload: String = message.get_payload().unwrap_or_default();
@@ -466,24 +669,9 @@ impl Watched {
 /// Forgets the master in use, if the client still exists.
 fn forget(inner: &std::sync::Weak<Inner>) {
     if let Some(inner) = inner.upgrade() {
-        let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = inner.lock();
         state.current = None;
         state.failed = None;
-    }
-}
-
-impl Inner {
-    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.current.clone()
-    }
-
-    fn recent_failure(&self) -> Option<RedisError> {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match &state.failed {
-            Some((at, err)) if at.elapsed() < RETRY_AFTER_FAILURE => Some(err.clone()),
-            _ => None,
-        }
     }
 }
 
@@ -494,13 +682,26 @@ fn lost_master(err: &RedisError) -> bool {
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_unrecoverable_error()
-        || matches!(
-            err.kind(),
-            ErrorKind::Server(ServerErrorKind::ReadOnly) | ErrorKind::Server(ServerErrorKind::MasterDown)
-        )
-        // Inside a script, a replica's refusal to write reaches the caller as the
-        // script's error.
-        || err.to_string().contains("READONLY")
+        || not_the_master(err.code().unwrap_or_default(), err.detail().unwrap_or_default())
+}
+
+/// Whether a server's error reply says the node is no longer a writable master: its
+/// code, or, inside a script on Redis 6.2, the code of the command the script ran.
+/// Never a word found elsewhere in the text: a script's error may quote stored
+/// values, which anyone who can write a key could make read `READONLY`.
+fn not_the_master(code: &str, detail: &str) -> bool {
+    let (code, _) = crate::backend::redis::replies::unwrapped(code, detail);
+    matches!(code, "READONLY" | "MASTERDOWN")
+}
+
+/// The error reply in `value`, if it is one that says the node is not the master.
+/// (The connection hands error replies back as values; only a lost connection is an
+/// error there.)
+fn replied_not_the_master(value: &Value) -> bool {
+    match value {
+        Value::ServerError(err) => not_the_master(err.code(), err.details().unwrap_or_default()),
+        _ => false,
+    }
 }
 
 impl ConnectionLike for SentinelConn {
@@ -508,8 +709,10 @@ impl ConnectionLike for SentinelConn {
         Box::pin(async move {
             let (generation, mut conn) = self.master().await?;
             let reply = conn.req_packed_command(cmd).await;
-            if let Err(err) = &reply {
-                self.after_error(generation, err);
+            match &reply {
+                Err(err) if lost_master(err) => self.forget(generation),
+                Ok(value) if replied_not_the_master(value) => self.forget(generation),
+                _ => {}
             }
             reply
         })
@@ -524,8 +727,10 @@ impl ConnectionLike for SentinelConn {
         Box::pin(async move {
             let (generation, mut conn) = self.master().await?;
             let reply = conn.req_packed_commands(pipeline, offset, count).await;
-            if let Err(err) = &reply {
-                self.after_error(generation, err);
+            match &reply {
+                Err(err) if lost_master(err) => self.forget(generation),
+                Ok(values) if values.iter().any(replied_not_the_master) => self.forget(generation),
+                _ => {}
             }
             reply
         })
@@ -539,6 +744,28 @@ impl ConnectionLike for SentinelConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_replys_code_says_not_the_master() {
+        assert!(not_the_master(
+            "READONLY",
+            "You can't write against a read only replica."
+        ));
+        assert!(not_the_master("MASTERDOWN", "Link with MASTER is down"));
+        // Redis 6.2's wording of a command's error inside a script.
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let detail = format!(
+            "Error running script (call to f_{sha}): @user_script:1: @user_script: 1: \
+             -READONLY You can't write against a read only replica."
+        );
+        assert!(not_the_master("ERR", &detail));
+        // A script's own error quoting a stored value.
+        assert!(!not_the_master(
+            "redlimit:bad_bucket:1",
+            "bucket READONLY You can't write"
+        ));
+        assert!(!not_the_master("ERR", "redlimit:bad_bucket:1 bucket READONLY"));
+    }
 
     fn parsed(url: &str) -> SentinelUrl {
         parse_url(url).expect("a sentinel URL").expect("valid")
@@ -569,8 +796,10 @@ mod tests {
         for (url, says) in [
             ("redis+sentinel:///m", "no sentinel listed"),
             ("redis+sentinel://a:1", "no master name"),
-            ("redis+sentinel://a/m", "has no port"),
-            ("redis+sentinel://a:0/m", "no valid port"),
+            ("redis+sentinel://a/m", "sentinel 1 has no port"),
+            ("redis+sentinel://a:1,b:0/m", "sentinel 2 has no valid port"),
+            ("redis+sentinel://a:1:2/m", "with a `:`"),
+            ("redis+sentinel://[::1:1/m", "IPv6 address that does not parse"),
             ("redis+sentinel://a:1/m/x", "not a number"),
             ("redis+sentinel://a:1/m/1/2", "more than a master name"),
             ("redis+sentinel://a:1/m?timeout=1", "accepted: sentinel_username"),
@@ -579,6 +808,35 @@ mod tests {
         ] {
             let err = parse_url(url).unwrap().unwrap_err();
             assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn huge_host_lists_are_refused() {
+        let hosts: Vec<String> = (0..65).map(|i| format!("10.0.0.{i}:26379")).collect();
+        let err = parse_url(&format!("redis+sentinel://{}/m", hosts.join(",")))
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("at most 64"), "{err}");
+        assert!(
+            parse_url(&format!("redis+sentinel://{}/m", hosts[..64].join(",")))
+                .unwrap()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_password_cut_at_an_unencoded_question_mark_is_not_shown() {
+        // Before the `?`: `:hunter2` reads as the only host.
+        for url in [
+            "redis+sentinel://:hunter2?x@a:1/m",
+            "redis+sentinel://u:hunter2?x@a:1/m",
+            "redis+sentinel://:hunter2:9?x@a:1/m",
+            "redis+sentinel://:hunter2#x@a:1/m",
+        ] {
+            let err = parse_url(url).unwrap().unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert!(!shown.contains("hunter2"), "{url}: {shown}");
         }
     }
 
