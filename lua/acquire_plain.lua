@@ -1,9 +1,9 @@
 -- acquire_plain.lua: the usual calls, decided on locals: one or more sliding-window
--- rules, each owning its stored config, on keys of their own. It is put after
--- call_time.lua (caller_now, REORDER) and in front of bucket.lua and acquire.lua when
--- the acquire script is built (runtime/src/backend/redis.rs), with acquire.lua's KEYS
--- and ARGV, and runs first so that the usual call makes no table per rule and no
--- helper closure.
+-- rules, each owning its stored config, on keys of their own. It comes after
+-- lib/call_time.lua (caller_now, REORDER, WALK) and before acquire.lua (see the
+-- recipe there), takes acquire.lua's KEYS and ARGV, and runs first so that the usual
+-- call makes no table per rule and no helper closure.
+-- Part of: acquire
 -- It takes the same steps as acquire.lua's phases (load_rule, plan_bucket, take,
 -- commit), rule by rule: `decide(i)` reads rule i and plans it, decides the rules
 -- after it (a call of its own), and commits rule i on the way back, when every rule

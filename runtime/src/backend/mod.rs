@@ -7,9 +7,11 @@
 pub(crate) mod connection;
 mod cross_slot;
 pub(crate) mod failure;
+mod layout;
 pub(crate) mod memory;
 pub(crate) mod redis;
 mod replies;
+mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod server;
 

@@ -1,7 +1,7 @@
--- bucket.lua: a token bucket's arithmetic, put in front of tokens.lua and acquire.lua
--- when the scripts are built (runtime/src/backend/redis.rs). Twin in Rust:
--- runtime/src/backend/memory/tokens.rs (TokenPlan::new is plan_tokens, cost is
--- token_cost, stored is store_tokens).
+-- lib/bucket.lua: a token bucket's arithmetic.
+-- Part of: acquire, tokens, reset
+-- Twin in Rust: runtime/src/backend/memory/tokens.rs (TokenPlan::new is plan_tokens,
+-- cost is token_cost, stored is store_tokens).
 --
 -- A bucket is one string, "rate:interval:burst:units:at" or, with a warm-up,
 -- "rate:interval:burst:units:at:warmup:cold": interval and warmup in ms, units in

@@ -1,15 +1,10 @@
--- call_time.lua: put first in the acquire and tokens scripts when they are built
--- (runtime/src/backend/redis.rs); every file after it starts from what it defines.
+-- lib/call_time.lua (after lib/clock.lua): the call's time and the constants of a
+-- decision; every file after it starts from what it defines.
+-- Part of: acquire, tokens
 
 -- The call's time in epoch ms: the caller's (ARGV[1]), or Redis's clock when it is
 -- empty.
-local caller_now
-if ARGV[1] ~= '' then
-  caller_now = ARGV[1] + 0
-else
-  local t = redis.call('time')
-  caller_now = t[1] * 1000 + math.floor(t[2] / 1000)
-end
+local caller_now = clock(ARGV[1])
 
 -- A call whose time was taken just before another's, but which reaches Redis after
 -- it, is decided at the later time when that is at most REORDER ms later: each log
