@@ -65,6 +65,10 @@ pub use backend::connection::cluster_nodes;
 pub use backend::connection::RawConnection;
 #[doc(hidden)]
 pub use backend::redis::delete_limiter_keys;
+/// The acquire script as the library sends it (its recipe is `backend/scripts.rs`'s),
+/// for measuring it beside other scripts.
+#[doc(hidden)]
+pub const ACQUIRE_SCRIPT: &str = backend::scripts::ACQUIRE.source;
 pub use bucket::TokenBucket;
 pub use builder::ClientBuilder;
 pub use client::{

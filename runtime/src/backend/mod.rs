@@ -11,7 +11,7 @@ mod layout;
 pub(crate) mod memory;
 pub(crate) mod redis;
 mod replies;
-mod scripts;
+pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod server;
 
