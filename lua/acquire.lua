@@ -1,5 +1,7 @@
 -- acquire.lua: decide one or more rate-limit rules, all or nothing, in one call.
--- Its twin in Rust is runtime/src/backend/memory/decide.rs: same phases, same names.
+-- Its twin in Rust is runtime/src/backend/memory/decide.rs: same phases, same names,
+-- same order (Phase 1 load_rule, settle_time, Phase 2 plan_bucket and take, Phase 3
+-- commit, Phase 4 reply).
 -- Recipe: lib/clock.lua, lib/call_time.lua, acquire_plain.lua, lib/member.lua, lib/ttl_rule.lua, lib/bucket.lua, acquire.lua
 -- acquire_plain.lua decides the usual calls (sliding-window rules that own their
 -- stored configs) and may answer one rule with an integer (see there); every other
@@ -28,7 +30,7 @@
 --     when 3 is "1" or the rule is a token bucket)
 -- A token-bucket rule uses its KEYS 2 ({NAME}:bucket) or 3 ({NAME}:bucket:ID) in
 -- place of the value keys, and touches no other: one string (its layout is in
--- bucket.lua); a missing bucket is a full, cold one, and each write sets its TTL to
+-- lib/bucket.lua); a missing bucket is a full, cold one, and each write sets its TTL to
 -- the time until it is full and cold (tokens.lua decides calls of token buckets alone).
 -- Returns {granted (1|0), first refusing rule (1-based, 0 when granted),
 --          wait in ms until that refusal would pass (0 when granted),
@@ -95,7 +97,7 @@ local function helpers()
   end
 end
 
--- Token-bucket rules: load_tokens reads one, with bucket.lua's helpers (put in front
+-- Token-bucket rules: load_tokens reads one, with lib/bucket.lua's helpers (ahead
 -- of this file), made when a call has a token-bucket rule.
 local load_tokens
 local function token_helpers()

@@ -4,15 +4,23 @@
 -- recipe there), takes acquire.lua's KEYS and ARGV, and runs first so that the usual
 -- call makes no table per rule and no helper closure.
 -- Part of: acquire
--- It takes the same steps as acquire.lua's phases (load_rule, settle_time,
--- plan_bucket, take, commit, reply), rule by rule: `decide(i)` reads rule i and plans
--- it, decides the rules after it (a call of its own), and commits rule i on the way
--- back, when every rule has been planned and the call is granted or refused as a
--- whole. Any case it does not cover (a config to create or change, a value that is
--- missing or not as Redis counts it, a member that does not decode, a log short of the
--- wait, a grant newer than the call in any rule's log but the first, two rules on one
--- name, a rule asking for no permit beside others) leaves this block before writing
--- anything, and acquire.lua decides the call from the start. The differential tests run both.
+-- It takes the same steps as acquire.lua's phases, under their names and in their
+-- order (read config, load_rule, settle_time, plan_bucket, take, commit, reply), rule
+-- by rule: `decide(i)` reads rule i and plans it, decides the rules after it (a call
+-- of its own), and commits rule i on the way back, when every rule has been planned
+-- and the call is granted or refused as a whole. Any case it does not cover (a config
+-- to create or change, a value that is missing or not as Redis counts it, a member
+-- that does not decode, a log short of the wait, a grant newer than the call in any
+-- rule's log but the first, two rules on one name, a rule asking for no permit beside
+-- others) leaves this block before writing anything, and acquire.lua decides the call
+-- from the start.
+--
+-- `decide` is one function of about 120 lines, not several: each function the block
+-- makes is an object made on every call, and splitting it into plan_bucket, take and
+-- commit functions cost the usual call 3 to 5% more instructions in Redis (measured
+-- with scripts/script-instructions.sh). lib/member.lua's decode_member and
+-- lib/ttl_rule.lua are written out here for the same reason; a member that does not
+-- decode leaves the block (acquire.lua then raises the error) instead of raising. The differential tests run both.
 --
 -- Replies: for one rule decided at the caller's time (ARGV[1]), a grant is the integer
 -- permits left (>= 0) and a refusal with no permit left is the integer -wait (< 0, in
@@ -44,105 +52,18 @@ do
   end
   if plain then
     local caller_time = ARGV[1] ~= ''
-    -- Everything comes in as an argument: each local of the script a function shares
-    -- would cost every call an object.
-
-    -- plan_bucket: the value of rule i's bucket (`vkey`), as Redis counts it (so a
-    -- grant can be a DECRBY) and exact as a double, plus what left the window (the
-    -- log `pkey`'s scores up to `cutoff`): the value, how many entries left, and
-    -- whether the value changed; false to leave.
-    local plan_bucket = function(vkey, pkey, cutoff, rate)
-      local call, byte, find = redis.call, string.byte, string.find
-      local raw = call('get', vkey)
-      if raw == false or #raw > 15 or not (raw == '0' or find(raw, '^%-?[1-9]%d*$')) then return false end
-      local value = raw + 0
-      local stale = call('zrangebyscore', pkey, '-inf', string.format('%d', cutoff))
-      local released = 0
-      for j = 1, #stale do
-        -- lib/member.lua's decode_member, written out; a member that does not decode leaves
-        local member = stale[j]
-        local len = byte(member, 1)
-        if len == nil or #member ~= len + 5 then return false end
-        local b1, b2, b3, b4 = byte(member, len + 2, len + 5)
-        released = released + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-      end
-      if released > 0 and value + released > rate then return false end
-      if released > 0 then return value + released, #stale, true end
-      return value, #stale, false
-    end
-
-    -- take: the wait until the log releases the `need` permits rule i lacks (its log
-    -- `pkey`, the first `skip` entries released), or false to leave. At most
-    -- `walk_max` entries are read: permits lacking past them get an upper bound.
-    local take = function(pkey, skip, need, interval, now, walk_max)
-      local call, byte, format = redis.call, string.byte, string.format
-      local acc = 0
-      local walk = need < walk_max and need or walk_max
-      local chunk
-      if skip == 0 and need == 1 then
-        -- the usual refusal: the oldest grant (string.format costs more than the query)
-        chunk = call('zrange', pkey, '0', '0', 'withscores')
-      else
-        chunk = call('zrange', pkey, format('%d', skip), format('%d', skip + walk - 1), 'withscores')
-      end
-      for j = 1, #chunk, 2 do
-        local member = chunk[j]
-        local len = byte(member, 1)
-        if len == nil or #member ~= len + 5 then return false end
-        local b1, b2, b3, b4 = byte(member, len + 2, len + 5)
-        acc = acc + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-        if acc >= need then
-          return chunk[j + 1] + interval - now
-        end
-      end
-      -- a log short of the wait is acquire.lua's case
-      if #chunk < 2 * walk or call('zcard', pkey) <= skip + walk then return false end
-      local newest = call('zrange', pkey, '-1', '-1', 'withscores')
-      return newest[2] + interval - now
-    end
-
-    -- commit: rule i's writes (a rule asking what is available writes nothing): the
-    -- released entries out, the grant logged and taken off the value (DECRBY when the
-    -- value was not `dirty`), and Redisson's TTL rule (lib/ttl_rule.lua, written out).
-    local commit = function(k, a, vkey, pkey, skip, granted, dirty, value, permits, score)
-      local keys, argv, call, format = KEYS, ARGV, redis.call, string.format
-      if skip > 0 then call('zremrangebyrank', pkey, '0', format('%d', skip - 1)) end
-      if granted then
-        call('zadd', pkey, score, argv[a + 2])
-        if not dirty then
-          call('decrby', vkey, argv[a + 1])
-        else
-          call('set', vkey, format('%d', value - permits), 'keepttl')
-        end
-      elseif dirty then
-        call('set', vkey, format('%d', value), 'keepttl')
-      end
-      local keep = argv[a + 7]
-      if keep ~= '0' then
-        call('pexpire', keys[k + 1], keep)
-        call('pexpire', vkey, keep)
-        call('pexpire', pkey, keep)
-      else
-        local ttl = call('pttl', keys[k + 1])
-        if ttl > 0 then
-          ttl = format('%d', ttl)
-          call('pexpire', vkey, ttl)
-          call('pexpire', pkey, ttl)
-        end
-      end
-    end
-
-    -- `decide(decide, plan_bucket, take, commit, i, now, after, score, refused, retry, reply,
-    -- reorder, walk_max)` decides rule i and those after it: read config, load_rule,
-    -- settle_time, plan_bucket, take, then the rules after it, then commit and reply.
-    -- It takes the call's time, `(` and the caller's time (for ZCOUNT), the grants'
-    -- score (text; the first rule sets it), the first refusing rule and the longest
-    -- wait so far (acquire.lua's `refused`, `retry`), for several rules acquire.lua's
-    -- reply (filled in rule by rule), REORDER and WALK. It returns false to leave, else
-    -- true, the final refused, retry and time, and rule i's permits and wait.
-    local decide = function(decide, plan_bucket, take, commit, i, now, after, score, refused, retry, reply, reorder, walk_max)
+    -- `decide(decide, i, now, after, score, refused, retry, reply, reorder)` decides
+    -- rule i and those after it. It takes the call's time, `(` and the caller's time
+    -- (for ZCOUNT), the grants' score (text; the first rule sets it), the first
+    -- refusing rule and the longest wait so far (acquire.lua's `refused`, `retry`),
+    -- for several rules acquire.lua's reply (filled in rule by rule), and REORDER. It
+    -- returns false to leave, else true, the final refused, retry and time, and rule
+    -- i's permits and wait. Everything comes in as an argument: each local of the
+    -- script a function shares would cost every call an object.
+    local decide = function(decide, i, now, after, score, refused, retry, reply, reorder, walk_max)
       -- globals read once (each read of a global is a lookup by name)
       local keys, argv, call = KEYS, ARGV, redis.call
+      local byte, format, find = string.byte, string.format, string.find
       local k, a = 5 * (i - 1), 1 + 7 * (i - 1)
       -- read config: the stored one must be the rule's own
       local stored = call('hmget', keys[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
@@ -151,7 +72,7 @@ do
         return false
       end
       -- ARGV a+1, a+4 and a+5 are decimals the caller wrote
-      local permits, rate, interval = argv[a + 1] + 0, argv[a + 4] + 0, argv[a + 5] + 0
+      local permits, rate, interval, keep = argv[a + 1] + 0, argv[a + 4] + 0, argv[a + 5] + 0, argv[a + 7]
       if permits > rate then return false end
       local vkey, pkey = keys[k + 2], keys[k + 4]
       if argv[a + 6] == '1' then vkey, pkey = keys[k + 3], keys[k + 5] end
@@ -166,16 +87,55 @@ do
         if later[2] - now <= reorder then now, moved = later[2] + 0, true end
       end
       if i == 1 then
-        score = argv[1] ~= '' and not moved and argv[1] or string.format('%d', now)
+        score = argv[1] ~= '' and not moved and argv[1] or format('%d', now)
       end
-      -- plan_bucket
-      local value, skip, dirty = plan_bucket(vkey, pkey, now - interval, rate)
-      if not value then return false end
+      -- plan_bucket: the value, as Redis counts (so a grant can be a DECRBY) and exact
+      -- as a double, plus what left the window
+      local raw = call('get', vkey)
+      if raw == false or #raw > 15 or not (raw == '0' or find(raw, '^%-?[1-9]%d*$')) then return false end
+      local value = raw + 0
+      local stale = call('zrangebyscore', pkey, '-inf', format('%d', now - interval))
+      local released = 0
+      for j = 1, #stale do
+        local member = stale[j]
+        local len = byte(member, 1)
+        if len == nil or #member ~= len + 5 then return false end
+        local b1, b2, b3, b4 = byte(member, len + 2, len + 5)
+        released = released + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+      end
+      if released > 0 and value + released > rate then return false end
+      local dirty = released > 0
+      if dirty then value = value + released end
       -- take: enough permits, or the exact wait until the log releases them
       local wait = 0
       if permits > 0 and value < permits then
-        wait = take(pkey, skip, permits - value, interval, now, walk_max)
-        if not wait then return false end
+        -- at most `walk` entries are read: permits lacking past them get an upper bound
+        local need, acc = permits - value, 0
+        local walk = need < walk_max and need or walk_max
+        local chunk
+        if #stale == 0 and need == 1 then
+          -- the usual refusal: the oldest grant (string.format costs more than the query)
+          chunk = call('zrange', pkey, '0', '0', 'withscores')
+        else
+          chunk = call('zrange', pkey, format('%d', #stale), format('%d', #stale + walk - 1), 'withscores')
+        end
+        for j = 1, #chunk, 2 do
+          local member = chunk[j]
+          local len = byte(member, 1)
+          if len == nil or #member ~= len + 5 then return false end
+          local b1, b2, b3, b4 = byte(member, len + 2, len + 5)
+          acc = acc + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+          if acc >= need then
+            wait = chunk[j + 1] + interval - now
+            break
+          end
+        end
+        if acc < need then
+          -- a log short of the wait is acquire.lua's case
+          if #chunk < 2 * walk or call('zcard', pkey) <= #stale + walk then return false end
+          local newest = call('zrange', pkey, '-1', '-1', 'withscores')
+          wait = newest[2] + interval - now
+        end
         if refused == 0 then refused = i end
         if wait > retry then retry = wait end
       end
@@ -186,13 +146,39 @@ do
       -- the rules after this one; nothing is written until all are planned
       if i < #keys / 5 then
         local ok
-        ok, refused, retry = decide(decide, plan_bucket, take, commit, i + 1, now, after, score, refused, retry, reply,
-          reorder, walk_max)
+        ok, refused, retry = decide(decide, i + 1, now, after, score, refused, retry, reply, reorder, walk_max)
         if not ok then return false end
       end
-      -- commit, then reply
+
+      -- commit (a call asking what is available writes nothing)
       local granted = refused == 0
-      if permits > 0 then commit(k, a, vkey, pkey, skip, granted, dirty, value, permits, score) end
+      if permits > 0 then
+        if #stale > 0 then call('zremrangebyrank', pkey, '0', format('%d', #stale - 1)) end
+        if granted then
+          call('zadd', pkey, score, argv[a + 2])
+          if not dirty then
+            call('decrby', vkey, argv[a + 1])
+          else
+            call('set', vkey, format('%d', value - permits), 'keepttl')
+          end
+        elseif dirty then
+          call('set', vkey, format('%d', value), 'keepttl')
+        end
+        -- Redisson's TTL rule (lib/ttl_rule.lua, written out)
+        if keep ~= '0' then
+          call('pexpire', keys[k + 1], keep)
+          call('pexpire', vkey, keep)
+          call('pexpire', pkey, keep)
+        else
+          local ttl = call('pttl', keys[k + 1])
+          if ttl > 0 then
+            ttl = format('%d', ttl)
+            call('pexpire', vkey, ttl)
+            call('pexpire', pkey, ttl)
+          end
+        end
+      end
+      -- reply
       if reply then
         local left = granted and value - permits or value
         reply[3 + 2 * i] = left > 0 and left or 0
@@ -202,8 +188,7 @@ do
 
     local reply = nrules > 1 and { 1, 0, 0, 0 } or false
     local after = caller_time and '(' .. ARGV[1] or string.format('(%d', caller_now)
-    local ok, refused, retry, now, one_value, one_wait = decide(decide, plan_bucket, take, commit, 1, caller_now, after, false, 0, 0,
-      reply, REORDER, WALK)
+    local ok, refused, retry, now, one_value, one_wait = decide(decide, 1, caller_now, after, false, 0, 0, reply, REORDER, WALK)
     if ok then
       local granted = refused == 0
       if reply then

@@ -26,7 +26,7 @@
 -- value + permits in the log = rate, so the new rate is never exceeded while old
 -- grants leave (Redisson clamps it at 0 instead, which lets the window exceed the new
 -- rate). Then the TTL rule of an acquire applies to the three keys.
--- NAME must be missing or a limiter's config (limiter.lua): any other key is another
+-- NAME must be missing or a limiter's config (lib/limiter.lua): any other key is another
 -- program's, and nothing is written. Keys that are read must hold their type; so must
 -- the state keys of a limiter that does not exist yet, while a restart of an existing
 -- one deletes them whatever they hold (it repairs corrupted state).

@@ -1,6 +1,6 @@
 -- tokens.lua: decide a call whose rules are all token buckets, all or nothing. The
--- same decision acquire.lua makes for token-bucket rules, with bucket.lua's helpers
--- (put in front of this file), without the sliding window's machinery; twin in Rust:
+-- same decision acquire.lua makes for token-bucket rules, with lib/bucket.lua's helpers
+-- (ahead of this file), without the sliding window's machinery; twin in Rust:
 -- runtime/src/backend/memory/tokens.rs.
 --
 -- Recipe: lib/clock.lua, lib/call_time.lua, tokens_one.lua, lib/bucket.lua, tokens.lua

@@ -47,7 +47,7 @@ do
       else
         u = cap
       end
-      -- Three divisions below (the wait, the TTL, the tokens left) are bucket.lua's
+      -- Three divisions below (the wait, the TTL, the tokens left) are lib/bucket.lua's
       -- idiv, floor(a / b) of integers below 2^53 exactly (the division of doubles can
       -- round across an integer), and the first two its cdiv, written out: a helper
       -- function cost this call 1.5k of its 49k instructions.

@@ -17,7 +17,7 @@
 -- costs on every call that makes it.
 
 local idiv, cdiv, read_bucket, plan_tokens, token_cost, take_tokens, store_tokens
-local COLD_STEPS = 65536 -- twin: COLD_STEPS in tokens.rs
+local COLD_STEPS = 65536 -- twin: COLD_STEPS in tokens.rs (held equal by a test)
 
 local function bucket_helpers()
   -- floor(a / b) and ceil(a / b) of integers below 2^53 in size (b > 0), exactly: the

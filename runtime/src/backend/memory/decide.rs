@@ -1,12 +1,16 @@
 //! A decision over one or more rules, as `lua/acquire.lua` makes it, phase for phase
-//! and name for name: `load_rule` (each rule's config and the newest grant),
-//! `plan_bucket` and `take` (each bucket once, then each rule's permits, writing
-//! nothing), `commit` (the writes). The bucket plans Lua keeps in the table of the
-//! first rule naming a bucket are this file's `BucketPlan`s; `state.rs`'s `Bucket` is
-//! the stored state (the value and log keys). The usual call (one sliding-window rule
-//! with its stored config) is decided first by `decide_one`, the twin of
-//! `lua/acquire_plain.lua` for one rule, which leaves every other case to the phases
-//! (several such rules: acquire_plain.lua decides them too, here the phases do).
+//! and name for name, in its order: `load_rule` (each rule's config and the newest
+//! grant; `load_tokens` for a token bucket), `settle_time` (an overtaken call moves
+//! to the later time), `plan_bucket` and `take` (each bucket once, then each rule's
+//! permits, writing nothing; `plan_tokens` for a token bucket), `commit` (the writes,
+//! with `ttl_rule`, `lua/lib/ttl_rule.lua`'s twin) and `reply`. The bucket plans Lua
+//! keeps in the table of the first rule naming a bucket are this file's `BucketPlan`s;
+//! `state.rs`'s `Bucket` is the stored state (the value and log keys). The usual call
+//! (one sliding-window rule with its stored config) is decided first by `decide_one`,
+//! the twin of `lua/acquire_plain.lua` for one rule (read config, load_rule,
+//! settle_time, plan_bucket, take, commit, reply), which leaves every other case to
+//! the phases (several such rules: acquire_plain.lua decides them too, here the phases
+//! do).
 
 use super::state::{Bucket, Limiter, Store};
 use super::tokens::{TokenPlan, Tokens};
