@@ -254,12 +254,7 @@ async fn main() {
     }
 
     // 1 and 3: the decorated fn against the bare script on redis-rs.
-    let script = Arc::new(redis::Script::new(concat!(
-        include_str!("../lua/call_time.lua"),
-        include_str!("../lua/acquire_plain.lua"),
-        include_str!("../lua/bucket.lua"),
-        include_str!("../lua/acquire.lua")
-    )));
+    let script = Arc::new(redis::Script::new(redlimit::ACQUIRE_SCRIPT));
     let bare = {
         let conn = conn.clone();
         move || {

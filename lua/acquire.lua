@@ -1,31 +1,36 @@
 -- acquire.lua: decide one or more rate-limit rules, all or nothing, in one call.
--- Its twin in Rust is runtime/src/backend/memory/decide.rs: same phases, same names.
--- The acquire script is call_time.lua, acquire_plain.lua, bucket.lua and this file,
--- in that order:
+-- Its twin in Rust is runtime/src/backend/memory/decide.rs: same phases, same names,
+-- same order (Phase 1 load_rule, settle_time, Phase 2 plan_bucket and take, Phase 3
+-- commit, Phase 4 reply).
+-- Recipe: lib/clock.lua, lib/call_time.lua, acquire_plain.lua, lib/member.lua, lib/ttl_rule.lua, lib/bucket.lua, acquire.lua
 -- acquire_plain.lua decides the usual calls (sliding-window rules that own their
 -- stored configs) and may answer one rule with an integer (see there); every other
 -- call reaches this file.
 --
--- KEYS, five per rule (rule i uses KEYS[5*(i-1)+1 .. 5*(i-1)+5]), in Redisson's order:
---   1 NAME                config hash (rate, interval, type, keepAliveTime)
---   2 {NAME}:value        available permits, mode overall
---   3 {NAME}:value:ID     available permits, mode per_client
---   4 {NAME}:permits      grant log, mode overall
---   5 {NAME}:permits:ID   grant log, mode per_client
+-- KEYS, per rule: rule i's key j is KEYS[5*(i-1)+j]:
+--   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)
+--   2 value: {NAME}:value, available permits, mode overall
+--   3 client_value: {NAME}:value:ID, available permits, mode per_client
+--   4 permits: {NAME}:permits, grant log, mode overall
+--   5 client_permits: {NAME}:permits:ID, grant log, mode per_client
 -- ARGV:
---   1 now, epoch milliseconds; empty for the server's clock
---   then seven per rule (rule i uses ARGV[1+7*(i-1)+1 .. 1+7*(i-1)+7]):
---   1 permits; 0 asks what is available and writes nothing
---   2 log member: 1 byte id length L, L id bytes, permits as 4-byte little-endian
---   3 "1": the rule owns the config (create it when missing, overwrite it when it
---      differs, keeping the window); "0": use the stored config as it is (a token
---      bucket always owns its config: 3 is its warm-up in ms, "0" for none)
---   4 rate, 5 interval in ms, 6 type ("0" overall, "1" per_client; "2" and "3": a
---   token bucket, overall or per_client), 7 keepAliveTime in ms, or a token
---   bucket's burst (4..7 are read only when 3 is "1" or the rule is a token bucket)
+--   1 now: epoch milliseconds; empty for the server's clock
+-- ARGV, per rule: rule i's argument j is ARGV[1+7*(i-1)+j]:
+--   1 permits: 0 asks what is available and writes nothing
+--   2 member: the log member, 1 byte id length L, L id bytes, permits as 4-byte
+--     little-endian
+--   3 owns: "1", the rule owns the config (create it when missing, overwrite it when
+--     it differs, keeping the window); "0": use the stored config as it is (a token
+--     bucket always owns its config: 3 is its warm-up in ms, "0" for none)
+--   4 rate: the rate
+--   5 interval: in ms
+--   6 type: "0" overall, "1" per_client; "2" and "3": a token bucket, overall or
+--     per_client
+--   7 keep_alive: keepAliveTime in ms, or a token bucket's burst (4..7 are read only
+--     when 3 is "1" or the rule is a token bucket)
 -- A token-bucket rule uses its KEYS 2 ({NAME}:bucket) or 3 ({NAME}:bucket:ID) in
 -- place of the value keys, and touches no other: one string (its layout is in
--- bucket.lua); a missing bucket is a full, cold one, and each write sets its TTL to
+-- lib/bucket.lua); a missing bucket is a full, cold one, and each write sets its TTL to
 -- the time until it is full and cold (tokens.lua decides calls of token buckets alone).
 -- Returns {granted (1|0), first refusing rule (1-based, 0 when granted),
 --          wait in ms until that refusal would pass (0 when granted),
@@ -40,39 +45,30 @@
 -- All reads and checks come first and every write after them, so an error leaves
 -- the state untouched, and a refusal by any rule spends no permit of any rule.
 --
--- Every call that reaches here runs this whole body, so it creates as little as it can: one table per
--- rule (which also holds the plan of the bucket it is the first to name), built whole
--- by its constructor, and helpers only on the paths that need them.
+-- Every call that reaches here runs this whole body, so it creates as little as it
+-- can: one table per rule (which also holds the plan of the bucket it is the first to
+-- name), built whole by its constructor, and helpers only on the paths that need them
+-- (but lib/member.lua's and lib/ttl_rule.lua's, one closure each).
 
 -- Numbers are read as `s + 0` where s is a decimal the caller wrote or this script
 -- checked (one conversion; tonumber converts twice), and given to redis.call as text
 -- (a number is printed with "%.17g"): see acquire_plain.lua.
--- caller_now, the call's time, and REORDER are call_time.lua's.
+-- caller_now, the call's time, and REORDER are lib/call_time.lua's.
 local now = caller_now
 local nrules = #KEYS / 5
 local LIMIT = 9007199254740992 -- 2^53: doubles count exactly up to here
 
 -- Helpers are made when first needed: a closure costs on every call that makes it.
-local fail, permits_of, rebuild_from_log, wait_for
+local fail, rebuild_from_log, wait_for
 local function helpers()
   fail = function(code, rule, text)
     error('redlimit:' .. code .. ':' .. rule .. ' ' .. text, 0)
-  end
-  -- The permits a log member holds (Redisson's struct.pack('Bc0I', ...)).
-  permits_of = function(rule, kind, member)
-    local len = string.byte(member, 1)
-    if len == nil or #member ~= len + 5 then
-      fail('bad_member', rule, (kind == '1' and 'client_permits' or 'permits') .. ' member of '
-        .. #member .. ' bytes does not decode')
-    end
-    local a, b, c, d = string.byte(member, len + 2, len + 5)
-    return a + b * 256 + c * 65536 + d * 16777216
   end
   -- The permits in the log after its first `skip` entries (the released ones).
   rebuild_from_log = function(rule, kind, key, skip)
     local total = 0
     for _, member in ipairs(redis.call('zrange', key, string.format('%d', skip), '-1')) do
-      total = total + permits_of(rule, kind, member)
+      total = total + decode_member(member, kind == '1' and 'client_permits' or 'permits', rule)
     end
     return total
   end
@@ -85,7 +81,7 @@ local function helpers()
     local chunk = redis.call('zrange', key, string.format('%d', skip), string.format('%d', skip + walk - 1),
       'withscores')
     for j = 1, #chunk, 2 do
-      acc = acc + permits_of(rule, kind, chunk[j])
+      acc = acc + decode_member(chunk[j], kind == '1' and 'client_permits' or 'permits', rule)
       if acc >= need then
         return chunk[j + 1] + interval - now
       end
@@ -101,7 +97,7 @@ local function helpers()
   end
 end
 
--- Token-bucket rules: load_tokens reads one, with bucket.lua's helpers (put in front
+-- Token-bucket rules: load_tokens reads one, with lib/bucket.lua's helpers (ahead
 -- of this file), made when a call has a token-bucket rule.
 local load_tokens
 local function token_helpers()
@@ -144,74 +140,75 @@ for i = 1, nrules do
     if r.stored and r.stored.at > newest then newest = r.stored.at end
     rules[i] = r
   else
-  local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
-  local r = {
-    name = KEYS[k + 1], k = k, permits = ARGV[a + 1] + 0, member = ARGV[a + 2],
-    rate = 0, interval = 0, kind = false, old_kind = false, keep = 0, keep_text = '0',
-    write = false, changed = false, vkey = false, pkey = false,
-    -- the bucket (value and log) this rule decides on: the first rule naming it owns
-    -- the plan (skip ... clear); later rules on it point to that owner
-    bucket = false, skip = 0, spent = 0, value = 0, dirty = true, counted = false, clear = false,
-  }
-  local initialized = stored[1] ~= false and stored[2] ~= false and stored[3] ~= false
-  local owns = ARGV[a + 3] == '1'
-  if owns and initialized and stored[1] == ARGV[a + 4] and stored[2] == ARGV[a + 5]
-      and stored[3] == ARGV[a + 6] and (stored[4] or '0') == ARGV[a + 7] then
-    -- the stored config is the rule's own, valid as sent: nothing to check or write
-    r.rate, r.interval, r.kind, r.keep = ARGV[a + 4] + 0, ARGV[a + 5] + 0, ARGV[a + 6], ARGV[a + 7] + 0
-    r.old_kind, r.keep_text = r.kind, ARGV[a + 7]
-  else
-    if initialized then
-      local rate, interval, kind = stored[1], stored[2], stored[3]
-      local keep = stored[4] or '0'
-      r.rate, r.interval, r.keep = tonumber(rate), tonumber(interval), tonumber(keep)
-      if not string.find(rate, '^%d+$') or r.rate < 1 or r.rate > LIMIT then helpers() fail('bad_config', i, 'rate=' .. rate) end
-      if not string.find(interval, '^%d+$') or r.interval < 1 or r.interval > LIMIT then helpers() fail('bad_config', i, 'interval=' .. interval) end
-      if kind ~= '0' and kind ~= '1' then helpers() fail('bad_config', i, 'type=' .. kind) end
-      if not string.find(keep, '^%d+$') or r.keep > LIMIT then helpers() fail('bad_config', i, 'keepAliveTime=' .. keep) end
-      r.kind, r.old_kind, r.keep_text = kind, kind, keep
-    end
-    if owns and not initialized and redis.call('exists', r.name) == 1 then
-      -- another program's hash under the limiter's name: the rule writes nothing to it
-      local missing = {}
-      for j, field in ipairs({ 'rate', 'interval', 'type' }) do
-        if stored[j] == false then missing[#missing + 1] = field end
-      end
-      helpers()
-      fail('not_limiter', i, 'config holds a hash without ' .. table.concat(missing, ', '))
-    end
-    if owns then
-      r.write, r.changed = true, initialized
-      if initialized then r.replaced = stored end -- rare: the table grows only then
+    local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
+    local r = {
+      name = KEYS[k + 1], k = k, permits = ARGV[a + 1] + 0, member = ARGV[a + 2],
+      rate = 0, interval = 0, kind = false, old_kind = false, keep = 0, keep_text = '0',
+      write = false, changed = false, vkey = false, pkey = false,
+      -- the bucket (value and log) this rule decides on: the first rule naming it owns
+      -- the plan (skip ... clear); later rules on it point to that owner
+      bucket = false, skip = 0, spent = 0, value = 0, dirty = true, counted = false, clear = false,
+    }
+    local initialized = stored[1] ~= false and stored[2] ~= false and stored[3] ~= false
+    local owns = ARGV[a + 3] == '1'
+    if owns and initialized and stored[1] == ARGV[a + 4] and stored[2] == ARGV[a + 5]
+        and stored[3] == ARGV[a + 6] and (stored[4] or '0') == ARGV[a + 7] then
+      -- the stored config is the rule's own, valid as sent: nothing to check or write
       r.rate, r.interval, r.kind, r.keep = ARGV[a + 4] + 0, ARGV[a + 5] + 0, ARGV[a + 6], ARGV[a + 7] + 0
-      r.keep_text = ARGV[a + 7]
-    elseif not initialized then
-      helpers()
-      fail('not_initialized', i, 'RateLimiter is not initialized')
+      r.old_kind, r.keep_text = r.kind, ARGV[a + 7]
+    else
+      if initialized then
+        local rate, interval, kind = stored[1], stored[2], stored[3]
+        local keep = stored[4] or '0'
+        r.rate, r.interval, r.keep = tonumber(rate), tonumber(interval), tonumber(keep)
+        if not string.find(rate, '^%d+$') or r.rate < 1 or r.rate > LIMIT then helpers() fail('bad_config', i, 'rate=' .. rate) end
+        if not string.find(interval, '^%d+$') or r.interval < 1 or r.interval > LIMIT then helpers() fail('bad_config', i, 'interval=' .. interval) end
+        if kind ~= '0' and kind ~= '1' then helpers() fail('bad_config', i, 'type=' .. kind) end
+        if not string.find(keep, '^%d+$') or r.keep > LIMIT then helpers() fail('bad_config', i, 'keepAliveTime=' .. keep) end
+        r.kind, r.old_kind, r.keep_text = kind, kind, keep
+      end
+      if owns and not initialized and redis.call('exists', r.name) == 1 then
+        -- another program's hash under the limiter's name: the rule writes nothing to it
+        local missing = {}
+        for j, field in ipairs({ 'rate', 'interval', 'type' }) do
+          if stored[j] == false then missing[#missing + 1] = field end
+        end
+        helpers()
+        fail('not_limiter', i, 'config holds a hash without ' .. table.concat(missing, ', '))
+      end
+      if owns then
+        r.write, r.changed = true, initialized
+        if initialized then r.replaced = stored end -- rare: the table grows only then
+        r.rate, r.interval, r.kind, r.keep = ARGV[a + 4] + 0, ARGV[a + 5] + 0, ARGV[a + 6], ARGV[a + 7] + 0
+        r.keep_text = ARGV[a + 7]
+      elseif not initialized then
+        helpers()
+        fail('not_initialized', i, 'RateLimiter is not initialized')
+      end
     end
-  end
-  if r.permits > r.rate then
-    helpers()
-    fail('permits_exceed_rate', i, string.format('%d %d ', r.permits, r.rate)
-      .. 'Requested permits amount cannot exceed defined rate')
-  end
-  if r.kind == '1' then
-    r.vkey, r.pkey = KEYS[k + 3], KEYS[k + 5]
-  else
-    r.vkey, r.pkey = KEYS[k + 2], KEYS[k + 4]
-  end
-  -- The newest grant, when it is newer than this call's time (usually none is, and
-  -- counting none costs least).
-  if redis.call('zcount', r.pkey, after, '+inf') > 0 then
-    local later = redis.call('zrevrangebyscore', r.pkey, '+inf', after, 'withscores', 'limit', '0', '1')
-    local score = later[2] + 0
-    if score > newest then newest = score end
-  end
-  rules[i] = r
+    if r.permits > r.rate then
+      helpers()
+      fail('permits_exceed_rate', i, string.format('%d %d ', r.permits, r.rate)
+        .. 'Requested permits amount cannot exceed defined rate')
+    end
+    if r.kind == '1' then
+      r.vkey, r.pkey = KEYS[k + 3], KEYS[k + 5]
+    else
+      r.vkey, r.pkey = KEYS[k + 2], KEYS[k + 4]
+    end
+    -- The newest grant, when it is newer than this call's time (usually none is, and
+    -- counting none costs least).
+    if redis.call('zcount', r.pkey, after, '+inf') > 0 then
+      local later = redis.call('zrevrangebyscore', r.pkey, '+inf', after, 'withscores', 'limit', '0', '1')
+      local score = later[2] + 0
+      if score > newest then newest = score end
+    end
+    rules[i] = r
   end
 end
 
--- An overtaken call is decided at the later time (REORDER: call_time.lua).
+-- settle_time: an overtaken call is decided at the later time (REORDER:
+-- lib/call_time.lua).
 if newest - now <= REORDER then
   now = newest
 end
@@ -230,80 +227,77 @@ for i = 1, nrules do
       if wait > retry then retry = wait end
     end
   else
-  local b = false
-  for j = 1, i - 1 do
-    if rules[j].vkey == r.vkey then
-      b = rules[j].bucket
-      break
-    end
-  end
-  if not b then
-    b = r
-    b.value = r.rate
-    if r.changed and r.old_kind ~= r.kind then
-      -- a change of mode starts afresh and deletes both modes' state (Redisson 4.4+)
-      b.clear = true
-    else
-      local raw = redis.call('get', r.vkey)
-      local stale = redis.call('zrangebyscore', r.pkey, '-inf', string.format('%d', now - r.interval))
-      local released = 0
-      if #stale > 0 then
-        if permits_of == nil then helpers() end
-        for j = 1, #stale do
-          released = released + permits_of(i, r.kind, stale[j])
-        end
+    local b = false
+    for j = 1, i - 1 do
+      if rules[j].vkey == r.vkey then
+        b = rules[j].bucket
+        break
       end
-      b.skip = #stale
-      if raw == false then
-        -- a missing value with a surviving log is rebuilt from the log
-        if rebuild_from_log == nil then helpers() end
-        b.value = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip)
+    end
+    if not b then
+      b = r
+      b.value = r.rate
+      if r.changed and r.old_kind ~= r.kind then
+        -- a change of mode starts afresh and deletes both modes' state (Redisson 4.4+)
+        b.clear = true
       else
-        local value = tonumber(raw)
-        if value == nil or not string.find(raw, '^%-?%d+$') then
-          helpers()
-          fail('bad_value', i, (r.kind == '1' and 'client_value' or 'value') .. ' ' .. raw)
+        local raw = redis.call('get', r.vkey)
+        local stale = redis.call('zrangebyscore', r.pkey, '-inf', string.format('%d', now - r.interval))
+        local released = 0
+        for j = 1, #stale do
+          released = released + decode_member(stale[j], r.kind == '1' and 'client_permits' or 'permits', i)
         end
-        if r.changed or (released > 0 and value + released > r.rate) then
-          -- a changed config, or a value inflated by hand: the log is the authority
+        b.skip = #stale
+        if raw == false then
+          -- a missing value with a surviving log is rebuilt from the log
           if rebuild_from_log == nil then helpers() end
           b.value = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip)
-        elseif released > 0 then
-          b.value = value + released
         else
-          b.value, b.dirty = value, false
-          -- written as Redis counts, so the grant can be a DECRBY
-          b.counted = #raw <= 15 and (raw == '0' or string.find(raw, '^%-?[1-9]%d*$') ~= nil)
-        end
-      end
-    end
-  end
-  r.bucket = b
-
-  if r.permits > 0 then
-    if b.value - b.spent < r.permits then
-      local wait
-      if not b.clear then
-        if wait_for == nil then helpers() end
-        wait = wait_for(i, r.kind, r.pkey, b.skip, r.permits + b.spent - b.value, r.interval, b.spent)
-        if wait == nil then
-          -- value and log disagree (permits lost): the log is the authority, and the
-          -- rebuilt value is written whole (a DECRBY would spend from the stale one)
-          if rebuild_from_log == nil then helpers() end
-          b.value, b.dirty, b.counted = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip), true, false
-          if b.value - b.spent < r.permits then
-            wait = wait_for(i, r.kind, r.pkey, b.skip, r.permits + b.spent - b.value, r.interval, b.spent)
-              or r.interval
+          local value = tonumber(raw)
+          if value == nil or not string.find(raw, '^%-?%d+$') then
+            helpers()
+            fail('bad_value', i, (r.kind == '1' and 'client_value' or 'value') .. ' ' .. raw)
+          end
+          if r.changed or (released > 0 and value + released > r.rate) then
+            -- a changed config, or a value inflated by hand: the log is the authority
+            if rebuild_from_log == nil then helpers() end
+            b.value = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip)
+          elseif released > 0 then
+            b.value = value + released
+          else
+            b.value, b.dirty = value, false
+            -- written as Redis counts, so the grant can be a DECRBY
+            b.counted = #raw <= 15 and (raw == '0' or string.find(raw, '^%-?[1-9]%d*$') ~= nil)
           end
         end
       end
-      if wait ~= nil then
-        if refused == 0 then refused = i end
-        if wait > retry then retry = wait end
-      end
     end
-    b.spent = b.spent + r.permits
-  end
+    r.bucket = b
+
+    if r.permits > 0 then
+      if b.value - b.spent < r.permits then
+        local wait
+        if not b.clear then
+          if wait_for == nil then helpers() end
+          wait = wait_for(i, r.kind, r.pkey, b.skip, r.permits + b.spent - b.value, r.interval, b.spent)
+          if wait == nil then
+            -- value and log disagree (permits lost): the log is the authority, and the
+            -- rebuilt value is written whole (a DECRBY would spend from the stale one)
+            if rebuild_from_log == nil then helpers() end
+            b.value, b.dirty, b.counted = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip), true, false
+            if b.value - b.spent < r.permits then
+              wait = wait_for(i, r.kind, r.pkey, b.skip, r.permits + b.spent - b.value, r.interval, b.spent)
+                or r.interval
+            end
+          end
+        end
+        if wait ~= nil then
+          if refused == 0 then refused = i end
+          if wait > retry then retry = wait end
+        end
+      end
+      b.spent = b.spent + r.permits
+    end
   end
 end
 
@@ -340,37 +334,26 @@ if not probe then
   for i = 1, nrules do
     local r = rules[i]
     if not r.tb then
-    local b = r.bucket
-    if granted then
-      redis.call('zadd', r.pkey, score, r.member)
-    end
-    if b == r then
-      if granted and b.counted then
-        -- numbers given to redis.call are printed as floats: pass text where there is
-        redis.call('decrby', r.vkey, b.spent == r.permits and ARGV[1 + 7 * (i - 1) + 1] or string.format('%d', b.spent))
-      elseif granted then
-        redis.call('set', r.vkey, string.format('%d', b.value - b.spent), 'keepttl')
-      elseif b.dirty then
-        redis.call('set', r.vkey, string.format('%d', b.value), 'keepttl')
+      local b = r.bucket
+      if granted then
+        redis.call('zadd', r.pkey, score, r.member)
       end
-    end
-    -- Redisson's TTL rule: keepAliveTime on all three keys, else the config's own TTL
-    if r.keep > 0 then
-      redis.call('pexpire', r.name, r.keep_text)
-      redis.call('pexpire', r.vkey, r.keep_text)
-      redis.call('pexpire', r.pkey, r.keep_text)
-    else
-      local ttl = redis.call('pttl', r.name)
-      if ttl > 0 then
-        ttl = string.format('%d', ttl)
-        redis.call('pexpire', r.vkey, ttl)
-        redis.call('pexpire', r.pkey, ttl)
+      if b == r then
+        if granted and b.counted then
+          -- numbers given to redis.call are printed as floats: pass text where there is
+          redis.call('decrby', r.vkey, b.spent == r.permits and ARGV[1 + 7 * (i - 1) + 1] or string.format('%d', b.spent))
+        elseif granted then
+          redis.call('set', r.vkey, string.format('%d', b.value - b.spent), 'keepttl')
+        elseif b.dirty then
+          redis.call('set', r.vkey, string.format('%d', b.value), 'keepttl')
+        end
       end
-    end
+      ttl_rule(r.name, r.vkey, r.pkey, r.keep_text)
     end
   end
 end
 
+-- Phase 4, reply.
 local reply
 if nrules == 1 and not rules[1].replaced and not rules[1].tb then
   -- one rule: the reply built whole

@@ -1,18 +1,26 @@
 -- acquire_plain.lua: the usual calls, decided on locals: one or more sliding-window
--- rules, each owning its stored config, on keys of their own. It is put after
--- call_time.lua (caller_now, REORDER) and in front of bucket.lua and acquire.lua when
--- the acquire script is built (runtime/src/backend/redis.rs), with acquire.lua's KEYS
--- and ARGV, and runs first so that the usual call makes no table per rule and no
--- helper closure.
--- It takes the same steps as acquire.lua's phases (load_rule, plan_bucket, take,
--- commit), rule by rule: `decide(i)` reads rule i and plans it, decides the rules
--- after it (a call of its own), and commits rule i on the way back, when every rule
--- has been planned and the call is granted or refused as a whole. Any case it does not
--- cover (a config to create or change, a value that is missing or not as Redis counts
--- it, a member that does not decode, a log short of the wait, a grant newer than the
--- call in any rule's log but the first, two rules on one name, a rule asking for no
--- permit beside others) leaves this block before writing anything, and acquire.lua
--- decides the call from the start. The differential tests run both.
+-- rules, each owning its stored config, on keys of their own. It comes after
+-- lib/call_time.lua (caller_now, REORDER, WALK) and before acquire.lua (see the
+-- recipe there), takes acquire.lua's KEYS and ARGV, and runs first so that the usual
+-- call makes no table per rule and no helper closure.
+-- Part of: acquire
+-- It takes the same steps as acquire.lua's phases, under their names and in their
+-- order (read config, load_rule, settle_time, plan_bucket, take, commit, reply), rule
+-- by rule: `decide(i)` reads rule i and plans it, decides the rules after it (a call
+-- of its own), and commits rule i on the way back, when every rule has been planned
+-- and the call is granted or refused as a whole. Any case it does not cover (a config
+-- to create or change, a value that is missing or not as Redis counts it, a member
+-- that does not decode, a log short of the wait, a grant newer than the call in any
+-- rule's log but the first, two rules on one name, a rule asking for no permit beside
+-- others) leaves this block before writing anything, and acquire.lua decides the call
+-- from the start.
+--
+-- `decide` is one function of about 120 lines, not several: each function the block
+-- makes is an object made on every call, and splitting it into plan_bucket, take and
+-- commit functions cost the usual call 3 to 5% more instructions in Redis (measured
+-- with scripts/script-instructions.sh). lib/member.lua's decode_member and
+-- lib/ttl_rule.lua are written out here for the same reason; a member that does not
+-- decode leaves the block (acquire.lua then raises the error) instead of raising. The differential tests run both.
 --
 -- Replies: for one rule decided at the caller's time (ARGV[1]), a grant is the integer
 -- permits left (>= 0) and a refusal with no permit left is the integer -wait (< 0, in
@@ -57,6 +65,7 @@ do
       local keys, argv, call = KEYS, ARGV, redis.call
       local byte, format, find = string.byte, string.format, string.find
       local k, a = 5 * (i - 1), 1 + 7 * (i - 1)
+      -- read config: the stored one must be the rule's own
       local stored = call('hmget', keys[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
       if stored[1] ~= argv[a + 4] or stored[2] ~= argv[a + 5] or stored[3] ~= argv[a + 6]
           or (stored[4] or '0') ~= argv[a + 7] then
@@ -67,9 +76,10 @@ do
       if permits > rate then return false end
       local vkey, pkey = keys[k + 2], keys[k + 4]
       if argv[a + 6] == '1' then vkey, pkey = keys[k + 3], keys[k + 5] end
-      -- load_rule: the newest grant, when newer than this call's time (by at most
-      -- REORDER). Only the first rule may move the call's time: the rules before any
-      -- other were planned at the earlier one, so acquire.lua decides such a call.
+      -- load_rule and settle_time: the newest grant, when newer than this call's time
+      -- (by at most REORDER). Only the first rule may move the call's time: the rules
+      -- before any other were planned at the earlier one, so acquire.lua decides such
+      -- a call.
       local moved = false
       if call('zcount', pkey, after, '+inf') > 0 then
         if i > 1 then return false end
@@ -154,7 +164,7 @@ do
         elseif dirty then
           call('set', vkey, format('%d', value), 'keepttl')
         end
-        -- Redisson's TTL rule: keepAliveTime on all three keys, else the config's own TTL
+        -- Redisson's TTL rule (lib/ttl_rule.lua, written out)
         if keep ~= '0' then
           call('pexpire', keys[k + 1], keep)
           call('pexpire', vkey, keep)
@@ -168,6 +178,7 @@ do
           end
         end
       end
+      -- reply
       if reply then
         local left = granted and value - permits or value
         reply[3 + 2 * i] = left > 0 and left or 0

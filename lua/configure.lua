@@ -1,10 +1,21 @@
--- configure.lua (after shared.lua and limiter.lua): write a limiter's config (Redisson's setRate, and 4.4's setRate and
+-- configure.lua: write a limiter's config (Redisson's setRate, and 4.4's setRate and
 -- updateRate with RateLimiterArgs).
+-- Recipe: lib/clock.lua, lib/member.lua, lib/ttl_rule.lua, lib/limiter.lua, configure.lua
 --
--- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
--- ARGV: 1 rate, 2 interval in ms, 3 type ("0" overall, "1" per_client),
---       4 keepAliveTime in ms ("0": none), 5 now in epoch ms (empty: the server's clock),
---       6 "1" keeps the window, "0" restarts it, 7 "1" requires an existing config
+-- KEYS:
+--   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)
+--   2 value: {NAME}:value, available permits, mode overall
+--   3 client_value: {NAME}:value:ID, available permits, mode per_client
+--   4 permits: {NAME}:permits, grant log, mode overall
+--   5 client_permits: {NAME}:permits:ID, grant log, mode per_client
+-- ARGV:
+--   1 rate: the rate
+--   2 interval: in ms
+--   3 type: "0" overall, "1" per_client
+--   4 keep_alive: keepAliveTime in ms ("0": none)
+--   5 now: epoch ms (empty: the server's clock)
+--   6 keep_window: "1" keeps the window, "0" restarts it
+--   7 require_exists: "1" requires an existing config
 -- Returns 0 when ARGV[7] is "1" and NAME does not exist (nothing is written), else 1.
 --
 -- The config fields are overwritten, and NAME's TTL set to keepAliveTime when > 0.
@@ -15,7 +26,7 @@
 -- value + permits in the log = rate, so the new rate is never exceeded while old
 -- grants leave (Redisson clamps it at 0 instead, which lets the window exceed the new
 -- rate). Then the TTL rule of an acquire applies to the three keys.
--- NAME must be missing or a limiter's config (limiter.lua): any other key is another
+-- NAME must be missing or a limiter's config (lib/limiter.lua): any other key is another
 -- program's, and nothing is written. Keys that are read must hold their type; so must
 -- the state keys of a limiter that does not exist yet, while a restart of an existing
 -- one deletes them whatever they hold (it repairs corrupted state).

@@ -1,7 +1,14 @@
 -- expire.lua: set one TTL on all five keys of a limiter (Redisson's expire).
+-- Recipe: lib/limiter.lua, lib/guard.lua, expire.lua
 --
--- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
--- ARGV: 1 TTL in ms
+-- KEYS:
+--   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)
+--   2 value: {NAME}:value, available permits, mode overall
+--   3 client_value: {NAME}:value:ID, available permits, mode per_client
+--   4 permits: {NAME}:permits, grant log, mode overall
+--   5 client_permits: {NAME}:permits:ID, grant log, mode per_client
+-- ARGV:
+--   1 ttl: the TTL in ms
 -- Returns 1 when the config key exists and got the TTL, else 0.
 
 local set = redis.call('pexpire', KEYS[1], ARGV[1])

@@ -1,7 +1,14 @@
 -- keep_alive.lua: set keepAliveTime on an initialized limiter and apply it now.
+-- Recipe: lib/limiter.lua, lib/guard.lua, keep_alive.lua
 --
--- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
--- ARGV: 1 keepAliveTime in ms (0 removes it and the TTLs it set)
+-- KEYS:
+--   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)
+--   2 value: {NAME}:value, available permits, mode overall
+--   3 client_value: {NAME}:value:ID, available permits, mode per_client
+--   4 permits: {NAME}:permits, grant log, mode overall
+--   5 client_permits: {NAME}:permits:ID, grant log, mode per_client
+-- ARGV:
+--   1 keep_alive: keepAliveTime in ms (0 removes it and the TTLs it set)
 -- Returns 1. A keepAliveTime shorter than the interval is refused, as Redisson does:
 -- the keys could expire while grants are still in the window.
 

@@ -1,9 +1,14 @@
--- refund.lua (after shared.lua): give back the permits of grants whose caller never learned of them (the
+-- refund.lua: give back the permits of grants whose caller never learned of them (the
 -- call timed out after it was sent), keeping value + permits in the log = rate.
+-- Recipe: lib/member.lua, refund.lua
 --
--- KEYS, four per rule: 1 {NAME}:value, 2 {NAME}:value:ID, 3 {NAME}:permits,
---                      4 {NAME}:permits:ID
--- ARGV, one per rule: the log member the timed-out call sent for that rule.
+-- KEYS, per rule: rule i's key j is KEYS[4*(i-1)+j]:
+--   1 value: {NAME}:value
+--   2 client_value: {NAME}:value:ID
+--   3 permits: {NAME}:permits
+--   4 client_permits: {NAME}:permits:ID
+-- ARGV, per rule: rule i's argument j is ARGV[1*(i-1)+j]:
+--   1 member: the log member the timed-out call sent for that rule
 -- Returns the number of grants refunded; members not in a log (the call never ran, or
 -- its grant already left the window) are skipped.
 

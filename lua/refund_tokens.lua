@@ -1,10 +1,14 @@
 -- refund_tokens.lua: give token buckets back what a call took when a later slot of the
 -- same call refused (a cluster decides a call slot by slot). Only for grants the
 -- caller saw: a token given back twice would be a token too many.
+-- Recipe: refund_tokens.lua
 --
--- KEYS, one per rule: its bucket key (layout in bucket.lua). ARGV, one per rule: the
--- tokens to give back, in the bucket's units (permits times the interval in ms). A
--- cold bucket took more than that; it gets back the plain tokens only, and keeps the
+-- KEYS, per rule: rule i's key j is KEYS[1*(i-1)+j]:
+--   1 bucket: the rule's bucket key (layout in lib/bucket.lua)
+-- ARGV, per rule: rule i's argument j is ARGV[1*(i-1)+j]:
+--   1 tokens: the tokens to give back, in the bucket's units (permits times the
+--     interval in ms)
+-- A cold bucket took more than that; it gets back the plain tokens only, and keeps the
 -- coldness the grant took off: never more than the call took.
 -- Returns how many buckets were given tokens; a missing bucket is full already.
 

@@ -1,8 +1,16 @@
--- release.lua (after shared.lua): give permits back to a limiter (Redisson 3.52's release), keeping
+-- release.lua: give permits back to a limiter (Redisson 3.52's release), keeping
 -- value + permits in the log = rate.
+-- Recipe: lib/clock.lua, lib/member.lua, lib/ttl_rule.lua, release.lua
 --
--- KEYS: 1 NAME, 2 {NAME}:value, 3 {NAME}:value:ID, 4 {NAME}:permits, 5 {NAME}:permits:ID
--- ARGV: 1 permits (>= 1), 2 now in epoch ms (empty: the server's clock)
+-- KEYS:
+--   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)
+--   2 value: {NAME}:value, available permits, mode overall
+--   3 client_value: {NAME}:value:ID, available permits, mode per_client
+--   4 permits: {NAME}:permits, grant log, mode overall
+--   5 client_permits: {NAME}:permits:ID, grant log, mode per_client
+-- ARGV:
+--   1 permits: the permits given back (>= 1)
+--   2 now: epoch ms (empty: the server's clock)
 -- Returns the permits available afterwards.
 --
 -- Redisson sets value = min(rate, value + permits) and leaves the log alone, so once

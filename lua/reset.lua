@@ -1,9 +1,11 @@
--- reset.lua (after limiter.lua and bucket.lua): delete a limiter's keys
--- (RateLimiter::delete, TokenBucket::delete, `redlimit reset`), only when each one
--- holds what a limiter keeps there.
+-- reset.lua: delete a limiter's keys (RateLimiter::delete, TokenBucket::delete,
+-- `redlimit reset`), only when each one holds what a limiter keeps there.
+-- Recipe: lib/limiter.lua, lib/bucket.lua, reset.lua
 --
--- KEYS: the keys to delete (a limiter's keys share one cluster slot)
--- ARGV: each key's role: 'config' (a hash with rate, interval and type), 'value' (a
+-- KEYS, per rule: rule i's key j is KEYS[1*(i-1)+j]:
+--   1 key: a key to delete (a limiter's keys share one cluster slot)
+-- ARGV, per rule: rule i's argument j is ARGV[1*(i-1)+j]:
+--   1 role: the key's: 'config' (a hash with rate, interval and type), 'value' (a
 --       string holding an integer), 'permits' (a sorted set), 'bucket' (a string
 --       holding a token bucket's state)
 -- Returns the number of keys deleted or, when a key holds something else, { its

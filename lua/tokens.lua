@@ -1,21 +1,29 @@
 -- tokens.lua: decide a call whose rules are all token buckets, all or nothing. The
--- same decision acquire.lua makes for token-bucket rules, with bucket.lua's helpers
--- (put in front of this file), without the sliding window's machinery; twin in Rust:
+-- same decision acquire.lua makes for token-bucket rules, with lib/bucket.lua's helpers
+-- (ahead of this file), without the sliding window's machinery; twin in Rust:
 -- runtime/src/backend/memory/tokens.rs.
 --
--- KEYS, one per rule: {NAME}:bucket, or {NAME}:bucket:ID per client (the layout is in
---   bucket.lua).
--- ARGV: 1 now, epoch ms; empty for the server's clock; then six per rule
---   (rule i uses ARGV[1+6*(i-1)+1 .. +6]): permits (0 asks and writes nothing), rate,
---   interval in ms, burst, warm-up in ms ("0": none), type ("2" overall, "3"
---   per_client: for the reply).
+-- Recipe: lib/clock.lua, lib/call_time.lua, tokens_one.lua, lib/bucket.lua, tokens.lua
+-- tokens_one.lua decides the usual call (and may answer it with an integer).
+--
+-- KEYS, per rule: rule i's key j is KEYS[1*(i-1)+j]:
+--   1 bucket: {NAME}:bucket, or {NAME}:bucket:ID per client (the layout is in
+--     lib/bucket.lua)
+-- ARGV:
+--   1 now: epoch ms; empty for the server's clock
+-- ARGV, per rule: rule i's argument j is ARGV[1+6*(i-1)+j]:
+--   1 permits: 0 asks and writes nothing
+--   2 rate: the rate
+--   3 interval: in ms
+--   4 burst: the bucket's size in tokens
+--   5 warmup: warm-up in ms ("0": none)
+--   6 type: "2" overall, "3" per_client (for the reply)
 -- Returns what acquire.lua returns: {granted, first refusing rule (1-based, 0),
 --   wait in ms, the time decided at, then per rule tokens left and 0 (kept),
 --   1 (created) or 2 (changed), then each changed rule's old rate, interval, type,
---   burst}. The tokens script is tokens_one.lua, bucket.lua and this file, in that
---   order: tokens_one.lua decides the usual call (and may answer it with an integer).
+--   burst}.
 
--- caller_now, the call's time, and REORDER are call_time.lua's.
+-- caller_now, the call's time, and REORDER are lib/call_time.lua's.
 local now = caller_now
 local n = #KEYS
 local LIMIT = 9007199254740992

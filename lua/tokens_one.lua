@@ -1,9 +1,10 @@
 -- tokens_one.lua: the usual call of token buckets, one rule without a warm-up whose
--- bucket is missing or holds the rule's own config, decided on locals. It is put after
--- call_time.lua (caller_now, REORDER) and in front of bucket.lua and tokens.lua when
--- the tokens script is built (runtime/src/backend/redis.rs), with tokens.lua's KEYS
--- and ARGV, and runs first so that the usual call makes no closure and no table of
--- its own. The same decision as tokens.lua's phases, step for step (the differential
+-- bucket is missing or holds the rule's own config, decided on locals. It comes after
+-- lib/call_time.lua (caller_now, REORDER) and before tokens.lua (see the recipe
+-- there), takes tokens.lua's KEYS and ARGV, and runs first so that the usual call
+-- makes no closure and no table of its own.
+-- Part of: tokens
+-- The same decision as tokens.lua's phases, step for step (the differential
 -- test runs both); any other call leaves this block before writing anything.
 --
 -- Replies: decided at the caller's time (ARGV[1]) on a stored bucket, a grant is the
@@ -46,7 +47,7 @@ do
       else
         u = cap
       end
-      -- Three divisions below (the wait, the TTL, the tokens left) are bucket.lua's
+      -- Three divisions below (the wait, the TTL, the tokens left) are lib/bucket.lua's
       -- idiv, floor(a / b) of integers below 2^53 exactly (the division of doubles can
       -- round across an integer), and the first two its cdiv, written out: a helper
       -- function cost this call 1.5k of its 49k instructions.

@@ -1,7 +1,19 @@
--- try_set_rate.lua (after limiter.lua): write the config fields that are missing (Redisson's trySetRate).
+-- try_set_rate.lua: write the config fields that are missing (Redisson's trySetRate).
+-- Recipe: lib/limiter.lua, try_set_rate.lua
 --
--- KEYS: 1 NAME (config hash)
--- ARGV: 1 rate, 2 interval in ms, 3 type ("0" overall, "1" per_client), 4 keepAliveTime in ms
+-- KEYS:
+--   1 config: NAME, the config hash
+--   2 value: {NAME}:value
+--   3 client_value: {NAME}:value:ID
+--   4 permits: {NAME}:permits
+--   5 client_permits: {NAME}:permits:ID
+-- Only the config is read: the other keys are there as every script on a limiter
+-- takes them.
+-- ARGV:
+--   1 rate: the rate
+--   2 interval: in ms
+--   3 type: "0" overall, "1" per_client
+--   4 keep_alive: keepAliveTime in ms
 -- Returns 1 when `type` was newly written (the config took effect), else 0. A config
 -- that took effect with a keepAliveTime gets it as its TTL at once, so a limiter that
 -- is configured but never used still expires (as Redisson 4.4+). NAME must be missing

@@ -20,6 +20,8 @@
 #[doc = include_str!("../docs/attribute.md")]
 pub use redlimit_macros::rate_limit;
 
+#[doc(hidden)]
+pub use redlimit_runtime::ACQUIRE_SCRIPT;
 pub use redlimit_runtime::{
     default_client, keys, member, set_default, Algorithm, BucketShape, Client, ClientBuilder, Clock,
     Decision, Error, FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, OverrideOf, RateLimited,

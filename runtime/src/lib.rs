@@ -47,6 +47,10 @@ pub use backend::redis::connection::cluster_nodes;
 pub use backend::redis::connection::RawConnection;
 #[doc(hidden)]
 pub use backend::redis::delete_limiter_keys;
+/// The acquire script as the library sends it (its recipe is in
+/// `backend/redis/scripts.rs`), for measuring it beside other scripts.
+#[doc(hidden)]
+pub const ACQUIRE_SCRIPT: &str = backend::redis::scripts::ACQUIRE.source;
 // For the CLI's `inspect`: the server's eviction policy, read as a client reads it.
 #[doc(hidden)]
 pub use backend::redis::server::{read_eviction, Eviction};

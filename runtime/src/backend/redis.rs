@@ -10,7 +10,9 @@ use redis::{RedisError, Script};
 pub(crate) mod connection;
 pub(crate) mod cross_slot;
 pub(crate) mod failure;
+mod layout;
 mod replies;
+pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod server;
 pub(crate) mod target;
@@ -39,53 +41,17 @@ struct Scripts {
     reset: Script,
 }
 
-/// A script with `lua/shared.lua`'s helpers (and those of the other files given) in
-/// front of it.
-macro_rules! with_shared {
-    ($($file:literal),+) => {
-        Script::new(concat!(
-            include_str!("../../../lua/shared.lua"),
-            $(include_str!(concat!("../../../lua/", $file))),+
-        ))
-    };
-}
-
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
-    acquire: Script::new(concat!(
-        include_str!("../../../lua/call_time.lua"),
-        include_str!("../../../lua/acquire_plain.lua"),
-        include_str!("../../../lua/bucket.lua"),
-        include_str!("../../../lua/acquire.lua")
-    )),
-    try_set_rate: Script::new(concat!(
-        include_str!("../../../lua/limiter.lua"),
-        include_str!("../../../lua/try_set_rate.lua")
-    )),
-    configure: with_shared!("limiter.lua", "configure.lua"),
-    release: with_shared!("release.lua"),
-    keep_alive: Script::new(concat!(
-        include_str!("../../../lua/limiter.lua"),
-        include_str!("../../../lua/guard.lua"),
-        include_str!("../../../lua/keep_alive.lua")
-    )),
-    expire: Script::new(concat!(
-        include_str!("../../../lua/limiter.lua"),
-        include_str!("../../../lua/guard.lua"),
-        include_str!("../../../lua/expire.lua")
-    )),
-    refund: with_shared!("refund.lua"),
-    tokens: Script::new(concat!(
-        include_str!("../../../lua/call_time.lua"),
-        include_str!("../../../lua/tokens_one.lua"),
-        include_str!("../../../lua/bucket.lua"),
-        include_str!("../../../lua/tokens.lua")
-    )),
-    refund_tokens: Script::new(include_str!("../../../lua/refund_tokens.lua")),
-    reset: Script::new(concat!(
-        include_str!("../../../lua/limiter.lua"),
-        include_str!("../../../lua/bucket.lua"),
-        include_str!("../../../lua/reset.lua")
-    )),
+    acquire: Script::new(scripts::ACQUIRE.source),
+    try_set_rate: Script::new(scripts::TRY_SET_RATE.source),
+    configure: Script::new(scripts::CONFIGURE.source),
+    release: Script::new(scripts::RELEASE.source),
+    keep_alive: Script::new(scripts::KEEP_ALIVE.source),
+    expire: Script::new(scripts::EXPIRE.source),
+    refund: Script::new(scripts::REFUND.source),
+    tokens: Script::new(scripts::TOKENS.source),
+    refund_tokens: Script::new(scripts::REFUND_TOKENS.source),
+    reset: Script::new(scripts::RESET.source),
 });
 
 /// Attempts at refunding a timed-out grant, and the pause before each retry.
@@ -171,8 +137,11 @@ impl RedisBackend {
     }
 
     /// The scripts' time argument: the caller's clock, or empty for the server's.
-    fn now_arg(&self, now: u64) -> NowArg {
-        NowArg((!self.server_time).then_some(now))
+    fn now_arg(&self, now: u64) -> Arg<'static> {
+        match self.server_time {
+            false => Arg::Int(now),
+            true => Arg::Text(""),
+        }
     }
 
     /// Runs one request under the command timeout; script errors name their key.
@@ -237,75 +206,7 @@ impl RedisBackend {
         } else {
             &SCRIPTS.acquire
         };
-        // EVALSHA written straight into one command: every key, then every argument,
-        // into buffers allocated once (growing them argument by argument cost more
-        // than building the rest of the command).
-        let mut cmd = redis::Cmd::with_capacity(
-            4 + 12 * calls.len(),
-            64 + calls.iter().map(|c| c.keys.all_len() + 112).sum::<usize>(),
-        );
-        cmd.arg("EVALSHA");
-        cmd.arg(script.get_hash()).arg(if only_buckets {
-            calls.len()
-        } else {
-            5 * calls.len()
-        });
-        for call in calls {
-            let k = call.keys;
-            match (call.bucket, call.rule) {
-                // Token buckets only: tokens.lua, one key per rule.
-                (_, Some(rule)) if only_buckets => cmd.arg(match rule.rate_type {
-                    RateType::Overall => k.bucket(),
-                    RateType::PerClient => k.client_bucket(),
-                }),
-                // A token bucket in acquire.lua: its two bucket keys in the value keys' places.
-                (Some(_), Some(_)) => cmd
-                    .arg(k.config())
-                    .arg(k.bucket())
-                    .arg(k.client_bucket())
-                    .arg(k.permits())
-                    .arg(k.client_permits()),
-                _ => cmd.arg(k),
-            };
-        }
-        cmd.arg(self.now_arg(now));
-        for (call, member) in calls.iter().zip(&members) {
-            match (call.bucket, call.rule) {
-                // tokens.lua: six arguments per rule.
-                (Some(shape), Some(rule)) if only_buckets => cmd
-                    .arg(call.permits)
-                    .arg(rule.rate)
-                    .arg(rule.interval_ms())
-                    .arg(shape.burst)
-                    .arg(shape.warmup_ms)
-                    .arg(bucket_kind(rule.rate_type)),
-                // acquire.lua: seven per rule.
-                (Some(shape), Some(rule)) => cmd
-                    .arg(call.permits)
-                    .arg(&member[..])
-                    .arg(shape.warmup_ms)
-                    .arg(rule.rate)
-                    .arg(rule.interval_ms())
-                    .arg(bucket_kind(rule.rate_type))
-                    .arg(shape.burst),
-                (_, Some(rule)) => cmd
-                    .arg(call.permits)
-                    .arg(&member[..])
-                    .arg("1")
-                    .arg(rule.rate)
-                    .arg(rule.interval_ms())
-                    .arg(rule.rate_type.as_redis())
-                    .arg(rule.keep_alive_ms()),
-                (_, None) => cmd
-                    .arg(call.permits)
-                    .arg(&member[..])
-                    .arg("0")
-                    .arg("")
-                    .arg("")
-                    .arg("")
-                    .arg(""),
-            };
-        }
+        let cmd = self.acquire_command(script, calls, &members, only_buckets, now);
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         let probe = calls.iter().all(|c| c.permits == 0);
         let replicas = self.replicas.filter(|_| !probe);
@@ -328,8 +229,71 @@ impl RedisBackend {
                 return Err(err);
             }
         };
+        let outcome = self.read_outcome(&reply, calls.len(), now, only_buckets)?;
+        if let Some(replicas) = replicas {
+            if outcome.granted && acknowledged < u64::from(replicas.count) {
+                return Err(Error::NotReplicated {
+                    target: self.target.shown().to_owned(),
+                    wanted: replicas.count,
+                    acknowledged,
+                    after: replicas.timeout,
+                });
+            }
+        }
+        Ok((outcome, members))
+    }
+
+    /// The EVALSHA of the acquire script (`layout::acquire`) or, when every rule is a
+    /// token bucket, of the tokens script (`layout::tokens`), written straight into
+    /// one command: every key, then every argument, into buffers allocated once
+    /// (growing them argument by argument cost more than building the rest).
+    fn acquire_command(
+        &self,
+        script: &Script,
+        calls: &[Call<'_>],
+        members: &[[u8; member::MEMBER_LEN]],
+        only_buckets: bool,
+        now: u64,
+    ) -> redis::Cmd {
+        let mut cmd = redis::Cmd::with_capacity(
+            4 + 12 * calls.len(),
+            64 + calls.iter().map(|c| c.keys.all_len() + 112).sum::<usize>(),
+        );
+        cmd.arg("EVALSHA");
+        cmd.arg(script.get_hash()).arg(if only_buckets {
+            layout::tokens::KEYS_PER_RULE * calls.len()
+        } else {
+            layout::acquire::KEYS_PER_RULE * calls.len()
+        });
+        for call in calls {
+            match (call.bucket, call.rule) {
+                (_, Some(rule)) if only_buckets => cmd.arg(bucket_key(call, rule)),
+                // A token bucket in acquire.lua: its two bucket keys in the value keys' places.
+                (Some(_), Some(_)) => cmd.arg(&bucket_keys(call)[..]),
+                _ => cmd.arg(call.keys),
+            };
+        }
+        cmd.arg(self.now_arg(now));
+        for (call, member) in calls.iter().zip(members) {
+            match (call.bucket, call.rule) {
+                (Some(shape), Some(rule)) if only_buckets => cmd.arg(&tokens_args(call, rule, shape)[..]),
+                _ => cmd.arg(&acquire_args(call, member)[..]),
+            };
+        }
+        cmd
+    }
+
+    /// The acquire or tokens script's reply as an outcome (`calls` rules decided at
+    /// `now`, the caller's clock).
+    fn read_outcome(
+        &self,
+        reply: &redis::Value,
+        calls: usize,
+        now: u64,
+        only_buckets: bool,
+    ) -> Result<Outcome, Error> {
         let caller_now = (!self.server_time).then_some(now);
-        let outcome = parse_acquire_reply(&reply, calls.len(), caller_now).ok_or_else(|| {
+        parse_acquire_reply(reply, calls, caller_now).ok_or_else(|| {
             let mut shown = format!("{reply:?}");
             if shown.len() > 200 {
                 let mut end = 200;
@@ -343,18 +307,7 @@ impl RedisBackend {
                 script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
                 reply: shown,
             }
-        })?;
-        if let Some(replicas) = replicas {
-            if outcome.granted && acknowledged < u64::from(replicas.count) {
-                return Err(Error::NotReplicated {
-                    target: self.target.shown().to_owned(),
-                    wanted: replicas.count,
-                    acknowledged,
-                    after: replicas.timeout,
-                });
-            }
-        }
-        Ok((outcome, members))
+        })
     }
 
     /// acquire.lua reads with plain commands, so a key of the wrong type fails with
@@ -464,9 +417,10 @@ impl RedisBackend {
     ) -> Result<bool, Error> {
         let written: i64 = self
             .run(&[keys.borrowed()], |mut conn| async move {
-                config_args(&SCRIPTS.try_set_rate, keys, config)
-                    .invoke_async(&mut conn)
-                    .await
+                let mut invocation = SCRIPTS.try_set_rate.prepare_invoke();
+                let args = &config_args(config)[..layout::config::TRY_SET_RATE.args.len()];
+                invocation.key(&keys.all()[..]).arg(args);
+                invocation.invoke_async(&mut conn).await
             })
             .await?;
         Ok(written == 1)
@@ -479,15 +433,16 @@ impl RedisBackend {
         how: Configure,
         now: u64,
     ) -> Result<bool, Error> {
-        let flag = |on: bool| if on { "1" } else { "0" };
+        let flag = |on: bool| Arg::Text(if on { "1" } else { "0" });
+        let mut args = config_args(config);
+        args[layout::config::NOW] = self.now_arg(now);
+        args[layout::config::KEEP_WINDOW] = flag(how.keep_state);
+        args[layout::config::REQUIRE_EXISTS] = flag(how.require_exists);
         let written: i64 = self
             .run(&[keys.borrowed()], |mut conn| async move {
-                config_args(&SCRIPTS.configure, keys, config)
-                    .arg(self.now_arg(now))
-                    .arg(flag(how.keep_state))
-                    .arg(flag(how.require_exists))
-                    .invoke_async(&mut conn)
-                    .await
+                let mut invocation = SCRIPTS.configure.prepare_invoke();
+                invocation.key(&keys.all()[..]).arg(&args[..]);
+                invocation.invoke_async(&mut conn).await
             })
             .await?;
         Ok(written == 1)
@@ -496,10 +451,10 @@ impl RedisBackend {
     pub async fn release(&self, keys: &LimiterKeys, permits: u64, now: u64) -> Result<(), Error> {
         self.run(&[keys.borrowed()], |mut conn| async move {
             let mut invocation = SCRIPTS.release.prepare_invoke();
-            invocation
-                .key(&keys.all()[..])
-                .arg(permits)
-                .arg(self.now_arg(now));
+            let mut args = [Arg::Text(""); layout::limiter::RELEASE.args.len()];
+            args[layout::limiter::RELEASE_PERMITS] = Arg::Int(permits);
+            args[layout::limiter::RELEASE_NOW] = self.now_arg(now);
+            invocation.key(&keys.all()[..]).arg(&args[..]);
             invocation.invoke_async::<i64>(&mut conn).await
         })
         .await?;
@@ -718,6 +673,93 @@ fn unexpected_reset(reply: &redis::Value) -> Error {
     }
 }
 
+/// One argument of a script, written as Redis receives it (no allocation).
+#[derive(Clone, Copy)]
+enum Arg<'a> {
+    Int(u64),
+    Bytes(&'a [u8]),
+    Text(&'static str),
+}
+
+impl redis::ToRedisArgs for Arg<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        match *self {
+            Arg::Int(n) => n.write_redis_args(out),
+            Arg::Bytes(bytes) => out.write_arg(bytes),
+            Arg::Text(text) => out.write_arg(text.as_bytes()),
+        }
+    }
+}
+
+/// tokens.lua's key for one rule: its bucket, overall or per client.
+fn bucket_key(call: &Call<'_>, rule: &RateLimiterConfig) -> String {
+    match rule.rate_type {
+        RateType::Overall => call.keys.bucket(),
+        RateType::PerClient => call.keys.client_bucket(),
+    }
+}
+
+/// acquire.lua's keys for a token-bucket rule: the limiter's, with its buckets in the
+/// value keys' places.
+fn bucket_keys(call: &Call<'_>) -> [String; layout::acquire::KEYS_PER_RULE] {
+    use layout::acquire::{BUCKET, CLIENT_BUCKET, CLIENT_PERMITS_KEY, CONFIG, PERMITS_KEY};
+    let k = call.keys;
+    let mut keys: [String; layout::acquire::KEYS_PER_RULE] = Default::default();
+    keys[CONFIG] = k.config().to_owned();
+    keys[BUCKET] = k.bucket();
+    keys[CLIENT_BUCKET] = k.client_bucket();
+    keys[PERMITS_KEY] = k.permits();
+    keys[CLIENT_PERMITS_KEY] = k.client_permits();
+    keys
+}
+
+/// acquire.lua's arguments for one rule.
+fn acquire_args<'a>(call: &Call<'_>, member: &'a [u8]) -> [Arg<'a>; layout::acquire::ARGS_PER_RULE] {
+    use layout::acquire::*;
+    let mut args = [Arg::Text(""); ARGS_PER_RULE];
+    args[PERMITS] = Arg::Int(call.permits);
+    args[MEMBER] = Arg::Bytes(member);
+    match (call.bucket, call.rule) {
+        (Some(shape), Some(rule)) => {
+            args[WARMUP] = Arg::Int(shape.warmup_ms);
+            args[RATE] = Arg::Int(rule.rate);
+            args[INTERVAL] = Arg::Int(rule.interval_ms());
+            args[TYPE] = Arg::Text(bucket_kind(rule.rate_type));
+            args[BURST] = Arg::Int(shape.burst);
+        }
+        (None, Some(rule)) => {
+            args[OWNS] = Arg::Text("1");
+            args[RATE] = Arg::Int(rule.rate);
+            args[INTERVAL] = Arg::Int(rule.interval_ms());
+            args[TYPE] = Arg::Text(rule.rate_type.as_redis());
+            args[KEEP_ALIVE] = Arg::Int(rule.keep_alive_ms());
+        }
+        // the stored config, used as it is: the config's arguments are not read
+        (_, None) => args[OWNS] = Arg::Text("0"),
+    }
+    args
+}
+
+/// tokens.lua's arguments for one rule.
+fn tokens_args(
+    call: &Call<'_>,
+    rule: &RateLimiterConfig,
+    shape: crate::BucketShape,
+) -> [Arg<'static>; layout::tokens::ARGS_PER_RULE] {
+    use layout::tokens::*;
+    let mut args = [Arg::Text(""); ARGS_PER_RULE];
+    args[PERMITS] = Arg::Int(call.permits);
+    args[RATE] = Arg::Int(rule.rate);
+    args[INTERVAL] = Arg::Int(rule.interval_ms());
+    args[BURST] = Arg::Int(shape.burst);
+    args[WARMUP] = Arg::Int(shape.warmup_ms);
+    args[TYPE] = Arg::Text(bucket_kind(rule.rate_type));
+    args
+}
+
 /// A token bucket's type in the scripts' arguments: "2" overall, "3" per client.
 fn bucket_kind(mode: RateType) -> &'static str {
     match mode {
@@ -769,11 +811,17 @@ async fn eval_sha_replicated(
 
 /// refund.lua's keys: value, client value, permits, client permits of each call.
 fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
+    use layout::refunds::{CLIENT_PERMITS, CLIENT_VALUE, PERMITS, REFUND, VALUE};
     calls
         .iter()
         .flat_map(|call| {
             let k = call.keys;
-            [k.value(), k.client_value(), k.permits(), k.client_permits()]
+            let mut keys: [String; REFUND.rule_keys.len()] = Default::default();
+            keys[VALUE] = k.value();
+            keys[CLIENT_VALUE] = k.client_value();
+            keys[PERMITS] = k.permits();
+            keys[CLIENT_PERMITS] = k.client_permits();
+            keys
         })
         .collect()
 }
@@ -787,33 +835,13 @@ fn may_have_run(err: &Error) -> bool {
     }
 }
 
-/// The call's time as a script's argument: the number, or empty for the server's
-/// clock (see `call_time.lua`).
-struct NowArg(Option<u64>);
-
-impl redis::ToRedisArgs for NowArg {
-    fn write_redis_args<W>(&self, out: &mut W)
-    where
-        W: ?Sized + redis::RedisWrite,
-    {
-        match self.0 {
-            Some(now) => now.write_redis_args(out),
-            None => out.write_arg(b""),
-        }
-    }
-}
-
-fn config_args<'a>(
-    script: &'a Script,
-    keys: &LimiterKeys,
-    config: &RateLimiterConfig,
-) -> redis::ScriptInvocation<'a> {
-    let mut invocation = script.prepare_invoke();
-    invocation
-        .key(&keys.all()[..])
-        .arg(config.rate)
-        .arg(config.interval_ms())
-        .arg(config.rate_type.as_redis())
-        .arg(config.keep_alive_ms());
-    invocation
+/// try_set_rate.lua's arguments, and the first of configure.lua's (the others empty).
+fn config_args(config: &RateLimiterConfig) -> [Arg<'static>; layout::config::CONFIGURE.args.len()] {
+    use layout::config::{INTERVAL, KEEP_ALIVE, RATE, TYPE};
+    let mut args = [Arg::Text(""); layout::config::CONFIGURE.args.len()];
+    args[RATE] = Arg::Int(config.rate);
+    args[INTERVAL] = Arg::Int(config.interval_ms());
+    args[TYPE] = Arg::Text(config.rate_type.as_redis());
+    args[KEEP_ALIVE] = Arg::Int(config.keep_alive_ms());
+    args
 }

@@ -1,14 +1,18 @@
 //! A decision over one or more rules, as `lua/acquire.lua` makes it, phase for phase
-//! and name for name: `load_rule` (each rule's config and the newest grant),
-//! `plan_bucket` and `take` (each bucket once, then each rule's permits, writing
-//! nothing), `commit` (the writes). The bucket plans Lua keeps in the table of the
-//! first rule naming a bucket are this file's `BucketPlan`s; `state.rs`'s `Bucket` is
-//! the stored state (the value and log keys). The usual call (one sliding-window rule
-//! with its stored config) is decided first by `decide_one`, the twin of
-//! `lua/acquire_plain.lua` for one rule, which leaves every other case to the phases
-//! (several such rules: acquire_plain.lua decides them too, here the phases do).
+//! and name for name, in its order: `load_rule` (each rule's config and the newest
+//! grant; `load_tokens` for a token bucket), `settle_time` (an overtaken call moves
+//! to the later time), `plan_bucket` and `take` (each bucket once, then each rule's
+//! permits, writing nothing; `plan_tokens` for a token bucket), `commit` (the writes,
+//! with `ttl_rule`, `lua/lib/ttl_rule.lua`'s twin) and `reply`. The bucket plans Lua
+//! keeps in the table of the first rule naming a bucket are this file's `BucketPlan`s;
+//! `state.rs`'s `Bucket` is the stored state (the value and log keys). The usual call
+//! (one sliding-window rule with its stored config) is decided first by `decide_one`,
+//! the twin of `lua/acquire_plain.lua` for one rule (read config, load_rule,
+//! settle_time, plan_bucket, take, commit, reply), which leaves every other case to
+//! the phases (several such rules: acquire_plain.lua decides them too, here the phases
+//! do).
 
-use super::state::{Bucket, Store};
+use super::state::{Bucket, Limiter, Store};
 use super::tokens::{TokenPlan, Tokens};
 use super::{shard_of, Locked, MemoryBackend, AT_BOUND, PER_NEW, REORDER_MS};
 use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
@@ -95,7 +99,8 @@ impl MemoryBackend {
     }
 }
 
-/// The decision of `calls`, whose names hash to `hashes`, on their locked shards.
+/// The decision of `calls`, whose names hash to `hashes`, on their locked shards:
+/// acquire.lua's phases, in its order.
 fn decide(
     backend: &MemoryBackend,
     mut locked: Locked<'_>,
@@ -104,150 +109,249 @@ fn decide(
     clock_now: u64,
 ) -> Result<Outcome, Error> {
     // Phase 1, load_rule: each call's config, and the newest grant of its bucket.
-    let mut resolved = Vec::with_capacity(calls.len());
-    let mut newest = clock_now;
-    for (call, &hash) in calls.iter().zip(hashes) {
-        let name = call.keys.config();
-        let limiters = &mut locked.store(hash).limiters;
-        if let (Some(_), Some(rule)) = (call.bucket, call.rule) {
-            // A token bucket: its state now, its plan once the time is settled.
-            let limiter = limiters.get_hashed(hash, name);
-            let stored = limiter.and_then(|l| l.tokens(rule.rate_type, clock_now).copied());
-            if let Some(stored) = stored {
-                newest = newest.max(stored.at);
-            }
-            resolved.push(Resolved {
-                config: *rule,
-                change: ConfigChange::Kept,
-                mode_changed: false,
-                plan: usize::MAX,
-                hash,
-                stored_tokens: stored,
-                tokens: None,
-            });
-            continue;
-        }
-        let mut limiter = limiters.get_hashed(hash, name);
-        let stored = limiter.as_mut().and_then(|l| l.live_config(clock_now));
-        let (config, change) = match (call.rule, stored) {
-            (Some(rule), Some(old)) if *rule == old => (old, ConfigChange::Kept),
-            (Some(rule), Some(old)) => (*rule, ConfigChange::Changed(old)),
-            (Some(rule), None) => (*rule, ConfigChange::Created),
-            (None, Some(old)) => (old, ConfigChange::Kept),
-            (None, None) => {
-                return Err(Error::NotInitialized {
-                    name: name.to_owned(),
-                })
-            }
+    let (mut resolved, newest) = load_rules(&mut locked, calls, hashes, clock_now)?;
+    let now = settle_time(newest, clock_now);
+    // Phase 2, plan_bucket and take: each bucket once, then each call's permits,
+    // writing nothing.
+    let (plans, refused, retry) = plan_and_take(&mut locked, calls, &mut resolved, now, clock_now);
+    let granted = refused.is_none();
+    // Phase 3, commit (a call that only asks what is available writes nothing).
+    if calls.iter().any(|c| c.permits > 0) {
+        let decided = Decided {
+            resolved: &resolved,
+            plans: &plans,
+            granted,
+            now,
+            clock_now,
         };
-        crate::rules::fit::within_rate(name, call.permits, config.rate)?;
-        if let Some(score) = limiter.and_then(|l| l.bucket(config.rate_type, clock_now)?.newest()) {
-            newest = newest.max(score);
+        let fresh = backend.make_room(&mut locked, calls, hashes, clock_now)?;
+        commit(&mut locked, calls, &decided);
+        // Each new limiter pays for sweeping its share of the table, after the writes
+        // (before them, a sweep could drop a limiter the writes then create again,
+        // uncounted).
+        for &i in &fresh {
+            backend.sweep(locked.store(hashes[i]), clock_now, PER_NEW);
         }
-        let mode_changed = matches!(change, ConfigChange::Changed(old) if old.rate_type != config.rate_type);
-        resolved.push(Resolved {
-            config,
-            change,
-            mode_changed,
-            plan: 0,
-            hash,
-            stored_tokens: None,
-            tokens: None,
-        });
     }
-    // A call overtaken by a slightly later one is decided at the later time, so
-    // each log stays in time order (as in acquire.lua).
-    let now = if newest - clock_now <= REORDER_MS {
+    // Phase 4, reply.
+    Ok(Outcome {
+        granted,
+        refused,
+        retry_ms: if granted { 0 } else { retry.max(0) as u64 },
+        at_ms: now,
+        rules: reply(calls, &resolved, &plans, granted),
+    })
+}
+
+/// settle_time: a call overtaken by a slightly later one (by at most REORDER) is
+/// decided at the later time, so each log stays in time order.
+fn settle_time(newest: u64, clock_now: u64) -> u64 {
+    if newest - clock_now <= REORDER_MS {
         newest
     } else {
         clock_now
-    };
-    let now_i = now as i64;
+    }
+}
 
-    // Phase 2, plan_bucket and take: each bucket once, then each call's permits,
-    // writing nothing.
+/// Phase 1, load_rule, for every call: its config resolved, and the newest grant (or
+/// refill) among them, at least `clock_now`.
+fn load_rules(
+    locked: &mut Locked<'_>,
+    calls: &[Call<'_>],
+    hashes: &[u64],
+    clock_now: u64,
+) -> Result<(Vec<Resolved>, u64), Error> {
+    let mut resolved = Vec::with_capacity(calls.len());
+    let mut newest = clock_now;
+    for (call, &hash) in calls.iter().zip(hashes) {
+        let store = locked.store(hash);
+        let r = match (call.bucket, call.rule) {
+            (Some(_), Some(rule)) => load_tokens(store, call, rule, hash, clock_now, &mut newest),
+            _ => load_rule(store, call, hash, clock_now, &mut newest)?,
+        };
+        resolved.push(r);
+    }
+    Ok((resolved, newest))
+}
+
+/// load_tokens: a token bucket's state now; its plan once the time is settled.
+fn load_tokens(
+    store: &mut Store,
+    call: &Call<'_>,
+    rule: &RateLimiterConfig,
+    hash: u64,
+    clock_now: u64,
+    newest: &mut u64,
+) -> Resolved {
+    let limiter = store.limiters.get_hashed(hash, call.keys.config());
+    let stored = limiter.and_then(|l| l.tokens(rule.rate_type, clock_now).copied());
+    if let Some(stored) = stored {
+        *newest = (*newest).max(stored.at);
+    }
+    Resolved {
+        config: *rule,
+        change: ConfigChange::Kept,
+        mode_changed: false,
+        plan: usize::MAX,
+        hash,
+        stored_tokens: stored,
+        tokens: None,
+    }
+}
+
+/// load_rule: a sliding-window call's config (the rule's own, or the stored one) and
+/// what happens to it, and its bucket's newest grant.
+fn load_rule(
+    store: &mut Store,
+    call: &Call<'_>,
+    hash: u64,
+    clock_now: u64,
+    newest: &mut u64,
+) -> Result<Resolved, Error> {
+    let name = call.keys.config();
+    let mut limiter = store.limiters.get_hashed(hash, name);
+    let stored = limiter.as_mut().and_then(|l| l.live_config(clock_now));
+    let (config, change) = match (call.rule, stored) {
+        (Some(rule), Some(old)) if *rule == old => (old, ConfigChange::Kept),
+        (Some(rule), Some(old)) => (*rule, ConfigChange::Changed(old)),
+        (Some(rule), None) => (*rule, ConfigChange::Created),
+        (None, Some(old)) => (old, ConfigChange::Kept),
+        (None, None) => {
+            return Err(Error::NotInitialized {
+                name: name.to_owned(),
+            })
+        }
+    };
+    crate::rules::fit::within_rate(name, call.permits, config.rate)?;
+    if let Some(score) = limiter.and_then(|l| l.bucket(config.rate_type, clock_now)?.newest()) {
+        *newest = (*newest).max(score);
+    }
+    let mode_changed = matches!(change, ConfigChange::Changed(old) if old.rate_type != config.rate_type);
+    Ok(Resolved {
+        config,
+        change,
+        mode_changed,
+        plan: 0,
+        hash,
+        stored_tokens: None,
+        tokens: None,
+    })
+}
+
+/// Phase 2 for every call at `now`: token buckets planned, each sliding-window bucket
+/// planned once (plan_bucket) and each call's permits taken from it (take). Answers
+/// the plans, the first refusing call and the longest wait.
+fn plan_and_take(
+    locked: &mut Locked<'_>,
+    calls: &[Call<'_>],
+    resolved: &mut [Resolved],
+    now: u64,
+    clock_now: u64,
+) -> (Vec<BucketPlan>, Option<usize>, i64) {
     let mut plans: Vec<BucketPlan> = Vec::with_capacity(calls.len());
     let (mut refused, mut retry) = (None, 0i64);
     for i in 0..calls.len() {
-        let call = &calls[i];
-        let config = resolved[i].config;
-        if let Some(shape) = call.bucket {
-            let (plan, old) = TokenPlan::new(
-                config.rate,
-                config.interval_ms(),
-                shape.burst,
-                shape.warmup_ms,
-                resolved[i].stored_tokens.as_ref(),
-                now,
-            );
-            resolved[i].change = match (&resolved[i].stored_tokens, old) {
-                (None, _) => ConfigChange::Created,
-                (Some(_), Some(old)) => ConfigChange::Changed(RateLimiterConfig {
-                    rate: old.rate,
-                    interval: std::time::Duration::from_millis(old.interval),
-                    ..config
-                }),
-                (Some(_), None) => ConfigChange::Kept,
-            };
-            if let Some(wait) = plan.wait(call.permits) {
-                refused.get_or_insert(i);
-                retry = retry.max(wait as i64);
-            }
-            resolved[i].tokens = Some(plan);
-            continue;
-        }
-        let (name, kind) = (call.keys.config(), config.rate_type);
-        let existing = plans
-            .iter()
-            .position(|p| p.kind == kind && calls[p.call].keys.config() == name);
-        let at = match existing {
-            Some(at) => at,
+        let wait = match calls[i].bucket {
+            Some(shape) => plan_tokens(&mut resolved[i], &calls[i], shape, now),
             None => {
+                let (name, kind) = (calls[i].keys.config(), resolved[i].config.rate_type);
+                let existing = plans
+                    .iter()
+                    .position(|p| p.kind == kind && calls[p.call].keys.config() == name);
                 let hash = resolved[i].hash;
                 let mut limiter = locked.store(hash).limiters.get_hashed(hash, name);
                 let bucket = limiter.as_mut().and_then(|l| l.bucket(kind, clock_now));
-                plans.push(plan_bucket(i, bucket.as_deref(), &resolved[i], now_i));
-                plans.len() - 1
+                let at = existing.unwrap_or_else(|| {
+                    plans.push(plan_bucket(i, bucket.as_deref(), &resolved[i], now as i64));
+                    plans.len() - 1
+                });
+                resolved[i].plan = at;
+                take(
+                    &mut plans[at],
+                    bucket.as_deref(),
+                    &calls[i],
+                    &resolved[i].config,
+                    now as i64,
+                )
             }
         };
-        resolved[i].plan = at;
-        if call.permits == 0 {
-            continue;
+        if let Some(wait) = wait {
+            refused.get_or_insert(i);
+            retry = retry.max(wait);
         }
-        let plan = &mut plans[at];
-        let (permits, rate) = (call.permits as i64, config.rate as i64);
-        let interval = config.interval_ms() as i64;
-        if plan.value - plan.spent < permits {
-            let mut wait = None;
-            if !plan.clear {
-                let hash = resolved[i].hash;
-                let limiter = locked.store(hash).limiters.get_hashed(hash, name);
-                let empty = Bucket::default();
-                let bucket = limiter.and_then(|l| l.bucket(kind, clock_now));
-                let bucket = bucket.map_or(&empty, |b| &*b);
-                let need = permits + plan.spent - plan.value;
-                wait = bucket.wait_for(plan.skip, need, interval, now_i, plan.spent);
-                if wait.is_none() {
-                    // Value and log disagree (permits lost): the log is the authority.
-                    plan.value = rate - plan.live;
-                    plan.dirty = true;
-                    if plan.value - plan.spent < permits {
-                        let need = permits + plan.spent - plan.value;
-                        let again = bucket.wait_for(plan.skip, need, interval, now_i, plan.spent);
-                        wait = Some(again.unwrap_or(interval));
-                    }
-                }
-            }
-            if let Some(wait) = wait {
-                refused.get_or_insert(i);
-                retry = retry.max(wait);
-            }
-        }
-        plan.spent += permits;
     }
+    (plans, refused, retry)
+}
 
-    let granted = refused.is_none();
-    let rules = resolved
+/// plan_tokens: a token bucket at `now`, and what happens to its config; the wait
+/// when it has too few tokens.
+fn plan_tokens(r: &mut Resolved, call: &Call<'_>, shape: crate::BucketShape, now: u64) -> Option<i64> {
+    let config = r.config;
+    let (plan, old) = TokenPlan::new(
+        config.rate,
+        config.interval_ms(),
+        shape.burst,
+        shape.warmup_ms,
+        r.stored_tokens.as_ref(),
+        now,
+    );
+    r.change = match (&r.stored_tokens, old) {
+        (None, _) => ConfigChange::Created,
+        (Some(_), Some(old)) => ConfigChange::Changed(RateLimiterConfig {
+            rate: old.rate,
+            interval: std::time::Duration::from_millis(old.interval),
+            ..config
+        }),
+        (Some(_), None) => ConfigChange::Kept,
+    };
+    let wait = plan.wait(call.permits);
+    r.tokens = Some(plan);
+    wait.map(|wait| wait as i64)
+}
+
+/// take: a call's permits from its bucket's plan; the wait when the bucket has too
+/// few (the exact wait until the log releases them).
+fn take(
+    plan: &mut BucketPlan,
+    bucket: Option<&Bucket>,
+    call: &Call<'_>,
+    config: &RateLimiterConfig,
+    now: i64,
+) -> Option<i64> {
+    if call.permits == 0 {
+        return None;
+    }
+    let (permits, rate) = (call.permits as i64, config.rate as i64);
+    let interval = config.interval_ms() as i64;
+    let mut wait = None;
+    if plan.value - plan.spent < permits && !plan.clear {
+        let empty = Bucket::default();
+        let bucket = bucket.unwrap_or(&empty);
+        let need = permits + plan.spent - plan.value;
+        wait = bucket.wait_for(plan.skip, need, interval, now, plan.spent);
+        if wait.is_none() {
+            // Value and log disagree (permits lost): the log is the authority.
+            plan.value = rate - plan.live;
+            plan.dirty = true;
+            if plan.value - plan.spent < permits {
+                let need = permits + plan.spent - plan.value;
+                let again = bucket.wait_for(plan.skip, need, interval, now, plan.spent);
+                wait = Some(again.unwrap_or(interval));
+            }
+        }
+    }
+    plan.spent += permits;
+    wait
+}
+
+/// Phase 4, reply: each rule's permits (or tokens) left and what happened to its config.
+fn reply(
+    calls: &[Call<'_>],
+    resolved: &[Resolved],
+    plans: &[BucketPlan],
+    granted: bool,
+) -> smallvec::SmallVec<[RuleOutcome; 1]> {
+    resolved
         .iter()
         .zip(calls)
         .map(|(r, call)| {
@@ -267,39 +371,17 @@ fn decide(
                 config: r.change,
             }
         })
-        .collect();
-    if calls.iter().any(|c| c.permits > 0) {
-        let decided = Decided {
-            resolved: &resolved,
-            plans: &plans,
-            granted,
-            now,
-            clock_now,
-        };
-        let fresh = backend.make_room(&mut locked, calls, hashes, clock_now)?;
-        commit(&mut locked, calls, &decided);
-        // Each new limiter pays for sweeping its share of the table, after the writes
-        // (before them, a sweep could drop a limiter the writes then create again,
-        // uncounted).
-        for &i in &fresh {
-            backend.sweep(locked.store(hashes[i]), clock_now, PER_NEW);
-        }
-    }
-    Ok(Outcome {
-        granted,
-        refused,
-        retry_ms: if granted { 0 } else { retry.max(0) as u64 },
-        at_ms: now,
-        rules,
-    })
+        .collect()
 }
 
-/// acquire_plain.lua's twin for one rule: one sliding-window rule whose stored config is its own, with
-/// a value and no change of mode, decided without the phases' lists. `None`, before
-/// anything is written, for every other case (a config to create or change, no
-/// stored value or a value inflated by hand, a log short of the wait): [`decide`]
-/// then decides the call from the start.
+/// acquire_plain.lua's twin for one rule, in its order: read config, load_rule,
+/// settle_time, plan_bucket, take, commit, reply. One sliding-window rule whose
+/// stored config is its own, with a value and no change of mode, decided without the
+/// phases' lists. `None`, before anything is written, for every other case (a config
+/// to create or change, no stored value or a value inflated by hand, a log short of
+/// the wait): [`decide`] then decides the call from the start.
 fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> Option<Outcome> {
+    // read config: the rule's own, stored
     let rule = call
         .rule
         .filter(|r| call.bucket.is_none() && call.permits <= r.rate)?;
@@ -307,21 +389,11 @@ fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> 
     if limiter.live_config(clock_now)? != *rule {
         return None;
     }
-    let keep = rule.keep_alive_ms();
-    // Redisson's TTL rule, as commit applies it (no keep-alive: the config's own TTL).
-    let expires = match keep {
-        0 => limiter.config_expires.filter(|&t| t > clock_now),
-        _ => None,
-    };
     let bucket = limiter.bucket(rule.rate_type, clock_now)?;
     let mut value = bucket.value?;
     // load_rule: the newest grant, when newer than this call's time
     let newest = bucket.newest().unwrap_or(clock_now).max(clock_now);
-    let now = if newest - clock_now <= REORDER_MS {
-        newest
-    } else {
-        clock_now
-    };
+    let now = settle_time(newest, clock_now);
     let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, rule.interval_ms() as i64);
     // plan_bucket: the value, plus what left the window
     let (skip, released) = bucket.stale(now as i64 - interval);
@@ -345,15 +417,9 @@ fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> 
         if granted || released > 0 {
             bucket.value = Some(value);
         }
-        if keep > 0 {
-            bucket.expires = Some(now + keep);
-        } else if expires.is_some() {
-            bucket.expires = expires;
-        }
-        if keep > 0 {
-            limiter.config_expires = Some(now + keep);
-        }
+        ttl_rule(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
     }
+    // reply
     Some(Outcome {
         granted,
         refused: (!granted).then_some(0),
@@ -408,8 +474,7 @@ fn plan_bucket(call: usize, bucket: Option<&Bucket>, resolved: &Resolved, now: i
     plan
 }
 
-/// Phase 3, commit: the writes `acquire.lua` makes.
-/// What phases 1 and 2 decided, for `commit`.
+/// What phases 1 and 2 decided, for phase 3, commit: the writes `acquire.lua` makes.
 struct Decided<'a> {
     resolved: &'a [Resolved],
     plans: &'a [BucketPlan],
@@ -421,19 +486,12 @@ struct Decided<'a> {
 }
 
 fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
-    let Decided {
-        resolved,
-        plans,
-        granted,
-        now,
-        clock_now,
-    } = *decided;
-    for (i, (call, r)) in calls.iter().zip(resolved).enumerate() {
+    for (i, (call, r)) in calls.iter().zip(decided.resolved).enumerate() {
         let name = call.keys.config();
         let store = locked.store(r.hash);
         if let Some(tokens) = &r.tokens {
             // A token bucket stores its refilled state, less what a grant took.
-            let taken = if granted { call.permits } else { 0 };
+            let taken = if decided.granted { call.permits } else { 0 };
             store
                 .limiters
                 .get_or_insert(r.hash, name)
@@ -448,44 +506,60 @@ fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
         if r.change != ConfigChange::Kept {
             limiter.config = Some(r.config);
         }
-        let plan = &plans[r.plan];
-        let kind = r.config.rate_type;
-        // Each bucket is settled once, by the first call that planned it.
-        if plan.call == i {
-            if plan.clear {
-                // A change of mode deletes both modes' state, as acquire.lua.
-                limiter.remove_bucket(RateType::Overall);
-                limiter.remove_bucket(RateType::PerClient);
-            } else if let Some(bucket) = limiter.bucket(kind, clock_now) {
-                let (skip, released) = bucket.stale(plan.cutoff);
-                bucket.remove_first(skip, released);
-            }
-            if granted || plan.dirty {
-                let value = if granted {
-                    plan.value - plan.spent
-                } else {
-                    plan.value
-                };
-                limiter.bucket_or_default(kind).value = Some(value);
-            }
+        commit_window(limiter, i, call, r, decided);
+    }
+}
+
+/// A sliding-window call's writes: its bucket settled (by the first call that
+/// planned it), its grant logged, and Redisson's TTL rule.
+fn commit_window(limiter: &mut Limiter, i: usize, call: &Call<'_>, r: &Resolved, decided: &Decided<'_>) {
+    let Decided {
+        plans,
+        granted,
+        now,
+        clock_now,
+        ..
+    } = *decided;
+    let plan = &plans[r.plan];
+    let kind = r.config.rate_type;
+    if plan.call == i {
+        if plan.clear {
+            // A change of mode deletes both modes' state, as acquire.lua.
+            limiter.remove_bucket(RateType::Overall);
+            limiter.remove_bucket(RateType::PerClient);
+        } else if let Some(bucket) = limiter.bucket(kind, clock_now) {
+            let (skip, released) = bucket.stale(plan.cutoff);
+            bucket.remove_first(skip, released);
         }
-        if granted {
-            let bucket = limiter.bucket_or_default(kind);
-            bucket.push(now, call.permits as u32);
+        if granted || plan.dirty {
+            let value = if granted {
+                plan.value - plan.spent
+            } else {
+                plan.value
+            };
+            limiter.bucket_or_default(kind).value = Some(value);
         }
-        // Redisson's TTL rule: keepAliveTime on all three keys, else the config's TTL.
-        // Counted from the decided time: an overtaken call's clock read earlier than the
-        // moment it commits, and a keep-alive counted from that reading would end before
-        // a grant at `now` has left the window.
-        let expires = match r.config.keep_alive_ms() {
-            0 => limiter.config_expires.filter(|&t| t > clock_now),
-            keep => {
-                limiter.config_expires = Some(now + keep);
-                Some(now + keep)
-            }
-        };
-        if let (Some(expires), Some(bucket)) = (expires, limiter.bucket(kind, clock_now)) {
-            bucket.expires = Some(expires);
+    }
+    if granted {
+        let bucket = limiter.bucket_or_default(kind);
+        bucket.push(now, call.permits as u32);
+    }
+    ttl_rule(limiter, kind, r.config.keep_alive_ms(), now, clock_now);
+}
+
+/// Redisson's TTL rule (lib/ttl_rule.lua): keepAliveTime on all three keys, else the
+/// config's TTL. Counted from the decided time: an overtaken call's clock read earlier
+/// than the moment it commits, and a keep-alive counted from that reading would end
+/// before a grant at `now` has left the window.
+fn ttl_rule(limiter: &mut Limiter, kind: RateType, keep: u64, now: u64, clock_now: u64) {
+    let expires = match keep {
+        0 => limiter.config_expires.filter(|&t| t > clock_now),
+        keep => {
+            limiter.config_expires = Some(now + keep);
+            Some(now + keep)
         }
+    };
+    if let (Some(expires), Some(bucket)) = (expires, limiter.bucket(kind, clock_now)) {
+        bucket.expires = Some(expires);
     }
 }

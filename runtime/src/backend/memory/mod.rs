@@ -32,7 +32,8 @@ use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 pub const DEFAULT_MAX_LIMITERS: usize = 100_000;
 
 /// How far a call's time may lag the newest grant and still be decided at that
-/// grant's time (REORDER in lua/call_time.lua).
+/// grant's time (REORDER in lua/lib/call_time.lua; `the_scripts_constants_are_these`
+/// holds them equal).
 const REORDER_MS: u64 = 1000;
 
 /// Limiters are spread over this many independently locked shards, so threads
@@ -744,5 +745,39 @@ mod tests {
                 Err(Error::MemoryFull { max: 2, .. })
             ));
         });
+    }
+}
+
+/// The constants the scripts and this backend share, each written once in Lua and
+/// once here: read from the scripts and compared.
+#[cfg(test)]
+mod twins {
+    use crate::backend::redis::scripts::tests::read;
+
+    /// The value of `local <name> = <number>` in a script file.
+    fn lua_constant(file: &str, name: &str) -> u64 {
+        let prefix = format!("local {name} = ");
+        let text = read(file);
+        let line = text
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{file} defines no {name}"));
+        let digits: String = line.chars().take_while(char::is_ascii_digit).collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("{file}: {name} = {line}"))
+    }
+
+    #[test]
+    fn the_scripts_constants_are_these() {
+        assert_eq!(lua_constant("lib/call_time.lua", "REORDER"), super::REORDER_MS);
+        assert_eq!(
+            lua_constant("lib/call_time.lua", "WALK"),
+            super::state::WALK as u64
+        );
+        assert_eq!(
+            lua_constant("lib/bucket.lua", "COLD_STEPS"),
+            super::tokens::COLD_STEPS
+        );
     }
 }

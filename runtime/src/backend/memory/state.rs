@@ -8,7 +8,8 @@ use std::hash::BuildHasher;
 use super::tokens::Tokens;
 use crate::{RateLimiterConfig, RateType};
 
-/// The log entries a refusal's wait reads at most (WALK in lua/call_time.lua).
+/// The log entries a refusal's wait reads at most (WALK in lua/lib/call_time.lua,
+/// held equal by a test in `memory/mod.rs`).
 pub(crate) const WALK: usize = 64;
 
 /// Limiters by name, hashed with the backend's keyed hasher (see `MemoryBackend`); a

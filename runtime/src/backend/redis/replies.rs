@@ -121,7 +121,16 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
         .ok()
         .and_then(|r| r.checked_sub(1))
         .and_then(|r| calls.get(r))?;
-    let name = keys.config().to_owned();
+    match kind {
+        "not_initialized" | "keep_alive_short" | "permits_exceed_rate" | "bad_config" => {
+            config_error(kind, keys.config().to_owned(), detail)
+        }
+        _ => key_error(kind, keys, detail),
+    }
+}
+
+/// A script's error about a limiter's config (`name`): missing, refused or corrupt.
+fn config_error(kind: &str, name: String, detail: &str) -> Option<Error> {
     Some(match kind {
         "not_initialized" => Error::NotInitialized { name },
         "keep_alive_short" => Error::InvalidConfig {
@@ -132,24 +141,6 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
             let mut numbers = detail.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
             let (permits, rate) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
             Error::PermitsExceedRate { name, permits, rate }
-        }
-        "wrong_type" => {
-            let (role, detail) = detail.split_once(' ').unwrap_or((detail, ""));
-            let (role, key) = key_of(keys, role);
-            Error::WrongType {
-                key,
-                role,
-                detail: detail.to_owned(),
-            }
-        }
-        "not_limiter" => {
-            let (role, found) = detail.split_once(' ').unwrap_or((detail, ""));
-            let (role, key) = key_of(keys, role);
-            Error::NotALimiter {
-                key,
-                role,
-                found: found.to_owned(),
-            }
         }
         "bad_config" => {
             let (field, value) = detail.split_once('=').unwrap_or((detail, ""));
@@ -165,27 +156,26 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
                 value: value.to_owned(),
             }
         }
-        "bad_value" => {
-            let (role, value) = detail.split_once(' ').unwrap_or((detail, ""));
-            Error::CorruptValue {
-                key: key_of(keys, role).1,
-                value: value.to_owned(),
-            }
-        }
-        "bad_bucket" => {
-            let (role, detail) = detail.split_once(' ').unwrap_or((detail, ""));
-            Error::CorruptBucket {
-                key: key_of(keys, role).1,
-                detail: detail.to_owned(),
-            }
-        }
-        "bad_member" => {
-            let (role, detail) = detail.split_once(' ').unwrap_or((detail, ""));
-            Error::CorruptMember {
-                key: key_of(keys, role).1,
-                detail: detail.to_owned(),
-            }
-        }
+        _ => return None,
+    })
+}
+
+/// A script's error about one of a limiter's keys, named by its role first in
+/// `detail` (`<role> <text>`): another program's, of the wrong type, or corrupt.
+fn key_error(kind: &str, keys: &Keys<'_>, detail: &str) -> Option<Error> {
+    let (role, detail) = detail.split_once(' ').unwrap_or((detail, ""));
+    let (role, key) = key_of(keys, role);
+    let detail = detail.to_owned();
+    Some(match kind {
+        "wrong_type" => Error::WrongType { key, role, detail },
+        "not_limiter" => Error::NotALimiter {
+            key,
+            role,
+            found: detail,
+        },
+        "bad_value" => Error::CorruptValue { key, value: detail },
+        "bad_bucket" => Error::CorruptBucket { key, detail },
+        "bad_member" => Error::CorruptMember { key, detail },
         _ => return None,
     })
 }

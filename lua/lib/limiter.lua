@@ -1,8 +1,9 @@
--- limiter.lua: whether a key is a limiter's config, put in front of the scripts that
--- write to a limiter's keys (configure.lua, try_set_rate.lua, guard.lua, reset.lua)
--- when the scripts are built (runtime/src/backend/redis.rs). A limiter's config is a
--- hash with the fields rate, interval and type (Redisson's layout); any other key
--- under a limiter's name is another program's, and those scripts write nothing to it.
+-- lib/limiter.lua: whether a key is a limiter's config, for the scripts that write
+-- to a limiter's keys.
+-- Part of: configure, try_set_rate, keep_alive, expire, reset
+-- A limiter's config is a hash with the fields rate, interval and type (Redisson's
+-- layout); any other key under a limiter's name is another program's, and those
+-- scripts write nothing to it.
 
 -- What the config key `key` holds when it is not a limiter's config: nil when it is
 -- one, false when it does not exist, else a text naming what it holds.
