@@ -792,3 +792,58 @@ async fn the_layer_decides_behind_sentinel_across_a_failover() {
         "kept across the failover"
     );
 }
+
+/// `WAIT` holds the connection it is sent on until it returns, and a client's calls
+/// share one connection: concurrent waited grants queue behind each other's `WAIT`.
+/// With the replica cut off, callers past the first few time out instead of hearing
+/// `NotReplicated`; neither is a grant, so the guarantee holds, and a caller learns
+/// the cost from its command timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_waited_grants_queue_behind_each_others_wait() {
+    let set = RedisSentinel::start();
+    let timeout = Duration::from_millis(500);
+    let client = Client::builder()
+        .command_timeout(timeout)
+        .wait_for_replicas(1, Duration::from_millis(100))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:queued");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    // The script loaded (a first call's NOSCRIPT would add a second WAIT).
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let (master, replica) = set.data_ports();
+    set.signal(replica, "-STOP");
+    set.node_cli(master, &["client", "kill", "type", "replica"]);
+    let calls = (0..8).map(|_| {
+        let limiter = limiter.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            (limiter.try_acquire(1).await, started.elapsed())
+        })
+    });
+    let mut not_replicated = 0;
+    let mut timed_out = 0;
+    for call in calls.collect::<Vec<_>>() {
+        let (result, took) = call.await.unwrap();
+        match result {
+            Ok(granted) => panic!("answered {granted} without a replica"),
+            Err(Error::NotReplicated { .. }) => not_replicated += 1,
+            Err(Error::Timeout { .. }) => timed_out += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+        assert!(
+            took < timeout + Duration::from_millis(300),
+            "a call took {took:?}"
+        );
+    }
+    set.signal(replica, "-CONT");
+    println!(
+        "8 concurrent waited calls, replica cut off: {not_replicated} NotReplicated, {timed_out} timed out"
+    );
+    assert!(not_replicated >= 1, "the first WAIT answers within its timeout");
+    assert!(timed_out >= 1, "the later calls queue behind the earlier WAITs");
+}

@@ -136,7 +136,10 @@ impl ClientBuilder {
     /// RELIABILITY.md, "When Redis loses data"). With it, a grant fewer replicas
     /// acknowledged in time fails with [`Error::NotReplicated`] (the permits stay
     /// taken; `on_error` decides the call), and every grant costs the replicas' round
-    /// trip in latency. For every replica's copy to count, ask for as many replicas as
+    /// trip in latency; `WAIT` holds the client's connection while it waits, so
+    /// concurrent grants queue behind each other's wait (with replicas cut off, callers
+    /// past the first few reach the command timeout). For every replica's copy to
+    /// count, ask for as many replicas as
     /// the master has. A single master (`redis://`, `redis+sentinel://`) only: `timeout`
     /// from 1 ms to below the command timeout, `replicas` at least 1; otherwise
     /// connecting fails with [`Error::InvalidSetting`]. A refusal is answered whatever
