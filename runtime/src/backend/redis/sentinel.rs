@@ -93,6 +93,24 @@ fn parse_rest(rest: &str, tls: bool) -> Result<SentinelUrl, String> {
         Some(at) => (&rest[..at], &rest[at + 1..]),
         None => (rest, ""),
     };
+    let (master, db) = master_and_db(path)?;
+    let (username, password) = credentials(auth)?;
+    let (sentinel_username, sentinel_password) = sentinel_credentials(query.unwrap_or_default())?;
+    Ok(SentinelUrl {
+        sentinels: sentinels(hosts)?,
+        master,
+        db,
+        username,
+        password,
+        sentinel_username,
+        sentinel_password,
+        tls,
+        insecure,
+    })
+}
+
+/// The sentinels' hosts and ports, at least one and at most [`MAX_SENTINELS`].
+fn sentinels(hosts: &str) -> Result<Vec<(String, u16)>, String> {
     // Sentinels are named by their place in the list, never by their text: with a
     // `?` or `#` left unencoded in a password, the text read as hosts is the password.
     let sentinels = hosts
@@ -111,6 +129,11 @@ fn parse_rest(rest: &str, tls: bool) -> Result<SentinelUrl, String> {
             sentinels.len()
         ));
     }
+    Ok(sentinels)
+}
+
+/// `master_name[/db]`, the path after the hosts.
+fn master_and_db(path: &str) -> Result<(String, i64), String> {
     let mut path = path.trim_end_matches('/').split('/');
     let master = path.next().unwrap_or_default();
     if master.is_empty() {
@@ -127,27 +150,34 @@ fn parse_rest(rest: &str, tls: bool) -> Result<SentinelUrl, String> {
     if path.next().is_some() {
         return Err("more than a master name and a database in the path".into());
     }
-    let (username, password) = match auth {
-        None => (None, None),
-        Some(auth) => {
-            let (user, pass) = match auth.split_once(':') {
-                Some((user, pass)) => (user, Some(pass)),
-                None => (auth, None),
-            };
-            let user = decode(user)?;
-            (
-                (!user.is_empty()).then_some(user),
-                pass.map(decode).transpose()?.filter(|p| !p.is_empty()),
-            )
-        }
+    Ok((decode(master)?, db))
+}
+
+/// The master's user name and password, from the user info.
+fn credentials(auth: Option<&str>) -> Result<(Option<String>, Option<String>), String> {
+    let Some(auth) = auth else {
+        return Ok((None, None));
     };
-    let (mut sentinel_username, mut sentinel_password) = (None, None);
-    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+    let (user, pass) = match auth.split_once(':') {
+        Some((user, pass)) => (user, Some(pass)),
+        None => (auth, None),
+    };
+    let user = decode(user)?;
+    Ok((
+        (!user.is_empty()).then_some(user),
+        pass.map(decode).transpose()?.filter(|p| !p.is_empty()),
+    ))
+}
+
+/// The sentinels' own user name and password, from the query.
+fn sentinel_credentials(query: &str) -> Result<(Option<String>, Option<String>), String> {
+    let (mut username, mut password) = (None, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = Some(decode(value)?).filter(|v| !v.is_empty());
         match name {
-            "sentinel_username" => sentinel_username = value,
-            "sentinel_password" => sentinel_password = value,
+            "sentinel_username" => username = value,
+            "sentinel_password" => password = value,
             // Not named back: a parameter's name may be a mistyped secret.
             _ => {
                 return Err(
@@ -156,17 +186,7 @@ fn parse_rest(rest: &str, tls: bool) -> Result<SentinelUrl, String> {
             }
         }
     }
-    Ok(SentinelUrl {
-        sentinels,
-        master: decode(master)?,
-        db,
-        username,
-        password,
-        sentinel_username,
-        sentinel_password,
-        tls,
-        insecure,
-    })
+    Ok((username, password))
 }
 
 fn split_off(text: &str, at: char) -> (&str, Option<&str>) {
@@ -288,28 +308,11 @@ impl SentinelConn {
         timeouts: Timeouts,
         #[cfg(feature = "tls")] certs: Option<redis::TlsCertificates>,
     ) -> RedisResult<SentinelConn> {
-        let clients = url
-            .sentinels
-            .iter()
-            .map(|(host, port)| {
-                let addr = if url.tls {
-                    ConnectionAddr::TcpTls {
-                        host: host.clone(),
-                        port: *port,
-                        insecure: url.insecure,
-                        tls_params: None,
-                    }
-                } else {
-                    ConnectionAddr::Tcp(host.clone(), *port)
-                };
-                sentinel_client(
-                    addr,
-                    url,
-                    #[cfg(feature = "tls")]
-                    certs.clone(),
-                )
-            })
-            .collect::<RedisResult<Vec<_>>>()?;
+        let clients = sentinel_clients(
+            url,
+            #[cfg(feature = "tls")]
+            certs.clone(),
+        )?;
         let mut settings = RedisConnectionInfo::default().set_db(url.db);
         if let Some(user) = &url.username {
             settings = settings.set_username(user);
@@ -576,6 +579,34 @@ fn unknown_master() -> Failure {
         ErrorKind::MasterNameNotFoundBySentinel,
         "Master with given name not found in sentinel",
     )))
+}
+
+/// A client for each sentinel of `url`, over TLS for `rediss+sentinel://`.
+fn sentinel_clients(
+    url: &SentinelUrl,
+    #[cfg(feature = "tls")] certs: Option<redis::TlsCertificates>,
+) -> RedisResult<Vec<redis::Client>> {
+    url.sentinels
+        .iter()
+        .map(|(host, port)| {
+            let addr = if url.tls {
+                ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: url.insecure,
+                    tls_params: None,
+                }
+            } else {
+                ConnectionAddr::Tcp(host.clone(), *port)
+            };
+            sentinel_client(
+                addr,
+                url,
+                #[cfg(feature = "tls")]
+                certs.clone(),
+            )
+        })
+        .collect()
 }
 
 /// A client for one sentinel, with the sentinels' credentials.
