@@ -151,7 +151,7 @@ impl Client {
 
     /// A token bucket on the key `{name}:bucket` (used as given: no prefix),
     /// refilling `rate` tokens per `interval` and holding at most `rate` (see
-    /// [`TokenBucket::burst`]).
+    /// [`TokenBucket::burst`](crate::TokenBucket::burst)).
     pub fn token_bucket(&self, name: impl Into<String>, rate: u64, interval: Duration) -> crate::TokenBucket {
         crate::TokenBucket::new(self, name.into(), rate, interval)
     }

@@ -3,13 +3,13 @@
 //!
 //! An [`Engine`] holds the rules of one function (or one layer) as [`RuleSpec`]s.
 //! For each call it makes every rule's limiter for the call's keys
-//! ([`build`](self::build), with run-time overrides), refuses what no wait would let
+//! (`build`, with run-time overrides), refuses what no wait would let
 //! pass, has the client decide the enforced rules all or nothing, and on a backend
-//! failure applies each rule's `on_error` ([`on_error`](self::on_error)). Shadow rules
-//! are decided after a grant and only reported ([`shadow`](self::shadow)). Around it:
-//! the `redlimit.decide` span ([`span`](self::span)), the outcome counters
-//! (`crate::observe`) and the throttled log ([`log`](self::log)). Refusals are made in
-//! [`refuse`](self::refuse).
+//! failure applies each rule's `on_error` (`on_error`). Shadow rules
+//! are decided after a grant and only reported (`shadow`). Around it:
+//! the `redlimit.decide` span (`span`), the outcome counters
+//! (`crate::observe`) and the throttled log (`log`). Refusals are made in
+//! `refuse`.
 //!
 //! Not a stable API: the attribute's expansion and `redlimit-edge` use it, and it
 //! changes with them.
