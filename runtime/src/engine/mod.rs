@@ -2,14 +2,13 @@
 //! through the layer, goes through before it may go on.
 //!
 //! An [`Engine`] holds the rules of one function (or one layer) as [`RuleSpec`]s.
-//! For each call it makes every rule's limiter for the call's keys
-//! (`build`, with run-time overrides), refuses what no wait would let
-//! pass, has the client decide the enforced rules all or nothing, and on a backend
-//! failure applies each rule's `on_error` (`on_error`). Shadow rules
-//! are decided after a grant and only reported (`shadow`). Around it:
-//! the `redlimit.decide` span (`span`), the outcome counters
-//! (`crate::observe`) and the throttled log (`log`). Refusals are made in
-//! `refuse`.
+//! For each call it makes every rule's limiter for the call's keys, with run-time
+//! overrides (`build.rs`), refuses what no wait would let pass, has the client decide
+//! the enforced rules all or nothing, and on a backend failure applies each rule's
+//! `on_error` (`on_error.rs`). Shadow rules are decided after a grant and only
+//! reported (`shadow.rs`). Around it: the `redlimit.decide` span (`span.rs`), the
+//! outcome counters (`crate::observe`) and the throttled log (`log.rs`). Refusals are
+//! made in `refuse.rs`.
 //!
 //! Not a stable API: the attribute's expansion and `redlimit-edge` use it, and it
 //! changes with them.
