@@ -21,6 +21,10 @@
 //!    `REDLIMIT_REFERENCE_SCRIPT` (a path; any script taking Redisson's KEYS and ARGV:
 //!    five keys, then permits, the time in ms and 16 random bytes, such as Redisson's
 //!    own acquire script taken from its source), on the allow and the deny path.
+//! 9. A flood of refused calls on one exhausted limiter beside grants of other
+//!    limiters, on one client, with refusals answered in process and without:
+//!    grants per second alone and under the flood, and Redis commands per refused
+//!    call (`REDLIMIT_BENCH_ONLY=flood` runs it alone; it is not in the default run).
 //! 8. The rows of section 6 one at a time, for counting the instructions Redis and
 //!    the caller spend on them: `REDLIMIT_BENCH_ONLY=count` with
 //!    `REDLIMIT_BENCH_REDIS_URL` (a server started by the caller, under an instruction
@@ -250,6 +254,7 @@ async fn main() {
         Ok("memory") => return in_process(),
         Ok("keys") => return live_keys(),
         Ok("bucket") => return token_bucket(&client, &mut conn).await,
+        Ok("flood") => return flood(&server.url(), &mut conn).await,
         _ => {}
     }
 
@@ -874,4 +879,87 @@ fn run_threads(threads: usize, total: usize, work: impl Fn(usize) + Send + Sync 
         per_thread_ns: per_decision,
         total_per_s: total as f64 / wall.as_secs_f64(),
     }
+}
+
+/// Section 9: `GRANTERS` tasks granting on limiters of their own, alone and then
+/// beside `FLOODERS` tasks calling an exhausted limiter, on one client; with the
+/// client's local refusals on and off.
+async fn flood(url: &str, conn: &mut MultiplexedConnection) {
+    const GRANTERS: usize = 8;
+    const FLOODERS: usize = 32;
+    println!("\n9. A flood of refused calls beside grants of other limiters ({GRANTERS} granting tasks, {FLOODERS} flooding, {RUN:?} each)\n");
+    println!("| local refusals | grants/s alone | grants/s under the flood | under / alone | refused calls/s | Redis commands per refused call |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for local in [true, false] {
+        let client = Client::builder()
+            .local_refusals(local)
+            .connect(url)
+            .await
+            .unwrap();
+        let exhausted = [Rule::new(
+            format!("rate_limit:bench:flood:{local}"),
+            1,
+            Duration::from_secs(3600),
+        )];
+        let _ = client.check_rules(&exhausted).await.unwrap();
+        let alone = granting(&client, GRANTERS, None).await;
+        reset(conn).await;
+        let refused = Arc::new(AtomicU64::new(0));
+        let under = granting(&client, GRANTERS, Some((FLOODERS, exhausted, refused.clone()))).await;
+        let commands = command_stat(conn, "evalsha", "calls").await;
+        let refused = refused.load(Ordering::Relaxed) as f64;
+        // The granters' own script calls are not the flood's.
+        let flood_commands = (commands - under * RUN.as_secs_f64()).max(0.0);
+        println!(
+            "| {} | {alone:.0} | {under:.0} | {:.2} | {:.0} | {:.4} |",
+            if local { "on" } else { "off" },
+            under / alone,
+            refused / RUN.as_secs_f64(),
+            flood_commands / refused.max(1.0)
+        );
+    }
+}
+
+/// Grants per second of `tasks` tasks, each on a limiter of its own, for `RUN`; with
+/// `flood`, as many more tasks call the exhausted rules meanwhile, counting refusals.
+async fn granting(client: &Client, tasks: usize, flood: Option<(usize, [Rule; 1], Arc<AtomicU64>)>) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (client, stop, granted) = (client.clone(), stop.clone(), granted.clone());
+        handles.push(tokio::spawn(async move {
+            let rules = [Rule::new(
+                format!("rate_limit:bench:granter:{task}"),
+                HUGE_RATE,
+                Duration::from_secs(1),
+            )];
+            while !stop.load(Ordering::Relaxed) {
+                if client.check_rules(&rules).await.unwrap().allowed {
+                    granted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    if let Some((flooders, rules, refused)) = flood {
+        for _ in 0..flooders {
+            let (client, stop, rules, refused) =
+                (client.clone(), stop.clone(), rules.clone(), refused.clone());
+            handles.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if !client.check_rules(&rules).await.unwrap().allowed {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Answered in process without awaiting anything: let the others run.
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(RUN).await;
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    granted.load(Ordering::Relaxed) as f64 / RUN.as_secs_f64()
 }
