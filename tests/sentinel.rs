@@ -26,6 +26,23 @@ fn assert_hidden(text: &str) {
     );
 }
 
+/// A limiter on `set` no test here exhausts (a million per ten minutes), on a client
+/// with a 200 ms command timeout, granted once so that its script is loaded.
+async fn hot_limiter(set: &RedisSentinel, name: &str) -> redlimit::RateLimiter {
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter(name);
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    limiter
+}
+
 /// One result of a load task: when it came back, and whether Redis granted it
 /// (`Some(true)`), refused it (`Some(false)`) or failed (`None`).
 type Outcome = (Instant, Option<bool>);
@@ -381,17 +398,7 @@ async fn a_manual_failover_is_followed_too() {
     // `SENTINEL FAILOVER`: the master is not killed; the sentinels promote the replica,
     // announce it, and make the old master a replica only seconds later.
     let set = RedisSentinel::start();
-    let client = Client::builder()
-        .command_timeout(Duration::from_millis(200))
-        .connect(&set.url())
-        .await
-        .unwrap();
-    let limiter = client.rate_limiter("rate_limit:sentinel:manual");
-    limiter
-        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
-        .await
-        .unwrap();
-    assert!(limiter.try_acquire(1).await.unwrap());
+    let limiter = hot_limiter(&set, "rate_limit:sentinel:manual").await;
     let (old_master, replica) = set.data_ports();
     let port = set.sentinel_ports()[0];
     support::sentinel::sentinel_cli(port, &["sentinel", "failover", "mymaster"]);
@@ -676,17 +683,7 @@ async fn a_hung_sentinel_does_not_deafen_the_listener() {
     // The sentinel the client listens on freezes (its connection stays open, nothing
     // comes); the client must move to another to hear the next `+switch-master`.
     let set = RedisSentinel::start();
-    let client = Client::builder()
-        .command_timeout(Duration::from_millis(200))
-        .connect(&set.url())
-        .await
-        .unwrap();
-    let limiter = client.rate_limiter("rate_limit:sentinel:deaf");
-    limiter
-        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
-        .await
-        .unwrap();
-    assert!(limiter.try_acquire(1).await.unwrap());
+    let limiter = hot_limiter(&set, "rate_limit:sentinel:deaf").await;
     let ports = set.sentinel_ports();
     let started = Instant::now();
     while subscribers(&set, ports[0]) != 1 {
