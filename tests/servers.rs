@@ -701,3 +701,18 @@ async fn connections_announce_themselves_in_client_list() {
     let list = client_list(&mut raw).await;
     assert_eq!(named(&list), 2, "{list}");
 }
+
+/// A URL that names a replica: every grant is refused with READONLY. That lasts until
+/// someone fixes the URL, so it is its own kind, a backend failure that does not pass
+/// by itself (`on_error = "allow"` then decides in process, as for OOM above).
+#[tokio::test]
+async fn a_replica_refuses_grants_as_read_only_and_that_is_not_transient() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let client = Client::connect(&replica.url()).await.unwrap();
+    let rule = [Rule::new("servers:replica", 5, Duration::from_secs(60))];
+    let err = client.check_rules(&rule).await.unwrap_err();
+    assert!(matches!(err, Error::ReadOnlyReplica { .. }), "{err:?}");
+    assert!(err.is_backend_failure() && !err.is_transient(), "{err:?}");
+    assert!(err.to_string().contains("point the URL at the master"), "{err}");
+}

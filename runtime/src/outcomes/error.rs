@@ -301,6 +301,19 @@ pub enum Error {
         detail: String,
     },
 
+    /// The server is a replica (`READONLY`): the URL names a node that is not, or is no
+    /// longer, the master. Behind Sentinel the next command asks the sentinels again;
+    /// with a plain URL it lasts until someone changes the URL, so `on_error =
+    /// "allow"` decides such calls in process rather than letting them through.
+    #[error(
+        "Redis at `{target}` is a read-only replica and cannot take a grant; point the URL at \
+         the master, or use redis+sentinel:// to follow failovers"
+    )]
+    ReadOnlyReplica {
+        /// The server, password hidden.
+        target: String,
+    },
+
     /// The connection's ACL user may not run a command the scripts need, or touch the
     /// limiter's keys.
     #[error(
@@ -472,6 +485,7 @@ impl Error {
                 | Error::UnsupportedServer { .. }
                 | Error::OutOfMemory { .. }
                 | Error::NoPermission { .. }
+                | Error::ReadOnlyReplica { .. }
                 | Error::UnexpectedReply { .. }
                 | Error::NotReplicated { .. }
                 | Error::WrongType { .. }

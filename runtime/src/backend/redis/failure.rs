@@ -38,6 +38,9 @@ fn refused_by_server(err: &RedisError, target: &Target) -> Option<Error> {
             detail: target.scrub(&format!("OOM {inner}")),
         });
     }
+    if inner_code == "READONLY" || code == "READONLY" {
+        return Some(Error::ReadOnlyReplica { target: shown() });
+    }
     // A command refused by the user's ACL: directly (NOPERM), or inside a script, which
     // each server words its own way (Valkey names the user and the command).
     if inner_code == "NOPERM"
