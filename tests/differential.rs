@@ -321,3 +321,56 @@ async fn plain_rule_calls_agree_step_for_step() {
         "{grants} grants, {refusals} refusals"
     );
 }
+
+/// The usual token-bucket call, many times: one rule whose bucket is held with its
+/// config (the in-process backend's one-rule path), with and without a warm-up, in
+/// both modes, tokens refilling between calls and refusals waiting on them; now and
+/// then the same bucket called with another burst, which goes back to the general
+/// path (the config changes) and then to the usual one again.
+#[tokio::test]
+async fn token_bucket_calls_agree_step_for_step() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let (mut grants, mut refusals) = (0, 0);
+    for seed in 0..24u64 {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
+        let clock = ManualClock::new(1_700_000_000_000 + seed * 13);
+        let (memory, redis) = both_backends(&server, &clock).await;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mode = [RateType::Overall, RateType::PerClient][(seed % 3 == 0) as usize];
+        let warmup = [0, 0, 500, 3_000][(seed % 4) as usize];
+        let mut history = Vec::new();
+        for step in 0..300 {
+            let burst = if rng.random_range(0..25) == 0 { 6 } else { 4 };
+            let rule = Rule::new("tb", 3, Duration::from_millis(900))
+                .mode(mode)
+                .algorithm(Algorithm::TokenBucket)
+                .burst(burst)
+                .warmup(Duration::from_millis(warmup))
+                .permits(rng.random_range(0..=burst));
+            let rules = [rule];
+            let on_memory = format!("{:?}", memory.check_rules(&rules).await);
+            let on_redis = format!("{:?}", redis.check_rules(&rules).await);
+            history.push(format!(
+                "burst {burst}, {} -> {on_redis}",
+                rules[0].permits_per_call()
+            ));
+            assert_eq!(
+                on_memory,
+                on_redis,
+                "seed {seed}, step {step}: backends disagree\nhistory:\n{}",
+                history.join("\n")
+            );
+            grants += usize::from(on_redis.contains("allowed: true"));
+            refusals += usize::from(on_redis.contains("allowed: false"));
+            let advance = rng.random_range(0..=600);
+            clock.advance(Duration::from_millis(advance));
+            history.push(format!("advance {advance}"));
+        }
+    }
+    println!("{grants} grants, {refusals} refusals compared");
+    assert!(
+        grants > 1500 && refusals > 1500,
+        "{grants} grants, {refusals} refusals"
+    );
+}

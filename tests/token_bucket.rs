@@ -504,3 +504,47 @@ async fn warm_up_settings_that_cannot_hold_are_clear_errors() {
     let err = client.check_rules(&[wide]).await.unwrap_err();
     assert!(err.to_string().contains("2^51"), "{err}");
 }
+
+/// A rule is checked on its first call and kept as checked; every setter makes a new
+/// rule that is checked again, so a rule first called with good settings and then
+/// changed to bad ones is refused, on both backends.
+#[tokio::test]
+async fn a_rule_changed_after_its_first_call_is_checked_again() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for client in backends(&server, &clock).await {
+        let window = Rule::new("checked:window", 5, SEC);
+        let tokens = bucket("checked:tokens", 5, SEC, 5);
+        for good in [&window, &tokens] {
+            for _ in 0..2 {
+                assert!(
+                    client
+                        .check_rules(std::slice::from_ref(good))
+                        .await
+                        .unwrap()
+                        .allowed
+                );
+            }
+        }
+        let changed = [
+            window.clone().permits(6),
+            window.clone().burst(3),
+            window.clone().warmup(SEC),
+            window.clone().keep_alive(Some(Duration::from_millis(10))),
+            tokens.clone().permits(6),
+            tokens.clone().burst(0),
+            window
+                .clone()
+                .algorithm(Algorithm::TokenBucket)
+                .burst(3)
+                .permits(4),
+        ];
+        for bad in changed {
+            let answer = client.check_rules(std::slice::from_ref(&bad)).await;
+            assert!(
+                answer.as_ref().is_err_and(|e| !e.is_backend_failure()),
+                "{bad:?}: {answer:?}"
+            );
+        }
+    }
+}

@@ -23,7 +23,7 @@ impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+            .map_or(0, |d| d.as_secs() * 1000 + u64::from(d.subsec_millis()))
     }
 }
 

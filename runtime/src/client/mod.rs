@@ -9,12 +9,16 @@ pub(crate) mod refusal_cache;
 pub(crate) mod waiting;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Once};
+use std::task::Poll;
 use std::time::Duration;
 
-use crate::backend::{Backend, Call, ConfigChange, RuleOutcome};
+use crate::backend::{Backend, Call, ConfigChange, Outcome, RuleOutcome};
 use crate::keys::Keys;
 use crate::rules::config_log;
+use crate::rules::rule::Merged;
 use crate::{ClientBuilder, Clock, Decision, Error, RateLimiter, Rule};
 
 /// The key prefix the attribute puts before its keys (the prefix Java services using
@@ -172,25 +176,80 @@ impl Client {
     /// every client before per client, then the lowest long-run rate, then the
     /// smallest rate), taking the largest of their permits once, capped at that rate.
     /// So each rule still holds and a coincidence never refuses every call.
-    pub async fn check_rules(&self, rules: &[Rule]) -> Result<Decision, Error> {
-        if let [rule] = rules {
-            return self.check_rule(rule).await;
+    ///
+    /// A decision that needs no round trip (in process, or a refusal this client
+    /// keeps) is made on the future's first poll, where it is awaited, without
+    /// another future inside.
+    pub fn check_rules<'a>(
+        &'a self,
+        rules: &'a [Rule],
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        let mut remote: Option<Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>> = None;
+        std::future::poll_fn(move |cx| {
+            let remote = match &mut remote {
+                Some(remote) => remote,
+                None => match self.decide_here(rules) {
+                    Here::Decided(answer) => return Poll::Ready(answer),
+                    Here::Remote(now) => remote.insert(Box::pin(self.check_rules_remote(rules, now))),
+                },
+            };
+            remote.as_mut().poll(cx)
+        })
+    }
+
+    /// A call of one rule decided where it is: in process, or refused again from what
+    /// this client keeps. Anything else is the backend's, at the time read here.
+    fn decide_here(&self, rules: &[Rule]) -> Here {
+        let now = self.now_ms();
+        let [rule] = rules else {
+            return match self.backend() {
+                Backend::Memory(memory) => Here::Decided(self.check_rules_in_process(memory, rules, now)),
+                Backend::Redis(_) => Here::Remote(now),
+            };
+        };
+        let permits = rule.permits_per_call().min(rule.most_permits());
+        if let Backend::Memory(memory) = self.backend() {
+            return Here::Decided(self.check_rule_in_process(memory, rule, permits, now));
         }
-        let keys = rules
-            .iter()
-            .map(|rule| self.rule_keys(rule))
-            .collect::<Result<Vec<_>, _>>()?;
+        match self.inner.refusals.answer(rule, permits, now) {
+            Some(refused) => Here::Decided(Ok(refused)),
+            None => Here::Remote(now),
+        }
+    }
+
+    /// [`check_rules`](Client::check_rules) on the backend, at `now`.
+    async fn check_rules_remote(&self, rules: &[Rule], now: u64) -> Result<Decision, Error> {
+        if let [rule] = rules {
+            return self.check_rule(rule, now).await;
+        }
+        let keys = self.rules_keys(rules)?;
         let merged = crate::rules::rule::merge(rules);
-        let calls: Vec<Call<'_>> = merged
-            .iter()
-            .map(|m| Call {
-                keys: keys[m.first],
-                permits: m.permits,
-                rule: Some(rules[m.config].config()),
-                bucket: rules[m.config].shape(),
-            })
-            .collect();
-        let outcome = self.backend().acquire(&calls, self.now_ms()).await?;
+        let calls = merged_calls(rules, &keys, &merged);
+        let outcome = self.backend().acquire(&calls, now).await?;
+        Ok(self.merged_decision(rules, &merged, &outcome))
+    }
+
+    /// [`check_rules`](Client::check_rules) of several rules in process.
+    fn check_rules_in_process(
+        &self,
+        memory: &crate::backend::memory::MemoryBackend,
+        rules: &[Rule],
+        now: u64,
+    ) -> Result<Decision, Error> {
+        let keys = self.rules_keys(rules)?;
+        let merged = crate::rules::rule::merge(rules);
+        let outcome = memory.decide_calls(&merged_calls(rules, &keys, &merged), now)?;
+        Ok(self.merged_decision(rules, &merged, &outcome))
+    }
+
+    fn rules_keys<'r>(&'r self, rules: &'r [Rule]) -> Result<Vec<Keys<'r>>, Error> {
+        rules.iter().map(|rule| self.rule_keys(rule)).collect()
+    }
+
+    /// The decision of several rules, as their callers number them, from the outcome
+    /// of their merged calls: config changes logged, refusals kept of them dropped on
+    /// a grant.
+    fn merged_decision(&self, rules: &[Rule], merged: &[Merged], outcome: &Outcome) -> Decision {
         for (m, rule) in merged.iter().zip(&outcome.rules) {
             if let ConfigChange::Changed(previous) = &rule.config {
                 let rule = &rules[m.config];
@@ -200,22 +259,18 @@ impl Client {
         let mut decision = outcome.decision();
         if decision.allowed {
             for rule in rules {
-                self.inner.refusals.forget(rule.name());
+                self.inner.refusals.forget_rule(rule);
             }
         }
         decision.refused_by = decision.refused_by.map(|i| merged[i].first);
         decision.tightest = decision.tightest.map(|i| merged[i].first);
-        Ok(decision)
+        decision
     }
 
-    /// [`check_rules`](Client::check_rules) of one rule: nothing to merge, nothing to
-    /// collect.
-    async fn check_rule(&self, rule: &Rule) -> Result<Decision, Error> {
+    /// [`check_rules`](Client::check_rules) of one rule on Redis, not answered from
+    /// the refusals kept: nothing to merge, nothing to collect.
+    async fn check_rule(&self, rule: &Rule, now: u64) -> Result<Decision, Error> {
         let permits = rule.permits_per_call().min(rule.most_permits());
-        let now = self.now_ms();
-        if let Some(refused) = self.inner.refusals.answer(rule, permits, now) {
-            return Ok(refused);
-        }
         let keys = self.rule_keys(rule)?;
         let calls = [Call {
             keys,
@@ -234,6 +289,32 @@ impl Client {
         let decision = outcome.decision();
         self.inner.refusals.note(rule, permits, &decision, now);
         Ok(decision)
+    }
+
+    /// [`check_rule`](Client::check_rule) on the in-process backend: decided where it
+    /// is called, without a future (nothing waits), with the rule's kept hash.
+    fn check_rule_in_process(
+        &self,
+        memory: &crate::backend::memory::MemoryBackend,
+        rule: &Rule,
+        permits: u64,
+        now: u64,
+    ) -> Result<Decision, Error> {
+        let call = Call {
+            keys: self.rule_keys(rule)?,
+            permits,
+            rule: Some(rule.config()),
+            bucket: rule.shape(),
+        };
+        let outcome = memory.decide_rule(&call, rule.name_hash(), now)?;
+        if let Some(RuleOutcome {
+            config: ConfigChange::Changed(previous),
+            ..
+        }) = outcome.rules.first()
+        {
+            config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
+        }
+        Ok(outcome.decision())
     }
 
     /// Drops the refusal this client keeps of the limiter `name`, if any: it changed.
@@ -304,37 +385,69 @@ impl Client {
         WeakClient(Arc::downgrade(&self.inner))
     }
 
+    /// The keys of `rule`, once its name and settings are known good: checked on its
+    /// first call and whenever a setter changed it, not on every call.
     fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
+        if rule.is_checked() {
+            return Ok(Keys::checked_before(rule.name(), &self.inner.client_id));
+        }
         let keys = Keys::new(rule.name(), &self.inner.client_id)?;
-        rule.config().validate(rule.name())?;
-        if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
-            return Err(Error::InvalidConfig {
-                name: rule.name().to_owned(),
-                problem: "burst and warm-up are a token bucket's: add .algorithm(Algorithm::TokenBucket), \
-                          or remove them",
-            });
-        }
-        match rule.shape() {
-            None => crate::handles::limiter::check_permits(
-                rule.name(),
-                rule.permits_per_call(),
-                Some(rule.config().rate),
-            )?,
-            Some(shape) => {
-                let burst = shape.burst;
-                crate::rules::fit::check_bucket(rule.name(), shape, rule.config())?;
-                crate::handles::limiter::check_permits(rule.name(), rule.permits_per_call(), None)?;
-                if rule.permits_per_call() > burst {
-                    return Err(Error::PermitsExceedBurst {
-                        name: rule.name().to_owned(),
-                        permits: rule.permits_per_call(),
-                        burst,
-                    });
-                }
-            }
-        }
+        check_settings(rule)?;
+        rule.mark_checked();
         Ok(keys)
     }
+}
+
+/// Every check of a rule's settings: its config, a sliding window without a bucket's
+/// settings, its permits within what one call may take.
+fn check_settings(rule: &Rule) -> Result<(), Error> {
+    rule.config().validate(rule.name())?;
+    if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
+        return Err(Error::InvalidConfig {
+            name: rule.name().to_owned(),
+            problem: "burst and warm-up are a token bucket's: add .algorithm(Algorithm::TokenBucket), \
+                      or remove them",
+        });
+    }
+    match rule.shape() {
+        None => crate::handles::limiter::check_permits(
+            rule.name(),
+            rule.permits_per_call(),
+            Some(rule.config().rate),
+        )?,
+        Some(shape) => {
+            let burst = shape.burst;
+            crate::rules::fit::check_bucket(rule.name(), shape, rule.config())?;
+            crate::handles::limiter::check_permits(rule.name(), rule.permits_per_call(), None)?;
+            if rule.permits_per_call() > burst {
+                return Err(Error::PermitsExceedBurst {
+                    name: rule.name().to_owned(),
+                    permits: rule.permits_per_call(),
+                    burst,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One call per distinct limiter of `rules` ([`Merged`]).
+fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[Merged]) -> Vec<Call<'r>> {
+    merged
+        .iter()
+        .map(|m| Call {
+            keys: keys[m.first],
+            permits: m.permits,
+            rule: Some(rules[m.config].config()),
+            bucket: rules[m.config].shape(),
+        })
+        .collect()
+}
+
+/// Where a call is decided: here (the answer), or by the backend at the time read.
+enum Here {
+    Decided(Result<Decision, Error>),
+    Remote(u64),
 }
 
 /// A [`Client`] that may have been dropped.

@@ -14,11 +14,11 @@
 //! Redis. Any grant this client makes on a limiter, and any change it makes to one,
 //! drops what it kept of it. At most `MAX_ENTRIES` limiters are kept per client.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::keys::name_hash;
 use crate::{Algorithm, Decision, Rule};
 
 /// Limiters whose refusal one client keeps, at most.
@@ -26,18 +26,30 @@ pub(crate) const MAX_ENTRIES: usize = 10_000;
 
 #[derive(Debug)]
 struct Entry {
+    /// The refused rule (its name is the limiter's), its name's hash.
     rule: Rule,
+    hash: u64,
     permits: u64,
     left: u64,
     until_ms: u64,
 }
 
-/// A client's refusals, by limiter name.
+/// A client's refusals, by limiter name, hashed with the keyed
+/// [`name_hash`] (names carry callers' values), which a rule keeps: a refusal
+/// answered again hashes nothing.
 #[derive(Debug)]
 pub(crate) struct RefusalCache {
     on: bool,
     len: AtomicUsize,
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<Entries>,
+}
+
+struct Entries(hashbrown::HashTable<Entry>);
+
+impl std::fmt::Debug for Entries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entries").field("len", &self.0.len()).finish()
+    }
 }
 
 impl RefusalCache {
@@ -45,7 +57,7 @@ impl RefusalCache {
         RefusalCache {
             on,
             len: AtomicUsize::new(0),
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries(hashbrown::HashTable::new())),
         }
     }
 
@@ -55,14 +67,19 @@ impl RefusalCache {
             && (rule.counted_by() == Algorithm::SlidingWindow || rule.warmup_period().is_none())
     }
 
+    fn lock(&self) -> MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The refusal of `rule` for `permits` at `now_ms`, when one is kept and its wait
     /// is not over.
     pub(crate) fn answer(&self, rule: &Rule, permits: u64, now_ms: u64) -> Option<Decision> {
         if self.len.load(Ordering::Relaxed) == 0 || !self.eligible(rule) {
             return None;
         }
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = entries.get(rule.name())?;
+        let hash = rule.name_hash();
+        let entries = self.lock();
+        let entry = entries.0.find(hash, |e| e.rule.name() == rule.name())?;
         if entry.permits != permits || &entry.rule != rule || now_ms >= entry.until_ms {
             return None;
         }
@@ -86,34 +103,61 @@ impl RefusalCache {
             && decision.at_ms == now_ms;
         match (keep, decision.retry_after) {
             (true, Some(wait)) if !wait.is_zero() => {
-                let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-                if entries.len() >= MAX_ENTRIES {
-                    entries.retain(|_, e| e.until_ms > now_ms);
-                    if entries.len() >= MAX_ENTRIES && !entries.contains_key(rule.name()) {
-                        return;
-                    }
-                }
                 let entry = Entry {
                     rule: rule.clone(),
+                    hash: rule.name_hash(),
                     permits,
                     left: decision.remaining,
                     until_ms: now_ms + wait.as_millis() as u64,
                 };
-                entries.insert(rule.name().to_owned(), entry);
-                self.len.store(entries.len(), Ordering::Relaxed);
+                self.keep(entry, now_ms);
             }
-            _ => self.forget(rule.name()),
+            _ => self.forget_rule(rule),
         }
+    }
+
+    /// Keeps `entry` in place of what was kept of its limiter; at [`MAX_ENTRIES`],
+    /// only when refusals whose wait is over make room.
+    fn keep(&self, entry: Entry, now_ms: u64) {
+        let mut entries = self.lock();
+        let table = &mut entries.0;
+        let (hash, name) = (entry.hash, entry.rule.name());
+        let held = table.find(hash, |e| e.rule.name() == name).is_some();
+        if table.len() >= MAX_ENTRIES && !held {
+            table.retain(|e| e.until_ms > now_ms);
+            if table.len() >= MAX_ENTRIES {
+                return;
+            }
+        }
+        match table.entry(hash, |e| e.rule.name() == name, |e| e.hash) {
+            hashbrown::hash_table::Entry::Occupied(mut kept) => *kept.get_mut() = entry,
+            hashbrown::hash_table::Entry::Vacant(room) => {
+                room.insert(entry);
+            }
+        }
+        self.len.store(table.len(), Ordering::Relaxed);
     }
 
     /// Drops what was kept of the limiter `name` (a grant, or a change to it).
     pub(crate) fn forget(&self, name: &str) {
-        if self.len.load(Ordering::Relaxed) == 0 {
-            return;
+        if self.len.load(Ordering::Relaxed) > 0 {
+            self.forget_hashed(name_hash(name), name);
         }
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.remove(name);
-        self.len.store(entries.len(), Ordering::Relaxed);
+    }
+
+    /// Drops what was kept of `rule`'s limiter, with the hash the rule keeps.
+    pub(crate) fn forget_rule(&self, rule: &Rule) {
+        if self.len.load(Ordering::Relaxed) > 0 {
+            self.forget_hashed(rule.name_hash(), rule.name());
+        }
+    }
+
+    fn forget_hashed(&self, hash: u64, name: &str) {
+        let mut entries = self.lock();
+        if let Ok(kept) = entries.0.find_entry(hash, |e| e.rule.name() == name) {
+            kept.remove();
+        }
+        self.len.store(entries.0.len(), Ordering::Relaxed);
     }
 }
 
@@ -136,7 +180,7 @@ mod tests {
             let rule = Rule::new(format!("k:{i}"), 1, Duration::from_secs(60));
             cache.note(&rule, 1, &refused, 1_000);
         }
-        assert_eq!(cache.entries.lock().unwrap().len(), MAX_ENTRIES);
+        assert_eq!(cache.lock().0.len(), MAX_ENTRIES);
         let late = Rule::new("late", 1, Duration::from_secs(60));
         cache.note(
             &late,
@@ -147,8 +191,8 @@ mod tests {
             },
             70_000,
         );
-        let entries = cache.entries.lock().unwrap();
-        assert_eq!(entries.len(), 1, "the expired entries made room");
-        assert!(entries.contains_key("late"));
+        let entries = cache.lock();
+        assert_eq!(entries.0.len(), 1, "the expired entries made room");
+        assert!(entries.0.iter().any(|e| e.rule.name() == "late"));
     }
 }

@@ -97,6 +97,11 @@ impl<'a> Keys<'a> {
         Ok(Keys { name, client_id })
     }
 
+    /// The keys of a name [`check_name`] accepted before (a rule's, kept checked).
+    pub(crate) fn checked_before(name: &'a str, client_id: &'a str) -> Self {
+        Keys { name, client_id }
+    }
+
     pub fn config(&self) -> &'a str {
         self.name
     }
@@ -237,6 +242,18 @@ pub fn check_name(name: &str) -> Result<(), Error> {
         name: name.to_owned(),
         reason,
     })
+}
+
+/// The hash of a limiter name in the in-process tables (the memory backend's limiters,
+/// a client's kept refusals): SipHash-1-3, std's map hash, under one random key per
+/// process. Keyed on purpose: names carry callers' values (user ids, API keys,
+/// addresses), and with an unkeyed or weakly seeded hash a caller who learns how it
+/// mixes can choose names that fall into one bucket and turn every lookup into a
+/// walk. A rule computes it once and keeps it ([`Rule`](crate::Rule)), so a rule
+/// called again pays no hashing.
+pub(crate) fn name_hash(name: &str) -> u64 {
+    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+    std::hash::BuildHasher::hash_one(KEY.get_or_init(Default::default), name)
 }
 
 /// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).

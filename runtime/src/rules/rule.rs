@@ -1,5 +1,7 @@
 //! Rules: a limiter name with the configuration a call enforces on it.
 
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::{RateLimiterConfig, RateType};
@@ -21,7 +23,7 @@ use crate::{RateLimiterConfig, RateType};
 /// assert_eq!(per_user.config().keep_alive, Some(Duration::from_secs(60)));
 /// # let _ = global;
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Rule {
     name: String,
     config: RateLimiterConfig,
@@ -30,7 +32,51 @@ pub struct Rule {
     burst: Option<u64>,
     warmup: Option<Duration>,
     local_refusals: bool,
+    memo: Memo,
 }
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("name", &self.name)
+            .field("config", &self.config)
+            .field("permits", &self.permits)
+            .field("algorithm", &self.algorithm)
+            .field("burst", &self.burst)
+            .field("warmup", &self.warmup)
+            .field("local_refusals", &self.local_refusals)
+            .finish()
+    }
+}
+
+/// What a client learns of a rule on its first call and keeps for the next ones, so
+/// that a rule built once and called many times is checked and hashed once: that
+/// every check of its name and settings passed, and its name's hash
+/// ([`name_hash`](crate::keys::name_hash); 0: not computed yet). Every setter clears
+/// `checked`; the name never changes. Not part of what a rule is: two rules that
+/// differ only here are equal.
+#[derive(Default)]
+struct Memo {
+    checked: AtomicBool,
+    hash: AtomicU64,
+}
+
+impl Clone for Memo {
+    fn clone(&self) -> Self {
+        Memo {
+            checked: AtomicBool::new(self.checked.load(Ordering::Relaxed)),
+            hash: AtomicU64::new(self.hash.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
+        true
+    }
+}
+
+impl Eq for Memo {}
 
 /// A token bucket's shape: the most tokens it holds, and its warm-up in milliseconds
 /// (0: none): what a token-bucket rule and its decision carry.
@@ -77,6 +123,37 @@ impl Rule {
             burst: None,
             warmup: None,
             local_refusals: true,
+            memo: Memo::default(),
+        }
+    }
+
+    /// The rule after a setter: its settings must be checked again.
+    fn changed(self) -> Self {
+        self.memo.checked.store(false, Ordering::Relaxed);
+        self
+    }
+
+    /// Whether a client has checked this rule's name and settings since its last
+    /// change.
+    pub(crate) fn is_checked(&self) -> bool {
+        self.memo.checked.load(Ordering::Relaxed)
+    }
+
+    /// Notes that every check of the rule passed.
+    pub(crate) fn mark_checked(&self) {
+        self.memo.checked.store(true, Ordering::Relaxed);
+    }
+
+    /// The hash of the rule's name ([`name_hash`](crate::keys::name_hash)), computed on
+    /// the first call and kept.
+    pub(crate) fn name_hash(&self) -> u64 {
+        match self.memo.hash.load(Ordering::Relaxed) {
+            0 => {
+                let hash = crate::keys::name_hash(&self.name);
+                self.memo.hash.store(hash, Ordering::Relaxed);
+                hash
+            }
+            hash => hash,
         }
     }
 
@@ -85,7 +162,7 @@ impl Rule {
     /// [`ClientBuilder::local_refusals`](crate::ClientBuilder::local_refusals)).
     pub fn local_refusals(mut self, on: bool) -> Self {
         self.local_refusals = on;
-        self
+        self.changed()
     }
 
     /// Whether [`local_refusals`](Rule::local_refusals) is on.
@@ -96,33 +173,33 @@ impl Rule {
     /// Overall (shared by every client) or per client.
     pub fn mode(mut self, mode: RateType) -> Self {
         self.config.rate_type = mode;
-        self
+        self.changed()
     }
 
     /// Permits each call takes (default 1; at most the rate).
     pub fn permits(mut self, permits: u64) -> Self {
         self.permits = permits;
-        self
+        self.changed()
     }
 
     /// The keep-alive time of the limiter's keys (`None`: keys never expire, as with
     /// a plain Redisson limiter).
     pub fn keep_alive(mut self, keep_alive: Option<Duration>) -> Self {
         self.config.keep_alive = keep_alive;
-        self
+        self.changed()
     }
 
     /// The sliding window (default) or a token bucket.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
-        self
+        self.changed()
     }
 
     /// A token bucket's capacity: the most tokens it holds, so the largest burst
     /// (default: the rate). Only for [`Algorithm::TokenBucket`].
     pub fn burst(mut self, burst: u64) -> Self {
         self.burst = Some(burst);
-        self
+        self.changed()
     }
 
     /// A token bucket's warm-up: after the bucket has been idle, a permit costs up to
@@ -132,7 +209,7 @@ impl Rule {
     /// zero warm-up is none, and one under 1 ms counts as 1 ms.
     pub fn warmup(mut self, warmup: Duration) -> Self {
         self.warmup = Some(warmup);
-        self
+        self.changed()
     }
 
     /// A token bucket's warm-up, if it has one.

@@ -48,19 +48,40 @@ struct Resolved {
 
 impl MemoryBackend {
     pub async fn acquire(&self, calls: &[Call<'_>], clock_now: u64) -> Result<Outcome, Error> {
-        self.sweep_in_turn(clock_now);
+        self.decide_calls(calls, clock_now)
+    }
+
+    /// The decision of `calls` (nothing in process waits).
+    pub fn decide_calls(&self, calls: &[Call<'_>], clock_now: u64) -> Result<Outcome, Error> {
         if let [call] = calls {
-            // One rule: one hash, one shard, and the usual call decided on its own.
-            let hash = self.hash(call.keys.config());
-            let mut locked = Locked::One(self.lock_shard(shard_of(hash)));
-            if let Some(outcome) = decide_one(locked.store(hash), call, hash, clock_now) {
-                return Ok(outcome);
-            }
-            return decide(self, locked, calls, &[hash], clock_now);
+            return self.decide_rule(call, self.hash(call.keys.config()), clock_now);
         }
+        self.sweep_in_turn(clock_now);
         let hashes: Vec<u64> = calls.iter().map(|c| self.hash(c.keys.config())).collect();
         let locked = self.lock_all(&hashes);
         decide(self, locked, calls, &hashes, clock_now)
+    }
+
+    /// The decision of one rule, whose name hashes to `hash`: one shard, and the usual
+    /// calls (a sliding window's, a token bucket's, on a limiter held with the rule's
+    /// config) decided on their own, without the phases' lists.
+    pub fn decide_rule(&self, call: &Call<'_>, hash: u64, clock_now: u64) -> Result<Outcome, Error> {
+        self.sweep_in_turn(clock_now);
+        let mut store = self.lock_shard(shard_of(hash));
+        let usual = match call.bucket {
+            None => decide_one(&mut store, call, hash, clock_now),
+            Some(shape) => decide_tokens_one(&mut store, call, shape, hash, clock_now),
+        };
+        match usual {
+            Some(outcome) => Ok(outcome),
+            None => decide(
+                self,
+                Locked::One(store),
+                std::slice::from_ref(call),
+                &[hash],
+                clock_now,
+            ),
+        }
     }
 
     /// Room for the limiters a decision of `calls` creates (the names not held yet,
@@ -425,10 +446,52 @@ fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> 
         refused: (!granted).then_some(0),
         retry_ms: wait.max(0) as u64,
         at_ms: now,
-        rules: smallvec::smallvec![RuleOutcome {
+        rules: smallvec::SmallVec::from_buf([RuleOutcome {
             left: value.max(0) as u64,
             config: ConfigChange::Kept,
-        }],
+        }]),
+    })
+}
+
+/// The twin of the phases for one token-bucket rule whose bucket is held with the
+/// rule's config: load_tokens, settle_time, plan_tokens, commit, reply, in place and
+/// without lists. `None`, before anything is written, when the bucket is missing or
+/// its config differs: [`decide`] then decides the call from the start (it creates
+/// the limiter, or reports the change).
+fn decide_tokens_one(
+    store: &mut Store,
+    call: &Call<'_>,
+    shape: crate::BucketShape,
+    hash: u64,
+    clock_now: u64,
+) -> Option<Outcome> {
+    let rule = call.rule?;
+    let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
+    // load_tokens, settle_time
+    let stored = *limiter.tokens(rule.rate_type, clock_now)?;
+    let now = settle_time(stored.at.max(clock_now), clock_now);
+    // plan_tokens
+    let (rate, interval) = (rule.rate, rule.interval_ms());
+    let (plan, old) = TokenPlan::new(rate, interval, shape.burst, shape.warmup_ms, Some(&stored), now);
+    if old.is_some() {
+        return None;
+    }
+    let wait = plan.wait(call.permits);
+    let taken = if wait.is_none() { call.permits } else { 0 };
+    // commit (a call asking what is available writes nothing)
+    if call.permits > 0 {
+        limiter.set_tokens(rule.rate_type, plan.stored(taken));
+    }
+    // reply
+    Some(Outcome {
+        granted: wait.is_none(),
+        refused: wait.map(|_| 0),
+        retry_ms: wait.unwrap_or(0),
+        at_ms: now,
+        rules: smallvec::SmallVec::from_buf([RuleOutcome {
+            left: plan.left(taken),
+            config: ConfigChange::Kept,
+        }]),
     })
 }
 

@@ -17,8 +17,6 @@ mod state;
 mod tokens;
 
 use std::cell::Cell;
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -58,11 +56,10 @@ const AT_BOUND: usize = 32;
 pub(crate) const MOST_SWEPT: u64 = (IN_TURN + AT_BOUND + PER_NEW) as u64;
 
 pub(crate) struct MemoryBackend {
+    /// Names come from callers (API keys, addresses), so they are hashed with a keyed
+    /// hash ([`crate::keys::name_hash`]): once per rule, for the shard and for the
+    /// shard's table alike.
     shards: Box<[Mutex<Store>]>,
-    /// Names come from callers (API keys, addresses), so they are hashed with a
-    /// randomly keyed SipHash, as std's map does: once per decision, for the shard and
-    /// for the shard's table alike.
-    hasher: RandomState,
     room: Room,
 }
 
@@ -128,12 +125,8 @@ impl Default for MemoryBackend {
 impl MemoryBackend {
     /// A backend holding at most `max` limiters.
     pub fn new(max: usize) -> Self {
-        let hasher = RandomState::new();
         MemoryBackend {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(Store::new(hasher.clone())))
-                .collect(),
-            hasher,
+            shards: (0..SHARDS).map(|_| Mutex::new(Store::new())).collect(),
             room: Room {
                 held: AtomicUsize::new(0),
                 max,
@@ -186,7 +179,7 @@ impl MemoryBackend {
 
     /// The hash of a limiter name, for [`shard_of`] and the shard's table.
     fn hash(&self, name: &str) -> u64 {
-        self.hasher.hash_one(name)
+        crate::keys::name_hash(name)
     }
 
     /// The shards of the limiters whose names hash to `hashes`, locked.

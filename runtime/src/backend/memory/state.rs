@@ -1,9 +1,7 @@
 //! In-process limiter state: a map of limiters, each with its config and one bucket
 //! per mode (the overall bucket, and this client's per_client bucket).
 
-use std::collections::hash_map::RandomState;
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 
 use super::tokens::Tokens;
 use crate::{RateLimiterConfig, RateType};
@@ -12,16 +10,16 @@ use crate::{RateLimiterConfig, RateType};
 /// held equal by a test in `memory/mod.rs`).
 pub(crate) const WALK: usize = 64;
 
-/// Limiters by name, hashed with the backend's keyed hasher (see `MemoryBackend`); a
-/// decision hashes its name once and probes the table with it in each phase.
+/// Limiters by name, hashed with [`crate::keys::name_hash`] (keyed: names carry
+/// callers' values); a decision hashes its name once (a rule keeps its hash) and
+/// probes the table with it in each phase.
 pub(super) struct Limiters {
     table: hashbrown::HashTable<(String, Limiter)>,
-    hasher: RandomState,
 }
 
 impl Limiters {
     pub fn hash(&self, name: &str) -> u64 {
-        self.hasher.hash_one(name)
+        crate::keys::name_hash(name)
     }
 
     pub fn get_mut(&mut self, name: &str) -> Option<&mut Limiter> {
@@ -36,10 +34,9 @@ impl Limiters {
 
     /// The limiter `name`, created when missing.
     pub fn get_or_insert(&mut self, hash: u64, name: &str) -> &mut Limiter {
-        let hasher = &self.hasher;
         let entry = self
             .table
-            .entry(hash, |(n, _)| n == name, |(n, _)| hasher.hash_one(n.as_str()));
+            .entry(hash, |(n, _)| n == name, |(n, _)| crate::keys::name_hash(n));
         &mut entry
             .or_insert_with(|| (name.to_owned(), Limiter::default()))
             .into_mut()
@@ -109,12 +106,11 @@ pub(super) fn slot(kind: RateType) -> usize {
 }
 
 impl Store {
-    /// An empty store whose table hashes names with `hasher`.
-    pub fn new(hasher: RandomState) -> Self {
+    /// An empty store.
+    pub fn new() -> Self {
         Store {
             limiters: Limiters {
                 table: hashbrown::HashTable::new(),
-                hasher,
             },
             cursor: 0,
             #[cfg(test)]
@@ -240,7 +236,8 @@ impl Bucket {
 
     /// Entries with score <= cutoff, and their permits.
     pub fn stale(&self, cutoff: i64) -> (usize, u64) {
-        if cutoff < 0 {
+        // Usually nothing has left: the oldest grant is still in the window.
+        if cutoff < 0 || self.log.front().is_none_or(|&(score, _)| score > cutoff as u64) {
             return (0, 0);
         }
         self.log
