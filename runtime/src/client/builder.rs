@@ -18,7 +18,7 @@ use crate::backend::redis::{RedisBackend, Replicas};
 use crate::backend::Backend;
 use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 use crate::DEFAULT_MAX_LIMITERS;
-use crate::{Client, Clock, Error, SystemClock};
+use crate::{Client, Clock, Error};
 
 /// Settings for a [`Client`]; finish with [`connect`](ClientBuilder::connect),
 /// [`connect_lazy`](ClientBuilder::connect_lazy) or [`memory`](ClientBuilder::memory).
@@ -27,7 +27,8 @@ pub struct ClientBuilder {
     prefix: String,
     command_timeout: Duration,
     connect_timeout: Duration,
-    clock: Arc<dyn Clock>,
+    /// `None`: the system clock, read without a call through a pointer.
+    clock: Option<Arc<dyn Clock>>,
     server_time: bool,
     max_limiters: usize,
     local_refusals: bool,
@@ -58,7 +59,7 @@ impl Default for ClientBuilder {
             prefix: DEFAULT_PREFIX.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            clock: Arc::new(SystemClock),
+            clock: None,
             server_time: false,
             max_limiters: DEFAULT_MAX_LIMITERS,
             local_refusals: true,
@@ -91,7 +92,7 @@ impl ClientBuilder {
 
     /// The clock decisions are made at (default: the system clock, as Redisson).
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = Some(Arc::new(clock));
         self
     }
 
@@ -111,7 +112,7 @@ impl ClientBuilder {
     }
 
     /// The clock, shared.
-    pub(crate) fn shared_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn shared_clock(mut self, clock: Option<Arc<dyn Clock>>) -> Self {
         self.clock = clock;
         self
     }

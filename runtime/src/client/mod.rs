@@ -15,6 +15,7 @@ use std::sync::{Arc, Once};
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::backend::memory::OneRule;
 use crate::backend::{Backend, Call, ConfigChange, Outcome, RuleOutcome};
 use crate::keys::Keys;
 use crate::rules::config_log;
@@ -56,7 +57,8 @@ struct Inner {
     backend: Backend,
     prefix: String,
     client_id: Arc<str>,
-    clock: Arc<dyn Clock>,
+    /// `None`: the system clock.
+    clock: Option<Arc<dyn Clock>>,
     command_timeout: Duration,
     target: String,
     overrides: crate::rules::overrides::Overrides,
@@ -75,7 +77,7 @@ impl Client {
     pub(crate) fn assemble(
         backend: Backend,
         prefix: String,
-        clock: Arc<dyn Clock>,
+        clock: Option<Arc<dyn Clock>>,
         command_timeout: Duration,
         target: String,
         max_limiters: usize,
@@ -188,33 +190,26 @@ impl Client {
         std::future::poll_fn(move |cx| {
             let remote = match &mut remote {
                 Some(remote) => remote,
-                None => match self.decide_here(rules) {
-                    Here::Decided(answer) => return Poll::Ready(answer),
-                    Here::Remote(now) => remote.insert(Box::pin(self.check_rules_remote(rules, now))),
-                },
+                None => {
+                    let now = self.now_ms();
+                    if let Backend::Memory(memory) = self.backend() {
+                        return Poll::Ready(self.check_rules_in_process(memory, rules, now));
+                    }
+                    if let Some(refused) = self.refused_here(rules, now) {
+                        return Poll::Ready(Ok(refused));
+                    }
+                    remote.insert(Box::pin(self.check_rules_remote(rules, now)))
+                }
             };
             remote.as_mut().poll(cx)
         })
     }
 
-    /// A call of one rule decided where it is: in process, or refused again from what
-    /// this client keeps. Anything else is the backend's, at the time read here.
-    fn decide_here(&self, rules: &[Rule]) -> Here {
-        let now = self.now_ms();
-        let [rule] = rules else {
-            return match self.backend() {
-                Backend::Memory(memory) => Here::Decided(self.check_rules_in_process(memory, rules, now)),
-                Backend::Redis(_) => Here::Remote(now),
-            };
-        };
+    /// A call of one rule refused again from what this client keeps, at `now`.
+    fn refused_here(&self, rules: &[Rule], now: u64) -> Option<Decision> {
+        let [rule] = rules else { return None };
         let permits = rule.permits_per_call().min(rule.most_permits());
-        if let Backend::Memory(memory) = self.backend() {
-            return Here::Decided(self.check_rule_in_process(memory, rule, permits, now));
-        }
-        match self.inner.refusals.answer(rule, permits, now) {
-            Some(refused) => Here::Decided(Ok(refused)),
-            None => Here::Remote(now),
-        }
+        self.inner.refusals.answer(rule, permits, now)
     }
 
     /// [`check_rules`](Client::check_rules) on the backend, at `now`.
@@ -229,8 +224,23 @@ impl Client {
         Ok(self.merged_decision(rules, &merged, &outcome))
     }
 
-    /// [`check_rules`](Client::check_rules) of several rules in process.
+    /// [`check_rules`](Client::check_rules) in process: nothing waits, so it is decided
+    /// where it is called.
+    #[inline]
     fn check_rules_in_process(
+        &self,
+        memory: &crate::backend::memory::MemoryBackend,
+        rules: &[Rule],
+        now: u64,
+    ) -> Result<Decision, Error> {
+        if let [rule] = rules {
+            return self.check_rule_in_process(memory, rule, now);
+        }
+        self.check_several_in_process(memory, rules, now)
+    }
+
+    #[inline(never)]
+    fn check_several_in_process(
         &self,
         memory: &crate::backend::memory::MemoryBackend,
         rules: &[Rule],
@@ -291,22 +301,25 @@ impl Client {
         Ok(decision)
     }
 
-    /// [`check_rule`](Client::check_rule) on the in-process backend: decided where it
-    /// is called, without a future (nothing waits), with the rule's kept hash.
+    /// One rule in process, with the rule's kept hash; the usual call's answer is the
+    /// decision as it is.
+    #[inline]
     fn check_rule_in_process(
         &self,
         memory: &crate::backend::memory::MemoryBackend,
         rule: &Rule,
-        permits: u64,
         now: u64,
     ) -> Result<Decision, Error> {
         let call = Call {
             keys: self.rule_keys(rule)?,
-            permits,
+            permits: rule.permits_per_call().min(rule.most_permits()),
             rule: Some(rule.config()),
             bucket: rule.shape(),
         };
-        let outcome = memory.decide_rule(&call, rule.name_hash(), now)?;
+        let outcome = match memory.decide_one_rule(&call, rule.name_hash(), now)? {
+            OneRule::Usual(usual) => return Ok(usual.decision()),
+            OneRule::Other(outcome) => outcome,
+        };
         if let Some(RuleOutcome {
             config: ConfigChange::Changed(previous),
             ..
@@ -357,7 +370,10 @@ impl Client {
 
     /// The client's current time in epoch milliseconds.
     pub fn now_ms(&self) -> u64 {
-        self.inner.clock.now_ms()
+        match &self.inner.clock {
+            None => crate::client::clock::SystemClock.now_ms(),
+            Some(clock) => clock.now_ms(),
+        }
     }
 
     pub(crate) fn shared_client_id(&self) -> Arc<str> {
@@ -387,10 +403,16 @@ impl Client {
 
     /// The keys of `rule`, once its name and settings are known good: checked on its
     /// first call and whenever a setter changed it, not on every call.
+    #[inline]
     fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
         if rule.is_checked() {
             return Ok(Keys::checked_before(rule.name(), &self.inner.client_id));
         }
+        self.first_rule_keys(rule)
+    }
+
+    #[cold]
+    fn first_rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
         let keys = Keys::new(rule.name(), &self.inner.client_id)?;
         check_settings(rule)?;
         rule.mark_checked();
@@ -442,12 +464,6 @@ fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[Merged]) -> 
             bucket: rules[m.config].shape(),
         })
         .collect()
-}
-
-/// Where a call is decided: here (the answer), or by the backend at the time read.
-enum Here {
-    Decided(Result<Decision, Error>),
-    Remote(u64),
 }
 
 /// A [`Client`] that may have been dropped.

@@ -14,9 +14,52 @@
 
 use super::state::{Bucket, Limiter, Store};
 use super::tokens::{TokenPlan, Tokens};
+use std::sync::MutexGuard;
+
 use super::{shard_of, Locked, MemoryBackend, AT_BOUND, PER_NEW, REORDER_MS};
 use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
 use crate::{Error, RateLimiterConfig, RateType};
+
+/// The decision of one rule: the usual call's, or any other.
+pub(crate) enum OneRule {
+    Usual(Usual),
+    Other(Outcome),
+}
+
+/// What the usual call of one rule decided (its config kept, as stored): all a
+/// caller's [`Decision`](crate::Decision) says.
+pub(crate) struct Usual {
+    pub granted: bool,
+    pub retry_ms: u64,
+    pub at_ms: u64,
+    pub left: u64,
+}
+
+impl Usual {
+    pub fn decision(&self) -> crate::Decision {
+        crate::Decision {
+            allowed: self.granted,
+            remaining: self.left,
+            retry_after: (!self.granted).then(|| std::time::Duration::from_millis(self.retry_ms)),
+            refused_by: (!self.granted).then_some(0),
+            at_ms: self.at_ms,
+            tightest: Some(0),
+        }
+    }
+
+    fn outcome(&self) -> Outcome {
+        Outcome {
+            granted: self.granted,
+            refused: (!self.granted).then_some(0),
+            retry_ms: self.retry_ms,
+            at_ms: self.at_ms,
+            rules: smallvec::SmallVec::from_buf([RuleOutcome {
+                left: self.left,
+                config: ConfigChange::Kept,
+            }]),
+        }
+    }
+}
 
 /// What a decision does to one bucket, computed before anything is written
 /// (acquire.lua's `b`).
@@ -62,10 +105,19 @@ impl MemoryBackend {
         decide(self, locked, calls, &hashes, clock_now)
     }
 
+    /// The decision of one rule, whose name hashes to `hash`.
+    pub fn decide_rule(&self, call: &Call<'_>, hash: u64, clock_now: u64) -> Result<Outcome, Error> {
+        match self.decide_one_rule(call, hash, clock_now)? {
+            OneRule::Usual(usual) => Ok(usual.outcome()),
+            OneRule::Other(outcome) => Ok(outcome),
+        }
+    }
+
     /// The decision of one rule, whose name hashes to `hash`: one shard, and the usual
     /// calls (a sliding window's, a token bucket's, on a limiter held with the rule's
     /// config) decided on their own, without the phases' lists.
-    pub fn decide_rule(&self, call: &Call<'_>, hash: u64, clock_now: u64) -> Result<Outcome, Error> {
+    #[inline]
+    pub fn decide_one_rule(&self, call: &Call<'_>, hash: u64, clock_now: u64) -> Result<OneRule, Error> {
         self.sweep_in_turn(clock_now);
         let mut store = self.lock_shard(shard_of(hash));
         let usual = match call.bucket {
@@ -73,15 +125,23 @@ impl MemoryBackend {
             Some(shape) => decide_tokens_one(&mut store, call, shape, hash, clock_now),
         };
         match usual {
-            Some(outcome) => Ok(outcome),
-            None => decide(
-                self,
-                Locked::One(store),
-                std::slice::from_ref(call),
-                &[hash],
-                clock_now,
-            ),
+            Some(usual) => Ok(OneRule::Usual(usual)),
+            None => self
+                .decide_other(store, call, hash, clock_now)
+                .map(OneRule::Other),
         }
+    }
+
+    /// Any other call of one rule: the phases.
+    #[cold]
+    fn decide_other(
+        &self,
+        store: MutexGuard<'_, Store>,
+        call: &Call<'_>,
+        hash: u64,
+        now: u64,
+    ) -> Result<Outcome, Error> {
+        decide(self, Locked::One(store), std::slice::from_ref(call), &[hash], now)
     }
 
     /// Room for the limiters a decision of `calls` creates (the names not held yet,
@@ -401,7 +461,7 @@ fn reply(
 /// phases' lists. `None`, before anything is written, for every other case (a config
 /// to create or change, no stored value or a value inflated by hand, a log short of
 /// the wait): [`decide`] then decides the call from the start.
-fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> Option<Outcome> {
+fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> Option<Usual> {
     // read config: the rule's own, stored
     let rule = call
         .rule
@@ -441,15 +501,11 @@ fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> 
         ttl_rule(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
     }
     // reply
-    Some(Outcome {
+    Some(Usual {
         granted,
-        refused: (!granted).then_some(0),
         retry_ms: wait.max(0) as u64,
         at_ms: now,
-        rules: smallvec::SmallVec::from_buf([RuleOutcome {
-            left: value.max(0) as u64,
-            config: ConfigChange::Kept,
-        }]),
+        left: value.max(0) as u64,
     })
 }
 
@@ -464,7 +520,7 @@ fn decide_tokens_one(
     shape: crate::BucketShape,
     hash: u64,
     clock_now: u64,
-) -> Option<Outcome> {
+) -> Option<Usual> {
     let rule = call.rule?;
     let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
     // load_tokens, settle_time
@@ -483,15 +539,11 @@ fn decide_tokens_one(
         limiter.set_tokens(rule.rate_type, plan.stored(taken));
     }
     // reply
-    Some(Outcome {
+    Some(Usual {
         granted: wait.is_none(),
-        refused: wait.map(|_| 0),
         retry_ms: wait.unwrap_or(0),
         at_ms: now,
-        rules: smallvec::SmallVec::from_buf([RuleOutcome {
-            left: plan.left(taken),
-            config: ConfigChange::Kept,
-        }]),
+        left: plan.left(taken),
     })
 }
 
@@ -614,6 +666,7 @@ fn commit_window(limiter: &mut Limiter, i: usize, call: &Call<'_>, r: &Resolved,
 /// config's TTL. Counted from the decided time: an overtaken call's clock read earlier
 /// than the moment it commits, and a keep-alive counted from that reading would end
 /// before a grant at `now` has left the window.
+#[inline]
 fn ttl_rule(limiter: &mut Limiter, kind: RateType, keep: u64, now: u64, clock_now: u64) {
     let expires = match keep {
         0 => limiter.config_expires.filter(|&t| t > clock_now),

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+pub(crate) use self::decide::OneRule;
 use self::state::Store;
 use super::Configure;
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
@@ -196,6 +197,7 @@ impl MemoryBackend {
 
     /// Sweeps [`IN_TURN`] buckets of one shard in turn every `SWEEP_EVERY` decisions
     /// of this thread, unless that shard is busy.
+    #[inline]
     fn sweep_in_turn(&self, now: u64) {
         let n = DECISIONS.with(|d| {
             let n = d.get();
@@ -203,10 +205,15 @@ impl MemoryBackend {
             n
         });
         if n % SWEEP_EVERY == 0 {
-            if let Ok(mut store) = self.shards[(n / SWEEP_EVERY) % SHARDS].try_lock() {
-                let dropped = store.sweep(now, IN_TURN);
-                self.room.give_back(dropped);
-            }
+            self.sweep_shard_in_turn(n / SWEEP_EVERY, now);
+        }
+    }
+
+    #[cold]
+    fn sweep_shard_in_turn(&self, turn: usize, now: u64) {
+        if let Ok(mut store) = self.shards[turn % SHARDS].try_lock() {
+            let dropped = store.sweep(now, IN_TURN);
+            self.room.give_back(dropped);
         }
     }
 

@@ -147,6 +147,7 @@ impl Store {
 }
 
 impl Limiter {
+    #[inline]
     pub fn live_config(&mut self, now: u64) -> Option<RateLimiterConfig> {
         if self.config_expires.is_some_and(|t| t <= now) {
             self.config = None;
@@ -156,6 +157,7 @@ impl Limiter {
     }
 
     /// The bucket of `kind`, unless missing or expired (an expired one is dropped).
+    #[inline]
     pub fn bucket(&mut self, kind: RateType, now: u64) -> Option<&mut Bucket> {
         let bucket = &mut self.buckets[slot(kind)];
         if bucket
@@ -191,6 +193,7 @@ impl Limiter {
     }
 
     /// The token bucket of `kind`, unless missing or full again (then dropped).
+    #[inline]
     pub fn tokens(&mut self, kind: RateType, now: u64) -> Option<&Tokens> {
         let tokens = &mut self.tokens[slot(kind)];
         if tokens.is_some_and(|t| t.expires <= now) {
@@ -235,6 +238,7 @@ impl Bucket {
     }
 
     /// Entries with score <= cutoff, and their permits.
+    #[inline]
     pub fn stale(&self, cutoff: i64) -> (usize, u64) {
         // Usually nothing has left: the oldest grant is still in the window.
         if cutoff < 0 || self.log.front().is_none_or(|&(score, _)| score > cutoff as u64) {
@@ -268,12 +272,14 @@ impl Bucket {
     }
 
     /// Drops the first `n` entries, which hold `permits`.
+    #[inline]
     pub fn remove_first(&mut self, n: usize, permits: u64) {
         self.log.drain(..n);
         self.total -= permits;
     }
 
     /// Logs a grant at `score`, after every grant with a score up to it.
+    #[inline]
     pub fn push(&mut self, score: u64, permits: u32) {
         if self.log.back().is_none_or(|&(newest, _)| newest <= score) {
             self.log.push_back((score, permits));
@@ -306,6 +312,7 @@ impl Bucket {
         taken
     }
 
+    #[inline]
     pub fn newest(&self) -> Option<u64> {
         self.log.back().map(|&(score, _)| score)
     }
