@@ -16,6 +16,15 @@
 //! Then, without the network, the router called as a tower service on one thread,
 //! with and without the in-process layer: the layer's cost per request, and what
 //! that cost comes to at 50 000 requests per second.
+//!
+//! `REDLIMIT_BENCH_ONLY=count REDLIMIT_BENCH_ROW=<row> REDLIMIT_BENCH_CALLS=<n>` calls
+//! the router of one row 1 000 times, then `n` times in `counted_calls`, for counting
+//! instructions (`scripts/layer-instructions.sh` runs every row under callgrind,
+//! counting that function alone, and prints what the layers add to the bare router
+//! per request): `bare`, the
+//! router alone; `redlimit-headers` and `redlimit-plain`, with the in-process layer,
+//! its success fields on and off; `governor-headers` and `governor-plain`, with
+//! tower_governor keyed by the same header, its `x-ratelimit-*` headers on and off.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -233,6 +242,40 @@ where
     started.elapsed().as_nanos() as f64 / f64::from(n)
 }
 
+/// 1 000 calls of `service`, then `n` in [`counted_calls`]: what an instruction counter
+/// measures leaves out the first calls' set-up (lazy statics, governor's clock
+/// calibrating itself on its first reading, which takes a different number of
+/// instructions from run to run).
+fn warmed_calls<S>(service: &mut S, n: u32)
+where
+    S: tower_service::Service<Request<axum::body::Body>>,
+{
+    counted_calls(service, 1_000);
+    counted_calls(service, n);
+}
+
+/// `n` calls of `service`, each polled once where it is made (none of the rows
+/// waits: the router's handler, and both layers in process): the function
+/// `scripts/layer-instructions.sh` counts.
+#[inline(never)]
+fn counted_calls<S>(service: &mut S, n: u32)
+where
+    S: tower_service::Service<Request<axum::body::Body>>,
+{
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for i in 0..n {
+        let request = Request::get("/")
+            .header("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" })
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = std::pin::pin!(service.call(request));
+        assert!(
+            std::future::Future::poll(response, &mut cx).is_ready(),
+            "a request waited"
+        );
+    }
+}
+
 async fn direct() {
     // REDLIMIT_BENCH_CALLS: fewer calls, for running under an instruction counter.
     let calls = std::env::var("REDLIMIT_BENCH_CALLS")
@@ -257,8 +300,62 @@ async fn direct() {
     }
 }
 
+/// tower_governor's key: the same header the layer's rule is keyed by.
+#[derive(Clone)]
+struct ApiKey;
+
+impl tower_governor::key_extractor::KeyExtractor for ApiKey {
+    type Key = String;
+
+    fn extract<T>(&self, request: &Request<T>) -> Result<String, tower_governor::GovernorError> {
+        request
+            .headers()
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(tower_governor::GovernorError::UnableToExtractKey)
+    }
+}
+
+/// `n` calls of one row's router (see the file's header).
+fn count_row(row: &str, n: u32) {
+    let quiet = |on: bool| {
+        RateLimitLayer::builder()
+            .client(Client::memory())
+            .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::header("x-api-key")))
+            .success_fields(on)
+            .build()
+            .unwrap()
+    };
+    let mut config = tower_governor::governor::GovernorConfigBuilder::default();
+    config.per_nanosecond(1).burst_size(u32::MAX);
+    let mut config = config.key_extractor(ApiKey);
+    match row {
+        "bare" => warmed_calls(&mut router(), n),
+        "redlimit-headers" => warmed_calls(&mut router().layer(quiet(true)), n),
+        "redlimit-plain" => warmed_calls(&mut router().layer(quiet(false)), n),
+        "governor-headers" => {
+            let config = Arc::new(config.use_headers().finish().unwrap());
+            warmed_calls(&mut router().layer(tower_governor::GovernorLayer::new(config)), n)
+        }
+        "governor-plain" => {
+            let config = Arc::new(config.finish().unwrap());
+            warmed_calls(&mut router().layer(tower_governor::GovernorLayer::new(config)), n)
+        }
+        other => panic!(
+            "REDLIMIT_BENCH_ROW={other}: expected bare, redlimit-headers, redlimit-plain, \
+             governor-headers or governor-plain"
+        ),
+    };
+}
+
 #[tokio::main]
 async fn main() {
+    if std::env::var("REDLIMIT_BENCH_ONLY").as_deref() == Ok("count") {
+        let row = std::env::var("REDLIMIT_BENCH_ROW").expect("REDLIMIT_BENCH_ROW is not set");
+        let n = std::env::var("REDLIMIT_BENCH_CALLS").map_or(20_000, |n| n.parse().expect("a number"));
+        return count_row(&row, n);
+    }
     // REDLIMIT_BENCH_ONLY=direct runs the last part alone (no network, no Redis), for
     // profiling the layer.
     if std::env::var("REDLIMIT_BENCH_ONLY").as_deref() == Ok("direct") {

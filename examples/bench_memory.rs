@@ -1,8 +1,9 @@
 //! `REDLIMIT_BENCH_ROW=<row> REDLIMIT_BENCH_CALLS=<n> cargo run --release --example
 //! bench_memory`: `n` in-process decisions of one row, one after the other on one
-//! thread, for counting the instructions each takes (`scripts/memory-instructions.sh`
-//! runs every row under callgrind twice, with `n` and `2n` calls, and prints the
-//! difference over `n`: what one decision costs, start-up and set-up left out).
+//! thread, for counting the instructions each takes: after the row's set-up and 1 000
+//! decisions not counted (first uses, governor's clock calibrating itself), the `n`
+//! decisions run in `counted`, the one function `scripts/memory-instructions.sh` has
+//! callgrind count.
 //!
 //! Rows: `window-hot` and `bucket-hot`, one limiter decided again and again (a
 //! sliding window, a token bucket); `window-keys` and `bucket-keys`, 100 000 limiters
@@ -42,40 +43,52 @@ fn rules(algorithm: Algorithm, keys: usize) -> Vec<[Rule; 1]> {
         .collect()
 }
 
-async fn redlimit_row(algorithm: Algorithm, keys: usize, calls: usize) {
+fn redlimit_row(algorithm: Algorithm, keys: usize, calls: usize) {
     let client = Client::builder().max_limiters(KEYS + 1).memory();
     let rules = rules(algorithm, keys);
-    for rule in &rules {
-        assert!(client.check_rules(rule).await.unwrap().allowed);
+    let decide = |i: usize| {
+        let decision = poll_once(client.check_rules(black_box(&rules[i % keys])));
+        assert!(decision.unwrap().allowed);
+    };
+    (0..keys.max(1_000)).for_each(decide);
+    counted(calls, decide);
+}
+
+/// A future polled once where it is made: in process nothing waits.
+fn poll_once<F: std::future::Future>(future: F) -> F::Output {
+    let future = std::pin::pin!(future);
+    match future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => panic!("an in-process decision waited"),
     }
+}
+
+/// `calls` decisions: the function the script counts.
+#[inline(never)]
+fn counted(calls: usize, mut decide: impl FnMut(usize)) {
     for i in 0..calls {
-        let decision = client.check_rules(black_box(&rules[i % keys])).await.unwrap();
-        assert!(decision.allowed);
+        decide(i);
     }
 }
 
 fn governor_row(keys: usize, calls: usize) {
     let quota = governor::Quota::per_second(NonZeroU32::new(RATE).unwrap());
     let limiter = governor::RateLimiter::keyed(quota);
-    for k in 0..keys as u64 {
-        assert!(limiter.check_key(&k).is_ok());
-    }
-    for i in 0..calls {
-        assert!(limiter.check_key(black_box(&((i % keys) as u64))).is_ok());
-    }
+    let decide = |i: usize| assert!(limiter.check_key(black_box(&((i % keys) as u64))).is_ok());
+    (0..keys.max(1_000)).for_each(decide);
+    counted(calls, decide);
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+fn main() {
     let row = std::env::var("REDLIMIT_BENCH_ROW").expect("REDLIMIT_BENCH_ROW is not set");
     let calls: usize = std::env::var("REDLIMIT_BENCH_CALLS")
         .ok()
         .map_or(200_000, |n| n.parse().expect("REDLIMIT_BENCH_CALLS is a number"));
     match row.as_str() {
-        "window-hot" => redlimit_row(Algorithm::SlidingWindow, 1, calls).await,
-        "window-keys" => redlimit_row(Algorithm::SlidingWindow, KEYS, calls).await,
-        "bucket-hot" => redlimit_row(Algorithm::TokenBucket, 1, calls).await,
-        "bucket-keys" => redlimit_row(Algorithm::TokenBucket, KEYS, calls).await,
+        "window-hot" => redlimit_row(Algorithm::SlidingWindow, 1, calls),
+        "window-keys" => redlimit_row(Algorithm::SlidingWindow, KEYS, calls),
+        "bucket-hot" => redlimit_row(Algorithm::TokenBucket, 1, calls),
+        "bucket-keys" => redlimit_row(Algorithm::TokenBucket, KEYS, calls),
         "governor-hot" => governor_row(1, calls),
         "governor-keys" => governor_row(KEYS, calls),
         "window-refused" => {
@@ -85,18 +98,18 @@ async fn main() {
                 1,
                 Duration::from_secs(3600),
             )];
-            let _ = client.check_rules(&rules).await.unwrap();
-            for _ in 0..calls {
-                assert!(!client.check_rules(black_box(&rules)).await.unwrap().allowed);
-            }
+            let decide = |_| assert!(!poll_once(client.check_rules(black_box(&rules))).unwrap().allowed);
+            let _ = poll_once(client.check_rules(&rules));
+            (0..1_000).for_each(decide);
+            counted(calls, decide);
         }
         "governor-refused" => {
             let limiter =
                 governor::RateLimiter::keyed(governor::Quota::per_hour(NonZeroU32::new(1).unwrap()));
             let _ = limiter.check_key(&1u64);
-            for _ in 0..calls {
-                assert!(limiter.check_key(black_box(&1u64)).is_err());
-            }
+            let decide = |_| assert!(limiter.check_key(black_box(&1u64)).is_err());
+            (0..1_000).for_each(decide);
+            counted(calls, decide);
         }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected window-hot, window-keys, bucket-hot, bucket-keys, \

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Instructions per in-process decision, redlimit next to governor, measured in one run:
-# each row of examples/bench_memory.rs runs under callgrind with REDLIMIT_BENCH_CALLS
-# calls and again with twice as many; the difference over the number of calls leaves
-# out start-up and set-up (making the 100 000 limiters of the `-keys` rows).
+# each row of examples/bench_memory.rs runs under callgrind, which counts only the
+# function making the REDLIMIT_BENCH_CALLS decisions (after the row's set-up, such as
+# the 100 000 limiters of the `-keys` rows, and 1 000 decisions not counted).
 #
 #   scripts/memory-instructions.sh
 #   REDLIMIT_BENCH_ROWS="window-hot governor-hot" scripts/memory-instructions.sh
@@ -17,12 +17,8 @@ trap 'rm -rf "$out"' EXIT
 echo "| row | instructions per decision ($calls decisions) |"
 echo "|---|---:|"
 for row in $rows; do
-  for n in "$calls" $((2 * calls)); do
-    REDLIMIT_BENCH_ROW="$row" REDLIMIT_BENCH_CALLS="$n" valgrind --tool=callgrind \
-      --callgrind-out-file="$out/$row.$n" "${CARGO_TARGET_DIR:-target}/release/examples/bench_memory" \
-      >"$out/$row.$n.log" 2>&1 || { cat "$out/$row.$n.log" >&2; exit 1; }
-  done
-  once=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out/$row.$calls")
-  twice=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out/$row.$((2 * calls))")
-  echo "| $row | $(((twice - once) / calls)) |"
+  REDLIMIT_BENCH_ROW="$row" REDLIMIT_BENCH_CALLS="$calls" valgrind --tool=callgrind --toggle-collect='bench_memory::counted*' \
+    --callgrind-out-file="$out/$row" "${CARGO_TARGET_DIR:-target}/release/examples/bench_memory" \
+    >"$out/$row.log" 2>&1 || { cat "$out/$row.log" >&2; exit 1; }
+  echo "| $row | $(($(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out/$row") / calls)) |"
 done

@@ -49,8 +49,8 @@ fn prologue(sig: &Signature, plan: &Plan) -> TokenStream {
                 #timeout,
                 ::core::concat!(::core::module_path!(), "::", #fn_name),
             );
-            let #keys = [#(#key_exprs),*];
-            if let ::core::result::Result::Err(#binding) = #krate::__private::decide(&#site, &#keys).await {
+            let mut #keys = [#(#key_exprs),*];
+            if let ::core::result::Result::Err(#binding) = #krate::__private::decide(&#site, &mut #keys).await {
                 #on_refusal
             }
         }

@@ -47,7 +47,7 @@ pub use key::{Key, MissingKey};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use respond::{Grpc, PlainText, ProblemDetails, Respond};
 pub use rule::LayerRule;
-pub use service::RateLimit;
+pub use service::{RateLimit, ResponseFuture};
 pub use validate::InvalidLayer;
 
 #[cfg(feature = "serde")]

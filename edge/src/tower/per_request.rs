@@ -40,13 +40,13 @@ impl Shared {
             ),
             _ => None,
         };
-        let (keys, permits) = self.keys(parts, &path, &client, routed)?;
+        let (mut keys, permits) = self.keys(parts, &path, &client, routed)?;
         if let Some(trusted) = trusted {
             let client = client.and_then(Result::ok);
             parts.extensions.insert(ReadBy { trusted, client });
         }
         let permits = self.per_request.then_some(permits.as_slice());
-        self.engine.decide(self.client.as_ref(), &keys, permits).await
+        self.engine.decide(self.client.as_ref(), &mut keys, permits).await
     }
 
     /// The request's one trusted-proxy setting: this layer's, an extension's or an

@@ -1,7 +1,9 @@
 //! The service: [`RateLimit`], what [`RateLimitLayer`](super::RateLimitLayer) wraps
 //! around another service. Each request is decided before the inner service sees it;
 //! a grant passes it on and adds the RateLimit fields, a refusal is answered by the
-//! layer's responder. Its future is boxed: the decision is an `async fn` of the layer.
+//! layer's responder. In process without a timeout the decision never waits, so it is
+//! made where the service is called and the response future is the inner service's;
+//! otherwise the decision (an `async fn` of the layer) and the inner call are boxed.
 
 use std::fmt;
 use std::future::Future;
@@ -11,6 +13,8 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tower_service::Service;
+
+use redlimit_runtime::engine::Granted;
 
 use super::request::behind_router;
 use super::respond::{PlainText, Respond};
@@ -42,31 +46,141 @@ where
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        let request = if self.shared.decides_at_once {
+            match self.call_at_once(request) {
+                Ok(decided) => return decided,
+                Err(request) => request,
+            }
+        } else {
+            request
+        };
         // The clone that was polled ready serves this request; the fresh one waits
         // for the next poll_ready.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         let respond = self.respond.clone();
-        Box::pin(async move {
+        let waiting = Box::pin(async move {
             let (mut parts, body) = request.into_parts();
             match shared.decide(&mut parts, behind_router::<S>()).await {
                 Ok(granted) => {
                     let mut response = inner.call(Request::from_parts(parts, body)).await?;
-                    if shared.success_fields || shared.x_ratelimit {
-                        shared.success_fields(&granted, response.headers_mut());
-                    }
+                    shared.add_success_fields(&granted, &mut response);
                     Ok(response)
                 }
                 Err(limited) => Ok(respond.refused(limited.x_ratelimit(shared.x_ratelimit))),
             }
-        })
+        });
+        ResponseFuture {
+            kind: Kind::Waiting { waiting },
+        }
+    }
+}
+
+impl<S: 'static, R> RateLimit<S, R> {
+    /// The request decided here, in process: its grant passed on to the inner service
+    /// (polled ready for it), or its refusal. `Err` gives the request back for the
+    /// boxed path if the decision would wait after all (it never does in process
+    /// without a timeout: it reads no clock to sleep on and no connection).
+    fn call_at_once<B, ResBody>(
+        &mut self,
+        request: Request<B>,
+    ) -> Result<ResponseFuture<S::Future, ResBody, S::Error>, Request<B>>
+    where
+        S: Service<Request<B>, Response = Response<ResBody>>,
+        R: Respond<ResBody>,
+    {
+        let (mut parts, body) = request.into_parts();
+        let decided = {
+            let decision = std::pin::pin!(self.shared.decide(&mut parts, behind_router::<S>()));
+            match decision.poll(&mut Context::from_waker(std::task::Waker::noop())) {
+                Poll::Ready(decided) => Some(decided),
+                Poll::Pending => None,
+            }
+        };
+        let kind = match decided {
+            Some(Ok(granted)) => Kind::Granted {
+                future: self.inner.call(Request::from_parts(parts, body)),
+                fields: Some((self.shared.clone(), granted)),
+            },
+            Some(Err(limited)) => Kind::Refused {
+                response: Some(self.respond.refused(limited.x_ratelimit(self.shared.x_ratelimit))),
+            },
+            None => return Err(Request::from_parts(parts, body)),
+        };
+        Ok(ResponseFuture { kind })
+    }
+}
+
+impl Shared {
+    /// The RateLimit fields of a granted response, when the layer adds them.
+    fn add_success_fields<B>(&self, granted: &Granted, response: &mut Response<B>) {
+        if self.success_fields || self.x_ratelimit {
+            self.success_fields(granted, response.headers_mut());
+        }
+    }
+}
+
+type Boxed<ResBody, E> = Pin<Box<dyn Future<Output = Result<Response<ResBody>, E>> + Send>>;
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RateLimit`]: the inner service's for a request decided
+    /// at once, the refusal's response, or the boxed decision and inner call.
+    pub struct ResponseFuture<F, ResBody, E> {
+        #[pin]
+        kind: Kind<F, ResBody, E>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F, ResBody, E> {
+        Granted {
+            #[pin]
+            future: F,
+            fields: Option<(Arc<Shared>, Granted)>,
+        },
+        Refused {
+            response: Option<Response<ResBody>>,
+        },
+        Waiting {
+            waiting: Boxed<ResBody, E>,
+        },
+    }
+}
+
+impl<F, ResBody, E> fmt::Debug for ResponseFuture<F, ResBody, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, ResBody, E> Future for ResponseFuture<F, ResBody, E>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+{
+    type Output = Result<Response<ResBody>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Granted { future, fields } => {
+                let mut response = std::task::ready!(future.poll(cx))?;
+                if let Some((shared, granted)) = fields.take() {
+                    shared.add_success_fields(&granted, &mut response);
+                }
+                Poll::Ready(Ok(response))
+            }
+            KindProj::Refused { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("a refused request's future is polled once"))),
+            KindProj::Waiting { waiting } => waiting.as_mut().poll(cx),
+        }
     }
 }

@@ -64,6 +64,9 @@ pub(super) struct Shared {
     pub(super) untrusted: TrustedProxies,
     pub(super) success_fields: bool,
     pub(super) x_ratelimit: bool,
+    /// The layer decides in process without a timeout: nothing a decision awaits ever
+    /// waits, so each request is decided where the service is called.
+    pub(super) decides_at_once: bool,
 }
 
 /// The layer's settings besides its rules, as its builder collected them.
@@ -103,7 +106,10 @@ impl Shared {
         let needs_path = false;
         // A path parameter's rule does not apply where no route matched.
         let per_request = needs_path || rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        let decides_at_once =
+            settings.timeout.is_none() && settings.client.as_ref().is_some_and(Client::is_memory);
         Ok(Shared {
+            decides_at_once,
             engine: Engine::with_rules(specs, settings.timeout, "RateLimitLayer").with_templates(templates),
             rules,
             per_request,

@@ -74,7 +74,8 @@ impl Client {
     /// in-process backend keeps overrides in this process only and reports nothing.
     pub(crate) async fn background_ready(&self) -> Arc<Table> {
         let state = self.background();
-        if state.started.initialized() {
+        // In process there is nothing to start: no wait, ever.
+        if self.is_memory() || state.started.initialized() {
             return self.overrides().table();
         }
         state

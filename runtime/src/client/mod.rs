@@ -411,10 +411,11 @@ impl Client {
         self.first_rule_keys(rule)
     }
 
-    #[cold]
     fn first_rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
         let keys = Keys::new(rule.name(), &self.inner.client_id)?;
-        check_settings(rule)?;
+        if !rule.settings_checked() {
+            check_settings(rule)?;
+        }
         rule.mark_checked();
         Ok(keys)
     }
@@ -422,7 +423,7 @@ impl Client {
 
 /// Every check of a rule's settings: its config, a sliding window without a bucket's
 /// settings, its permits within what one call may take.
-fn check_settings(rule: &Rule) -> Result<(), Error> {
+pub(crate) fn check_settings(rule: &Rule) -> Result<(), Error> {
     rule.config().validate(rule.name())?;
     if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
         return Err(Error::InvalidConfig {

@@ -15,25 +15,48 @@ impl Engine {
     pub(super) fn build_rules(
         &self,
         prefix: &str,
-        call: &CallKeys<'_>,
+        call: &mut CallKeys<'_>,
         overrides: Option<(&Client, &Table)>,
-    ) -> Vec<Rule> {
+    ) -> super::Rules {
         let overrides = overrides.filter(|(_, table)| !table.is_empty());
+        let checked = self.specs_checked();
+        let permits = call.permits;
         self.rules
             .iter()
-            .zip(call.keys)
+            .zip(call.keys.iter_mut())
             .enumerate()
             .map(|(i, (spec, key))| {
-                let mut name = String::with_capacity(prefix.len() + key.len());
-                name.push_str(prefix);
-                name.push_str(key);
+                // The key becomes the name: no second string (a key built for the call
+                // has room for the prefix).
+                let mut name = std::mem::take(key);
+                name.insert_str(0, prefix);
                 let (rate, interval) = match overrides {
                     Some((client, table)) => rate_of(spec, &name, client, table),
                     None => (spec.rate, spec.interval),
                 };
-                spec.rule(name, call.permits(i, spec), rate, interval)
+                let permits = permits.map_or(spec.permits, |p| p[i]);
+                let rule = spec.rule(name, permits, rate, interval);
+                if checked[i] && (permits, rate, interval) == (spec.permits, spec.rate, spec.interval) {
+                    rule.with_settings_checked()
+                } else {
+                    rule
+                }
             })
             .collect()
+    }
+
+    /// Whether each rule's settings at its own rate, window and permits pass a client's
+    /// checks (see `Engine::checked`).
+    fn specs_checked(&self) -> &[bool] {
+        self.checked.get_or_init(|| {
+            self.rules
+                .iter()
+                .map(|spec| {
+                    let rule = spec.rule(String::new(), spec.permits, spec.rate, spec.interval);
+                    crate::client::check_settings(&rule).is_ok()
+                })
+                .collect()
+        })
     }
 
     /// Rule `i`'s limit as decided: its name, and its rate and window after overrides.

@@ -3,20 +3,15 @@
 
 use std::time::Duration;
 
-use crate::RuleSpec;
-
 /// One call's keys, one per rule, and the permits it takes of each when not the
-/// rules' own.
+/// rules' own. Building the call's rules takes the keys (each becomes its limiter's
+/// name, the prefix put in front in place).
 pub(super) struct CallKeys<'a> {
-    pub keys: &'a [String],
+    pub keys: &'a mut [String],
     pub permits: Option<&'a [u64]>,
 }
 
 impl CallKeys<'_> {
-    pub fn permits(&self, rule: usize, spec: &RuleSpec) -> u64 {
-        self.permits.map_or(spec.permits, |p| p[rule])
-    }
-
     /// Whether the rule applies to this call (0 permits: it does not).
     pub fn applies(&self, rule: usize) -> bool {
         self.permits.is_none_or(|p| p[rule] != 0)

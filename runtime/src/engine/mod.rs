@@ -41,6 +41,10 @@ use crate::{default_client, Client, Decision, Error, RateLimited, Rule, RuleSpec
 use call::CallKeys;
 use log::{FailureLog, ShadowLog};
 
+/// A call's rules, one per rule of the engine. (A vector: kept inline, they would
+/// make every call's future larger, and moving it costs more than the allocation.)
+pub(crate) type Rules = Vec<Rule>;
+
 /// Every rule of one function (or layer), with its call-level settings, counters and
 /// log state.
 #[derive(Debug)]
@@ -55,6 +59,10 @@ pub struct Engine {
     registered: AtomicBool,
     /// The rules' key templates, for their shapes, when not their names (a layer's).
     templates: Vec<String>,
+    /// Whether each rule's settings, at its own rate, window and permits, pass every
+    /// check a client makes of a rule's: worked out on the first call (the rules never
+    /// change), so that a call's rules are not checked again each time.
+    checked: std::sync::OnceLock<Box<[bool]>>,
 }
 
 impl Drop for Engine {
@@ -81,6 +89,7 @@ impl Engine {
             counters: RuleCounters::new(),
             registered: AtomicBool::new(false),
             templates: Vec::new(),
+            checked: std::sync::OnceLock::new(),
         }
     }
 
@@ -145,23 +154,45 @@ impl Engine {
     pub async fn decide(
         &self,
         client: Option<&Client>,
-        keys: &[String],
+        keys: &mut [String],
         permits: Option<&[u64]>,
     ) -> Result<Granted, RateLimited> {
+        // No span at all when nothing could record a debug one (the usual production
+        // set-up): making a disabled span still costs a dispatcher lookup.
+        if !tracing::level_enabled!(tracing::Level::DEBUG) {
+            return self
+                .decide_in_span(client, CallKeys { keys, permits }, false)
+                .await;
+        }
         let span = span::decide_span(&self.rules);
         if span.is_disabled() {
-            return self.decide_in_span(client, CallKeys { keys, permits }).await;
+            return self
+                .decide_in_span(client, CallKeys { keys, permits }, false)
+                .await;
         }
-        let decided = self.decide_in_span(client, CallKeys { keys, permits });
+        // Boxed: the span's state would otherwise be moved with every call's future.
+        Box::pin(self.decide_traced(span, client, CallKeys { keys, permits })).await
+    }
+
+    /// The decision inside its span, recorded.
+    async fn decide_traced(
+        &self,
+        span: tracing::Span,
+        client: Option<&Client>,
+        call: CallKeys<'_>,
+    ) -> Result<Granted, RateLimited> {
+        let decided = self.decide_in_span(client, call, true);
         let decided = tracing::Instrument::instrument(decided, span.clone()).await;
         span::record(&span, &decided);
         decided
     }
 
+    /// `traced`: the decision's span is recorded (a subscriber wants it).
     async fn decide_in_span(
         &self,
         client: Option<&Client>,
-        call: CallKeys<'_>,
+        mut call: CallKeys<'_>,
+        traced: bool,
     ) -> Result<Granted, RateLimited> {
         tracing::trace!(keys = ?call.keys, "redlimit keys");
         let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
@@ -169,12 +200,16 @@ impl Engine {
             Some(client) => client,
             None => match default_client() {
                 Ok(client) => client,
-                Err(error) => return self.without_client(&call, error, deadline).await,
+                // Boxed, here and below: the rare paths' state would otherwise be moved
+                // along with every call's future.
+                Err(error) => return Box::pin(self.without_client(&mut call, error, deadline)).await,
             },
         };
-        tracing::Span::current().record("backend", client.backend().label());
+        if traced {
+            tracing::Span::current().record("backend", client.backend().label());
+        }
         let overrides = client.background_ready().await;
-        let rules = self.build_rules(client.prefix(), &call, Some((client, &overrides)));
+        let rules = self.build_rules(client.prefix(), &mut call, Some((client, &overrides)));
         if !self.registered.load(Ordering::Relaxed) {
             self.register(client.prefix());
         }
@@ -192,7 +227,7 @@ impl Engine {
     /// process's own limiters for a backend failure, refused for anything else.
     async fn without_client(
         &self,
-        call: &CallKeys<'_>,
+        call: &mut CallKeys<'_>,
         error: Error,
         deadline: Option<Instant>,
     ) -> Result<Granted, RateLimited> {
@@ -215,7 +250,7 @@ impl Engine {
         &self,
         client: &Client,
         call: &CallKeys<'_>,
-        rules: Vec<Rule>,
+        rules: Rules,
         deadline: Option<Instant>,
     ) -> Result<Granted, RateLimited> {
         // Every rule enforced and taking its own permits: the attribute's usual case,
@@ -254,15 +289,17 @@ impl Engine {
                     self.failures.succeeded(self.function);
                 }
                 if !plain {
-                    self.shadow(client, &rules, call).await;
+                    // Boxed: only engines with shadow rules (or costs) carry its state.
+                    Box::pin(self.shadow(client, &rules, call)).await;
                 }
                 Ok(self.granted(call, enforced, decision.as_ref(), position))
             }
             // on_error is for the backend failing; anything else refuses.
-            Err(error) if error.is_backend_failure() => self
-                .on_error(call, rules, error, deadline, client.local())
-                .await
-                .map(|()| Granted::default()),
+            Err(error) if error.is_backend_failure() => {
+                Box::pin(self.on_error(call, rules, error, deadline, client.local()))
+                    .await
+                    .map(|()| Granted::default())
+            }
             Err(error) => Err(self.misuse(enforced, position(0), error)),
         }
     }
@@ -298,7 +335,7 @@ impl Engine {
         match deadline {
             Some(deadline) => {
                 let left = deadline.saturating_duration_since(Instant::now());
-                client.check_rules_for(rules, left).await
+                Box::pin(client.check_rules_for(rules, left)).await
             }
             None => client.check_rules(rules).await,
         }
@@ -307,6 +344,6 @@ impl Engine {
 
 /// Decides every rule of an attribute's call: `Ok` to run the body, `Err` with the
 /// refusal.
-pub async fn decide(engine: &'static Engine, keys: &[String]) -> Result<(), RateLimited> {
+pub async fn decide(engine: &'static Engine, keys: &mut [String]) -> Result<(), RateLimited> {
     engine.decide(None, keys, None).await.map(|_| ())
 }

@@ -15,7 +15,7 @@ impl Engine {
     pub(super) async fn on_error(
         &self,
         call: &CallKeys<'_>,
-        rules: Vec<Rule>,
+        rules: super::Rules,
         error: Error,
         deadline: Option<Instant>,
         fallback: &Client,

@@ -228,9 +228,16 @@ pub fn library_key(prefix: &str, name: &str) -> Option<&'static str> {
 /// attribute applies the same rule to a key at compile time with its own copy
 /// (macros/src/hash_tag.rs); tests/hash_tag_rule.rs holds the two to one answer.
 pub fn check_name(name: &str) -> Result<(), Error> {
-    let reason = match name.find('{') {
+    // One search for the first brace: most names have none.
+    let first = memchr::memchr2(b'{', b'}', name.as_bytes());
+    let open = match first {
+        Some(at) if name.as_bytes()[at] == b'{' => Some(at),
+        Some(at) => name[at..].find('{').map(|i| at + i),
+        None => None,
+    };
+    let reason = match open {
         None if name.is_empty() => "it is empty",
-        None if name.contains('}') => "it has a `}` but no `{`",
+        None if first.is_some() => "it has a `}` but no `{`",
         None => return Ok(()),
         Some(open) => match name[open + 1..].find('}') {
             Some(0) => "its first `{` opens an empty `{}` tag",

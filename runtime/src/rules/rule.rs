@@ -1,7 +1,7 @@
 //! Rules: a limiter name with the configuration a call enforces on it.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use crate::{RateLimiterConfig, RateType};
@@ -50,21 +50,27 @@ impl fmt::Debug for Rule {
 }
 
 /// What a client learns of a rule on its first call and keeps for the next ones, so
-/// that a rule built once and called many times is checked and hashed once: that
-/// every check of its name and settings passed, and its name's hash
+/// that a rule built once and called many times is checked and hashed once: that its
+/// name passed [`check_name`](crate::keys::check_name) ([`NAME`]) and its settings
+/// every check of them ([`SETTINGS`]), and its name's hash
 /// ([`name_hash`](crate::keys::name_hash); 0: not computed yet). Every setter clears
-/// `checked`; the name never changes. Not part of what a rule is: two rules that
+/// [`SETTINGS`]; the name never changes. Not part of what a rule is: two rules that
 /// differ only here are equal.
 #[derive(Default)]
 struct Memo {
-    checked: AtomicBool,
+    checked: AtomicU8,
     hash: AtomicU64,
 }
+
+/// [`Memo`]'s bit for a name found good.
+const NAME: u8 = 1;
+/// [`Memo`]'s bit for settings found good.
+const SETTINGS: u8 = 2;
 
 impl Clone for Memo {
     fn clone(&self) -> Self {
         Memo {
-            checked: AtomicBool::new(self.checked.load(Ordering::Relaxed)),
+            checked: AtomicU8::new(self.checked.load(Ordering::Relaxed)),
             hash: AtomicU64::new(self.hash.load(Ordering::Relaxed)),
         }
     }
@@ -127,21 +133,63 @@ impl Rule {
         }
     }
 
+    /// The rule of one call of `spec`: `name`, `permits`, at `rate` per `interval` (the
+    /// spec's own or an override's), as `Rule::new` and the setters would make it.
+    pub(crate) fn of_spec(
+        name: String,
+        spec: &crate::RuleSpec,
+        permits: u64,
+        rate: u64,
+        interval: Duration,
+    ) -> Self {
+        let (algorithm, burst, warmup) = match spec.bucket {
+            Some(shape) => (
+                Algorithm::TokenBucket,
+                Some(shape.burst),
+                Some(Duration::from_millis(shape.warmup_ms)),
+            ),
+            None => (Algorithm::SlidingWindow, None, None),
+        };
+        Rule {
+            name,
+            config: RateLimiterConfig::new(spec.mode, rate, interval).with_keep_alive(interval),
+            permits,
+            algorithm,
+            burst,
+            warmup,
+            local_refusals: spec.local_refusals,
+            memo: Memo::default(),
+        }
+    }
+
     /// The rule after a setter: its settings must be checked again.
     fn changed(self) -> Self {
-        self.memo.checked.store(false, Ordering::Relaxed);
+        self.memo.checked.fetch_and(!SETTINGS, Ordering::Relaxed);
         self
     }
 
-    /// Whether a client has checked this rule's name and settings since its last
+    /// Whether this rule's name and settings have been found good since its last
     /// change.
     pub(crate) fn is_checked(&self) -> bool {
-        self.memo.checked.load(Ordering::Relaxed)
+        self.memo.checked.load(Ordering::Relaxed) == NAME | SETTINGS
+    }
+
+    /// Whether the settings have been found good since the last change.
+    pub(crate) fn settings_checked(&self) -> bool {
+        self.memo.checked.load(Ordering::Relaxed) & SETTINGS != 0
     }
 
     /// Notes that every check of the rule passed.
     pub(crate) fn mark_checked(&self) {
-        self.memo.checked.store(true, Ordering::Relaxed);
+        self.memo.checked.store(NAME | SETTINGS, Ordering::Relaxed);
+    }
+
+    /// The rule, its settings known good: those of a description checked once for
+    /// every call made from it (an [`Engine`](crate::engine::Engine)'s rule at its
+    /// own rate, window and permits). Its name is still checked on its first call.
+    pub(crate) fn with_settings_checked(self) -> Self {
+        self.memo.checked.fetch_or(SETTINGS, Ordering::Relaxed);
+        self
     }
 
     /// The hash of the rule's name ([`name_hash`](crate::keys::name_hash)), computed on

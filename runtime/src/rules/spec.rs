@@ -53,16 +53,6 @@ impl RuleSpec {
     /// The rule for one call: `name` (the prefix and the key), `permits`, at `rate` per
     /// `interval` (the rule's own, or an override's).
     pub(crate) fn rule(&self, name: String, permits: u64, rate: u64, interval: Duration) -> crate::Rule {
-        let rule = crate::Rule::new(name, rate, interval)
-            .mode(self.mode)
-            .permits(permits)
-            .local_refusals(self.local_refusals);
-        match self.bucket {
-            Some(shape) => rule
-                .algorithm(crate::Algorithm::TokenBucket)
-                .burst(shape.burst)
-                .warmup(Duration::from_millis(shape.warmup_ms)),
-            None => rule,
-        }
+        crate::Rule::of_spec(name, self, permits, rate, interval)
     }
 }
