@@ -1,6 +1,7 @@
 //! The client: a backend, a clock, a key prefix, timeouts and a client id.
 
 mod background;
+pub(crate) mod batches;
 pub(crate) mod builder;
 pub(crate) mod clock;
 pub(crate) mod default_client;
@@ -64,6 +65,14 @@ struct Inner {
     local: once_cell::sync::OnceCell<Client>,
     /// Refusals answered again without a round trip (Redis clients).
     refusals: crate::client::refusal_cache::RefusalCache,
+    /// Batches of permits served in process (Redis clients, rules with a batch).
+    batches: batches::Batches,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        batches::give_back_all(&self.batches, &self.backend, &self.client_id);
+    }
 }
 
 impl Client {
@@ -78,6 +87,7 @@ impl Client {
         local_refusals: bool,
     ) -> Client {
         let local_refusals = local_refusals && matches!(backend, Backend::Redis(_));
+        let batches = batches::Batches::new(matches!(backend, Backend::Redis(_)));
         Client {
             inner: Arc::new(Inner {
                 backend,
@@ -92,6 +102,7 @@ impl Client {
                 max_limiters,
                 local: once_cell::sync::OnceCell::new(),
                 refusals: crate::client::refusal_cache::RefusalCache::new(local_refusals),
+                batches,
             }),
         }
     }
@@ -212,6 +223,11 @@ impl Client {
     /// collect.
     async fn check_rule(&self, rule: &Rule) -> Result<Decision, Error> {
         let permits = rule.permits_per_call().min(rule.most_permits());
+        if rule.batch_size() > 1 {
+            if let Some(decided) = self.check_batched(rule, permits).await {
+                return decided;
+            }
+        }
         let now = self.now_ms();
         if let Some(refused) = self.inner.refusals.answer(rule, permits, now) {
             return Ok(refused);
@@ -307,6 +323,7 @@ impl Client {
     fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
         let keys = Keys::new(rule.name(), &self.inner.client_id)?;
         rule.config().validate(rule.name())?;
+        rule.check_batch()?;
         if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
             return Err(Error::InvalidConfig {
                 name: rule.name().to_owned(),

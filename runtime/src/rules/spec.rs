@@ -30,6 +30,11 @@ pub struct RuleSpec {
     /// Whether a refusal Redis gave may be answered again in process until its wait
     /// ends ([`Rule::local_refusals`](crate::Rule::local_refusals)).
     pub local_refusals: bool,
+    /// Permits taken from Redis at once and served in process (1: none), and the
+    /// lease they are served for (`None`: the default), see
+    /// [`Rule::batch`](crate::Rule::batch).
+    pub batch: u64,
+    pub batch_lease: Option<Duration>,
     pub rate: u64,
     pub interval: Duration,
     pub mode: RateType,
@@ -56,7 +61,12 @@ impl RuleSpec {
         let rule = crate::Rule::new(name, rate, interval)
             .mode(self.mode)
             .permits(permits)
-            .local_refusals(self.local_refusals);
+            .local_refusals(self.local_refusals)
+            .batch(self.batch);
+        let rule = match self.batch_lease {
+            Some(lease) => rule.batch_lease(lease),
+            None => rule,
+        };
         match self.bucket {
             Some(shape) => rule
                 .algorithm(crate::Algorithm::TokenBucket)
