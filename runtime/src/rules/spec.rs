@@ -55,6 +55,14 @@ impl RuleSpec {
         }
     }
 
+    /// The rule's [`batch`](crate::Rule::batch) and its lease checked, as every call
+    /// checks them (a layer checks them when it is built).
+    pub fn check_batch(&self) -> Result<(), crate::Error> {
+        let name = self.name.clone().into_owned();
+        self.rule(name, self.permits, self.rate, self.interval)
+            .check_batch()
+    }
+
     /// The rule for one call: `name` (the prefix and the key), `permits`, at `rate` per
     /// `interval` (the rule's own, or an override's).
     pub(crate) fn rule(&self, name: String, permits: u64, rate: u64, interval: Duration) -> crate::Rule {
