@@ -514,3 +514,31 @@ async fn a_batch_serves_only_its_own_limiter_and_rule() {
     }
     assert_eq!(evalshas(&monitor.client_commands()), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_callers_wait_for_one_take_instead_of_each_taking_a_batch() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = clocked(&server, &clock).await;
+    let mut raw = server.raw().await;
+    let name = "rate_limit:batch:single_flight";
+    let rule = Rule::new(name, 100, MINUTE).batch(10);
+    let barrier = Arc::new(tokio::sync::Barrier::new(20));
+    let callers: Vec<_> = (0..20)
+        .map(|_| {
+            let (client, rule, barrier) = (client.clone(), rule.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                client.check_rules(&[rule]).await.unwrap().allowed
+            })
+        })
+        .collect();
+    for caller in callers {
+        assert!(caller.await.unwrap());
+    }
+    assert_eq!(
+        log_of(&mut raw, name).await,
+        [(10, T0), (10, T0)],
+        "20 calls: two batches of 10, one after the other"
+    );
+}
