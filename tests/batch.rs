@@ -542,3 +542,65 @@ async fn concurrent_callers_wait_for_one_take_instead_of_each_taking_a_batch() {
         "20 calls: two batches of 10, one after the other"
     );
 }
+
+#[derive(Debug)]
+struct Limited(#[allow(dead_code)] redlimit::RateLimited);
+
+impl From<redlimit::RateLimited> for Limited {
+    fn from(limited: redlimit::RateLimited) -> Self {
+        Limited(limited)
+    }
+}
+
+#[redlimit::rate_limit(
+    key = "batch:attr:{user}",
+    rate = 10,
+    interval = "60s",
+    batch = 5,
+    batch_lease = "30s"
+)]
+async fn batched_by_user(user: &str) -> Result<(), Limited> {
+    Ok(())
+}
+
+/// The attribute's `batch` through the process's default client (the only test of this
+/// binary that sets it): a caller's values each reach their own limiter's batch and
+/// keys, never another's.
+#[tokio::test]
+async fn attack_the_attribute_s_batch_with_callers_values() {
+    let server = RedisServer::start();
+    redlimit::set_default(Client::connect(&server.url()).await.unwrap()).unwrap();
+    let mut raw = server.raw().await;
+    let bob = "rate_limit:batch:attr:bob";
+    batched_by_user("bob").await.unwrap();
+    let bob_log: Vec<u32> = log_of(&mut raw, bob).await.into_iter().map(|(p, _)| p).collect();
+    assert_eq!(bob_log, [5], "bob's first call took a batch of 5");
+    let hostile = [
+        "bob:",
+        "bob}",
+        "{bob}",
+        "bob:permits",
+        "redlimit:rules",
+        "bob\u{0}",
+        "x}:{bob",
+    ];
+    for value in hostile {
+        // Each is its own limiter (or refused as a key, as without a batch).
+        for _ in 0..20 {
+            let _ = batched_by_user(value).await;
+        }
+    }
+    for _ in 0..9 {
+        batched_by_user("bob").await.unwrap();
+    }
+    assert!(batched_by_user("bob").await.is_err(), "bob's 10 per minute hold");
+    let bob_log: Vec<u32> = log_of(&mut raw, bob).await.into_iter().map(|(p, _)| p).collect();
+    assert_eq!(bob_log, [5, 5], "only bob's calls took from bob's limiter");
+    let keys: Vec<String> = raw.keys("*").await.unwrap();
+    for key in &keys {
+        assert!(
+            key.contains("rate_limit:batch:attr:") || key.starts_with("rate_limit:redlimit:"),
+            "a caller's value reached the key {key:?}"
+        );
+    }
+}

@@ -295,13 +295,21 @@ impl Given {
         if let (true, Some(interval)) = (batching, self.interval) {
             let lease_ms = lease.unwrap_or((interval / 10).clamp(1, 1_000));
             if lease_ms >= interval {
-                errors.push(Error::new(
-                    self.batch_lease.map_or(self.span, |(span, _)| span),
-                    format!(
+                let message = match self.batch_lease {
+                    Some(_) => format!(
                         "`batch_lease` ({lease_ms} ms) must be shorter than `interval` ({interval} ms): a \
-                         batch is served for part of a window (default: a tenth of the interval, at most 1 s)"
+                         batch is served for part of a window"
                     ),
-                ));
+                    None => format!(
+                        "`batch` needs an `interval` of at least 2 ms ({interval} ms here): a batch is served \
+                         for a lease shorter than the interval (default: a tenth of it, at least 1 ms)"
+                    ),
+                };
+                let at = self
+                    .batch_lease
+                    .or(self.batch)
+                    .map_or(self.span, |(span, _)| span);
+                errors.push(Error::new(at, message));
             }
         }
     }
