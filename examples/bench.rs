@@ -26,9 +26,9 @@
 //!    grants per second alone and under the flood, and Redis commands per refused
 //!    call (`REDLIMIT_BENCH_ONLY=flood` runs it alone; it is not in the default run).
 //! 10. One global limiter served in batches (`Rule::batch`) at k = 1 and k = 10:
-//!    decisions per second from 64 tasks on one client, and Redis script calls per
-//!    decision (`REDLIMIT_BENCH_ONLY=batch` runs it alone; it is not in the default
-//!    run).
+//!     decisions per second from 64 tasks on one client, and Redis script calls per
+//!     decision (`REDLIMIT_BENCH_ONLY=batch` runs it alone; it is not in the default
+//!     run).
 //! 8. The rows of section 6 one at a time, for counting the instructions Redis and
 //!    the caller spend on them: `REDLIMIT_BENCH_ONLY=count` with
 //!    `REDLIMIT_BENCH_REDIS_URL` (a server started by the caller, under an instruction
