@@ -604,3 +604,40 @@ async fn attack_the_attribute_s_batch_with_callers_values() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_per_client_batch_is_given_back_to_its_own_client_s_keys() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = clocked(&server, &clock).await;
+    let mut raw = server.raw().await;
+    let name = "rate_limit:batch:per_client";
+    let rule = [Rule::new(name, 10, MINUTE)
+        .mode(redlimit::RateType::PerClient)
+        .batch(5)];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    let id = client.client_id().to_owned();
+    let (permits, value) = (
+        format!("{{{name}}}:permits:{id}"),
+        format!("{{{name}}}:value:{id}"),
+    );
+    let log = |members: Vec<Vec<u8>>| -> Vec<u32> {
+        members
+            .iter()
+            .map(|m| redlimit::member::decode_permits(m).unwrap())
+            .collect()
+    };
+    assert_eq!(log(raw.zrange(&permits, 0, -1).await.unwrap()), [5]);
+    drop(client);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while raw.get::<_, Option<u64>>(&value).await.unwrap() != Some(9) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "4 given back to this client's value"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(log(raw.zrange(&permits, 0, -1).await.unwrap()), [1]);
+    let overall: Vec<String> = raw.keys(format!("{{{name}}}:permits")).await.unwrap();
+    assert!(overall.is_empty(), "the overall log was never written");
+}

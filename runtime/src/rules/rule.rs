@@ -116,6 +116,12 @@ impl Rule {
         self
     }
 
+    /// The rule without a lease set (the default lease, if it batches).
+    pub(crate) fn without_batch_lease(mut self) -> Self {
+        self.batch_lease = None;
+        self
+    }
+
     /// The permits one grant takes from Redis (1: no batching).
     pub fn batch_size(&self) -> u64 {
         self.batch
