@@ -641,3 +641,43 @@ async fn a_per_client_batch_is_given_back_to_its_own_client_s_keys() {
     let overall: Vec<String> = raw.keys(format!("{{{name}}}:permits")).await.unwrap();
     assert!(overall.is_empty(), "the overall log was never written");
 }
+
+#[tokio::test]
+async fn a_failed_take_is_the_backend_failing_and_a_batch_serves_only_within_its_lease() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = Client::builder()
+        .clock(clock.clone())
+        .command_timeout(Duration::from_millis(200))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut raw = server.raw().await;
+    let name = "rate_limit:batch:failing";
+    let rule = [Rule::new(name, 100, MINUTE)
+        .batch(5)
+        .batch_lease(Duration::from_millis(100))];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    server.pause();
+    // The permits Redis counted already are served while the lease runs.
+    clock.set(T0 + 50);
+    for _ in 0..4 {
+        assert!(client.check_rules(&rule).await.unwrap().allowed);
+    }
+    // The batch used up: the next take fails as any call does (on_error decides it).
+    let failed = client.check_rules(&rule).await.unwrap_err();
+    assert!(failed.is_backend_failure(), "{failed:?}");
+    server.resume();
+    // Whether or not the timed-out take ran, it is refunded: the log holds the batch.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while log_of(&mut raw, name).await != [(5, T0)] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            log_of(&mut raw, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    clock.set(T0 + 200);
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+}
