@@ -402,6 +402,13 @@ async fn a_refused_batch_asks_for_what_is_left_then_answers_the_call_s_refusal()
     assert_eq!(refused.retry_after, Some(MINUTE));
     let exact = other.check_rules(&plain).await.unwrap();
     assert_eq!(refused, exact, "the refusal Redis gives a plain call");
+    // That refusal is the call's own, one permit short: kept, and answered again in
+    // process until its wait ends (see tests/local_refusals.rs).
+    let monitor = support::monitor::Monitor::start(server.port);
+    for _ in 0..10 {
+        assert_eq!(client.check_rules(&batched).await.unwrap(), exact);
+    }
+    assert_eq!(evalshas(&monitor.client_commands()), 0);
 }
 
 #[tokio::test]
