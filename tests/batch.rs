@@ -688,3 +688,45 @@ async fn a_failed_take_is_the_backend_failing_and_a_batch_serves_only_within_its
     clock.set(T0 + 200);
     assert!(client.check_rules(&rule).await.unwrap().allowed);
 }
+
+/// A caller choosing a new limiter name for every call (a value in the key) cannot grow
+/// a client's batches past 10 000 limiters: with that many batches open, a call on
+/// another limiter goes to Redis unbatched, and is still decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn attack_at_most_10_000_limiters_keep_batches_per_client() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = clocked(&server, &clock).await;
+    let mut raw = server.raw().await;
+    let rule = |i: usize| {
+        Rule::new(format!("rate_limit:batch:many:{i}"), 10, MINUTE)
+            .batch(5)
+            .batch_lease(Duration::from_secs(30))
+    };
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for i in (t..10_000).step_by(8) {
+                    assert!(client.check_rules(&[rule(i)]).await.unwrap().allowed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(log_of(&mut raw, "rate_limit:batch:many:9999").await, [(5, T0)]);
+    for i in 10_000..10_010 {
+        assert!(client.check_rules(&[rule(i)]).await.unwrap().allowed);
+        let name = format!("rate_limit:batch:many:{i}");
+        assert_eq!(log_of(&mut raw, &name).await, [(1, T0)], "unbatched past 10 000");
+    }
+    // Once leases end, their slots make room again.
+    clock.set(T0 + 30_000);
+    assert!(client.check_rules(&[rule(20_000)]).await.unwrap().allowed);
+    assert_eq!(
+        log_of(&mut raw, "rate_limit:batch:many:20000").await,
+        [(5, T0 + 30_000)]
+    );
+}
