@@ -125,6 +125,24 @@ impl Batches {
 }
 
 impl Client {
+    /// A call of `rule` alone for `permits` served from the limiter's open batch, when
+    /// it has one for this rule with the permits, its lease running, and no caller is
+    /// taking the next one: without awaiting anything, so a decision's future carries
+    /// none of the taking's state.
+    pub(crate) fn serve_batched(&self, rule: &Rule, permits: u64) -> Option<Decision> {
+        let batches = &self.inner.batches;
+        if !batches.on || permits > rule.batch_size() {
+            return None;
+        }
+        let slots = batches.slots();
+        let mut state = slots.get(rule.name())?.try_lock().ok()?;
+        if state.rule.as_ref() != Some(rule) {
+            return None;
+        }
+        let now = self.now_ms();
+        state.batch.as_mut()?.serve(permits, now)
+    }
+
     /// A call of `rule` alone for `permits`, served from the limiter's batch or by
     /// taking the next one; `None` when this call does not batch (no batch on the
     /// rule, more permits than a batch holds, an in-process client, or every slot

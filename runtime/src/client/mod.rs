@@ -224,7 +224,12 @@ impl Client {
     async fn check_rule(&self, rule: &Rule) -> Result<Decision, Error> {
         let permits = rule.permits_per_call().min(rule.most_permits());
         if rule.batch_size() > 1 {
-            if let Some(decided) = self.check_batched(rule, permits).await {
+            if let Some(served) = self.serve_batched(rule, permits) {
+                return Ok(served);
+            }
+            // Boxed: taking a batch holds a lock and two round trips' state, which
+            // every decision's future would otherwise carry.
+            if let Some(decided) = Box::pin(self.check_batched(rule, permits)).await {
                 return decided;
             }
         }
