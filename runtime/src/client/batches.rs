@@ -15,7 +15,7 @@
 //! that many batches open, a call on another limiter goes to Redis unbatched.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -81,6 +81,10 @@ type Slot = tokio::sync::Mutex<State>;
 pub(crate) struct Batches {
     on: bool,
     sweeping: AtomicBool,
+    /// With `MAX_ENTRIES` slots, when the next lease ends or a second passed, whichever
+    /// is first (no room is looked for before: a caller naming a new limiter every call
+    /// costs one scan of the slots then, not one per call).
+    full_until: AtomicU64,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
 }
 
@@ -185,8 +189,16 @@ impl Client {
         if let Some(slot) = batches.slots().get(name) {
             return Some(slot.clone());
         }
+        let now = self.now_ms();
         if batches.slots().len() >= MAX_ENTRIES {
-            let (closed, _) = batches.close(self.now_ms(), false, true);
+            if now < batches.full_until.load(Ordering::Relaxed) {
+                return None;
+            }
+            let (closed, next) = batches.close(now, false, true);
+            let next = next.min(SWEEP_MAX.as_millis() as u64);
+            batches
+                .full_until
+                .store(now.saturating_add(next), Ordering::Relaxed);
             for (name, batch) in closed {
                 self.give_back(&name, batch);
             }
