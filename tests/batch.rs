@@ -520,6 +520,20 @@ async fn a_batch_serves_only_its_own_limiter_and_rule() {
         client.check_rules(&[a.clone(), b.clone()]).await.unwrap();
     }
     assert_eq!(evalshas(&monitor.client_commands()), 3);
+    // So do calls for more permits than a batch holds, each taking only its own.
+    let big = Rule::new("rate_limit:batch:big", 100, MINUTE).batch(5).permits(6);
+    let monitor = support::monitor::Monitor::start(server.port);
+    for _ in 0..3 {
+        assert!(
+            client
+                .check_rules(std::slice::from_ref(&big))
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    assert_eq!(evalshas(&monitor.client_commands()), 3);
+    assert_eq!(log_of(&mut raw, "rate_limit:batch:big").await, [(6, T0); 3]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
