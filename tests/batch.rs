@@ -744,3 +744,46 @@ async fn attack_at_most_10_000_limiters_keep_batches_per_client() {
         [(5, T0 + 30_000)]
     );
 }
+
+/// `LayerRule::batch` through an axum server on loopback: ten requests of one key cost
+/// two takes, the key's limit holds, and header values posing as other keys are only
+/// themselves.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn attack_a_layer_s_batch_through_http_with_header_values() {
+    use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+    let server = RedisServer::start();
+    warm_up_scripts(&server).await;
+    let layer = RateLimitLayer::builder()
+        .client(Client::connect(&server.url()).await.unwrap())
+        .rule(
+            LayerRule::new("hot", 10, MINUTE)
+                .batch(5)
+                .key(Key::header("x-api-key")),
+        )
+        .build()
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(layer);
+    let addr = support::http::serve(app).await;
+    let status = |key: &'static str| async move {
+        support::http::send(addr, "GET", "/", &[("x-api-key", key)])
+            .await
+            .status
+    };
+    let monitor = support::monitor::Monitor::start(server.port);
+    for _ in 0..10 {
+        assert_eq!(status("k1").await, 200);
+    }
+    let commands = monitor.client_commands();
+    assert_eq!(evalshas(&commands), 2, "two takes of 5: {commands:?}");
+    assert_eq!(status("k1").await, 429);
+    for hostile in ["k1:x", "{k1}", "k1}", "k1:permits"] {
+        for _ in 0..10 {
+            assert_eq!(status(hostile).await, 200, "{hostile}: a limiter of its own");
+        }
+        assert_eq!(status(hostile).await, 429, "{hostile}");
+    }
+    assert_eq!(status("k1").await, 429, "k1 is still at its limit");
+}
