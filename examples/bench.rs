@@ -25,6 +25,10 @@
 //!    limiters, on one client, with refusals answered in process and without:
 //!    grants per second alone and under the flood, and Redis commands per refused
 //!    call (`REDLIMIT_BENCH_ONLY=flood` runs it alone; it is not in the default run).
+//! 10. One global limiter served in batches (`Rule::batch`) at k = 1 and k = 10:
+//!     decisions per second from 64 tasks on one client, and Redis script calls per
+//!     decision (`REDLIMIT_BENCH_ONLY=batch` runs it alone; it is not in the default
+//!     run).
 //! 8. The rows of section 6 one at a time, for counting the instructions Redis and
 //!    the caller spend on them: `REDLIMIT_BENCH_ONLY=count` with
 //!    `REDLIMIT_BENCH_REDIS_URL` (a server started by the caller, under an instruction
@@ -33,7 +37,8 @@
 //!    of 1 and of 100 000 permits on a log of 100 000 grants; `bucket-allow` and
 //!    `bucket-deny`, one token-bucket rule; `flood-deny`, refusals of an exhausted limiter
 //!    answered in process, and `governor-check`, governor's keyed check of an exhausted
-//!    key) and `REDLIMIT_BENCH_CALLS`
+//!    key; `batch-1` and `batch-10`, grants of one global limiter at k = 1 and k = 10) and
+//!    `REDLIMIT_BENCH_CALLS`
 //!    (default 20 000). `scripts/script-instructions.sh` runs every row under callgrind, Redis
 //!    then the caller, and prints the instructions per decision of each.
 
@@ -255,6 +260,7 @@ async fn main() {
         Ok("keys") => return live_keys(),
         Ok("bucket") => return token_bucket(&client, &mut conn).await,
         Ok("flood") => return flood(&server.url(), &mut conn).await,
+        Ok("batch") => return batches(&client, &mut conn).await,
         _ => {}
     }
 
@@ -699,6 +705,12 @@ async fn count_row() {
                 assert!(!client.check_rules(&rules).await.unwrap().allowed);
             }
         }
+        "batch-1" | "batch-10" => {
+            let rules = [batch_rule(if row == "batch-1" { 1 } else { 10 })];
+            for _ in 0..calls {
+                assert!(client.check_rules(&rules).await.unwrap().allowed);
+            }
+        }
         "governor-check" => {
             // The anchor: governor's keyed check of one exhausted key, in process.
             let limiter =
@@ -710,7 +722,8 @@ async fn count_row() {
         }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected reference-allow, reference-deny, one-allow, one-deny, \
-             three-allow, walk-deny-1, walk-deny-all, bucket-allow, bucket-deny, flood-deny or governor-check"
+             three-allow, walk-deny-1, walk-deny-all, bucket-allow, bucket-deny, flood-deny, governor-check, \
+             batch-1 or batch-10"
         ),
     }
 }
@@ -878,6 +891,38 @@ fn run_threads(threads: usize, total: usize, work: impl Fn(usize) + Send + Sync 
     Run {
         per_thread_ns: per_decision,
         total_per_s: total as f64 / wall.as_secs_f64(),
+    }
+}
+
+/// One global limiter, never refusing, taking `k` permits from Redis at a time.
+fn batch_rule(k: u64) -> Rule {
+    Rule::new("rate_limit:bench:batch", HUGE_RATE, Duration::from_secs(1)).batch(k)
+}
+
+/// Section 10: decisions per second on one global limiter from `TASKS` tasks, and
+/// Redis script calls per decision, at k = 1 and k = 10.
+async fn batches(client: &Client, conn: &mut MultiplexedConnection) {
+    println!("\n10. One global limiter served in batches ({TASKS} tasks, one client, {RUN:?} each)\n");
+    println!("| batch | decisions/s | p50 | p99 | script calls per decision |");
+    println!("|---:|---:|---:|---:|---:|");
+    for k in [1, 10] {
+        reset(conn).await;
+        let client = client.clone();
+        let (per_s, latencies) = load(move || {
+            let client = client.clone();
+            async move {
+                assert!(client.check_rules(&[batch_rule(k)]).await.unwrap().allowed);
+            }
+        })
+        .await;
+        let calls = command_stat(conn, "evalsha", "calls").await;
+        let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+        println!(
+            "| {k} | {per_s:.0} | {:?} | {:?} | {:.3} |",
+            at(0.5),
+            at(0.99),
+            calls / latencies.len() as f64
+        );
     }
 }
 

@@ -322,3 +322,46 @@ fn the_readmes_error() {
     let line = "rule `api`: field `interval`: `60` needs a unit after `60`: ms, s, m, h or d, e.g. \"60s\"";
     assert!(error.lines().any(|l| l == line), "{error}");
 }
+
+/// A batch from the file, and each misuse of it refused naming the rule and what is
+/// accepted.
+#[test]
+fn batch_from_the_file_and_its_misuse_refused() {
+    let config: LayerConfig =
+        toml::from_str("[rules.hot]\nrate = 1000\ninterval = \"1s\"\nbatch = 10\nbatch_lease = \"50ms\"\n")
+            .unwrap();
+    let rule = format!("{:?}", config.rules()[0]);
+    for part in ["batch: 10", "batch_lease: Some(50ms)"] {
+        assert!(rule.contains(part), "{part} in {rule}");
+    }
+    config.builder().build().unwrap();
+    let rule = |body: &str| format!("[rules.hot]\nrate = 10\ninterval = \"1s\"\n{body}\n");
+    let cases: [(String, &[&str]); 8] = [
+        (rule("batch = 11"), &["rule `hot`", "batch exceeds the rate"]),
+        (
+            rule("batch = 18446744073709551615"),
+            &["rule `hot`", "batch exceeds the rate"],
+        ),
+        (rule("batch = 0"), &["rule `hot`", "batch must be at least 1"]),
+        (rule("batch = -1"), &["rule `hot`", "field `batch`"]),
+        (rule("batch = 2.5"), &["rule `hot`", "field `batch`"]),
+        (
+            rule("batch = 2\nalgorithm = \"token_bucket\""),
+            &["rule `hot`", "sliding window"],
+        ),
+        (
+            rule("batch = 2\nbatch_lease = \"1s\""),
+            &["rule `hot`", "shorter than the interval"],
+        ),
+        (
+            rule("batch_lease = \"100ms\""),
+            &["rule `hot`", "set batch above 1"],
+        ),
+    ];
+    for (text, expected) in &cases {
+        let error = refused(text);
+        for part in *expected {
+            assert!(error.contains(part), "{text:?}: `{part}` not in: {error}");
+        }
+    }
+}

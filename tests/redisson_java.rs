@@ -231,6 +231,49 @@ async fn rust_creates_java_acquires(version: Version) {
     }
 }
 
+on_both_versions!(redisson_beside_a_batching_rust_client);
+
+/// A Rust client serving a batch (`Rule::batch`) beside a Redisson client on one
+/// limiter: Redisson sees the whole batch counted when it is taken, and what the batch
+/// did not use come back to it when the lease ends, in the layout it reads.
+async fn redisson_beside_a_batching_rust_client(version: Version) {
+    let Both {
+        _server,
+        rust,
+        java,
+        mut raw,
+    } = both(version).await;
+    let name = "interop:batch";
+    let rule = [Rule::new(name, 10, Duration::from_secs(60))
+        .batch(5)
+        .batch_lease(Duration::from_millis(300))];
+    assert!(rust.check_rules(&rule).await.unwrap().allowed);
+    assert_eq!(java.available(name).await, 5, "the batch of 5 is counted at once");
+    for i in 0..5 {
+        assert!(java.try_acquire(name, 1).await, "Java grant {i}");
+    }
+    assert!(!java.try_acquire(name, 1).await);
+    // Served from the batch: Redis counted these already.
+    assert!(rust.check_rules(&rule).await.unwrap().allowed);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while java.available(name).await != 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the 3 unused permits given back to Java"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(java.try_acquire(name, 3).await);
+    assert!(!java.try_acquire(name, 1).await);
+    assert!(!rust.check_rules(&rule).await.unwrap().allowed);
+    // Rust's batch kept the 2 it used, in a 21-byte member; Java's grants are whole.
+    let members: Vec<Vec<u8>> = raw.zrange("{interop:batch}:permits", 0, -1).await.unwrap();
+    let mut permits: Vec<u64> = members.iter().map(|m| permits_of(m)).collect();
+    permits.sort_unstable();
+    assert_eq!(permits, [1, 1, 1, 1, 1, 2, 3]);
+    assert!(members.iter().all(|m| m.len() == 21 && m[0] == 16));
+}
+
 on_both_versions!(per_client_side_by_side);
 
 async fn per_client_side_by_side(version: Version) {

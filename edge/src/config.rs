@@ -96,6 +96,8 @@ struct Fields {
     missing_key: Option<MissingKey>,
     shadow: Option<bool>,
     local_refusals: Option<bool>,
+    batch: Option<u64>,
+    batch_lease: Option<Duration>,
     exempt: Option<Vec<String>>,
     algorithm: Option<AlgorithmSpec>,
     burst: Option<u64>,
@@ -103,7 +105,7 @@ struct Fields {
 }
 
 const FIELDS: &str = "rate, interval, key, mode, permits, on_error, message, missing_key, shadow, \
-                      local_refusals, exempt, algorithm, burst, warmup";
+                      local_refusals, batch, batch_lease, exempt, algorithm, burst, warmup";
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -223,6 +225,8 @@ impl<'de> Deserialize<'de> for Fields {
                         "missing_key" => read!(missing_key),
                         "shadow" => read!(shadow),
                         "local_refusals" => read!(local_refusals),
+                        "batch" => read!(batch),
+                        "batch_lease" => read!(batch_lease as duration),
                         "exempt" => read!(exempt),
                         "algorithm" => read!(algorithm),
                         "burst" => read!(burst),
@@ -289,7 +293,7 @@ impl Fields {
     }
 
     /// The settings given as values: permits, message, missing_key, shadow,
-    /// local_refusals, exempt, burst, warmup.
+    /// local_refusals, batch, batch_lease, exempt, burst, warmup.
     fn with_values(self, mut rule: LayerRule) -> LayerRule {
         if let Some(permits) = self.permits {
             rule = rule.permits(permits);
@@ -305,6 +309,12 @@ impl Fields {
         }
         if let Some(on) = self.local_refusals {
             rule = rule.local_refusals(on);
+        }
+        if let Some(k) = self.batch {
+            rule = rule.batch(k);
+        }
+        if let Some(lease) = self.batch_lease {
+            rule = rule.batch_lease(lease);
         }
         if let Some(exempt) = self.exempt {
             rule = rule.exempt(exempt);

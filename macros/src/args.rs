@@ -13,7 +13,7 @@ use crate::rule::{Given, RuleArgs, ALGORITHMS, MODES, POLICIES};
 use crate::values;
 
 pub const ACCEPTED: &str =
-    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, local_refusals, algorithm, burst, warmup, crate";
+    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, local_refusals, batch, batch_lease, algorithm, burst, warmup, crate";
 
 /// `name = value`, with `crate` accepted as a name.
 pub struct Arg {
@@ -103,6 +103,10 @@ fn read(given: &mut Given, name: &Ident, value: &Expr, params: &[String], errors
         "message" => given.message = values::message(value, errors),
         "shadow" => given.shadow = values::boolean(value, SHADOW_PROBLEM, errors),
         "local_refusals" => given.local_refusals = values::boolean(value, LOCAL_REFUSALS_PROBLEM, errors),
+        "batch" => given.batch = values::integer("batch", value, errors).map(|k| (span, k)),
+        "batch_lease" => {
+            given.batch_lease = values::duration("batch_lease", value, errors).map(|ms| (span, ms))
+        }
         "algorithm" => given.algorithm = values::choice("algorithm", value, &ALGORITHMS, errors),
         "burst" => given.burst = values::integer("burst", value, errors).map(|b| (span, b)),
         "warmup" => given.warmup = values::duration("warmup", value, errors).map(|ms| (span, ms)),

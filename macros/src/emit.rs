@@ -65,8 +65,13 @@ fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
         permits,
         shadow,
         local_refusals,
+        batch,
         ..
     } = rule;
+    let batch_lease = option(
+        rule.batch_lease_ms
+            .map(|ms| quote!(::core::time::Duration::from_millis(#ms))),
+    );
     let mode = mode_variant(rule.mode);
     let policy = policy_variant(rule.on_error);
     let bucket = option(rule.bucket.map(|(burst, warmup_ms)| {
@@ -92,6 +97,8 @@ fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
             name: #krate::__private::Cow::Borrowed(#name),
             shadow: #shadow,
             local_refusals: #local_refusals,
+            batch: #batch,
+            batch_lease: #batch_lease,
             rate: #rate,
             interval: ::core::time::Duration::from_millis(#interval_ms),
             mode: #krate::RateType::#mode,

@@ -60,6 +60,10 @@ pub struct RuleArgs {
     pub shadow: bool,
     /// Whether a refusal Redis gave may be answered again in process (default true).
     pub local_refusals: bool,
+    /// Permits taken from Redis at once and served in process (1: none), and the lease
+    /// in ms (`None`: the runtime's default).
+    pub batch: u64,
+    pub batch_lease_ms: Option<u64>,
     /// `Some((burst, warmup_ms))`: a token bucket holding at most `burst`, warming up
     /// over `warmup_ms` (0: no warm-up).
     pub bucket: Option<(u64, u64)>,
@@ -84,6 +88,8 @@ pub struct Given {
     pub message: Option<LitStr>,
     pub shadow: Option<bool>,
     pub local_refusals: Option<bool>,
+    pub batch: Option<(Span, u64)>,
+    pub batch_lease: Option<(Span, u64)>,
     pub algorithm: Option<Algorithm>,
     pub burst: Option<(Span, u64)>,
     pub warmup: Option<(Span, u64)>,
@@ -107,6 +113,8 @@ impl Given {
             message: None,
             shadow: None,
             local_refusals: None,
+            batch: None,
+            batch_lease: None,
             algorithm: None,
             burst: None,
             warmup: None,
@@ -122,6 +130,7 @@ impl Given {
         self.check_bucket_only(errors);
         self.check_permits_fit(errors);
         self.check_exact_counts(errors);
+        self.check_batch(errors);
     }
 
     /// The rule, once [`check`](Self::check) and every reader found nothing wrong.
@@ -144,6 +153,8 @@ impl Given {
             message: self.message,
             shadow: self.shadow.unwrap_or(false),
             local_refusals: self.local_refusals.unwrap_or(true),
+            batch: self.batch.map_or(1, |(_, k)| k),
+            batch_lease_ms: self.batch_lease.map(|(_, ms)| ms),
             bucket,
             timeout: self.timeout,
             fallback: self.fallback,
@@ -245,6 +256,60 @@ impl Given {
                     "`warmup` in milliseconds times `rate` must be at most 2^45: a bucket counts its \
                      coldness exactly in 1/interval-ms units of a token; use a shorter warm-up",
                 ));
+            }
+        }
+    }
+
+    /// `batch` fits the rule: at most the rate and the permits log's 4-byte field, a
+    /// sliding window's; `batch_lease` only with a batch, shorter than the interval.
+    fn check_batch(&self, errors: &mut Vec<Error>) {
+        if let (Some((span, k)), Some(rate)) = (self.batch, self.rate) {
+            if k > rate || k > u64::from(u32::MAX) {
+                errors.push(Error::new(
+                    span,
+                    format!(
+                        "`batch` ({k}) exceeds `rate` ({rate}): a batch is at most the permits one interval \
+                         grants (and at most 4294967295, the permits log's 4-byte field)"
+                    ),
+                ));
+            }
+        }
+        if let (Some((span, k)), true) = (self.batch, self.token_bucket()) {
+            if k > 1 {
+                errors.push(Error::new(
+                    span,
+                    "`batch` is for the sliding window: a token bucket's grants are not served in \
+                     batches; remove `batch` or `algorithm = \"token_bucket\"`",
+                ));
+            }
+        }
+        let batching = self.batch.is_some_and(|(_, k)| k > 1);
+        if let (Some((span, _)), false) = (self.batch_lease, batching) {
+            errors.push(Error::new(
+                span,
+                "`batch_lease` is how long a batch is served: add `batch = <k>` with k above 1, or remove \
+                 `batch_lease`",
+            ));
+        }
+        let lease = self.batch_lease.map(|(_, ms)| ms);
+        if let (true, Some(interval)) = (batching, self.interval) {
+            let lease_ms = lease.unwrap_or((interval / 10).clamp(1, 1_000));
+            if lease_ms >= interval {
+                let message = match self.batch_lease {
+                    Some(_) => format!(
+                        "`batch_lease` ({lease_ms} ms) must be shorter than `interval` ({interval} ms): a \
+                         batch is served for part of a window"
+                    ),
+                    None => format!(
+                        "`batch` needs an `interval` of at least 2 ms ({interval} ms here): a batch is served \
+                         for a lease shorter than the interval (default: a tenth of it, at least 1 ms)"
+                    ),
+                };
+                let at = self
+                    .batch_lease
+                    .or(self.batch)
+                    .map_or(self.span, |(span, _)| span);
+                errors.push(Error::new(at, message));
             }
         }
     }

@@ -47,6 +47,8 @@ impl LayerRule {
                 name: name.into(),
                 shadow: false,
                 local_refusals: true,
+                batch: 1,
+                batch_lease: None,
                 rate,
                 interval,
                 mode: RateType::Overall,
@@ -157,6 +159,23 @@ impl LayerRule {
         self
     }
 
+    /// Takes up to `k` permits from Redis in one grant and serves them in this process
+    /// for at most a short lease, giving back what it did not use (default 1: no
+    /// batching; at most the rate; a sliding window only). Every window of `interval -
+    /// lease` then holds at most `rate` requests, and every window of `interval` at most
+    /// `rate + N * k` for `N` processes (see `Rule::batch`).
+    pub fn batch(mut self, k: u64) -> Self {
+        self.spec.batch = k;
+        self
+    }
+
+    /// How long a batch is served: more than zero and less than the interval
+    /// (default: a tenth of the interval, at most 1 s).
+    pub fn batch_lease(mut self, lease: Duration) -> Self {
+        self.spec.batch_lease = Some(lease);
+        self
+    }
+
     /// Key values this rule does not apply to (an internal address, a partner's API
     /// key), compared with the value as read (a client address as its `Display`).
     pub fn exempt<I, S>(mut self, values: I) -> Self
@@ -208,6 +227,8 @@ impl fmt::Debug for LayerRule {
             .field("missing_key", &self.missing_key)
             .field("shadow", &spec.shadow)
             .field("local_refusals", &spec.local_refusals)
+            .field("batch", &spec.batch)
+            .field("batch_lease", &spec.batch_lease)
             .field("exempt", &self.exempt)
             .field("algorithm", &self.algorithm_of())
             .field("burst", &self.burst)

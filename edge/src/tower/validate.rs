@@ -59,6 +59,9 @@ pub(super) fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
             spec.permits
         )));
     }
+    if let Err(error) = spec.check_batch() {
+        return Err(invalid(error.to_string()));
+    }
     if rule.missing_key != MissingKey::Share && rule.key.always_present() {
         return Err(invalid(format!(
             "missing_key = {:?} is for keys a request can lack (Key::header, Key::path_param, Key::with); \

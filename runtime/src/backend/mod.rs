@@ -114,6 +114,30 @@ impl Backend {
         }
     }
 
+    /// Decides one call on Redis, answering the log member it was granted under (a
+    /// batch gives back through it); `None` on the in-process backend, which does not
+    /// batch.
+    pub async fn acquire_batch(
+        &self,
+        call: &Call<'_>,
+        now: u64,
+    ) -> Option<Result<(Outcome, [u8; crate::member::MEMBER_LEN]), Error>> {
+        let Backend::Redis(b) = self else {
+            return None;
+        };
+        let span = tracing::debug_span!(
+            "redlimit.redis",
+            db.system.name = "redis",
+            db.operation.name = "EVALSHA"
+        );
+        let decided = async {
+            let (outcome, members) = b.acquire_group(std::slice::from_ref(call), now).await?;
+            Ok((outcome, members[0]))
+        };
+        let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
+        Some(Box::pin(tracing::Instrument::instrument(timed, span)).await)
+    }
+
     /// The `backend` label of metrics and spans.
     pub fn label(&self) -> &'static str {
         match self {

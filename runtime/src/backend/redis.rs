@@ -39,6 +39,7 @@ struct Scripts {
     tokens: Script,
     refund_tokens: Script,
     reset: Script,
+    give_back: Script,
 }
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
@@ -52,6 +53,7 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     tokens: Script::new(scripts::TOKENS.source),
     refund_tokens: Script::new(scripts::REFUND_TOKENS.source),
     reset: Script::new(scripts::RESET.source),
+    give_back: Script::new(scripts::GIVE_BACK.source),
 });
 
 /// Attempts at refunding a timed-out grant, and the pause before each retry.
@@ -459,6 +461,32 @@ impl RedisBackend {
         })
         .await?;
         Ok(())
+    }
+
+    /// Gives back what a batch taken under `member` did not use (`used` of its permits
+    /// were), see `lua/give_back.lua`: in a task of its own, off the caller's path (or
+    /// not at all outside a Tokio runtime). A give-back that fails or never runs leaves
+    /// the permits counted until they leave the window: stricter, never looser.
+    pub(crate) fn spawn_give_back(&self, keys: LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        let timeout = self.timeout;
+        runtime.spawn(async move {
+            let mut args = [Arg::Text(""); layout::limiter::GIVE_BACK.args.len()];
+            args[layout::limiter::GIVE_BACK_MEMBER] = Arg::Bytes(&member[..]);
+            args[layout::limiter::GIVE_BACK_USED] = Arg::Int(used);
+            let mut invocation = SCRIPTS.give_back.prepare_invoke();
+            invocation.key(&keys.all()[..]).arg(&args[..]);
+            let given = tokio::time::timeout(timeout, invocation.invoke_async::<u64>(&mut conn)).await;
+            if !matches!(given, Ok(Ok(_))) {
+                tracing::debug!(
+                    "a batch's unused permits were not given back; they return to the limiter \
+                     when they leave the window"
+                );
+            }
+        });
     }
 
     pub async fn config(&self, keys: &LimiterKeys, _now: u64) -> Result<Option<RateLimiterConfig>, Error> {

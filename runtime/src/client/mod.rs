@@ -1,6 +1,7 @@
 //! The client: a backend, a clock, a key prefix, timeouts and a client id.
 
 mod background;
+pub(crate) mod batches;
 pub(crate) mod builder;
 pub(crate) mod clock;
 pub(crate) mod default_client;
@@ -70,6 +71,14 @@ struct Inner {
     local: once_cell::sync::OnceCell<Client>,
     /// Refusals answered again without a round trip (Redis clients).
     refusals: crate::client::refusal_cache::RefusalCache,
+    /// Batches of permits served in process (Redis clients, rules with a batch).
+    batches: batches::Batches,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        batches::give_back_all(&self.batches, &self.backend, &self.client_id);
+    }
 }
 
 impl Client {
@@ -84,6 +93,7 @@ impl Client {
         local_refusals: bool,
     ) -> Client {
         let local_refusals = local_refusals && matches!(backend, Backend::Redis(_));
+        let batches = batches::Batches::new(matches!(backend, Backend::Redis(_)));
         Client {
             inner: Arc::new(Inner {
                 backend,
@@ -98,6 +108,7 @@ impl Client {
                 max_limiters,
                 local: once_cell::sync::OnceCell::new(),
                 refusals: crate::client::refusal_cache::RefusalCache::new(local_refusals),
+                batches,
             }),
         }
     }
@@ -195,8 +206,8 @@ impl Client {
                     if let Backend::Memory(memory) = self.backend() {
                         return Poll::Ready(self.check_rules_in_process(memory, rules, now));
                     }
-                    if let Some(refused) = self.refused_here(rules, now) {
-                        return Poll::Ready(Ok(refused));
+                    if let Some(answer) = self.answered_here(rules, now) {
+                        return Poll::Ready(Ok(answer));
                     }
                     remote.insert(Box::pin(self.check_rules_remote(rules, now)))
                 }
@@ -205,10 +216,16 @@ impl Client {
         })
     }
 
-    /// A call of one rule refused again from what this client keeps, at `now`.
-    fn refused_here(&self, rules: &[Rule], now: u64) -> Option<Decision> {
+    /// A call of one rule answered from what this client holds, at `now`: granted
+    /// from an open batch, or refused again as Redis refused it.
+    fn answered_here(&self, rules: &[Rule], now: u64) -> Option<Decision> {
         let [rule] = rules else { return None };
         let permits = rule.permits_per_call().min(rule.most_permits());
+        if rule.batch_size() > 1 {
+            if let Some(served) = self.serve_batched(rule, permits) {
+                return Some(served);
+            }
+        }
         self.inner.refusals.answer(rule, permits, now)
     }
 
@@ -281,6 +298,15 @@ impl Client {
     /// the refusals kept: nothing to merge, nothing to collect.
     async fn check_rule(&self, rule: &Rule, now: u64) -> Result<Decision, Error> {
         let permits = rule.permits_per_call().min(rule.most_permits());
+        let mut now = now;
+        if rule.batch_size() > 1 {
+            // Boxed: taking a batch holds a lock and two round trips' state, which
+            // every decision's future would otherwise carry.
+            if let Some(decided) = Box::pin(self.check_batched(rule, permits)).await {
+                return decided;
+            }
+            now = self.now_ms();
+        }
         let keys = self.rule_keys(rule)?;
         let calls = [Call {
             keys,
@@ -425,6 +451,7 @@ impl Client {
 /// settings, its permits within what one call may take.
 pub(crate) fn check_settings(rule: &Rule) -> Result<(), Error> {
     rule.config().validate(rule.name())?;
+    rule.check_batch()?;
     if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
         return Err(Error::InvalidConfig {
             name: rule.name().to_owned(),

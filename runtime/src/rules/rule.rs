@@ -32,8 +32,15 @@ pub struct Rule {
     burst: Option<u64>,
     warmup: Option<Duration>,
     local_refusals: bool,
+    /// Permits taken from Redis at once and served in process (1: none, see
+    /// [`Rule::batch`]), and for how long.
+    batch: u64,
+    batch_lease: Option<Duration>,
     memo: Memo,
 }
+
+/// A batch's lease when none is set: a tenth of the interval, at most this long.
+pub const DEFAULT_BATCH_LEASE_MAX: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -45,6 +52,8 @@ impl fmt::Debug for Rule {
             .field("burst", &self.burst)
             .field("warmup", &self.warmup)
             .field("local_refusals", &self.local_refusals)
+            .field("batch", &self.batch)
+            .field("batch_lease", &self.batch_lease)
             .finish()
     }
 }
@@ -129,6 +138,8 @@ impl Rule {
             burst: None,
             warmup: None,
             local_refusals: true,
+            batch: 1,
+            batch_lease: None,
             memo: Memo::default(),
         }
     }
@@ -158,6 +169,8 @@ impl Rule {
             burst,
             warmup,
             local_refusals: spec.local_refusals,
+            batch: 1,
+            batch_lease: None,
             memo: Memo::default(),
         }
     }
@@ -203,6 +216,79 @@ impl Rule {
             }
             hash => hash,
         }
+    }
+
+    /// Takes up to `k` permits from Redis in one grant and serves them in this client
+    /// for at most a short lease (see [`batch_lease`](Rule::batch_lease)), giving back
+    /// what it did not use when the lease ends (default 1: no batching). At most the
+    /// rate; a sliding window only. Calls of this rule alone batch ([`Client::check_rules`]
+    /// with several rules goes to Redis every time), and only on Redis: an in-process
+    /// client decides every call exactly.
+    ///
+    /// What it changes: a permit counts in Redis from when its batch was taken, and is
+    /// used up to a lease `L` later. So every window of `interval - L` holds at most
+    /// `rate` permits used, and every window of `interval` at most `rate + N * k`, for
+    /// `N` clients batching the limiter; up to `N * k` permits may sit unused in
+    /// batches for up to `L` while another client is refused (see the README).
+    ///
+    /// [`Client::check_rules`]: crate::Client::check_rules
+    pub fn batch(mut self, k: u64) -> Self {
+        self.batch = k;
+        self.changed()
+    }
+
+    /// How long a batch is served before what it did not use goes back: more than
+    /// zero and less than the interval (default: a tenth of the interval, at most 1 s).
+    /// Counted in whole milliseconds, rounded up.
+    pub fn batch_lease(mut self, lease: Duration) -> Self {
+        self.batch_lease = Some(lease);
+        self.changed()
+    }
+
+    /// The rule without a lease set (the default lease, if it batches).
+    pub(crate) fn without_batch_lease(mut self) -> Self {
+        self.batch_lease = None;
+        self.changed()
+    }
+
+    /// The permits one grant takes from Redis (1: no batching).
+    pub fn batch_size(&self) -> u64 {
+        self.batch
+    }
+
+    /// How long a batch is served, in milliseconds: the lease set, rounded up to whole
+    /// milliseconds, else a tenth of the interval (at least 1 ms, at most 1 s).
+    pub fn batch_lease_ms(&self) -> u64 {
+        match self.batch_lease {
+            Some(lease) => u64::try_from(lease.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
+            None => (self.config.interval_ms() / 10).clamp(1, DEFAULT_BATCH_LEASE_MAX.as_millis() as u64),
+        }
+    }
+
+    /// Refuses a batch that cannot hold: see [`batch`](Rule::batch).
+    pub(crate) fn check_batch(&self) -> Result<(), crate::Error> {
+        let problem = if self.batch == 0 {
+            "batch must be at least 1 (1: no batching)"
+        } else if self.batch > self.config.rate {
+            "batch exceeds the rate: a batch is at most the permits one interval grants"
+        } else if self.batch > u64::from(u32::MAX) {
+            "batch above 4294967295 does not fit the permits log's 4-byte field"
+        } else if self.batch > 1 && self.algorithm == Algorithm::TokenBucket {
+            "batch is for the sliding window: a token bucket's grants are not served in batches"
+        } else if self.batch_lease.is_some() && self.batch == 1 {
+            "batch_lease is a batch's: set batch above 1, or remove batch_lease"
+        } else if self.batch_lease.is_some_and(|l| l.is_zero()) {
+            "batch_lease must be more than zero"
+        } else if self.batch > 1 && self.batch_lease_ms() >= self.config.interval_ms() {
+            "batch_lease must be shorter than the interval (the default, a tenth of it, needs an \
+             interval of at least 2 ms)"
+        } else {
+            return Ok(());
+        };
+        Err(crate::Error::InvalidConfig {
+            name: self.name.clone(),
+            problem,
+        })
     }
 
     /// Whether a refusal Redis gave this rule's limiter may be answered again by the

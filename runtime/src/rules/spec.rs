@@ -30,6 +30,11 @@ pub struct RuleSpec {
     /// Whether a refusal Redis gave may be answered again in process until its wait
     /// ends ([`Rule::local_refusals`](crate::Rule::local_refusals)).
     pub local_refusals: bool,
+    /// Permits taken from Redis at once and served in process (1: none), and the
+    /// lease they are served for (`None`: the default), see
+    /// [`Rule::batch`](crate::Rule::batch).
+    pub batch: u64,
+    pub batch_lease: Option<Duration>,
     pub rate: u64,
     pub interval: Duration,
     pub mode: RateType,
@@ -50,9 +55,82 @@ impl RuleSpec {
         }
     }
 
+    /// The rule's [`batch`](crate::Rule::batch) and its lease checked, as every call
+    /// checks them (a layer checks them when it is built).
+    pub fn check_batch(&self) -> Result<(), crate::Error> {
+        let name = self.name.clone().into_owned();
+        self.batched(self.unbatched(name, self.permits, self.rate, self.interval))
+            .check_batch()
+    }
+
     /// The rule for one call: `name` (the prefix and the key), `permits`, at `rate` per
-    /// `interval` (the rule's own, or an override's).
+    /// `interval` (the rule's own, or an override's). A batch that does not fit an
+    /// override's rate or interval is left out: the rule then decides every call in
+    /// Redis, rather than refusing every call as misconfigured.
     pub(crate) fn rule(&self, name: String, permits: u64, rate: u64, interval: Duration) -> crate::Rule {
+        let rule = self.unbatched(name, permits, rate, interval);
+        if self.batch == 1 && self.batch_lease.is_none() {
+            return rule;
+        }
+        let rule = self.batched(rule);
+        match rule.check_batch() {
+            Ok(()) => rule,
+            Err(_) => rule.batch(1).without_batch_lease(),
+        }
+    }
+
+    /// The spec's batch and lease on `rule`.
+    fn batched(&self, rule: crate::Rule) -> crate::Rule {
+        let rule = rule.batch(self.batch);
+        match self.batch_lease {
+            Some(lease) => rule.batch_lease(lease),
+            None => rule,
+        }
+    }
+
+    /// The rule for one call, without the spec's batch.
+    fn unbatched(&self, name: String, permits: u64, rate: u64, interval: Duration) -> crate::Rule {
         crate::Rule::of_spec(name, self, permits, rate, interval)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(batch: u64, batch_lease: Option<Duration>) -> RuleSpec {
+        RuleSpec {
+            name: Cow::Borrowed("hot"),
+            shadow: false,
+            local_refusals: true,
+            batch,
+            batch_lease,
+            rate: 100,
+            interval: Duration::from_secs(1),
+            mode: RateType::Overall,
+            permits: 1,
+            on_error: OnError::Local,
+            message: None,
+            bucket: None,
+        }
+    }
+
+    #[test]
+    fn a_batch_an_override_no_longer_fits_is_left_out() {
+        let lease = Some(Duration::from_millis(200));
+        let sec = Duration::from_secs(1);
+        let rule = spec(10, lease).rule("k".into(), 1, 100, sec);
+        assert_eq!((rule.batch_size(), rule.batch_lease_ms()), (10, 200));
+        // An override lowered the rate below the batch, or the interval below the lease.
+        for (rate, interval) in [(5, sec), (100, Duration::from_millis(200))] {
+            let rule = spec(10, lease).rule("k".into(), 1, rate, interval);
+            assert_eq!(rule.batch_size(), 1, "{rate} per {interval:?}");
+            assert!(rule.check_batch().is_ok());
+        }
+        assert!(spec(10, lease).check_batch().is_ok());
+        assert!(
+            spec(101, None).check_batch().is_err(),
+            "the spec itself is checked as written"
+        );
     }
 }

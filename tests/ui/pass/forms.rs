@@ -14,6 +14,12 @@ pub async fn free(id: u64) -> Result<u64, RateLimited> {
     Ok(id)
 }
 
+/// A hot global limit served in batches.
+#[rate_limit(key = "hot", rate = 1000, interval = "1s", batch = 10, batch_lease = "50ms")]
+pub async fn batched() -> Result<(), RateLimited> {
+    Ok(())
+}
+
 pub struct Service {
     name: String,
 }

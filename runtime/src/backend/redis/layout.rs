@@ -138,7 +138,8 @@ pub(crate) mod config {
     pub(crate) const REQUIRE_EXISTS: usize = at(CONFIGURE.args, "require_exists");
 }
 
-/// The scripts on one limiter's five keys: release.lua, keep_alive.lua, expire.lua.
+/// The scripts on one limiter's five keys: release.lua, give_back.lua, keep_alive.lua,
+/// expire.lua.
 pub(crate) mod limiter {
     use super::{at, Layout, LIMITER_KEYS};
     pub(crate) const RELEASE: Layout = Layout {
@@ -149,6 +150,15 @@ pub(crate) mod limiter {
         rule_args: &[],
     };
     pub(crate) const RELEASE_PERMITS: usize = at(RELEASE.args, "permits");
+    pub(crate) const GIVE_BACK: Layout = Layout {
+        script: "give_back",
+        keys: LIMITER_KEYS,
+        rule_keys: &[],
+        args: &["member", "used"],
+        rule_args: &[],
+    };
+    pub(crate) const GIVE_BACK_MEMBER: usize = at(GIVE_BACK.args, "member");
+    pub(crate) const GIVE_BACK_USED: usize = at(GIVE_BACK.args, "used");
     pub(crate) const RELEASE_NOW: usize = at(RELEASE.args, "now");
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) const KEEP_ALIVE: Layout = Layout {
@@ -202,7 +212,7 @@ pub(crate) mod refunds {
 
 /// Every script's layout.
 #[cfg(test)]
-const ALL: [&Layout; 10] = [
+const ALL: [&Layout; 11] = [
     &acquire::LAYOUT,
     &tokens::LAYOUT,
     &config::TRY_SET_RATE,
@@ -213,6 +223,7 @@ const ALL: [&Layout; 10] = [
     &refunds::REFUND,
     &refunds::REFUND_TOKENS,
     &refunds::RESET,
+    &limiter::GIVE_BACK,
 ];
 
 #[cfg(test)]

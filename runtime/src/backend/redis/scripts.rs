@@ -64,10 +64,12 @@ pub(crate) const EXPIRE: Recipe = recipe!("expire": "lib/limiter.lua", "lib/guar
 pub(crate) const REFUND: Recipe = recipe!("refund": "lib/member.lua", "refund.lua");
 pub(crate) const REFUND_TOKENS: Recipe = recipe!("refund_tokens": "refund_tokens.lua");
 pub(crate) const RESET: Recipe = recipe!("reset": "lib/limiter.lua", "lib/bucket.lua", "reset.lua");
+/// Gives a batch's unused permits back through its own log member.
+pub(crate) const GIVE_BACK: Recipe = recipe!("give_back": "lib/member.lua", "give_back.lua");
 
 /// Every script.
 #[cfg(test)]
-pub(crate) const ALL: [&Recipe; 10] = [
+pub(crate) const ALL: [&Recipe; 11] = [
     &ACQUIRE,
     &TOKENS,
     &TRY_SET_RATE,
@@ -78,6 +80,7 @@ pub(crate) const ALL: [&Recipe; 10] = [
     &REFUND,
     &REFUND_TOKENS,
     &RESET,
+    &GIVE_BACK,
 ];
 
 #[cfg(test)]

@@ -1,0 +1,403 @@
+//! Hot limits served in batches: a rule with [`batch`](crate::Rule::batch) `k` takes
+//! up to `k` permits from Redis in one grant, and this client serves them to later
+//! calls of the same rule for at most the batch's lease, giving back what it did not
+//! use when the lease ends (`lua/give_back.lua`, through the batch's own log member).
+//!
+//! Per limiter, one caller at a time takes the next batch (the slot's lock is held
+//! across the round trip, so concurrent callers wait for it rather than each taking
+//! one): a client holds at most one open batch per limiter at any instant, which is
+//! what the bound of a window of `interval` (`rate + N * k`) rests on. A permit is
+//! never served after its batch's lease ended, nor more than the batch holds.
+//!
+//! Only calls of one rule batch, on Redis clients, for at most `k` permits; the rest
+//! go to Redis as before. At most `MAX_ENTRIES` limiters are kept per client (a std
+//! `HashMap`, whose hasher is keyed per process: names carry callers' values); with
+//! that many batches open, a call on another limiter goes to Redis unbatched.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::backend::{Backend, Call, ConfigChange, RuleOutcome};
+use crate::keys::Keys;
+use crate::member::MEMBER_LEN;
+use crate::rules::config_log;
+use crate::{Client, Decision, Error, LimiterKeys, Rule};
+
+/// Limiters whose batches one client keeps, at most.
+pub(crate) const MAX_ENTRIES: usize = 10_000;
+
+/// How often, at least and at most, the sweeper looks for leases that ended.
+const SWEEP_MIN: Duration = Duration::from_millis(5);
+const SWEEP_MAX: Duration = Duration::from_secs(1);
+
+/// Permits taken from Redis in one grant, served here until its lease ends.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    /// The log member Redis counted the batch under (its id and `taken`).
+    member: [u8; MEMBER_LEN],
+    taken: u64,
+    used: u64,
+    /// When Redis counted the batch, and the permits it had left then.
+    at_ms: u64,
+    redis_left: u64,
+    /// The lease's end, on this client's clock (taken at + lease).
+    until_ms: u64,
+}
+
+impl Batch {
+    /// A grant of `permits` from the batch at `now`, when its lease runs and it holds
+    /// them.
+    fn serve(&mut self, permits: u64, now: u64) -> Option<Decision> {
+        let left = self.taken - self.used;
+        if now >= self.until_ms || left < permits {
+            return None;
+        }
+        self.used += permits;
+        Some(Decision {
+            allowed: true,
+            remaining: self.redis_left + (left - permits),
+            retry_after: None,
+            refused_by: None,
+            at_ms: now.max(self.at_ms),
+            tightest: Some(0),
+        })
+    }
+}
+
+/// One limiter's batch, and the rule it was taken for (a call of another rule on the
+/// same limiter closes it).
+#[derive(Default)]
+struct State {
+    rule: Option<Rule>,
+    batch: Option<Batch>,
+}
+
+type Slot = tokio::sync::Mutex<State>;
+
+/// A client's batches, by limiter name.
+#[derive(Default)]
+pub(crate) struct Batches {
+    on: bool,
+    sweeping: AtomicBool,
+    /// With `MAX_ENTRIES` slots, when the next lease ends or a second passed, whichever
+    /// is first (no room is looked for before: a caller naming a new limiter every call
+    /// costs one scan of the slots then, not one per call).
+    full_until: AtomicU64,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+impl Batches {
+    pub(crate) fn new(on: bool) -> Self {
+        Batches {
+            on,
+            ..Default::default()
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Slot>>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes every batch whose lease ended at `now` (every batch, with `all`) out of
+    /// its slot, drops slots with none (`evict`), and answers them with the ms until the
+    /// next lease ends. A slot in use is left alone.
+    fn close(&self, now: u64, all: bool, evict: bool) -> (Vec<(String, Batch)>, u64) {
+        let mut closed = Vec::new();
+        let mut next = u64::MAX;
+        self.slots().retain(|name, slot| {
+            // Held by a caller (who may lock it next): not dropped, nor closed when locked.
+            let evict = evict && Arc::strong_count(slot) == 1;
+            let Ok(mut state) = slot.try_lock() else {
+                return true;
+            };
+            match &state.batch {
+                Some(batch) if !all && now < batch.until_ms => {
+                    next = next.min(batch.until_ms - now);
+                    true
+                }
+                Some(_) => {
+                    closed.extend(state.batch.take().map(|b| (name.clone(), b)));
+                    !evict
+                }
+                None => !evict,
+            }
+        });
+        (closed, next)
+    }
+}
+
+impl Client {
+    /// A call of `rule` alone for `permits` served from the limiter's open batch, when
+    /// it has one for this rule with the permits, its lease running, and no caller is
+    /// taking the next one: without awaiting anything, so a decision's future carries
+    /// none of the taking's state.
+    pub(crate) fn serve_batched(&self, rule: &Rule, permits: u64) -> Option<Decision> {
+        let batches = &self.inner.batches;
+        if !batches.on || permits > rule.batch_size() {
+            return None;
+        }
+        let slots = batches.slots();
+        let mut state = slots.get(rule.name())?.try_lock().ok()?;
+        if state.rule.as_ref() != Some(rule) {
+            return None;
+        }
+        let now = self.now_ms();
+        state.batch.as_mut()?.serve(permits, now)
+    }
+
+    /// A call of `rule` alone for `permits`, served from the limiter's batch or by
+    /// taking the next one; `None` when this call does not batch (no batch on the
+    /// rule, more permits than a batch holds, an in-process client, or every slot
+    /// taken), so it goes to Redis as usual.
+    pub(crate) async fn check_batched(&self, rule: &Rule, permits: u64) -> Option<Result<Decision, Error>> {
+        if !self.inner.batches.on || rule.batch_size() <= 1 || permits > rule.batch_size() {
+            return None;
+        }
+        let slot = self.batch_slot(rule.name())?;
+        let mut state = slot.lock().await;
+        let now = self.now_ms();
+        if state.rule.as_ref() == Some(rule) {
+            if let Some(granted) = state.batch.as_mut().and_then(|b| b.serve(permits, now)) {
+                return Some(Ok(granted));
+            }
+        } else {
+            state.rule = Some(rule.clone());
+        }
+        if let Some(done) = state.batch.take() {
+            self.give_back(rule.name(), done);
+        }
+        let keys = match self.rule_keys(rule) {
+            Ok(keys) => keys,
+            Err(err) => return Some(Err(err)),
+        };
+        if let Some(refused) = self.inner.refusals.answer(rule, permits, now) {
+            return Some(Ok(refused));
+        }
+        let taken = self.take_batch(rule, keys, permits).await;
+        Some(taken.map(|(decision, batch)| {
+            state.batch = batch;
+            decision
+        }))
+    }
+
+    /// The slot of the limiter `name`, made when missing; `None` when `MAX_ENTRIES`
+    /// limiters have batches open (closed ones make room first, given back).
+    fn batch_slot(&self, name: &str) -> Option<Arc<Slot>> {
+        let batches = &self.inner.batches;
+        if let Some(slot) = batches.slots().get(name) {
+            return Some(slot.clone());
+        }
+        let now = self.now_ms();
+        if batches.slots().len() >= MAX_ENTRIES {
+            if now < batches.full_until.load(Ordering::Relaxed) {
+                return None;
+            }
+            let (closed, next) = batches.close(now, false, true);
+            let next = next.min(SWEEP_MAX.as_millis() as u64);
+            batches
+                .full_until
+                .store(now.saturating_add(next), Ordering::Relaxed);
+            for (name, batch) in closed {
+                self.give_back(&name, batch);
+            }
+        }
+        let mut slots = batches.slots();
+        if slots.len() >= MAX_ENTRIES && !slots.contains_key(name) {
+            return None;
+        }
+        let slot = slots.entry(name.to_owned()).or_default().clone();
+        drop(slots);
+        self.start_sweeper();
+        Some(slot)
+    }
+
+    /// Takes the batch for a call of `permits`: `k` permits; when refused with at
+    /// least `permits` left, that many up to `k`, else `permits` alone (so the refusal
+    /// answered is the call's own, with its wait): at most two round trips. Answers
+    /// the call's decision, and the batch when it holds more than the call took.
+    async fn take_batch(
+        &self,
+        rule: &Rule,
+        keys: Keys<'_>,
+        permits: u64,
+    ) -> Result<(Decision, Option<Batch>), Error> {
+        let k = rule.batch_size();
+        let mut now = self.now_ms();
+        let (mut decision, mut member) = self.take(rule, keys, k, now).await?;
+        let mut asked = k;
+        if !decision.allowed && decision.remaining.max(permits) < k {
+            asked = decision.remaining.max(permits);
+            now = self.now_ms();
+            (decision, member) = self.take(rule, keys, asked, now).await?;
+        }
+        if !decision.allowed {
+            return Ok((decision, None));
+        }
+        let batch = (asked > permits).then(|| Batch {
+            member,
+            taken: asked,
+            used: permits,
+            at_ms: decision.at_ms,
+            redis_left: decision.remaining,
+            until_ms: now.saturating_add(rule.batch_lease_ms()),
+        });
+        decision.remaining += asked - permits;
+        Ok((decision, batch))
+    }
+
+    /// One round trip for `permits` of `rule` at `now`: the decision, and the member
+    /// a grant was counted under.
+    async fn take(
+        &self,
+        rule: &Rule,
+        keys: Keys<'_>,
+        permits: u64,
+        now: u64,
+    ) -> Result<(Decision, [u8; MEMBER_LEN]), Error> {
+        let call = Call {
+            keys,
+            permits,
+            rule: Some(rule.config()),
+            bucket: rule.shape(),
+        };
+        let (outcome, member) = match self.backend().acquire_batch(&call, now).await {
+            Some(taken) => taken?,
+            None => {
+                let outcome = self.backend().acquire(std::slice::from_ref(&call), now).await?;
+                (outcome, [0; MEMBER_LEN])
+            }
+        };
+        if let Some(RuleOutcome {
+            config: ConfigChange::Changed(previous),
+            ..
+        }) = outcome.rules.first()
+        {
+            config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
+        }
+        let decision = outcome.decision();
+        self.inner.refusals.note(rule, permits, &decision, now);
+        Ok((decision, member))
+    }
+
+    /// Gives back, off the caller's path, what `batch` of the limiter `name` did not
+    /// use; a refusal this client keeps of the limiter is dropped (permits came back).
+    fn give_back(&self, name: &str, batch: Batch) {
+        give_back(self.backend(), &self.inner.client_id, name, batch);
+        self.inner.refusals.forget(name);
+    }
+
+    /// Starts, once per client, the task that gives back batches whose lease ended
+    /// while no call came for them.
+    fn start_sweeper(&self) {
+        if self.inner.batches.sweeping.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.inner.batches.sweeping.store(false, Ordering::Relaxed);
+            return;
+        };
+        let weak = self.downgrade();
+        runtime.spawn(async move {
+            loop {
+                let next = {
+                    let Some(client) = weak.upgrade() else {
+                        return;
+                    };
+                    let (closed, next) = client.inner.batches.close(client.now_ms(), false, false);
+                    for (name, batch) in closed {
+                        client.give_back(&name, batch);
+                    }
+                    next
+                };
+                let pause = Duration::from_millis(next).clamp(SWEEP_MIN, SWEEP_MAX);
+                tokio::time::sleep(pause).await;
+            }
+        });
+    }
+}
+
+/// Gives back what `batch` did not use, in a task of its own (Redis only: the
+/// in-process backend takes no batch).
+fn give_back(backend: &Backend, client_id: &Arc<str>, name: &str, batch: Batch) {
+    let Backend::Redis(redis) = backend else {
+        return;
+    };
+    if batch.used >= batch.taken {
+        return;
+    }
+    if let Ok(keys) = LimiterKeys::with_client(name.to_owned(), client_id.clone()) {
+        redis.spawn_give_back(keys, batch.member, batch.used);
+    }
+}
+
+/// Gives back every open batch of a client being dropped.
+pub(crate) fn give_back_all(batches: &Batches, backend: &Backend, client_id: &Arc<str>) {
+    let (closed, _) = batches.close(0, true, true);
+    for (name, batch) in closed {
+        give_back(backend, client_id, &name, batch);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_until(until_ms: u64) -> Option<Batch> {
+        Some(Batch {
+            member: [0; MEMBER_LEN],
+            taken: 5,
+            used: 1,
+            at_ms: 0,
+            redis_left: 0,
+            until_ms,
+        })
+    }
+
+    #[test]
+    fn closing_takes_ended_leases_and_evicts_only_slots_no_caller_holds() {
+        let batches = Batches::new(true);
+        let held: Arc<Slot> = Arc::default();
+        {
+            let mut slots = batches.slots();
+            for i in 0..MAX_ENTRIES {
+                let slot = Slot::new(State {
+                    rule: None,
+                    batch: if i % 2 == 0 {
+                        open_until(2_000)
+                    } else {
+                        open_until(500)
+                    },
+                });
+                slots.insert(format!("k:{i}"), Arc::new(slot));
+            }
+            slots.insert("held".into(), held.clone());
+        }
+        let (closed, next) = batches.close(1_000, false, true);
+        assert_eq!(closed.len(), MAX_ENTRIES / 2, "the ended leases are taken out");
+        assert!(closed.iter().all(|(_, b)| b.until_ms == 500));
+        assert_eq!(next, 1_000, "the next lease ends at 2 000");
+        let slots = batches.slots();
+        assert_eq!(
+            slots.len(),
+            MAX_ENTRIES / 2 + 1,
+            "open batches and the held slot stay"
+        );
+        assert!(slots.contains_key("held"));
+        drop(slots);
+        let (closed, _) = batches.close(1_000, true, true);
+        assert_eq!(closed.len(), MAX_ENTRIES / 2, "all of them, for a client dropped");
+        assert_eq!(batches.slots().len(), 1);
+    }
+
+    #[test]
+    fn a_batch_serves_within_its_lease_and_what_it_holds() {
+        let mut batch = open_until(100).unwrap();
+        assert!(batch.serve(5, 50).is_none(), "4 left");
+        assert!(batch.serve(4, 100).is_none(), "the lease ended");
+        let granted = batch.serve(4, 99).unwrap();
+        assert_eq!((granted.allowed, granted.at_ms, granted.remaining), (true, 99, 0));
+        assert!(batch.serve(1, 99).is_none());
+    }
+}

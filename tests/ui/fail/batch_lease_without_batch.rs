@@ -1,0 +1,8 @@
+use redlimit::rate_limit;
+
+#[rate_limit(rate = 5, interval = "1s", batch_lease = "100ms")]
+async fn f(user_id: u64) -> Result<(), redlimit::RateLimited> {
+    Ok(())
+}
+
+fn main() {}
