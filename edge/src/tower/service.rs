@@ -55,8 +55,8 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let request = if self.shared.decides_at_once {
             match self.call_at_once(request) {
-                Ok(decided) => return decided,
-                Err(request) => request,
+                AtOnce::Decided(decided) => return decided,
+                AtOnce::Later(request) => request,
             }
         } else {
             request
@@ -86,13 +86,10 @@ where
 
 impl<S: 'static, R> RateLimit<S, R> {
     /// The request decided here, in process: its grant passed on to the inner service
-    /// (polled ready for it), or its refusal. `Err` gives the request back for the
-    /// boxed path if the decision would wait after all (it never does in process
-    /// without a timeout: it reads no clock to sleep on and no connection).
-    fn call_at_once<B, ResBody>(
-        &mut self,
-        request: Request<B>,
-    ) -> Result<ResponseFuture<S::Future, ResBody, S::Error>, Request<B>>
+    /// (polled ready for it), or its refusal. [`AtOnce::Later`] gives the request back
+    /// for the boxed path if the decision would wait after all (it never does in
+    /// process without a timeout: it reads no clock to sleep on and no connection).
+    fn call_at_once<B, ResBody>(&mut self, request: Request<B>) -> AtOnce<S::Future, ResBody, S::Error, B>
     where
         S: Service<Request<B>, Response = Response<ResBody>>,
         R: Respond<ResBody>,
@@ -113,10 +110,16 @@ impl<S: 'static, R> RateLimit<S, R> {
             Some(Err(limited)) => Kind::Refused {
                 response: Some(self.respond.refused(limited.x_ratelimit(self.shared.x_ratelimit))),
             },
-            None => return Err(Request::from_parts(parts, body)),
+            None => return AtOnce::Later(Request::from_parts(parts, body)),
         };
-        Ok(ResponseFuture { kind })
+        AtOnce::Decided(ResponseFuture { kind })
     }
+}
+
+/// What [`RateLimit::call_at_once`] made of a request.
+enum AtOnce<F, ResBody, E, B> {
+    Decided(ResponseFuture<F, ResBody, E>),
+    Later(Request<B>),
 }
 
 impl Shared {

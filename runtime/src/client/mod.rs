@@ -197,7 +197,7 @@ impl Client {
         &'a self,
         rules: &'a [Rule],
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        let mut remote: Option<Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>> = None;
+        let mut remote: Option<Remote<'a>> = None;
         std::future::poll_fn(move |cx| {
             let remote = match &mut remote {
                 Some(remote) => remote,
@@ -480,6 +480,9 @@ pub(crate) fn check_settings(rule: &Rule) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// A decision on the backend, under way.
+type Remote<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
 
 /// One call per distinct limiter of `rules` ([`Merged`]).
 fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[Merged]) -> Vec<Call<'r>> {
