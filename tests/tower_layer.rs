@@ -830,3 +830,59 @@ async fn attack_a_huge_forwarding_header_changes_nothing() {
     let victim = send_from(Some(ip("127.0.0.55")), addr, "GET", "/a", &[]).await;
     assert_eq!(victim.status, 200);
 }
+
+/// An inner service that counts its clones.
+struct Counting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Clone for Counting {
+    fn clone(&self) -> Self {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Counting(self.0.clone())
+    }
+}
+
+impl tower_service::Service<axum::http::Request<axum::body::Body>> for Counting {
+    type Response = axum::http::Response<axum::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::http::Request<axum::body::Body>) -> Self::Future {
+        std::future::ready(Ok(axum::http::Response::new(axum::body::Body::empty())))
+    }
+}
+
+/// In process without a timeout, each request is decided where the service is called
+/// and goes to the inner service that was polled ready for it, never a clone; with a
+/// timeout (a decision may wait) it goes to a clone, as tower's contract asks. Either
+/// way every request is decided once: 3 of a rate of 3 pass, the fourth is refused.
+#[tokio::test]
+async fn in_process_requests_are_decided_where_called_and_once() {
+    use tower_layer::Layer;
+    use tower_service::Service;
+    for timeout in [None, Some(Duration::from_millis(1))] {
+        let mut builder = RateLimitLayer::builder()
+            .client(Client::memory())
+            .rule(LayerRule::new("at-once", 3, MINUTE));
+        if let Some(timeout) = timeout {
+            builder = builder.timeout(timeout);
+        }
+        let clones = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut service = builder.build().unwrap().layer(Counting(clones.clone()));
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            std::future::poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
+            let request = axum::http::Request::new(axum::body::Body::empty());
+            statuses.push(service.call(request).await.unwrap().status().as_u16());
+        }
+        assert_eq!(statuses, [200, 200, 200, 429], "timeout {timeout:?}");
+        let cloned = clones.load(std::sync::atomic::Ordering::Relaxed);
+        match timeout {
+            None => assert_eq!(cloned, 0, "decided where called, the ready service called"),
+            Some(_) => assert_eq!(cloned, 4, "one clone per request on the boxed path"),
+        }
+    }
+}
