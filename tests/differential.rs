@@ -247,6 +247,27 @@ async fn memory_and_redis_agree_on_random_sequences() {
     );
 }
 
+/// `rules` on both backends, which must give the same answer: Redis's answer, with
+/// `asked` and the answer added to `history` (printed when they disagree).
+async fn agree(
+    memory: &Client,
+    redis: &Client,
+    rules: &[Rule],
+    asked: String,
+    history: &mut Vec<String>,
+) -> String {
+    let on_memory = format!("{:?}", memory.check_rules(rules).await);
+    let on_redis = format!("{:?}", redis.check_rules(rules).await);
+    history.push(format!("{asked} -> {on_redis}"));
+    assert_eq!(
+        on_memory,
+        on_redis,
+        "backends disagree\nhistory:\n{}",
+        history.join("\n")
+    );
+    on_redis
+}
+
 /// The usual calls, many times: one, two or three rules whose configs are already
 /// stored, with grants leaving the window between calls and refusals waiting on them
 /// (the Redis backend's path for such rules, and its way back to the general one when
@@ -298,16 +319,9 @@ async fn plain_rule_calls_agree_step_for_step() {
                 })
                 .collect();
             stacked += usize::from(count > 1);
-            let on_memory = format!("{:?}", memory.check_rules(&rule).await);
-            let on_redis = format!("{:?}", redis.check_rules(&rule).await);
             let permits: Vec<u64> = rule.iter().map(Rule::permits_per_call).collect();
-            history.push(format!("{permits:?} -> {on_redis}"));
-            assert_eq!(
-                on_memory,
-                on_redis,
-                "seed {seed}, step {step}: backends disagree\nhistory:\n{}",
-                history.join("\n")
-            );
+            let asked = format!("seed {seed}, step {step}: {permits:?}");
+            let on_redis = agree(&memory, &redis, &rule, asked, &mut history).await;
             grants += usize::from(on_redis.contains("allowed: true"));
             refusals += usize::from(on_redis.contains("allowed: false"));
             let advance = rng.random_range(0..=700);
@@ -348,19 +362,11 @@ async fn token_bucket_calls_agree_step_for_step() {
                 .burst(burst)
                 .warmup(Duration::from_millis(warmup))
                 .permits(rng.random_range(0..=burst));
-            let rules = [rule];
-            let on_memory = format!("{:?}", memory.check_rules(&rules).await);
-            let on_redis = format!("{:?}", redis.check_rules(&rules).await);
-            history.push(format!(
-                "burst {burst}, {} -> {on_redis}",
-                rules[0].permits_per_call()
-            ));
-            assert_eq!(
-                on_memory,
-                on_redis,
-                "seed {seed}, step {step}: backends disagree\nhistory:\n{}",
-                history.join("\n")
+            let asked = format!(
+                "seed {seed}, step {step}: burst {burst}, {}",
+                rule.permits_per_call()
             );
+            let on_redis = agree(&memory, &redis, &[rule], asked, &mut history).await;
             grants += usize::from(on_redis.contains("allowed: true"));
             refusals += usize::from(on_redis.contains("allowed: false"));
             let advance = rng.random_range(0..=600);

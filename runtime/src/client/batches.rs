@@ -19,10 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{Backend, Call, ConfigChange, RuleOutcome};
+use crate::backend::{Backend, Call};
 use crate::keys::Keys;
 use crate::member::MEMBER_LEN;
-use crate::rules::config_log;
 use crate::{Client, Decision, Error, LimiterKeys, Rule};
 
 /// Limiters whose batches one client keeps, at most.
@@ -269,14 +268,7 @@ impl Client {
                 (outcome, [0; MEMBER_LEN])
             }
         };
-        if let Some(RuleOutcome {
-            config: ConfigChange::Changed(previous),
-            ..
-        }) = outcome.rules.first()
-        {
-            config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
-        }
-        let decision = outcome.decision();
+        let decision = self.one_rule_decision(rule, &outcome);
         self.inner.refusals.note(rule, permits, &decision, now);
         Ok((decision, member))
     }

@@ -315,6 +315,14 @@ impl Client {
             bucket: rule.shape(),
         }];
         let outcome = self.backend().acquire(&calls, now).await?;
+        let decision = self.one_rule_decision(rule, &outcome);
+        self.inner.refusals.note(rule, permits, &decision, now);
+        Ok(decision)
+    }
+
+    /// The decision of `rule` alone from its outcome, a change of its stored config
+    /// logged.
+    pub(crate) fn one_rule_decision(&self, rule: &Rule, outcome: &Outcome) -> Decision {
         if let Some(RuleOutcome {
             config: ConfigChange::Changed(previous),
             ..
@@ -322,9 +330,7 @@ impl Client {
         {
             config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
         }
-        let decision = outcome.decision();
-        self.inner.refusals.note(rule, permits, &decision, now);
-        Ok(decision)
+        outcome.decision()
     }
 
     /// One rule in process, with the rule's kept hash; the usual call's answer is the
@@ -342,18 +348,10 @@ impl Client {
             rule: Some(rule.config()),
             bucket: rule.shape(),
         };
-        let outcome = match memory.decide_one_rule(&call, rule.name_hash(), now)? {
-            OneRule::Usual(usual) => return Ok(usual.decision()),
-            OneRule::Other(outcome) => outcome,
-        };
-        if let Some(RuleOutcome {
-            config: ConfigChange::Changed(previous),
-            ..
-        }) = outcome.rules.first()
-        {
-            config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
+        match memory.decide_one_rule(&call, rule.name_hash(), now)? {
+            OneRule::Usual(usual) => Ok(usual.decision()),
+            OneRule::Other(outcome) => Ok(self.one_rule_decision(rule, &outcome)),
         }
-        Ok(outcome.decision())
     }
 
     /// Drops the refusal this client keeps of the limiter `name`, if any: it changed.
