@@ -600,3 +600,22 @@ async fn a_grant_whose_answer_timed_out_is_refunded() {
         .unwrap();
     assert_eq!(logged, 1, "only the first grant is left");
 }
+
+/// A decision's future answers once: polled again after its answer it would decide
+/// (and spend) again, so it panics, as an `async fn`'s future does.
+#[test]
+#[should_panic(expected = "polled after it completed")]
+fn a_check_rules_future_polled_after_its_answer_does_not_decide_again() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let client = redlimit::Client::memory();
+    let rules = [redlimit::Rule::new(
+        "repoll",
+        5,
+        std::time::Duration::from_secs(60),
+    )];
+    let mut future = std::pin::pin!(client.check_rules(&rules));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(matches!(future.as_mut().poll(&mut cx), Poll::Ready(Ok(d)) if d.allowed));
+    let _ = future.as_mut().poll(&mut cx);
+}

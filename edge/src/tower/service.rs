@@ -99,7 +99,12 @@ impl<S: 'static, R> RateLimit<S, R> {
             let decision = std::pin::pin!(self.shared.decide(&mut parts, behind_router::<S>()));
             match decision.poll(&mut Context::from_waker(std::task::Waker::noop())) {
                 Poll::Ready(decided) => Some(decided),
-                Poll::Pending => None,
+                Poll::Pending => {
+                    // Never in process without a timeout; were it to happen, nothing
+                    // was decided yet (only the start waits), and the boxed path decides.
+                    debug_assert!(false, "an in-process decision waited");
+                    None
+                }
             }
         };
         let kind = match decided {

@@ -198,21 +198,29 @@ impl Client {
         rules: &'a [Rule],
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
         let mut remote: Option<Remote<'a>> = None;
+        let mut decided = false;
         std::future::poll_fn(move |cx| {
+            // As an `async fn`'s future: polled again once it has answered, it would
+            // decide again (and spend again), so it refuses to.
+            assert!(!decided, "a check_rules future polled after it completed");
             let remote = match &mut remote {
                 Some(remote) => remote,
                 None => {
                     let now = self.now_ms();
                     if let Backend::Memory(memory) = self.backend() {
+                        decided = true;
                         return Poll::Ready(self.check_rules_in_process(memory, rules, now));
                     }
                     if let Some(answer) = self.answered_here(rules, now) {
+                        decided = true;
                         return Poll::Ready(Ok(answer));
                     }
                     remote.insert(Box::pin(self.check_rules_remote(rules, now)))
                 }
             };
-            remote.as_mut().poll(cx)
+            let answer = std::task::ready!(remote.as_mut().poll(cx));
+            decided = true;
+            Poll::Ready(answer)
         })
     }
 
