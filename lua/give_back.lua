@@ -45,13 +45,16 @@ for mode = 0, 1 do
     score = redis.call('zscore', pkey, member)
   end
   if score then
-    redis.call('zrem', pkey, member)
+    -- The kept member first: removing the batch's own while it is the log's only one
+    -- would delete the key, and the member added after would make it again without
+    -- its expiry.
     if used > 0 then
       local kept = string.sub(member, 1, len + 1)
         .. string.char(used % 256, math.floor(used / 256) % 256, math.floor(used / 65536) % 256,
           math.floor(used / 16777216) % 256)
       redis.call('zadd', pkey, score, kept)
     end
+    redis.call('zrem', pkey, member)
     local unused = taken - used
     if redis.call('type', vkey).ok == 'string' then
       local value = tonumber(redis.call('get', vkey))

@@ -244,7 +244,7 @@ async fn a_batch_serves_at_most_k_and_never_after_its_lease() {
     let name = "rate_limit:batch:lease";
     let rule = [Rule::new(name, 100, MINUTE)
         .batch(5)
-        .batch_lease(Duration::from_millis(100))];
+        .batch_lease(Duration::from_secs(2))];
     warm_up_scripts(&server).await;
     // The first call takes the batch: one script call, one member of 5 permits.
     let monitor = support::monitor::Monitor::start(server.port);
@@ -253,12 +253,12 @@ async fn a_batch_serves_at_most_k_and_never_after_its_lease() {
     assert_eq!(evalshas(&commands), 1, "{commands:?}");
     assert_eq!(log_of(&mut raw, name).await, [(5, T0)]);
     // Four more within the lease: served here, no round trip.
-    clock.set(T0 + 99);
+    clock.set(T0 + 1_999);
     let monitor = support::monitor::Monitor::start(server.port);
     for _ in 0..4 {
         let granted = client.check_rules(&rule).await.unwrap();
         assert!(granted.allowed);
-        assert_eq!(granted.at_ms, T0 + 99);
+        assert_eq!(granted.at_ms, T0 + 1_999);
     }
     assert_eq!(
         evalshas(&monitor.client_commands()),
@@ -273,13 +273,14 @@ async fn a_batch_serves_at_most_k_and_never_after_its_lease() {
         1,
         "more than k: a new batch"
     );
-    assert_eq!(log_of(&mut raw, name).await, [(5, T0), (5, T0 + 99)]);
-    // Its lease ends at T0 + 99 + 100: a call then is Redis's again (the sweeper or
-    // the call gives the batch back, and the call takes a new one).
+    assert_eq!(log_of(&mut raw, name).await, [(5, T0), (5, T0 + 1_999)]);
+    // Its lease ends at T0 + 1 999 + 2 000 on the client's clock (long before it ends
+    // in real time): a call then is Redis's again (the sweeper or the call gives the
+    // batch back, and the call takes a new one).
     let monitor = support::monitor::Monitor::start(server.port);
-    clock.set(T0 + 199);
+    clock.set(T0 + 3_999);
     assert!(client.check_rules(&rule).await.unwrap().allowed);
-    let expected = [(5, T0), (1, T0 + 99), (5, T0 + 199)];
+    let expected = [(5, T0), (1, T0 + 1_999), (5, T0 + 3_999)];
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let mut log = log_of(&mut raw, name).await;
@@ -340,6 +341,64 @@ async fn unused_permits_come_back_through_the_batch_s_own_member_only() {
     // Once the window of the first grants is over, the limiter holds its rate again.
     clock.set(T0 + 60_000 + 6);
     assert_eq!(other.check_rules(&plain).await.unwrap().remaining, 20 - 14 - 1);
+}
+
+/// A batch given back while it is alone in its log (the usual per-key limiter): the log
+/// keeps its expiry, so an idle limiter's keys still disappear on their own.
+#[tokio::test]
+async fn a_batch_given_back_alone_in_its_log_keeps_the_log_s_expiry() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let batching = clocked(&server, &clock).await;
+    let mut raw = server.raw().await;
+    let name = "rate_limit:batch:alone";
+    let batched = [Rule::new(name, 10, MINUTE)
+        .batch(5)
+        .batch_lease(Duration::from_secs(1))];
+    assert!(batching.check_rules(&batched).await.unwrap().allowed);
+    clock.set(T0 + 1_000);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while value_of(&mut raw, name).await != Some(9) {
+        assert!(std::time::Instant::now() < deadline, "4 permits given back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(log_of(&mut raw, name).await, vec![(1, T0)]);
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{{{name}}}:permits"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(pttl > 0, "the log keeps its expiry (PTTL {pttl} ms)");
+}
+
+/// A lease also ends in real time: a client whose clock stalls (here a manual clock
+/// that never moves) or steps back does not keep serving a batch past its lease.
+#[tokio::test]
+async fn a_lease_ends_in_real_time_whatever_the_client_s_clock() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = clocked(&server, &clock).await;
+    let name = "rate_limit:batch:stalled";
+    let rule = [Rule::new(name, 100, MINUTE)
+        .batch(5)
+        .batch_lease(Duration::from_millis(100))];
+    warm_up_scripts(&server).await;
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    let monitor = support::monitor::Monitor::start(server.port);
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    assert_eq!(
+        evalshas(&monitor.client_commands()),
+        0,
+        "within the lease, from the batch"
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let monitor = support::monitor::Monitor::start(server.port);
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    let commands = monitor.client_commands();
+    assert!(
+        evalshas(&commands) >= 1,
+        "the lease is over in real time: {commands:?}"
+    );
 }
 
 #[tokio::test]

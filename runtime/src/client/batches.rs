@@ -41,16 +41,30 @@ pub(crate) struct Batch {
     /// When Redis counted the batch, and the permits it had left then.
     at_ms: u64,
     redis_left: u64,
-    /// The lease's end, on this client's clock (taken at + lease).
+    /// The lease's end, on this client's clock (taken at + lease), and in real time:
+    /// a client's clock that stalls or steps back (a manual one, a clock set back)
+    /// does not stretch the lease.
     until_ms: u64,
+    deadline: std::time::Instant,
 }
 
 impl Batch {
+    /// Whether the lease is over at `now`, on the client's clock or in real time.
+    fn ended(&self, now: u64) -> bool {
+        now >= self.until_ms || std::time::Instant::now() >= self.deadline
+    }
+
+    /// Milliseconds until the lease ends, at `now` (the earlier of its two ends).
+    fn left_ms(&self, now: u64) -> u64 {
+        let real = self.deadline.saturating_duration_since(std::time::Instant::now());
+        (self.until_ms.saturating_sub(now)).min(u64::try_from(real.as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// A grant of `permits` from the batch at `now`, when its lease runs and it holds
     /// them.
     fn serve(&mut self, permits: u64, now: u64) -> Option<Decision> {
         let left = self.taken - self.used;
-        if now >= self.until_ms || left < permits {
+        if self.ended(now) || left < permits {
             return None;
         }
         self.used += permits;
@@ -112,8 +126,8 @@ impl Batches {
                 return true;
             };
             match &state.batch {
-                Some(batch) if !all && now < batch.until_ms => {
-                    next = next.min(batch.until_ms - now);
+                Some(batch) if !all && !batch.ended(now) => {
+                    next = next.min(batch.left_ms(now));
                     true
                 }
                 Some(_) => {
@@ -224,11 +238,13 @@ impl Client {
     ) -> Result<(Decision, Option<Batch>), Error> {
         let k = rule.batch_size();
         let mut now = self.now_ms();
+        let mut started = std::time::Instant::now();
         let (mut decision, mut member) = self.take(rule, keys, k, now).await?;
         let mut asked = k;
         if !decision.allowed && decision.remaining.max(permits) < k {
             asked = decision.remaining.max(permits);
             now = self.now_ms();
+            started = std::time::Instant::now();
             (decision, member) = self.take(rule, keys, asked, now).await?;
         }
         if !decision.allowed {
@@ -241,6 +257,7 @@ impl Client {
             at_ms: decision.at_ms,
             redis_left: decision.remaining,
             until_ms: now.saturating_add(rule.batch_lease_ms()),
+            deadline: started + Duration::from_millis(rule.batch_lease_ms()),
         });
         decision.remaining += asked - permits;
         Ok((decision, batch))
@@ -344,6 +361,7 @@ mod tests {
             at_ms: 0,
             redis_left: 0,
             until_ms,
+            deadline: std::time::Instant::now() + Duration::from_secs(3600),
         })
     }
 

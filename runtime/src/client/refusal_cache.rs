@@ -14,7 +14,7 @@
 //! Redis. Any grant this client makes on a limiter, and any change it makes to one,
 //! drops what it kept of it. At most `MAX_ENTRIES` limiters are kept per client.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -41,6 +41,10 @@ struct Entry {
 pub(crate) struct RefusalCache {
     on: bool,
     len: AtomicUsize,
+    /// At [`MAX_ENTRIES`], when the next kept refusal's wait ends or a second passed,
+    /// whichever is first: no room is looked for before (a caller refused on a new
+    /// limiter every call costs one scan of the entries then, not one per call).
+    full_until: AtomicU64,
     entries: Mutex<Entries>,
 }
 
@@ -57,6 +61,7 @@ impl RefusalCache {
         RefusalCache {
             on,
             len: AtomicUsize::new(0),
+            full_until: AtomicU64::new(0),
             entries: Mutex::new(Entries(hashbrown::HashTable::new())),
         }
     }
@@ -124,8 +129,14 @@ impl RefusalCache {
         let (hash, name) = (entry.hash, entry.rule.name());
         let held = table.find(hash, |e| e.rule.name() == name).is_some();
         if table.len() >= MAX_ENTRIES && !held {
+            if now_ms < self.full_until.load(Ordering::Relaxed) {
+                return;
+            }
             table.retain(|e| e.until_ms > now_ms);
             if table.len() >= MAX_ENTRIES {
+                let next = table.iter().map(|e| e.until_ms).min().unwrap_or(now_ms);
+                let until = next.min(now_ms.saturating_add(1_000));
+                self.full_until.store(until, Ordering::Relaxed);
                 return;
             }
         }
@@ -194,5 +205,35 @@ mod tests {
         let entries = cache.lock();
         assert_eq!(entries.0.len(), 1, "the expired entries made room");
         assert!(entries.0.iter().any(|e| e.rule.name() == "late"));
+    }
+
+    #[test]
+    fn at_the_bound_room_is_looked_for_when_a_wait_ends_not_on_every_refusal() {
+        let cache = RefusalCache::new(true);
+        let refused = |at_ms: u64, wait_ms: u64| Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: Some(Duration::from_millis(wait_ms)),
+            refused_by: Some(0),
+            at_ms,
+            tightest: Some(0),
+        };
+        for i in 0..MAX_ENTRIES {
+            let rule = Rule::new(format!("k:{i}"), 1, Duration::from_secs(60));
+            cache.note(&rule, 1, &refused(1_000, 500), 1_000);
+        }
+        let new = |name: &str, at: u64| {
+            let rule = Rule::new(name, 1, Duration::from_secs(60));
+            cache.note(&rule, 1, &refused(at, 500), at);
+            cache.lock().0.iter().any(|e| e.rule.name() == name)
+        };
+        assert!(!new("first", 1_000), "no room: nothing is kept");
+        assert_eq!(
+            cache.full_until.load(Ordering::Relaxed),
+            1_500,
+            "no room is looked for before the first wait ends"
+        );
+        assert!(!new("before", 1_499));
+        assert!(new("after", 1_500), "the waits over made room");
     }
 }
