@@ -584,9 +584,11 @@ async fn a_hung_sentinel_does_not_hide_the_master() {
                     break;
                 }
             }
+            // Usually 2.5 s; an election the two live sentinels lose (a slow answer on
+            // a loaded machine) is tried again after twice the failover timeout, 20 s.
             assert!(
-                killed.elapsed() < Duration::from_secs(20),
-                "not decided by the promoted replica 20 s after the kill"
+                killed.elapsed() < Duration::from_secs(45),
+                "not decided by the promoted replica 45 s after the kill"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
