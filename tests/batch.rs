@@ -308,7 +308,7 @@ async fn unused_permits_come_back_through_the_batch_s_own_member_only() {
     let name = "rate_limit:batch:give_back";
     let batched = [Rule::new(name, 20, MINUTE)
         .batch(10)
-        .batch_lease(Duration::from_secs(1))];
+        .batch_lease(Duration::from_secs(3))];
     let plain = [Rule::new(name, 20, MINUTE)];
     assert!(batching.check_rules(&batched).await.unwrap().allowed);
     // Later grants of another client: the newest entries of the log.
@@ -318,7 +318,7 @@ async fn unused_permits_come_back_through_the_batch_s_own_member_only() {
     }
     assert_eq!(value_of(&mut raw, name).await, Some(5));
     // The lease ends; the sweeper gives back the 9 the batch did not use.
-    clock.set(T0 + 1_000);
+    clock.set(T0 + 3_000);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while value_of(&mut raw, name).await != Some(14) {
         assert!(std::time::Instant::now() < deadline, "9 permits given back");
