@@ -8,7 +8,7 @@
 #   scripts/memory-instructions.sh
 #   REDLIMIT_BENCH_ROWS="window-hot governor-hot" scripts/memory-instructions.sh
 #
-# Needs valgrind.
+# Needs valgrind and python3 (which reads the allocations from callgrind's output).
 set -eu
 calls=${REDLIMIT_BENCH_CALLS:-200000}
 rows=${REDLIMIT_BENCH_ROWS:-"window-hot bucket-hot governor-hot window-keys bucket-keys governor-keys window-refused governor-refused"}

@@ -87,8 +87,8 @@ where
 impl<S: 'static, R> RateLimit<S, R> {
     /// The request decided here, in process: its grant passed on to the inner service
     /// (polled ready for it), or its refusal. [`AtOnce::Later`] gives the request back
-    /// for the boxed path if the decision would wait after all (it never does in
-    /// process without a timeout: it reads no clock to sleep on and no connection).
+    /// for the boxed path if the decision would wait after all (it does not in process
+    /// without a timeout: nothing it awaits sleeps or reads a connection).
     fn call_at_once<B, ResBody>(&mut self, request: Request<B>) -> AtOnce<S::Future, ResBody, S::Error, B>
     where
         S: Service<Request<B>, Response = Response<ResBody>>,
@@ -100,8 +100,9 @@ impl<S: 'static, R> RateLimit<S, R> {
             match decision.poll(&mut Context::from_waker(std::task::Waker::noop())) {
                 Poll::Ready(decided) => Some(decided),
                 Poll::Pending => {
-                    // Never in process without a timeout; were it to happen, nothing
-                    // was decided yet (only the start waits), and the boxed path decides.
+                    // Not reached: in process without a timeout nothing the decision
+                    // awaits waits (the debug assertion holds the tests to it). Were it
+                    // reached, the request would be decided again on the boxed path.
                     debug_assert!(false, "an in-process decision waited");
                     None
                 }

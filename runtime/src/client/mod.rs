@@ -264,6 +264,8 @@ impl Client {
         self.check_several_in_process(memory, rules, now)
     }
 
+    /// Several rules in process: kept out of line, so that the one-rule path, the
+    /// usual one, stays small where it is inlined.
     #[inline(never)]
     fn check_several_in_process(
         &self,
