@@ -87,30 +87,47 @@ macro_rules! dispatch {
     };
 }
 
+/// The span of one decision's script call.
+fn redis_span() -> tracing::Span {
+    tracing::debug_span!(
+        "redlimit.redis",
+        db.system.name = "redis",
+        db.operation.name = "EVALSHA"
+    )
+}
+
+/// A decision on Redis, in its span and timed.
+async fn redis_acquire(b: &redis::RedisBackend, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+    let span = redis_span();
+    let decided = async {
+        if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
+            redis::cross_slot::acquire(b, calls, now).await
+        } else {
+            b.acquire(calls, now).await
+        }
+    };
+    let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
+    tracing::Instrument::instrument(timed, span).await
+}
+
 impl Backend {
     /// Decides `calls`; on a cluster, rules in several slots are decided slot by
     /// slot (`cross_slot.rs`, which builds on the single-slot Redis backend).
     pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
         match self {
             Backend::Memory(b) => b.acquire(calls, now).await,
-            Backend::Redis(b) => {
-                let span = tracing::debug_span!(
-                    "redlimit.redis",
-                    db.system.name = "redis",
-                    db.operation.name = "EVALSHA"
-                );
-                let decided = async {
-                    if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
-                        redis::cross_slot::acquire(b, calls, now).await
-                    } else {
-                        b.acquire(calls, now).await
-                    }
-                };
-                let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
-                // Boxed: the Redis path's state is kilobytes, and every caller's future
-                // would otherwise carry (and move) it, in-process decisions included.
-                Box::pin(tracing::Instrument::instrument(timed, span)).await
-            }
+            // Boxed: the Redis path's state is kilobytes, and every caller's future
+            // would otherwise carry (and move) it, in-process decisions included.
+            Backend::Redis(b) => Box::pin(redis_acquire(b, calls, now)).await,
+        }
+    }
+
+    /// [`acquire`](Backend::acquire) on Redis, not boxed: for a caller whose own future
+    /// is boxed already (`Client::check_rules` on Redis).
+    pub async fn acquire_in_box(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+        match self {
+            Backend::Memory(b) => b.acquire(calls, now).await,
+            Backend::Redis(b) => redis_acquire(b, calls, now).await,
         }
     }
 
@@ -125,11 +142,7 @@ impl Backend {
         let Backend::Redis(b) = self else {
             return None;
         };
-        let span = tracing::debug_span!(
-            "redlimit.redis",
-            db.system.name = "redis",
-            db.operation.name = "EVALSHA"
-        );
+        let span = redis_span();
         let decided = async {
             let (outcome, members) = b.acquire_group(std::slice::from_ref(call), now).await?;
             Ok((outcome, members[0]))

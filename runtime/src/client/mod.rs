@@ -190,9 +190,10 @@ impl Client {
     /// smallest rate), taking the largest of their permits once, capped at that rate.
     /// So each rule still holds and a coincidence never refuses every call.
     ///
-    /// A decision that needs no round trip (in process, or a refusal this client
-    /// keeps) is made on the future's first poll, where it is awaited, without
-    /// another future inside.
+    /// A decision that needs no round trip (in process, a refusal this client keeps, or
+    /// a grant from a batch it holds) is made on the future's first poll, without
+    /// another future inside. The future answers once: polled again after its answer,
+    /// it panics rather than decide again.
     pub fn check_rules<'a>(
         &'a self,
         rules: &'a [Rule],
@@ -245,7 +246,7 @@ impl Client {
         let keys = self.rules_keys(rules)?;
         let merged = crate::rules::rule::merge(rules);
         let calls = merged_calls(rules, &keys, &merged);
-        let outcome = self.backend().acquire(&calls, now).await?;
+        let outcome = self.backend().acquire_in_box(&calls, now).await?;
         Ok(self.merged_decision(rules, &merged, &outcome))
     }
 
@@ -324,7 +325,7 @@ impl Client {
             rule: Some(rule.config()),
             bucket: rule.shape(),
         }];
-        let outcome = self.backend().acquire(&calls, now).await?;
+        let outcome = self.backend().acquire_in_box(&calls, now).await?;
         let decision = self.one_rule_decision(rule, &outcome);
         self.inner.refusals.note(rule, permits, &decision, now);
         Ok(decision)
