@@ -105,11 +105,14 @@ impl BucketShape {
     /// A bucket holding `burst` and warming up over `warmup`, counted in whole
     /// milliseconds rounded up: a warm-up under 1 ms is 1 ms, not none.
     pub fn new(burst: u64, warmup: Option<Duration>) -> BucketShape {
-        let warmup_ms = warmup.map_or(0, |w| w.as_nanos().div_ceil(1_000_000));
-        BucketShape {
-            burst,
-            warmup_ms: u64::try_from(warmup_ms).unwrap_or(u64::MAX),
-        }
+        // In 64 bits (a whole second is whole milliseconds), saturating.
+        let warmup_ms = warmup.map_or(0, |w| {
+            w.as_secs()
+                .checked_mul(1000)
+                .and_then(|ms| ms.checked_add(u64::from(w.subsec_nanos().div_ceil(1_000_000))))
+                .unwrap_or(u64::MAX)
+        });
+        BucketShape { burst, warmup_ms }
     }
 }
 

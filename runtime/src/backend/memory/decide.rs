@@ -524,26 +524,27 @@ fn decide_tokens_one(
     let rule = call.rule?;
     let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
     // load_tokens, settle_time
-    let stored = *limiter.tokens(rule.rate_type, clock_now)?;
+    let stored = limiter.tokens(rule.rate_type, clock_now)?;
     let now = settle_time(stored.at.max(clock_now), clock_now);
-    // plan_tokens
+    // plan_tokens: a bucket held with this rule's config, refilled
     let (rate, interval) = (rule.rate, rule.interval_ms());
-    let (plan, old) = TokenPlan::new(rate, interval, shape.burst, shape.warmup_ms, Some(&stored), now);
-    if old.is_some() {
+    if !stored.holds(rate, interval, shape.burst, shape.warmup_ms) {
         return None;
     }
+    let plan = TokenPlan::refilled(stored, now);
     let wait = plan.wait(call.permits);
     let taken = if wait.is_none() { call.permits } else { 0 };
-    // commit (a call asking what is available writes nothing)
+    let (units, cold) = plan.after(taken);
+    // commit (a call asking what is available writes nothing), in place
     if call.permits > 0 {
-        limiter.set_tokens(rule.rate_type, plan.stored(taken));
+        *stored = plan.stored_as(units, cold);
     }
     // reply
     Some(Usual {
         granted: wait.is_none(),
         retry_ms: wait.unwrap_or(0),
         at_ms: now,
-        left: plan.left(taken),
+        left: plan.whole(units),
     })
 }
 

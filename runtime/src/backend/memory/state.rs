@@ -194,12 +194,12 @@ impl Limiter {
 
     /// The token bucket of `kind`, unless missing or full again (then dropped).
     #[inline]
-    pub fn tokens(&mut self, kind: RateType, now: u64) -> Option<&Tokens> {
+    pub fn tokens(&mut self, kind: RateType, now: u64) -> Option<&mut Tokens> {
         let tokens = &mut self.tokens[slot(kind)];
         if tokens.is_some_and(|t| t.expires <= now) {
             *tokens = None;
         }
-        tokens.as_ref()
+        tokens.as_mut()
     }
 
     pub fn remove_tokens(&mut self, kind: RateType) {

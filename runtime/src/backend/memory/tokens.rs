@@ -35,6 +35,13 @@ pub(crate) struct Tokens {
     pub expires: u64,
 }
 
+impl Tokens {
+    /// Whether this bucket is kept with this config.
+    pub fn holds(&self, rate: u64, interval: u64, burst: u64, warmup: u64) -> bool {
+        (self.rate, self.interval, self.burst, self.warmup) == (rate, interval, burst, warmup)
+    }
+}
+
 /// What a decision plans for one token bucket (acquire.lua's token fields of `r`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TokenPlan {
@@ -87,22 +94,33 @@ impl TokenPlan {
         let Some(old) = stored else {
             return (plan, None);
         };
-        let same = old.rate == rate && old.interval == interval && old.burst == burst && old.warmup == warmup;
+        if old.holds(rate, interval, burst, warmup) {
+            return (TokenPlan::refilled(old, now), None);
+        }
         let (units, cold) = refill(old, now);
         plan.at = old.at.max(now);
-        if same {
-            (plan.units, plan.cold) = (units, cold);
-            (plan, None)
-        } else {
-            // A bucket at rest holds no information (it may as well have expired): at
-            // rest under the new config too.
-            let at_rest = units >= (old.burst * old.interval) as i64 && cold >= old.warmup * old.rate;
-            if !at_rest {
-                let whole = units.div_euclid(old.interval as i64).max(0) as u64;
-                plan.units = (whole * interval).min(plan.capacity()) as i64;
-                plan.cold = (cold / old.interval * interval).min(plan.coldest());
-            }
-            (plan, Some(*old))
+        // A bucket at rest holds no information (it may as well have expired): at rest
+        // under the new config too.
+        let at_rest = units >= (old.burst * old.interval) as i64 && cold >= old.warmup * old.rate;
+        if !at_rest {
+            let whole = units.div_euclid(old.interval as i64).max(0) as u64;
+            plan.units = (whole * interval).min(plan.capacity()) as i64;
+            plan.cold = (cold / old.interval * interval).min(plan.coldest());
+        }
+        (plan, Some(*old))
+    }
+
+    /// The plan of a stored bucket at `now`, under its own config.
+    pub fn refilled(stored: &Tokens, now: u64) -> TokenPlan {
+        let (units, cold) = refill(stored, now);
+        TokenPlan {
+            rate: stored.rate,
+            interval: stored.interval,
+            burst: stored.burst,
+            warmup: stored.warmup,
+            units,
+            cold,
+            at: stored.at.max(now),
         }
     }
 
@@ -129,11 +147,16 @@ impl TokenPlan {
 
     /// Whole tokens left after taking `permits` (0 when refused, or in debt).
     pub fn left(&self, taken: u64) -> u64 {
-        self.after(taken).0.max(0) as u64 / self.interval
+        self.whole(self.after(taken).0)
+    }
+
+    /// The whole tokens in `units` (0 in debt).
+    pub fn whole(&self, units: i64) -> u64 {
+        units.max(0) as u64 / self.interval
     }
 
     /// Units and coldness after taking `permits`.
-    fn after(&self, taken: u64) -> (i64, u64) {
+    pub fn after(&self, taken: u64) -> (i64, u64) {
         if taken == 0 {
             return (self.units, self.cold);
         }
@@ -148,6 +171,12 @@ impl TokenPlan {
     /// and cold again (at least 1 ms on).
     pub fn stored(&self, taken: u64) -> Tokens {
         let (units, cold) = self.after(taken);
+        self.stored_as(units, cold)
+    }
+
+    /// The state to store holding `units` and `cold`, as [`after`](TokenPlan::after)
+    /// answers them.
+    pub fn stored_as(&self, units: i64, cold: u64) -> Tokens {
         let short = (self.capacity() as i64 - units) as u64 + (self.coldest() - cold);
         let to_rest = short.div_ceil(self.rate).max(1);
         Tokens {
@@ -166,6 +195,15 @@ impl TokenPlan {
 /// A stored bucket's units and coldness refilled at its own rate from its last refill
 /// to `now`: units up to its capacity, the rest to its coldness, up to its maximum.
 fn refill(old: &Tokens, now: u64) -> (i64, u64) {
+    // The usual case, a bucket short of full refilled short of full, in 64 bits.
+    let elapsed = now.saturating_sub(old.at);
+    let room = (old.burst * old.interval) as i64 - old.units;
+    if let Some(added) = elapsed
+        .checked_mul(old.rate)
+        .filter(|&added| room >= 0 && added <= room as u64)
+    {
+        return (old.units + added as i64, old.cold);
+    }
     let capacity = i128::from(old.burst * old.interval);
     let added = i128::from(now.saturating_sub(old.at)) * i128::from(old.rate);
     let room = capacity - i128::from(old.units);
@@ -329,5 +367,62 @@ mod tests {
         assert_eq!((plan.cold, plan.cost(1)), (100_000, 3_000));
         // The state expires exactly when it is full and cold.
         assert_eq!(stored.expires, full_at + 10_000);
+    }
+
+    /// The refill, with its 64-bit shortcut, against its definition in wide integers:
+    /// units up to the capacity, what a full bucket cannot hold to the coldness, up to
+    /// its maximum; over random states, at the edges of each range too.
+    #[test]
+    fn the_refill_agrees_with_its_definition() {
+        fn defined(old: &Tokens, now: u64) -> (i64, u64) {
+            let capacity = i128::from(old.burst * old.interval);
+            let total = i128::from(old.units) + i128::from(now.saturating_sub(old.at)) * i128::from(old.rate);
+            if total <= capacity {
+                return (total as i64, old.cold);
+            }
+            let base = i128::from(old.units).max(capacity);
+            let cold = (i128::from(old.cold) + total - base).min(i128::from(old.warmup * old.rate));
+            (base as i64, cold as u64)
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            match seed % 4 {
+                0 => 0,
+                1 => below - 1,
+                _ => seed % below,
+            }
+        };
+        for _ in 0..200_000 {
+            let (rate, interval, burst, warmup) = (
+                next(1 << 30) + 1,
+                next(1 << 22) + 1,
+                next(1 << 30) + 1,
+                next(1 << 22),
+            );
+            let capacity = burst * interval;
+            let units = next(2 * capacity) as i64 - capacity as i64 / 2;
+            let cold = next(warmup * rate + 1);
+            let at = next(1 << 45);
+            let now = at.saturating_add(next(u64::MAX)).saturating_sub(next(1 << 10));
+            let old = Tokens {
+                rate,
+                interval,
+                burst,
+                warmup,
+                units,
+                at,
+                cold,
+                expires: 0,
+            };
+            assert_eq!(refill(&old, now), defined(&old, now), "{old:?} at {now}");
+            // Around the moment the bucket is full.
+            let full_at = at + (capacity as i64 - units).max(0) as u64 / rate;
+            for now in full_at.saturating_sub(1)..=full_at + 2 {
+                assert_eq!(refill(&old, now), defined(&old, now), "{old:?} at {now}");
+            }
+        }
     }
 }
