@@ -886,3 +886,53 @@ async fn in_process_requests_are_decided_where_called_and_once() {
         }
     }
 }
+
+/// An in-process layer decides a request where it is called, on the engine's path for
+/// calls that nothing can make wait, unless a subscriber records debug spans: then the
+/// engine's general path decides. Both answer alike, request for request, on a clock of
+/// their own, with header values that try to reach another key, a window that turns
+/// and the X-RateLimit fields too.
+#[tokio::test]
+async fn the_in_process_path_answers_as_the_general_path() {
+    type Seen = Vec<(u16, Option<String>, Option<String>, Option<String>)>;
+    async fn run() -> Seen {
+        let clock = redlimit::ManualClock::new(1_000_000);
+        let client = Client::builder().clock(clock.clone()).memory();
+        let layer = RateLimitLayer::builder()
+            .client(client)
+            .x_ratelimit_headers(true)
+            .rule(LayerRule::new("api", 3, MINUTE).key(Key::header("x-user")))
+            .build()
+            .unwrap();
+        let addr = serve(app(layer)).await;
+        let users = ["a", "a", "{a}", "a:b", "a", "a", "%7Ba%7D", "", "b", "a%3Ab"];
+        let mut seen = Vec::new();
+        for (i, user) in users.iter().cycle().take(40).enumerate() {
+            if i % 9 == 8 {
+                clock.advance(Duration::from_secs(25));
+            }
+            let response = send(addr, "GET", "/a", &[("x-user", user)]).await;
+            let field = |name| response.header(name).map(str::to_owned);
+            seen.push((
+                response.status,
+                field("ratelimit"),
+                field("retry-after"),
+                field("x-ratelimit-remaining"),
+            ));
+        }
+        seen
+    }
+    let at_once = run().await;
+    let capture = support::capture::Capture::default();
+    let general = {
+        let _guard = tracing::subscriber::set_default(capture.clone());
+        run().await
+    };
+    assert!(
+        capture.text().contains("redlimit.decide"),
+        "the general path decided, in its span"
+    );
+    assert_eq!(at_once, general);
+    let refused = at_once.iter().filter(|seen| seen.0 == 429).count();
+    assert!((5..35).contains(&refused), "{refused} of 40 refused: {at_once:?}");
+}

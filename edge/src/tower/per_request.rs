@@ -2,6 +2,7 @@
 //! rule's key value and permits, and then the engine's decision on those limiters.
 
 use std::borrow::Cow;
+use std::future::Future;
 
 use http::request::Parts;
 use redlimit_runtime::engine::{Granted, KeyBuf};
@@ -25,6 +26,39 @@ impl Shared {
     /// fallback), where a request without matched path parameters matched no route.
     pub(super) async fn decide(&self, parts: &mut Parts, routed: bool) -> Result<Granted, RateLimited> {
         let path = PathParams::read(self.needs_path, parts).await;
+        let (mut keys, permits) = self.read(parts, &path, routed)?;
+        let permits = self.per_request.then_some(permits.as_slice());
+        self.engine.decide(self.client.as_ref(), &mut keys, permits).await
+    }
+
+    /// [`decide`](Shared::decide) where it is called, on an in-process client without
+    /// a timeout: `None`, before anything is read, when the request's path parameters
+    /// are to be read (an extractor's future) or the layer has no client of its own.
+    pub(super) fn decide_now(&self, parts: &mut Parts, routed: bool) -> Option<Result<Granted, RateLimited>> {
+        let client = self.client.as_ref().filter(|_| !self.needs_path)?;
+        let (mut keys, permits) = match self.read(parts, &PathParams::Unread, routed) {
+            Ok(read) => read,
+            Err(refused) => return Some(Err(refused)),
+        };
+        let permits = self.per_request.then_some(permits.as_slice());
+        if let Some(decided) = self.engine.decide_now(client, &mut keys, permits) {
+            return Some(decided);
+        }
+        // A call the engine's general path decides (costs, shadow rules, a debug span):
+        // in process without a timeout nothing it awaits waits. (Were it to, the
+        // request would be read and decided again on the boxed path.)
+        let decision = std::pin::pin!(self.engine.decide(Some(client), &mut keys, permits));
+        match decision.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(decided) => Some(decided),
+            std::task::Poll::Pending => {
+                debug_assert!(false, "an in-process decision waited");
+                None
+            }
+        }
+    }
+
+    /// The request's trusted-proxy setting, client address and keys, read.
+    fn read(&self, parts: &mut Parts, path: &PathParams, routed: bool) -> Result<Keys, RateLimited> {
         let trusted = self.trust(parts).map_err(|problem| {
             let error = Error::InvalidConfig {
                 name: self.rules[self.trust_rule].name.to_string(),
@@ -40,13 +74,12 @@ impl Shared {
             ),
             _ => None,
         };
-        let (mut keys, permits) = self.keys(parts, &path, &client, routed)?;
+        let keys = self.keys(parts, path, &client, routed)?;
         if let Some(trusted) = trusted {
             let client = client.and_then(Result::ok);
             parts.extensions.insert(ReadBy { trusted, client });
         }
-        let permits = self.per_request.then_some(permits.as_slice());
-        self.engine.decide(self.client.as_ref(), &mut keys, permits).await
+        Ok(keys)
     }
 
     /// The request's one trusted-proxy setting: this layer's, an extension's or an
@@ -157,7 +190,10 @@ impl Extract {
                 parts
                     .headers
                     .get(name)
-                    .map(|value| String::from_utf8_lossy(value.as_bytes()))
+                    .map(|value| match std::str::from_utf8(value.as_bytes()) {
+                        Ok(text) => Cow::Borrowed(text),
+                        Err(_) => String::from_utf8_lossy(value.as_bytes()),
+                    })
                     .unwrap_or_default(),
             )),
             #[cfg(feature = "axum")]

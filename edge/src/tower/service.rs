@@ -95,16 +95,19 @@ impl<S: 'static, R> RateLimit<S, R> {
         R: Respond<ResBody>,
     {
         let (mut parts, body) = request.into_parts();
-        let decided = {
-            let decision = std::pin::pin!(self.shared.decide(&mut parts, behind_router::<S>()));
-            match decision.poll(&mut Context::from_waker(std::task::Waker::noop())) {
-                Poll::Ready(decided) => Some(decided),
-                Poll::Pending => {
-                    // Not reached: in process without a timeout nothing the decision
-                    // awaits waits (the debug assertion holds the tests to it). Were it
-                    // reached, the request would be decided again on the boxed path.
-                    debug_assert!(false, "an in-process decision waited");
-                    None
+        let decided = match self.shared.decide_now(&mut parts, behind_router::<S>()) {
+            Some(decided) => Some(decided),
+            None => {
+                let decision = std::pin::pin!(self.shared.decide(&mut parts, behind_router::<S>()));
+                match decision.poll(&mut Context::from_waker(std::task::Waker::noop())) {
+                    Poll::Ready(decided) => Some(decided),
+                    Poll::Pending => {
+                        // Not reached: in process without a timeout nothing the decision
+                        // awaits waits (the debug assertion holds the tests to it). Were
+                        // it reached, the request would be decided again on the boxed path.
+                        debug_assert!(false, "an in-process decision waited");
+                        None
+                    }
                 }
             }
         };

@@ -365,6 +365,15 @@ impl Client {
         }
     }
 
+    /// [`check_rules`](Client::check_rules) decided where it is called, for an
+    /// in-process client (`None` for any other).
+    pub(crate) fn decide_in_process(&self, rules: &[Rule]) -> Option<Result<Decision, Error>> {
+        let Backend::Memory(memory) = self.backend() else {
+            return None;
+        };
+        Some(self.check_rules_in_process(memory, rules, self.now_ms()))
+    }
+
     /// Drops the refusal this client keeps of the limiter `name`, if any: it changed.
     pub(crate) fn forget_refusal(&self, name: &str) {
         self.inner.refusals.forget(name);

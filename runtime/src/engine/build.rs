@@ -12,37 +12,43 @@ impl Engine {
     /// Every rule's limiter for this call (rules that do not apply included, with the
     /// permits 0 they never spend), at the overridden rate and interval where the
     /// client has an override for the limiter or its rule.
-    pub(super) fn build_rules(
+    pub(super) fn build_rules<C: FromIterator<Rule>>(
         &self,
         prefix: &str,
         call: &mut CallKeys<'_>,
         overrides: Option<(&Client, &Table)>,
-    ) -> super::Rules {
-        let overrides = overrides.filter(|(_, table)| !table.is_empty());
-        let checked = self.specs_checked();
+    ) -> C {
         let permits = call.permits;
-        self.rules
-            .iter()
-            .zip(call.keys.iter_mut())
+        call.keys
+            .iter_mut()
             .enumerate()
-            .map(|(i, (spec, key))| {
-                // The key becomes the name: no second string (a key built for the call
-                // has room for the prefix).
-                let mut name = std::mem::take(key);
-                name.insert_str(0, prefix);
-                let (rate, interval) = match overrides {
-                    Some((client, table)) => rate_of(spec, &name, client, table),
-                    None => (spec.rate, spec.interval),
-                };
-                let permits = permits.map_or(spec.permits, |p| p[i]);
-                let rule = spec.rule(name, permits, rate, interval);
-                if checked[i] && (permits, rate, interval) == (spec.permits, spec.rate, spec.interval) {
-                    rule.with_settings_checked()
-                } else {
-                    rule
-                }
-            })
+            .map(|(i, key)| self.build_rule(i, prefix, key, permits, overrides))
             .collect()
+    }
+
+    /// Rule `i`'s limiter for this call's `key`, which becomes its name: no second
+    /// string (a key built for the call has room for the prefix).
+    pub(super) fn build_rule(
+        &self,
+        i: usize,
+        prefix: &str,
+        key: &mut String,
+        permits: Option<&[u64]>,
+        overrides: Option<(&Client, &Table)>,
+    ) -> Rule {
+        let spec = &self.rules[i];
+        let mut name = std::mem::take(key);
+        name.insert_str(0, prefix);
+        let (rate, interval) = match overrides.filter(|(_, table)| !table.is_empty()) {
+            Some((client, table)) => rate_of(spec, &name, client, table),
+            None => (spec.rate, spec.interval),
+        };
+        let permits = permits.map_or(spec.permits, |p| p[i]);
+        let rule = spec.rule(name, permits, rate, interval);
+        if self.specs_checked()[i] && (permits, rate, interval) == (spec.permits, spec.rate, spec.interval) {
+            rule.mark_settings_checked();
+        }
+        rule
     }
 
     /// Whether each rule's settings at its own rate, window and permits pass a client's

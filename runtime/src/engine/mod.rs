@@ -174,6 +174,59 @@ impl Engine {
         Box::pin(self.decide_traced(span, client, CallKeys { keys, permits })).await
     }
 
+    /// [`decide`](Engine::decide) where it is called, for a call that nothing can make
+    /// wait: an in-process `client`, no `timeout`, the rules' own permits, no shadow
+    /// rules, no debug span to record. `None`, before anything is built or decided, for
+    /// any other call, which [`decide`](Engine::decide) then takes. Spares a call the
+    /// futures of the general path (a layer's in-process requests take it).
+    pub fn decide_now(
+        &self,
+        client: &Client,
+        keys: &mut [String],
+        permits: Option<&[u64]>,
+    ) -> Option<Result<Granted, RateLimited>> {
+        if self.timeout.is_some()
+            || permits.is_some()
+            || !client.is_memory()
+            || self.rules.iter().any(|r| r.shadow)
+            || tracing::level_enabled!(tracing::Level::DEBUG)
+        {
+            return None;
+        }
+        let mut call = CallKeys { keys, permits: None };
+        let overrides = client.overrides().table();
+        // Every rule enforced, in the order given: decided on the rules as built (held
+        // where they are made: no future carries them).
+        let overrides = Some((client, &*overrides));
+        let (one, several): (Option<Rule>, Vec<Rule>) = match call.keys {
+            [key] => (
+                Some(self.build_rule(0, client.prefix(), key, None, overrides)),
+                Vec::new(),
+            ),
+            _ => (None, self.build_rules(client.prefix(), &mut call, overrides)),
+        };
+        let rules = if one.is_some() { one.as_slice() } else { &several };
+        if !self.registered.load(Ordering::Relaxed) {
+            self.register(client.prefix());
+        }
+        if let Some(overlap) = crate::rules::registry::conflict_of(self.id()) {
+            return Some(Err(self.misuse(rules, 0, overlap)));
+        }
+        Some(match client.decide_in_process(rules)? {
+            Ok(decision) if !decision.allowed => Err(self.refused_by(client, rules, &decision, &|i| i)),
+            Ok(decision) => {
+                self.failures.succeeded(self.function);
+                Ok(self.granted(&call, rules, Some(&decision), &|i| i))
+            }
+            // In process nothing fails as a backend does (a full table, a rule that
+            // cannot be kept are misuse): refused, as `decide` refuses misuse.
+            Err(error) => {
+                debug_assert!(!error.is_backend_failure(), "{error}");
+                Err(self.misuse(rules, 0, error))
+            }
+        })
+    }
+
     /// The decision inside its span, recorded.
     async fn decide_traced(
         &self,
@@ -209,7 +262,7 @@ impl Engine {
             tracing::Span::current().record("backend", client.backend().label());
         }
         let overrides = client.background_ready().await;
-        let rules = self.build_rules(client.prefix(), &mut call, Some((client, &overrides)));
+        let rules: Rules = self.build_rules(client.prefix(), &mut call, Some((client, &overrides)));
         if !self.registered.load(Ordering::Relaxed) {
             self.register(client.prefix());
         }
@@ -231,7 +284,7 @@ impl Engine {
         error: Error,
         deadline: Option<Instant>,
     ) -> Result<Granted, RateLimited> {
-        let rules = self.build_rules(crate::DEFAULT_PREFIX, call, None);
+        let rules: Rules = self.build_rules(crate::DEFAULT_PREFIX, call, None);
         if let Some(never) = self.never_passes(call, &rules) {
             return Err(never);
         }
@@ -279,10 +332,7 @@ impl Engine {
         };
         match decided {
             Ok(Some(decision)) if !decision.allowed => {
-                self.failures.succeeded(self.function);
-                let refusal = self.refusal(enforced, &decision, position);
-                client.note_refused(refusal.key(), &self.rules[refusal.rule()].name);
-                Err(refusal)
+                Err(self.refused_by(client, enforced, &decision, position))
             }
             Ok(decision) => {
                 if decision.is_some() {
@@ -302,6 +352,20 @@ impl Engine {
             }
             Err(error) => Err(self.misuse(enforced, position(0), error)),
         }
+    }
+
+    /// The refusal of `decision` on the `enforced` rules, counted and reported.
+    fn refused_by(
+        &self,
+        client: &Client,
+        enforced: &[Rule],
+        decision: &Decision,
+        position: &dyn Fn(usize) -> usize,
+    ) -> RateLimited {
+        self.failures.succeeded(self.function);
+        let refusal = self.refusal(enforced, decision, position);
+        client.note_refused(refusal.key(), &self.rules[refusal.rule()].name);
+        refusal
     }
 
     /// A grant: every enforced rule counted as allowed, and the tightest of them.

@@ -260,7 +260,11 @@ pub fn check_name(name: &str) -> Result<(), Error> {
 /// called again pays no hashing.
 pub(crate) fn name_hash(name: &str) -> u64 {
     static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
-    std::hash::BuildHasher::hash_one(KEY.get_or_init(Default::default), name)
+    // The bytes alone (a `str`'s `Hash` adds a terminator, for hashing one field after
+    // another: one name is hashed here).
+    let mut hasher = std::hash::BuildHasher::build_hasher(KEY.get_or_init(Default::default));
+    std::hash::Hasher::write(&mut hasher, name.as_bytes());
+    std::hash::Hasher::finish(&hasher)
 }
 
 /// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).

@@ -200,12 +200,11 @@ impl Rule {
         self.memo.checked.store(NAME | SETTINGS, Ordering::Relaxed);
     }
 
-    /// The rule, its settings known good: those of a description checked once for
+    /// Marks the rule's settings known good: those of a description checked once for
     /// every call made from it (an [`Engine`](crate::engine::Engine)'s rule at its
     /// own rate, window and permits). Its name is still checked on its first call.
-    pub(crate) fn with_settings_checked(self) -> Self {
+    pub(crate) fn mark_settings_checked(&self) {
         self.memo.checked.fetch_or(SETTINGS, Ordering::Relaxed);
-        self
     }
 
     /// The hash of the rule's name ([`name_hash`](crate::keys::name_hash)), computed on
