@@ -538,4 +538,20 @@ mod tests {
         ];
         assert_eq!(merge(&rules)[0].config, 1);
     }
+
+    /// A warm-up's milliseconds, rounded up, in 64 bits as in 128: at the edges of a
+    /// millisecond and of the range (saturated).
+    #[test]
+    fn a_warm_up_counts_its_milliseconds_rounded_up() {
+        let defined = |w: Duration| u64::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        let secs = [0, 1, 59, 3_600, u64::MAX / 1000 - 1, u64::MAX / 1000, u64::MAX / 1000 + 1, u64::MAX];
+        let nanos = [0, 1, 999_999, 1_000_000, 1_000_001, 500_000_000, 999_999_999];
+        for s in secs {
+            for n in nanos {
+                let w = Duration::new(s, n);
+                assert_eq!(BucketShape::new(1, Some(w)).warmup_ms, defined(w), "{w:?}");
+            }
+        }
+        assert_eq!(BucketShape::new(1, None).warmup_ms, 0);
+    }
 }
