@@ -19,10 +19,12 @@ impl Engine {
         overrides: Option<(&Client, &Table)>,
     ) -> C {
         let permits = call.permits;
-        call.keys
-            .iter_mut()
+        // One per rule (keys beyond the rules are not any rule's).
+        self.rules
+            .iter()
+            .zip(call.keys.iter_mut())
             .enumerate()
-            .map(|(i, key)| self.build_rule(i, prefix, key, permits, overrides))
+            .map(|(i, (_, key))| self.build_rule(i, prefix, key, permits, overrides))
             .collect()
     }
 

@@ -199,7 +199,7 @@ impl Engine {
         // where they are made: no future carries them).
         let overrides = Some((client, &*overrides));
         let (one, several): (Option<Rule>, Vec<Rule>) = match call.keys {
-            [key] => (
+            [key] if self.rules.len() == 1 => (
                 Some(self.build_rule(0, client.prefix(), key, None, overrides)),
                 Vec::new(),
             ),
