@@ -936,3 +936,43 @@ async fn the_in_process_path_answers_as_the_general_path() {
     let refused = at_once.iter().filter(|seen| seen.0 == 429).count();
     assert!((5..35).contains(&refused), "{refused} of 40 refused: {at_once:?}");
 }
+
+/// Header values that are not UTF-8 key by their bytes: no two of them share a
+/// limiter, nor one with the UTF-8 text a lossy reading would make of it (`\u{fffd}`)
+/// or with text spelling its escape (`%E9`); long ones are digested apart. A rate of 1:
+/// each value's first request passes, its second is refused.
+#[tokio::test]
+async fn attack_header_values_that_are_not_utf8_reach_no_other_value_s_limiter() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new("bytes", 1, MINUTE).key(Key::header("x-user")))
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let long = |last: u8| {
+        let mut value = b"\xfe".repeat(300);
+        value.push(last);
+        value
+    };
+    let values: Vec<Vec<u8>> = vec![
+        b"caf\xe9".to_vec(),
+        b"caf\xff".to_vec(),
+        "caf\u{fffd}".as_bytes().to_vec(),
+        b"caf%E9".to_vec(),
+        b"caf%25E9".to_vec(),
+        b"\xe9caf".to_vec(),
+        b"\xc3".to_vec(),
+        b"\xc3\xa9".to_vec(),
+        long(b'a'),
+        long(b'b'),
+    ];
+    for round in ["first", "second"] {
+        for value in &values {
+            let status = send_from(None, addr, "GET", "/a", &[("x-user", value)])
+                .await
+                .status;
+            let expected = if round == "first" { 200 } else { 429 };
+            assert_eq!(status, expected, "{round} request of {value:?}");
+        }
+    }
+}

@@ -43,8 +43,9 @@ impl Key {
     }
 
     /// A request header's value, such as `x-api-key`. Requests without it share one
-    /// limiter (per rule); a value that is not UTF-8 is read lossily. Long values are
-    /// digested, as in the attribute's keys.
+    /// limiter (per rule); a value that is not UTF-8 keys by its bytes (each byte that
+    /// is not part of UTF-8 written `%XX` in the limiter's name), so it shares a limiter
+    /// with no other value. Long values are digested, as in the attribute's keys.
     pub fn header(name: &str) -> Key {
         Key(KeyKind::Header(name.to_owned()))
     }

@@ -132,15 +132,26 @@ impl Shared {
                 }
             };
             self.refuse_missing(i, rule, value.as_ref())?;
+            // A header that is not UTF-8 keys by its bytes (its text above is lossy, for
+            // the missing-value check only): two such values never share a limiter, nor
+            // one with a value that is UTF-8.
+            let raw = match &value {
+                // Only a lossy reading is owned among a header's.
+                Some(Cow::Owned(_)) => rule.key.not_utf8(parts),
+                _ => None,
+            };
             let mut key = KeyBuf::new();
             key.text(&rule.name);
             if let Some(value) = &value {
                 key.text(":");
-                key.value_str(value);
+                match raw {
+                    Some(bytes) => key.value_bytes(bytes),
+                    None => key.value_str(value),
+                }
             }
             keys.push(key.finish());
             if self.per_request {
-                let exempt = value.is_some_and(|v| rule.exempt.contains(&*v));
+                let exempt = raw.is_none() && value.is_some_and(|v| rule.exempt.contains(&*v));
                 permits.push(match (&rule.cost, exempt) {
                     (_, true) => 0,
                     (Some(cost), false) => cost(parts).max(1),
@@ -174,6 +185,18 @@ impl Shared {
 }
 
 impl Extract {
+    /// The bytes of a header this key reads when they are not UTF-8.
+    fn not_utf8<'a>(&self, parts: &'a Parts) -> Option<&'a [u8]> {
+        match self {
+            Extract::Header(name) => parts
+                .headers
+                .get(name)
+                .map(|value| value.as_bytes())
+                .filter(|bytes| std::str::from_utf8(bytes).is_err()),
+            _ => None,
+        }
+    }
+
     /// This key's value for the request.
     fn value<'a>(&self, parts: &'a Parts, path: &'a PathParams, client: &ReadClient) -> Value<'a> {
         // Path parameters are axum's.

@@ -49,6 +49,21 @@ impl KeyBuf {
     }
 
     /// The empty value's and the long value's forms, for the value written from `start`.
+    /// A value given as bytes that may not be UTF-8 (a request header's): its UTF-8
+    /// runs escaped as [`value_str`](KeyBuf::value_str) escapes them, every other byte
+    /// written `%XX` (80 to FF, which escaped text never holds: its `%` is `%25`), so
+    /// values that differ in any byte make different keys.
+    pub fn value_bytes(&mut self, value: &[u8]) {
+        let start = self.0.len();
+        for chunk in value.utf8_chunks() {
+            escape_into(&mut self.0, chunk.valid());
+            for byte in chunk.invalid() {
+                let _ = write!(self.0, "%{byte:02X}");
+            }
+        }
+        self.end_value(start);
+    }
+
     fn end_value(&mut self, start: usize) {
         let written = self.0.len() - start;
         if written == 0 {
@@ -123,6 +138,51 @@ mod tests {
         assert_eq!(key(&[&"user 42", &"Ünïcode"]), "user 42:Ünïcode");
         assert_eq!(key(&[&42u64]), "42");
         assert_eq!(key(&[&"", &"x"]), "%00:x");
+    }
+
+    /// Bytes key as their text escapes when they are UTF-8, and no two byte strings
+    /// share a key: over random strings of pieces, valid and not.
+    #[test]
+    fn byte_values_keep_keys_distinct() {
+        use rand::rngs::StdRng;
+        use rand::{RngExt, SeedableRng};
+        use std::collections::HashMap;
+
+        let pieces: [&[u8]; 14] = [
+            b"a",
+            b"%",
+            b"%E9",
+            b"%25",
+            b":",
+            b"{",
+            b"\xe9",
+            b"\xff",
+            b"\xc3",
+            b"\xc3\xa9",
+            "\u{fffd}".as_bytes(),
+            b"E9",
+            b"",
+            b"\x80",
+        ];
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut seen: HashMap<String, Vec<u8>> = HashMap::new();
+        for _ in 0..20_000 {
+            let n = rng.random_range(0..5);
+            let value: Vec<u8> = (0..n)
+                .flat_map(|_| pieces[rng.random_range(0..pieces.len())].to_vec())
+                .collect();
+            let mut key = KeyBuf::new();
+            key.value_bytes(&value);
+            let key = key.finish();
+            if let Ok(text) = std::str::from_utf8(&value) {
+                let mut by_str = KeyBuf::new();
+                by_str.value_str(text);
+                assert_eq!(key, by_str.finish(), "{value:?}");
+            }
+            if let Some(before) = seen.insert(key.clone(), value.clone()) {
+                assert_eq!(before, value, "two values made the key {key:?}");
+            }
+        }
     }
 
     #[test]

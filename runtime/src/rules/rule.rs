@@ -544,7 +544,16 @@ mod tests {
     #[test]
     fn a_warm_up_counts_its_milliseconds_rounded_up() {
         let defined = |w: Duration| u64::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
-        let secs = [0, 1, 59, 3_600, u64::MAX / 1000 - 1, u64::MAX / 1000, u64::MAX / 1000 + 1, u64::MAX];
+        let secs = [
+            0,
+            1,
+            59,
+            3_600,
+            u64::MAX / 1000 - 1,
+            u64::MAX / 1000,
+            u64::MAX / 1000 + 1,
+            u64::MAX,
+        ];
         let nanos = [0, 1, 999_999, 1_000_000, 1_000_001, 500_000_000, 999_999_999];
         for s in secs {
             for n in nanos {
