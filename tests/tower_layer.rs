@@ -976,3 +976,34 @@ async fn attack_header_values_that_are_not_utf8_reach_no_other_value_s_limiter()
         }
     }
 }
+
+/// The in-process layer, deciding where it is called, under 32 clients at once on a
+/// server with 4 worker threads: 320 requests on one key, a rate of 100 a minute,
+/// exactly 100 granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_in_process_layer_holds_its_rate_under_concurrent_requests() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new("busy", 100, MINUTE).key(Key::header("x-user")))
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let clients: Vec<_> = (0..32)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut granted = 0;
+                for _ in 0..10 {
+                    if status(addr, "/a", &[("x-user", "u")]).await == 200 {
+                        granted += 1;
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+    let mut granted = 0;
+    for client in clients {
+        granted += client.await.unwrap();
+    }
+    assert_eq!(granted, 100);
+}
