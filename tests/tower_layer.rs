@@ -887,24 +887,29 @@ async fn in_process_requests_are_decided_where_called_and_once() {
     }
 }
 
-/// An in-process layer decides a request where it is called, on the engine's path for
-/// calls that nothing can make wait, unless a subscriber records debug spans: then the
-/// engine's general path decides. Both answer alike, request for request, on a clock of
+/// An in-process layer without a timeout decides a request where it is called, on the
+/// engine's path for calls that nothing can make wait; with a timeout (1 ms, shorter
+/// than any wait here: a refusal is answered at once) the request takes the boxed path
+/// and the engine's general one (`in_process_requests_are_decided_where_called_and_once`
+/// shows it goes to a clone). Both answer alike, request for request, on a clock of
 /// their own, with header values that try to reach another key, a window that turns
-/// and the X-RateLimit fields too.
+/// and the X-RateLimit fields too; and so does a run under a subscriber of debug spans
+/// (which sends the engine's decision through its general path where the tracing
+/// callsites see the subscriber).
 #[tokio::test]
 async fn the_in_process_path_answers_as_the_general_path() {
     type Seen = Vec<(u16, Option<String>, Option<String>, Option<String>)>;
-    async fn run() -> Seen {
+    async fn run(timeout: Option<Duration>) -> Seen {
         let clock = redlimit::ManualClock::new(1_000_000);
         let client = Client::builder().clock(clock.clone()).memory();
-        let layer = RateLimitLayer::builder()
+        let mut layer = RateLimitLayer::builder()
             .client(client)
             .x_ratelimit_headers(true)
-            .rule(LayerRule::new("api", 3, MINUTE).key(Key::header("x-user")))
-            .build()
-            .unwrap();
-        let addr = serve(app(layer)).await;
+            .rule(LayerRule::new("api", 3, MINUTE).key(Key::header("x-user")));
+        if let Some(timeout) = timeout {
+            layer = layer.timeout(timeout);
+        }
+        let addr = serve(app(layer.build().unwrap())).await;
         let users = ["a", "a", "{a}", "a:b", "a", "a", "%7Ba%7D", "", "b", "a%3Ab"];
         let mut seen = Vec::new();
         for (i, user) in users.iter().cycle().take(40).enumerate() {
@@ -922,17 +927,17 @@ async fn the_in_process_path_answers_as_the_general_path() {
         }
         seen
     }
-    let at_once = run().await;
-    let capture = support::capture::Capture::default();
-    let general = {
-        let _guard = tracing::subscriber::set_default(capture.clone());
-        run().await
-    };
-    assert!(
-        capture.text().contains("redlimit.decide"),
-        "the general path decided, in its span"
+    let at_once = run(None).await;
+    assert_eq!(
+        at_once,
+        run(Some(Duration::from_millis(1))).await,
+        "the general path"
     );
-    assert_eq!(at_once, general);
+    let traced = {
+        let _guard = tracing::subscriber::set_default(support::capture::Capture::default());
+        run(None).await
+    };
+    assert_eq!(at_once, traced, "under a subscriber of debug spans");
     let refused = at_once.iter().filter(|seen| seen.0 == 429).count();
     assert!((5..35).contains(&refused), "{refused} of 40 refused: {at_once:?}");
 }
