@@ -475,6 +475,25 @@ mod tests {
         assert_eq!(ms(Some(Duration::from_micros(1_500))), 2);
         assert_eq!(ms(Some(Duration::from_secs(30))), 30_000);
         assert_eq!(ms(Some(Duration::MAX)), u64::MAX, "left to the bound check");
+        // Computed in 64 bits: as the 128-bit definition at the edges of a millisecond
+        // and of the range.
+        let defined = |w: Duration| u64::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        let secs = [
+            0,
+            1,
+            59,
+            3_600,
+            u64::MAX / 1000 - 1,
+            u64::MAX / 1000,
+            u64::MAX / 1000 + 1,
+            u64::MAX,
+        ];
+        for s in secs {
+            for n in [0, 1, 999_999, 1_000_000, 1_000_001, 500_000_000, 999_999_999] {
+                let w = Duration::new(s, n);
+                assert_eq!(ms(Some(w)), defined(w), "{w:?}");
+            }
+        }
     }
 
     #[test]
@@ -537,30 +556,5 @@ mod tests {
             Rule::new("k", 2, Duration::from_secs(1)),
         ];
         assert_eq!(merge(&rules)[0].config, 1);
-    }
-
-    /// A warm-up's milliseconds, rounded up, in 64 bits as in 128: at the edges of a
-    /// millisecond and of the range (saturated).
-    #[test]
-    fn a_warm_up_counts_its_milliseconds_rounded_up() {
-        let defined = |w: Duration| u64::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
-        let secs = [
-            0,
-            1,
-            59,
-            3_600,
-            u64::MAX / 1000 - 1,
-            u64::MAX / 1000,
-            u64::MAX / 1000 + 1,
-            u64::MAX,
-        ];
-        let nanos = [0, 1, 999_999, 1_000_000, 1_000_001, 500_000_000, 999_999_999];
-        for s in secs {
-            for n in nanos {
-                let w = Duration::new(s, n);
-                assert_eq!(BucketShape::new(1, Some(w)).warmup_ms, defined(w), "{w:?}");
-            }
-        }
-        assert_eq!(BucketShape::new(1, None).warmup_ms, 0);
     }
 }
