@@ -1012,3 +1012,35 @@ async fn the_in_process_layer_holds_its_rate_under_concurrent_requests() {
     }
     assert_eq!(granted, 100);
 }
+
+/// Two in-process layers whose rules would share a limiter (`api` keyed by a header,
+/// whose value `admin` names `api:admin`, another layer's global rule): both refuse as
+/// misconfigured (500) once each has decided, on the path that decides where it is
+/// called as on every other, and neither spends the other's permits.
+#[tokio::test]
+async fn attack_in_process_layers_whose_rules_overlap_refuse() {
+    let client = Client::memory();
+    let keyed = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(LayerRule::new("overlap-api", 5, MINUTE).key(Key::header("x-user")))
+        .build()
+        .unwrap();
+    let global = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(LayerRule::new("overlap-api:admin", 5, MINUTE))
+        .build()
+        .unwrap();
+    let keyed = serve(app(keyed)).await;
+    let global = serve(app(global)).await;
+    let admin = [("x-user", "admin")];
+    let first = status(keyed, "/a", &admin).await;
+    for _ in 0..10 {
+        assert_eq!(status(global, "/a", &[]).await, 500, "the global rule overlaps");
+        assert_eq!(status(keyed, "/a", &admin).await, 500, "the keyed rule overlaps");
+    }
+    assert_eq!(first, 200, "alone, the keyed rule decided");
+    // Only the first request spent a permit of the limiter both would share: 4 left.
+    let take = |n| [redlimit::Rule::new("rate_limit:overlap-api:admin", 5, MINUTE).permits(n)];
+    assert!(client.check_rules(&take(4)).await.unwrap().allowed);
+    assert!(!client.check_rules(&take(1)).await.unwrap().allowed);
+}

@@ -139,6 +139,16 @@ impl Engine {
         self.registered.store(true, Ordering::Relaxed);
     }
 
+    /// The refusal of a call whose rules overlap another function's (the rules put in
+    /// the registry on the first call, under `prefix`).
+    fn overlapping(&self, prefix: &str, rules: &[Rule]) -> Option<RateLimited> {
+        if !self.registered.load(Ordering::Relaxed) {
+            self.register(prefix);
+        }
+        let overlap = crate::rules::registry::conflict_of(self.id())?;
+        Some(self.misuse(rules, 0, overlap))
+    }
+
     /// This engine in the registry: its address, stable while it lives.
     fn id(&self) -> usize {
         self as *const Engine as usize
@@ -206,11 +216,8 @@ impl Engine {
             _ => (None, self.build_rules(client.prefix(), &mut call, overrides)),
         };
         let rules = if one.is_some() { one.as_slice() } else { &several };
-        if !self.registered.load(Ordering::Relaxed) {
-            self.register(client.prefix());
-        }
-        if let Some(overlap) = crate::rules::registry::conflict_of(self.id()) {
-            return Some(Err(self.misuse(rules, 0, overlap)));
+        if let Some(overlapping) = self.overlapping(client.prefix(), rules) {
+            return Some(Err(overlapping));
         }
         Some(match client.decide_in_process(rules)? {
             Ok(decision) if !decision.allowed => Err(self.refused_by(client, rules, &decision, &|i| i)),
@@ -263,11 +270,8 @@ impl Engine {
         }
         let overrides = client.background_ready().await;
         let rules: Rules = self.build_rules(client.prefix(), &mut call, Some((client, &overrides)));
-        if !self.registered.load(Ordering::Relaxed) {
-            self.register(client.prefix());
-        }
-        if let Some(overlap) = crate::rules::registry::conflict_of(self.id()) {
-            return Err(self.misuse(&rules, 0, overlap));
+        if let Some(overlapping) = self.overlapping(client.prefix(), &rules) {
+            return Err(overlapping);
         }
         if let Some(never) = self.never_passes(&call, &rules) {
             client.note_refused(never.key(), &self.rules[never.rule()].name);
