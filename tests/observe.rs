@@ -111,6 +111,29 @@ async fn local() -> Result<(), RateLimited> {
 #[tokio::test(flavor = "current_thread")]
 async fn metrics_count_every_outcome_and_backend_call() {
     take();
+    // An in-process layer, deciding where it is called (first: before any subscriber
+    // makes tracing report debug spans wanted): each request counted once.
+    #[cfg(feature = "axum")]
+    {
+        use redlimit::tower::{LayerRule, RateLimitLayer};
+        let layer = RateLimitLayer::builder()
+            .client(Client::memory())
+            .rule(LayerRule::new("obs:layer", 2, Duration::from_secs(60)))
+            .build()
+            .unwrap();
+        let app = axum::Router::new()
+            .route("/", axum::routing::get(|| async { "ok" }))
+            .layer(layer);
+        let addr = support::http::serve(app).await;
+        take();
+        for _ in 0..3 {
+            support::http::send(addr, "GET", "/", &[]).await;
+        }
+        let taken = take();
+        assert_eq!(decisions(&taken, "obs:layer", "allowed"), 2);
+        assert_eq!(decisions(&taken, "obs:layer", "limited"), 1);
+    }
+
     let server = RedisServer::start();
     let client = Client::builder()
         .command_timeout(Duration::from_millis(300))
