@@ -917,7 +917,7 @@ const CONTENTION_MS: u64 = 3000;
 const THREADS: usize = 16;
 /// The longest a call may be on its way to Redis (its clock read, then the script run)
 /// in the contention tests, 64 callers of two JVMs and two Rust processes on 2 cores: a
-/// JVM's pause counts too (one clean-clone run needed 54 ms, most need under 10).
+/// JVM's pause counts too (one run of the whole suite needed 54 ms, most need under 10).
 const MOST_IN_FLIGHT_MS: u64 = 100;
 
 /// The rules a Rust worker decides, by scenario; the limiter Java shares comes first

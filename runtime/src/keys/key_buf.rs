@@ -48,7 +48,6 @@ impl KeyBuf {
         self.end_value(start);
     }
 
-    /// The empty value's and the long value's forms, for the value written from `start`.
     /// A value given as bytes that may not be UTF-8 (a request header's): its UTF-8
     /// runs escaped as [`value_str`](KeyBuf::value_str) escapes them, every other byte
     /// written `%XX` (80 to FF, which escaped text never holds: its `%` is `%25`), so
@@ -64,6 +63,7 @@ impl KeyBuf {
         self.end_value(start);
     }
 
+    /// The empty value's and the long value's forms, for the value written from `start`.
     fn end_value(&mut self, start: usize) {
         let written = self.0.len() - start;
         if written == 0 {
