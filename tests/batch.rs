@@ -847,3 +847,47 @@ async fn attack_a_layer_s_batch_through_http_with_header_values() {
     }
     assert_eq!(status("k1").await, 429, "k1 is still at its limit");
 }
+
+/// A lease that ends with most of its batch unused: the next call gives it back before
+/// it takes again, so Redis never counts the unused permits against it. A batch of all
+/// 10 of a limiter's permits, 1 used, its lease over: the next call is granted (the 9
+/// came back) and the calls after it are granted until the 10 are spent, never refused
+/// for the rest of the window. Then, in real time, a lease the sweeper ends: the call
+/// that comes meanwhile waits for its give-back and is granted too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_batch_is_back_in_redis_before_the_next_take() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = clocked(&server, &clock).await;
+    let mut raw = server.raw().await;
+    warm_up_scripts(&server).await;
+    let name = "rate_limit:batch:back-first";
+    let rule = [Rule::new(name, 10, MINUTE)
+        .batch(10)
+        .batch_lease(Duration::from_millis(100))];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    clock.set(T0 + 200);
+    for i in 1..10 {
+        let decision = client.check_rules(&rule).await.unwrap();
+        assert!(decision.allowed, "call {i} after the lease: {decision:?}");
+    }
+    assert!(!client.check_rules(&rule).await.unwrap().allowed, "the 11th");
+    let spent: u32 = log_of(&mut raw, name)
+        .await
+        .iter()
+        .map(|(permits, _)| permits)
+        .sum();
+    assert_eq!(spent, 10);
+
+    // On the sweeper's watch: a 100 ms lease in real time, the clock standing still.
+    let name = "rate_limit:batch:back-first-swept";
+    let rule = [Rule::new(name, 10, MINUTE)
+        .batch(10)
+        .batch_lease(Duration::from_millis(100))];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    for pause in [90, 15, 5, 30, 200] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let decision = client.check_rules(&rule).await.unwrap();
+        assert!(decision.allowed, "after {pause} ms more: {decision:?}");
+    }
+}

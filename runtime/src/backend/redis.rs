@@ -471,22 +471,14 @@ impl RedisBackend {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut conn = self.conn.clone();
-        let timeout = self.timeout;
-        runtime.spawn(async move {
-            let mut args = [Arg::Text(""); layout::limiter::GIVE_BACK.args.len()];
-            args[layout::limiter::GIVE_BACK_MEMBER] = Arg::Bytes(&member[..]);
-            args[layout::limiter::GIVE_BACK_USED] = Arg::Int(used);
-            let mut invocation = SCRIPTS.give_back.prepare_invoke();
-            invocation.key(&keys.all()[..]).arg(&args[..]);
-            let given = tokio::time::timeout(timeout, invocation.invoke_async::<u64>(&mut conn)).await;
-            if !matches!(given, Ok(Ok(_))) {
-                tracing::debug!(
-                    "a batch's unused permits were not given back; they return to the limiter \
-                     when they leave the window"
-                );
-            }
-        });
+        let (mut conn, timeout) = (self.conn.clone(), self.timeout);
+        runtime.spawn(async move { give_back(&mut conn, timeout, &keys, member, used).await });
+    }
+
+    /// [`spawn_give_back`](RedisBackend::spawn_give_back) on the caller's path: done (or
+    /// failed, within the command timeout) when it returns.
+    pub(crate) async fn give_back(&self, keys: &LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
+        give_back(&mut self.conn.clone(), self.timeout, keys, member, used).await;
     }
 
     pub async fn config(&self, keys: &LimiterKeys, _now: u64) -> Result<Option<RateLimiterConfig>, Error> {
@@ -702,6 +694,29 @@ fn unexpected_reset(reply: &redis::Value) -> Error {
 }
 
 /// One argument of a script, written as Redis receives it (no allocation).
+/// One give-back (`lua/give_back.lua`), within `timeout`; a failure is logged at debug
+/// level only (the permits return when they leave the window).
+async fn give_back(
+    conn: &mut Conn,
+    timeout: Duration,
+    keys: &LimiterKeys,
+    member: [u8; member::MEMBER_LEN],
+    used: u64,
+) {
+    let mut args = [Arg::Text(""); layout::limiter::GIVE_BACK.args.len()];
+    args[layout::limiter::GIVE_BACK_MEMBER] = Arg::Bytes(&member[..]);
+    args[layout::limiter::GIVE_BACK_USED] = Arg::Int(used);
+    let mut invocation = SCRIPTS.give_back.prepare_invoke();
+    invocation.key(&keys.all()[..]).arg(&args[..]);
+    let given = tokio::time::timeout(timeout, invocation.invoke_async::<u64>(conn)).await;
+    if !matches!(given, Ok(Ok(_))) {
+        tracing::debug!(
+            "a batch's unused permits were not given back; they return to the limiter when \
+             they leave the window"
+        );
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Arg<'a> {
     Int(u64),

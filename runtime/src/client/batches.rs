@@ -113,6 +113,22 @@ impl Batches {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The slots whose batch's lease ended at `now`, by name, and the ms until the next
+    /// lease ends. A slot in use is left alone.
+    fn ended(&self, now: u64) -> (Vec<(String, Arc<Slot>)>, u64) {
+        let mut ended = Vec::new();
+        let mut next = u64::MAX;
+        for (name, slot) in self.slots().iter() {
+            let Ok(state) = slot.try_lock() else { continue };
+            match &state.batch {
+                Some(batch) if batch.ended(now) => ended.push((name.clone(), slot.clone())),
+                Some(batch) => next = next.min(batch.left_ms(now)),
+                None => {}
+            }
+        }
+        (ended, next)
+    }
+
     /// Takes every batch whose lease ended at `now` (every batch, with `all`) out of
     /// its slot, drops slots with none (`evict`), and answers them with the ms until the
     /// next lease ends. A slot in use is left alone.
@@ -178,8 +194,10 @@ impl Client {
         } else {
             state.rule = Some(rule.clone());
         }
+        // What an ended batch did not use is back in Redis before the next take, or the
+        // take would count it still and refuse, and the refusal would be kept.
         if let Some(done) = state.batch.take() {
-            self.give_back(rule.name(), done);
+            self.give_back_now(rule.name(), done).await;
         }
         let keys = match self.rule_keys(rule) {
             Ok(keys) => keys,
@@ -293,7 +311,18 @@ impl Client {
     /// Gives back, off the caller's path, what `batch` of the limiter `name` did not
     /// use; a refusal this client keeps of the limiter is dropped (permits came back).
     fn give_back(&self, name: &str, batch: Batch) {
-        give_back(self.backend(), &self.inner.client_id, name, batch);
+        if let Some((redis, keys)) = unused(self.backend(), &self.inner.client_id, name, &batch) {
+            redis.spawn_give_back(keys, batch.member, batch.used);
+        }
+        self.inner.refusals.forget(name);
+    }
+
+    /// [`give_back`](Client::give_back), done (or failed within the command timeout)
+    /// when it returns.
+    async fn give_back_now(&self, name: &str, batch: Batch) {
+        if let Some((redis, keys)) = unused(self.backend(), &self.inner.client_id, name, &batch) {
+            redis.give_back(&keys, batch.member, batch.used).await;
+        }
         self.inner.refusals.forget(name);
     }
 
@@ -314,9 +343,16 @@ impl Client {
                     let Some(client) = weak.upgrade() else {
                         return;
                     };
-                    let (closed, next) = client.inner.batches.close(client.now_ms(), false, false);
-                    for (name, batch) in closed {
-                        client.give_back(&name, batch);
+                    // Each under its slot's lock, until Redis has it back: a caller of
+                    // the limiter waits for it rather than take while Redis still counts
+                    // it.
+                    let (ended, next) = client.inner.batches.ended(client.now_ms());
+                    for (name, slot) in ended {
+                        let mut state = slot.lock().await;
+                        let now = client.now_ms();
+                        if let Some(batch) = state.batch.take_if(|batch| batch.ended(now)) {
+                            client.give_back_now(&name, batch).await;
+                        }
                     }
                     next
                 };
@@ -327,16 +363,27 @@ impl Client {
     }
 }
 
-/// Gives back what `batch` did not use, in a task of its own (Redis only: the
-/// in-process backend takes no batch).
-fn give_back(backend: &Backend, client_id: &Arc<str>, name: &str, batch: Batch) {
+/// The backend and keys to give back to what `batch` of the limiter `name` did not
+/// use, if any (Redis only: the in-process backend takes no batch).
+fn unused<'b>(
+    backend: &'b Backend,
+    client_id: &Arc<str>,
+    name: &str,
+    batch: &Batch,
+) -> Option<(&'b crate::backend::redis::RedisBackend, LimiterKeys)> {
     let Backend::Redis(redis) = backend else {
-        return;
+        return None;
     };
     if batch.used >= batch.taken {
-        return;
+        return None;
     }
-    if let Ok(keys) = LimiterKeys::with_client(name.to_owned(), client_id.clone()) {
+    let keys = LimiterKeys::with_client(name.to_owned(), client_id.clone()).ok()?;
+    Some((redis, keys))
+}
+
+/// Gives back what `batch` did not use, in a task of its own.
+fn give_back(backend: &Backend, client_id: &Arc<str>, name: &str, batch: Batch) {
+    if let Some((redis, keys)) = unused(backend, client_id, name, &batch) {
         redis.spawn_give_back(keys, batch.member, batch.used);
     }
 }
