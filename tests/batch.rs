@@ -371,8 +371,8 @@ async fn a_batch_given_back_alone_in_its_log_keeps_the_log_s_expiry() {
     assert!(pttl > 0, "the log keeps its expiry (PTTL {pttl} ms)");
 }
 
-/// A lease also ends in real time: a client whose clock stalls (here a manual clock
-/// that never moves) or steps back does not keep serving a batch past its lease.
+/// A lease also ends in real time: a client whose clock steps back and stalls (here a
+/// manual clock set back, then never moved) does not keep serving a batch past its lease.
 #[tokio::test]
 async fn a_lease_ends_in_real_time_whatever_the_client_s_clock() {
     let server = RedisServer::start();
@@ -391,7 +391,8 @@ async fn a_lease_ends_in_real_time_whatever_the_client_s_clock() {
         0,
         "within the lease, from the batch"
     );
-    // The client's clock never moves; 2 s pass in real time.
+    // The client's clock steps back, then never moves; 2 s pass in real time.
+    clock.set(T0 - 500);
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     let monitor = support::monitor::Monitor::start(server.port);
     assert!(client.check_rules(&rule).await.unwrap().allowed);
@@ -666,10 +667,12 @@ async fn attack_the_attribute_s_batch_with_callers_values() {
         "x}:{bob",
     ];
     for value in hostile {
-        // Each is its own limiter (or refused as a key, as without a batch).
+        // Each is its own limiter of 10 a minute.
+        let mut granted = 0;
         for _ in 0..20 {
-            let _ = batched_by_user(value).await;
+            granted += usize::from(batched_by_user(value).await.is_ok());
         }
+        assert_eq!(granted, 10, "{value:?} has a limiter of its own");
     }
     for _ in 0..9 {
         batched_by_user("bob").await.unwrap();
@@ -677,12 +680,30 @@ async fn attack_the_attribute_s_batch_with_callers_values() {
     assert!(batched_by_user("bob").await.is_err(), "bob's 10 per minute hold");
     let bob_log: Vec<u32> = log_of(&mut raw, bob).await.into_iter().map(|(p, _)| p).collect();
     assert_eq!(bob_log, [5, 5], "only bob's calls took from bob's limiter");
+    // Every key is one of these limiters' own (its name, or `{name}:` and a suffix),
+    // or the library's: the values escaped, none reaching another's.
+    let escape = |v: &str| {
+        v.replace('%', "%25")
+            .replace(':', "%3A")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+    };
+    let names: Vec<String> = std::iter::once("bob")
+        .chain(hostile)
+        .map(|v| format!("rate_limit:batch:attr:{}", escape(v)))
+        .collect();
     let keys: Vec<String> = raw.keys("*").await.unwrap();
     for key in &keys {
+        let own = names
+            .iter()
+            .any(|name| key == name || key.starts_with(&format!("{{{name}}}:")));
         assert!(
-            key.contains("rate_limit:batch:attr:") || key.starts_with("rate_limit:redlimit:"),
+            own || key.starts_with("rate_limit:redlimit:"),
             "a caller's value reached the key {key:?}"
         );
+    }
+    for name in &names {
+        assert!(keys.contains(name), "{name} kept its config: {keys:?}");
     }
 }
 
@@ -737,15 +758,18 @@ async fn a_failed_take_is_the_backend_failing_and_a_batch_serves_only_within_its
     let name = "rate_limit:batch:failing";
     let rule = [Rule::new(name, 100, MINUTE)
         .batch(5)
-        .batch_lease(Duration::from_millis(100))];
+        .batch_lease(Duration::from_secs(1))];
     assert!(client.check_rules(&rule).await.unwrap().allowed);
     server.pause();
-    // The permits Redis counted already are served while the lease runs.
+    // The permits Redis counted already are served while the lease runs (1 s on the
+    // client's clock; in real time, far longer than these calls on a loaded machine).
     clock.set(T0 + 50);
-    for _ in 0..4 {
+    for _ in 0..2 {
         assert!(client.check_rules(&rule).await.unwrap().allowed);
     }
-    // The batch used up: the next take fails as any call does (on_error decides it).
+    // The lease over, with 2 permits left in the batch: none is served; the next take
+    // fails as any call does (on_error decides it).
+    clock.set(T0 + 1_050);
     let failed = client.check_rules(&rule).await.unwrap_err();
     assert!(failed.is_backend_failure(), "{failed:?}");
     server.resume();
@@ -759,7 +783,7 @@ async fn a_failed_take_is_the_backend_failing_and_a_batch_serves_only_within_its
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    clock.set(T0 + 200);
+    clock.set(T0 + 1_200);
     assert!(client.check_rules(&rule).await.unwrap().allowed);
 }
 
