@@ -915,3 +915,42 @@ async fn an_ended_batch_is_back_in_redis_before_the_next_take() {
         assert!(decision.allowed, "after {pause} ms more: {decision:?}");
     }
 }
+
+/// While Redis hangs, callers of one batched limiter queue for its take, but none waits
+/// longer than about one command timeout behind the others: 8 at once under a command
+/// timeout of 200 ms each answer a backend failure within 700 ms (queued one take after
+/// another, the last waited about 1.6 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_queued_behind_a_hung_take_wait_about_one_command_timeout() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    warm_up_scripts(&server).await;
+    let rule = [Rule::new("rate_limit:batch:hung", 100, MINUTE).batch(10)];
+    server.pause();
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, rule) = (client.clone(), rule.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let decided = client.check_rules(&rule).await;
+                (decided.map(|d| d.allowed), started.elapsed())
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for caller in callers {
+        let (decided, took) = caller.await.unwrap();
+        let failed = decided.expect_err("no answer from a hung Redis");
+        assert!(failed.is_backend_failure(), "{failed:?}");
+        slowest = slowest.max(took);
+    }
+    server.resume();
+    assert!(
+        slowest < Duration::from_millis(700),
+        "the slowest caller took {slowest:?}"
+    );
+}

@@ -185,7 +185,16 @@ impl Client {
             return None;
         }
         let slot = self.batch_slot(rule.name())?;
-        let mut state = slot.lock().await;
+        // Behind another caller's take of this limiter's batch for no longer than a call
+        // of Redis may take: a hung server's queue of callers does not grow the wait of
+        // each by one command timeout more.
+        let timeout = self.command_timeout();
+        let Ok(mut state) = tokio::time::timeout(timeout, slot.lock()).await else {
+            return Some(Err(Error::Timeout {
+                after: timeout,
+                connecting: false,
+            }));
+        };
         let now = self.now_ms();
         if state.rule.as_ref() == Some(rule) {
             if let Some(granted) = state.batch.as_mut().and_then(|b| b.serve(permits, now)) {
