@@ -954,3 +954,46 @@ async fn callers_queued_behind_a_hung_take_wait_about_one_command_timeout() {
         "the slowest caller took {slowest:?}"
     );
 }
+
+/// A call whose caller gives up while its script is on its way (its own timeout, shorter
+/// than the client's) has what Redis granted refunded: with Redis paused, a batch of 10
+/// and a plain call of 1 on new limiters, each dropped after 100 ms; once Redis runs
+/// them, each limiter is made and whole again (its value at the rate, its log empty).
+#[tokio::test]
+async fn a_take_whose_caller_gives_up_is_refunded() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(3))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut raw = server.raw().await;
+    warm_up_scripts(&server).await;
+    let names = ["rate_limit:batch:given-up", "rate_limit:batch:given-up-plain"];
+    let rules = [
+        Rule::new(names[0], 100, MINUTE).batch(10),
+        Rule::new(names[1], 100, MINUTE),
+    ];
+    server.pause();
+    for rule in &rules {
+        let call = client.check_rules(std::slice::from_ref(rule));
+        assert!(tokio::time::timeout(Duration::from_millis(100), call)
+            .await
+            .is_err());
+    }
+    server.resume();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for name in names {
+        loop {
+            let (value, log) = (value_of(&mut raw, name).await, log_of(&mut raw, name).await);
+            if value == Some(100) && log.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: value {value:?}, log {log:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

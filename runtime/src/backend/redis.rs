@@ -212,6 +212,14 @@ impl RedisBackend {
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         let probe = calls.iter().all(|c| c.permits == 0);
         let replicas = self.replicas.filter(|_| !probe);
+        // A token bucket's grant is not in any log: nothing to take back.
+        let refundable = !(probe || only_buckets);
+        let cancelled = RefundIfDropped {
+            backend: self,
+            calls,
+            members: &members,
+            armed: refundable,
+        };
         let reply: Result<(redis::Value, u64), Error> = self
             .run(&keys, |mut conn| async move {
                 match replicas {
@@ -220,12 +228,12 @@ impl RedisBackend {
                 }
             })
             .await;
+        cancelled.disarm();
         let (reply, acknowledged) = match reply {
             Ok(reply) => reply,
             Err(guess @ Error::WrongType { .. }) => return Err(self.wrong_type(calls, guess).await),
             Err(err) => {
-                // A token bucket's grant is not in any log: nothing to take back.
-                if !(probe || only_buckets) && may_have_run(&err) {
+                if refundable && may_have_run(&err) {
                     self.spawn_refund(calls, members);
                 }
                 return Err(err);
@@ -870,6 +878,31 @@ fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
 }
 
 /// Whether a failed call may have reached Redis and run there.
+/// Refunds a call's grants when its future is dropped while its script is on its way
+/// (the caller's own timeout, a `select!`, a reset HTTP/2 stream): the script may have
+/// run, and nobody will use what it granted.
+struct RefundIfDropped<'a, 'c> {
+    backend: &'a RedisBackend,
+    calls: &'a [Call<'c>],
+    members: &'a [[u8; member::MEMBER_LEN]],
+    armed: bool,
+}
+
+impl RefundIfDropped<'_, '_> {
+    /// The reply came (or the call failed, which refunds on its own terms).
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for RefundIfDropped<'_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.backend.spawn_refund(self.calls, self.members.to_vec());
+        }
+    }
+}
+
 fn may_have_run(err: &Error) -> bool {
     match err {
         // A connection lost after the call was written: it may have run.
