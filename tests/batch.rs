@@ -997,3 +997,35 @@ async fn a_take_whose_caller_gives_up_is_refunded() {
         }
     }
 }
+
+/// One batch serves calls of one limiter whatever each call's permits (a layer's cost
+/// per request): 1, 2 and 1 permits of a batch of 5 cost Redis one script call, and the
+/// next call of 2, more than the batch holds, takes the next batch.
+#[tokio::test]
+async fn a_batch_serves_calls_of_any_permits_on_its_limiter() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = clocked(&server, &clock).await;
+    warm_up_scripts(&server).await;
+    let name = "rate_limit:batch:costs";
+    let rule = |permits| {
+        [Rule::new(name, 100, MINUTE)
+            .batch(5)
+            .batch_lease(Duration::from_secs(30))
+            .permits(permits)]
+    };
+    let monitor = support::monitor::Monitor::start(server.port);
+    for permits in [1, 2, 1] {
+        assert!(client.check_rules(&rule(permits)).await.unwrap().allowed);
+    }
+    let commands = monitor.client_commands();
+    assert_eq!(evalshas(&commands), 1, "one batch for all three: {commands:?}");
+    let monitor = support::monitor::Monitor::start(server.port);
+    assert!(client.check_rules(&rule(2)).await.unwrap().allowed);
+    let commands = monitor.client_commands();
+    assert_eq!(
+        evalshas(&commands),
+        2,
+        "the batch given back, the next taken: {commands:?}"
+    );
+}

@@ -163,7 +163,7 @@ impl LayerRule {
     /// for at most a short lease, giving back what it did not use (default 1: no
     /// batching; at most the rate; a sliding window only). Every window of `interval -
     /// lease` then holds at most `rate` requests, and every window of `interval` at most
-    /// `rate + N * k` for `N` processes (see `Rule::batch`).
+    /// `rate + N * k` for `N` clients batching it (see `Rule::batch`).
     pub fn batch(mut self, k: u64) -> Self {
         self.spec.batch = k;
         self

@@ -169,7 +169,7 @@ impl Client {
         }
         let slots = batches.slots();
         let mut state = slots.get(rule.name())?.try_lock().ok()?;
-        if state.rule.as_ref() != Some(rule) {
+        if !state.rule.as_ref().is_some_and(|kept| same_batch(kept, rule)) {
             return None;
         }
         let now = self.now_ms();
@@ -196,7 +196,7 @@ impl Client {
             }));
         };
         let now = self.now_ms();
-        if state.rule.as_ref() == Some(rule) {
+        if state.rule.as_ref().is_some_and(|kept| same_batch(kept, rule)) {
             if let Some(granted) = state.batch.as_mut().and_then(|b| b.serve(permits, now)) {
                 return Some(Ok(granted));
             }
@@ -370,6 +370,17 @@ impl Client {
             }
         });
     }
+}
+
+/// Whether a batch taken for `kept` serves a call of `rule`: the same limiter, config
+/// and batch, whatever each call's permits (a layer's cost per request varies them; a
+/// batch serves any number up to what it holds).
+fn same_batch(kept: &Rule, rule: &Rule) -> bool {
+    kept.name() == rule.name()
+        && kept.config() == rule.config()
+        && kept.counted_by() == rule.counted_by()
+        && kept.batch_size() == rule.batch_size()
+        && kept.batch_lease_ms() == rule.batch_lease_ms()
 }
 
 /// The backend and keys to give back to what `batch` of the limiter `name` did not
