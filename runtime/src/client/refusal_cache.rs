@@ -8,7 +8,9 @@
 //! the answer changes (no grant leaves the window earlier that would count, no whole
 //! token refills), so the refusal, its `remaining` and its `retry_after` (the time left
 //! of the wait Redis gave) are what Redis would answer, as long as no other client
-//! gives permits back, deletes the limiter or raises its rate meanwhile: then a call
+//! gives permits back (this one's give-backs of ended batches land before its next
+//! take of the limiter, but for batches closed to make room at its bound of batched
+//! limiters), deletes the limiter or raises its rate meanwhile: then a call
 //! Redis would grant may be refused, never for longer than the wait Redis gave. A call
 //! for another number of permits, with another config, or of several rules goes to
 //! Redis. Any grant this client makes on a limiter, and any change it makes to one,
