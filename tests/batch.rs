@@ -531,8 +531,13 @@ async fn a_batch_serves_only_its_own_limiter_and_rule() {
     let clock = ManualClock::new(T0);
     let client = clocked(&server, &clock).await;
     let mut raw = server.raw().await;
-    let a = Rule::new("rate_limit:batch:a", 10, MINUTE).batch(5);
-    let b = Rule::new("rate_limit:batch:b", 10, MINUTE).batch(5);
+    let lease = Duration::from_secs(30);
+    let a = Rule::new("rate_limit:batch:a", 10, MINUTE)
+        .batch(5)
+        .batch_lease(lease);
+    let b = Rule::new("rate_limit:batch:b", 10, MINUTE)
+        .batch(5)
+        .batch_lease(lease);
     assert!(
         client
             .check_rules(std::slice::from_ref(&a))
@@ -554,7 +559,9 @@ async fn a_batch_serves_only_its_own_limiter_and_rule() {
     );
     // The same limiter under another rule (another batch size): the batch of the
     // first rule is closed and gives back the 4 it did not use; the new rule takes its own.
-    let other = Rule::new("rate_limit:batch:a", 10, MINUTE).batch(3);
+    let other = Rule::new("rate_limit:batch:a", 10, MINUTE)
+        .batch(3)
+        .batch_lease(lease);
     assert!(
         client
             .check_rules(std::slice::from_ref(&other))
@@ -843,6 +850,8 @@ async fn attack_a_layer_s_batch_through_http_with_header_values() {
         .rule(
             LayerRule::new("hot", 10, MINUTE)
                 .batch(5)
+                // Longer than the test on a loaded machine: no lease ends in it.
+                .batch_lease(Duration::from_secs(30))
                 .key(Key::header("x-api-key")),
         )
         .build()
