@@ -212,10 +212,7 @@ async fn refusal_reports_of_sprayed_keys_stay_within_their_budget() {
         )
         .build()
         .unwrap();
-    let app = axum::Router::new()
-        .route("/", axum::routing::get(|| async { "ok" }))
-        .layer(layer);
-    let addr = support::http::serve(app).await;
+    let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
     let sprayed = 2_000;
     let started = std::time::Instant::now();
     for i in 0..sprayed {
@@ -279,10 +276,7 @@ async fn an_override_a_rule_cannot_take_never_takes_a_route_down() {
         )
         .build()
         .unwrap();
-    let app = axum::Router::new()
-        .route("/", axum::routing::get(|| async { "ok" }))
-        .layer(layer);
-    let addr = support::http::serve(app).await;
+    let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
     assert_eq!(support::http::send(addr, "GET", "/", &[]).await.status, 200);
 
     // Warm-up times rate far above what the bucket counts: refused, with the reason.

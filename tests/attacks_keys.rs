@@ -70,10 +70,7 @@ async fn a_value_reaches_neither_another_rules_limiters_nor_the_librarys_keys() 
         .rule(LayerRule::new("login", 5, Duration::from_secs(60)).key(Key::client_ip()))
         .build()
         .unwrap();
-    let app = axum::Router::new()
-        .route("/login", axum::routing::get(|| async { "ok" }))
-        .layer(layer);
-    let addr = support::http::serve(app).await;
+    let addr = support::http::serve_route("/login", |app| app.layer(layer)).await;
     assert_eq!(support::http::send(addr, "GET", "/login", &[]).await.status, 200);
 
     // The attribute's rule, called with the victim's address: refused, naming both

@@ -856,10 +856,7 @@ async fn attack_a_layer_s_batch_through_http_with_header_values() {
         )
         .build()
         .unwrap();
-    let app = axum::Router::new()
-        .route("/", axum::routing::get(|| async { "ok" }))
-        .layer(layer);
-    let addr = support::http::serve(app).await;
+    let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
     let status = |key: &'static str| async move {
         support::http::send(addr, "GET", "/", &[("x-api-key", key)])
             .await

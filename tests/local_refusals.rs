@@ -216,10 +216,7 @@ async fn the_attribute_and_the_layer_switch_it_off_per_rule() {
             .rule(LayerRule::new(name, 1, MINUTE).local_refusals(!off))
             .build()
             .unwrap();
-        let app = axum::Router::new()
-            .route("/", axum::routing::get(|| async { "ok" }))
-            .layer(layer);
-        let addr = support::http::serve(app).await;
+        let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
         assert_eq!(support::http::send(addr, "GET", "/", &[]).await.status, 200);
         assert_eq!(support::http::send(addr, "GET", "/", &[]).await.status, 429);
         let monitor = support::monitor::Monitor::start(server.port);

@@ -121,10 +121,7 @@ async fn metrics_count_every_outcome_and_backend_call() {
             .rule(LayerRule::new("obs:layer", 2, Duration::from_secs(60)))
             .build()
             .unwrap();
-        let app = axum::Router::new()
-            .route("/", axum::routing::get(|| async { "ok" }))
-            .layer(layer);
-        let addr = support::http::serve(app).await;
+        let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
         take();
         for _ in 0..3 {
             support::http::send(addr, "GET", "/", &[]).await;

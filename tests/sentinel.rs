@@ -730,9 +730,8 @@ async fn a_hung_sentinel_does_not_deafen_the_listener() {
 #[cfg(feature = "axum")]
 #[tokio::test]
 async fn the_layer_decides_behind_sentinel_across_a_failover() {
-    use axum::routing::get;
     use redlimit::tower::{Key, LayerRule, RateLimitLayer};
-    use support::http::{send, serve};
+    use support::http::{send, serve_route};
 
     let mut set = RedisSentinel::start();
     let client = Client::builder()
@@ -749,12 +748,7 @@ async fn the_layer_decides_behind_sentinel_across_a_failover() {
         )
         .build()
         .unwrap();
-    let addr = serve(
-        axum::Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
+    let addr = serve_route("/", |app| app.layer(layer)).await;
     let user = |name| [("x-user", name)];
     for _ in 0..3 {
         assert_eq!(send(addr, "GET", "/", &user("alice")).await.status, 200);

@@ -25,6 +25,15 @@ pub async fn serve(app: axum::Router) -> SocketAddr {
     serve_on("127.0.0.1", app).await
 }
 
+/// Serves one route, `GET path` answering `ok`, with what `wrap` adds to the router
+/// (`|app| app.layer(layer)`), on 127.0.0.1.
+pub async fn serve_route(path: &str, wrap: impl FnOnce(axum::Router) -> axum::Router) -> SocketAddr {
+    serve(wrap(
+        axum::Router::new().route(path, axum::routing::get(|| async { "ok" })),
+    ))
+    .await
+}
+
 /// One response: the status, the headers and the body.
 #[derive(Debug)]
 pub struct Reply {
