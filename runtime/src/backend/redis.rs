@@ -701,7 +701,6 @@ fn unexpected_reset(reply: &redis::Value) -> Error {
     }
 }
 
-/// One argument of a script, written as Redis receives it (no allocation).
 /// One give-back (`lua/give_back.lua`), within `timeout`; a failure is logged at debug
 /// level only (the permits return when they leave the window).
 async fn give_back(
@@ -725,6 +724,7 @@ async fn give_back(
     }
 }
 
+/// One argument of a script, written as Redis receives it (no allocation).
 #[derive(Clone, Copy)]
 enum Arg<'a> {
     Int(u64),
@@ -877,7 +877,6 @@ fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
         .collect()
 }
 
-/// Whether a failed call may have reached Redis and run there.
 /// Refunds a call's grants when its future is dropped while its script is on its way
 /// (the caller's own timeout, a `select!`, a reset HTTP/2 stream): the script may have
 /// run, and nobody will use what it granted.
@@ -903,6 +902,7 @@ impl Drop for RefundIfDropped<'_, '_> {
     }
 }
 
+/// Whether a failed call may have reached Redis and run there.
 fn may_have_run(err: &Error) -> bool {
     match err {
         // A connection lost after the call was written: it may have run.
