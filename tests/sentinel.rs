@@ -404,7 +404,7 @@ async fn a_manual_failover_is_followed_too() {
     support::sentinel::sentinel_cli(port, &["sentinel", "failover", "mymaster"]);
     let waited = wait_for_master(&set, replica).await;
     let started = Instant::now();
-    let mut failed = 0;
+    let (mut failed, mut last_error) = (0, None);
     // Decided by the new master: its log grows.
     let count = |port: u16| -> u64 {
         set.node_cli(port, &["zcard", "{rate_limit:sentinel:manual}:permits"])
@@ -424,11 +424,16 @@ async fn a_manual_failover_is_followed_too() {
             Err(err) => {
                 assert_hidden(&format!("{err} {err:?}"));
                 failed += 1;
+                last_error = Some(err.to_string());
             }
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "still not on the new master"
+            "still not on the new master after 30 s: {failed} calls failed (the last: \
+             {last_error:?}), {} grants on the old master, roles {:?} / {:?}",
+            count(old_master),
+            set.node_cli(old_master, &["role"]).lines().next(),
+            set.node_cli(replica, &["role"]).lines().next(),
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -839,4 +844,122 @@ async fn concurrent_waited_grants_queue_behind_each_others_wait() {
     );
     assert!(not_replicated >= 1, "the first WAIT answers within its timeout");
     assert!(timed_out >= 1, "the later calls queue behind the earlier WAITs");
+}
+
+/// A sentinel that never hears of a failover: it answers every `SENTINEL MASTER` with
+/// `port` as the master, up, and `+OK` to anything else (the client's `AUTH`). Returns
+/// its port and how many times it was asked for the master.
+async fn stale_sentinel(port: u16) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let own = listener.local_addr().unwrap().port();
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let asked = counter.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                // A command: `*N`, then N times `$len` and the argument.
+                while let Ok(Some(head)) = lines.next_line().await {
+                    let n: usize = head.trim_start_matches('*').parse().unwrap_or(0);
+                    let mut args = Vec::new();
+                    for _ in 0..n {
+                        let _len = lines.next_line().await;
+                        args.push(lines.next_line().await.ok().flatten().unwrap_or_default());
+                    }
+                    let reply = if args.first().map(|a| a.to_ascii_uppercase()).as_deref() == Some("SENTINEL")
+                    {
+                        asked.fetch_add(1, Ordering::SeqCst);
+                        let fields = [
+                            "name",
+                            support::sentinel::MASTER_NAME,
+                            "ip",
+                            "127.0.0.1",
+                            "port",
+                            &port.to_string(),
+                            "flags",
+                            "master",
+                        ]
+                        .map(|f| format!("${}\r\n{f}\r\n", f.len()));
+                        format!("*{}\r\n{}", fields.len(), fields.concat())
+                    } else {
+                        "+OK\r\n".to_owned()
+                    };
+                    if write.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (own, asked)
+}
+
+#[tokio::test]
+async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
+    // After `+switch-master`, the old master says it is one for seconds more, and a
+    // sentinel asked then may not have heard of the switch: the client goes where the
+    // announcement said, not where that sentinel points.
+    let set = RedisSentinel::start();
+    let (old_master, new_master) = set.data_ports();
+    let first = set.sentinel_ports()[0];
+    let (stale, asked) = stale_sentinel(old_master).await;
+    // The client listens on the sentinel listed first; the stale one is listed second.
+    let url = format!(
+        "redis+sentinel://:{MASTER_PASSWORD}@127.0.0.1:{first},127.0.0.1:{stale}/{}?sentinel_password={SENTINEL_PASSWORD}",
+        support::sentinel::MASTER_NAME
+    );
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&url)
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter("rate_limit:sentinel:announced");
+    limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let count = |port: u16| -> u64 {
+        set.node_cli(port, &["zcard", "{rate_limit:sentinel:announced}:permits"])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    assert_eq!(count(old_master), 1);
+
+    // Heard as the client's listener hears it.
+    let mut announcements = redis::Client::open(format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{first}/"))
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    announcements.subscribe("+switch-master").await.unwrap();
+    support::sentinel::sentinel_cli(first, &["sentinel", "failover", "mymaster"]);
+    let announced = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio_stream::StreamExt::next(&mut announcements.on_message()),
+    )
+    .await
+    .expect("no +switch-master within 30 s")
+    .unwrap();
+    let payload: String = announced.get_payload().unwrap();
+    assert!(payload.ends_with(&format!(" {new_master}")), "{payload}");
+    // The client's own listener has its copy; the sentinel that announced it now hangs,
+    // so the next search hears only the stale sentinel, if it asks one.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    set.signal_first_sentinel("-STOP");
+    let asked_before = asked.load(Ordering::SeqCst);
+    let granted = limiter.try_acquire(1).await;
+    set.signal_first_sentinel("-CONT");
+    assert!(granted.unwrap());
+    assert_eq!(
+        (count(old_master), count(new_master)),
+        (1, 2),
+        "decided by the old master after the switch was announced (the stale sentinel was \
+         asked {} times)",
+        asked.load(Ordering::SeqCst) - asked_before
+    );
 }

@@ -15,7 +15,10 @@
 //! was lost, timed out, or reached a node that is no longer a master (`READONLY`,
 //! `MASTERDOWN`), and when a sentinel announces a new master (`+switch-master`, which a
 //! task of the client's listens for on one sentinel at a time): so a failover, a
-//! crash's or an operator's, is followed without a restart. Commands are never sent
+//! crash's or an operator's, is followed without a restart. The search after an
+//! announcement tries the announced master first: another sentinel may not have heard
+//! of the switch yet and name the old master, which after an operator's failover says
+//! it is one, and takes writes, until the sentinels make it a replica seconds later. Commands are never sent
 //! twice: a script whose answer was lost may have run, and the caller's `on_error`
 //! decides.
 
@@ -296,6 +299,10 @@ struct State {
     failed: Option<(Instant, RedisError)>,
     /// Whether a search is under way.
     searching: bool,
+    /// The master a sentinel announced last (`+switch-master`), tried first by the
+    /// next search: a sentinel asked then may not have heard of the switch yet and
+    /// name the old master, which says it is one until it is made a replica.
+    announced: Option<(String, u16)>,
 }
 
 /// How many sentinels a search asks at once: a sentinel that hangs holds one place
@@ -427,7 +434,8 @@ async fn search(inner: Arc<Inner>) {
         }
     }
     let mut finish = Finish(&inner, None);
-    let found = tokio::time::timeout(inner.timeouts.connect, inner.find()).await;
+    let announced = inner.lock().announced.take();
+    let found = tokio::time::timeout(inner.timeouts.connect, inner.find(announced)).await;
     if matches!(found, Ok(Ok(_))) {
         // Kept only while no master is found: searches are rare once one answers,
         // and a client should not hold a connection to every sentinel meanwhile.
@@ -449,11 +457,19 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Asks the sentinels, a few at once, for the master, and connects to the first
-    /// master one of them names. When none does, the most telling failure: the
-    /// master's own (a wrong password, an untrusted certificate), else a sentinel's,
-    /// else that no sentinel knows a master of that name that is up.
-    async fn find(&self) -> RedisResult<MultiplexedConnection> {
+    /// The master a sentinel announced, if it says it is one; else asks the sentinels,
+    /// a few at once, for the master, and connects to the first master one of them
+    /// names. When none does, the most telling failure: the master's own (a wrong
+    /// password, an untrusted certificate), else a sentinel's, else that no sentinel
+    /// knows a master of that name that is up.
+    async fn find(&self, announced: Option<(String, u16)>) -> RedisResult<MultiplexedConnection> {
+        if let Some((ip, port)) = announced {
+            // Half the connect timeout at most: the sentinels have the rest.
+            let tried = tokio::time::timeout(self.timeouts.connect / 2, self.connect_master(ip, port));
+            if let Ok(Ok(conn)) = tried.await {
+                return Ok(conn);
+            }
+        }
         // Collected first: a closure inside the stream makes the task's future not `Send`.
         let lookups: Vec<_> = self.sentinels.iter().map(|s| self.ask(s)).collect();
         let mut lookups = futures_util::stream::iter(lookups).buffer_unordered(SENTINELS_AT_ONCE);
@@ -688,8 +704,8 @@ impl Watched {
                 Ok(None) => return,
                 Ok(Some(message)) => {
                     let payload: String = message.get_payload().unwrap_or_default();
-                    if payload.split(' ').next() == Some(self.master.as_str()) {
-                        forget(inner);
+                    if let Some(new_master) = switched_to(&payload, &self.master) {
+                        announce(inner, new_master);
                     }
                 }
             }
@@ -704,6 +720,27 @@ fn forget(inner: &std::sync::Weak<Inner>) {
         state.current = None;
         state.failed = None;
     }
+}
+
+/// Forgets the master in use for the one announced, which the next search tries first.
+fn announce(inner: &std::sync::Weak<Inner>, new_master: (String, u16)) {
+    if let Some(inner) = inner.upgrade() {
+        let mut state = inner.lock();
+        state.current = None;
+        state.failed = None;
+        state.announced = Some(new_master);
+    }
+}
+
+/// The new master's address in a `+switch-master` announcement of `master`:
+/// `<master name> <old ip> <old port> <new ip> <new port>`, read from the end, as a
+/// master's name may hold a space.
+fn switched_to(payload: &str, master: &str) -> Option<(String, u16)> {
+    let mut parts = payload.rsplitn(5, ' ');
+    let port = parts.next()?.parse::<u16>().ok().filter(|p| *p != 0)?;
+    let ip = parts.next().filter(|ip| !ip.is_empty())?;
+    let (_old_port, _old_ip) = (parts.next()?, parts.next()?);
+    (parts.next()? == master).then(|| (ip.to_owned(), port))
 }
 
 /// Whether `err` means the master's connection is no use: lost, silent, or to a node
@@ -796,6 +833,30 @@ mod tests {
             "bucket READONLY You can't write"
         ));
         assert!(!not_the_master("ERR", "redlimit:bad_bucket:1 bucket READONLY"));
+    }
+
+    #[test]
+    fn an_announcement_names_the_new_master_of_its_master_only() {
+        let switched = |payload| switched_to(payload, "mymaster");
+        assert_eq!(
+            switched("mymaster 127.0.0.1 6379 127.0.0.1 6380"),
+            Some(("127.0.0.1".into(), 6380))
+        );
+        assert_eq!(
+            switched_to("my master 10.0.0.1 6379 10.0.0.2 6380", "my master"),
+            Some(("10.0.0.2".into(), 6380))
+        );
+        for other in [
+            "othermaster 127.0.0.1 6379 127.0.0.1 6380",
+            "xmymaster 127.0.0.1 6379 127.0.0.1 6380",
+            "mymaster 127.0.0.1 6379 127.0.0.1 0",
+            "mymaster 127.0.0.1 6379 127.0.0.1 x",
+            "mymaster 127.0.0.1 6379  6380",
+            "127.0.0.1 6379 127.0.0.1 6380",
+            "",
+        ] {
+            assert_eq!(switched(other), None, "{other}");
+        }
     }
 
     fn parsed(url: &str) -> SentinelUrl {
