@@ -846,55 +846,136 @@ async fn concurrent_waited_grants_queue_behind_each_others_wait() {
     assert!(timed_out >= 1, "the later calls queue behind the earlier WAITs");
 }
 
-/// A sentinel that never hears of a failover: it answers every `SENTINEL MASTER` with
-/// `port` as the master, up, and `+OK` to anything else (the client's `AUTH`). Returns
-/// its port and how many times it was asked for the master.
-async fn stale_sentinel(port: u16) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let own = listener.local_addr().unwrap().port();
-    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = asked.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let asked = counter.clone();
-            tokio::spawn(async move {
-                let (read, mut write) = stream.into_split();
-                let mut lines = BufReader::new(read).lines();
-                // A command: `*N`, then N times `$len` and the argument.
-                while let Ok(Some(head)) = lines.next_line().await {
-                    let n: usize = head.trim_start_matches('*').parse().unwrap_or(0);
-                    let mut args = Vec::new();
-                    for _ in 0..n {
-                        let _len = lines.next_line().await;
-                        args.push(lines.next_line().await.ok().flatten().unwrap_or_default());
+/// A sentinel the test speaks for, on a free loopback port: it names the port in
+/// `master` as [`support::sentinel::MASTER_NAME`]'s master, up (holding the answer
+/// while `held` is true), sends its subscribers what the test announces, answers
+/// their PINGs, and `+OK` to anything else (`AUTH`).
+struct FakeSentinel {
+    port: u16,
+    master: Arc<std::sync::atomic::AtomicU16>,
+    held: tokio::sync::watch::Sender<bool>,
+    /// `Some(payload)`: a `+switch-master` message; `None`: close the subscribers.
+    announce: tokio::sync::broadcast::Sender<Option<String>>,
+    /// How many `SENTINEL MASTER` it was asked, and how many `SUBSCRIBE`.
+    asked: Arc<std::sync::atomic::AtomicUsize>,
+    subscribed: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// `items` as a RESP array of bulk strings.
+fn resp_array(items: &[&str]) -> String {
+    let body: String = items.iter().map(|i| format!("${}\r\n{i}\r\n", i.len())).collect();
+    format!("*{}\r\n{body}", items.len())
+}
+
+impl FakeSentinel {
+    async fn start(master: u16) -> FakeSentinel {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fake = FakeSentinel {
+            port: listener.local_addr().unwrap().port(),
+            master: Arc::new(master.into()),
+            held: tokio::sync::watch::channel(false).0,
+            announce: tokio::sync::broadcast::channel(16).0,
+            asked: Default::default(),
+            subscribed: Default::default(),
+        };
+        let (master, held, announce) = (fake.master.clone(), fake.held.clone(), fake.announce.clone());
+        let (asked, subscribed) = (fake.asked.clone(), fake.subscribed.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (master, mut held) = (master.clone(), held.subscribe());
+                let (asked, subscribed) = (asked.clone(), subscribed.clone());
+                let mut announced = announce.subscribe();
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+                    let (read, mut write) = stream.into_split();
+                    let mut lines = BufReader::new(read).lines();
+                    let mut subscriber = false;
+                    loop {
+                        let head = tokio::select! {
+                            line = lines.next_line() => match line {
+                                Ok(Some(line)) => line,
+                                _ => return,
+                            },
+                            message = announced.recv(), if subscriber => {
+                                let Ok(Some(payload)) = message else { return };
+                                let message = resp_array(&["message", "+switch-master", &payload]);
+                                if write.write_all(message.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                                continue;
+                            }
+                        };
+                        // A command: `*N`, then N times `$len` and the argument.
+                        let n: usize = head.trim_start_matches('*').parse().unwrap_or(0);
+                        let mut args = Vec::new();
+                        for _ in 0..n {
+                            let _len = lines.next_line().await;
+                            args.push(lines.next_line().await.ok().flatten().unwrap_or_default());
+                        }
+                        let command = args.first().map(|a| a.to_ascii_uppercase()).unwrap_or_default();
+                        let reply = match command.as_str() {
+                            "SENTINEL" => {
+                                asked.fetch_add(1, Ordering::SeqCst);
+                                let _ = held.wait_for(|held| !*held).await;
+                                let port = master.load(Ordering::SeqCst).to_string();
+                                resp_array(&[
+                                    "name",
+                                    support::sentinel::MASTER_NAME,
+                                    "ip",
+                                    "127.0.0.1",
+                                    "port",
+                                    &port,
+                                    "flags",
+                                    "master",
+                                ])
+                            }
+                            "SUBSCRIBE" => {
+                                subscriber = true;
+                                subscribed.fetch_add(1, Ordering::SeqCst);
+                                "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n".to_owned()
+                            }
+                            "PING" if subscriber => resp_array(&["pong", ""]),
+                            _ => "+OK\r\n".to_owned(),
+                        };
+                        if write.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
                     }
-                    let reply = if args.first().map(|a| a.to_ascii_uppercase()).as_deref() == Some("SENTINEL")
-                    {
-                        asked.fetch_add(1, Ordering::SeqCst);
-                        let fields = [
-                            "name",
-                            support::sentinel::MASTER_NAME,
-                            "ip",
-                            "127.0.0.1",
-                            "port",
-                            &port.to_string(),
-                            "flags",
-                            "master",
-                        ]
-                        .map(|f| format!("${}\r\n{f}\r\n", f.len()));
-                        format!("*{}\r\n{}", fields.len(), fields.concat())
-                    } else {
-                        "+OK\r\n".to_owned()
-                    };
-                    if write.write_all(reply.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
+                });
+            }
+        });
+        fake
+    }
+
+    /// Announces `old` replaced by `new` to its subscribers.
+    fn switch(&self, old: u16, new: u16) {
+        let payload = format!(
+            "{} 127.0.0.1 {old} 127.0.0.1 {new}",
+            support::sentinel::MASTER_NAME
+        );
+        self.announce.send(Some(payload)).unwrap();
+    }
+
+    /// A client's URL naming this sentinel alone, without passwords.
+    fn url(&self) -> String {
+        format!(
+            "redis+sentinel://127.0.0.1:{}/{}",
+            self.port,
+            support::sentinel::MASTER_NAME
+        )
+    }
+
+    /// Waits until `n` subscriptions have been made in all.
+    async fn subscriptions(&self, n: usize) {
+        let started = Instant::now();
+        while self.subscribed.load(Ordering::SeqCst) < n {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no listener subscribed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-    });
-    (own, asked)
+    }
 }
 
 #[tokio::test]
@@ -905,10 +986,11 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
     let set = RedisSentinel::start();
     let (old_master, new_master) = set.data_ports();
     let first = set.sentinel_ports()[0];
-    let (stale, asked) = stale_sentinel(old_master).await;
+    let stale = FakeSentinel::start(old_master).await;
     // The client listens on the sentinel listed first; the stale one is listed second.
     let url = format!(
-        "redis+sentinel://:{MASTER_PASSWORD}@127.0.0.1:{first},127.0.0.1:{stale}/{}?sentinel_password={SENTINEL_PASSWORD}",
+        "redis+sentinel://:{MASTER_PASSWORD}@127.0.0.1:{first},127.0.0.1:{}/{}?sentinel_password={SENTINEL_PASSWORD}",
+        stale.port,
         support::sentinel::MASTER_NAME
     );
     let client = Client::builder()
@@ -951,7 +1033,7 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
     // so the next search hears only the stale sentinel, if it asks one.
     tokio::time::sleep(Duration::from_millis(200)).await;
     set.signal_first_sentinel("-STOP");
-    let asked_before = asked.load(Ordering::SeqCst);
+    let asked_before = stale.asked.load(Ordering::SeqCst);
     let granted = limiter.try_acquire(1).await;
     set.signal_first_sentinel("-CONT");
     assert!(granted.unwrap());
@@ -960,6 +1042,136 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
         (1, 2),
         "decided by the old master after the switch was announced (the stale sentinel was \
          asked {} times)",
-        asked.load(Ordering::SeqCst) - asked_before
+        stale.asked.load(Ordering::SeqCst) - asked_before
+    );
+}
+
+/// Two masters of their own (no replication), the fake sentinel naming the first, and
+/// a client on it whose limiter was granted once there.
+async fn on_a_fake_sentinel(
+    name: &str,
+    connect: Duration,
+) -> (
+    support::RedisServer,
+    support::RedisServer,
+    FakeSentinel,
+    redlimit::RateLimiter,
+) {
+    let (old, new) = (support::RedisServer::start(), support::RedisServer::start());
+    let fake = FakeSentinel::start(old.port).await;
+    let client = Client::builder()
+        .connect_timeout(connect)
+        .command_timeout(Duration::from_secs(3))
+        .connect(&fake.url())
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter(name);
+    // The same limit on both (a promoted replica would have it).
+    let direct = Client::connect(&new.url()).await.unwrap();
+    for limiter in [&limiter, &direct.rate_limiter(name)] {
+        limiter
+            .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    assert!(limiter.try_acquire(1).await.unwrap());
+    fake.subscriptions(1).await;
+    (old, new, fake, limiter)
+}
+
+/// How many grants the limiter `name`'s log holds on `server`.
+fn grants_on(server: &support::RedisServer, name: &str) -> u64 {
+    support::cluster::cli(&[
+        "-p",
+        &server.port.to_string(),
+        "zcard",
+        &format!("{{{name}}}:permits"),
+    ])
+    .trim()
+    .parse()
+    .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_switch_announced_during_a_search_is_followed() {
+    // A search that began before an announcement may find the old master, which says
+    // it is one: what it found is dropped and the announced master taken.
+    let name = "rate_limit:sentinel:during";
+    let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
+    // A first switch, to a master that is not there: the next search asks the sentinel.
+    let (nowhere, gone) = (support::free_port(), support::free_port());
+    fake.switch(nowhere, gone);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.held.send_replace(true);
+    let asked = fake.asked.load(Ordering::SeqCst);
+    let call = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.try_acquire(1).await }
+    });
+    let started = Instant::now();
+    while fake.asked.load(Ordering::SeqCst) == asked {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the search did not ask"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // While the sentinel holds its answer (the old master), the real switch.
+    fake.switch(old.port, new.port);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.held.send_replace(false);
+    assert!(call.await.unwrap().unwrap());
+    assert_eq!(
+        (grants_on(&old, name), grants_on(&new, name)),
+        (1, 1),
+        "decided by the master the sentinel named during the announcement"
+    );
+    // The listener stayed on its subscription throughout (its PINGs answered).
+    assert_eq!(fake.subscribed.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_sentinel_naming_the_replaced_master_is_not_followed() {
+    // The announced master does not answer in time (frozen), and the sentinel names
+    // the master the switch replaced, which is not followed: the call fails, and a
+    // later one, once the announced master answers, is decided there.
+    let name = "rate_limit:sentinel:replaced";
+    let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_millis(600)).await;
+    new.pause();
+    fake.switch(old.port, new.port);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let failed = limiter.try_acquire(1).await;
+    new.resume();
+    let err = failed.expect_err("decided while the announced master was frozen");
+    assert_hidden(&format!("{err} {err:?}"));
+    assert_eq!(grants_on(&old, name), 1, "decided by the replaced master");
+    let started = Instant::now();
+    while limiter.try_acquire(1).await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "not decided by the announced master"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!((grants_on(&old, name), grants_on(&new, name)), (1, 1));
+}
+
+#[tokio::test]
+async fn a_listener_that_may_have_missed_a_switch_follows_the_sentinels() {
+    // Announced, then the listener's sentinel connection closes: a later switch may
+    // have gone unheard, so the client no longer prefers the announced master and
+    // follows what the sentinels name (here the first master again).
+    let name = "rate_limit:sentinel:missed";
+    let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
+    fake.switch(old.port, new.port);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.announce.send(None).unwrap();
+    fake.subscriptions(2).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert_eq!(
+        (grants_on(&old, name), grants_on(&new, name)),
+        (2, 0),
+        "decided by an announced master after the listener may have missed a switch"
     );
 }

@@ -15,10 +15,13 @@
 //! was lost, timed out, or reached a node that is no longer a master (`READONLY`,
 //! `MASTERDOWN`), and when a sentinel announces a new master (`+switch-master`, which a
 //! task of the client's listens for on one sentinel at a time): so a failover, a
-//! crash's or an operator's, is followed without a restart. The search after an
-//! announcement tries the announced master first: another sentinel may not have heard
-//! of the switch yet and name the old master, which after an operator's failover says
-//! it is one, and takes writes, until the sentinels make it a replica seconds later. Commands are never sent
+//! crash's or an operator's, is followed without a restart. For 30 s after an
+//! announcement, searches try the announced master beside the sentinels and follow no
+//! sentinel naming the master it replaced: one may not have heard of the switch yet,
+//! and after an operator's failover the old master says it is one, and takes writes,
+//! until the sentinels make it a replica seconds later. A search that began before an
+//! announcement drops what it found; once the listener has been off its sentinel (a
+//! switch may have gone unheard), the sentinels are followed again. Commands are never sent
 //! twice: a script whose answer was lost may have run, and the caller's `on_error`
 //! decides.
 
@@ -299,11 +302,30 @@ struct State {
     failed: Option<(Instant, RedisError)>,
     /// Whether a search is under way.
     searching: bool,
-    /// The master a sentinel announced last (`+switch-master`), tried first by the
-    /// next search: a sentinel asked then may not have heard of the switch yet and
+    /// The switch a sentinel announced last (`+switch-master`), for
+    /// [`ANNOUNCEMENT_KEPT`]: a sentinel asked meanwhile may not have heard of it and
     /// name the old master, which says it is one until it is made a replica.
-    announced: Option<(String, u16)>,
+    announced: Option<Announced>,
+    /// Counts announcements: a search that began before one drops what it found.
+    announcements: u64,
 }
+
+/// A node's IP address (or host name) and port, as sentinels name it.
+type Address = (String, u16);
+
+/// A new master a sentinel announced, the one it replaced, and when.
+#[derive(Clone)]
+struct Announced {
+    new: Address,
+    old: Address,
+    at: Instant,
+}
+
+/// How long after an announcement searches try its new master beside the sentinels
+/// and follow no sentinel naming the master it replaced: the sentinels make an old master that is
+/// still up a replica within about 20 s (8 s after the switch, then at their next
+/// look at it, every 10 s).
+const ANNOUNCEMENT_KEPT: Duration = Duration::from_secs(30);
 
 /// How many sentinels a search asks at once: a sentinel that hangs holds one place
 /// until the connect timeout, while the others answer.
@@ -415,12 +437,16 @@ fn no_master(detail: &str) -> RedisError {
 /// it found nothing) for the callers.
 async fn search(inner: Arc<Inner>) {
     // Ends the search even if the task is dropped (the runtime shutting down).
-    struct Finish<'a>(&'a Inner, Option<RedisResult<MultiplexedConnection>>);
+    // (The search's result, and the announcements counted when it began.)
+    struct Finish<'a>(&'a Inner, Option<RedisResult<MultiplexedConnection>>, u64);
     impl Drop for Finish<'_> {
         fn drop(&mut self) {
             let mut state = self.0.lock();
             state.searching = false;
             match self.1.take() {
+                // A switch announced meanwhile: what the sentinels said may be stale,
+                // so the next caller searches again, announcement in hand.
+                _ if state.announcements != self.2 => state.failed = None,
                 Some(Ok(conn)) => {
                     state.generation += 1;
                     state.current = Some((state.generation, conn));
@@ -433,9 +459,16 @@ async fn search(inner: Arc<Inner>) {
             self.0.searched.send_modify(|n| *n += 1);
         }
     }
-    let mut finish = Finish(&inner, None);
-    let announced = inner.lock().announced.take();
-    let found = tokio::time::timeout(inner.timeouts.connect, inner.find(announced)).await;
+    let announced = {
+        let state = inner.lock();
+        let fresh = state
+            .announced
+            .clone()
+            .filter(|a| a.at.elapsed() < ANNOUNCEMENT_KEPT);
+        (state.announcements, fresh)
+    };
+    let mut finish = Finish(&inner, None, announced.0);
+    let found = tokio::time::timeout(inner.timeouts.connect, inner.find(announced.1.as_ref())).await;
     if matches!(found, Ok(Ok(_))) {
         // Kept only while no master is found: searches are rare once one answers,
         // and a client should not hold a connection to every sentinel meanwhile.
@@ -457,22 +490,29 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The master a sentinel announced, if it says it is one; else asks the sentinels,
-    /// a few at once, for the master, and connects to the first master one of them
-    /// names. When none does, the most telling failure: the master's own (a wrong
-    /// password, an untrusted certificate), else a sentinel's, else that no sentinel
-    /// knows a master of that name that is up.
-    async fn find(&self, announced: Option<(String, u16)>) -> RedisResult<MultiplexedConnection> {
-        if let Some((ip, port)) = announced {
-            // Half the connect timeout at most: the sentinels have the rest.
-            let tried = tokio::time::timeout(self.timeouts.connect / 2, self.connect_master(ip, port));
-            if let Ok(Ok(conn)) = tried.await {
-                return Ok(conn);
-            }
-        }
+    /// Connects to the first master the sentinels name, asking a few at once, and
+    /// while a switch was announced a moment ago, to its new master alongside them
+    /// and never to the master it replaced. When none answers, the most telling
+    /// failure: the master's own (a wrong password, an untrusted certificate), else a
+    /// sentinel's, else that no sentinel knows a master of that name that is up.
+    async fn find(&self, announced: Option<&Announced>) -> RedisResult<MultiplexedConnection> {
+        use futures_util::future::Either;
+        let replaced = announced.map(|a| &a.old);
         // Collected first: a closure inside the stream makes the task's future not `Send`.
-        let lookups: Vec<_> = self.sentinels.iter().map(|s| self.ask(s)).collect();
-        let mut lookups = futures_util::stream::iter(lookups).buffer_unordered(SENTINELS_AT_ONCE);
+        let mut lookups = Vec::with_capacity(self.sentinels.len() + 1);
+        if let Some(announced) = announced {
+            let (ip, port) = announced.new.clone();
+            lookups.push(Either::Left(async move {
+                self.connect_master(ip, port).await.map_err(Failure::Master)
+            }));
+        }
+        lookups.extend(
+            self.sentinels
+                .iter()
+                .map(|s| Either::Right(self.ask(s, replaced))),
+        );
+        let at_once = SENTINELS_AT_ONCE + usize::from(announced.is_some());
+        let mut lookups = futures_util::stream::iter(lookups).buffer_unordered(at_once);
         let (mut master_err, mut sentinel_err, mut unknown) = (None, None, None);
         while let Some(lookup) = lookups.next().await {
             match lookup {
@@ -488,9 +528,19 @@ impl Inner {
             .unwrap_or_else(|| no_master("no sentinel listed")))
     }
 
-    /// One sentinel's answer, and a connection to the master it names.
-    async fn ask(&self, sentinel: &Sentinel) -> Result<MultiplexedConnection, Failure> {
+    /// One sentinel's answer, and a connection to the master it names, unless it is
+    /// the master `replaced`.
+    async fn ask(
+        &self,
+        sentinel: &Sentinel,
+        replaced: Option<&Address>,
+    ) -> Result<MultiplexedConnection, Failure> {
         let (ip, port) = self.named_by(sentinel).await?;
+        if replaced.is_some_and(|(old_ip, old_port)| *old_ip == ip && *old_port == port) {
+            return Err(Failure::Sentinel(no_master(
+                "a sentinel named the master a switch announced a moment ago replaced",
+            )));
+        }
         self.connect_master(ip, port).await.map_err(Failure::Master)
     }
 
@@ -704,8 +754,12 @@ impl Watched {
                 Ok(None) => return,
                 Ok(Some(message)) => {
                     let payload: String = message.get_payload().unwrap_or_default();
-                    if let Some(new_master) = switched_to(&payload, &self.master) {
-                        announce(inner, new_master);
+                    match switched(&payload, &self.master) {
+                        Some(Some((old, new))) => announce(inner, old, new),
+                        // This master's, and not as Redis writes them: the master in use
+                        // is forgotten all the same, the sentinels asked again.
+                        Some(None) => forget(inner),
+                        None => {}
                     }
                 }
             }
@@ -713,34 +767,55 @@ impl Watched {
     }
 }
 
-/// Forgets the master in use, if the client still exists.
+/// Forgets the master in use and the last announcement, if the client still exists:
+/// the sentinels are asked again, and followed.
 fn forget(inner: &std::sync::Weak<Inner>) {
     if let Some(inner) = inner.upgrade() {
         let mut state = inner.lock();
         state.current = None;
         state.failed = None;
+        state.announced = None;
+        state.announcements += 1;
     }
 }
 
-/// Forgets the master in use for the one announced, which the next search tries first.
-fn announce(inner: &std::sync::Weak<Inner>, new_master: (String, u16)) {
+/// Forgets the master in use for the one announced, which searches try first.
+fn announce(inner: &std::sync::Weak<Inner>, old: Address, new: Address) {
     if let Some(inner) = inner.upgrade() {
         let mut state = inner.lock();
         state.current = None;
         state.failed = None;
-        state.announced = Some(new_master);
+        state.announced = Some(Announced {
+            new,
+            old,
+            at: Instant::now(),
+        });
+        state.announcements += 1;
     }
 }
 
-/// The new master's address in a `+switch-master` announcement of `master`:
-/// `<master name> <old ip> <old port> <new ip> <new port>`, read from the end, as a
-/// master's name may hold a space.
-fn switched_to(payload: &str, master: &str) -> Option<(String, u16)> {
+/// What a `+switch-master` message says of `master`: `None` when it is another
+/// master's, `Some(None)` when it is this master's but does not read as Redis writes
+/// them, else the old and the new master's addresses. Redis writes `<master name>
+/// <old ip> <old port> <new ip> <new port>`; it is read from the end, as a master's
+/// name may hold a space.
+fn switched(payload: &str, master: &str) -> Option<Option<(Address, Address)>> {
     let mut parts = payload.rsplitn(5, ' ');
-    let port = parts.next()?.parse::<u16>().ok().filter(|p| *p != 0)?;
-    let ip = parts.next().filter(|ip| !ip.is_empty())?;
-    let (_old_port, _old_ip) = (parts.next()?, parts.next()?);
-    (parts.next()? == master).then(|| (ip.to_owned(), port))
+    let fields: Vec<&str> = parts.by_ref().take(4).collect();
+    let name = parts.next();
+    if name != Some(master) {
+        // Not this master's, unless its name opens a message that does not read.
+        let ours = payload
+            .strip_prefix(master)
+            .is_some_and(|rest| rest.starts_with(' '));
+        return ours.then_some(None);
+    }
+    let address = |ip: &str, port: &str| {
+        let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
+        (!ip.is_empty()).then(|| (ip.to_owned(), port))
+    };
+    // `fields` holds the new port, the new ip, the old port and the old ip.
+    Some(address(fields[3], fields[2]).zip(address(fields[1], fields[0])))
 }
 
 /// Whether `err` means the master's connection is no use: lost, silent, or to a node
@@ -836,26 +911,37 @@ mod tests {
     }
 
     #[test]
-    fn an_announcement_names_the_new_master_of_its_master_only() {
-        let switched = |payload| switched_to(payload, "mymaster");
+    fn an_announcement_names_the_masters_of_its_master_only() {
+        let addr = |ip: &str, port| (ip.to_owned(), port);
         assert_eq!(
-            switched("mymaster 127.0.0.1 6379 127.0.0.1 6380"),
-            Some(("127.0.0.1".into(), 6380))
+            switched("mymaster 127.0.0.1 6379 127.0.0.1 6380", "mymaster"),
+            Some(Some((addr("127.0.0.1", 6379), addr("127.0.0.1", 6380))))
         );
         assert_eq!(
-            switched_to("my master 10.0.0.1 6379 10.0.0.2 6380", "my master"),
-            Some(("10.0.0.2".into(), 6380))
+            switched("my master 10.0.0.1 6379 10.0.0.2 6380", "my master"),
+            Some(Some((addr("10.0.0.1", 6379), addr("10.0.0.2", 6380))))
         );
+        // Another master's: nothing to do.
         for other in [
             "othermaster 127.0.0.1 6379 127.0.0.1 6380",
             "xmymaster 127.0.0.1 6379 127.0.0.1 6380",
-            "mymaster 127.0.0.1 6379 127.0.0.1 0",
-            "mymaster 127.0.0.1 6379 127.0.0.1 x",
-            "mymaster 127.0.0.1 6379  6380",
+            "x mymaster 127.0.0.1 6379 127.0.0.1 6380",
+            "mymasterx",
             "127.0.0.1 6379 127.0.0.1 6380",
             "",
         ] {
-            assert_eq!(switched(other), None, "{other}");
+            assert_eq!(switched(other, "mymaster"), None, "{other}");
+        }
+        // This master's, unreadable: the master in use is forgotten, nothing followed.
+        for unreadable in [
+            "mymaster 127.0.0.1 6379 127.0.0.1 0",
+            "mymaster 127.0.0.1 6379 127.0.0.1 x",
+            "mymaster 127.0.0.1 6379  6380",
+            "mymaster 127.0.0.1 6379 127.0.0.1 6380 ",
+            "mymaster 127.0.0.1 x 127.0.0.1 6380",
+            "mymaster 6380",
+        ] {
+            assert_eq!(switched(unreadable, "mymaster"), Some(None), "{unreadable}");
         }
     }
 
