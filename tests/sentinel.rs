@@ -856,9 +856,11 @@ struct FakeSentinel {
     held: tokio::sync::watch::Sender<bool>,
     /// `Some(payload)`: a `+switch-master` message; `None`: close the subscribers.
     announce: tokio::sync::broadcast::Sender<Option<String>>,
-    /// How many `SENTINEL MASTER` it was asked, and how many `SUBSCRIBE`.
+    /// How many `SENTINEL MASTER` it was asked, how many `SUBSCRIBE`, and how many
+    /// PINGs its subscribers sent.
     asked: Arc<std::sync::atomic::AtomicUsize>,
     subscribed: Arc<std::sync::atomic::AtomicUsize>,
+    pinged: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// `items` as a RESP array of bulk strings.
@@ -877,13 +879,14 @@ impl FakeSentinel {
             announce: tokio::sync::broadcast::channel(16).0,
             asked: Default::default(),
             subscribed: Default::default(),
+            pinged: Default::default(),
         };
         let (master, held, announce) = (fake.master.clone(), fake.held.clone(), fake.announce.clone());
-        let (asked, subscribed) = (fake.asked.clone(), fake.subscribed.clone());
+        let (asked, subscribed, pinged) = (fake.asked.clone(), fake.subscribed.clone(), fake.pinged.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (master, mut held) = (master.clone(), held.subscribe());
-                let (asked, subscribed) = (asked.clone(), subscribed.clone());
+                let (asked, subscribed, pinged) = (asked.clone(), subscribed.clone(), pinged.clone());
                 let mut announced = announce.subscribe();
                 tokio::spawn(async move {
                     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -934,7 +937,10 @@ impl FakeSentinel {
                                 subscribed.fetch_add(1, Ordering::SeqCst);
                                 "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n".to_owned()
                             }
-                            "PING" if subscriber => resp_array(&["pong", ""]),
+                            "PING" if subscriber => {
+                                pinged.fetch_add(1, Ordering::SeqCst);
+                                resp_array(&["pong", ""])
+                            }
                             _ => "+OK\r\n".to_owned(),
                         };
                         if write.write_all(reply.as_bytes()).await.is_err() {
@@ -947,13 +953,40 @@ impl FakeSentinel {
         fake
     }
 
-    /// Announces `old` replaced by `new` to its subscribers.
-    fn switch(&self, old: u16, new: u16) {
+    /// Announces `old` replaced by `new` to its subscribers, and returns once the
+    /// client's listener has read it.
+    async fn switch(&self, old: u16, new: u16) {
         let payload = format!(
             "{} 127.0.0.1 {old} 127.0.0.1 {new}",
             support::sentinel::MASTER_NAME
         );
+        let pings = self.pinged.load(Ordering::SeqCst);
         self.announce.send(Some(payload)).unwrap();
+        // The listener PINGs after a second without messages: the second PING from
+        // now was sent after it read the announcement (the first may have been on its
+        // way already).
+        self.pings(pings + 2).await;
+    }
+
+    /// Closes its subscribers' connections, and returns once the client's listener has
+    /// subscribed again and gone on listening.
+    async fn drop_subscribers(&self) {
+        let subscriptions = self.subscribed.load(Ordering::SeqCst);
+        self.announce.send(None).unwrap();
+        self.subscriptions(subscriptions + 1).await;
+        let pings = self.pinged.load(Ordering::SeqCst);
+        self.pings(pings + 1).await;
+    }
+
+    async fn pings(&self, n: usize) {
+        let started = Instant::now();
+        while self.pinged.load(Ordering::SeqCst) < n {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the listener sent no PING"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// A client's URL naming this sentinel alone, without passwords.
@@ -994,7 +1027,7 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
         support::sentinel::MASTER_NAME
     );
     let client = Client::builder()
-        .command_timeout(Duration::from_millis(200))
+        .command_timeout(Duration::from_secs(1))
         .connect(&url)
         .await
         .unwrap();
@@ -1019,6 +1052,15 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
         .await
         .unwrap();
     announcements.subscribe("+switch-master").await.unwrap();
+    // The client's listener is on the first sentinel too.
+    let started = Instant::now();
+    while subscribers(&set, first) < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the client's listener did not subscribe"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     support::sentinel::sentinel_cli(first, &["sentinel", "failover", "mymaster"]);
     let announced = tokio::time::timeout(
         Duration::from_secs(30),
@@ -1031,7 +1073,7 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
     assert!(payload.ends_with(&format!(" {new_master}")), "{payload}");
     // The client's own listener has its copy; the sentinel that announced it now hangs,
     // so the next search hears only the stale sentinel, if it asks one.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     set.signal_first_sentinel("-STOP");
     let asked_before = stale.asked.load(Ordering::SeqCst);
     let granted = limiter.try_acquire(1).await;
@@ -1100,8 +1142,7 @@ async fn a_switch_announced_during_a_search_is_followed() {
     let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
     // A first switch, to a master that is not there: the next search asks the sentinel.
     let (nowhere, gone) = (support::free_port(), support::free_port());
-    fake.switch(nowhere, gone);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.switch(nowhere, gone).await;
     fake.held.send_replace(true);
     let asked = fake.asked.load(Ordering::SeqCst);
     let call = tokio::spawn({
@@ -1117,8 +1158,7 @@ async fn a_switch_announced_during_a_search_is_followed() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // While the sentinel holds its answer (the old master), the real switch.
-    fake.switch(old.port, new.port);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.switch(old.port, new.port).await;
     fake.held.send_replace(false);
     assert!(call.await.unwrap().unwrap());
     assert_eq!(
@@ -1138,8 +1178,7 @@ async fn a_sentinel_naming_the_replaced_master_is_not_followed() {
     let name = "rate_limit:sentinel:replaced";
     let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_millis(600)).await;
     new.pause();
-    fake.switch(old.port, new.port);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.switch(old.port, new.port).await;
     let failed = limiter.try_acquire(1).await;
     new.resume();
     let err = failed.expect_err("decided while the announced master was frozen");
@@ -1159,19 +1198,58 @@ async fn a_sentinel_naming_the_replaced_master_is_not_followed() {
 #[tokio::test]
 async fn a_listener_that_may_have_missed_a_switch_follows_the_sentinels() {
     // Announced, then the listener's sentinel connection closes: a later switch may
-    // have gone unheard, so the client no longer prefers the announced master and
-    // follows what the sentinels name (here the first master again).
+    // have gone unheard, so the announced master is no longer preferred, and the
+    // sentinel's answer is followed; the master the switch replaced still is not.
     let name = "rate_limit:sentinel:missed";
     let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
-    fake.switch(old.port, new.port);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    fake.announce.send(None).unwrap();
-    fake.subscriptions(2).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(limiter.try_acquire(1).await.unwrap());
-    assert_eq!(
-        (grants_on(&old, name), grants_on(&new, name)),
-        (2, 0),
-        "decided by an announced master after the listener may have missed a switch"
+    let third = support::RedisServer::start();
+    let direct = Client::connect(&third.url()).await.unwrap();
+    direct
+        .rate_limiter(name)
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
+        .await
+        .unwrap();
+    fake.switch(old.port, new.port).await;
+    fake.drop_subscribers().await;
+    assert!(
+        limiter.try_acquire(1).await.is_err(),
+        "decided by the replaced master"
     );
+    // The sentinel names a third master, after the announced one would have answered.
+    fake.master.store(third.port, Ordering::SeqCst);
+    fake.held.send_replace(true);
+    let held = fake.held.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.send_replace(false);
+    });
+    let started = Instant::now();
+    while limiter.try_acquire(1).await.is_err() {
+        assert!(started.elapsed() < Duration::from_secs(5), "never decided");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        (
+            grants_on(&old, name),
+            grants_on(&new, name),
+            grants_on(&third, name)
+        ),
+        (1, 0, 1),
+        "decided by the announced master after the listener may have missed a switch"
+    );
+    assert_eq!(fake.subscribed.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_switch_back_is_followed_back() {
+    // Two switches heard, the second back to the first master: the master the second
+    // replaced is the one not followed.
+    let name = "rate_limit:sentinel:back";
+    let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
+    fake.switch(old.port, new.port).await;
+    fake.switch(new.port, old.port).await;
+    // The sentinel has heard the first switch only.
+    fake.master.store(new.port, Ordering::SeqCst);
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert_eq!((grants_on(&old, name), grants_on(&new, name)), (2, 0));
 }

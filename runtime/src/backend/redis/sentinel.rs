@@ -20,8 +20,9 @@
 //! sentinel naming the master it replaced: one may not have heard of the switch yet,
 //! and after an operator's failover the old master says it is one, and takes writes,
 //! until the sentinels make it a replica seconds later. A search that began before an
-//! announcement drops what it found; once the listener has been off its sentinel (a
-//! switch may have gone unheard), the sentinels are followed again. Commands are never sent
+//! announcement drops what it found. Once the listener has been off its sentinel, a
+//! later switch may have gone unheard: the announced master is no longer preferred,
+//! though the one it replaced is still not followed until the 30 s are over. Commands are never sent
 //! twice: a script whose answer was lost may have run, and the caller's `on_error`
 //! decides.
 
@@ -316,15 +317,17 @@ type Address = (String, u16);
 /// A new master a sentinel announced, the one it replaced, and when.
 #[derive(Clone)]
 struct Announced {
-    new: Address,
+    /// `None` once the listener has been off its sentinel: a later switch may have
+    /// gone unheard, so the announced master is no longer preferred.
+    new: Option<Address>,
     old: Address,
     at: Instant,
 }
 
 /// How long after an announcement searches try its new master beside the sentinels
-/// and follow no sentinel naming the master it replaced: the sentinels make an old master that is
-/// still up a replica within about 20 s (8 s after the switch, then at their next
-/// look at it, every 10 s).
+/// and follow no sentinel naming the master it replaced: the sentinels make an old
+/// master that is still up a replica 8 s after the switch at the earliest, at their
+/// next look at it (every 10 s, every second during a failover).
 const ANNOUNCEMENT_KEPT: Duration = Duration::from_secs(30);
 
 /// How many sentinels a search asks at once: a sentinel that hangs holds one place
@@ -500,8 +503,7 @@ impl Inner {
         let replaced = announced.map(|a| &a.old);
         // Collected first: a closure inside the stream makes the task's future not `Send`.
         let mut lookups = Vec::with_capacity(self.sentinels.len() + 1);
-        if let Some(announced) = announced {
-            let (ip, port) = announced.new.clone();
+        if let Some((ip, port)) = announced.and_then(|a| a.new.clone()) {
             lookups.push(Either::Left(async move {
                 self.connect_master(ip, port).await.map_err(Failure::Master)
             }));
@@ -511,7 +513,7 @@ impl Inner {
                 .iter()
                 .map(|s| Either::Right(self.ask(s, replaced))),
         );
-        let at_once = SENTINELS_AT_ONCE + usize::from(announced.is_some());
+        let at_once = SENTINELS_AT_ONCE + usize::from(lookups.len() > self.sentinels.len());
         let mut lookups = futures_util::stream::iter(lookups).buffer_unordered(at_once);
         let (mut master_err, mut sentinel_err, mut unknown) = (None, None, None);
         while let Some(lookup) = lookups.next().await {
@@ -729,7 +731,7 @@ impl Watched {
             if let Ok(Ok(pubsub)) = subscribed {
                 // A switch may have been announced while no one listened.
                 if listened {
-                    forget(&inner);
+                    resubscribed(&inner);
                 }
                 listened = true;
                 self.until_closed(pubsub, &inner).await;
@@ -767,15 +769,26 @@ impl Watched {
     }
 }
 
-/// Forgets the master in use and the last announcement, if the client still exists:
-/// the sentinels are asked again, and followed.
+/// Forgets the master in use, if the client still exists: the next command asks the
+/// sentinels again, and a search under way drops what it finds.
 fn forget(inner: &std::sync::Weak<Inner>) {
     if let Some(inner) = inner.upgrade() {
         let mut state = inner.lock();
         state.current = None;
         state.failed = None;
-        state.announced = None;
         state.announcements += 1;
+    }
+}
+
+/// As [`forget`], after the listener subscribed again: a switch may have been
+/// announced while it was off, so the last announced master is no longer preferred
+/// (the master it replaced is still not followed).
+fn resubscribed(inner: &std::sync::Weak<Inner>) {
+    forget(inner);
+    if let Some(inner) = inner.upgrade() {
+        if let Some(announced) = &mut inner.lock().announced {
+            announced.new = None;
+        }
     }
 }
 
@@ -786,7 +799,7 @@ fn announce(inner: &std::sync::Weak<Inner>, old: Address, new: Address) {
         state.current = None;
         state.failed = None;
         state.announced = Some(Announced {
-            new,
+            new: Some(new),
             old,
             at: Instant::now(),
         });
@@ -795,27 +808,31 @@ fn announce(inner: &std::sync::Weak<Inner>, old: Address, new: Address) {
 }
 
 /// What a `+switch-master` message says of `master`: `None` when it is another
-/// master's, `Some(None)` when it is this master's but does not read as Redis writes
-/// them, else the old and the new master's addresses. Redis writes `<master name>
-/// <old ip> <old port> <new ip> <new port>`; it is read from the end, as a master's
-/// name may hold a space.
+/// master's, `Some(None)` when it may be this master's but does not read as Redis
+/// writes them, else the old and the new master's addresses. Redis writes `<master
+/// name> <old ip> <old port> <new ip> <new port>`; it is read from the end, as a
+/// master's name may hold a space.
 fn switched(payload: &str, master: &str) -> Option<Option<(Address, Address)>> {
     let mut parts = payload.rsplitn(5, ' ');
     let fields: Vec<&str> = parts.by_ref().take(4).collect();
-    let name = parts.next();
-    if name != Some(master) {
-        // Not this master's, unless its name opens a message that does not read.
-        let ours = payload
-            .strip_prefix(master)
-            .is_some_and(|rest| rest.starts_with(' '));
-        return ours.then_some(None);
-    }
     let address = |ip: &str, port: &str| {
         let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
         (!ip.is_empty()).then(|| (ip.to_owned(), port))
     };
     // `fields` holds the new port, the new ip, the old port and the old ip.
-    Some(address(fields[3], fields[2]).zip(address(fields[1], fields[0])))
+    let addresses = match fields[..] {
+        [new_port, new_ip, old_port, old_ip] => address(old_ip, old_port).zip(address(new_ip, new_port)),
+        _ => None,
+    };
+    match (parts.next(), addresses) {
+        // A message that reads names its master: another master's is left alone.
+        (Some(name), Some(addresses)) => (name == master).then_some(Some(addresses)),
+        // One that does not read is this master's if it begins with its name.
+        _ => payload
+            .strip_prefix(master)
+            .is_some_and(|rest| rest.starts_with(' '))
+            .then_some(None),
+    }
 }
 
 /// Whether `err` means the master's connection is no use: lost, silent, or to a node
@@ -926,6 +943,8 @@ mod tests {
             "othermaster 127.0.0.1 6379 127.0.0.1 6380",
             "xmymaster 127.0.0.1 6379 127.0.0.1 6380",
             "x mymaster 127.0.0.1 6379 127.0.0.1 6380",
+            // Another master whose name begins with this one's and a space.
+            "mymaster b 127.0.0.1 6379 127.0.0.1 6380",
             "mymasterx",
             "127.0.0.1 6379 127.0.0.1 6380",
             "",
