@@ -26,20 +26,27 @@ fn assert_hidden(text: &str) {
     );
 }
 
-/// A limiter on `set` no test here exhausts (a million per ten minutes), on a client
-/// with a 200 ms command timeout, granted once so that its script is loaded.
+/// A limiter on `set` no test here exhausts, on a client with a 200 ms command
+/// timeout, granted once so that its script is loaded.
 async fn hot_limiter(set: &RedisSentinel, name: &str) -> redlimit::RateLimiter {
     let client = Client::builder()
         .command_timeout(Duration::from_millis(200))
         .connect(&set.url())
         .await
         .unwrap();
+    let limiter = hot(&client, name).await;
+    assert!(limiter.try_acquire(1).await.unwrap());
+    limiter
+}
+
+/// The limiter `name` of `client`, set to a rate no test here exhausts (a million per
+/// ten minutes).
+async fn hot(client: &Client, name: &str) -> redlimit::RateLimiter {
     let limiter = client.rate_limiter(name);
     limiter
         .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
         .await
         .unwrap();
-    assert!(limiter.try_acquire(1).await.unwrap());
     limiter
 }
 
@@ -546,11 +553,7 @@ async fn a_hung_sentinel_does_not_hide_the_master() {
     let mut set = RedisSentinel::start();
     // The default timeouts: 500 ms to connect, 250 ms a command.
     let client = Client::connect(&set.url()).await.unwrap();
-    let limiter = client.rate_limiter("rate_limit:sentinel:hung");
-    limiter
-        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
-        .await
-        .unwrap();
+    let limiter = hot(&client, "rate_limit:sentinel:hung").await;
     assert!(limiter.try_acquire(1).await.unwrap());
 
     // The sentinel listed first accepts connections and never answers.
@@ -652,17 +655,7 @@ async fn a_demoted_master_is_left_on_its_readonly_reply() {
     // drop that connection (and ask the sentinels again) rather than keep writing
     // to a replica.
     let set = RedisSentinel::start();
-    let client = Client::builder()
-        .command_timeout(Duration::from_millis(200))
-        .connect(&set.url())
-        .await
-        .unwrap();
-    let limiter = client.rate_limiter("rate_limit:sentinel:demoted");
-    limiter
-        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
-        .await
-        .unwrap();
-    assert!(limiter.try_acquire(1).await.unwrap());
+    let limiter = hot_limiter(&set, "rate_limit:sentinel:demoted").await;
     let (master, replica) = set.data_ports();
     let named = || {
         set.node_cli(master, &["client", "list"])
@@ -806,11 +799,7 @@ async fn concurrent_waited_grants_queue_behind_each_others_wait() {
         .connect(&set.url())
         .await
         .unwrap();
-    let limiter = client.rate_limiter("rate_limit:sentinel:queued");
-    limiter
-        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
-        .await
-        .unwrap();
+    let limiter = hot(&client, "rate_limit:sentinel:queued").await;
     // The script loaded (a first call's NOSCRIPT would add a second WAIT).
     assert!(limiter.try_acquire(1).await.unwrap());
     let (master, replica) = set.data_ports();
@@ -1031,11 +1020,7 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
         .connect(&url)
         .await
         .unwrap();
-    let limiter = client.rate_limiter("rate_limit:sentinel:announced");
-    limiter
-        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
-        .await
-        .unwrap();
+    let limiter = hot(&client, "rate_limit:sentinel:announced").await;
     assert!(limiter.try_acquire(1).await.unwrap());
     let count = |port: u16| -> u64 {
         set.node_cli(port, &["zcard", "{rate_limit:sentinel:announced}:permits"])
@@ -1107,15 +1092,9 @@ async fn on_a_fake_sentinel(
         .connect(&fake.url())
         .await
         .unwrap();
-    let limiter = client.rate_limiter(name);
-    // The same limit on both (a promoted replica would have it).
-    let direct = Client::connect(&new.url()).await.unwrap();
-    for limiter in [&limiter, &direct.rate_limiter(name)] {
-        limiter
-            .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
-            .await
-            .unwrap();
-    }
+    let limiter = hot(&client, name).await;
+    // The same limit on the other (a promoted replica would have it).
+    hot(&Client::connect(&new.url()).await.unwrap(), name).await;
     assert!(limiter.try_acquire(1).await.unwrap());
     fake.subscriptions(1).await;
     (old, new, fake, limiter)
@@ -1123,15 +1102,12 @@ async fn on_a_fake_sentinel(
 
 /// How many grants the limiter `name`'s log holds on `server`.
 fn grants_on(server: &support::RedisServer, name: &str) -> u64 {
-    support::cluster::cli(&[
-        "-p",
-        &server.port.to_string(),
-        "zcard",
-        &format!("{{{name}}}:permits"),
-    ])
-    .trim()
-    .parse()
-    .unwrap_or(0)
+    let port = server.port.to_string();
+    let reply = support::cluster::cli(&["-p", &port, "zcard", &format!("{{{name}}}:permits")]);
+    reply
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("ZCARD on port {port} answered {reply:?}"))
 }
 
 #[tokio::test]
@@ -1203,12 +1179,7 @@ async fn a_listener_that_may_have_missed_a_switch_follows_the_sentinels() {
     let name = "rate_limit:sentinel:missed";
     let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
     let third = support::RedisServer::start();
-    let direct = Client::connect(&third.url()).await.unwrap();
-    direct
-        .rate_limiter(name)
-        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(600))
-        .await
-        .unwrap();
+    hot(&Client::connect(&third.url()).await.unwrap(), name).await;
     fake.switch(old.port, new.port).await;
     fake.drop_subscribers().await;
     assert!(

@@ -15,16 +15,19 @@
 //! was lost, timed out, or reached a node that is no longer a master (`READONLY`,
 //! `MASTERDOWN`), and when a sentinel announces a new master (`+switch-master`, which a
 //! task of the client's listens for on one sentinel at a time): so a failover, a
-//! crash's or an operator's, is followed without a restart. For 30 s after an
-//! announcement, searches try the announced master beside the sentinels and follow no
-//! sentinel naming the master it replaced: one may not have heard of the switch yet,
-//! and after an operator's failover the old master says it is one, and takes writes,
-//! until the sentinels make it a replica seconds later. A search that began before an
-//! announcement drops what it found. Once the listener has been off its sentinel, a
-//! later switch may have gone unheard: the announced master is no longer preferred,
-//! though the one it replaced is still not followed until the 30 s are over. Commands are never sent
-//! twice: a script whose answer was lost may have run, and the caller's `on_error`
-//! decides.
+//! crash's or an operator's, is followed without a restart.
+//!
+//! For 30 s after an announcement, searches try the announced master beside the
+//! sentinels and follow no sentinel naming the master it replaced: one may not have
+//! heard of the switch yet, and after an operator's failover the old master says it is
+//! one, and takes writes, until the sentinels make it a replica seconds later. A search
+//! that began before an announcement drops what it found. Once the listener has been
+//! off its sentinel, a later switch may have gone unheard: the announced master is no
+//! longer preferred, though the one it replaced is still not followed until the 30 s
+//! are over.
+//!
+//! Commands are never sent twice: a script whose answer was lost may have run, and the
+//! caller's `on_error` decides.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -440,16 +443,20 @@ fn no_master(detail: &str) -> RedisError {
 /// it found nothing) for the callers.
 async fn search(inner: Arc<Inner>) {
     // Ends the search even if the task is dropped (the runtime shutting down).
-    // (The search's result, and the announcements counted when it began.)
-    struct Finish<'a>(&'a Inner, Option<RedisResult<MultiplexedConnection>>, u64);
+    struct Finish<'a> {
+        inner: &'a Inner,
+        found: Option<RedisResult<MultiplexedConnection>>,
+        /// `State::announcements` when the search began.
+        announcements: u64,
+    }
     impl Drop for Finish<'_> {
         fn drop(&mut self) {
-            let mut state = self.0.lock();
+            let mut state = self.inner.lock();
             state.searching = false;
-            match self.1.take() {
+            match self.found.take() {
                 // A switch announced meanwhile: what the sentinels said may be stale,
                 // so the next caller searches again, announcement in hand.
-                _ if state.announcements != self.2 => state.failed = None,
+                _ if state.announcements != self.announcements => state.failed = None,
                 Some(Ok(conn)) => {
                     state.generation += 1;
                     state.current = Some((state.generation, conn));
@@ -459,10 +466,10 @@ async fn search(inner: Arc<Inner>) {
                 None => state.failed = Some((Instant::now(), no_master("the search was stopped"))),
             }
             drop(state);
-            self.0.searched.send_modify(|n| *n += 1);
+            self.inner.searched.send_modify(|n| *n += 1);
         }
     }
-    let announced = {
+    let (announcements, announced) = {
         let state = inner.lock();
         let fresh = state
             .announced
@@ -470,8 +477,12 @@ async fn search(inner: Arc<Inner>) {
             .filter(|a| a.at.elapsed() < ANNOUNCEMENT_KEPT);
         (state.announcements, fresh)
     };
-    let mut finish = Finish(&inner, None, announced.0);
-    let found = tokio::time::timeout(inner.timeouts.connect, inner.find(announced.1.as_ref())).await;
+    let mut finish = Finish {
+        inner: &inner,
+        found: None,
+        announcements,
+    };
+    let found = tokio::time::timeout(inner.timeouts.connect, inner.find(announced.as_ref())).await;
     if matches!(found, Ok(Ok(_))) {
         // Kept only while no master is found: searches are rare once one answers,
         // and a client should not hold a connection to every sentinel meanwhile.
@@ -485,7 +496,7 @@ async fn search(inner: Arc<Inner>) {
             inner.timeouts.connect
         )))
     });
-    finish.1 = Some(found);
+    finish.found = Some(found);
 }
 
 impl Inner {
@@ -503,7 +514,10 @@ impl Inner {
         let replaced = announced.map(|a| &a.old);
         // Collected first: a closure inside the stream makes the task's future not `Send`.
         let mut lookups = Vec::with_capacity(self.sentinels.len() + 1);
-        if let Some((ip, port)) = announced.and_then(|a| a.new.clone()) {
+        let hint = announced.and_then(|a| a.new.clone());
+        // The announced master takes a place of its own beside the sentinels asked.
+        let at_once = SENTINELS_AT_ONCE + usize::from(hint.is_some());
+        if let Some((ip, port)) = hint {
             lookups.push(Either::Left(async move {
                 self.connect_master(ip, port).await.map_err(Failure::Master)
             }));
@@ -513,7 +527,6 @@ impl Inner {
                 .iter()
                 .map(|s| Either::Right(self.ask(s, replaced))),
         );
-        let at_once = SENTINELS_AT_ONCE + usize::from(lookups.len() > self.sentinels.len());
         let mut lookups = futures_util::stream::iter(lookups).buffer_unordered(at_once);
         let (mut master_err, mut sentinel_err, mut unknown) = (None, None, None);
         while let Some(lookup) = lookups.next().await {
@@ -772,38 +785,40 @@ impl Watched {
 /// Forgets the master in use, if the client still exists: the next command asks the
 /// sentinels again, and a search under way drops what it finds.
 fn forget(inner: &std::sync::Weak<Inner>) {
-    if let Some(inner) = inner.upgrade() {
-        let mut state = inner.lock();
-        state.current = None;
-        state.failed = None;
-        state.announcements += 1;
-    }
+    forget_and(inner, |_| {});
 }
 
 /// As [`forget`], after the listener subscribed again: a switch may have been
 /// announced while it was off, so the last announced master is no longer preferred
 /// (the master it replaced is still not followed).
 fn resubscribed(inner: &std::sync::Weak<Inner>) {
-    forget(inner);
-    if let Some(inner) = inner.upgrade() {
-        if let Some(announced) = &mut inner.lock().announced {
+    forget_and(inner, |state| {
+        if let Some(announced) = &mut state.announced {
             announced.new = None;
         }
-    }
+    });
 }
 
-/// Forgets the master in use for the one announced, which searches try first.
+/// As [`forget`], for the master announced, which searches try first.
 fn announce(inner: &std::sync::Weak<Inner>, old: Address, new: Address) {
-    if let Some(inner) = inner.upgrade() {
-        let mut state = inner.lock();
-        state.current = None;
-        state.failed = None;
+    forget_and(inner, |state| {
         state.announced = Some(Announced {
             new: Some(new),
             old,
             at: Instant::now(),
         });
+    });
+}
+
+/// Forgets the master in use and changes `state` by `and`, under one lock: a search
+/// that begins afterwards sees both.
+fn forget_and(inner: &std::sync::Weak<Inner>, and: impl FnOnce(&mut State)) {
+    if let Some(inner) = inner.upgrade() {
+        let mut state = inner.lock();
+        state.current = None;
+        state.failed = None;
         state.announcements += 1;
+        and(&mut state);
     }
 }
 
