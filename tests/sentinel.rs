@@ -845,11 +845,13 @@ struct FakeSentinel {
     held: tokio::sync::watch::Sender<bool>,
     /// `Some(payload)`: a `+switch-master` message; `None`: close the subscribers.
     announce: tokio::sync::broadcast::Sender<Option<String>>,
-    /// How many `SENTINEL MASTER` it was asked, how many `SUBSCRIBE`, and how many
-    /// PINGs its subscribers sent.
+    /// How many `SENTINEL MASTER` it was asked, how many `SUBSCRIBE` (refused ones
+    /// too), and how many PINGs its subscribers sent.
     asked: Arc<std::sync::atomic::AtomicUsize>,
     subscribed: Arc<std::sync::atomic::AtomicUsize>,
     pinged: Arc<std::sync::atomic::AtomicUsize>,
+    /// While true, `SUBSCRIBE` is answered with an error.
+    refuse_subscriptions: Arc<AtomicBool>,
 }
 
 /// `items` as a RESP array of bulk strings.
@@ -869,13 +871,16 @@ impl FakeSentinel {
             asked: Default::default(),
             subscribed: Default::default(),
             pinged: Default::default(),
+            refuse_subscriptions: Default::default(),
         };
         let (master, held, announce) = (fake.master.clone(), fake.held.clone(), fake.announce.clone());
         let (asked, subscribed, pinged) = (fake.asked.clone(), fake.subscribed.clone(), fake.pinged.clone());
+        let refuse = fake.refuse_subscriptions.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (master, mut held) = (master.clone(), held.subscribe());
                 let (asked, subscribed, pinged) = (asked.clone(), subscribed.clone(), pinged.clone());
+                let refuse = refuse.clone();
                 let mut announced = announce.subscribe();
                 tokio::spawn(async move {
                     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -922,9 +927,13 @@ impl FakeSentinel {
                                 ])
                             }
                             "SUBSCRIBE" => {
-                                subscriber = true;
                                 subscribed.fetch_add(1, Ordering::SeqCst);
-                                "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n".to_owned()
+                                if refuse.load(Ordering::SeqCst) {
+                                    "-ERR refused\r\n".to_owned()
+                                } else {
+                                    subscriber = true;
+                                    "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n".to_owned()
+                                }
                             }
                             "PING" if subscriber => {
                                 pinged.fetch_add(1, Ordering::SeqCst);
@@ -949,6 +958,11 @@ impl FakeSentinel {
             "{} 127.0.0.1 {old} 127.0.0.1 {new}",
             support::sentinel::MASTER_NAME
         );
+        self.send(payload).await;
+    }
+
+    /// Sends `payload` on `+switch-master`, and returns once the listener has read it.
+    async fn send(&self, payload: String) {
         let pings = self.pinged.load(Ordering::SeqCst);
         self.announce.send(Some(payload)).unwrap();
         // The listener PINGs after a second without messages: the second PING from
@@ -1178,27 +1192,14 @@ async fn a_listener_that_may_have_missed_a_switch_follows_the_sentinels() {
     // sentinel's answer is followed; the master the switch replaced still is not.
     let name = "rate_limit:sentinel:missed";
     let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
-    let third = support::RedisServer::start();
-    hot(&Client::connect(&third.url()).await.unwrap(), name).await;
     fake.switch(old.port, new.port).await;
     fake.drop_subscribers().await;
     assert!(
         limiter.try_acquire(1).await.is_err(),
         "decided by the replaced master"
     );
-    // The sentinel names a third master, after the announced one would have answered.
-    fake.master.store(third.port, Ordering::SeqCst);
-    fake.held.send_replace(true);
-    let held = fake.held.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        held.send_replace(false);
-    });
-    let started = Instant::now();
-    while limiter.try_acquire(1).await.is_err() {
-        assert!(started.elapsed() < Duration::from_secs(5), "never decided");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let third = named_after_a_while(&fake, name).await;
+    until_granted(&limiter).await;
     assert_eq!(
         (
             grants_on(&old, name),
@@ -1223,4 +1224,125 @@ async fn a_switch_back_is_followed_back() {
     fake.master.store(new.port, Ordering::SeqCst);
     assert!(limiter.try_acquire(1).await.unwrap());
     assert_eq!((grants_on(&old, name), grants_on(&new, name)), (2, 0));
+}
+
+/// A third master of its own with the limit `name`, which the fake sentinel names from
+/// now on, holding its first answer 300 ms (long enough for an announced master to
+/// answer first, were it tried).
+async fn named_after_a_while(fake: &FakeSentinel, name: &str) -> support::RedisServer {
+    let third = support::RedisServer::start();
+    hot(&Client::connect(&third.url()).await.unwrap(), name).await;
+    fake.master.store(third.port, Ordering::SeqCst);
+    fake.held.send_replace(true);
+    let held = fake.held.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.send_replace(false);
+    });
+    third
+}
+
+/// Calls until one is granted (5 s at most).
+async fn until_granted(limiter: &redlimit::RateLimiter) {
+    let started = Instant::now();
+    while !matches!(limiter.try_acquire(1).await, Ok(true)) {
+        assert!(started.elapsed() < Duration::from_secs(5), "never granted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_switch_stops_preferring_the_announced_master() {
+    // A message of this master's that does not read says a switch happened that the
+    // client cannot follow: the master announced before may be an old one now.
+    let name = "rate_limit:sentinel:unreadable";
+    let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
+    fake.switch(old.port, new.port).await;
+    fake.send(format!(
+        "{} 127.0.0.1 x 127.0.0.1 y",
+        support::sentinel::MASTER_NAME
+    ))
+    .await;
+    let third = named_after_a_while(&fake, name).await;
+    until_granted(&limiter).await;
+    assert_eq!(
+        (
+            grants_on(&old, name),
+            grants_on(&new, name),
+            grants_on(&third, name)
+        ),
+        (1, 0, 1),
+        "decided by the master announced before an unreadable switch"
+    );
+}
+
+#[tokio::test]
+async fn a_listener_off_its_sentinel_stops_preferring_the_announced_master() {
+    // The listener's connection closes and it cannot subscribe again: deaf, it may
+    // miss a switch, so the master announced before is no longer preferred.
+    let name = "rate_limit:sentinel:deaf";
+    let (old, new, fake, limiter) = on_a_fake_sentinel(name, Duration::from_secs(3)).await;
+    fake.switch(old.port, new.port).await;
+    fake.refuse_subscriptions.store(true, Ordering::SeqCst);
+    let subscriptions = fake.subscribed.load(Ordering::SeqCst);
+    fake.announce.send(None).unwrap();
+    // A refused attempt: the listener left its closed connection before it.
+    fake.subscriptions(subscriptions + 1).await;
+    let third = named_after_a_while(&fake, name).await;
+    until_granted(&limiter).await;
+    assert_eq!(
+        (
+            grants_on(&old, name),
+            grants_on(&new, name),
+            grants_on(&third, name)
+        ),
+        (1, 0, 1),
+        "decided by the announced master while the listener was deaf"
+    );
+}
+
+#[test]
+fn a_search_its_runtime_never_ran_does_not_stop_the_next() {
+    // A client that outlives the runtime its first call ran on: that call's search was
+    // spawned there and never polled. Its end is kept all the same, so a call on
+    // another runtime searches again instead of waiting for it.
+    let background = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = support::RedisServer::start();
+    let fake = background.block_on(FakeSentinel::start(server.port));
+    let name = "rate_limit:sentinel:unpolled";
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let client = first.block_on(async {
+        Client::builder()
+            .command_timeout(Duration::from_secs(2))
+            .connect_lazy(&fake.url())
+            .unwrap()
+    });
+    let limiter = client.rate_limiter(name);
+    first.block_on(async {
+        // Polled once: the search is spawned, and the call given up.
+        tokio::select! {
+            biased;
+            _ = limiter.try_acquire(1) => panic!("answered without a search"),
+            () = std::future::ready(()) => {}
+        }
+    });
+    drop(first);
+    assert_eq!(fake.asked.load(Ordering::SeqCst), 0, "the search ran");
+    runtime().block_on(async {
+        // Its end was kept as a failure: calls in the next 100 ms answer it at once.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        hot(&client, name).await;
+        assert!(limiter.try_acquire(1).await.unwrap());
+    });
+    assert_eq!(grants_on(&server, name), 1);
 }

@@ -414,8 +414,11 @@ impl SentinelConn {
                     }
                 }
                 if !state.searching {
-                    state.searching = true;
-                    tokio::spawn(search(self.inner.clone()));
+                    let search = Search::begin(&self.inner, &mut state);
+                    // Spawned with the lock released: a task the runtime refuses (it is
+                    // shutting down) is dropped at once, and its drop ends the search.
+                    drop(state);
+                    tokio::spawn(search.run());
                 }
             }
             waited = true;
@@ -439,64 +442,71 @@ fn no_master(detail: &str) -> RedisError {
     RedisError::from((ErrorKind::Io, "no master found", detail.to_owned()))
 }
 
-/// Looks for the master within the connect timeout, and keeps what it found (or why
-/// it found nothing) for the callers.
-async fn search(inner: Arc<Inner>) {
-    // Ends the search even if the task is dropped (the runtime shutting down).
-    struct Finish<'a> {
-        inner: &'a Inner,
-        found: Option<RedisResult<MultiplexedConnection>>,
-        /// `State::announcements` when the search began.
-        announcements: u64,
+/// A search for the master, begun under the state's lock. Dropped, whether it ran or
+/// not (a task the runtime never polled), it ends: `searching` is cleared and what it
+/// found kept for the callers.
+struct Search {
+    inner: Arc<Inner>,
+    /// The announcement fresh when it began, and `State::announcements` then.
+    announced: Option<Announced>,
+    announcements: u64,
+    found: Option<RedisResult<MultiplexedConnection>>,
+}
+
+impl Search {
+    fn begin(inner: &Arc<Inner>, state: &mut State) -> Search {
+        state.searching = true;
+        Search {
+            inner: inner.clone(),
+            announced: state
+                .announced
+                .clone()
+                .filter(|a| a.at.elapsed() < ANNOUNCEMENT_KEPT),
+            announcements: state.announcements,
+            found: None,
+        }
     }
-    impl Drop for Finish<'_> {
-        fn drop(&mut self) {
-            let mut state = self.inner.lock();
-            state.searching = false;
-            match self.found.take() {
-                // A switch announced meanwhile: what the sentinels said may be stale,
-                // so the next caller searches again, announcement in hand.
-                _ if state.announcements != self.announcements => state.failed = None,
-                Some(Ok(conn)) => {
-                    state.generation += 1;
-                    state.current = Some((state.generation, conn));
-                    state.failed = None;
-                }
-                Some(Err(err)) => state.failed = Some((Instant::now(), err)),
-                None => state.failed = Some((Instant::now(), no_master("the search was stopped"))),
+
+    /// Looks for the master within the connect timeout. It runs in a task of its own,
+    /// so callers that give up do not cut it short.
+    async fn run(mut self) {
+        let inner = self.inner.clone();
+        let found = tokio::time::timeout(inner.timeouts.connect, inner.find(self.announced.as_ref())).await;
+        if matches!(found, Ok(Ok(_))) {
+            // Kept only while no master is found: searches are rare once one answers,
+            // and a client should not hold a connection to every sentinel meanwhile.
+            for sentinel in &inner.sentinels {
+                *sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
-            drop(state);
-            self.inner.searched.send_modify(|n| *n += 1);
         }
+        self.found = Some(found.unwrap_or_else(|_| {
+            Err(no_master(&format!(
+                "the sentinels did not name a reachable master within {:?}",
+                inner.timeouts.connect
+            )))
+        }));
     }
-    let (announcements, announced) = {
-        let state = inner.lock();
-        let fresh = state
-            .announced
-            .clone()
-            .filter(|a| a.at.elapsed() < ANNOUNCEMENT_KEPT);
-        (state.announcements, fresh)
-    };
-    let mut finish = Finish {
-        inner: &inner,
-        found: None,
-        announcements,
-    };
-    let found = tokio::time::timeout(inner.timeouts.connect, inner.find(announced.as_ref())).await;
-    if matches!(found, Ok(Ok(_))) {
-        // Kept only while no master is found: searches are rare once one answers,
-        // and a client should not hold a connection to every sentinel meanwhile.
-        for sentinel in &inner.sentinels {
-            *sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+impl Drop for Search {
+    fn drop(&mut self) {
+        let mut state = self.inner.lock();
+        state.searching = false;
+        match self.found.take() {
+            // A switch announced meanwhile: what the sentinels said may be stale, so
+            // the next caller searches again, announcement in hand.
+            _ if state.announcements != self.announcements => state.failed = None,
+            Some(Ok(conn)) => {
+                state.generation += 1;
+                state.current = Some((state.generation, conn));
+                state.failed = None;
+            }
+            Some(Err(err)) => state.failed = Some((Instant::now(), err)),
+            None => state.failed = Some((Instant::now(), no_master("the search was stopped"))),
         }
+        drop(state);
+        self.inner.searched.send_modify(|n| *n += 1);
     }
-    let found = found.unwrap_or_else(|_| {
-        Err(no_master(&format!(
-            "the sentinels did not name a reachable master within {:?}",
-            inner.timeouts.connect
-        )))
-    });
-    finish.found = Some(found);
 }
 
 impl Inner {
@@ -744,10 +754,16 @@ impl Watched {
             if let Ok(Ok(pubsub)) = subscribed {
                 // A switch may have been announced while no one listened.
                 if listened {
-                    resubscribed(&inner);
+                    unknown_switch(&inner);
                 }
                 listened = true;
                 self.until_closed(pubsub, &inner).await;
+                // Deaf until it subscribes again: a switch may go unheard meanwhile.
+                if let Some(inner) = inner.upgrade() {
+                    if let Some(announced) = &mut inner.lock().announced {
+                        announced.new = None;
+                    }
+                }
             }
             tokio::time::sleep(LISTENER_PAUSE).await;
         }
@@ -771,9 +787,10 @@ impl Watched {
                     let payload: String = message.get_payload().unwrap_or_default();
                     match switched(&payload, &self.master) {
                         Some(Some((old, new))) => announce(inner, old, new),
-                        // This master's, and not as Redis writes them: the master in use
-                        // is forgotten all the same, the sentinels asked again.
-                        Some(None) => forget(inner),
+                        // This master's, and not as Redis writes them: a switch this
+                        // client cannot follow, so the master in use is forgotten and
+                        // the last announced one no longer preferred.
+                        Some(None) => unknown_switch(inner),
                         None => {}
                     }
                 }
@@ -782,16 +799,12 @@ impl Watched {
     }
 }
 
-/// Forgets the master in use, if the client still exists: the next command asks the
-/// sentinels again, and a search under way drops what it finds.
-fn forget(inner: &std::sync::Weak<Inner>) {
-    forget_and(inner, |_| {});
-}
-
-/// As [`forget`], after the listener subscribed again: a switch may have been
-/// announced while it was off, so the last announced master is no longer preferred
-/// (the master it replaced is still not followed).
-fn resubscribed(inner: &std::sync::Weak<Inner>) {
+/// Forgets the master in use after a switch this client may not know of (announced
+/// while its listener was off its sentinel, or in a message it cannot read): the next
+/// command asks the sentinels again, a search under way drops what it finds, and the
+/// last announced master is no longer preferred (the master it replaced is still not
+/// followed).
+fn unknown_switch(inner: &std::sync::Weak<Inner>) {
     forget_and(inner, |state| {
         if let Some(announced) = &mut state.announced {
             announced.new = None;
@@ -799,7 +812,7 @@ fn resubscribed(inner: &std::sync::Weak<Inner>) {
     });
 }
 
-/// As [`forget`], for the master announced, which searches try first.
+/// Forgets the master in use for the one announced, which searches try first.
 fn announce(inner: &std::sync::Weak<Inner>, old: Address, new: Address) {
     forget_and(inner, |state| {
         state.announced = Some(Announced {
@@ -810,8 +823,8 @@ fn announce(inner: &std::sync::Weak<Inner>, old: Address, new: Address) {
     });
 }
 
-/// Forgets the master in use and changes `state` by `and`, under one lock: a search
-/// that begins afterwards sees both.
+/// Forgets the master in use (a search under way drops what it finds) and changes
+/// `state` by `and`, under one lock: a search that begins afterwards sees both.
 fn forget_and(inner: &std::sync::Weak<Inner>, and: impl FnOnce(&mut State)) {
     if let Some(inner) = inner.upgrade() {
         let mut state = inner.lock();
