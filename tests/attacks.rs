@@ -349,3 +349,31 @@ async fn a_release_reads_what_it_gives_back_not_the_log() {
         }
     }
 }
+
+/// Layer rules whose limiters could never be decided (their keys would split across
+/// cluster slots) are refused when the layer is built, naming the rule and the field,
+/// instead of answering every request 500.
+#[cfg(feature = "tower")]
+#[test]
+fn attack_rule_names_with_stray_braces_are_refused_at_build() {
+    use redlimit::tower::{LayerRule, RateLimitLayer};
+    for (name, reason) in [
+        ("a{b", "never closed"),
+        ("{}", "empty `{}` tag"),
+        ("a}b", "no `{`"),
+    ] {
+        let refused = RateLimitLayer::builder()
+            .rule(LayerRule::new(name, 5, Duration::from_secs(60)))
+            .build()
+            .err()
+            .unwrap_or_else(|| panic!("`{name}` built"));
+        let text = refused.to_string();
+        assert!(text.contains(&format!("rule `{name}`: field `name`")), "{text}");
+        assert!(text.contains(reason), "{text}");
+    }
+    // A name with a hash tag of its own is a name the runtime decides.
+    RateLimitLayer::builder()
+        .rule(LayerRule::new("{tenant}:api", 5, Duration::from_secs(60)))
+        .build()
+        .unwrap();
+}

@@ -206,6 +206,20 @@ fn attack_files_a_layer_must_refuse_name_the_rule_and_the_field() {
             &["rule `redlimit:overrides`", "may not start with `redlimit`"],
         ),
         (rule("\"\"", "rate = 1\ninterval = \"1s\""), &["name is empty"]),
+        // Names whose limiters' keys would split across cluster slots: every request
+        // would be refused, so the file is.
+        (
+            rule("\"a{b\"", "rate = 1\ninterval = \"1s\""),
+            &["rule `a{b`", "field `name`", "never closed"],
+        ),
+        (
+            rule("\"{}\"", "rate = 1\ninterval = \"1s\""),
+            &["rule `{}`", "field `name`", "empty `{}` tag"],
+        ),
+        (
+            rule("\"a}b\"", "rate = 1\ninterval = \"1s\""),
+            &["rule `a}b`", "field `name`", "no `{`"],
+        ),
         // Fields: unknown, misspelt, missing, of the wrong kind, out of place.
         (
             rule("a", "rate = 1\ninterval = \"1s\"\nratee = 2"),

@@ -5,6 +5,7 @@ use std::fmt;
 
 use http::HeaderName;
 use redlimit_runtime::engine::check_bucket;
+use redlimit_runtime::keys::check_name as check_limiter_name;
 use redlimit_runtime::RateLimiterConfig;
 
 use super::key::{KeyKind, MissingKey};
@@ -85,6 +86,12 @@ fn check_name(name: &str) -> Result<(), InvalidLayer> {
         return Err(InvalidLayer(
             "a rule's name is empty: it names the rule's limiters, logs and RateLimit fields".into(),
         ));
+    }
+    // The rule's limiters are named `<name>` and `<name>:<escaped value>`, and no
+    // escaped value holds a brace: the name alone decides whether their keys share a
+    // cluster slot, and a name refused here would refuse every request.
+    if let Err(error) = check_limiter_name(name) {
+        return Err(InvalidLayer(format!("rule `{name}`: field `name`: {error}")));
     }
     let reserved = redlimit_runtime::LIBRARY_SEGMENT;
     if name
