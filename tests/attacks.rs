@@ -377,3 +377,54 @@ fn attack_rule_names_with_stray_braces_are_refused_at_build() {
         .build()
         .unwrap();
 }
+
+/// A cost a request chooses that no grant can hold (past the permits log's 4-byte
+/// field, under a rate that would allow it) is refused as any cost above the rate is:
+/// 429 without Retry-After, not a server error, on both backends and both algorithms;
+/// the key's limit still holds afterwards.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn attack_a_cost_past_the_log_field_is_limited_not_a_server_error() {
+    use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+    use redlimit::{Algorithm, MAX_PERMITS, MAX_RATE};
+    let server = RedisServer::start();
+    let redis = Client::connect(&server.url()).await.unwrap();
+    for client in [Client::memory(), redis] {
+        for (algorithm, interval) in [
+            (Algorithm::SlidingWindow, Duration::from_secs(60)),
+            (Algorithm::TokenBucket, Duration::from_millis(1)),
+        ] {
+            let layer = RateLimitLayer::builder()
+                .client(client.clone())
+                .rule(
+                    // (a bucket of 2^53 tokens fits its count only over 1 ms)
+                    LayerRule::new(format!("metered-{algorithm:?}"), MAX_RATE, interval)
+                        .algorithm(algorithm)
+                        .key(Key::header("x-api-key"))
+                        .cost(|request| {
+                            request
+                                .headers
+                                .get("x-cost")
+                                .and_then(|v| v.to_str().ok()?.parse().ok())
+                                .unwrap_or(1)
+                        }),
+                )
+                .build()
+                .unwrap();
+            let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
+            for cost in [MAX_PERMITS + 1, u64::MAX] {
+                let cost = cost.to_string();
+                let reply =
+                    support::http::send(addr, "GET", "/", &[("x-api-key", "k"), ("x-cost", &cost)]).await;
+                assert_eq!(reply.status, 429, "{algorithm:?}, cost {cost}: {reply:?}");
+                assert_eq!(reply.header("retry-after"), None, "{reply:?}");
+            }
+            let most = MAX_PERMITS.to_string();
+            let reply = support::http::send(addr, "GET", "/", &[("x-api-key", "k"), ("x-cost", &most)]).await;
+            assert_eq!(
+                reply.status, 200,
+                "{algorithm:?}: the most one grant holds: {reply:?}"
+            );
+        }
+    }
+}

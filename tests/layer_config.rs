@@ -220,6 +220,19 @@ fn attack_files_a_layer_must_refuse_name_the_rule_and_the_field() {
             rule("\"a}b\"", "rate = 1\ninterval = \"1s\""),
             &["rule `a}b`", "field `name`", "no `{`"],
         ),
+        // Permits a grant's 4-byte log field cannot hold, under a rate that would allow
+        // them, for either algorithm.
+        (
+            rule("p", "rate = 9007199254740992\ninterval = \"1s\"\npermits = 4294967296"),
+            &["rule `p`", "permits = 4294967296", "at most 4294967295"],
+        ),
+        (
+            rule(
+                "t",
+                "rate = 9007199254740992\ninterval = \"1s\"\npermits = 4294967296\nalgorithm = \"token_bucket\"",
+            ),
+            &["rule `t`", "permits = 4294967296", "at most 4294967295"],
+        ),
         // Fields: unknown, misspelt, missing, of the wrong kind, out of place.
         (
             rule("a", "rate = 1\ninterval = \"1s\"\nratee = 2"),

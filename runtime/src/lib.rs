@@ -73,7 +73,7 @@ pub use outcomes::refusal::{
 };
 #[cfg(feature = "axum")]
 pub use render::http::ProblemJson;
-pub use rules::config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_RATE};
+pub use rules::config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_PERMITS, MAX_RATE};
 pub use rules::overrides::{OverrideOf, RateOverride};
 pub use rules::rule::{Algorithm, BucketShape, Rule};
 pub use rules::spec::OnError;

@@ -6,7 +6,7 @@ use std::fmt;
 use http::HeaderName;
 use redlimit_runtime::engine::check_bucket;
 use redlimit_runtime::keys::check_name as check_limiter_name;
-use redlimit_runtime::RateLimiterConfig;
+use redlimit_runtime::{RateLimiterConfig, MAX_PERMITS};
 
 use super::key::{KeyKind, MissingKey};
 use super::rule::LayerRule;
@@ -52,11 +52,11 @@ pub(super) fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
     if let Err(error) = RateLimiterConfig::new(spec.mode, spec.rate, spec.interval).validate(&spec.name) {
         return Err(invalid(error.to_string()));
     }
-    let most = most_permits(rule).map_err(invalid)?;
+    let most = most_permits(rule).map_err(invalid)?.min(MAX_PERMITS);
     if spec.permits == 0 || spec.permits > most {
         return Err(invalid(format!(
             "permits = {} is not accepted: each request takes from 1 to {most} permits (the rate, or a \
-             token bucket's burst)",
+             token bucket's burst, and at most {MAX_PERMITS}, what a grant's log field holds)",
             spec.permits
         )));
     }

@@ -48,7 +48,7 @@ pub(crate) fn check_permits(name: &str, permits: u64, rate: Option<u64>) -> Resu
     if let Some(rate) = rate {
         within_rate(name, permits, rate)?;
     }
-    if permits > u64::from(u32::MAX) {
+    if permits > crate::MAX_PERMITS {
         return Err(Error::InvalidConfig {
             name: name.to_owned(),
             problem: "permits above 4294967295 do not fit the permits log's 4-byte field",

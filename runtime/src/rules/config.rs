@@ -27,6 +27,10 @@ impl RateType {
 /// doubles, which are exact up to 2^53.
 pub const MAX_RATE: u64 = 1 << 53;
 
+/// The most permits one call may take, whatever the rate: Redisson logs each grant's
+/// permits in a 4-byte field.
+pub const MAX_PERMITS: u64 = u32::MAX as u64;
+
 /// Why a keep-alive shorter than the interval is refused (Redisson refuses it too).
 pub(crate) const KEEP_ALIVE_SHORT: &str = "keep_alive is shorter than the interval: the keys could expire \
      while grants are still in the window, and a limiter made again would grant the rate twice in \

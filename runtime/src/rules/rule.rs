@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
-use crate::{RateLimiterConfig, RateType};
+use crate::{RateLimiterConfig, RateType, MAX_PERMITS};
 
 /// One limit of a multi-rule decision ([`Client::check_rules`](crate::Client::check_rules)).
 ///
@@ -376,9 +376,10 @@ impl Rule {
         }
     }
 
-    /// The most permits one call may take: the rate, or a token bucket's capacity.
+    /// The most permits one call may take: the rate, or a token bucket's capacity,
+    /// and never more than [`MAX_PERMITS`] (what a grant's log field holds).
     pub(crate) fn most_permits(&self) -> u64 {
-        self.capacity().unwrap_or(self.config.rate)
+        self.capacity().unwrap_or(self.config.rate).min(MAX_PERMITS)
     }
 
     /// The limiter's name.
