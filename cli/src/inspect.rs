@@ -728,7 +728,10 @@ impl Inspection {
 struct Lines(String);
 
 impl Lines {
+    /// A labelled line; `text` (names, stored values) is [`shown`](crate::shown::shown)
+    /// escaped, so that it stays on its line.
     fn line(&mut self, label: &str, text: String) {
+        let text = crate::shown::shown(&text);
         let out = &mut self.0;
         // A label too long for its column gets a line of its own.
         if label.len() >= 14 {

@@ -9,6 +9,7 @@
 
 mod duration;
 mod inspect;
+mod shown;
 mod store;
 mod tokens;
 
@@ -27,6 +28,7 @@ use serde_json::json;
 use crate::inspect::{
     count, glob_escape, inspect, not_found, peek, per_client, read_config, server_now, token_keys,
 };
+use crate::shown::{shown, shown_width};
 use crate::store::Store;
 
 #[derive(Parser)]
@@ -228,10 +230,9 @@ fn main() -> ExitCode {
     };
     if !message.is_empty() {
         // The URL's passwords, if any, replaced as the runtime hides them everywhere.
-        eprintln!(
-            "redlimit: {}",
-            redlimit_runtime::scrub_url_secrets(&message, &url)
-        );
+        // (and whatever it quotes of names and stored values, escaped)
+        let message = redlimit_runtime::scrub_url_secrets(&message, &url);
+        eprintln!("redlimit: {}", shown(&message));
     }
     ExitCode::from(code)
 }
@@ -320,7 +321,7 @@ async fn reset(cli: &Cli, url: &str, name: &str, yes: bool, prefix: &str) -> Out
     if cli.json {
         println!("{}", json!({"name": name, "deleted_keys": deleted}));
     } else {
-        println!("{name}: {} deleted", count(deleted, "key", "keys"));
+        println!("{}: {} deleted", shown(name), count(deleted, "key", "keys"));
     }
     Ok(())
 }
@@ -346,7 +347,8 @@ async fn limiter_keys(store: &Store, name: &str) -> Result<Vec<(String, &'static
 /// Asks on the terminal whether to delete `name`'s `keys` keys.
 fn confirmed(name: &str, keys: usize) -> bool {
     eprint!(
-        "delete limiter `{name}` ({} at most)? [y/N] ",
+        "delete limiter `{}` ({} at most)? [y/N] ",
+        shown(name),
         count(keys as u64, "key", "keys")
     );
     let _ = std::io::stderr().flush();
@@ -366,14 +368,19 @@ async fn check(cli: &Cli, url: &str, name: &str, permits: u64) -> Outcome {
             json!({"name": name, "permits": permits, "allowed": peek.allowed, "available": peek.available, "retry_after_ms": peek.retry_after_ms})
         );
     } else if peek.allowed {
-        println!("{name}: {asked} would be granted; {} available", peek.available);
+        println!(
+            "{}: {asked} would be granted; {} available",
+            shown(name),
+            peek.available
+        );
     } else {
         let retry = peek.retry_after_ms.map_or(
             "never: more than the limiter ever grants at once".to_owned(),
             |ms| format!("in {}", duration::show_ms(ms.max(0) as u64)),
         );
         println!(
-            "{name}: {asked} would be refused; {} available; retry {retry}",
+            "{}: {asked} would be refused; {} available; retry {retry}",
+            shown(name),
             peek.available
         );
     }
@@ -530,11 +537,11 @@ fn print_set_rate(cli: &Cli, args: &SetRate<'_>, rule_wrote: bool) {
         };
         println!(
             "{}: {} per {} ({how})",
-            args.name,
+            shown(args.name),
             args.rate,
             duration::show_ms(interval_ms)
         );
-        println!("note: {note}");
+        println!("note: {}", shown(&note));
     }
 }
 
@@ -589,7 +596,7 @@ async fn acquire(cli: &Cli, url: &str, name: &str, permits: u64) -> Outcome {
         );
     } else {
         let verb = if granted { "granted" } else { "refused" };
-        println!("{name}: {asked} {verb}; {available} available");
+        println!("{}: {asked} {verb}; {available} available", shown(name));
     }
     if granted {
         Ok(())
@@ -643,7 +650,8 @@ async fn override_set(cli: &Cli, client: &Client, of: OverrideOf, rate: u64, int
         );
     } else {
         println!(
-            "{kind} {name}: {rate} per {} in every process within about a second",
+            "{kind} {}: {rate} per {} in every process within about a second",
+            shown(name),
             duration::show_ms(interval.as_millis() as u64)
         );
     }
@@ -666,7 +674,7 @@ async fn override_ls(cli: &Cli, client: &Client) -> Outcome {
     }
     let width = list
         .iter()
-        .map(|o| describe(&o.of).1.len())
+        .map(|o| shown_width(describe(&o.of).1))
         .max()
         .unwrap_or(4)
         .max(4);
@@ -676,6 +684,7 @@ async fn override_ls(cli: &Cli, client: &Client) -> Outcome {
     );
     for o in &list {
         let (kind, name) = describe(&o.of);
+        let name = shown(name);
         println!(
             "{kind:<7}  {name:<width$}  {:>10}  {:>8}",
             o.rate,
@@ -692,7 +701,10 @@ async fn override_rm(cli: &Cli, client: &Client, of: OverrideOf) -> Outcome {
     if cli.json {
         println!("{}", json!({"of": kind, "name": name, "removed": removed}));
     } else if removed {
-        println!("{kind} {name}: override removed; its own rate applies again");
+        println!(
+            "{kind} {}: override removed; its own rate applies again",
+            shown(name)
+        );
     }
     if removed {
         Ok(())
@@ -858,7 +870,12 @@ async fn buckets_matching(
 /// `ls`'s table. (Formatted here: one header and one row format, with the name column
 /// as wide as the longest name, is what a table crate would be asked for.)
 fn print_rows(rows: &[Row]) {
-    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    let width = rows
+        .iter()
+        .map(|r| shown_width(&r.name))
+        .max()
+        .unwrap_or(4)
+        .max(4);
     println!(
         "{:<width$}  {:<6}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
         "NAME", "KIND", "RATE", "INTERVAL", "MODE", "USAGE", "MEMORY"
@@ -866,7 +883,7 @@ fn print_rows(rows: &[Row]) {
     for r in rows {
         println!(
             "{:<width$}  {:<6}  {:>10}  {:>8}  {:<10}  {:>6}  {:>10}",
-            r.name,
+            shown(&r.name),
             r.algorithm,
             r.rate,
             duration::show_ms(r.interval_ms.max(0) as u64),

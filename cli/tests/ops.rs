@@ -599,3 +599,73 @@ async fn a_client_says_an_http_server_is_not_redis() {
     assert!(err.is_backend_failure());
     assert!(err.to_string().contains("is not a Redis server"), "{err}");
 }
+
+/// Names a caller chose (a path parameter `x%0d%0aALERT...`, an escape sequence, a
+/// `&str` with a newline through the attribute) are limiter names; every command's
+/// human output shows them escaped: nothing but the output's own line ends reaches
+/// the terminal, and `ls` prints one row per limiter.
+#[tokio::test]
+async fn attack_names_cannot_write_into_the_operators_terminal() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = redlimit::Client::connect(&url).await.unwrap();
+    let hostile = [
+        "rate_limit:x\r\nALERT rate_limit:admin      token     1  1s",
+        "rate_limit:\u{1b}]0;owned\u{7}\u{1b}[1;31mred",
+        "rate_limit:user\nrate_limit:spoofed  window  5  1m",
+        "rate_limit:back\\nslash\u{202e}desrever\u{85}",
+    ];
+    for name in hostile {
+        let rule = [redlimit::Rule::new(name, 5, Duration::from_secs(60))];
+        assert!(client.check_rules(&rule).await.unwrap().allowed);
+    }
+    let clean = |out: &std::process::Output, what: &str| {
+        let shown = text(out);
+        let bad: Vec<char> = shown
+            .chars()
+            .filter(|c| (c.is_control() && *c != '\n') || *c == '\u{202e}')
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{what}: {bad:?} reached the terminal in:\n{shown}"
+        );
+        shown
+    };
+    let table = clean(&redlimit(&url, &["ls"]), "ls");
+    assert_eq!(
+        table.lines().count(),
+        1 + hostile.len(),
+        "one row per limiter:\n{table}"
+    );
+    assert!(table.contains("rate_limit:x\\r\\nALERT"), "{table}");
+    assert!(
+        table.contains("rate_limit:\\e]0;owned\\u{7}\\e[1;31mred"),
+        "{table}"
+    );
+    for name in hostile {
+        let shown = clean(&redlimit(&url, &["inspect", name]), "inspect");
+        assert!(shown.starts_with("limiter "), "{shown}");
+        clean(&redlimit(&url, &["check", name]), "check");
+        clean(&redlimit(&url, &["acquire", name]), "acquire");
+        clean(
+            &redlimit(&url, &["watch", name, "--every", "10ms", "--count", "1"]),
+            "watch",
+        );
+        clean(
+            &redlimit(
+                &url,
+                &["override", "set", name, "--rate", "3", "--interval", "1s"],
+            ),
+            "override set",
+        );
+        clean(&redlimit(&url, &["override", "ls"]), "override ls");
+        clean(&redlimit(&url, &["override", "rm", name]), "override rm");
+        clean(&redlimit(&url, &["override", "rm", name]), "override rm of none");
+        clean(
+            &redlimit(&url, &["set-rate", name, "--rate", "2", "--interval", "1m"]),
+            "set-rate",
+        );
+        clean(&redlimit(&url, &["reset", name, "--yes"]), "reset");
+        clean(&redlimit(&url, &["inspect", name]), "inspect of none");
+    }
+}
