@@ -318,12 +318,36 @@ async fn reset(cli: &Cli, url: &str, name: &str, yes: bool, prefix: &str) -> Out
     if deleted == 0 {
         return Err(Failure::No(format!("{}: nothing deleted", not_found(name))));
     }
+    let client = store::builder().prefix(prefix).connect(url).await?;
+    let announced = announce(&client, name, prefix).await?;
     if cli.json {
-        println!("{}", json!({"name": name, "deleted_keys": deleted}));
+        println!(
+            "{}",
+            json!({"name": name, "deleted_keys": deleted, "announced_to_prefix": prefix})
+        );
     } else {
         println!("{}: {} deleted", shown(name), count(deleted, "key", "keys"));
+        println!("note: {}", shown(&announced));
     }
     Ok(())
+}
+
+/// Announces that `name` was reset to the processes whose clients have the key prefix
+/// `prefix`: each drops the refusal it kept of it within about a second. What to tell
+/// the operator about it; a failure says the change was made all the same.
+async fn announce(client: &Client, name: &str, prefix: &str) -> Result<String, Failure> {
+    match client.announce_reset(name).await {
+        Ok(()) => Ok(format!(
+            "redlimit processes with the key prefix `{prefix}` stop refusing from what they kept \
+             of this limiter within about a second (--prefix names another); a refusal kept \
+             before a reset made outside redlimit (a Java service's setRate or delete) lasts \
+             until its wait ends"
+        )),
+        Err(error) => Err(Failure::Backend(format!(
+            "the limiter was changed, but announcing it to the processes failed (they may keep \
+             refusing it until the waits Redis gave them end; run the command again): {error}"
+        ))),
+    }
 }
 
 /// The limiter's keys and their roles: config, value, permits, bucket, and each
@@ -487,7 +511,12 @@ async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
             not_found(name)
         )));
     }
+    // (the change announced itself; again here, to say whether that worked)
+    let announced = announce(&client, name, args.prefix).await?;
     print_set_rate(cli, args, stored.as_ref().is_some_and(|c| c.rule_wrote()));
+    if !cli.json {
+        println!("note: {}", shown(&announced));
+    }
     Ok(())
 }
 

@@ -669,3 +669,45 @@ async fn attack_names_cannot_write_into_the_operators_terminal() {
         clean(&redlimit(&url, &["inspect", name]), "inspect of none");
     }
 }
+
+/// The incident of docs/operating.md ("user 42 is stuck at zero"): `reset` and
+/// `set-rate --reset` let the user in within about a second in every process, though
+/// each kept its refusal for the whole wait (20 s here); the output says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_and_set_rate_reach_the_refusals_processes_keep() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let deciding = redlimit::Client::connect(&url).await.unwrap();
+    let commands: [&[&str]; 2] = [
+        &["reset", "NAME", "--yes"],
+        &["set-rate", "NAME", "--rate", "2", "--interval", "20s", "--reset"],
+    ];
+    for (i, command) in commands.into_iter().enumerate() {
+        let name = format!("rate_limit:stuck:user:{i}");
+        let rule = [redlimit::Rule::new(name.as_str(), 2, Duration::from_secs(20))];
+        for _ in 0..2 {
+            assert!(deciding.check_rules(&rule).await.unwrap().allowed);
+        }
+        assert!(!deciding.check_rules(&rule).await.unwrap().allowed);
+        let args: Vec<&str> = command
+            .iter()
+            .map(|a| if *a == "NAME" { name.as_str() } else { a })
+            .collect();
+        let out = redlimit(&url, &args);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        assert!(
+            text(&out).contains("key prefix `rate_limit:` stop refusing from what they kept"),
+            "{}",
+            text(&out)
+        );
+        let started = std::time::Instant::now();
+        while !deciding.check_rules(&rule).await.unwrap().allowed {
+            assert!(
+                started.elapsed() < Duration::from_millis(2_500),
+                "{command:?}: still refused {:?} after it",
+                started.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -57,6 +57,13 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
 });
 
 /// Attempts at refunding a timed-out grant, and the pause before each retry.
+/// Entries the stream of limiters reset keeps, about (`XADD ... MAXLEN ~`): a second's
+/// resets, many times over, for processes that read it every second.
+pub(crate) const RESETS_KEPT: usize = 1_000;
+
+/// Entries of the stream of limiters reset: (id, fields).
+pub(crate) type ResetEntries = Vec<(String, Vec<(String, String)>)>;
+
 const REFUND_ATTEMPTS: u32 = 3;
 const REFUND_BACKOFF: Duration = Duration::from_millis(500);
 
@@ -579,6 +586,50 @@ impl RedisBackend {
                     .await
                     .map(|n| n > 0),
             }
+        })
+        .await
+    }
+
+    /// Appends `name` to the stream `key` of limiters reset, which keeps about its
+    /// last [`RESETS_KEPT`] entries.
+    pub async fn append_reset(&self, key: &str, name: &str) -> Result<(), Error> {
+        self.run(&[], |mut conn| async move {
+            redis::cmd("XADD")
+                .arg(key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(RESETS_KEPT)
+                .arg("*")
+                .arg("name")
+                .arg(name)
+                .query_async::<String>(&mut conn)
+                .await
+                .map(|_| ())
+        })
+        .await
+    }
+
+    /// The stream `key` of limiters reset: its oldest entry's id and the entries from
+    /// `from` on (at most [`RESETS_KEPT`] + 1 000, however many were appended), as
+    /// (id, fields).
+    pub async fn read_resets(&self, key: &str, from: &str) -> Result<(Option<String>, ResetEntries), Error> {
+        self.run(&[], |mut conn| async move {
+            let (oldest, entries): (ResetEntries, ResetEntries) = redis::pipe()
+                .cmd("XRANGE")
+                .arg(key)
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(1)
+                .cmd("XRANGE")
+                .arg(key)
+                .arg(from)
+                .arg("+")
+                .arg("COUNT")
+                .arg(RESETS_KEPT + 1_000)
+                .query_async(&mut conn)
+                .await?;
+            Ok((oldest.into_iter().next().map(|(id, _)| id), entries))
         })
         .await
     }

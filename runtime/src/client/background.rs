@@ -1,8 +1,8 @@
-//! A client's background task: once a second it reads the rate overrides, reports
-//! the refusals counted, and publishes the process's rules (when they changed, or a
+//! A client's background task: once a second it reads the rate overrides and the
+//! limiters reset (`client::resets`), reports the refusals counted, and publishes the process's rules (when they changed, or a
 //! minute passed). Started by the first decision; no decision waits for it after that.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +25,8 @@ const RULES_TTL_MS: u64 = 3_600_000;
 pub(crate) struct Background {
     /// Set once the first read is done (or failed) and the task runs.
     started: OnceCell<()>,
+    /// Set when a task was spawned to start it ([`Client::start_background`]).
+    spawned: AtomicBool,
     /// The registry's generation (plus one) last published, and when.
     published: AtomicU64,
     published_ms: AtomicU64,
@@ -99,6 +101,7 @@ impl Client {
                         if let Ok(list) = client.read_overrides().await {
                             client.overrides().replace(Table::from_list(&list));
                         }
+                        client.read_resets().await;
                         client.report_refusals().await;
                         client.publish_rules().await;
                     }
@@ -106,6 +109,20 @@ impl Client {
             })
             .await;
         self.overrides().table()
+    }
+
+    /// Starts the background task without waiting for it, when it does not run yet
+    /// (a client deciding by hand keeps refusals: the task reads the announcements
+    /// that end them).
+    pub(crate) fn start_background(&self) {
+        let state = self.background();
+        if self.is_memory() || state.started.initialized() || state.spawned.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let client = self.clone();
+        tokio::spawn(async move {
+            client.background_ready().await;
+        });
     }
 
     /// The key of the refusals reported for the epoch second `second`:

@@ -313,7 +313,11 @@ impl Client {
             }
         };
         let decision = self.one_rule_decision(rule, &outcome);
-        self.inner.refusals.note(rule, permits, &decision, now);
+        if self.inner.refusals.note(rule, permits, &decision, now) {
+            // Kept refusals end when their limiter is reset anywhere: announcements
+            // are read in the background.
+            self.start_background();
+        }
         Ok((decision, member))
     }
 

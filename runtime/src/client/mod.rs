@@ -7,6 +7,7 @@ pub(crate) mod clock;
 pub(crate) mod default_client;
 mod overrides;
 pub(crate) mod refusal_cache;
+mod resets;
 pub(crate) mod waiting;
 
 use std::fmt;
@@ -73,6 +74,8 @@ struct Inner {
     refusals: crate::client::refusal_cache::RefusalCache,
     /// Batches of permits served in process (Redis clients, rules with a batch).
     batches: batches::Batches,
+    /// How far the stream of limiters reset was read.
+    resets: resets::Cursor,
 }
 
 impl Drop for Inner {
@@ -109,6 +112,7 @@ impl Client {
                 local: once_cell::sync::OnceCell::new(),
                 refusals: crate::client::refusal_cache::RefusalCache::new(local_refusals),
                 batches,
+                resets: Default::default(),
             }),
         }
     }
@@ -327,7 +331,11 @@ impl Client {
         }];
         let outcome = self.backend().acquire_in_box(&calls, now).await?;
         let decision = self.one_rule_decision(rule, &outcome);
-        self.inner.refusals.note(rule, permits, &decision, now);
+        if self.inner.refusals.note(rule, permits, &decision, now) {
+            // Kept refusals end when their limiter is reset anywhere: announcements
+            // are read in the background.
+            self.start_background();
+        }
         Ok(decision)
     }
 
@@ -377,6 +385,15 @@ impl Client {
     /// Drops the refusal this client keeps of the limiter `name`, if any: it changed.
     pub(crate) fn forget_refusal(&self, name: &str) {
         self.inner.refusals.forget(name);
+    }
+
+    /// Drops every refusal this client keeps.
+    pub(crate) fn forget_every_refusal(&self) {
+        self.inner.refusals.forget_all();
+    }
+
+    pub(crate) fn resets_cursor(&self) -> &resets::Cursor {
+        &self.inner.resets
     }
 
     /// Like [`check_rules`](Client::check_rules), waiting up to `timeout` for the

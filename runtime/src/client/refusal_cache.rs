@@ -101,8 +101,8 @@ impl RefusalCache {
     }
 
     /// What Redis decided for `rule` alone, taking `permits`, at `now_ms`: a refusal
-    /// that is exact in process is kept; anything else drops what was kept.
-    pub(crate) fn note(&self, rule: &Rule, permits: u64, decision: &Decision, now_ms: u64) {
+    /// that is exact in process is kept (true); anything else drops what was kept.
+    pub(crate) fn note(&self, rule: &Rule, permits: u64, decision: &Decision, now_ms: u64) -> bool {
         let keep = !decision.allowed
             && self.eligible(rule)
             && permits > 0
@@ -118,8 +118,12 @@ impl RefusalCache {
                     until_ms: now_ms + wait.as_millis() as u64,
                 };
                 self.keep(entry, now_ms);
+                true
             }
-            _ => self.forget_rule(rule),
+            _ => {
+                self.forget_rule(rule);
+                false
+            }
         }
     }
 
@@ -162,6 +166,15 @@ impl RefusalCache {
     pub(crate) fn forget_rule(&self, rule: &Rule) {
         if self.len.load(Ordering::Relaxed) > 0 {
             self.forget_hashed(rule.name_hash(), rule.name());
+        }
+    }
+
+    /// Drops everything kept.
+    pub(crate) fn forget_all(&self) {
+        if self.len.load(Ordering::Relaxed) > 0 {
+            let mut entries = self.lock();
+            entries.0.clear();
+            self.len.store(0, Ordering::Relaxed);
         }
     }
 

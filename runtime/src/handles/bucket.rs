@@ -117,17 +117,21 @@ impl TokenBucket {
         Ok(self.run(0).await?.rules[0].left)
     }
 
-    /// Deletes the bucket (it is full again); true when it existed. Refuses
+    /// Deletes the bucket (it is full again), announced as a reset
+    /// ([`Client::announce_reset`](crate::Client::announce_reset)); true when it existed. Refuses
     /// ([`Error::NotALimiter`]), deleting nothing, when its key holds something that
     /// is not a token bucket's state.
     pub async fn delete(&self) -> Result<bool, Error> {
         let keys = self.keys()?;
         self.client.forget_refusal(self.rule.name());
         let mode = self.rule.config().rate_type;
-        self.client
+        let deleted = self
+            .client
             .backend()
             .delete_bucket(keys, mode, self.client.now_ms())
-            .await
+            .await?;
+        self.client.announce_reset_made(self.rule.name()).await;
+        Ok(deleted)
     }
 
     /// The bucket's keys, or why the name cannot be a limiter's.

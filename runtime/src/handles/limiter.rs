@@ -167,10 +167,15 @@ impl RateLimiter {
             require_exists,
         };
         self.client.forget_refusal(&self.name);
-        self.client
+        let changed = self
+            .client
             .backend()
             .configure(keys, &args.config, how, self.client.now_ms())
-            .await
+            .await?;
+        if changed {
+            self.client.announce_reset_made(&self.name).await;
+        }
+        Ok(changed)
     }
 
     /// Gives `permits` back (Redisson's `release`), for permits a caller took and did
@@ -253,11 +258,16 @@ impl RateLimiter {
             .await
     }
 
-    /// Deletes all five keys; answers whether anything was deleted.
+    /// Deletes all five keys; answers whether anything was deleted. Every process
+    /// using this Redis and prefix drops the refusal it keeps of the limiter within
+    /// about a second (so do `set_rate` and `update_rate`: see
+    /// [`Client::announce_reset`]).
     pub async fn delete(&self) -> Result<bool, Error> {
         let keys = self.writable()?;
         self.client.forget_refusal(&self.name);
-        self.client.backend().delete(keys, self.client.now_ms()).await
+        let deleted = self.client.backend().delete(keys, self.client.now_ms()).await?;
+        self.client.announce_reset_made(&self.name).await;
+        Ok(deleted)
     }
 
     /// Whether the config key exists.

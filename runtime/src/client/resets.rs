@@ -1,0 +1,133 @@
+//! Limiters restarted or deleted, announced to every process: a refusal a client keeps
+//! (`client::refusal_cache`) would otherwise outlive an operator's reset for the whole
+//! wait Redis gave.
+//!
+//! Whatever restarts or deletes a limiter through redlimit ([`RateLimiter::delete`],
+//! `set_rate` and `update_rate`, [`TokenBucket::delete`], the CLI's `reset` and
+//! `set-rate`) appends its name to a stream, `<prefix>redlimit:resets` (one field,
+//! `name`), which keeps about its last [`RESETS_KEPT`] entries. Each client reads the
+//! entries it has not seen every second in the background (`client::background`; the
+//! first reading takes the whole stream) and drops what it kept of those limiters, so
+//! a reset reaches every process within about a second. A client that finds entries it has not seen trimmed away (more resets in a
+//! second than the stream keeps) drops every refusal it keeps: keeping none is always
+//! safe, it only costs the round trips they saved. Writers outside redlimit (a Java
+//! service's `setRate` or `delete`) announce nothing, unless they append to the stream
+//! themselves (`XADD <prefix>redlimit:resets * name <limiter>`): until then a refusal
+//! kept of that limiter lasts at most the wait Redis gave.
+//!
+//! [`RateLimiter::delete`]: crate::RateLimiter::delete
+//! [`TokenBucket::delete`]: crate::TokenBucket::delete
+
+use std::sync::Mutex;
+
+use crate::backend::redis::{ResetEntries, RESETS_KEPT};
+use crate::backend::Backend;
+use crate::{Client, Error, LIBRARY_SEGMENT};
+
+/// The last entry of the stream a client read (`None`: none yet).
+#[derive(Debug, Default)]
+pub(crate) struct Cursor(Mutex<Option<Id>>);
+
+/// A stream entry's id: milliseconds, then a sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Id(u64, u64);
+
+impl Id {
+    fn parse(text: &str) -> Option<Id> {
+        let (ms, seq) = text.split_once('-')?;
+        Some(Id(ms.parse().ok()?, seq.parse().ok()?))
+    }
+
+    /// The first id after this one, as `XRANGE` takes it.
+    fn next(self) -> String {
+        match self.1.checked_add(1) {
+            Some(seq) => format!("{}-{seq}", self.0),
+            None => format!("{}-0", self.0.saturating_add(1)),
+        }
+    }
+}
+
+impl Client {
+    /// The key of the stream of limiters reset: `<prefix>redlimit:resets`.
+    pub fn resets_key(&self) -> String {
+        format!("{}{LIBRARY_SEGMENT}:resets", self.prefix())
+    }
+
+    /// Tells every process using this Redis and prefix that the limiter `name` was
+    /// restarted or deleted (by hand, or by a writer that does not say so), so that
+    /// each drops the refusal it keeps of it within about a second. redlimit's own
+    /// resets call it; nothing to do in process.
+    pub async fn announce_reset(&self, name: &str) -> Result<(), Error> {
+        self.forget_refusal(name);
+        match self.backend() {
+            Backend::Redis(redis) => redis.append_reset(&self.resets_key(), name).await,
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    /// [`announce_reset`](Client::announce_reset) after a change that took effect: a
+    /// failure is logged, not returned (the change itself was made).
+    pub(crate) async fn announce_reset_made(&self, name: &str) {
+        if let Err(error) = self.announce_reset(name).await {
+            tracing::warn!(
+                limiter = name,
+                "the limiter was reset, but announcing it failed: other processes may keep \
+                 refusing calls on it until the waits Redis gave them end: {error}"
+            );
+        }
+    }
+
+    /// Drops the refusals kept of every limiter announced since the last reading (all
+    /// of them, when announcements were trimmed away unread).
+    pub(crate) async fn read_resets(&self) {
+        let Backend::Redis(redis) = self.backend() else {
+            return;
+        };
+        let cursor = *self.resets_cursor().0.lock().unwrap_or_else(|e| e.into_inner());
+        let from = cursor.unwrap_or(Id(0, 0));
+        // A failed read keeps the cursor: the next one reads what this one missed.
+        let Ok((oldest, entries)) = redis.read_resets(&self.resets_key(), &from.next()).await else {
+            return;
+        };
+        let trimmed = oldest
+            .as_deref()
+            .and_then(Id::parse)
+            .is_some_and(|oldest| oldest > from)
+            && from != Id(0, 0);
+        let last = self.forget_announced(&entries, trimmed || entries.len() > RESETS_KEPT);
+        if let Some(last) = last {
+            *self.resets_cursor().0.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+        }
+    }
+
+    /// Forgets the limiters `entries` name, or every kept refusal when `all`; the last
+    /// entry's id.
+    fn forget_announced(&self, entries: &ResetEntries, all: bool) -> Option<Id> {
+        if all {
+            self.forget_every_refusal();
+        } else {
+            for (_, fields) in entries {
+                for (field, name) in fields {
+                    if field == "name" {
+                        self.forget_refusal(name);
+                    }
+                }
+            }
+        }
+        entries.last().and_then(|(id, _)| Id::parse(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Id;
+
+    #[test]
+    fn ids_order_and_follow_as_the_stream_orders_them() {
+        assert_eq!(Id::parse("1700000000000-3"), Some(Id(1_700_000_000_000, 3)));
+        assert_eq!(Id::parse("17-x"), None);
+        assert!(Id(5, 0) > Id(4, 9) && Id(5, 1) > Id(5, 0));
+        assert_eq!(Id(5, 1).next(), "5-2");
+        assert_eq!(Id(5, u64::MAX).next(), "6-0");
+    }
+}

@@ -1,0 +1,149 @@
+//! An operator's reset reaches every process: a refusal a client keeps in process
+//! (`local_refusals`, on by default) is dropped within about a second of the limiter
+//! being deleted or restarted anywhere, through `check_rules`, the attribute and the
+//! layer alike, against a real redis-server. Without the announcement each of these
+//! calls stays refused for the whole wait Redis gave (20 s here).
+
+use redlimit_test_support as support;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use redlimit::{Client, RateType, Rule};
+use support::RedisServer;
+
+const WINDOW: Duration = Duration::from_secs(20);
+/// A reset must reach every process within about a second (each reads the
+/// announcements every second); allowed here with room for a loaded machine.
+const REACHED_WITHIN: Duration = Duration::from_millis(2_500);
+
+/// How the operator resets the limiter `name` (from a client of its own: another
+/// process as far as the deciding client can tell).
+#[derive(Debug, Clone, Copy)]
+enum Reset {
+    Delete,
+    SetRate,
+    /// Deleted as a writer outside redlimit would (a Java service's `delete`), then
+    /// announced by hand.
+    RawDeleteAnnounced,
+}
+
+impl Reset {
+    async fn apply(self, operator: &Client, server: &RedisServer, name: &str) {
+        let limiter = operator.rate_limiter(name);
+        match self {
+            Reset::Delete => assert!(limiter.delete().await.unwrap()),
+            Reset::SetRate => limiter.set_rate(RateType::Overall, 2, WINDOW).await.unwrap(),
+            Reset::RawDeleteAnnounced => {
+                let mut raw = server.raw().await;
+                let keys = limiter.keys().unwrap().all();
+                let _: u64 = redis::cmd("DEL")
+                    .arg(&keys[..])
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                operator.announce_reset(name).await.unwrap();
+            }
+        }
+    }
+}
+
+/// Calls `call` (true: granted) every 50 ms until it grants; how long that took.
+/// Panics past twice [`REACHED_WITHIN`].
+async fn until_granted<F: Future<Output = bool>>(mut call: impl FnMut() -> F) -> Duration {
+    let started = Instant::now();
+    loop {
+        if call().await {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < 2 * REACHED_WITHIN,
+            "still refused after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Exhausts the limiter through `call`, checks its refusal is kept (answered with
+/// no script call), resets it with `reset`, and answers how long until `call` passes.
+async fn kept_then_reset<F: Future<Output = bool>>(
+    server: &RedisServer,
+    operator: &Client,
+    name: &str,
+    reset: Reset,
+    mut call: impl FnMut() -> F,
+) -> Duration {
+    assert!(call().await && call().await, "{name}: the first two grant");
+    assert!(!call().await, "{name}: the third is refused");
+    let monitor = support::monitor::Monitor::start(server.port);
+    assert!(!call().await, "{name}: refused again");
+    let scripts = monitor
+        .client_commands()
+        .iter()
+        .filter(|c| c.starts_with("EVAL"))
+        .count();
+    assert_eq!(scripts, 0, "{name}: the refusal is kept in process");
+    reset.apply(operator, server, name).await;
+    until_granted(call).await
+}
+
+#[redlimit::rate_limit(key = "resets:attr:{n}", rate = 2, interval = "20s")]
+async fn attributed(n: u32) -> Result<(), redlimit::RateLimited> {
+    let _ = n;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_anywhere_ends_kept_refusals_within_about_a_second() {
+    let server = RedisServer::start();
+    let deciding = Client::connect(&server.url()).await.unwrap();
+    let operator = Client::connect(&server.url()).await.unwrap();
+    redlimit::set_default(deciding.clone()).unwrap();
+    let resets = [Reset::Delete, Reset::SetRate, Reset::RawDeleteAnnounced];
+    let mut took = Vec::new();
+
+    for (i, reset) in resets.into_iter().enumerate() {
+        let name = format!("rate_limit:resets:rules:{i}");
+        let rule = [Rule::new(name.as_str(), 2, WINDOW)];
+        let call = || async { deciding.check_rules(&rule).await.unwrap().allowed };
+        took.push((
+            "check_rules",
+            reset,
+            kept_then_reset(&server, &operator, &name, reset, call).await,
+        ));
+
+        let name = format!("rate_limit:resets:attr:{i}");
+        let call = || async { attributed(i as u32).await.is_ok() };
+        took.push((
+            "attribute",
+            reset,
+            kept_then_reset(&server, &operator, &name, reset, call).await,
+        ));
+    }
+    #[cfg(feature = "axum")]
+    for (i, reset) in resets.into_iter().enumerate() {
+        use redlimit::tower::{LayerRule, RateLimitLayer};
+        let rule = format!("resets:layer:{i}");
+        let layer = RateLimitLayer::builder()
+            .client(deciding.clone())
+            .rule(LayerRule::new(rule.clone(), 2, WINDOW))
+            .build()
+            .unwrap();
+        let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
+        let call = || async { support::http::send(addr, "GET", "/", &[]).await.status == 200 };
+        let name = format!("rate_limit:{rule}");
+        took.push((
+            "layer",
+            reset,
+            kept_then_reset(&server, &operator, &name, reset, call).await,
+        ));
+    }
+    eprintln!("{took:?}");
+    for (path, reset, took) in took {
+        assert!(
+            took <= REACHED_WITHIN,
+            "{path}, {reset:?}: granted {took:?} after the reset"
+        );
+    }
+}
