@@ -230,3 +230,58 @@ async fn the_attribute_and_the_layer_switch_it_off_per_rule() {
         );
     }
 }
+
+/// A spray of refusals with long waits on 11 000 limiters (more than the 10 000 a
+/// client keeps) pins nothing: the newest refusals are kept as well as the limiter
+/// called all along, each answered again without a script call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spray_of_long_refusals_neither_pins_the_cache_nor_evicts_a_called_limiter() {
+    let server = RedisServer::start();
+    // (a loaded machine's timeout would decide in process, on_error = "local")
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(10))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let long = Duration::from_secs(600);
+    let victim = [Rule::new("rate_limit:spray:victim", 1, long)];
+    assert!(client.check_rules(&victim).await.unwrap().allowed);
+    assert!(!client.check_rules(&victim).await.unwrap().allowed);
+    let (tasks, each) = (4, 2_750);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut spray = tokio::task::JoinSet::new();
+    for task in 0..tasks {
+        let (client, done) = (client.clone(), done.clone());
+        spray.spawn(async move {
+            for i in 0..each {
+                let rule = [Rule::new(format!("rate_limit:spray:{task}:{i}"), 1, long)];
+                assert!(client.check_rules(&rule).await.unwrap().allowed);
+                assert!(!client.check_rules(&rule).await.unwrap().allowed);
+            }
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    while done.load(std::sync::atomic::Ordering::Relaxed) < tasks {
+        let decision = client.check_rules(&victim).await.unwrap();
+        assert!(!decision.allowed, "the victim: {decision:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while let Some(finished) = spray.join_next().await {
+        finished.unwrap();
+    }
+    let monitor = support::monitor::Monitor::start(server.port);
+    assert!(!client.check_rules(&victim).await.unwrap().allowed);
+    for task in 0..tasks {
+        let newest = [Rule::new(
+            format!("rate_limit:spray:{task}:{}", each - 1),
+            1,
+            long,
+        )];
+        assert!(!client.check_rules(&newest).await.unwrap().allowed);
+    }
+    let calls = evalshas(&monitor.client_commands());
+    assert_eq!(
+        calls, 0,
+        "the victim and the {tasks} newest refusals are answered in process"
+    );
+}

@@ -15,8 +15,16 @@
 //! for another number of permits, with another config, or of several rules goes to
 //! Redis. Any grant this client makes on a limiter, and any change it makes to one,
 //! drops what it kept of it. At most `MAX_ENTRIES` limiters are kept per client.
+//!
+//! At that bound a new refusal makes room: refusals whose wait is over go first, then
+//! the eighth of the entries answered least recently (a batch, so that one scan of
+//! the table pays for [`MAX_ENTRIES`] / 8 new refusals). The limiters that matter are
+//! those called often, whose kept refusal saves a round trip on every call: a spray of
+//! refusals on many limiters with long waits churns among its own entries, and evicts
+//! an entry answered within the last `MAX_ENTRIES / 8` new refusals only by calling its
+//! own entries more recently, each new one a script call of its own.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -34,6 +42,8 @@ struct Entry {
     permits: u64,
     left: u64,
     until_ms: u64,
+    /// When it was kept or last answered.
+    used_ms: u64,
 }
 
 /// A client's refusals, by limiter name, hashed with the keyed
@@ -43,10 +53,6 @@ struct Entry {
 pub(crate) struct RefusalCache {
     on: bool,
     len: AtomicUsize,
-    /// At [`MAX_ENTRIES`], when the next kept refusal's wait ends or a second passed,
-    /// whichever is first: no room is looked for before (a caller refused on a new
-    /// limiter every call costs one scan of the entries then, not one per call).
-    full_until: AtomicU64,
     entries: Mutex<Entries>,
 }
 
@@ -63,7 +69,6 @@ impl RefusalCache {
         RefusalCache {
             on,
             len: AtomicUsize::new(0),
-            full_until: AtomicU64::new(0),
             entries: Mutex::new(Entries(hashbrown::HashTable::new())),
         }
     }
@@ -85,11 +90,12 @@ impl RefusalCache {
             return None;
         }
         let hash = rule.name_hash();
-        let entries = self.lock();
-        let entry = entries.0.find(hash, |e| e.rule.name() == rule.name())?;
+        let mut entries = self.lock();
+        let entry = entries.0.find_mut(hash, |e| e.rule.name() == rule.name())?;
         if entry.permits != permits || &entry.rule != rule || now_ms >= entry.until_ms {
             return None;
         }
+        entry.used_ms = now_ms;
         Some(Decision {
             allowed: false,
             remaining: entry.left,
@@ -116,6 +122,7 @@ impl RefusalCache {
                     permits,
                     left: decision.remaining,
                     until_ms: now_ms + wait.as_millis() as u64,
+                    used_ms: now_ms,
                 };
                 self.keep(entry, now_ms);
                 true
@@ -128,23 +135,14 @@ impl RefusalCache {
     }
 
     /// Keeps `entry` in place of what was kept of its limiter; at [`MAX_ENTRIES`],
-    /// only when refusals whose wait is over make room.
+    /// after making room (see the module's docs).
     fn keep(&self, entry: Entry, now_ms: u64) {
         let mut entries = self.lock();
         let table = &mut entries.0;
         let (hash, name) = (entry.hash, entry.rule.name());
         let held = table.find(hash, |e| e.rule.name() == name).is_some();
         if table.len() >= MAX_ENTRIES && !held {
-            if now_ms < self.full_until.load(Ordering::Relaxed) {
-                return;
-            }
-            table.retain(|e| e.until_ms > now_ms);
-            if table.len() >= MAX_ENTRIES {
-                let next = table.iter().map(|e| e.until_ms).min().unwrap_or(now_ms);
-                let until = next.min(now_ms.saturating_add(1_000));
-                self.full_until.store(until, Ordering::Relaxed);
-                return;
-            }
+            make_room(table, now_ms);
         }
         match table.entry(hash, |e| e.rule.name() == name, |e| e.hash) {
             hashbrown::hash_table::Entry::Occupied(mut kept) => *kept.get_mut() = entry,
@@ -169,6 +167,11 @@ impl RefusalCache {
         }
     }
 
+    #[cfg(test)]
+    fn holds(&self, name: &str) -> bool {
+        self.lock().0.iter().any(|e| e.rule.name() == name)
+    }
+
     /// Drops everything kept.
     pub(crate) fn forget_all(&self) {
         if self.len.load(Ordering::Relaxed) > 0 {
@@ -187,12 +190,32 @@ impl RefusalCache {
     }
 }
 
+/// Drops the entries whose wait is over; when that leaves more than seven eighths of
+/// [`MAX_ENTRIES`], also those answered least recently, down to seven eighths.
+fn make_room(table: &mut hashbrown::HashTable<Entry>, now_ms: u64) {
+    const KEPT: usize = MAX_ENTRIES - MAX_ENTRIES / 8;
+    table.retain(|e| e.until_ms > now_ms);
+    if table.len() <= KEPT {
+        return;
+    }
+    let mut used: Vec<u64> = table.iter().map(|e| e.used_ms).collect();
+    let (_, &mut cut, _) = used.select_nth_unstable(table.len() - KEPT);
+    table.retain(|e| e.used_ms >= cut);
+    // Entries last used in the same millisecond as the cut, as many as it takes.
+    let mut over = table.len().saturating_sub(KEPT);
+    table.retain(|e| {
+        let drop = over > 0 && e.used_ms == cut;
+        over -= usize::from(drop);
+        !drop
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn at_most_max_entries_are_kept_and_expired_ones_make_room() {
+    fn at_most_max_entries_are_kept_and_expired_ones_go_first() {
         let cache = RefusalCache::new(true);
         let refused = Decision {
             allowed: false,
@@ -202,7 +225,7 @@ mod tests {
             at_ms: 1_000,
             tightest: Some(0),
         };
-        for i in 0..MAX_ENTRIES + 10 {
+        for i in 0..MAX_ENTRIES {
             let rule = Rule::new(format!("k:{i}"), 1, Duration::from_secs(60));
             cache.note(&rule, 1, &refused, 1_000);
         }
@@ -223,32 +246,30 @@ mod tests {
     }
 
     #[test]
-    fn at_the_bound_room_is_looked_for_when_a_wait_ends_not_on_every_refusal() {
+    fn a_spray_of_long_refusals_neither_pins_the_cache_nor_evicts_the_limiters_called() {
         let cache = RefusalCache::new(true);
-        let refused = |at_ms: u64, wait_ms: u64| Decision {
+        let refused = |at_ms: u64| Decision {
             allowed: false,
             remaining: 0,
-            retry_after: Some(Duration::from_millis(wait_ms)),
+            retry_after: Some(Duration::from_secs(600)),
             refused_by: Some(0),
             at_ms,
             tightest: Some(0),
         };
-        for i in 0..MAX_ENTRIES {
-            let rule = Rule::new(format!("k:{i}"), 1, Duration::from_secs(60));
-            cache.note(&rule, 1, &refused(1_000, 500), 1_000);
+        let rule = |name: String| Rule::new(name, 1, Duration::from_secs(600));
+        let victim = rule("victim".into());
+        cache.note(&victim, 1, &refused(1_000), 1_000);
+        // 40 000 limiters refused at 1 per 600 s, one a millisecond; the victim is
+        // called every 100 of them.
+        for i in 0..40_000u64 {
+            let now = 1_001 + i;
+            cache.note(&rule(format!("k:{i}")), 1, &refused(now), now);
+            if i % 100 == 0 {
+                assert!(cache.answer(&victim, 1, now).is_some(), "the victim at {i}");
+            }
+            assert!(cache.lock().0.len() <= MAX_ENTRIES);
         }
-        let new = |name: &str, at: u64| {
-            let rule = Rule::new(name, 1, Duration::from_secs(60));
-            cache.note(&rule, 1, &refused(at, 500), at);
-            cache.lock().0.iter().any(|e| e.rule.name() == name)
-        };
-        assert!(!new("first", 1_000), "no room: nothing is kept");
-        assert_eq!(
-            cache.full_until.load(Ordering::Relaxed),
-            1_500,
-            "no room is looked for before the first wait ends"
-        );
-        assert!(!new("before", 1_499));
-        assert!(new("after", 1_500), "the waits over made room");
+        assert!(cache.holds("k:39999"), "the newest refusals are kept");
+        assert!(!cache.holds("k:0"), "the oldest unused ones made room");
     }
 }
