@@ -295,7 +295,7 @@ impl Client {
         for (m, rule) in merged.iter().zip(&outcome.rules) {
             if let ConfigChange::Changed(previous) = &rule.config {
                 let rule = &rules[m.config];
-                config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
+                config_log::changed(rule, previous, self.now_ms());
             }
         }
         let mut decision = outcome.decision();
@@ -347,7 +347,7 @@ impl Client {
             ..
         }) = outcome.rules.first()
         {
-            config_log::changed(rule.name(), previous, rule.config(), self.now_ms());
+            config_log::changed(rule, previous, self.now_ms());
         }
         outcome.decision()
     }

@@ -47,7 +47,9 @@ impl Engine {
         };
         let permits = permits.map_or(spec.permits, |p| p[i]);
         let rule = spec.rule(name, permits, rate, interval);
-        if self.specs_checked()[i] && (permits, rate, interval) == (spec.permits, spec.rate, spec.interval) {
+        if (rate, interval) != (spec.rate, spec.interval) {
+            rule.mark_overridden();
+        } else if self.specs_checked()[i] && permits == spec.permits {
             rule.mark_settings_checked();
         }
         rule

@@ -25,8 +25,10 @@ struct Seen {
 
 static SEEN: Lazy<Mutex<HashMap<String, Seen>>> = Lazy::new(Default::default);
 
-/// Reports that `name`'s stored config `old` was replaced by `new` at `now` (ms).
-pub(crate) fn changed(name: &str, old: &RateLimiterConfig, new: &RateLimiterConfig, now: u64) {
+/// Reports that `rule` replaced its limiter's stored config `old` with its own at
+/// `now` (ms).
+pub(crate) fn changed(rule: &crate::Rule, old: &RateLimiterConfig, now: u64) {
+    let (name, new) = (rule.name(), rule.config());
     crate::observe::config_changed();
     let left_out = {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -54,16 +56,28 @@ pub(crate) fn changed(name: &str, old: &RateLimiterConfig, new: &RateLimiterConf
             0
         }
     };
+    if rule.is_overridden() {
+        tracing::info!(
+            limiter = name,
+            from = %Shown(old),
+            to = %Shown(new),
+            rewrites_left_out = left_out,
+            "the rule's rate is overridden at run time (`redlimit override`), so the rule wrote \
+             the override's config over the stored one, keeping the window"
+        );
+        return;
+    }
     tracing::warn!(
         limiter = name,
         from = %Shown(old),
         to = %Shown(new),
         rewrites_left_out = left_out,
         "the stored rate limiter config differs from the rule's, so the rule wrote its own \
-         back, keeping the window; something else wrote the stored one (`redlimit set-rate`, \
-         the runtime's set_rate, a Redisson client, or a rule of another config on this limiter): \
-         change a rule's rate at run time with an override (`redlimit override set`), and if \
-         this repeats, give rules that disagree keys of their own"
+         back, keeping the window; something else wrote the stored one (an override removed \
+         since, `redlimit set-rate`, the runtime's set_rate, a Redisson client, or a rule of \
+         another config on this limiter): change a rule's rate at run time with an override \
+         (`redlimit override set`), and if this repeats, give rules that disagree keys of \
+         their own"
     );
 }
 

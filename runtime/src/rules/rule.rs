@@ -73,6 +73,8 @@ struct Memo {
 
 /// [`Memo`]'s bit for a name found good.
 const NAME: u8 = 1;
+/// [`Memo`]'s bit for a rate and window taken from an override.
+const OVERRIDDEN: u8 = 4;
 /// [`Memo`]'s bit for settings found good.
 const SETTINGS: u8 = 2;
 
@@ -187,7 +189,7 @@ impl Rule {
     /// Whether this rule's name and settings have been found good since its last
     /// change.
     pub(crate) fn is_checked(&self) -> bool {
-        self.memo.checked.load(Ordering::Relaxed) == NAME | SETTINGS
+        self.memo.checked.load(Ordering::Relaxed) & (NAME | SETTINGS) == NAME | SETTINGS
     }
 
     /// Whether the settings have been found good since the last change.
@@ -197,7 +199,18 @@ impl Rule {
 
     /// Notes that every check of the rule passed.
     pub(crate) fn mark_checked(&self) {
-        self.memo.checked.store(NAME | SETTINGS, Ordering::Relaxed);
+        self.memo.checked.fetch_or(NAME | SETTINGS, Ordering::Relaxed);
+    }
+
+    /// Notes that the rule's rate and window are an override's (`rules::overrides`),
+    /// not its own: a stored config it rewrites was most likely its own before.
+    pub(crate) fn mark_overridden(&self) {
+        self.memo.checked.fetch_or(OVERRIDDEN, Ordering::Relaxed);
+    }
+
+    /// Whether [`mark_overridden`](Rule::mark_overridden) was called.
+    pub(crate) fn is_overridden(&self) -> bool {
+        self.memo.checked.load(Ordering::Relaxed) & OVERRIDDEN != 0
     }
 
     /// Marks the rule's settings known good: those of a description checked once for
