@@ -21,7 +21,7 @@ macro_rules! recipe {
         Recipe {
             name: $name,
             files: &[$($file),+],
-            source: concat!($(include_str!(concat!("../../../../lua/", $file))),+),
+            source: concat!($(include_str!(concat!("../../../lua/", $file))),+),
         }
     };
 }
@@ -90,7 +90,7 @@ pub(crate) mod tests {
     use std::path::{Path, PathBuf};
 
     pub(crate) fn lua_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../lua")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("lua")
     }
 
     pub(crate) fn read(file: &str) -> String {
