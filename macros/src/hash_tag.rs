@@ -4,8 +4,8 @@
 //!
 //! The runtime holds every name to the same rule at run time (`keys::check_name`);
 //! the attribute needs it at compile time, to refuse such a key where it is written,
-//! and may not depend on the runtime. So the rule is written twice, and
-//! runtime/tests/hash_tag_rule.rs compiles this file into the runtime's tests to hold
+//! and may not depend on the runtime. So the rule is written twice, and the redlimit
+//! package's tests/hash_tag_rule.rs compiles this file in beside the runtime to hold
 //! the two to the same answer on every short name. That is why this file uses nothing
 //! from the rest of the crate.
 

@@ -5,12 +5,13 @@
 //! holds both to the same answer, and the same message, on every text of up to four
 //! symbols over an alphabet of digits, units and stray characters, on durations built
 //! part by part (in order, out of order, with decimals, near 2^53 ms), and on random
-//! texts.
+//! texts. It is a test of this package, which depends on both crates, so that neither
+//! crate's own package reads a file outside itself.
 
-#[path = "../../macros/src/duration.rs"]
+#[path = "../macros/src/duration.rs"]
 mod attribute_grammar;
 // The attribute's copy brings its own unit tests, which use this generator.
-#[path = "../../macros/src/test_rng.rs"]
+#[path = "../macros/src/test_rng.rs"]
 mod test_rng;
 
 use redlimit_runtime::duration;

@@ -3,9 +3,10 @@
 //! runtime refuses a name at run time with `keys::check_name`. This test compiles the
 //! attribute's copy in and holds both to the same answer, and the same reason, on
 //! every name of up to seven characters over `{`, `}`, `a`, `:`, `é`, and on random
-//! longer ones.
+//! longer ones. It is a test of this package, which depends on both crates, so that
+//! neither crate's own package reads a file outside itself.
 
-#[path = "../../macros/src/hash_tag.rs"]
+#[path = "../macros/src/hash_tag.rs"]
 mod attribute_rule;
 
 use attribute_rule::Split;
