@@ -17,6 +17,10 @@
 //! # Ok(()) }
 //! ```
 
+// On docs.rs (`--cfg docsrs`, a nightly rustdoc): each item behind a cargo feature
+// says which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[doc = include_str!("../docs/attribute.md")]
 pub use redlimit_macros::rate_limit;
 

@@ -1,5 +1,9 @@
 //! Layer rules from configuration (cargo feature `serde`): a [`LayerRule`] or a whole
 //! layer's [`LayerConfig`] read by any serde format (TOML, YAML, JSON, ...).
+//!
+//! The public items here repeat the module's `#[cfg(feature = "serde")]`: the
+//! documentation of a crate that re-exports them (redlimit) shows the feature they
+//! need only from a cfg on the item itself, not from one on a private module.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -44,6 +48,7 @@ use crate::tower::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, R
 /// Every rule is checked as it is read, as [`RateLimitLayerBuilder::build`] checks it:
 /// an error names the rule and the field, as in "rule \`api\`: field \`interval\`: ...".
 /// An unknown field, a field given twice and a rule named twice are errors too.
+#[cfg(feature = "serde")]
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayerConfig {
@@ -330,6 +335,7 @@ impl Fields {
 }
 
 /// One rule with its `name` among its fields (`name = "login"`).
+#[cfg(feature = "serde")]
 impl<'de> Deserialize<'de> for LayerRule {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let mut fields = Fields::deserialize(deserializer)?;

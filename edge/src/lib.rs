@@ -8,6 +8,10 @@
 //!   router or a gRPC server (`axum` and `tonic` add their responses); with `serde`,
 //!   its rules read from configuration (`tower::LayerConfig`).
 
+// On docs.rs (`--cfg docsrs`, a nightly rustdoc): each item behind a cargo feature
+// says which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod client_ip;
 
 pub use client_ip::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};

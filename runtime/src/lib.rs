@@ -25,6 +25,10 @@
 //! # Ok(()) }
 //! ```
 
+// On docs.rs (`--cfg docsrs`, a nightly rustdoc): each item behind a cargo feature
+// says which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod backend;
 mod client;
 pub mod duration;

@@ -11,6 +11,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use crate::outcomes::refusal::seconds_up;
 use crate::RateLimited;
 
+#[cfg(feature = "tonic")]
 impl From<RateLimited> for Status {
     fn from(limited: RateLimited) -> Status {
         match &limited.cause {

@@ -15,6 +15,7 @@ use crate::outcomes::refusal::{
 
 use crate::outcomes::refusal::seconds_up;
 
+#[cfg(feature = "axum")]
 impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
     /// backend failed under `on_error = "deny"` or the in-process limiters are at their
@@ -97,6 +98,7 @@ impl RateLimited {
     }
 }
 
+#[cfg(feature = "axum")]
 impl IntoResponse for RateLimited {
     /// 429 with `Retry-After` (whole seconds, rounded up), `RateLimit-Policy` and
     /// `RateLimit`, and a short plain-text body (the rule's `message` when it has one);
@@ -118,9 +120,11 @@ impl IntoResponse for RateLimited {
 
 /// A refusal as an RFC 9457 problem (`application/problem+json`), with the same
 /// status and headers as [`RateLimited`]'s own response.
+#[cfg(feature = "axum")]
 #[derive(Debug, Clone)]
 pub struct ProblemJson(pub RateLimited);
 
+#[cfg(feature = "axum")]
 impl From<RateLimited> for ProblemJson {
     fn from(limited: RateLimited) -> Self {
         ProblemJson(limited)
@@ -132,6 +136,7 @@ fn json_string(text: &str) -> String {
     serde_json::Value::from(text).to_string()
 }
 
+#[cfg(feature = "axum")]
 impl IntoResponse for ProblemJson {
     fn into_response(self) -> Response {
         let limited = self.0;
@@ -159,6 +164,7 @@ impl IntoResponse for ProblemJson {
     }
 }
 
+#[cfg(feature = "axum")]
 impl FromRateLimited for Response {
     fn from_rate_limited(limited: RateLimited) -> Self {
         limited.into_response()

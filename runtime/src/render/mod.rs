@@ -6,6 +6,10 @@
 //! orphan rule: `impl IntoResponse for RateLimited` and `impl From<RateLimited> for
 //! tonic::Status` need the crate that defines `RateLimited` or the trait, and the
 //! runtime is the one that defines `RateLimited`.
+//!
+//! Each public item and impl in them repeats its module's `#[cfg(feature = ...)]`: the
+//! documentation of a crate that re-exports `RateLimited` (redlimit) shows the feature
+//! an impl needs only from a cfg on the impl itself, not from one on a private module.
 
 #[cfg(feature = "tonic")]
 pub(crate) mod grpc;
