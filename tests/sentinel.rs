@@ -836,12 +836,13 @@ async fn concurrent_waited_grants_queue_behind_each_others_wait() {
 }
 
 /// A sentinel the test speaks for, on a free loopback port: it names the port in
-/// `master` as [`support::sentinel::MASTER_NAME`]'s master, up (holding the answer
-/// while `held` is true), sends its subscribers what the test announces, answers
-/// their PINGs, and `+OK` to anything else (`AUTH`).
+/// `master` as [`support::sentinel::MASTER_NAME`]'s master, up, at the configuration
+/// epoch in `epoch` (holding the answer while `held` is true), sends its subscribers
+/// what the test announces, answers their PINGs, and `+OK` to anything else (`AUTH`).
 struct FakeSentinel {
     port: u16,
     master: Arc<std::sync::atomic::AtomicU16>,
+    epoch: Arc<std::sync::atomic::AtomicU64>,
     held: tokio::sync::watch::Sender<bool>,
     /// `Some(payload)`: a `+switch-master` message; `None`: close the subscribers.
     announce: tokio::sync::broadcast::Sender<Option<String>>,
@@ -860,12 +861,31 @@ fn resp_array(items: &[&str]) -> String {
     format!("*{}\r\n{body}", items.len())
 }
 
+/// `SENTINEL MASTER`'s reply naming the master on `port` as up at `epoch`, as
+/// redis-sentinel 7.0 words it, less the fields a client does not read.
+fn master_reply(port: u16, epoch: u64) -> String {
+    let (port, epoch) = (port.to_string(), epoch.to_string());
+    resp_array(&[
+        "name",
+        support::sentinel::MASTER_NAME,
+        "ip",
+        "127.0.0.1",
+        "port",
+        &port,
+        "flags",
+        "master",
+        "config-epoch",
+        &epoch,
+    ])
+}
+
 impl FakeSentinel {
     async fn start(master: u16) -> FakeSentinel {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let fake = FakeSentinel {
             port: listener.local_addr().unwrap().port(),
             master: Arc::new(master.into()),
+            epoch: Default::default(),
             held: tokio::sync::watch::channel(false).0,
             announce: tokio::sync::broadcast::channel(16).0,
             asked: Default::default(),
@@ -875,10 +895,11 @@ impl FakeSentinel {
         };
         let (master, held, announce) = (fake.master.clone(), fake.held.clone(), fake.announce.clone());
         let (asked, subscribed, pinged) = (fake.asked.clone(), fake.subscribed.clone(), fake.pinged.clone());
-        let refuse = fake.refuse_subscriptions.clone();
+        let (refuse, epoch) = (fake.refuse_subscriptions.clone(), fake.epoch.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (master, mut held) = (master.clone(), held.subscribe());
+                let epoch = epoch.clone();
                 let (asked, subscribed, pinged) = (asked.clone(), subscribed.clone(), pinged.clone());
                 let refuse = refuse.clone();
                 let mut announced = announce.subscribe();
@@ -914,17 +935,7 @@ impl FakeSentinel {
                             "SENTINEL" => {
                                 asked.fetch_add(1, Ordering::SeqCst);
                                 let _ = held.wait_for(|held| !*held).await;
-                                let port = master.load(Ordering::SeqCst).to_string();
-                                resp_array(&[
-                                    "name",
-                                    support::sentinel::MASTER_NAME,
-                                    "ip",
-                                    "127.0.0.1",
-                                    "port",
-                                    &port,
-                                    "flags",
-                                    "master",
-                                ])
+                                master_reply(master.load(Ordering::SeqCst), epoch.load(Ordering::SeqCst))
                             }
                             "SUBSCRIBE" => {
                                 subscribed.fetch_add(1, Ordering::SeqCst);
@@ -1345,4 +1356,200 @@ fn a_search_its_runtime_never_ran_does_not_stop_the_next() {
         assert!(limiter.try_acquire(1).await.unwrap());
     });
     assert_eq!(grants_on(&server, name), 1);
+}
+
+/// A master of its own (no replication) behind the master's password, with the limit
+/// `name` set (`extra`: more arguments, `--replicaof` say).
+async fn master_with(name: &str, extra: &[&str]) -> support::RedisServer {
+    let mut args = vec!["--requirepass", MASTER_PASSWORD, "--masterauth", MASTER_PASSWORD];
+    args.extend_from_slice(extra);
+    let server = support::RedisServer::start_with(&args);
+    if extra.is_empty() {
+        let url = format!("redis://:{MASTER_PASSWORD}@127.0.0.1:{}/", server.port);
+        hot(&Client::connect(&url).await.unwrap(), name).await;
+    }
+    server
+}
+
+/// A fake sentinel naming `master` at configuration epoch `epoch`.
+async fn naming(master: &support::RedisServer, epoch: u64) -> FakeSentinel {
+    let fake = FakeSentinel::start(master.port).await;
+    fake.epoch.store(epoch, Ordering::SeqCst);
+    fake
+}
+
+/// A URL listing `sentinels` in this order, with both passwords.
+fn listing(sentinels: &[&FakeSentinel]) -> String {
+    let hosts: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    format!(
+        "redis+sentinel://:{MASTER_PASSWORD}@{}/{}?sentinel_password={SENTINEL_PASSWORD}",
+        hosts.join(","),
+        support::sentinel::MASTER_NAME
+    )
+}
+
+/// How many grants the limiter `name`'s log holds on `server`, behind the master's
+/// password.
+fn grants_behind_password(server: &support::RedisServer, name: &str) -> u64 {
+    let port = server.port.to_string();
+    let key = format!("{{{name}}}:permits");
+    let reply = support::cluster::cli(&[
+        "-p",
+        &port,
+        "-a",
+        MASTER_PASSWORD,
+        "--no-auth-warning",
+        "zcard",
+        &key,
+    ]);
+    reply
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("ZCARD on port {port} answered {reply:?}"))
+}
+
+/// Twenty clients of `url`, as twenty processes would start, each granted once.
+async fn twenty_clients_grant(url: &str, name: &str) {
+    let clients = (0..20).map(|_| {
+        let url = url.to_owned();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let client = Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .command_timeout(Duration::from_secs(2))
+                .connect(&url)
+                .await
+                .unwrap();
+            assert!(client.rate_limiter(&name).try_acquire(1).await.unwrap());
+        })
+    });
+    for client in clients.collect::<Vec<_>>() {
+        client.await.unwrap();
+    }
+}
+
+/// The two servers, the one of the lower address (here the lower port) first.
+fn by_address(
+    a: support::RedisServer,
+    b: support::RedisServer,
+) -> (support::RedisServer, support::RedisServer) {
+    if a.port < b.port {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+#[tokio::test]
+async fn sentinels_that_disagree_are_followed_to_the_highest_epoch_and_logged_once() {
+    // Two sentinels each naming a master of their own: every client follows the one
+    // named at the higher configuration epoch, whichever sentinel answers first, and
+    // the disagreement is logged once, without a password.
+    let capture = support::capture::Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let name = "rate_limit:sentinel:epochs";
+    let (older, newer) = (master_with(name, &[]).await, master_with(name, &[]).await);
+    let (first, second) = (naming(&older, 1).await, naming(&newer, 2).await);
+    twenty_clients_grant(&listing(&[&first, &second]), name).await;
+    assert_eq!(
+        (
+            grants_behind_password(&older, name),
+            grants_behind_password(&newer, name)
+        ),
+        (0, 20),
+        "decided by the master of the lower epoch"
+    );
+    let logged = capture.text();
+    assert_hidden(&logged);
+    let warnings: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.starts_with("WARN") && l.contains("different masters"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logged}");
+    for said in [
+        format!(
+            "sentinel 127.0.0.1:{} named 127.0.0.1:{} (config epoch 1)",
+            first.port, older.port
+        ),
+        format!(
+            "sentinel 127.0.0.1:{} named 127.0.0.1:{} (config epoch 2)",
+            second.port, newer.port
+        ),
+        format!("following 127.0.0.1:{}", newer.port),
+    ] {
+        assert!(warnings[0].contains(&said), "{said} not in {}", warnings[0]);
+    }
+}
+
+#[tokio::test]
+async fn at_equal_epochs_the_master_most_sentinels_name_is_followed() {
+    // Three sentinels at one epoch, two naming one master: that master, though the
+    // other is listed first and has the lower address.
+    let name = "rate_limit:sentinel:majority";
+    let (lower, higher) = by_address(master_with(name, &[]).await, master_with(name, &[]).await);
+    let alone = naming(&lower, 4).await;
+    let (one, two) = (naming(&higher, 4).await, naming(&higher, 4).await);
+    twenty_clients_grant(&listing(&[&alone, &one, &two]), name).await;
+    assert_eq!(
+        (
+            grants_behind_password(&lower, name),
+            grants_behind_password(&higher, name)
+        ),
+        (0, 20),
+        "decided by the master one sentinel of three named"
+    );
+}
+
+#[tokio::test]
+async fn at_equal_epochs_without_a_majority_every_client_follows_the_lowest_address() {
+    // Two sentinels at one epoch naming two masters: nothing else decides, so the
+    // lowest address does, the same for every client.
+    let name = "rate_limit:sentinel:tie";
+    let (lower, higher) = by_address(master_with(name, &[]).await, master_with(name, &[]).await);
+    let (first, second) = (naming(&higher, 5).await, naming(&lower, 5).await);
+    twenty_clients_grant(&listing(&[&first, &second]), name).await;
+    assert_eq!(
+        (
+            grants_behind_password(&lower, name),
+            grants_behind_password(&higher, name)
+        ),
+        (20, 0),
+        "the clients split, or followed the higher address"
+    );
+}
+
+#[tokio::test]
+async fn a_sentinel_naming_a_replica_is_passed_over_for_the_next_epoch() {
+    // The highest epoch names a node whose ROLE says replica: it is not followed, and
+    // the master of the next epoch is, not any master another sentinel names.
+    let name = "rate_limit:sentinel:replica";
+    let (next, lowest) = (master_with(name, &[]).await, master_with(name, &[]).await);
+    let lowest_port = lowest.port.to_string();
+    let replica = master_with(name, &["--replicaof", "127.0.0.1", &lowest_port]).await;
+    let role = support::cluster::cli(&[
+        "-p",
+        &replica.port.to_string(),
+        "-a",
+        MASTER_PASSWORD,
+        "--no-auth-warning",
+        "role",
+    ]);
+    assert!(role.starts_with("slave"), "{role}");
+    let sentinels = [
+        naming(&replica, 9).await,
+        naming(&next, 3).await,
+        naming(&lowest, 1).await,
+    ];
+    twenty_clients_grant(&listing(&sentinels.iter().collect::<Vec<_>>()), name).await;
+    assert_eq!(
+        (
+            grants_behind_password(&next, name),
+            grants_behind_password(&lowest, name)
+        ),
+        (20, 0),
+        "not decided by the master of the epoch after the replica's"
+    );
 }

@@ -5,10 +5,16 @@
 //! certificate checks). The user info is the master's credentials; sentinels that
 //! require their own take `?sentinel_username=...&sentinel_password=...`.
 //!
-//! A search asks the sentinels a few at once (`SENTINEL MASTER`) and takes the first
-//! master one names as up that says so itself (`ROLE`): a sentinel that hangs or is
-//! down costs nothing while another answers. It runs in a task of its own, one at a
-//! time per client, so callers that give up do not cut it short.
+//! A search asks every sentinel at once (`SENTINEL MASTER`), each within half the
+//! connect timeout (the other half is the master's), and follows the master they name
+//! as [`choice`] ranks them: the highest configuration epoch, then the master most
+//! of them name, then the lowest address, so that every client given the same answers
+//! follows the same node. That master must say it is one (`ROLE`); one that says it is
+//! a replica is passed over for the next. A sentinel that hangs or is down costs at
+//! most the time it is given. Sentinels that name different masters as up are logged,
+//! once per process and disagreement, as a warning naming each sentinel and the master
+//! it named. A search runs in a task of its own, one at a time per client, so callers
+//! that give up do not cut it short.
 //!
 //! Every command goes to the master found last. That master is forgotten, and the
 //! next command asks the sentinels again, when a command fails because the connection
@@ -41,6 +47,10 @@ use redis::{
 
 use crate::backend::redis::target::Target;
 use crate::Error;
+
+mod choice;
+
+use choice::Answer;
 
 /// How long after a failed search for the master commands fail at once with its error,
 /// instead of each asking the sentinels again: at most ten searches a second per
@@ -284,7 +294,16 @@ struct Inner {
 
 struct Sentinel {
     client: redis::Client,
+    /// Its host and port as the URL lists them, for the log.
+    address: Address,
     conn: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl Sentinel {
+    /// Forgets the connection kept to it (lost, or left unanswered).
+    fn forget_conn(&self) {
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
 }
 
 /// How to reach a master a sentinel names: its name, credentials, database and TLS.
@@ -333,10 +352,6 @@ struct Announced {
 /// next look at it (every 10 s, every second during a failover).
 const ANNOUNCEMENT_KEPT: Duration = Duration::from_secs(30);
 
-/// How many sentinels a search asks at once: a sentinel that hangs holds one place
-/// until the connect timeout, while the others answer.
-const SENTINELS_AT_ONCE: usize = 3;
-
 impl SentinelConn {
     pub(crate) fn new(
         url: &SentinelUrl,
@@ -368,8 +383,10 @@ impl SentinelConn {
             inner: Arc::new(Inner {
                 sentinels: clients
                     .into_iter()
-                    .map(|client| Sentinel {
+                    .zip(&url.sentinels)
+                    .map(|(client, address)| Sentinel {
                         client,
+                        address: address.clone(),
                         conn: Mutex::new(None),
                     })
                     .collect(),
@@ -476,7 +493,7 @@ impl Search {
             // Kept only while no master is found: searches are rare once one answers,
             // and a client should not hold a connection to every sentinel meanwhile.
             for sentinel in &inner.sentinels {
-                *sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                sentinel.forget_conn();
             }
         }
         self.found = Some(found.unwrap_or_else(|_| {
@@ -514,63 +531,132 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Connects to the first master the sentinels name, asking a few at once, and
-    /// while a switch was announced a moment ago, to its new master alongside them
-    /// and never to the master it replaced. When none answers, the most telling
-    /// failure: the master's own (a wrong password, an untrusted certificate), else a
-    /// sentinel's, else that no sentinel knows a master of that name that is up.
+    /// The master to follow, within the search's time: the one the sentinels name
+    /// ([`named`](Inner::named)), and while a switch was announced a moment ago, the
+    /// announced master tried beside them (the first of the two to give a master is
+    /// taken), with no sentinel naming the master it replaced followed. When neither
+    /// gives one, the most telling failure: the master's own (a wrong password, an
+    /// untrusted certificate), else a sentinel's, else that no sentinel knows a master
+    /// of that name that is up.
     async fn find(&self, announced: Option<&Announced>) -> RedisResult<MultiplexedConnection> {
-        use futures_util::future::Either;
+        use futures_util::future::{select, Either};
         let replaced = announced.map(|a| &a.old);
-        // Collected first: a closure inside the stream makes the task's future not `Send`.
-        let mut lookups = Vec::with_capacity(self.sentinels.len() + 1);
-        let hint = announced.and_then(|a| a.new.clone());
-        // The announced master takes a place of its own beside the sentinels asked.
-        let at_once = SENTINELS_AT_ONCE + usize::from(hint.is_some());
-        if let Some((ip, port)) = hint {
-            lookups.push(Either::Left(async move {
-                self.connect_master(ip, port).await.map_err(Failure::Master)
-            }));
+        let named = std::pin::pin!(self.named(replaced));
+        let Some(hint) = announced.and_then(|a| a.new.clone()) else {
+            return named.await.map_err(Failure::into_error);
+        };
+        let announced = std::pin::pin!(async move {
+            match self.connect_master(&hint).await {
+                Ok(Some(conn)) => Ok(conn),
+                Ok(None) => Err(Failure::Master(not_a_master())),
+                Err(err) => Err(Failure::Master(err)),
+            }
+        });
+        let found = match select(announced, named).await {
+            Either::Left((Ok(found), _)) | Either::Right((Ok(found), _)) => Ok(found),
+            Either::Left((Err(first), other)) => other.await.map_err(|then| first.or_more_telling(then)),
+            Either::Right((Err(first), other)) => other.await.map_err(|then| first.or_more_telling(then)),
+        };
+        found.map_err(Failure::into_error)
+    }
+
+    /// The master the sentinels name: every sentinel asked at once, the master to
+    /// follow ranked by [`choice`], and sentinels that name different masters logged.
+    async fn named(&self, replaced: Option<&Address>) -> Result<MultiplexedConnection, Failure> {
+        let poll = self.poll(replaced).await;
+        if !choice::disagree(&poll.answers) {
+            return self.follow(poll).await.map(|(_, conn)| conn);
         }
-        lookups.extend(
-            self.sentinels
-                .iter()
-                .map(|s| Either::Right(self.ask(s, replaced))),
-        );
-        let mut lookups = futures_util::stream::iter(lookups).buffer_unordered(at_once);
-        let (mut master_err, mut sentinel_err, mut unknown) = (None, None, None);
-        while let Some(lookup) = lookups.next().await {
-            match lookup {
-                Ok(conn) => return Ok(conn),
-                Err(Failure::Master(err)) => master_err = Some(err),
-                Err(Failure::Sentinel(err)) => sentinel_err = Some(err),
-                Err(Failure::Unknown(err)) => unknown = Some(err),
+        let said = poll.answers.clone();
+        let followed = self.follow(poll).await;
+        self.report_disagreement(&said, followed.as_ref().ok().map(|(address, _)| address));
+        followed.map(|(_, conn)| conn)
+    }
+
+    /// What every sentinel says, each asked at once and given half the connect timeout
+    /// (the other half is the master's); one naming the master `replaced` is left out.
+    async fn poll(&self, replaced: Option<&Address>) -> Poll {
+        let budget = self.timeouts.connect / 2;
+        let asked = futures_util::future::join_all(self.sentinels.iter().enumerate().map(
+            |(place, sentinel)| async move {
+                let said = tokio::time::timeout(budget, self.named_by(sentinel)).await;
+                let said = said.unwrap_or_else(|_| {
+                    // A request left unanswered: the next search connects anew.
+                    sentinel.forget_conn();
+                    Err(Failure::Sentinel(no_master(&format!(
+                        "a sentinel did not answer within {budget:?}"
+                    ))))
+                });
+                (place, said)
+            },
+        ))
+        .await;
+        let mut poll = Poll {
+            answers: Vec::with_capacity(asked.len()),
+            failure: None,
+        };
+        for (sentinel, said) in asked {
+            let failure = match said {
+                Ok(answer) if replaced == Some(&answer.master) => Failure::Sentinel(no_master(
+                    "a sentinel named the master a switch announced a moment ago replaced",
+                )),
+                Ok(answer) => {
+                    poll.answers.push(Answer { sentinel, ..answer });
+                    continue;
+                }
+                Err(failure) => failure,
+            };
+            poll.failure = Some(match poll.failure.take() {
+                Some(before) => before.or_more_telling(failure),
+                None => failure,
+            });
+        }
+        poll
+    }
+
+    /// The first master of the sentinels' ranking that says it is one, passing over
+    /// those that say they are replicas. A master named only as down, or that cannot
+    /// be used, ends the search: a master of a lower epoch is not taken instead.
+    async fn follow(&self, poll: Poll) -> Result<(Address, MultiplexedConnection), Failure> {
+        let mut replica = None;
+        for candidate in choice::ranked(&poll.answers) {
+            if !candidate.up {
+                let failure = poll.failure.map(|f| f.or_more_telling(unknown_master()));
+                return Err(failure.unwrap_or_else(unknown_master));
+            }
+            match self.connect_master(&candidate.master).await {
+                Ok(Some(conn)) => return Ok((candidate.master, conn)),
+                Ok(None) => replica = Some(Failure::Master(not_a_master())),
+                Err(err) => return Err(Failure::Master(err)),
             }
         }
-        Err(master_err
-            .or(sentinel_err)
-            .or(unknown)
-            .unwrap_or_else(|| no_master("no sentinel listed")))
+        Err(replica
+            .or(poll.failure)
+            .unwrap_or_else(|| Failure::Sentinel(no_master("no sentinel listed"))))
     }
 
-    /// One sentinel's answer, and a connection to the master it names, unless it is
-    /// the master `replaced`.
-    async fn ask(
-        &self,
-        sentinel: &Sentinel,
-        replaced: Option<&Address>,
-    ) -> Result<MultiplexedConnection, Failure> {
-        let (ip, port) = self.named_by(sentinel).await?;
-        if replaced.is_some_and(|(old_ip, old_port)| *old_ip == ip && *old_port == port) {
-            return Err(Failure::Sentinel(no_master(
-                "a sentinel named the master a switch announced a moment ago replaced",
-            )));
+    /// Logs, once per process and disagreement, the sentinels that name different
+    /// masters as up, what each named, and the master followed (addresses and epochs,
+    /// never a credential).
+    fn report_disagreement(&self, answers: &[Answer], followed: Option<&Address>) {
+        let sentinels: Vec<Address> = self.sentinels.iter().map(|s| s.address.clone()).collect();
+        let said = choice::described(answers, &sentinels);
+        if !choice::first_time(&format!("{} {said}", self.master.name)) {
+            return;
         }
-        self.connect_master(ip, port).await.map_err(Failure::Master)
+        let followed = followed.map_or_else(|| "none of them".to_owned(), choice::shown);
+        tracing::warn!(
+            master_name = %self.master.name,
+            followed = %followed,
+            "the sentinels name different masters for `{}`: {said}; following {followed} \
+             (the highest config epoch, then the most sentinels, then the lowest address \
+             decide, among masters that say they are one)",
+            self.master.name
+        );
     }
 
-    /// The address `sentinel` gives for the master, when it says the master is up.
-    async fn named_by(&self, sentinel: &Sentinel) -> Result<(String, u16), Failure> {
+    /// What `sentinel` says of the master: its address, its epoch and whether it is up.
+    async fn named_by(&self, sentinel: &Sentinel) -> Result<Answer, Failure> {
         let cached = sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut conn = match cached {
             Some(conn) => conn,
@@ -595,7 +681,7 @@ impl Inner {
                 return Err(unknown_master());
             }
             Err(err) => {
-                *sentinel.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                sentinel.forget_conn();
                 return Err(Failure::Sentinel(err));
             }
         };
@@ -607,20 +693,31 @@ impl Inner {
             .get("port")
             .and_then(|p| p.parse::<u16>().ok())
             .filter(|p| *p != 0);
-        match (up, ip, port) {
-            (true, Some(ip), Some(port)) if info.get("name") == Some(&self.master.name) => {
-                Ok((ip.clone(), port))
-            }
+        // Sentinel has reported it since its first release; a reply without it ranks
+        // below every epoch given.
+        let epoch = info
+            .get("config-epoch")
+            .and_then(|e| e.parse::<u64>().ok())
+            .unwrap_or(0);
+        match (ip, port) {
+            (Some(ip), Some(port)) if info.get("name") == Some(&self.master.name) => Ok(Answer {
+                sentinel: 0,
+                master: (ip.clone(), port),
+                epoch,
+                up,
+            }),
             _ => Err(unknown_master()),
         }
     }
 
-    /// A connection to `ip:port` once it says it is a master, named for `CLIENT LIST`.
-    async fn connect_master(&self, ip: String, port: u16) -> RedisResult<MultiplexedConnection> {
+    /// A connection to `address` once it says it is a master (`ROLE`), named for
+    /// `CLIENT LIST`; `None` when it says it is not.
+    async fn connect_master(&self, address: &Address) -> RedisResult<Option<MultiplexedConnection>> {
+        let (host, port) = address.clone();
         let addr = match self.master.tls {
-            None => ConnectionAddr::Tcp(ip, port),
+            None => ConnectionAddr::Tcp(host, port),
             Some(insecure) => ConnectionAddr::TcpTls {
-                host: ip,
+                host,
                 port,
                 insecure,
                 tls_params: None,
@@ -641,18 +738,30 @@ impl Inner {
             .await?;
         let role: redis::Role = redis::cmd("ROLE").query_async(&mut conn).await?;
         if !matches!(role, redis::Role::Primary { .. }) {
-            return Err(RedisError::from((
-                ErrorKind::Server(ServerErrorKind::ReadOnly),
-                "the node the sentinel named is not a master",
-            )));
+            return Ok(None);
         }
         redis::cmd("CLIENT")
             .arg("SETNAME")
             .arg(crate::backend::redis::server::CONNECTION_NAME)
             .query_async::<()>(&mut conn)
             .await?;
-        Ok(conn)
+        Ok(Some(conn))
     }
+}
+
+/// What the sentinels said in one search.
+struct Poll {
+    /// Each answer naming a master, the master an announcement replaced left out.
+    answers: Vec<Answer>,
+    /// The most telling failure of those that named no master.
+    failure: Option<Failure>,
+}
+
+fn not_a_master() -> RedisError {
+    RedisError::from((
+        ErrorKind::Server(ServerErrorKind::ReadOnly),
+        "the node the sentinel named is not a master",
+    ))
 }
 
 /// Why one sentinel's lookup found no master.
@@ -663,6 +772,33 @@ enum Failure {
     Unknown(RedisError),
     /// The master it named could not be used.
     Master(RedisError),
+}
+
+impl Failure {
+    /// How much it tells: the master's own failure (a wrong password, an untrusted
+    /// certificate), then a sentinel's, then that none knows the master.
+    fn weight(&self) -> u8 {
+        match self {
+            Failure::Unknown(_) => 0,
+            Failure::Sentinel(_) => 1,
+            Failure::Master(_) => 2,
+        }
+    }
+
+    /// `then` if it tells more than this one, which it replaces on a tie.
+    fn or_more_telling(self, then: Failure) -> Failure {
+        if then.weight() >= self.weight() {
+            then
+        } else {
+            self
+        }
+    }
+
+    fn into_error(self) -> RedisError {
+        match self {
+            Failure::Sentinel(err) | Failure::Unknown(err) | Failure::Master(err) => err,
+        }
+    }
 }
 
 fn unknown_master() -> Failure {
