@@ -1553,3 +1553,89 @@ async fn a_sentinel_naming_a_replica_is_passed_over_for_the_next_epoch() {
         "not decided by the master of the epoch after the replica's"
     );
 }
+
+#[tokio::test]
+async fn a_client_that_missed_a_sentinel_follows_it_within_seconds() {
+    // One client's search did not hear the sentinel of the higher epoch (it hung):
+    // that client follows the other, then, once that sentinel answers again, moves to
+    // the master of the higher epoch by itself, where a new client goes at once.
+    let name = "rate_limit:sentinel:missed_sentinel";
+    let (older, newer) = (master_with(name, &[]).await, master_with(name, &[]).await);
+    let (first, second) = (naming(&older, 1).await, naming(&newer, 2).await);
+    let url = listing(&[&first, &second]);
+    second.held.send_replace(true);
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(400))
+        .command_timeout(Duration::from_secs(1))
+        .connect(&url)
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter(name);
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert_eq!(grants_behind_password(&older, name), 1);
+    second.held.send_replace(false);
+    let answered = Instant::now();
+    while grants_behind_password(&newer, name) == 0 {
+        assert!(limiter.try_acquire(1).await.unwrap());
+        assert!(
+            answered.elapsed() < Duration::from_secs(3),
+            "still on the master of the lower epoch {:?} after the other sentinel answered",
+            answered.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "a client that missed a sentinel followed it {:?} after it answered",
+        answered.elapsed()
+    );
+    let (on_older, on_newer) = (
+        grants_behind_password(&older, name),
+        grants_behind_password(&newer, name),
+    );
+    twenty_clients_grant(&url, name).await;
+    assert!(limiter.try_acquire(1).await.unwrap());
+    assert_eq!(
+        (
+            grants_behind_password(&older, name),
+            grants_behind_password(&newer, name)
+        ),
+        (on_older, on_newer + 21),
+        "decided by the master of the lower epoch once both sentinels answered"
+    );
+}
+
+#[tokio::test]
+async fn a_master_the_sentinels_name_anew_unannounced_is_followed() {
+    // The sentinel names another master, at a higher epoch, without a `+switch-master`
+    // (a second set of sentinels under the same name, an operator's hand) while the
+    // master in use still says it is one: the client follows within about ten seconds.
+    let name = "rate_limit:sentinel:unannounced";
+    let (old, new) = (master_with(name, &[]).await, master_with(name, &[]).await);
+    let fake = naming(&old, 1).await;
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(1))
+        .connect(&listing(&[&fake]))
+        .await
+        .unwrap();
+    let limiter = client.rate_limiter(name);
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let renamed = Instant::now();
+    fake.master.store(new.port, Ordering::SeqCst);
+    fake.epoch.store(2, Ordering::SeqCst);
+    while grants_behind_password(&new, name) == 0 {
+        assert!(limiter.try_acquire(1).await.unwrap());
+        assert!(
+            renamed.elapsed() < Duration::from_secs(15),
+            "still on the master the sentinel no longer names"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "a master named anew unannounced followed after {:?}",
+        renamed.elapsed()
+    );
+    assert!(
+        renamed.elapsed() > Duration::from_secs(5),
+        "checked sooner than agreed"
+    );
+}

@@ -16,6 +16,16 @@
 //! it named. A search runs in a task of its own, one at a time per client, so callers
 //! that give up do not cut it short.
 //!
+//! A call made [`RECHECK_EVERY`] after the last search, while that search met
+//! sentinels that disagreed or did not answer, and [`RECHECK_AGREED`] after it
+//! otherwise, has the sentinels all asked again, in the background (calls go on to
+//! the master in use), and moves to the master they name now if it is another: clients
+//! that were given different answers (a sentinel one of them could not reach) follow
+//! the same master again within about a second of the sentinels' answers being the
+//! same for both, and a client whose sentinels all agreed follows a master they name
+//! anew without an announcement it heard (another set of sentinels under the same
+//! name, an operator's hand) within ten seconds.
+//!
 //! Every command goes to the master found last. That master is forgotten, and the
 //! next command asks the sentinels again, when a command fails because the connection
 //! was lost, timed out, or reached a node that is no longer a master (`READONLY`,
@@ -319,8 +329,10 @@ struct Master {
 #[derive(Default)]
 struct State {
     /// The master's connection, and a number that changes with each new one.
-    current: Option<(u64, MultiplexedConnection)>,
+    current: Option<Current>,
     generation: u64,
+    /// When the next call has the sentinels asked again, in the background.
+    recheck_at: Option<Instant>,
     /// The last search's failure, and when.
     failed: Option<(Instant, RedisError)>,
     /// Whether a search is under way.
@@ -335,6 +347,13 @@ struct State {
 
 /// A node's IP address (or host name) and port, as sentinels name it.
 type Address = (String, u16);
+
+/// The master in use.
+struct Current {
+    generation: u64,
+    conn: MultiplexedConnection,
+    address: Address,
+}
 
 /// A new master a sentinel announced, the one it replaced, and when.
 #[derive(Clone)]
@@ -351,6 +370,18 @@ struct Announced {
 /// master that is still up a replica 8 s after the switch at the earliest, at their
 /// next look at it (every 10 s, every second during a failover).
 const ANNOUNCEMENT_KEPT: Duration = Duration::from_secs(30);
+
+/// How long after a search that met sentinels disagreeing, or not answering, the
+/// next call has them all asked again: clients given different answers follow the
+/// same master again within about this long of the sentinels' agreeing, inside the
+/// seconds a failover takes.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long after a search whose sentinels all answered and agreed the next call has
+/// them asked again: a master they name anew without an announcement this client
+/// hears is followed within about this long. Each check connects to every sentinel
+/// and closes those connections once they agree again.
+const RECHECK_AGREED: Duration = Duration::from_secs(10);
 
 impl SentinelConn {
     pub(crate) fn new(
@@ -413,7 +444,8 @@ impl SentinelConn {
     /// The master's connection: the one in use, or the one a search finds. The search
     /// runs in a task of its own, one at a time: a caller that gives up (its command
     /// timeout is shorter than the connect timeout) does not cut it short, and the
-    /// next caller takes what it found.
+    /// next caller takes what it found. A call that finds a master in use has the
+    /// sentinels asked again, in the background, when that is due.
     async fn master(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         let mut searched = self.inner.searched.subscribe();
         // Whether a search ended while this call waited.
@@ -422,7 +454,14 @@ impl SentinelConn {
             {
                 let mut state = self.inner.lock();
                 if let Some(current) = &state.current {
-                    return Ok(current.clone());
+                    let found = (current.generation, current.conn.clone());
+                    let due = state.recheck_at.is_some_and(|at| at <= Instant::now());
+                    if due && !state.searching {
+                        let recheck = Search::begin(&self.inner, &mut state);
+                        drop(state);
+                        tokio::spawn(recheck.run());
+                    }
+                    return Ok(found);
                 }
                 if let Some((at, err)) = &state.failed {
                     // A search failed since this call began, or a moment ago.
@@ -449,7 +488,7 @@ impl SentinelConn {
     /// master is gone or is no longer the master.
     fn forget(&self, generation: u64) {
         let mut state = self.inner.lock();
-        if matches!(state.current, Some((g, _)) if g == generation) {
+        if matches!(&state.current, Some(current) if current.generation == generation) {
             state.current = None;
         }
     }
@@ -459,20 +498,34 @@ fn no_master(detail: &str) -> RedisError {
     RedisError::from((ErrorKind::Io, "no master found", detail.to_owned()))
 }
 
-/// A search for the master, begun under the state's lock. Dropped, whether it ran or
-/// not (a task the runtime never polled), it ends: `searching` is cleared and what it
-/// found kept for the callers.
+/// A search for the master, begun under the state's lock: with no master in use, or
+/// as a check that the master in use is still the one the sentinels name. Dropped,
+/// whether it ran or not (a task the runtime never polled), it ends: `searching` is
+/// cleared and what it found kept for the callers.
 struct Search {
     inner: Arc<Inner>,
     /// The announcement fresh when it began, and `State::announcements` then.
     announced: Option<Announced>,
     announcements: u64,
-    found: Option<RedisResult<MultiplexedConnection>>,
+    /// The master in use when it began: a check's.
+    in_use: Option<Address>,
+    found: Option<RedisResult<Found>>,
+}
+
+/// The master a search settled on.
+struct Found {
+    address: Address,
+    /// A new connection, or `None` for the master in use.
+    conn: Option<MultiplexedConnection>,
+    /// Whether every sentinel answered and none named another master: the sentinels
+    /// are asked again [`RECHECK_AGREED`] later if so, else [`RECHECK_EVERY`].
+    settled: bool,
 }
 
 impl Search {
     fn begin(inner: &Arc<Inner>, state: &mut State) -> Search {
         state.searching = true;
+        state.recheck_at = None;
         Search {
             inner: inner.clone(),
             announced: state
@@ -480,6 +533,7 @@ impl Search {
                 .clone()
                 .filter(|a| a.at.elapsed() < ANNOUNCEMENT_KEPT),
             announcements: state.announcements,
+            in_use: state.current.as_ref().map(|c| c.address.clone()),
             found: None,
         }
     }
@@ -488,10 +542,14 @@ impl Search {
     /// so callers that give up do not cut it short.
     async fn run(mut self) {
         let inner = self.inner.clone();
-        let found = tokio::time::timeout(inner.timeouts.connect, inner.find(self.announced.as_ref())).await;
-        if matches!(found, Ok(Ok(_))) {
-            // Kept only while no master is found: searches are rare once one answers,
-            // and a client should not hold a connection to every sentinel meanwhile.
+        let found = tokio::time::timeout(
+            inner.timeouts.connect,
+            inner.find(self.announced.as_ref(), self.in_use.as_ref()),
+        )
+        .await;
+        if matches!(&found, Ok(Ok(found)) if found.settled) {
+            // Kept only while the sentinels are asked again each second: once they
+            // agree a client should not hold a connection to every sentinel.
             for sentinel in &inner.sentinels {
                 sentinel.forget_conn();
             }
@@ -513,10 +571,29 @@ impl Drop for Search {
             // A switch announced meanwhile: what the sentinels said may be stale, so
             // the next caller searches again, announcement in hand.
             _ if state.announcements != self.announcements => state.failed = None,
-            Some(Ok(conn)) => {
-                state.generation += 1;
-                state.current = Some((state.generation, conn));
+            Some(Ok(found)) => {
+                let after = if found.settled {
+                    RECHECK_AGREED
+                } else {
+                    RECHECK_EVERY
+                };
+                state.recheck_at = Some(Instant::now() + after);
+                // `None`: the master in use stays (or, if it was forgotten meanwhile,
+                // the next caller searches again).
+                if let Some(conn) = found.conn {
+                    state.generation += 1;
+                    state.current = Some(Current {
+                        generation: state.generation,
+                        conn,
+                        address: found.address,
+                    });
+                }
                 state.failed = None;
+            }
+            // A check that found nothing better keeps the master in use, and checks
+            // again later.
+            _ if self.in_use.is_some() && state.current.is_some() => {
+                state.recheck_at = Some(Instant::now() + RECHECK_EVERY);
             }
             Some(Err(err)) => state.failed = Some((Instant::now(), err)),
             None => state.failed = Some((Instant::now(), no_master("the search was stopped"))),
@@ -538,16 +615,25 @@ impl Inner {
     /// gives one, the most telling failure: the master's own (a wrong password, an
     /// untrusted certificate), else a sentinel's, else that no sentinel knows a master
     /// of that name that is up.
-    async fn find(&self, announced: Option<&Announced>) -> RedisResult<MultiplexedConnection> {
+    async fn find(&self, announced: Option<&Announced>, in_use: Option<&Address>) -> RedisResult<Found> {
         use futures_util::future::{select, Either};
         let replaced = announced.map(|a| &a.old);
-        let named = std::pin::pin!(self.named(replaced));
+        let named = std::pin::pin!(self.named(replaced, in_use));
         let Some(hint) = announced.and_then(|a| a.new.clone()) else {
             return named.await.map_err(Failure::into_error);
         };
         let announced = std::pin::pin!(async move {
+            // Not settled: the sentinels were not all heard.
+            let found = |conn| Found {
+                address: hint.clone(),
+                conn,
+                settled: false,
+            };
+            if in_use == Some(&hint) {
+                return Ok(found(None));
+            }
             match self.connect_master(&hint).await {
-                Ok(Some(conn)) => Ok(conn),
+                Ok(Some(conn)) => Ok(found(Some(conn))),
                 Ok(None) => Err(Failure::Master(not_a_master())),
                 Err(err) => Err(Failure::Master(err)),
             }
@@ -562,15 +648,15 @@ impl Inner {
 
     /// The master the sentinels name: every sentinel asked at once, the master to
     /// follow ranked by [`choice`], and sentinels that name different masters logged.
-    async fn named(&self, replaced: Option<&Address>) -> Result<MultiplexedConnection, Failure> {
+    async fn named(&self, replaced: Option<&Address>, in_use: Option<&Address>) -> Result<Found, Failure> {
         let poll = self.poll(replaced).await;
         if !choice::disagree(&poll.answers) {
-            return self.follow(poll).await.map(|(_, conn)| conn);
+            return self.follow(poll, in_use).await;
         }
         let said = poll.answers.clone();
-        let followed = self.follow(poll).await;
-        self.report_disagreement(&said, followed.as_ref().ok().map(|(address, _)| address));
-        followed.map(|(_, conn)| conn)
+        let followed = self.follow(poll, in_use).await;
+        self.report_disagreement(&said, followed.as_ref().ok().map(|f| &f.address));
+        followed
     }
 
     /// What every sentinel says, each asked at once and given half the connect timeout
@@ -593,6 +679,7 @@ impl Inner {
         .await;
         let mut poll = Poll {
             answers: Vec::with_capacity(asked.len()),
+            complete: true,
             failure: None,
         };
         for (sentinel, said) in asked {
@@ -606,6 +693,8 @@ impl Inner {
                 }
                 Err(failure) => failure,
             };
+            // One that knows no master of that name answered all the same.
+            poll.complete &= matches!(failure, Failure::Unknown(_));
             poll.failure = Some(match poll.failure.take() {
                 Some(before) => before.or_more_telling(failure),
                 None => failure,
@@ -616,16 +705,27 @@ impl Inner {
 
     /// The first master of the sentinels' ranking that says it is one, passing over
     /// those that say they are replicas. A master named only as down, or that cannot
-    /// be used, ends the search: a master of a lower epoch is not taken instead.
-    async fn follow(&self, poll: Poll) -> Result<(Address, MultiplexedConnection), Failure> {
+    /// be used, ends the search: a master of a lower epoch is not taken instead. A
+    /// check (`in_use`) whose first is the master in use keeps it.
+    async fn follow(&self, poll: Poll, in_use: Option<&Address>) -> Result<Found, Failure> {
+        let ranked = choice::ranked(&poll.answers);
+        let settled = poll.complete && ranked.len() <= 1;
         let mut replica = None;
-        for candidate in choice::ranked(&poll.answers) {
+        for candidate in ranked {
             if !candidate.up {
                 let failure = poll.failure.map(|f| f.or_more_telling(unknown_master()));
                 return Err(failure.unwrap_or_else(unknown_master));
             }
+            let found = |conn| Found {
+                address: candidate.master.clone(),
+                conn,
+                settled,
+            };
+            if in_use == Some(&candidate.master) {
+                return Ok(found(None));
+            }
             match self.connect_master(&candidate.master).await {
-                Ok(Some(conn)) => return Ok((candidate.master, conn)),
+                Ok(Some(conn)) => return Ok(found(Some(conn))),
                 Ok(None) => replica = Some(Failure::Master(not_a_master())),
                 Err(err) => return Err(Failure::Master(err)),
             }
@@ -753,6 +853,8 @@ impl Inner {
 struct Poll {
     /// Each answer naming a master, the master an announcement replaced left out.
     answers: Vec<Answer>,
+    /// Whether every sentinel answered, none with the master an announcement replaced.
+    complete: bool,
     /// The most telling failure of those that named no master.
     failure: Option<Failure>,
 }
