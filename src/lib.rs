@@ -2,7 +2,8 @@
 //! Redisson's `RRateLimiter`, so Rust and Java services can share one limiter.
 //!
 //! Without Redis it runs in process with the same semantics. See
-//! [`Client`], [`RateLimiter`] and [`Client::check_rules`].
+//! [`Client`], [`RateLimiter`] and [`Client::check_rules`], the attribute
+//! [`rate_limit`], and the [`guide`], a chapter per subject.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -54,6 +55,8 @@ pub mod axum {
 #[cfg(feature = "tower")]
 #[doc(inline)]
 pub use redlimit_edge::tower;
+
+pub mod guide;
 
 /// The README's examples, compiled as doc tests so they stay true.
 #[doc = include_str!("../README.md")]
