@@ -341,7 +341,7 @@ fn one_rule_with_its_name() {
     assert!(error.contains("field `name` is missing"), "{error}");
 }
 
-/// The error the README shows.
+/// The error docs/guide/layer.md shows.
 #[test]
 fn the_readmes_error() {
     let text = "[rules.api]\nrate = 20\ninterval = \"60\"\nkey = { header = \"x-api-key\" }\n";

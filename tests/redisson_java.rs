@@ -1124,7 +1124,7 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
     );
     // Under steady demand from both sides the rate is used. Asking at the same pace,
     // each side gets a fair share (half would be even). Waiting, Redisson's waiters
-    // wake later than redlimit's and get less (README): the split is printed above.
+    // wake later than redlimit's and get less (docs/guide/redisson.md): the split is printed above.
     let expected = CONTENDED_RATE as usize * CONTENTION_MS as usize / 1000;
     assert!(
         shared.len() >= expected * 9 / 10,
@@ -1242,7 +1242,7 @@ async fn one_limiter_on_a_cluster(version: Version) {
 
 // ---------------------------------------------------------------------------------
 // Where redlimit differs from Redisson on purpose, and where the versions differ:
-// each shown with the real client (README, "Compatibility with Redisson").
+// each shown with the real client (docs/guide/redisson.md).
 
 on_both_versions!(
     a_lost_value_key,

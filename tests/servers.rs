@@ -403,7 +403,7 @@ async fn eviction_forgets_a_limit_and_noeviction_keeps_it() {
     for policy in ["allkeys-lru", "volatile-lru"] {
         let server = RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", policy]);
         // every refusal asked of Redis: a refusal kept in process outlives lost keys
-        // until its wait ends (README, "Refusals answered in process")
+        // until its wait ends (docs/guide/batches.md, "Refusals answered in process")
         let client = Client::builder()
             .local_refusals(false)
             .connect(&server.url())
@@ -485,7 +485,7 @@ async fn eviction_forgets_a_limit_and_noeviction_keeps_it() {
 
     let server = RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
     // every refusal asked of Redis: a refusal kept in process outlives lost keys
-    // until its wait ends (README, "Refusals answered in process")
+    // until its wait ends (docs/guide/batches.md, "Refusals answered in process")
     let client = Client::builder()
         .local_refusals(false)
         .connect(&server.url())
@@ -528,7 +528,7 @@ async fn a_flush_or_a_restart_without_persistence_forgets_the_limits() {
     let rule = [Rule::new("servers:flushed", 5, Duration::from_secs(60))];
     let server = RedisServer::start();
     // every refusal asked of Redis: a refusal kept in process outlives lost keys
-    // until its wait ends (README, "Refusals answered in process")
+    // until its wait ends (docs/guide/batches.md, "Refusals answered in process")
     let client = Client::builder()
         .local_refusals(false)
         .connect(&server.url())

@@ -1,6 +1,6 @@
 //! Where limiter state lives: Redis (the scripts in `lua/`) or this process.
 //!
-//! Both backends run the same algorithm (Redisson's, as the README describes it) and
+//! Both backends run the same algorithm (Redisson's, as docs/guide/redisson.md describes it) and
 //! must give the same answers decision for decision; the differential test holds them
 //! to it.
 

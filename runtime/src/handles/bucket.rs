@@ -7,11 +7,11 @@ use crate::backend::{Call, Outcome};
 use crate::{Client, Decision, Error, LimiterKeys, RateLimiterConfig, RateType, Rule};
 
 /// A token bucket: `rate` tokens per `interval`, refilled continuously, at most `burst`
-/// held (see the README's "Token buckets" for its layout). The handle carries the
-/// config; the bucket adopts it on the next decision, keeping its whole tokens up to
-/// the burst, so changing the rate ([`with_rate`](TokenBucket::with_rate)) keeps the
-/// state. There is no keep-alive to set: a bucket's key expires by itself once the
-/// bucket is full again.
+/// held (see the guide's "Token buckets", `redlimit::guide::token_buckets`, for its
+/// layout). The handle carries the config; the bucket adopts it on the next decision,
+/// keeping its whole tokens up to the burst, so changing the rate
+/// ([`with_rate`](TokenBucket::with_rate)) keeps the state. There is no keep-alive to
+/// set: a bucket's key expires by itself once the bucket is full again.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

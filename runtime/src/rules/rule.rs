@@ -244,7 +244,8 @@ impl Rule {
     /// used up to a lease `L` later. So every window of `interval - L` holds at most
     /// `rate` permits used, and every window of `interval` at most `rate + N * k`, for
     /// `N` clients batching the limiter; up to `N * k` permits may sit unused in
-    /// batches for up to `L` while another client is refused (see the README).
+    /// batches for up to `L` while another client is refused (see the guide's chapter on
+    /// batches, `redlimit::guide::batches`).
     ///
     /// [`Client::check_rules`]: crate::Client::check_rules
     pub fn batch(mut self, k: u64) -> Self {
@@ -354,8 +355,9 @@ impl Rule {
     /// A token bucket's warm-up: after the bucket has been idle, a permit costs up to
     /// 3 tokens, falling back to 1 as permits are taken, so a cold service first sees
     /// about a third of the burst and of the rate, rising to the full rate over about
-    /// `warmup` (see the README's "Warm-up"). Only for [`Algorithm::TokenBucket`]; a
-    /// zero warm-up is none, and one under 1 ms counts as 1 ms.
+    /// `warmup` (see "Warm-up" in the guide, `redlimit::guide::token_buckets`). Only
+    /// for [`Algorithm::TokenBucket`]; a zero warm-up is none, and one under 1 ms
+    /// counts as 1 ms.
     pub fn warmup(mut self, warmup: Duration) -> Self {
         self.warmup = Some(warmup);
         self.changed()
