@@ -428,3 +428,52 @@ async fn attack_a_cost_past_the_log_field_is_limited_not_a_server_error() {
         }
     }
 }
+
+/// A key header sent twice (`x-api-key: z` then `x-api-key: a`) has no one value: the
+/// request is refused 400, nothing spent, on both backends, whichever line comes first
+/// and whatever the case of its name; a spent key stays refused when sent once.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn attack_a_key_header_sent_twice_is_refused_not_keyed_by_one_line() {
+    use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+    let server = RedisServer::start();
+    let redis = Client::connect(&server.url()).await.unwrap();
+    for client in [Client::memory(), redis] {
+        let layer = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new("per-key", 1, Duration::from_secs(60)).key(Key::header("x-api-key")))
+            .build()
+            .unwrap();
+        let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
+        let once = |key: &'static str| [("x-api-key", key)];
+        assert_eq!(
+            support::http::send(addr, "GET", "/", &once("a")).await.status,
+            200
+        );
+        assert_eq!(
+            support::http::send(addr, "GET", "/", &once("a")).await.status,
+            429
+        );
+        for twice in [
+            [("x-api-key", "z"), ("x-api-key", "a")],
+            [("x-api-key", "a"), ("X-Api-Key", "y")],
+            [("x-api-key", "fresh"), ("x-api-key", "fresh")],
+        ] {
+            let reply = support::http::send(addr, "GET", "/", &twice).await;
+            assert_eq!(reply.status, 400, "{twice:?}: {reply:?}");
+            assert_eq!(
+                reply.body,
+                "This request sends the x-api-key header more than once; send it once\n"
+            );
+        }
+        assert_eq!(
+            support::http::send(addr, "GET", "/", &once("fresh")).await.status,
+            200,
+            "nothing was spent by the refused requests"
+        );
+        assert_eq!(
+            support::http::send(addr, "GET", "/", &once("a")).await.status,
+            429
+        );
+    }
+}

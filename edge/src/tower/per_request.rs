@@ -120,6 +120,16 @@ impl Shared {
                 }
                 Err(NoValue::NotRouted) => Err(OUTSIDE_ROUTER),
                 Err(NoValue::Misconfigured(problem)) => Err(problem),
+                Err(NoValue::Repeated) => {
+                    let error = Error::RepeatedKey {
+                        rule: rule.name.to_string(),
+                        what: match &rule.key {
+                            Extract::Header(name) => format!("the {name} header"),
+                            _ => "its key".to_owned(),
+                        },
+                    };
+                    return Err(self.engine.refuse_without_key(i, error));
+                }
             };
             let value = match problem {
                 Ok(value) => value,
@@ -209,16 +219,24 @@ impl Extract {
                 Some(Err(problem)) => Err(NoValue::Misconfigured(problem)),
                 None => Err(NoValue::Misconfigured(NO_PEER)),
             },
-            Extract::Header(name) => Ok(Some(
-                parts
-                    .headers
-                    .get(name)
-                    .map(|value| match std::str::from_utf8(value.as_bytes()) {
-                        Ok(text) => Cow::Borrowed(text),
-                        Err(_) => String::from_utf8_lossy(value.as_bytes()),
-                    })
-                    .unwrap_or_default(),
-            )),
+            Extract::Header(name) => {
+                // A header sent twice has no one value: keying by either line would
+                // let a client choose, among values an application may read the other
+                // way, the one that is limited.
+                let mut lines = parts.headers.get_all(name).iter();
+                let first = lines.next();
+                if lines.next().is_some() {
+                    return Err(NoValue::Repeated);
+                }
+                Ok(Some(
+                    first
+                        .map(|value| match std::str::from_utf8(value.as_bytes()) {
+                            Ok(text) => Cow::Borrowed(text),
+                            Err(_) => String::from_utf8_lossy(value.as_bytes()),
+                        })
+                        .unwrap_or_default(),
+                ))
+            }
             #[cfg(feature = "axum")]
             Extract::PathParam(name) => path.get(name),
             Extract::With(f) => Ok(Some(Cow::Owned(f(parts).unwrap_or_default()))),

@@ -31,6 +31,8 @@ pub(super) enum NoValue {
     /// A path parameter of a request no route matched.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     NotRouted,
+    /// A header sent more than once.
+    Repeated,
 }
 
 /// The matched path parameters, read once per request when a rule needs them.

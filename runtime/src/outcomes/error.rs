@@ -437,6 +437,18 @@ pub enum Error {
         /// Answered 401 Unauthorized rather than 400 Bad Request.
         unauthorized: bool,
     },
+
+    /// A request that sends a layer rule's key header more than once: it has no one
+    /// value (keying by the first line would let the client choose which value is
+    /// limited, where the application may read another). Not a backend failure:
+    /// answered 400 with `what` in the body; nothing is spent.
+    #[error("rule `{rule}` refuses requests that send {what} more than once")]
+    RepeatedKey {
+        /// The rule.
+        rule: String,
+        /// What the request repeats, for the client: `the x-api-key header`.
+        what: String,
+    },
 }
 
 fn while_connecting(connecting: &bool) -> &'static str {

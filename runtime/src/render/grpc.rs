@@ -48,6 +48,9 @@ impl From<RateLimited> for Status {
                         Status::invalid_argument(message)
                     }
                 }
+                crate::Error::RepeatedKey { what, .. } => {
+                    Status::invalid_argument(format!("this request sends {what} more than once"))
+                }
                 cause if cause.is_backend_failure() || matches!(cause, crate::Error::MemoryFull { .. }) => {
                     Status::unavailable("service temporarily unavailable")
                 }

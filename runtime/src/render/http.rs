@@ -20,7 +20,8 @@ impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
     /// backend failed under `on_error = "deny"` or the in-process limiters are at their
     /// bound ([`Error::MemoryFull`](crate::Error::MemoryFull)), 500 when the limiter is
-    /// misconfigured; 400 (or 401) when a layer rule refuses requests without a key.
+    /// misconfigured; 400 (or 401) when a layer rule refuses requests without a key,
+    /// and 400 when one sends its key header twice.
     pub fn status(&self) -> StatusCode {
         match &self.cause {
             None => StatusCode::TOO_MANY_REQUESTS,
@@ -35,7 +36,14 @@ impl RateLimited {
             {
                 StatusCode::UNAUTHORIZED
             }
-            Some(cause) if matches!(**cause, crate::Error::MissingKey { .. }) => StatusCode::BAD_REQUEST,
+            Some(cause)
+                if matches!(
+                    **cause,
+                    crate::Error::MissingKey { .. } | crate::Error::RepeatedKey { .. }
+                ) =>
+            {
+                StatusCode::BAD_REQUEST
+            }
             Some(cause) if cause.is_backend_failure() => StatusCode::SERVICE_UNAVAILABLE,
             Some(cause) if matches!(**cause, crate::Error::MemoryFull { .. }) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -86,6 +94,9 @@ impl RateLimited {
             StatusCode::SERVICE_UNAVAILABLE => "Service temporarily unavailable\n".to_owned(),
             _ => match self.cause.as_deref() {
                 Some(crate::Error::MissingKey { what, .. }) => format!("This request needs {what}\n"),
+                Some(crate::Error::RepeatedKey { what, .. }) => {
+                    format!("This request sends {what} more than once; send it once\n")
+                }
                 // What the server's set-up lacks, in the library's own words (never a
                 // value the request sent): the rule's name and the fixed problem text.
                 Some(crate::Error::InvalidConfig { problem, .. }) => {
