@@ -405,3 +405,53 @@ async fn a_problem_body_is_json_whatever_the_message_holds() {
     assert!(detail.ends_with('s'), "{detail:?}");
     assert_eq!(body["retry_after"], 60);
 }
+
+/// A 429's remaining count is the key's: a cost above the rate, refused before any
+/// decision, and a cost above what is left, refused by the decision, both say what
+/// the key has left (not 0), in `RateLimit` and `X-RateLimit-Remaining`, on both
+/// backends.
+#[tokio::test]
+async fn a_refusals_remaining_count_is_the_keys() {
+    use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+    let server = support::RedisServer::start();
+    let redis = Client::connect(&server.url()).await.unwrap();
+    for client in [Client::memory(), redis] {
+        let layer = RateLimitLayer::builder()
+            .client(client.clone())
+            .x_ratelimit_headers(true)
+            .rule(
+                LayerRule::new("metered", 10, Duration::from_secs(60))
+                    .key(Key::header("x-api-key"))
+                    .cost(|request| {
+                        request
+                            .headers
+                            .get("x-cost")
+                            .and_then(|v| v.to_str().ok()?.parse().ok())
+                            .unwrap_or(1)
+                    }),
+            )
+            .build()
+            .unwrap();
+        let addr = support::http::serve_route("/", |app| app.layer(layer)).await;
+        let call = |cost: &'static str| [("x-api-key", "k"), ("x-cost", cost)];
+        for (cost, status, left) in [
+            ("11", 429, "10"),
+            ("4", 200, "6"),
+            ("7", 429, "6"),
+            ("11", 429, "6"),
+        ] {
+            let reply = support::http::send(addr, "GET", "/", &call(cost)).await;
+            assert_eq!(reply.status, status, "cost {cost}: {reply:?}");
+            assert_eq!(
+                reply.header("x-ratelimit-remaining"),
+                Some(left),
+                "cost {cost}: {reply:?}"
+            );
+            let field = reply.header("ratelimit").unwrap();
+            assert!(
+                field.starts_with(&format!("\"metered\";r={left}")),
+                "cost {cost}: {field}"
+            );
+        }
+    }
+}

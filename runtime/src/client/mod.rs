@@ -387,6 +387,22 @@ impl Client {
         self.inner.refusals.forget(name);
     }
 
+    /// Permits `rule`'s limiter has left now, taking nothing (its config written as a
+    /// call of the rule writes it); `None` when the backend cannot say.
+    pub(crate) async fn left_of(&self, rule: &Rule) -> Option<u64> {
+        // (a rule whose call asks too much is refused by its own checks)
+        let rule = rule.clone().permits(1);
+        let keys = self.rule_keys(&rule).ok()?;
+        let calls = [Call {
+            keys,
+            permits: 0,
+            rule: Some(rule.config()),
+            bucket: rule.shape(),
+        }];
+        let outcome = self.backend().acquire_in_box(&calls, self.now_ms()).await.ok()?;
+        outcome.rules.first().map(|r| r.left)
+    }
+
     /// Drops every refusal this client keeps.
     pub(crate) fn forget_every_refusal(&self) {
         self.inner.refusals.forget_all();

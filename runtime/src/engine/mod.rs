@@ -273,8 +273,10 @@ impl Engine {
         if let Some(overlapping) = self.overlapping(client.prefix(), &rules) {
             return Err(overlapping);
         }
-        if let Some(never) = self.never_passes(&call, &rules) {
+        if let Some(mut never) = self.never_passes(&call, &rules) {
             client.note_refused(never.key(), &self.rules[never.rule()].name);
+            // What the key has left, which no wait brings to what the call asks.
+            never.remaining = client.left_of(&rules[never.rule()]).await.unwrap_or(0);
             return Err(never);
         }
         self.enforce(client, &call, rules, deadline).await

@@ -21,6 +21,7 @@ impl Engine {
             cause: None,
             limit: Some(Box::new(limit)),
             x_ratelimit: false,
+            remaining: 0,
         }
     }
 
@@ -51,6 +52,7 @@ impl Engine {
             .map_or_else(String::new, |r| r.name().to_owned());
         RateLimited {
             retry_after: decision.retry_after,
+            remaining: decision.remaining,
             ..self.refused(rule, key, self.limit_of(rule, rules.get(refused)))
         }
     }

@@ -23,6 +23,9 @@ pub struct RateLimited {
     pub(crate) limit: Option<Box<Limit>>,
     /// The response adds `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
     pub(crate) x_ratelimit: bool,
+    /// Permits the refusing rule's limiter had left (fewer than the call asked for):
+    /// what a 429's `RateLimit` and `X-RateLimit-Remaining` fields say.
+    pub(crate) remaining: u64,
 }
 
 /// The limit a refusal came from: what the IETF `RateLimit-Policy` field describes.

@@ -75,6 +75,7 @@ mod tests {
             cause: None,
             limit: None,
             x_ratelimit: false,
+            remaining: 0,
         }
     }
 

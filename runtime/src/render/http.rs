@@ -64,7 +64,7 @@ impl RateLimited {
         }
         if let Some(limit) = &self.limit {
             let policy = limit.policy_field();
-            let state = limit.state_field(0, self.retry_after);
+            let state = limit.state_field(self.remaining, self.retry_after);
             for (field, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, state)] {
                 if let Ok(value) = HeaderValue::from_str(&value) {
                     headers.insert(field, value);
@@ -72,7 +72,7 @@ impl RateLimited {
             }
             if self.x_ratelimit {
                 headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit.rate));
-                headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(0u64));
+                headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(self.remaining));
                 if let Some(wait) = wait {
                     headers.insert(X_RATELIMIT_RESET, HeaderValue::from(wait));
                 }
@@ -202,6 +202,7 @@ mod tests {
                 window: Duration::from_secs(60),
             })),
             x_ratelimit: false,
+            remaining: 0,
         }
     }
 
