@@ -923,6 +923,27 @@ fn print_rows(rows: &[Row]) {
     }
 }
 
+/// Refusals of a limiter that processes reported for some seconds, and whether that
+/// count is complete.
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    count: u64,
+    /// False when a second's reports went past a process's budget of limiters (its
+    /// other refusals counted under their rule, `rule:<name>` fields): some of this
+    /// limiter's may be among those.
+    complete: bool,
+}
+
+impl Refused {
+    /// The count as `watch` shows it: `12+` when incomplete.
+    fn shown(&self) -> String {
+        match self.complete {
+            true => self.count.to_string(),
+            false => format!("{}+", self.count),
+        }
+    }
+}
+
 /// Refusals of the limiter `name` that processes reported for the seconds in
 /// `(after, through]`.
 async fn reported_refusals(
@@ -931,20 +952,24 @@ async fn reported_refusals(
     name: &str,
     after: i64,
     through: i64,
-) -> Result<u64, Error> {
+) -> Result<Refused, Error> {
     let mut conn = store.conn.clone();
-    let mut total = 0;
+    let mut refused = Refused {
+        count: 0,
+        complete: true,
+    };
     for second in after + 1..=through {
-        let count: Option<u64> = conn
-            .hget(
-                format!("{prefix}{}:refused:{second}", redlimit_runtime::LIBRARY_SEGMENT),
-                name,
-            )
+        let key = format!("{prefix}{}:refused:{second}", redlimit_runtime::LIBRARY_SEGMENT);
+        let (count, fields): (Option<u64>, Vec<String>) = redis::pipe()
+            .hget(&key, name)
+            .hkeys(&key)
+            .query_async(&mut conn)
             .await
             .map_err(|e| store.fail(e))?;
-        total += count.unwrap_or(0);
+        refused.count += count.unwrap_or(0);
+        refused.complete &= !fields.iter().any(|f| f.starts_with("rule:"));
     }
-    Ok(total)
+    Ok(refused)
 }
 
 /// Processes report each second's refusals within about a second: `watch` reads the
@@ -1049,7 +1074,7 @@ struct Tick {
     since: i64,
     now: i64,
     elapsed: f64,
-    refused: u64,
+    refused: Refused,
 }
 
 /// A window's line: permits granted in the period, available, in the window.
@@ -1078,14 +1103,14 @@ async fn window_tick(cli: &Cli, store: &Store, name: &str, config: &inspect::Con
     if cli.json {
         println!(
             "{}",
-            json!({"time_ms": now, "time": duration::show_utc(now), "granted": granted, "granted_per_second": per_second, "refused": refused, "available": value, "permits_in_window": in_window})
+            json!({"time_ms": now, "time": duration::show_utc(now), "granted": granted, "granted_per_second": per_second, "refused": refused.count, "refused_complete": refused.complete, "available": value, "permits_in_window": in_window})
         );
     } else {
         println!(
             "{:<16}  {:>10.1}  {:>10}  {:>10}  {:>10}",
             duration::show_time_of_day(now),
             per_second,
-            refused,
+            refused.shown(),
             value.map_or("-".to_owned(), |v| v.to_string()),
             in_window
         );
@@ -1115,14 +1140,14 @@ async fn bucket_tick(
     if cli.json {
         println!(
             "{}",
-            json!({"time_ms": now, "time": duration::show_utc(now), "tokens_spent": spent, "tokens_per_second": per_second, "refused": refused, "tokens": state.tokens(), "full_in_ms": state.full_in_ms(), "coldness": state.coldness()})
+            json!({"time_ms": now, "time": duration::show_utc(now), "tokens_spent": spent, "tokens_per_second": per_second, "refused": refused.count, "refused_complete": refused.complete, "tokens": state.tokens(), "full_in_ms": state.full_in_ms(), "coldness": state.coldness()})
         );
     } else {
         println!(
             "{:<16}  {:>10.1}  {:>10}  {:>10}  {:>10}",
             duration::show_time_of_day(now),
             per_second,
-            refused,
+            refused.shown(),
             state.tokens(),
             duration::show_secs(state.full_in_ms())
         );

@@ -378,6 +378,50 @@ async fn watch_shows_the_refusals_processes_report() {
     let refused: u64 = lines.iter().map(|l| l["refused"].as_u64().unwrap()).sum();
     let granted: u64 = lines.iter().map(|l| l["granted"].as_u64().unwrap()).sum();
     assert_eq!((granted, refused), (1, 6), "{lines:?}");
+    assert!(lines.iter().all(|l| l["refused_complete"] == true), "{lines:?}");
+}
+
+/// Seconds whose reports went past a process's budget of limiters (150 sprayed keys
+/// refused at the start of each second, the rest counted by rule) cannot say all of a
+/// watched limiter's refusals: `watch` says so (`10+`; `refused_complete: false`)
+/// rather than show a count that looks whole.
+#[tokio::test]
+async fn watch_says_when_a_spray_left_its_count_incomplete() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+    let now: (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    for second in now.0 - 5..now.0 + 10 {
+        let key = format!("rate_limit:redlimit:refused:{second}");
+        let _: () = redis::pipe()
+            .hset(&key, "rate_limit:victim", 10)
+            .hset(&key, "rule:spray:{key}", 70)
+            .hset(&key, "rate_limit:calm", 3)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    let name = "rate_limit:victim";
+    let rule = [Rule::new(name, 5, MINUTE)];
+    Client::connect(&url)
+        .await
+        .unwrap()
+        .check_rules(&rule)
+        .await
+        .unwrap();
+    // (the first period covers no second a report is due for yet)
+    let out = redlimit(&url, &["watch", name, "--every", "1s", "--count", "3", "--json"]);
+    let last: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(last["refused_complete"], false, "{last}");
+    assert!(last["refused"].as_u64().unwrap() >= 10, "{last}");
+    let table = text(&redlimit(&url, &["watch", name, "--every", "1s", "--count", "3"]));
+    let row = table.lines().last().unwrap();
+    assert!(
+        row.split_whitespace()
+            .any(|cell| cell.ends_with('+') && cell.len() > 2),
+        "{table}"
+    );
 }
 
 /// A server whose policy can evict limiter keys is a health finding of `inspect`,
