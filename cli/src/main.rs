@@ -90,7 +90,8 @@ enum Command {
         #[arg(long)]
         reset: bool,
         /// The key prefix of the processes' clients, whose own keys (override table,
-        /// refusal reports) are never taken for limiters.
+        /// refusal reports) are never taken for limiters, and to which the change is
+        /// announced (they drop the refusals they kept of it).
         #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX)]
         prefix: String,
     },
@@ -102,7 +103,8 @@ enum Command {
         #[arg(long)]
         yes: bool,
         /// The key prefix of the processes' clients, whose own keys (override table,
-        /// refusal reports) are never taken for limiters.
+        /// refusal reports) are never taken for limiters, and to which the reset is
+        /// announced (they drop the refusals they kept of it).
         #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX)]
         prefix: String,
     },
