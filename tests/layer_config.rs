@@ -229,7 +229,7 @@ fn attack_files_a_layer_must_refuse_name_the_rule_and_the_field() {
         (
             rule(
                 "t",
-                "rate = 9007199254740992\ninterval = \"1s\"\npermits = 4294967296\nalgorithm = \"token_bucket\"",
+                "rate = 9007199254740992\ninterval = \"1ms\"\npermits = 4294967296\nalgorithm = \"token_bucket\"",
             ),
             &["rule `t`", "permits = 4294967296", "at most 4294967295"],
         ),
