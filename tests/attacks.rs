@@ -477,3 +477,38 @@ async fn attack_a_key_header_sent_twice_is_refused_not_keyed_by_one_line() {
         );
     }
 }
+
+/// A rule's name that a caller's value makes (`Rule::new(format!("rate_limit:{value}"))`)
+/// cannot land on the library's own keys: `check_rules` refuses it as the handles do,
+/// writing nothing there, and resets still reach a process that keeps a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_rule_names_cannot_take_the_librarys_own_keys() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    for value in [
+        "redlimit:resets",
+        "redlimit:overrides",
+        "redlimit:refused:1",
+        "redlimit:rules",
+        "redlimit",
+    ] {
+        let name = format!("rate_limit:{value}");
+        let rule = [Rule::new(name.as_str(), 5, Duration::from_secs(2))];
+        let error = client.check_rules(&rule).await.unwrap_err();
+        assert!(
+            matches!(error, redlimit::Error::NotALimiter { .. }),
+            "{name}: {error}"
+        );
+        let kind: String = redis::cmd("TYPE").arg(&name).query_async(&mut raw).await.unwrap();
+        assert_eq!(kind, "none", "{name}: nothing written");
+    }
+    // The stream still carries resets: a refusal kept, then the limiter deleted.
+    let rule = [Rule::new("rate_limit:after", 1, Duration::from_secs(600))];
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+    assert!(!client.check_rules(&rule).await.unwrap().allowed);
+    let operator = Client::connect(&server.url()).await.unwrap();
+    assert!(operator.rate_limiter("rate_limit:after").delete().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(client.check_rules(&rule).await.unwrap().allowed);
+}

@@ -490,6 +490,15 @@ impl Client {
 
     fn first_rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
         let keys = Keys::new(rule.name(), &self.inner.client_id)?;
+        // A name a caller's value makes can land on the library's own keys (the
+        // override table, the stream of resets): refused, as the handles refuse it.
+        if let Some(what) = crate::keys::library_key(self.prefix(), rule.name()) {
+            return Err(Error::NotALimiter {
+                key: rule.name().to_owned(),
+                role: "config",
+                found: format!("is {what} of the clients with the key prefix `{}`", self.prefix()),
+            });
+        }
         if !rule.settings_checked() {
             check_settings(rule)?;
         }

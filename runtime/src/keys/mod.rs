@@ -208,7 +208,8 @@ fn braces(name: &str) -> (&'static str, &'static str) {
 /// What `name` is when it is one of the library's own keys under the clients' key
 /// `prefix`, all of them under `<prefix>redlimit:`: the override table
 /// (`<prefix>redlimit:overrides`), a refusal report (`<prefix>redlimit:refused:<second>`),
-/// or any other key of the library's. No limiter may be named so: its writes would
+/// the stream of limiters reset (`<prefix>redlimit:resets`), or any other key of the
+/// library's. No limiter may be named so: its writes would
 /// rewrite, expire or delete them. `None` for any other name.
 pub fn library_key(prefix: &str, name: &str) -> Option<&'static str> {
     let rest = name.strip_prefix(prefix)?.strip_prefix(LIBRARY_SEGMENT)?;
@@ -216,6 +217,8 @@ pub fn library_key(prefix: &str, name: &str) -> Option<&'static str> {
         Some("the override table")
     } else if rest.starts_with(":refused:") {
         Some("a refusal report")
+    } else if rest == ":resets" {
+        Some("the stream of limiters reset")
     } else if rest.is_empty() || rest.starts_with(':') {
         Some("a key of the library's own")
     } else {
