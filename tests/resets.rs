@@ -147,3 +147,45 @@ async fn a_reset_anywhere_ends_kept_refusals_within_about_a_second() {
         );
     }
 }
+
+/// Whatever the stream's key holds (an entry that is not UTF-8, a value of another
+/// type, an entry with the last id a stream can have, so that nothing can be
+/// announced), a kept refusal ends within about a second of its limiter's reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_stream_contents_never_keep_a_refusal_past_a_reset() {
+    let server = RedisServer::start();
+    let deciding = Client::connect(&server.url()).await.unwrap();
+    let operator = Client::connect(&server.url()).await.unwrap();
+    let key = deciding.resets_key();
+    let mut raw = server.raw().await;
+    let cases: [(&str, redis::Cmd); 3] = [
+        (
+            "not UTF-8",
+            redis::cmd("XADD")
+                .arg(&key)
+                .arg("*")
+                .arg("name")
+                .arg(&[0xff_u8, 0xfe][..])
+                .clone(),
+        ),
+        ("a string", redis::cmd("SET").arg(&key).arg("x").clone()),
+        (
+            "the last id",
+            redis::cmd("XADD")
+                .arg(&key)
+                .arg("18446744073709551615-18446744073709551615")
+                .arg("name")
+                .arg("x")
+                .clone(),
+        ),
+    ];
+    for (i, (what, poison)) in cases.into_iter().enumerate() {
+        let _: () = redis::cmd("DEL").arg(&key).query_async(&mut raw).await.unwrap();
+        let _: redis::Value = poison.query_async(&mut raw).await.unwrap();
+        let name = format!("rate_limit:resets:hostile:{i}");
+        let rule = [Rule::new(name.as_str(), 2, WINDOW)];
+        let call = || async { deciding.check_rules(&rule).await.unwrap().allowed };
+        let took = kept_then_reset(&server, &operator, &name, Reset::Delete, call).await;
+        assert!(took <= REACHED_WITHIN, "{what}: granted {took:?} after the reset");
+    }
+}

@@ -61,8 +61,9 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
 /// resets, many times over, for processes that read it every second.
 pub(crate) const RESETS_KEPT: usize = 1_000;
 
-/// Entries of the stream of limiters reset: (id, fields).
-pub(crate) type ResetEntries = Vec<(String, Vec<(String, String)>)>;
+/// Entries of the stream of limiters reset: (id, fields), the fields as bytes (one
+/// that is not UTF-8 names no limiter, but must not fail the reading).
+pub(crate) type ResetEntries = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
 
 const REFUND_ATTEMPTS: u32 = 3;
 const REFUND_BACKOFF: Duration = Duration::from_millis(500);

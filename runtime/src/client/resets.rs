@@ -13,26 +13,47 @@
 //! safe, it only costs the round trips they saved. Writers outside redlimit (a Java
 //! service's `setRate` or `delete`) announce nothing, unless they append to the stream
 //! themselves (`XADD <prefix>redlimit:resets * name <limiter>`): until then a refusal
-//! kept of that limiter lasts at most the wait Redis gave.
+//! kept of that limiter lasts at most the wait Redis gave. A stream that cannot be read
+//! (another type at its key, an entry too large to read within the command timeout)
+//! or that can take no more entries (its last id is the last there is) is logged once,
+//! and until that changes every reading drops every kept refusal: none outlives a
+//! reset by more than about a second, whatever the key holds.
 //!
 //! [`RateLimiter::delete`]: crate::RateLimiter::delete
 //! [`TokenBucket::delete`]: crate::TokenBucket::delete
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::backend::redis::{ResetEntries, RESETS_KEPT};
 use crate::backend::Backend;
 use crate::{Client, Error, LIBRARY_SEGMENT};
 
-/// The last entry of the stream a client read (`None`: none yet).
+/// The last entry of the stream a client read (`None`: none yet), and whether a
+/// failed reading was logged.
 #[derive(Debug, Default)]
-pub(crate) struct Cursor(Mutex<Option<Id>>);
+pub(crate) struct Cursor(Mutex<Option<Id>>, AtomicBool);
+
+impl Cursor {
+    /// Logs, once per client, that the stream could not be read.
+    fn unreadable(&self, key: &str, error: &Error) {
+        if !self.1.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                key,
+                "the stream of limiters reset cannot be read, so refusals are kept in process \
+                 for a second at most until it can (logged once): {error}"
+            );
+        }
+    }
+}
 
 /// A stream entry's id: milliseconds, then a sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Id(u64, u64);
 
 impl Id {
+    const LAST: Id = Id(u64::MAX, u64::MAX);
+
     fn parse(text: &str) -> Option<Id> {
         let (ms, seq) = text.split_once('-')?;
         Some(Id(ms.parse().ok()?, seq.parse().ok()?))
@@ -86,8 +107,15 @@ impl Client {
         let cursor = *self.resets_cursor().0.lock().unwrap_or_else(|e| e.into_inner());
         let from = cursor.unwrap_or(Id(0, 0));
         // A failed read keeps the cursor: the next one reads what this one missed.
-        let Ok((oldest, entries)) = redis.read_resets(&self.resets_key(), &from.next()).await else {
-            return;
+        // Meanwhile no refusal is kept longer than the next reading (a second): an
+        // announcement may be among what could not be read.
+        let (oldest, entries) = match redis.read_resets(&self.resets_key(), &from.next()).await {
+            Ok(read) => read,
+            Err(error) => {
+                self.forget_every_refusal();
+                self.resets_cursor().unreadable(&self.resets_key(), &error);
+                return;
+            }
         };
         let trimmed = oldest
             .as_deref()
@@ -95,6 +123,16 @@ impl Client {
             .is_some_and(|oldest| oldest > from)
             && from != Id(0, 0);
         let last = self.forget_announced(&entries, trimmed || entries.len() > RESETS_KEPT);
+        if last == Some(Id::LAST) {
+            // No entry can follow the last id there is: resets can no longer be
+            // announced, so none is kept past the next reading.
+            self.forget_every_refusal();
+            let error = Error::InvalidConfig {
+                name: self.resets_key(),
+                problem: "its last entry has the last id a stream can have",
+            };
+            self.resets_cursor().unreadable(&self.resets_key(), &error);
+        }
         if let Some(last) = last {
             *self.resets_cursor().0.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
         }
@@ -108,7 +146,7 @@ impl Client {
         } else {
             for (_, fields) in entries {
                 for (field, name) in fields {
-                    if field == "name" {
+                    if let (b"name", Ok(name)) = (field.as_slice(), std::str::from_utf8(name)) {
                         self.forget_refusal(name);
                     }
                 }
