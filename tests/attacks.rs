@@ -376,6 +376,23 @@ fn attack_rule_names_with_stray_braces_are_refused_at_build() {
         .rule(LayerRule::new("{tenant}:api", 5, Duration::from_secs(60)))
         .build()
         .unwrap();
+    // So is the client's prefix before it: one with a stray brace is refused with the
+    // layer's client, not answered 500 on every request.
+    for prefix in ["app}", "{", "{}:"] {
+        let client = Client::builder().prefix(prefix).memory();
+        let refused = RateLimitLayer::builder()
+            .client(client)
+            .rule(LayerRule::new("api", 5, Duration::from_secs(60)))
+            .build()
+            .err()
+            .unwrap_or_else(|| panic!("prefix `{prefix}` built"));
+        assert!(
+            refused
+                .to_string()
+                .contains(&format!("the client's key prefix `{prefix}`")),
+            "{refused}"
+        );
+    }
 }
 
 /// A cost a request chooses that no grant can hold (past the permits log's 4-byte

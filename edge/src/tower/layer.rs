@@ -88,6 +88,20 @@ impl RateLimitLayerBuilder {
                 "a RateLimitLayer needs at least one rule: add one with .rule(LayerRule::new(name, rate, interval))".into(),
             ));
         }
+        if let Some(client) = &self.client {
+            // The limiters are `<prefix><name>` and `<prefix><name>:<escaped value>`:
+            // a prefix with a stray brace would refuse every request.
+            for rule in &self.rules {
+                let name = format!("{}{}", client.prefix(), rule.name());
+                if let Err(error) = redlimit_runtime::keys::check_name(&name) {
+                    return Err(InvalidLayer(format!(
+                        "rule `{}`: with the client's key prefix `{}`: {error}",
+                        rule.name(),
+                        client.prefix()
+                    )));
+                }
+            }
+        }
         let settings = Settings {
             client: self.client,
             trusted: self.trusted,
