@@ -35,7 +35,7 @@ pub fn shown(text: &str) -> Cow<'_, str> {
 fn needs_escape(c: char) -> bool {
     c == '\\'
         || c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
         || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
@@ -59,6 +59,11 @@ mod tests {
         );
         assert_eq!(shown("a\u{85}b\u{9b}c\u{7f}"), "a\\u{85}b\\u{9b}c\\u{7f}");
         assert_eq!(shown("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(
+            shown("a\u{61c}b"),
+            "a\\u{61c}b",
+            "the Arabic letter mark reorders too"
+        );
         assert_eq!(shown("a\\nb"), "a\\\\nb", "a backslash cannot forge an escape");
         assert_eq!(shown("ключ:é"), "ключ:é");
         for c in (0..=0x10ffff).filter_map(char::from_u32) {
