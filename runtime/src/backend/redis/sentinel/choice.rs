@@ -79,7 +79,9 @@ pub(super) fn disagree(answers: &[Answer]) -> bool {
 /// `host:port`, with brackets around an IPv6 address.
 pub(super) fn shown(address: &Address) -> String {
     let (host, port) = address;
-    if host.contains(':') {
+    // (a sentinel's reply names the host: no line of the log is its to write)
+    let host = host.escape_debug();
+    if address.0.contains(':') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
@@ -194,6 +196,14 @@ mod tests {
                 up: true,
             }
         );
+    }
+
+    #[test]
+    fn a_host_a_sentinel_names_cannot_write_a_line_of_the_log() {
+        let host = "10.0.0.1\nERROR forged\u{1b}[31m".to_owned();
+        let text = shown(&(host, 6379));
+        assert!(!text.chars().any(char::is_control), "{text}");
+        assert_eq!(text, "10.0.0.1\\nERROR forged\\u{1b}[31m:6379");
     }
 
     #[test]
