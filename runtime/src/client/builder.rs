@@ -101,16 +101,11 @@ impl ClientBuilder {
     /// client, by the in-process limiters `on_error = "local"` decides on while Redis
     /// fails. Limiters are dropped once expired (idle past their keep-alive, a token
     /// bucket full again), as Redis drops their keys. While `max` are held, a
-    /// decision that needs a new limiter evicts the least recently used one a rule
-    /// made (counted in `redlimit_memory_evicted_total`), keeping its trace in a
-    /// summary of fixed size (512 KiB) that can only over-count: the same name made
-    /// again starts at least as used as it was, so a flood of new keys neither resets
-    /// a key nor locks new users out. Limiters whose config was set by hand (no
-    /// keep-alive: nothing would write it back) are never evicted; when none held
-    /// can be, the decision is refused with [`Error::MemoryFull`] (under every
-    /// `on_error`: it is not a backend failure), counted in
-    /// `redlimit_memory_full_total` and logged once per client. 0 refuses every new
-    /// limiter.
+    /// decision that needs a new limiter is refused with [`Error::MemoryFull`] (under
+    /// every `on_error`: it is not a backend failure), counted in
+    /// `redlimit_memory_full_total` and logged once per client; the limiters held are never
+    /// dropped early to make room, so a flood of new keys cannot reset a key's window.
+    /// 0 refuses every new limiter.
     pub fn max_limiters(mut self, max: usize) -> Self {
         self.max_limiters = max;
         self

@@ -23,11 +23,8 @@
 //!   it gave back after a later slot refused or failed).
 //! - `redlimit_config_changes_total`: stored configs a rule overwrote.
 //! - `redlimit_memory_full_total`: decisions an in-process backend refused because it
-//!   held its maximum of live limiters (`ClientBuilder::max_limiters`), the call
-//!   needed a new one and none a rule made could be evicted
-//!   ([`Error::MemoryFull`](crate::Error::MemoryFull)).
-//! - `redlimit_memory_evicted_total`: limiters an in-process backend evicted at that
-//!   bound to make room, their traces kept so that none comes back less used.
+//!   held its maximum of live limiters (`ClientBuilder::max_limiters`) and the call
+//!   needed a new one ([`Error::MemoryFull`](crate::Error::MemoryFull)).
 //!
 //! Spans: `redlimit.decide` (debug) around each call's decision, with `rules`,
 //! `backend`, `outcome`, `remaining`, `retry_after_ms` and `waited_ms`; inside it,
@@ -229,11 +226,4 @@ pub(crate) fn config_changed() {
 pub(crate) fn memory_full() {
     #[cfg(feature = "metrics")]
     metrics::counter!("redlimit_memory_full_total").increment(1);
-}
-
-/// Counts a limiter evicted at the in-process backend's bound, its trace kept (see
-/// `backend/memory/summary.rs`).
-pub(crate) fn evicted() {
-    #[cfg(feature = "metrics")]
-    metrics::counter!("redlimit_memory_evicted_total").increment(1);
 }

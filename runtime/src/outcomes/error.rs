@@ -402,15 +402,14 @@ pub enum Error {
         detail: String,
     },
 
-    /// The in-process backend holds its maximum of limiters, none has expired and
-    /// none it looked at was made by a rule (those are evicted to make room, their
-    /// use kept: a config set by hand, without a keep-alive, would be lost), so a
-    /// decision that needs a new one is refused. Not a backend failure: `on_error`
-    /// does not apply, the call is refused.
+    /// The in-process backend holds its maximum of limiters and none has expired, so
+    /// a decision that needs a new one is refused (the limiters held are kept: none is
+    /// dropped early to make room). Not a backend failure: `on_error` does not apply,
+    /// the call is refused.
     #[error(
-        "in-process rate limiter full: it holds its maximum of {max} live limiters, none of them \
-         a rule's that could be evicted, so the new limiter `{name}` is refused until idle ones \
-         expire; raise ClientBuilder::max_limiters if this many limiters set by hand are expected"
+        "in-process rate limiter full: it holds its maximum of {max} live limiters, so the new \
+         limiter `{name}` is refused until idle ones expire; raise ClientBuilder::max_limiters \
+         if this many keys are expected"
     )]
     MemoryFull {
         /// The limiter that could not be created.

@@ -176,56 +176,7 @@ impl MemoryBackend {
         if self.room.take(fresh.len()) {
             return Ok(fresh);
         }
-        // Still none: the least recently used limiters rules made make room (none of
-        // this call's), their traces kept.
-        let keep = |name: &str| calls.iter().any(|c| c.keys.config() == name);
-        let held: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
-        for &i in &fresh {
-            if !self.evict(locked.store(hashes[i]), now, &keep) && !self.evict_elsewhere(&held, now) {
-                break;
-            }
-        }
-        if self.room.take(fresh.len()) {
-            return Ok(fresh);
-        }
         Err(self.room.refuse(calls[fresh[0]].keys.config()))
-    }
-
-    /// Phase 0: each rule's limiter not held whose name an evicted limiter's trace
-    /// covers is made from it (`summary.rs`), before anything is read, so that the
-    /// decision counts what the evicted one held.
-    fn recall_evicted(
-        &self,
-        locked: &mut Locked<'_>,
-        calls: &[Call<'_>],
-        hashes: &[u64],
-        now: u64,
-    ) -> Result<(), Error> {
-        if !self.any_evicted.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(());
-        }
-        for (i, call) in calls.iter().enumerate() {
-            let (name, hash) = (call.keys.config(), hashes[i]);
-            let Some(rule) = call.rule else { continue };
-            if locked.store(hash).limiters.contains(hash, name) {
-                continue;
-            }
-            let Some(trace) = self.recall(hash, now) else {
-                continue;
-            };
-            let keep = |n: &str| calls.iter().any(|c| c.keys.config() == n);
-            if !self.room.take(1) {
-                let held: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
-                let evicted = self.evict(locked.store(hash), now, &keep) || self.evict_elsewhere(&held, now);
-                if !(evicted && self.room.take(1)) {
-                    return Err(self.room.refuse(name));
-                }
-            }
-            let store = locked.store(hash);
-            let limiter = super::summary::seeded(&trace, rule, call.bucket, now);
-            store.limiters.insert(hash, name, limiter);
-        }
-        Ok(())
     }
 }
 
@@ -238,7 +189,6 @@ fn decide(
     hashes: &[u64],
     clock_now: u64,
 ) -> Result<Outcome, Error> {
-    backend.recall_evicted(&mut locked, calls, hashes, clock_now)?;
     // Phase 1, load_rule: each call's config, and the newest grant of its bucket.
     let (mut resolved, newest) = load_rules(&mut locked, calls, hashes, clock_now)?;
     let now = settle_time(newest, clock_now);

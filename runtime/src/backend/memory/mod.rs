@@ -8,16 +8,12 @@
 //! goes round each shard's table a few buckets at a time (see [`MOST_SWEPT`]), and
 //! the number of limiters held has a bound ([`crate::DEFAULT_MAX_LIMITERS`] unless
 //! the builder says otherwise). At the bound a decision that would create a limiter
-//! first sweeps its shard for expired ones; finding none, it evicts the least recently
-//! used limiter a rule made among [`AT_BOUND`] buckets, keeping its trace in a
-//! fixed-size summary that can only over-count (`summary.rs`): a limiter made again
-//! under that name starts at least as used as the evicted one was, so no key's use is
-//! forgotten early. Only when none it looks at is a rule's (configs set by hand, which
-//! nothing would write back) is the decision refused with [`Error::MemoryFull`].
+//! first sweeps its shard for expired ones; finding none, it is refused with
+//! [`Error::MemoryFull`]: the limiters held are never dropped to make room, so no
+//! key's window is ever forgotten early.
 
 mod decide;
 mod state;
-mod summary;
 mod tokens;
 
 use std::cell::Cell;
@@ -66,10 +62,6 @@ pub(crate) struct MemoryBackend {
     /// shard's table alike.
     shards: Box<[Mutex<Store>]>,
     room: Room,
-    /// What limiters evicted at the bound left (`summary.rs`), locked only while a
-    /// shard is (never the other way round); and whether any was.
-    evicted: Mutex<summary::Summary>,
-    any_evicted: AtomicBool,
 }
 
 /// The bound on the limiters held, over every shard. Written only when a limiter is
@@ -106,11 +98,10 @@ impl Room {
         if !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 max_limiters = self.max,
-                "the in-process rate limiter holds its maximum of {} live limiters and \
-                 none it looked at is a rule's that could be evicted: decisions that need \
-                 a new limiter are refused until idle ones expire (limiters set by hand \
-                 are kept; raise ClientBuilder::max_limiters if this load is expected). \
-                 Logged once.",
+                "the in-process rate limiter holds its maximum of {} live limiters: \
+                 decisions that need a new limiter are refused until idle ones expire \
+                 (limiters held are kept; raise ClientBuilder::max_limiters if this \
+                 load is expected). Logged once.",
                 self.max
             );
         }
@@ -142,8 +133,6 @@ impl MemoryBackend {
                 max,
                 warned: AtomicBool::new(false),
             },
-            evicted: Mutex::new(summary::Summary::new()),
-            any_evicted: AtomicBool::new(false),
         }
     }
 }
@@ -244,60 +233,11 @@ impl MemoryBackend {
         if !self.room.take(1) {
             self.sweep(store, now, AT_BOUND);
             if !self.room.take(1) {
-                let evicted =
-                    self.evict(store, now, &|n| n == name) || self.evict_elsewhere(&[shard_of(hash)], now);
-                if !(evicted && self.room.take(1)) {
-                    return Err(self.room.refuse(name));
-                }
+                return Err(self.room.refuse(name));
             }
         }
         self.sweep(store, now, PER_NEW);
         Ok(())
-    }
-
-    /// At the bound: evicts the least recently used limiter a rule made among
-    /// [`AT_BOUND`] buckets of `store` (none `keep` names), recording its trace;
-    /// whether one was (its room given back).
-    fn evict(&self, store: &mut Store, now: u64, keep: &dyn Fn(&str) -> bool) -> bool {
-        let Some((hash, trace)) = store.evict(now, AT_BOUND, keep) else {
-            return false;
-        };
-        if let Some(trace) = trace {
-            self.evicted
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .record(hash, trace);
-            self.any_evicted.store(true, Ordering::Relaxed);
-        }
-        crate::observe::evicted();
-        self.room.give_back(1);
-        true
-    }
-
-    /// [`evict`](MemoryBackend::evict) in a shard other than `held` (the decision's,
-    /// locked), in turn, skipping those another thread holds (never waiting for one:
-    /// no lock order to keep). For a shard of the decision's with nothing to evict
-    /// while others are full.
-    fn evict_elsewhere(&self, held: &[usize], now: u64) -> bool {
-        let start = DECISIONS.with(Cell::get);
-        (0..SHARDS)
-            .map(|i| (start + i) % SHARDS)
-            .filter(|shard| !held.contains(shard))
-            .any(|shard| match self.shards[shard].try_lock() {
-                Ok(mut store) => self.evict(&mut store, now, &|_| false),
-                Err(_) => false,
-            })
-    }
-
-    /// The trace a new limiter whose name hashes to `hash` starts from, if any.
-    fn recall(&self, hash: u64, now: u64) -> Option<summary::Trace> {
-        if !self.any_evicted.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.evicted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .recall(hash, now)
     }
 
     pub async fn delete_bucket(&self, keys: &LimiterKeys, mode: RateType, now: u64) -> Result<bool, Error> {
@@ -639,7 +579,7 @@ mod tests {
     }
 
     #[test]
-    fn at_the_bound_new_keys_evict_the_least_used_and_none_comes_back_less_used() {
+    fn at_the_bound_new_keys_are_refused_and_the_held_ones_kept() {
         let backend = MemoryBackend::new(100);
         let config = minute(5);
         block_on(async {
@@ -664,92 +604,60 @@ mod tests {
                         .granted
                 );
             }
-            // A spray of new keys, sliding windows and token buckets: each served, the
-            // limiters held never past the bound; the victim is asked all along.
+            // A spray of new keys, sliding windows and token buckets: each refused.
             for user in 0..10_000u64 {
                 let keys = LimiterKeys::new(&format!("spray:{user}"), "c").unwrap();
                 let now = 1_000 + user;
-                assert!(
-                    backend
-                        .acquire(&call_on(&keys, &config), now)
-                        .await
-                        .unwrap()
-                        .granted
-                );
-                assert!(
-                    backend
-                        .acquire(&bucket_call(&keys, &config), now)
-                        .await
-                        .unwrap()
-                        .granted
-                );
+                assert!(is_full(backend.acquire(&call_on(&keys, &config), now).await));
+                assert!(is_full(backend.acquire(&bucket_call(&keys, &config), now).await));
                 assert!(backend.len() <= 100, "{} limiters held", backend.len());
-                if user % 100 == 0 {
-                    let out = backend.acquire(&call_on(&victim, &config), now).await.unwrap();
-                    assert!(!out.granted, "the victim at {user}");
-                    // (at least its own wait; longer when other keys' traces share its
-                    // cells, never shorter)
-                    let wait = out.retry_ms;
-                    assert!(
-                        (61_000 - now..=60_000).contains(&wait),
-                        "the victim's wait at {user}: {wait}"
-                    );
-                }
             }
-            // A sprayed key spent, evicted by the keys after it, still spent.
-            let spent = LimiterKeys::new("spent", "c").unwrap();
-            for _ in 0..5 {
-                assert!(
-                    backend
-                        .acquire(&call_on(&spent, &config), 12_000)
-                        .await
-                        .unwrap()
-                        .granted
-                );
-            }
-            for user in 0..1_000u64 {
-                let keys = LimiterKeys::new(&format!("more:{user}"), "c").unwrap();
-                backend.acquire(&call_on(&keys, &config), 12_000).await.unwrap();
-            }
-            let out = backend.acquire(&call_on(&spent, &config), 13_000).await.unwrap();
-            assert!(!out.granted, "a spent key evicted and back is still spent");
-            assert!((59_000..=60_000).contains(&out.retry_ms), "{}", out.retry_ms);
-            // By hand too, on limiters a rule made.
+            // By hand too.
             let keys = LimiterKeys::new("by-hand", "c").unwrap();
-            assert!(backend.try_set_rate(&keys, &config, 20_000).await.unwrap());
-            // A held limiter's grant is counted, held or evicted.
+            assert!(matches!(
+                backend.try_set_rate(&keys, &config, 20_000).await,
+                Err(Error::MemoryFull { max: 100, .. })
+            ));
+            let how = Configure {
+                keep_state: true,
+                require_exists: false,
+            };
+            assert!(matches!(
+                backend.configure(&keys, &config, how, 20_000).await,
+                Err(Error::MemoryFull { max: 100, .. })
+            ));
+            // A call of a held limiter and a new one: refused, and nothing spent.
             let held = LimiterKeys::new("user:0", "c").unwrap();
+            let both = [
+                call_on(&held, &config)[0].clone(),
+                call_on(&keys, &config)[0].clone(),
+            ];
+            assert!(is_full(backend.acquire(&both, 20_000).await));
             let ask = [Call {
                 permits: 0,
                 ..call_on(&held, &config)[0].clone()
             }];
-            let left = backend.acquire(&ask, 20_000).await.unwrap().rules[0].left;
-            assert!(left <= 4, "{left} left of 5 after a grant");
-        });
-    }
-
-    #[test]
-    fn at_the_bound_limiters_set_by_hand_are_never_evicted() {
-        let backend = MemoryBackend::new(100);
-        // A config without a keep-alive: what a handle sets, which nothing writes back.
-        let by_hand = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_secs(60));
-        block_on(async {
-            for user in 0..100 {
-                let keys = LimiterKeys::new(&format!("hand:{user}"), "c").unwrap();
-                assert!(backend.try_set_rate(&keys, &by_hand, 1_000).await.unwrap());
+            let left = backend.acquire(&ask, 20_000);
+            assert_eq!(left.await.unwrap().rules[0].left, 4);
+            // The exhausted key stays exhausted: the spray reset nothing.
+            let out = backend.acquire(&call_on(&victim, &config), 30_000).await.unwrap();
+            assert!(!out.granted);
+            assert_eq!(out.retry_ms, 31_000);
+            // Once the windows and keep-alives are over, the expired limiters make
+            // room (swept at the bound, a few buckets per decision).
+            // (The refusal at 30 s kept the victim's limiter alive for another 60 s, as
+            // Redisson's keep-alive does.)
+            let later = 30_000 + 60_000 + 1;
+            let mut admitted = 0;
+            for user in 0..1_000 {
+                let keys = LimiterKeys::new(&format!("after:{user}"), "c").unwrap();
+                if let Ok(out) = backend.acquire(&call_on(&keys, &config), later).await {
+                    assert!(out.granted);
+                    admitted += 1;
+                }
+                assert!(backend.len() <= 100);
             }
-            let keys = LimiterKeys::new("new", "c").unwrap();
-            assert!(is_full(backend.acquire(&call_on(&keys, &minute(5)), 2_000).await));
-            assert!(is_full(
-                backend
-                    .try_set_rate(&keys, &by_hand, 2_000)
-                    .await
-                    .map(|_| unreachable!())
-            ));
-            for user in 0..100 {
-                let keys = LimiterKeys::new(&format!("hand:{user}"), "c").unwrap();
-                assert!(backend.is_exists(&keys, 2_000).await.unwrap(), "hand:{user} kept");
-            }
+            assert_eq!(admitted, 100, "every expired limiter's room, and no more");
         });
     }
 
@@ -832,21 +740,10 @@ mod tests {
                     .unwrap()
                     .granted
             );
-            // The other place: a rule's limiter is evicted for a new one, never the one
-            // set by hand; back, the evicted one counts its grant.
-            assert!(
-                backend
-                    .acquire(&call_on(&b, &config), later)
-                    .await
-                    .unwrap()
-                    .granted
-            );
-            assert!(backend.is_exists(&by_hand, later).await.unwrap());
-            let a_again = backend.acquire(&call_on(&a, &config), later).await.unwrap();
-            assert!(a_again.granted);
-            assert_eq!(a_again.rules[0].left, 3, "a's first grant still counted");
-            assert!(backend.is_exists(&by_hand, later).await.unwrap());
-            assert!(backend.len() <= 2);
+            assert!(matches!(
+                backend.acquire(&call_on(&b, &config), later).await,
+                Err(Error::MemoryFull { max: 2, .. })
+            ));
         });
     }
 }

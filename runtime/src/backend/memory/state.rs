@@ -43,14 +43,6 @@ impl Limiters {
             .1
     }
 
-    /// Puts `limiter` under `name`, which is not held.
-    pub fn insert(&mut self, hash: u64, name: &str, limiter: Limiter) {
-        self.table
-            .insert_unique(hash, (name.to_owned(), limiter), |(n, _)| {
-                crate::keys::name_hash(n)
-            });
-    }
-
     /// Removes the limiter `name`; true when it was held.
     pub fn remove(&mut self, name: &str) -> bool {
         let hash = self.hash(name);
@@ -124,41 +116,6 @@ impl Store {
             #[cfg(test)]
             swept: 0,
         }
-    }
-
-    /// Looks at the next `buckets` buckets of the table, in turn, for the limiter a
-    /// rule made (see [`Limiter::evictable`]) that was used least recently, not one
-    /// `keep` names; removes it and answers its name's hash and the trace it leaves
-    /// (`None` when nothing of it counts).
-    pub fn evict(
-        &mut self,
-        now: u64,
-        buckets: usize,
-        keep: &dyn Fn(&str) -> bool,
-    ) -> Option<(u64, Option<super::summary::Trace>)> {
-        let table = &mut self.limiters.table;
-        let size = table.num_buckets();
-        let mut oldest: Option<(usize, u64)> = None;
-        for _ in 0..buckets.min(size) {
-            let at = self.cursor % size;
-            self.cursor = at + 1;
-            if let Ok(entry) = table.get_bucket_entry(at) {
-                let (name, limiter) = entry.get();
-                if limiter.evictable() && !keep(name) {
-                    let used = limiter.last_used();
-                    if oldest.is_none_or(|(_, t)| used < t) {
-                        oldest = Some((at, used));
-                    }
-                }
-            }
-        }
-        let (at, _) = oldest?;
-        let entry = table.get_bucket_entry(at).ok()?;
-        let ((name, mut limiter), _) = entry.remove();
-        Some((
-            crate::keys::name_hash(&name),
-            super::summary::Trace::of(&mut limiter, now),
-        ))
     }
 
     /// Looks at the next `buckets` buckets of the table, in turn, and drops the
@@ -268,20 +225,6 @@ impl Limiter {
                 *bucket = None;
             }
         }
-    }
-
-    /// Whether a rule made it, so that evicting it loses nothing a caller set: a
-    /// config with a keep-alive (a rule writes its own back on every call), or none (a
-    /// token bucket's state carries its config).
-    pub fn evictable(&self) -> bool {
-        self.config.is_none_or(|c| c.keep_alive.is_some())
-    }
-
-    /// Its newest grant or refill (0: none).
-    pub fn last_used(&self) -> u64 {
-        let grants = self.buckets.iter().flatten().filter_map(Bucket::newest);
-        let refills = self.tokens.iter().flatten().map(|t| t.at);
-        grants.chain(refills).max().unwrap_or(0)
     }
 
     pub fn buckets_mut(&mut self) -> impl Iterator<Item = &mut Bucket> {
