@@ -133,7 +133,15 @@ pub fn spawn_redis<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Child {
         .unwrap_or_else(|e| panic!("{}", binary::cannot_start(&e)))
 }
 
+/// A server's arguments: loopback `port`, nothing persisted, and a working directory
+/// of its own. (A master serving a replica writes an RDB file for the full sync where
+/// replication is not diskless, Redis 6.2's default; in the shared working directory a
+/// later server would load it at start, with another test's keys.)
 pub fn server_args(port: u16) -> Vec<String> {
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("redlimit-redis-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a working directory for redis-server");
     [
         "--port",
         &port.to_string(),
@@ -143,6 +151,8 @@ pub fn server_args(port: u16) -> Vec<String> {
         "",
         "--appendonly",
         "no",
+        "--dir",
+        &dir.display().to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
