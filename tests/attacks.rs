@@ -202,13 +202,7 @@ async fn refusal_reports_of_sprayed_keys_stay_within_their_budget() {
         .rule(
             LayerRule::new("quota", 5, Duration::from_secs(60))
                 .key(Key::header("x-api-key"))
-                .cost(|request| {
-                    request
-                        .headers
-                        .get("x-cost")
-                        .and_then(|v| v.to_str().ok()?.parse().ok())
-                        .unwrap_or(1)
-                }),
+                .cost(support::http::cost_header),
         )
         .build()
         .unwrap();
@@ -418,13 +412,7 @@ async fn attack_a_cost_past_the_log_field_is_limited_not_a_server_error() {
                     LayerRule::new(format!("metered-{algorithm:?}"), MAX_RATE, interval)
                         .algorithm(algorithm)
                         .key(Key::header("x-api-key"))
-                        .cost(|request| {
-                            request
-                                .headers
-                                .get("x-cost")
-                                .and_then(|v| v.to_str().ok()?.parse().ok())
-                                .unwrap_or(1)
-                        }),
+                        .cost(support::http::cost_header),
                 )
                 .build()
                 .unwrap();

@@ -422,13 +422,7 @@ async fn a_refusals_remaining_count_is_the_keys() {
             .rule(
                 LayerRule::new("metered", 10, Duration::from_secs(60))
                     .key(Key::header("x-api-key"))
-                    .cost(|request| {
-                        request
-                            .headers
-                            .get("x-cost")
-                            .and_then(|v| v.to_str().ok()?.parse().ok())
-                            .unwrap_or(1)
-                    }),
+                    .cost(support::http::cost_header),
             )
             .build()
             .unwrap();

@@ -142,13 +142,7 @@ async fn a_cost_per_request_and_exempt_keys() {
         .rule(
             LayerRule::new("quota", 5, MINUTE)
                 .key(Key::header("x-api-key"))
-                .cost(|request| {
-                    request
-                        .headers
-                        .get("x-cost")
-                        .and_then(|v| v.to_str().ok()?.parse().ok())
-                        .unwrap_or(1)
-                })
+                .cost(support::http::cost_header)
                 .exempt(["internal"]),
         )
         .build()

@@ -194,3 +194,13 @@ fn rewrite(head: &[u8], writes: Writes, client: IpAddr) -> Vec<u8> {
     out.extend_from_slice(b"\r\n\r\n");
     out
 }
+
+/// A layer rule's cost per request as the tests send it: the number in the `x-cost`
+/// header (1 without one, or when it is not a number).
+pub fn cost_header(request: &axum::http::request::Parts) -> u64 {
+    request
+        .headers
+        .get("x-cost")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(1)
+}
