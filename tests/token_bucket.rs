@@ -267,6 +267,11 @@ async fn foreign_state_and_impossible_requests_are_clear_errors() {
             matches!(error, Error::PermitsExceedBurst { burst: 3, .. }),
             "{error}"
         );
+        assert_eq!(
+            error.to_string(),
+            "token bucket `tb:big`: 4 permits requested but it holds at most 3 tokens; \
+             ask for at most 3, or give it a larger burst"
+        );
         let error = client
             .check_rules(&[bucket(
                 "tb:huge",

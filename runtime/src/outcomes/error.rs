@@ -39,7 +39,7 @@ pub enum Error {
 
     /// More permits were asked for than a token bucket can ever hold.
     #[error(
-        "token bucket `{name}`: {permits} permits requested but it holds at most {burst}          tokens; ask for at most {burst}, or give it a larger burst"
+        "token bucket `{name}`: {permits} permits requested but it holds at most {burst} tokens; ask for at most {burst}, or give it a larger burst"
     )]
     PermitsExceedBurst {
         /// The limiter's name.

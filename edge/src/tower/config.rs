@@ -1,0 +1,429 @@
+//! Layer rules from configuration (cargo feature `serde`): a [`LayerRule`] or a whole
+//! layer's [`LayerConfig`] read by any serde format (TOML, YAML, JSON, ...).
+//!
+//! The public items here repeat the module's `#[cfg(feature = "serde")]`: the
+//! documentation of a crate that re-exports them (redlimit) shows the feature they
+//! need only from a cfg on the item itself, not from one on a private module.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use redlimit_runtime::{Algorithm, OnError, RateType};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+
+use super::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, RateLimitLayerBuilder};
+
+/// A layer's rules and settings as read from configuration (cargo feature `serde`), in
+/// any format serde reads (TOML, YAML, JSON, ...). [`builder`](LayerConfig::builder)
+/// makes the layer's builder, to which code adds what configuration cannot say (the
+/// client, trusted proxies). A [`LayerRule`] alone reads the same fields, with its
+/// `name` among them.
+///
+/// ```toml
+/// # Optional layer settings.
+/// timeout = "250ms"            # wait up to this for permits (default: refuse at once)
+/// success_fields = true        # RateLimit-Policy and RateLimit on granted responses
+/// x_ratelimit_headers = false  # X-RateLimit-Limit, -Remaining, -Reset too
+///
+/// # One table per rule, named by its key; all decided on each request, all or nothing.
+/// [rules.login]
+/// rate = 5
+/// interval = "1m"              # as the attribute's: ms, s, m, h, d ("1m30s", "1.5s")
+/// key = "client_ip"            # "global" (default), "client_ip",
+///                              # { header = "x-api-key" }, { path_param = "user_id" }
+///
+/// [rules.api]
+/// rate = 100
+/// interval = "1s"
+/// key = { header = "x-api-key" }
+/// missing_key = "unauthorized" # "share" (default), "bad_request", "unauthorized"
+/// message = "API quota exceeded"
+/// exempt = ["partner-key"]
+/// # Also: mode = "overall" | "per_client", permits = 1, on_error = "local" | "allow"
+/// # | "deny", shadow = false, algorithm = "sliding_window" | "token_bucket",
+/// # burst = 10, warmup = "30s".
+/// ```
+///
+/// Every rule is checked as it is read, as [`RateLimitLayerBuilder::build`] checks it:
+/// an error names the rule and the field, as in "rule \`api\`: field \`interval\`: ...".
+/// An unknown field, a field given twice and a rule named twice are errors too.
+#[cfg(feature = "serde")]
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerConfig {
+    #[serde(deserialize_with = "rule_set")]
+    rules: Vec<LayerRule>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    timeout: Option<Duration>,
+    #[serde(default = "yes")]
+    success_fields: bool,
+    #[serde(default)]
+    x_ratelimit_headers: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl LayerConfig {
+    /// The rules, in the order the format gave them (JSON and YAML keep the file's;
+    /// the `toml` crate gives a table's keys by name unless its `preserve_order` is on).
+    /// The order only says which rule a refusal names when several refuse.
+    pub fn rules(&self) -> &[LayerRule] {
+        &self.rules
+    }
+
+    /// A builder with these rules and settings.
+    pub fn builder(self) -> RateLimitLayerBuilder {
+        let builder = RateLimitLayerBuilder::default()
+            .rules(self.rules)
+            .success_fields(self.success_fields)
+            .x_ratelimit_headers(self.x_ratelimit_headers);
+        match self.timeout {
+            Some(timeout) => builder.timeout(timeout),
+            None => builder,
+        }
+    }
+}
+
+/// The fields of one rule, each read at most once.
+#[derive(Default)]
+struct Fields {
+    name: Option<String>,
+    rate: Option<u64>,
+    interval: Option<Duration>,
+    key: Option<KeySpec>,
+    mode: Option<ModeSpec>,
+    permits: Option<u64>,
+    on_error: Option<OnErrorSpec>,
+    message: Option<String>,
+    missing_key: Option<MissingKey>,
+    shadow: Option<bool>,
+    local_refusals: Option<bool>,
+    batch: Option<u64>,
+    batch_lease: Option<Duration>,
+    exempt: Option<Vec<String>>,
+    algorithm: Option<AlgorithmSpec>,
+    burst: Option<u64>,
+    warmup: Option<Duration>,
+}
+
+const FIELDS: &str = "rate, interval, key, mode, permits, on_error, message, missing_key, shadow, \
+                      local_refusals, batch, batch_lease, exempt, algorithm, burst, warmup";
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum KeySpec {
+    Global,
+    ClientIp,
+    Header(String),
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    PathParam(String),
+}
+
+impl KeySpec {
+    /// The key source this names; path parameters need the `axum` feature.
+    fn into_key(self) -> Result<Key, Result<String, InvalidLayer>> {
+        Ok(match self {
+            KeySpec::Global => Key::global(),
+            KeySpec::ClientIp => Key::client_ip(),
+            KeySpec::Header(header) => Key::header(&header),
+            #[cfg(feature = "axum")]
+            KeySpec::PathParam(param) => Key::path_param(&param),
+            #[cfg(not(feature = "axum"))]
+            KeySpec::PathParam(_) => {
+                return Err(Ok(
+                    "field `key`: path_param keys are axum's: enable the `axum` feature".into(),
+                ))
+            }
+        })
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ModeSpec {
+    Overall,
+    PerClient,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OnErrorSpec {
+    Local,
+    Allow,
+    Deny,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum AlgorithmSpec {
+    SlidingWindow,
+    TokenBucket,
+}
+
+/// A duration written as the attribute writes it: `"250ms"`, `"60s"`, `"1m30s"`.
+struct Text(Duration);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse_duration(&text).map(Text).map_err(de::Error::custom)
+    }
+}
+
+fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    Text::deserialize(deserializer)
+        .map(|t| Some(t.0))
+        .map_err(|e| de::Error::custom(format_args!("field `timeout`: {e}")))
+}
+
+/// A duration in the attribute's grammar (`redlimit_runtime::duration`).
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    redlimit_runtime::duration::parse(text).map_err(|e| e.to_string())
+}
+
+/// `field `<field>`: <error>`.
+fn in_field<E: de::Error>(field: &str, error: impl fmt::Display) -> E {
+    E::custom(format_args!("field `{field}`: {error}"))
+}
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = Fields;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "a rule: a table of {FIELDS}")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+                let mut fields = Fields::default();
+                while let Some(field) = map.next_key::<String>()? {
+                    macro_rules! read {
+                        ($slot:ident) => {{
+                            if fields.$slot.is_some() {
+                                return Err(in_field(&field, "given twice"));
+                            }
+                            fields.$slot = Some(map.next_value().map_err(|e| in_field(&field, e))?);
+                        }};
+                        ($slot:ident as duration) => {{
+                            if fields.$slot.is_some() {
+                                return Err(in_field(&field, "given twice"));
+                            }
+                            let Text(duration) = map.next_value().map_err(|e| in_field(&field, e))?;
+                            fields.$slot = Some(duration);
+                        }};
+                    }
+                    match field.as_str() {
+                        "name" => read!(name),
+                        "rate" => read!(rate),
+                        "interval" => read!(interval as duration),
+                        "key" => read!(key),
+                        "mode" => read!(mode),
+                        "permits" => read!(permits),
+                        "on_error" => read!(on_error),
+                        "message" => read!(message),
+                        "missing_key" => read!(missing_key),
+                        "shadow" => read!(shadow),
+                        "local_refusals" => read!(local_refusals),
+                        "batch" => read!(batch),
+                        "batch_lease" => read!(batch_lease as duration),
+                        "exempt" => read!(exempt),
+                        "algorithm" => read!(algorithm),
+                        "burst" => read!(burst),
+                        "warmup" => read!(warmup as duration),
+                        _ => {
+                            return Err(in_field(
+                                &field,
+                                format_args!("unknown; a rule's fields are {FIELDS}"),
+                            ))
+                        }
+                    }
+                }
+                Ok(fields)
+            }
+        }
+
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+impl Fields {
+    /// The rule, checked as the layer's builder checks it: `Err(Ok(..))` for what a
+    /// field says, `Err(Err(..))` for what the builder refuses (its error names the rule).
+    fn into_rule(mut self, name: String) -> Result<LayerRule, Result<String, InvalidLayer>> {
+        let missing = |text: &str| Ok(text.to_owned());
+        let rate = self
+            .rate
+            .ok_or_else(|| missing("field `rate` is missing: permits per interval, e.g. rate = 5"))?;
+        let interval = self
+            .interval
+            .ok_or_else(|| missing("field `interval` is missing: the window, e.g. interval = \"60s\""))?;
+        let mut rule = LayerRule::new(name, rate, interval);
+        if let Some(key) = self.key.take() {
+            rule = rule.key(key.into_key()?);
+        }
+        let rule = self.with_choices(rule);
+        let rule = self.with_values(rule);
+        check_rule_fully(&rule).map_err(Err)?;
+        Ok(rule)
+    }
+
+    /// The settings chosen among words: mode, on_error, algorithm.
+    fn with_choices(&mut self, mut rule: LayerRule) -> LayerRule {
+        if let Some(mode) = self.mode.take() {
+            rule = rule.mode(match mode {
+                ModeSpec::Overall => RateType::Overall,
+                ModeSpec::PerClient => RateType::PerClient,
+            });
+        }
+        if let Some(on_error) = self.on_error.take() {
+            rule = rule.on_error(match on_error {
+                OnErrorSpec::Local => OnError::Local,
+                OnErrorSpec::Allow => OnError::Allow,
+                OnErrorSpec::Deny => OnError::Deny,
+            });
+        }
+        if let Some(algorithm) = self.algorithm.take() {
+            rule = rule.algorithm(match algorithm {
+                AlgorithmSpec::SlidingWindow => Algorithm::SlidingWindow,
+                AlgorithmSpec::TokenBucket => Algorithm::TokenBucket,
+            });
+        }
+        rule
+    }
+
+    /// The settings given as values: permits, message, missing_key, shadow,
+    /// local_refusals, batch, batch_lease, exempt, burst, warmup.
+    fn with_values(self, mut rule: LayerRule) -> LayerRule {
+        if let Some(permits) = self.permits {
+            rule = rule.permits(permits);
+        }
+        if let Some(message) = self.message {
+            rule = rule.message(message);
+        }
+        if let Some(missing_key) = self.missing_key {
+            rule = rule.missing_key(missing_key);
+        }
+        if let Some(shadow) = self.shadow {
+            rule = rule.shadow(shadow);
+        }
+        if let Some(on) = self.local_refusals {
+            rule = rule.local_refusals(on);
+        }
+        if let Some(k) = self.batch {
+            rule = rule.batch(k);
+        }
+        if let Some(lease) = self.batch_lease {
+            rule = rule.batch_lease(lease);
+        }
+        if let Some(exempt) = self.exempt {
+            rule = rule.exempt(exempt);
+        }
+        if let Some(burst) = self.burst {
+            rule = rule.burst(burst);
+        }
+        if let Some(warmup) = self.warmup {
+            rule = rule.warmup(warmup);
+        }
+        rule
+    }
+}
+
+/// One rule with its `name` among its fields (`name = "login"`).
+#[cfg(feature = "serde")]
+impl<'de> Deserialize<'de> for LayerRule {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut fields = Fields::deserialize(deserializer)?;
+        let Some(name) = fields.name.take() else {
+            return Err(de::Error::custom(
+                "field `name` is missing: the rule's name, e.g. name = \"login\"",
+            ));
+        };
+        fields.into_rule(name).map_err(|error| match error {
+            Ok(field) => de::Error::custom(field),
+            Err(checked) => de::Error::custom(checked),
+        })
+    }
+}
+
+/// `rules`: a table of rules by name, in the order written.
+fn rule_set<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<LayerRule>, D::Error> {
+    struct RulesVisitor;
+
+    impl<'de> Visitor<'de> for RulesVisitor {
+        type Value = Vec<LayerRule>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a table of rules by name ([rules.login] rate = 5 interval = \"60s\")")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<LayerRule>, A::Error> {
+            let mut rules = Vec::new();
+            let mut names = HashSet::new();
+            while let Some(name) = map.next_key::<String>()? {
+                let in_rule =
+                    |error: &dyn fmt::Display| de::Error::custom(format_args!("rule `{name}`: {error}"));
+                if !names.insert(name.clone()) {
+                    return Err(in_rule(&"defined twice; give each rule its own name"));
+                }
+                let fields: Fields = map.next_value().map_err(|e| in_rule(&e))?;
+                if fields.name.as_ref().is_some_and(|n| *n != name) {
+                    return Err(in_rule(
+                        &"field `name` differs from the rule's table name; remove it",
+                    ));
+                }
+                rules.push(fields.into_rule(name.clone()).map_err(|error| match error {
+                    Ok(field) => in_rule(&field),
+                    Err(checked) => de::Error::custom(checked),
+                })?);
+            }
+            if rules.is_empty() {
+                return Err(de::Error::custom(
+                    "`rules` is empty: a layer needs at least one rule ([rules.<name>] rate = .. interval = ..)",
+                ));
+            }
+            Ok(rules)
+        }
+    }
+
+    deserializer.deserialize_map(RulesVisitor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_as_the_attribute_writes_them() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1_500)));
+        for bad in [
+            "",
+            "60",
+            "s",
+            "1x",
+            "1s1m",
+            "1s1s",
+            "-1s",
+            "1.5ms",
+            " 1s",
+            "0s",
+            "99999999999999999999999s",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_duration("104249991d"),
+            Ok(Duration::from_millis(104_249_991 * 86_400_000))
+        );
+        assert!(parse_duration("104249992d").is_err(), "above 2^53 ms");
+    }
+}
