@@ -18,7 +18,5 @@ pub use client_ip::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEF
 
 #[cfg(feature = "axum")]
 pub mod axum;
-#[cfg(feature = "serde")]
-mod config;
 #[cfg(feature = "tower")]
 pub mod tower;

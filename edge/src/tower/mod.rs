@@ -31,8 +31,11 @@
 // rule's key comes from), `rule` (a rule's builder), `validate` (what a rule must be),
 // `shared` (what a built layer keeps), `request` (what the server and the router put
 // in a request), `per_request` (one request's keys and decision), `respond` (refusals
-// and the RateLimit fields), `service` and `layer` (tower's `Service` and `Layer`).
+// and the RateLimit fields), `service` and `layer` (tower's `Service` and `Layer`);
+// `config` (with `serde`) reads rules from configuration into the builder.
 
+#[cfg(feature = "serde")]
+mod config;
 mod key;
 mod layer;
 mod per_request;
@@ -51,6 +54,6 @@ pub use service::{RateLimit, ResponseFuture};
 pub use validate::InvalidLayer;
 
 #[cfg(feature = "serde")]
-pub use crate::config::LayerConfig;
+pub use config::LayerConfig;
 #[cfg(feature = "serde")]
-pub(crate) use validate::check_rule_fully;
+use validate::check_rule_fully;
