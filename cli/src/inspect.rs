@@ -8,8 +8,9 @@ use redlimit_runtime::Error;
 use serde_json::{json, Value as Json};
 
 use crate::duration::{show_ms, show_secs};
-use crate::store::Store;
+use crate::store::{glob_escape, server_now, Store};
 use crate::tokens;
+use crate::words::count;
 
 /// A limiter's config as stored in its hash.
 #[derive(Debug, Clone)]
@@ -220,28 +221,6 @@ pub struct Inspection {
     pub client_keys: usize,
     pub problems: Vec<String>,
     pub notes: Vec<String>,
-}
-
-/// The time on the Redis server, in epoch milliseconds.
-pub async fn server_now(store: &Store) -> Result<i64, Error> {
-    let mut conn = store.conn.clone();
-    let (secs, micros): (i64, i64) = redis::cmd("TIME")
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| store.fail(e))?;
-    Ok(secs * 1000 + micros / 1000)
-}
-
-/// `*`, `?`, `[`, `]` and `\` of a key, escaped for a SCAN pattern.
-pub fn glob_escape(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for c in key.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 async fn bucket(
@@ -511,12 +490,6 @@ fn token_json(t: &TokenKey, key: Json) -> Json {
     })
 }
 
-/// `1 entry`, `2 entries`.
-pub fn count(n: impl Into<i128>, one: &str, many: &str) -> String {
-    let n = n.into();
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 /// A token bucket's config: `10 per 1m, burst 20, warm-up 30s`.
 pub fn token_config(s: &tokens::State) -> String {
     let warmup = if s.warmup_ms > 0 {
@@ -743,116 +716,4 @@ impl Lines {
         }
         out.push('\n');
     }
-}
-
-/// Whether `permits` would be granted now, read from the stored state (nothing is
-/// taken or released), and when they would be when not.
-#[derive(Debug, Clone)]
-pub struct Peek {
-    pub allowed: bool,
-    pub available: i64,
-    /// `None` when allowed, or when no wait helps (more than the rate).
-    pub retry_after_ms: Option<i64>,
-}
-
-/// What the CLI says of a name with no limiter's keys.
-pub fn not_found(name: &str) -> String {
-    format!(
-        "no limiter named `{name}`: no config hash `{name}` and no token bucket `{}` \
-         (a full token bucket has no key until its next call)",
-        suffix(name, "bucket")
-    )
-}
-
-/// What the CLI says of a per-client limiter it cannot speak for.
-pub fn per_client(name: &str) -> String {
-    format!(
-        "`{name}` is per_client: each client has its own permits, and the CLI is none of \
-         them; `inspect {name}` shows every client's"
-    )
-}
-
-/// [`peek`] of a token bucket: the whole tokens it holds now, and the exact wait.
-async fn peek_tokens(store: &Store, name: &str, permits: u64) -> Result<Result<Peek, String>, Error> {
-    let now = server_now(store).await?;
-    let (found, clients) = token_keys(store, name, now, 0).await?;
-    let Some(bucket) = found.first() else {
-        return Ok(Err(if clients > 0 {
-            per_client(name)
-        } else {
-            not_found(name)
-        }));
-    };
-    let Some(state) = bucket.state else {
-        return Ok(Err(format!(
-            "`{}` is not a token bucket's state: `inspect {name}` shows what it holds",
-            bucket.key.key
-        )));
-    };
-    let wait = state.wait_for(permits);
-    Ok(Ok(Peek {
-        allowed: wait == Some(0),
-        available: state.tokens(),
-        retry_after_ms: wait.filter(|w| *w > 0),
-    }))
-}
-
-pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek, String>, Error> {
-    let Some(config) = read_config(store, name).await? else {
-        return peek_tokens(store, name, permits).await;
-    };
-    if config.mode == 1 {
-        return Ok(Err(per_client(name)));
-    }
-    let now = server_now(store).await?;
-    let mut conn = store.conn.clone();
-    let log_key = suffix(name, "permits");
-    let entries: Vec<(Vec<u8>, f64)> = conn
-        .zrangebyscore_withscores(&log_key, "-inf", "+inf")
-        .await
-        .map_err(|e| store.fail(e))?;
-    let grants: Vec<(i64, i64)> = entries
-        .iter()
-        .filter_map(|(m, s)| Some((*s as i64, i64::from(decode_permits(m)?))))
-        .collect();
-    let in_window = |t: i64| t > now - config.interval_ms;
-    let expired: i64 = grants
-        .iter()
-        .filter(|(t, _)| !in_window(*t))
-        .map(|(_, p)| p)
-        .sum();
-    let held: i64 = grants.iter().filter(|(t, _)| in_window(*t)).map(|(_, p)| p).sum();
-    let value: Option<i64> = conn
-        .get::<_, Option<String>>(suffix(name, "value"))
-        .await
-        .map_err(|e| store.fail(e))?
-        .and_then(|v| v.parse().ok());
-    // A missing value is rebuilt from the log by the next call, as here.
-    let available = value.map_or(config.rate - held, |v| v + expired);
-    let permits = permits as i64;
-    if available >= permits {
-        return Ok(Ok(Peek {
-            allowed: true,
-            available,
-            retry_after_ms: None,
-        }));
-    }
-    let mut retry_after_ms = None;
-    if permits <= config.rate {
-        let mut returned = 0;
-        let mut window: Vec<&(i64, i64)> = grants.iter().filter(|(t, _)| in_window(*t)).collect();
-        window.sort();
-        for (t, p) in window {
-            returned += p;
-            if available + returned >= permits {
-                retry_after_ms = Some(t + config.interval_ms - now);
-                break;
-            }
-        }
-    }
-    Ok(Ok(Peek {
-        allowed: false,
-        available,
-        retry_after_ms,
-    }))
 }

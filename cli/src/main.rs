@@ -12,9 +12,11 @@ mod args;
 mod commands;
 mod duration;
 mod inspect;
+mod peek;
 mod shown;
 mod store;
 mod tokens;
+mod words;
 
 use std::process::ExitCode;
 

@@ -6,9 +6,10 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::args::Cli;
-use crate::inspect::{count, not_found, per_client, read_config, server_now, token_keys};
+use crate::inspect::{read_config, token_keys};
 use crate::shown::shown;
-use crate::store::{self, Store};
+use crate::store::{self, server_now, Store};
+use crate::words::{count, not_found, per_client};
 use crate::{Failure, Outcome};
 
 pub async fn acquire(cli: &Cli, url: &str, name: &str, permits: u64) -> Outcome {

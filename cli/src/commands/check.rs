@@ -5,9 +5,10 @@ use serde_json::json;
 
 use crate::args::Cli;
 use crate::duration;
-use crate::inspect::{count, peek};
+use crate::peek::peek;
 use crate::shown::shown;
 use crate::store::Store;
+use crate::words::count;
 use crate::{Failure, Outcome};
 
 /// `check`: whether `permits` would be granted now, taking nothing.

@@ -2,8 +2,9 @@
 //! unhealthy is exit code 1.
 
 use crate::args::Cli;
-use crate::inspect::{inspect, not_found};
+use crate::inspect::inspect;
 use crate::store::Store;
+use crate::words::not_found;
 use crate::{Failure, Outcome};
 
 /// `inspect`: every key of the limiter, its state, and what is wrong with it.

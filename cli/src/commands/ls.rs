@@ -8,9 +8,9 @@ use serde_json::json;
 
 use crate::args::{Cli, Sort};
 use crate::duration;
-use crate::inspect::{read_config, server_now};
+use crate::inspect::read_config;
 use crate::shown::{shown, shown_width};
-use crate::store::Store;
+use crate::store::{server_now, Store};
 use crate::tokens;
 use crate::Outcome;
 

@@ -9,9 +9,9 @@ use serde_json::json;
 
 use crate::announce::announce;
 use crate::args::Cli;
-use crate::inspect::{count, glob_escape, not_found};
 use crate::shown::shown;
-use crate::store::{self, Store};
+use crate::store::{self, glob_escape, Store};
+use crate::words::{count, not_found};
 use crate::{Failure, Outcome};
 
 /// `reset`: every key of the limiter deleted, after asking, when all are a limiter's.

@@ -11,9 +11,10 @@ use serde_json::json;
 use crate::announce::announce;
 use crate::args::{Cli, Mode};
 use crate::duration;
-use crate::inspect::{not_found, read_config, server_now, token_keys};
+use crate::inspect::{read_config, token_keys};
 use crate::shown::shown;
-use crate::store::{self, Store};
+use crate::store::{self, server_now, Store};
+use crate::words::not_found;
 use crate::{Failure, Outcome};
 
 /// `set-rate`'s arguments.

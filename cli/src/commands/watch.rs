@@ -11,9 +11,10 @@ use serde_json::json;
 
 use crate::args::Cli;
 use crate::duration;
-use crate::inspect::{not_found, per_client, read_config, server_now, token_keys, Config};
-use crate::store::Store;
+use crate::inspect::{read_config, token_keys, Config};
+use crate::store::{server_now, Store};
 use crate::tokens;
+use crate::words::{not_found, per_client};
 use crate::{Failure, Outcome};
 
 /// Refusals of a limiter that processes reported for some seconds, and whether that
