@@ -1,5 +1,5 @@
 //! The Redis the CLI talks to: one node or a cluster, raw commands for reading state
-//! as it is stored, and SCAN over every primary. Connections, to the cluster's
+//! as it is stored, the server's time, and SCAN over every primary (and its patterns). Connections, to the cluster's
 //! primaries too, are made by the runtime, as a client makes its own, so that every
 //! command names a failure the same way.
 
@@ -67,4 +67,26 @@ impl Store {
         }
         Ok(found)
     }
+}
+
+/// The time on the Redis server, in epoch milliseconds.
+pub async fn server_now(store: &Store) -> Result<i64, Error> {
+    let mut conn = store.conn.clone();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| store.fail(e))?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+/// `*`, `?`, `[`, `]` and `\` of a key, escaped for a SCAN pattern.
+pub fn glob_escape(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for c in key.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -1,0 +1,107 @@
+//! Whether N permits would be granted now, and when they would be if not, computed
+//! from a limiter's stored state (a window's value and log, a bucket's tokens).
+//! Read-only: nothing is taken or released.
+
+use redis::AsyncCommands;
+use redlimit_runtime::keys::suffix;
+use redlimit_runtime::member::decode_permits;
+use redlimit_runtime::Error;
+
+use crate::inspect::{read_config, token_keys};
+use crate::store::{server_now, Store};
+use crate::words::{not_found, per_client};
+
+/// Whether `permits` would be granted now, read from the stored state (nothing is
+/// taken or released), and when they would be when not.
+#[derive(Debug, Clone)]
+pub struct Peek {
+    pub allowed: bool,
+    pub available: i64,
+    /// `None` when allowed, or when no wait helps (more than the rate).
+    pub retry_after_ms: Option<i64>,
+}
+
+/// [`peek`] of a token bucket: the whole tokens it holds now, and the exact wait.
+async fn peek_tokens(store: &Store, name: &str, permits: u64) -> Result<Result<Peek, String>, Error> {
+    let now = server_now(store).await?;
+    let (found, clients) = token_keys(store, name, now, 0).await?;
+    let Some(bucket) = found.first() else {
+        return Ok(Err(if clients > 0 {
+            per_client(name)
+        } else {
+            not_found(name)
+        }));
+    };
+    let Some(state) = bucket.state else {
+        return Ok(Err(format!(
+            "`{}` is not a token bucket's state: `inspect {name}` shows what it holds",
+            bucket.key.key
+        )));
+    };
+    let wait = state.wait_for(permits);
+    Ok(Ok(Peek {
+        allowed: wait == Some(0),
+        available: state.tokens(),
+        retry_after_ms: wait.filter(|w| *w > 0),
+    }))
+}
+
+pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek, String>, Error> {
+    let Some(config) = read_config(store, name).await? else {
+        return peek_tokens(store, name, permits).await;
+    };
+    if config.mode == 1 {
+        return Ok(Err(per_client(name)));
+    }
+    let now = server_now(store).await?;
+    let mut conn = store.conn.clone();
+    let log_key = suffix(name, "permits");
+    let entries: Vec<(Vec<u8>, f64)> = conn
+        .zrangebyscore_withscores(&log_key, "-inf", "+inf")
+        .await
+        .map_err(|e| store.fail(e))?;
+    let grants: Vec<(i64, i64)> = entries
+        .iter()
+        .filter_map(|(m, s)| Some((*s as i64, i64::from(decode_permits(m)?))))
+        .collect();
+    let in_window = |t: i64| t > now - config.interval_ms;
+    let expired: i64 = grants
+        .iter()
+        .filter(|(t, _)| !in_window(*t))
+        .map(|(_, p)| p)
+        .sum();
+    let held: i64 = grants.iter().filter(|(t, _)| in_window(*t)).map(|(_, p)| p).sum();
+    let value: Option<i64> = conn
+        .get::<_, Option<String>>(suffix(name, "value"))
+        .await
+        .map_err(|e| store.fail(e))?
+        .and_then(|v| v.parse().ok());
+    // A missing value is rebuilt from the log by the next call, as here.
+    let available = value.map_or(config.rate - held, |v| v + expired);
+    let permits = permits as i64;
+    if available >= permits {
+        return Ok(Ok(Peek {
+            allowed: true,
+            available,
+            retry_after_ms: None,
+        }));
+    }
+    let mut retry_after_ms = None;
+    if permits <= config.rate {
+        let mut returned = 0;
+        let mut window: Vec<&(i64, i64)> = grants.iter().filter(|(t, _)| in_window(*t)).collect();
+        window.sort();
+        for (t, p) in window {
+            returned += p;
+            if available + returned >= permits {
+                retry_after_ms = Some(t + config.interval_ms - now);
+                break;
+            }
+        }
+    }
+    Ok(Ok(Peek {
+        allowed: false,
+        available,
+        retry_after_ms,
+    }))
+}
