@@ -12,11 +12,13 @@
 //! the phases (several such rules: acquire_plain.lua decides them too, here the phases
 //! do).
 
-use super::state::{Bucket, Limiter, Store};
-use super::tokens::{TokenPlan, Tokens};
+use super::state::{Bucket, Limiter, Store, Tokens};
 use std::sync::MutexGuard;
 
-use super::{shard_of, Locked, MemoryBackend, AT_BOUND, PER_NEW, REORDER_MS};
+use super::{shard_of, Locked, MemoryBackend, AT_BOUND, PER_NEW};
+use crate::algorithm::bucket::{self, Plan};
+use crate::algorithm::call_time::settle_time;
+use crate::algorithm::{ttl, window};
 use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
 use crate::{Error, RateLimiterConfig, RateType};
 
@@ -86,7 +88,7 @@ struct Resolved {
     hash: u64,
     /// A token-bucket call: its stored state (phase 1), then its plan (phase 2).
     stored_tokens: Option<Tokens>,
-    tokens: Option<TokenPlan>,
+    tokens: Option<Plan>,
 }
 
 impl MemoryBackend {
@@ -224,16 +226,6 @@ fn decide(
     })
 }
 
-/// settle_time: a call overtaken by a slightly later one (by at most REORDER) is
-/// decided at the later time, so each log stays in time order.
-fn settle_time(newest: u64, clock_now: u64) -> u64 {
-    if newest - clock_now <= REORDER_MS {
-        newest
-    } else {
-        clock_now
-    }
-}
-
 /// Phase 1, load_rule, for every call: its config resolved, and the newest grant (or
 /// refill) among them, at least `clock_now`.
 fn load_rules(
@@ -267,7 +259,7 @@ fn load_tokens(
     let limiter = store.limiters.get_hashed(hash, call.keys.config());
     let stored = limiter.and_then(|l| l.tokens(rule.rate_type, clock_now).copied());
     if let Some(stored) = stored {
-        *newest = (*newest).max(stored.at);
+        *newest = (*newest).max(stored.state.at);
     }
     Resolved {
         config: *rule,
@@ -368,12 +360,12 @@ fn plan_and_take(
 /// when it has too few tokens.
 fn plan_tokens(r: &mut Resolved, call: &Call<'_>, shape: crate::BucketShape, now: u64) -> Option<i64> {
     let config = r.config;
-    let (plan, old) = TokenPlan::new(
+    let (plan, old) = bucket::plan_tokens(
         config.rate,
         config.interval_ms(),
         shape.burst,
         shape.warmup_ms,
-        r.stored_tokens.as_ref(),
+        r.stored_tokens.as_ref().map(|t| &t.state),
         now,
     );
     r.change = match (&r.stored_tokens, old) {
@@ -405,17 +397,15 @@ fn take(
     let (permits, rate) = (call.permits as i64, config.rate as i64);
     let interval = config.interval_ms() as i64;
     let mut wait = None;
-    if plan.value - plan.spent < permits && !plan.clear {
+    if let Some(need) = window::lacking(plan.value, plan.spent, permits).filter(|_| !plan.clear) {
         let empty = Bucket::default();
         let bucket = bucket.unwrap_or(&empty);
-        let need = permits + plan.spent - plan.value;
         wait = bucket.wait_for(plan.skip, need, interval, now, plan.spent);
         if wait.is_none() {
             // Value and log disagree (permits lost): the log is the authority.
             plan.value = rate - plan.live;
             plan.dirty = true;
-            if plan.value - plan.spent < permits {
-                let need = permits + plan.spent - plan.value;
+            if let Some(need) = window::lacking(plan.value, plan.spent, permits) {
                 let again = bucket.wait_for(plan.skip, need, interval, now, plan.spent);
                 wait = Some(again.unwrap_or(interval));
             }
@@ -437,18 +427,11 @@ fn reply(
         .zip(calls)
         .map(|(r, call)| {
             let left = match &r.tokens {
-                Some(tokens) => tokens.left(if granted { call.permits } else { 0 }) as i64,
-                None => {
-                    let p = &plans[r.plan];
-                    if granted {
-                        p.value - p.spent
-                    } else {
-                        p.value
-                    }
-                }
+                Some(tokens) => tokens.left(if granted { call.permits } else { 0 }),
+                None => window::left(plans[r.plan].value, plans[r.plan].spent, granted),
             };
             RuleOutcome {
-                left: left.max(0) as u64,
+                left,
                 config: r.change,
             }
         })
@@ -471,21 +454,18 @@ fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> 
         return None;
     }
     let bucket = limiter.bucket(rule.rate_type, clock_now)?;
-    let mut value = bucket.value?;
+    let value = bucket.value?;
     // load_rule: the newest grant, when newer than this call's time
     let newest = bucket.newest().unwrap_or(clock_now).max(clock_now);
     let now = settle_time(newest, clock_now);
     let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, rule.interval_ms() as i64);
     // plan_bucket: the value, plus what left the window
     let (skip, released) = bucket.stale(now as i64 - interval);
-    if released > 0 && value + released as i64 > rate {
-        return None;
-    }
-    value += released as i64;
+    let mut value = window::plain_value(value, released, rate)?;
     // take: enough permits, or the exact wait until the log releases them
     let mut wait = 0;
-    if permits > 0 && value < permits {
-        wait = bucket.wait_for(skip, permits - value, interval, now as i64, 0)?;
+    if let Some(need) = window::lacking(value, 0, permits).filter(|_| permits > 0) {
+        wait = bucket.wait_for(skip, need, interval, now as i64, 0)?;
     }
     let granted = wait == 0;
     // commit (a call asking what is available writes nothing)
@@ -525,19 +505,19 @@ fn decide_tokens_one(
     let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
     // load_tokens, settle_time
     let stored = limiter.tokens(rule.rate_type, clock_now)?;
-    let now = settle_time(stored.at.max(clock_now), clock_now);
+    let now = settle_time(stored.state.at.max(clock_now), clock_now);
     // plan_tokens: a bucket held with this rule's config, refilled
     let (rate, interval) = (rule.rate, rule.interval_ms());
-    if !stored.holds(rate, interval, shape.burst, shape.warmup_ms) {
+    if !stored.state.holds(rate, interval, shape.burst, shape.warmup_ms) {
         return None;
     }
-    let plan = TokenPlan::refilled(stored, now);
+    let plan = Plan::refilled(&stored.state, now);
     let wait = plan.wait(call.permits);
     let taken = if wait.is_none() { call.permits } else { 0 };
-    let (units, cold) = plan.after(taken);
+    let (units, cold) = plan.take_tokens(taken);
     // commit (a call asking what is available writes nothing), in place
     if call.permits > 0 {
-        *stored = plan.stored_as(units, cold);
+        *stored = Tokens::stored(&plan, units, cold);
     }
     // reply
     Some(Usual {
@@ -571,22 +551,8 @@ fn plan_bucket(call: usize, bucket: Option<&Bucket>, resolved: &Resolved, now: i
     let (skip, released) = bucket.stale(cutoff);
     plan.skip = skip;
     plan.live = (bucket.total - released) as i64;
-    match bucket.value {
-        None => plan.value = rate - plan.live,
-        Some(_) if matches!(resolved.change, ConfigChange::Changed(_)) => plan.value = rate - plan.live,
-        Some(value) if released > 0 => {
-            let released = released as i64;
-            plan.value = if value + released > rate {
-                rate - plan.live
-            } else {
-                value + released
-            };
-        }
-        Some(value) => {
-            plan.value = value;
-            plan.dirty = false;
-        }
-    }
+    let changed = matches!(resolved.change, ConfigChange::Changed(_));
+    (plan.value, plan.dirty) = window::plan_value(bucket.value, changed, released, plan.live, rate);
     plan
 }
 
@@ -608,10 +574,11 @@ fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
         if let Some(tokens) = &r.tokens {
             // A token bucket stores its refilled state, less what a grant took.
             let taken = if decided.granted { call.permits } else { 0 };
+            let (units, cold) = tokens.take_tokens(taken);
             store
                 .limiters
                 .get_or_insert(r.hash, name)
-                .set_tokens(r.config.rate_type, tokens.stored(taken));
+                .set_tokens(r.config.rate_type, Tokens::stored(tokens, units, cold));
             continue;
         }
         // A kept config means the limiter exists: one lookup, no insertion.
@@ -663,19 +630,14 @@ fn commit_window(limiter: &mut Limiter, i: usize, call: &Call<'_>, r: &Resolved,
     ttl_rule(limiter, kind, r.config.keep_alive_ms(), now, clock_now);
 }
 
-/// Redisson's TTL rule (lib/ttl_rule.lua): keepAliveTime on all three keys, else the
-/// config's TTL. Counted from the decided time: an overtaken call's clock read earlier
-/// than the moment it commits, and a keep-alive counted from that reading would end
-/// before a grant at `now` has left the window.
+/// Redisson's TTL rule ([`ttl::ttl_rule`]) on a limiter's config and its bucket of
+/// `kind`.
 #[inline]
 fn ttl_rule(limiter: &mut Limiter, kind: RateType, keep: u64, now: u64, clock_now: u64) {
-    let expires = match keep {
-        0 => limiter.config_expires.filter(|&t| t > clock_now),
-        keep => {
-            limiter.config_expires = Some(now + keep);
-            Some(now + keep)
-        }
-    };
+    let (config_expires, expires) = ttl::ttl_rule(keep, limiter.config_expires, now, clock_now);
+    if config_expires.is_some() {
+        limiter.config_expires = config_expires;
+    }
     if let (Some(expires), Some(bucket)) = (expires, limiter.bucket(kind, clock_now)) {
         bucket.expires = Some(expires);
     }

@@ -14,7 +14,6 @@
 
 mod decide;
 mod state;
-mod tokens;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,16 +23,12 @@ use std::time::Duration;
 pub(crate) use self::decide::OneRule;
 use self::state::Store;
 use super::Configure;
+use crate::algorithm::ttl::ttl_rule;
 use crate::{Error, LimiterKeys, RateLimiterConfig, RateType};
 
 /// The most live limiters an in-process backend holds, unless
 /// [`ClientBuilder::max_limiters`](crate::ClientBuilder::max_limiters) says otherwise.
 pub const DEFAULT_MAX_LIMITERS: usize = 100_000;
-
-/// How far a call's time may lag the newest grant and still be decided at that
-/// grant's time (REORDER in lua/lib/call_time.lua; `the_scripts_constants_are_these`
-/// holds them equal).
-const REORDER_MS: u64 = 1000;
 
 /// Limiters are spread over this many independently locked shards, so threads
 /// deciding different limiters rarely wait for each other.
@@ -331,13 +326,10 @@ impl MemoryBackend {
             .get_mut(keys.config())
             .ok_or_else(not_initialized)?;
         let config = limiter.live_config(now).ok_or_else(not_initialized)?;
-        let expires = match config.keep_alive_ms() {
-            0 => limiter.config_expires.filter(|&t| t > now),
-            keep => {
-                limiter.config_expires = Some(now + keep);
-                Some(now + keep)
-            }
-        };
+        let (config_expires, expires) = ttl_rule(config.keep_alive_ms(), limiter.config_expires, now, now);
+        if config_expires.is_some() {
+            limiter.config_expires = config_expires;
+        }
         let rate = config.rate as i64;
         let bucket = limiter.bucket_or_default(config.rate_type);
         let (skip, released) = bucket.stale(now as i64 - config.interval_ms() as i64);
@@ -745,39 +737,5 @@ mod tests {
                 Err(Error::MemoryFull { max: 2, .. })
             ));
         });
-    }
-}
-
-/// The constants the scripts and this backend share, each written once in Lua and
-/// once here: read from the scripts and compared.
-#[cfg(test)]
-mod twins {
-    use crate::backend::redis::scripts::tests::read;
-
-    /// The value of `local <name> = <number>` in a script file.
-    fn lua_constant(file: &str, name: &str) -> u64 {
-        let prefix = format!("local {name} = ");
-        let text = read(file);
-        let line = text
-            .lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("{file} defines no {name}"));
-        let digits: String = line.chars().take_while(char::is_ascii_digit).collect();
-        digits
-            .parse()
-            .unwrap_or_else(|_| panic!("{file}: {name} = {line}"))
-    }
-
-    #[test]
-    fn the_scripts_constants_are_these() {
-        assert_eq!(lua_constant("lib/call_time.lua", "REORDER"), super::REORDER_MS);
-        assert_eq!(
-            lua_constant("lib/call_time.lua", "WALK"),
-            super::state::WALK as u64
-        );
-        assert_eq!(
-            lua_constant("lib/bucket.lua", "COLD_STEPS"),
-            super::tokens::COLD_STEPS
-        );
     }
 }
