@@ -77,7 +77,6 @@ impl Stored {
 
     /// Milliseconds from its refill time until it is full and cold again (0 when it
     /// is): `store_tokens` ends its key's TTL then, at least 1 ms on.
-    #[inline]
     pub fn rest_in(&self) -> u64 {
         let short =
             (self.burst * self.interval) as i64 - self.units + (self.warmup * self.rate - self.cold) as i64;
@@ -280,6 +279,10 @@ impl Plan {
     /// again (at least 1 ms after its refill time): where its key's TTL ends.
     #[inline]
     pub fn store_tokens(&self, units: i64, cold: u64) -> (Stored, u64) {
+        // `Stored::rest_in`, at least 1, in unsigned numbers: a plan never holds more
+        // than its capacity.
+        let short = (self.capacity() as i64 - units) as u64 + (self.coldest() - cold);
+        let to_rest = short.div_ceil(self.rate).max(1);
         let stored = Stored {
             rate: self.rate,
             interval: self.interval,
@@ -289,7 +292,7 @@ impl Plan {
             at: self.at,
             cold,
         };
-        (stored, self.at + stored.rest_in().max(1))
+        (stored, self.at + to_rest)
     }
 }
 

@@ -6,27 +6,28 @@
 /// from `now` on the config and the state (the value and log keys), else the
 /// config's own expiry, when it is still ahead of `clock_now`, on the state.
 ///
-/// Answers the config's new expiry (`None`: it keeps its own) and the state's
-/// (`None`: it keeps its own). Counted from the decided time: an overtaken call's
-/// clock read earlier than the moment it commits, and a keep-alive counted from that
-/// reading would end before a grant at `now` has left the window.
+/// Writes the config's new expiry into `config_expires` (it keeps its own without a
+/// keepAliveTime) and answers the state's (`None`: it keeps its own). Counted from
+/// the decided time: an overtaken call's clock read earlier than the moment it
+/// commits, and a keep-alive counted from that reading would end before a grant at
+/// `now` has left the window.
 ///
 /// ```
 /// use redlimit_runtime::algorithm::ttl::ttl_rule;
 ///
-/// assert_eq!(ttl_rule(60_000, None, 1_000, 1_000), (Some(61_000), Some(61_000)));
-/// assert_eq!(ttl_rule(0, Some(5_000), 1_000, 1_000), (None, Some(5_000)));
-/// assert_eq!(ttl_rule(0, None, 1_000, 1_000), (None, None));
+/// let mut config = None;
+/// assert_eq!(ttl_rule(60_000, &mut config, 1_000, 1_000), Some(61_000));
+/// assert_eq!(config, Some(61_000));
+/// assert_eq!(ttl_rule(0, &mut config, 2_000, 2_000), Some(61_000));
+/// assert_eq!(ttl_rule(0, &mut config, 70_000, 70_000), None, "the config's TTL is over");
 /// ```
 #[inline]
-pub fn ttl_rule(
-    keep: u64,
-    config_expires: Option<u64>,
-    now: u64,
-    clock_now: u64,
-) -> (Option<u64>, Option<u64>) {
+pub fn ttl_rule(keep: u64, config_expires: &mut Option<u64>, now: u64, clock_now: u64) -> Option<u64> {
     match keep {
-        0 => (None, config_expires.filter(|&t| t > clock_now)),
-        keep => (Some(now + keep), Some(now + keep)),
+        0 => config_expires.filter(|&t| t > clock_now),
+        keep => {
+            *config_expires = Some(now + keep);
+            Some(now + keep)
+        }
     }
 }

@@ -246,3 +246,16 @@ fn reads_what_the_scripts_store_and_refuses_the_rest() {
         assert_eq!(read_bucket(bad), None, "{bad}");
     }
 }
+
+/// store_tokens ends a bucket's TTL when `Stored::rest_in` says, at least 1 ms on.
+#[test]
+fn a_stored_bucket_rests_when_rest_in_says() {
+    let mut state = None;
+    for now in (0..3_000).step_by(37) {
+        let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, state.as_ref(), now);
+        let granted = plan.wait(1).is_none();
+        let (stored, rest) = store_after(&plan, u64::from(granted));
+        assert_eq!(rest, stored.at + stored.rest_in().max(1), "{stored:?}");
+        state = Some(stored);
+    }
+}

@@ -95,10 +95,7 @@ pub(super) fn commit_window(
 /// `kind`.
 #[inline]
 pub(super) fn ttl_rule(limiter: &mut Limiter, kind: RateType, keep: u64, now: u64, clock_now: u64) {
-    let (config_expires, expires) = ttl::ttl_rule(keep, limiter.config_expires, now, clock_now);
-    if config_expires.is_some() {
-        limiter.config_expires = config_expires;
-    }
+    let expires = ttl::ttl_rule(keep, &mut limiter.config_expires, now, clock_now);
     if let (Some(expires), Some(bucket)) = (expires, limiter.bucket(kind, clock_now)) {
         bucket.expires = Some(expires);
     }

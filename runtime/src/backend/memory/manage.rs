@@ -102,10 +102,7 @@ impl MemoryBackend {
             .get_mut(keys.config())
             .ok_or_else(not_initialized)?;
         let config = limiter.live_config(now).ok_or_else(not_initialized)?;
-        let (config_expires, expires) = ttl_rule(config.keep_alive_ms(), limiter.config_expires, now, now);
-        if config_expires.is_some() {
-            limiter.config_expires = config_expires;
-        }
+        let expires = ttl_rule(config.keep_alive_ms(), &mut limiter.config_expires, now, now);
         let rate = config.rate as i64;
         let bucket = limiter.bucket_or_default(config.rate_type);
         let (skip, released) = bucket.stale(now as i64 - config.interval_ms() as i64);

@@ -79,8 +79,10 @@ pub(super) fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_no
     let mut value = window::plain_value(value, released, rate)?;
     // take: enough permits, or the exact wait until the log releases them
     let mut wait = 0;
-    if let Some(need) = window::lacking(value, 0, permits).filter(|_| permits > 0) {
-        wait = bucket.wait_for(skip, need, interval, now as i64, 0)?;
+    if permits > 0 {
+        if let Some(need) = window::lacking(value, 0, permits) {
+            wait = bucket.wait_for(skip, need, interval, now as i64, 0)?;
+        }
     }
     let granted = wait == 0;
     // commit (a call asking what is available writes nothing)
