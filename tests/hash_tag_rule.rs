@@ -1,17 +1,13 @@
-//! The hash-tag rule has two copies: the attribute refuses a key at compile time with
-//! macros/src/hash_tag.rs (the macro crate may not depend on the runtime), and the
-//! runtime refuses a name at run time with `keys::check_name`. This test compiles the
-//! attribute's copy in and holds both to the same answer, and the same reason, on
-//! every name of up to seven characters over `{`, `}`, `a`, `:`, `é`, and on random
-//! longer ones. It is a test of this package, which depends on both crates, so that
-//! neither crate's own package reads a file outside itself.
+//! The hash-tag rule is written once, in `redlimit_syntax::hash_tag`: the attribute
+//! refuses a key at compile time with it, and the runtime refuses a name at run time
+//! with `keys::check_name`, which adds a fast path for names without braces and
+//! refuses the empty name. This test holds the runtime's check to the rule, with the
+//! same reason, on every name of up to seven characters over `{`, `}`, `a`, `:`, `é`,
+//! and on random longer ones, and every accepted name's five keys to one slot.
 
-#[path = "../macros/src/hash_tag.rs"]
-mod attribute_rule;
-
-use attribute_rule::Split;
 use redlimit_runtime::keys::{check_name, hash_slot};
 use redlimit_runtime::{Error, LimiterKeys};
+use redlimit_syntax::hash_tag::{self, Split};
 
 /// The runtime's reason for each of the attribute's (which words its own message).
 fn runtime_reason(split: Split) -> &'static str {
@@ -30,11 +26,7 @@ fn agree(name: &str) {
         Err(Error::CrossSlotName { reason, .. }) => Some(reason),
         Err(other) => panic!("{name:?}: {other}"),
     };
-    assert_eq!(
-        runtime,
-        attribute_rule::split(name).map(runtime_reason),
-        "{name:?}"
-    );
+    assert_eq!(runtime, hash_tag::split(name).map(runtime_reason), "{name:?}");
     if runtime.is_none() {
         let slot = hash_slot(name.as_bytes());
         for key in LimiterKeys::new(name, "client").unwrap().all() {
@@ -88,7 +80,7 @@ fn random_longer_names() {
 /// a limiter's name is the client's prefix followed by it.
 #[test]
 fn the_empty_name_is_the_runtimes_alone() {
-    assert!(attribute_rule::split("").is_none());
+    assert!(hash_tag::split("").is_none());
     assert!(matches!(
         check_name(""),
         Err(Error::CrossSlotName {

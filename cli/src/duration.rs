@@ -9,20 +9,14 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     redlimit_runtime::duration::parse(text).map_err(|e| format!("not a duration: {e}"))
 }
 
-/// `1m30s`, `250ms`, `2h`: the shortest exact form.
+/// `1m30s`, `250ms`, `2h`: the shortest exact form, in the grammar's units.
 pub fn show_ms(ms: u64) -> String {
     if ms == 0 {
         return "0s".to_owned();
     }
     let mut out = String::new();
     let mut left = ms;
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-        ("ms", 1),
-    ] {
+    for (unit, size) in redlimit_syntax::duration::UNITS {
         if left >= size {
             out.push_str(&format!("{}{unit}", left / size));
             left %= size;

@@ -1,8 +1,10 @@
 //! Token buckets as they are stored: the string `rate:interval:burst:units:at` (with
 //! a warm-up `...:warmup:cold`) under `{NAME}:bucket`, `{NAME}:bucket:CLIENT_ID` per
-//! client, read and refilled to a given time exactly as the scripts refill them.
+//! client, read and refilled to a given time with the runtime's own arithmetic
+//! (`redlimit_runtime::algorithm::bucket`, the twin of the scripts' `lib/bucket.lua`).
 //! Read-only: the CLI computes from the stored state and writes nothing.
 
+use redlimit_runtime::algorithm::bucket::{self, Plan, Stored};
 use redlimit_runtime::keys::suffix;
 
 /// A bucket's stored state, in the scripts' units: `units` in 1/`interval` of a token,
@@ -18,82 +20,39 @@ pub struct State {
     pub cold: i64,
 }
 
-const MAX_EXACT: i128 = 1 << 53;
-
 impl State {
     /// The state stored as `raw`, or `None` when it is not one the scripts wrote (the
-    /// same checks as theirs).
+    /// same checks as theirs: `read_bucket`).
     pub fn parse(raw: &str) -> Option<State> {
-        let fields: Vec<&str> = raw.split(':').collect();
-        if fields.len() != 5 && fields.len() != 7 {
-            return None;
+        bucket::read_bucket(raw).map(State::from)
+    }
+
+    /// The state in the runtime's terms (every number but `units` is at least 0).
+    fn stored(&self) -> Stored {
+        Stored {
+            rate: self.rate as u64,
+            interval: self.interval_ms as u64,
+            burst: self.burst as u64,
+            warmup: self.warmup_ms as u64,
+            units: self.units,
+            at: self.at_ms as u64,
+            cold: self.cold as u64,
         }
-        let number = |i: usize, signed: bool| -> Option<i64> {
-            let text = fields.get(i)?;
-            let digits = if signed {
-                text.strip_prefix('-').unwrap_or(text)
-            } else {
-                text
-            };
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            text.parse().ok()
-        };
-        let state = State {
-            rate: number(0, false)?,
-            interval_ms: number(1, false)?,
-            burst: number(2, false)?,
-            units: number(3, true)?,
-            at_ms: number(4, false)?,
-            warmup_ms: if fields.len() == 7 { number(5, false)? } else { 0 },
-            cold: if fields.len() == 7 { number(6, false)? } else { 0 },
-        };
-        let cap = i128::from(state.burst) * i128::from(state.interval_ms);
-        let coldest = i128::from(state.warmup_ms) * i128::from(state.rate);
-        let floor = if state.warmup_ms > 0 { -2 * cap } else { 0 };
-        let valid = state.rate >= 1
-            && state.interval_ms >= 1
-            && state.burst >= 1
-            && cap <= MAX_EXACT
-            && i128::from(state.at_ms) <= MAX_EXACT
-            && coldest <= 1 << 45
-            && i128::from(state.cold) <= coldest
-            && (state.warmup_ms == 0 || 4 * cap <= MAX_EXACT)
-            && i128::from(state.units) >= floor;
-        valid.then_some(state)
-    }
-
-    /// The most units it holds.
-    fn cap(&self) -> i128 {
-        i128::from(self.burst) * i128::from(self.interval_ms)
-    }
-
-    /// The most coldness it holds.
-    fn coldest(&self) -> i128 {
-        i128::from(self.warmup_ms) * i128::from(self.rate)
     }
 
     /// The bucket refilled to `now` (ms): units up to the burst, the rest of the
-    /// refill to its coldness, up to its maximum.
+    /// refill to its coldness, up to its maximum (`plan_tokens`' refill).
     pub fn at(&self, now: i64) -> State {
-        let mut next = *self;
         if now <= self.at_ms {
-            return next;
+            return *self;
         }
-        let (cap, coldest) = (self.cap(), self.coldest());
-        let units = i128::from(self.units);
-        let added = i128::from(now - self.at_ms) * i128::from(self.rate);
-        let room = cap - units;
-        if added <= room {
-            next.units = (units + added) as i64;
-        } else {
-            let extra = added - room.max(0);
-            next.cold = (i128::from(self.cold) + extra).min(coldest) as i64;
-            next.units = units.max(cap) as i64;
+        let (units, cold) = bucket::refill(&self.stored(), now as u64);
+        State {
+            units,
+            cold: cold as i64,
+            at_ms: now,
+            ..*self
         }
-        next.at_ms = now;
-        next
     }
 
     /// Whole tokens held (negative: a debt of a cold bucket's extra cost).
@@ -103,30 +62,30 @@ impl State {
 
     /// Milliseconds until it holds its burst again.
     pub fn full_in_ms(&self) -> i64 {
-        ceil_div(self.cap() - i128::from(self.units), i128::from(self.rate)).max(0) as i64
+        self.stored().full_in() as i64
     }
 
     /// Milliseconds until it is full and, with a warm-up, cold again: when its key
     /// expires.
     pub fn rested_in_ms(&self) -> i64 {
-        let short = self.cap() - i128::from(self.units) + self.coldest() - i128::from(self.cold);
-        ceil_div(short, i128::from(self.rate)).max(0) as i64
+        self.stored().rest_in() as i64
     }
 
     /// Its coldness as a share of the most (0 warm, 1 cold); `None` without a warm-up.
     pub fn coldness(&self) -> Option<f64> {
-        let coldest = self.coldest();
+        let coldest = self.warmup_ms * self.rate;
         (coldest > 0).then(|| self.cold as f64 / coldest as f64)
     }
 
-    /// Tokens a permit costs now: 1, and above half the most coldness up to 3.
+    /// Tokens a permit costs now: 1, and above half the most coldness up to 3. The
+    /// factor itself, which `token_cost` charges rounded up in `COLD_STEPS` steps.
     pub fn cost_per_permit(&self) -> f64 {
-        let coldest = self.coldest() as f64;
-        let half = (self.coldest() / 2) as f64;
-        if coldest <= 0.0 || (self.cold as f64) <= half {
+        let coldest = self.warmup_ms * self.rate;
+        let half = (coldest / 2) as f64;
+        if coldest <= 0 || (self.cold as f64) <= half {
             return 1.0;
         }
-        1.0 + 2.0 * (self.cold as f64 - half) / (coldest - half)
+        1.0 + 2.0 * (self.cold as f64 - half) / (coldest as f64 - half)
     }
 
     /// Milliseconds until `permits` would be granted (0: now), `None` when more than
@@ -135,17 +94,23 @@ impl State {
         if permits > self.burst as u64 {
             return None;
         }
-        let need = i128::from(permits) * i128::from(self.interval_ms) - i128::from(self.units);
-        Some(ceil_div(need, i128::from(self.rate)).max(0) as i64)
+        // The bucket as it is, planned at its own refill time.
+        let plan = Plan::refilled(&self.stored(), self.at_ms as u64);
+        Some(plan.wait(permits).unwrap_or(0) as i64)
     }
 }
 
-fn ceil_div(a: i128, b: i128) -> i128 {
-    let q = a.div_euclid(b);
-    if q * b < a {
-        q + 1
-    } else {
-        q
+impl From<Stored> for State {
+    fn from(s: Stored) -> State {
+        State {
+            rate: s.rate as i64,
+            interval_ms: s.interval as i64,
+            burst: s.burst as i64,
+            units: s.units,
+            at_ms: s.at as i64,
+            warmup_ms: s.warmup as i64,
+            cold: s.cold as i64,
+        }
     }
 }
 
@@ -299,6 +264,42 @@ mod tests {
             "1:1:1:1:1:1",
         ] {
             assert_eq!(State::parse(bad), None, "{bad}");
+        }
+    }
+
+    /// What the CLI shows of a bucket is what the runtime decides with: its refill,
+    /// its wait, and a permit's cost against `token_cost` (the factor shown, rounded up
+    /// to the step the runtime charges).
+    #[test]
+    fn shows_what_the_runtime_decides() {
+        for (raw, now) in [
+            ("10:1000:20:5000:1000", 1_700),
+            ("10:1000:20:-3000:0:2000:15000", 900),
+            ("7:60000:3:20000:5:4000:0", 200_000),
+            ("1:1:5:0:0:100:90", 3),
+        ] {
+            let stored = bucket::read_bucket(raw).unwrap();
+            let (plan, _) = bucket::plan_tokens(
+                stored.rate,
+                stored.interval,
+                stored.burst,
+                stored.warmup,
+                Some(&stored),
+                now as u64,
+            );
+            let shown = State::parse(raw).unwrap().at(now);
+            assert_eq!((shown.units, shown.cold as u64), (plan.units, plan.cold), "{raw}");
+            for permits in 1..=stored.burst {
+                let wait = plan.wait(permits).unwrap_or(0) as i64;
+                assert_eq!(shown.wait_for(permits), Some(wait), "{raw}: {permits}");
+            }
+            let charged = plan.token_cost(1) as f64 / plan.interval as f64;
+            let factor = shown.cost_per_permit();
+            assert!(charged >= factor - 1e-9, "{raw}: {charged} < {factor}");
+            assert!(
+                charged - factor <= 1.0 / plan.interval as f64 + 2.0 / 65_536.0,
+                "{raw}"
+            );
         }
     }
 

@@ -6,8 +6,9 @@
 //! (`input.rs` is that call's syntax). `expand!` then goes one way:
 //!
 //! - parse: each attribute's `name = value` list (`args.rs`), each value on its own
-//!   (`values.rs`, with `duration.rs` and the key templates of `template.rs`, whose
-//!   braces follow Redis Cluster's rule in `hash_tag.rs`), into what the attribute
+//!   (`values.rs`, with the duration grammar of `redlimit-syntax` and the key
+//!   templates of `template.rs`, whose braces follow Redis Cluster's rule in
+//!   `redlimit_syntax::hash_tag`), into what the attribute
 //!   wrote;
 //! - plan: each attribute checked across its arguments into a rule (`rule.rs`), and
 //!   the rules checked together against the signature (`plan.rs`, with the
@@ -15,10 +16,8 @@
 //! - emit: the prologue that decides all rules at once, then the body (`emit.rs`).
 
 mod args;
-mod duration;
 mod emit;
 mod gather;
-mod hash_tag;
 mod input;
 mod params;
 mod plan;

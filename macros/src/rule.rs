@@ -4,8 +4,8 @@
 use proc_macro2::Span;
 use syn::{Error, Ident, LitStr, Path};
 
-use crate::duration::MAX_EXACT;
 use crate::template::Piece;
+use redlimit_syntax::MAX_EXACT;
 
 /// The most coldness a warming-up bucket counts (warm-up in ms times the rate); the
 /// runtime's twin is `MAX_COLD` in runtime/src/rules/fit.rs.

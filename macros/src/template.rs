@@ -1,7 +1,7 @@
 //! Key templates: text with `{param}` / `{param.field}` placeholders; `{{` and `}}`
 //! are literal braces.
 
-use crate::hash_tag::{self, Split};
+use redlimit_syntax::hash_tag::{self, Split};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
@@ -203,9 +203,9 @@ fn check_whole_segments(pieces: &[Piece]) -> Result<(), String> {
 }
 
 /// The key's written braces must form a Redis hash tag that keeps the limiter's keys
-/// in one cluster slot (`hash_tag.rs`). Interpolated values never contain braces
-/// (they are escaped) and are never empty, so the written text, with a letter for
-/// each value, decides.
+/// in one cluster slot (`redlimit_syntax::hash_tag`). Interpolated values never
+/// contain braces (they are escaped) and are never empty, so the written text, with a
+/// letter for each value, decides.
 pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
     let skeleton: String = pieces
         .iter()

@@ -5,8 +5,8 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Error, Expr, ExprLit, Lit, LitStr, Path};
 
-use crate::duration;
 use crate::template::{self, Piece};
+use redlimit_syntax::duration;
 
 /// The most permits one call may take: the permits log stores them in 4 bytes.
 const MAX_PERMITS: u64 = u32::MAX as u64;
@@ -29,7 +29,7 @@ pub fn integer(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<u64>
                 errors.push(Error::new(int.span(), format!("`{name}` must be at least 1")));
                 None
             }
-            Ok(n) if n > duration::MAX_EXACT => {
+            Ok(n) if n > redlimit_syntax::MAX_EXACT => {
                 errors.push(Error::new(int.span(), format!("`{name}` must be at most 2^53")));
                 None
             }
@@ -68,7 +68,7 @@ pub fn permits(value: &Expr, errors: &mut Vec<Error>) -> Option<(Span, u64)> {
     Some((value.span(), permits))
 }
 
-/// A duration string, in milliseconds (see `duration.rs`).
+/// A duration string, in milliseconds (the grammar of `redlimit_syntax::duration`).
 pub fn duration(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<u64> {
     let Some(text) = string(value) else {
         errors.push(Error::new(

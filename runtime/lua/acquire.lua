@@ -1,8 +1,10 @@
 -- acquire.lua: decide one or more rate-limit rules, all or nothing, in one call.
--- Its twin in Rust is runtime/src/backend/memory/decide.rs: same phases, same names,
--- same order (Phase 1 load_rule, settle_time, Phase 2 plan_bucket and take, Phase 3
--- commit, Phase 4 reply).
+-- Its twin in Rust takes the same phases, under the same names, in the same order
+-- (Phase 1 load_rule, settle_time, Phase 2 plan_bucket and take, Phase 3 commit,
+-- Phase 4 reply).
 -- Recipe: lib/clock.lua, lib/call_time.lua, acquire_plain.lua, lib/member.lua, lib/ttl_rule.lua, lib/bucket.lua, acquire.lua
+-- Twin in Rust: runtime/src/backend/memory/decide.rs (its phases: load.rs, plan.rs,
+--   commit.rs; the sliding window's arithmetic: runtime/src/algorithm/window.rs)
 -- acquire_plain.lua decides the usual calls (sliding-window rules that own their
 -- stored configs) and may answer one rule with an integer (see there); every other
 -- call reaches this file.

@@ -4,6 +4,7 @@
 -- recipe there), takes acquire.lua's KEYS and ARGV, and runs first so that the usual
 -- call makes no table per rule and no helper closure.
 -- Part of: acquire
+-- Twin in Rust: runtime/src/backend/memory/usual.rs (decide_one, for one rule)
 -- It takes the same steps as acquire.lua's phases, under their names and in their
 -- order (read config, load_rule, settle_time, plan_bucket, take, commit, reply), rule
 -- by rule: `decide(i)` reads rule i and plans it, decides the rules after it (a call

@@ -1,6 +1,7 @@
 -- configure.lua: write a limiter's config (Redisson's setRate, and 4.4's setRate and
 -- updateRate with RateLimiterArgs).
 -- Recipe: lib/clock.lua, lib/member.lua, lib/ttl_rule.lua, lib/limiter.lua, configure.lua
+-- Twin in Rust: runtime/src/backend/memory/manage.rs (configure)
 --
 -- KEYS:
 --   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)

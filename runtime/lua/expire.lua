@@ -1,5 +1,6 @@
 -- expire.lua: set one TTL on all five keys of a limiter (Redisson's expire).
 -- Recipe: lib/limiter.lua, lib/guard.lua, expire.lua
+-- Twin in Rust: runtime/src/backend/memory/manage.rs (expire)
 --
 -- KEYS:
 --   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)

@@ -1,6 +1,8 @@
 -- give_back.lua: give a batch's unused permits back to its limiter, keeping value +
 -- permits in the log = rate.
 -- Recipe: lib/member.lua, give_back.lua
+-- Twin in Rust: runtime/src/backend/redis/layout.rs (its KEYS and ARGV: Redis only, as
+--   batches are taken from Redis only)
 --
 -- KEYS:
 --   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)

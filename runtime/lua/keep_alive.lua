@@ -1,5 +1,6 @@
 -- keep_alive.lua: set keepAliveTime on an initialized limiter and apply it now.
 -- Recipe: lib/limiter.lua, lib/guard.lua, keep_alive.lua
+-- Twin in Rust: runtime/src/backend/memory/manage.rs (keep_alive)
 --
 -- KEYS:
 --   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)

@@ -1,6 +1,8 @@
 -- refund.lua: give back the permits of grants whose caller never learned of them (the
 -- call timed out after it was sent), keeping value + permits in the log = rate.
 -- Recipe: lib/member.lua, refund.lua
+-- Twin in Rust: runtime/src/backend/redis/layout.rs (its KEYS and ARGV: Redis only, as
+--   in process a call never times out once sent)
 --
 -- KEYS, per rule: rule i's key j is KEYS[4*(i-1)+j]:
 --   1 value: {NAME}:value

@@ -2,6 +2,8 @@
 -- same call refused (a cluster decides a call slot by slot). Only for grants the
 -- caller saw: a token given back twice would be a token too many.
 -- Recipe: refund_tokens.lua
+-- Twin in Rust: runtime/src/backend/redis/layout.rs (its KEYS and ARGV: Redis only, as
+--   in process a call is never decided slot by slot)
 --
 -- KEYS, per rule: rule i's key j is KEYS[1*(i-1)+j]:
 --   1 bucket: the rule's bucket key (layout in lib/bucket.lua)

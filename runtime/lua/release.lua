@@ -1,6 +1,7 @@
 -- release.lua: give permits back to a limiter (Redisson 3.52's release), keeping
 -- value + permits in the log = rate.
 -- Recipe: lib/clock.lua, lib/member.lua, lib/ttl_rule.lua, release.lua
+-- Twin in Rust: runtime/src/backend/memory/manage.rs (release)
 --
 -- KEYS:
 --   1 config: NAME, the config hash (rate, interval, type, keepAliveTime)

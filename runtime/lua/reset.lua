@@ -1,6 +1,7 @@
 -- reset.lua: delete a limiter's keys (RateLimiter::delete, TokenBucket::delete,
 -- `redlimit reset`), only when each one holds what a limiter keeps there.
 -- Recipe: lib/limiter.lua, lib/bucket.lua, reset.lua
+-- Twin in Rust: runtime/src/backend/memory/manage.rs (delete, delete_bucket)
 --
 -- KEYS, per rule: rule i's key j is KEYS[1*(i-1)+j]:
 --   1 key: a key to delete (a limiter's keys share one cluster slot)

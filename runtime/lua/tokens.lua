@@ -1,9 +1,12 @@
 -- tokens.lua: decide a call whose rules are all token buckets, all or nothing. The
 -- same decision acquire.lua makes for token-bucket rules, with lib/bucket.lua's helpers
--- (ahead of this file), without the sliding window's machinery; twin in Rust:
--- runtime/src/backend/memory/tokens.rs.
+-- (ahead of this file), without the sliding window's machinery. Its twin in Rust takes
+-- the same phases under the same names (Phase 1 load_tokens, settle_time, Phase 2
+-- plan_tokens and take, Phase 3 commit, Phase 4 reply).
 --
 -- Recipe: lib/clock.lua, lib/call_time.lua, tokens_one.lua, lib/bucket.lua, tokens.lua
+-- Twin in Rust: runtime/src/backend/memory/decide.rs (the phases decide token-bucket
+--   rules too; the arithmetic: runtime/src/algorithm/bucket.rs)
 -- tokens_one.lua decides the usual call (and may answer it with an integer).
 --
 -- KEYS, per rule: rule i's key j is KEYS[1*(i-1)+j]:
@@ -28,7 +31,7 @@ local now = caller_now
 local n = #KEYS
 local LIMIT = 9007199254740992
 
--- Phase 1, load: each bucket as stored (false: missing, so full and cold).
+-- Phase 1, load_tokens: each bucket as stored (false: missing, so full and cold).
 bucket_helpers()
 local rules = {}
 local newest = now
@@ -51,10 +54,11 @@ for i = 1, n do
   end
   rules[i] = r
 end
--- A call overtaken by one that refilled a bucket slightly later is decided then.
+-- settle_time: a call overtaken by one that refilled a bucket slightly later is
+-- decided then.
 if newest - now <= REORDER then now = newest end
 
--- Phase 2, plan and take: the tokens at `now`, and whether each rule has enough.
+-- Phase 2, plan_tokens and take: the tokens at `now`, and whether each rule has enough.
 local refused, retry, probe = 0, 0, true
 for i = 1, n do
   local r = rules[i]
@@ -71,7 +75,8 @@ for i = 1, n do
 end
 
 -- Phase 3, commit: each bucket refilled, less what a grant took, with a TTL that ends
--- when it is full and cold again (a missing bucket is a full, cold one).
+-- when it is full and cold again (a missing bucket is a full, cold one); Phase 4,
+-- reply, is built beside it (tokens left, then each changed rule's old config).
 local granted = refused == 0
 local reply = { granted and 1 or 0, refused, granted and 0 or retry, now }
 for i = 1, n do

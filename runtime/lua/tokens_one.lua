@@ -4,8 +4,11 @@
 -- there), takes tokens.lua's KEYS and ARGV, and runs first so that the usual call
 -- makes no closure and no table of its own.
 -- Part of: tokens
+-- Twin in Rust: runtime/src/backend/memory/usual.rs (decide_tokens_one)
 -- The same decision as tokens.lua's phases, step for step (the differential
--- test runs both); any other call leaves this block before writing anything.
+-- test runs both), under its Rust twin's step names: load_tokens, settle_time,
+-- plan_tokens, take, commit, reply. Any other call leaves this block before writing
+-- anything.
 --
 -- Replies: decided at the caller's time (ARGV[1]) on a stored bucket, a grant is the
 -- integer tokens left (>= 0) and a refusal with no whole token left is the integer
@@ -17,7 +20,7 @@ do
   if #KEYS == 1 and ARGV[6] == '0' then
     local raw = redis.call('get', KEYS[1])
     local rate_s, interval_s, burst_s = ARGV[3], ARGV[4], ARGV[5]
-    -- the stored config is the rule's own when the text starts with it
+    -- load_tokens: the stored config is the rule's own when the text starts with it
     local config = rate_s .. ':' .. interval_s .. ':' .. burst_s .. ':'
     local u, last
     if raw and string.find(raw, config, 1, true) == 1 then
@@ -37,8 +40,9 @@ do
       local at, flag = now, 1
       if u then
         flag = 0
-        -- overtaken by a slightly later refill: decided at that time
+        -- settle_time: overtaken by a slightly later refill, decided at that time
         if last > now and last - now <= REORDER then now = last end
+        -- plan_tokens: refilled to `now`
         if now > last then
           if (now - last) * rate >= cap - u then u = max(cap, u) else u = u + (now - last) * rate end
         else
@@ -51,6 +55,7 @@ do
       -- idiv, floor(a / b) of integers below 2^53 exactly (the division of doubles can
       -- round across an integer), and the first two its cdiv, written out: a helper
       -- function cost this call 1.5k of its 49k instructions.
+      -- take: enough tokens, or the exact wait until there are
       local need = permits * interval
       local granted = u >= need
       local wait = 0
@@ -65,8 +70,8 @@ do
       -- A refusal writes nothing: refilling from the stored time later gives what
       -- refilling now and again later would (the refill is linear, capped at `cap`),
       -- and the key's TTL (until full) still holds.
+      -- commit: the time until full again, at least 1 ms, is the key's TTL
       if permits > 0 and granted then
-        -- the time until full again, at least 1 ms: the key's TTL
         local short = cap - u
         local full = floor(short / rate)
         if full * rate > short then full = full - 1 elseif (full + 1) * rate <= short then full = full + 1 end
@@ -76,6 +81,7 @@ do
         local stamp = at == caller_now and caller_time and ARGV[1] or string.format('%d', at)
         redis.call('psetex', KEYS[1], string.format('%d', ttl), config .. string.format('%d', u) .. ':' .. stamp)
       end
+      -- reply: the whole tokens left
       local left = floor(u / interval)
       if left * interval > u then left = left - 1 elseif (left + 1) * interval <= u then left = left + 1 end
       local at_caller_time = caller_time and now == caller_now and flag == 0

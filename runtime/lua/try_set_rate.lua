@@ -1,5 +1,6 @@
 -- try_set_rate.lua: write the config fields that are missing (Redisson's trySetRate).
 -- Recipe: lib/limiter.lua, try_set_rate.lua
+-- Twin in Rust: runtime/src/backend/memory/manage.rs (try_set_rate)
 --
 -- KEYS:
 --   1 config: NAME, the config hash

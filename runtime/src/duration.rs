@@ -4,9 +4,8 @@
 //! total is a whole number of milliseconds), from 1 ms to 2^53 ms.
 //!
 //! The `redlimit` CLI's options and the layer's configuration files read durations
-//! with [`parse`]. The attribute checks the same grammar at compile time with its own
-//! copy (the macro crate cannot depend on this one); `tests/duration_grammar.rs` holds
-//! the two to the same answers and the same messages.
+//! with [`parse`]. The grammar itself is `redlimit_syntax::duration`, which the
+//! attribute checks at compile time: one text, one set of messages.
 //!
 //! ```
 //! use std::time::Duration;
@@ -21,25 +20,9 @@
 use std::fmt;
 use std::time::Duration;
 
-/// The units accepted, with their length in milliseconds, largest first.
-const UNITS: [(&str, u64); 5] = [
-    ("d", 86_400_000),
-    ("h", 3_600_000),
-    ("m", 60_000),
-    ("s", 1_000),
-    ("ms", 1),
-];
-
-/// What every rejection repeats: the forms accepted.
-const ACCEPTED: &str = "write a number and a unit (ms, s, m, h, d), e.g. \"60s\", \"1.5s\" or \"1m30s\"";
-
 /// The longest duration accepted, in milliseconds: Redis scripts count in doubles,
 /// exact up to 2^53.
-pub const MAX_MS: u64 = 1 << 53;
-
-/// Digits after a decimal point that are looked at; more cannot name whole milliseconds
-/// of any unit.
-const MAX_FRACTION_DIGITS: usize = 9;
+pub use redlimit_syntax::duration::MAX_MS;
 
 /// A text that is not a duration; its message says what is wrong and what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,130 +45,35 @@ pub fn parse(text: &str) -> Result<Duration, InvalidDuration> {
 
 /// `text` in milliseconds (1 to [`MAX_MS`]), or why it is not a duration.
 pub fn parse_ms(text: &str) -> Result<u64, InvalidDuration> {
-    total_ms(text).map_err(|message| InvalidDuration { message })
+    redlimit_syntax::duration::parse_ms(text).map_err(|message| InvalidDuration {
+        // The grammar leaves naming an empty text to its caller.
+        message: if text.is_empty() {
+            format!("the duration {message}")
+        } else {
+            message
+        },
+    })
 }
 
-fn total_ms(text: &str) -> Result<u64, String> {
-    if text.is_empty() {
-        return Err(format!("the duration is empty; {ACCEPTED}"));
-    }
-    let mut rest = text;
-    let mut total: u128 = 0;
-    let mut previous: Option<Part<'_>> = None;
-    while !rest.is_empty() {
-        let (part, after) = next_part(text, rest)?;
-        if let Some(earlier) = &previous {
-            check_order(text, earlier, &part)?;
-        }
-        total = total
-            .checked_add(part_ms(text, &part)?)
-            .ok_or_else(|| too_long(text))?;
-        if total > u128::from(MAX_MS) {
-            return Err(too_long(text));
-        }
-        previous = Some(part);
-        rest = after;
-    }
-    if total == 0 {
-        return Err(format!("`{text}` is zero; it must be at least 1 ms"));
-    }
-    Ok(total as u64)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// One `<number><unit>` part of a duration, such as `1.5` and `s`.
-struct Part<'a> {
-    /// The digits before the decimal point.
-    whole: &'a str,
-    /// The digits after it (empty without one).
-    fraction: &'a str,
-    unit: &'a str,
-    /// The unit's position in [`UNITS`].
-    rank: usize,
-}
-
-/// The part at the start of `rest` (a suffix of `text`), and what follows it.
-fn next_part<'a>(text: &str, rest: &'a str) -> Result<(Part<'a>, &'a str), String> {
-    let (whole, mut after) = split_digits(rest);
-    let mut fraction = "";
-    if let Some(tail) = after.strip_prefix('.') {
-        (fraction, after) = split_digits(tail);
-        if fraction.is_empty() || whole.is_empty() {
-            return Err(format!(
-                "`{text}` has a decimal point without digits on both sides; {ACCEPTED}"
-            ));
+    #[test]
+    fn the_grammars_answers_and_messages() {
+        assert_eq!(parse_ms("1m30s"), Ok(90_000));
+        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
+        let empty = parse_ms("").unwrap_err().to_string();
+        assert!(
+            empty.starts_with("the duration is empty; write a number"),
+            "{empty}"
+        );
+        for text in ["30s1m", "1.5ms", "60", "0s", "104249992d"] {
+            assert_eq!(
+                parse_ms(text).unwrap_err().to_string(),
+                redlimit_syntax::duration::parse_ms(text).unwrap_err(),
+                "{text}"
+            );
         }
     }
-    if whole.is_empty() {
-        return Err(format!("`{text}` must start each part with a number; {ACCEPTED}"));
-    }
-    let unit_len = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
-    let (unit, after) = after.split_at(unit_len);
-    if unit.is_empty() {
-        return Err(format!(
-            "`{text}` needs a unit after `{whole}`: ms, s, m, h or d, e.g. \"{whole}s\""
-        ));
-    }
-    let Some(rank) = UNITS.iter().position(|(name, _)| *name == unit) else {
-        return Err(format!(
-            "`{text}` has an unknown unit `{unit}`; accepted units: ms, s, m, h, d"
-        ));
-    };
-    let part = Part {
-        whole,
-        fraction,
-        unit,
-        rank,
-    };
-    Ok((part, after))
-}
-
-/// The leading ASCII digits of `text`, and the rest.
-fn split_digits(text: &str) -> (&str, &str) {
-    text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()))
-}
-
-/// Only the last part may have decimals, and each unit comes once, largest first.
-fn check_order(text: &str, earlier: &Part<'_>, part: &Part<'_>) -> Result<(), String> {
-    if !earlier.fraction.is_empty() {
-        return Err(format!(
-            "`{text}`: only the last part may have decimals; {ACCEPTED}"
-        ));
-    }
-    if part.rank <= earlier.rank {
-        return Err(format!(
-            "`{text}` has `{}` after `{}`; write each unit once, largest first, e.g. \"1h15m\" or \"1m30s\"",
-            part.unit, earlier.unit
-        ));
-    }
-    Ok(())
-}
-
-/// A part's length in milliseconds, which must be whole.
-fn part_ms(text: &str, part: &Part<'_>) -> Result<u128, String> {
-    let scale = u128::from(UNITS[part.rank].1);
-    let fraction = part.fraction;
-    if fraction.len() > MAX_FRACTION_DIGITS {
-        return Err(format!(
-            "`{text}` has more than {MAX_FRACTION_DIGITS} decimals; write it in a smaller unit"
-        ));
-    }
-    let whole: u128 = part.whole.parse().map_err(|_| too_long(text))?;
-    let digits: u128 = if fraction.is_empty() {
-        0
-    } else {
-        fraction.parse().map_err(|_| too_long(text))?
-    };
-    let denominator = 10u128.pow(fraction.len() as u32);
-    let ms = whole.checked_mul(scale).ok_or_else(|| too_long(text))?;
-    let exact = digits * scale;
-    if exact % denominator != 0 {
-        return Err(format!(
-            "`{text}` is not a whole number of milliseconds; write it in a smaller unit, e.g. \"1500ms\""
-        ));
-    }
-    ms.checked_add(exact / denominator).ok_or_else(|| too_long(text))
-}
-
-fn too_long(text: &str) -> String {
-    format!("`{text}` is too long; the longest accepted is 2^53 ms (about 285 000 years)")
 }

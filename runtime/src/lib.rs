@@ -29,6 +29,7 @@
 // says which one.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod algorithm;
 mod backend;
 mod client;
 pub mod duration;

@@ -1,7 +1,8 @@
 -- lib/bucket.lua: a token bucket's arithmetic.
 -- Part of: acquire, tokens, reset
--- Twin in Rust: runtime/src/backend/memory/tokens.rs (TokenPlan::new is plan_tokens,
--- cost is token_cost, stored is store_tokens).
+-- Twin in Rust: runtime/src/algorithm/bucket.rs (function for function: read_bucket,
+--   plan_tokens, token_cost, take_tokens, store_tokens; idiv and cdiv are Rust's
+--   integer divisions there)
 --
 -- A bucket is one string, "rate:interval:burst:units:at" or, with a warm-up,
 -- "rate:interval:burst:units:at:warmup:cold": interval and warmup in ms, units in
@@ -17,7 +18,7 @@
 -- costs on every call that makes it.
 
 local idiv, cdiv, read_bucket, plan_tokens, token_cost, take_tokens, store_tokens
-local COLD_STEPS = 65536 -- twin: COLD_STEPS in tokens.rs (held equal by a test)
+local COLD_STEPS = 65536 -- twin: COLD_STEPS in algorithm/bucket.rs (held equal by a test)
 
 local function bucket_helpers()
   -- floor(a / b) and ceil(a / b) of integers below 2^53 in size (b > 0), exactly: the

@@ -1,6 +1,8 @@
 -- lib/limiter.lua: whether a key is a limiter's config, for the scripts that write
 -- to a limiter's keys.
 -- Part of: configure, try_set_rate, keep_alive, expire, reset
+-- Twin in Rust: runtime/src/backend/memory/state.rs (a limiter held in process is
+--   always one: nothing to check)
 -- A limiter's config is a hash with the fields rate, interval and type (Redisson's
 -- layout); any other key under a limiter's name is another program's, and those
 -- scripts write nothing to it.

@@ -1,5 +1,6 @@
 -- lib/ttl_rule.lua: Redisson's TTL rule, applied after a limiter's state is written.
 -- Part of: acquire, configure, release
+-- Twin in Rust: runtime/src/algorithm/ttl.rs
 
 -- keepAliveTime (`keep`, text in ms) on the config, value and log keys when it is a
 -- number > 0, else the config's own TTL, if any, on the value and log keys.

@@ -5,6 +5,8 @@ pub mod member;
 
 use std::sync::Arc;
 
+use redlimit_syntax::hash_tag::{self, Split};
+
 use crate::Error;
 
 /// The first segment, after the prefix, of the keys the library keeps for itself.
@@ -227,26 +229,20 @@ pub fn library_key(prefix: &str, name: &str) -> Option<&'static str> {
 }
 
 /// Accepts a limiter name only when its five keys share one Redis Cluster slot:
-/// a name without braces, or one whose first `{` opens a non-empty hash tag. The
-/// attribute applies the same rule to a key at compile time with its own copy
-/// (macros/src/hash_tag.rs); tests/hash_tag_rule.rs holds the two to one answer.
+/// a name without braces, or one whose first `{` opens a non-empty hash tag
+/// (`redlimit_syntax::hash_tag`, the rule the attribute applies to a key at compile
+/// time), and not empty.
 pub fn check_name(name: &str) -> Result<(), Error> {
-    // One search for the first brace: most names have none.
-    let first = memchr::memchr2(b'{', b'}', name.as_bytes());
-    let open = match first {
-        Some(at) if name.as_bytes()[at] == b'{' => Some(at),
-        Some(at) => name[at..].find('{').map(|i| at + i),
-        None => None,
-    };
-    let reason = match open {
+    // One search for a brace: most names have none, and need no more.
+    if memchr::memchr2(b'{', b'}', name.as_bytes()).is_none() && !name.is_empty() {
+        return Ok(());
+    }
+    let reason = match hash_tag::split(name) {
         None if name.is_empty() => "it is empty",
-        None if first.is_some() => "it has a `}` but no `{`",
         None => return Ok(()),
-        Some(open) => match name[open + 1..].find('}') {
-            Some(0) => "its first `{` opens an empty `{}` tag",
-            Some(_) => return Ok(()),
-            None => "its first `{` is never closed",
-        },
+        Some(Split::CloseWithoutOpen) => "it has a `}` but no `{`",
+        Some(Split::EmptyTag) => "its first `{` opens an empty `{}` tag",
+        Some(Split::Unclosed) => "its first `{` is never closed",
     };
     Err(Error::CrossSlotName {
         name: name.to_owned(),
@@ -272,14 +268,7 @@ pub(crate) fn name_hash(name: &str) -> u64 {
 
 /// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
 pub fn hash_slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        match rest.iter().position(|&b| b == b'}') {
-            Some(close) if close > 0 => Some(&rest[..close]),
-            _ => None,
-        }
-    });
-    crc16(tagged.unwrap_or(key)) % 16384
+    crc16(hash_tag::hashed_part(key)) % 16384
 }
 
 fn crc16(bytes: &[u8]) -> u16 {

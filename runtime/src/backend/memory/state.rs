@@ -1,14 +1,9 @@
 //! In-process limiter state: a map of limiters, each with its config and one bucket
 //! per mode (the overall bucket, and this client's per_client bucket).
 
-use std::collections::VecDeque;
-
-use super::tokens::Tokens;
+use crate::algorithm::bucket::{Plan, Stored};
+use crate::algorithm::window::{self, Log};
 use crate::{RateLimiterConfig, RateType};
-
-/// The log entries a refusal's wait reads at most (WALK in lua/lib/call_time.lua,
-/// held equal by a test in `memory/mod.rs`).
-pub(crate) const WALK: usize = 64;
 
 /// Limiters by name, hashed with [`crate::keys::name_hash`] (keyed: names carry
 /// callers' values); a decision hashes its name once (a rule keeps its hash) and
@@ -86,13 +81,31 @@ pub(super) struct Limiter {
     tokens: [Option<Tokens>; 2],
 }
 
+/// A token bucket held in process: its state as the scripts store it, and when it is
+/// full and cold again (and can be forgotten: a missing bucket is a full, cold one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tokens {
+    pub state: Stored,
+    pub expires: u64,
+}
+
+impl Tokens {
+    /// store_tokens: a planned bucket holding `units` and `cold`, as
+    /// [`Plan::take_tokens`] answers them, until it is full and cold again.
+    #[inline]
+    pub fn stored(plan: &Plan, units: i64, cold: u64) -> Tokens {
+        let (state, expires) = plan.store_tokens(units, cold);
+        Tokens { state, expires }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Bucket {
     pub value: Option<i64>,
     /// (score, permits) of each grant, oldest first, as Redis orders the sorted set
     /// (grants of one millisecond in the order they were made). Contiguous: a
     /// decision touches only its two ends.
-    pub log: VecDeque<(u64, u32)>,
+    pub log: Log,
     /// Sum of the permits in `log`.
     pub total: u64,
     pub expires: Option<u64>,
@@ -237,38 +250,16 @@ impl Bucket {
         self.value.is_none() && self.log.is_empty()
     }
 
-    /// Entries with score <= cutoff, and their permits.
+    /// Entries with score <= cutoff, and their permits ([`window::stale`]).
     #[inline]
     pub fn stale(&self, cutoff: i64) -> (usize, u64) {
-        // Usually nothing has left: the oldest grant is still in the window.
-        if cutoff < 0 || self.log.front().is_none_or(|&(score, _)| score > cutoff as u64) {
-            return (0, 0);
-        }
-        self.log
-            .iter()
-            .take_while(|&&(score, _)| score <= cutoff as u64)
-            .fold((0, 0), |(n, sum), &(_, p)| (n + 1, sum + u64::from(p)))
+        window::stale(&self.log, cutoff)
     }
 
     /// Milliseconds until `need` permits of the log after its first `skip` entries
-    /// have left the window; `None` when it holds fewer (plus `pending`). It reads at
-    /// most [`WALK`] entries, as the acquire script does: permits lacking past them get
-    /// the time until the newest entry leaves, an upper bound of the exact wait.
+    /// have left the window ([`window::wait_for`]).
     pub fn wait_for(&self, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
-        let walk = need.clamp(1, WALK as i64) as usize;
-        let mut acc = 0i64;
-        for &(score, p) in self.log.iter().skip(skip).take(walk) {
-            acc += i64::from(p);
-            if acc >= need {
-                return Some(score as i64 + interval - now);
-            }
-        }
-        if self.log.len() > skip + walk {
-            let newest = self.log.back().map_or(now, |&(score, _)| score as i64);
-            let wait = newest + interval - now;
-            return Some(if pending > 0 { wait.max(interval) } else { wait });
-        }
-        (acc + pending >= need).then_some(interval)
+        window::wait_for(&self.log, skip, need, interval, now, pending)
     }
 
     /// Drops the first `n` entries, which hold `permits`.

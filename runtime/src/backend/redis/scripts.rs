@@ -2,7 +2,8 @@
 //! script. This table is the only place a recipe is written. A script's own file
 //! (the last of its recipe) names the recipe in its `-- Recipe:` line, and every
 //! other file, a part put in front of scripts, names the scripts it is part of in its
-//! `-- Part of:` line; the tests below hold both to this table.
+//! `-- Part of:` line; the tests below hold both to this table. Every file also names
+//! its twin in Rust in its `-- Twin in Rust:` line, a file the tests find.
 //!
 //! Files under `lua/lib/` define helpers and constants only; the others decide.
 
@@ -177,6 +178,35 @@ pub(crate) mod tests {
                 .collect();
             named.sort_unstable();
             assert_eq!(named, scripts, "{file}'s `-- Part of:` line against scripts.rs");
+        }
+    }
+
+    /// The Rust file a `-- Twin in Rust:` line names: its first word, a path from the
+    /// repository's root into this package (`runtime/...`).
+    fn twin_path(line: &str) -> PathBuf {
+        let path = line
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches([',', ';']);
+        let inside = path
+            .strip_prefix("runtime/")
+            .unwrap_or_else(|| panic!("`{path}` is not a file of this package"));
+        assert!(path.ends_with(".rs"), "`{path}` is not a Rust file");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(inside)
+    }
+
+    #[test]
+    fn each_file_names_its_twin_in_rust() {
+        for file in every_file() {
+            let line = header_line(&read(&file), "Twin in Rust")
+                .unwrap_or_else(|| panic!("{file} has no `-- Twin in Rust:` line"));
+            let twin = twin_path(&line);
+            assert!(
+                twin.is_file(),
+                "{file}: its twin {} does not exist",
+                twin.display()
+            );
         }
     }
 }

@@ -1,9 +1,22 @@
-//! Durations: one or more `<number><unit>` parts, largest unit first: `"250ms"`,
-//! `"60s"`, `"1m30s"`, `"1h15m"`, `"1.5s"` (decimals are allowed when the total is a
-//! whole number of milliseconds).
+//! Durations as the `#[rate_limit]` attribute writes them: one or more
+//! `<number><unit>` parts, largest unit first, each unit once: `"250ms"`, `"60s"`,
+//! `"1m30s"`, `"1h15m"`, `"1.5s"` (decimals only in the last part, and only when the
+//! total is a whole number of milliseconds), from 1 ms to 2^53 ms.
+//!
+//! The one text of the grammar: the attribute reads `interval = "..."` with
+//! [`parse_ms`] at compile time, the runtime's `duration` module at run time (for the
+//! CLI's options and the layer's configuration files).
+//!
+//! ```
+//! use redlimit_syntax::duration::parse_ms;
+//!
+//! assert_eq!(parse_ms("1m30s"), Ok(90_000));
+//! assert_eq!(parse_ms("1.5s"), Ok(1_500));
+//! assert!(parse_ms("30s1m").unwrap_err().contains("largest first"));
+//! ```
 
 /// The units accepted, with their length in milliseconds, largest first.
-const UNITS: [(&str, u64); 5] = [
+pub const UNITS: [(&str, u64); 5] = [
     ("d", 86_400_000),
     ("h", 3_600_000),
     ("m", 60_000),
@@ -14,16 +27,17 @@ const UNITS: [(&str, u64); 5] = [
 /// What every rejection repeats: the forms accepted.
 const ACCEPTED: &str = "write a number and a unit (ms, s, m, h, d), e.g. \"60s\", \"1.5s\" or \"1m30s\"";
 
-/// The largest integer accepted anywhere in the attribute (rates, permits, durations
-/// in ms): Redis scripts count in doubles, exact up to 2^53. The runtime's twin is
-/// `MAX_RATE`.
-pub const MAX_EXACT: u64 = 1 << 53;
+/// The longest duration accepted, in milliseconds ([`MAX_EXACT`](crate::MAX_EXACT)).
+pub const MAX_MS: u64 = crate::MAX_EXACT;
 
 /// Digits after a decimal point that are looked at; more cannot name whole milliseconds
 /// of any unit.
 const MAX_FRACTION_DIGITS: usize = 9;
 
-/// Milliseconds, or a message saying what is wrong and what is accepted.
+/// `text` in milliseconds (1 to [`MAX_MS`]), or a message saying what is wrong and
+/// what is accepted. The message of an empty text starts with "is empty": the caller
+/// names what is empty before it (the attribute its argument, the runtime "the
+/// duration"); every other message names the text itself.
 pub fn parse_ms(text: &str) -> Result<u64, String> {
     if text.is_empty() {
         return Err(format!("is empty; {ACCEPTED}"));
@@ -39,7 +53,7 @@ pub fn parse_ms(text: &str) -> Result<u64, String> {
         total = total
             .checked_add(part_ms(text, &part)?)
             .ok_or_else(|| too_long(text))?;
-        if total > u128::from(MAX_EXACT) {
+        if total > u128::from(MAX_MS) {
             return Err(too_long(text));
         }
         previous = Some(part);
@@ -150,105 +164,4 @@ fn too_long(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn accepted() {
-        assert_eq!(parse_ms("250ms"), Ok(250));
-        assert_eq!(parse_ms("60s"), Ok(60_000));
-        assert_eq!(parse_ms("5m"), Ok(300_000));
-        assert_eq!(parse_ms("1h"), Ok(3_600_000));
-        assert_eq!(parse_ms("2d"), Ok(172_800_000));
-    }
-
-    #[test]
-    fn compound_and_decimal_forms() {
-        assert_eq!(parse_ms("1m30s"), Ok(90_000));
-        assert_eq!(parse_ms("1h15m"), Ok(4_500_000));
-        assert_eq!(parse_ms("1d2h3m4s5ms"), Ok(93_784_005));
-        assert_eq!(parse_ms("1s500ms"), Ok(1_500));
-        assert_eq!(parse_ms("1.5s"), Ok(1_500));
-        assert_eq!(parse_ms("0.25s"), Ok(250));
-        assert_eq!(parse_ms("1m0.5s"), Ok(60_500));
-        assert_eq!(parse_ms("1.5h"), Ok(5_400_000));
-        assert_eq!(parse_ms("0.001s"), Ok(1));
-    }
-
-    #[test]
-    fn rejected_with_a_reason() {
-        for (input, says) in [
-            ("", "empty"),
-            ("s", "must start each part with a number"),
-            ("60", "needs a unit"),
-            ("60sec", "unknown unit `sec`"),
-            ("1.5", "needs a unit"),
-            (".5s", "decimal point without digits"),
-            ("1.s", "decimal point without digits"),
-            ("1.5ms", "not a whole number of milliseconds"),
-            ("0.0001s", "not a whole number of milliseconds"),
-            ("1.0000000001s", "more than 9 decimals"),
-            ("30s1m", "`m` after `s`"),
-            ("1m1m", "`m` after `m`"),
-            ("1.5m30s", "only the last part may have decimals"),
-            ("0m0s", "zero"),
-            ("-1s", "must start each part with a number"),
-            ("0s", "zero"),
-            ("99999999999999999999d", "too long"),
-            ("200000000000d", "too long"),
-            // The largest whole number of days u128 holds, plus half a day.
-            ("3938453320844195178974243141571.5d", "too long"),
-            ("340282366920938463463374607431768211.5s", "too long"),
-            ("60 s", "unknown unit ` s`"),
-        ] {
-            let err = parse_ms(input).unwrap_err();
-            assert!(err.contains(says), "{input:?}: {err}");
-        }
-    }
-
-    #[test]
-    fn no_input_panics() {
-        // Every short string over a small alphabet, including multi-byte characters.
-        let alphabet = [
-            "", "0", "1", "9", "s", "m", "ms", "h", "d", "x", "é", " ", "-", ".",
-        ];
-        for a in alphabet {
-            for b in alphabet {
-                for c in alphabet {
-                    for d in alphabet {
-                        let text = format!("{a}{b}{c}{d}");
-                        match parse_ms(&text) {
-                            Ok(ms) => assert!((1..=MAX_EXACT).contains(&ms)),
-                            Err(message) => assert!(!message.is_empty()),
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn random_inputs_never_panic_and_accepted_ones_round_trip() {
-        let alphabet: Vec<char> = "0123456789smhdxé -.+_\u{0}🦀".chars().collect();
-        let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
-        for _ in 0..100_000 {
-            let len = rng.below(12);
-            let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();
-            match parse_ms(&text) {
-                Ok(ms) => {
-                    assert!((1..=MAX_EXACT).contains(&ms), "{text:?}");
-                    let units: String = text
-                        .chars()
-                        .filter(|c| !c.is_ascii_digit() && *c != '.')
-                        .collect();
-                    assert!(
-                        ["ms", "s", "m", "h", "d"].iter().any(|u| units.contains(u)),
-                        "{text:?}"
-                    );
-                    assert!(text.starts_with(|c: char| c.is_ascii_digit()), "{text:?}");
-                }
-                Err(message) => assert!(message.len() > 10, "{text:?}: {message}"),
-            }
-        }
-    }
-}
+mod tests;

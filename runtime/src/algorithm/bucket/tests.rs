@@ -1,0 +1,261 @@
+//! The token bucket's tests: refills, carried-over configs, warm-up, the refill's
+//! shortcut against its definition, and the stored text read back.
+
+use super::*;
+
+/// The state to store after taking `taken` permits, and when it is full and cold.
+fn store_after(plan: &Plan, taken: u64) -> (Stored, u64) {
+    let (units, cold) = plan.take_tokens(taken);
+    plan.store_tokens(units, cold)
+}
+
+fn take(stored_at: Option<&Stored>, warmup: u64, now: u64, permits: u64) -> (bool, Stored, u64) {
+    let (plan, _) = plan_tokens(10, 1_000, 10, warmup, stored_at, now);
+    let granted = plan.wait(permits).is_none();
+    let (state, rest) = store_after(&plan, if granted { permits } else { 0 });
+    (granted, state, rest)
+}
+
+#[test]
+fn a_missing_bucket_is_full_and_refills_exactly() {
+    // 10 per 1 000 ms, burst 5: a token every 100 ms.
+    let (plan, old) = plan_tokens(10, 1_000, 5, 0, None, 0);
+    assert!(old.is_none());
+    assert_eq!(plan.wait(5), None);
+    let (stored, rest) = store_after(&plan, 5);
+    assert_eq!((stored.units, rest), (0, 500), "full again in 500 ms");
+    let (plan, _) = plan_tokens(10, 1_000, 5, 0, Some(&stored), 150);
+    assert_eq!(plan.units, 1_500, "1.5 tokens");
+    assert_eq!(plan.wait(1), None);
+    assert_eq!(plan.wait(2), Some(50), "half a token at 10 units per ms");
+    assert_eq!(plan.left(1), 0);
+}
+
+#[test]
+fn a_changed_config_keeps_whole_tokens_up_to_the_new_capacity() {
+    let stored = Stored {
+        rate: 10,
+        interval: 1_000,
+        burst: 10,
+        warmup: 0,
+        units: 7_500,
+        at: 0,
+        cold: 0,
+    };
+    let (plan, old) = plan_tokens(60, 60_000, 5, 0, Some(&stored), 0);
+    assert_eq!(old, Some(stored));
+    assert_eq!(
+        plan.units,
+        5 * 60_000,
+        "7 whole tokens, clamped to the burst of 5"
+    );
+    let (plan, _) = plan_tokens(60, 60_000, 20, 0, Some(&stored), 0);
+    assert_eq!(plan.units, 7 * 60_000);
+    // Full under the old config (as if it had expired): full under the new one.
+    let (plan, _) = plan_tokens(60, 60_000, 20, 0, Some(&stored), 250);
+    assert_eq!(plan.units, 20 * 60_000);
+    // Given a warm-up, a bucket that was not at rest starts warm; one at rest, cold.
+    let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, Some(&stored), 0);
+    assert_eq!((plan.units, plan.cold), (7_000, 0));
+    let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, Some(&stored), 250);
+    assert_eq!((plan.units, plan.cold), (10_000, 100_000));
+}
+
+#[test]
+fn a_cold_bucket_grants_a_third_of_its_burst_then_a_third_of_the_rate() {
+    // 10 per s, burst 10, warm-up 10 s: coldness up to 100 tokens, a permit costs
+    // 3 tokens at the coldest.
+    let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, None, 0);
+    assert_eq!((plan.cold, plan.token_cost(1)), (100_000, 3_000));
+    let mut state = None;
+    let mut granted = 0;
+    while let (true, next, _) = take(state.as_ref(), 10_000, 0, 1) {
+        state = Some(next);
+        granted += 1;
+    }
+    assert_eq!(
+        granted, 4,
+        "10 tokens at about 3 each: the last one goes into debt"
+    );
+    let state = state.unwrap();
+    assert!(state.units < 0, "in debt: {state:?}");
+    // The next token is exactly the debt and one token away, at 10 units per ms.
+    let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, Some(&state), 0);
+    let wait = plan.wait(1).unwrap();
+    assert_eq!(wait, ((1_000 - state.units) as u64).div_ceil(10));
+    assert!((270..=300).contains(&wait), "about 3 tokens' time: {wait} ms");
+    assert!(!take(Some(&state), 10_000, wait - 1, 1).0);
+    assert!(take(Some(&state), 10_000, wait, 1).0);
+}
+
+/// Grants per second of callers taking every permit as soon as it can be had,
+/// from a cold start, for `seconds`.
+fn grants_per_second(warmup: u64, seconds: u64) -> Vec<u64> {
+    let mut per_second = vec![0; seconds as usize];
+    let (mut state, mut now) = (None, 0);
+    while now < seconds * 1_000 {
+        let (plan, _) = plan_tokens(10, 1_000, 10, warmup, state.as_ref(), now);
+        match plan.wait(1) {
+            None => {
+                per_second[(now / 1_000) as usize] += 1;
+                state = Some(store_after(&plan, 1).0);
+            }
+            Some(wait) => now += wait,
+        }
+    }
+    per_second
+}
+
+#[test]
+fn the_rate_rises_from_a_third_to_the_full_rate_over_the_warm_up() {
+    let warm = grants_per_second(0, 20);
+    assert_eq!(
+        warm[0], 19,
+        "no warm-up: the burst, then a token every 100 ms from 100 to 900"
+    );
+    assert!(warm[1..].iter().all(|&n| n == 10), "{warm:?}");
+    let cold = grants_per_second(10_000, 20);
+    assert!(cold[0] <= 4 + 4, "a third of the burst and of the rate: {cold:?}");
+    assert!((3..=4).contains(&cold[1]), "{cold:?}");
+    // After the first second (which holds the burst), never slower.
+    assert!(cold[1..].windows(2).all(|w| w[1] >= w[0]), "{cold:?}");
+    let full = cold.iter().position(|&n| n == 10).unwrap();
+    assert!(
+        (8..=10).contains(&full),
+        "the full rate after about the warm-up: {cold:?}"
+    );
+    assert!(cold[full..].iter().all(|&n| n == 10), "and it stays: {cold:?}");
+}
+
+#[test]
+fn only_idle_time_makes_a_bucket_cold() {
+    // A bucket used at its rate never fills, so it stays warm.
+    let mut stored = Stored {
+        rate: 10,
+        interval: 1_000,
+        burst: 10,
+        warmup: 10_000,
+        units: 10_000,
+        at: 0,
+        cold: 0,
+    };
+    let mut rest = 0;
+    for t in 0..200 {
+        let (granted, next, next_rest) = take(Some(&stored), 10_000, t * 100, 1);
+        assert!(granted);
+        (stored, rest) = (next, next_rest);
+    }
+    assert_eq!(stored.cold, 0);
+    // Full for half the warm-up: cold up to the threshold, still at cost 1.
+    let full_at = stored.at + (10_000 - stored.units as u64).div_ceil(10);
+    let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, Some(&stored), full_at + 5_000);
+    assert_eq!((plan.cold, plan.token_cost(1)), (50_000, 1_000));
+    // Longer: dearer, up to 3 tokens.
+    let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, Some(&stored), full_at + 7_500);
+    assert_eq!((plan.cold, plan.token_cost(1)), (75_000, 2_000));
+    let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, Some(&stored), full_at + 60_000);
+    assert_eq!((plan.cold, plan.token_cost(1)), (100_000, 3_000));
+    // The state expires exactly when it is full and cold.
+    assert_eq!(rest, full_at + 10_000);
+}
+
+/// The refill, with its 64-bit shortcut, against its definition in wide integers:
+/// units up to the capacity, what a full bucket cannot hold to the coldness, up to
+/// its maximum; over random states, at the edges of each range too.
+#[test]
+fn the_refill_agrees_with_its_definition() {
+    fn defined(old: &Stored, now: u64) -> (i64, u64) {
+        let capacity = i128::from(old.burst * old.interval);
+        let total = i128::from(old.units) + i128::from(now.saturating_sub(old.at)) * i128::from(old.rate);
+        if total <= capacity {
+            return (total as i64, old.cold);
+        }
+        let base = i128::from(old.units).max(capacity);
+        let cold = (i128::from(old.cold) + total - base).min(i128::from(old.warmup * old.rate));
+        (base as i64, cold as u64)
+    }
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        match seed % 4 {
+            0 => 0,
+            1 => below - 1,
+            _ => seed % below,
+        }
+    };
+    for _ in 0..200_000 {
+        let (rate, interval, burst, warmup) = (
+            next(1 << 30) + 1,
+            next(1 << 22) + 1,
+            next(1 << 30) + 1,
+            next(1 << 22),
+        );
+        let capacity = burst * interval;
+        let units = next(2 * capacity) as i64 - capacity as i64 / 2;
+        let cold = next(warmup * rate + 1);
+        let at = next(1 << 45);
+        let now = at.saturating_add(next(u64::MAX)).saturating_sub(next(1 << 10));
+        let old = Stored {
+            rate,
+            interval,
+            burst,
+            warmup,
+            units,
+            at,
+            cold,
+        };
+        assert_eq!(refill(&old, now), defined(&old, now), "{old:?} at {now}");
+        // Around the moment the bucket is full.
+        let full_at = at + (capacity as i64 - units).max(0) as u64 / rate;
+        for now in full_at.saturating_sub(1)..=full_at + 2 {
+            assert_eq!(refill(&old, now), defined(&old, now), "{old:?} at {now}");
+        }
+    }
+}
+
+#[test]
+fn reads_what_the_scripts_store_and_refuses_the_rest() {
+    let stored = read_bucket("10:1000:20:5000:1000").unwrap();
+    assert_eq!(
+        stored,
+        Stored {
+            rate: 10,
+            interval: 1_000,
+            burst: 20,
+            warmup: 0,
+            units: 5_000,
+            at: 1_000,
+            cold: 0,
+        }
+    );
+    let warm = read_bucket("10:1000:20:-20000:0:2000:5").unwrap();
+    assert_eq!((warm.units, warm.warmup, warm.cold), (-20_000, 2_000, 5));
+    for bad in [
+        "",
+        "1:2:3",
+        "0:1000:5:0:1",
+        "1:1000:5:-1:1",
+        "a:1:1:1:1",
+        "1:1:1:1:1:1",
+        "10:1000:20:-40001:0:2000:5",
+        "10:1000:20:0:0:2000:20001",
+        "1:9007199254740993:1:0:0",
+    ] {
+        assert_eq!(read_bucket(bad), None, "{bad}");
+    }
+}
+
+/// store_tokens ends a bucket's TTL when `Stored::rest_in` says, at least 1 ms on.
+#[test]
+fn a_stored_bucket_rests_when_rest_in_says() {
+    let mut state = None;
+    for now in (0..3_000).step_by(37) {
+        let (plan, _) = plan_tokens(10, 1_000, 10, 10_000, state.as_ref(), now);
+        let granted = plan.wait(1).is_none();
+        let (stored, rest) = store_after(&plan, u64::from(granted));
+        assert_eq!(rest, stored.at + stored.rest_in().max(1), "{stored:?}");
+        state = Some(stored);
+    }
+}

@@ -1,0 +1,55 @@
+//! The algorithms a decision counts permits with, one module each, as plain functions
+//! on numbers: no I/O, no locks, no clock read. Each is the named twin of a file of
+//! `lua/` (said in its own documentation, and in the Lua file's header), under the
+//! same step names, so that the scripts in Redis and the in-process backend
+//! (`backend/memory/`) take the same steps; the `redlimit` CLI computes with them what
+//! it shows of a stored bucket.
+//!
+//! - [`call_time`]: the call's time, `lua/lib/call_time.lua` (`REORDER`, `WALK`,
+//!   `settle_time`);
+//! - [`window`]: the sliding window, the steps `lua/acquire.lua` and
+//!   `lua/acquire_plain.lua` write inline (`plan_bucket`, `take`, `wait_for`);
+//! - [`bucket`]: the token bucket, `lua/lib/bucket.lua`;
+//! - [`ttl`]: Redisson's TTL rule, `lua/lib/ttl_rule.lua`.
+
+pub mod bucket;
+pub mod call_time;
+pub mod ttl;
+pub mod window;
+
+/// The constants the scripts and these modules share, each written once in Lua and
+/// once here: read from the scripts and compared.
+#[cfg(test)]
+mod twins {
+    use crate::backend::redis::scripts::tests::read;
+
+    /// The value of `local <name> = <number>` in a script file.
+    fn lua_constant(file: &str, name: &str) -> u64 {
+        let prefix = format!("local {name} = ");
+        let text = read(file);
+        let line = text
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{file} defines no {name}"));
+        let digits: String = line.chars().take_while(char::is_ascii_digit).collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("{file}: {name} = {line}"))
+    }
+
+    #[test]
+    fn the_scripts_constants_are_these() {
+        assert_eq!(
+            lua_constant("lib/call_time.lua", "REORDER"),
+            super::call_time::REORDER_MS
+        );
+        assert_eq!(
+            lua_constant("lib/call_time.lua", "WALK"),
+            super::call_time::WALK as u64
+        );
+        assert_eq!(
+            lua_constant("lib/bucket.lua", "COLD_STEPS"),
+            super::bucket::COLD_STEPS
+        );
+    }
+}

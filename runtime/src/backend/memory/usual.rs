@@ -1,0 +1,147 @@
+//! The usual call of one rule, decided on its own, without the phases' lists: the
+//! twin of `lua/acquire_plain.lua` for one sliding-window rule (read config,
+//! load_rule, settle_time, plan_bucket, take, commit, reply) and of
+//! `lua/tokens_one.lua` for one token bucket (load_tokens, settle_time, plan_tokens,
+//! take, commit, reply). Each answers `None`, before anything is written, for every case it
+//! does not cover; `decide.rs` then decides the call by the phases.
+
+use super::commit::ttl_rule;
+use super::state::{Store, Tokens};
+use crate::algorithm::bucket::Plan;
+use crate::algorithm::call_time::settle_time;
+use crate::algorithm::window;
+use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
+
+/// The decision of one rule: the usual call's, or any other.
+pub(crate) enum OneRule {
+    Usual(Usual),
+    Other(Outcome),
+}
+
+/// What the usual call of one rule decided (its config kept, as stored): all a
+/// caller's [`Decision`](crate::Decision) says.
+pub(crate) struct Usual {
+    pub granted: bool,
+    pub retry_ms: u64,
+    pub at_ms: u64,
+    pub left: u64,
+}
+
+impl Usual {
+    pub fn decision(&self) -> crate::Decision {
+        crate::Decision {
+            allowed: self.granted,
+            remaining: self.left,
+            retry_after: (!self.granted).then(|| std::time::Duration::from_millis(self.retry_ms)),
+            refused_by: (!self.granted).then_some(0),
+            at_ms: self.at_ms,
+            tightest: Some(0),
+        }
+    }
+
+    pub(super) fn outcome(&self) -> Outcome {
+        Outcome {
+            granted: self.granted,
+            refused: (!self.granted).then_some(0),
+            retry_ms: self.retry_ms,
+            at_ms: self.at_ms,
+            rules: smallvec::SmallVec::from_buf([RuleOutcome {
+                left: self.left,
+                config: ConfigChange::Kept,
+            }]),
+        }
+    }
+}
+
+/// acquire_plain.lua's twin for one rule, in its order: read config, load_rule,
+/// settle_time, plan_bucket, take, commit, reply. One sliding-window rule whose
+/// stored config is its own, with a value and no change of mode, decided without the
+/// phases' lists. `None`, before anything is written, for every other case (a config
+/// to create or change, no stored value or a value inflated by hand, a log short of
+/// the wait): `decide.rs` then decides the call from the start.
+pub(super) fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> Option<Usual> {
+    // read config: the rule's own, stored
+    let rule = call
+        .rule
+        .filter(|r| call.bucket.is_none() && call.permits <= r.rate)?;
+    let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
+    if limiter.live_config(clock_now)? != *rule {
+        return None;
+    }
+    let bucket = limiter.bucket(rule.rate_type, clock_now)?;
+    let value = bucket.value?;
+    // load_rule: the newest grant, when newer than this call's time
+    let newest = bucket.newest().unwrap_or(clock_now).max(clock_now);
+    let now = settle_time(newest, clock_now);
+    let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, rule.interval_ms() as i64);
+    // plan_bucket: the value, plus what left the window
+    let (skip, released) = bucket.stale(now as i64 - interval);
+    let mut value = window::plain_value(value, released, rate)?;
+    // take: enough permits, or the exact wait until the log releases them
+    let mut wait = 0;
+    if permits > 0 {
+        if let Some(need) = window::lacking(value, 0, permits) {
+            wait = bucket.wait_for(skip, need, interval, now as i64, 0)?;
+        }
+    }
+    let granted = wait == 0;
+    // commit (a call asking what is available writes nothing)
+    if permits > 0 {
+        bucket.remove_first(skip, released);
+        if granted {
+            value -= permits;
+            bucket.push(now, call.permits as u32);
+        }
+        if granted || released > 0 {
+            bucket.value = Some(value);
+        }
+        ttl_rule(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
+    }
+    // reply
+    Some(Usual {
+        granted,
+        retry_ms: wait.max(0) as u64,
+        at_ms: now,
+        left: value.max(0) as u64,
+    })
+}
+
+/// tokens_one.lua's twin: one token-bucket rule whose bucket is held with the rule's
+/// config: load_tokens, settle_time, plan_tokens, take, commit, reply, in place and
+/// without lists. `None`, before anything is written, when the bucket is missing or
+/// its config differs: `decide.rs` then decides the call from the start (it creates
+/// the limiter, or reports the change).
+pub(super) fn decide_tokens_one(
+    store: &mut Store,
+    call: &Call<'_>,
+    shape: crate::BucketShape,
+    hash: u64,
+    clock_now: u64,
+) -> Option<Usual> {
+    let rule = call.rule?;
+    let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
+    // load_tokens, settle_time
+    let stored = limiter.tokens(rule.rate_type, clock_now)?;
+    let now = settle_time(stored.state.at.max(clock_now), clock_now);
+    // plan_tokens: a bucket held with this rule's config, refilled
+    let (rate, interval) = (rule.rate, rule.interval_ms());
+    if !stored.state.holds(rate, interval, shape.burst, shape.warmup_ms) {
+        return None;
+    }
+    let plan = Plan::refilled(&stored.state, now);
+    // take: enough tokens, or the exact wait until there are
+    let wait = plan.wait(call.permits);
+    let taken = if wait.is_none() { call.permits } else { 0 };
+    let (units, cold) = plan.take_tokens(taken);
+    // commit (a call asking what is available writes nothing), in place
+    if call.permits > 0 {
+        *stored = Tokens::stored(&plan, units, cold);
+    }
+    // reply
+    Some(Usual {
+        granted: wait.is_none(),
+        retry_ms: wait.unwrap_or(0),
+        at_ms: now,
+        left: plan.whole(units),
+    })
+}
