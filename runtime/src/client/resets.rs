@@ -25,7 +25,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::backend::redis::{ResetEntries, RESETS_KEPT};
+use crate::backend::redis::shared::{ResetEntries, RESETS_KEPT};
 use crate::backend::Backend;
 use crate::{Client, Error, LIBRARY_SEGMENT};
 
