@@ -22,7 +22,7 @@ use crate::backend::{Backend, Call, ConfigChange, Outcome, RuleOutcome};
 use crate::keys::Keys;
 use crate::rules::config_log;
 use crate::rules::rule::Merged;
-use crate::{ClientBuilder, Clock, Decision, Error, RateLimiter, Rule};
+use crate::{ClientBuilder, Clock, Decision, Error, Rule};
 
 /// The key prefix the attribute puts before its keys (the prefix Java services using
 /// the pattern of `trySetRate` then `tryAcquire` commonly give their limiters).
@@ -168,19 +168,6 @@ impl Client {
                 Ok(Client::memory())
             }
         }
-    }
-
-    /// A token bucket on the key `{name}:bucket` (used as given: no prefix),
-    /// refilling `rate` tokens per `interval` and holding at most `rate` (see
-    /// [`TokenBucket::burst`](crate::TokenBucket::burst)).
-    pub fn token_bucket(&self, name: impl Into<String>, rate: u64, interval: Duration) -> crate::TokenBucket {
-        crate::TokenBucket::new(self, name.into(), rate, interval)
-    }
-
-    /// A limiter on the key `name`, used as given (no prefix), as Redisson's
-    /// `getRateLimiter(name)`.
-    pub fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter {
-        RateLimiter::new(self.clone(), name.into())
     }
 
     /// Decides all `rules` at once: granted only when every rule has the permits, and
@@ -478,67 +465,11 @@ impl Client {
         WeakClient(Arc::downgrade(&self.inner))
     }
 
-    /// The keys of `rule`, once its name and settings are known good: checked on its
-    /// first call and whenever a setter changed it, not on every call.
+    /// The keys of `rule` ([`rules::checks::rule_keys`](crate::rules::checks::rule_keys)).
     #[inline]
     fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
-        if rule.is_checked() {
-            return Ok(Keys::checked_before(rule.name(), &self.inner.client_id));
-        }
-        self.first_rule_keys(rule)
+        crate::rules::checks::rule_keys(rule, &self.inner.prefix, &self.inner.client_id)
     }
-
-    fn first_rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
-        let keys = Keys::new(rule.name(), &self.inner.client_id)?;
-        // A name a caller's value makes can land on the library's own keys (the
-        // override table, the stream of resets): refused, as the handles refuse it.
-        if let Some(what) = crate::keys::library_key(self.prefix(), rule.name()) {
-            return Err(Error::NotALimiter {
-                key: rule.name().to_owned(),
-                role: "config",
-                found: format!("is {what} of the clients with the key prefix `{}`", self.prefix()),
-            });
-        }
-        if !rule.settings_checked() {
-            check_settings(rule)?;
-        }
-        rule.mark_checked();
-        Ok(keys)
-    }
-}
-
-/// Every check of a rule's settings: its config, a sliding window without a bucket's
-/// settings, its permits within what one call may take.
-pub(crate) fn check_settings(rule: &Rule) -> Result<(), Error> {
-    rule.config().validate(rule.name())?;
-    rule.check_batch()?;
-    if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
-        return Err(Error::InvalidConfig {
-            name: rule.name().to_owned(),
-            problem: "burst and warm-up are a token bucket's: add .algorithm(Algorithm::TokenBucket), \
-                      or remove them",
-        });
-    }
-    match rule.shape() {
-        None => crate::handles::limiter::check_permits(
-            rule.name(),
-            rule.permits_per_call(),
-            Some(rule.config().rate),
-        )?,
-        Some(shape) => {
-            let burst = shape.burst;
-            crate::rules::fit::check_bucket(rule.name(), shape, rule.config())?;
-            crate::handles::limiter::check_permits(rule.name(), rule.permits_per_call(), None)?;
-            if rule.permits_per_call() > burst {
-                return Err(Error::PermitsExceedBurst {
-                    name: rule.name().to_owned(),
-                    permits: rule.permits_per_call(),
-                    burst,
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A decision on the backend, under way.
