@@ -10,6 +10,7 @@ use once_cell::sync::Lazy;
 use redis::{RedisError, Script};
 
 mod acquire;
+pub(crate) mod connect;
 pub(crate) mod connection;
 pub(crate) mod cross_slot;
 pub(crate) mod failure;
