@@ -6,8 +6,10 @@ use std::time::Duration;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::connect::{Connected, Settings};
 use crate::backend::redis::connection::RawConnection;
-use crate::backend::redis::Replicas;
+use crate::backend::redis::{Owner, Replicas};
 use crate::backend::Backend;
+use crate::client::clock::SystemClock;
+use crate::client::Parts;
 use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 use crate::DEFAULT_MAX_LIMITERS;
 use crate::{Client, Clock, Error};
@@ -233,25 +235,37 @@ impl ClientBuilder {
     /// A client on the Redis backend `connected` is made for.
     fn finish_redis(self, connected: Connected) -> Result<Client, Error> {
         let shown = connected.target.shown().to_owned();
-        let backend = self.redis().backend(connected)?;
-        Ok(self.finish(Backend::Redis(backend), shown))
+        let parts = self.parts();
+        let clock = parts.clock.clone();
+        let owner = Owner {
+            prefix: parts.prefix.clone(),
+            client_id: parts.client_id.clone(),
+            clock: Arc::new(move || match &clock {
+                None => SystemClock.now_ms(),
+                Some(clock) => clock.now_ms(),
+            }),
+            overrides: parts.overrides.clone(),
+            local_refusals: self.local_refusals,
+        };
+        let backend = self.redis().backend(connected, owner)?;
+        Ok(Client::assemble(parts, Backend::Redis(Arc::new(backend)), shown))
     }
 
     /// A client on the in-process backend: same semantics, limits per process.
     pub fn memory(self) -> Client {
         let backend = MemoryBackend::new(self.max_limiters);
-        self.finish(Backend::Memory(backend), "memory".to_owned())
+        Client::assemble(self.parts(), Backend::Memory(backend), "memory".to_owned())
     }
 
-    fn finish(self, backend: Backend, shown: String) -> Client {
-        Client::assemble(
-            backend,
-            self.prefix,
-            self.clock,
-            self.command_timeout,
-            shown,
-            self.max_limiters,
-            self.local_refusals,
-        )
+    /// What the client is made of beside its backend, its id new.
+    fn parts(&self) -> Parts {
+        Parts {
+            prefix: self.prefix.clone(),
+            client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            clock: self.clock.clone(),
+            overrides: Default::default(),
+            command_timeout: self.command_timeout,
+            max_limiters: self.max_limiters,
+        }
     }
 }

@@ -13,7 +13,7 @@ use super::failure::classify;
 use super::sentinel::{self, SentinelConn};
 use super::server::Eviction;
 use super::target::Target;
-use super::{RedisBackend, Replicas};
+use super::{Owner, RedisBackend, Replicas};
 use crate::Error;
 
 /// What a client's settings say of Redis: the builder hands them over to connect.
@@ -151,8 +151,9 @@ impl Settings {
         Ok(lazy(Conn::Single(conn), target))
     }
 
-    /// The backend on `connected`, its `wait_for_replicas` setting checked.
-    pub(crate) fn backend(&self, connected: Connected) -> Result<RedisBackend, Error> {
+    /// The backend on `connected` for the client `owner` says, its `wait_for_replicas`
+    /// setting checked.
+    pub(crate) fn backend(&self, connected: Connected, owner: Owner) -> Result<RedisBackend, Error> {
         let Connected {
             conn,
             target,
@@ -160,8 +161,15 @@ impl Settings {
             eviction,
         } = connected;
         let replicas = self.replicas(matches!(conn, Conn::Cluster(_)))?;
-        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target, connected)
-            .wait_for_replicas(replicas);
+        let backend = RedisBackend::new(
+            conn,
+            self.command_timeout,
+            self.server_time,
+            target,
+            connected,
+            owner,
+        )
+        .wait_for_replicas(replicas);
         if let Some(eviction) = &eviction {
             backend.record_eviction(eviction);
         }

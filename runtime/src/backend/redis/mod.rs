@@ -1,9 +1,12 @@
 //! The Redis backend: a client's connection, each request run under the command
 //! timeout, the server's health checked off the deciding path; one script call per
-//! operation (EVALSHA with reload on NOSCRIPT), in the files beside this one.
+//! operation (EVALSHA with reload on NOSCRIPT), in the files beside this one. What a
+//! client keeps in process because the state is remote is in [`kept`], what it shares
+//! with every process through the library's own keys in [`shared`].
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use once_cell::sync::Lazy;
@@ -15,6 +18,7 @@ pub(crate) mod connection;
 pub(crate) mod cross_slot;
 pub(crate) mod failure;
 mod give_back;
+pub(crate) mod kept;
 mod layout;
 mod limiter;
 mod replies;
@@ -29,7 +33,8 @@ pub(crate) mod tls;
 pub use limiter::delete_limiter_keys;
 
 use crate::keys::Keys;
-use crate::Error;
+use crate::rules::overrides::Overrides;
+use crate::{Error, Rule};
 use connection::Conn;
 use failure::classify;
 use replies::script_error;
@@ -72,6 +77,20 @@ pub(crate) struct Replicas {
     pub timeout: Duration,
 }
 
+/// The client a Redis backend serves, as its answers in process and its background
+/// work need it.
+pub(crate) struct Owner {
+    pub prefix: String,
+    pub client_id: Arc<str>,
+    /// The client's clock, in epoch milliseconds.
+    pub clock: Arc<dyn Fn() -> u64 + Send + Sync>,
+    /// The rate overrides in force, shared with the client.
+    pub overrides: Arc<Overrides>,
+    /// Whether a refusal may be answered again in process
+    /// (`ClientBuilder::local_refusals`).
+    pub local_refusals: bool,
+}
+
 pub(crate) struct RedisBackend {
     conn: Conn,
     timeout: Duration,
@@ -87,12 +106,31 @@ pub(crate) struct RedisBackend {
     health: std::sync::Arc<Health>,
     /// Grants answered once this many replicas have them (`WAIT` after the script).
     replicas: Option<Replicas>,
+    owner: Owner,
+    /// Refusals and batches answered in process.
+    kept: kept::Kept,
+    /// The refusals to report, the background task's state, the resets read.
+    shared: shared::Shared,
+}
+
+/// A client dropped gives back what its open batches did not use.
+impl Drop for RedisBackend {
+    fn drop(&mut self) {
+        self.give_back_all();
+    }
 }
 
 impl RedisBackend {
     /// `connected`: a connection answered already (a client that connected eagerly),
     /// so a first timeout is the command's, not the connecting's.
-    pub fn new(conn: Conn, timeout: Duration, server_time: bool, target: Target, connected: bool) -> Self {
+    pub fn new(
+        conn: Conn,
+        timeout: Duration,
+        server_time: bool,
+        target: Target,
+        connected: bool,
+        owner: Owner,
+    ) -> Self {
         RedisBackend {
             conn,
             timeout,
@@ -102,7 +140,20 @@ impl RedisBackend {
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected)),
             replicas: None,
+            kept: kept::Kept::new(owner.local_refusals),
+            shared: Default::default(),
+            owner,
         }
+    }
+
+    /// The client's current time in epoch milliseconds.
+    fn now_ms(&self) -> u64 {
+        (self.owner.clock)()
+    }
+
+    /// The keys of `rule` for this client, checked as the client checks them.
+    fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
+        crate::rules::checks::rule_keys(rule, &self.owner.prefix, &self.owner.client_id)
     }
 
     /// Answers grants once `replicas` replicas have them.

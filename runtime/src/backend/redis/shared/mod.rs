@@ -1,9 +1,46 @@
 //! The library's own keys in Redis, which every process using the same prefix shares:
 //! hashes (the rate overrides, the rules published, the refusal reports) and the
-//! stream of limiters reset. Plain commands, no script.
+//! stream of limiters reset, read and written with plain commands (no script); the
+//! reading of the stream ([`resets`]) and the background task that keeps a client in
+//! step with the others ([`sync`]).
 
 use super::RedisBackend;
-use crate::Error;
+use crate::observe::refusal_reports::RefusalReports;
+use crate::{Error, LIBRARY_SEGMENT};
+
+pub(crate) mod resets;
+pub(crate) mod sync;
+
+/// What a Redis client shares with the others, on its side: the refusals it has to
+/// report, its background task's state, how far it read the stream of resets.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    pub reports: RefusalReports,
+    pub background: sync::Background,
+    pub resets: resets::Cursor,
+}
+
+/// The key of the overrides hash: `<prefix>redlimit:overrides`.
+pub(crate) fn overrides_key(prefix: &str) -> String {
+    format!("{prefix}{LIBRARY_SEGMENT}:overrides")
+}
+
+/// The key of the table where each process publishes the rules it runs:
+/// `<prefix>redlimit:rules`.
+pub(crate) fn rules_key(prefix: &str) -> String {
+    format!("{prefix}{LIBRARY_SEGMENT}:rules")
+}
+
+/// The key of the refusals reported for the epoch second `second`:
+/// `<prefix>redlimit:refused:<second>`.
+pub(crate) fn refusals_key(prefix: &str, second: u64) -> String {
+    format!("{prefix}{LIBRARY_SEGMENT}:refused:{second}")
+}
+
+/// The key of the stream of limiters reset: `<prefix>redlimit:resets`.
+pub(crate) fn resets_key(prefix: &str) -> String {
+    format!("{prefix}{LIBRARY_SEGMENT}:resets")
+}
 
 /// Entries the stream of limiters reset keeps, about (`XADD ... MAXLEN ~`): a second's
 /// resets, many times over, for processes that read it every second.
