@@ -4,6 +4,8 @@
 //! must give the same answers decision for decision; the differential test holds them
 //! to it.
 
+pub(crate) mod decisions;
+mod either;
 pub(crate) mod memory;
 pub(crate) mod redis;
 
@@ -71,7 +73,7 @@ pub(crate) struct Configure {
 /// The backend of a [`Client`](crate::Client).
 pub(crate) enum Backend {
     Memory(memory::MemoryBackend),
-    Redis(redis::RedisBackend),
+    Redis(std::sync::Arc<redis::RedisBackend>),
 }
 
 /// Runs one operation on whichever backend it is; on Redis, timed as `operation`. (The
@@ -129,26 +131,6 @@ impl Backend {
             Backend::Memory(b) => b.acquire(calls, now).await,
             Backend::Redis(b) => redis_acquire(b, calls, now).await,
         }
-    }
-
-    /// Decides one call on Redis, answering the log member it was granted under (a
-    /// batch gives back through it); `None` on the in-process backend, which does not
-    /// batch.
-    pub async fn acquire_batch(
-        &self,
-        call: &Call<'_>,
-        now: u64,
-    ) -> Option<Result<(Outcome, [u8; crate::member::MEMBER_LEN]), Error>> {
-        let Backend::Redis(b) = self else {
-            return None;
-        };
-        let span = redis_span();
-        let decided = async {
-            let (outcome, members) = b.acquire_group(std::slice::from_ref(call), now).await?;
-            Ok((outcome, members[0]))
-        };
-        let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
-        Some(Box::pin(tracing::Instrument::instrument(timed, span)).await)
     }
 
     /// The `backend` label of metrics and spans.

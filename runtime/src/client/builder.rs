@@ -3,19 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::AsyncConnectionConfig;
-
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::connection::{
-    cluster_nodes, primary_addresses, with_address, Conn, RawConnection,
-};
-use crate::backend::redis::failure::classify;
-use crate::backend::redis::sentinel::{self, SentinelConn};
-use crate::backend::redis::server::Eviction;
-use crate::backend::redis::target::Target;
-use crate::backend::redis::{RedisBackend, Replicas};
+use crate::backend::redis::connect::{Connected, Settings};
+use crate::backend::redis::connection::RawConnection;
+use crate::backend::redis::{Owner, Replicas};
 use crate::backend::Backend;
+use crate::client::clock::SystemClock;
+use crate::client::Parts;
 use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 use crate::DEFAULT_MAX_LIMITERS;
 use crate::{Client, Clock, Error};
@@ -153,36 +147,6 @@ impl ClientBuilder {
         self
     }
 
-    /// The `wait_for_replicas` setting, checked against the others and the server.
-    fn replicas(&self, cluster: bool) -> Result<Option<Replicas>, Error> {
-        let Some(replicas) = self.replicas else {
-            return Ok(None);
-        };
-        let invalid = |problem: String| Error::InvalidSetting {
-            setting: "wait_for_replicas",
-            problem,
-        };
-        if replicas.count == 0 {
-            return Err(invalid(
-                "0 replicas waits for nothing: ask for at least 1".to_owned(),
-            ));
-        }
-        if replicas.timeout < Duration::from_millis(1) || replicas.timeout >= self.command_timeout {
-            return Err(invalid(format!(
-                "a timeout of {:?}: it must be at least 1 ms and below the command timeout ({:?})",
-                replicas.timeout, self.command_timeout
-            )));
-        }
-        if cluster {
-            return Err(invalid(
-                "a Redis Cluster: waiting for replicas is offered on a single master \
-                 (redis://, rediss:// or redis+sentinel://)"
-                    .to_owned(),
-            ));
-        }
-        Ok(Some(replicas))
-    }
-
     /// Decide at the Redis server's clock (`TIME` inside the scripts) instead of this
     /// process's, for fleets whose clocks cannot be trusted: windows are then exact
     /// whatever the clients' skew. The trade-off: Java Redisson clients sharing the
@@ -215,28 +179,8 @@ impl ClientBuilder {
     /// `redis+cluster://host:port,host:port/` connects to a Redis Cluster;
     /// `rediss://` uses TLS (cargo feature `tls`).
     pub async fn connect(self, url: &str) -> Result<Client, Error> {
-        let (conn, target, eviction) = self.connect_conn(url).await?;
-        self.finish_redis(conn, target, true, eviction)
-    }
-
-    /// The connection [`connect`](ClientBuilder::connect) makes, where it goes, and
-    /// what the server's eviction policy is.
-    async fn connect_conn(&self, url: &str) -> Result<(Conn, Target, Option<Eviction>), Error> {
-        let target = Target::new(url);
-        if let Some(nodes) = cluster_nodes(url) {
-            let (conn, eviction) = self.connect_cluster_conn(&nodes?, &target).await?;
-            return Ok((conn, target, eviction));
-        }
-        if let Some(parts) = sentinel::parse_url(url) {
-            let mut conn = self.sentinel_conn(&parts?, &target)?;
-            let eviction = self.check_server(&mut conn, &target).await?;
-            return Ok((conn, target, eviction));
-        }
-        let (client, connection_config) = self.redis_config(url, &target)?;
-        let eviction = self.probe(&client, &target).await?;
-        let connect = ConnectionManager::new_with_config(client, connection_config);
-        let conn = self.within_connect_timeout(connect, &target).await?;
-        Ok((Conn::Single(conn), target, eviction))
+        let connected = self.redis().connect(url).await?;
+        self.finish_redis(connected)
     }
 
     /// A connection made as [`connect`](ClientBuilder::connect) makes its own (the
@@ -244,8 +188,7 @@ impl ClientBuilder {
     /// CLI's. Not a public API.
     #[doc(hidden)]
     pub async fn connect_raw(self, url: &str) -> Result<RawConnection, Error> {
-        let (conn, target, _) = self.connect_conn(url).await?;
-        Ok(RawConnection::new(conn, target, self.command_timeout))
+        self.redis().connect_raw(url).await
     }
 
     /// A raw connection to each primary behind `url`, for commands a node answers for
@@ -260,256 +203,69 @@ impl ClientBuilder {
         url: &str,
         routed: &RawConnection,
     ) -> Result<Vec<RawConnection>, Error> {
-        let Some(nodes) = cluster_nodes(url) else {
-            return Ok(vec![routed.clone()]);
-        };
-        let node = &nodes?[0];
-        let reply: String = redis::cmd("CLUSTER")
-            .arg("NODES")
-            .query_async(&mut routed.clone())
-            .await
-            .map_err(|e| routed.error(&e))?;
-        let mut primaries = Vec::new();
-        for addr in primary_addresses(&reply) {
-            primaries.push(self.clone().connect_raw(&with_address(node, addr)).await?);
-        }
-        Ok(primaries)
+        self.redis().connect_raw_primaries(url, routed).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<Client, Error> {
         let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-        let target = Target::nodes(&nodes);
-        self.connect_cluster_nodes(&nodes, target).await
-    }
-
-    async fn connect_cluster_nodes(self, nodes: &[String], target: Target) -> Result<Client, Error> {
-        let (conn, eviction) = self.connect_cluster_conn(nodes, &target).await?;
-        self.finish_redis(conn, target, true, eviction)
-    }
-
-    async fn connect_cluster_conn(
-        &self,
-        nodes: &[String],
-        target: &Target,
-    ) -> Result<(Conn, Option<Eviction>), Error> {
-        let client = self.cluster_client(nodes, target)?;
-        let mut conn = self
-            .within_connect_timeout(client.get_async_connection(), target)
-            .await?;
-        let eviction = self.check_server(&mut conn, target).await?;
-        Ok((Conn::Cluster(conn), eviction))
+        let connected = self.redis().connect_cluster(&nodes).await?;
+        self.finish_redis(connected)
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
     /// application can start while Redis is down. Must be called inside a Tokio runtime.
     pub fn connect_lazy(self, url: &str) -> Result<Client, Error> {
-        let target = Target::new(url);
-        if let Some(nodes) = cluster_nodes(url) {
-            let client = self.cluster_client(&nodes?, &target)?;
-            let config = redis::cluster::ClusterConfig::new()
-                .set_connection_timeout(self.connect_timeout)
-                .set_response_timeout(self.command_timeout);
-            let conn = client.get_pending_async_connection_with_config(config);
-            return self.finish_redis(Conn::Cluster(conn), target, false, None);
-        }
-        if let Some(parts) = sentinel::parse_url(url) {
-            let conn = self.sentinel_conn(&parts?, &target)?;
-            return self.finish_redis(conn, target, false, None);
-        }
-        let (client, connection_config) = self.redis_config(url, &target)?;
-        let conn = ConnectionManager::new_lazy_with_config(client, connection_config)
-            .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
-        self.finish_redis(Conn::Single(conn), target, false, None)
+        let connected = self.redis().connect_lazy(url)?;
+        self.finish_redis(connected)
     }
 
-    /// The connection to the master the sentinels of `url` name (found at its first
-    /// command, and again after each failover).
-    fn sentinel_conn(&self, url: &sentinel::SentinelUrl, target: &Target) -> Result<Conn, Error> {
-        if url.tls && !cfg!(feature = "tls") {
-            return Err(Error::InvalidUrl {
-                url: target.shown().to_owned(),
-                detail: "TLS needs the cargo feature `tls` of redlimit for rediss+sentinel:// URLs"
-                    .to_owned(),
-            });
+    /// The settings the Redis backend connects with.
+    fn redis(&self) -> Settings {
+        Settings {
+            command_timeout: self.command_timeout,
+            connect_timeout: self.connect_timeout,
+            server_time: self.server_time,
+            replicas: self.replicas,
+            #[cfg(feature = "tls")]
+            tls: self.tls.clone(),
         }
-        let timeouts = sentinel::Timeouts {
-            connect: self.connect_timeout,
-            command: self.command_timeout,
-        };
-        #[cfg(feature = "tls")]
-        let conn = {
-            crate::backend::redis::tls::install_crypto_provider();
-            SentinelConn::new(url, timeouts, self.tls.certificates())
-        };
-        #[cfg(not(feature = "tls"))]
-        let conn = SentinelConn::new(url, timeouts);
-        let conn = conn.map_err(|e| invalid_url(target, &e))?;
-        Ok(Conn::Sentinel(conn))
     }
 
-    /// One connection and a PING, to report what stops a connection by its name
-    /// (the reconnecting connection retries instead of answering); then the server's
-    /// version and eviction policy.
-    async fn probe(&self, client: &redis::Client, target: &Target) -> Result<Option<Eviction>, Error> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.connect_timeout));
-        let attempt = async {
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            redis::cmd("PING").query_async::<()>(&mut conn).await?;
-            Ok(conn)
-        };
-        let mut conn = self.within_connect_timeout(attempt, target).await?;
-        self.check_server(&mut conn, target).await
-    }
-
-    /// Refuses a server older than the scripts need, naming the version found; reads
-    /// its eviction policy (`None` when it would not say).
-    async fn check_server(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        target: &Target,
-    ) -> Result<Option<Eviction>, Error> {
-        let read = async {
-            let server = crate::backend::redis::server::read_server(conn).await?;
-            let eviction = crate::backend::redis::server::read_eviction(conn)
-                .await
-                .ok()
-                .flatten();
-            Ok::<_, crate::backend::redis::server::ServerProblem>((server, eviction))
-        };
-        match tokio::time::timeout(self.connect_timeout, read).await {
-            Ok(Ok((_, eviction))) => Ok(eviction),
-            Ok(Err(problem)) => Err(problem.into_error(target.shown(), |err| {
-                classify(err, target, self.connect_timeout, true)
-            })),
-            Err(_) => Err(Error::ConnectTimeout {
-                target: target.shown().to_owned(),
-                after: self.connect_timeout,
+    /// A client on the Redis backend `connected` is made for.
+    fn finish_redis(self, connected: Connected) -> Result<Client, Error> {
+        let shown = connected.target.shown().to_owned();
+        let parts = self.parts();
+        let clock = parts.clock.clone();
+        let owner = Owner {
+            prefix: parts.prefix.clone(),
+            client_id: parts.client_id.clone(),
+            clock: Arc::new(move || match &clock {
+                None => SystemClock.now_ms(),
+                Some(clock) => clock.now_ms(),
             }),
-        }
-    }
-
-    async fn within_connect_timeout<T>(
-        &self,
-        connect: impl std::future::Future<Output = redis::RedisResult<T>>,
-        target: &Target,
-    ) -> Result<T, Error> {
-        let timed_out = || Error::ConnectTimeout {
-            target: target.shown().to_owned(),
-            after: self.connect_timeout,
+            overrides: parts.overrides.clone(),
+            local_refusals: self.local_refusals,
         };
-        match tokio::time::timeout(self.connect_timeout, connect).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(err)) if err.is_timeout() => Err(timed_out()),
-            Ok(Err(err)) => Err(classify(&err, target, self.connect_timeout, true)),
-            Err(_) => Err(timed_out()),
-        }
-    }
-
-    fn cluster_client(
-        &self,
-        nodes: &[String],
-        target: &Target,
-    ) -> Result<redis::cluster::ClusterClient, Error> {
-        // Redirects and TRYAGAIN (a slot migrating) are retried within milliseconds:
-        // the default waits start at 1.28 s, far past any request path's timeout.
-        let builder = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
-            .connection_timeout(self.connect_timeout)
-            .response_timeout(self.command_timeout)
-            .retries(16)
-            .min_retry_wait(2)
-            .max_retry_wait(50)
-            .retry_wait_formula(2, 2);
-        #[cfg(feature = "tls")]
-        let builder = match self.tls.certificates() {
-            Some(certs) => builder.certs(certs),
-            None => builder,
-        };
-        builder.build().map_err(|e| invalid_url(target, &e))
-    }
-
-    /// `connected`: an eager connect, which read the version and `eviction` (a lazy
-    /// client reads them at its first decision).
-    fn finish_redis(
-        self,
-        conn: Conn,
-        target: Target,
-        connected: bool,
-        eviction: Option<Eviction>,
-    ) -> Result<Client, Error> {
-        let replicas = self.replicas(matches!(conn, Conn::Cluster(_)))?;
-        let shown = target.shown().to_owned();
-        let backend = RedisBackend::new(conn, self.command_timeout, self.server_time, target, connected)
-            .wait_for_replicas(replicas);
-        if let Some(eviction) = &eviction {
-            backend.record_eviction(eviction);
-        }
-        Ok(self.finish(Backend::Redis(backend), shown))
+        let backend = self.redis().backend(connected, owner)?;
+        Ok(Client::assemble(parts, Backend::Redis(Arc::new(backend)), shown))
     }
 
     /// A client on the in-process backend: same semantics, limits per process.
     pub fn memory(self) -> Client {
         let backend = MemoryBackend::new(self.max_limiters);
-        self.finish(Backend::Memory(backend), "memory".to_owned())
+        Client::assemble(self.parts(), Backend::Memory(backend), "memory".to_owned())
     }
 
-    fn redis_config(
-        &self,
-        url: &str,
-        target: &Target,
-    ) -> Result<(redis::Client, ConnectionManagerConfig), Error> {
-        #[cfg(feature = "tls")]
-        let client = match self.tls.certificates() {
-            Some(certs) => {
-                crate::backend::redis::tls::install_crypto_provider();
-                redis::Client::build_with_tls(url, certs)
-            }
-            None => {
-                crate::backend::redis::tls::install_crypto_provider();
-                redis::Client::open(url)
-            }
-        };
-        #[cfg(not(feature = "tls"))]
-        let client = redis::Client::open(url);
-        let client = client.map_err(|e| invalid_url(target, &e))?;
-        // One connection attempt per command at most, failing with its real cause
-        // (refused, wrong password, ...), rather than retries with growing pauses
-        // that outlast any request's timeout; the next command tries again.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.command_timeout))
-            .set_number_of_retries(0);
-        Ok((client, config))
-    }
-
-    fn finish(self, backend: Backend, shown: String) -> Client {
-        Client::assemble(
-            backend,
-            self.prefix,
-            self.clock,
-            self.command_timeout,
-            shown,
-            self.max_limiters,
-            self.local_refusals,
-        )
-    }
-}
-
-fn invalid_url(target: &Target, err: &redis::RedisError) -> Error {
-    // The connection layer's text, without the name of its error kind.
-    let text = err.to_string().replace(&format!(" - {:?}", err.kind()), "");
-    let detail = target.scrub(&text);
-    let detail = if detail.contains("TLS") && !cfg!(feature = "tls") {
-        format!("{detail}; enable the cargo feature `tls` of redlimit for rediss:// URLs")
-    } else {
-        detail
-    };
-    Error::InvalidUrl {
-        url: target.shown().to_owned(),
-        detail,
+    /// What the client is made of beside its backend, its id new.
+    fn parts(&self) -> Parts {
+        Parts {
+            prefix: self.prefix.clone(),
+            client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            clock: self.clock.clone(),
+            overrides: Default::default(),
+            command_timeout: self.command_timeout,
+            max_limiters: self.max_limiters,
+        }
     }
 }

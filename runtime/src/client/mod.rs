@@ -1,13 +1,10 @@
 //! The client: a backend, a clock, a key prefix, timeouts and a client id.
 
-mod background;
-pub(crate) mod batches;
 pub(crate) mod builder;
 pub(crate) mod clock;
 pub(crate) mod default_client;
 mod overrides;
-pub(crate) mod refusal_cache;
-mod resets;
+mod shared;
 pub(crate) mod waiting;
 
 use std::fmt;
@@ -17,12 +14,11 @@ use std::sync::{Arc, Once};
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::backend::decisions::{merged_calls, merged_decision, one_rule_decision};
 use crate::backend::memory::OneRule;
-use crate::backend::{Backend, Call, ConfigChange, Outcome, RuleOutcome};
+use crate::backend::{Backend, Call};
 use crate::keys::Keys;
-use crate::rules::config_log;
-use crate::rules::rule::Merged;
-use crate::{ClientBuilder, Clock, Decision, Error, RateLimiter, Rule};
+use crate::{ClientBuilder, Clock, Decision, Error, Rule};
 
 /// The key prefix the attribute puts before its keys (the prefix Java services using
 /// the pattern of `trySetRate` then `tryAcquire` commonly give their limiters).
@@ -63,56 +59,37 @@ struct Inner {
     clock: Option<Arc<dyn Clock>>,
     command_timeout: Duration,
     target: String,
-    overrides: crate::rules::overrides::Overrides,
-    refusal_reports: crate::observe::refusal_reports::RefusalReports,
-    background: background::Background,
+    /// The rate overrides in force (shared with a Redis backend, which refreshes
+    /// them).
+    overrides: Arc<crate::rules::overrides::Overrides>,
     /// The bound of the in-process limiters `on_error = "local"` decides on while
     /// this client's backend fails, and those limiters, made on first use.
     max_limiters: usize,
     local: once_cell::sync::OnceCell<Client>,
-    /// Refusals answered again without a round trip (Redis clients).
-    refusals: crate::client::refusal_cache::RefusalCache,
-    /// Batches of permits served in process (Redis clients, rules with a batch).
-    batches: batches::Batches,
-    /// How far the stream of limiters reset was read.
-    resets: resets::Cursor,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        batches::give_back_all(&self.batches, &self.backend, &self.client_id);
-    }
 }
 
 impl Client {
     /// Assembles a client; the builder's last step.
-    pub(crate) fn assemble(
-        backend: Backend,
-        prefix: String,
-        clock: Option<Arc<dyn Clock>>,
-        command_timeout: Duration,
-        target: String,
-        max_limiters: usize,
-        local_refusals: bool,
-    ) -> Client {
-        let local_refusals = local_refusals && matches!(backend, Backend::Redis(_));
-        let batches = batches::Batches::new(matches!(backend, Backend::Redis(_)));
+    pub(crate) fn assemble(parts: Parts, backend: Backend, target: String) -> Client {
+        let Parts {
+            prefix,
+            client_id,
+            clock,
+            overrides,
+            command_timeout,
+            max_limiters,
+        } = parts;
         Client {
             inner: Arc::new(Inner {
                 backend,
                 prefix,
-                client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+                client_id,
                 clock,
                 command_timeout,
                 target,
-                overrides: Default::default(),
-                refusal_reports: Default::default(),
-                background: Default::default(),
+                overrides,
                 max_limiters,
                 local: once_cell::sync::OnceCell::new(),
-                refusals: crate::client::refusal_cache::RefusalCache::new(local_refusals),
-                batches,
-                resets: Default::default(),
             }),
         }
     }
@@ -170,19 +147,6 @@ impl Client {
         }
     }
 
-    /// A token bucket on the key `{name}:bucket` (used as given: no prefix),
-    /// refilling `rate` tokens per `interval` and holding at most `rate` (see
-    /// [`TokenBucket::burst`](crate::TokenBucket::burst)).
-    pub fn token_bucket(&self, name: impl Into<String>, rate: u64, interval: Duration) -> crate::TokenBucket {
-        crate::TokenBucket::new(self, name.into(), rate, interval)
-    }
-
-    /// A limiter on the key `name`, used as given (no prefix), as Redisson's
-    /// `getRateLimiter(name)`.
-    pub fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter {
-        RateLimiter::new(self.clone(), name.into())
-    }
-
     /// Decides all `rules` at once: granted only when every rule has the permits, and
     /// then every rule spends them; a refusal by any rule spends nothing anywhere.
     /// On Redis this is one script call. Missing configs are created and differing
@@ -212,46 +176,25 @@ impl Client {
                 Some(remote) => remote,
                 None => {
                     let now = self.now_ms();
-                    if let Backend::Memory(memory) = self.backend() {
-                        decided = true;
-                        return Poll::Ready(self.check_rules_in_process(memory, rules, now));
-                    }
-                    if let Some(answer) = self.answered_here(rules, now) {
+                    let redis = match self.backend() {
+                        Backend::Memory(memory) => {
+                            decided = true;
+                            return Poll::Ready(self.check_rules_in_process(memory, rules, now));
+                        }
+                        Backend::Redis(redis) => redis,
+                    };
+                    // A refusal kept, a batch held: answered without a round trip.
+                    if let Some(answer) = redis.answered_here(rules, now) {
                         decided = true;
                         return Poll::Ready(Ok(answer));
                     }
-                    remote.insert(Box::pin(self.check_rules_remote(rules, now)))
+                    remote.insert(Box::pin(redis.check_rules(rules, now)))
                 }
             };
             let answer = std::task::ready!(remote.as_mut().poll(cx));
             decided = true;
             Poll::Ready(answer)
         })
-    }
-
-    /// A call of one rule answered from what this client holds, at `now`: granted
-    /// from an open batch, or refused again as Redis refused it.
-    fn answered_here(&self, rules: &[Rule], now: u64) -> Option<Decision> {
-        let [rule] = rules else { return None };
-        let permits = rule.permits_per_call().min(rule.most_permits());
-        if rule.batch_size() > 1 {
-            if let Some(served) = self.serve_batched(rule, permits) {
-                return Some(served);
-            }
-        }
-        self.inner.refusals.answer(rule, permits, now)
-    }
-
-    /// [`check_rules`](Client::check_rules) on the backend, at `now`.
-    async fn check_rules_remote(&self, rules: &[Rule], now: u64) -> Result<Decision, Error> {
-        if let [rule] = rules {
-            return self.check_rule(rule, now).await;
-        }
-        let keys = self.rules_keys(rules)?;
-        let merged = crate::rules::rule::merge(rules);
-        let calls = merged_calls(rules, &keys, &merged);
-        let outcome = self.backend().acquire_in_box(&calls, now).await?;
-        Ok(self.merged_decision(rules, &merged, &outcome))
     }
 
     /// [`check_rules`](Client::check_rules) in process: nothing waits, so it is decided
@@ -281,75 +224,11 @@ impl Client {
         let keys = self.rules_keys(rules)?;
         let merged = crate::rules::rule::merge(rules);
         let outcome = memory.decide_calls(&merged_calls(rules, &keys, &merged), now)?;
-        Ok(self.merged_decision(rules, &merged, &outcome))
+        Ok(merged_decision(rules, &merged, &outcome, || self.now_ms()))
     }
 
     fn rules_keys<'r>(&'r self, rules: &'r [Rule]) -> Result<Vec<Keys<'r>>, Error> {
         rules.iter().map(|rule| self.rule_keys(rule)).collect()
-    }
-
-    /// The decision of several rules, as their callers number them, from the outcome
-    /// of their merged calls: config changes logged, refusals kept of them dropped on
-    /// a grant.
-    fn merged_decision(&self, rules: &[Rule], merged: &[Merged], outcome: &Outcome) -> Decision {
-        for (m, rule) in merged.iter().zip(&outcome.rules) {
-            if let ConfigChange::Changed(previous) = &rule.config {
-                let rule = &rules[m.config];
-                config_log::changed(rule, previous, self.now_ms());
-            }
-        }
-        let mut decision = outcome.decision();
-        if decision.allowed {
-            for rule in rules {
-                self.inner.refusals.forget_rule(rule);
-            }
-        }
-        decision.refused_by = decision.refused_by.map(|i| merged[i].first);
-        decision.tightest = decision.tightest.map(|i| merged[i].first);
-        decision
-    }
-
-    /// [`check_rules`](Client::check_rules) of one rule on Redis, not answered from
-    /// the refusals kept: nothing to merge, nothing to collect.
-    async fn check_rule(&self, rule: &Rule, now: u64) -> Result<Decision, Error> {
-        let permits = rule.permits_per_call().min(rule.most_permits());
-        let mut now = now;
-        if rule.batch_size() > 1 {
-            // Boxed: taking a batch holds a lock and two round trips' state, which
-            // every decision's future would otherwise carry.
-            if let Some(decided) = Box::pin(self.check_batched(rule, permits)).await {
-                return decided;
-            }
-            now = self.now_ms();
-        }
-        let keys = self.rule_keys(rule)?;
-        let calls = [Call {
-            keys,
-            permits,
-            rule: Some(rule.config()),
-            bucket: rule.shape(),
-        }];
-        let outcome = self.backend().acquire_in_box(&calls, now).await?;
-        let decision = self.one_rule_decision(rule, &outcome);
-        if self.inner.refusals.note(rule, permits, &decision, now) {
-            // Kept refusals end when their limiter is reset anywhere: announcements
-            // are read in the background.
-            self.start_background();
-        }
-        Ok(decision)
-    }
-
-    /// The decision of `rule` alone from its outcome, a change of its stored config
-    /// logged.
-    pub(crate) fn one_rule_decision(&self, rule: &Rule, outcome: &Outcome) -> Decision {
-        if let Some(RuleOutcome {
-            config: ConfigChange::Changed(previous),
-            ..
-        }) = outcome.rules.first()
-        {
-            config_log::changed(rule, previous, self.now_ms());
-        }
-        outcome.decision()
     }
 
     /// One rule in process, with the rule's kept hash; the usual call's answer is the
@@ -369,22 +248,20 @@ impl Client {
         };
         match memory.decide_one_rule(&call, rule.name_hash(), now)? {
             OneRule::Usual(usual) => Ok(usual.decision()),
-            OneRule::Other(outcome) => Ok(self.one_rule_decision(rule, &outcome)),
+            OneRule::Other(outcome) => Ok(one_rule_decision(rule, &outcome, || self.now_ms())),
         }
     }
 
     /// [`check_rules`](Client::check_rules) decided where it is called, for an
     /// in-process client (`None` for any other).
     pub(crate) fn decide_in_process(&self, rules: &[Rule]) -> Option<Result<Decision, Error>> {
-        let Backend::Memory(memory) = self.backend() else {
-            return None;
-        };
+        let memory = self.backend().in_process()?;
         Some(self.check_rules_in_process(memory, rules, self.now_ms()))
     }
 
     /// Drops the refusal this client keeps of the limiter `name`, if any: it changed.
     pub(crate) fn forget_refusal(&self, name: &str) {
-        self.inner.refusals.forget(name);
+        self.backend().forget_refusal(name);
     }
 
     /// Permits `rule`'s limiter has left now, taking nothing (its config written as a
@@ -401,15 +278,6 @@ impl Client {
         }];
         let outcome = self.backend().acquire_in_box(&calls, self.now_ms()).await.ok()?;
         outcome.rules.first().map(|r| r.left)
-    }
-
-    /// Drops every refusal this client keeps.
-    pub(crate) fn forget_every_refusal(&self) {
-        self.inner.refusals.forget_all();
-    }
-
-    pub(crate) fn resets_cursor(&self) -> &resets::Cursor {
-        &self.inner.resets
     }
 
     /// Like [`check_rules`](Client::check_rules), waiting up to `timeout` for the
@@ -442,7 +310,7 @@ impl Client {
 
     /// True for the in-process backend.
     pub fn is_memory(&self) -> bool {
-        matches!(self.inner.backend, Backend::Memory(_))
+        self.inner.backend.is_memory()
     }
 
     /// The client's current time in epoch milliseconds.
@@ -465,105 +333,26 @@ impl Client {
         &self.inner.overrides
     }
 
-    pub(crate) fn refusal_reports(&self) -> &crate::observe::refusal_reports::RefusalReports {
-        &self.inner.refusal_reports
-    }
-
-    pub(crate) fn background(&self) -> &background::Background {
-        &self.inner.background
-    }
-
-    /// A handle that does not keep the client alive (for its background refresh).
-    pub(crate) fn downgrade(&self) -> WeakClient {
-        WeakClient(Arc::downgrade(&self.inner))
-    }
-
-    /// The keys of `rule`, once its name and settings are known good: checked on its
-    /// first call and whenever a setter changed it, not on every call.
+    /// The keys of `rule` ([`rules::checks::rule_keys`](crate::rules::checks::rule_keys)).
     #[inline]
     fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
-        if rule.is_checked() {
-            return Ok(Keys::checked_before(rule.name(), &self.inner.client_id));
-        }
-        self.first_rule_keys(rule)
+        crate::rules::checks::rule_keys(rule, &self.inner.prefix, &self.inner.client_id)
     }
-
-    fn first_rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
-        let keys = Keys::new(rule.name(), &self.inner.client_id)?;
-        // A name a caller's value makes can land on the library's own keys (the
-        // override table, the stream of resets): refused, as the handles refuse it.
-        if let Some(what) = crate::keys::library_key(self.prefix(), rule.name()) {
-            return Err(Error::NotALimiter {
-                key: rule.name().to_owned(),
-                role: "config",
-                found: format!("is {what} of the clients with the key prefix `{}`", self.prefix()),
-            });
-        }
-        if !rule.settings_checked() {
-            check_settings(rule)?;
-        }
-        rule.mark_checked();
-        Ok(keys)
-    }
-}
-
-/// Every check of a rule's settings: its config, a sliding window without a bucket's
-/// settings, its permits within what one call may take.
-pub(crate) fn check_settings(rule: &Rule) -> Result<(), Error> {
-    rule.config().validate(rule.name())?;
-    rule.check_batch()?;
-    if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
-        return Err(Error::InvalidConfig {
-            name: rule.name().to_owned(),
-            problem: "burst and warm-up are a token bucket's: add .algorithm(Algorithm::TokenBucket), \
-                      or remove them",
-        });
-    }
-    match rule.shape() {
-        None => crate::handles::limiter::check_permits(
-            rule.name(),
-            rule.permits_per_call(),
-            Some(rule.config().rate),
-        )?,
-        Some(shape) => {
-            let burst = shape.burst;
-            crate::rules::fit::check_bucket(rule.name(), shape, rule.config())?;
-            crate::handles::limiter::check_permits(rule.name(), rule.permits_per_call(), None)?;
-            if rule.permits_per_call() > burst {
-                return Err(Error::PermitsExceedBurst {
-                    name: rule.name().to_owned(),
-                    permits: rule.permits_per_call(),
-                    burst,
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A decision on the backend, under way.
 type Remote<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
 
-/// One call per distinct limiter of `rules` ([`Merged`]).
-fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[Merged]) -> Vec<Call<'r>> {
-    merged
-        .iter()
-        .map(|m| Call {
-            keys: keys[m.first],
-            permits: m.permits,
-            rule: Some(rules[m.config].config()),
-            bucket: rules[m.config].shape(),
-        })
-        .collect()
-}
-
-/// A [`Client`] that may have been dropped.
-pub(crate) struct WeakClient(std::sync::Weak<Inner>);
-
-impl WeakClient {
-    pub(crate) fn upgrade(&self) -> Option<Client> {
-        self.0.upgrade().map(|inner| Client { inner })
-    }
+/// What a client is made of beside its backend: the builder's last step gives them.
+pub(crate) struct Parts {
+    pub prefix: String,
+    /// A UUID v4, new for every client.
+    pub client_id: Arc<str>,
+    /// `None`: the system clock.
+    pub clock: Option<Arc<dyn Clock>>,
+    pub overrides: Arc<crate::rules::overrides::Overrides>,
+    pub command_timeout: Duration,
+    pub max_limiters: usize,
 }
 
 impl fmt::Debug for Client {

@@ -2,27 +2,9 @@
 //! (the table and its format: `rules::overrides`).
 
 use crate::rules::overrides::{OverrideOf, RateOverride, Table};
-use crate::{Client, Error, LIBRARY_SEGMENT};
+use crate::{Client, Error};
 
 impl Client {
-    /// The key of the overrides hash: `<prefix>redlimit:overrides`.
-    pub fn overrides_key(&self) -> String {
-        format!("{}{LIBRARY_SEGMENT}:overrides", self.prefix())
-    }
-
-    pub(crate) async fn read_overrides(&self) -> Result<Vec<RateOverride>, Error> {
-        match self.backend() {
-            crate::backend::Backend::Redis(redis) => {
-                let fields = redis.read_hash(&self.overrides_key()).await?;
-                Ok(fields
-                    .iter()
-                    .filter_map(|(field, value)| RateOverride::parse(field, value))
-                    .collect())
-            }
-            crate::backend::Backend::Memory(_) => Ok(self.overrides().table().list()),
-        }
-    }
-
     /// Sets an override for every process using this Redis and prefix (and at once
     /// for this client): rules of the attribute and the layer decide with `rate` per
     /// `interval` instead of their own.
@@ -35,15 +17,7 @@ impl Client {
         override_.check()?;
         if let OverrideOf::Rule(rule) = &override_.of {
             // this process's rules, and those every process using this Redis published
-            let published = match self.backend() {
-                crate::backend::Backend::Redis(redis) => redis
-                    .read_hash(&self.rules_key())
-                    .await?
-                    .into_iter()
-                    .map(|(field, _)| field)
-                    .collect(),
-                crate::backend::Backend::Memory(_) => Vec::new(),
-            };
+            let published = self.backend().published_rules().await?;
             crate::rules::registry::check_override(
                 &override_.of.field(),
                 rule,
@@ -52,15 +26,9 @@ impl Client {
                 &published,
             )?;
         }
-        if let crate::backend::Backend::Redis(redis) = self.backend() {
-            redis
-                .write_hash(
-                    &self.overrides_key(),
-                    &override_.of.field(),
-                    Some(&override_.value()),
-                )
-                .await?;
-        }
+        self.backend()
+            .write_override(&override_.of.field(), Some(&override_.value()))
+            .await?;
         let mut list = self.overrides().table().list();
         list.retain(|o| o.of != override_.of);
         list.push(override_.clone());
@@ -74,12 +42,12 @@ impl Client {
         let mut list = self.overrides().table().list();
         let had = list.iter().any(|o| &o.of == of);
         list.retain(|o| &o.of != of);
-        let removed = match self.backend() {
-            crate::backend::Backend::Redis(redis) => {
-                redis.write_hash(&self.overrides_key(), &of.field(), None).await?
-            }
-            crate::backend::Backend::Memory(_) => had,
-        };
+        // In process the overrides are this client's only.
+        let removed = self
+            .backend()
+            .write_override(&of.field(), None)
+            .await?
+            .unwrap_or(had);
         self.overrides().replace(Table::from_list(&list));
         Ok(removed)
     }
@@ -87,7 +55,7 @@ impl Client {
     /// Every override set, rules first, by name. Entries of the hash that do not
     /// parse are left out.
     pub async fn list_overrides(&self) -> Result<Vec<RateOverride>, Error> {
-        let mut list = self.read_overrides().await?;
+        let mut list = self.backend().read_overrides(self.overrides()).await?;
         list.sort_by(|a, b| a.of.cmp(&b.of));
         Ok(list)
     }

@@ -63,7 +63,7 @@ impl Engine {
                 .iter()
                 .map(|spec| {
                     let rule = spec.rule(String::new(), spec.permits, spec.rate, spec.interval);
-                    crate::client::check_settings(&rule).is_ok()
+                    crate::rules::checks::check_settings(&rule).is_ok()
                 })
                 .collect()
         })

@@ -36,6 +36,15 @@ pub struct TokenBucket {
     keys: Option<LimiterKeys>,
 }
 
+impl Client {
+    /// A token bucket on the key `{name}:bucket` (used as given: no prefix),
+    /// refilling `rate` tokens per `interval` and holding at most `rate` (see
+    /// [`TokenBucket::burst`](crate::TokenBucket::burst)).
+    pub fn token_bucket(&self, name: impl Into<String>, rate: u64, interval: Duration) -> crate::TokenBucket {
+        crate::TokenBucket::new(self, name.into(), rate, interval)
+    }
+}
+
 impl TokenBucket {
     /// The bucket [`Client::token_bucket`] makes.
     pub(crate) fn new(client: &Client, name: String, rate: u64, interval: Duration) -> TokenBucket {

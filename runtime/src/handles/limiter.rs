@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{Call, Configure};
-use crate::rules::fit::within_rate;
+use crate::rules::checks::check_permits;
 use crate::{Client, Decision, Error, LimiterKeys, RateLimiterArgs, RateLimiterConfig, RateType};
 
 /// One limiter, named as in Redis. Get it from [`Client::rate_limiter`].
@@ -38,23 +38,12 @@ pub struct RateLimiter {
     keys: Option<LimiterKeys>,
 }
 
-/// Permits must be at least 1, at most the rate, and fit Redisson's 4-byte log field.
-pub(crate) fn check_permits(name: &str, permits: u64, rate: Option<u64>) -> Result<(), Error> {
-    if permits == 0 {
-        return Err(Error::ZeroPermits {
-            name: name.to_owned(),
-        });
+impl Client {
+    /// A limiter on the key `name`, used as given (no prefix), as Redisson's
+    /// `getRateLimiter(name)`.
+    pub fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter {
+        RateLimiter::new(self.clone(), name.into())
     }
-    if let Some(rate) = rate {
-        within_rate(name, permits, rate)?;
-    }
-    if permits > crate::MAX_PERMITS {
-        return Err(Error::InvalidConfig {
-            name: name.to_owned(),
-            problem: "permits above 4294967295 do not fit the permits log's 4-byte field",
-        });
-    }
-    Ok(())
 }
 
 impl RateLimiter {

@@ -2,7 +2,7 @@
 //! a limiter (`redlimit watch`).
 //!
 //! Refusals of the attribute's and the layer's rules are counted in process and added,
-//! by the client's background task (`client::background`, which also says when a
+//! by the client's background task (`backend::redis::shared::sync`, which also says when a
 //! refusal is counted), to
 //! `<prefix>redlimit:refused:<epoch second>` (a hash of counts by limiter name, kept 2
 //! minutes). No call waits for this. What the reports cost Redis is bounded per

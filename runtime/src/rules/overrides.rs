@@ -6,7 +6,7 @@
 //! such names when it is built). Overrides live in one hash there,
 //! `<prefix>redlimit:overrides` (so they survive restarts), field `rule:<rule name>` or `key:<limiter name>`, value
 //! `<rate>/<interval in ms>`. Each process reads the hash on its first decision and then
-//! every second in the background (`client::background`), so a change reaches every process within about a
+//! every second in the background (`backend::redis::shared::sync`), so a change reaches every process within about a
 //! second and a decision never waits for it. Rules of the attribute and of the layer
 //! apply them: a limiter's own override first, then its rule's; the rule then writes
 //! the overridden config, so it does not undo it.
@@ -127,7 +127,7 @@ impl Table {
 }
 
 /// A client's overrides: the table its decisions read (refreshed by the client's
-/// background task, `client::background`).
+/// background task, `backend::redis::shared::sync`).
 #[derive(Debug, Default)]
 pub(crate) struct Overrides {
     table: RwLock<Arc<Table>>,

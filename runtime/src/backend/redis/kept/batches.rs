@@ -19,10 +19,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{Backend, Call};
+use crate::backend::decisions::one_rule_decision;
+use crate::backend::redis::RedisBackend;
+use crate::backend::{Call, Outcome};
 use crate::keys::Keys;
 use crate::member::MEMBER_LEN;
-use crate::{Client, Decision, Error, LimiterKeys, Rule};
+use crate::{Decision, Error, LimiterKeys, Rule};
 
 /// Limiters whose batches one client keeps, at most.
 pub(crate) const MAX_ENTRIES: usize = 10_000;
@@ -157,13 +159,13 @@ impl Batches {
     }
 }
 
-impl Client {
+impl RedisBackend {
     /// A call of `rule` alone for `permits` served from the limiter's open batch, when
     /// it has one for this rule with the permits, its lease running, and no caller is
     /// taking the next one: without awaiting anything, so a decision's future carries
     /// none of the taking's state.
     pub(crate) fn serve_batched(&self, rule: &Rule, permits: u64) -> Option<Decision> {
-        let batches = &self.inner.batches;
+        let batches = &self.kept.batches;
         if !batches.on || permits > rule.batch_size() {
             return None;
         }
@@ -180,15 +182,19 @@ impl Client {
     /// taking the next one; `None` when this call does not batch (no batch on the
     /// rule, more permits than a batch holds, an in-process client, or every slot
     /// taken), so it goes to Redis as usual.
-    pub(crate) async fn check_batched(&self, rule: &Rule, permits: u64) -> Option<Result<Decision, Error>> {
-        if !self.inner.batches.on || rule.batch_size() <= 1 || permits > rule.batch_size() {
+    pub(crate) async fn check_batched(
+        self: &Arc<Self>,
+        rule: &Rule,
+        permits: u64,
+    ) -> Option<Result<Decision, Error>> {
+        if !self.kept.batches.on || rule.batch_size() <= 1 || permits > rule.batch_size() {
             return None;
         }
         let slot = self.batch_slot(rule.name())?;
         // Behind another caller's take of this limiter's batch for no longer than a call
         // of Redis may take: a hung server's queue of callers does not grow the wait of
         // each by one command timeout more.
-        let timeout = self.command_timeout();
+        let timeout = self.timeout;
         let Ok(mut state) = tokio::time::timeout(timeout, slot.lock()).await else {
             return Some(Err(Error::Timeout {
                 after: timeout,
@@ -212,7 +218,7 @@ impl Client {
             Ok(keys) => keys,
             Err(err) => return Some(Err(err)),
         };
-        if let Some(refused) = self.inner.refusals.answer(rule, permits, now) {
+        if let Some(refused) = self.kept.refusals.answer(rule, permits, now) {
             return Some(Ok(refused));
         }
         let taken = self.take_batch(rule, keys, permits).await;
@@ -224,8 +230,8 @@ impl Client {
 
     /// The slot of the limiter `name`, made when missing; `None` when `MAX_ENTRIES`
     /// limiters have batches open (closed ones make room first, given back).
-    fn batch_slot(&self, name: &str) -> Option<Arc<Slot>> {
-        let batches = &self.inner.batches;
+    fn batch_slot(self: &Arc<Self>, name: &str) -> Option<Arc<Slot>> {
+        let batches = &self.kept.batches;
         if let Some(slot) = batches.slots().get(name) {
             return Some(slot.clone());
         }
@@ -240,7 +246,7 @@ impl Client {
                 .full_until
                 .store(now.saturating_add(next), Ordering::Relaxed);
             for (name, batch) in closed {
-                self.give_back(&name, batch);
+                self.give_back_batch(&name, batch);
             }
         }
         let mut slots = batches.slots();
@@ -258,7 +264,7 @@ impl Client {
     /// answered is the call's own, with its wait): at most two round trips. Answers
     /// the call's decision, and the batch when it holds more than the call took.
     async fn take_batch(
-        &self,
+        self: &Arc<Self>,
         rule: &Rule,
         keys: Keys<'_>,
         permits: u64,
@@ -293,7 +299,7 @@ impl Client {
     /// One round trip for `permits` of `rule` at `now`: the decision, and the member
     /// a grant was counted under.
     async fn take(
-        &self,
+        self: &Arc<Self>,
         rule: &Rule,
         keys: Keys<'_>,
         permits: u64,
@@ -305,66 +311,68 @@ impl Client {
             rule: Some(rule.config()),
             bucket: rule.shape(),
         };
-        let (outcome, member) = match self.backend().acquire_batch(&call, now).await {
-            Some(taken) => taken?,
-            None => {
-                let outcome = self.backend().acquire(std::slice::from_ref(&call), now).await?;
-                (outcome, [0; MEMBER_LEN])
-            }
-        };
-        let decision = self.one_rule_decision(rule, &outcome);
-        if self.inner.refusals.note(rule, permits, &decision, now) {
-            // Kept refusals end when their limiter is reset anywhere: announcements
-            // are read in the background.
-            self.start_background();
-        }
+        let (outcome, member) = Box::pin(self.acquire_batch(&call, now)).await?;
+        let decision = one_rule_decision(rule, &outcome, || self.now_ms());
+        self.keep_refusal(rule, permits, &decision, now);
         Ok((decision, member))
+    }
+
+    /// Decides one call, answering the log member it was granted under (a batch
+    /// gives back through it), in its span and timed.
+    async fn acquire_batch(&self, call: &Call<'_>, now: u64) -> Result<(Outcome, [u8; MEMBER_LEN]), Error> {
+        let span = crate::backend::redis_span();
+        let decided = async {
+            let (outcome, members) = self.acquire_group(std::slice::from_ref(call), now).await?;
+            Ok((outcome, members[0]))
+        };
+        let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
+        tracing::Instrument::instrument(timed, span).await
     }
 
     /// Gives back, off the caller's path, what `batch` of the limiter `name` did not
     /// use; a refusal this client keeps of the limiter is dropped (permits came back).
-    fn give_back(&self, name: &str, batch: Batch) {
-        if let Some((redis, keys)) = unused(self.backend(), &self.inner.client_id, name, &batch) {
-            redis.spawn_give_back(keys, batch.member, batch.used);
+    fn give_back_batch(&self, name: &str, batch: Batch) {
+        if let Some(keys) = self.unused(name, &batch) {
+            self.spawn_give_back(keys, batch.member, batch.used);
         }
-        self.inner.refusals.forget(name);
+        self.kept.refusals.forget(name);
     }
 
-    /// [`give_back`](Client::give_back), done (or failed within the command timeout)
-    /// when it returns.
+    /// [`give_back_batch`](RedisBackend::give_back_batch), done (or failed within the
+    /// command timeout) when it returns.
     async fn give_back_now(&self, name: &str, batch: Batch) {
-        if let Some((redis, keys)) = unused(self.backend(), &self.inner.client_id, name, &batch) {
-            redis.give_back(&keys, batch.member, batch.used).await;
+        if let Some(keys) = self.unused(name, &batch) {
+            self.give_back(&keys, batch.member, batch.used).await;
         }
-        self.inner.refusals.forget(name);
+        self.kept.refusals.forget(name);
     }
 
     /// Starts, once per client, the task that gives back batches whose lease ended
     /// while no call came for them.
-    fn start_sweeper(&self) {
-        if self.inner.batches.sweeping.swap(true, Ordering::Relaxed) {
+    fn start_sweeper(self: &Arc<Self>) {
+        if self.kept.batches.sweeping.swap(true, Ordering::Relaxed) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.inner.batches.sweeping.store(false, Ordering::Relaxed);
+            self.kept.batches.sweeping.store(false, Ordering::Relaxed);
             return;
         };
-        let weak = self.downgrade();
+        let weak = Arc::downgrade(self);
         runtime.spawn(async move {
             loop {
                 let next = {
-                    let Some(client) = weak.upgrade() else {
+                    let Some(redis) = weak.upgrade() else {
                         return;
                     };
                     // Each under its slot's lock, until Redis has it back: a caller of
                     // the limiter waits for it rather than take while Redis still counts
                     // it.
-                    let (ended, next) = client.inner.batches.ended(client.now_ms());
+                    let (ended, next) = redis.kept.batches.ended(redis.now_ms());
                     for (name, slot) in ended {
                         let mut state = slot.lock().await;
-                        let now = client.now_ms();
+                        let now = redis.now_ms();
                         if let Some(batch) = state.batch.take_if(|batch| batch.ended(now)) {
-                            client.give_back_now(&name, batch).await;
+                            redis.give_back_now(&name, batch).await;
                         }
                     }
                     next
@@ -387,98 +395,26 @@ fn same_batch(kept: &Rule, rule: &Rule) -> bool {
         && kept.batch_lease_ms() == rule.batch_lease_ms()
 }
 
-/// The backend and keys to give back to what `batch` of the limiter `name` did not
-/// use, if any (Redis only: the in-process backend takes no batch).
-fn unused<'b>(
-    backend: &'b Backend,
-    client_id: &Arc<str>,
-    name: &str,
-    batch: &Batch,
-) -> Option<(&'b crate::backend::redis::RedisBackend, LimiterKeys)> {
-    let Backend::Redis(redis) = backend else {
-        return None;
-    };
-    if batch.used >= batch.taken {
-        return None;
+impl RedisBackend {
+    /// The keys to give back to what `batch` of the limiter `name` did not use, if any.
+    fn unused(&self, name: &str, batch: &Batch) -> Option<LimiterKeys> {
+        if batch.used >= batch.taken {
+            return None;
+        }
+        LimiterKeys::with_client(name.to_owned(), self.owner.client_id.clone()).ok()
     }
-    let keys = LimiterKeys::with_client(name.to_owned(), client_id.clone()).ok()?;
-    Some((redis, keys))
-}
 
-/// Gives back what `batch` did not use, in a task of its own.
-fn give_back(backend: &Backend, client_id: &Arc<str>, name: &str, batch: Batch) {
-    if let Some((redis, keys)) = unused(backend, client_id, name, &batch) {
-        redis.spawn_give_back(keys, batch.member, batch.used);
-    }
-}
-
-/// Gives back every open batch of a client being dropped.
-pub(crate) fn give_back_all(batches: &Batches, backend: &Backend, client_id: &Arc<str>) {
-    let (closed, _) = batches.close(0, true, true);
-    for (name, batch) in closed {
-        give_back(backend, client_id, &name, batch);
+    /// Gives back every open batch of a client being dropped, each in a task of its
+    /// own.
+    pub(crate) fn give_back_all(&self) {
+        let (closed, _) = self.kept.batches.close(0, true, true);
+        for (name, batch) in closed {
+            if let Some(keys) = self.unused(&name, &batch) {
+                self.spawn_give_back(keys, batch.member, batch.used);
+            }
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn open_until(until_ms: u64) -> Option<Batch> {
-        Some(Batch {
-            member: [0; MEMBER_LEN],
-            taken: 5,
-            used: 1,
-            at_ms: 0,
-            redis_left: 0,
-            until_ms,
-            deadline: std::time::Instant::now() + Duration::from_secs(3600),
-        })
-    }
-
-    #[test]
-    fn closing_takes_ended_leases_and_evicts_only_slots_no_caller_holds() {
-        let batches = Batches::new(true);
-        let held: Arc<Slot> = Arc::default();
-        {
-            let mut slots = batches.slots();
-            for i in 0..MAX_ENTRIES {
-                let slot = Slot::new(State {
-                    rule: None,
-                    batch: if i % 2 == 0 {
-                        open_until(2_000)
-                    } else {
-                        open_until(500)
-                    },
-                });
-                slots.insert(format!("k:{i}"), Arc::new(slot));
-            }
-            slots.insert("held".into(), held.clone());
-        }
-        let (closed, next) = batches.close(1_000, false, true);
-        assert_eq!(closed.len(), MAX_ENTRIES / 2, "the ended leases are taken out");
-        assert!(closed.iter().all(|(_, b)| b.until_ms == 500));
-        assert_eq!(next, 1_000, "the next lease ends at 2 000");
-        let slots = batches.slots();
-        assert_eq!(
-            slots.len(),
-            MAX_ENTRIES / 2 + 1,
-            "open batches and the held slot stay"
-        );
-        assert!(slots.contains_key("held"));
-        drop(slots);
-        let (closed, _) = batches.close(1_000, true, true);
-        assert_eq!(closed.len(), MAX_ENTRIES / 2, "all of them, for a client dropped");
-        assert_eq!(batches.slots().len(), 1);
-    }
-
-    #[test]
-    fn a_batch_serves_within_its_lease_and_what_it_holds() {
-        let mut batch = open_until(100).unwrap();
-        assert!(batch.serve(5, 50).is_none(), "4 left");
-        assert!(batch.serve(4, 100).is_none(), "the lease ended");
-        let granted = batch.serve(4, 99).unwrap();
-        assert_eq!((granted.allowed, granted.at_ms, granted.remaining), (true, 99, 0));
-        assert!(batch.serve(1, 99).is_none());
-    }
-}
+mod tests;

@@ -1,12 +1,12 @@
 //! Limiters restarted or deleted, announced to every process: a refusal a client keeps
-//! (`client::refusal_cache`) would otherwise outlive an operator's reset for the whole
+//! (`kept::refusals`) would otherwise outlive an operator's reset for the whole
 //! wait Redis gave.
 //!
 //! Whatever restarts or deletes a limiter through redlimit ([`RateLimiter::delete`],
 //! `set_rate` and `update_rate`, [`TokenBucket::delete`], the CLI's `reset` and
 //! `set-rate`) appends its name to a stream, `<prefix>redlimit:resets` (one field,
 //! `name`), which keeps about its last [`RESETS_KEPT`] entries. Each client reads the
-//! entries it has not seen every second in the background (`client::background`; the
+//! entries it has not seen every second in the background (`shared::sync`; the
 //! first reading takes the whole stream) and drops what it kept of those limiters, so
 //! a reset reaches every process within about a second. A client that finds entries it has not seen trimmed away (more resets in a
 //! second than the stream keeps) drops every refusal it keeps: keeping none is always
@@ -25,9 +25,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::backend::redis::{ResetEntries, RESETS_KEPT};
-use crate::backend::Backend;
-use crate::{Client, Error, LIBRARY_SEGMENT};
+use super::{resets_key, ResetEntries, RESETS_KEPT};
+use crate::backend::redis::RedisBackend;
+use crate::Error;
 
 /// The last entry of the stream a client read (`None`: none yet), and whether a
 /// failed reading was logged.
@@ -68,52 +68,29 @@ impl Id {
     }
 }
 
-impl Client {
-    /// The key of the stream of limiters reset: `<prefix>redlimit:resets`.
-    pub fn resets_key(&self) -> String {
-        format!("{}{LIBRARY_SEGMENT}:resets", self.prefix())
-    }
-
+impl RedisBackend {
     /// Tells every process using this Redis and prefix that the limiter `name` was
-    /// restarted or deleted (by hand, or by a writer that does not say so), so that
-    /// each drops the refusal it keeps of it within about a second. redlimit's own
-    /// resets call it; nothing to do in process.
-    pub async fn announce_reset(&self, name: &str) -> Result<(), Error> {
+    /// restarted or deleted (`Client::announce_reset`), dropping the refusal this
+    /// client keeps of it first.
+    pub(crate) async fn announce_reset(&self, name: &str) -> Result<(), Error> {
         self.forget_refusal(name);
-        match self.backend() {
-            Backend::Redis(redis) => redis.append_reset(&self.resets_key(), name).await,
-            Backend::Memory(_) => Ok(()),
-        }
-    }
-
-    /// [`announce_reset`](Client::announce_reset) after a change that took effect: a
-    /// failure is logged, not returned (the change itself was made).
-    pub(crate) async fn announce_reset_made(&self, name: &str) {
-        if let Err(error) = self.announce_reset(name).await {
-            tracing::warn!(
-                limiter = name,
-                "the limiter was reset, but announcing it failed: other processes may keep \
-                 refusing calls on it until the waits Redis gave them end: {error}"
-            );
-        }
+        self.append_reset(&resets_key(&self.owner.prefix), name).await
     }
 
     /// Drops the refusals kept of every limiter announced since the last reading (all
     /// of them, when announcements were trimmed away unread).
-    pub(crate) async fn read_resets(&self) {
-        let Backend::Redis(redis) = self.backend() else {
-            return;
-        };
-        let cursor = *self.resets_cursor().0.lock().unwrap_or_else(|e| e.into_inner());
+    pub(crate) async fn read_announcements(&self) {
+        let key = resets_key(&self.owner.prefix);
+        let cursor = *self.shared.resets.0.lock().unwrap_or_else(|e| e.into_inner());
         let from = cursor.unwrap_or(Id(0, 0));
         // A failed read keeps the cursor: the next one reads what this one missed.
         // Meanwhile no refusal is kept longer than the next reading (a second): an
         // announcement may be among what could not be read.
-        let (oldest, entries) = match redis.read_resets(&self.resets_key(), &from.next()).await {
+        let (oldest, entries) = match self.read_resets(&key, &from.next()).await {
             Ok(read) => read,
             Err(error) => {
                 self.forget_every_refusal();
-                self.resets_cursor().unreadable(&self.resets_key(), &error);
+                self.shared.resets.unreadable(&key, &error);
                 return;
             }
         };
@@ -128,13 +105,13 @@ impl Client {
             // announced, so none is kept past the next reading.
             self.forget_every_refusal();
             let error = Error::InvalidConfig {
-                name: self.resets_key(),
+                name: key.clone(),
                 problem: "its last entry has the last id a stream can have",
             };
-            self.resets_cursor().unreadable(&self.resets_key(), &error);
+            self.shared.resets.unreadable(&key, &error);
         }
         if let Some(last) = last {
-            *self.resets_cursor().0.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+            *self.shared.resets.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
         }
     }
 

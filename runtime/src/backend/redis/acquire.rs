@@ -1,0 +1,307 @@
+//! A decision's script call: acquire.lua, or tokens.lua when every rule is a token
+//! bucket, its command written straight into one buffer, its reply read back.
+
+use redis::Script;
+
+use super::connection::Conn;
+use super::give_back::{may_have_run, RefundIfDropped};
+use super::replies::parse_acquire_reply;
+use super::{layout, Arg, RedisBackend, Replicas, SCRIPTS};
+use crate::backend::{Call, Outcome};
+use crate::keys::Keys;
+use crate::{member, Error, RateLimiterConfig, RateType};
+
+impl RedisBackend {
+    /// Decides rules whose keys share one slot, in one script call.
+    pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+        Ok(self.acquire_group(calls, now).await?.0)
+    }
+
+    /// Decides rules whose keys share one slot in one script call; answers the log
+    /// members it sent, for compensation.
+    pub(crate) async fn acquire_group(
+        &self,
+        calls: &[Call<'_>],
+        now: u64,
+    ) -> Result<(Outcome, Vec<[u8; member::MEMBER_LEN]>), Error> {
+        self.maybe_check(now);
+        let members: Vec<[u8; member::MEMBER_LEN]> = calls
+            .iter()
+            .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
+            .collect();
+        let only_buckets = calls.iter().all(|c| c.bucket.is_some() && c.rule.is_some());
+        let script = if only_buckets {
+            &SCRIPTS.tokens
+        } else {
+            &SCRIPTS.acquire
+        };
+        let cmd = self.acquire_command(script, calls, &members, only_buckets, now);
+        let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
+        let probe = calls.iter().all(|c| c.permits == 0);
+        let replicas = self.replicas.filter(|_| !probe);
+        // A token bucket's grant is not in any log: nothing to take back.
+        let refundable = !(probe || only_buckets);
+        let cancelled = RefundIfDropped {
+            backend: self,
+            calls,
+            members: &members,
+            armed: refundable,
+        };
+        let reply: Result<(redis::Value, u64), Error> = self
+            .run(&keys, |mut conn| async move {
+                match replicas {
+                    None => eval_sha(script, &cmd, &mut conn).await.map(|reply| (reply, 0)),
+                    Some(replicas) => eval_sha_replicated(script, &cmd, replicas, &mut conn).await,
+                }
+            })
+            .await;
+        cancelled.disarm();
+        let (reply, acknowledged) = match reply {
+            Ok(reply) => reply,
+            Err(guess @ Error::WrongType { .. }) => return Err(self.wrong_type(calls, guess).await),
+            Err(err) => {
+                if refundable && may_have_run(&err) {
+                    self.spawn_refund(calls, members);
+                }
+                return Err(err);
+            }
+        };
+        let outcome = self.read_outcome(&reply, calls.len(), now, only_buckets)?;
+        if let Some(replicas) = replicas {
+            if outcome.granted && acknowledged < u64::from(replicas.count) {
+                return Err(Error::NotReplicated {
+                    target: self.target.shown().to_owned(),
+                    wanted: replicas.count,
+                    acknowledged,
+                    after: replicas.timeout,
+                });
+            }
+        }
+        Ok((outcome, members))
+    }
+
+    /// The EVALSHA of the acquire script (`layout::acquire`) or, when every rule is a
+    /// token bucket, of the tokens script (`layout::tokens`), written straight into
+    /// one command: every key, then every argument, into buffers allocated once
+    /// (growing them argument by argument cost more than building the rest).
+    fn acquire_command(
+        &self,
+        script: &Script,
+        calls: &[Call<'_>],
+        members: &[[u8; member::MEMBER_LEN]],
+        only_buckets: bool,
+        now: u64,
+    ) -> redis::Cmd {
+        let mut cmd = redis::Cmd::with_capacity(
+            4 + 12 * calls.len(),
+            64 + calls.iter().map(|c| c.keys.all_len() + 112).sum::<usize>(),
+        );
+        cmd.arg("EVALSHA");
+        cmd.arg(script.get_hash()).arg(if only_buckets {
+            layout::tokens::KEYS_PER_RULE * calls.len()
+        } else {
+            layout::acquire::KEYS_PER_RULE * calls.len()
+        });
+        for call in calls {
+            match (call.bucket, call.rule) {
+                (_, Some(rule)) if only_buckets => cmd.arg(bucket_key(call, rule)),
+                // A token bucket in acquire.lua: its two bucket keys in the value keys' places.
+                (Some(_), Some(_)) => cmd.arg(&bucket_keys(call)[..]),
+                _ => cmd.arg(call.keys),
+            };
+        }
+        cmd.arg(self.now_arg(now));
+        for (call, member) in calls.iter().zip(members) {
+            match (call.bucket, call.rule) {
+                (Some(shape), Some(rule)) if only_buckets => cmd.arg(&tokens_args(call, rule, shape)[..]),
+                _ => cmd.arg(&acquire_args(call, member)[..]),
+            };
+        }
+        cmd
+    }
+
+    /// The acquire or tokens script's reply as an outcome (`calls` rules decided at
+    /// `now`, the caller's clock).
+    fn read_outcome(
+        &self,
+        reply: &redis::Value,
+        calls: usize,
+        now: u64,
+        only_buckets: bool,
+    ) -> Result<Outcome, Error> {
+        let caller_now = (!self.server_time).then_some(now);
+        parse_acquire_reply(reply, calls, caller_now).ok_or_else(|| {
+            let mut shown = format!("{reply:?}");
+            if shown.len() > 200 {
+                let mut end = 200;
+                while !shown.is_char_boundary(end) {
+                    end -= 1;
+                }
+                shown.truncate(end);
+                shown.push_str("...");
+            }
+            Error::UnexpectedReply {
+                script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
+                reply: shown,
+            }
+        })
+    }
+
+    /// acquire.lua reads with plain commands, so a key of the wrong type fails with
+    /// Redis's WRONGTYPE, which does not say which key: look at each (an error path
+    /// only) and name the first that holds the wrong type, else keep `guess`.
+    async fn wrong_type(&self, calls: &[Call<'_>], guess: Error) -> Error {
+        for call in calls {
+            let k = call.keys;
+            let expected: Vec<(String, &str, &'static str)> = if call.bucket.is_some() {
+                vec![
+                    (k.bucket(), "string", "bucket"),
+                    (k.client_bucket(), "string", "bucket"),
+                ]
+            } else {
+                vec![
+                    (k.config().to_owned(), "hash", "config"),
+                    (k.value(), "string", "value"),
+                    (k.client_value(), "string", "value"),
+                    (k.permits(), "zset", "permits"),
+                    (k.client_permits(), "zset", "permits"),
+                ]
+            };
+            for (key, kind, role) in expected {
+                let found: Result<String, Error> = self
+                    .run(&[k], |mut conn| {
+                        let key = key.clone();
+                        async move { redis::cmd("TYPE").arg(key).query_async(&mut conn).await }
+                    })
+                    .await;
+                match found {
+                    Ok(found) if found != kind && found != "none" => {
+                        return Error::WrongType {
+                            key,
+                            role,
+                            detail: format!("holds a {found}"),
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return guess,
+                }
+            }
+        }
+        guess
+    }
+}
+
+/// tokens.lua's key for one rule: its bucket, overall or per client.
+fn bucket_key(call: &Call<'_>, rule: &RateLimiterConfig) -> String {
+    match rule.rate_type {
+        RateType::Overall => call.keys.bucket(),
+        RateType::PerClient => call.keys.client_bucket(),
+    }
+}
+
+/// acquire.lua's keys for a token-bucket rule: the limiter's, with its buckets in the
+/// value keys' places.
+fn bucket_keys(call: &Call<'_>) -> [String; layout::acquire::KEYS_PER_RULE] {
+    use layout::acquire::{BUCKET, CLIENT_BUCKET, CLIENT_PERMITS_KEY, CONFIG, PERMITS_KEY};
+    let k = call.keys;
+    let mut keys: [String; layout::acquire::KEYS_PER_RULE] = Default::default();
+    keys[CONFIG] = k.config().to_owned();
+    keys[BUCKET] = k.bucket();
+    keys[CLIENT_BUCKET] = k.client_bucket();
+    keys[PERMITS_KEY] = k.permits();
+    keys[CLIENT_PERMITS_KEY] = k.client_permits();
+    keys
+}
+
+/// acquire.lua's arguments for one rule.
+fn acquire_args<'a>(call: &Call<'_>, member: &'a [u8]) -> [Arg<'a>; layout::acquire::ARGS_PER_RULE] {
+    use layout::acquire::*;
+    let mut args = [Arg::Text(""); ARGS_PER_RULE];
+    args[PERMITS] = Arg::Int(call.permits);
+    args[MEMBER] = Arg::Bytes(member);
+    match (call.bucket, call.rule) {
+        (Some(shape), Some(rule)) => {
+            args[WARMUP] = Arg::Int(shape.warmup_ms);
+            args[RATE] = Arg::Int(rule.rate);
+            args[INTERVAL] = Arg::Int(rule.interval_ms());
+            args[TYPE] = Arg::Text(bucket_kind(rule.rate_type));
+            args[BURST] = Arg::Int(shape.burst);
+        }
+        (None, Some(rule)) => {
+            args[OWNS] = Arg::Text("1");
+            args[RATE] = Arg::Int(rule.rate);
+            args[INTERVAL] = Arg::Int(rule.interval_ms());
+            args[TYPE] = Arg::Text(rule.rate_type.as_redis());
+            args[KEEP_ALIVE] = Arg::Int(rule.keep_alive_ms());
+        }
+        // the stored config, used as it is: the config's arguments are not read
+        (_, None) => args[OWNS] = Arg::Text("0"),
+    }
+    args
+}
+
+/// tokens.lua's arguments for one rule.
+fn tokens_args(
+    call: &Call<'_>,
+    rule: &RateLimiterConfig,
+    shape: crate::BucketShape,
+) -> [Arg<'static>; layout::tokens::ARGS_PER_RULE] {
+    use layout::tokens::*;
+    let mut args = [Arg::Text(""); ARGS_PER_RULE];
+    args[PERMITS] = Arg::Int(call.permits);
+    args[RATE] = Arg::Int(rule.rate);
+    args[INTERVAL] = Arg::Int(rule.interval_ms());
+    args[BURST] = Arg::Int(shape.burst);
+    args[WARMUP] = Arg::Int(shape.warmup_ms);
+    args[TYPE] = Arg::Text(bucket_kind(rule.rate_type));
+    args
+}
+
+/// A token bucket's type in the scripts' arguments: "2" overall, "3" per client.
+fn bucket_kind(mode: RateType) -> &'static str {
+    match mode {
+        RateType::Overall => "2",
+        RateType::PerClient => "3",
+    }
+}
+
+/// Runs `cmd`, an EVALSHA of `script`; on NOSCRIPT (a restarted or flushed server)
+/// loads the script and runs it again, as redis-rs's ScriptInvocation does. The
+/// command is built by hand because a ScriptInvocation keeps every key and argument
+/// in a vector of its own and copies them into the command on every call.
+async fn eval_sha<T: redis::FromRedisValue>(
+    script: &Script,
+    cmd: &redis::Cmd,
+    conn: &mut Conn,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// The script, then `WAIT replicas timeout` in the same round trip (a pipeline):
+/// its reply, and how many replicas acknowledged what it wrote.
+async fn eval_sha_replicated(
+    script: &Script,
+    cmd: &redis::Cmd,
+    replicas: Replicas,
+    conn: &mut Conn,
+) -> redis::RedisResult<(redis::Value, u64)> {
+    let mut pipe = redis::pipe();
+    let timeout_ms = u64::try_from(replicas.timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    pipe.add_command(cmd.clone())
+        .add_command(redis::cmd("WAIT").arg(replicas.count).arg(timeout_ms).clone());
+    match pipe.query_async(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            pipe.query_async(conn).await
+        }
+        other => other,
+    }
+}

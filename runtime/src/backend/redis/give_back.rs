@@ -1,0 +1,191 @@
+//! Permits given back: the grants of a call no caller will use refunded (a call that
+//! timed out or was dropped while its script was on its way, a token bucket's grant a
+//! later slot's refusal undoes), and what a batch did not use.
+
+use std::time::Duration;
+
+use super::connection::Conn;
+use super::{layout, Arg, RedisBackend, SCRIPTS};
+use crate::backend::Call;
+use crate::keys::Keys;
+use crate::{member, Error, LimiterKeys, RateType};
+
+/// Attempts at refunding a timed-out grant, and the pause before each retry.
+const REFUND_ATTEMPTS: u32 = 3;
+const REFUND_BACKOFF: Duration = Duration::from_millis(500);
+
+impl RedisBackend {
+    /// Gives back the grants of `members` (one per call) where they are in a log;
+    /// answers how many were.
+    pub(crate) async fn refund(
+        &self,
+        calls: &[Call<'_>],
+        members: &[[u8; member::MEMBER_LEN]],
+    ) -> Result<i64, Error> {
+        let keys = refund_keys(calls);
+        let all: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
+        self.run(&all, |mut conn| async move {
+            let mut invocation = SCRIPTS.refund.prepare_invoke();
+            invocation.key(&keys[..]);
+            for member in members {
+                invocation.arg(&member[..]);
+            }
+            invocation.invoke_async(&mut conn).await
+        })
+        .await
+    }
+
+    /// A call that failed after it was sent may still run (a hung server answers
+    /// later): its grants would spend permits no caller uses. Refund them in the
+    /// background, on the same connection so the refund runs after the call.
+    pub(crate) fn spawn_refund(&self, calls: &[Call<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let keys = refund_keys(calls);
+        let conn = self.conn.clone();
+        let timeout = self.timeout;
+        runtime.spawn(async move {
+            for attempt in 0..REFUND_ATTEMPTS {
+                let mut conn = conn.clone();
+                let mut invocation = SCRIPTS.refund.prepare_invoke();
+                invocation.key(&keys[..]);
+                for member in &members {
+                    invocation.arg(&member[..]);
+                }
+                // Sent before the timeout can drop it: the connection writes it in order.
+                let refund = invocation.invoke_async::<i64>(&mut conn);
+                // All refunded: done. None: the call may not have run yet (it was
+                // sent on a connection since replaced), so look again later.
+                if let Ok(Ok(refunded)) = tokio::time::timeout(timeout * 4, refund).await {
+                    if refunded as usize >= members.len() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(REFUND_BACKOFF * (attempt + 1)).await;
+            }
+            tracing::debug!(
+                "grants of a timed-out rate limiter call were not all found to refund; \
+                 any that ran return to the limiter when they leave the window"
+            );
+        });
+    }
+
+    /// Gives the token-bucket calls among `calls` back the tokens they took, once (a
+    /// retried refund could give them twice): for grants a later slot's refusal undoes.
+    pub(crate) async fn refund_tokens(&self, calls: &[Call<'_>]) -> Result<(), Error> {
+        let mut invocation = SCRIPTS.refund_tokens.prepare_invoke();
+        let mut any = false;
+        for call in calls {
+            let (Some(_), Some(rule)) = (call.bucket, call.rule) else {
+                continue;
+            };
+            let key = match rule.rate_type {
+                RateType::Overall => call.keys.bucket(),
+                RateType::PerClient => call.keys.client_bucket(),
+            };
+            invocation.key(key).arg(call.permits * rule.interval_ms());
+            any = true;
+        }
+        if !any {
+            return Ok(());
+        }
+        let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
+        self.run(&keys, |mut conn| async move {
+            invocation.invoke_async::<u64>(&mut conn).await.map(|_| ())
+        })
+        .await
+    }
+
+    /// Gives back what a batch taken under `member` did not use (`used` of its permits
+    /// were), see `lua/give_back.lua`: in a task of its own, off the caller's path (or
+    /// not at all outside a Tokio runtime). A give-back that fails or never runs leaves
+    /// the permits counted until they leave the window: stricter, never looser.
+    pub(crate) fn spawn_give_back(&self, keys: LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (mut conn, timeout) = (self.conn.clone(), self.timeout);
+        runtime.spawn(async move { give_back(&mut conn, timeout, &keys, member, used).await });
+    }
+
+    /// [`spawn_give_back`](RedisBackend::spawn_give_back) on the caller's path: done (or
+    /// failed, within the command timeout) when it returns.
+    pub(crate) async fn give_back(&self, keys: &LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
+        give_back(&mut self.conn.clone(), self.timeout, keys, member, used).await;
+    }
+}
+
+/// One give-back (`lua/give_back.lua`), within `timeout`; a failure is logged at debug
+/// level only (the permits return when they leave the window).
+async fn give_back(
+    conn: &mut Conn,
+    timeout: Duration,
+    keys: &LimiterKeys,
+    member: [u8; member::MEMBER_LEN],
+    used: u64,
+) {
+    let mut args = [Arg::Text(""); layout::limiter::GIVE_BACK.args.len()];
+    args[layout::limiter::GIVE_BACK_MEMBER] = Arg::Bytes(&member[..]);
+    args[layout::limiter::GIVE_BACK_USED] = Arg::Int(used);
+    let mut invocation = SCRIPTS.give_back.prepare_invoke();
+    invocation.key(&keys.all()[..]).arg(&args[..]);
+    let given = tokio::time::timeout(timeout, invocation.invoke_async::<u64>(conn)).await;
+    if !matches!(given, Ok(Ok(_))) {
+        tracing::debug!(
+            "a batch's unused permits were not given back; they return to the limiter when \
+             they leave the window"
+        );
+    }
+}
+
+/// refund.lua's keys: value, client value, permits, client permits of each call.
+fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
+    use layout::refunds::{CLIENT_PERMITS, CLIENT_VALUE, PERMITS, REFUND, VALUE};
+    calls
+        .iter()
+        .flat_map(|call| {
+            let k = call.keys;
+            let mut keys: [String; REFUND.rule_keys.len()] = Default::default();
+            keys[VALUE] = k.value();
+            keys[CLIENT_VALUE] = k.client_value();
+            keys[PERMITS] = k.permits();
+            keys[CLIENT_PERMITS] = k.client_permits();
+            keys
+        })
+        .collect()
+}
+
+/// Refunds a call's grants when its future is dropped while its script is on its way
+/// (the caller's own timeout, a `select!`, a reset HTTP/2 stream): the script may have
+/// run, and nobody will use what it granted.
+pub(super) struct RefundIfDropped<'a, 'c> {
+    pub backend: &'a RedisBackend,
+    pub calls: &'a [Call<'c>],
+    pub members: &'a [[u8; member::MEMBER_LEN]],
+    pub armed: bool,
+}
+
+impl RefundIfDropped<'_, '_> {
+    /// The reply came (or the call failed, which refunds on its own terms).
+    pub(super) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for RefundIfDropped<'_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.backend.spawn_refund(self.calls, self.members.to_vec());
+        }
+    }
+}
+
+/// Whether a failed call may have reached Redis and run there.
+pub(super) fn may_have_run(err: &Error) -> bool {
+    match err {
+        // A connection lost after the call was written: it may have run.
+        Error::Timeout { .. } | Error::Unreachable { .. } => true,
+        _ => false,
+    }
+}

@@ -1,0 +1,61 @@
+//! The batches' table and leases, without Redis.
+
+use super::*;
+
+fn open_until(until_ms: u64) -> Option<Batch> {
+    Some(Batch {
+        member: [0; MEMBER_LEN],
+        taken: 5,
+        used: 1,
+        at_ms: 0,
+        redis_left: 0,
+        until_ms,
+        deadline: std::time::Instant::now() + Duration::from_secs(3600),
+    })
+}
+
+#[test]
+fn closing_takes_ended_leases_and_evicts_only_slots_no_caller_holds() {
+    let batches = Batches::new(true);
+    let held: Arc<Slot> = Arc::default();
+    {
+        let mut slots = batches.slots();
+        for i in 0..MAX_ENTRIES {
+            let slot = Slot::new(State {
+                rule: None,
+                batch: if i % 2 == 0 {
+                    open_until(2_000)
+                } else {
+                    open_until(500)
+                },
+            });
+            slots.insert(format!("k:{i}"), Arc::new(slot));
+        }
+        slots.insert("held".into(), held.clone());
+    }
+    let (closed, next) = batches.close(1_000, false, true);
+    assert_eq!(closed.len(), MAX_ENTRIES / 2, "the ended leases are taken out");
+    assert!(closed.iter().all(|(_, b)| b.until_ms == 500));
+    assert_eq!(next, 1_000, "the next lease ends at 2 000");
+    let slots = batches.slots();
+    assert_eq!(
+        slots.len(),
+        MAX_ENTRIES / 2 + 1,
+        "open batches and the held slot stay"
+    );
+    assert!(slots.contains_key("held"));
+    drop(slots);
+    let (closed, _) = batches.close(1_000, true, true);
+    assert_eq!(closed.len(), MAX_ENTRIES / 2, "all of them, for a client dropped");
+    assert_eq!(batches.slots().len(), 1);
+}
+
+#[test]
+fn a_batch_serves_within_its_lease_and_what_it_holds() {
+    let mut batch = open_until(100).unwrap();
+    assert!(batch.serve(5, 50).is_none(), "4 left");
+    assert!(batch.serve(4, 100).is_none(), "the lease ended");
+    let granted = batch.serve(4, 99).unwrap();
+    assert_eq!((granted.allowed, granted.at_ms, granted.remaining), (true, 99, 0));
+    assert!(batch.serve(1, 99).is_none());
+}

@@ -1,0 +1,263 @@
+//! The Redis backend: a client's connection, each request run under the command
+//! timeout, the server's health checked off the deciding path; one script call per
+//! operation (EVALSHA with reload on NOSCRIPT), in the files beside this one. What a
+//! client keeps in process because the state is remote is in [`kept`], what it shares
+//! with every process through the library's own keys in [`shared`].
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use once_cell::sync::Lazy;
+use redis::{RedisError, Script};
+
+mod acquire;
+pub(crate) mod connect;
+pub(crate) mod connection;
+pub(crate) mod cross_slot;
+pub(crate) mod failure;
+mod give_back;
+pub(crate) mod kept;
+mod layout;
+mod limiter;
+mod replies;
+pub(crate) mod scripts;
+pub(crate) mod sentinel;
+pub(crate) mod server;
+pub(crate) mod shared;
+pub(crate) mod target;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
+
+pub use limiter::delete_limiter_keys;
+
+use crate::keys::Keys;
+use crate::rules::overrides::Overrides;
+use crate::{Error, Rule};
+use connection::Conn;
+use failure::classify;
+use replies::script_error;
+use server::{Eviction, Health};
+use target::Target;
+
+struct Scripts {
+    acquire: Script,
+    try_set_rate: Script,
+    configure: Script,
+    release: Script,
+    keep_alive: Script,
+    expire: Script,
+    refund: Script,
+    tokens: Script,
+    refund_tokens: Script,
+    reset: Script,
+    give_back: Script,
+}
+
+static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
+    acquire: Script::new(scripts::ACQUIRE.source),
+    try_set_rate: Script::new(scripts::TRY_SET_RATE.source),
+    configure: Script::new(scripts::CONFIGURE.source),
+    release: Script::new(scripts::RELEASE.source),
+    keep_alive: Script::new(scripts::KEEP_ALIVE.source),
+    expire: Script::new(scripts::EXPIRE.source),
+    refund: Script::new(scripts::REFUND.source),
+    tokens: Script::new(scripts::TOKENS.source),
+    refund_tokens: Script::new(scripts::REFUND_TOKENS.source),
+    reset: Script::new(scripts::RESET.source),
+    give_back: Script::new(scripts::GIVE_BACK.source),
+});
+
+/// What [`ClientBuilder::wait_for_replicas`] asks: a grant is answered once this many
+/// replicas have it, waiting at most `timeout` for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    pub count: u32,
+    pub timeout: Duration,
+}
+
+/// The client a Redis backend serves, as its answers in process and its background
+/// work need it.
+pub(crate) struct Owner {
+    pub prefix: String,
+    pub client_id: Arc<str>,
+    /// The client's clock, in epoch milliseconds.
+    pub clock: Arc<dyn Fn() -> u64 + Send + Sync>,
+    /// The rate overrides in force, shared with the client.
+    pub overrides: Arc<Overrides>,
+    /// Whether a refusal may be answered again in process
+    /// (`ClientBuilder::local_refusals`).
+    pub local_refusals: bool,
+}
+
+pub(crate) struct RedisBackend {
+    conn: Conn,
+    timeout: Duration,
+    /// Decide at the server's clock (TIME in the scripts) rather than the caller's.
+    server_time: bool,
+    /// The server as errors name it, and the passwords to keep out of them.
+    target: Target,
+    /// Whether a command was answered since the connection was made or last lost:
+    /// a timeout before that went to connecting, and says so.
+    answered: AtomicBool,
+    /// The server's version, eviction policy and the connection's name, checked about
+    /// once a minute off the deciding path.
+    health: std::sync::Arc<Health>,
+    /// Grants answered once this many replicas have them (`WAIT` after the script).
+    replicas: Option<Replicas>,
+    owner: Owner,
+    /// Refusals and batches answered in process.
+    kept: kept::Kept,
+    /// The refusals to report, the background task's state, the resets read.
+    shared: shared::Shared,
+}
+
+/// A client dropped gives back what its open batches did not use.
+impl Drop for RedisBackend {
+    fn drop(&mut self) {
+        self.give_back_all();
+    }
+}
+
+impl RedisBackend {
+    /// `connected`: a connection answered already (a client that connected eagerly),
+    /// so a first timeout is the command's, not the connecting's.
+    pub fn new(
+        conn: Conn,
+        timeout: Duration,
+        server_time: bool,
+        target: Target,
+        connected: bool,
+        owner: Owner,
+    ) -> Self {
+        RedisBackend {
+            conn,
+            timeout,
+            server_time,
+            target,
+            answered: AtomicBool::new(connected),
+            // An eager connect read the version already.
+            health: std::sync::Arc::new(Health::new(connected)),
+            replicas: None,
+            kept: kept::Kept::new(owner.local_refusals),
+            shared: Default::default(),
+            owner,
+        }
+    }
+
+    /// The client's current time in epoch milliseconds.
+    fn now_ms(&self) -> u64 {
+        (self.owner.clock)()
+    }
+
+    /// The keys of `rule` for this client, checked as the client checks them.
+    fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
+        crate::rules::checks::rule_keys(rule, &self.owner.prefix, &self.owner.client_id)
+    }
+
+    /// Answers grants once `replicas` replicas have them.
+    pub(crate) fn wait_for_replicas(mut self, replicas: Option<Replicas>) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// Notes the eviction policy a connect read.
+    pub fn record_eviction(&self, eviction: &Eviction) {
+        self.health.record_eviction(eviction, self.target.shown());
+    }
+
+    /// Checks the server in a task of its own when a check is due at `now`.
+    #[inline]
+    fn maybe_check(&self, now: u64) {
+        if self.health.due(now) {
+            self.spawn_check(now);
+        }
+    }
+
+    #[cold]
+    fn spawn_check(&self, now: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.health.begin(now) {
+            return;
+        }
+        let health = self.health.clone();
+        let mut conn = self.conn.clone();
+        let target = self.target.shown().to_owned();
+        let timeout = self.timeout * 4;
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(timeout, health.check(&mut conn, &target)).await;
+            health.end();
+        });
+    }
+
+    /// The scripts' time argument: the caller's clock, or empty for the server's.
+    fn now_arg(&self, now: u64) -> Arg<'static> {
+        match self.server_time {
+            false => Arg::Int(now),
+            true => Arg::Text(""),
+        }
+    }
+
+    /// Runs one request under the command timeout; script errors name their key.
+    async fn run<T, F>(&self, calls: &[Keys<'_>], request: impl FnOnce(Conn) -> F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, RedisError>>,
+    {
+        if let Some(refusal) = self.health.refusal(self.target.shown()) {
+            return Err(refusal);
+        }
+        match tokio::time::timeout(self.timeout, request(self.conn.clone())).await {
+            Ok(Ok(value)) => {
+                if !self.answered.load(Ordering::Relaxed) {
+                    self.answered.store(true, Ordering::Relaxed);
+                }
+                Ok(value)
+            }
+            Ok(Err(err)) => {
+                let connecting = !self.answered.load(Ordering::Relaxed);
+                // A lost connection (not a slow answer) is made again before the
+                // next command can be answered.
+                if err.is_io_error() && !err.is_timeout() {
+                    self.answered.store(false, Ordering::Relaxed);
+                    // The new connection is named, and the server looked at, again.
+                    self.health.check_soon();
+                }
+                Err(script_error(&err, calls)
+                    .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting)))
+            }
+            Err(_) => Err(Error::Timeout {
+                after: self.timeout,
+                connecting: !self.answered.load(Ordering::Relaxed),
+            }),
+        }
+    }
+
+    /// Whether this is a Redis Cluster (rules may then lie in several slots).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+}
+
+/// One argument of a script, written as Redis receives it (no allocation).
+#[derive(Clone, Copy)]
+enum Arg<'a> {
+    Int(u64),
+    Bytes(&'a [u8]),
+    Text(&'static str),
+}
+
+impl redis::ToRedisArgs for Arg<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        match *self {
+            Arg::Int(n) => n.write_redis_args(out),
+            Arg::Bytes(bytes) => out.write_arg(bytes),
+            Arg::Text(text) => out.write_arg(text.as_bytes()),
+        }
+    }
+}
