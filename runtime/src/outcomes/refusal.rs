@@ -38,14 +38,23 @@ pub struct Limit {
     pub rate: u64,
     /// The window.
     pub window: Duration,
+    /// A token bucket's burst (the most tokens it holds); `None` for a sliding window.
+    pub burst: Option<u64>,
 }
 
 impl Limit {
     /// The IETF `RateLimit-Policy` field of this limit: `"<name>";q=<rate>;w=<window
-    /// in seconds, rounded up>`.
+    /// in seconds, rounded up>`, and a token bucket's burst in a parameter of the
+    /// library's own, `;redlimit-burst=<burst>` (the draft's convention for a
+    /// service's parameters: a prefixed name).
     pub fn policy_field(&self) -> String {
         let window = seconds_up(self.window).max(1);
-        format!("{};q={};w={window}", sf_string(&self.name), self.rate)
+        let mut field = format!("{};q={};w={window}", sf_string(&self.name), self.rate);
+        if let Some(burst) = self.burst {
+            field.push_str(";redlimit-burst=");
+            field.push_str(&burst.to_string());
+        }
+        field
     }
 
     /// The IETF `RateLimit` field: `"<name>";r=<remaining>`, with `;t=<seconds>` when
@@ -61,7 +70,8 @@ impl Limit {
     }
 }
 
-/// `RateLimit-Policy: "<name>";q=<rate>;w=<window s>` (see [`Limit::policy_field`]).
+/// `RateLimit-Policy: "<name>";q=<rate>;w=<window s>`, with `;redlimit-burst=<burst>`
+/// for a token bucket (see [`Limit::policy_field`]).
 #[cfg(feature = "http")]
 pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
 /// `RateLimit: "<name>";r=<remaining>;t=<seconds until it resets>` (see

@@ -200,6 +200,7 @@ mod tests {
                 name: "login:{ip}".into(),
                 rate: 5,
                 window: Duration::from_secs(60),
+                burst: None,
             })),
             x_ratelimit: false,
             remaining: 0,
@@ -216,6 +217,19 @@ mod tests {
         assert_eq!(header("ratelimit"), "\"login:{ip}\";r=0;t=2");
         assert_eq!(header("content-type"), "text/plain; charset=utf-8");
         assert_eq!(refusal(3_000).into_response().headers()["retry-after"], "3");
+    }
+
+    #[test]
+    fn a_token_buckets_policy_says_its_burst() {
+        let mut limited = refusal(1_000);
+        if let Some(limit) = limited.limit.as_mut() {
+            limit.burst = Some(12);
+        }
+        let response = limited.into_response();
+        assert_eq!(
+            response.headers()["ratelimit-policy"],
+            "\"login:{ip}\";q=5;w=60;redlimit-burst=12"
+        );
     }
 
     #[test]
