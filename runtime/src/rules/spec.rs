@@ -123,7 +123,10 @@ mod tests {
         let mut bucket = spec(1, None);
         bucket.bucket = Some(crate::BucketShape::new(40, None));
         assert_eq!(bucket.limit().burst, Some(40));
-        assert_eq!(bucket.limit().policy_field(), "\"hot\";q=100;w=1;redlimit-burst=40");
+        assert_eq!(
+            bucket.limit().policy_field(),
+            "\"hot\";q=100;w=1;redlimit-burst=40"
+        );
     }
 
     #[test]
