@@ -53,6 +53,14 @@ impl Respond<tonic::body::Body> for Grpc {
 }
 
 impl Shared {
+    /// A refusal with the layer's settings for its response: the `X-RateLimit-*`
+    /// headers, the problem type.
+    pub(super) fn answered(&self, limited: RateLimited) -> RateLimited {
+        #[cfg(feature = "axum")]
+        let limited = limited.problem_type(self.problem_type);
+        limited.x_ratelimit(self.x_ratelimit)
+    }
+
     /// `RateLimit-Policy` and `RateLimit` of the tightest rule on a granted response.
     /// The rate and window are the ones decided: a run-time override's when one applied.
     pub(super) fn success_fields(&self, granted: &Granted, headers: &mut http::HeaderMap) {

@@ -75,7 +75,7 @@ where
                     shared.add_success_fields(&granted, &mut response);
                     Ok(response)
                 }
-                Err(limited) => Ok(respond.refused(limited.x_ratelimit(shared.x_ratelimit))),
+                Err(limited) => Ok(respond.refused(shared.answered(limited))),
             }
         });
         ResponseFuture {
@@ -117,7 +117,7 @@ impl<S: 'static, R> RateLimit<S, R> {
                 fields: Some((self.shared.clone(), granted)),
             },
             Some(Err(limited)) => Kind::Refused {
-                response: Some(self.respond.refused(limited.x_ratelimit(self.shared.x_ratelimit))),
+                response: Some(self.respond.refused(self.shared.answered(limited))),
             },
             None => return AtOnce::Later(Request::from_parts(parts, body)),
         };
