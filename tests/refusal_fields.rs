@@ -2,7 +2,8 @@
 //! as problem+json is of the registered quota-exceeded type and names the refusing
 //! rule in `violated-policies` (or is `about:blank` when asked), a token bucket's
 //! policy says its burst, hostile rule names stay one string in the body and in the
-//! header.
+//! header, and a layer over a handler whose `#[rate_limit]` function refused leaves
+//! the refusal's fields as they are.
 #![cfg(feature = "axum")]
 
 use redlimit_test_support as support;
@@ -11,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::Path;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use redlimit::axum::{ProblemJson, ProblemType};
@@ -249,4 +250,110 @@ async fn a_hostile_rule_name_stays_one_string_in_the_body_and_the_fields() {
             );
         }
     }
+}
+
+#[rate_limit(key = "inner:{user}", rate = 1, interval = "60s")]
+async fn inner(user: u64) -> Result<(), RateLimited> {
+    let _ = user;
+    Ok(())
+}
+
+/// A handler calling `inner`, answering its refusal as `RateLimited`'s response.
+async fn calls_inner(Path(user): Path<u64>) -> Response {
+    match inner(user).await {
+        Ok(()) => "ok".into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// A layer (1 000 a second, all requests) over a handler whose `#[rate_limit]`
+/// function refuses: the 429 carries the function's fields, which decided it, not the
+/// layer's grant (`"all";r=998`), nor the layer's `X-RateLimit-*`; the handler's grants
+/// carry the layer's fields.
+#[tokio::test]
+async fn a_layer_leaves_the_fields_of_a_refusal_made_inside() {
+    in_process_default();
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .x_ratelimit_headers(true)
+        .rule(LayerRule::new("all", 1_000, Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/inner/{user}", get(calls_inner))
+        .layer(layer);
+    let addr = serve(app).await;
+    let granted = send(addr, "GET", "/inner/1", &[]).await;
+    assert_eq!(granted.status, 200);
+    assert_eq!(granted.header("ratelimit"), Some("\"all\";r=999"));
+    assert_eq!(granted.header("x-ratelimit-limit"), Some("1000"));
+    let refused = send(addr, "GET", "/inner/1", &[]).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some("\"inner:{user}\";q=1;w=60")
+    );
+    assert_eq!(refused.header("ratelimit"), Some("\"inner:{user}\";r=0;t=60"));
+    assert_eq!(refused.header("x-ratelimit-limit"), None, "{refused:?}");
+    assert_eq!(refused.header("x-ratelimit-remaining"), None, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("60"));
+}
+
+/// A handler that writes its own fields, under a problem+json layer: the layer writes
+/// none of its own on a response that has either field, and its own on the others.
+#[tokio::test]
+async fn a_layer_leaves_a_handlers_own_fields() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new("outer", 1_000, Duration::from_secs(1)))
+        .build()
+        .unwrap()
+        .problem_json();
+    let own = || async {
+        (
+            [
+                ("ratelimit", "\"own\";r=4"),
+                ("ratelimit-policy", "\"own\";q=5;w=1"),
+            ],
+            "mine",
+        )
+    };
+    let only_state = || async { ([("ratelimit", "\"own\";r=4")], "mine") };
+    let app = Router::new()
+        .route("/own", get(own))
+        .route("/state", get(only_state))
+        .route("/plain", get(|| async { "plain" }))
+        .layer(layer);
+    let addr = serve(app).await;
+    let reply = send(addr, "GET", "/own", &[]).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("ratelimit"), Some("\"own\";r=4"));
+    assert_eq!(reply.header("ratelimit-policy"), Some("\"own\";q=5;w=1"));
+    let reply = send(addr, "GET", "/state", &[]).await;
+    assert_eq!(reply.header("ratelimit"), Some("\"own\";r=4"));
+    assert_eq!(reply.header("ratelimit-policy"), None, "{reply:?}");
+    let reply = send(addr, "GET", "/plain", &[]).await;
+    assert_eq!(reply.header("ratelimit-policy"), Some("\"outer\";q=1000;w=1"));
+}
+
+/// Two layers, both granting: the response says the inner layer's rule, which the
+/// outer layer leaves.
+#[tokio::test]
+async fn nested_layers_leave_the_inner_layers_fields() {
+    let layer = |name: &'static str, rate| {
+        RateLimitLayer::builder()
+            .client(Client::memory())
+            .rule(LayerRule::new(name, rate, MINUTE))
+            .build()
+            .unwrap()
+    };
+    let app = Router::new()
+        .route("/a", get(|| async { "a" }))
+        .route_layer(layer("route", 5))
+        .layer(layer("everything", 1_000));
+    let addr = serve(app).await;
+    let reply = get_a(addr, &[]).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("ratelimit"), Some("\"route\";r=4"));
+    assert_eq!(reply.header("ratelimit-policy"), Some("\"route\";q=5;w=60"));
 }

@@ -17,7 +17,7 @@ use tower_service::Service;
 use redlimit_runtime::engine::Granted;
 
 use super::request::behind_router;
-use super::respond::{PlainText, Respond};
+use super::respond::{decided_inside, PlainText, Respond};
 use super::shared::Shared;
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
@@ -132,9 +132,10 @@ enum AtOnce<F, ResBody, E, B> {
 }
 
 impl Shared {
-    /// The RateLimit fields of a granted response, when the layer adds them.
+    /// The RateLimit fields of a granted response, when the layer adds them and the
+    /// response was not decided inside ([`decided_inside`]).
     fn add_success_fields<B>(&self, granted: &Granted, response: &mut Response<B>) {
-        if self.success_fields || self.x_ratelimit {
+        if (self.success_fields || self.x_ratelimit) && !decided_inside(response) {
             self.success_fields(granted, response.headers_mut());
         }
     }

@@ -15,6 +15,14 @@ use crate::outcomes::refusal::{
 
 use crate::outcomes::refusal::seconds_up;
 
+/// Marks a response made from a refusal (`RateLimited`'s own, `ProblemJson`'s), as a
+/// response extension: the limit that refused decided it, so a `RateLimitLayer` around
+/// the handler leaves its RateLimit fields (or their absence) as they are.
+#[cfg(feature = "axum")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct RefusalResponse;
+
 #[cfg(feature = "axum")]
 impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
@@ -52,8 +60,10 @@ impl RateLimited {
         }
     }
 
-    /// The response's headers: `Retry-After` and the RateLimit fields for a 429.
+    /// The response's headers: `Retry-After` and the RateLimit fields for a 429; and
+    /// on every refusal's response, the [`RefusalResponse`] extension.
     pub(super) fn headers(&self, response: &mut Response) {
+        response.extensions_mut().insert(RefusalResponse);
         if self.cause.is_some() {
             return;
         }
@@ -185,6 +195,7 @@ mod tests {
             response.headers()["ratelimit-policy"],
             "\"login:{ip}\";q=5;w=60;redlimit-burst=12"
         );
+        assert!(response.extensions().get::<RefusalResponse>().is_some());
     }
 
     #[test]

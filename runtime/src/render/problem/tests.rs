@@ -74,6 +74,10 @@ fn other_statuses_stay_about_blank() {
     let response = problem.into_response();
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["content-type"], "application/problem+json");
+    assert!(response
+        .extensions()
+        .get::<super::super::http::RefusalResponse>()
+        .is_some());
 }
 
 /// A name with quotes, backslashes, commas, control characters and non-ASCII stays
