@@ -41,12 +41,15 @@ pub use redlimit_runtime::{
 ///
 /// A refused handler answers 429 with `Retry-After` and the IETF RateLimit fields when
 /// it returns `Result<T, RateLimited>` or `axum::response::Response`; [`axum::ProblemJson`]
-/// answers the same as `application/problem+json`.
+/// answers the same as `application/problem+json`, a 429 of the registered
+/// quota-exceeded type naming the refusing policy (or `about:blank`,
+/// [`axum::ProblemType`]).
 #[cfg(feature = "axum")]
 pub mod axum {
     pub use redlimit_edge::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
     pub use redlimit_runtime::{
-        ProblemJson, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+        ProblemJson, ProblemType, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+        X_RATELIMIT_RESET,
     };
 }
 

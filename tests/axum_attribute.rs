@@ -124,9 +124,13 @@ async fn refusals_are_429_with_retry_after_and_the_ratelimit_fields() {
     assert_eq!(status, 429);
     assert_eq!(header(&headers, "content-type"), Some("application/problem+json"));
     assert!(
-        body.starts_with("{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429"),
+        body.starts_with(
+            "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\
+             \"title\":\"Quota exceeded\",\"status\":429"
+        ),
         "{body}"
     );
+    assert!(body.contains(",\"violated-policies\":[\"export\"],"), "{body}");
     assert!(header(&headers, "ratelimit-policy").is_some());
 }
 

@@ -396,10 +396,14 @@ async fn a_problem_body_is_json_whatever_the_message_holds() {
         serde_json::from_str(&refused.body).unwrap_or_else(|e| panic!("{e}: {}", refused.body));
     let object = body.as_object().unwrap();
     let keys: Vec<&str> = object.keys().map(String::as_str).collect();
-    assert_eq!(keys.len(), 5, "{body}");
-    assert_eq!(body["type"], "about:blank");
-    assert_eq!(body["title"], "Too Many Requests");
+    assert_eq!(keys.len(), 6, "{body}");
+    assert_eq!(
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(body["title"], "Quota exceeded");
     assert_eq!(body["status"], 429);
+    assert_eq!(body["violated-policies"], serde_json::json!(["hostile"]));
     let detail = body["detail"].as_str().unwrap();
     assert!(detail.starts_with(message), "{detail:?}");
     assert!(detail.ends_with('s'), "{detail:?}");

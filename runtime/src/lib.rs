@@ -77,7 +77,10 @@ pub use outcomes::refusal::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 #[cfg(feature = "axum")]
-pub use render::http::ProblemJson;
+#[doc(hidden)]
+pub use render::http::RefusalResponse;
+#[cfg(feature = "axum")]
+pub use render::problem::{ProblemJson, ProblemType};
 pub use rules::config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_PERMITS, MAX_RATE};
 pub use rules::overrides::{OverrideOf, RateOverride};
 pub use rules::rule::{Algorithm, BucketShape, Rule};

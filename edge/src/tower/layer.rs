@@ -24,6 +24,8 @@ pub struct RateLimitLayerBuilder {
     timeout: Option<Duration>,
     no_success_fields: bool,
     x_ratelimit: bool,
+    #[cfg(feature = "axum")]
+    problem_type: redlimit_runtime::ProblemType,
 }
 
 impl RateLimitLayerBuilder {
@@ -74,6 +76,16 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// The problem type of a 429 answered as problem+json (by
+    /// [`problem_json`](RateLimitLayer::problem_json), or a responder of your own that
+    /// renders `ProblemJson`): the registered quota-exceeded type naming the refusing
+    /// rule in `violated-policies` (the default), or `about:blank`.
+    #[cfg(feature = "axum")]
+    pub fn problem_type(mut self, problem_type: redlimit_runtime::ProblemType) -> Self {
+        self.problem_type = problem_type;
+        self
+    }
+
     /// Adds every rule of `rules`, in order (rules read from configuration).
     pub fn rules(mut self, rules: impl IntoIterator<Item = LayerRule>) -> Self {
         self.rules.extend(rules);
@@ -108,6 +120,8 @@ impl RateLimitLayerBuilder {
             timeout: self.timeout,
             success_fields: !self.no_success_fields,
             x_ratelimit: self.x_ratelimit,
+            #[cfg(feature = "axum")]
+            problem_type: self.problem_type,
         };
         Ok(RateLimitLayer {
             shared: Arc::new(Shared::new(self.rules, settings)?),

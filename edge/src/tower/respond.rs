@@ -1,6 +1,7 @@
 //! Responders: what the layer writes on a response. A refusal becomes a response
 //! through a [`Respond`] (plain text, problem+json, a gRPC status, or your own); a
-//! granted response gets the RateLimit fields of its tightest rule.
+//! granted response gets the RateLimit fields of its tightest rule, unless what it
+//! answers was decided inside (see [`decided_inside`]).
 
 use http::{HeaderValue, Response};
 use redlimit_runtime::engine::Granted;
@@ -52,7 +53,33 @@ impl Respond<tonic::body::Body> for Grpc {
     }
 }
 
+/// Whether the inner service's response already says the limit that decided it: it
+/// carries `RateLimit` or `RateLimit-Policy` (a handler's own, an inner layer's), or it
+/// is a refusal the library made (a `#[rate_limit]` function refused inside the
+/// handler, its response marked so). The layer's fields would then speak of a limit
+/// that did not decide it, over the one that did: it adds none of them.
+pub(super) fn decided_inside<B>(response: &Response<B>) -> bool {
+    #[cfg(feature = "axum")]
+    if response
+        .extensions()
+        .get::<redlimit_runtime::RefusalResponse>()
+        .is_some()
+    {
+        return true;
+    }
+    let headers = response.headers();
+    headers.contains_key(RATELIMIT) || headers.contains_key(RATELIMIT_POLICY)
+}
+
 impl Shared {
+    /// A refusal with the layer's settings for its response: the `X-RateLimit-*`
+    /// headers, the problem type.
+    pub(super) fn answered(&self, limited: RateLimited) -> RateLimited {
+        #[cfg(feature = "axum")]
+        let limited = limited.problem_type(self.problem_type);
+        limited.x_ratelimit(self.x_ratelimit)
+    }
+
     /// `RateLimit-Policy` and `RateLimit` of the tightest rule on a granted response.
     /// The rate and window are the ones decided: a run-time override's when one applied.
     pub(super) fn success_fields(&self, granted: &Granted, headers: &mut http::HeaderMap) {
@@ -86,6 +113,29 @@ impl Shared {
         if self.x_ratelimit {
             headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(rate));
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_with_either_field_or_made_from_a_refusal_was_decided_inside() {
+        assert!(!decided_inside(&Response::new(())));
+        for field in [RATELIMIT, RATELIMIT_POLICY] {
+            let mut own = Response::new(());
+            own.headers_mut()
+                .insert(field, HeaderValue::from_static("\"own\";r=1"));
+            assert!(decided_inside(&own));
+        }
+        // A refusal without the fields (a 503 under `on_error = "deny"`): its mark.
+        #[cfg(feature = "axum")]
+        {
+            let mut refusal = Response::new(());
+            refusal.extensions_mut().insert(redlimit_runtime::RefusalResponse);
+            assert!(decided_inside(&refusal));
         }
     }
 }

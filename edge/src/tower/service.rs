@@ -17,7 +17,7 @@ use tower_service::Service;
 use redlimit_runtime::engine::Granted;
 
 use super::request::behind_router;
-use super::respond::{PlainText, Respond};
+use super::respond::{decided_inside, PlainText, Respond};
 use super::shared::Shared;
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
@@ -75,7 +75,7 @@ where
                     shared.add_success_fields(&granted, &mut response);
                     Ok(response)
                 }
-                Err(limited) => Ok(respond.refused(limited.x_ratelimit(shared.x_ratelimit))),
+                Err(limited) => Ok(respond.refused(shared.answered(limited))),
             }
         });
         ResponseFuture {
@@ -117,7 +117,7 @@ impl<S: 'static, R> RateLimit<S, R> {
                 fields: Some((self.shared.clone(), granted)),
             },
             Some(Err(limited)) => Kind::Refused {
-                response: Some(self.respond.refused(limited.x_ratelimit(self.shared.x_ratelimit))),
+                response: Some(self.respond.refused(self.shared.answered(limited))),
             },
             None => return AtOnce::Later(Request::from_parts(parts, body)),
         };
@@ -132,9 +132,10 @@ enum AtOnce<F, ResBody, E, B> {
 }
 
 impl Shared {
-    /// The RateLimit fields of a granted response, when the layer adds them.
+    /// The RateLimit fields of a granted response, when the layer adds them and the
+    /// response was not decided inside ([`decided_inside`]).
     fn add_success_fields<B>(&self, granted: &Granted, response: &mut Response<B>) {
-        if self.success_fields || self.x_ratelimit {
+        if (self.success_fields || self.x_ratelimit) && !decided_inside(response) {
             self.success_fields(granted, response.headers_mut());
         }
     }

@@ -64,6 +64,9 @@ pub(super) struct Shared {
     pub(super) untrusted: TrustedProxies,
     pub(super) success_fields: bool,
     pub(super) x_ratelimit: bool,
+    /// The problem type of a 429 as problem+json.
+    #[cfg(feature = "axum")]
+    pub(super) problem_type: redlimit_runtime::ProblemType,
     /// The layer decides in process without a timeout: nothing a decision awaits ever
     /// waits, so each request is decided where the service is called.
     pub(super) decides_at_once: bool,
@@ -76,6 +79,8 @@ pub(super) struct Settings {
     pub(super) timeout: Option<Duration>,
     pub(super) success_fields: bool,
     pub(super) x_ratelimit: bool,
+    #[cfg(feature = "axum")]
+    pub(super) problem_type: redlimit_runtime::ProblemType,
 }
 
 impl Shared {
@@ -122,6 +127,8 @@ impl Shared {
             untrusted: TrustedProxies::default(),
             success_fields: settings.success_fields,
             x_ratelimit: settings.x_ratelimit,
+            #[cfg(feature = "axum")]
+            problem_type: settings.problem_type,
         })
     }
 }

@@ -21,6 +21,7 @@ impl Engine {
             cause: None,
             limit: Some(Box::new(limit)),
             x_ratelimit: false,
+            about_blank: false,
             remaining: 0,
         }
     }

@@ -23,6 +23,10 @@ pub struct RateLimited {
     pub(crate) limit: Option<Box<Limit>>,
     /// The response adds `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
     pub(crate) x_ratelimit: bool,
+    /// A 429 as problem+json is of type `about:blank`, not the registered
+    /// quota-exceeded type (`ProblemType`); read only with the `axum` feature.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) about_blank: bool,
     /// Permits the refusing rule's limiter had left (fewer than the call asked for):
     /// what a 429's `RateLimit` and `X-RateLimit-Remaining` fields say.
     pub(crate) remaining: u64,
@@ -38,14 +42,23 @@ pub struct Limit {
     pub rate: u64,
     /// The window.
     pub window: Duration,
+    /// A token bucket's burst (the most tokens it holds); `None` for a sliding window.
+    pub burst: Option<u64>,
 }
 
 impl Limit {
     /// The IETF `RateLimit-Policy` field of this limit: `"<name>";q=<rate>;w=<window
-    /// in seconds, rounded up>`.
+    /// in seconds, rounded up>`, and a token bucket's burst in a parameter of the
+    /// library's own, `;redlimit-burst=<burst>` (the draft's convention for a
+    /// service's parameters: a prefixed name).
     pub fn policy_field(&self) -> String {
         let window = seconds_up(self.window).max(1);
-        format!("{};q={};w={window}", sf_string(&self.name), self.rate)
+        let mut field = format!("{};q={};w={window}", sf_string(&self.name), self.rate);
+        if let Some(burst) = self.burst {
+            field.push_str(";redlimit-burst=");
+            field.push_str(&burst.to_string());
+        }
+        field
     }
 
     /// The IETF `RateLimit` field: `"<name>";r=<remaining>`, with `;t=<seconds>` when
@@ -61,7 +74,8 @@ impl Limit {
     }
 }
 
-/// `RateLimit-Policy: "<name>";q=<rate>;w=<window s>` (see [`Limit::policy_field`]).
+/// `RateLimit-Policy: "<name>";q=<rate>;w=<window s>`, with `;redlimit-burst=<burst>`
+/// for a token bucket (see [`Limit::policy_field`]).
 #[cfg(feature = "http")]
 pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
 /// `RateLimit: "<name>";r=<remaining>;t=<seconds until it resets>` (see
@@ -81,20 +95,31 @@ pub const X_RATELIMIT_REMAINING: http::HeaderName = http::HeaderName::from_stati
 #[cfg(feature = "http")]
 pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
 
-/// A name as a structured-field string (RFC 9651): printable ASCII, `"` and `\`
-/// escaped; anything else becomes `_`.
+/// A name as the RateLimit fields and a problem's `violated-policies` carry it:
+/// printable ASCII as written, anything else `_` (what a structured-field string may
+/// hold, RFC 9651).
+pub(crate) fn policy_name(name: &str) -> Cow<'_, str> {
+    if name.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(
+        name.chars()
+            .map(|c| if (' '..='~').contains(&c) { c } else { '_' })
+            .collect(),
+    )
+}
+
+/// A name as a structured-field string (RFC 9651): [`policy_name`] quoted, `"` and `\`
+/// escaped.
 pub(crate) fn sf_string(name: &str) -> String {
+    let name = policy_name(name);
     let mut out = String::with_capacity(name.len() + 2);
     out.push('"');
     for c in name.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
+        if c == '"' || c == '\\' {
+            out.push('\\');
         }
+        out.push(c);
     }
     out.push('"');
     out

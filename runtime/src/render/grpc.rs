@@ -75,6 +75,7 @@ mod tests {
             cause: None,
             limit: None,
             x_ratelimit: false,
+            about_blank: false,
             remaining: 0,
         }
     }

@@ -15,6 +15,14 @@ use crate::outcomes::refusal::{
 
 use crate::outcomes::refusal::seconds_up;
 
+/// Marks a response made from a refusal (`RateLimited`'s own, `ProblemJson`'s), as a
+/// response extension: the limit that refused decided it, so a `RateLimitLayer` around
+/// the handler leaves its RateLimit fields (or their absence) as they are.
+#[cfg(feature = "axum")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct RefusalResponse;
+
 #[cfg(feature = "axum")]
 impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
@@ -52,8 +60,10 @@ impl RateLimited {
         }
     }
 
-    /// The response's headers: `Retry-After` and the RateLimit fields for a 429.
-    fn headers(&self, response: &mut Response) {
+    /// The response's headers: `Retry-After` and the RateLimit fields for a 429; and
+    /// on every refusal's response, the [`RefusalResponse`] extension.
+    pub(super) fn headers(&self, response: &mut Response) {
+        response.extensions_mut().insert(RefusalResponse);
         if self.cause.is_some() {
             return;
         }
@@ -81,7 +91,7 @@ impl RateLimited {
     }
 
     /// The plain-text body: what happened and when to come back, never the cause.
-    fn body(&self) -> String {
+    pub(super) fn body(&self) -> String {
         match self.status() {
             StatusCode::TOO_MANY_REQUESTS => {
                 let mut body = String::from(self.message.as_deref().unwrap_or("Too many requests"));
@@ -129,52 +139,6 @@ impl IntoResponse for RateLimited {
     }
 }
 
-/// A refusal as an RFC 9457 problem (`application/problem+json`), with the same
-/// status and headers as [`RateLimited`]'s own response.
-#[cfg(feature = "axum")]
-#[derive(Debug, Clone)]
-pub struct ProblemJson(pub RateLimited);
-
-#[cfg(feature = "axum")]
-impl From<RateLimited> for ProblemJson {
-    fn from(limited: RateLimited) -> Self {
-        ProblemJson(limited)
-    }
-}
-
-/// `text` as a JSON string, quotes included.
-fn json_string(text: &str) -> String {
-    serde_json::Value::from(text).to_string()
-}
-
-#[cfg(feature = "axum")]
-impl IntoResponse for ProblemJson {
-    fn into_response(self) -> Response {
-        let limited = self.0;
-        let status = limited.status();
-        let title = status.canonical_reason().unwrap_or("Error");
-        let detail = limited.body();
-        let mut body = format!(
-            "{{\"type\":\"about:blank\",\"title\":{},\"status\":{},\"detail\":{}",
-            json_string(title),
-            status.as_u16(),
-            json_string(detail.trim_end())
-        );
-        if let (None, Some(wait)) = (&limited.cause, limited.retry_after) {
-            let _ = write!(body, ",\"retry_after\":{}", seconds_up(wait));
-        }
-        body.push('}');
-        let mut response = (
-            status,
-            [(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"))],
-            body,
-        )
-            .into_response();
-        limited.headers(&mut response);
-        response
-    }
-}
-
 #[cfg(feature = "axum")]
 impl FromRateLimited for Response {
     fn from_rate_limited(limited: RateLimited) -> Self {
@@ -200,8 +164,10 @@ mod tests {
                 name: "login:{ip}".into(),
                 rate: 5,
                 window: Duration::from_secs(60),
+                burst: None,
             })),
             x_ratelimit: false,
+            about_blank: false,
             remaining: 0,
         }
     }
@@ -216,6 +182,20 @@ mod tests {
         assert_eq!(header("ratelimit"), "\"login:{ip}\";r=0;t=2");
         assert_eq!(header("content-type"), "text/plain; charset=utf-8");
         assert_eq!(refusal(3_000).into_response().headers()["retry-after"], "3");
+    }
+
+    #[test]
+    fn a_token_buckets_policy_says_its_burst() {
+        let mut limited = refusal(1_000);
+        if let Some(limit) = limited.limit.as_mut() {
+            limit.burst = Some(12);
+        }
+        let response = limited.into_response();
+        assert_eq!(
+            response.headers()["ratelimit-policy"],
+            "\"login:{ip}\";q=5;w=60;redlimit-burst=12"
+        );
+        assert!(response.extensions().get::<RefusalResponse>().is_some());
     }
 
     #[test]
@@ -237,17 +217,5 @@ mod tests {
         assert_eq!(response.status(), 503);
         assert!(response.headers().get("retry-after").is_none());
         assert!(!limited.body().contains("secret"));
-        let problem = ProblemJson(limited).into_response();
-        assert_eq!(problem.status(), 503);
-        assert_eq!(problem.headers()["content-type"], "application/problem+json");
-    }
-
-    #[test]
-    fn a_problem_body_is_json_whatever_its_message_holds() {
-        let message = "a \"quoted\" \\ back\\slash,\n a tab\t, \u{0}\u{1f}\u{7f} é 🦀 </script>";
-        let body = json_string(message);
-        let read: serde_json::Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(read, message, "{body}");
-        assert_eq!(json_string("Too Many Requests"), "\"Too Many Requests\"");
     }
 }

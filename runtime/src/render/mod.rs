@@ -1,6 +1,6 @@
 //! Refusals rendered for the protocols they travel in: HTTP responses for axum
-//! ([`http`], cargo feature `axum`) and gRPC statuses for tonic ([`grpc`], feature
-//! `tonic`).
+//! ([`http`], cargo feature `axum`), problem+json bodies ([`problem`], same feature)
+//! and gRPC statuses for tonic ([`grpc`], feature `tonic`).
 //!
 //! These live in the runtime, not beside the layer in `redlimit-edge`, because of the
 //! orphan rule: `impl IntoResponse for RateLimited` and `impl From<RateLimited> for
@@ -15,3 +15,5 @@
 pub(crate) mod grpc;
 #[cfg(feature = "axum")]
 pub(crate) mod http;
+#[cfg(feature = "axum")]
+pub(crate) mod problem;

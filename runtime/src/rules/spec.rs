@@ -46,12 +46,14 @@ pub struct RuleSpec {
 }
 
 impl RuleSpec {
-    /// The limit a refusal names: the rule's name, rate and window.
+    /// The limit a refusal names: the rule's name, rate and window, and a token
+    /// bucket's burst.
     pub fn limit(&self) -> crate::Limit {
         crate::Limit {
             name: self.name.clone(),
             rate: self.rate,
             window: self.interval,
+            burst: self.bucket.map(|shape| shape.burst),
         }
     }
 
@@ -113,6 +115,18 @@ mod tests {
             message: None,
             bucket: None,
         }
+    }
+
+    #[test]
+    fn a_token_buckets_limit_carries_its_burst() {
+        assert_eq!(spec(1, None).limit().burst, None);
+        let mut bucket = spec(1, None);
+        bucket.bucket = Some(crate::BucketShape::new(40, None));
+        assert_eq!(bucket.limit().burst, Some(40));
+        assert_eq!(
+            bucket.limit().policy_field(),
+            "\"hot\";q=100;w=1;redlimit-burst=40"
+        );
     }
 
     #[test]
