@@ -110,7 +110,7 @@ impl MemoryBackend {
         // Then one at a time, letting go limiters rules made (none of this call's):
         // each one's room handed straight to a new limiter.
         for (n, &i) in fresh.iter().enumerate() {
-            if !self.room.take(1) && !locked.store(hashes[i]).evict(now, hashes) {
+            if !self.room.take(1) && !self.evict(locked.store(hashes[i]), now, hashes) {
                 // None inserted: the room taken, and the room let-go limiters left, is
                 // the bound's again.
                 self.room.give_back(n);

@@ -105,10 +105,10 @@ impl Room {
         if !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 max_limiters = self.max,
-                "the in-process rate limiter holds its maximum of {} live limiters: \
-                 decisions that need a new limiter are refused until idle ones expire \
-                 (limiters held are kept; raise ClientBuilder::max_limiters if this \
-                 load is expected). Logged once.",
+                "the in-process rate limiter holds its maximum of {} live limiters and \
+                 none it may let go (limiters configured by hand are kept): decisions \
+                 that need a new limiter are refused until idle ones expire (raise \
+                 ClientBuilder::max_limiters if this load is expected). Logged once.",
                 self.max
             );
         }
@@ -274,10 +274,23 @@ impl MemoryBackend {
             return Ok(());
         }
         self.sweep(store, now, AT_BOUND);
-        if self.room.take(1) || store.evict(now, keep) {
+        if self.room.take(1) || self.evict(store, now, keep) {
             return Ok(());
         }
         Err(self.room.refuse(name))
+    }
+
+    /// Lets go a limiter a rule made (none of those hashing to `keep`) to make room:
+    /// in `store` (whose shard is locked), else in the first other shard free to lock
+    /// (never waiting for one, so no two decisions can wait for each other). Its room
+    /// is handed straight over: the count of limiters held does not change.
+    fn evict(&self, store: &mut Store, now: u64, keep: &[u64]) -> bool {
+        if store.evict(now, keep) {
+            return true;
+        }
+        self.shards
+            .iter()
+            .any(|shard| shard.try_lock().is_ok_and(|mut other| other.evict(now, keep)))
     }
 
     /// The limiter `name` (hash `hash`), not held, made again from its traces when the
