@@ -25,6 +25,9 @@
 //! - `redlimit_memory_full_total`: decisions an in-process backend refused because it
 //!   held its maximum of live limiters (`ClientBuilder::max_limiters`) and the call
 //!   needed a new one ([`Error::MemoryFull`](crate::Error::MemoryFull)).
+//! - `redlimit_memory_evicted_total`: limiters an in-process backend let go at that
+//!   bound to make room for a new one, keeping their traces in its summary (a key
+//!   made again from its traces counts at least what it had counted).
 //!
 //! Spans: `redlimit.decide` (debug) around each call's decision, with `rules`,
 //! `backend`, `outcome`, `remaining`, `retry_after_ms` and `waited_ms`; inside it,
@@ -226,4 +229,10 @@ pub(crate) fn config_changed() {
 pub(crate) fn memory_full() {
     #[cfg(feature = "metrics")]
     metrics::counter!("redlimit_memory_full_total").increment(1);
+}
+
+/// Counts a limiter let go at the in-process backend's bound.
+pub(crate) fn memory_evicted() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlimit_memory_evicted_total").increment(1);
 }

@@ -107,7 +107,37 @@ impl MemoryBackend {
         if self.room.take(fresh.len()) {
             return Ok(fresh);
         }
-        Err(self.room.refuse(calls[fresh[0]].keys.config()))
+        // Then one at a time, letting go limiters rules made (none of this call's):
+        // each one's room handed straight to a new limiter.
+        for (n, &i) in fresh.iter().enumerate() {
+            if !self.room.take(1) && !self.evict(locked.store(hashes[i]), now, hashes) {
+                // None inserted: the room taken, and the room let-go limiters left, is
+                // the bound's again.
+                self.room.give_back(n);
+                return Err(self.room.refuse(calls[i].keys.config()));
+            }
+        }
+        Ok(fresh)
+    }
+
+    /// The limiters of `calls` not held and remembered by their shard's summary, made
+    /// again from their traces before the decision reads them (room taken for each).
+    fn recall_calls(
+        &self,
+        locked: &mut Locked<'_>,
+        calls: &[Call<'_>],
+        hashes: &[u64],
+        now: u64,
+    ) -> Result<(), Error> {
+        for (i, call) in calls.iter().enumerate() {
+            let store = locked.store(hashes[i]);
+            let name = call.keys.config();
+            if store.summary.is_empty() || store.limiters.contains(hashes[i], name) {
+                continue;
+            }
+            self.recall(store, hashes[i], name, now, hashes, call.rule.is_some())?;
+        }
+        Ok(())
     }
 }
 
@@ -120,6 +150,9 @@ pub(super) fn decide(
     hashes: &[u64],
     clock_now: u64,
 ) -> Result<Outcome, Error> {
+    // Limiters let go at the bound come back from their traces first: the decision
+    // then reads them as held.
+    backend.recall_calls(&mut locked, calls, hashes, clock_now)?;
     // Phase 1, load_rule: each call's config, and the newest grant of its bucket.
     let (mut resolved, newest) = load_rules(&mut locked, calls, hashes, clock_now)?;
     let now = settle_time(newest, clock_now);
@@ -138,6 +171,16 @@ pub(super) fn decide(
         };
         let fresh = backend.make_room(&mut locked, calls, hashes, clock_now)?;
         commit(&mut locked, calls, &decided);
+        for &i in &fresh {
+            // Made by this call: a rule's may be let go at the bound.
+            if let Some(limiter) = locked
+                .store(hashes[i])
+                .limiters
+                .get_hashed(hashes[i], calls[i].keys.config())
+            {
+                limiter.by_rule = calls[i].rule.is_some();
+            }
+        }
         // Each new limiter pays for sweeping its share of the table, after the writes
         // (before them, a sweep could drop a limiter the writes then create again,
         // uncounted).

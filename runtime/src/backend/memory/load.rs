@@ -53,7 +53,11 @@ pub(super) fn load_tokens(
     newest: &mut u64,
 ) -> Resolved {
     let limiter = store.limiters.get_hashed(hash, call.keys.config());
-    let stored = limiter.and_then(|l| l.tokens(rule.rate_type, clock_now).copied());
+    let shape = call.bucket.expect("a token-bucket call");
+    let stored = limiter.and_then(|l| {
+        l.tokens_or_recalled(rule, shape.burst, shape.warmup_ms, clock_now)
+            .copied()
+    });
     if let Some(stored) = stored {
         *newest = (*newest).max(stored.state.at);
     }

@@ -34,8 +34,10 @@ impl MemoryBackend {
                 return Ok(false);
             }
         }
-        self.room_for(&mut store, hash, keys.config(), now)?;
+        self.room_for(&mut store, hash, keys.config(), now, &[hash])?;
         let limiter = store.limiters.get_or_insert(hash, keys.config());
+        // Configured by hand: kept at the bound (its config is no rule's).
+        limiter.by_rule = false;
         limiter.config = Some(*config);
         if config.keep_alive_ms() > 0 {
             limiter.config_expires = Some(now + config.keep_alive_ms());
@@ -60,8 +62,9 @@ impl MemoryBackend {
         if how.require_exists && !exists {
             return Ok(false);
         }
-        self.room_for(&mut store, hash, keys.config(), now)?;
+        self.room_for(&mut store, hash, keys.config(), now, &[hash])?;
         let limiter = store.limiters.get_or_insert(hash, keys.config());
+        limiter.by_rule = false;
         let old = limiter.live_config(now);
         limiter.config = Some(*config);
         let keep = config.keep_alive_ms();
@@ -140,6 +143,7 @@ impl MemoryBackend {
         };
         config.keep_alive = (keep_ms > 0).then(|| Duration::from_millis(keep_ms));
         limiter.config = Some(config);
+        limiter.by_rule = false;
         let expires = (keep_ms > 0).then_some(now + keep_ms);
         limiter.config_expires = expires;
         if let Some(bucket) = limiter.bucket(config.rate_type, now) {
@@ -153,6 +157,7 @@ impl MemoryBackend {
         let Some(limiter) = store.limiters.get_mut(keys.config()) else {
             return Ok(false);
         };
+        limiter.by_rule = false;
         limiter.expire_all(now);
         for bucket in limiter.buckets_mut() {
             bucket.expires = Some(now + ttl_ms);

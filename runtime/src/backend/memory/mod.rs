@@ -2,8 +2,8 @@
 //! This file holds the backend itself: its shards and their locks, the sweep of
 //! expired limiters and the bound on those held. A decision is `decide.rs` (the usual
 //! call of one rule `usual.rs`, the phases `load.rs`, `plan.rs` and `commit.rs`), the
-//! other operations `manage.rs`, the state held `state.rs`; the arithmetic of each
-//! algorithm is `crate::algorithm`'s.
+//! other operations `manage.rs`, the state held `state.rs`, what happens at the bound
+//! `bound.rs` and `summary/`; the arithmetic of each algorithm is `crate::algorithm`'s.
 //!
 //! TTLs follow the same rules as the scripts, measured on the client's clock, and
 //! expired limiters are swept so memory does not grow with the number of limiters
@@ -13,16 +13,21 @@
 //! goes round each shard's table a few buckets at a time (see [`MOST_SWEPT`]), and
 //! the number of limiters held has a bound ([`crate::DEFAULT_MAX_LIMITERS`] unless
 //! the builder says otherwise). At the bound a decision that would create a limiter
-//! first sweeps its shard for expired ones; finding none, it is refused with
-//! [`Error::MemoryFull`]: the limiters held are never dropped to make room, so no
-//! key's window is ever forgotten early.
+//! first sweeps its shard for expired ones; finding none, it lets go the lightest
+//! limiter a rule made among a few of the shard's, keeping its traces in the shard's
+//! summary (`summary/`, a fixed number of cells): a limiter made again from its traces
+//! counts at least what it had counted, so no key's window is forgotten early. Limiters
+//! configured by hand are never let go; a shard holding only those refuses new limiters
+//! with [`Error::MemoryFull`].
 
+mod bound;
 mod commit;
 mod decide;
 mod load;
 mod manage;
 mod plan;
 mod state;
+mod summary;
 mod usual;
 
 use std::cell::Cell;
@@ -100,10 +105,10 @@ impl Room {
         if !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 max_limiters = self.max,
-                "the in-process rate limiter holds its maximum of {} live limiters: \
-                 decisions that need a new limiter are refused until idle ones expire \
-                 (limiters held are kept; raise ClientBuilder::max_limiters if this \
-                 load is expected). Logged once.",
+                "the in-process rate limiter holds its maximum of {} live limiters and \
+                 none it may let go (limiters configured by hand are kept): decisions \
+                 that need a new limiter are refused until idle ones expire (raise \
+                 ClientBuilder::max_limiters if this load is expected). Logged once.",
                 self.max
             );
         }
@@ -129,7 +134,9 @@ impl MemoryBackend {
     /// A backend holding at most `max` limiters.
     pub fn new(max: usize) -> Self {
         MemoryBackend {
-            shards: (0..SHARDS).map(|_| Mutex::new(Store::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Store::new(cells_per_shard(max))))
+                .collect(),
             room: Room {
                 held: AtomicUsize::new(0),
                 max,
@@ -137,6 +144,18 @@ impl MemoryBackend {
             },
         }
     }
+}
+
+/// The cells of each of a shard's summary tables for a bound of `max` limiters: half a
+/// cell per limiter over all shards, at least 8 a shard.
+fn cells_per_shard(max: usize) -> usize {
+    (max / 2 / SHARDS).max(8)
+}
+
+/// The most bytes the summaries of a backend holding at most `max` limiters take.
+#[cfg(test)]
+pub(crate) fn most_summary_bytes(max: usize) -> usize {
+    SHARDS * summary::Summary::most_bytes(cells_per_shard(max))
 }
 
 /// The shard of a limiter whose name hashes to `hash`: bits the shard's table does not
@@ -226,20 +245,72 @@ impl MemoryBackend {
     }
 
     /// Room for the limiter `name` (hash `hash`) in `store`, when it is not held yet:
-    /// at the bound, after sweeping [`AT_BOUND`] buckets for it. Writes nothing but
-    /// what the sweep drops.
-    fn room_for(&self, store: &mut Store, hash: u64, name: &str, now: u64) -> Result<(), Error> {
+    /// at the bound, after sweeping [`AT_BOUND`] buckets for it, and else by letting go
+    /// a limiter a rule made (none of those hashing to `keep`) into the summary.
+    /// A limiter made again from its traces is inserted here; any other is the
+    /// caller's to insert.
+    fn room_for(
+        &self,
+        store: &mut Store,
+        hash: u64,
+        name: &str,
+        now: u64,
+        keep: &[u64],
+    ) -> Result<(), Error> {
         if store.limiters.contains(hash, name) {
             return Ok(());
         }
-        if !self.room.take(1) {
-            self.sweep(store, now, AT_BOUND);
-            if !self.room.take(1) {
-                return Err(self.room.refuse(name));
-            }
+        if !self.recall(store, hash, name, now, keep, false)? {
+            self.take_room(store, name, now, keep)?;
         }
         self.sweep(store, now, PER_NEW);
         Ok(())
+    }
+
+    /// Room for one more limiter `name` in `store`: from the bound, from expired
+    /// limiters swept, or from a limiter let go (its room handed straight over).
+    fn take_room(&self, store: &mut Store, name: &str, now: u64, keep: &[u64]) -> Result<(), Error> {
+        if self.room.take(1) {
+            return Ok(());
+        }
+        self.sweep(store, now, AT_BOUND);
+        if self.room.take(1) || self.evict(store, now, keep) {
+            return Ok(());
+        }
+        Err(self.room.refuse(name))
+    }
+
+    /// Lets go a limiter a rule made (none of those hashing to `keep`) to make room:
+    /// in `store` (whose shard is locked), else in the first other shard free to lock
+    /// (never waiting for one, so no two decisions can wait for each other). Its room
+    /// is handed straight over: the count of limiters held does not change.
+    fn evict(&self, store: &mut Store, now: u64, keep: &[u64]) -> bool {
+        if store.evict(now, keep) {
+            return true;
+        }
+        self.shards
+            .iter()
+            .any(|shard| shard.try_lock().is_ok_and(|mut other| other.evict(now, keep)))
+    }
+
+    /// The limiter `name` (hash `hash`), not held, made again from its traces when the
+    /// summary remembers it (room taken as for a new limiter). Answers whether it was.
+    fn recall(
+        &self,
+        store: &mut Store,
+        hash: u64,
+        name: &str,
+        now: u64,
+        keep: &[u64],
+        by_rule: bool,
+    ) -> Result<bool, Error> {
+        let Some(mut limiter) = store.recall(hash, now) else {
+            return Ok(false);
+        };
+        self.take_room(store, name, now, keep)?;
+        limiter.by_rule = by_rule;
+        store.limiters.insert(hash, name, limiter);
+        Ok(true)
     }
 
     /// Number of limiters held (live or not yet swept); for tests of the sweep.

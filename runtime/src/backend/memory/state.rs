@@ -1,6 +1,7 @@
 //! In-process limiter state: a map of limiters, each with its config and one bucket
 //! per mode (the overall bucket, and this client's per_client bucket).
 
+use super::summary::{RecalledTokens, Summary};
 use crate::algorithm::bucket::{Plan, Stored};
 use crate::algorithm::window::{self, Log};
 use crate::{RateLimiterConfig, RateType};
@@ -50,6 +51,22 @@ impl Limiters {
         }
     }
 
+    /// The table itself, for going round it a few buckets at a time.
+    pub(super) fn table_mut(&mut self) -> &mut hashbrown::HashTable<(String, Limiter)> {
+        &mut self.table
+    }
+
+    /// Inserts `limiter` as `name` (not held yet).
+    pub fn insert(&mut self, hash: u64, name: &str, limiter: Limiter) -> &mut Limiter {
+        &mut self
+            .table
+            .insert_unique(hash, (name.to_owned(), limiter), |(n, _)| {
+                crate::keys::name_hash(n)
+            })
+            .into_mut()
+            .1
+    }
+
     /// Whether the limiter `name`, whose hash is `hash`, is held.
     pub fn contains(&self, hash: u64, name: &str) -> bool {
         self.table.find(hash, |(n, _)| n == name).is_some()
@@ -63,9 +80,11 @@ impl Limiters {
 
 pub(super) struct Store {
     pub limiters: Limiters,
+    /// What this shard remembers of the limiters it let go at the bound.
+    pub summary: Summary,
     /// The bucket of the table the next sweep starts at: sweeps go round the table a
     /// few buckets at a time, so none costs more than the buckets it is given.
-    cursor: usize,
+    pub(super) cursor: usize,
     /// Buckets sweeps have looked at, ever: what sweeping has cost.
     #[cfg(test)]
     pub swept: u64,
@@ -76,10 +95,22 @@ pub(super) struct Limiter {
     pub config: Option<RateLimiterConfig>,
     pub config_expires: Option<u64>,
     /// Indexed by [`slot`]: overall, per_client.
-    buckets: [Option<Bucket>; 2],
+    pub(super) buckets: [Option<Bucket>; 2],
     /// Token buckets of this name (`{NAME}:bucket` and this client's), by [`slot`].
-    tokens: [Option<Tokens>; 2],
+    pub(super) tokens: [Option<Tokens>; 2],
+    /// Made by a rule's decision, and never configured by hand since: it may be let go
+    /// at the bound (a rule makes it again, with the rule's config, from its traces).
+    pub(super) by_rule: bool,
+    /// Token buckets recalled from the summary, by [`slot`], until a decision of the
+    /// bucket gives them its config.
+    pub(super) recalled: [Option<RecalledTokens>; 2],
+    /// Grants a recalled window counts that a shared cell of the summary added beyond
+    /// its own trace, by [`slot`]: counted while held, never written back.
+    pub(super) foreign: [Option<Grants>; 2],
 }
+
+/// `(time, permits)` of grants, oldest first.
+pub(super) type Grants = Box<[(u64, u64)]>;
 
 /// A token bucket held in process: its state as the scripts store it, and when it is
 /// full and cold again (and can be forgotten: a missing bucket is a full, cold one).
@@ -119,12 +150,13 @@ pub(super) fn slot(kind: RateType) -> usize {
 }
 
 impl Store {
-    /// An empty store.
-    pub fn new() -> Self {
+    /// An empty store, whose summary has `cells` cells in each of its tables.
+    pub fn new(cells: usize) -> Self {
         Store {
             limiters: Limiters {
                 table: hashbrown::HashTable::new(),
             },
+            summary: Summary::new(cells),
             cursor: 0,
             #[cfg(test)]
             swept: 0,
@@ -203,6 +235,7 @@ impl Limiter {
         self.config.is_none()
             && self.buckets.iter().all(Option::is_none)
             && self.tokens.iter().all(Option::is_none)
+            && self.recalled.iter().all(Option::is_none)
     }
 
     /// The token bucket of `kind`, unless missing or full again (then dropped).
@@ -215,8 +248,40 @@ impl Limiter {
         tokens.as_mut()
     }
 
+    /// The token bucket of `rule`'s mode, as [`tokens`](Limiter::tokens); one recalled
+    /// from the summary takes the rule's config here: at most the tokens recalled (its
+    /// burst at most), fully cold, refilled now.
+    pub fn tokens_or_recalled(
+        &mut self,
+        rule: &RateLimiterConfig,
+        burst: u64,
+        warmup: u64,
+        now: u64,
+    ) -> Option<&mut Tokens> {
+        let at = slot(rule.rate_type);
+        if self.tokens[at].is_none() {
+            if let Some(recalled) = self.recalled[at].take().filter(|r| r.until > now) {
+                let (rate, interval) = (rule.rate, rule.interval_ms());
+                let tokens = recalled.tokens.min(i128::from(burst));
+                let state = Stored {
+                    rate,
+                    interval,
+                    burst,
+                    warmup,
+                    units: (tokens * i128::from(interval)) as i64,
+                    at: now,
+                    cold: warmup * rate,
+                };
+                let expires = now + state.rest_in().max(1);
+                self.tokens[at] = Some(Tokens { state, expires });
+            }
+        }
+        self.tokens(rule.rate_type, now)
+    }
+
     pub fn remove_tokens(&mut self, kind: RateType) {
         self.tokens[slot(kind)] = None;
+        self.recalled[slot(kind)] = None;
     }
 
     pub fn set_tokens(&mut self, kind: RateType, tokens: Tokens) {
@@ -225,6 +290,11 @@ impl Limiter {
 
     pub fn expire_all(&mut self, now: u64) {
         self.live_config(now);
+        for recalled in &mut self.recalled {
+            if recalled.is_some_and(|r| r.until <= now) {
+                *recalled = None;
+            }
+        }
         for tokens in &mut self.tokens {
             if tokens.is_some_and(|t| t.expires <= now) {
                 *tokens = None;

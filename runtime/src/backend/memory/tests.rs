@@ -152,86 +152,114 @@ fn is_full(result: Result<crate::backend::Outcome, Error>) -> bool {
     matches!(result, Err(Error::MemoryFull { max: 100, .. }))
 }
 
+async fn granted(backend: &MemoryBackend, calls: &[Call<'_>], now: u64) -> bool {
+    backend.acquire(calls, now).await.unwrap().granted
+}
+
 #[test]
-fn at_the_bound_new_keys_are_refused_and_the_held_ones_kept() {
+fn at_the_bound_rule_limiters_are_let_go_and_come_back_at_least_as_used() {
     let backend = MemoryBackend::new(100);
     let config = minute(5);
     block_on(async {
-        // An exhausted key, and 99 others: the bound.
+        // An exhausted window and an exhausted bucket, and 98 others: the bound.
         let victim = LimiterKeys::new("victim", "c").unwrap();
+        let drained = LimiterKeys::new("drained", "c").unwrap();
         for _ in 0..5 {
-            assert!(
-                backend
-                    .acquire(&call_on(&victim, &config), 1_000)
-                    .await
-                    .unwrap()
-                    .granted
-            );
+            assert!(granted(&backend, &call_on(&victim, &config), 1_000).await);
+            assert!(granted(&backend, &bucket_call(&drained, &config), 1_000).await);
         }
-        for user in 0..99 {
+        for user in 0..98 {
             let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
-            assert!(
-                backend
-                    .acquire(&call_on(&keys, &config), 1_000)
-                    .await
-                    .unwrap()
-                    .granted
-            );
+            assert!(granted(&backend, &call_on(&keys, &config), 1_000).await);
         }
-        // A spray of new keys, sliding windows and token buckets: each refused.
-        for user in 0..10_000u64 {
+        // A spray of 10 times the bound in new keys, windows and buckets, within one
+        // window: each new key is served, the table stays at its bound, and the
+        // exhausted keys stay exhausted whether they are held or let go.
+        for user in 0..1_000u64 {
             let keys = LimiterKeys::new(&format!("spray:{user}"), "c").unwrap();
             let now = 1_000 + user;
-            assert!(is_full(backend.acquire(&call_on(&keys, &config), now).await));
-            assert!(is_full(backend.acquire(&bucket_call(&keys, &config), now).await));
+            let out = backend.acquire(&call_on(&keys, &config), now).await.unwrap();
+            assert!(out.granted, "spray {user}: {:?}", out);
+            assert!(
+                granted(&backend, &bucket_call(&keys, &config), now).await,
+                "spray {user}"
+            );
             assert!(backend.len() <= 100, "{} limiters held", backend.len());
+            if user % 50 == 0 {
+                assert!(
+                    !granted(&backend, &call_on(&victim, &config), now).await,
+                    "after {user}"
+                );
+                assert!(
+                    !granted(&backend, &bucket_call(&drained, &config), now).await,
+                    "after {user}"
+                );
+            }
         }
-        // By hand too.
+        let out = backend.acquire(&call_on(&victim, &config), 30_000).await.unwrap();
+        assert!(!out.granted);
+        assert!(out.retry_ms >= 31_000, "{}", out.retry_ms);
+        // A sprayed key let go comes back as used: 4 more in its minute, not 5; its
+        // bucket likewise.
+        let back = LimiterKeys::new("spray:7", "c").unwrap();
+        for _ in 0..4 {
+            assert!(granted(&backend, &call_on(&back, &config), 30_000).await);
+            assert!(granted(&backend, &bucket_call(&back, &config), 30_000).await);
+        }
+        assert!(!granted(&backend, &call_on(&back, &config), 30_000).await);
+        // A new key after the spray: each sprayed key took one permit, so it is
+        // counted at most one it did not take.
+        let fresh = LimiterKeys::new("fresh", "c").unwrap();
+        let mut got = 0;
+        for _ in 0..5 {
+            got += u32::from(granted(&backend, &call_on(&fresh, &config), 30_000).await);
+        }
+        assert!(got >= 4, "{got} of 5");
+        // Configured by hand at the bound: room is made, and that limiter is kept.
         let keys = LimiterKeys::new("by-hand", "c").unwrap();
-        assert!(matches!(
-            backend.try_set_rate(&keys, &config, 20_000).await,
-            Err(Error::MemoryFull { max: 100, .. })
-        ));
+        assert!(backend.try_set_rate(&keys, &config, 30_000).await.unwrap());
+        for user in 0..1_000u64 {
+            let keys = LimiterKeys::new(&format!("more:{user}"), "c").unwrap();
+            assert!(granted(&backend, &call_on(&keys, &config), 30_000).await);
+        }
+        assert!(backend.is_exists(&keys, 30_000).await.unwrap());
+        // Once every window is over, the victim is served again.
+        assert!(granted(&backend, &call_on(&victim, &config), 30_000 + 61_000 + 30_000).await);
+    });
+}
+
+#[test]
+fn a_bound_of_limiters_configured_by_hand_refuses_new_ones() {
+    let backend = MemoryBackend::new(100);
+    let config = minute(5);
+    block_on(async {
+        for user in 0..100 {
+            let keys = LimiterKeys::new(&format!("hand:{user}"), "c").unwrap();
+            assert!(backend.try_set_rate(&keys, &config, 1_000).await.unwrap());
+        }
+        for user in 0..200u64 {
+            let keys = LimiterKeys::new(&format!("spray:{user}"), "c").unwrap();
+            assert!(is_full(
+                backend.acquire(&call_on(&keys, &config), 1_000 + user).await
+            ));
+            assert!(is_full(
+                backend.acquire(&bucket_call(&keys, &config), 1_000 + user).await
+            ));
+        }
         let how = Configure {
             keep_state: true,
             require_exists: false,
         };
+        let keys = LimiterKeys::new("by-hand", "c").unwrap();
         assert!(matches!(
-            backend.configure(&keys, &config, how, 20_000).await,
+            backend.configure(&keys, &config, how, 2_000).await,
             Err(Error::MemoryFull { max: 100, .. })
         ));
-        // A call of a held limiter and a new one: refused, and nothing spent.
-        let held = LimiterKeys::new("user:0", "c").unwrap();
-        let both = [
-            call_on(&held, &config)[0].clone(),
-            call_on(&keys, &config)[0].clone(),
-        ];
-        assert!(is_full(backend.acquire(&both, 20_000).await));
-        let ask = [Call {
-            permits: 0,
-            ..call_on(&held, &config)[0].clone()
-        }];
-        let left = backend.acquire(&ask, 20_000);
-        assert_eq!(left.await.unwrap().rules[0].left, 4);
-        // The exhausted key stays exhausted: the spray reset nothing.
-        let out = backend.acquire(&call_on(&victim, &config), 30_000).await.unwrap();
-        assert!(!out.granted);
-        assert_eq!(out.retry_ms, 31_000);
-        // Once the windows and keep-alives are over, the expired limiters make
-        // room (swept at the bound, a few buckets per decision).
-        // (The refusal at 30 s kept the victim's limiter alive for another 60 s, as
-        // Redisson's keep-alive does.)
-        let later = 30_000 + 60_000 + 1;
-        let mut admitted = 0;
-        for user in 0..1_000 {
-            let keys = LimiterKeys::new(&format!("after:{user}"), "c").unwrap();
-            if let Ok(out) = backend.acquire(&call_on(&keys, &config), later).await {
-                assert!(out.granted);
-                admitted += 1;
-            }
-            assert!(backend.len() <= 100);
+        for user in 0..100 {
+            let keys = LimiterKeys::new(&format!("hand:{user}"), "c").unwrap();
+            assert!(backend.is_exists(&keys, 2_000).await.unwrap());
         }
-        assert_eq!(admitted, 100, "every expired limiter's room, and no more");
+        assert_eq!(backend.len(), 100);
     });
 }
 
