@@ -269,19 +269,28 @@ impl Summary {
             return;
         }
         let width = (interval / 2).max(1);
-        let mut mine: Vec<Slot> = Vec::with_capacity(grants.len());
+        // Grouped by half-interval, each group at its newest grant's time: never later
+        // than a grant it holds was made (a later time would move a decision reading
+        // it forward, and let other grants leave its window early).
+        let mut groups: Vec<(u64, Slot)> = Vec::with_capacity(grants.len());
         for &(time, permits) in grants.iter().filter(|g| g.1 > 0) {
-            let end = time.saturating_add(width - 1 - time % width);
-            match mine.iter_mut().find(|s| s.end == end) {
-                Some(slot) => slot.amount = slot.amount.saturating_add(permits),
-                None => mine.push(Slot {
-                    end,
-                    amount: permits,
-                    until,
-                    burst: 0,
-                }),
+            match groups.iter_mut().find(|(k, _)| *k == time / width) {
+                Some((_, slot)) => {
+                    slot.amount = slot.amount.saturating_add(permits);
+                    slot.end = slot.end.max(time);
+                }
+                None => groups.push((
+                    time / width,
+                    Slot {
+                        end: time,
+                        amount: permits,
+                        until,
+                        burst: 0,
+                    },
+                )),
             }
         }
+        let mut mine: Vec<Slot> = groups.into_iter().map(|(_, slot)| slot).collect();
         let (cell, into) = self.writable(hash, part, now);
         match into {
             Target::Own => {}

@@ -28,7 +28,7 @@ fn an_own_trace_comes_back_as_grouped() {
     let g = [(1_000, 2), (20_000, 1), (50_000, 3)];
     s.keep_window(7, Part::Window(0), &g, 60_000, 110_000, 60_000);
     let r = s.recall_window(7, Part::Window(0), 61_000).own;
-    assert_eq!(r, vec![(29_999, 3), (59_999, 3)]);
+    assert_eq!(r, vec![(20_000, 3), (50_000, 3)]);
     // another part, another name: nothing
     assert!(s.recall_window(7, Part::Window(1), 61_000).own.is_empty());
     assert!(s.recall_window(8, Part::Window(0), 61_000).own.is_empty());
@@ -49,7 +49,7 @@ fn recalled_then_kept_again_does_not_grow() {
     }
     assert_eq!(
         s.recall_window(7, Part::Window(0), now).own,
-        vec![(29_999, 3), (59_999, 3)]
+        vec![(20_000, 3), (50_000, 3)]
     );
 }
 
