@@ -3,17 +3,17 @@
 //! decision with a change of its stored config logged, several rules' decision
 //! numbered as their callers number them.
 
-use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
+use crate::backend::{ConfigChange, Outcome, RuleCall, RuleOutcome};
 use crate::keys::Keys;
 use crate::rules::config_log;
 use crate::rules::rule::Merged;
 use crate::{Decision, Rule};
 
 /// One call per distinct limiter of `rules` ([`Merged`]).
-pub(crate) fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[Merged]) -> Vec<Call<'r>> {
+pub(crate) fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[Merged]) -> Vec<RuleCall<'r>> {
     merged
         .iter()
-        .map(|m| Call {
+        .map(|m| RuleCall {
             keys: keys[m.first],
             permits: m.permits,
             rule: Some(rules[m.config].config()),

@@ -18,7 +18,7 @@ use crate::{Decision, Error, LimiterKeys, RateLimiterConfig};
 
 /// One rule of a decision.
 #[derive(Clone)]
-pub(crate) struct Call<'a> {
+pub(crate) struct RuleCall<'a> {
     pub keys: Keys<'a>,
     /// Permits to take; 0 asks what is available and writes nothing.
     pub permits: u64,
@@ -99,7 +99,7 @@ fn redis_span() -> tracing::Span {
 }
 
 /// A decision on Redis, in its span and timed.
-async fn redis_acquire(b: &redis::RedisBackend, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+async fn redis_acquire(b: &redis::RedisBackend, calls: &[RuleCall<'_>], now: u64) -> Result<Outcome, Error> {
     let span = redis_span();
     let decided = async {
         if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
@@ -115,7 +115,7 @@ async fn redis_acquire(b: &redis::RedisBackend, calls: &[Call<'_>], now: u64) ->
 impl Backend {
     /// Decides `calls`; on a cluster, rules in several slots are decided slot by
     /// slot (`cross_slot.rs`, which builds on the single-slot Redis backend).
-    pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+    pub async fn acquire(&self, calls: &[RuleCall<'_>], now: u64) -> Result<Outcome, Error> {
         match self {
             Backend::Memory(b) => b.acquire(calls, now).await,
             // Boxed: the Redis path's state is kilobytes, and every caller's future
@@ -126,7 +126,7 @@ impl Backend {
 
     /// [`acquire`](Backend::acquire) on Redis, not boxed: for a caller whose own future
     /// is boxed already (`Client::check_rules` on Redis).
-    pub async fn acquire_in_box(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+    pub async fn acquire_unboxed(&self, calls: &[RuleCall<'_>], now: u64) -> Result<Outcome, Error> {
         match self {
             Backend::Memory(b) => b.acquire(calls, now).await,
             Backend::Redis(b) => redis_acquire(b, calls, now).await,

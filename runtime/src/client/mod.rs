@@ -15,8 +15,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::backend::decisions::{merged_calls, merged_decision, one_rule_decision};
-use crate::backend::memory::OneRule;
-use crate::backend::{Backend, Call};
+use crate::backend::memory::RuleDecision;
+use crate::backend::{Backend, RuleCall};
 use crate::keys::Keys;
 use crate::{ClientBuilder, Clock, Decision, Error, Rule};
 
@@ -240,15 +240,15 @@ impl Client {
         rule: &Rule,
         now: u64,
     ) -> Result<Decision, Error> {
-        let call = Call {
+        let call = RuleCall {
             keys: self.rule_keys(rule)?,
             permits: rule.permits_per_call().min(rule.most_permits()),
             rule: Some(rule.config()),
             bucket: rule.shape(),
         };
         match memory.decide_one_rule(&call, rule.name_hash(), now)? {
-            OneRule::Usual(usual) => Ok(usual.decision()),
-            OneRule::Other(outcome) => Ok(one_rule_decision(rule, &outcome, || self.now_ms())),
+            RuleDecision::Usual(usual) => Ok(usual.decision()),
+            RuleDecision::Phased(outcome) => Ok(one_rule_decision(rule, &outcome, || self.now_ms())),
         }
     }
 
@@ -270,13 +270,13 @@ impl Client {
         // (a rule whose call asks too much is refused by its own checks)
         let rule = rule.clone().permits(1);
         let keys = self.rule_keys(&rule).ok()?;
-        let calls = [Call {
+        let calls = [RuleCall {
             keys,
             permits: 0,
             rule: Some(rule.config()),
             bucket: rule.shape(),
         }];
-        let outcome = self.backend().acquire_in_box(&calls, self.now_ms()).await.ok()?;
+        let outcome = self.backend().acquire_unboxed(&calls, self.now_ms()).await.ok()?;
         outcome.rules.first().map(|r| r.left)
     }
 

@@ -315,8 +315,8 @@ impl Engine {
         // Every rule enforced and taking its own permits: the attribute's usual case,
         // decided on `rules` as built. Otherwise the enforced rules, and where each is
         // among all of them.
-        let plain = call.permits.is_none() && !self.rules.iter().any(|r| r.shadow);
-        let (enforced, index): (Vec<Rule>, Vec<usize>) = if plain {
+        let as_built = call.permits.is_none() && !self.rules.iter().any(|r| r.shadow);
+        let (enforced, index): (Vec<Rule>, Vec<usize>) = if as_built {
             (Vec::new(), Vec::new())
         } else {
             rules
@@ -326,7 +326,7 @@ impl Engine {
                 .map(|(i, r)| (r.clone(), i))
                 .unzip()
         };
-        let (enforced, position): (&[Rule], &(dyn Fn(usize) -> usize + Sync)) = if plain {
+        let (enforced, position): (&[Rule], &(dyn Fn(usize) -> usize + Sync)) = if as_built {
             (&rules, &|i| i)
         } else {
             (&enforced, &|i| index[i])
@@ -344,7 +344,7 @@ impl Engine {
                 if decision.is_some() {
                     self.failures.succeeded(self.function);
                 }
-                if !plain {
+                if !as_built {
                     // Boxed: only engines with shadow rules (or costs) carry its state.
                     Box::pin(self.shadow(client, &rules, call)).await;
                 }

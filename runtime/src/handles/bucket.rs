@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{Call, Outcome};
+use crate::backend::{Outcome, RuleCall};
 use crate::{Client, Decision, Error, LimiterKeys, RateLimiterConfig, RateType, Rule};
 
 /// A token bucket: `rate` tokens per `interval`, refilled continuously, at most `burst`
@@ -156,7 +156,7 @@ impl TokenBucket {
         self.rule.config().validate(self.rule.name())?;
         let shape = self.rule.shape().expect("a token bucket's rule");
         crate::rules::fit::check_bucket(self.rule.name(), shape, self.rule.config())?;
-        let calls = [Call {
+        let calls = [RuleCall {
             keys: keys.borrowed(),
             permits,
             rule: Some(self.rule.config()),

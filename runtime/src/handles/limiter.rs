@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::{Call, Configure};
+use crate::backend::{Configure, RuleCall};
 use crate::rules::checks::check_permits;
 use crate::{Client, Decision, Error, LimiterKeys, RateLimiterArgs, RateLimiterConfig, RateType};
 
@@ -203,7 +203,7 @@ impl RateLimiter {
     async fn run(&self, permits: u64, now: u64) -> Result<crate::backend::Outcome, Error> {
         let keys = self.keys()?;
         self.client.forget_refusal(&self.name);
-        let calls = [Call {
+        let calls = [RuleCall {
             keys: keys.borrowed(),
             permits,
             rule: None,

@@ -8,7 +8,7 @@ use super::plan::BucketPlan;
 use super::state::{Limiter, Tokens};
 use super::Locked;
 use crate::algorithm::ttl;
-use crate::backend::{Call, ConfigChange};
+use crate::backend::{ConfigChange, RuleCall};
 use crate::RateType;
 
 /// What phases 1 and 2 decided, for phase 3, commit: the writes `acquire.lua` makes.
@@ -22,7 +22,7 @@ pub(super) struct Decided<'a> {
     pub(super) clock_now: u64,
 }
 
-pub(super) fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Decided<'_>) {
+pub(super) fn commit(locked: &mut Locked<'_>, calls: &[RuleCall<'_>], decided: &Decided<'_>) {
     for (i, (call, r)) in calls.iter().zip(decided.resolved).enumerate() {
         let name = call.keys.config();
         let store = locked.store(r.hash);
@@ -53,7 +53,7 @@ pub(super) fn commit(locked: &mut Locked<'_>, calls: &[Call<'_>], decided: &Deci
 pub(super) fn commit_window(
     limiter: &mut Limiter,
     i: usize,
-    call: &Call<'_>,
+    call: &RuleCall<'_>,
     r: &Resolved,
     decided: &Decided<'_>,
 ) {

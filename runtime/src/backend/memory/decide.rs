@@ -13,20 +13,20 @@ use super::commit::{commit, Decided};
 use super::load::{load_rules, Resolved};
 use super::plan::{plan_and_take, BucketPlan};
 use super::state::Store;
-use super::usual::{decide_one, decide_tokens_one, OneRule};
+use super::usual::{decide_one, decide_tokens_one, RuleDecision};
 use super::{shard_of, Locked, MemoryBackend, AT_BOUND, PER_NEW};
 use crate::algorithm::call_time::settle_time;
 use crate::algorithm::window;
-use crate::backend::{Call, Outcome, RuleOutcome};
+use crate::backend::{Outcome, RuleCall, RuleOutcome};
 use crate::Error;
 
 impl MemoryBackend {
-    pub async fn acquire(&self, calls: &[Call<'_>], clock_now: u64) -> Result<Outcome, Error> {
+    pub async fn acquire(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<Outcome, Error> {
         self.decide_calls(calls, clock_now)
     }
 
     /// The decision of `calls` (nothing in process waits).
-    pub fn decide_calls(&self, calls: &[Call<'_>], clock_now: u64) -> Result<Outcome, Error> {
+    pub fn decide_calls(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<Outcome, Error> {
         if let [call] = calls {
             return self.decide_rule(call, self.hash(call.keys.config()), clock_now);
         }
@@ -37,10 +37,10 @@ impl MemoryBackend {
     }
 
     /// The decision of one rule, whose name hashes to `hash`.
-    pub fn decide_rule(&self, call: &Call<'_>, hash: u64, clock_now: u64) -> Result<Outcome, Error> {
+    pub fn decide_rule(&self, call: &RuleCall<'_>, hash: u64, clock_now: u64) -> Result<Outcome, Error> {
         match self.decide_one_rule(call, hash, clock_now)? {
-            OneRule::Usual(usual) => Ok(usual.outcome()),
-            OneRule::Other(outcome) => Ok(outcome),
+            RuleDecision::Usual(usual) => Ok(usual.outcome()),
+            RuleDecision::Phased(outcome) => Ok(outcome),
         }
     }
 
@@ -48,7 +48,12 @@ impl MemoryBackend {
     /// calls (a sliding window's, a token bucket's, on a limiter held with the rule's
     /// config) decided on their own, without the phases' lists.
     #[inline]
-    pub fn decide_one_rule(&self, call: &Call<'_>, hash: u64, clock_now: u64) -> Result<OneRule, Error> {
+    pub fn decide_one_rule(
+        &self,
+        call: &RuleCall<'_>,
+        hash: u64,
+        clock_now: u64,
+    ) -> Result<RuleDecision, Error> {
         self.sweep_in_turn(clock_now);
         let mut store = self.lock_shard(shard_of(hash));
         let usual = match call.bucket {
@@ -56,10 +61,10 @@ impl MemoryBackend {
             Some(shape) => decide_tokens_one(&mut store, call, shape, hash, clock_now),
         };
         match usual {
-            Some(usual) => Ok(OneRule::Usual(usual)),
+            Some(usual) => Ok(RuleDecision::Usual(usual)),
             None => self
                 .decide_other(store, call, hash, clock_now)
-                .map(OneRule::Other),
+                .map(RuleDecision::Phased),
         }
     }
 
@@ -68,7 +73,7 @@ impl MemoryBackend {
     fn decide_other(
         &self,
         store: MutexGuard<'_, Store>,
-        call: &Call<'_>,
+        call: &RuleCall<'_>,
         hash: u64,
         now: u64,
     ) -> Result<Outcome, Error> {
@@ -81,7 +86,7 @@ impl MemoryBackend {
     fn make_room(
         &self,
         locked: &mut Locked<'_>,
-        calls: &[Call<'_>],
+        calls: &[RuleCall<'_>],
         hashes: &[u64],
         now: u64,
     ) -> Result<Vec<usize>, Error> {
@@ -125,7 +130,7 @@ impl MemoryBackend {
     fn recall_calls(
         &self,
         locked: &mut Locked<'_>,
-        calls: &[Call<'_>],
+        calls: &[RuleCall<'_>],
         hashes: &[u64],
         now: u64,
     ) -> Result<(), Error> {
@@ -146,7 +151,7 @@ impl MemoryBackend {
 pub(super) fn decide(
     backend: &MemoryBackend,
     mut locked: Locked<'_>,
-    calls: &[Call<'_>],
+    calls: &[RuleCall<'_>],
     hashes: &[u64],
     clock_now: u64,
 ) -> Result<Outcome, Error> {
@@ -200,7 +205,7 @@ pub(super) fn decide(
 
 /// Phase 4, reply: each rule's permits (or tokens) left and what happened to its config.
 fn reply(
-    calls: &[Call<'_>],
+    calls: &[RuleCall<'_>],
     resolved: &[Resolved],
     plans: &[BucketPlan],
     granted: bool,

@@ -6,7 +6,7 @@
 use super::state::{Store, Tokens};
 use super::Locked;
 use crate::algorithm::bucket::Plan;
-use crate::backend::{Call, ConfigChange};
+use crate::backend::{ConfigChange, RuleCall};
 use crate::{Error, RateLimiterConfig};
 
 /// One call's resolved config, what happened to it, and its plan.
@@ -26,7 +26,7 @@ pub(super) struct Resolved {
 /// refill) among them, at least `clock_now`.
 pub(super) fn load_rules(
     locked: &mut Locked<'_>,
-    calls: &[Call<'_>],
+    calls: &[RuleCall<'_>],
     hashes: &[u64],
     clock_now: u64,
 ) -> Result<(Vec<Resolved>, u64), Error> {
@@ -46,7 +46,7 @@ pub(super) fn load_rules(
 /// load_tokens: a token bucket's state now; its plan once the time is settled.
 pub(super) fn load_tokens(
     store: &mut Store,
-    call: &Call<'_>,
+    call: &RuleCall<'_>,
     rule: &RateLimiterConfig,
     hash: u64,
     clock_now: u64,
@@ -76,7 +76,7 @@ pub(super) fn load_tokens(
 /// what happens to it, and its bucket's newest grant.
 pub(super) fn load_rule(
     store: &mut Store,
-    call: &Call<'_>,
+    call: &RuleCall<'_>,
     hash: u64,
     clock_now: u64,
     newest: &mut u64,

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use self::state::Store;
-pub(crate) use self::usual::OneRule;
+pub(crate) use self::usual::RuleDecision;
 use crate::Error;
 
 /// The most live limiters an in-process backend holds, unless

@@ -9,7 +9,7 @@ use super::load::Resolved;
 use super::state::Bucket;
 use super::Locked;
 use crate::algorithm::{bucket, window};
-use crate::backend::{Call, ConfigChange};
+use crate::backend::{ConfigChange, RuleCall};
 use crate::{RateLimiterConfig, RateType};
 
 /// What a decision does to one bucket, computed before anything is written
@@ -32,7 +32,7 @@ pub(super) struct BucketPlan {
 /// the plans, the first refusing call and the longest wait.
 pub(super) fn plan_and_take(
     locked: &mut Locked<'_>,
-    calls: &[Call<'_>],
+    calls: &[RuleCall<'_>],
     resolved: &mut [Resolved],
     now: u64,
     clock_now: u64,
@@ -76,7 +76,7 @@ pub(super) fn plan_and_take(
 /// when it has too few tokens.
 pub(super) fn plan_tokens(
     r: &mut Resolved,
-    call: &Call<'_>,
+    call: &RuleCall<'_>,
     shape: crate::BucketShape,
     now: u64,
 ) -> Option<i64> {
@@ -108,7 +108,7 @@ pub(super) fn plan_tokens(
 pub(super) fn take(
     plan: &mut BucketPlan,
     bucket: Option<&Bucket>,
-    call: &Call<'_>,
+    call: &RuleCall<'_>,
     config: &RateLimiterConfig,
     now: i64,
 ) -> Option<i64> {

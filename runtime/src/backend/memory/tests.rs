@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::*;
-use crate::backend::{Call, ConfigChange, Configure};
+use crate::backend::{ConfigChange, Configure, RuleCall};
 use crate::{LimiterKeys, RateLimiterConfig, RateType};
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -20,7 +20,7 @@ fn a_rule_creates_its_config_and_grants() {
     let backend = MemoryBackend::default();
     let keys = LimiterKeys::new("a", "c").unwrap();
     let config = RateLimiterConfig::new(RateType::Overall, 2, Duration::from_secs(1));
-    let calls = [Call {
+    let calls = [RuleCall {
         keys: keys.borrowed(),
         permits: 1,
         rule: Some(&config),
@@ -45,7 +45,7 @@ fn idle_limiters_are_swept() {
     block_on(async {
         for user in 0..10_000 {
             let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
-            let calls = [Call {
+            let calls = [RuleCall {
                 keys: keys.borrowed(),
                 permits: 1,
                 rule: Some(&config),
@@ -59,7 +59,7 @@ fn idle_limiters_are_swept() {
         // every 64 decisions.
         let keys = LimiterKeys::new("hot", "c").unwrap();
         for call in 0..40_000u64 {
-            let calls = [Call {
+            let calls = [RuleCall {
                 keys: keys.borrowed(),
                 permits: 1,
                 rule: Some(&config),
@@ -72,8 +72,8 @@ fn idle_limiters_are_swept() {
 }
 
 /// One rule of `rate` per 60 s on `name`, with the keep-alive rules give.
-fn call_on<'a>(keys: &'a LimiterKeys, config: &'a RateLimiterConfig) -> [Call<'a>; 1] {
-    [Call {
+fn call_on<'a>(keys: &'a LimiterKeys, config: &'a RateLimiterConfig) -> [RuleCall<'a>; 1] {
+    [RuleCall {
         keys: keys.borrowed(),
         permits: 1,
         rule: Some(config),
@@ -136,8 +136,8 @@ fn distinct_keys_cannot_grow_the_table_past_its_bound() {
     );
 }
 
-fn bucket_call<'a>(keys: &'a LimiterKeys, config: &'a RateLimiterConfig) -> [Call<'a>; 1] {
-    [Call {
+fn bucket_call<'a>(keys: &'a LimiterKeys, config: &'a RateLimiterConfig) -> [RuleCall<'a>; 1] {
+    [RuleCall {
         keys: keys.borrowed(),
         permits: 1,
         rule: Some(config),
@@ -152,7 +152,7 @@ fn is_full(result: Result<crate::backend::Outcome, Error>) -> bool {
     matches!(result, Err(Error::MemoryFull { max: 100, .. }))
 }
 
-async fn granted(backend: &MemoryBackend, calls: &[Call<'_>], now: u64) -> bool {
+async fn granted(backend: &MemoryBackend, calls: &[RuleCall<'_>], now: u64) -> bool {
     backend.acquire(calls, now).await.unwrap().granted
 }
 
@@ -372,7 +372,7 @@ fn a_recalled_window_keeps_its_grants_to_their_window() {
         // Keys heavier than k (6 permits each) fill the bound: k is let go first.
         for user in 0..2_200u64 {
             let keys = LimiterKeys::new(&format!("heavy:{user}"), "c").unwrap();
-            let call = [Call {
+            let call = [RuleCall {
                 permits: 6,
                 ..call_on(&keys, &heavy)[0].clone()
             }];

@@ -10,12 +10,13 @@ use super::state::{Store, Tokens};
 use crate::algorithm::bucket::Plan;
 use crate::algorithm::call_time::settle_time;
 use crate::algorithm::window;
-use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
+use crate::backend::{ConfigChange, Outcome, RuleCall, RuleOutcome};
 
-/// The decision of one rule: the usual call's, or any other.
-pub(crate) enum OneRule {
+/// The decision of one rule: the usual call's, made in place, or one made through
+/// the phases.
+pub(crate) enum RuleDecision {
     Usual(Usual),
-    Other(Outcome),
+    Phased(Outcome),
 }
 
 /// What the usual call of one rule decided (its config kept, as stored): all a
@@ -59,7 +60,7 @@ impl Usual {
 /// phases' lists. `None`, before anything is written, for every other case (a config
 /// to create or change, no stored value or a value inflated by hand, a log short of
 /// the wait): `decide.rs` then decides the call from the start.
-pub(super) fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_now: u64) -> Option<Usual> {
+pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, clock_now: u64) -> Option<Usual> {
     // read config: the rule's own, stored
     let rule = call
         .rule
@@ -113,7 +114,7 @@ pub(super) fn decide_one(store: &mut Store, call: &Call<'_>, hash: u64, clock_no
 /// the limiter, or reports the change).
 pub(super) fn decide_tokens_one(
     store: &mut Store,
-    call: &Call<'_>,
+    call: &RuleCall<'_>,
     shape: crate::BucketShape,
     hash: u64,
     clock_now: u64,

@@ -7,13 +7,13 @@ use super::connection::Conn;
 use super::give_back::{may_have_run, RefundIfDropped};
 use super::replies::parse_acquire_reply;
 use super::{layout, Arg, RedisBackend, Replicas, SCRIPTS};
-use crate::backend::{Call, Outcome};
+use crate::backend::{Outcome, RuleCall};
 use crate::keys::Keys;
 use crate::{member, Error, RateLimiterConfig, RateType};
 
 impl RedisBackend {
     /// Decides rules whose keys share one slot, in one script call.
-    pub async fn acquire(&self, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+    pub async fn acquire(&self, calls: &[RuleCall<'_>], now: u64) -> Result<Outcome, Error> {
         Ok(self.acquire_group(calls, now).await?.0)
     }
 
@@ -21,7 +21,7 @@ impl RedisBackend {
     /// members it sent, for compensation.
     pub(crate) async fn acquire_group(
         &self,
-        calls: &[Call<'_>],
+        calls: &[RuleCall<'_>],
         now: u64,
     ) -> Result<(Outcome, Vec<[u8; member::MEMBER_LEN]>), Error> {
         self.maybe_check(now);
@@ -87,7 +87,7 @@ impl RedisBackend {
     fn acquire_command(
         &self,
         script: &Script,
-        calls: &[Call<'_>],
+        calls: &[RuleCall<'_>],
         members: &[[u8; member::MEMBER_LEN]],
         only_buckets: bool,
         now: u64,
@@ -150,7 +150,7 @@ impl RedisBackend {
     /// acquire.lua reads with plain commands, so a key of the wrong type fails with
     /// Redis's WRONGTYPE, which does not say which key: look at each (an error path
     /// only) and name the first that holds the wrong type, else keep `guess`.
-    async fn wrong_type(&self, calls: &[Call<'_>], guess: Error) -> Error {
+    async fn wrong_type(&self, calls: &[RuleCall<'_>], guess: Error) -> Error {
         for call in calls {
             let k = call.keys;
             let expected: Vec<(String, &str, &'static str)> = if call.bucket.is_some() {
@@ -192,7 +192,7 @@ impl RedisBackend {
 }
 
 /// tokens.lua's key for one rule: its bucket, overall or per client.
-fn bucket_key(call: &Call<'_>, rule: &RateLimiterConfig) -> String {
+fn bucket_key(call: &RuleCall<'_>, rule: &RateLimiterConfig) -> String {
     match rule.rate_type {
         RateType::Overall => call.keys.bucket(),
         RateType::PerClient => call.keys.client_bucket(),
@@ -201,7 +201,7 @@ fn bucket_key(call: &Call<'_>, rule: &RateLimiterConfig) -> String {
 
 /// acquire.lua's keys for a token-bucket rule: the limiter's, with its buckets in the
 /// value keys' places.
-fn bucket_keys(call: &Call<'_>) -> [String; layout::acquire::KEYS_PER_RULE] {
+fn bucket_keys(call: &RuleCall<'_>) -> [String; layout::acquire::KEYS_PER_RULE] {
     use layout::acquire::{BUCKET, CLIENT_BUCKET, CLIENT_PERMITS_KEY, CONFIG, PERMITS_KEY};
     let k = call.keys;
     let mut keys: [String; layout::acquire::KEYS_PER_RULE] = Default::default();
@@ -214,7 +214,7 @@ fn bucket_keys(call: &Call<'_>) -> [String; layout::acquire::KEYS_PER_RULE] {
 }
 
 /// acquire.lua's arguments for one rule.
-fn acquire_args<'a>(call: &Call<'_>, member: &'a [u8]) -> [Arg<'a>; layout::acquire::ARGS_PER_RULE] {
+fn acquire_args<'a>(call: &RuleCall<'_>, member: &'a [u8]) -> [Arg<'a>; layout::acquire::ARGS_PER_RULE] {
     use layout::acquire::*;
     let mut args = [Arg::Text(""); ARGS_PER_RULE];
     args[PERMITS] = Arg::Int(call.permits);
@@ -242,7 +242,7 @@ fn acquire_args<'a>(call: &Call<'_>, member: &'a [u8]) -> [Arg<'a>; layout::acqu
 
 /// tokens.lua's arguments for one rule.
 fn tokens_args(
-    call: &Call<'_>,
+    call: &RuleCall<'_>,
     rule: &RateLimiterConfig,
     shape: crate::BucketShape,
 ) -> [Arg<'static>; layout::tokens::ARGS_PER_RULE] {

@@ -8,19 +8,19 @@
 use std::collections::HashMap;
 
 use super::RedisBackend;
-use crate::backend::{Call, ConfigChange, Outcome, RuleOutcome};
+use crate::backend::{ConfigChange, Outcome, RuleCall, RuleOutcome};
 use crate::keys::hash_slot;
 use crate::{member, Error};
 
 /// Whether every call's keys lie in one slot.
-pub(crate) fn one_slot(calls: &[Call<'_>]) -> bool {
+pub(crate) fn one_slot(calls: &[RuleCall<'_>]) -> bool {
     let mut slots = calls.iter().map(|c| hash_slot(c.keys.config().as_bytes()));
     let first = slots.next();
     slots.all(|slot| Some(slot) == first)
 }
 
-/// Call indexes grouped by slot, groups in the order of their first rule.
-fn groups(calls: &[Call<'_>]) -> Vec<Vec<usize>> {
+/// RuleCall indexes grouped by slot, groups in the order of their first rule.
+fn groups(calls: &[RuleCall<'_>]) -> Vec<Vec<usize>> {
     let mut order: Vec<Vec<usize>> = Vec::new();
     let mut by_slot: HashMap<u16, usize> = HashMap::new();
     for (i, call) in calls.iter().enumerate() {
@@ -37,7 +37,11 @@ fn groups(calls: &[Call<'_>]) -> Vec<Vec<usize>> {
 type Members = Vec<[u8; member::MEMBER_LEN]>;
 
 /// Decides `calls` on `backend` one slot after another, all or nothing.
-pub(crate) async fn acquire(backend: &RedisBackend, calls: &[Call<'_>], now: u64) -> Result<Outcome, Error> {
+pub(crate) async fn acquire(
+    backend: &RedisBackend,
+    calls: &[RuleCall<'_>],
+    now: u64,
+) -> Result<Outcome, Error> {
     let mut taken: Vec<(Vec<usize>, Members)> = Vec::new();
     let kept = RuleOutcome {
         left: 0,
@@ -46,7 +50,7 @@ pub(crate) async fn acquire(backend: &RedisBackend, calls: &[Call<'_>], now: u64
     let mut rules: smallvec::SmallVec<[RuleOutcome; 1]> = smallvec::smallvec![kept; calls.len()];
     let mut at_ms = now;
     for group in groups(calls) {
-        let sub: Vec<Call<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
+        let sub: Vec<RuleCall<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
         let (outcome, members) = match backend.acquire_group(&sub, now).await {
             Ok(answer) => answer,
             Err(err) => {
@@ -87,10 +91,10 @@ pub(crate) async fn acquire(backend: &RedisBackend, calls: &[Call<'_>], now: u64
 
 /// Refunds what earlier slots took; what cannot be refunded now is retried in the
 /// background (it returns by itself when it leaves the window).
-async fn give_back(backend: &RedisBackend, calls: &[Call<'_>], taken: &[(Vec<usize>, Members)]) {
+async fn give_back(backend: &RedisBackend, calls: &[RuleCall<'_>], taken: &[(Vec<usize>, Members)]) {
     for (group, members) in taken {
         crate::observe::refunded();
-        let sub: Vec<Call<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
+        let sub: Vec<RuleCall<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
         if backend.refund(&sub, members).await.is_err() {
             backend.spawn_refund(&sub, members.clone());
         }

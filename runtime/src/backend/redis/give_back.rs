@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::connection::Conn;
 use super::{layout, Arg, RedisBackend, SCRIPTS};
-use crate::backend::Call;
+use crate::backend::RuleCall;
 use crate::keys::Keys;
 use crate::{member, Error, LimiterKeys, RateType};
 
@@ -19,7 +19,7 @@ impl RedisBackend {
     /// answers how many were.
     pub(crate) async fn refund(
         &self,
-        calls: &[Call<'_>],
+        calls: &[RuleCall<'_>],
         members: &[[u8; member::MEMBER_LEN]],
     ) -> Result<i64, Error> {
         let keys = refund_keys(calls);
@@ -38,7 +38,7 @@ impl RedisBackend {
     /// A call that failed after it was sent may still run (a hung server answers
     /// later): its grants would spend permits no caller uses. Refund them in the
     /// background, on the same connection so the refund runs after the call.
-    pub(crate) fn spawn_refund(&self, calls: &[Call<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
+    pub(crate) fn spawn_refund(&self, calls: &[RuleCall<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -73,7 +73,7 @@ impl RedisBackend {
 
     /// Gives the token-bucket calls among `calls` back the tokens they took, once (a
     /// retried refund could give them twice): for grants a later slot's refusal undoes.
-    pub(crate) async fn refund_tokens(&self, calls: &[Call<'_>]) -> Result<(), Error> {
+    pub(crate) async fn refund_tokens(&self, calls: &[RuleCall<'_>]) -> Result<(), Error> {
         let mut invocation = SCRIPTS.refund_tokens.prepare_invoke();
         let mut any = false;
         for call in calls {
@@ -140,7 +140,7 @@ async fn give_back(
 }
 
 /// refund.lua's keys: value, client value, permits, client permits of each call.
-fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
+fn refund_keys(calls: &[RuleCall<'_>]) -> Vec<String> {
     use layout::refunds::{CLIENT_PERMITS, CLIENT_VALUE, PERMITS, REFUND, VALUE};
     calls
         .iter()
@@ -161,7 +161,7 @@ fn refund_keys(calls: &[Call<'_>]) -> Vec<String> {
 /// run, and nobody will use what it granted.
 pub(super) struct RefundIfDropped<'a, 'c> {
     pub backend: &'a RedisBackend,
-    pub calls: &'a [Call<'c>],
+    pub calls: &'a [RuleCall<'c>],
     pub members: &'a [[u8; member::MEMBER_LEN]],
     pub armed: bool,
 }

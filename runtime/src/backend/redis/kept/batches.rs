@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::backend::decisions::one_rule_decision;
 use crate::backend::redis::RedisBackend;
-use crate::backend::{Call, Outcome};
+use crate::backend::{Outcome, RuleCall};
 use crate::keys::Keys;
 use crate::member::MEMBER_LEN;
 use crate::{Decision, Error, LimiterKeys, Rule};
@@ -305,7 +305,7 @@ impl RedisBackend {
         permits: u64,
         now: u64,
     ) -> Result<(Decision, [u8; MEMBER_LEN]), Error> {
-        let call = Call {
+        let call = RuleCall {
             keys,
             permits,
             rule: Some(rule.config()),
@@ -319,7 +319,11 @@ impl RedisBackend {
 
     /// Decides one call, answering the log member it was granted under (a batch
     /// gives back through it), in its span and timed.
-    async fn acquire_batch(&self, call: &Call<'_>, now: u64) -> Result<(Outcome, [u8; MEMBER_LEN]), Error> {
+    async fn acquire_batch(
+        &self,
+        call: &RuleCall<'_>,
+        now: u64,
+    ) -> Result<(Outcome, [u8; MEMBER_LEN]), Error> {
         let span = crate::backend::redis_span();
         let decided = async {
             let (outcome, members) = self.acquire_group(std::slice::from_ref(call), now).await?;

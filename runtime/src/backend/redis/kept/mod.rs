@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::RedisBackend;
 use crate::backend::decisions::{merged_calls, merged_decision, one_rule_decision};
-use crate::backend::Call;
+use crate::backend::RuleCall;
 use crate::{Decision, Error, Rule};
 
 pub(crate) mod batches;
@@ -80,7 +80,7 @@ impl RedisBackend {
             now = self.now_ms();
         }
         let keys = self.rule_keys(rule)?;
-        let calls = [Call {
+        let calls = [RuleCall {
             keys,
             permits,
             rule: Some(rule.config()),
