@@ -1,0 +1,296 @@
+//! Tests of `client_ip.rs`.
+
+use super::*;
+use http::HeaderValue;
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        map.append(
+            http::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    map
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+fn client(trusted: &TrustedProxies, peer: &str, pairs: &[(&str, &str)]) -> String {
+    trusted.client_ip(ip(peer), &headers(pairs)).to_string()
+}
+
+#[test]
+fn an_untrusted_peer_is_the_client_whatever_it_says() {
+    let none = TrustedProxies::default();
+    for pairs in [
+        &[("x-forwarded-for", "1.1.1.1")][..],
+        &[("forwarded", "for=1.1.1.1")],
+        &[("x-real-ip", "1.1.1.1")],
+    ] {
+        assert_eq!(client(&none, "203.0.113.9", pairs), "203.0.113.9");
+    }
+    let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    assert_eq!(
+        client(&trusted, "203.0.113.9", &[("x-forwarded-for", "1.1.1.1")]),
+        "203.0.113.9"
+    );
+}
+
+#[test]
+fn the_chain_is_walked_from_the_right_and_a_spoofed_leftmost_entry_changes_nothing() {
+    let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    // client 198.51.100.7 -> proxy 10.0.0.2 -> proxy 10.0.0.1 (the peer)
+    let honest = client(
+        &trusted,
+        "10.0.0.1",
+        &[("x-forwarded-for", "198.51.100.7, 10.0.0.2")],
+    );
+    assert_eq!(honest, "198.51.100.7");
+    for spoof in ["1.2.3.4", "10.9.9.9", "garbage", "::1", "198.51.100.8"] {
+        let value = format!("{spoof}, 198.51.100.7, 10.0.0.2");
+        assert_eq!(
+            client(&trusted, "10.0.0.1", &[("x-forwarded-for", &value)]),
+            honest,
+            "spoofed leftmost {spoof:?}"
+        );
+    }
+    // The same through two header lines, and through Forwarded.
+    let split = [
+        ("x-forwarded-for", "6.6.6.6"),
+        ("x-forwarded-for", "198.51.100.7, 10.0.0.2"),
+    ];
+    assert_eq!(client(&trusted, "10.0.0.1", &split), honest);
+    let forwarded = [(
+        "forwarded",
+        "for=6.6.6.6, for=198.51.100.7;proto=https, for=\"10.0.0.2\"",
+    )];
+    let rfc7239 = trusted.clone().header(ForwardedHeader::Forwarded);
+    assert_eq!(client(&rfc7239, "10.0.0.1", &forwarded), honest);
+    // Every hop trusted: the leftmost is the client.
+    assert_eq!(
+        client(&trusted, "10.0.0.1", &[("x-forwarded-for", "10.5.5.5, 10.0.0.2")]),
+        "10.5.5.5"
+    );
+}
+
+#[test]
+fn unparsable_headers_fall_back_to_the_peer() {
+    let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    let rfc7239 = trusted.clone().header(ForwardedHeader::Forwarded);
+    let real = trusted.clone().header(ForwardedHeader::XRealIp);
+    for (trusted, pairs) in [
+        (&trusted, &[("x-forwarded-for", "not-an-ip")][..]),
+        (&trusted, &[("x-forwarded-for", "198.51.100.7, ")]),
+        (&rfc7239, &[("forwarded", "proto=https")]),
+        (&rfc7239, &[("forwarded", "for=unknown")]),
+        (&rfc7239, &[("forwarded", "for=_hidden")]),
+        (&rfc7239, &[("forwarded", "for=198.51.100.7;for=198.51.100.8")]),
+        (&real, &[("x-real-ip", "nope")]),
+        (&real, &[("x-real-ip", "198.51.100.8, 198.51.100.7")]),
+        (&trusted, &[("x-forwarded-for", "fe80::1%eth0")]),
+        (&trusted, &[("x-forwarded-for", "[fe80::1%2]:4711")]),
+    ] {
+        assert_eq!(client(trusted, "10.0.0.1", pairs), "10.0.0.1", "{pairs:?}");
+    }
+    // Past the first untrusted hop nothing is read, parsable or not.
+    let beyond = [("x-forwarded-for", "junk, 198.51.100.7")];
+    assert_eq!(client(&trusted, "10.0.0.1", &beyond), "198.51.100.7");
+}
+
+#[test]
+fn forms_of_addresses() {
+    let trusted = TrustedProxies::new(["10.0.0.0/8", "2001:db8:ffff::/48"]).unwrap();
+    let rfc7239 = trusted.clone().header(ForwardedHeader::Forwarded);
+    let real = trusted.clone().header(ForwardedHeader::XRealIp);
+    let cases = [
+        (
+            &trusted,
+            &[("x-forwarded-for", "198.51.100.7:4711")][..],
+            "198.51.100.7",
+        ),
+        (
+            &trusted,
+            &[("x-forwarded-for", "198.51.100.7:_a1")],
+            "198.51.100.7",
+        ),
+        (
+            &trusted,
+            &[("x-forwarded-for", " \t198.51.100.7\t ")],
+            "198.51.100.7",
+        ),
+        (
+            &trusted,
+            &[("x-forwarded-for", "[2001:db8:1:2::7]")],
+            "2001:db8:1:2::/64",
+        ),
+        (
+            &rfc7239,
+            &[("forwarded", "for=\"[2001:db8:1:2::7]:4711\"")],
+            "2001:db8:1:2::/64",
+        ),
+        (
+            &rfc7239,
+            &[("forwarded", "for=\"[2001:db8:1:2::7]:_x\";proto=https")],
+            "2001:db8:1:2::/64",
+        ),
+        (&real, &[("x-real-ip", "198.51.100.7")], "198.51.100.7"),
+        (
+            &trusted,
+            &[("x-forwarded-for", "::ffff:198.51.100.7")],
+            "198.51.100.7",
+        ),
+        (&rfc7239, &[("FORWARDED", "For=198.51.100.7")], "198.51.100.7"),
+        (
+            &rfc7239,
+            &[("forwarded", "proto=https; FOR = 198.51.100.7 ;by=x")],
+            "198.51.100.7",
+        ),
+    ];
+    for (trusted, pairs, expected) in cases {
+        assert_eq!(client(trusted, "10.0.0.1", pairs), expected, "{pairs:?}");
+    }
+    for bad in [
+        "198.51.100.7:",
+        "198.51.100.7:_",
+        "198.51.100.7:99999",
+        "198.51.100.7:_a/b",
+        "[::1",
+    ] {
+        let pairs = [("x-forwarded-for", bad)];
+        assert_eq!(client(&trusted, "10.0.0.1", &pairs), "10.0.0.1", "{bad:?}");
+    }
+    // An IPv4-mapped peer is its IPv4 address, trusted as such.
+    assert_eq!(
+        client(
+            &trusted,
+            "::ffff:10.0.0.1",
+            &[("x-forwarded-for", "198.51.100.7")]
+        ),
+        "198.51.100.7"
+    );
+    assert_eq!(
+        client(&TrustedProxies::default(), "::ffff:198.51.100.7", &[]),
+        "198.51.100.7"
+    );
+}
+
+#[test]
+fn ipv6_clients_are_grouped_by_their_prefix() {
+    let none = TrustedProxies::default();
+    assert_eq!(client(&none, "2001:db8:1:2:aaaa::1", &[]), "2001:db8:1:2::/64");
+    assert_eq!(client(&none, "2001:db8:1:2:bbbb::9", &[]), "2001:db8:1:2::/64");
+    assert_eq!(client(&none, "2001:db8:1:3::1", &[]), "2001:db8:1:3::/64");
+    let exact = TrustedProxies::default().ipv6_prefix(128);
+    assert_eq!(
+        client(&exact, "2001:db8:1:2:aaaa::1", &[]),
+        "2001:db8:1:2:aaaa::1"
+    );
+    let wide = TrustedProxies::default().ipv6_prefix(48);
+    assert_eq!(client(&wide, "2001:db8:1:2::1", &[]), "2001:db8:1::/48");
+    assert_eq!(client(&none, "::1", &[]), "::/64");
+    assert_eq!(client(&none, "127.0.0.1", &[]), "127.0.0.1");
+}
+
+#[test]
+fn only_the_header_the_proxies_write_is_read() {
+    let all = [
+        ("forwarded", "for=6.6.6.6"),
+        ("x-forwarded-for", "7.7.7.7"),
+        ("x-real-ip", "8.8.8.8"),
+    ];
+    let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    assert_eq!(client(&trusted, "10.0.0.1", &all), "7.7.7.7", "the default");
+    for (header, expected) in [
+        (ForwardedHeader::Forwarded, "6.6.6.6"),
+        (ForwardedHeader::XForwardedFor, "7.7.7.7"),
+        (ForwardedHeader::XRealIp, "8.8.8.8"),
+    ] {
+        let trusted = trusted.clone().header(header);
+        assert_eq!(client(&trusted, "10.0.0.1", &all), expected, "{header:?}");
+        // Without it, the others are not read: the proxy is the client.
+        let others: Vec<_> = all.iter().copied().filter(|(n, _)| *n != header.name()).collect();
+        assert_eq!(client(&trusted, "10.0.0.1", &others), "10.0.0.1", "{header:?}");
+    }
+}
+
+#[test]
+fn the_walk_reads_bytes_and_stops_at_the_first_untrusted_address() {
+    let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    let raw = |value: &[u8]| {
+        let mut map = HeaderMap::new();
+        map.append("x-forwarded-for", HeaderValue::from_bytes(value).unwrap());
+        trusted.client_ip(ip("10.0.0.1"), &map).to_string()
+    };
+    // What lies left of the client, parsable or not, changes nothing.
+    assert_eq!(raw(b"\xff, 198.51.100.7"), "198.51.100.7");
+    assert_eq!(
+        raw(b"\xff\xfe garbage \x80, 10.9.9.9 , 198.51.100.7, 10.0.0.2"),
+        "198.51.100.7"
+    );
+    assert_eq!(raw(b"198.51.100.\xff7, 198.51.100.7"), "198.51.100.7");
+    // An entry that does not parse before the client: the last address proved,
+    // here the trusted hop 10.0.0.2 that the peer vouched for.
+    assert_eq!(raw(b"198.51.100.7, \xff, 10.0.0.2"), "10.0.0.2");
+    assert_eq!(raw(b"198.51.100.7, , 10.0.0.2"), "10.0.0.2");
+    // The peer's own entry does not parse: the peer is all that is proved.
+    assert_eq!(raw(b"198.51.100.7, \xff"), "10.0.0.1");
+    // Lines are walked from the last; a bad line left of the client is never read.
+    let mut map = HeaderMap::new();
+    map.append("x-forwarded-for", HeaderValue::from_bytes(b"\xff\xff").unwrap());
+    map.append("x-forwarded-for", HeaderValue::from_static("198.51.100.7"));
+    assert_eq!(
+        trusted.client_ip(ip("10.0.0.1"), &map).to_string(),
+        "198.51.100.7"
+    );
+    // A proxy that adds its X-Real-IP line after the client's instead of replacing it.
+    let real = trusted.clone().header(ForwardedHeader::XRealIp);
+    let added = [("x-real-ip", "6.6.6.6"), ("x-real-ip", "198.51.100.7")];
+    assert_eq!(client(&real, "10.0.0.1", &added), "198.51.100.7");
+}
+
+#[test]
+fn ipv6_addresses_embedding_ipv4_are_that_ipv4_address() {
+    let none = TrustedProxies::default();
+    for (v6, v4) in [
+        ("::ffff:1.2.3.4", "1.2.3.4"),
+        ("::1.2.3.4", "1.2.3.4"),
+        ("::0.0.0.2", "0.0.0.2"),
+        ("64:ff9b::1.2.3.4", "1.2.3.4"),
+        ("64:ff9b::5.6.7.8", "5.6.7.8"),
+        ("2002:102:304::1", "1.2.3.4"),
+        ("2002:102:304:abcd:1234::9", "1.2.3.4"),
+        ("2001:0:4136:e378:8000:63bf:fefd:fcfb", "1.2.3.4"),
+    ] {
+        assert_eq!(client(&none, v6, &[]), v4, "{v6}");
+        assert_eq!(client(&none.clone().ipv6_prefix(128), v6, &[]), v4, "{v6} /128");
+    }
+    for (v6, grouped) in [
+        ("::1", "::/64"),
+        ("::", "::/64"),
+        ("64:ff9b:1::1.2.3.4", "64:ff9b:1::/64"),
+        ("64:ff9b:0:0:1::1.2.3.4", "64:ff9b::/64"),
+        ("2001:1::1", "2001:1::/64"),
+        ("2003:102:304::1", "2003:102:304::/64"),
+        ("::1:0:0:1", "::/64"),
+    ] {
+        assert_eq!(client(&none, v6, &[]), grouped, "{v6}");
+    }
+    // Trust is decided on the address as received: only an IPv4-mapped peer is its
+    // IPv4 address there, never one that a prefix translates.
+    let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    assert!(trusted.trusts(ip("::ffff:10.0.0.1")));
+    for translated in ["64:ff9b::10.0.0.1", "::10.0.0.1", "2002:a00:1::1"] {
+        assert!(!trusted.trusts(ip(translated)), "{translated}");
+    }
+}
+
+#[test]
+fn proxies_that_do_not_parse_are_refused_with_the_forms_accepted() {
+    let err = TrustedProxies::new(["10.0.0.0/8", "ten"]).unwrap_err();
+    assert_eq!(err.given, "ten");
+    assert!(err.to_string().contains("CIDR"), "{err}");
+    assert!(TrustedProxies::new(["10.0.0.0/33"]).is_err());
+}

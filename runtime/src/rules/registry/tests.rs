@@ -1,0 +1,115 @@
+//! Tests of `registry.rs`.
+
+use super::*;
+
+#[test]
+fn shapes_overlap_only_where_a_value_can_write_the_other_rules_text() {
+    let shape = |t: &str| Shape::of_template("rate_limit:", t);
+    assert_eq!(
+        shape("{{tenant:{t.id}}}:search").to_string(),
+        "rate_limit:{tenant:{t.id}}:search"
+    );
+    let overlap = |a: &str, b: &str| shape(a).overlaps(&shape(b));
+    assert!(overlap("login:{user}", "login:{ip}"));
+    assert!(overlap("login:{user}", "login:admin"));
+    assert!(overlap("a:{x}:c", "a:b:{y}"));
+    assert!(!overlap("login:{ip}", "signup:{ip}"));
+    assert!(!overlap("order:{id}", "order:{id}:items"));
+    assert!(
+        !overlap("{{t:{x}}}:a", "t:{x}:a"),
+        "braces are separators of their own"
+    );
+    assert_eq!(
+        shape("login:{ip}"),
+        shape("login:{ip}"),
+        "one shape: shared on purpose"
+    );
+    assert_ne!(shape("login:{ip}"), shape("login:{user}"));
+}
+
+#[test]
+fn published_fields_read_back() {
+    let window = Registered {
+        name: "a|b:{x}".into(),
+        permits: 3,
+        bucket: None,
+    };
+    let bucket = Registered {
+        name: "t".into(),
+        permits: 1,
+        bucket: Some(crate::BucketShape {
+            burst: 10,
+            warmup_ms: 60_000,
+        }),
+    };
+    for (r, field) in [(window, "a|b:{x}|w:3"), (bucket, "t|b:1:10:60000")] {
+        let back = from_field(field).unwrap();
+        assert_eq!(
+            (back.name, back.permits, back.bucket),
+            (r.name, r.permits, r.bucket)
+        );
+    }
+    assert!(from_field("x|z:1").is_none() && from_field("x").is_none() && from_field("x|b:1:2").is_none());
+}
+
+#[test]
+fn rules_of_different_shapes_that_overlap_refuse_until_one_is_gone() {
+    let shape = |t: &str| Shape::of_template("p:", t);
+    let (a, b, c) = (0x1000usize, 0x2000usize, 0x3000usize);
+    place(a, &[("reg:{ip}".into(), shape("reg:{ip}"))]);
+    place(c, &[("reg:{ip}".into(), shape("reg:{ip}"))]);
+    assert!(
+        conflict_of(a).is_none() && conflict_of(c).is_none(),
+        "one shape in two sites"
+    );
+    place(b, &[("reg:{user}".into(), shape("reg:{user}"))]);
+    let error = conflict_of(b).unwrap().to_string();
+    assert!(
+        error.contains("reg:{user}") && error.contains("reg:{ip}"),
+        "{error}"
+    );
+    assert!(
+        conflict_of(a).is_some() && conflict_of(c).is_some(),
+        "both sides refuse, whichever came first"
+    );
+    forget(a);
+    assert!(conflict_of(b).is_some(), "c is of a's shape");
+    forget(c);
+    assert!(conflict_of(b).is_none(), "nothing left to overlap");
+    forget(b);
+}
+
+#[test]
+fn a_name_that_is_another_rules_stored_key_overlaps_it() {
+    let shape = |t: &str| Shape::of_template("p:", t);
+    let (a, b) = (0x5000usize, 0x6000usize);
+    // a hash tag: the keys are NAME:value, NAME:permits, NAME:bucket
+    place(a, &[("{{st:{t}}}".into(), shape("{{st:{t}}}"))]);
+    place(b, &[("{{st:{t}}}:{route}".into(), shape("{{st:{t}}}:{route}"))]);
+    assert!(conflict_of(a).is_some() && conflict_of(b).is_some());
+    forget(a);
+    forget(b);
+    // in one function too
+    place(
+        b,
+        &[
+            ("{{st:{t}}}".into(), shape("{{st:{t}}}")),
+            ("{{st:{t}}}:{route}".into(), shape("{{st:{t}}}:{route}")),
+        ],
+    );
+    assert!(conflict_of(b).is_some());
+    forget(b);
+    // without a hash tag the keys are {NAME}:..., which no name under a prefix is
+    place(a, &[("sk:{x}".into(), shape("sk:{x}"))]);
+    place(b, &[("sk:{x}:{y}".into(), shape("sk:{x}:{y}"))]);
+    assert!(conflict_of(a).is_none() && conflict_of(b).is_none());
+    let stored: Vec<String> = shape("sk:{x}")
+        .stored_keys()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(stored[0], "{p:sk:{x}}:value");
+    assert_eq!(stored[3], "{p:sk:{x}}:value:{client}");
+    forget(a);
+    forget(b);
+}

@@ -1,0 +1,97 @@
+//! Tests of `rule.rs`.
+
+use super::*;
+
+const MIN: Duration = Duration::from_secs(60);
+
+#[test]
+fn a_warm_up_counts_in_whole_milliseconds_rounded_up() {
+    let ms = |w: Option<Duration>| BucketShape::new(5, w).warmup_ms;
+    assert_eq!(ms(None), 0);
+    assert_eq!(ms(Some(Duration::ZERO)), 0, "zero is none");
+    assert_eq!(ms(Some(Duration::from_micros(1))), 1, "not silently none");
+    assert_eq!(ms(Some(Duration::from_micros(1_500))), 2);
+    assert_eq!(ms(Some(Duration::from_secs(30))), 30_000);
+    assert_eq!(ms(Some(Duration::MAX)), u64::MAX, "left to the bound check");
+    // Computed in 64 bits: as the 128-bit definition at the edges of a millisecond
+    // and of the range.
+    let defined = |w: Duration| u64::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+    let secs = [
+        0,
+        1,
+        59,
+        3_600,
+        u64::MAX / 1000 - 1,
+        u64::MAX / 1000,
+        u64::MAX / 1000 + 1,
+        u64::MAX,
+    ];
+    for s in secs {
+        for n in [0, 1, 999_999, 1_000_000, 1_000_001, 500_000_000, 999_999_999] {
+            let w = Duration::new(s, n);
+            assert_eq!(ms(Some(w)), defined(w), "{w:?}");
+        }
+    }
+}
+
+#[test]
+fn distinct_limiters_stay_apart() {
+    let rules = [Rule::new("a", 3, MIN), Rule::new("b", 10, MIN)];
+    assert_eq!(
+        merge(&rules),
+        [
+            Merged {
+                first: 0,
+                config: 0,
+                permits: 1
+            },
+            Merged {
+                first: 1,
+                config: 1,
+                permits: 1
+            }
+        ]
+    );
+}
+
+#[test]
+fn coinciding_rules_take_the_strictest_config_once() {
+    let rules = [
+        Rule::new("k", 10, MIN).permits(4),
+        Rule::new("other", 5, MIN),
+        Rule::new("k", 3, MIN),
+    ];
+    assert_eq!(
+        merge(&rules),
+        [
+            Merged {
+                first: 0,
+                config: 2,
+                permits: 3
+            },
+            Merged {
+                first: 1,
+                config: 1,
+                permits: 1
+            }
+        ]
+    );
+    // 10 per second is looser than 100 per minute in the long run.
+    let rules = [
+        Rule::new("k", 10, Duration::from_secs(1)),
+        Rule::new("k", 100, MIN),
+    ];
+    assert_eq!(merge(&rules)[0].config, 1);
+    // Overall is stricter than per client, whatever the rates.
+    let rules = [
+        Rule::new("k", 1, MIN).mode(RateType::PerClient),
+        Rule::new("k", 100, MIN),
+    ];
+    assert_eq!(merge(&rules)[0].config, 1);
+    // Equal long-run rates: the smaller burst.
+    let rules = [
+        Rule::new("k", 120, MIN),
+        Rule::new("k", 2, Duration::from_secs(1)),
+    ];
+    assert_eq!(merge(&rules)[0].config, 1);
+}
