@@ -1,13 +1,18 @@
-//! Refusals as HTTP responses (cargo feature `axum`): 429 with `Retry-After` and the
-//! IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers), or 503 when the
-//! refusal came from the backend failing under `on_error = "deny"`, without the cause.
+//! Refusals as HTTP responses (cargo features `axum` and `actix`): 429 with
+//! `Retry-After` and the IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers),
+//! or 503 when the refusal came from the backend failing under `on_error = "deny"`,
+//! without the cause. The status, headers and body are made here once ([`Rendered`]);
+//! axum's responses are written here, actix-web's in `actix.rs`.
 
+#[cfg(feature = "axum")]
 use axum_core::response::{IntoResponse, Response};
-use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::StatusCode;
 use std::fmt::Write;
 
-use crate::{FromRateLimited, RateLimited};
+#[cfg(feature = "axum")]
+use crate::FromRateLimited;
+use crate::RateLimited;
 
 use crate::outcomes::refusal::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
@@ -15,7 +20,16 @@ use crate::outcomes::refusal::{
 
 use crate::outcomes::refusal::seconds_up;
 
-#[cfg(feature = "axum")]
+/// A refusal's response as every framework writes it: its status, its headers (the
+/// content type first) and its body.
+#[derive(Debug)]
+pub(super) struct Rendered {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) body: String,
+}
+
+#[cfg(any(feature = "axum", feature = "actix"))]
 impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
     /// backend failed under `on_error = "deny"` or the in-process limiters are at their
@@ -53,11 +67,10 @@ impl RateLimited {
     }
 
     /// The response's headers: `Retry-After` and the RateLimit fields for a 429.
-    fn headers(&self, response: &mut Response) {
+    fn headers(&self, headers: &mut HeaderMap) {
         if self.cause.is_some() {
             return;
         }
-        let headers = response.headers_mut();
         let wait = self.retry_after.map(seconds_up);
         if let Some(wait) = wait {
             headers.insert(RETRY_AFTER, HeaderValue::from(wait));
@@ -107,6 +120,31 @@ impl RateLimited {
             },
         }
     }
+
+    /// The plain-text response: the status, `text/plain` and the headers, the body.
+    pub(super) fn plain_text(&self) -> Rendered {
+        self.rendered("text/plain; charset=utf-8", self.body())
+    }
+
+    /// The response with `content_type` and `body`, the status and headers of this
+    /// refusal.
+    fn rendered(&self, content_type: &'static str, body: String) -> Rendered {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        self.headers(&mut headers);
+        Rendered {
+            status: self.status(),
+            headers,
+            body,
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+impl IntoResponse for Rendered {
+    fn into_response(self) -> Response {
+        (self.status, self.headers, self.body).into_response()
+    }
 }
 
 #[cfg(feature = "axum")]
@@ -115,27 +153,17 @@ impl IntoResponse for RateLimited {
     /// `RateLimit`, and a short plain-text body (the rule's `message` when it has one);
     /// 503 without the cause when the backend failed under `on_error = "deny"`.
     fn into_response(self) -> Response {
-        let mut response = (
-            self.status(),
-            [(
-                CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            )],
-            self.body(),
-        )
-            .into_response();
-        self.headers(&mut response);
-        response
+        self.plain_text().into_response()
     }
 }
 
 /// A refusal as an RFC 9457 problem (`application/problem+json`), with the same
 /// status and headers as [`RateLimited`]'s own response.
-#[cfg(feature = "axum")]
+#[cfg(any(feature = "axum", feature = "actix"))]
 #[derive(Debug, Clone)]
 pub struct ProblemJson(pub RateLimited);
 
-#[cfg(feature = "axum")]
+#[cfg(any(feature = "axum", feature = "actix"))]
 impl From<RateLimited> for ProblemJson {
     fn from(limited: RateLimited) -> Self {
         ProblemJson(limited)
@@ -147,10 +175,10 @@ fn json_string(text: &str) -> String {
     serde_json::Value::from(text).to_string()
 }
 
-#[cfg(feature = "axum")]
-impl IntoResponse for ProblemJson {
-    fn into_response(self) -> Response {
-        let limited = self.0;
+impl ProblemJson {
+    /// The problem's response: the refusal's status and headers, its JSON body.
+    pub(super) fn rendered(&self) -> Rendered {
+        let limited = &self.0;
         let status = limited.status();
         let title = status.canonical_reason().unwrap_or("Error");
         let detail = limited.body();
@@ -164,14 +192,14 @@ impl IntoResponse for ProblemJson {
             let _ = write!(body, ",\"retry_after\":{}", seconds_up(wait));
         }
         body.push('}');
-        let mut response = (
-            status,
-            [(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"))],
-            body,
-        )
-            .into_response();
-        limited.headers(&mut response);
-        response
+        limited.rendered("application/problem+json", body)
+    }
+}
+
+#[cfg(feature = "axum")]
+impl IntoResponse for ProblemJson {
+    fn into_response(self) -> Response {
+        self.rendered().into_response()
     }
 }
 
