@@ -309,8 +309,8 @@ fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
 #[derive(Clone)]
 pub(crate) struct ReadBy {
     pub(crate) trusted: TrustedProxies,
-    /// Read by the axum extractor.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    /// Read by the axum and actix-web extractors.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
     pub(crate) client: Option<ClientIp>,
 }
 

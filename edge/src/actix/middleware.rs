@@ -76,7 +76,12 @@ where
             Ok(keys) => keys,
             Err(limited) => return self.refused(request, limited),
         };
-        if let Some(client) = self.shared.client.as_ref().filter(|_| self.shared.decides_at_once) {
+        if let Some(client) = self
+            .shared
+            .client
+            .as_ref()
+            .filter(|_| self.shared.decides_at_once)
+        {
             match self.shared.decide_keys_now(client, keys) {
                 Some(Ok(granted)) => return self.granted(request, granted),
                 Some(Err(limited)) => return self.refused(request, limited),
@@ -132,7 +137,9 @@ where
                 }
                 Err(limited) => {
                     let limited = limited.x_ratelimit(shared.x_ratelimit);
-                    Ok(request.into_response(respond.refused(limited)).map_into_right_body())
+                    Ok(request
+                        .into_response(respond.refused(limited))
+                        .map_into_right_body())
                 }
             }
         });

@@ -51,7 +51,7 @@
 //! `HttpResponse` answers a refusal of `#[rate_limit]` as the middleware does; so does
 //! [`ProblemJson`] as problem+json.
 
-
+mod client_ip;
 mod middleware;
 mod request;
 mod respond;
@@ -59,11 +59,12 @@ mod respond;
 pub use middleware::{MiddlewareFuture, RateLimitMiddleware};
 pub use respond::Respond;
 
-pub use crate::tower::{
-    InvalidLayer, Key, LayerRule, MissingKey, PlainText, ProblemDetails, RateLimitLayer, RateLimitLayerBuilder,
-};
 #[cfg(feature = "serde")]
 pub use crate::tower::LayerConfig;
+pub use crate::tower::{
+    InvalidLayer, Key, LayerRule, MissingKey, PlainText, ProblemDetails, RateLimitLayer,
+    RateLimitLayerBuilder,
+};
 pub use crate::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
 pub use redlimit_runtime::{
     ProblemJson, RateLimited, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,

@@ -63,7 +63,10 @@ impl Incoming for ActixRequest<'_> {
 
     fn settings<T>(&self, f: impl FnOnce(Option<&TrustedProxies>, Option<&ReadBy>) -> T) -> T {
         let extensions = self.request.extensions();
-        f(self.request.app_data::<TrustedProxies>(), extensions.get::<ReadBy>())
+        f(
+            self.request.app_data::<TrustedProxies>(),
+            extensions.get::<ReadBy>(),
+        )
     }
 
     fn leave(&mut self, read: ReadBy) {
