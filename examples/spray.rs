@@ -36,14 +36,18 @@ async fn spray(algorithm: Algorithm, times: usize, calls: usize) -> (usize, usiz
             clock.advance(Duration::from_millis(100));
         }
         for _ in 0..calls {
-            let _ = client.check_rules(&[rule(format!("spray:{key}"), algorithm)]).await;
+            let _ = client
+                .check_rules(&[rule(format!("spray:{key}"), algorithm)])
+                .await;
         }
     }
     let (mut refused, mut locked) = (0, 0);
     for user in 0..1_000 {
         let mut user_refused = 0;
         for _ in 0..5 {
-            let decision = client.check_rules(&[rule(format!("user:{user}"), algorithm)]).await;
+            let decision = client
+                .check_rules(&[rule(format!("user:{user}"), algorithm)])
+                .await;
             user_refused += usize::from(!decision.is_ok_and(|d| d.allowed));
         }
         refused += user_refused;
@@ -56,7 +60,10 @@ async fn spray(algorithm: Algorithm, times: usize, calls: usize) -> (usize, usiz
 async fn main() {
     println!("| algorithm | spray | calls per sprayed key | calls of new users refused (of 5 000) | new users refused every call (of 1 000) |");
     println!("|---|---:|---:|---:|---:|");
-    for (name, algorithm) in [("sliding window", Algorithm::SlidingWindow), ("token bucket", Algorithm::TokenBucket)] {
+    for (name, algorithm) in [
+        ("sliding window", Algorithm::SlidingWindow),
+        ("token bucket", Algorithm::TokenBucket),
+    ] {
         for times in [10, 100] {
             for calls in [1, 5] {
                 let (refused, locked) = spray(algorithm, times, calls).await;

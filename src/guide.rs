@@ -7,7 +7,8 @@
 //! - [`rules`]: several rules decided all or nothing in one call, and what a caller's
 //!   value written into a limiter's name can reach.
 //! - [`layer`]: at the HTTP edge: `ClientIp` behind trusted proxies, refusals as
-//!   responses, the tower layer, rules from configuration files, and the axum example.
+//!   responses, the tower layer, rules from configuration files, the axum example, and
+//!   actix-web.
 //! - [`grpc`]: refusals as tonic statuses, the attribute on service methods.
 //! - [`token_buckets`]: the other algorithm, with bursts and warm-up.
 //! - [`batches`]: refusals answered in process, and hot limits served in batches.

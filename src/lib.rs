@@ -59,6 +59,12 @@ pub mod axum {
 #[doc(inline)]
 pub use redlimit_edge::tower;
 
+// actix-web (cargo feature `actix`): the layer's rules as middleware, the ClientIp
+// extractor, refusals as responses; the module, with its own documentation.
+#[cfg(feature = "actix")]
+#[doc(inline)]
+pub use redlimit_edge::actix;
+
 pub mod guide;
 
 /// The README's examples, compiled as doc tests so they stay true. Its layer example

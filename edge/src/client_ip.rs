@@ -15,7 +15,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 use ipnet::IpNet;
 
 /// The proxies (CIDR ranges or single addresses) whose forwarding header is believed,
@@ -186,24 +186,42 @@ impl TrustedProxies {
     /// parse, the last address proved (the peer, or the leftmost trusted hop read) is
     /// the client.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> ClientIp {
+        let lines = headers.get_all(self.header.name()).iter();
+        self.client_ip_from(peer, lines.map(HeaderValue::as_bytes))
+    }
+
+    /// [`client_ip`](TrustedProxies::client_ip) given the lines of the forwarding
+    /// header ([`forwarding_header`](TrustedProxies::forwarding_header)) as received,
+    /// in order: for requests whose headers are not `http` 1's (actix-web's).
+    pub(crate) fn client_ip_from<'a>(
+        &self,
+        peer: IpAddr,
+        lines: impl DoubleEndedIterator<Item = &'a [u8]>,
+    ) -> ClientIp {
         let peer = unmapped(peer);
         let client = if self.trusts(peer) {
-            self.walk(peer, headers)
+            self.walk(peer, lines)
         } else {
             peer
         };
         ClientIp::grouped(client, self.ipv6_prefix)
     }
 
+    /// The one forwarding header read.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    pub(crate) fn forwarding_header(&self) -> ForwardedHeader {
+        self.header
+    }
+
     /// The first untrusted hop from the right; at an entry that does not parse, or
     /// when every hop is trusted, the last address proved.
-    fn walk(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    fn walk<'a>(&self, peer: IpAddr, lines: impl DoubleEndedIterator<Item = &'a [u8]>) -> IpAddr {
         // X-Real-IP's lines are one address each; the others' entries are separated by
         // commas, the byte itself, so a byte that is not ASCII only spoils its entry.
         let lists = self.header != ForwardedHeader::XRealIp;
         let mut proved = peer;
-        for line in headers.get_all(self.header.name()).iter().rev() {
-            for entry in line.as_bytes().rsplit(|&b| lists && b == b',') {
+        for line in lines.rev() {
+            for entry in line.rsplit(|&b| lists && b == b',') {
                 let Some(ip) = self.header.parse(entry) else {
                     return proved;
                 };
@@ -291,8 +309,8 @@ fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
 #[derive(Clone)]
 pub(crate) struct ReadBy {
     pub(crate) trusted: TrustedProxies,
-    /// Read by the axum extractor.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    /// Read by the axum and actix-web extractors.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
     pub(crate) client: Option<ClientIp>,
 }
 

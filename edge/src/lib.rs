@@ -7,6 +7,8 @@
 //! - With the `tower` feature, [`tower::RateLimitLayer`] limits every request through a
 //!   router or a gRPC server (`axum` and `tonic` add their responses); with `serde`,
 //!   its rules read from configuration (`tower::LayerConfig`).
+//! - With the `actix` feature, the same layer is actix-web middleware, and
+//!   [`ClientIp`] an actix-web extractor (see [`actix`]).
 
 // On docs.rs (`--cfg docsrs`, a nightly rustdoc): each item behind a cargo feature
 // says which one.
@@ -16,6 +18,8 @@ mod client_ip;
 
 pub use client_ip::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
 
+#[cfg(feature = "actix")]
+pub mod actix;
 #[cfg(feature = "axum")]
 pub mod axum;
 #[cfg(feature = "tower")]

@@ -79,7 +79,7 @@ pub use outcomes::refusal::{
 #[cfg(feature = "axum")]
 #[doc(hidden)]
 pub use render::http::RefusalResponse;
-#[cfg(feature = "axum")]
+#[cfg(any(feature = "axum", feature = "actix"))]
 pub use render::problem::{ProblemJson, ProblemType};
 pub use rules::config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_PERMITS, MAX_RATE};
 pub use rules::overrides::{OverrideOf, RateOverride};

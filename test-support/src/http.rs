@@ -1,7 +1,8 @@
 //! A plain HTTP/1.1 client over TCP (one request per connection, the response read
 //! whole, headers as written on the wire, names lower-cased), an axum server on a
-//! free loopback port, and a reverse proxy in front of it that writes one forwarding
-//! header the way nginx does.
+//! free loopback port (an actix-web one with [`serve_actix!`](crate::serve_actix)),
+//! and a reverse proxy in front of it that writes one forwarding header the way nginx
+//! does.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -203,4 +204,23 @@ pub fn cost_header(request: &axum::http::request::Parts) -> u64 {
         .get("x-cost")
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(1)
+}
+
+/// Serves the actix-web app `factory` makes (`|| App::new()...`) on a free port of
+/// 127.0.0.1 (or of the address given first), one worker, and gives its address. A
+/// macro, so that this crate need not depend on actix-web: the caller does.
+#[macro_export]
+macro_rules! serve_actix {
+    ($factory:expr) => {
+        $crate::serve_actix!("127.0.0.1", $factory)
+    };
+    ($ip:expr, $factory:expr) => {{
+        let server = ::actix_web::HttpServer::new($factory)
+            .workers(1)
+            .bind(($ip, 0))
+            .unwrap();
+        let addr = server.addrs()[0];
+        ::tokio::spawn(server.run());
+        addr
+    }};
 }

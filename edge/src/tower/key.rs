@@ -18,7 +18,7 @@ pub(super) enum KeyKind {
     Global,
     ClientIp,
     Header(String),
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "axum", feature = "actix"))]
     PathParam(String),
     /// The closure, and its type: what tells two closures' limiters apart.
     With(Arc<KeyFn>, std::any::TypeId),
@@ -33,11 +33,12 @@ impl Key {
     /// The client's address (without port; IPv6 grouped by prefix), from the peer and
     /// the forwarding header written by [`TrustedProxies`](crate::TrustedProxies) (set with
     /// [`RateLimitLayerBuilder::trusted_proxies`](super::RateLimitLayerBuilder::trusted_proxies),
-    /// or as a request extension such as axum's `Extension` outside the layer; none
-    /// trusted without either). The peer comes from axum's `ConnectInfo<SocketAddr>`,
-    /// tonic's `TcpConnectInfo`, or a `SocketAddr` extension; a request with none of
-    /// them is refused as misconfigured (500). The handler's
-    /// [`ClientIp`](crate::ClientIp) is the address the layer keyed by.
+    /// or as a request extension such as axum's `Extension` outside the layer, or
+    /// actix-web's application data; none trusted without either). The peer comes
+    /// from axum's `ConnectInfo<SocketAddr>`, tonic's `TcpConnectInfo`, a `SocketAddr`
+    /// extension, or actix-web's peer address; a request with none of them is refused
+    /// as misconfigured (500). The handler's [`ClientIp`](crate::ClientIp) is the
+    /// address the layer keyed by.
     pub fn client_ip() -> Key {
         Key(KeyKind::ClientIp)
     }
@@ -50,20 +51,25 @@ impl Key {
         Key(KeyKind::Header(name.to_owned()))
     }
 
-    /// A matched path parameter, such as `user_id` in `/users/{user_id}` (axum). Path
-    /// parameters exist once a route matched: add the layer with `Router::route_layer`,
-    /// `Router::layer` or on the route itself. Under `Router::layer`, a request no route
-    /// matches goes on to the router's fallback (404) without this rule, the other
-    /// rules still deciding. A matched route without the parameter (a misspelt name),
-    /// and a layer outside the router, are refused as misconfigured (500), never let
-    /// through unlimited; a parameter that is not UTF-8 shares one limiter with all such.
-    #[cfg(feature = "axum")]
+    /// A matched path parameter, such as `user_id` in `/users/{user_id}` (axum,
+    /// actix-web). Path parameters exist once a route matched: in axum, add the layer
+    /// with `Router::route_layer`, `Router::layer` or on the route itself. Under
+    /// `Router::layer`, a request no route matches goes on to the router's fallback
+    /// (404) without this rule, the other rules still deciding. In actix-web, wrap the
+    /// resource, or a scope whose own path has the parameter
+    /// (`web::scope("/users/{user_id}")`): the middleware sees the parameters matched
+    /// where it is. A matched route without the parameter (a misspelt name), and a
+    /// layer outside the router, are refused as misconfigured (500), never let through
+    /// unlimited; a parameter that is not UTF-8 shares one limiter with all such.
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub fn path_param(name: &str) -> Key {
         Key(KeyKind::PathParam(name.to_owned()))
     }
 
     /// A value computed from the request's head; `None` when it has none (those
-    /// requests share one limiter, per rule).
+    /// requests share one limiter, per rule). In actix-web the head is a copy made as
+    /// `http` 1's (method, URI, version, headers; no extensions), once per request
+    /// that a rule reads it for.
     pub fn with<F>(key: F) -> Key
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
@@ -84,7 +90,7 @@ impl Key {
             KeyKind::Global => return None,
             KeyKind::ClientIp => "ip".to_owned(),
             KeyKind::Header(header) => header.to_ascii_lowercase(),
-            #[cfg(feature = "axum")]
+            #[cfg(any(feature = "axum", feature = "actix"))]
             KeyKind::PathParam(param) => param.clone(),
             // each closure is a type of its own: two closures are two shapes (a value one
             // computes never reaches the limiters of another's), one closure built twice one
@@ -104,7 +110,7 @@ impl fmt::Debug for Key {
             KeyKind::Global => f.write_str("Key::global()"),
             KeyKind::ClientIp => f.write_str("Key::client_ip()"),
             KeyKind::Header(name) => write!(f, "Key::header({name:?})"),
-            #[cfg(feature = "axum")]
+            #[cfg(any(feature = "axum", feature = "actix"))]
             KeyKind::PathParam(name) => write!(f, "Key::path_param({name:?})"),
             KeyKind::With(..) => f.write_str("Key::with(..)"),
         }

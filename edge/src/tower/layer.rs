@@ -134,8 +134,8 @@ impl RateLimitLayerBuilder {
 /// clones share the rules' state.
 #[derive(Clone)]
 pub struct RateLimitLayer<R = PlainText> {
-    shared: Arc<Shared>,
-    respond: R,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) respond: R,
 }
 
 impl RateLimitLayer {

@@ -30,12 +30,17 @@
 // One job per file, each importing only those before it in this order: `key` (where a
 // rule's key comes from), `rule` (a rule's builder), `validate` (what a rule must be),
 // `shared` (what a built layer keeps), `request` (what the server and the router put
-// in a request), `per_request` (one request's keys and decision), `respond` (refusals
-// and the RateLimit fields), `service` and `layer` (tower's `Service` and `Layer`);
-// `config` (with `serde`) reads rules from configuration into the builder.
+// in a request), `incoming` (what the layer reads from a request, tower's or
+// actix-web's), `per_request` (one request's keys and decision), `fields` (where a
+// response's fields are written), `respond` (refusals and the RateLimit fields),
+// `service` and `layer` (tower's `Service` and `Layer`); `config` (with `serde`) reads
+// rules from configuration into the builder. The actix-web middleware (`crate::actix`)
+// uses the same rules, state and reading, through what is re-exported to the crate.
 
 #[cfg(feature = "serde")]
 mod config;
+mod fields;
+mod incoming;
 mod key;
 mod layer;
 mod per_request;
@@ -58,5 +63,16 @@ pub use validate::InvalidLayer;
 
 #[cfg(feature = "serde")]
 pub use config::LayerConfig;
+
+#[cfg(feature = "actix")]
+pub(crate) use fields::Fields;
+#[cfg(feature = "actix")]
+pub(crate) use incoming::Incoming;
+#[cfg(feature = "actix")]
+pub(crate) use per_request::Keys;
+#[cfg(feature = "actix")]
+pub(crate) use request::{NoValue, Value};
+#[cfg(feature = "actix")]
+pub(crate) use shared::Shared;
 #[cfg(feature = "serde")]
 use validate::check_rule_fully;

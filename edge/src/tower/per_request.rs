@@ -1,16 +1,18 @@
 //! One request through the layer: its trusted-proxy setting and client address, each
 //! rule's key value and permits, and then the engine's decision on those limiters.
+//! The request is read through [`Incoming`]: tower's and actix-web's alike.
 
 use std::borrow::Cow;
 use std::future::Future;
 
 use http::request::Parts;
 use redlimit_runtime::engine::{Granted, KeyBuf};
-use redlimit_runtime::{Error, RateLimited};
+use redlimit_runtime::{Client, Error, RateLimited};
 use smallvec::SmallVec;
 
+use super::incoming::{Incoming, TowerRequest};
 use super::key::MissingKey;
-use super::request::{peer_addr, NoValue, PathParams, Value, NO_PEER, OUTSIDE_ROUTER};
+use super::request::{NoValue, PathParams, Value, OUTSIDE_ROUTER};
 use super::shared::{Extract, Keyed, Shared};
 use crate::client_ip::{one_setting, ReadBy};
 use crate::{ClientIp, TrustedProxies};
@@ -19,14 +21,19 @@ use crate::{ClientIp, TrustedProxies};
 type ReadClient = Option<Result<ClientIp, &'static str>>;
 
 /// A request's limiters, and its permits per rule when they are per request.
-type Keys = (SmallVec<[String; 2]>, Vec<u64>);
+pub(crate) type Keys = (SmallVec<[String; 2]>, Vec<u64>);
 
 impl Shared {
     /// `routed`: the layer is inside an axum `Router` (it wraps a route or the
     /// fallback), where a request without matched path parameters matched no route.
     pub(super) async fn decide(&self, parts: &mut Parts, routed: bool) -> Result<Granted, RateLimited> {
         let path = PathParams::read(self.needs_path, parts).await;
-        let (mut keys, permits) = self.read(parts, &path, routed)?;
+        let keys = self.read(&mut TowerRequest { parts, path: &path }, routed)?;
+        self.decide_keys(keys).await
+    }
+
+    /// The engine's decision on a request's limiters, as [`read`](Shared::read) gave them.
+    pub(crate) async fn decide_keys(&self, (mut keys, permits): Keys) -> Result<Granted, RateLimited> {
         let permits = self.per_request.then_some(permits.as_slice());
         self.engine.decide(self.client.as_ref(), &mut keys, permits).await
     }
@@ -36,10 +43,20 @@ impl Shared {
     /// are to be read (an extractor's future) or the layer has no client of its own.
     pub(super) fn decide_now(&self, parts: &mut Parts, routed: bool) -> Option<Result<Granted, RateLimited>> {
         let client = self.client.as_ref().filter(|_| !self.needs_path)?;
-        let (mut keys, permits) = match self.read(parts, &PathParams::Unread, routed) {
-            Ok(read) => read,
-            Err(refused) => return Some(Err(refused)),
-        };
+        let path = PathParams::Unread;
+        match self.read(&mut TowerRequest { parts, path: &path }, routed) {
+            Ok(keys) => self.decide_keys_now(client, keys),
+            Err(refused) => Some(Err(refused)),
+        }
+    }
+
+    /// [`decide_keys`](Shared::decide_keys) where it is called, on `client`, in
+    /// process without a timeout: `None` if it would wait after all.
+    pub(crate) fn decide_keys_now(
+        &self,
+        client: &Client,
+        (mut keys, permits): Keys,
+    ) -> Option<Result<Granted, RateLimited>> {
         let permits = self.per_request.then_some(permits.as_slice());
         if let Some(decided) = self.engine.decide_now(client, &mut keys, permits) {
             return Some(decided);
@@ -58,8 +75,8 @@ impl Shared {
     }
 
     /// The request's trusted-proxy setting, client address and keys, read.
-    fn read(&self, parts: &mut Parts, path: &PathParams, routed: bool) -> Result<Keys, RateLimited> {
-        let trusted = self.trust(parts).map_err(|problem| {
+    pub(crate) fn read<Q: Incoming>(&self, request: &mut Q, routed: bool) -> Result<Keys, RateLimited> {
+        let trusted = self.trust(request).map_err(|problem| {
             let error = Error::InvalidConfig {
                 name: self.rules[self.trust_rule].name.to_string(),
                 problem,
@@ -68,46 +85,39 @@ impl Shared {
         })?;
         let client = match &trusted {
             Some(trusted) if self.keys_client_ip => Some(
-                peer_addr(parts)
-                    .map(|peer| trusted.client_ip(peer.ip(), &parts.headers))
-                    .ok_or(NO_PEER),
+                request
+                    .peer()
+                    .map(|peer| request.client_ip(trusted, peer.ip()))
+                    .ok_or(Q::NO_PEER),
             ),
             _ => None,
         };
-        let keys = self.keys(parts, path, &client, routed)?;
+        let keys = self.keys(request, &client, routed)?;
         if let Some(trusted) = trusted {
             let client = client.and_then(Result::ok);
-            parts.extensions.insert(ReadBy { trusted, client });
+            request.leave(ReadBy { trusted, client });
         }
         Ok(keys)
     }
 
     /// The request's one trusted-proxy setting: this layer's, an extension's or an
     /// outer layer's, which must not differ; `None` when the layer reads none.
-    fn trust(&self, parts: &Parts) -> Result<Option<TrustedProxies>, &'static str> {
+    fn trust<Q: Incoming>(&self, request: &Q) -> Result<Option<TrustedProxies>, &'static str> {
         if !self.reads_trust {
             return Ok(None);
         }
-        let setting = one_setting([
-            self.trusted.as_ref(),
-            parts.extensions.get::<TrustedProxies>(),
-            parts.extensions.get::<ReadBy>().map(|read| &read.trusted),
-        ])?;
-        Ok(Some(setting.unwrap_or(&self.untrusted).clone()))
+        request.settings(|extension, read| {
+            let setting = one_setting([self.trusted.as_ref(), extension, read.map(|read| &read.trusted)])?;
+            Ok(Some(setting.unwrap_or(&self.untrusted).clone()))
+        })
     }
 
     /// Each rule's limiter for the request, and its permits when they are per request.
-    fn keys(
-        &self,
-        parts: &Parts,
-        path: &PathParams,
-        client: &ReadClient,
-        routed: bool,
-    ) -> Result<Keys, RateLimited> {
+    fn keys<Q: Incoming>(&self, request: &Q, client: &ReadClient, routed: bool) -> Result<Keys, RateLimited> {
         let mut keys = SmallVec::<[String; 2]>::new();
         let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
         for (i, (rule, spec)) in self.rules.iter().zip(self.engine.rules()).enumerate() {
-            let problem = match rule.key.value(parts, path, client) {
+            let problem = match rule.key.value(request, client) {
                 Ok(value) => Ok(value),
                 // No route matched: the request goes on to the router's fallback (404),
                 // as without the layer; the other rules still apply.
@@ -147,7 +157,7 @@ impl Shared {
             // one with a value that is UTF-8.
             let raw = match &value {
                 // Only a lossy reading is owned among a header's.
-                Some(Cow::Owned(_)) => rule.key.not_utf8(parts),
+                Some(Cow::Owned(_)) => rule.key.not_utf8(request),
                 _ => None,
             };
             let mut key = KeyBuf::new();
@@ -164,7 +174,7 @@ impl Shared {
                 let exempt = raw.is_none() && value.is_some_and(|v| rule.exempt.contains(&*v));
                 permits.push(match (&rule.cost, exempt) {
                     (_, true) => 0,
-                    (Some(cost), false) => cost(parts).max(1),
+                    (Some(cost), false) => cost(request.head()).max(1),
                     (None, false) => spec.permits,
                 });
             }
@@ -196,50 +206,46 @@ impl Shared {
 
 impl Extract {
     /// The bytes of a header this key reads when they are not UTF-8.
-    fn not_utf8<'a>(&self, parts: &'a Parts) -> Option<&'a [u8]> {
+    fn not_utf8<'a, Q: Incoming>(&self, request: &'a Q) -> Option<&'a [u8]> {
         match self {
-            Extract::Header(name) => parts
-                .headers
-                .get(name)
-                .map(|value| value.as_bytes())
+            Extract::Header(name) => request
+                .lines(name)
+                .next()
                 .filter(|bytes| std::str::from_utf8(bytes).is_err()),
             _ => None,
         }
     }
 
     /// This key's value for the request.
-    fn value<'a>(&self, parts: &'a Parts, path: &'a PathParams, client: &ReadClient) -> Value<'a> {
-        // Path parameters are axum's.
-        #[cfg(not(feature = "axum"))]
-        let _ = path;
+    fn value<'a, Q: Incoming>(&self, request: &'a Q, client: &ReadClient) -> Value<'a> {
         match self {
             Extract::Global => Ok(None),
             Extract::ClientIp => match client {
                 Some(Ok(client)) => Ok(Some(Cow::Owned(client.to_string()))),
                 Some(Err(problem)) => Err(NoValue::Misconfigured(problem)),
-                None => Err(NoValue::Misconfigured(NO_PEER)),
+                None => Err(NoValue::Misconfigured(Q::NO_PEER)),
             },
             Extract::Header(name) => {
                 // A header sent twice has no one value: keying by either line would
                 // let a client choose, among values an application may read the other
                 // way, the one that is limited.
-                let mut lines = parts.headers.get_all(name).iter();
+                let mut lines = request.lines(name);
                 let first = lines.next();
                 if lines.next().is_some() {
                     return Err(NoValue::Repeated);
                 }
                 Ok(Some(
                     first
-                        .map(|value| match std::str::from_utf8(value.as_bytes()) {
+                        .map(|value| match std::str::from_utf8(value) {
                             Ok(text) => Cow::Borrowed(text),
-                            Err(_) => String::from_utf8_lossy(value.as_bytes()),
+                            Err(_) => String::from_utf8_lossy(value),
                         })
                         .unwrap_or_default(),
                 ))
             }
-            #[cfg(feature = "axum")]
-            Extract::PathParam(name) => path.get(name),
-            Extract::With(f) => Ok(Some(Cow::Owned(f(parts).unwrap_or_default()))),
+            #[cfg(any(feature = "axum", feature = "actix"))]
+            Extract::PathParam(name) => request.path_param(name),
+            Extract::With(f) => Ok(Some(Cow::Owned(f(request.head()).unwrap_or_default()))),
         }
     }
 }

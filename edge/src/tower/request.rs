@@ -21,11 +21,11 @@ pub(super) const NO_PEER: &str = "the client address needs the peer's: serve axu
 
 /// A rule's value for a request: `Ok(None)` for a global rule, `Ok(Some(""))` when the
 /// request carries none, `Err` when the layer cannot read it where it is mounted.
-pub(super) type Value<'a> = Result<Option<Cow<'a, str>>, NoValue>;
+pub(crate) type Value<'a> = Result<Option<Cow<'a, str>>, NoValue>;
 
 /// Why a rule has no value for a request.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum NoValue {
+pub(crate) enum NoValue {
     /// The layer cannot read it where it is mounted: what to change.
     Misconfigured(&'static str),
     /// A path parameter of a request no route matched.
@@ -90,6 +90,13 @@ impl PathParams {
             PathParams::Unread => Err(NoValue::Misconfigured(missing)),
             PathParams::Missing => Err(NoValue::NotRouted),
         }
+    }
+
+    #[cfg(all(feature = "actix", not(feature = "axum")))]
+    pub(super) fn get(&self, _: &str) -> Value<'_> {
+        Err(NoValue::Misconfigured(
+            "path parameters of a tower service are axum's: enable the `axum` feature",
+        ))
     }
 }
 

@@ -7,6 +7,7 @@ use http::{HeaderValue, Response};
 use redlimit_runtime::engine::Granted;
 use redlimit_runtime::{RateLimited, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING};
 
+use super::fields::Fields;
 use super::shared::Shared;
 
 /// How a refusal becomes a response with body `B`.
@@ -82,7 +83,7 @@ impl Shared {
 
     /// `RateLimit-Policy` and `RateLimit` of the tightest rule on a granted response.
     /// The rate and window are the ones decided: a run-time override's when one applied.
-    pub(super) fn success_fields(&self, granted: &Granted, headers: &mut http::HeaderMap) {
+    pub(crate) fn success_fields(&self, granted: &Granted, headers: &mut impl Fields) {
         let Some((rule, remaining)) = granted.tightest else {
             return;
         };

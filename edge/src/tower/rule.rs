@@ -110,7 +110,8 @@ impl LayerRule {
     /// Permits per request computed from the request (a cost): an expensive query
     /// takes more. A cost of 0 counts as 1 (no request is free; exempt keys are
     /// [`exempt`](LayerRule::exempt)); a cost above the rate is refused with 429 and
-    /// no `Retry-After`, since no wait would let it pass.
+    /// no `Retry-After`, since no wait would let it pass. In actix-web `cost` reads
+    /// the head as [`Key::with`](super::Key::with) does.
     pub fn cost<F>(mut self, cost: F) -> Self
     where
         F: Fn(&Parts) -> u64 + Send + Sync + 'static,

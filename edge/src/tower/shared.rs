@@ -37,20 +37,20 @@ pub(super) enum Extract {
     Global,
     ClientIp,
     Header(HeaderName),
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "axum", feature = "actix"))]
     PathParam(String),
     With(Arc<KeyFn>),
 }
 
 /// What every clone of a layer and its services shares.
-pub(super) struct Shared {
+pub(crate) struct Shared {
     pub(super) engine: Engine,
     pub(super) rules: Vec<Keyed>,
     /// Some rule has a cost or exempt values: permits are computed per request.
     pub(super) per_request: bool,
     /// Some rule is keyed by a path parameter.
     pub(super) needs_path: bool,
-    pub(super) client: Option<Client>,
+    pub(crate) client: Option<Client>,
     /// Some rule is keyed by the client address, or the layer has its own trusted
     /// proxies: it reads the one setting of each request, and leaves it there.
     pub(super) reads_trust: bool,
@@ -62,14 +62,14 @@ pub(super) struct Shared {
     pub(super) trusted: Option<TrustedProxies>,
     /// The setting when none is given: no proxy trusted.
     pub(super) untrusted: TrustedProxies,
-    pub(super) success_fields: bool,
-    pub(super) x_ratelimit: bool,
+    pub(crate) success_fields: bool,
+    pub(crate) x_ratelimit: bool,
     /// The problem type of a 429 as problem+json.
     #[cfg(feature = "axum")]
     pub(super) problem_type: redlimit_runtime::ProblemType,
     /// The layer decides in process without a timeout: nothing a decision awaits ever
     /// waits, so each request is decided where the service is called.
-    pub(super) decides_at_once: bool,
+    pub(crate) decides_at_once: bool,
 }
 
 /// The layer's settings besides its rules, as its builder collected them.
@@ -105,9 +105,9 @@ impl Shared {
         }
         let rules = keyed;
         let keys_client_ip = rules.iter().position(|r| matches!(r.key, Extract::ClientIp));
-        #[cfg(feature = "axum")]
+        #[cfg(any(feature = "axum", feature = "actix"))]
         let needs_path = rules.iter().any(|r| matches!(r.key, Extract::PathParam(_)));
-        #[cfg(not(feature = "axum"))]
+        #[cfg(not(any(feature = "axum", feature = "actix")))]
         let needs_path = false;
         // A path parameter's rule does not apply where no route matched.
         let per_request = needs_path || rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
@@ -147,7 +147,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
         KeyKind::Global => Extract::Global,
         KeyKind::ClientIp => Extract::ClientIp,
         KeyKind::Header(name) => Extract::Header(header_name(&spec.name, &name)?),
-        #[cfg(feature = "axum")]
+        #[cfg(any(feature = "axum", feature = "actix"))]
         KeyKind::PathParam(name) => Extract::PathParam(name),
         KeyKind::With(f, _) => Extract::With(f),
     };
@@ -156,7 +156,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     let missing = match (missing_key, &key) {
         (MissingKey::Share, _) => None,
         (refuse, Extract::Header(header)) => Some((format!("the {header} header"), refuse)),
-        #[cfg(feature = "axum")]
+        #[cfg(any(feature = "axum", feature = "actix"))]
         (refuse, Extract::PathParam(param)) => Some((format!("the path parameter {param}"), refuse)),
         (refuse, Extract::With(_)) => Some(("a value for its key".to_owned(), refuse)),
         (_, Extract::Global | Extract::ClientIp) => unreachable!("refused by check_rule"),

@@ -1,13 +1,18 @@
-//! Refusals as HTTP responses (cargo feature `axum`): 429 with `Retry-After` and the
-//! IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers), or 503 when the
-//! refusal came from the backend failing under `on_error = "deny"`, without the cause.
+//! Refusals as HTTP responses (cargo features `axum` and `actix`): 429 with
+//! `Retry-After` and the IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers),
+//! or 503 when the refusal came from the backend failing under `on_error = "deny"`,
+//! without the cause. The status, headers and body are made here once ([`Rendered`]);
+//! axum's responses are written here, actix-web's in `actix.rs`.
 
+#[cfg(feature = "axum")]
 use axum_core::response::{IntoResponse, Response};
-use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::StatusCode;
 use std::fmt::Write;
 
-use crate::{FromRateLimited, RateLimited};
+#[cfg(feature = "axum")]
+use crate::FromRateLimited;
+use crate::RateLimited;
 
 use crate::outcomes::refusal::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
@@ -23,7 +28,16 @@ use crate::outcomes::refusal::seconds_up;
 #[derive(Debug, Clone, Copy)]
 pub struct RefusalResponse;
 
-#[cfg(feature = "axum")]
+/// A refusal's response as every framework writes it: its status, its headers (the
+/// content type first) and its body.
+#[derive(Debug)]
+pub(super) struct Rendered {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) body: String,
+}
+
+#[cfg(any(feature = "axum", feature = "actix"))]
 impl RateLimited {
     /// The status this refusal answers with: 429 when the limit refused, 503 when the
     /// backend failed under `on_error = "deny"` or the in-process limiters are at their
@@ -60,14 +74,11 @@ impl RateLimited {
         }
     }
 
-    /// The response's headers: `Retry-After` and the RateLimit fields for a 429; and
-    /// on every refusal's response, the [`RefusalResponse`] extension.
-    pub(super) fn headers(&self, response: &mut Response) {
-        response.extensions_mut().insert(RefusalResponse);
+    /// The response's headers: `Retry-After` and the RateLimit fields for a 429.
+    fn headers(&self, headers: &mut HeaderMap) {
         if self.cause.is_some() {
             return;
         }
-        let headers = response.headers_mut();
         let wait = self.retry_after.map(seconds_up);
         if let Some(wait) = wait {
             headers.insert(RETRY_AFTER, HeaderValue::from(wait));
@@ -117,6 +128,34 @@ impl RateLimited {
             },
         }
     }
+
+    /// The plain-text response: the status, `text/plain` and the headers, the body.
+    pub(super) fn plain_text(&self) -> Rendered {
+        self.rendered("text/plain; charset=utf-8", self.body())
+    }
+
+    /// The response with `content_type` and `body`, the status and headers of this
+    /// refusal.
+    pub(super) fn rendered(&self, content_type: &'static str, body: String) -> Rendered {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        self.headers(&mut headers);
+        Rendered {
+            status: self.status(),
+            headers,
+            body,
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+impl IntoResponse for Rendered {
+    /// The response, marked as a refusal's ([`RefusalResponse`]).
+    fn into_response(self) -> Response {
+        let mut response = (self.status, self.headers, self.body).into_response();
+        response.extensions_mut().insert(RefusalResponse);
+        response
+    }
 }
 
 #[cfg(feature = "axum")]
@@ -125,17 +164,7 @@ impl IntoResponse for RateLimited {
     /// `RateLimit`, and a short plain-text body (the rule's `message` when it has one);
     /// 503 without the cause when the backend failed under `on_error = "deny"`.
     fn into_response(self) -> Response {
-        let mut response = (
-            self.status(),
-            [(
-                CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            )],
-            self.body(),
-        )
-            .into_response();
-        self.headers(&mut response);
-        response
+        self.plain_text().into_response()
     }
 }
 

@@ -1,19 +1,20 @@
-//! Refusals as RFC 9457 problems (`application/problem+json`, cargo feature `axum`):
+//! Refusals as RFC 9457 problems (`application/problem+json`, cargo feature `axum` or
+//! `actix`):
 //! [`ProblemJson`], and the [`ProblemType`] a 429 is of: the quota-exceeded type the
 //! IETF RateLimit-headers draft registers, naming the refusing policy, or
 //! `about:blank`.
 
+#[cfg(feature = "axum")]
 use axum_core::response::{IntoResponse, Response};
-use http::header::{HeaderValue, CONTENT_TYPE};
 use http::StatusCode;
 use std::fmt::Write;
 
+use super::http::Rendered;
 use crate::outcomes::refusal::{policy_name, seconds_up};
 use crate::RateLimited;
 
 /// The problem type a 429 as problem+json is of ([`ProblemJson::problem_type`]). Other
 /// statuses (503, 500, 400, 401) are always `about:blank`.
-#[cfg(feature = "axum")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ProblemType {
     /// `https://iana.org/assignments/http-problem-types#quota-exceeded`, titled
@@ -39,11 +40,9 @@ const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#qu
 ///  "title":"Quota exceeded","status":429,"detail":"Too many requests; retry in 60 s",
 ///  "violated-policies":["login:{ip}"],"retry_after":60}
 /// ```
-#[cfg(feature = "axum")]
 #[derive(Debug, Clone)]
 pub struct ProblemJson(pub RateLimited);
 
-#[cfg(feature = "axum")]
 impl ProblemJson {
     /// The problem type a 429 is of (default [`ProblemType::QuotaExceeded`]).
     pub fn problem_type(self, problem_type: ProblemType) -> Self {
@@ -51,7 +50,6 @@ impl ProblemJson {
     }
 }
 
-#[cfg(feature = "axum")]
 impl RateLimited {
     /// The problem type a 429 is of when this refusal is answered as problem+json
     /// ([`ProblemJson`], a layer's `problem_json()` responder); default
@@ -62,7 +60,6 @@ impl RateLimited {
     }
 }
 
-#[cfg(feature = "axum")]
 impl From<RateLimited> for ProblemJson {
     fn from(limited: RateLimited) -> Self {
         ProblemJson(limited)
@@ -108,19 +105,18 @@ impl ProblemJson {
     }
 }
 
+impl ProblemJson {
+    /// The problem's response: the refusal's status and headers, its JSON body.
+    pub(super) fn rendered(&self) -> Rendered {
+        let status = self.0.status();
+        self.0.rendered("application/problem+json", self.body(status))
+    }
+}
+
 #[cfg(feature = "axum")]
 impl IntoResponse for ProblemJson {
     fn into_response(self) -> Response {
-        let status = self.0.status();
-        let body = self.body(status);
-        let mut response = (
-            status,
-            [(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"))],
-            body,
-        )
-            .into_response();
-        self.0.headers(&mut response);
-        response
+        self.rendered().into_response()
     }
 }
 

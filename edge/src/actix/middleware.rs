@@ -1,0 +1,217 @@
+//! The middleware: a [`RateLimitLayer`] is an actix-web `Transform`, and
+//! [`RateLimitMiddleware`] the service it wraps around another. Each request is
+//! decided before the inner service sees it, by the same code as the tower layer's; a
+//! grant passes it on and adds the RateLimit fields, a refusal is answered by the
+//! layer's [`Respond`]. In process without a timeout the decision is made where the
+//! service is called and the response future is the inner service's; otherwise the
+//! decision and the inner call are boxed.
+
+use std::fmt;
+use std::future::{ready, Future, Ready};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::Error;
+use redlimit_runtime::engine::Granted;
+use redlimit_runtime::RateLimited;
+
+use super::request::ActixRequest;
+use super::respond::Respond;
+use crate::tower::{Keys, RateLimitLayer, Shared};
+
+impl<S, B, R> Transform<S, ServiceRequest> for RateLimitLayer<R>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+    R: Respond,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = Error;
+    type Transform = RateLimitMiddleware<S, R>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, inner: S) -> Self::Future {
+        ready(Ok(RateLimitMiddleware {
+            inner: Rc::new(inner),
+            shared: self.shared.clone(),
+            respond: self.respond.clone(),
+        }))
+    }
+}
+
+/// The service a [`RateLimitLayer`] wraps around another in actix-web (`App::wrap`,
+/// `Scope::wrap`, `Resource::wrap`).
+pub struct RateLimitMiddleware<S, R> {
+    inner: Rc<S>,
+    shared: Arc<Shared>,
+    respond: R,
+}
+
+impl<S, R> fmt::Debug for RateLimitMiddleware<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitMiddleware").finish_non_exhaustive()
+    }
+}
+
+impl<S, B, R> Service<ServiceRequest> for RateLimitMiddleware<S, R>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+    R: Respond,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = Error;
+    type Future = MiddlewareFuture<S::Future, B>;
+
+    actix_web::dev::forward_ready!(inner);
+
+    fn call(&self, request: ServiceRequest) -> Self::Future {
+        let read = |request: &ServiceRequest| self.shared.read(&mut ActixRequest::new(request), false);
+        let mut keys = match read(&request) {
+            Ok(keys) => keys,
+            Err(limited) => return self.refused(request, limited),
+        };
+        if let Some(client) = self
+            .shared
+            .client
+            .as_ref()
+            .filter(|_| self.shared.decides_at_once)
+        {
+            match self.shared.decide_keys_now(client, keys) {
+                Some(Ok(granted)) => return self.granted(request, granted),
+                Some(Err(limited)) => return self.refused(request, limited),
+                // Not reached: in process without a timeout nothing the decision awaits
+                // waits (a debug assertion holds the tests to it). Were it reached, the
+                // request would be read again and decided on the boxed path.
+                None => match read(&request) {
+                    Ok(again) => keys = again,
+                    Err(limited) => return self.refused(request, limited),
+                },
+            }
+        }
+        self.waiting(request, keys)
+    }
+}
+
+impl<S, B, R> RateLimitMiddleware<S, R>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+    R: Respond,
+{
+    /// A request granted here: the inner service's future, the fields added when it ends.
+    fn granted(&self, request: ServiceRequest, granted: Granted) -> MiddlewareFuture<S::Future, B> {
+        let kind = Kind::Granted {
+            future: self.inner.call(request),
+            fields: Some((self.shared.clone(), granted)),
+        };
+        MiddlewareFuture { kind }
+    }
+
+    /// A request refused here: the responder's response.
+    fn refused(&self, request: ServiceRequest, limited: RateLimited) -> MiddlewareFuture<S::Future, B> {
+        let response = self.respond.refused(limited.x_ratelimit(self.shared.x_ratelimit));
+        let kind = Kind::Refused {
+            response: Some(request.into_response(response).map_into_right_body()),
+        };
+        MiddlewareFuture { kind }
+    }
+
+    /// A request whose decision waits (Redis, a timeout): the decision and the inner
+    /// call, boxed.
+    fn waiting(&self, request: ServiceRequest, keys: Keys) -> MiddlewareFuture<S::Future, B> {
+        let inner = self.inner.clone();
+        let shared = self.shared.clone();
+        let respond = self.respond.clone();
+        let waiting = Box::pin(async move {
+            match shared.decide_keys(keys).await {
+                Ok(granted) => {
+                    let mut response = inner.call(request).await?;
+                    shared.add_fields(&granted, &mut response);
+                    Ok(response.map_into_left_body())
+                }
+                Err(limited) => {
+                    let limited = limited.x_ratelimit(shared.x_ratelimit);
+                    Ok(request
+                        .into_response(respond.refused(limited))
+                        .map_into_right_body())
+                }
+            }
+        });
+        MiddlewareFuture {
+            kind: Kind::Waiting { waiting },
+        }
+    }
+}
+
+impl Shared {
+    /// The RateLimit fields of a granted response, when the layer adds them.
+    fn add_fields<B>(&self, granted: &Granted, response: &mut ServiceResponse<B>) {
+        if self.success_fields || self.x_ratelimit {
+            self.success_fields(granted, response.headers_mut());
+        }
+    }
+}
+
+type Boxed<B> = Pin<Box<dyn Future<Output = Result<ServiceResponse<EitherBody<B>>, Error>>>>;
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RateLimitMiddleware`]: the inner service's for a
+    /// request decided at once, the refusal's response, or the boxed decision and
+    /// inner call.
+    pub struct MiddlewareFuture<F, B> {
+        #[pin]
+        kind: Kind<F, B>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F, B> {
+        Granted {
+            #[pin]
+            future: F,
+            fields: Option<(Arc<Shared>, Granted)>,
+        },
+        Refused {
+            response: Option<ServiceResponse<EitherBody<B>>>,
+        },
+        Waiting {
+            waiting: Boxed<B>,
+        },
+    }
+}
+
+impl<F, B> fmt::Debug for MiddlewareFuture<F, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MiddlewareFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, B> Future for MiddlewareFuture<F, B>
+where
+    F: Future<Output = Result<ServiceResponse<B>, Error>>,
+{
+    type Output = Result<ServiceResponse<EitherBody<B>>, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Granted { future, fields } => {
+                let mut response = std::task::ready!(future.poll(cx))?;
+                if let Some((shared, granted)) = fields.take() {
+                    shared.add_fields(&granted, &mut response);
+                }
+                Poll::Ready(Ok(response.map_into_left_body()))
+            }
+            KindProj::Refused { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("a refused request's future is polled once"))),
+            KindProj::Waiting { waiting } => waiting.as_mut().poll(cx),
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! What the layer reads from a request, whichever server's it is: [`Incoming`], and
+//! tower's `http::Request` (its head and its matched path parameters) as one. The
+//! rules' keys, costs and trusted-proxy settings are read through it alone, so tower's
+//! service and actix-web's middleware decide a request the same way.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::request::Parts;
+use http::HeaderName;
+
+#[cfg(any(feature = "axum", feature = "actix"))]
+use super::request::Value;
+use super::request::{peer_addr, PathParams, NO_PEER};
+use crate::client_ip::ReadBy;
+use crate::{ClientIp, TrustedProxies};
+
+/// A request as the layer reads it.
+pub(crate) trait Incoming {
+    /// What to change when the request has no peer address, said to whoever runs the
+    /// server.
+    const NO_PEER: &'static str;
+
+    /// Every line of header `name` as received, in order (`get_all`).
+    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = &[u8]>;
+
+    /// The address that connected.
+    fn peer(&self) -> Option<SocketAddr>;
+
+    /// The client behind `peer`, reading the forwarding header `trusted` names.
+    fn client_ip(&self, trusted: &TrustedProxies, peer: IpAddr) -> ClientIp;
+
+    /// A path parameter of the route that matched.
+    #[cfg(any(feature = "axum", feature = "actix"))]
+    fn path_param(&self, name: &str) -> Value<'_>;
+
+    /// `f` given the trusted proxies the request carries (an extension, application
+    /// data) and what an outer layer read.
+    fn settings<T>(&self, f: impl FnOnce(Option<&TrustedProxies>, Option<&ReadBy>) -> T) -> T;
+
+    /// Leaves on the request what the layer read, for the handler's [`ClientIp`].
+    fn leave(&mut self, read: ReadBy);
+
+    /// The request's head as `http` 1's, for [`Key::with`](super::Key::with) and
+    /// [`LayerRule::cost`](super::LayerRule::cost).
+    fn head(&self) -> &Parts;
+}
+
+/// A tower request's head, and its path parameters read beforehand (an extractor's
+/// future in axum).
+pub(super) struct TowerRequest<'a> {
+    pub(super) parts: &'a mut Parts,
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+    pub(super) path: &'a PathParams,
+}
+
+impl Incoming for TowerRequest<'_> {
+    const NO_PEER: &'static str = NO_PEER;
+
+    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = &[u8]> {
+        self.parts
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|value| value.as_bytes())
+    }
+
+    fn peer(&self) -> Option<SocketAddr> {
+        peer_addr(self.parts)
+    }
+
+    fn client_ip(&self, trusted: &TrustedProxies, peer: IpAddr) -> ClientIp {
+        trusted.client_ip(peer, &self.parts.headers)
+    }
+
+    #[cfg(any(feature = "axum", feature = "actix"))]
+    fn path_param(&self, name: &str) -> Value<'_> {
+        self.path.get(name)
+    }
+
+    fn settings<T>(&self, f: impl FnOnce(Option<&TrustedProxies>, Option<&ReadBy>) -> T) -> T {
+        let extensions = &self.parts.extensions;
+        f(extensions.get::<TrustedProxies>(), extensions.get::<ReadBy>())
+    }
+
+    fn leave(&mut self, read: ReadBy) {
+        self.parts.extensions.insert(read);
+    }
+
+    fn head(&self) -> &Parts {
+        self.parts
+    }
+}
