@@ -204,14 +204,22 @@ impl Limiter {
     /// The bucket of `kind`, unless missing or expired (an expired one is dropped).
     #[inline]
     pub fn bucket(&mut self, kind: RateType, now: u64) -> Option<&mut Bucket> {
-        let bucket = &mut self.buckets[slot(kind)];
-        if bucket
+        let at = slot(kind);
+        if self.buckets[at]
             .as_ref()
             .is_some_and(|b| b.expires.is_some_and(|t| t <= now))
         {
-            *bucket = None;
+            self.drop_bucket(at);
         }
-        bucket.as_mut()
+        self.buckets[at].as_mut()
+    }
+
+    /// Drops the window bucket at `at`, and the record of the grants a shared cell
+    /// added to it when it was recalled: those grants went with it, and must not be
+    /// taken off new ones at the next eviction.
+    fn drop_bucket(&mut self, at: usize) -> bool {
+        self.foreign[at] = None;
+        self.buckets[at].take().is_some()
     }
 
     pub fn bucket_or_default(&mut self, kind: RateType) -> &mut Bucket {
@@ -223,12 +231,13 @@ impl Limiter {
         let existed = self.config.is_some() || self.buckets.iter().any(Option::is_some);
         self.config = None;
         self.config_expires = None;
-        self.buckets = [None, None];
+        self.drop_bucket(0);
+        self.drop_bucket(1);
         existed
     }
 
     pub fn remove_bucket(&mut self, kind: RateType) -> bool {
-        self.buckets[slot(kind)].take().is_some()
+        self.drop_bucket(slot(kind))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -300,12 +309,12 @@ impl Limiter {
                 *tokens = None;
             }
         }
-        for bucket in &mut self.buckets {
-            if bucket
+        for at in 0..2 {
+            if self.buckets[at]
                 .as_ref()
                 .is_some_and(|b| b.expires.is_some_and(|t| t <= now) || b.is_empty())
             {
-                *bucket = None;
+                self.drop_bucket(at);
             }
         }
     }

@@ -391,3 +391,25 @@ fn a_recalled_window_keeps_its_grants_to_their_window() {
         assert!(granted(&backend, &call_on(&key, &config), base + 14_501).await);
     });
 }
+
+/// The grants a shared cell added to a recalled window go with the window: a reset
+/// (a change of mode, a deletion, expiry) drops their record, so the next eviction
+/// cannot take them off grants made since in the same millisecond.
+#[test]
+fn a_reset_window_forgets_what_a_shared_cell_added() {
+    use super::state::Limiter;
+    for reset in 0..3 {
+        let mut limiter = Limiter::default();
+        limiter.bucket_or_default(RateType::Overall).push(5_000, 3);
+        limiter.bucket_or_default(RateType::Overall).expires = Some(9_000);
+        limiter.foreign[0] = Some(vec![(5_000, 3)].into_boxed_slice());
+        match reset {
+            0 => assert!(limiter.remove_bucket(RateType::Overall)),
+            1 => {
+                limiter.remove_window();
+            }
+            _ => assert!(limiter.bucket(RateType::Overall, 9_000).is_none()),
+        }
+        assert!(limiter.foreign[0].is_none(), "reset {reset}");
+    }
+}
