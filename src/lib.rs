@@ -27,12 +27,14 @@ pub use redlimit_macros::rate_limit;
 
 #[doc(hidden)]
 pub use redlimit_runtime::ACQUIRE_SCRIPT;
+#[doc(hidden)]
+pub use redlimit_runtime::SETTLE_SCRIPT;
 pub use redlimit_runtime::{
     default_client, keys, member, set_default, Algorithm, BucketShape, Client, ClientBuilder, Clock,
     Decision, Error, FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, OverrideOf, RateLimited,
-    RateLimiter, RateLimiterArgs, RateLimiterConfig, RateOverride, RateType, Rule, SystemClock, TokenBucket,
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX, MAX_PERMITS,
-    MAX_RATE,
+    RateLimiter, RateLimiterArgs, RateLimiterConfig, RateOverride, RateType, Reservation, Reserved, Rule,
+    RuleSettled, Settled, SystemClock, TokenBucket, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX, MAX_PERMITS, MAX_RATE,
 };
 
 /// At the HTTP edge with axum (cargo feature `axum`): [`ClientIp`](axum::ClientIp),

@@ -42,6 +42,7 @@ mod outcomes;
 #[doc(hidden)]
 pub mod private;
 mod render;
+mod reserve;
 mod rules;
 #[cfg(test)]
 mod test_support;
@@ -56,6 +57,9 @@ pub use backend::redis::delete_limiter_keys;
 /// `backend/redis/scripts.rs`), for measuring it beside other scripts.
 #[doc(hidden)]
 pub const ACQUIRE_SCRIPT: &str = backend::redis::scripts::ACQUIRE.source;
+/// The settle script as the library sends it, for sending one settle twice.
+#[doc(hidden)]
+pub const SETTLE_SCRIPT: &str = backend::redis::scripts::SETTLE.source;
 // For the CLI's `inspect`: the server's eviction policy, read as a client reads it.
 #[doc(hidden)]
 pub use backend::redis::server::{read_eviction, Eviction};
@@ -81,6 +85,7 @@ pub use outcomes::refusal::{
 pub use render::http::RefusalResponse;
 #[cfg(any(feature = "axum", feature = "actix"))]
 pub use render::problem::{ProblemJson, ProblemType};
+pub use reserve::{Reservation, Reserved, RuleSettled, Settled};
 pub use rules::config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_PERMITS, MAX_RATE};
 pub use rules::overrides::{OverrideOf, RateOverride};
 pub use rules::rule::{Algorithm, BucketShape, Rule};

@@ -12,13 +12,15 @@
 -- full bucket cannot hold adds to its coldness; each permit taken takes its units off
 -- it; above half the maximum a permit costs up to 3 tokens (linearly), and a grant
 -- needs only the permits' plain tokens, so the extra cost may leave units below zero,
--- a debt later callers wait out.
+-- a debt later callers wait out. A settle charging what a call used beyond its estimate
+-- (settle.lua) may leave a debt too, down to DEBT_FLOOR units.
 --
 -- The helpers are made by bucket_helpers() on the paths that use them: a closure
 -- costs on every call that makes it.
 
 local idiv, cdiv, read_bucket, plan_tokens, token_cost, take_tokens, store_tokens
 local COLD_STEPS = 65536 -- twin: COLD_STEPS in algorithm/bucket.rs (held equal by a test)
+local DEBT_FLOOR = -4503599627370496 -- -2^52; twin: DEBT_FLOOR in algorithm/bucket.rs
 
 local function bucket_helpers()
   -- floor(a / b) and ceil(a / b) of integers below 2^53 in size (b > 0), exactly: the
@@ -47,7 +49,7 @@ local function bucket_helpers()
     if s.rate < 1 or s.interval < 1 or s.burst < 1 or cap > 9007199254740992
         or s.at > 9007199254740992 or s.warmup * s.rate > 35184372088832 or s.cold > s.warmup * s.rate
         or (s.warmup > 0 and 4 * cap > 9007199254740992)
-        or s.units < (s.warmup > 0 and -2 * cap or 0) then
+        or s.units < DEBT_FLOOR then
       return nil
     end
     return s

@@ -40,6 +40,12 @@ pub const COLD_STEPS: u64 = 65_536;
 /// The largest number the scripts count exactly: 2^53.
 const MAX_EXACT: i128 = 1 << 53;
 
+/// The lowest units a bucket holds: -2^52. A cold grant's extra cost goes at most twice
+/// the capacity below zero (half of 2^53 at most); a settle charging what a call used
+/// beyond its estimate stops its debt here (`DEBT_FLOOR` in `lua/lib/bucket.lua`, held
+/// equal by a test), which even at 1 token per ms takes 2^52 ms to pay back.
+pub const DEBT_FLOOR: i64 = -(1 << 52);
+
 /// A bucket as it is stored: its config, the units it holds (below zero while a cold
 /// grant is paid back), when it last refilled (epoch ms) and its coldness. A missing
 /// bucket is a full, cold one.
@@ -112,7 +118,6 @@ pub fn read_bucket(raw: &str) -> Option<Stored> {
     };
     let cap = i128::from(burst) * i128::from(interval);
     let coldest = i128::from(warmup) * i128::from(rate);
-    let floor = if warmup > 0 { -2 * cap } else { 0 };
     let valid = rate >= 1
         && interval >= 1
         && burst >= 1
@@ -121,7 +126,7 @@ pub fn read_bucket(raw: &str) -> Option<Stored> {
         && coldest <= 1 << 45
         && i128::from(cold) <= coldest
         && (warmup == 0 || 4 * cap <= MAX_EXACT)
-        && i128::from(units) >= floor;
+        && units >= DEBT_FLOOR;
     // Every number but `units` is at least 0 once the checks pass.
     valid.then_some(Stored {
         rate: rate as u64,
@@ -272,6 +277,20 @@ impl Plan {
             self.units - self.token_cost(taken) as i64,
             self.cold.saturating_sub(need),
         )
+    }
+
+    /// The settle of a grant of `estimate` permits that used `actual` (settle.lua's
+    /// `settle_tokens`, after the refill): units and coldness with the tokens not used
+    /// given back, up to the capacity, or the excess taken as taking it would, down to
+    /// [`DEBT_FLOOR`].
+    pub fn settle_tokens(&self, estimate: u64, actual: u64) -> (i64, u64) {
+        if actual < estimate {
+            let back = (estimate - actual).saturating_mul(self.interval);
+            let units = (self.units as i128 + i128::from(back)).min(i128::from(self.capacity()));
+            return (units as i64, self.cold);
+        }
+        let (units, cold) = self.take_tokens(actual - estimate);
+        (units.max(DEBT_FLOOR), cold)
     }
 
     /// store_tokens: the state to store holding `units` and `cold` (as

@@ -25,13 +25,24 @@ mod twins {
 
     /// The value of `local <name> = <number>` in a script file.
     fn lua_constant(file: &str, name: &str) -> u64 {
+        let number = lua_signed(file, name);
+        u64::try_from(number).unwrap_or_else(|_| panic!("{file}: {name} = {number}"))
+    }
+
+    /// The value of `local <name> = <number>`, the number maybe below zero.
+    fn lua_signed(file: &str, name: &str) -> i64 {
         let prefix = format!("local {name} = ");
         let text = read(file);
         let line = text
             .lines()
             .find_map(|line| line.strip_prefix(&prefix))
             .unwrap_or_else(|| panic!("{file} defines no {name}"));
-        let digits: String = line.chars().take_while(char::is_ascii_digit).collect();
+        let digits: String = line
+            .chars()
+            .enumerate()
+            .take_while(|&(i, c)| c.is_ascii_digit() || (i == 0 && c == '-'))
+            .map(|(_, c)| c)
+            .collect();
         digits
             .parse()
             .unwrap_or_else(|_| panic!("{file}: {name} = {line}"))
@@ -50,6 +61,10 @@ mod twins {
         assert_eq!(
             lua_constant("lib/bucket.lua", "COLD_STEPS"),
             super::bucket::COLD_STEPS
+        );
+        assert_eq!(
+            lua_signed("lib/bucket.lua", "DEBT_FLOOR"),
+            super::bucket::DEBT_FLOOR
         );
     }
 }

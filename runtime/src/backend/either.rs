@@ -32,6 +32,15 @@ impl Backend {
         }
     }
 
+    /// A refusal of `rules` this client keeps, answered without a round trip (never
+    /// a grant: a batch's permits are not a reservation's).
+    pub fn kept_refusal(&self, rules: &[crate::Rule], now: u64) -> Option<crate::Decision> {
+        match self {
+            Backend::Memory(_) => None,
+            Backend::Redis(redis) => redis.answered_here(rules, now).filter(|d| !d.allowed),
+        }
+    }
+
     /// Counts a refusal of the limiter `name` of rule `rule` for the next report.
     pub fn note_refused(&self, name: &str, rule: &str) {
         match self {

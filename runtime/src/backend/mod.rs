@@ -29,6 +29,27 @@ pub(crate) struct RuleCall<'a> {
     pub bucket: Option<crate::BucketShape>,
 }
 
+/// One grant of a reservation, settled with the amount actually used.
+#[derive(Clone)]
+pub(crate) struct SettleCall<'a> {
+    pub keys: Keys<'a>,
+    /// The rule's config as the grant decided it.
+    pub rule: &'a RateLimiterConfig,
+    /// `Some`: a token bucket.
+    pub bucket: Option<crate::BucketShape>,
+    /// The log member the grant was made under (Redis: found by it).
+    pub member: &'a [u8; crate::member::MEMBER_LEN],
+    /// The grant's time (in process: found by it and its permits).
+    pub at: u64,
+    /// The permits the grant took.
+    pub estimate: u64,
+    /// The permits to count instead.
+    pub actual: u64,
+}
+
+/// The log members a reservation's grants were made under, one per call.
+pub(crate) type Members = Vec<[u8; crate::member::MEMBER_LEN]>;
+
 /// What happened to a rule's config during a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ConfigChange {
@@ -130,6 +151,44 @@ impl Backend {
         match self {
             Backend::Memory(b) => b.acquire(calls, now).await,
             Backend::Redis(b) => redis_acquire(b, calls, now).await,
+        }
+    }
+
+    /// Decides `calls` as [`acquire`](Backend::acquire) does, answering the log
+    /// members their grants were made under (in process: new ones, unused), for a
+    /// reservation to settle.
+    pub async fn reserve(&self, calls: &[RuleCall<'_>], now: u64) -> Result<(Outcome, Members), Error> {
+        match self {
+            Backend::Memory(b) => {
+                let outcome = b.acquire(calls, now).await?;
+                let members = calls.iter().map(|_| crate::member::new_member(0)).collect();
+                Ok((outcome, members))
+            }
+            Backend::Redis(b) => {
+                let decided = async {
+                    if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
+                        redis::cross_slot::acquire_members(b, calls, now).await
+                    } else {
+                        b.acquire_group(calls, now).await
+                    }
+                };
+                let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
+                Box::pin(tracing::Instrument::instrument(timed, redis_span())).await
+            }
+        }
+    }
+
+    /// Settles `calls` at `now`: one flag per call, true when it was settled.
+    pub async fn settle(&self, calls: &[SettleCall<'_>], now: u64) -> Result<Vec<bool>, Error> {
+        match self {
+            Backend::Memory(b) => b.settle(calls, now),
+            Backend::Redis(b) => {
+                crate::observe::redis(
+                    crate::observe::Operation::Settle,
+                    redis::cross_slot::settle(b, calls, now),
+                )
+                .await
+            }
         }
     }
 

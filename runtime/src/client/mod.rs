@@ -335,7 +335,7 @@ impl Client {
 
     /// The keys of `rule` ([`rules::checks::rule_keys`](crate::rules::checks::rule_keys)).
     #[inline]
-    fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
+    pub(crate) fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
         crate::rules::checks::rule_keys(rule, &self.inner.prefix, &self.inner.client_id)
     }
 }

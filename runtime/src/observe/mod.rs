@@ -28,6 +28,16 @@
 //! - `redlimit_memory_evicted_total`: limiters an in-process backend let go at that
 //!   bound to make room for a new one, keeping their traces in its summary (a key
 //!   made again from its traces counts at least what it had counted).
+//! - Reservations ([`Client::reserve`](crate::Client::reserve)), per settled rule
+//!   (`rule` is `by_hand` for a reservation made by hand):
+//!   `redlimit_reserved_permits_total{rule}` (the estimates taken),
+//!   `redlimit_settled_permits_total{rule}` (the amounts counted once settled),
+//!   `redlimit_refunded_permits_total{rule}` (given back: used less than reserved),
+//!   `redlimit_overdrawn_permits_total{rule}` (charged beyond the estimate),
+//!   `redlimit_uncharged_permits_total{rule}` (used beyond a rule's
+//!   `max_overdraft`, not counted), and `redlimit_settles_abandoned_total{rule}`:
+//!   settles that never reached the backend before their grants left the window,
+//!   each an under-count (or an over-count, for a refund) the operator must see.
 //!
 //! Spans: `redlimit.decide` (debug) around each call's decision, with `rules`,
 //! `backend`, `outcome`, `remaining`, `retry_after_ms` and `waited_ms`; inside it,
@@ -155,11 +165,12 @@ pub(crate) enum Operation {
     Expire,
     Delete,
     IsExists,
+    Settle,
 }
 
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 impl Operation {
-    const ALL: [Operation; 9] = [
+    const ALL: [Operation; 10] = [
         Operation::Acquire,
         Operation::TrySetRate,
         Operation::Configure,
@@ -169,6 +180,7 @@ impl Operation {
         Operation::Expire,
         Operation::Delete,
         Operation::IsExists,
+        Operation::Settle,
     ];
 
     fn label(self) -> &'static str {
@@ -182,6 +194,7 @@ impl Operation {
             Operation::Expire => "expire",
             Operation::Delete => "delete",
             Operation::IsExists => "is_exists",
+            Operation::Settle => "settle",
         }
     }
 
@@ -189,7 +202,7 @@ impl Operation {
     #[cfg(feature = "metrics")]
     fn histogram(self) -> &'static metrics::Histogram {
         use std::sync::OnceLock;
-        type Handles = [metrics::Histogram; 9];
+        type Handles = [metrics::Histogram; 10];
         static REDIS: OnceLock<Handles> = OnceLock::new();
         let handles = REDIS.get_or_init(|| {
             Operation::ALL.map(|operation| {
@@ -216,6 +229,43 @@ pub(crate) fn waited(slept: Duration) {
 pub(crate) fn refunded() {
     #[cfg(feature = "metrics")]
     metrics::counter!("redlimit_refunds_total").increment(1);
+}
+
+/// Counts the estimates a reservation took, per settled rule labelled `rule`.
+pub(crate) fn reserved(rule: &'static str, permits: u64) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlimit_reserved_permits_total", "rule" => rule).increment(permits);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (rule, permits);
+}
+
+/// Counts what a settle did to the rules of `settled`, labelled `rule`.
+pub(crate) fn settled(rule: &'static str, settled: &crate::Settled) {
+    #[cfg(feature = "metrics")]
+    {
+        let count = |name: &'static str, n: u64| {
+            if n > 0 {
+                metrics::counter!(name, "rule" => rule).increment(n);
+            }
+        };
+        count(
+            "redlimit_settled_permits_total",
+            settled.rules.iter().map(|r| r.counted).sum(),
+        );
+        count("redlimit_refunded_permits_total", settled.refunded());
+        count("redlimit_overdrawn_permits_total", settled.overdrawn());
+        count("redlimit_uncharged_permits_total", settled.uncharged());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (rule, settled);
+}
+
+/// Counts a settle given up, labelled `rule`.
+pub(crate) fn settle_abandoned(rule: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlimit_settles_abandoned_total", "rule" => rule).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = rule;
 }
 
 /// Counts a stored config a rule overwrote (rare: no handle is kept).

@@ -449,6 +449,17 @@ pub enum Error {
         /// What the request repeats, for the client: `the x-api-key header`.
         what: String,
     },
+
+    /// A reservation asked or settled with what it cannot take (what is wrong and
+    /// what is accepted): a rule that batches, two rules on one limiter of which one
+    /// is settled, a settle with one amount too many or too few. Nothing is spent.
+    #[error("reservation on `{name}`: {problem}")]
+    InvalidReservation {
+        /// The limiter concerned.
+        name: String,
+        /// What is wrong and what is accepted.
+        problem: String,
+    },
 }
 
 fn while_connecting(connecting: &bool) -> &'static str {

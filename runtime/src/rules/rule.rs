@@ -36,6 +36,10 @@ pub struct Rule {
     /// [`Rule::batch`]), and for how long.
     batch: u64,
     batch_lease: Option<Duration>,
+    /// Its permits are an estimate a [`Reservation`](crate::Reservation) settles.
+    settled: bool,
+    /// The most a settle charges past the estimate (`None`: no cap).
+    max_overdraft: Option<u64>,
     memo: Memo,
 }
 
@@ -54,6 +58,8 @@ impl fmt::Debug for Rule {
             .field("local_refusals", &self.local_refusals)
             .field("batch", &self.batch)
             .field("batch_lease", &self.batch_lease)
+            .field("settled", &self.settled)
+            .field("max_overdraft", &self.max_overdraft)
             .finish()
     }
 }
@@ -145,6 +151,8 @@ impl Rule {
             local_refusals: true,
             batch: 1,
             batch_lease: None,
+            settled: false,
+            max_overdraft: None,
             memo: Memo::default(),
         }
     }
@@ -176,6 +184,8 @@ impl Rule {
             local_refusals: spec.local_refusals,
             batch: 1,
             batch_lease: None,
+            settled: false,
+            max_overdraft: None,
             memo: Memo::default(),
         }
     }
@@ -410,6 +420,36 @@ impl Rule {
     /// Permits each call takes.
     pub fn permits_per_call(&self) -> u64 {
         self.permits
+    }
+
+    /// Counts what a call actually used, known after it: its permits are the call's
+    /// estimate, which [`Client::reserve`](crate::Client::reserve) takes like any
+    /// call's, and [`Reservation::settle`](crate::Reservation::settle) replaces with the
+    /// actual amount: what was not used goes back, what was used beyond it is charged
+    /// even past the limit (a debt that later calls wait out). A rule not settled
+    /// counts its permits as taken (1 per call: the requests beside the tokens).
+    pub fn settled(mut self) -> Self {
+        self.settled = true;
+        self.changed()
+    }
+
+    /// Whether the rule is [`settled`](Rule::settled).
+    pub fn is_settled(&self) -> bool {
+        self.settled
+    }
+
+    /// The most a settle charges past this rule's estimate (default: all of it). What
+    /// a call used beyond `estimate + most` is not counted, and
+    /// [`Settled::uncharged`](crate::Settled::uncharged) says how much: so one window
+    /// holds at most the rate plus `most` for each grant in it that overdrew.
+    pub fn max_overdraft(mut self, most: u64) -> Self {
+        self.max_overdraft = Some(most);
+        self.changed()
+    }
+
+    /// The cap [`max_overdraft`](Rule::max_overdraft) set, if any.
+    pub fn overdraft_cap(&self) -> Option<u64> {
+        self.max_overdraft
     }
 }
 

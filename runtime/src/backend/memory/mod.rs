@@ -26,6 +26,7 @@ mod decide;
 mod load;
 mod manage;
 mod plan;
+mod settle;
 mod state;
 mod summary;
 mod usual;

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::RedisBackend;
-use crate::backend::{ConfigChange, Outcome, RuleCall, RuleOutcome};
+use crate::backend::{ConfigChange, Members, Outcome, RuleCall, RuleOutcome, SettleCall};
 use crate::keys::hash_slot;
 use crate::{member, Error};
 
@@ -34,14 +34,22 @@ fn groups(calls: &[RuleCall<'_>]) -> Vec<Vec<usize>> {
     order
 }
 
-type Members = Vec<[u8; member::MEMBER_LEN]>;
-
 /// Decides `calls` on `backend` one slot after another, all or nothing.
 pub(crate) async fn acquire(
     backend: &RedisBackend,
     calls: &[RuleCall<'_>],
     now: u64,
 ) -> Result<Outcome, Error> {
+    Ok(acquire_members(backend, calls, now).await?.0)
+}
+
+/// [`acquire`], answering the log members each call's grant was made under.
+pub(crate) async fn acquire_members(
+    backend: &RedisBackend,
+    calls: &[RuleCall<'_>],
+    now: u64,
+) -> Result<(Outcome, Members), Error> {
+    let mut sent: Members = vec![[0; member::MEMBER_LEN]; calls.len()];
     let mut taken: Vec<(Vec<usize>, Members)> = Vec::new();
     let kept = RuleOutcome {
         left: 0,
@@ -70,23 +78,52 @@ pub(crate) async fn acquire(
                     rules[i].left += calls[i].permits;
                 }
             }
-            return Ok(Outcome {
+            let refused = Outcome {
                 granted: false,
                 refused: outcome.refused.map(|r| group[r]),
                 retry_ms: outcome.retry_ms,
                 at_ms,
                 rules,
-            });
+            };
+            return Ok((refused, sent));
+        }
+        for (&i, member) in group.iter().zip(&members) {
+            sent[i] = *member;
         }
         taken.push((group, members));
     }
-    Ok(Outcome {
+    let granted = Outcome {
         granted: true,
         refused: None,
         retry_ms: 0,
         at_ms,
         rules,
-    })
+    };
+    Ok((granted, sent))
+}
+
+/// Settles `calls` on `backend`, one script call per slot (one in all off a cluster).
+pub(crate) async fn settle(
+    backend: &RedisBackend,
+    calls: &[SettleCall<'_>],
+    now: u64,
+) -> Result<Vec<bool>, Error> {
+    let slot = |c: &SettleCall<'_>| hash_slot(c.keys.config().as_bytes());
+    if !backend.is_cluster() || calls.iter().all(|c| Some(slot(c)) == calls.first().map(slot)) {
+        return backend.settle(calls, now).await;
+    }
+    let mut settled = vec![false; calls.len()];
+    let mut slots: Vec<u16> = calls.iter().map(slot).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    for at in slots {
+        let group: Vec<usize> = (0..calls.len()).filter(|&i| slot(&calls[i]) == at).collect();
+        let sub: Vec<SettleCall<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
+        for (i, done) in group.into_iter().zip(backend.settle(&sub, now).await?) {
+            settled[i] = done;
+        }
+    }
+    Ok(settled)
 }
 
 /// Refunds what earlier slots took; what cannot be refunded now is retried in the

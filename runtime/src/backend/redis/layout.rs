@@ -210,9 +210,38 @@ pub(crate) mod refunds {
     };
 }
 
+/// settle.lua: the limiter's five keys and eight arguments per rule, after the
+/// settle's time.
+pub(crate) mod settle {
+    use super::{at, Layout, LIMITER_KEYS};
+    pub(crate) const LAYOUT: Layout = Layout {
+        script: "settle",
+        keys: &[],
+        rule_keys: LIMITER_KEYS,
+        args: &["now"],
+        rule_args: &[
+            "kind", "member", "estimate", "actual", "rate", "interval", "burst", "warmup",
+        ],
+    };
+    pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
+    /// A token bucket's key in the rule's mode takes the value key's place.
+    pub(crate) const BUCKET: usize = at(LAYOUT.rule_keys, "value");
+    /// A token bucket's settle mark takes the client value key's place.
+    pub(crate) const MARK: usize = at(LAYOUT.rule_keys, "client_value");
+    pub(crate) const ARGS_PER_RULE: usize = LAYOUT.rule_args.len();
+    pub(crate) const KIND: usize = at(LAYOUT.rule_args, "kind");
+    pub(crate) const MEMBER: usize = at(LAYOUT.rule_args, "member");
+    pub(crate) const ESTIMATE: usize = at(LAYOUT.rule_args, "estimate");
+    pub(crate) const ACTUAL: usize = at(LAYOUT.rule_args, "actual");
+    pub(crate) const RATE: usize = at(LAYOUT.rule_args, "rate");
+    pub(crate) const INTERVAL: usize = at(LAYOUT.rule_args, "interval");
+    pub(crate) const BURST: usize = at(LAYOUT.rule_args, "burst");
+    pub(crate) const WARMUP: usize = at(LAYOUT.rule_args, "warmup");
+}
+
 /// Every script's layout.
 #[cfg(test)]
-const ALL: [&Layout; 11] = [
+const ALL: [&Layout; 12] = [
     &acquire::LAYOUT,
     &tokens::LAYOUT,
     &config::TRY_SET_RATE,
@@ -224,6 +253,7 @@ const ALL: [&Layout; 11] = [
     &refunds::REFUND_TOKENS,
     &refunds::RESET,
     &limiter::GIVE_BACK,
+    &settle::LAYOUT,
 ];
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ mod replies;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod server;
+mod settle;
 pub(crate) mod shared;
 pub(crate) mod target;
 #[cfg(feature = "tls")]
@@ -53,6 +54,7 @@ struct Scripts {
     refund_tokens: Script,
     reset: Script,
     give_back: Script,
+    settle: Script,
 }
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
@@ -67,6 +69,7 @@ static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     refund_tokens: Script::new(scripts::REFUND_TOKENS.source),
     reset: Script::new(scripts::RESET.source),
     give_back: Script::new(scripts::GIVE_BACK.source),
+    settle: Script::new(scripts::SETTLE.source),
 });
 
 /// What [`ClientBuilder::wait_for_replicas`] asks: a grant is answered once this many

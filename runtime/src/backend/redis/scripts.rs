@@ -67,10 +67,12 @@ pub(crate) const REFUND_TOKENS: Recipe = recipe!("refund_tokens": "refund_tokens
 pub(crate) const RESET: Recipe = recipe!("reset": "lib/limiter.lua", "lib/bucket.lua", "reset.lua");
 /// Gives a batch's unused permits back through its own log member.
 pub(crate) const GIVE_BACK: Recipe = recipe!("give_back": "lib/member.lua", "give_back.lua");
+/// Settles a reservation's grants with the amounts actually used.
+pub(crate) const SETTLE: Recipe = recipe!("settle": "lib/member.lua", "lib/bucket.lua", "settle.lua");
 
 /// Every script.
 #[cfg(test)]
-pub(crate) const ALL: [&Recipe; 11] = [
+pub(crate) const ALL: [&Recipe; 12] = [
     &ACQUIRE,
     &TOKENS,
     &TRY_SET_RATE,
@@ -82,6 +84,7 @@ pub(crate) const ALL: [&Recipe; 11] = [
     &REFUND_TOKENS,
     &RESET,
     &GIVE_BACK,
+    &SETTLE,
 ];
 
 #[cfg(test)]

@@ -1,0 +1,82 @@
+//! A reservation's grants settled (`lua/settle.lua`): each grant's log member, or its
+//! token bucket, told the amount actually used, in one script call per slot.
+
+use super::{layout, Arg, RedisBackend, SCRIPTS};
+use crate::backend::SettleCall;
+use crate::keys::Keys;
+use crate::{Error, RateType};
+
+impl RedisBackend {
+    /// Settles `calls`, whose keys share one slot, at `now`: one flag per call, true
+    /// when it was settled (false: its grant had left the window, or it was settled
+    /// before).
+    pub(crate) async fn settle(&self, calls: &[SettleCall<'_>], now: u64) -> Result<Vec<bool>, Error> {
+        let mut keys: Vec<String> = Vec::with_capacity(layout::settle::KEYS_PER_RULE * calls.len());
+        let marks: Vec<String> = calls.iter().map(settle_mark).collect();
+        let mut args: Vec<Arg<'_>> = Vec::with_capacity(1 + layout::settle::ARGS_PER_RULE * calls.len());
+        args.push(Arg::Int(now));
+        for (call, mark) in calls.iter().zip(&marks) {
+            keys.extend(settle_keys(call, mark));
+            args.extend(settle_args(call));
+        }
+        let all: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
+        let settled: Vec<i64> = self
+            .run(&all, |mut conn| async move {
+                let mut invocation = SCRIPTS.settle.prepare_invoke();
+                invocation.key(&keys[..]).arg(&args[..]);
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        if settled.len() != calls.len() {
+            return Err(Error::UnexpectedReply {
+                script: "settle.lua",
+                reply: format!("{settled:?}"),
+            });
+        }
+        Ok(settled.into_iter().map(|s| s == 1).collect())
+    }
+}
+
+/// `{NAME}:settled:<id in hex>`: the key that marks a token bucket's grant settled,
+/// for an interval, so that a settle sent again changes nothing.
+fn settle_mark(call: &SettleCall<'_>) -> String {
+    use std::fmt::Write;
+    let mut mark = crate::keys::suffix(call.keys.config(), "settled:");
+    for byte in &call.member[1..=crate::member::ID_LEN] {
+        let _ = write!(mark, "{byte:02x}");
+    }
+    mark
+}
+
+/// settle.lua's keys for one call: the limiter's five, a token bucket's own key and
+/// settle mark in the value keys' places.
+fn settle_keys(call: &SettleCall<'_>, mark: &str) -> [String; layout::settle::KEYS_PER_RULE] {
+    let mut keys = call.keys.all();
+    if call.bucket.is_some() {
+        keys[layout::settle::BUCKET] = match call.rule.rate_type {
+            RateType::Overall => call.keys.bucket(),
+            RateType::PerClient => call.keys.client_bucket(),
+        };
+        keys[layout::settle::MARK] = mark.to_owned();
+    }
+    keys
+}
+
+/// settle.lua's arguments for one call.
+fn settle_args<'a>(call: &SettleCall<'a>) -> [Arg<'a>; layout::settle::ARGS_PER_RULE] {
+    use layout::settle::*;
+    let mut args = [Arg::Text(""); ARGS_PER_RULE];
+    args[KIND] = Arg::Text(if call.bucket.is_some() { "b" } else { "w" });
+    args[MEMBER] = Arg::Bytes(&call.member[..]);
+    args[ESTIMATE] = Arg::Int(call.estimate);
+    args[ACTUAL] = Arg::Int(call.actual);
+    let shape = call.bucket.unwrap_or(crate::BucketShape {
+        burst: 0,
+        warmup_ms: 0,
+    });
+    args[RATE] = Arg::Int(call.rule.rate);
+    args[INTERVAL] = Arg::Int(call.rule.interval_ms());
+    args[BURST] = Arg::Int(shape.burst);
+    args[WARMUP] = Arg::Int(shape.warmup_ms);
+    args
+}

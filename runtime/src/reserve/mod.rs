@@ -1,0 +1,301 @@
+//! Reserve, then settle: for costs known only after the call (the tokens a language
+//! model used, the bytes a request sent). [`Client::reserve`] decides a call's rules
+//! as [`Client::check_rules`] does, taking each rule's permits as an estimate, all or
+//! nothing, in one round trip; [`Reservation::settle`] then tells every
+//! [`settled`](Rule::settled) rule what the call actually used, in one round trip.
+//!
+//! A sliding window's grant keeps its time: what was not used goes back (as
+//! Redisson's `release` adds to the value, up to the rate), and what was used beyond
+//! the estimate is charged at the grant's time, even past the limit, and leaves the
+//! window with the grant. A token bucket gets back what was not used, up to its
+//! burst, or goes below zero by the excess and refills from there. Either way later
+//! calls wait until there is room again. So every window of a sliding-window rule
+//! holds at most its rate plus the excess of the grants in it that overdrew (each at
+//! most the rule's [`max_overdraft`](Rule::max_overdraft) when it has one).
+
+mod retry;
+
+use std::time::Duration;
+
+use crate::backend::{Members, SettleCall};
+use crate::keys::LimiterKeys;
+use crate::rules::rule::{merge, Merged};
+use crate::{BucketShape, Client, Decision, Error, RateLimiterConfig, Rule, MAX_PERMITS};
+
+/// The answer to [`Client::reserve`].
+#[derive(Debug)]
+#[must_use = "a reservation granted holds its estimate until it is settled"]
+pub enum Reserved {
+    /// Every rule had room for its estimate, now taken: settle it once the call knows
+    /// what it used.
+    Granted(Reservation),
+    /// A rule refused (nothing was taken): its decision, with `retry_after`.
+    Refused(Decision),
+}
+
+/// A call's grants, taken as estimates, to settle with what the call used.
+///
+/// Settle it once with [`settle`](Reservation::settle) (every settled rule the same
+/// amount) or [`settle_each`](Reservation::settle_each) (an amount per settled rule);
+/// either takes the reservation, so it cannot be settled twice. A reservation dropped
+/// without settling keeps its estimates counted: never fewer than were reserved.
+#[derive(Debug)]
+pub struct Reservation {
+    client: Client,
+    decision: Decision,
+    grants: Vec<Grant>,
+}
+
+/// One limiter's grant in a reservation.
+#[derive(Debug)]
+struct Grant {
+    keys: LimiterKeys,
+    config: RateLimiterConfig,
+    bucket: Option<BucketShape>,
+    member: [u8; crate::member::MEMBER_LEN],
+    estimate: u64,
+    /// The rule's index when it is settled (`None`: it counts its permits as taken).
+    settled: Option<usize>,
+    max_overdraft: Option<u64>,
+}
+
+/// What a settle did, rule by rule (the settled rules, in their order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// One per settled rule.
+    pub rules: Vec<RuleSettled>,
+}
+
+/// What a settle did to one rule's grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSettled {
+    /// The rule's index among the reservation's rules.
+    pub rule: usize,
+    /// The limiter's name.
+    pub name: String,
+    /// The permits the reservation took.
+    pub estimate: u64,
+    /// The permits now counted for the call: the actual amount, at most the estimate
+    /// plus the rule's [`max_overdraft`](Rule::max_overdraft) (and at most
+    /// [`MAX_PERMITS`]).
+    pub counted: u64,
+    /// What the call used beyond what is counted (0 without a cap reached).
+    pub uncharged: u64,
+    /// False when there was nothing left to settle: the grant had already left the
+    /// window (so had its excess), or its limiter was deleted or reset.
+    pub applied: bool,
+}
+
+impl Settled {
+    /// Permits given back, over every rule.
+    pub fn refunded(&self) -> u64 {
+        self.applied().map(|r| r.estimate.saturating_sub(r.counted)).sum()
+    }
+
+    /// Permits charged beyond the estimates, over every rule.
+    pub fn overdrawn(&self) -> u64 {
+        self.applied().map(|r| r.counted.saturating_sub(r.estimate)).sum()
+    }
+
+    /// Permits used beyond every cap, not counted, over every rule.
+    pub fn uncharged(&self) -> u64 {
+        self.rules.iter().map(|r| r.uncharged).sum()
+    }
+
+    fn applied(&self) -> impl Iterator<Item = &RuleSettled> {
+        self.rules.iter().filter(|r| r.applied)
+    }
+}
+
+impl Client {
+    /// Decides `rules` as [`check_rules`](Client::check_rules) does (all or nothing, one
+    /// round trip, the same refusal and `retry_after`), taking each rule's permits as
+    /// the call's estimate, and answers the reservation to settle once the call knows
+    /// what it used (see [`Rule::settled`]).
+    ///
+    /// Refused as misuse, before anything is taken: a rule that batches
+    /// ([`Rule::batch`]: a batch's permits are served in process, with no grant of
+    /// their own to settle), and a settled rule naming the same limiter as another rule
+    /// of the call.
+    pub async fn reserve(&self, rules: &[Rule]) -> Result<Reserved, Error> {
+        let merged = merge(rules);
+        check_reservable(rules, &merged)?;
+        let keys = rules
+            .iter()
+            .map(|rule| self.rule_keys(rule))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let now = self.now_ms();
+        if let Some(kept) = self.backend().kept_refusal(rules, now) {
+            return Ok(Reserved::Refused(kept));
+        }
+        let calls = crate::backend::decisions::merged_calls(rules, &keys, &merged);
+        let (outcome, members) = self.backend().reserve(&calls, now).await?;
+        let decision = crate::backend::decisions::merged_decision(rules, &merged, &outcome, || self.now_ms());
+        if !decision.allowed {
+            return Ok(Reserved::Refused(decision));
+        }
+        let grants = self.grants(rules, &merged, &members)?;
+        let estimates = grants.iter().filter(|g| g.settled.is_some()).map(|g| g.estimate);
+        crate::observe::reserved(BY_HAND, estimates.sum());
+        Ok(Reserved::Granted(Reservation {
+            client: self.clone(),
+            decision,
+            grants,
+        }))
+    }
+
+    /// A reservation's grants, one per merged call.
+    fn grants(&self, rules: &[Rule], merged: &[Merged], members: &Members) -> Result<Vec<Grant>, Error> {
+        merged
+            .iter()
+            .zip(members)
+            .map(|(m, member)| {
+                let rule = &rules[m.config];
+                Ok(Grant {
+                    keys: LimiterKeys::new(rule.name(), self.client_id())?,
+                    config: *rule.config(),
+                    bucket: rule.shape(),
+                    member: *member,
+                    estimate: m.permits,
+                    settled: rule.is_settled().then_some(m.first),
+                    max_overdraft: rule.overdraft_cap(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The `rule` label of a reservation made by hand's metrics: its rules' names hold
+/// callers' values, and a label's values must be few.
+const BY_HAND: &str = "by_hand";
+
+/// Refuses what a reservation cannot settle (see [`Client::reserve`]).
+fn check_reservable(rules: &[Rule], merged: &[Merged]) -> Result<(), Error> {
+    let invalid = |rule: &Rule, problem: &str| Error::InvalidReservation {
+        name: rule.name().to_owned(),
+        problem: problem.to_owned(),
+    };
+    if let Some(rule) = rules.iter().find(|r| r.batch_size() > 1) {
+        return Err(invalid(
+            rule,
+            "the rule takes batches (Rule::batch), whose permits have no grant of their own \
+             to settle; reserve with rules of batch 1",
+        ));
+    }
+    for m in merged {
+        let named = rules.iter().filter(|r| r.name() == rules[m.first].name());
+        if named.clone().count() > 1 && named.clone().any(Rule::is_settled) {
+            return Err(invalid(
+                &rules[m.first],
+                "a settled rule names the same limiter as another rule of the call; give \
+                 the settled rule a limiter of its own",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Reservation {
+    /// The decision that granted the reservation.
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// Settles every settled rule with `actual`, the amount the call used (in one
+    /// round trip; none when every rule used its estimate).
+    ///
+    /// When the backend fails, the error is answered and the settle is sent again in
+    /// the background until it lands or its grants have left their windows (an
+    /// abandoned settle is counted in `redlimit_settle_abandoned_total`): it is never
+    /// dropped silently, and a settle sent twice counts once.
+    pub async fn settle(self, actual: u64) -> Result<Settled, Error> {
+        let count = self.grants.iter().filter(|g| g.settled.is_some()).count();
+        self.settle_each(&vec![actual; count]).await
+    }
+
+    /// Settles each settled rule with its own amount: `actual` holds one per settled
+    /// rule, in the order of the rules (refused as misuse, settling nothing,
+    /// otherwise).
+    pub async fn settle_each(self, actual: &[u64]) -> Result<Settled, Error> {
+        let settled: Vec<&Grant> = self.grants.iter().filter(|g| g.settled.is_some()).collect();
+        if actual.len() != settled.len() {
+            let name = settled.first().map_or("", |g| g.keys.config()).to_owned();
+            return Err(Error::InvalidReservation {
+                name,
+                problem: format!(
+                    "{} amounts given to settle {} settled rules; give one per rule marked \
+                     Rule::settled, in their order",
+                    actual.len(),
+                    settled.len()
+                ),
+            });
+        }
+        let mut report = Settled { rules: Vec::new() };
+        for (grant, &used) in settled.iter().zip(actual) {
+            let counted = used
+                .min(
+                    grant
+                        .estimate
+                        .saturating_add(grant.max_overdraft.unwrap_or(u64::MAX)),
+                )
+                .min(MAX_PERMITS);
+            report.rules.push(RuleSettled {
+                rule: grant.settled.unwrap_or(0),
+                name: grant.keys.config().to_owned(),
+                estimate: grant.estimate,
+                counted,
+                uncharged: used - counted,
+                applied: true,
+            });
+        }
+        let calls: Vec<SettleCall<'_>> = settled
+            .iter()
+            .zip(&report.rules)
+            .filter(|(_, r)| r.counted != r.estimate)
+            .map(|(grant, r)| grant.call(self.decision.at_ms, r.counted))
+            .collect();
+        if calls.is_empty() {
+            crate::observe::settled(BY_HAND, &report);
+            return Ok(report);
+        }
+        let changed: Vec<usize> = (0..report.rules.len())
+            .filter(|&i| report.rules[i].counted != report.rules[i].estimate)
+            .collect();
+        match self.client.backend().settle(&calls, self.client.now_ms()).await {
+            Ok(applied) => {
+                for (i, applied) in changed.into_iter().zip(applied) {
+                    report.rules[i].applied = applied;
+                }
+                crate::observe::settled(BY_HAND, &report);
+                Ok(report)
+            }
+            Err(error) => {
+                if error.is_backend_failure() {
+                    retry::spawn(&self.client, &calls, self.longest_window(), BY_HAND);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// When the last of the grants leaves its window (epoch ms).
+    fn longest_window(&self) -> u64 {
+        let longest = self.grants.iter().map(|g| g.config.interval).max();
+        self.decision.at_ms + longest.unwrap_or(Duration::ZERO).as_millis() as u64
+    }
+}
+
+impl Grant {
+    /// The settle of this grant at `counted` permits.
+    fn call(&self, at: u64, counted: u64) -> SettleCall<'_> {
+        SettleCall {
+            keys: self.keys.borrowed(),
+            rule: &self.config,
+            bucket: self.bucket,
+            member: &self.member,
+            at,
+            estimate: self.estimate,
+            actual: counted,
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! A settle the backend did not take, sent again in the background until it lands or
+//! its grants have left their windows (then counted as abandoned: never dropped
+//! silently). Sending it again is safe: a window's grant is found by its log member
+//! and settled once, a token bucket's settle leaves a mark that makes a second one a
+//! no-op.
+
+use std::time::Duration;
+
+use crate::backend::SettleCall;
+use crate::keys::LimiterKeys;
+use crate::{BucketShape, Client, RateLimiterConfig};
+
+/// The first pause before a settle is sent again; each failure doubles it, up to
+/// [`MOST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MOST_PAUSE: Duration = Duration::from_secs(2);
+
+/// One settle, owned by the task that sends it.
+struct Owned {
+    keys: LimiterKeys,
+    rule: RateLimiterConfig,
+    bucket: Option<BucketShape>,
+    member: [u8; crate::member::MEMBER_LEN],
+    at: u64,
+    estimate: u64,
+    actual: u64,
+}
+
+impl Owned {
+    fn call(&self) -> SettleCall<'_> {
+        SettleCall {
+            keys: self.keys.borrowed(),
+            rule: &self.rule,
+            bucket: self.bucket,
+            member: &self.member,
+            at: self.at,
+            estimate: self.estimate,
+            actual: self.actual,
+        }
+    }
+}
+
+/// Sends `calls` again on `client` until they land or `until` (epoch ms, the
+/// client's clock) passes; `rule` labels the metric of one abandoned.
+pub(super) fn spawn(client: &Client, calls: &[SettleCall<'_>], until: u64, rule: &'static str) {
+    let owned: Vec<Owned> = calls
+        .iter()
+        .filter_map(|c| {
+            Some(Owned {
+                keys: LimiterKeys::new(c.keys.config(), client.client_id()).ok()?,
+                rule: *c.rule,
+                bucket: c.bucket,
+                member: *c.member,
+                at: c.at,
+                estimate: c.estimate,
+                actual: c.actual,
+            })
+        })
+        .collect();
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        abandoned(rule, "outside a Tokio runtime");
+        return;
+    };
+    let left = Duration::from_millis(until.saturating_sub(client.now_ms()));
+    let deadline = tokio::time::Instant::now() + left;
+    let client = client.clone();
+    runtime.spawn(async move {
+        let mut pause = FIRST_PAUSE;
+        loop {
+            tokio::time::sleep(pause).await;
+            if tokio::time::Instant::now() >= deadline {
+                return abandoned(rule, "its grants left their windows first");
+            }
+            let calls: Vec<SettleCall<'_>> = owned.iter().map(Owned::call).collect();
+            match client.backend().settle(&calls, client.now_ms()).await {
+                Ok(_) => return,
+                Err(error) if error.is_backend_failure() => pause = (pause * 2).min(MOST_PAUSE),
+                Err(error) => return abandoned(rule, &error.to_string()),
+            }
+        }
+    });
+}
+
+fn abandoned(rule: &'static str, why: &str) {
+    crate::observe::settle_abandoned(rule);
+    tracing::warn!(
+        rule,
+        "a reservation's settle was abandoned ({why}): what the call used beyond its \
+         estimate is not counted, or what it did not use is not given back"
+    );
+}

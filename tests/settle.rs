@@ -1,0 +1,428 @@
+//! Reserve, then settle: a call's estimate taken, then replaced by what it used. Each
+//! scenario runs on both backends (a redis-server of its own, and in process) on one
+//! manual clock, and the two must give the same answers; the random sequences at the
+//! end compare them step for step.
+
+use redlimit_test_support as support;
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redlimit::{Algorithm, Client, Error, ManualClock, Reservation, Reserved, Rule, MAX_PERMITS};
+use support::RedisServer;
+
+const MINUTE: Duration = Duration::from_secs(60);
+/// Kept alive past every test: Redis counts TTLs on its own clock, not the manual one.
+const HOUR: Duration = Duration::from_secs(3_600);
+const START: u64 = 1_700_000_000_000;
+
+/// An in-process client and a client of a fresh redis-server, on `clock`.
+async fn clients(clock: &ManualClock) -> (RedisServer, [Client; 2]) {
+    let server = RedisServer::start();
+    let memory = Client::builder().clock(clock.clone()).memory();
+    let redis = Client::builder()
+        .clock(clock.clone())
+        .connect(&server.url())
+        .await
+        .unwrap();
+    (server, [memory, redis])
+}
+
+async fn granted(client: &Client, rules: &[Rule]) -> Reservation {
+    match client.reserve(rules).await.unwrap() {
+        Reserved::Granted(reservation) => reservation,
+        Reserved::Refused(decision) => panic!("refused: {decision:?}"),
+    }
+}
+
+async fn available(client: &Client, name: &str) -> u64 {
+    client.rate_limiter(name).available_permits().await.unwrap()
+}
+
+fn tokens(name: &str) -> Rule {
+    Rule::new(name, 1_000, MINUTE).keep_alive(Some(HOUR)).settled()
+}
+
+#[tokio::test]
+async fn a_window_gives_back_what_was_not_used_and_charges_the_excess() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for client in &clients {
+        let name = "settle:window";
+        let first = granted(client, &[tokens(name).permits(400)]).await;
+        assert_eq!(first.decision().remaining, 600);
+        let settled = first.settle(100).await.unwrap();
+        assert_eq!((settled.refunded(), settled.overdrawn()), (300, 0));
+        assert_eq!(available(client, name).await, 900);
+
+        clock.advance(Duration::from_secs(10));
+        let second = granted(client, &[tokens(name).permits(500)]).await;
+        let settled = second.settle(1_700).await.unwrap();
+        assert_eq!((settled.refunded(), settled.overdrawn()), (0, 1_200));
+        // 100 + 1 700 counted of 1 000: a debt of 800, refused until it leaves.
+        assert_eq!(available(client, name).await, 0);
+        let Reserved::Refused(refused) = client.reserve(&[tokens(name)]).await.unwrap() else {
+            panic!("a limiter in debt refuses");
+        };
+        // The first grant leaving (at 60 s) frees 100: still 700 short, until the
+        // second leaves, 10 s after it.
+        assert_eq!(refused.retry_after, Some(Duration::from_secs(60)));
+        clock.advance(Duration::from_secs(50));
+        assert_eq!(available(client, name).await, 0, "the first grant left: 700 owed");
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(
+            available(client, name).await,
+            1_000,
+            "the excess left with its grant"
+        );
+        clock.advance(MINUTE);
+    }
+}
+
+#[tokio::test]
+async fn a_bucket_goes_below_zero_by_the_excess_and_refills_from_there() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for (i, client) in clients.iter().enumerate() {
+        let name = format!("settle:bucket:{i}");
+        let rule = || {
+            Rule::new(&name, 600, MINUTE)
+                .algorithm(Algorithm::TokenBucket)
+                .settled()
+        };
+        let bucket = client.token_bucket(&name, 600, MINUTE);
+        let reserved = granted(client, &[rule().permits(100)]).await;
+        assert_eq!(bucket.available().await.unwrap(), 500);
+        reserved.settle(40).await.unwrap();
+        assert_eq!(bucket.available().await.unwrap(), 560);
+        let reserved = granted(client, &[rule().permits(500)]).await;
+        let settled = reserved.settle(1_160).await.unwrap();
+        assert_eq!(settled.overdrawn(), 660);
+        // 560 - 1 160: 600 owed, refilled at 10 a second.
+        assert_eq!(bucket.available().await.unwrap(), 0);
+        let Reserved::Refused(refused) = client.reserve(&[rule().permits(10)]).await.unwrap() else {
+            panic!("a bucket in debt refuses");
+        };
+        assert_eq!(refused.retry_after, Some(Duration::from_secs(61)));
+        clock.advance(Duration::from_secs(61));
+        assert_eq!(bucket.available().await.unwrap(), 10);
+    }
+}
+
+#[tokio::test]
+async fn requests_and_tokens_mix_and_only_settled_rules_take_the_actual() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for client in &clients {
+        let rules = [
+            Rule::new("mix:user:tokens", 10_000, MINUTE)
+                .settled()
+                .permits(2_000),
+            Rule::new("mix:tokens", 100_000, MINUTE).settled().permits(2_000),
+            Rule::new("mix:user:requests", 20, MINUTE),
+        ];
+        let reservation = granted(client, &rules).await;
+        let settled = reservation.settle_each(&[500, 2_600]).await.unwrap();
+        assert_eq!(settled.rules.len(), 2);
+        assert_eq!((settled.rules[0].rule, settled.rules[1].rule), (0, 1));
+        assert_eq!(available(client, "mix:user:tokens").await, 9_500);
+        assert_eq!(available(client, "mix:tokens").await, 97_400);
+        assert_eq!(
+            available(client, "mix:user:requests").await,
+            19,
+            "1 per call, not settled"
+        );
+        clock.advance(MINUTE * 2);
+    }
+}
+
+#[tokio::test]
+async fn misuse_is_refused_and_spends_nothing() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for client in &clients {
+        let batched = client.reserve(&[tokens("misuse:batch").batch(5)]).await;
+        assert!(
+            matches!(&batched, Err(Error::InvalidReservation { problem, .. }) if problem.contains("Rule::batch")),
+            "{batched:?}"
+        );
+        let twice = client
+            .reserve(&[tokens("misuse:same"), tokens("misuse:same").permits(2)])
+            .await;
+        assert!(
+            matches!(&twice, Err(Error::InvalidReservation { problem, .. }) if problem.contains("same limiter")),
+            "{twice:?}"
+        );
+        let created = client.rate_limiter("misuse:same").is_exists().await.unwrap();
+        assert!(!created, "nothing is created");
+        let reservation = granted(client, &[tokens("misuse:count").permits(10)]).await;
+        let wrong = reservation.settle_each(&[1, 2]).await;
+        assert!(
+            matches!(&wrong, Err(Error::InvalidReservation { problem, .. }) if problem.contains("2 amounts given to settle 1")),
+            "{wrong:?}"
+        );
+        assert_eq!(available(client, "misuse:count").await, 990, "the estimate stays");
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_reservation_keeps_its_estimate_and_a_late_settle_changes_nothing() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for client in &clients {
+        drop(granted(client, &[tokens("late:dropped").permits(300)]).await);
+        assert_eq!(available(client, "late:dropped").await, 700);
+
+        let late = granted(client, &[tokens("late:settled").permits(300)]).await;
+        clock.advance(MINUTE);
+        let settled = late.settle(900).await.unwrap();
+        assert!(
+            !settled.rules[0].applied,
+            "the grant left the window, with its excess"
+        );
+        assert_eq!(settled.overdrawn(), 0);
+        assert_eq!(available(client, "late:settled").await, 1_000);
+    }
+}
+
+#[tokio::test]
+async fn an_overdraft_cap_bounds_what_a_hostile_actual_charges() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for client in &clients {
+        let capped = granted(client, &[tokens("cap:capped").permits(100).max_overdraft(50)]).await;
+        let settled = capped.settle(u64::MAX).await.unwrap();
+        assert_eq!(settled.rules[0].counted, 150);
+        assert_eq!(settled.uncharged(), u64::MAX - 150);
+        assert_eq!(available(client, "cap:capped").await, 850);
+
+        // Without a cap the excess is counted, up to what a grant's log field holds:
+        // the limiter refuses until the grant leaves, then holds its rate again.
+        let open = granted(client, &[tokens("cap:open").permits(100)]).await;
+        let settled = open.settle(u64::MAX).await.unwrap();
+        assert_eq!(settled.rules[0].counted, MAX_PERMITS);
+        assert_eq!(available(client, "cap:open").await, 0);
+        assert!(matches!(
+            client.reserve(&[tokens("cap:open")]).await.unwrap(),
+            Reserved::Refused(_)
+        ));
+        clock.advance(MINUTE);
+        assert_eq!(available(client, "cap:open").await, 1_000);
+        for _ in 0..1_000 {
+            assert!(matches!(
+                client.reserve(&[tokens("cap:open")]).await.unwrap(),
+                Reserved::Granted(_)
+            ));
+        }
+        assert!(matches!(
+            client.reserve(&[tokens("cap:open")]).await.unwrap(),
+            Reserved::Refused(_)
+        ));
+        clock.advance(MINUTE);
+    }
+}
+
+/// A settle the server did not answer in time (frozen after it read the command, so it
+/// runs when it wakes) is sent again in the background: it counts once.
+#[tokio::test]
+async fn a_settle_that_times_out_is_sent_again_and_counts_once() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let window = granted(&client, &[tokens("again:window").permits(100)]).await;
+    let bucket_rule = Rule::new("again:bucket", 1_000, Duration::from_secs(3_600))
+        .algorithm(Algorithm::TokenBucket)
+        .settled()
+        .permits(100);
+    let bucket = granted(&client, &[bucket_rule]).await;
+    server.pause();
+    let failed = window.settle(400).await;
+    assert!(matches!(failed, Err(Error::Timeout { .. })), "{failed:?}");
+    let failed = bucket.settle(400).await;
+    assert!(matches!(failed, Err(Error::Timeout { .. })), "{failed:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(available(&client, "again:window").await, 600, "400 counted once");
+    let tokens = client.token_bucket("again:bucket", 1_000, Duration::from_secs(3_600));
+    let left = tokens.available().await.unwrap();
+    assert!((600..=601).contains(&left), "400 counted once, {left} left");
+}
+
+/// The settle script sent twice (a retry after a reply that was lost) counts once: a
+/// window's grant is found by its log member, a bucket's settle leaves a mark.
+#[tokio::test]
+async fn a_settle_sent_twice_counts_once() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let bucket_rule = Rule::new("twice:bucket", 1_000, HOUR)
+        .algorithm(Algorithm::TokenBucket)
+        .settled()
+        .permits(100);
+    drop(granted(&client, &[tokens("twice:window").permits(100), bucket_rule]).await);
+    let logged: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg("{twice:window}:permits")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let window_member = logged[0].clone();
+    let mut bucket_member = window_member.clone();
+    bucket_member[1] ^= 0xff;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for _ in 0..2 {
+        let settled: Vec<i64> = redis::Script::new(redlimit::SETTLE_SCRIPT)
+            .key("twice:window")
+            .key("{twice:window}:value")
+            .key("{twice:window}:value:x")
+            .key("{twice:window}:permits")
+            .key("{twice:window}:permits:x")
+            .key("twice:bucket")
+            .key("{twice:bucket}:bucket")
+            .key("{twice:bucket}:settled:mark")
+            .key("{twice:bucket}:permits")
+            .key("{twice:bucket}:permits:x")
+            .arg(now)
+            .arg("w")
+            .arg(&window_member[..])
+            .arg(100)
+            .arg(400)
+            .arg("")
+            .arg("")
+            .arg("")
+            .arg("")
+            .arg("b")
+            .arg(&bucket_member[..])
+            .arg(100)
+            .arg(400)
+            .arg(1_000)
+            .arg(3_600_000)
+            .arg(1_000)
+            .arg(0)
+            .invoke_async(&mut raw)
+            .await
+            .unwrap();
+        println!("{settled:?}");
+    }
+    assert_eq!(available(&client, "twice:window").await, 600, "400 counted once");
+    let bucket = client.token_bucket("twice:bucket", 1_000, HOUR);
+    assert_eq!(bucket.available().await.unwrap(), 600, "400 counted once");
+}
+
+/// Random reservations, settles, plain calls and waits on both backends give the same
+/// answers, step for step.
+#[tokio::test]
+async fn memory_and_redis_agree_on_reservations() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let (mut settled, mut refused) = (0, 0);
+    for seed in 0..20u64 {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
+        let clock = ManualClock::new(START + seed * 13);
+        let memory = Client::builder().clock(clock.clone()).memory();
+        let redis = Client::builder()
+            .clock(clock.clone())
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut held: Vec<(Reservation, Reservation)> = Vec::new();
+        let mut history = Vec::new();
+        for step in 0..150 {
+            let asked;
+            let (on_memory, on_redis) = match rng.random_range(0..10) {
+                0..=3 => {
+                    let rules = random_rules(&mut rng);
+                    asked = format!("reserve {rules:?}");
+                    let (m, r) = (memory.reserve(&rules).await, redis.reserve(&rules).await);
+                    let shown = (format!("{m:?}"), format!("{r:?}"));
+                    if let (Ok(Reserved::Granted(m)), Ok(Reserved::Granted(r))) = (m, r) {
+                        held.push((m, r));
+                    } else {
+                        refused += 1;
+                    }
+                    (strip_reservation(&shown.0), strip_reservation(&shown.1))
+                }
+                4..=6 if !held.is_empty() => {
+                    let (m, r) = held.swap_remove(rng.random_range(0..held.len()));
+                    let actual = [0, 1, 5, 50, 200, 900][rng.random_range(0..6)];
+                    asked = format!("settle {actual}");
+                    settled += 1;
+                    (
+                        format!("{:?}", m.settle(actual).await),
+                        format!("{:?}", r.settle(actual).await),
+                    )
+                }
+                7 => {
+                    let name = ["agree:a", "agree:b"][rng.random_range(0..2)];
+                    asked = format!("available {name}");
+                    let (m, r) = (memory.rate_limiter(name), redis.rate_limiter(name));
+                    (
+                        format!("{:?}", m.available_permits().await),
+                        format!("{:?}", r.available_permits().await),
+                    )
+                }
+                _ => {
+                    let by = rng.random_range(0..=25_000);
+                    clock.advance(Duration::from_millis(by));
+                    asked = format!("advance {by}");
+                    (String::new(), String::new())
+                }
+            };
+            history.push(format!("{asked} -> {on_redis}"));
+            assert_eq!(
+                on_memory,
+                on_redis,
+                "seed {seed}, step {step}: backends disagree\n{}",
+                history.join("\n")
+            );
+        }
+    }
+    println!("{settled} settles, {refused} refusals compared");
+    assert!(
+        settled > 400 && refused > 100,
+        "{settled} settles, {refused} refusals"
+    );
+}
+
+/// One to three rules on two windows and a bucket, some settled.
+fn random_rules(rng: &mut StdRng) -> Vec<Rule> {
+    let mut rules = vec![Rule::new("agree:a", 300, MINUTE)
+        .keep_alive(Some(HOUR))
+        .settled()
+        .permits(rng.random_range(1..=150))];
+    if rng.random_range(0..2) == 0 {
+        rules.push(Rule::new("agree:b", 10, MINUTE).keep_alive(Some(HOUR)));
+    }
+    if rng.random_range(0..2) == 0 {
+        rules.push(
+            Rule::new("agree:c", 400, MINUTE)
+                .keep_alive(Some(HOUR))
+                .algorithm(Algorithm::TokenBucket)
+                .settled()
+                .permits(rng.random_range(1..=200)),
+        );
+    }
+    rules
+}
+
+/// A reservation's Debug without what differs between backends by design (its
+/// client, its log members).
+fn strip_reservation(shown: &str) -> String {
+    match shown.find("decision: ") {
+        Some(at) => {
+            let rest = &shown[at..];
+            rest[..rest.find(" }").map_or(rest.len(), |end| end + 2)].to_owned()
+        }
+        None => shown.to_owned(),
+    }
+}
