@@ -1766,3 +1766,67 @@ async fn a_rate_lowered_with_keep_state_under_steady_demand_in_redisson_4_7_0() 
         }
     }
 }
+
+// ---------------------------------------------------------------------------------
+// Reservations settled in Rust, seen by Redisson.
+
+on_both_versions!(redisson_sees_a_settled_reservation);
+
+/// A Rust reservation settled with less than its estimate gives Redisson the rest; one
+/// settled with more leaves a debt Redisson reads as a value below zero and is refused
+/// by, until the grant (and its excess) leaves the window.
+async fn redisson_sees_a_settled_reservation(version: Version) {
+    let Both {
+        _server,
+        rust,
+        java,
+        mut raw,
+    } = both(version).await;
+    let refunded = "interop:settle:refund";
+    let rule = |name: &str, interval: Duration, permits: u64| {
+        Rule::new(name, 1_000, interval)
+            .keep_alive(Some(60 * SEC))
+            .settled()
+            .permits(permits)
+    };
+    let redlimit::Reserved::Granted(reservation) =
+        rust.reserve(&[rule(refunded, 60 * SEC, 600)]).await.unwrap()
+    else {
+        panic!("the first reservation is granted");
+    };
+    assert_eq!(java.available(refunded).await, 400);
+    reservation.settle(100).await.unwrap();
+    assert_eq!(
+        java.available(refunded).await,
+        900,
+        "the refund, as release adds it"
+    );
+    assert!(java.try_acquire(refunded, 900).await, "granted by the refund");
+    assert!(!java.try_acquire(refunded, 1).await);
+
+    let owed = "interop:settle:debt";
+    let interval = 2 * SEC;
+    let redlimit::Reserved::Granted(reservation) = rust.reserve(&[rule(owed, interval, 500)]).await.unwrap()
+    else {
+        panic!("the second reservation is granted");
+    };
+    let reserved_at = Instant::now();
+    reservation.settle(1_300).await.unwrap();
+    assert_eq!(
+        java.available(owed).await,
+        -300,
+        "a debt of 300, as Redisson reads it"
+    );
+    assert_eq!(
+        log(&mut raw, "{interop:settle:debt}:permits").await.len(),
+        1,
+        "one grant, holding the actual permits"
+    );
+    assert!(!java.try_acquire(owed, 1).await, "refused while the debt lasts");
+    let left = (interval + Duration::from_millis(50)).saturating_sub(reserved_at.elapsed());
+    tokio::time::sleep(left).await;
+    assert!(
+        java.try_acquire(owed, 1_000).await,
+        "the excess left with its grant"
+    );
+}
