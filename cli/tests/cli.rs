@@ -113,7 +113,7 @@ async fn inspect_state_redisson_wrote_and_what_is_wrong_with_it() {
     );
     assert!(report["notes"][0].as_str().unwrap().contains("never expire"));
 
-    // A rate lowered below the window: a negative value, and a broken sum.
+    // A negative value (a debt, noted), and a member that is no grant (a problem).
     let _: () = raw.set("{orders}:value", "-2").await.unwrap();
     let _: () = raw
         .zadd("{orders}:permits", b"not a grant".to_vec(), now)
@@ -122,14 +122,34 @@ async fn inspect_state_redisson_wrote_and_what_is_wrong_with_it() {
     let out = redlimit(&url, &["inspect", "orders", "--json"]);
     assert_eq!(code(&out), 1, "unhealthy");
     let problems = json(&out)["problems"].to_string();
-    assert!(problems.contains("is -2"), "{problems}");
     assert!(problems.contains("do not decode"), "{problems}");
+    let notes = json(&out)["notes"].to_string();
+    assert!(notes.contains("is -2: a debt of 2 permits"), "{notes}");
 
     // State without a config.
     let _: () = raw.del("orders").await.unwrap();
     let out = redlimit(&url, &["inspect", "orders"]);
     assert_eq!(code(&out), 1);
     assert!(text(&out).contains("state left behind"), "{}", text(&out));
+}
+
+/// A reservation settled beyond its estimate: a healthy limiter in debt.
+#[tokio::test]
+async fn inspect_shows_a_settled_debt_as_a_debt() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.unwrap();
+    let rule = Rule::new("llm:tokens", 1_000, Duration::from_secs(60))
+        .settled()
+        .permits(500);
+    let redlimit::Reserved::Granted(reservation) = client.reserve(&[rule]).await.unwrap() else {
+        panic!("granted");
+    };
+    reservation.settle(1_300).await.unwrap();
+    let out = redlimit(&url, &["inspect", "llm:tokens"]);
+    assert_eq!(code(&out), 0, "a debt is no fault: {}", text(&out));
+    assert!(text(&out).contains("value -300 (a debt)"), "{}", text(&out));
+    assert!(text(&out).contains("a debt of 300 permits"), "{}", text(&out));
 }
 
 #[tokio::test]

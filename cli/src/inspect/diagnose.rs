@@ -5,6 +5,7 @@
 use super::read::{Config, KeyState};
 use super::Inspection;
 use crate::duration::show_ms;
+use crate::words::count;
 
 /// What is wrong with a token bucket's keys (problems) and worth knowing (notes).
 fn diagnose_tokens(i: &mut Inspection) {
@@ -108,9 +109,12 @@ fn diagnose_window(i: &mut Inspection, b: usize, config: &Config) {
     }
     if let Some(value) = b.value {
         if value < 0 {
-            problems.push(format!(
-                "`{}` is {value}: the rate was lowered below what the window holds; calls are refused until the window drains",
-                b.value_key.key
+            // A debt, not damage (the sum below says whether the state is whole).
+            notes.push(format!(
+                "`{}` is {value}: a debt of {} (grants settled beyond their estimates, or a rate lowered below what the window holds); calls are refused until grants holding {} more leave the window",
+                b.value_key.key,
+                count(value.unsigned_abs(), "permit", "permits"),
+                value.unsigned_abs() + 1
             ));
         }
         if b.log.undecodable == 0 && value + b.log.permits as i64 != config.rate {

@@ -196,7 +196,10 @@ impl Inspection {
                 who,
                 format!(
                     "value {}, available now {available}; log {}, {} in the window ({})",
-                    b.value.map_or("missing".to_owned(), |v| v.to_string()),
+                    b.value.map_or("missing".to_owned(), |v| match v {
+                        v if v < 0 => format!("{v} (a debt)"),
+                        v => v.to_string(),
+                    }),
                     count(b.log.entries, "entry", "entries"),
                     count(b.log.in_window_permits, "permit", "permits"),
                     count(b.log.in_window_entries, "entry", "entries")
