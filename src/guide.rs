@@ -12,6 +12,8 @@
 //! - [`grpc`]: refusals as tonic statuses, the attribute on service methods.
 //! - [`token_buckets`]: the other algorithm, with bursts and warm-up.
 //! - [`batches`]: refusals answered in process, and hot limits served in batches.
+//! - [`settle`]: costs known only after the call (a language model's tokens):
+//!   reserve an estimate, then settle what was used.
 //! - [`redis`]: the servers supported, TLS, Redis Cluster, failures and `on_error`,
 //!   Redis behind Sentinel.
 //! - [`redisson`]: the key layout shared with Redisson, where redlimit differs on
@@ -39,6 +41,9 @@ pub mod token_buckets {}
 
 #[doc = include_str!("../docs/guide/batches.md")]
 pub mod batches {}
+
+#[doc = include_str!("../docs/guide/settle.md")]
+pub mod settle {}
 
 #[doc = include_str!("../docs/guide/redis.md")]
 pub mod redis {}
