@@ -300,6 +300,7 @@ async fn a_settle_sent_twice_counts_once() {
             .arg("")
             .arg("")
             .arg("")
+            .arg("")
             .arg("b")
             .arg(&bucket_member[..])
             .arg(100)
@@ -308,6 +309,7 @@ async fn a_settle_sent_twice_counts_once() {
             .arg(3_600_000)
             .arg(1_000)
             .arg(0)
+            .arg(60_000)
             .invoke_async(&mut raw)
             .await
             .unwrap();
@@ -425,4 +427,94 @@ fn strip_reservation(shown: &str) -> String {
         }
         None => shown.to_owned(),
     }
+}
+
+/// An excess whose units no 64-bit product holds (2^31 permits of a bucket refilled
+/// over 2^32 ms) leaves the bucket at its debt floor on both backends, never wrapped
+/// into tokens.
+#[tokio::test]
+async fn an_excess_past_64_bits_of_units_stops_at_the_floor() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for (i, client) in clients.iter().enumerate() {
+        let name = format!("floor:{i}");
+        let interval = Duration::from_millis(1 << 32);
+        let rule = || {
+            Rule::new(&name, 1, interval)
+                .algorithm(Algorithm::TokenBucket)
+                .burst(1_000_000)
+                .settled()
+        };
+        let reserved = granted(client, &[rule()]).await;
+        let settled = reserved.settle((1 << 31) + 2).await.unwrap();
+        assert!(settled.rules[0].applied);
+        let bucket = client.token_bucket(&name, 1, interval).burst(1_000_000);
+        assert_eq!(bucket.available().await.unwrap(), 0, "in debt, not wrapped");
+        assert!(matches!(
+            client.reserve(&[rule()]).await.unwrap(),
+            Reserved::Refused(_)
+        ));
+    }
+}
+
+/// A token bucket's settle mark lasts as long as the settle may be sent again (the
+/// reservation's longest window and a minute), not the bucket's own interval: a retry
+/// after a short bucket's interval still finds it.
+#[tokio::test]
+async fn a_bucket_settle_mark_lasts_as_long_as_a_retry() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let short = Rule::new("mark:short", 1_000, Duration::from_millis(50))
+        .algorithm(Algorithm::TokenBucket)
+        .settled()
+        .permits(500);
+    let reservation = granted(&client, &[short, Rule::new("mark:window", 10, MINUTE)]).await;
+    reservation.settle(0).await.unwrap();
+    let marks: Vec<String> = redis::cmd("KEYS")
+        .arg("{mark:short}:settled:*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&marks[0])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(ttl > 100_000, "the mark outlives every retry: {ttl} ms");
+}
+
+/// A client deciding at the server's time settles at the server's time too: its own
+/// clock, running ahead, does not put a grant still in its window out of it.
+#[tokio::test]
+async fn a_client_on_the_server_s_time_settles_on_it() {
+    let server = RedisServer::start();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let ahead = ManualClock::new(now + 2_000);
+    let client = Client::builder()
+        .clock(ahead.clone())
+        .server_time(true)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let rule = || {
+        Rule::new("server:time", 10, Duration::from_secs(5))
+            .keep_alive(Some(HOUR))
+            .settled()
+    };
+    let reservation = granted(&client, &[rule()]).await;
+    ahead.advance(Duration::from_millis(3_100));
+    let settled = reservation.settle(10).await.unwrap();
+    assert!(
+        settled.rules[0].applied,
+        "2.1 s old by the server's clock: in its window"
+    );
+    assert!(matches!(
+        client.reserve(&[rule()]).await.unwrap(),
+        Reserved::Refused(_)
+    ));
 }

@@ -173,7 +173,10 @@ async fn a_warming_bucket_shows_its_coldness_and_per_client_buckets_their_client
     );
 
     // State another program wrote under a bucket's key: refused, left as it was.
-    for (key, stored) in [("{junk}:bucket", "9:9:9"), ("{debt}:bucket", "1:1000:5:-1:1")] {
+    for (key, stored) in [
+        ("{junk}:bucket", "9:9:9"),
+        ("{floor}:bucket", "1:1000:5:-4503599627370497:1"),
+    ] {
         let _: () = raw.set(key, stored).await.unwrap();
         let name = &key[1..key.find('}').unwrap()];
         let commands = [vec!["check", name], vec!["acquire", name]];

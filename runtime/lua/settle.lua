@@ -1,7 +1,7 @@
 -- settle.lua: settle the grants of a reservation with the amounts actually used: what
 -- was not used goes back, what was used beyond the estimate is charged, even past the
 -- limit (a debt later calls wait out).
--- Recipe: lib/member.lua, lib/bucket.lua, settle.lua
+-- Recipe: lib/clock.lua, lib/member.lua, lib/bucket.lua, settle.lua
 -- Twin in Rust: runtime/src/backend/memory/settle.rs (settle_window, settle_tokens)
 --
 -- KEYS, per rule: rule i's key j is KEYS[5*(i-1)+j]:
@@ -11,8 +11,9 @@
 --   4 permits: {NAME}:permits
 --   5 client_permits: {NAME}:permits:ID
 -- ARGV:
---   1 now: the settle's time, epoch ms (the caller's clock, as the grant's)
--- ARGV, per rule: rule i's argument j is ARGV[1+8*(i-1)+j]:
+--   1 now: the settle's time, epoch ms (the caller's clock, as the grant's), or empty
+--     for Redis TIME (a client deciding at the server's time)
+-- ARGV, per rule: rule i's argument j is ARGV[1+9*(i-1)+j]:
 --   1 kind: "w" a sliding window, "b" a token bucket
 --   2 member: the log member the grant was made under (a bucket's: its id names the
 --     settle mark)
@@ -22,6 +23,8 @@
 --   6 interval: a token bucket's interval in ms
 --   7 burst: a token bucket's burst
 --   8 warmup: a token bucket's warm-up in ms (0: none)
+--   9 mark_ms: how long a token bucket's settle mark is kept: as long as the settle
+--     may be sent again
 -- Returns one integer per rule: 1 when it was settled (or the actual is the estimate),
 -- 0 when there was nothing to settle (a window's grant no longer in its log or already
 -- out of the window, a bucket's settle already made).
@@ -33,9 +36,10 @@
 -- log stays the rate, and a Redisson client reads the debt as a value below what it
 -- asks. A token bucket is refilled to now, then gets back the tokens not used (up to
 -- its burst) or pays the excess as taking it would (below zero, down to -2^52 units);
--- its settle mark, kept for an interval, makes a settle sent again a no-op.
+-- its settle mark, kept as long as the settle may be sent again, makes a settle sent
+-- again a no-op.
 
-local now = tonumber(ARGV[1])
+local now = clock(ARGV[1])
 bucket_helpers()
 
 local function bad(i, what)
@@ -89,7 +93,7 @@ local function settle_tokens(k, a, estimate, actual)
   local r = { rate = tonumber(ARGV[a + 5]), interval = tonumber(ARGV[a + 6]), burst = tonumber(ARGV[a + 7]),
     warmup = tonumber(ARGV[a + 8]) }
   local key, mark = KEYS[k + 2], KEYS[k + 3]
-  if redis.call('set', mark, '1', 'nx', 'px', string.format('%d', r.interval)) == false then
+  if redis.call('set', mark, '1', 'nx', 'px', ARGV[a + 9]) == false then
     return 0
   end
   local raw = redis.call('get', key)
@@ -111,8 +115,15 @@ local function settle_tokens(k, a, estimate, actual)
   if actual < estimate then
     r.units = math.min(r.units + (estimate - actual) * r.interval, r.burst * r.interval)
   else
-    take_tokens(r, actual - estimate)
-    if r.units < DEBT_FLOOR then r.units = DEBT_FLOOR end
+    -- an excess whose plain tokens reach the floor: the floor (its units may be past
+    -- what a double holds exactly)
+    local need = (actual - estimate) * r.interval
+    if need >= r.units - DEBT_FLOOR then
+      r.units, r.cold = DEBT_FLOOR, math.max(r.cold - need, 0)
+    else
+      take_tokens(r, actual - estimate)
+      if r.units < DEBT_FLOOR then r.units = DEBT_FLOOR end
+    end
   end
   store_tokens(r, key, string.format('%d', r.rate), string.format('%d', r.interval),
     string.format('%d', r.burst), now)
@@ -121,7 +132,7 @@ end
 
 local settled = {}
 for i = 1, #KEYS / 5 do
-  local k, a = 5 * (i - 1), 1 + 8 * (i - 1)
+  local k, a = 5 * (i - 1), 1 + 9 * (i - 1)
   local kind, member = ARGV[a + 1], ARGV[a + 2]
   local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   if estimate == nil or estimate < 0 or estimate ~= math.floor(estimate) then

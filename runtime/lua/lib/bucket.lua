@@ -1,5 +1,5 @@
 -- lib/bucket.lua: a token bucket's arithmetic.
--- Part of: acquire, tokens, reset
+-- Part of: acquire, tokens, reset, settle
 -- Twin in Rust: runtime/src/algorithm/bucket.rs (function for function: read_bucket,
 --   plan_tokens, token_cost, take_tokens, store_tokens; idiv and cdiv are Rust's
 --   integer divisions there)

@@ -1,5 +1,5 @@
 -- lib/clock.lua: the time a script decides at.
--- Part of: acquire, tokens, configure, release
+-- Part of: acquire, tokens, configure, release, settle
 -- Twin in Rust: runtime/src/client/clock.rs (in process, the client's clock decides)
 
 -- The time in epoch ms: the caller's (`arg`, a decimal the caller wrote), or Redis

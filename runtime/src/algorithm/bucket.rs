@@ -285,11 +285,18 @@ impl Plan {
     /// [`DEBT_FLOOR`].
     pub fn settle_tokens(&self, estimate: u64, actual: u64) -> (i64, u64) {
         if actual < estimate {
-            let back = (estimate - actual).saturating_mul(self.interval);
-            let units = (self.units as i128 + i128::from(back)).min(i128::from(self.capacity()));
+            let back = u128::from(estimate - actual) * u128::from(self.interval);
+            let units = (i128::from(self.units) + back as i128).min(i128::from(self.capacity()));
             return (units as i64, self.cold);
         }
-        let (units, cold) = self.take_tokens(actual - estimate);
+        // An excess whose plain tokens reach the floor: the floor (a settle may charge
+        // up to 2^32 permits, whose units no 64-bit product holds for a long interval).
+        let excess = actual - estimate;
+        let need = u128::from(excess) * u128::from(self.interval);
+        if need >= (i128::from(self.units) - i128::from(DEBT_FLOOR)) as u128 {
+            return (DEBT_FLOOR, u128::from(self.cold).saturating_sub(need) as u64);
+        }
+        let (units, cold) = self.take_tokens(excess);
         (units.max(DEBT_FLOOR), cold)
     }
 

@@ -45,6 +45,9 @@ pub(crate) struct SettleCall<'a> {
     pub estimate: u64,
     /// The permits to count instead.
     pub actual: u64,
+    /// How long a token bucket's settle mark is kept (ms): as long as the settle may
+    /// be sent again.
+    pub mark_ms: u64,
 }
 
 /// The log members a reservation's grants were made under, one per call.

@@ -169,6 +169,9 @@ impl Client {
 /// callers' values, and a label's values must be few.
 const BY_HAND: &str = "by_hand";
 
+/// See [`Reservation::mark_ms`].
+const MARK_MARGIN_MS: u64 = 60_000;
+
 /// Refuses what a reservation cannot settle (see [`Client::reserve`]).
 fn check_reservable(rules: &[Rule], merged: &[Merged]) -> Result<(), Error> {
     let invalid = |rule: &Rule, problem: &str| Error::InvalidReservation {
@@ -252,7 +255,7 @@ impl Reservation {
             .iter()
             .zip(&report.rules)
             .filter(|(_, r)| r.counted != r.estimate)
-            .map(|(grant, r)| grant.call(self.decision.at_ms, r.counted))
+            .map(|(grant, r)| grant.call(self.decision.at_ms, r.counted, self.mark_ms()))
             .collect();
         if calls.is_empty() {
             crate::observe::settled(BY_HAND, &report);
@@ -278,6 +281,13 @@ impl Reservation {
         }
     }
 
+    /// How long a token bucket's settle mark is kept: until the settle cannot be sent
+    /// again (its last grant has left its window), and a minute more for an attempt
+    /// sent before then that a slow server runs late.
+    fn mark_ms(&self) -> u64 {
+        self.longest_window().saturating_sub(self.client.now_ms()) + MARK_MARGIN_MS
+    }
+
     /// When the last of the grants leaves its window (epoch ms).
     fn longest_window(&self) -> u64 {
         let longest = self.grants.iter().map(|g| g.config.interval).max();
@@ -287,7 +297,7 @@ impl Reservation {
 
 impl Grant {
     /// The settle of this grant at `counted` permits.
-    fn call(&self, at: u64, counted: u64) -> SettleCall<'_> {
+    fn call(&self, at: u64, counted: u64, mark_ms: u64) -> SettleCall<'_> {
         SettleCall {
             keys: self.keys.borrowed(),
             rule: &self.config,
@@ -296,6 +306,7 @@ impl Grant {
             at,
             estimate: self.estimate,
             actual: counted,
+            mark_ms,
         }
     }
 }

@@ -24,6 +24,7 @@ struct Owned {
     at: u64,
     estimate: u64,
     actual: u64,
+    mark_ms: u64,
 }
 
 impl Owned {
@@ -36,6 +37,7 @@ impl Owned {
             at: self.at,
             estimate: self.estimate,
             actual: self.actual,
+            mark_ms: self.mark_ms,
         }
     }
 }
@@ -54,6 +56,7 @@ pub(super) fn spawn(client: &Client, calls: &[SettleCall<'_>], until: u64, rule:
                 at: c.at,
                 estimate: c.estimate,
                 actual: c.actual,
+                mark_ms: c.mark_ms,
             })
         })
         .collect();

@@ -232,14 +232,17 @@ fn reads_what_the_scripts_store_and_refuses_the_rest() {
     );
     let warm = read_bucket("10:1000:20:-20000:0:2000:5").unwrap();
     assert_eq!((warm.units, warm.warmup, warm.cold), (-20_000, 2_000, 5));
+    // In debt (a settle's excess), down to the floor.
+    assert_eq!(read_bucket("1:1000:5:-1:1").unwrap().units, -1);
+    let floor = format!("1:1000:5:{}:1", super::DEBT_FLOOR);
+    assert_eq!(read_bucket(&floor).unwrap().units, super::DEBT_FLOOR);
     for bad in [
         "",
         "1:2:3",
         "0:1000:5:0:1",
-        "1:1000:5:-1:1",
+        "1:1000:5:-4503599627370497:1",
         "a:1:1:1:1",
         "1:1:1:1:1:1",
-        "10:1000:20:-40001:0:2000:5",
         "10:1000:20:0:0:2000:20001",
         "1:9007199254740993:1:0:0",
     ] {

@@ -220,7 +220,7 @@ pub(crate) mod settle {
         rule_keys: LIMITER_KEYS,
         args: &["now"],
         rule_args: &[
-            "kind", "member", "estimate", "actual", "rate", "interval", "burst", "warmup",
+            "kind", "member", "estimate", "actual", "rate", "interval", "burst", "warmup", "mark_ms",
         ],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
@@ -237,6 +237,7 @@ pub(crate) mod settle {
     pub(crate) const INTERVAL: usize = at(LAYOUT.rule_args, "interval");
     pub(crate) const BURST: usize = at(LAYOUT.rule_args, "burst");
     pub(crate) const WARMUP: usize = at(LAYOUT.rule_args, "warmup");
+    pub(crate) const MARK_MS: usize = at(LAYOUT.rule_args, "mark_ms");
 }
 
 /// Every script's layout.

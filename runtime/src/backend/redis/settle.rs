@@ -14,7 +14,7 @@ impl RedisBackend {
         let mut keys: Vec<String> = Vec::with_capacity(layout::settle::KEYS_PER_RULE * calls.len());
         let marks: Vec<String> = calls.iter().map(settle_mark).collect();
         let mut args: Vec<Arg<'_>> = Vec::with_capacity(1 + layout::settle::ARGS_PER_RULE * calls.len());
-        args.push(Arg::Int(now));
+        args.push(self.now_arg(now));
         for (call, mark) in calls.iter().zip(&marks) {
             keys.extend(settle_keys(call, mark));
             args.extend(settle_args(call));
@@ -78,5 +78,6 @@ fn settle_args<'a>(call: &SettleCall<'a>) -> [Arg<'a>; layout::settle::ARGS_PER_
     args[INTERVAL] = Arg::Int(call.rule.interval_ms());
     args[BURST] = Arg::Int(shape.burst);
     args[WARMUP] = Arg::Int(shape.warmup_ms);
+    args[MARK_MS] = Arg::Int(call.mark_ms.max(1));
     args
 }
