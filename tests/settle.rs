@@ -518,3 +518,27 @@ async fn a_client_on_the_server_s_time_settles_on_it() {
         Reserved::Refused(_)
     ));
 }
+
+/// In process, a limiter holding a reservation's grant is not let go at the bound
+/// before the settle: a spray of new keys cannot erase the excess the settle charges.
+#[tokio::test]
+async fn a_spray_of_new_keys_does_not_erase_a_pending_excess() {
+    let client = Client::builder().max_limiters(8).memory();
+    let victim = || Rule::new("spray:victim", 10, MINUTE).settled();
+    let reservation = granted(&client, &[victim()]).await;
+    for i in 0..200 {
+        let rule = Rule::new(format!("spray:other:{i}"), 10, MINUTE);
+        assert!(client.check_rules(&[rule]).await.unwrap().allowed);
+    }
+    let settled = reservation.settle(1_000).await.unwrap();
+    assert!(settled.rules[0].applied, "the grant was still there to settle");
+    assert!(matches!(
+        client.reserve(&[victim()]).await.unwrap(),
+        Reserved::Refused(_)
+    ));
+    // Settled, it no longer holds its limiter: the bound may let it go again.
+    for i in 200..400 {
+        let rule = Rule::new(format!("spray:other:{i}"), 10, MINUTE);
+        assert!(client.check_rules(&[rule]).await.unwrap().allowed);
+    }
+}

@@ -137,11 +137,13 @@ impl Client {
         let grants = self.grants(rules, &merged, &members)?;
         let estimates = grants.iter().filter(|g| g.settled.is_some()).map(|g| g.estimate);
         crate::observe::reserved(BY_HAND, estimates.sum());
-        Ok(Reserved::Granted(Reservation {
+        let reservation = Reservation {
             client: self.clone(),
             decision,
             grants,
-        }))
+        };
+        reservation.pin(1);
+        Ok(Reserved::Granted(reservation))
     }
 
     /// A reservation's grants, one per merged call.
@@ -292,6 +294,29 @@ impl Reservation {
     fn longest_window(&self) -> u64 {
         let longest = self.grants.iter().map(|g| g.config.interval).max();
         self.decision.at_ms + longest.unwrap_or(Duration::ZERO).as_millis() as u64
+    }
+}
+
+impl Drop for Reservation {
+    /// Settled or not, its grants no longer hold their limiters in process.
+    fn drop(&mut self) {
+        self.pin(-1);
+    }
+}
+
+impl Reservation {
+    /// In process, holds the limiters of the settled grants (`by` 1) so that none is
+    /// let go at the bound before its settle, or lets them go (`by` -1).
+    fn pin(&self, by: i32) {
+        if let Some(memory) = self.client.backend().in_process() {
+            let names: Vec<&str> = self
+                .grants
+                .iter()
+                .filter(|g| g.settled.is_some())
+                .map(|g| g.keys.config())
+                .collect();
+            memory.pin(&names, by);
+        }
     }
 }
 

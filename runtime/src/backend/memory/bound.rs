@@ -89,10 +89,10 @@ impl Store {
     }
 }
 
-/// Whether a limiter may be let go: a rule made it, and each of its windows has an
-/// expiry (its traces live as long as it would have).
+/// Whether a limiter may be let go: a rule made it, no reservation holds it, and each
+/// of its windows has an expiry (its traces live as long as it would have).
 fn evictable(limiter: &Limiter) -> bool {
-    limiter.by_rule && limiter.buckets.iter().flatten().all(|b| b.expires.is_some())
+    limiter.by_rule && limiter.pins == 0 && limiter.buckets.iter().flatten().all(|b| b.expires.is_some())
 }
 
 /// What a limiter uses: permits in its windows' logs, tokens its buckets lack.

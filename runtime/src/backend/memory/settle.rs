@@ -8,6 +8,17 @@ use crate::backend::SettleCall;
 use crate::Error;
 
 impl MemoryBackend {
+    /// Holds the limiters `names` while a reservation of their grants is not settled
+    /// (`by` 1), or lets them go (`by` -1): a limiter held is never let go at the bound.
+    pub fn pin(&self, names: &[&str], by: i32) {
+        for name in names {
+            let mut store = self.lock(name);
+            if let Some(limiter) = store.limiters.get_mut(name) {
+                limiter.pins = limiter.pins.saturating_add_signed(by);
+            }
+        }
+    }
+
     /// Settles `calls` at `now`: one flag per call, true when it was settled (false:
     /// its grant had left the window, or its limiter was deleted).
     pub fn settle(&self, calls: &[SettleCall<'_>], now: u64) -> Result<Vec<bool>, Error> {

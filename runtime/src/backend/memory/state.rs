@@ -107,6 +107,9 @@ pub(super) struct Limiter {
     /// Grants a recalled window counts that a shared cell of the summary added beyond
     /// its own trace, by [`slot`]: counted while held, never written back.
     pub(super) foreign: [Option<Grants>; 2],
+    /// Reservations not settled yet whose grants it holds: while any is, it is not let
+    /// go at the bound (a settle finds its grant where it was made).
+    pub(super) pins: u32,
 }
 
 /// `(time, permits)` of grants, oldest first.
