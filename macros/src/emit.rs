@@ -139,10 +139,13 @@ fn option(value: Option<TokenStream>) -> TokenStream {
 /// converted into the function's return type.
 fn on_refusal(sig: &Signature, plan: &Plan) -> (TokenStream, TokenStream) {
     let krate = &plan.krate;
-    if let Some(path) = &plan.fallback {
-        return (quote!(_), fallback_call(sig, &plan.names, krate, path));
-    }
     let refused = format_ident!("__redlimit_refused", span = Span::mixed_site());
+    if let Some(path) = &plan.fallback {
+        return (
+            quote!(#refused),
+            fallback_call(sig, &plan.names, krate, path, &refused),
+        );
+    }
     let span = match &sig.output {
         ReturnType::Type(_, ty) => ty.span(),
         ReturnType::Default => sig.ident.span(),
@@ -176,11 +179,18 @@ fn with_body(prologue: TokenStream, mut body: Block) -> TokenStream {
     quote! { #prologue #block }
 }
 
-/// `return <fallback>(args).await`, through `__private::Fallback` with the parameter
-/// types written out (`_` for `impl Trait`): a fallback taking other arguments fails
-/// the bound at its path, reported with the signature expected, rather than being
-/// matched against its own signature.
-fn fallback_call(sig: &Signature, names: &[Option<Ident>], krate: &Path, path: &Path) -> TokenStream {
+/// `return <fallback>(args).await`, `(args, refusal)` or `()` as the fallback's
+/// signature takes them, through `__private::Fallback` with the parameter types
+/// written out (`_` for `impl Trait`) and the shape inferred: a fallback of no
+/// accepted shape fails the bound at its path, reported with the shapes accepted,
+/// rather than being matched against its own signature.
+fn fallback_call(
+    sig: &Signature,
+    names: &[Option<Ident>],
+    krate: &Path,
+    path: &Path,
+    refused: &Ident,
+) -> TokenStream {
     let args = names.iter().flatten();
     let holes = sig.inputs.iter().map(|arg| match arg {
         FnArg::Receiver(receiver) => receiver.ty.to_token_stream(),
@@ -189,7 +199,7 @@ fn fallback_call(sig: &Signature, names: &[Option<Ident>], krate: &Path, path: &
     });
     let krate = respan(krate.to_token_stream(), path.span());
     quote_spanned! {path.span()=>
-        return #krate::__private::Fallback::<( #(#holes,)* )>::call(#path, (#(#args,)*)).await;
+        return #krate::__private::Fallback::<( #(#holes,)* ), _>::call(#path, (#(#args,)*), #refused).await;
     }
 }
 
