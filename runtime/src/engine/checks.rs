@@ -1,12 +1,15 @@
 //! Traits the attribute's expansion goes through so that a mistake is reported in the
 //! user's terms, at the user's token: a fallback of no accepted shape, a key
-//! placeholder whose value has no `Display`.
+//! placeholder whose value has no `Display`, a key naming the request the layer serves
+//! where the layer is not built.
 
 use std::fmt::Display;
 use std::future::Future;
 
 use crate::keys::key_buf::KeyBuf;
-use crate::RateLimited;
+use crate::{Error, RateLimited};
+
+use super::Engine;
 
 /// The shapes of `fallback` the attribute accepts, each a marker [`Fallback`] is
 /// implemented under: the function's arguments, those and then the refusal, or none.
@@ -121,4 +124,59 @@ impl<T: Display + ?Sized> KeyPart for T {
     fn write_to(&self, key: &mut KeyBuf) {
         key.value(self);
     }
+}
+
+/// A value of the request the layer serves, as a key template names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestValue {
+    /// `{request.client_ip}`: the client address the layer read, behind its trusted
+    /// proxies.
+    ClientIp,
+    /// `{request.identity}`: what the application set for the request
+    /// (`redlimit::request::set_identity`).
+    Identity,
+}
+
+impl RequestValue {
+    /// The value as an error names it.
+    pub fn described(self) -> &'static str {
+        match self {
+            RequestValue::ClientIp => "the request's client address ({request.client_ip})",
+            RequestValue::Identity => "the request's identity ({request.identity})",
+        }
+    }
+}
+
+/// Where a key's request values come from: the request scope of the layer, with the
+/// facade's `tower` feature (which `axum`, `actix` and `tonic` include).
+#[diagnostic::on_unimplemented(
+    message = "a key naming `{{request.client_ip}}` or `{{request.identity}}` reads the request \
+               redlimit's layer serves, which needs redlimit's `tower` feature",
+    label = "this key reads the request the layer serves",
+    note = "enable redlimit's `tower` feature, or `axum`, `actix` or `tonic`, which include it: \
+            the layer (RateLimitLayer, or its actix-web middleware) sets the request scope these \
+            values are read from"
+)]
+pub trait RequestValues {
+    /// Writes `value` of the request being served into `key`, escaped; `Err` says why
+    /// the call has none.
+    fn write(value: RequestValue, key: &mut KeyBuf) -> Result<(), &'static str>;
+}
+
+/// Writes `value` of the request being served into rule `rule`'s key, or refuses the
+/// call as misuse (logged, counted, never a shared key).
+pub fn request_value<R: RequestValues>(
+    engine: &Engine,
+    rule: usize,
+    value: RequestValue,
+    key: &mut KeyBuf,
+) -> Result<(), RateLimited> {
+    R::write(value, key).map_err(|reason| {
+        let error = Error::MissingRequestValue {
+            rule: engine.rules()[rule].name.to_string(),
+            value: value.described(),
+            reason,
+        };
+        engine.refuse_misconfigured(rule, error)
+    })
 }
