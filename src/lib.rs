@@ -61,6 +61,13 @@ pub mod axum {
 #[doc(inline)]
 pub use redlimit_edge::tower;
 
+// The request the layer serves (cargo feature `tower`, included in `axum`, `actix` and
+// `tonic`): its client address and an identity the application sets, for the code it
+// calls; the module, with its own documentation.
+#[cfg(feature = "tower")]
+#[doc(inline)]
+pub use redlimit_edge::request;
+
 // actix-web (cargo feature `actix`): the layer's rules as middleware, the ClientIp
 // extractor, refusals as responses; the module, with its own documentation.
 #[cfg(feature = "actix")]
@@ -80,4 +87,17 @@ pub struct ReadmeDoctests;
 pub mod __private {
     pub use redlimit_macros::expand;
     pub use redlimit_runtime::private::*;
+
+    /// Where `{request.client_ip}` and `{request.identity}` are read from: the request
+    /// scope of the layer, built with the `tower` feature; without it, a key naming
+    /// them does not compile, and the error says which feature to enable.
+    #[derive(Debug)]
+    pub struct Request;
+
+    #[cfg(feature = "tower")]
+    impl RequestValues for Request {
+        fn write(value: RequestValue, key: &mut KeyBuf) -> Result<(), &'static str> {
+            redlimit_edge::request::write_key(value, key)
+        }
+    }
 }

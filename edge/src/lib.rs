@@ -7,6 +7,10 @@
 //! - With the `tower` feature, [`tower::RateLimitLayer`] limits every request through a
 //!   router or a gRPC server (`axum` and `tonic` add their responses); with `serde`,
 //!   its rules read from configuration (`tower::LayerConfig`).
+//! - With the `tower` feature, [`request`]: the client address and an identity the
+//!   application sets, for the functions a request the layer serves calls, without
+//!   passing them down (`{request.client_ip}` and `{request.identity}` in key
+//!   templates).
 //! - With the `actix` feature, the same layer is actix-web middleware, and
 //!   [`ClientIp`] an actix-web extractor (see [`actix`]).
 
@@ -22,5 +26,7 @@ pub use client_ip::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEF
 pub mod actix;
 #[cfg(feature = "axum")]
 pub mod axum;
+#[cfg(feature = "tower")]
+pub mod request;
 #[cfg(feature = "tower")]
 pub mod tower;

@@ -9,7 +9,7 @@ use syn::{token, Block, Expr, FnArg, Ident, Path, ReturnType, Signature, Stmt};
 use crate::input::async_trait_block;
 use crate::plan::Plan;
 use crate::rule::{Mode, Policy, RuleArgs};
-use crate::template::Piece;
+use crate::template::{Piece, RequestPart};
 
 /// The errors, then the body unchanged, so the rest of the crate still type-checks.
 pub fn errors_and_body(errors: Vec<syn::Error>, body: &Block) -> TokenStream {
@@ -36,12 +36,34 @@ fn prologue(sig: &Signature, plan: &Plan) -> TokenStream {
     let site = format_ident!("__REDLIMIT_SITE", span = Span::mixed_site());
     let keys = format_ident!("__redlimit_keys", span = Span::mixed_site());
     let specs = plan.rules.iter().map(|rule| rule_spec(rule, krate, &fn_name));
-    let key_exprs = plan.rules.iter().map(|rule| key_expr(rule, krate, &fn_name));
+    let key_site = KeySite {
+        krate,
+        site: &site,
+        label: syn::Lifetime {
+            apostrophe: Span::mixed_site(),
+            ident: format_ident!("__redlimit_keyed", span = Span::mixed_site()),
+        },
+    };
+    let key_exprs = plan
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| key_expr(rule, i, &key_site, &fn_name));
     let timeout = option(
         plan.timeout_ms
             .map(|ms| quote!(::core::time::Duration::from_millis(#ms))),
     );
     let (binding, on_refusal) = on_refusal(sig, plan);
+    let decide = quote!(#krate::__private::decide(&#site, &mut #keys).await);
+    let decided_ident = format_ident!("__redlimit_decided", span = Span::mixed_site());
+    // A key reading the request can refuse before anything is decided: the keys are
+    // built in a block that a refusal breaks out of.
+    let decided = if plan.rules.iter().any(reads_request) {
+        let label = &key_site.label;
+        quote!(#label: { let mut #keys = [#(#key_exprs),*]; #decide })
+    } else {
+        quote!({ let mut #keys = [#(#key_exprs),*]; #decide })
+    };
     quote! {
         {
             static #site: #krate::__private::Engine = #krate::__private::Engine::new(
@@ -49,12 +71,27 @@ fn prologue(sig: &Signature, plan: &Plan) -> TokenStream {
                 #timeout,
                 ::core::concat!(::core::module_path!(), "::", #fn_name),
             );
-            let mut #keys = [#(#key_exprs),*];
-            if let ::core::result::Result::Err(#binding) = #krate::__private::decide(&#site, &mut #keys).await {
+            let #decided_ident: ::core::result::Result<(), #krate::RateLimited> = #decided;
+            if let ::core::result::Result::Err(#binding) = #decided_ident {
                 #on_refusal
             }
         }
     }
+}
+
+/// Whether a rule's key names a value of the request the layer serves.
+fn reads_request(rule: &RuleArgs) -> bool {
+    rule.key
+        .as_ref()
+        .is_some_and(|(_, pieces)| pieces.iter().any(|p| matches!(p, Piece::Request(_))))
+}
+
+/// What a key reading the request refers to: the crate, the engine, the block a
+/// refusal breaks out of.
+struct KeySite<'a> {
+    krate: &'a Path,
+    site: &'a Ident,
+    label: syn::Lifetime,
 }
 
 /// One rule's `RuleSpec`, as the runtime reads it.
@@ -139,10 +176,13 @@ fn option(value: Option<TokenStream>) -> TokenStream {
 /// converted into the function's return type.
 fn on_refusal(sig: &Signature, plan: &Plan) -> (TokenStream, TokenStream) {
     let krate = &plan.krate;
-    if let Some(path) = &plan.fallback {
-        return (quote!(_), fallback_call(sig, &plan.names, krate, path));
-    }
     let refused = format_ident!("__redlimit_refused", span = Span::mixed_site());
+    if let Some(path) = &plan.fallback {
+        return (
+            quote!(#refused),
+            fallback_call(sig, &plan.names, krate, path, &refused),
+        );
+    }
     let span = match &sig.output {
         ReturnType::Type(_, ty) => ty.span(),
         ReturnType::Default => sig.ident.span(),
@@ -176,11 +216,18 @@ fn with_body(prologue: TokenStream, mut body: Block) -> TokenStream {
     quote! { #prologue #block }
 }
 
-/// `return <fallback>(args).await`, through `__private::Fallback` with the parameter
-/// types written out (`_` for `impl Trait`): a fallback taking other arguments fails
-/// the bound at its path, reported with the signature expected, rather than being
-/// matched against its own signature.
-fn fallback_call(sig: &Signature, names: &[Option<Ident>], krate: &Path, path: &Path) -> TokenStream {
+/// `return <fallback>(args).await`, `(args, refusal)` or `()` as the fallback's
+/// signature takes them, through `__private::Fallback` with the parameter types
+/// written out (`_` for `impl Trait`) and the shape inferred: a fallback of no
+/// accepted shape fails the bound at its path, reported with the shapes accepted,
+/// rather than being matched against its own signature.
+fn fallback_call(
+    sig: &Signature,
+    names: &[Option<Ident>],
+    krate: &Path,
+    path: &Path,
+    refused: &Ident,
+) -> TokenStream {
     let args = names.iter().flatten();
     let holes = sig.inputs.iter().map(|arg| match arg {
         FnArg::Receiver(receiver) => receiver.ty.to_token_stream(),
@@ -189,7 +236,7 @@ fn fallback_call(sig: &Signature, names: &[Option<Ident>], krate: &Path, path: &
     });
     let krate = respan(krate.to_token_stream(), path.span());
     quote_spanned! {path.span()=>
-        return #krate::__private::Fallback::<( #(#holes,)* )>::call(#path, (#(#args,)*)).await;
+        return #krate::__private::Fallback::<( #(#holes,)* ), _>::call(#path, (#(#args,)*), #refused).await;
     }
 }
 
@@ -216,8 +263,10 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-/// The expression building one rule's key (without the client's prefix).
-fn key_expr(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
+/// The expression building rule `index`'s key (without the client's prefix); a value
+/// of the request the call does not have breaks out of `at.label` with the refusal.
+fn key_expr(rule: &RuleArgs, index: usize, at: &KeySite<'_>, fn_name: &str) -> TokenStream {
+    let krate = at.krate;
     let buf = format_ident!("__redlimit_key", span = Span::mixed_site());
     let Some((lit, pieces)) = &rule.key else {
         return quote! {
@@ -238,12 +287,35 @@ fn key_expr(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
             });
             quote_spanned! {span=> #krate::__private::KeyPart::write_to(&#(#segments).*, &mut #buf); }
         }
+        Piece::Request(part) => request_part(*part, index, at, &buf, span),
     });
     quote! {
         {
             let mut #buf = #krate::__private::KeyBuf::new();
             #(#parts)*
             #buf.finish()
+        }
+    }
+}
+
+/// Writes a value of the request into the key `buf`, or breaks out with the refusal;
+/// spanned at the key, where a build without the layer is told which feature it needs.
+fn request_part(part: RequestPart, index: usize, at: &KeySite<'_>, buf: &Ident, span: Span) -> TokenStream {
+    let KeySite { site, label, .. } = at;
+    let krate = respan(at.krate.to_token_stream(), span);
+    let value = match part {
+        RequestPart::ClientIp => quote_spanned!(span=> ClientIp),
+        RequestPart::Identity => quote_spanned!(span=> Identity),
+    };
+    let refused = format_ident!("__redlimit_refused", span = Span::mixed_site());
+    quote_spanned! {span=>
+        if let ::core::result::Result::Err(#refused) = #krate::__private::request_value::<#krate::__private::Request>(
+            &#site,
+            #index,
+            #krate::__private::RequestValue::#value,
+            &mut #buf,
+        ) {
+            break #label ::core::result::Result::Err(#refused);
         }
     }
 }

@@ -100,7 +100,7 @@ fn check_distinct_templates(rules: &[RuleArgs], errors: &mut Vec<Error>) {
                 .iter()
                 .map(|piece| match piece {
                     Piece::Text(text) => Some(text.clone()),
-                    Piece::Value(_) => None,
+                    Piece::Value(_) | Piece::Request(_) => None,
                 })
                 .collect()
         })

@@ -9,6 +9,39 @@ pub enum Piece {
     Text(String),
     /// A parameter and a path of fields: `user.id` is `["user", "id"]`.
     Value(Vec<String>),
+    /// A value of the request the layer serves: `{request.client_ip}`,
+    /// `{request.identity}` (where no parameter is named `request`).
+    Request(RequestPart),
+}
+
+/// A value of the request the layer serves, as a template names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestPart {
+    ClientIp,
+    Identity,
+}
+
+/// What `{request.<field>}` accepts, as written.
+pub const REQUEST_PARTS: [(&str, RequestPart); 2] = [
+    ("client_ip", RequestPart::ClientIp),
+    ("identity", RequestPart::Identity),
+];
+
+/// The name a template's values of the request start with.
+pub const REQUEST: &str = "request";
+
+impl Piece {
+    /// What a value is called in a message: `user.id`, `request.identity`.
+    pub fn value_name(&self) -> Option<String> {
+        match self {
+            Piece::Text(_) => None,
+            Piece::Value(path) => Some(path.join(".")),
+            Piece::Request(part) => {
+                let field = REQUEST_PARTS.iter().find(|(_, p)| p == part).map(|(f, _)| *f);
+                Some(format!("{REQUEST}.{}", field.unwrap_or_default()))
+            }
+        }
+    }
 }
 
 fn is_ident(segment: &str) -> bool {
@@ -61,11 +94,13 @@ pub fn parse(text: &str) -> Result<Vec<Piece>, String> {
     Ok(pieces)
 }
 
-/// A key template split into pieces and checked: its placeholders name `params`, its
-/// braces keep one cluster slot, its values fill whole segments. The first problem
-/// found, in that order, is the one reported.
+/// A key template split into pieces and checked: its placeholders name `params` (or,
+/// when no parameter is named `request`, the request the layer serves), its braces
+/// keep one cluster slot, its values fill whole segments. The first problem found, in
+/// that order, is the one reported.
 pub fn checked(text: &str, params: &[String]) -> Result<Vec<Piece>, String> {
     let pieces = parse(text)?;
+    let pieces = request_values(pieces, params)?;
     check_params(&pieces, params)?;
     check_slot(&pieces)?;
     check_segments(&pieces)?;
@@ -97,6 +132,36 @@ fn placeholder(text: &str, at: usize) -> Result<(Vec<String>, usize), String> {
     Ok((path, inner.chars().count()))
 }
 
+/// `{request.client_ip}` and `{request.identity}` as the request's values, when no
+/// parameter binds `request` (a parameter's fields are written as before); any other
+/// `{request...}` then says what the request has.
+fn request_values(pieces: Vec<Piece>, params: &[String]) -> Result<Vec<Piece>, String> {
+    if params.iter().any(|p| p == REQUEST) {
+        return Ok(pieces);
+    }
+    pieces
+        .into_iter()
+        .map(|piece| match piece {
+            Piece::Value(path) if path[0] == REQUEST => {
+                let field = path.get(1).filter(|_| path.len() == 2);
+                REQUEST_PARTS
+                    .iter()
+                    .find(|(name, _)| Some(*name) == field.map(String::as_str))
+                    .map(|&(_, part)| Piece::Request(part))
+                    .ok_or_else(|| {
+                        format!(
+                            "`{{{}}}` in the key: the request the layer serves has `{{request.client_ip}}` \
+                             (the client address the layer read) and `{{request.identity}}` (what the \
+                             application set with redlimit::request::set_identity)",
+                            path.join(".")
+                        )
+                    })
+            }
+            piece => Ok(piece),
+        })
+        .collect()
+}
+
 /// Every placeholder must start with one of `params`.
 pub fn check_params(pieces: &[Piece], params: &[String]) -> Result<(), String> {
     for piece in pieces {
@@ -115,7 +180,8 @@ pub fn check_params(pieces: &[Piece], params: &[String]) -> Result<(), String> {
                     )
                 };
                 return Err(format!(
-                    "unknown placeholder `{{{}}}` in the key; {listed}",
+                    "unknown placeholder `{{{}}}` in the key; {listed} (and `{{request.client_ip}}`, \
+                     `{{request.identity}}` name the request the layer serves)",
                     path.join(".")
                 ));
             }
@@ -161,11 +227,8 @@ fn check_first_segment(pieces: &[Piece]) -> Result<(), String> {
             Ok(())
         }
         None => Ok(()),
-        Some(Piece::Text(_)) | Some(Piece::Value(_)) => {
-            let value = pieces.iter().find_map(|p| match p {
-                Piece::Value(path) => Some(path.join(".")),
-                Piece::Text(_) => None,
-            });
+        Some(_) => {
+            let value = pieces.iter().find_map(Piece::value_name);
             Err(format!(
                 "the key starts with the value `{{{}}}`: a key must start with literal text of its own, so that \
                  no value can choose which rule's limiters it reaches; {SEGMENTS_EXAMPLE}",
@@ -179,15 +242,15 @@ fn check_first_segment(pieces: &[Piece]) -> Result<(), String> {
 fn check_whole_segments(pieces: &[Piece]) -> Result<(), String> {
     let separated = |c: Option<char>| c.is_none_or(|c| SEPARATORS.contains(&c));
     for (i, piece) in pieces.iter().enumerate() {
-        let Piece::Value(path) = piece else { continue };
+        let Some(name) = piece.value_name() else { continue };
         let before = match i.checked_sub(1).map(|j| &pieces[j]) {
             Some(Piece::Text(text)) => text.chars().last(),
-            Some(Piece::Value(_)) => Some('v'),
+            Some(_) => Some('v'),
             None => None,
         };
         let after = match pieces.get(i + 1) {
             Some(Piece::Text(text)) => text.chars().next(),
-            Some(Piece::Value(_)) => Some('v'),
+            Some(_) => Some('v'),
             None => None,
         };
         if !separated(before) || !separated(after) {
@@ -195,7 +258,7 @@ fn check_whole_segments(pieces: &[Piece]) -> Result<(), String> {
                 "`{{{}}}` shares a segment of the key with other text: a value must fill a whole segment, \
                  between `:` (or a hash tag's braces) and the next, so that no value can spell another key; \
                  {SEGMENTS_EXAMPLE}",
-                path.join(".")
+                name
             ));
         }
     }
@@ -211,7 +274,7 @@ pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
         .iter()
         .map(|piece| match piece {
             Piece::Text(text) => text.as_str(),
-            Piece::Value(_) => "v",
+            Piece::Value(_) | Piece::Request(_) => "v",
         })
         .collect();
     let problem = match hash_tag::split(&skeleton) {
@@ -227,193 +290,4 @@ pub fn check_slot(pieces: &[Piece]) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::test_rng::XorShift;
-
-    #[test]
-    fn values_fill_whole_segments_after_a_literal_one() {
-        let ok = |t: &str| check_segments(&parse(t).unwrap());
-        for good in [
-            "order",
-            "order:{user_id}",
-            "order:{a}:{b.c}:x",
-            "{{tenant:{tenant.id}}}:search:{query}",
-            "search:{{{tenant}}}",
-            "redlimitx:{a}",
-            "x:redlimit:{a}",
-        ] {
-            assert_eq!(ok(good), Ok(()), "{good}");
-        }
-        for (bad, says) in [
-            ("{tenant}:{user}", "starts with the value `{tenant}`"),
-            ("{api_key}", "starts with the value"),
-            (":{a}", "starts with the value"),
-            ("{{{t}}}:search", "starts with the value"),
-            ("user-{id}", "`{id}` shares a segment"),
-            ("v{n}:x", "`{n}` shares a segment"),
-            ("a:{x}{y}", "`{x}` shares a segment"),
-            ("a:{x}.json", "`{x}` shares a segment"),
-            ("redlimit", "may not start with `redlimit`"),
-            ("redlimit:overrides", "may not start with `redlimit`"),
-            ("redlimit:{x}", "may not start with `redlimit`"),
-        ] {
-            let error = ok(bad).unwrap_err();
-            assert!(error.contains(says), "{bad}: {error}");
-        }
-    }
-
-    fn text(s: &str) -> Piece {
-        Piece::Text(s.into())
-    }
-
-    fn value(path: &[&str]) -> Piece {
-        Piece::Value(path.iter().map(|s| s.to_string()).collect())
-    }
-
-    #[test]
-    fn pieces() {
-        assert_eq!(
-            parse("order:{user_id}"),
-            Ok(vec![text("order:"), value(&["user_id"])])
-        );
-        assert_eq!(
-            parse("{{tenant:{t.id}}}:x{p.0}"),
-            Ok(vec![
-                text("{tenant:"),
-                value(&["t", "id"]),
-                text("}:x"),
-                value(&["p", "0"])
-            ])
-        );
-        assert_eq!(parse("é{ü}"), Ok(vec![text("é"), value(&["ü"])]));
-        assert_eq!(parse(""), Ok(vec![]));
-    }
-
-    #[test]
-    fn rejected_with_a_reason() {
-        for (input, says) in [
-            ("a{b", "unclosed"),
-            ("a}b", "unmatched `}`"),
-            ("a{}", "empty `{}`"),
-            ("a{ }", "empty `{}`"),
-            ("{a b}", "not a parameter"),
-            ("{a.}", "not a parameter"),
-            ("{0}", "not a parameter"),
-            ("{a..b}", "not a parameter"),
-        ] {
-            let err = parse(input).unwrap_err();
-            assert!(err.contains(says), "{input:?}: {err}");
-        }
-    }
-
-    #[test]
-    fn placeholders_name_parameters() {
-        let params = vec!["user".to_owned(), "self".to_owned()];
-        assert!(check_params(&parse("{user.id}:{self.tenant}").unwrap(), &params).is_ok());
-        let err = check_params(&parse("{usr}").unwrap(), &params).unwrap_err();
-        assert!(err.contains("`{usr}`") && err.contains("`user`, `self`"), "{err}");
-    }
-
-    #[test]
-    fn slots() {
-        assert!(check_slot(&parse("order:{id}").unwrap()).is_ok());
-        assert!(check_slot(&parse("{{t:{id}}}:orders").unwrap()).is_ok());
-        for bad in ["a{{b", "a}}b", "{{}}x"] {
-            assert!(check_slot(&parse(bad).unwrap()).is_err(), "{bad}");
-        }
-    }
-
-    /// The part of `key` Redis Cluster hashes: the first `{...}` when non-empty, else
-    /// the whole key (the specification's rule, written independently of check_slot).
-    fn hashed(key: &str) -> &str {
-        if let Some(open) = key.find('{') {
-            if let Some(len) = key[open + 1..].find('}') {
-                if len > 0 {
-                    return &key[open + 1..open + 1 + len];
-                }
-            }
-        }
-        key
-    }
-
-    /// What check_params and check_slot must answer for `pieces`: params exactly when
-    /// every placeholder names a parameter; slot exactly when the config key and the
-    /// value key (`{NAME}:value`, or `NAME:value` when NAME has a `{`) hash alike, with
-    /// the default prefix and a value standing in for each placeholder.
-    fn checks_agree(pieces: &[Piece], params: &[String], input: &str) {
-        let named = pieces.iter().all(|piece| match piece {
-            Piece::Value(path) => params.contains(&path[0]),
-            Piece::Text(_) => true,
-        });
-        match check_params(pieces, params) {
-            Ok(()) => assert!(named, "{input:?}"),
-            Err(message) => assert!(!named && !message.is_empty(), "{input:?}"),
-        }
-        let name: String = std::iter::once("rate_limit:".to_owned())
-            .chain(pieces.iter().map(|piece| match piece {
-                Piece::Text(text) => text.clone(),
-                Piece::Value(_) => "v".to_owned(),
-            }))
-            .collect();
-        let value_key = if name.contains('{') {
-            format!("{name}:value")
-        } else {
-            format!("{{{name}}}:value")
-        };
-        let one_slot = hashed(&name) == hashed(&value_key);
-        assert_eq!(
-            check_slot(pieces).is_ok(),
-            one_slot,
-            "{input:?}: {name} / {value_key}"
-        );
-    }
-
-    #[test]
-    fn no_input_panics() {
-        let alphabet = ["", "{", "}", "a", ".", "0", ":", "é", " ", "_"];
-        let params = vec!["a".to_owned()];
-        for a in alphabet {
-            for b in alphabet {
-                for c in alphabet {
-                    for d in alphabet {
-                        for e in alphabet {
-                            let input = format!("{a}{b}{c}{d}{e}");
-                            if let Ok(pieces) = parse(&input) {
-                                checks_agree(&pieces, &params, &input);
-                            } else {
-                                assert!(!parse(&input).unwrap_err().is_empty());
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn random_templates_never_panic_and_round_trip() {
-        let alphabet: Vec<char> = "{}{}{}ab_.0:%é🦀 \u{0}x".chars().collect();
-        let params = vec!["a".to_owned(), "b".to_owned()];
-        let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
-        for _ in 0..100_000 {
-            let len = rng.below(16);
-            let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();
-            match parse(&text) {
-                Ok(pieces) => {
-                    // Writing the pieces back as a template gives the same pieces.
-                    let rebuilt: String = pieces
-                        .iter()
-                        .map(|piece| match piece {
-                            Piece::Text(t) => t.replace('{', "{{").replace('}', "}}"),
-                            Piece::Value(path) => format!("{{{}}}", path.join(".")),
-                        })
-                        .collect();
-                    assert_eq!(parse(&rebuilt).as_ref(), Ok(&pieces), "{text:?}");
-                    checks_agree(&pieces, &params, &text);
-                }
-                Err(message) => assert!(message.len() > 10, "{text:?}: {message}"),
-            }
-        }
-    }
-}
+mod tests;

@@ -1,7 +1,8 @@
 //! The middleware: a [`RateLimitLayer`] is an actix-web `Transform`, and
 //! [`RateLimitMiddleware`] the service it wraps around another. Each request is
 //! decided before the inner service sees it, by the same code as the tower layer's; a
-//! grant passes it on and adds the RateLimit fields, a refusal is answered by the
+//! grant passes it on, inside the request's scope (`crate::request`), and adds the
+//! RateLimit fields, a refusal is answered by the
 //! layer's [`Respond`]. In process without a timeout the decision is made where the
 //! service is called and the response future is the inner service's; otherwise the
 //! decision and the inner call are boxed.
@@ -18,9 +19,11 @@ use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::Error;
 use redlimit_runtime::engine::Granted;
 use redlimit_runtime::RateLimited;
+use tokio::task::futures::TaskLocalFuture;
 
 use super::request::ActixRequest;
 use super::respond::Respond;
+use crate::request::Scope;
 use crate::tower::{Keys, RateLimitLayer, Shared};
 
 impl<S, B, R> Transform<S, ServiceRequest> for RateLimitLayer<R>
@@ -72,8 +75,8 @@ where
 
     fn call(&self, request: ServiceRequest) -> Self::Future {
         let read = |request: &ServiceRequest| self.shared.read(&mut ActixRequest::new(request), false);
-        let mut keys = match read(&request) {
-            Ok(keys) => keys,
+        let (mut keys, mut scope) = match read(&request) {
+            Ok(read) => read,
             Err(limited) => return self.refused(request, limited),
         };
         if let Some(client) = self
@@ -83,18 +86,18 @@ where
             .filter(|_| self.shared.decides_at_once)
         {
             match self.shared.decide_keys_now(client, keys) {
-                Some(Ok(granted)) => return self.granted(request, granted),
+                Some(Ok(granted)) => return self.granted(request, granted, scope),
                 Some(Err(limited)) => return self.refused(request, limited),
                 // Not reached: in process without a timeout nothing the decision awaits
                 // waits (a debug assertion holds the tests to it). Were it reached, the
                 // request would be read again and decided on the boxed path.
                 None => match read(&request) {
-                    Ok(again) => keys = again,
+                    Ok(again) => (keys, scope) = again,
                     Err(limited) => return self.refused(request, limited),
                 },
             }
         }
-        self.waiting(request, keys)
+        self.waiting(request, keys, scope)
     }
 }
 
@@ -104,10 +107,17 @@ where
     B: MessageBody + 'static,
     R: Respond,
 {
-    /// A request granted here: the inner service's future, the fields added when it ends.
-    fn granted(&self, request: ServiceRequest, granted: Granted) -> MiddlewareFuture<S::Future, B> {
+    /// A request granted here: the inner service's future, in the request's scope, the
+    /// fields added when it ends.
+    fn granted(
+        &self,
+        request: ServiceRequest,
+        granted: Granted,
+        scope: Scope,
+    ) -> MiddlewareFuture<S::Future, B> {
+        let future = scope.sync(|| self.inner.call(request));
         let kind = Kind::Granted {
-            future: self.inner.call(request),
+            future: scope.run(future),
             fields: Some((self.shared.clone(), granted)),
         };
         MiddlewareFuture { kind }
@@ -124,14 +134,15 @@ where
 
     /// A request whose decision waits (Redis, a timeout): the decision and the inner
     /// call, boxed.
-    fn waiting(&self, request: ServiceRequest, keys: Keys) -> MiddlewareFuture<S::Future, B> {
+    fn waiting(&self, request: ServiceRequest, keys: Keys, scope: Scope) -> MiddlewareFuture<S::Future, B> {
         let inner = self.inner.clone();
         let shared = self.shared.clone();
         let respond = self.respond.clone();
         let waiting = Box::pin(async move {
             match shared.decide_keys(keys).await {
                 Ok(granted) => {
-                    let mut response = inner.call(request).await?;
+                    let future = scope.sync(|| inner.call(request));
+                    let mut response = scope.run(future).await?;
                     shared.add_fields(&granted, &mut response);
                     Ok(response.map_into_left_body())
                 }
@@ -175,7 +186,7 @@ pin_project_lite::pin_project! {
     enum Kind<F, B> {
         Granted {
             #[pin]
-            future: F,
+            future: TaskLocalFuture<Scope, F>,
             fields: Option<(Arc<Shared>, Granted)>,
         },
         Refused {

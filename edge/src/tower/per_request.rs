@@ -15,6 +15,7 @@ use super::key::MissingKey;
 use super::request::{NoValue, PathParams, Value, OUTSIDE_ROUTER};
 use super::shared::{Extract, Keyed, Shared};
 use crate::client_ip::{one_setting, ReadBy};
+use crate::request::Scope;
 use crate::{ClientIp, TrustedProxies};
 
 /// The client address when a rule is keyed by it: `Err` when the peer's is missing.
@@ -26,10 +27,15 @@ pub(crate) type Keys = (SmallVec<[String; 2]>, Vec<u64>);
 impl Shared {
     /// `routed`: the layer is inside an axum `Router` (it wraps a route or the
     /// fallback), where a request without matched path parameters matched no route.
-    pub(super) async fn decide(&self, parts: &mut Parts, routed: bool) -> Result<Granted, RateLimited> {
+    /// A grant comes with the request's scope, for the inner service to run in.
+    pub(super) async fn decide(
+        &self,
+        parts: &mut Parts,
+        routed: bool,
+    ) -> Result<(Granted, Scope), RateLimited> {
         let path = PathParams::read(self.needs_path, parts).await;
-        let keys = self.read(&mut TowerRequest { parts, path: &path }, routed)?;
-        self.decide_keys(keys).await
+        let (keys, scope) = self.read(&mut TowerRequest { parts, path: &path }, routed)?;
+        Ok((self.decide_keys(keys).await?, scope))
     }
 
     /// The engine's decision on a request's limiters, as [`read`](Shared::read) gave them.
@@ -41,11 +47,18 @@ impl Shared {
     /// [`decide`](Shared::decide) where it is called, on an in-process client without
     /// a timeout: `None`, before anything is read, when the request's path parameters
     /// are to be read (an extractor's future) or the layer has no client of its own.
-    pub(super) fn decide_now(&self, parts: &mut Parts, routed: bool) -> Option<Result<Granted, RateLimited>> {
+    pub(super) fn decide_now(
+        &self,
+        parts: &mut Parts,
+        routed: bool,
+    ) -> Option<Result<(Granted, Scope), RateLimited>> {
         let client = self.client.as_ref().filter(|_| !self.needs_path)?;
         let path = PathParams::Unread;
         match self.read(&mut TowerRequest { parts, path: &path }, routed) {
-            Ok(keys) => self.decide_keys_now(client, keys),
+            Ok((keys, scope)) => Some(
+                self.decide_keys_now(client, keys)?
+                    .map(|granted| (granted, scope)),
+            ),
             Err(refused) => Some(Err(refused)),
         }
     }
@@ -74,41 +87,46 @@ impl Shared {
         }
     }
 
-    /// The request's trusted-proxy setting, client address and keys, read.
-    pub(crate) fn read<Q: Incoming>(&self, request: &mut Q, routed: bool) -> Result<Keys, RateLimited> {
-        let trusted = self.trust(request).map_err(|problem| {
-            let error = Error::InvalidConfig {
-                name: self.rules[self.trust_rule].name.to_string(),
-                problem,
-            };
-            self.engine.refuse_misconfigured(self.trust_rule, error)
-        })?;
-        let client = match &trusted {
-            Some(trusted) if self.keys_client_ip => Some(
-                request
-                    .peer()
-                    .map(|peer| request.client_ip(trusted, peer.ip()))
-                    .ok_or(Q::NO_PEER),
-            ),
-            _ => None,
+    /// The request's trusted-proxy setting, client address and keys, read; and its
+    /// scope, with the client address, for the code the request runs.
+    pub(crate) fn read<Q: Incoming>(
+        &self,
+        request: &mut Q,
+        routed: bool,
+    ) -> Result<(Keys, Scope), RateLimited> {
+        let trusted = match self.trust(request) {
+            Ok(trusted) => Ok(trusted),
+            Err(problem) if self.reads_trust => {
+                let error = Error::InvalidConfig {
+                    name: self.rules[self.trust_rule].name.to_string(),
+                    problem,
+                };
+                return Err(self.engine.refuse_misconfigured(self.trust_rule, error));
+            }
+            // Only the scope's client address reads it: it has none.
+            Err(problem) => Err(problem),
         };
-        let keys = self.keys(request, &client, routed)?;
-        if let Some(trusted) = trusted {
-            let client = client.and_then(Result::ok);
-            request.leave(ReadBy { trusted, client });
+        let client = trusted.as_ref().map_err(|problem| *problem).and_then(|trusted| {
+            let peer = request.peer().ok_or(Q::NO_PEER)?;
+            Ok(request.client_ip(trusted, peer.ip()))
+        });
+        let keyed = self.keys_client_ip.then_some(client);
+        let keys = self.keys(request, &keyed, routed)?;
+        if let (true, Ok(trusted)) = (self.reads_trust, trusted) {
+            request.leave(ReadBy {
+                trusted,
+                client: client.ok(),
+            });
         }
-        Ok(keys)
+        Ok((keys, Scope::new(client)))
     }
 
     /// The request's one trusted-proxy setting: this layer's, an extension's or an
-    /// outer layer's, which must not differ; `None` when the layer reads none.
-    fn trust<Q: Incoming>(&self, request: &Q) -> Result<Option<TrustedProxies>, &'static str> {
-        if !self.reads_trust {
-            return Ok(None);
-        }
+    /// outer layer's, which must not differ; none trusted when none is given.
+    fn trust<Q: Incoming>(&self, request: &Q) -> Result<TrustedProxies, &'static str> {
         request.settings(|extension, read| {
             let setting = one_setting([self.trusted.as_ref(), extension, read.map(|read| &read.trusted)])?;
-            Ok(Some(setting.unwrap_or(&self.untrusted).clone()))
+            Ok(setting.unwrap_or(&self.untrusted).clone())
         })
     }
 

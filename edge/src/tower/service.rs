@@ -1,7 +1,7 @@
 //! The service: [`RateLimit`], what [`RateLimitLayer`](super::RateLimitLayer) wraps
 //! around another service. Each request is decided before the inner service sees it;
-//! a grant passes it on and adds the RateLimit fields, a refusal is answered by the
-//! layer's responder. In process without a timeout the decision never waits, so it is
+//! a grant passes it on, inside the request's scope (`crate::request`), and adds the
+//! RateLimit fields, a refusal is answered by the layer's responder. In process without a timeout the decision never waits, so it is
 //! made where the service is called and the response future is the inner service's;
 //! otherwise the decision (an `async fn` of the layer) and the inner call are boxed.
 
@@ -15,10 +15,12 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use redlimit_runtime::engine::Granted;
+use tokio::task::futures::TaskLocalFuture;
 
 use super::request::behind_router;
 use super::respond::{decided_inside, PlainText, Respond};
 use super::shared::Shared;
+use crate::request::Scope;
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
 #[derive(Clone)]
@@ -70,8 +72,9 @@ where
         let waiting = Box::pin(async move {
             let (mut parts, body) = request.into_parts();
             match shared.decide(&mut parts, behind_router::<S>()).await {
-                Ok(granted) => {
-                    let mut response = inner.call(Request::from_parts(parts, body)).await?;
+                Ok((granted, scope)) => {
+                    let future = scope.sync(|| inner.call(Request::from_parts(parts, body)));
+                    let mut response = scope.run(future).await?;
                     shared.add_success_fields(&granted, &mut response);
                     Ok(response)
                 }
@@ -112,8 +115,11 @@ impl<S: 'static, R> RateLimit<S, R> {
             }
         };
         let kind = match decided {
-            Some(Ok(granted)) => Kind::Granted {
-                future: self.inner.call(Request::from_parts(parts, body)),
+            Some(Ok((granted, scope))) => Kind::Granted {
+                future: {
+                    let future = scope.sync(|| self.inner.call(Request::from_parts(parts, body)));
+                    scope.run(future)
+                },
                 fields: Some((self.shared.clone(), granted)),
             },
             Some(Err(limited)) => Kind::Refused {
@@ -157,7 +163,7 @@ pin_project_lite::pin_project! {
     enum Kind<F, ResBody, E> {
         Granted {
             #[pin]
-            future: F,
+            future: TaskLocalFuture<Scope, F>,
             fields: Option<(Arc<Shared>, Granted)>,
         },
         Refused {

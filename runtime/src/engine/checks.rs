@@ -1,55 +1,112 @@
 //! Traits the attribute's expansion goes through so that a mistake is reported in the
-//! user's terms, at the user's token: a fallback that does not take the function's
-//! arguments, a key placeholder whose value has no `Display`.
+//! user's terms, at the user's token: a fallback of no accepted shape, a key
+//! placeholder whose value has no `Display`, a key naming the request the layer serves
+//! where the layer is not built.
 
 use std::fmt::Display;
 use std::future::Future;
 
 use crate::keys::key_buf::KeyBuf;
+use crate::{Error, RateLimited};
 
-/// A `fallback` called with the function's arguments, as one tuple.
+use super::Engine;
+
+/// The shapes of `fallback` the attribute accepts, each a marker [`Fallback`] is
+/// implemented under: the function's arguments, those and then the refusal, or none.
+/// The marker is inferred from the fallback's own signature.
+pub mod shapes {
+    /// `fallback(args...)`: the function's arguments.
+    #[derive(Debug)]
+    pub struct Arguments;
+    /// `fallback(args..., RateLimited)`: the arguments, then the refusal.
+    #[derive(Debug)]
+    pub struct ThenRefusal;
+    /// `fallback()`: nothing (for a function that has parameters).
+    #[derive(Debug)]
+    pub struct Nothing;
+}
+
+/// A `fallback` called with the function's arguments, as one tuple, and the refusal,
+/// in one of the accepted [`shapes`].
 #[diagnostic::on_unimplemented(
-    message = "the fallback must take the function's arguments {Args}, in order, and be async",
-    label = "called with {Args}",
-    note = "a fallback is called with the arguments of the function it stands in for: give it the \
-            same parameters and return type"
+    message = "the fallback has none of the accepted shapes: the function's arguments {Args}; those, then \
+               a `RateLimited`; or no argument; each async, returning the function's type",
+    label = "takes none of: {Args}, {Args} then `RateLimited`, ()",
+    note = "a fallback stands in for the function when it is refused: it takes the function's \
+            parameters, in order (then `redlimit::RateLimited` to read the refusal), or no \
+            parameter at all, and returns the function's return type"
 )]
-pub trait Fallback<Args> {
+pub trait Fallback<Args, Shape> {
     /// What calling it gives.
     type Future: Future;
-    /// Calls it.
-    fn call(self, args: Args) -> Self::Future;
+    /// Calls it with the arguments and, in the shape that takes it, the refusal.
+    fn call(self, args: Args, refused: RateLimited) -> Self::Future;
 }
 
 macro_rules! fallback_for_arity {
     ($($arg:ident),*) => {
-        impl<F, Fut, $($arg),*> Fallback<($($arg,)*)> for F
+        impl<F, Fut, $($arg),*> Fallback<($($arg,)*), shapes::Arguments> for F
         where
             F: FnOnce($($arg),*) -> Fut,
             Fut: Future,
         {
             type Future = Fut;
             #[allow(non_snake_case)]
-            fn call(self, ($($arg,)*): ($($arg,)*)) -> Fut {
+            fn call(self, ($($arg,)*): ($($arg,)*), _: RateLimited) -> Fut {
                 self($($arg),*)
+            }
+        }
+
+        impl<F, Fut, $($arg),*> Fallback<($($arg,)*), shapes::ThenRefusal> for F
+        where
+            F: FnOnce($($arg,)* RateLimited) -> Fut,
+            Fut: Future,
+        {
+            type Future = Fut;
+            #[allow(non_snake_case)]
+            fn call(self, ($($arg,)*): ($($arg,)*), refused: RateLimited) -> Fut {
+                self($($arg,)* refused)
             }
         }
     };
 }
 
+/// `fallback()` for a function with parameters (with none, it is the arguments' shape).
+macro_rules! fallback_of_nothing {
+    ($($arg:ident),+) => {
+        impl<F, Fut, $($arg),+> Fallback<($($arg,)+), shapes::Nothing> for F
+        where
+            F: FnOnce() -> Fut,
+            Fut: Future,
+        {
+            type Future = Fut;
+            fn call(self, _: ($($arg,)+), _: RateLimited) -> Fut {
+                self()
+            }
+        }
+    };
+}
+
+macro_rules! fallbacks {
+    ($($arg:ident),*) => {
+        fallback_for_arity!($($arg),*);
+        fallback_of_nothing!($($arg),*);
+    };
+}
+
 fallback_for_arity!();
-fallback_for_arity!(A1);
-fallback_for_arity!(A1, A2);
-fallback_for_arity!(A1, A2, A3);
-fallback_for_arity!(A1, A2, A3, A4);
-fallback_for_arity!(A1, A2, A3, A4, A5);
-fallback_for_arity!(A1, A2, A3, A4, A5, A6);
-fallback_for_arity!(A1, A2, A3, A4, A5, A6, A7);
-fallback_for_arity!(A1, A2, A3, A4, A5, A6, A7, A8);
-fallback_for_arity!(A1, A2, A3, A4, A5, A6, A7, A8, A9);
-fallback_for_arity!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10);
-fallback_for_arity!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11);
-fallback_for_arity!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12);
+fallbacks!(A1);
+fallbacks!(A1, A2);
+fallbacks!(A1, A2, A3);
+fallbacks!(A1, A2, A3, A4);
+fallbacks!(A1, A2, A3, A4, A5);
+fallbacks!(A1, A2, A3, A4, A5, A6);
+fallbacks!(A1, A2, A3, A4, A5, A6, A7);
+fallbacks!(A1, A2, A3, A4, A5, A6, A7, A8);
+fallbacks!(A1, A2, A3, A4, A5, A6, A7, A8, A9);
+fallbacks!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10);
+fallbacks!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11);
+fallbacks!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12);
 
 /// A value a key template's placeholder writes into the key.
 #[diagnostic::on_unimplemented(
@@ -67,4 +124,59 @@ impl<T: Display + ?Sized> KeyPart for T {
     fn write_to(&self, key: &mut KeyBuf) {
         key.value(self);
     }
+}
+
+/// A value of the request the layer serves, as a key template names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestValue {
+    /// `{request.client_ip}`: the client address the layer read, behind its trusted
+    /// proxies.
+    ClientIp,
+    /// `{request.identity}`: what the application set for the request
+    /// (`redlimit::request::set_identity`).
+    Identity,
+}
+
+impl RequestValue {
+    /// The value as an error names it.
+    pub fn described(self) -> &'static str {
+        match self {
+            RequestValue::ClientIp => "the request's client address ({request.client_ip})",
+            RequestValue::Identity => "the request's identity ({request.identity})",
+        }
+    }
+}
+
+/// Where a key's request values come from: the request scope of the layer, with the
+/// facade's `tower` feature (which `axum`, `actix` and `tonic` include).
+#[diagnostic::on_unimplemented(
+    message = "a key naming `{{request.client_ip}}` or `{{request.identity}}` reads the request \
+               redlimit's layer serves, which needs redlimit's `tower` feature",
+    label = "this key reads the request the layer serves",
+    note = "enable redlimit's `tower` feature, or `axum`, `actix` or `tonic`, which include it: \
+            the layer (RateLimitLayer, or its actix-web middleware) sets the request scope these \
+            values are read from"
+)]
+pub trait RequestValues {
+    /// Writes `value` of the request being served into `key`, escaped; `Err` says why
+    /// the call has none.
+    fn write(value: RequestValue, key: &mut KeyBuf) -> Result<(), &'static str>;
+}
+
+/// Writes `value` of the request being served into rule `rule`'s key, or refuses the
+/// call as misuse (logged, counted, never a shared key).
+pub fn request_value<R: RequestValues>(
+    engine: &Engine,
+    rule: usize,
+    value: RequestValue,
+    key: &mut KeyBuf,
+) -> Result<(), RateLimited> {
+    R::write(value, key).map_err(|reason| {
+        let error = Error::MissingRequestValue {
+            rule: engine.rules()[rule].name.to_string(),
+            value: value.described(),
+            reason,
+        };
+        engine.refuse_misconfigured(rule, error)
+    })
 }

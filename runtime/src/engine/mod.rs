@@ -35,6 +35,8 @@ pub use crate::keys::key_buf::KeyBuf;
 /// when it is built.
 pub use crate::rules::fit::check_bucket;
 pub use call::Granted;
+/// A value of the request the layer serves, as a key template names it.
+pub use checks::RequestValue;
 
 use crate::observe::{Counted, RuleCounters};
 use crate::{default_client, Client, Decision, Error, RateLimited, Rule, RuleSpec};

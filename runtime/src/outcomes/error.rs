@@ -438,6 +438,21 @@ pub enum Error {
         unauthorized: bool,
     },
 
+    /// A call whose key names a value of the request the layer serves
+    /// (`{request.client_ip}`, `{request.identity}`) that it does not have: a call
+    /// outside any request, a request without an identity, a server without the
+    /// peer's address. Not a backend failure: the call is refused, never given a
+    /// shared key.
+    #[error("rule `{rule}` keys by {value}, which this call does not have: {reason}")]
+    MissingRequestValue {
+        /// The rule (its key template).
+        rule: String,
+        /// The value the key names: `the request's identity ({request.identity})`.
+        value: &'static str,
+        /// Why it is missing, and what to change.
+        reason: &'static str,
+    },
+
     /// A request that sends a layer rule's key header more than once: it has no one
     /// value (keying by the first line would let the client choose which value is
     /// limited, where the application may read another). Not a backend failure:

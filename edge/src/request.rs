@@ -1,0 +1,207 @@
+//! The request the layer serves, as the code it calls sees it: the client address the
+//! layer read and an identity the application sets, for key templates
+//! (`#[rate_limit(key = "llm:user:{request.identity}", ...)]`) in functions any number
+//! of calls below the handler, without passing them down.
+//!
+//! While a [`RateLimitLayer`](crate::tower::RateLimitLayer) (tower's, or its actix-web
+//! middleware) serves a request it has granted, everything the inner service runs in
+//! that request's task is inside the request's [`Scope`]: the middleware after the
+//! layer, the handler, the functions they await.
+//!
+//! - [`client_ip`]: the client address the layer read, with its trusted proxies (the
+//!   layer's own, a `TrustedProxies` extension or application data set outside it):
+//!   the [`ClientIp`] a handler behind the layer extracts. A forwarding header from a
+//!   peer that is not a trusted proxy changes nothing.
+//! - [`set_identity`]: the application's name for who is calling (the authenticated
+//!   user, the tenant), set once per request by the middleware that authenticates it,
+//!   inside the layer (after it), then [`identity`].
+//!
+//! A key naming a value the call does not have is refused, never keyed by an empty or
+//! shared value: outside any request, a request without an identity, a server that
+//! gives no peer address. A task a request spawns (`tokio::spawn`) is outside the
+//! request unless it carries the scope: `current()` in the request, then
+//! [`Scope::run`] around the spawned future.
+//!
+//! ```
+//! # async fn demo() {
+//! # mod redlimit { pub use redlimit_edge::request; }
+//! // In the middleware that authenticates a request, after the layer:
+//! redlimit::request::set_identity("user-42").unwrap();
+//! // In a task the request spawns:
+//! let scope = redlimit::request::current().unwrap();
+//! tokio::spawn(scope.run(async {
+//!     assert_eq!(redlimit::request::identity().as_deref(), Some("user-42"));
+//! }));
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+
+use redlimit_runtime::engine::{KeyBuf, RequestValue};
+use tokio::task::futures::TaskLocalFuture;
+
+use crate::ClientIp;
+
+tokio::task_local! {
+    static SCOPE: Scope;
+}
+
+/// Why a call has no value of the request: outside any request.
+const OUTSIDE: &str = "the call is outside any request the layer serves (RateLimitLayer, or its actix-web \
+                       middleware, in front of the handler); a task spawned while serving one is outside \
+                       it too unless it carries the request's scope (redlimit::request::current(), then \
+                       Scope::run around the spawned future)";
+
+/// Why a request has no identity, and which middleware must set it.
+const NO_IDENTITY: &str =
+    "no identity is set for this request: the middleware that authenticates it, inside \
+                           the layer (after it, nearer the handler), must call \
+                           redlimit::request::set_identity before the rate-limited call";
+
+/// One request the layer serves: what the code it calls may key by.
+#[derive(Clone)]
+pub struct Scope(Arc<Inner>);
+
+struct Inner {
+    /// The client address, or why the layer could not read one.
+    client_ip: Result<ClientIp, &'static str>,
+    identity: OnceLock<Box<str>>,
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scope")
+            .field("client_ip", &self.0.client_ip)
+            .field("identity", &self.0.identity.get())
+            .finish()
+    }
+}
+
+/// Why [`set_identity`] set nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdentityError {
+    /// Called outside any request the layer serves.
+    OutsideRequest,
+    /// The request has an identity already: one is set once per request.
+    AlreadySet,
+    /// The identity is empty or all whitespace: no one.
+    Empty,
+}
+
+impl fmt::Display for IdentityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IdentityError::OutsideRequest => {
+                "set_identity was called outside any request the layer serves: call it in middleware \
+                 inside the layer (after it), or in a task that carries the request's scope (Scope::run)"
+            }
+            IdentityError::AlreadySet => {
+                "this request's identity is already set: it is set once, by the middleware that \
+                 authenticates the request"
+            }
+            IdentityError::Empty => "an identity must not be empty or all whitespace",
+        })
+    }
+}
+
+impl std::error::Error for IdentityError {}
+
+impl Scope {
+    /// A request's scope, with the client address the layer read (or why it has none).
+    pub(crate) fn new(client_ip: Result<ClientIp, &'static str>) -> Scope {
+        Scope(Arc::new(Inner {
+            client_ip,
+            identity: OnceLock::new(),
+        }))
+    }
+
+    /// The client address the layer read, behind its trusted proxies; `None` when the
+    /// server gave no peer address.
+    pub fn client_ip(&self) -> Option<ClientIp> {
+        self.0.client_ip.ok()
+    }
+
+    /// The identity set for the request, if any.
+    pub fn identity(&self) -> Option<&str> {
+        self.0.identity.get().map(|identity| &**identity)
+    }
+
+    /// Sets the request's identity, once: see [`set_identity`].
+    pub fn set_identity(&self, identity: impl Into<String>) -> Result<(), IdentityError> {
+        let identity = identity.into();
+        if identity.trim().is_empty() {
+            return Err(IdentityError::Empty);
+        }
+        self.0
+            .identity
+            .set(identity.into_boxed_str())
+            .map_err(|_| IdentityError::AlreadySet)
+    }
+
+    /// `future` run inside this request's scope: how a task the request spawns
+    /// (`tokio::spawn(scope.run(work))`) keeps keying by the request's values.
+    pub fn run<F: Future>(self, future: F) -> TaskLocalFuture<Scope, F> {
+        SCOPE.scope(self, future)
+    }
+
+    /// `f` called inside this scope (a service's `call`, before its future runs).
+    pub(crate) fn sync<R>(&self, f: impl FnOnce() -> R) -> R {
+        SCOPE.sync_scope(self.clone(), f)
+    }
+}
+
+/// The scope of the request being served, to carry into a task it spawns; `None`
+/// outside any request.
+pub fn current() -> Option<Scope> {
+    SCOPE.try_with(Scope::clone).ok()
+}
+
+/// Sets the identity of the request being served (the authenticated user, the
+/// tenant), which `{request.identity}` in a key template reads. Call it once per
+/// request, in the middleware that authenticates it, inside the layer (after it):
+/// `Err` outside any request, when the request has one already, or for an empty or
+/// all-whitespace identity. Any other text is accepted: written into a key, it is
+/// escaped and, past 128 bytes, digested, as every value of a key template is.
+pub fn set_identity(identity: impl Into<String>) -> Result<(), IdentityError> {
+    SCOPE
+        .try_with(|scope| scope.set_identity(identity))
+        .unwrap_or(Err(IdentityError::OutsideRequest))
+}
+
+/// The identity of the request being served; `None` outside any request or before
+/// one is set.
+pub fn identity() -> Option<String> {
+    SCOPE
+        .try_with(|scope| scope.identity().map(str::to_owned))
+        .ok()
+        .flatten()
+}
+
+/// The client address of the request being served, as the layer read it; `None`
+/// outside any request or when the server gave no peer address.
+pub fn client_ip() -> Option<ClientIp> {
+    SCOPE.try_with(Scope::client_ip).ok().flatten()
+}
+
+/// Writes `value` of the request being served into `key`, escaped; `Err` says why
+/// there is none. What a key template's `{request.client_ip}` and
+/// `{request.identity}` expand to. Not a public API.
+#[doc(hidden)]
+pub fn write_key(value: RequestValue, key: &mut KeyBuf) -> Result<(), &'static str> {
+    SCOPE
+        .try_with(|scope| match value {
+            RequestValue::ClientIp => {
+                let client = scope.0.client_ip?;
+                key.value(&client);
+                Ok(())
+            }
+            RequestValue::Identity => {
+                key.value_str(scope.identity().ok_or(NO_IDENTITY)?);
+                Ok(())
+            }
+        })
+        .unwrap_or(Err(OUTSIDE))
+}
