@@ -37,7 +37,9 @@
 //!    of 1 and of 100 000 permits on a log of 100 000 grants; `bucket-allow` and
 //!    `bucket-deny`, one token-bucket rule; `flood-deny`, refusals of an exhausted limiter
 //!    answered in process, and `governor-check`, governor's keyed check of an exhausted
-//!    key; `batch-1` and `batch-10`, grants of one global limiter at k = 1 and k = 10) and
+//!    key; `batch-1` and `batch-10`, grants of one global limiter at k = 1 and k = 10;
+//!    `rules-allow`, `reserve-allow` and `reserve-settle`, one rule by hand decided,
+//!    reserved, and reserved then settled with a refund) and
 //!    `REDLIMIT_BENCH_CALLS`
 //!    (default 20 000). `scripts/script-instructions.sh` runs every row under callgrind, Redis
 //!    then the caller, and prints the instructions per decision of each.
@@ -711,6 +713,29 @@ async fn count_row() {
                 assert!(client.check_rules(&rules).await.unwrap().allowed);
             }
         }
+        "rules-allow" | "reserve-allow" | "reserve-settle" => {
+            // One rule by hand: decided, reserved (the reservation dropped, its estimate
+            // kept), or reserved then settled with one permit fewer (a refund: the
+            // settle script finds the grant, rewrites it and moves the value).
+            let rule = Rule::new("rate_limit:bench:settle", HUGE_RATE, minute).permits(2);
+            let rules = [if row == "rules-allow" {
+                rule
+            } else {
+                rule.settled()
+            }];
+            for _ in 0..calls {
+                if row == "rules-allow" {
+                    assert!(client.check_rules(&rules).await.unwrap().allowed);
+                    continue;
+                }
+                let redlimit::Reserved::Granted(reservation) = client.reserve(&rules).await.unwrap() else {
+                    panic!("a huge rate refused");
+                };
+                if row == "reserve-settle" {
+                    assert!(reservation.settle(1).await.unwrap().rules[0].applied);
+                }
+            }
+        }
         "governor-check" => {
             // The anchor: governor's keyed check of one exhausted key, in process.
             let limiter =
@@ -723,7 +748,7 @@ async fn count_row() {
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected reference-allow, reference-deny, one-allow, one-deny, \
              three-allow, walk-deny-1, walk-deny-all, bucket-allow, bucket-deny, flood-deny, governor-check, \
-             batch-1 or batch-10"
+             batch-1, batch-10, rules-allow, reserve-allow or reserve-settle"
         ),
     }
 }

@@ -118,6 +118,15 @@ impl Scope {
         }))
     }
 
+    /// The scope of the request being served: the one an outer layer opened for it when
+    /// there is one (so an identity set between two layers reaches the calls behind
+    /// the inner one, and is still set once), else a new one with `client_ip`.
+    pub(crate) fn for_request(client_ip: Result<ClientIp, &'static str>) -> Scope {
+        SCOPE
+            .try_with(Scope::clone)
+            .unwrap_or_else(|_| Scope::new(client_ip))
+    }
+
     /// The client address the layer read, behind its trusted proxies; `None` when the
     /// server gave no peer address.
     pub fn client_ip(&self) -> Option<ClientIp> {

@@ -118,7 +118,7 @@ impl Shared {
                 client: client.ok(),
             });
         }
-        Ok((keys, Scope::new(client)))
+        Ok((keys, Scope::for_request(client)))
     }
 
     /// The request's one trusted-proxy setting: this layer's, an extension's or an
