@@ -40,7 +40,6 @@
 -- again a no-op.
 
 local now = clock(ARGV[1])
-bucket_helpers()
 
 local function bad(i, what)
   error('redlimit:bad_argument:' .. i .. ' ' .. what, 0)
@@ -55,14 +54,14 @@ local function settle_window(k, member, estimate, actual)
   local _, len = decode_member(member, 'permits')
   for mode = 0, 1 do
     local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
-    local score = false
-    if redis.call('type', pkey).ok == 'zset' then
-      score = redis.call('zscore', pkey, member)
-    end
+    -- Read before anything is written: a key of another type fails the script here,
+    -- with nothing changed.
+    local score = redis.call('zscore', pkey, member)
     if score then
       if tonumber(score) <= now - interval then
         return 0
       end
+      local value = tonumber(redis.call('get', vkey))
       -- The settled member first: removing the grant's own while it is the log's
       -- only one would delete the key, and the member added after would make it
       -- again without its expiry.
@@ -73,15 +72,12 @@ local function settle_window(k, member, estimate, actual)
         redis.call('zadd', pkey, score, settled)
       end
       redis.call('zrem', pkey, member)
-      if redis.call('type', vkey).ok == 'string' then
-        local value = tonumber(redis.call('get', vkey))
-        if value ~= nil then
-          value = value + estimate - actual
-          if value > rate then
-            value = rate
-          end
-          redis.call('set', vkey, string.format('%d', value), 'keepttl')
+      if value ~= nil then
+        value = value + estimate - actual
+        if value > rate then
+          value = rate
         end
+        redis.call('set', vkey, string.format('%d', value), 'keepttl')
       end
       return 1
     end
@@ -89,7 +85,14 @@ local function settle_window(k, member, estimate, actual)
   return 0
 end
 
+local helpers = false
+
 local function settle_tokens(k, a, estimate, actual)
+  -- made on the paths that use them only: a closure costs on every call that makes it
+  if not helpers then
+    bucket_helpers()
+    helpers = true
+  end
   local r = { rate = tonumber(ARGV[a + 5]), interval = tonumber(ARGV[a + 6]), burst = tonumber(ARGV[a + 7]),
     warmup = tonumber(ARGV[a + 8]) }
   local key, mark = KEYS[k + 2], KEYS[k + 3]
