@@ -255,11 +255,13 @@ mod tests {
         assert_eq!(cold.coldness(), Some(1.0));
         assert_eq!(cold.cost_per_permit(), 3.0);
         assert_eq!(w.rested_in_ms(), 2_000);
+        // In debt (a settle's excess): tokens below zero, down to the scripts' floor.
+        assert_eq!(State::parse("1:1000:5:-1000:1").unwrap().tokens(), -1);
         for bad in [
             "",
             "1:2:3",
             "0:1000:5:0:1",
-            "1:1000:5:-1:1",
+            "1:1000:5:-4503599627370497:1",
             "a:1:1:1:1",
             "1:1:1:1:1:1",
         ] {
