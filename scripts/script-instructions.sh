@@ -8,7 +8,9 @@
 # Then the instructions the calling process spends per decision (user space, all its
 # threads): the row runs under callgrind against a plain redis-server, once with the
 # given number of calls and once with twice as many; the difference over the number
-# of calls leaves out the start-up (runtime, connection, loading the script).
+# of calls leaves out the start-up (runtime, connection, loading the script). The
+# benchmark runs a row on a current-thread runtime, so this count repeats from run to
+# run too (examples/bench.rs, main).
 #
 #   REDLIMIT_REFERENCE_SCRIPT=path/to/try_acquire.lua scripts/script-instructions.sh
 #
