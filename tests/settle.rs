@@ -542,3 +542,53 @@ async fn a_spray_of_new_keys_does_not_erase_a_pending_excess() {
         assert!(client.check_rules(&[rule]).await.unwrap().allowed);
     }
 }
+
+/// A bucket another program wrote, not one the scripts read, fails the settle with
+/// nothing written (no mark either): once it is mended, the settle sent again applies.
+#[tokio::test]
+async fn a_settle_on_a_foreign_bucket_fails_and_writes_nothing() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let rule = Rule::new("foreign:bucket", 1_000, HOUR)
+        .algorithm(Algorithm::TokenBucket)
+        .settled()
+        .permits(100);
+    let reservation = granted(&client, &[rule]).await;
+    let stored: String = redis::cmd("GET")
+        .arg("{foreign:bucket}:bucket")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("{foreign:bucket}:bucket")
+        .arg("not a bucket")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let failed = reservation.settle(400).await;
+    assert!(matches!(failed, Err(Error::CorruptBucket { .. })), "{failed:?}");
+    let marks: Vec<String> = redis::cmd("KEYS")
+        .arg("{foreign:bucket}:settled:*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        marks.is_empty(),
+        "no mark for a settle that did nothing: {marks:?}"
+    );
+    // Mended: the retry sent in the background now lands, once.
+    let _: () = redis::cmd("SET")
+        .arg("{foreign:bucket}:bucket")
+        .arg(&stored)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let left = client
+        .token_bucket("foreign:bucket", 1_000, HOUR)
+        .available()
+        .await
+        .unwrap();
+    assert!((600..=601).contains(&left), "400 counted once: {left} left");
+}

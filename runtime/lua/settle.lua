@@ -87,7 +87,7 @@ end
 
 local helpers = false
 
-local function settle_tokens(k, a, estimate, actual)
+local function settle_tokens(i, k, a, estimate, actual)
   -- made on the paths that use them only: a closure costs on every call that makes it
   if not helpers then
     bucket_helpers()
@@ -96,18 +96,21 @@ local function settle_tokens(k, a, estimate, actual)
   local r = { rate = tonumber(ARGV[a + 5]), interval = tonumber(ARGV[a + 6]), burst = tonumber(ARGV[a + 7]),
     warmup = tonumber(ARGV[a + 8]) }
   local key, mark = KEYS[k + 2], KEYS[k + 3]
+  -- Read first: a bucket that is not one this code wrote fails the script before the
+  -- mark is set, so a settle sent again once it is mended still applies.
+  local raw = redis.call('get', key)
+  local s = raw and read_bucket(raw)
+  if raw and s == nil then
+    local role = string.sub(key, -7) == ':bucket' and 'bucket' or 'client_bucket'
+    error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+  end
   if redis.call('set', mark, '1', 'nx', 'px', ARGV[a + 9]) == false then
     return 0
   end
-  local raw = redis.call('get', key)
   if raw == false and actual <= estimate then
     return 1 -- a missing bucket is full: nothing to give back
   end
   if raw then
-    local s = read_bucket(raw)
-    if s == nil then
-      error('redlimit:corrupt_bucket:' .. key, 0)
-    end
     -- refilled on its own config, and stored with it
     r.rate, r.interval, r.burst, r.warmup = s.rate, s.interval, s.burst, s.warmup
     r.stored = s
@@ -149,7 +152,7 @@ for i = 1, #KEYS / 5 do
   elseif kind == 'w' then
     settled[i] = settle_window(k, member, estimate, actual)
   elseif kind == 'b' then
-    settled[i] = settle_tokens(k, a, estimate, actual)
+    settled[i] = settle_tokens(i, k, a, estimate, actual)
   else
     bad(a + 1, 'kind ' .. tostring(kind))
   end

@@ -38,7 +38,7 @@ impl RedisBackend {
 }
 
 /// `{NAME}:settled:<id in hex>`: the key that marks a token bucket's grant settled,
-/// for an interval, so that a settle sent again changes nothing.
+/// for as long as the settle may be sent again, so that a second one changes nothing.
 fn settle_mark(call: &SettleCall<'_>) -> String {
     use std::fmt::Write;
     let mut mark = crate::keys::suffix(call.keys.config(), "settled:");
