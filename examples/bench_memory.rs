@@ -12,6 +12,14 @@
 //! sliding window refused again and again; `governor-refused`, governor's refusal.
 //! Every limiter but the refused ones grants every call (a rate of 10^9 a second), so
 //! each row measures the work of a decision, not how often it refuses.
+//!
+//! Keys that come and go: `window-stayed` / `window-returning` and `bucket-stayed` /
+//! `bucket-returning` decide 100 000 keys in turn under a rule of 1 000 a minute (the
+//! bucket's burst 1 000), on a clock the row moves: by nothing in the `-stayed` rows,
+//! so each key comes back to the window or bucket it left, and by 1 ms a decision in
+//! the `-returning` rows, so each key comes back 100 s later, after its window emptied
+//! or its bucket filled again. `governor-returning` is governor's keyed limiter of the
+//! same quota on a clock moved the same way.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -71,6 +79,47 @@ fn counted(calls: usize, mut decide: impl FnMut(usize)) {
     }
 }
 
+/// The `-stayed` and `-returning` rows: `KEYS` keys of 1 000 a minute decided in turn on
+/// a clock moved by `step` a decision (the move counted in both rows alike).
+fn coming_and_going_row(algorithm: Algorithm, step: Duration, calls: usize) {
+    let clock = redlimit::ManualClock::new(1_700_000_000_000);
+    let client = Client::builder()
+        .max_limiters(KEYS + 1)
+        .clock(clock.clone())
+        .memory();
+    let minute = Duration::from_secs(60);
+    let rules: Vec<[Rule; 1]> = (0..KEYS)
+        .map(|k| {
+            let rule = Rule::new(format!("rate_limit:bench:mem:{k}"), 1_000, minute);
+            [match algorithm {
+                Algorithm::TokenBucket => rule.algorithm(Algorithm::TokenBucket).burst(1_000),
+                _ => rule,
+            }]
+        })
+        .collect();
+    let decide = |i: usize| {
+        clock.advance(black_box(step));
+        let decision = poll_once(client.check_rules(black_box(&rules[i % KEYS])));
+        assert!(decision.unwrap().allowed);
+    };
+    (0..KEYS).for_each(decide);
+    counted(calls, decide);
+}
+
+/// governor's keyed limiter of 1 000 a minute over `KEYS` keys on a clock moved by
+/// 1 ms a decision, as `coming_and_going_row` moves its own.
+fn governor_returning_row(calls: usize) {
+    let clock = governor::clock::FakeRelativeClock::default();
+    let quota = governor::Quota::per_minute(NonZeroU32::new(1_000).unwrap());
+    let limiter = governor::RateLimiter::dashmap_with_clock(quota, clock.clone());
+    let decide = |i: usize| {
+        clock.advance(black_box(Duration::from_millis(1)));
+        assert!(limiter.check_key(black_box(&((i % KEYS) as u64))).is_ok());
+    };
+    (0..KEYS).for_each(decide);
+    counted(calls, decide);
+}
+
 fn governor_row(keys: usize, calls: usize) {
     let quota = governor::Quota::per_second(NonZeroU32::new(RATE).unwrap());
     let limiter = governor::RateLimiter::keyed(quota);
@@ -90,6 +139,11 @@ fn main() {
         "bucket-hot" => redlimit_row(Algorithm::TokenBucket, 1, calls),
         "bucket-keys" => redlimit_row(Algorithm::TokenBucket, KEYS, calls),
         "governor-hot" => governor_row(1, calls),
+        "window-stayed" => coming_and_going_row(Algorithm::SlidingWindow, Duration::ZERO, calls),
+        "window-returning" => coming_and_going_row(Algorithm::SlidingWindow, Duration::from_millis(1), calls),
+        "bucket-stayed" => coming_and_going_row(Algorithm::TokenBucket, Duration::ZERO, calls),
+        "bucket-returning" => coming_and_going_row(Algorithm::TokenBucket, Duration::from_millis(1), calls),
+        "governor-returning" => governor_returning_row(calls),
         "governor-keys" => governor_row(KEYS, calls),
         "window-refused" => {
             let client = Client::memory();
@@ -113,7 +167,8 @@ fn main() {
         }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected window-hot, window-keys, bucket-hot, bucket-keys, \
-             governor-hot, governor-keys, window-refused or governor-refused"
+             governor-hot, governor-keys, window-refused, governor-refused, window-stayed, \
+             window-returning, bucket-stayed, bucket-returning or governor-returning"
         ),
     }
 }

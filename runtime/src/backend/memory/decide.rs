@@ -10,6 +10,7 @@
 use std::sync::MutexGuard;
 
 use super::commit::{commit, Decided};
+use super::idle::Idle;
 use super::load::{load_rules, Resolved};
 use super::plan::{plan_and_take, BucketPlan};
 use super::state::Store;
@@ -106,7 +107,7 @@ impl MemoryBackend {
         // Dropping expired limiters changes no answer already computed (an expired
         // limiter decides as a missing one), but a call's own may go: count again.
         for &i in &fresh {
-            self.sweep(locked.store(hashes[i]), now, AT_BOUND);
+            self.sweep(locked.store(hashes[i]), now, AT_BOUND, Idle::Drop);
         }
         fresh = new(locked);
         if self.room.take(fresh.len()) {
@@ -190,7 +191,7 @@ pub(super) fn decide(
         // (before them, a sweep could drop a limiter the writes then create again,
         // uncounted).
         for &i in &fresh {
-            backend.sweep(locked.store(hashes[i]), clock_now, PER_NEW);
+            backend.sweep(locked.store(hashes[i]), clock_now, PER_NEW, Idle::Keep);
         }
     }
     // Phase 4, reply.

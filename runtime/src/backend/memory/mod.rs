@@ -23,6 +23,7 @@
 mod bound;
 mod commit;
 mod decide;
+mod idle;
 mod load;
 mod manage;
 mod plan;
@@ -35,6 +36,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use self::idle::Idle;
 use self::state::Store;
 pub(crate) use self::usual::RuleDecision;
 use crate::Error;
@@ -234,14 +236,15 @@ impl MemoryBackend {
     #[cold]
     fn sweep_shard_in_turn(&self, turn: usize, now: u64) {
         if let Ok(mut store) = self.shards[turn % SHARDS].try_lock() {
-            let dropped = store.sweep(now, IN_TURN);
+            let dropped = store.sweep(now, IN_TURN, Idle::Keep);
             self.room.give_back(dropped);
         }
     }
 
-    /// Sweeps `buckets` buckets of `store`.
-    fn sweep(&self, store: &mut Store, now: u64, buckets: usize) {
-        let dropped = store.sweep(now, buckets);
+    /// Sweeps `buckets` buckets of `store`, doing with rules' idle limiters what
+    /// `idle` says.
+    fn sweep(&self, store: &mut Store, now: u64, buckets: usize, idle: Idle) {
+        let dropped = store.sweep(now, buckets, idle);
         self.room.give_back(dropped);
     }
 
@@ -264,7 +267,7 @@ impl MemoryBackend {
         if !self.recall(store, hash, name, now, keep, false)? {
             self.take_room(store, name, now, keep)?;
         }
-        self.sweep(store, now, PER_NEW);
+        self.sweep(store, now, PER_NEW, Idle::Keep);
         Ok(())
     }
 
@@ -274,7 +277,7 @@ impl MemoryBackend {
         if self.room.take(1) {
             return Ok(());
         }
-        self.sweep(store, now, AT_BOUND);
+        self.sweep(store, now, AT_BOUND, Idle::Drop);
         if self.room.take(1) || self.evict(store, now, keep) {
             return Ok(());
         }

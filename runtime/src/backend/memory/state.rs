@@ -1,6 +1,7 @@
 //! In-process limiter state: a map of limiters, each with its config and one bucket
 //! per mode (the overall bucket, and this client's per_client bucket).
 
+use super::idle::Idle;
 use super::summary::{RecalledTokens, Summary};
 use crate::algorithm::bucket::{Plan, Stored};
 use crate::algorithm::window::{self, Log};
@@ -168,9 +169,10 @@ impl Store {
 
     /// Looks at the next `buckets` buckets of the table, in turn, and drops the
     /// limiters there that hold nothing live (every part expired, as Redis would have
-    /// dropped their keys: a missing limiter decides as they would). Answers how many
-    /// it dropped. Work is `buckets`, whatever the number of limiters held.
-    pub fn sweep(&mut self, now: u64, buckets: usize) -> usize {
+    /// dropped their keys: a missing limiter decides as they would), but a rule's idle
+    /// limiter under [`Idle::Keep`] (see `idle.rs`). Answers how many it dropped. Work
+    /// is `buckets`, whatever the number of limiters held.
+    pub fn sweep(&mut self, now: u64, buckets: usize, idle: Idle) -> usize {
         let table = &mut self.limiters.table;
         let size = table.num_buckets();
         let mut dropped = 0;
@@ -183,6 +185,9 @@ impl Store {
             }
             if let Ok(mut entry) = table.get_bucket_entry(at) {
                 let limiter = &mut entry.get_mut().1;
+                if idle == Idle::Keep && limiter.kept_idle(now) {
+                    continue;
+                }
                 limiter.expire_all(now);
                 if limiter.is_empty() {
                     entry.remove();

@@ -38,37 +38,76 @@ fn a_rule_creates_its_config_and_grants() {
 }
 
 #[test]
-fn idle_limiters_are_swept() {
-    let backend = MemoryBackend::default();
+fn idle_limiters_are_kept_until_the_table_needs_room() {
+    let backend = MemoryBackend::new(10_000);
     let config = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_millis(100))
         .with_keep_alive(Duration::from_millis(100));
     block_on(async {
         for user in 0..10_000 {
             let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
-            let calls = [RuleCall {
-                keys: keys.borrowed(),
-                permits: 1,
-                rule: Some(&config),
-                bucket: None,
-            }];
-            backend.acquire(&calls, 1_000).await.unwrap();
+            assert!(granted(&backend, &call_on(&keys, &config), 1_000).await);
+        }
+        // Past the keep-alive, traffic on a key held sweeps a few buckets of a shard
+        // in turn (16 shards of 1 024 buckets, 32 buckets every 64 decisions): the idle
+        // limiters stay, to be made live again in place when their keys come back.
+        let hot = LimiterKeys::new("user:0", "c").unwrap();
+        for call in 0..40_000u64 {
+            backend
+                .acquire(&call_on(&hot, &config), 2_000 + call * 10)
+                .await
+                .unwrap();
         }
         assert_eq!(backend.len(), 10_000);
-        // Past the keep-alive, new traffic sweeps the idle limiters away, a few
-        // buckets of a shard in turn: 16 shards of 1 024 buckets, 32 buckets
-        // every 64 decisions.
-        let keys = LimiterKeys::new("hot", "c").unwrap();
-        for call in 0..40_000u64 {
-            let calls = [RuleCall {
-                keys: keys.borrowed(),
-                permits: 1,
-                rule: Some(&config),
-                bucket: None,
-            }];
-            backend.acquire(&calls, 2_000 + call * 10).await.unwrap();
+        // The table needs room: new keys take it from the idle limiters, every one
+        // served, the count exact and within the bound.
+        let now = 500_000;
+        for user in 0..10_000 {
+            let keys = LimiterKeys::new(&format!("new:{user}"), "c").unwrap();
+            assert!(
+                granted(&backend, &call_on(&keys, &config), now).await,
+                "new:{user}"
+            );
+            assert_eq!(backend.room.held.load(Ordering::Relaxed), backend.len());
+            assert!(backend.len() <= 10_000);
         }
     });
-    assert_eq!(backend.len(), 1);
+}
+
+#[test]
+fn a_key_back_after_its_window_emptied_or_its_bucket_filled_decides_as_a_new_one() {
+    let backend = MemoryBackend::default();
+    let window = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_millis(100));
+    let bucket = minute(5);
+    let (w, b) = (
+        LimiterKeys::new("w", "c").unwrap(),
+        LimiterKeys::new("b", "c").unwrap(),
+    );
+    block_on(async {
+        // Idle at 10 000 and at 10 100 (the window's grants and config expired), live
+        // at 10 050; the bucket at rest again a minute after it was drained.
+        for (now, live) in [(1_000, false), (10_000, false), (10_050, true), (10_100, false)] {
+            let granted_now = async {
+                let mut n = 0;
+                while n < 10 && granted(&backend, &call_on(&w, &window), now).await {
+                    n += 1;
+                }
+                n
+            };
+            assert_eq!(granted_now.await, if live { 0 } else { 5 }, "window at {now}");
+        }
+        for now in [1_000, 61_000, 200_000] {
+            let mut n = 0;
+            while n < 10 && granted(&backend, &bucket_call(&b, &bucket), now).await {
+                n += 1;
+            }
+            assert_eq!(n, 5, "bucket at {now}");
+        }
+    });
+    let mut store = backend.lock("w");
+    assert_eq!(
+        store.limiters.get_mut("w").unwrap().live_config(10_100),
+        Some(window)
+    );
 }
 
 /// One rule of `rate` per 60 s on `name`, with the keep-alive rules give.
@@ -328,7 +367,12 @@ fn a_limiter_without_keep_alive_is_never_swept_and_counts_towards_the_bound() {
         }
         // Every shard swept whole: what is left is what never expires.
         for shard in backend.shards.iter() {
-            backend.sweep(&mut shard.lock().unwrap(), later, usize::MAX);
+            backend.sweep(
+                &mut shard.lock().unwrap(),
+                later,
+                usize::MAX,
+                super::idle::Idle::Drop,
+            );
         }
         assert_eq!(backend.len(), 1);
         assert!(backend.is_exists(&by_hand, later).await.unwrap());

@@ -57,16 +57,23 @@ impl Usual {
 /// acquire_plain.lua's twin for one rule, in its order: read config, load_rule,
 /// settle_time, plan_bucket, take, commit, reply. One sliding-window rule whose
 /// stored config is its own, with a value and no change of mode, decided without the
-/// phases' lists. `None`, before anything is written, for every other case (a config
-/// to create or change, no stored value or a value inflated by hand, a log short of
-/// the wait): `decide.rs` then decides the call from the start.
+/// phases' lists; an idle limiter (every part expired) is first made live in place, as
+/// the phases would make it. `None`, before anything is written, for every other case
+/// (a config to create or change, no stored value or a value inflated by hand, a log
+/// short of the wait): `decide.rs` then decides the call from the start.
 pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, clock_now: u64) -> Option<Usual> {
     // read config: the rule's own, stored
     let rule = call
         .rule
         .filter(|r| call.bucket.is_none() && call.permits <= r.rate)?;
     let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
-    if limiter.live_config(clock_now)? != *rule {
+    let config = match limiter.live_config(clock_now) {
+        Some(config) => config,
+        // an idle limiter (every part expired) is a missing one: made live in place
+        None if limiter.revive_window(rule, clock_now) => *rule,
+        None => return None,
+    };
+    if config != *rule {
         return None;
     }
     let bucket = limiter.bucket(rule.rate_type, clock_now)?;
@@ -109,9 +116,10 @@ pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, cloc
 
 /// tokens_one.lua's twin: one token-bucket rule whose bucket is held with the rule's
 /// config: load_tokens, settle_time, plan_tokens, take, commit, reply, in place and
-/// without lists. `None`, before anything is written, when the bucket is missing or
-/// its config differs: `decide.rs` then decides the call from the start (it creates
-/// the limiter, or reports the change).
+/// without lists; a bucket missing or full again is read full and cold, as the phases
+/// read it. `None`, before anything is written, when the limiter is missing, a
+/// recalled bucket waits for its config or the config differs: `decide.rs` then
+/// decides the call from the start (it creates the limiter, or reports the change).
 pub(super) fn decide_tokens_one(
     store: &mut Store,
     call: &RuleCall<'_>,
@@ -122,7 +130,7 @@ pub(super) fn decide_tokens_one(
     let rule = call.rule?;
     let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
     // load_tokens, settle_time
-    let stored = limiter.tokens(rule.rate_type, clock_now)?;
+    let stored = limiter.tokens_or_full(rule, shape.burst, shape.warmup_ms, clock_now)?;
     let now = settle_time(stored.state.at.max(clock_now), clock_now);
     // plan_tokens: a bucket held with this rule's config, refilled
     let (rate, interval) = (rule.rate, rule.interval_ms());
