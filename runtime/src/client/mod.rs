@@ -314,6 +314,7 @@ impl Client {
     }
 
     /// The client's current time in epoch milliseconds.
+    #[inline]
     pub fn now_ms(&self) -> u64 {
         match &self.inner.clock {
             None => crate::client::clock::SystemClock.now_ms(),

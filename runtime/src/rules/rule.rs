@@ -198,6 +198,7 @@ impl Rule {
 
     /// Whether this rule's name and settings have been found good since its last
     /// change.
+    #[inline]
     pub(crate) fn is_checked(&self) -> bool {
         self.memo.checked.load(Ordering::Relaxed) & (NAME | SETTINGS) == NAME | SETTINGS
     }
@@ -232,6 +233,7 @@ impl Rule {
 
     /// The hash of the rule's name ([`name_hash`](crate::keys::name_hash)), computed on
     /// the first call and kept.
+    #[inline]
     pub(crate) fn name_hash(&self) -> u64 {
         match self.memo.hash.load(Ordering::Relaxed) {
             0 => {
@@ -379,6 +381,7 @@ impl Rule {
     }
 
     /// A token bucket's capacity and warm-up (`None` for a sliding window).
+    #[inline]
     pub(crate) fn shape(&self) -> Option<BucketShape> {
         Some(BucketShape::new(self.capacity()?, self.warmup_period()))
     }
@@ -403,6 +406,7 @@ impl Rule {
 
     /// The most permits one call may take: the rate, or a token bucket's capacity,
     /// and never more than [`MAX_PERMITS`] (what a grant's log field holds).
+    #[inline]
     pub(crate) fn most_permits(&self) -> u64 {
         self.capacity().unwrap_or(self.config.rate).min(MAX_PERMITS)
     }

@@ -5,7 +5,7 @@
 
 use super::load::Resolved;
 use super::plan::BucketPlan;
-use super::state::{Limiter, Tokens};
+use super::state::{slot, Limiter, Tokens};
 use super::Locked;
 use crate::algorithm::ttl;
 use crate::backend::{ConfigChange, RuleCall};
@@ -97,6 +97,16 @@ pub(super) fn commit_window(
 pub(super) fn ttl_rule(limiter: &mut Limiter, kind: RateType, keep: u64, now: u64, clock_now: u64) {
     let expires = ttl::ttl_rule(keep, &mut limiter.config_expires, now, clock_now);
     if let (Some(expires), Some(bucket)) = (expires, limiter.bucket(kind, clock_now)) {
+        bucket.expires = Some(expires);
+    }
+}
+
+/// [`ttl_rule`] on a bucket read live at `clock_now` by this decision (the usual
+/// call's): found again without looking at its expiry.
+#[inline]
+pub(super) fn ttl_rule_live(limiter: &mut Limiter, kind: RateType, keep: u64, now: u64, clock_now: u64) {
+    let expires = ttl::ttl_rule(keep, &mut limiter.config_expires, now, clock_now);
+    if let (Some(expires), Some(bucket)) = (expires, limiter.buckets[slot(kind)].as_mut()) {
         bucket.expires = Some(expires);
     }
 }

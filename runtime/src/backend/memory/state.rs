@@ -370,11 +370,16 @@ impl Bucket {
         if self.log.back().is_none_or(|&(newest, _)| newest <= score) {
             self.log.push_back((score, permits));
         } else {
-            // Older than the newest grant (a clock far behind): in score order.
-            let at = self.log.partition_point(|&(s, _)| s <= score);
-            self.log.insert(at, (score, permits));
+            self.insert(score, permits);
         }
         self.total += u64::from(permits);
+    }
+
+    /// A grant older than the newest (a clock far behind), logged in score order.
+    #[cold]
+    fn insert(&mut self, score: u64, permits: u32) {
+        let at = self.log.partition_point(|&(s, _)| s <= score);
+        self.log.insert(at, (score, permits));
     }
 
     /// Takes up to `permits` out of the newest entries (the last one shrinks when it

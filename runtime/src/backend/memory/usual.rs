@@ -5,7 +5,7 @@
 //! take, commit, reply). Each answers `None`, before anything is written, for every case it
 //! does not cover; `decide.rs` then decides the call by the phases.
 
-use super::commit::ttl_rule;
+use super::commit::ttl_rule_live;
 use super::state::{Store, Tokens};
 use crate::algorithm::bucket::Plan;
 use crate::algorithm::call_time::settle_time;
@@ -103,7 +103,7 @@ pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, cloc
         if granted || released > 0 {
             bucket.value = Some(value);
         }
-        ttl_rule(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
+        ttl_rule_live(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
     }
     // reply
     Some(Usual {
