@@ -28,6 +28,9 @@
 //! - `redlimit_memory_evicted_total`: limiters an in-process backend let go at that
 //!   bound to make room for a new one, keeping their traces in its summary (a key
 //!   made again from its traces counts at least what it had counted).
+//! - `redlimit_memory_limiters`: gauge of the limiters the in-process backends hold
+//!   (live, or expired and kept until the table needs their room), at most the sum of
+//!   their `max_limiters`.
 //! - Reservations ([`Client::reserve`](crate::Client::reserve)), per settled rule
 //!   (`rule` is `by_hand` for a reservation made by hand):
 //!   `redlimit_reserved_permits_total{rule}` (the estimates taken),
@@ -279,6 +282,15 @@ pub(crate) fn config_changed() {
 pub(crate) fn memory_full() {
     #[cfg(feature = "metrics")]
     metrics::counter!("redlimit_memory_full_total").increment(1);
+}
+
+/// Moves the gauge of limiters held in process by `change` (rare: on a limiter made
+/// or dropped, never on a decision of one held).
+pub(crate) fn memory_held(change: isize) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("redlimit_memory_limiters").increment(change as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = change;
 }
 
 /// Counts a limiter let go at the in-process backend's bound.

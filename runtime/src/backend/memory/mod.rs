@@ -86,18 +86,25 @@ struct Room {
 impl Room {
     /// Takes room for `n` more limiters, unless that would pass the bound.
     fn take(&self, n: usize) -> bool {
-        n == 0
-            || self
-                .held
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-                    held.checked_add(n).filter(|&after| after <= self.max)
-                })
-                .is_ok()
+        if n == 0 {
+            return true;
+        }
+        let taken = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(n).filter(|&after| after <= self.max)
+            })
+            .is_ok();
+        if taken {
+            crate::observe::memory_held(n as isize);
+        }
+        taken
     }
 
     fn give_back(&self, n: usize) {
         if n > 0 {
             self.held.fetch_sub(n, Ordering::Relaxed);
+            crate::observe::memory_held(-(n as isize));
         }
     }
 
@@ -146,6 +153,14 @@ impl MemoryBackend {
                 warned: AtomicBool::new(false),
             },
         }
+    }
+}
+
+impl Drop for MemoryBackend {
+    /// Its limiters leave the gauge of those held.
+    fn drop(&mut self) {
+        let held = *self.room.held.get_mut();
+        self.room.give_back(held);
     }
 }
 
