@@ -56,6 +56,7 @@ impl LayerRule {
                 on_error: OnError::Local,
                 message: None,
                 bucket: None,
+                settled: false,
             },
             burst: None,
             warmup: None,

@@ -184,7 +184,7 @@ impl Rule {
             local_refusals: spec.local_refusals,
             batch: 1,
             batch_lease: None,
-            settled: false,
+            settled: spec.settled,
             max_overdraft: None,
             memo: Memo::default(),
         }

@@ -43,6 +43,10 @@ pub struct RuleSpec {
     pub message: Option<Cow<'static, str>>,
     /// `Some`: a token bucket of this shape; `None`: a sliding window.
     pub bucket: Option<crate::BucketShape>,
+    /// Its permits are a call's estimate, settled with what the call used
+    /// ([`Rule::settled`](crate::Rule::settled)); decided through
+    /// `Engine::reserve`, never `Engine::decide`.
+    pub settled: bool,
 }
 
 impl RuleSpec {
@@ -114,6 +118,7 @@ mod tests {
             on_error: OnError::Local,
             message: None,
             bucket: None,
+            settled: false,
         }
     }
 
