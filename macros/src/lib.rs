@@ -17,11 +17,13 @@
 
 mod args;
 mod emit;
+mod emit_settled;
 mod gather;
 mod input;
 mod params;
 mod plan;
 mod rule;
+mod settled;
 mod template;
 #[cfg(test)]
 mod test_rng;

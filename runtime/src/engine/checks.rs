@@ -212,36 +212,19 @@ impl<T: Cost + Copy> Cost for &T {
 }
 
 /// What `settle = ...` names: a function of the function's result (`&Out`) to the
-/// amount the call used.
+/// amount the call used, a `u64` (or another unsigned integer, `R`).
 #[diagnostic::on_unimplemented(
     message = "`settle` takes `fn(&{Out}) -> u64`: the function's result, by reference, to what the call used",
     label = "this is not a `fn(&{Out}) -> u64`",
     note = "a settled rule learns what the call used from its result: name a function (or a closure) \
             taking `&{Out}`, the function's return type, and returning a u64"
 )]
-pub trait SettleFn<Out: ?Sized, Marker> {
+pub trait SettleFn<Out: ?Sized, R> {
     /// What the call used, read from its result.
     fn actual(self, out: &Out) -> u64;
 }
 
-/// The shapes of `settle` accepted: a function returning a `u64`, or another unsigned
-/// integer ([`Cost`]).
-pub mod settle_shapes {
-    /// Returns a `u64`.
-    #[derive(Debug)]
-    pub struct Exact;
-    /// Returns another unsigned integer.
-    #[derive(Debug)]
-    pub struct Converted<R>(std::marker::PhantomData<R>);
-}
-
-impl<F: FnOnce(&Out) -> u64, Out: ?Sized> SettleFn<Out, settle_shapes::Exact> for F {
-    fn actual(self, out: &Out) -> u64 {
-        self(out)
-    }
-}
-
-impl<F, Out, R> SettleFn<Out, settle_shapes::Converted<R>> for F
+impl<F, Out, R> SettleFn<Out, R> for F
 where
     F: FnOnce(&Out) -> R,
     Out: ?Sized,

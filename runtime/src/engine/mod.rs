@@ -424,3 +424,13 @@ impl Engine {
 pub async fn decide(engine: &'static Engine, keys: &mut [String]) -> Result<(), RateLimited> {
     engine.decide(None, keys, None).await.map(|_| ())
 }
+
+/// Decides every rule of an attribute's call with its `cost`s: `permits` holds one per
+/// rule (a `cost`, or the rule's own permits; 0: the rule does not apply).
+pub async fn decide_with(
+    engine: &'static Engine,
+    keys: &mut [String],
+    permits: &[u64],
+) -> Result<(), RateLimited> {
+    engine.decide(None, keys, Some(permits)).await.map(|_| ())
+}

@@ -43,7 +43,8 @@ impl Engine {
     /// left, and its settle charge it all afterwards.
     pub(super) fn estimated_at_zero(&self, call: &CallKeys<'_>, rules: &[Rule]) -> Option<RateLimited> {
         let permits = call.permits?;
-        let i = (0..rules.len()).find(|&i| self.rules[i].settled && !self.rules[i].shadow && permits[i] == 0)?;
+        let i =
+            (0..rules.len()).find(|&i| self.rules[i].settled && !self.rules[i].shadow && permits[i] == 0)?;
         self.count(i, Counted::ErrorDenied);
         let error = Error::InvalidReservation {
             name: rules[i].name().to_owned(),

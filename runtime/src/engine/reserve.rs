@@ -170,7 +170,10 @@ impl Engine {
         let position = |i: usize| index[i];
         let reserved = match enforced.is_empty() {
             true => Ok(None),
-            false => self.reserve_rules(client, &enforced, &index, deadline).await.map(Some),
+            false => self
+                .reserve_rules(client, &enforced, &index, deadline)
+                .await
+                .map(Some),
         };
         let reservation = match reserved {
             Ok(Some(Reserved::Refused(decision))) => {
@@ -191,7 +194,10 @@ impl Engine {
             pending.hold(self, reservation, &index);
         }
         Box::pin(self.shadow_reserved(client, &rules, call, &mut pending)).await;
-        Ok((self.granted(call, &enforced, decision.as_ref(), &position), pending))
+        Ok((
+            self.granted(call, &enforced, decision.as_ref(), &position),
+            pending,
+        ))
     }
 
     /// The `on_error` policies for a reservation the backend failed with `error`:
@@ -249,10 +255,12 @@ impl Engine {
             }
         };
         let decision = crate::client::waiting::until_allowed(Some(deadline), attempt).await?;
-        Ok(match granted.into_inner().unwrap_or_else(PoisonError::into_inner) {
-            Some(reservation) => Reserved::Granted(reservation),
-            None => Reserved::Refused(decision),
-        })
+        Ok(
+            match granted.into_inner().unwrap_or_else(PoisonError::into_inner) {
+                Some(reservation) => Reserved::Granted(reservation),
+                None => Reserved::Refused(decision),
+            },
+        )
     }
 
     /// Each shadow rule that applies, after a grant: a settled one reserved on its own
@@ -292,6 +300,10 @@ impl Engine {
 
 /// Reserves every rule of an attribute's call on the default client: `Ok` to run the
 /// body, holding what to settle once it returns; `Err` with the refusal.
-pub async fn reserve(engine: &'static Engine, keys: &mut [String], permits: &[u64]) -> Result<Pending, RateLimited> {
+pub async fn reserve(
+    engine: &'static Engine,
+    keys: &mut [String],
+    permits: &[u64],
+) -> Result<Pending, RateLimited> {
     engine.reserve(None, keys, permits).await
 }

@@ -46,7 +46,12 @@ impl Owned {
 /// Sends `calls` again on `client` until they land or `until` (epoch ms, the
 /// client's clock) passes; `labels`, one per call, label the metric of one abandoned
 /// (counted once per label).
-pub(super) fn spawn(client: &Client, calls: &[SettleCall<'_>], mut labels: Vec<Cow<'static, str>>, until: u64) {
+pub(super) fn spawn(
+    client: &Client,
+    calls: &[SettleCall<'_>],
+    mut labels: Vec<Cow<'static, str>>,
+    until: u64,
+) {
     labels.sort();
     labels.dedup();
     let owned: Vec<Owned> = calls
