@@ -132,6 +132,17 @@ fn cost_expr(rule: &RuleArgs, krate: &Path) -> TokenStream {
         let permits = rule.permits;
         return quote!(#permits);
     };
+    // An unsuffixed integer is a u64 (left alone it would be an i32, which no
+    // `Cost` is).
+    if let syn::Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Int(int),
+        ..
+    }) = cost
+    {
+        if let (Ok(permits), "") = (int.base10_parse::<u64>(), int.suffix()) {
+            return quote_spanned!(cost.span()=> #permits);
+        }
+    }
     let krate = respan(krate.to_token_stream(), cost.span());
     quote_spanned! {cost.span()=> #krate::__private::Cost::permits(#cost) }
 }

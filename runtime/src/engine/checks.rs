@@ -212,23 +212,48 @@ impl<T: Cost + Copy> Cost for &T {
 }
 
 /// What `settle = ...` names: a function of the function's result (`&Out`) to the
-/// amount the call used, a `u64` (or another unsigned integer, `R`).
+/// amount the call used, a `u64` or a narrower unsigned integer; `Shape` (one of
+/// [`settle_shapes`]) is inferred from its signature.
 #[diagnostic::on_unimplemented(
     message = "`settle` takes `fn(&{Out}) -> u64`: the function's result, by reference, to what the call used",
     label = "this is not a `fn(&{Out}) -> u64`",
-    note = "a settled rule learns what the call used from its result: name a function (or a closure) \
-            taking `&{Out}`, the function's return type, and returning a u64"
+    note = "a settled rule learns what the call used from its result: name a function taking \
+            `&{Out}`, the function's return type, and returning a u64"
 )]
-pub trait SettleFn<Out: ?Sized, R> {
+pub trait SettleFn<Out: ?Sized, Shape> {
     /// What the call used, read from its result.
     fn actual(self, out: &Out) -> u64;
 }
 
-impl<F, Out, R> SettleFn<Out, R> for F
+/// The shapes of `settle` accepted, each a marker [`SettleFn`] is implemented under.
+pub mod settle_shapes {
+    /// `fn(&Out) -> u64`.
+    #[derive(Debug)]
+    pub struct Exact;
+    /// `fn(&Out) -> R`, `R` an unsigned integer narrower than `u64`.
+    #[derive(Debug)]
+    pub struct Narrower<R>(std::marker::PhantomData<R>);
+}
+
+/// The unsigned integers narrower than `u64` a `settle` function may return.
+pub trait Narrower: Cost {}
+
+impl Narrower for u32 {}
+impl Narrower for u16 {}
+impl Narrower for u8 {}
+impl Narrower for usize {}
+
+impl<F: FnOnce(&Out) -> u64, Out: ?Sized> SettleFn<Out, settle_shapes::Exact> for F {
+    fn actual(self, out: &Out) -> u64 {
+        self(out)
+    }
+}
+
+impl<F, Out, R> SettleFn<Out, settle_shapes::Narrower<R>> for F
 where
     F: FnOnce(&Out) -> R,
     Out: ?Sized,
-    R: Cost,
+    R: Narrower,
 {
     fn actual(self, out: &Out) -> u64 {
         self(out).permits()
