@@ -200,6 +200,7 @@ pub async fn hostile_values_keep_the_limit(client: &Client, clock: &ManualClock)
     let before = runs();
     let refused = metered(1, u64::MAX, 1).await.unwrap_err().refusal();
     assert_eq!(refused.retry_after(), None, "no wait lets it pass");
+    assert!(refused.cause().is_none(), "a refusal, not a failure: {refused:?}");
     let refused = metered(1, 0, 1_000).await.unwrap_err().refusal();
     assert!(
         matches!(refused.cause(), Some(Error::InvalidReservation { problem, .. }) if problem.contains("estimate (`cost`) is 0")),
