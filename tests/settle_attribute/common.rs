@@ -69,6 +69,8 @@ pub async fn upload(user: u64, bytes: u64) -> Result<u64, ApiError> {
     Ok(bytes)
 }
 
+// A settle function takes `&Output`, here `&String`.
+#[allow(clippy::ptr_arg)]
 fn answered(answer: &String) -> u64 {
     answer
         .rsplit(' ')

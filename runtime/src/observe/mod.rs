@@ -232,15 +232,15 @@ pub(crate) fn refunded() {
 }
 
 /// Counts the estimates a reservation took, per settled rule labelled `rule`.
-pub(crate) fn reserved(rule: &std::borrow::Cow<'static, str>, permits: u64) {
+pub(crate) fn reserved(rule: std::borrow::Cow<'static, str>, permits: u64) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("redlimit_reserved_permits_total", "rule" => rule.clone()).increment(permits);
+    metrics::counter!("redlimit_reserved_permits_total", "rule" => rule).increment(permits);
     #[cfg(not(feature = "metrics"))]
     let _ = (rule, permits);
 }
 
 /// Counts what a settle did to one rule's grant, labelled `rule`.
-pub(crate) fn settled(rule: &std::borrow::Cow<'static, str>, settled: &crate::RuleSettled) {
+pub(crate) fn settled(rule: std::borrow::Cow<'static, str>, settled: &crate::RuleSettled) {
     #[cfg(feature = "metrics")]
     {
         let count = |name: &'static str, n: u64| {
@@ -265,9 +265,9 @@ pub(crate) fn settled(rule: &std::borrow::Cow<'static, str>, settled: &crate::Ru
 }
 
 /// Counts a settle given up, labelled `rule`.
-pub(crate) fn settle_abandoned(rule: &std::borrow::Cow<'static, str>) {
+pub(crate) fn settle_abandoned(rule: std::borrow::Cow<'static, str>) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("redlimit_settles_abandoned_total", "rule" => rule.clone()).increment(1);
+    metrics::counter!("redlimit_settles_abandoned_total", "rule" => rule).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = rule;
 }

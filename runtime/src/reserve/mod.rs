@@ -149,7 +149,7 @@ impl Client {
         }
         let grants = self.grants(rules, &merged, &members, labels)?;
         for grant in grants.iter().filter(|g| g.settled.is_some()) {
-            crate::observe::reserved(&grant.label, grant.estimate);
+            crate::observe::reserved(grant.label.clone(), grant.estimate);
         }
         let reservation = Reservation {
             client: self.clone(),
@@ -315,7 +315,7 @@ impl Reservation {
     fn observe(&self, report: &Settled) {
         let settled = self.grants.iter().filter(|g| g.settled.is_some());
         for (grant, rule) in settled.zip(&report.rules) {
-            crate::observe::settled(&grant.label, rule);
+            crate::observe::settled(grant.label.clone(), rule);
         }
     }
 

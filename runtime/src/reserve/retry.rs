@@ -95,7 +95,7 @@ pub(super) fn spawn(
 
 fn abandoned(labels: &[Cow<'static, str>], why: &str) {
     for label in labels {
-        crate::observe::settle_abandoned(label);
+        crate::observe::settle_abandoned(label.clone());
     }
     let rule = labels.join(",");
     tracing::warn!(
