@@ -174,6 +174,7 @@ fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
         ..
     } = rule;
     let settled = rule.settle.is_some();
+    let max_overdraft = option(rule.max_overdraft.map(|n| quote!(#n)));
     let batch_lease = option(
         rule.batch_lease_ms
             .map(|ms| quote!(::core::time::Duration::from_millis(#ms))),
@@ -213,6 +214,7 @@ fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
             message: #message,
             bucket: #bucket,
             settled: #settled,
+            max_overdraft: #max_overdraft,
         }
     }
 }

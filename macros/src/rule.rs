@@ -61,6 +61,8 @@ pub struct RuleArgs {
     /// `settle`: the function reading what the call used from its result; the rule is
     /// settled.
     pub settle: Option<Path>,
+    /// `max_overdraft`: the most a settle charges past the estimate.
+    pub max_overdraft: Option<u64>,
     pub on_error: Policy,
     pub message: Option<LitStr>,
     /// Decided and reported, never refusing.
@@ -93,6 +95,7 @@ pub struct Given {
     pub permits: Option<(Span, u64)>,
     pub cost: Option<Expr>,
     pub settle: Option<Path>,
+    pub max_overdraft: Option<(Span, u64)>,
     pub key: Option<(LitStr, Vec<Piece>)>,
     pub mode: Option<Mode>,
     pub on_error: Option<Policy>,
@@ -120,6 +123,7 @@ impl Given {
             permits: None,
             cost: None,
             settle: None,
+            max_overdraft: None,
             key: None,
             mode: None,
             on_error: None,
@@ -165,6 +169,7 @@ impl Given {
             permits: self.permits.map_or(1, |(_, p)| p),
             cost: self.cost,
             settle: self.settle,
+            max_overdraft: self.max_overdraft.map(|(_, n)| n),
             on_error: self.on_error.unwrap_or(Policy::Local),
             message: self.message,
             shadow: self.shadow.unwrap_or(false),
@@ -286,6 +291,13 @@ impl Given {
                 "`settle` needs `cost`: a settled rule reserves an estimate worked out from the \
                  arguments before the call, e.g. `cost = max_tokens`, then settles what the call \
                  used; add `cost = <expression of the parameters>`",
+            ));
+        }
+        if let (Some((span, _)), None) = (self.max_overdraft, &self.settle) {
+            errors.push(Error::new(
+                span,
+                "`max_overdraft` caps what a settle charges past the estimate: add `settle = ...` \
+                 (and `cost`), or remove `max_overdraft`",
             ));
         }
         if let (Some(cost), Some(_)) = (&self.cost, self.permits) {

@@ -63,6 +63,12 @@ pub async fn metered(user: u64, estimate: u64, used: u64) -> Result<u64, ApiErro
     Ok(used)
 }
 
+/// The same, with what a settle charges past the estimate capped.
+#[rate_limit(key = "capped:{user}", rate = 100, interval = "60s", cost = estimate, settle = reported, max_overdraft = 20)]
+pub async fn capped(user: u64, estimate: u64, used: u64) -> Result<u64, ApiError> {
+    Ok(used)
+}
+
 /// A cost known before the call, not settled.
 #[rate_limit(key = "upload:{user}", rate = 1_000, interval = "60s", cost = bytes)]
 pub async fn upload(user: u64, bytes: u64) -> Result<u64, ApiError> {
@@ -219,6 +225,16 @@ pub async fn hostile_values_keep_the_limit(client: &Client, clock: &ManualClock)
         metered(1, 1, 1).await.unwrap();
     }
     assert!(metered(1, 1, 0).await.is_err(), "the rate holds again");
+    clock.advance(MINUTE * 2);
+
+    // Under-estimating calls, each reporting u64::MAX: with `max_overdraft`, each
+    // counts at most its estimate and the cap.
+    for _ in 0..3 {
+        capped(1, 10, u64::MAX).await.unwrap();
+    }
+    assert_eq!(left(client, "capped:1").await, 10, "3 x (10 + 20) counted");
+    capped(1, 10, 10).await.unwrap();
+    assert!(capped(1, 1, 1).await.is_err(), "no room left");
     clock.advance(MINUTE * 2);
 
     // A cost known before the call: 0 takes nothing, too much is refused at once.

@@ -57,6 +57,7 @@ impl LayerRule {
                 message: None,
                 bucket: None,
                 settled: false,
+                max_overdraft: None,
             },
             burst: None,
             warmup: None,

@@ -185,7 +185,7 @@ impl Rule {
             batch: 1,
             batch_lease: None,
             settled: spec.settled,
-            max_overdraft: None,
+            max_overdraft: spec.max_overdraft,
             memo: Memo::default(),
         }
     }

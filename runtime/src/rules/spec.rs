@@ -47,6 +47,9 @@ pub struct RuleSpec {
     /// ([`Rule::settled`](crate::Rule::settled)); decided through
     /// `Engine::reserve`, never `Engine::decide`.
     pub settled: bool,
+    /// The most a settle charges past the estimate
+    /// ([`Rule::max_overdraft`](crate::Rule::max_overdraft); `None`: no cap).
+    pub max_overdraft: Option<u64>,
 }
 
 impl RuleSpec {
@@ -119,6 +122,7 @@ mod tests {
             message: None,
             bucket: None,
             settled: false,
+            max_overdraft: None,
         }
     }
 

@@ -41,7 +41,7 @@ fn check(prompt: &str) -> Result<(), ApiError> {
 }
 
 #[rate_limit(key = "llm:tokens:user:{user}", rate = 40_000, interval = "60s", cost = request.max_tokens, settle = tokens_used)]
-#[rate_limit(key = "llm:tokens", rate = 2_000_000, interval = "60s", cost = request.max_tokens, settle = small)]
+#[rate_limit(key = "llm:tokens", rate = 2_000_000, interval = "60s", cost = request.max_tokens, settle = small, max_overdraft = 0)]
 #[rate_limit(key = "llm:requests:user:{user}", rate = 20, interval = "60s")]
 pub async fn complete(user: u64, request: &Request, prompt: &str) -> Result<Completion, ApiError> {
     check(prompt)?;
