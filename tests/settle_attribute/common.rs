@@ -69,6 +69,13 @@ pub async fn capped(user: u64, estimate: u64, used: u64) -> Result<u64, ApiError
     Ok(used)
 }
 
+/// Two templates a caller can make name one limiter (`pair:y:x`).
+#[rate_limit(key = "pair:{a}:x", rate = 100, interval = "60s", cost = estimate, settle = reported)]
+#[rate_limit(key = "pair:y:{b}", rate = 5, interval = "60s")]
+pub async fn pair(a: &str, b: &str, estimate: u64) -> Result<u64, ApiError> {
+    Ok(estimate)
+}
+
 /// A cost known before the call, not settled.
 #[rate_limit(key = "upload:{user}", rate = 1_000, interval = "60s", cost = bytes)]
 pub async fn upload(user: u64, bytes: u64) -> Result<u64, ApiError> {
@@ -236,6 +243,17 @@ pub async fn hostile_values_keep_the_limit(client: &Client, clock: &ManualClock)
     capped(1, 10, 10).await.unwrap();
     assert!(capped(1, 1, 1).await.is_err(), "no room left");
     clock.advance(MINUTE * 2);
+
+    // Values that make the settled rule's limiter another rule's: refused, as misuse,
+    // with nothing taken from either.
+    pair("z", "w", 10).await.unwrap();
+    let refused = pair("y", "x", 10).await.unwrap_err().refusal();
+    assert!(
+        matches!(refused.cause(), Some(Error::InvalidReservation { problem, .. }) if problem.contains("same limiter")),
+        "{refused:?}"
+    );
+    assert_eq!(left(client, "pair:z:x").await, 90, "the first call's 10 only");
+    assert_eq!(left(client, "pair:y:w").await, 4);
 
     // A cost known before the call: 0 takes nothing, too much is refused at once.
     upload(1, 600).await.unwrap();
