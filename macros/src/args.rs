@@ -13,7 +13,7 @@ use crate::rule::{Given, RuleArgs, ALGORITHMS, MODES, POLICIES};
 use crate::values;
 
 pub const ACCEPTED: &str =
-    "rate, interval, key, mode, permits, timeout, fallback, on_error, message, shadow, local_refusals, batch, batch_lease, algorithm, burst, warmup, crate";
+    "rate, interval, key, mode, permits, cost, settle, max_overdraft, timeout, fallback, on_error, message, shadow, local_refusals, batch, batch_lease, algorithm, burst, warmup, crate";
 
 /// `name = value`, with `crate` accepted as a name.
 pub struct Arg {
@@ -95,6 +95,11 @@ fn read(given: &mut Given, name: &Ident, value: &Expr, params: &[String], errors
         "rate" => given.rate = values::integer("rate", value, errors),
         "interval" => given.interval = values::duration("interval", value, errors),
         "permits" => given.permits = values::permits(value, errors),
+        "cost" => given.cost = Some(value.clone()),
+        "settle" => given.settle = values::path("settle", value, errors),
+        "max_overdraft" => {
+            given.max_overdraft = values::whole("max_overdraft", value, errors).map(|n| (span, n))
+        }
         "key" => given.key = values::key(value, params, errors),
         "mode" => given.mode = values::choice("mode", value, &MODES, errors),
         "on_error" => given.on_error = values::choice("on_error", value, &POLICIES, errors),

@@ -19,22 +19,60 @@ pub fn errors_and_body(errors: Vec<syn::Error>, body: &Block) -> TokenStream {
 }
 
 /// The prologue that decides every rule, then the body (just the body when no rule
-/// is left).
+/// is left); with a settled rule, the body's result is settled before it is returned.
 pub fn prologue_and_body(sig: &Signature, plan: &Plan, body: Block) -> TokenStream {
     if plan.rules.is_empty() {
         let stmts = &body.stmts;
         return quote! { #(#stmts)* };
     }
-    with_body(prologue(sig, plan), body)
+    let prologue = prologue(sig, plan);
+    if let Some(output) = &plan.output {
+        return crate::emit_settled::settled_body(plan, output, prologue, body);
+    }
+    let Prologue {
+        engine,
+        decided,
+        binding,
+        on_refusal,
+    } = prologue;
+    let decided_ident = format_ident!("__redlimit_decided", span = Span::mixed_site());
+    let krate = &plan.krate;
+    let prologue = quote! {
+        {
+            #engine
+            let #decided_ident: ::core::result::Result<(), #krate::RateLimited> = #decided;
+            if let ::core::result::Result::Err(#binding) = #decided_ident {
+                #on_refusal
+            }
+        }
+    };
+    with_body(prologue, body)
 }
 
-/// A static `Engine` holding every rule, the keys of this call, and one `decide`
-/// whose refusal returns from the function.
-fn prologue(sig: &Signature, plan: &Plan) -> TokenStream {
+/// A call's prologue in parts: the static `Engine` holding every rule, the expression
+/// deciding (or reserving) them for this call's keys and costs, and what a refusal
+/// binds and does (return from the function).
+pub struct Prologue {
+    pub engine: TokenStream,
+    pub decided: TokenStream,
+    pub binding: TokenStream,
+    pub on_refusal: TokenStream,
+}
+
+/// The engine's static is named this.
+pub fn site() -> Ident {
+    format_ident!("__REDLIMIT_SITE", span = Span::mixed_site())
+}
+
+/// Every rule decided at once: `decide` with the rules' own permits, `decide_with`
+/// when a rule has a `cost`, `reserve` when a rule is settled.
+fn prologue(sig: &Signature, plan: &Plan) -> Prologue {
     let krate = &plan.krate;
     let fn_name = sig.ident.to_string();
-    let site = format_ident!("__REDLIMIT_SITE", span = Span::mixed_site());
+    let site = site();
     let keys = format_ident!("__redlimit_keys", span = Span::mixed_site());
+    let permits = format_ident!("__redlimit_permits", span = Span::mixed_site());
+    let count = plan.rules.len();
     let specs = plan.rules.iter().map(|rule| rule_spec(rule, krate, &fn_name));
     let key_site = KeySite {
         krate,
@@ -54,29 +92,59 @@ fn prologue(sig: &Signature, plan: &Plan) -> TokenStream {
             .map(|ms| quote!(::core::time::Duration::from_millis(#ms))),
     );
     let (binding, on_refusal) = on_refusal(sig, plan);
-    let decide = quote!(#krate::__private::decide(&#site, &mut #keys).await);
-    let decided_ident = format_ident!("__redlimit_decided", span = Span::mixed_site());
+    let costs = plan.rules.iter().map(|rule| cost_expr(rule, krate));
+    let (decide, permits_of) = if plan.output.is_some() {
+        let decide = quote!(#krate::__private::reserve(&#site, &mut #keys, &#permits).await);
+        (decide, quote!(let #permits: [u64; #count] = [#(#costs),*];))
+    } else if plan.rules.iter().any(|rule| rule.cost.is_some()) {
+        let decide = quote!(#krate::__private::decide_with(&#site, &mut #keys, &#permits).await);
+        (decide, quote!(let #permits: [u64; #count] = [#(#costs),*];))
+    } else {
+        (
+            quote!(#krate::__private::decide(&#site, &mut #keys).await),
+            quote!(),
+        )
+    };
     // A key reading the request can refuse before anything is decided: the keys are
     // built in a block that a refusal breaks out of.
-    let decided = if plan.rules.iter().any(reads_request) {
-        let label = &key_site.label;
-        quote!(#label: { let mut #keys = [#(#key_exprs),*]; #decide })
-    } else {
-        quote!({ let mut #keys = [#(#key_exprs),*]; #decide })
+    let label = plan.rules.iter().any(reads_request).then_some(&key_site.label);
+    let label = label.map(|label| quote!(#label:));
+    let decided = quote!(#label { let mut #keys = [#(#key_exprs),*]; #permits_of #decide });
+    let engine = quote! {
+        static #site: #krate::__private::Engine = #krate::__private::Engine::new(
+            &[#(#specs),*],
+            #timeout,
+            ::core::concat!(::core::module_path!(), "::", #fn_name),
+        );
     };
-    quote! {
-        {
-            static #site: #krate::__private::Engine = #krate::__private::Engine::new(
-                &[#(#specs),*],
-                #timeout,
-                ::core::concat!(::core::module_path!(), "::", #fn_name),
-            );
-            let #decided_ident: ::core::result::Result<(), #krate::RateLimited> = #decided;
-            if let ::core::result::Result::Err(#binding) = #decided_ident {
-                #on_refusal
-            }
+    Prologue {
+        engine,
+        decided,
+        binding,
+        on_refusal,
+    }
+}
+
+/// What rule `rule` takes of this call: its `cost`, evaluated before the call, or its
+/// own permits.
+fn cost_expr(rule: &RuleArgs, krate: &Path) -> TokenStream {
+    let Some(cost) = &rule.cost else {
+        let permits = rule.permits;
+        return quote!(#permits);
+    };
+    // An unsuffixed integer is a u64 (left alone it would be an i32, which no
+    // `Cost` is).
+    if let syn::Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Int(int),
+        ..
+    }) = cost
+    {
+        if let (Ok(permits), "") = (int.base10_parse::<u64>(), int.suffix()) {
+            return quote_spanned!(cost.span()=> #permits);
         }
     }
+    let krate = respan(krate.to_token_stream(), cost.span());
+    quote_spanned! {cost.span()=> #krate::__private::Cost::permits(#cost) }
 }
 
 /// Whether a rule's key names a value of the request the layer serves.
@@ -105,6 +173,8 @@ fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
         batch,
         ..
     } = rule;
+    let settled = rule.settle.is_some();
+    let max_overdraft = option(rule.max_overdraft.map(|n| quote!(#n)));
     let batch_lease = option(
         rule.batch_lease_ms
             .map(|ms| quote!(::core::time::Duration::from_millis(#ms))),
@@ -143,6 +213,8 @@ fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
             on_error: #krate::__private::OnError::#policy,
             message: #message,
             bucket: #bucket,
+            settled: #settled,
+            max_overdraft: #max_overdraft,
         }
     }
 }
@@ -197,7 +269,7 @@ fn on_refusal(sig: &Signature, plan: &Plan) -> (TokenStream, TokenStream) {
 /// The prologue before the body: inside the `async move` block `#[async_trait]`
 /// leaves, or else before the body in a block of its own, so nothing in the body can
 /// shadow what the prologue uses.
-fn with_body(prologue: TokenStream, mut body: Block) -> TokenStream {
+pub fn with_body(prologue: TokenStream, mut body: Block) -> TokenStream {
     if let Some(block) = async_trait_block(&mut body) {
         let stmts = &block.stmts;
         let inner = quote! { #prologue #(#stmts)* };
@@ -248,7 +320,7 @@ fn names_a_type(ty: &syn::Type) -> bool {
         && !matches!(ty, syn::Type::ImplTrait(_))
 }
 
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut token| {

@@ -12,16 +12,19 @@
 //!   wrote;
 //! - plan: each attribute checked across its arguments into a rule (`rule.rs`), and
 //!   the rules checked together against the signature (`plan.rs`, with the
-//!   parameters' names from `params.rs`);
-//! - emit: the prologue that decides all rules at once, then the body (`emit.rs`).
+//!   parameters' names from `params.rs`, and `settled.rs` for `cost` and `settle`);
+//! - emit: the prologue that decides all rules at once, then the body (`emit.rs`);
+//!   with a settled rule, the body as a future, then the settle (`emit_settled.rs`).
 
 mod args;
 mod emit;
+mod emit_settled;
 mod gather;
 mod input;
 mod params;
 mod plan;
 mod rule;
+mod settled;
 mod template;
 #[cfg(test)]
 mod test_rng;

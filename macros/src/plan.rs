@@ -4,7 +4,7 @@
 
 use proc_macro2::Span;
 use syn::spanned::Spanned;
-use syn::{Error, Ident, Path, Signature};
+use syn::{Error, Ident, Path, Signature, Type};
 
 use crate::args;
 use crate::input::Group;
@@ -20,6 +20,8 @@ pub struct Plan {
     pub fallback: Option<Path>,
     /// Each parameter's name when it is a plain binding.
     pub names: Vec<Option<Ident>>,
+    /// The function's result type, when a rule is settled (its `settle` reads it).
+    pub output: Option<Type>,
 }
 
 /// Checks the arguments of every attribute and the rules across them, all errors at
@@ -50,6 +52,7 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
 
     check_distinct_templates(&rules, &mut errors);
     check_async(sig, is_async_trait, &mut errors);
+    let output = crate::settled::check(sig, &rules, is_async_trait, &mut errors);
     if let Some(path) = &fallback {
         check_fallback_args(path, &names, &mut errors);
     }
@@ -62,6 +65,7 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
         timeout_ms,
         fallback,
         names,
+        output,
     })
 }
 

@@ -2,7 +2,8 @@
 //! value with its span, checked across its arguments into [`RuleArgs`].
 
 use proc_macro2::Span;
-use syn::{Error, Ident, LitStr, Path};
+use syn::spanned::Spanned;
+use syn::{Error, Expr, Ident, LitStr, Path};
 
 use crate::template::Piece;
 use redlimit_syntax::MAX_EXACT;
@@ -54,6 +55,14 @@ pub struct RuleArgs {
     pub key: Option<(LitStr, Vec<Piece>)>,
     pub mode: Mode,
     pub permits: u64,
+    /// `cost`: the call's permits, an expression of the parameters evaluated before
+    /// the call (a settled rule's estimate).
+    pub cost: Option<Expr>,
+    /// `settle`: the function reading what the call used from its result; the rule is
+    /// settled.
+    pub settle: Option<Path>,
+    /// `max_overdraft`: the most a settle charges past the estimate.
+    pub max_overdraft: Option<u64>,
     pub on_error: Policy,
     pub message: Option<LitStr>,
     /// Decided and reported, never refusing.
@@ -64,6 +73,8 @@ pub struct RuleArgs {
     /// in ms (`None`: the runtime's default).
     pub batch: u64,
     pub batch_lease_ms: Option<u64>,
+    /// Where `batch` was written, if it was.
+    pub batch_span: Option<Span>,
     /// `Some((burst, warmup_ms))`: a token bucket holding at most `burst`, warming up
     /// over `warmup_ms` (0: no warm-up).
     pub bucket: Option<(u64, u64)>,
@@ -82,6 +93,9 @@ pub struct Given {
     pub rate: Option<u64>,
     pub interval: Option<u64>,
     pub permits: Option<(Span, u64)>,
+    pub cost: Option<Expr>,
+    pub settle: Option<Path>,
+    pub max_overdraft: Option<(Span, u64)>,
     pub key: Option<(LitStr, Vec<Piece>)>,
     pub mode: Option<Mode>,
     pub on_error: Option<Policy>,
@@ -107,6 +121,9 @@ impl Given {
             rate: None,
             interval: None,
             permits: None,
+            cost: None,
+            settle: None,
+            max_overdraft: None,
             key: None,
             mode: None,
             on_error: None,
@@ -131,6 +148,7 @@ impl Given {
         self.check_permits_fit(errors);
         self.check_exact_counts(errors);
         self.check_batch(errors);
+        self.check_cost(errors);
     }
 
     /// The rule, once [`check`](Self::check) and every reader found nothing wrong.
@@ -149,12 +167,16 @@ impl Given {
             key: self.key,
             mode: self.mode.unwrap_or(Mode::Overall),
             permits: self.permits.map_or(1, |(_, p)| p),
+            cost: self.cost,
+            settle: self.settle,
+            max_overdraft: self.max_overdraft.map(|(_, n)| n),
             on_error: self.on_error.unwrap_or(Policy::Local),
             message: self.message,
             shadow: self.shadow.unwrap_or(false),
             local_refusals: self.local_refusals.unwrap_or(true),
             batch: self.batch.map_or(1, |(_, k)| k),
             batch_lease_ms: self.batch_lease.map(|(_, ms)| ms),
+            batch_span: self.batch.map(|(span, _)| span),
             bucket,
             timeout: self.timeout,
             fallback: self.fallback,
@@ -257,6 +279,33 @@ impl Given {
                      coldness exactly in 1/interval-ms units of a token; use a shorter warm-up",
                 ));
             }
+        }
+    }
+
+    /// `settle` needs `cost`; `cost` replaces `permits`; a settled rule is not
+    /// batched.
+    fn check_cost(&self, errors: &mut Vec<Error>) {
+        if let (Some(settle), None) = (&self.settle, &self.cost) {
+            errors.push(Error::new(
+                settle.span(),
+                "`settle` needs `cost`: a settled rule reserves an estimate worked out from the \
+                 arguments before the call, e.g. `cost = max_tokens`, then settles what the call \
+                 used; add `cost = <expression of the parameters>`",
+            ));
+        }
+        if let (Some((span, _)), None) = (self.max_overdraft, &self.settle) {
+            errors.push(Error::new(
+                span,
+                "`max_overdraft` caps what a settle charges past the estimate: add `settle = ...` \
+                 (and `cost`), or remove `max_overdraft`",
+            ));
+        }
+        if let (Some(cost), Some(_)) = (&self.cost, self.permits) {
+            errors.push(Error::new(
+                cost.span(),
+                "`cost` and `permits` both set what a call takes: keep `cost` (worked out from \
+                 each call's arguments) or `permits` (the same for every call)",
+            ));
         }
     }
 

@@ -52,6 +52,19 @@ pub fn integer(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<u64>
     }
 }
 
+/// An integer literal from 0 to 2^53 (`max_overdraft = 0`: no excess charged).
+pub fn whole(name: &str, value: &Expr, errors: &mut Vec<Error>) -> Option<u64> {
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Int(int), ..
+    }) = value
+    {
+        if int.base10_parse::<u64>().ok() == Some(0) {
+            return Some(0);
+        }
+    }
+    integer(name, value, errors)
+}
+
 /// `permits`: an integer that also fits the permits log's 4-byte field, with its span.
 pub fn permits(value: &Expr, errors: &mut Vec<Error>) -> Option<(Span, u64)> {
     let permits = integer("permits", value, errors)?;

@@ -56,6 +56,8 @@ impl LayerRule {
                 on_error: OnError::Local,
                 message: None,
                 bucket: None,
+                settled: false,
+                max_overdraft: None,
             },
             burst: None,
             warmup: None,

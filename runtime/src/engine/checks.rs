@@ -180,3 +180,88 @@ pub fn request_value<R: RequestValues>(
         engine.refuse_misconfigured(rule, error)
     })
 }
+
+/// What `cost = ...` may evaluate to: an unsigned integer, as permits.
+#[diagnostic::on_unimplemented(
+    message = "`cost` is a `{Self}`: a call's cost is an unsigned integer (u64, u32, u16, u8 or usize)",
+    label = "this `cost` is a `{Self}`",
+    note = "`cost` is worked out from the arguments before the call, as the permits the call takes \
+            (a settled rule's estimate): convert it, e.g. `cost = u64::from(request.max_tokens)`"
+)]
+pub trait Cost {
+    /// The permits, saturating at `u64::MAX` (refused as more than the rule's rate).
+    fn permits(self) -> u64;
+}
+
+macro_rules! cost_from {
+    ($($t:ty),*) => {$(
+        impl Cost for $t {
+            fn permits(self) -> u64 {
+                u64::try_from(self).unwrap_or(u64::MAX)
+            }
+        }
+    )*};
+}
+
+cost_from!(u64, u32, u16, u8, usize);
+
+impl<T: Cost + Copy> Cost for &T {
+    fn permits(self) -> u64 {
+        (*self).permits()
+    }
+}
+
+/// What `settle = ...` names: a function of the function's result (`&Out`) to the
+/// amount the call used, a `u64` or a narrower unsigned integer; `Shape` (one of
+/// [`settle_shapes`]) is inferred from its signature.
+#[diagnostic::on_unimplemented(
+    message = "`settle` takes `fn(&{Out}) -> u64`: the function's result, by reference, to what the call used",
+    label = "this is not a `fn(&{Out}) -> u64`",
+    note = "a settled rule learns what the call used from its result: name a function taking \
+            `&{Out}`, the function's return type, and returning a u64"
+)]
+pub trait SettleFn<Out: ?Sized, Shape> {
+    /// What the call used, read from its result.
+    fn actual(self, out: &Out) -> u64;
+}
+
+/// The shapes of `settle` accepted, each a marker [`SettleFn`] is implemented under.
+pub mod settle_shapes {
+    /// `fn(&Out) -> u64`.
+    #[derive(Debug)]
+    pub struct Exact;
+    /// `fn(&Out) -> R`, `R` an unsigned integer narrower than `u64`.
+    #[derive(Debug)]
+    pub struct Narrower<R>(std::marker::PhantomData<R>);
+}
+
+/// The unsigned integers narrower than `u64` a `settle` function may return.
+pub trait Narrower: Cost {}
+
+impl Narrower for u32 {}
+impl Narrower for u16 {}
+impl Narrower for u8 {}
+impl Narrower for usize {}
+
+impl<F: FnOnce(&Out) -> u64, Out: ?Sized> SettleFn<Out, settle_shapes::Exact> for F {
+    fn actual(self, out: &Out) -> u64 {
+        self(out)
+    }
+}
+
+impl<F, Out, R> SettleFn<Out, settle_shapes::Narrower<R>> for F
+where
+    F: FnOnce(&Out) -> R,
+    Out: ?Sized,
+    R: Narrower,
+{
+    fn actual(self, out: &Out) -> u64 {
+        self(out).permits()
+    }
+}
+
+/// The body of a function with settled rules, as a future of its return type `Out`
+/// (written out, so that `?` and `return` in the body convert to it).
+pub fn body<Out, F: Future<Output = Out>>(body: F) -> F {
+    body
+}

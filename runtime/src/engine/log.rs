@@ -1,6 +1,6 @@
 //! The engine's log lines, throttled per function: a backend failure at most once per
-//! period (with how many were left out), one line when the backend recovers, and a
-//! shadow rule's refusal at most once per period.
+//! period (with how many were left out), one line when the backend recovers, a
+//! shadow rule's refusal and a failed settle at most once per period.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -106,6 +106,37 @@ impl ShadowLog {
             retry_after_ms = retry_after.map_or(0, |d| d.as_millis() as u64),
             suppressed,
             "shadow rate limit would have refused this call; it was let through"
+        );
+    }
+}
+
+/// Settles of one function's reservations the backend did not take (each sent again
+/// in the background): logged at most once per period, with how many were left out.
+#[derive(Debug)]
+pub(super) struct SettleLog {
+    logged_ms: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl SettleLog {
+    pub(super) const fn new() -> Self {
+        SettleLog {
+            logged_ms: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes a settle of `function`'s call that failed with `error`.
+    pub(super) fn failed(&self, function: &'static str, error: &Error) {
+        if !take_period(&self.logged_ms, epoch_ms()) {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            function,
+            suppressed,
+            "a call's settle failed ({error}); it is sent again in the background"
         );
     }
 }

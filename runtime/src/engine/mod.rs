@@ -6,7 +6,8 @@
 //! overrides (`build.rs`), refuses what no wait would let pass, has the client decide
 //! the enforced rules all or nothing, and on a backend failure applies each rule's
 //! `on_error` (`on_error.rs`). Shadow rules are decided after a grant and only
-//! reported (`shadow.rs`). Around it: the `redlimit.decide` span (`span.rs`), the
+//! reported (`shadow.rs`). A call with settled rules is reserved instead, through the
+//! same steps, and settled once the function returns (`reserve.rs`). Around it: the `redlimit.decide` span (`span.rs`), the
 //! outcome counters (`crate::observe`) and the throttled log (`log.rs`). Refusals are
 //! made in `refuse.rs`.
 //!
@@ -19,6 +20,7 @@ pub(crate) mod checks;
 mod log;
 mod on_error;
 mod refuse;
+mod reserve;
 mod shadow;
 mod span;
 
@@ -37,11 +39,12 @@ pub use crate::rules::fit::check_bucket;
 pub use call::Granted;
 /// A value of the request the layer serves, as a key template names it.
 pub use checks::RequestValue;
+pub use reserve::{reserve, Pending};
 
 use crate::observe::{Counted, RuleCounters};
 use crate::{default_client, Client, Decision, Error, RateLimited, Rule, RuleSpec};
 use call::CallKeys;
-use log::{FailureLog, ShadowLog};
+use log::{FailureLog, SettleLog, ShadowLog};
 
 /// A call's rules, one per rule of the engine. (A vector: kept inline, they would
 /// make every call's future larger, and moving it costs more than the allocation.)
@@ -56,6 +59,7 @@ pub struct Engine {
     function: &'static str,
     failures: FailureLog,
     shadows: ShadowLog,
+    settles: SettleLog,
     counters: RuleCounters,
     /// Whether the rules are in this process's registry (see `rules::registry`).
     registered: AtomicBool,
@@ -88,6 +92,7 @@ impl Engine {
             function,
             failures: FailureLog::new(),
             shadows: ShadowLog::new(),
+            settles: SettleLog::new(),
             counters: RuleCounters::new(),
             registered: AtomicBool::new(false),
             templates: Vec::new(),
@@ -245,7 +250,7 @@ impl Engine {
     ) -> Result<Granted, RateLimited> {
         let decided = self.decide_in_span(client, call, true);
         let decided = tracing::Instrument::instrument(decided, span.clone()).await;
-        span::record(&span, &decided);
+        span::record(&span, decided.as_ref());
         decided
     }
 
@@ -418,4 +423,14 @@ impl Engine {
 /// refusal.
 pub async fn decide(engine: &'static Engine, keys: &mut [String]) -> Result<(), RateLimited> {
     engine.decide(None, keys, None).await.map(|_| ())
+}
+
+/// Decides every rule of an attribute's call with its `cost`s: `permits` holds one per
+/// rule (a `cost`, or the rule's own permits; 0: the rule does not apply).
+pub async fn decide_with(
+    engine: &'static Engine,
+    keys: &mut [String],
+    permits: &[u64],
+) -> Result<(), RateLimited> {
+    engine.decide(None, keys, Some(permits)).await.map(|_| ())
 }

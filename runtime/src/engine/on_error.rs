@@ -20,21 +20,7 @@ impl Engine {
         deadline: Option<Instant>,
         fallback: &Client,
     ) -> Result<(), RateLimited> {
-        self.failures.failed(self.function, &error);
-        let enforced: Vec<usize> = (0..rules.len())
-            .filter(|&i| !self.rules[i].shadow && call.applies(i))
-            .collect();
-        let policy = |i: usize| self.policy(i, &error);
-        for &i in &enforced {
-            self.count(i, policy(i).outcome());
-        }
-        if let Some(&rule) = enforced.iter().find(|&&i| policy(i) == OnError::Deny) {
-            return Err(self.denied(&rules, rule, error));
-        }
-        let local: Vec<usize> = enforced
-            .into_iter()
-            .filter(|&i| policy(i) == OnError::Local)
-            .collect();
+        let local = self.policies(call, &rules, error)?;
         if local.is_empty() {
             return Ok(());
         }
@@ -45,6 +31,32 @@ impl Engine {
             // The rules cannot be enforced anywhere: refused, never let through.
             Err(local_error) => Err(self.misuse(&local_rules, local[0], local_error)),
         }
+    }
+
+    /// The policies' first step, for a call the backend failed with `error`: the
+    /// failure logged, each enforced rule counted under its policy, the refusal of a
+    /// `deny` rule; else the rules to decide in process (the `local` ones, by index).
+    pub(super) fn policies(
+        &self,
+        call: &CallKeys<'_>,
+        rules: &[Rule],
+        error: Error,
+    ) -> Result<Vec<usize>, RateLimited> {
+        self.failures.failed(self.function, &error);
+        let enforced: Vec<usize> = (0..rules.len())
+            .filter(|&i| !self.rules[i].shadow && call.applies(i))
+            .collect();
+        let policy = |i: usize| self.policy(i, &error);
+        for &i in &enforced {
+            self.count(i, policy(i).outcome());
+        }
+        if let Some(&rule) = enforced.iter().find(|&&i| policy(i) == OnError::Deny) {
+            return Err(self.denied(rules, rule, error));
+        }
+        Ok(enforced
+            .into_iter()
+            .filter(|&i| policy(i) == OnError::Local)
+            .collect())
     }
 
     /// Rule `i`'s policy for `error`. `allow` is for an outage; a failure that

@@ -37,6 +37,27 @@ impl Engine {
         Some(self.refused(i, rules[i].name().to_owned(), self.limit_of(i, Some(&rules[i]))))
     }
 
+    /// The first enforced settled rule this call estimates at 0 permits: refused as the
+    /// caller's misuse (counted `error_denied`, not logged), never reserved. A
+    /// reservation of nothing would let the call through where the limiter has no room
+    /// left, and its settle charge it all afterwards.
+    pub(super) fn estimated_at_zero(&self, call: &CallKeys<'_>, rules: &[Rule]) -> Option<RateLimited> {
+        let permits = call.permits?;
+        let i =
+            (0..rules.len()).find(|&i| self.rules[i].settled && !self.rules[i].shadow && permits[i] == 0)?;
+        self.count(i, Counted::ErrorDenied);
+        let error = Error::InvalidReservation {
+            name: rules[i].name().to_owned(),
+            problem: "the call's estimate (`cost`) is 0; a settled rule reserves what the call \
+                      may use before it runs: give an estimate of at least 1"
+                .to_owned(),
+        };
+        Some(RateLimited {
+            cause: Some(Arc::new(error)),
+            ..self.refused(i, rules[i].name().to_owned(), self.limit_of(i, Some(&rules[i])))
+        })
+    }
+
     /// The refusal `decision` gave for `rules`; `index` maps a position in `rules` to
     /// the engine's rule.
     pub(super) fn refusal(

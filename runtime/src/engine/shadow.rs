@@ -18,9 +18,14 @@ impl Engine {
                 // A shadow rule never refuses, not even when it cannot be decided.
                 _ => continue,
             };
-            self.count(index, Counted::ShadowLimited);
-            self.shadows
-                .refused(self.function, &self.rules[index].name, refused);
+            self.shadow_refused(index, refused);
         }
+    }
+
+    /// Shadow rule `index` would have refused: counted, and reported (throttled).
+    pub(super) fn shadow_refused(&self, index: usize, retry_after: Option<std::time::Duration>) {
+        self.count(index, Counted::ShadowLimited);
+        self.shadows
+            .refused(self.function, &self.rules[index].name, retry_after);
     }
 }

@@ -18,7 +18,7 @@ pub(super) fn decide_span(rules: &[RuleSpec]) -> tracing::Span {
 }
 
 /// Records what was decided on `span`.
-pub(super) fn record(span: &tracing::Span, decided: &Result<Granted, RateLimited>) {
+pub(super) fn record(span: &tracing::Span, decided: Result<&Granted, &RateLimited>) {
     match decided {
         Ok(granted) => {
             span.record("outcome", "allowed");

@@ -235,36 +235,40 @@ pub(crate) fn refunded() {
 }
 
 /// Counts the estimates a reservation took, per settled rule labelled `rule`.
-pub(crate) fn reserved(rule: &'static str, permits: u64) {
+pub(crate) fn reserved(rule: std::borrow::Cow<'static, str>, permits: u64) {
     #[cfg(feature = "metrics")]
     metrics::counter!("redlimit_reserved_permits_total", "rule" => rule).increment(permits);
     #[cfg(not(feature = "metrics"))]
     let _ = (rule, permits);
 }
 
-/// Counts what a settle did to the rules of `settled`, labelled `rule`.
-pub(crate) fn settled(rule: &'static str, settled: &crate::Settled) {
+/// Counts what a settle did to one rule's grant, labelled `rule`.
+pub(crate) fn settled(rule: std::borrow::Cow<'static, str>, settled: &crate::RuleSettled) {
     #[cfg(feature = "metrics")]
     {
         let count = |name: &'static str, n: u64| {
             if n > 0 {
-                metrics::counter!(name, "rule" => rule).increment(n);
+                metrics::counter!(name, "rule" => rule.clone()).increment(n);
             }
         };
+        let applied = |n: u64| if settled.applied { n } else { 0 };
+        count("redlimit_settled_permits_total", settled.counted);
         count(
-            "redlimit_settled_permits_total",
-            settled.rules.iter().map(|r| r.counted).sum(),
+            "redlimit_refunded_permits_total",
+            applied(settled.estimate.saturating_sub(settled.counted)),
         );
-        count("redlimit_refunded_permits_total", settled.refunded());
-        count("redlimit_overdrawn_permits_total", settled.overdrawn());
-        count("redlimit_uncharged_permits_total", settled.uncharged());
+        count(
+            "redlimit_overdrawn_permits_total",
+            applied(settled.counted.saturating_sub(settled.estimate)),
+        );
+        count("redlimit_uncharged_permits_total", settled.uncharged);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (rule, settled);
 }
 
 /// Counts a settle given up, labelled `rule`.
-pub(crate) fn settle_abandoned(rule: &'static str) {
+pub(crate) fn settle_abandoned(rule: std::borrow::Cow<'static, str>) {
     #[cfg(feature = "metrics")]
     metrics::counter!("redlimit_settles_abandoned_total", "rule" => rule).increment(1);
     #[cfg(not(feature = "metrics"))]

@@ -15,6 +15,7 @@
 
 mod retry;
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::backend::{Members, SettleCall};
@@ -57,6 +58,8 @@ struct Grant {
     /// The rule's index when it is settled (`None`: it counts its permits as taken).
     settled: Option<usize>,
     max_overdraft: Option<u64>,
+    /// The `rule` label of its metrics: a rule's template, or `by_hand`.
+    label: Cow<'static, str>,
 }
 
 /// What a settle did, rule by rule (the settled rules, in their order).
@@ -118,6 +121,16 @@ impl Client {
     /// their own to settle), and a settled rule naming the same limiter as another rule
     /// of the call.
     pub async fn reserve(&self, rules: &[Rule]) -> Result<Reserved, Error> {
+        self.reserve_labelled(rules, None).await
+    }
+
+    /// [`reserve`](Client::reserve), each rule's metrics labelled with `labels` (one
+    /// per rule: the templates of an engine's rules), or `by_hand`.
+    pub(crate) async fn reserve_labelled(
+        &self,
+        rules: &[Rule],
+        labels: Option<&[Cow<'static, str>]>,
+    ) -> Result<Reserved, Error> {
         let merged = merge(rules);
         check_reservable(rules, &merged)?;
         let keys = rules
@@ -134,9 +147,10 @@ impl Client {
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
         }
-        let grants = self.grants(rules, &merged, &members)?;
-        let estimates = grants.iter().filter(|g| g.settled.is_some()).map(|g| g.estimate);
-        crate::observe::reserved(BY_HAND, estimates.sum());
+        let grants = self.grants(rules, &merged, &members, labels)?;
+        for grant in grants.iter().filter(|g| g.settled.is_some()) {
+            crate::observe::reserved(grant.label.clone(), grant.estimate);
+        }
         let reservation = Reservation {
             client: self.clone(),
             decision,
@@ -147,7 +161,13 @@ impl Client {
     }
 
     /// A reservation's grants, one per merged call.
-    fn grants(&self, rules: &[Rule], merged: &[Merged], members: &Members) -> Result<Vec<Grant>, Error> {
+    fn grants(
+        &self,
+        rules: &[Rule],
+        merged: &[Merged],
+        members: &Members,
+        labels: Option<&[Cow<'static, str>]>,
+    ) -> Result<Vec<Grant>, Error> {
         merged
             .iter()
             .zip(members)
@@ -161,6 +181,9 @@ impl Client {
                     estimate: m.permits,
                     settled: rule.is_settled().then_some(m.first),
                     max_overdraft: rule.overdraft_cap(),
+                    label: labels
+                        .and_then(|labels| labels.get(m.first).cloned())
+                        .unwrap_or(Cow::Borrowed(BY_HAND)),
                 })
             })
             .collect()
@@ -260,7 +283,7 @@ impl Reservation {
             .map(|(grant, r)| grant.call(self.decision.at_ms, r.counted, self.mark_ms()))
             .collect();
         if calls.is_empty() {
-            crate::observe::settled(BY_HAND, &report);
+            self.observe(&report);
             return Ok(report);
         }
         let changed: Vec<usize> = (0..report.rules.len())
@@ -271,15 +294,28 @@ impl Reservation {
                 for (i, applied) in changed.into_iter().zip(applied) {
                     report.rules[i].applied = applied;
                 }
-                crate::observe::settled(BY_HAND, &report);
+                self.observe(&report);
                 Ok(report)
             }
             Err(error) => {
                 if error.is_backend_failure() {
-                    retry::spawn(&self.client, &calls, self.longest_window(), BY_HAND);
+                    let labels = settled
+                        .iter()
+                        .zip(&report.rules)
+                        .filter(|(_, r)| r.counted != r.estimate)
+                        .map(|(grant, _)| grant.label.clone());
+                    retry::spawn(&self.client, &calls, labels.collect(), self.longest_window());
                 }
                 Err(error)
             }
+        }
+    }
+
+    /// Counts what a settle did, rule by rule, under each rule's label.
+    fn observe(&self, report: &Settled) {
+        let settled = self.grants.iter().filter(|g| g.settled.is_some());
+        for (grant, rule) in settled.zip(&report.rules) {
+            crate::observe::settled(grant.label.clone(), rule);
         }
     }
 

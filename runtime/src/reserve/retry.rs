@@ -4,6 +4,7 @@
 //! and settled once, a token bucket's settle leaves a mark that makes a second one a
 //! no-op.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::backend::SettleCall;
@@ -43,8 +44,16 @@ impl Owned {
 }
 
 /// Sends `calls` again on `client` until they land or `until` (epoch ms, the
-/// client's clock) passes; `rule` labels the metric of one abandoned.
-pub(super) fn spawn(client: &Client, calls: &[SettleCall<'_>], until: u64, rule: &'static str) {
+/// client's clock) passes; `labels`, one per call, label the metric of one abandoned
+/// (counted once per label).
+pub(super) fn spawn(
+    client: &Client,
+    calls: &[SettleCall<'_>],
+    mut labels: Vec<Cow<'static, str>>,
+    until: u64,
+) {
+    labels.sort();
+    labels.dedup();
     let owned: Vec<Owned> = calls
         .iter()
         .filter_map(|c| {
@@ -61,7 +70,7 @@ pub(super) fn spawn(client: &Client, calls: &[SettleCall<'_>], until: u64, rule:
         })
         .collect();
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        abandoned(rule, "outside a Tokio runtime");
+        abandoned(&labels, "outside a Tokio runtime");
         return;
     };
     let left = Duration::from_millis(until.saturating_sub(client.now_ms()));
@@ -72,20 +81,23 @@ pub(super) fn spawn(client: &Client, calls: &[SettleCall<'_>], until: u64, rule:
         loop {
             tokio::time::sleep(pause).await;
             if tokio::time::Instant::now() >= deadline {
-                return abandoned(rule, "its grants left their windows first");
+                return abandoned(&labels, "its grants left their windows first");
             }
             let calls: Vec<SettleCall<'_>> = owned.iter().map(Owned::call).collect();
             match client.backend().settle(&calls, client.now_ms()).await {
                 Ok(_) => return,
                 Err(error) if error.is_backend_failure() => pause = (pause * 2).min(MOST_PAUSE),
-                Err(error) => return abandoned(rule, &error.to_string()),
+                Err(error) => return abandoned(&labels, &error.to_string()),
             }
         }
     });
 }
 
-fn abandoned(rule: &'static str, why: &str) {
-    crate::observe::settle_abandoned(rule);
+fn abandoned(labels: &[Cow<'static, str>], why: &str) {
+    for label in labels {
+        crate::observe::settle_abandoned(label.clone());
+    }
+    let rule = labels.join(",");
     tracing::warn!(
         rule,
         "a reservation's settle was abandoned ({why}): what the call used beyond its \

@@ -184,8 +184,8 @@ impl Rule {
             local_refusals: spec.local_refusals,
             batch: 1,
             batch_lease: None,
-            settled: false,
-            max_overdraft: None,
+            settled: spec.settled,
+            max_overdraft: spec.max_overdraft,
             memo: Memo::default(),
         }
     }

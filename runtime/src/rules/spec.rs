@@ -43,6 +43,13 @@ pub struct RuleSpec {
     pub message: Option<Cow<'static, str>>,
     /// `Some`: a token bucket of this shape; `None`: a sliding window.
     pub bucket: Option<crate::BucketShape>,
+    /// Its permits are a call's estimate, settled with what the call used
+    /// ([`Rule::settled`](crate::Rule::settled)); decided through
+    /// `Engine::reserve`, never `Engine::decide`.
+    pub settled: bool,
+    /// The most a settle charges past the estimate
+    /// ([`Rule::max_overdraft`](crate::Rule::max_overdraft); `None`: no cap).
+    pub max_overdraft: Option<u64>,
 }
 
 impl RuleSpec {
@@ -114,6 +121,8 @@ mod tests {
             on_error: OnError::Local,
             message: None,
             bucket: None,
+            settled: false,
+            max_overdraft: None,
         }
     }
 
