@@ -58,8 +58,9 @@ impl Limiter {
 
     /// An idle limiter made live again in place for `rule`'s sliding window, as the
     /// phases make a missing one: the rule's config, a window holding the whole rate,
-    /// nothing else (every other part had expired). Its log's memory is reused. False,
-    /// changing nothing, when the limiter is not idle.
+    /// nothing else (every other part had expired), a limiter a rule made. Its log's
+    /// memory is reused. False, changing nothing, when the limiter is not idle. Only
+    /// for a call that takes permits: the decision then writes its expiry.
     pub fn revive_window(&mut self, rule: &RateLimiterConfig, now: u64) -> bool {
         if !self.is_idle(now) {
             return false;
@@ -67,9 +68,10 @@ impl Limiter {
         let at = slot(rule.rate_type);
         let mut bucket = self.buckets[at].take().unwrap_or_default();
         bucket.log.clear();
+        // (made again by a rule, as the phases make a missing limiter)
         *self = Limiter {
             config: Some(*rule),
-            by_rule: self.by_rule,
+            by_rule: true,
             ..Limiter::default()
         };
         self.buckets[at] = Some(Bucket {

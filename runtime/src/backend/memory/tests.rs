@@ -76,7 +76,8 @@ fn idle_limiters_are_kept_until_the_table_needs_room() {
 #[test]
 fn a_key_back_after_its_window_emptied_or_its_bucket_filled_decides_as_a_new_one() {
     let backend = MemoryBackend::default();
-    let window = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_millis(100));
+    let window = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_millis(100))
+        .with_keep_alive(Duration::from_millis(100));
     let bucket = minute(5);
     let (w, b) = (
         LimiterKeys::new("w", "c").unwrap(),
@@ -108,6 +109,35 @@ fn a_key_back_after_its_window_emptied_or_its_bucket_filled_decides_as_a_new_one
         store.limiters.get_mut("w").unwrap().live_config(10_100),
         Some(window)
     );
+}
+
+#[test]
+fn asking_what_an_idle_limiter_has_leaves_it_idle() {
+    // A call of 0 permits (what `left_of` sends after a refusal) writes nothing: an
+    // idle limiter it reads stays idle, for a sweep or the bound to drop, where a
+    // window made live without an expiry would hold its place for good.
+    let backend = MemoryBackend::new(4);
+    let window = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_millis(100))
+        .with_keep_alive(Duration::from_millis(100));
+    let bucket = minute(5);
+    let (w, b) = (LimiterKeys::new("w", "c").unwrap(), LimiterKeys::new("b", "c").unwrap());
+    let ask = |keys, config, bucket| {
+        let mut call = if bucket { bucket_call(keys, config) } else { call_on(keys, config) };
+        call[0].permits = 0;
+        call
+    };
+    block_on(async {
+        assert!(granted(&backend, &call_on(&w, &window), 1_000).await);
+        assert!(granted(&backend, &bucket_call(&b, &bucket), 1_000).await);
+        let later = 1_000_000;
+        backend.acquire(&ask(&w, &window, false), later).await.unwrap();
+        backend.acquire(&ask(&b, &bucket, true), later).await.unwrap();
+        let mut store = backend.lock("w");
+        assert!(store.limiters.get_mut("w").unwrap().is_idle(later));
+        drop(store);
+        let mut store = backend.lock("b");
+        assert!(store.limiters.get_mut("b").unwrap().is_idle(later));
+    });
 }
 
 /// One rule of `rate` per 60 s on `name`, with the keep-alive rules give.

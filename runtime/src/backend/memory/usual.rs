@@ -70,7 +70,8 @@ pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, cloc
     let config = match limiter.live_config(clock_now) {
         Some(config) => config,
         // an idle limiter (every part expired) is a missing one: made live in place
-        None if limiter.revive_window(rule, clock_now) => *rule,
+        // (a call asking what is available writes nothing: the phases answer it)
+        None if call.permits > 0 && limiter.revive_window(rule, clock_now) => *rule,
         None => return None,
     };
     if config != *rule {
@@ -130,7 +131,11 @@ pub(super) fn decide_tokens_one(
     let rule = call.rule?;
     let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
     // load_tokens, settle_time
-    let stored = limiter.tokens_or_full(rule, shape.burst, shape.warmup_ms, clock_now)?;
+    let stored = if call.permits > 0 {
+        limiter.tokens_or_full(rule, shape.burst, shape.warmup_ms, clock_now)?
+    } else {
+        limiter.tokens(rule.rate_type, clock_now)?
+    };
     let now = settle_time(stored.state.at.max(clock_now), clock_now);
     // plan_tokens: a bucket held with this rule's config, refilled
     let (rate, interval) = (rule.rate, rule.interval_ms());
@@ -142,8 +147,10 @@ pub(super) fn decide_tokens_one(
     let wait = plan.wait(call.permits);
     let taken = if wait.is_none() { call.permits } else { 0 };
     let (units, cold) = plan.take_tokens(taken);
-    // commit (a call asking what is available writes nothing), in place
-    if call.permits > 0 {
+    // commit (a call asking what is available writes nothing), in place; a refusal
+    // writes nothing without a warm-up, as tokens_one.lua, and the refill with one, as
+    // tokens.lua's phases, which Redis runs then
+    if call.permits > 0 && (wait.is_none() || shape.warmup_ms > 0) {
         *stored = Tokens::stored(&plan, units, cold);
     }
     // reply
