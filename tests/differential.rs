@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redlimit::{Algorithm, Client, ManualClock, RateType, Rule};
+use redlimit::{Algorithm, Client, Clock, ManualClock, RateType, Rule};
 use support::RedisServer;
 
 const NAMES: [&str; 3] = ["diff:a", "diff:b", "{diff}:c"];
@@ -372,6 +372,13 @@ async fn token_bucket_calls_agree_step_for_step() {
             let advance = rng.random_range(0..=600);
             clock.advance(Duration::from_millis(advance));
             history.push(format!("advance {advance}"));
+            // Now and then a clock behind the last call's, within the reorder bound:
+            // a refusal must have written nothing a later call reads.
+            if rng.random_range(0..12) == 0 {
+                let back = rng.random_range(1..=400);
+                clock.set(clock.now_ms() - back);
+                history.push(format!("back {back}"));
+            }
         }
     }
     println!("{grants} grants, {refusals} refusals compared");
