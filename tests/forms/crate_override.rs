@@ -16,6 +16,6 @@ async fn bare() -> Result<(), facade::limits::RateLimited> {
     Ok(())
 }
 
-fn main() {
+pub(crate) fn main() {
     let _ = (quoted(), bare());
 }

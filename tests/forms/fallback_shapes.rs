@@ -58,6 +58,6 @@ impl Feed {
     }
 }
 
-fn main() {
+pub(crate) fn main() {
     let _ = (with_arguments, with_refusal, with_nothing, without_parameters, Feed::latest, Feed::any);
 }

@@ -83,4 +83,4 @@ impl Boxed for Service {
     }
 }
 
-fn main() {}
+pub(crate) fn main() {}

@@ -11,6 +11,6 @@ async fn by_path() -> Result<(), redlimit::RateLimited> {
     Ok(())
 }
 
-fn main() {
+pub(crate) fn main() {
     let _ = (limited(), by_path());
 }

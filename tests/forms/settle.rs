@@ -88,4 +88,4 @@ impl Service for Model {
     }
 }
 
-fn main() {}
+pub(crate) fn main() {}

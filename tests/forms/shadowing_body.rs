@@ -23,6 +23,6 @@ async fn shadowing(id: u32) -> Result<u32, RateLimited> {
 #[allow(non_snake_case)]
 mod Option {}
 
-fn main() {
+pub(crate) fn main() {
     let _ = shadowing(1);
 }
