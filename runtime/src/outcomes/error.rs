@@ -287,6 +287,24 @@ pub enum Error {
         after: Duration,
     },
 
+    /// A call [`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas)
+    /// waits for that no connection of the client's waits could take within the
+    /// replicas' timeout, each busy waiting for replicas for other calls: it was not
+    /// sent, and took no permit; `on_error` decides the call.
+    #[error(
+        "Redis at `{target}`: all {connections} connections that wait for replicas stayed \
+         busy for {after:?}, so the call was not sent and took no permit; the replicas are \
+         slow or cut off: check their links (INFO replication on the master)"
+    )]
+    ReplicaWaitsBusy {
+        /// The server, password hidden.
+        target: String,
+        /// The connections a client waits for replicas on.
+        connections: usize,
+        /// How long the call waited for one (the replicas' timeout).
+        after: Duration,
+    },
+
     /// The server is full and refuses writes (`OOM`: used memory over `maxmemory` under
     /// the `noeviction` policy): no grant can be recorded until memory is freed.
     #[error(
@@ -502,6 +520,7 @@ impl Error {
                 | Error::Backend { .. }
                 | Error::UnexpectedReply { .. }
                 | Error::NotReplicated { .. }
+                | Error::ReplicaWaitsBusy { .. }
         )
     }
 
@@ -526,6 +545,7 @@ impl Error {
                 | Error::ReadOnlyReplica { .. }
                 | Error::UnexpectedReply { .. }
                 | Error::NotReplicated { .. }
+                | Error::ReplicaWaitsBusy { .. }
                 | Error::WrongType { .. }
                 | Error::CorruptConfig { .. }
                 | Error::CorruptValue { .. }
