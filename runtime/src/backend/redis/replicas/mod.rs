@@ -32,7 +32,7 @@ mod round;
 pub(in crate::backend::redis) use grant::Waited;
 
 /// The connections of its own a client waits for replicas on, at most.
-pub(crate) const CONNECTIONS: usize = 4;
+pub(crate) const CONNECTIONS: usize = 8;
 
 /// A client's rounds and the connections they run on. Dropped with the client: idle
 /// connections close then, and a round under way closes its own when it ends (by the

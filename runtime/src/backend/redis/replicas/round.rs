@@ -52,6 +52,9 @@ impl Drop for Out {
     }
 }
 
+/// The pipelines of late grants a round sends before its `WAIT`, at most.
+const LATE_PIPELINES: usize = 3;
+
 /// A granted caller waiting for the round's `WAIT`.
 struct Waiting {
     deadline: Instant,
@@ -91,12 +94,17 @@ async fn round(shared: &Shared, slot: &mut Slot, members: Vec<Member>) {
         }
     };
     let mut waiting = send_grants(shared, slot, generation, &conn, members).await;
-    // Grants that joined while these were on their way go out before the WAIT.
-    if slot.conn.is_some() {
-        let late = sendable(std::mem::take(&mut shared.lock().forming));
-        if !late.is_empty() {
-            waiting.extend(send_grants(shared, slot, generation, &conn, late).await);
+    // Grants that joined while these were on their way go out before the WAIT (a few
+    // times at most: each delays the WAIT of those before by a round trip).
+    for _ in 0..LATE_PIPELINES {
+        if slot.conn.is_none() {
+            break;
         }
+        let late = sendable(std::mem::take(&mut shared.lock().forming));
+        if late.is_empty() {
+            break;
+        }
+        waiting.extend(send_grants(shared, slot, generation, &conn, late).await);
     }
     if slot.conn.is_some() {
         wait(shared, slot, generation, &conn, waiting).await;
