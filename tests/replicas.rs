@@ -346,3 +346,54 @@ async fn a_wait_the_server_refuses_is_an_error_never_a_grant() {
     // Granted on the master, never answered as grants: the permits stay taken.
     assert_eq!(pair.grants(name).await, 3);
 }
+
+/// Behind Sentinel, the connections a client waits on follow a failover: after
+/// `SENTINEL FAILOVER`, waited grants fail (`NotReplicated` while the new master has
+/// no replica) until the old master is the new one's replica, then are granted, on
+/// the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waited_grants_follow_a_failover_to_the_new_master() {
+    let set = support::sentinel::RedisSentinel::start();
+    let client = Client::builder()
+        .command_timeout(COMMAND_TIMEOUT)
+        .wait_for_replicas(1, Duration::from_millis(200))
+        .connect(&set.url())
+        .await
+        .unwrap();
+    let name = "rate_limit:replicas:failover";
+    let limiter = hot(&client, name).await;
+    let (old_master, new_master) = set.data_ports();
+    let log = |port: u16| -> u64 {
+        set.node_cli(port, &["zcard", &format!("{{{name}}}:permits")])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let port = set.sentinel_ports()[0];
+    support::sentinel::sentinel_cli(port, &["sentinel", "failover", "mymaster"]);
+    let started = Instant::now();
+    while set.master_port() != new_master {
+        assert!(started.elapsed() < Duration::from_secs(30), "no failover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let switched = log(old_master);
+    let (mut failed, mut granted) = (0, 0);
+    while granted < 5 {
+        match limiter.try_acquire(1).await {
+            Ok(true) => granted += 1,
+            Ok(false) => panic!("refused"),
+            Err(_) => {
+                failed += 1;
+                assert!(started.elapsed() < Duration::from_secs(60), "no grant replicated");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let (on_new, on_old) = (log(new_master), log(old_master));
+    println!(
+        "after the switch: {failed} waited calls failed, then 5 granted; the new master's log {on_new}, \
+         the old one's {on_old} (it held {switched} at the switch)"
+    );
+    assert!(on_new >= switched + 5, "the grants are the new master's");
+    assert!(on_old <= on_new, "{on_old} on the old master against {on_new}");
+}

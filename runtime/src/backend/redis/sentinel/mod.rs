@@ -119,30 +119,6 @@ struct Master {
     certs: Option<redis::TlsCertificates>,
 }
 
-impl Master {
-    /// A client for the master at `address`, with its credentials, database and TLS.
-    fn client(&self, address: &Address) -> RedisResult<redis::Client> {
-        let (host, port) = address.clone();
-        let addr = match self.tls {
-            None => ConnectionAddr::Tcp(host, port),
-            Some(insecure) => ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure,
-                tls_params: None,
-            },
-        };
-        let info = addr
-            .into_connection_info()?
-            .set_redis_settings(self.settings.clone());
-        #[cfg(feature = "tls")]
-        if let Some(certs) = &self.certs {
-            return redis::Client::build_with_tls(info, certs.clone());
-        }
-        redis::Client::open(info)
-    }
-}
-
 #[derive(Default)]
 struct State {
     /// The master's connection, and a number that changes with each new one.

@@ -1,11 +1,12 @@
 //! Connections of their own to the master in use, beside the one every command
 //! shares: the connections that wait for replicas (`WAIT` holds the connection it is
-//! sent on), each tied to the master it was made for.
+//! sent on), each tied to the master it was made for; and how any connection to a
+//! master is made.
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisError, RedisResult, Value};
+use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisError, RedisResult, Value};
 
-use super::{lost_master, no_master, replied_not_the_master, SentinelConn};
+use super::{lost_master, no_master, replied_not_the_master, Address, Master, SentinelConn};
 
 impl SentinelConn {
     /// A new connection to the master in use (searched for first when there is none)
@@ -45,5 +46,29 @@ impl SentinelConn {
         if gone {
             self.forget(generation);
         }
+    }
+}
+
+impl Master {
+    /// A client for the master at `address`, with its credentials, database and TLS.
+    pub(super) fn client(&self, address: &Address) -> RedisResult<redis::Client> {
+        let (host, port) = address.clone();
+        let addr = match self.tls {
+            None => ConnectionAddr::Tcp(host, port),
+            Some(insecure) => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params: None,
+            },
+        };
+        let info = addr
+            .into_connection_info()?
+            .set_redis_settings(self.settings.clone());
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.certs {
+            return redis::Client::build_with_tls(info, certs.clone());
+        }
+        redis::Client::open(info)
     }
 }
