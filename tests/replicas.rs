@@ -237,11 +237,12 @@ async fn callers_with_different_deadlines_each_answer_by_their_own() {
     let short_limiter = hot(&short_client, "rate_limit:replicas:short").await;
     let long_limiter = hot(&long_client, "rate_limit:replicas:long").await;
     pair.cut_off(true).await;
-    // One client's callers starting 25 ms apart (ten of them: more than its
-    // connections), the other's all at once, side by side.
-    let stagger = Duration::from_millis(25);
+    // One client's callers starting 20 ms apart (16 of them: twice its connections,
+    // so the last 8 wait for a connection and share rounds with others' deadlines),
+    // the other's all at once, side by side.
+    let stagger = Duration::from_millis(20);
     let (long_results, short_results) = tokio::join!(
-        at_once(&long_limiter, 10, stagger),
+        at_once(&long_limiter, 16, stagger),
         at_once(&short_limiter, 4, Duration::ZERO)
     );
     for (results, timeout) in [(&long_results, long), (&short_results, short)] {

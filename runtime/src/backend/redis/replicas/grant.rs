@@ -128,8 +128,7 @@ impl RedisBackend {
     /// is an error, never a grant replicated.
     async fn acknowledged(&self, ticket: Ticket, deadline: Instant, keys: &[Keys<'_>]) -> Result<u64, Error> {
         match tokio::time::timeout_at(deadline, ticket.acked).await {
-            Ok(Ok(Ok(Value::Int(n)))) if n >= 0 => Ok(n.unsigned_abs()),
-            Ok(Ok(Ok(other))) => Err(Error::Backend {
+            Ok(Ok(Ok(value))) => counted(value).map_err(|other| Error::Backend {
                 detail: format!(
                     "WAIT answered {}, not a count of replicas; the grant is not counted as replicated",
                     shown(&other)
@@ -163,6 +162,14 @@ async fn heard_grant(ticket: &mut Ticket, deadline: Instant, grant_by: Instant) 
     }
 }
 
+/// The replicas a reply to `WAIT` counts, or the reply when it is no count.
+fn counted(value: Value) -> Result<u64, Value> {
+    match value {
+        Value::Int(n) if n >= 0 => Ok(n.unsigned_abs()),
+        other => Err(other),
+    }
+}
+
 fn is_noscript(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
@@ -179,4 +186,26 @@ fn shown(value: &Value) -> String {
         text.push_str("...");
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_count_counts_replicas() {
+        assert_eq!(counted(Value::Int(0)), Ok(0));
+        assert_eq!(counted(Value::Int(3)), Ok(3));
+        for garbage in [
+            Value::Int(-1),
+            Value::Nil,
+            Value::Okay,
+            Value::SimpleString("1".to_owned()),
+            Value::BulkString(b"1".to_vec()),
+            Value::Array(vec![Value::Int(1)]),
+            Value::Double(1.0),
+        ] {
+            assert_eq!(counted(garbage.clone()), Err(garbage));
+        }
+    }
 }

@@ -255,3 +255,24 @@ async fn wait(
         let _ = w.acked.send(heard.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_grant_or_a_reply_that_does_not_read_is_waited_for() {
+        // acquire_plain.lua's integer: permits left after a grant, minus the wait of
+        // a refusal.
+        assert!(maybe_granted(&Value::Int(4), 1));
+        assert!(maybe_granted(&Value::Int(0), 1));
+        assert!(!maybe_granted(&Value::Int(-250), 1));
+        // A script's error (NOSCRIPT here) is answered as it is, with no WAIT.
+        let error = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
+        assert!(matches!(error, Value::ServerError(_)), "{error:?}");
+        assert!(!maybe_granted(&error, 1));
+        // A reply that does not read is waited for: never a grant unconfirmed.
+        assert!(maybe_granted(&Value::SimpleString("?".to_owned()), 1));
+        assert!(maybe_granted(&Value::Nil, 2));
+    }
+}
