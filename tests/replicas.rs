@@ -398,3 +398,56 @@ async fn waited_grants_follow_a_failover_to_the_new_master() {
     assert!(on_new >= switched + 5, "the grants are the new master's");
     assert!(on_old <= on_new, "{on_old} on the old master against {on_new}");
 }
+
+/// More replicas asked for than the master has (the most a client takes, 2^31 - 1:
+/// Redis 7.0 answered `WAIT 2147483648` at once with 0): each grant waits its timeout
+/// and fails. (`acknowledged` is what `WAIT` counted by the caller's deadline: Redis
+/// answers a timed-out `WAIT` at its next timer tick, up to 100 ms late at the
+/// default `hz`, so here usually 0.) A flushed script cache is loaded again on the
+/// way, as on the shared connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_replicas_than_there_are_and_a_flushed_script_cache() {
+    let pair = Pair::start().await;
+    let timeout = Duration::from_millis(50);
+    let client = Client::builder()
+        .command_timeout(COMMAND_TIMEOUT)
+        .wait_for_replicas(i32::MAX as u32, timeout)
+        .connect(&pair.master.url())
+        .await
+        .unwrap();
+    let name = "rate_limit:replicas:many_asked";
+    let limiter = client.rate_limiter(name);
+    limiter
+        .try_set_rate(RateType::Overall, 100, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let mut raw = pair.master.raw().await;
+    for flush in [false, true] {
+        if flush {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+        let started = Instant::now();
+        let err = limiter.try_acquire(1).await.unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            matches!(
+                err,
+                Error::NotReplicated {
+                    wanted: 2_147_483_647,
+                    acknowledged: 0 | 1,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            took >= timeout && took < timeout + Duration::from_millis(50),
+            "{took:?}"
+        );
+    }
+    assert_eq!(pair.grants(name).await, 2);
+}

@@ -388,6 +388,10 @@ async fn waiting_for_replicas_refuses_settings_that_cannot_work() {
             Client::builder().wait_for_replicas(1, Duration::ZERO),
             "at least 1 ms",
         ),
+        (
+            Client::builder().wait_for_replicas(u32::MAX, Duration::from_millis(10)),
+            "at most 2147483647",
+        ),
     ] {
         let err = builder.connect_lazy("redis://127.0.0.1:1/").unwrap_err();
         assert!(matches!(err, Error::InvalidSetting { .. }), "{err:?}");

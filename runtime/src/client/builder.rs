@@ -143,8 +143,9 @@ impl ClientBuilder {
     /// none freed within `timeout` fails with [`Error::ReplicaWaitsBusy`], unsent:
     /// it took no permit. For every replica's copy to count, ask for as many
     /// replicas as the master has. A single master (`redis://`, `redis+sentinel://`)
-    /// only: `timeout` from 1 ms to below the command timeout, `replicas` at least 1;
-    /// otherwise connecting fails with [`Error::InvalidSetting`]. A refusal is
+    /// only: `timeout` from 1 ms to below the command timeout, `replicas` from 1 to
+    /// 2^31 - 1 (Redis reads `WAIT`'s count as a 32-bit signed integer); otherwise
+    /// connecting fails with [`Error::InvalidSetting`]. A refusal is
     /// answered whatever the replicas acknowledged.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some(Replicas {

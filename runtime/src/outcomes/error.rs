@@ -281,7 +281,8 @@ pub enum Error {
         target: String,
         /// The replicas asked for.
         wanted: u32,
-        /// The replicas that acknowledged.
+        /// The replicas `WAIT` counted by the call's deadline (0 when it had not
+        /// answered by then).
         acknowledged: u64,
         /// How long the master waited.
         after: Duration,

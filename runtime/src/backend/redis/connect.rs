@@ -222,6 +222,14 @@ impl Settings {
                 "0 replicas waits for nothing: ask for at least 1".to_owned(),
             ));
         }
+        // Redis 7.0 reads WAIT's count into a 32-bit int: 2^31 is answered at once.
+        if i32::try_from(replicas.count).is_err() {
+            return Err(invalid(format!(
+                "{} replicas: Redis reads the count as a 32-bit signed integer; ask for at most {}",
+                replicas.count,
+                i32::MAX
+            )));
+        }
         if replicas.timeout < Duration::from_millis(1) || replicas.timeout >= self.command_timeout {
             return Err(invalid(format!(
                 "a timeout of {:?}: it must be at least 1 ms and below the command timeout ({:?})",
