@@ -76,16 +76,24 @@ pub(crate) enum Opener {
 }
 
 impl Opener {
+    /// A new connection, named as the shared one is for `CLIENT LIST` (where the ACL
+    /// allows it).
     async fn open(&self, config: &AsyncConnectionConfig) -> RedisResult<(u64, MultiplexedConnection)> {
-        match self {
-            Opener::Single(client) => Ok((
+        let (generation, mut conn) = match self {
+            Opener::Single(client) => (
                 0,
                 client
                     .get_multiplexed_async_connection_with_config(config)
                     .await?,
-            )),
-            Opener::Sentinel(sentinel) => sentinel.open_own(config).await,
-        }
+            ),
+            Opener::Sentinel(sentinel) => sentinel.open_own(config).await?,
+        };
+        let _: RedisResult<()> = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(super::server::CONNECTION_NAME)
+            .query_async(&mut conn)
+            .await;
+        Ok((generation, conn))
     }
 
     fn in_use(&self, generation: u64) -> bool {
@@ -96,10 +104,12 @@ impl Opener {
     }
 
     /// Tells the shared connection what a connection of the pool heard: behind
-    /// Sentinel, a lost or demoted master is searched for again.
-    fn heard(&self, generation: u64, reply: Result<&[Value], &RedisError>) {
-        if let Opener::Sentinel(sentinel) = self {
-            sentinel.heard(generation, reply);
+    /// Sentinel, a lost or demoted master is searched for again (answers true then:
+    /// the pool's connection to it is left too).
+    fn heard(&self, generation: u64, reply: Result<&[Value], &RedisError>) -> bool {
+        match self {
+            Opener::Single(_) => false,
+            Opener::Sentinel(sentinel) => sentinel.heard(generation, reply),
         }
     }
 }

@@ -188,7 +188,9 @@ async fn send_grants(
             return Vec::new();
         }
     };
-    shared.opener.heard(generation, Ok(&values));
+    if shared.opener.heard(generation, Ok(&values)) {
+        slot.conn = None;
+    }
     let mut waiting = Vec::new();
     for (member, value) in members.into_iter().zip(values) {
         let granted = maybe_granted(&value, member.rules);
@@ -237,7 +239,9 @@ async fn wait(
     let sent = conn.req_packed_command(&cmd);
     let heard = match tokio::time::timeout(within + shared.command_timeout, sent).await {
         Ok(Ok(value)) => {
-            shared.opener.heard(generation, Ok(std::slice::from_ref(&value)));
+            if shared.opener.heard(generation, Ok(std::slice::from_ref(&value))) {
+                slot.conn = None;
+            }
             value.extract_error()
         }
         Ok(Err(err)) => {

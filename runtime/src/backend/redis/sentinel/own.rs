@@ -37,8 +37,9 @@ impl SentinelConn {
     }
 
     /// Forgets the master of `generation` when a command on a connection of its own
-    /// failed, or was answered, in a way that says the master is gone or demoted.
-    pub(crate) fn heard(&self, generation: u64, reply: Result<&[Value], &RedisError>) {
+    /// failed, or was answered, in a way that says the master is gone or demoted;
+    /// answers whether it did.
+    pub(crate) fn heard(&self, generation: u64, reply: Result<&[Value], &RedisError>) -> bool {
         let gone = match reply {
             Err(err) => lost_master(err),
             Ok(values) => values.iter().any(replied_not_the_master),
@@ -46,6 +47,7 @@ impl SentinelConn {
         if gone {
             self.forget(generation);
         }
+        gone
     }
 }
 
