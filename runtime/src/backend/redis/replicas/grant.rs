@@ -53,45 +53,7 @@ impl RedisBackend {
         let started = Instant::now();
         let deadline = started + replicas.timeout;
         let keys: Vec<Keys<'_>> = call.calls.iter().map(|c| c.keys).collect();
-        let mut loaded = false;
-        let (ticket, reply) = loop {
-            let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), deadline);
-            let heard = heard_grant(&mut ticket, deadline, started + self.timeout).await;
-            let failed = match heard {
-                Heard::Reply(value) => match value.extract_error() {
-                    Ok(value) => break (ticket, value),
-                    Err(err) if is_noscript(&err) && !loaded => {
-                        // Loaded on the shared connection: the cache is the server's.
-                        self.run(&keys, |mut conn| async move {
-                            call.script.prepare_invoke().load_async(&mut conn).await
-                        })
-                        .await?;
-                        loaded = true;
-                        continue;
-                    }
-                    // It ran, and failed: nothing to give back.
-                    Err(err) => Failed { err, sent: false },
-                },
-                Heard::Failed(failed) => failed,
-                Heard::NotSent => {
-                    return Err(Error::ReplicaWaitsBusy {
-                        target: self.target.shown().to_owned(),
-                        connections: CONNECTIONS,
-                        after: replicas.timeout,
-                    })
-                }
-                Heard::Silent => {
-                    if call.refundable {
-                        self.spawn_refund(call.calls, call.members.to_vec());
-                    }
-                    return Err(Error::Timeout {
-                        after: self.timeout,
-                        connecting: false,
-                    });
-                }
-            };
-            return Err(self.round_failed(&call, &keys, failed).await);
-        };
+        let (ticket, reply) = self.script_reply(waits, &call, &keys, started).await?;
         let outcome = self.read_outcome(&reply, call.calls.len(), call.now, call.only_buckets)?;
         if !outcome.granted {
             return Ok(outcome);
@@ -106,6 +68,57 @@ impl RedisBackend {
             });
         }
         Ok(outcome)
+    }
+
+    /// The script's reply to `call`, sent in a round by the replicas' deadline (once
+    /// more after loading the script, on NOSCRIPT), and the ticket its `WAIT` comes on.
+    async fn script_reply(
+        &self,
+        waits: &Waits,
+        call: &Waited<'_, '_>,
+        keys: &[Keys<'_>],
+        started: Instant,
+    ) -> Result<(Ticket, Value), Error> {
+        let deadline = started + waits.replicas().timeout;
+        let mut loaded = false;
+        loop {
+            let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), deadline);
+            let heard = heard_grant(&mut ticket, deadline, started + self.timeout).await;
+            let failed = match heard {
+                Heard::Reply(value) => match value.extract_error() {
+                    Ok(value) => return Ok((ticket, value)),
+                    Err(err) if is_noscript(&err) && !loaded => {
+                        // Loaded on the shared connection: the cache is the server's.
+                        self.run(keys, |mut conn| async move {
+                            call.script.prepare_invoke().load_async(&mut conn).await
+                        })
+                        .await?;
+                        loaded = true;
+                        continue;
+                    }
+                    // It ran, and failed: nothing to give back.
+                    Err(err) => Failed { err, sent: false },
+                },
+                Heard::Failed(failed) => failed,
+                Heard::NotSent => {
+                    return Err(Error::ReplicaWaitsBusy {
+                        target: self.target.shown().to_owned(),
+                        connections: CONNECTIONS,
+                        after: waits.replicas().timeout,
+                    })
+                }
+                Heard::Silent => {
+                    if call.refundable {
+                        self.spawn_refund(call.calls, call.members.to_vec());
+                    }
+                    return Err(Error::Timeout {
+                        after: self.timeout,
+                        connecting: false,
+                    });
+                }
+            };
+            return Err(self.round_failed(call, keys, failed).await);
+        }
     }
 
     /// The error of a round that failed for `call`; a grant that may have run unheard
