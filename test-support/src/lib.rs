@@ -1,7 +1,7 @@
 //! What redlimit's integration tests, the CLI's tests and the benchmarks share: a
 //! throwaway `redis-server` on a free loopback port (failing, never skipping, when the
 //! binary is missing), clusters and sentinels of them, a MONITOR reader, a capturing
-//! tracing subscriber and, with `axum`, a plain HTTP client and server.
+//! tracing subscriber, a TCP link that delays what it carries and, with `axum`, a plain HTTP client and server.
 
 pub mod binary;
 pub mod capture;
@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod coinciding;
 #[cfg(feature = "axum")]
 pub mod http;
+pub mod link;
 pub mod monitor;
 pub mod sentinel;
 

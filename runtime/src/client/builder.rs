@@ -125,20 +125,28 @@ impl ClientBuilder {
     }
 
     /// Answers a grant only once `replicas` replicas of the master have it (Redis's
-    /// `WAIT`, sent with the script in one round trip), waiting at most `timeout` for
-    /// them. Replication is asynchronous: without this, a failover loses the grants
-    /// the master acknowledged and the promoted replica had not received (see
-    /// RELIABILITY.md, "When Redis loses data"). With it, a grant fewer replicas
-    /// acknowledged in time fails with [`Error::NotReplicated`] (the permits stay
-    /// taken; `on_error` decides the call), and every grant costs the replicas' round
-    /// trip in latency; `WAIT` holds the client's connection while it waits, so
-    /// concurrent grants queue behind each other's wait (with replicas cut off, callers
-    /// past the first few reach the command timeout). For every replica's copy to
-    /// count, ask for as many replicas as
-    /// the master has. A single master (`redis://`, `redis+sentinel://`) only: `timeout`
-    /// from 1 ms to below the command timeout, `replicas` at least 1; otherwise
-    /// connecting fails with [`Error::InvalidSetting`]. A refusal is answered whatever
-    /// the replicas acknowledged.
+    /// `WAIT`), waiting at most `timeout` for them. Replication is asynchronous:
+    /// without this, a failover loses the grants the master acknowledged and the
+    /// promoted replica had not received (see RELIABILITY.md, "When Redis loses
+    /// data"). With it, a grant fewer replicas acknowledged in time fails with
+    /// [`Error::NotReplicated`] (the permits stay taken; `on_error` decides the call).
+    ///
+    /// `WAIT` holds the connection it is sent on and covers that connection's writes
+    /// only, so waited calls do not go on the client's shared connection: each joins a
+    /// round on one of at most 8 connections of the client's own to the master, where
+    /// the round's scripts go in one pipeline, then one `WAIT` for all of them. A
+    /// waited grant costs two round trips (the script's, then `WAIT`'s) plus the
+    /// replicas' acknowledgement; a refusal, one. Each caller answers within `timeout`
+    /// of its call, whatever other callers wait for (a script the server is slow to
+    /// answer is bounded by the command timeout, as any call is); a call that finds all 8
+    /// connections waiting (replicas slow or cut off, more than 8 calls at once) and
+    /// none freed within `timeout` fails with [`Error::ReplicaWaitsBusy`], unsent:
+    /// it took no permit. For every replica's copy to count, ask for as many
+    /// replicas as the master has. A single master (`redis://`, `redis+sentinel://`)
+    /// only: `timeout` from 1 ms to below the command timeout, `replicas` from 1 to
+    /// 2^31 - 1 (Redis reads `WAIT`'s count as a 32-bit signed integer); otherwise
+    /// connecting fails with [`Error::InvalidSetting`]. A refusal is
+    /// answered whatever the replicas acknowledged.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some(Replicas {
             count: replicas,

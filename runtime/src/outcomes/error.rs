@@ -281,9 +281,28 @@ pub enum Error {
         target: String,
         /// The replicas asked for.
         wanted: u32,
-        /// The replicas that acknowledged.
+        /// The replicas `WAIT` counted by the call's deadline (0 when it had not
+        /// answered by then).
         acknowledged: u64,
         /// How long the master waited.
+        after: Duration,
+    },
+
+    /// A call [`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas)
+    /// waits for that no connection of the client's waits could take within the
+    /// replicas' timeout, each busy waiting for replicas for other calls: it was not
+    /// sent, and took no permit; `on_error` decides the call.
+    #[error(
+        "Redis at `{target}`: all {connections} connections that wait for replicas stayed \
+         busy for {after:?}, so the call was not sent and took no permit; the replicas are \
+         slow or cut off: check their links (INFO replication on the master)"
+    )]
+    ReplicaWaitsBusy {
+        /// The server, password hidden.
+        target: String,
+        /// The connections a client waits for replicas on.
+        connections: usize,
+        /// How long the call waited for one (the replicas' timeout).
         after: Duration,
     },
 
@@ -502,6 +521,7 @@ impl Error {
                 | Error::Backend { .. }
                 | Error::UnexpectedReply { .. }
                 | Error::NotReplicated { .. }
+                | Error::ReplicaWaitsBusy { .. }
         )
     }
 
@@ -526,6 +546,7 @@ impl Error {
                 | Error::ReadOnlyReplica { .. }
                 | Error::UnexpectedReply { .. }
                 | Error::NotReplicated { .. }
+                | Error::ReplicaWaitsBusy { .. }
                 | Error::WrongType { .. }
                 | Error::CorruptConfig { .. }
                 | Error::CorruptValue { .. }

@@ -5,8 +5,9 @@ use redis::Script;
 
 use super::connection::Conn;
 use super::give_back::{may_have_run, RefundIfDropped};
+use super::replicas::Waited;
 use super::replies::parse_acquire_reply;
-use super::{layout, Arg, RedisBackend, Replicas, SCRIPTS};
+use super::{layout, Arg, RedisBackend, SCRIPTS};
 use crate::backend::{Outcome, RuleCall};
 use crate::keys::Keys;
 use crate::{member, Error, RateLimiterConfig, RateType};
@@ -38,7 +39,6 @@ impl RedisBackend {
         let cmd = self.acquire_command(script, calls, &members, only_buckets, now);
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         let probe = calls.iter().all(|c| c.permits == 0);
-        let replicas = self.replicas.filter(|_| !probe);
         // A token bucket's grant is not in any log: nothing to take back.
         let refundable = !(probe || only_buckets);
         let cancelled = RefundIfDropped {
@@ -47,16 +47,27 @@ impl RedisBackend {
             members: &members,
             armed: refundable,
         };
-        let reply: Result<(redis::Value, u64), Error> = self
+        if let Some(waits) = self.waits.as_ref().filter(|_| !probe) {
+            let waited = Waited {
+                script,
+                cmd,
+                calls,
+                members: &members,
+                only_buckets,
+                refundable,
+                now,
+            };
+            let outcome = self.acquire_replicated(waits, waited).await;
+            cancelled.disarm();
+            return Ok((outcome?, members));
+        }
+        let reply: Result<redis::Value, Error> = self
             .run(&keys, |mut conn| async move {
-                match replicas {
-                    None => eval_sha(script, &cmd, &mut conn).await.map(|reply| (reply, 0)),
-                    Some(replicas) => eval_sha_replicated(script, &cmd, replicas, &mut conn).await,
-                }
+                eval_sha(script, &cmd, &mut conn).await
             })
             .await;
         cancelled.disarm();
-        let (reply, acknowledged) = match reply {
+        let reply = match reply {
             Ok(reply) => reply,
             Err(guess @ Error::WrongType { .. }) => return Err(self.wrong_type(calls, guess).await),
             Err(err) => {
@@ -67,16 +78,6 @@ impl RedisBackend {
             }
         };
         let outcome = self.read_outcome(&reply, calls.len(), now, only_buckets)?;
-        if let Some(replicas) = replicas {
-            if outcome.granted && acknowledged < u64::from(replicas.count) {
-                return Err(Error::NotReplicated {
-                    target: self.target.shown().to_owned(),
-                    wanted: replicas.count,
-                    acknowledged,
-                    after: replicas.timeout,
-                });
-            }
-        }
         Ok((outcome, members))
     }
 
@@ -122,7 +123,7 @@ impl RedisBackend {
 
     /// The acquire or tokens script's reply as an outcome (`calls` rules decided at
     /// `now`, the caller's clock).
-    fn read_outcome(
+    pub(super) fn read_outcome(
         &self,
         reply: &redis::Value,
         calls: usize,
@@ -150,7 +151,7 @@ impl RedisBackend {
     /// acquire.lua reads with plain commands, so a key of the wrong type fails with
     /// Redis's WRONGTYPE, which does not say which key: look at each (an error path
     /// only) and name the first that holds the wrong type, else keep `guess`.
-    async fn wrong_type(&self, calls: &[RuleCall<'_>], guess: Error) -> Error {
+    pub(super) async fn wrong_type(&self, calls: &[RuleCall<'_>], guess: Error) -> Error {
         for call in calls {
             let k = call.keys;
             let expected: Vec<(String, &str, &'static str)> = if call.bucket.is_some() {
@@ -278,29 +279,6 @@ async fn eval_sha<T: redis::FromRedisValue>(
         Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.prepare_invoke().load_async(conn).await?;
             cmd.query_async(conn).await
-        }
-        other => other,
-    }
-}
-
-/// The script, then `WAIT replicas timeout` in the same round trip (a pipeline):
-/// its reply, and how many replicas acknowledged what it wrote.
-async fn eval_sha_replicated(
-    script: &Script,
-    cmd: &redis::Cmd,
-    replicas: Replicas,
-    conn: &mut Conn,
-) -> redis::RedisResult<(redis::Value, u64)> {
-    let mut pipe = redis::pipe();
-    let timeout_ms = u64::try_from(replicas.timeout.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1);
-    pipe.add_command(cmd.clone())
-        .add_command(redis::cmd("WAIT").arg(replicas.count).arg(timeout_ms).clone());
-    match pipe.query_async(conn).await {
-        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
-            pipe.query_async(conn).await
         }
         other => other,
     }

@@ -10,6 +10,7 @@ use redis::AsyncConnectionConfig;
 
 use super::connection::{cluster_nodes, primary_addresses, with_address, Conn, RawConnection};
 use super::failure::classify;
+use super::replicas::{Opener, Waits};
 use super::sentinel::{self, SentinelConn};
 use super::server::Eviction;
 use super::target::Target;
@@ -34,45 +35,52 @@ pub(crate) struct Connected {
     pub target: Target,
     pub connected: bool,
     pub eviction: Option<Eviction>,
+    /// The URL's client, for connections of its own (one server only).
+    pub client: Option<redis::Client>,
 }
 
 impl Settings {
     /// Connects to `url` now (`redis+cluster://` for a cluster, `redis+sentinel://`
     /// for Sentinel's master, `rediss://` for TLS).
     pub(crate) async fn connect(&self, url: &str) -> Result<Connected, Error> {
-        let (conn, target, eviction) = self.connect_conn(url).await?;
+        let (conn, target, eviction, client) = self.connect_conn(url).await?;
         Ok(Connected {
             conn,
             target,
             connected: true,
             eviction,
+            client,
         })
     }
 
     /// The connection [`connect`](ClientBuilder::connect) makes, where it goes, and
     /// what the server's eviction policy is.
-    async fn connect_conn(&self, url: &str) -> Result<(Conn, Target, Option<Eviction>), Error> {
+    /// Also the URL's client for one server.
+    async fn connect_conn(
+        &self,
+        url: &str,
+    ) -> Result<(Conn, Target, Option<Eviction>, Option<redis::Client>), Error> {
         let target = Target::new(url);
         if let Some(nodes) = cluster_nodes(url) {
             let (conn, eviction) = self.connect_cluster_conn(&nodes?, &target).await?;
-            return Ok((conn, target, eviction));
+            return Ok((conn, target, eviction, None));
         }
         if let Some(parts) = sentinel::parse_url(url) {
             let mut conn = self.sentinel_conn(&parts?, &target)?;
             let eviction = self.check_server(&mut conn, &target).await?;
-            return Ok((conn, target, eviction));
+            return Ok((conn, target, eviction, None));
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
         let eviction = self.probe(&client, &target).await?;
-        let connect = ConnectionManager::new_with_config(client, connection_config);
+        let connect = ConnectionManager::new_with_config(client.clone(), connection_config);
         let conn = self.within_connect_timeout(connect, &target).await?;
-        Ok((Conn::Single(conn), target, eviction))
+        Ok((Conn::Single(conn), target, eviction, Some(client)))
     }
 
     /// A connection made as [`connect`](Settings::connect) makes its own, for raw
     /// commands.
     pub(crate) async fn connect_raw(&self, url: &str) -> Result<RawConnection, Error> {
-        let (conn, target, _) = self.connect_conn(url).await?;
+        let (conn, target, _, _) = self.connect_conn(url).await?;
         Ok(RawConnection::new(conn, target, self.command_timeout))
     }
 
@@ -108,6 +116,7 @@ impl Settings {
             target,
             connected: true,
             eviction,
+            client: None,
         })
     }
 
@@ -127,11 +136,12 @@ impl Settings {
     /// A connection made on first use, and made again by itself.
     pub(crate) fn connect_lazy(&self, url: &str) -> Result<Connected, Error> {
         let target = Target::new(url);
-        let lazy = |conn, target| Connected {
+        let lazy = |conn, target, client| Connected {
             conn,
             target,
             connected: false,
             eviction: None,
+            client,
         };
         if let Some(nodes) = cluster_nodes(url) {
             let client = self.cluster_client(&nodes?, &target)?;
@@ -139,16 +149,16 @@ impl Settings {
                 .set_connection_timeout(self.connect_timeout)
                 .set_response_timeout(self.command_timeout);
             let conn = client.get_pending_async_connection_with_config(config);
-            return Ok(lazy(Conn::Cluster(conn), target));
+            return Ok(lazy(Conn::Cluster(conn), target, None));
         }
         if let Some(parts) = sentinel::parse_url(url) {
             let conn = self.sentinel_conn(&parts?, &target)?;
-            return Ok(lazy(conn, target));
+            return Ok(lazy(conn, target, None));
         }
         let (client, connection_config) = self.redis_config(url, &target)?;
-        let conn = ConnectionManager::new_lazy_with_config(client, connection_config)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), connection_config)
             .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
-        Ok(lazy(Conn::Single(conn), target))
+        Ok(lazy(Conn::Single(conn), target, Some(client)))
     }
 
     /// The backend on `connected` for the client `owner` says, its `wait_for_replicas`
@@ -159,8 +169,30 @@ impl Settings {
             target,
             connected,
             eviction,
+            client,
         } = connected;
         let replicas = self.replicas(matches!(conn, Conn::Cluster(_)))?;
+        let opener = match (&conn, client) {
+            (Conn::Sentinel(sentinel), _) => Some(Opener::Sentinel(sentinel.clone())),
+            (Conn::Single(_), Some(client)) => Some(Opener::Single(Box::new(client))),
+            _ => None,
+        };
+        let waits = match (replicas, opener) {
+            (Some(replicas), Some(opener)) => Some(Waits::new(
+                replicas,
+                opener,
+                self.connect_timeout,
+                self.command_timeout,
+            )),
+            // Never a grant answered as replicated without a wait.
+            (Some(_), None) => {
+                return Err(Error::InvalidSetting {
+                    setting: "wait_for_replicas",
+                    problem: "this connection cannot make connections of its own to wait on".to_owned(),
+                })
+            }
+            (None, _) => None,
+        };
         let backend = RedisBackend::new(
             conn,
             self.command_timeout,
@@ -169,7 +201,7 @@ impl Settings {
             connected,
             owner,
         )
-        .wait_for_replicas(replicas);
+        .wait_for_replicas(waits);
         if let Some(eviction) = &eviction {
             backend.record_eviction(eviction);
         }
@@ -189,6 +221,14 @@ impl Settings {
             return Err(invalid(
                 "0 replicas waits for nothing: ask for at least 1".to_owned(),
             ));
+        }
+        // Redis 7.0 reads WAIT's count into a 32-bit int: 2^31 is answered at once.
+        if i32::try_from(replicas.count).is_err() {
+            return Err(invalid(format!(
+                "{} replicas: Redis reads the count as a 32-bit signed integer; ask for at most {}",
+                replicas.count,
+                i32::MAX
+            )));
         }
         if replicas.timeout < Duration::from_millis(1) || replicas.timeout >= self.command_timeout {
             return Err(invalid(format!(

@@ -21,6 +21,7 @@ mod give_back;
 pub(crate) mod kept;
 mod layout;
 mod limiter;
+pub(crate) mod replicas;
 mod replies;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
@@ -107,8 +108,8 @@ pub(crate) struct RedisBackend {
     /// The server's version, eviction policy and the connection's name, checked about
     /// once a minute off the deciding path.
     health: std::sync::Arc<Health>,
-    /// Grants answered once this many replicas have them (`WAIT` after the script).
-    replicas: Option<Replicas>,
+    /// Grants answered once replicas have them: the rounds and connections that wait.
+    waits: Option<replicas::Waits>,
     owner: Owner,
     /// Refusals and batches answered in process.
     kept: kept::Kept,
@@ -142,7 +143,7 @@ impl RedisBackend {
             answered: AtomicBool::new(connected),
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected)),
-            replicas: None,
+            waits: None,
             kept: kept::Kept::new(owner.local_refusals),
             shared: Default::default(),
             owner,
@@ -159,9 +160,9 @@ impl RedisBackend {
         crate::rules::checks::rule_keys(rule, &self.owner.prefix, &self.owner.client_id)
     }
 
-    /// Answers grants once `replicas` replicas have them.
-    pub(crate) fn wait_for_replicas(mut self, replicas: Option<Replicas>) -> Self {
-        self.replicas = replicas;
+    /// Answers grants once replicas have them, waiting on `waits`.
+    pub(crate) fn wait_for_replicas(mut self, waits: Option<replicas::Waits>) -> Self {
+        self.waits = waits;
         self
     }
 
@@ -205,7 +206,11 @@ impl RedisBackend {
     }
 
     /// Runs one request under the command timeout; script errors name their key.
-    async fn run<T, F>(&self, calls: &[Keys<'_>], request: impl FnOnce(Conn) -> F) -> Result<T, Error>
+    pub(super) async fn run<T, F>(
+        &self,
+        calls: &[Keys<'_>],
+        request: impl FnOnce(Conn) -> F,
+    ) -> Result<T, Error>
     where
         F: Future<Output = Result<T, RedisError>>,
     {

@@ -56,6 +56,7 @@ use redis::{
 
 mod choice;
 mod listener;
+mod own;
 mod search;
 mod url;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use redis::aio::MultiplexedConnection;
-use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use super::choice::{self, Answer};
 use super::{
@@ -326,26 +326,7 @@ impl Inner {
     /// A connection to `address` once it says it is a master (`ROLE`), named for
     /// `CLIENT LIST`; `None` when it says it is not.
     async fn connect_master(&self, address: &Address) -> RedisResult<Option<MultiplexedConnection>> {
-        let (host, port) = address.clone();
-        let addr = match self.master.tls {
-            None => ConnectionAddr::Tcp(host, port),
-            Some(insecure) => ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure,
-                tls_params: None,
-            },
-        };
-        let info = addr
-            .into_connection_info()?
-            .set_redis_settings(self.master.settings.clone());
-        #[cfg(feature = "tls")]
-        let client = match &self.master.certs {
-            Some(certs) => redis::Client::build_with_tls(info, certs.clone())?,
-            None => redis::Client::open(info)?,
-        };
-        #[cfg(not(feature = "tls"))]
-        let client = redis::Client::open(info)?;
+        let client = self.master.client(address)?;
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
