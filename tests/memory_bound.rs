@@ -63,7 +63,8 @@ fn counted(name: &str) -> u64 {
 /// What the counter or gauge `name` adds up to since the recorder was installed (each
 /// snapshot of the debugging recorder answers what changed since the one before).
 fn total(name: &str) -> f64 {
-    static RECORDED: OnceLock<(Snapshotter, Mutex<Vec<(String, f64)>>)> = OnceLock::new();
+    type Totals = Mutex<Vec<(String, f64)>>;
+    static RECORDED: OnceLock<(Snapshotter, Totals)> = OnceLock::new();
     let (snapshotter, totals) = RECORDED.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();

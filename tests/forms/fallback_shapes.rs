@@ -59,5 +59,12 @@ impl Feed {
 }
 
 pub(crate) fn main() {
-    let _ = (with_arguments, with_refusal, with_nothing, without_parameters, Feed::latest, Feed::any);
+    let _ = (
+        with_arguments,
+        with_refusal,
+        with_nothing,
+        without_parameters,
+        Feed::latest,
+        Feed::any,
+    );
 }

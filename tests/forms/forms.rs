@@ -6,8 +6,16 @@ use std::fmt::Display;
 use redlimit::{rate_limit, RateLimited};
 
 /// A documented function.
-#[rate_limit(key = "free:{id}", rate = 5, interval = "1s", mode = "per_client", permits = 2,
-             timeout = "100ms", on_error = "deny", message = "too many")]
+#[rate_limit(
+    key = "free:{id}",
+    rate = 5,
+    interval = "1s",
+    mode = "per_client",
+    permits = 2,
+    timeout = "100ms",
+    on_error = "deny",
+    message = "too many"
+)]
 #[must_use]
 #[allow(clippy::unused_async)]
 pub async fn free(id: u64) -> Result<u64, RateLimited> {
@@ -43,7 +51,10 @@ impl Service {
 }
 
 #[rate_limit(key = "generic:{value}", rate = 5, interval = "1s")]
-pub async fn generic<T: Display + Send + Sync, const N: usize>(value: T, _array: [u8; N]) -> Result<String, RateLimited> {
+pub async fn generic<T: Display + Send + Sync, const N: usize>(
+    value: T,
+    _array: [u8; N],
+) -> Result<String, RateLimited> {
     Ok(value.to_string())
 }
 

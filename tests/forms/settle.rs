@@ -48,7 +48,9 @@ pub async fn complete(user: u64, request: &Request, prompt: &str) -> Result<Comp
     if prompt == "short" {
         return Ok(Completion { tokens: 1 });
     }
-    Ok(Completion { tokens: u64::from(request.max_tokens) })
+    Ok(Completion {
+        tokens: u64::from(request.max_tokens),
+    })
 }
 
 #[rate_limit(key = "upload:{user}", rate = 1_000_000, interval = "60s", cost = body.len())]

@@ -24,5 +24,5 @@ async fn shadowing(id: u32) -> Result<u32, RateLimited> {
 mod Option {}
 
 pub(crate) fn main() {
-    let _ = shadowing(1);
+    drop(shadowing(1));
 }

@@ -120,9 +120,16 @@ fn asking_what_an_idle_limiter_has_leaves_it_idle() {
     let window = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_millis(100))
         .with_keep_alive(Duration::from_millis(100));
     let bucket = minute(5);
-    let (w, b) = (LimiterKeys::new("w", "c").unwrap(), LimiterKeys::new("b", "c").unwrap());
+    let (w, b) = (
+        LimiterKeys::new("w", "c").unwrap(),
+        LimiterKeys::new("b", "c").unwrap(),
+    );
     let ask = |keys, config, bucket| {
-        let mut call = if bucket { bucket_call(keys, config) } else { call_on(keys, config) };
+        let mut call = if bucket {
+            bucket_call(keys, config)
+        } else {
+            call_on(keys, config)
+        };
         call[0].permits = 0;
         call
     };
