@@ -22,7 +22,7 @@ use redlimit_runtime::RateLimited;
 use tokio::task::futures::TaskLocalFuture;
 
 use super::request::ActixRequest;
-use super::respond::Respond;
+use super::respond::{decided_inside, Respond};
 use crate::request::Scope;
 use crate::tower::{Keys, RateLimitLayer, Shared};
 
@@ -161,9 +161,10 @@ where
 }
 
 impl Shared {
-    /// The RateLimit fields of a granted response, when the layer adds them.
+    /// The RateLimit fields of a granted response, when the layer adds them and the
+    /// response was not decided inside ([`decided_inside`]).
     fn add_fields<B>(&self, granted: &Granted, response: &mut ServiceResponse<B>) {
-        if self.success_fields || self.x_ratelimit {
+        if (self.success_fields || self.x_ratelimit) && !decided_inside(response.response()) {
             self.success_fields(granted, response.headers_mut());
         }
     }
