@@ -125,7 +125,7 @@ where
 
     /// A request refused here: the responder's response.
     fn refused(&self, request: ServiceRequest, limited: RateLimited) -> MiddlewareFuture<S::Future, B> {
-        let response = self.respond.refused(limited.x_ratelimit(self.shared.x_ratelimit));
+        let response = self.respond.refused(self.shared.answered(limited));
         let kind = Kind::Refused {
             response: Some(request.into_response(response).map_into_right_body()),
         };
@@ -146,12 +146,9 @@ where
                     shared.add_fields(&granted, &mut response);
                     Ok(response.map_into_left_body())
                 }
-                Err(limited) => {
-                    let limited = limited.x_ratelimit(shared.x_ratelimit);
-                    Ok(request
-                        .into_response(respond.refused(limited))
-                        .map_into_right_body())
-                }
+                Err(limited) => Ok(request
+                    .into_response(respond.refused(shared.answered(limited)))
+                    .map_into_right_body()),
             }
         });
         MiddlewareFuture {

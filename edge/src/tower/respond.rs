@@ -79,8 +79,8 @@ pub(super) fn decided_inside<B>(response: &Response<B>) -> bool {
 impl Shared {
     /// A refusal with the layer's settings for its response: the `X-RateLimit-*`
     /// headers, the problem type.
-    pub(super) fn answered(&self, limited: RateLimited) -> RateLimited {
-        #[cfg(feature = "axum")]
+    pub(crate) fn answered(&self, limited: RateLimited) -> RateLimited {
+        #[cfg(any(feature = "axum", feature = "actix"))]
         let limited = limited.problem_type(self.problem_type);
         limited.x_ratelimit(self.x_ratelimit)
     }

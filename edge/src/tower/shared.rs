@@ -65,7 +65,7 @@ pub(crate) struct Shared {
     pub(crate) success_fields: bool,
     pub(crate) x_ratelimit: bool,
     /// The problem type of a 429 as problem+json.
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub(super) problem_type: redlimit_runtime::ProblemType,
     /// The layer decides in process without a timeout: nothing a decision awaits ever
     /// waits, so each request is decided where the service is called.
@@ -79,7 +79,7 @@ pub(super) struct Settings {
     pub(super) timeout: Option<Duration>,
     pub(super) success_fields: bool,
     pub(super) x_ratelimit: bool,
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub(super) problem_type: redlimit_runtime::ProblemType,
 }
 
@@ -127,7 +127,7 @@ impl Shared {
             untrusted: TrustedProxies::default(),
             success_fields: settings.success_fields,
             x_ratelimit: settings.x_ratelimit,
-            #[cfg(feature = "axum")]
+            #[cfg(any(feature = "axum", feature = "actix"))]
             problem_type: settings.problem_type,
         })
     }
