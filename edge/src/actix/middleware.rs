@@ -115,12 +115,15 @@ where
         granted: Granted,
         scope: Scope,
     ) -> MiddlewareFuture<S::Future, B> {
-        let future = scope.sync(|| self.inner.call(request));
-        let kind = Kind::Granted {
-            future: scope.run(future),
-            fields: Some((self.shared.clone(), granted)),
-        };
-        MiddlewareFuture { kind }
+        MiddlewareFuture {
+            kind: Kind::Granted {
+                fields: self
+                    .shared
+                    .writes_fields()
+                    .then(|| (self.shared.clone(), granted)),
+                future: scope.call(|| self.inner.call(request)),
+            },
+        }
     }
 
     /// A request refused here: the responder's response.
@@ -141,8 +144,7 @@ where
         let waiting = Box::pin(async move {
             match shared.decide_keys(keys).await {
                 Ok(granted) => {
-                    let future = scope.sync(|| inner.call(request));
-                    let mut response = scope.run(future).await?;
+                    let mut response = scope.call(|| inner.call(request)).await?;
                     shared.add_fields(&granted, &mut response);
                     Ok(response.map_into_left_body())
                 }
@@ -161,7 +163,7 @@ impl Shared {
     /// The RateLimit fields of a granted response, when the layer adds them and the
     /// response was not decided inside ([`decided_inside`]).
     fn add_fields<B>(&self, granted: &Granted, response: &mut ServiceResponse<B>) {
-        if (self.success_fields || self.x_ratelimit) && !decided_inside(response.response()) {
+        if self.writes_fields() && !decided_inside(response.response()) {
             self.success_fields(granted, response.headers_mut());
         }
     }

@@ -95,6 +95,11 @@ impl Shared {
         limited.x_ratelimit(self.x_ratelimit)
     }
 
+    /// Whether granted responses get fields: the RateLimit ones or `X-RateLimit-*`.
+    pub(crate) fn writes_fields(&self) -> bool {
+        self.success_fields || self.x_ratelimit
+    }
+
     /// `RateLimit-Policy` and `RateLimit` of the tightest rule on a granted response.
     /// The rate and window are the ones decided: a run-time override's when one applied.
     pub(crate) fn success_fields(&self, granted: &Granted, headers: &mut impl Fields) {
