@@ -185,13 +185,15 @@ impl Shared {
                 _ => None,
             };
             let mut key = KeyBuf::new();
-            key.text(&rule.name);
-            if let Some(value) = &value {
-                key.text(":");
-                match raw {
-                    Some(bytes) => key.value_bytes(bytes),
-                    None => key.value_str(value),
+            match &value {
+                Some(value) => {
+                    key.text(&rule.keyed_start);
+                    match raw {
+                        Some(bytes) => key.value_bytes(bytes),
+                        None => key.value_str(value),
+                    }
                 }
+                None => key.text(&rule.name),
             }
             keys.push(key.finish());
             if self.per_request {

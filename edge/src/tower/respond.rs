@@ -121,10 +121,13 @@ impl Shared {
             };
             if let Some(policy) = policy {
                 headers.insert(RATELIMIT_POLICY, policy);
-                let mut state = String::with_capacity(keyed.state.len() + 20);
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(remaining);
+                // Exactly as long as it is: a value made of it takes the buffer as it
+                // is, with no copy and no second allocation.
+                let mut state = String::with_capacity(keyed.state.len() + digits.len());
                 state.push_str(&keyed.state);
-                state.push_str(itoa::Buffer::new().format(remaining));
-                // From a String: no copy.
+                state.push_str(digits);
                 if let Ok(value) = HeaderValue::try_from(state) {
                     headers.insert(RATELIMIT, value);
                 }

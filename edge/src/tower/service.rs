@@ -69,25 +69,29 @@ where
                 None => return self.waiting(Request::from_parts(parts, body)),
             },
         };
-        match decided {
-            Ok((granted, scope)) => ResponseFuture {
-                kind: Kind::Granted {
-                    fields: self
-                        .shared
-                        .writes_fields()
-                        .then(|| (self.shared.clone(), granted)),
-                    future: if calls_in_its_future::<S>() {
-                        scope.run(self.inner.call(Request::from_parts(parts, body)))
-                    } else {
-                        scope.call(|| self.inner.call(Request::from_parts(parts, body)))
+        let (granted, scope) = match decided {
+            Ok(granted) => granted,
+            Err(limited) => {
+                let response = self.respond.refused(self.shared.answered(limited));
+                return ResponseFuture {
+                    kind: Kind::Refused {
+                        response: Some(response),
                     },
-                },
-            },
-            Err(limited) => ResponseFuture {
-                kind: Kind::Refused {
-                    response: Some(self.respond.refused(self.shared.answered(limited))),
-                },
-            },
+                };
+            }
+        };
+        let fields = self
+            .shared
+            .writes_fields()
+            .then(|| (self.shared.clone(), granted));
+        let request = Request::from_parts(parts, body);
+        let future = if calls_in_its_future::<S>() {
+            scope.run(self.inner.call(request))
+        } else {
+            scope.call(|| self.inner.call(request))
+        };
+        ResponseFuture {
+            kind: Kind::Granted { future, fields },
         }
     }
 }

@@ -20,6 +20,8 @@ use crate::TrustedProxies;
 /// A rule's key and per-request settings, next to its [`RuleSpec`] in the engine.
 pub(super) struct Keyed {
     pub(super) name: Cow<'static, str>,
+    /// What its limiters with a value start with: the name and `:`.
+    pub(super) keyed_start: String,
     /// The rule's `RateLimit-Policy` field, on every response decided at the rule's
     /// own rate and interval.
     pub(super) policy: Option<HeaderValue>,
@@ -165,6 +167,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     let mut state = limit.state_field(0, None);
     state.pop();
     let keyed = Keyed {
+        keyed_start: format!("{}:", spec.name),
         name: spec.name.clone(),
         policy,
         missing,
