@@ -189,7 +189,16 @@ impl Scope {
     /// The future `call` makes, run in this scope, `call` itself run in it too (a
     /// service's `call`, before its future runs): in a copy of the scope, whose
     /// identity, if `call` set or shared one, is this scope's after.
-    pub(crate) fn call<F: Future>(self, call: impl FnOnce() -> F) -> TaskLocalFuture<Scope, F> {
+    /// `in_scope` false: `call` runs nothing of the application (axum's `Route`), and is
+    /// called outside the scope.
+    pub(crate) fn call<F: Future>(
+        self,
+        in_scope: bool,
+        call: impl FnOnce() -> F,
+    ) -> TaskLocalFuture<Scope, F> {
+        if !in_scope {
+            return SCOPE.scope(self, call());
+        }
         // The future (large) is written where it stays, not returned through the
         // task-local's frames.
         let mut called = None;

@@ -121,7 +121,7 @@ where
                     .shared
                     .writes_fields()
                     .then(|| (self.shared.clone(), granted)),
-                future: scope.call(|| self.inner.call(request)),
+                future: scope.call(true, || self.inner.call(request)),
             },
         }
     }
@@ -144,7 +144,7 @@ where
         let waiting = Box::pin(async move {
             match shared.decide_keys(keys).await {
                 Ok(granted) => {
-                    let mut response = scope.call(|| inner.call(request)).await?;
+                    let mut response = scope.call(true, || inner.call(request)).await?;
                     shared.add_fields(&granted, &mut response);
                     Ok(response.map_into_left_body())
                 }

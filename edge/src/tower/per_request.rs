@@ -175,7 +175,9 @@ impl Shared {
                     return Err(self.engine.refuse_misconfigured(i, error));
                 }
             };
-            self.refuse_missing(i, rule, value.as_ref())?;
+            if rule.missing.is_some() {
+                self.refuse_missing(i, rule, value.as_ref())?;
+            }
             // A header that is not UTF-8 keys by its bytes (its text above is lossy, for
             // the missing-value check only): two such values never share a limiter, nor
             // one with a value that is UTF-8.

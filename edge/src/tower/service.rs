@@ -85,13 +85,11 @@ where
             .writes_fields()
             .then(|| (self.shared.clone(), granted));
         let request = Request::from_parts(parts, body);
-        let future = if calls_in_its_future::<S>() {
-            scope.run(self.inner.call(request))
-        } else {
-            scope.call(|| self.inner.call(request))
-        };
         ResponseFuture {
-            kind: Kind::Granted { future, fields },
+            kind: Kind::Granted {
+                future: scope.call(!calls_in_its_future::<S>(), || self.inner.call(request)),
+                fields,
+            },
         }
     }
 }
@@ -138,9 +136,9 @@ where
             let (mut parts, body) = request.into_parts();
             match shared.decide(&mut parts, behind_router::<S>()).await {
                 Ok((granted, scope)) => {
-                    let mut response = scope
-                        .call(|| inner.call(Request::from_parts(parts, body)))
-                        .await?;
+                    let in_scope = !calls_in_its_future::<S>();
+                    let request = Request::from_parts(parts, body);
+                    let mut response = scope.call(in_scope, || inner.call(request)).await?;
                     shared.add_success_fields(&granted, &mut response);
                     Ok(response)
                 }
