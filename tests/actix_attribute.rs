@@ -2,8 +2,9 @@
 //! loopback: refusals answered as the axum response answers them (429, `Retry-After`,
 //! the RateLimit fields, plain text or problem+json) whatever the handler returns
 //! (`Result<T, RateLimited>`, `Result<T, actix_web::Error>`, `HttpResponse`,
-//! `ProblemJson`), keys by the actix-web `ClientIp`; and one Redis limit held request
-//! for request across an actix-web server and an axum server.
+//! `ProblemJson`), keys by the actix-web `ClientIp`; the middleware leaving the fields
+//! of a response decided inside; and one Redis limit held request for request across
+//! an actix-web server and an axum server.
 #![cfg(all(feature = "actix", feature = "axum"))]
 
 use redlimit_test_support as support;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use actix_web::{web, App, HttpResponse};
 use redlimit::actix::{ClientIp, ProblemJson, TrustedProxies};
 use redlimit::tower::{Key, LayerRule, RateLimitLayer};
-use redlimit::{rate_limit, Client, RateLimited};
+use redlimit::{rate_limit, Client, FromRateLimited, RateLimited};
 use support::http::{send, Reply};
 use support::{serve_actix, RedisServer};
 
@@ -38,9 +39,14 @@ async fn export() -> Result<&'static str, ProblemJson> {
     Ok("exported")
 }
 
-fn serve() -> SocketAddr {
+/// The `#[rate_limit]` functions decide on the default client: in process.
+fn in_process_default() {
     static SET: std::sync::Once = std::sync::Once::new();
     SET.call_once(|| redlimit::set_default(Client::memory()).unwrap());
+}
+
+fn serve() -> SocketAddr {
+    in_process_default();
     serve_actix!(|| {
         App::new()
             .app_data(TrustedProxies::new(["127.0.0.1"]).unwrap())
@@ -209,4 +215,86 @@ async fn one_redis_limit_across_an_actix_server_and_an_axum_server() {
             .status,
         200
     );
+}
+
+#[rate_limit(key = "inner:{user}", rate = 1, interval = "60s")]
+async fn inner(user: u64) -> Result<(), RateLimited> {
+    let _ = user;
+    Ok(())
+}
+
+/// `inner`'s refusal as the handler's error (actix-web makes the response of it).
+async fn inner_as_error(user: web::Path<u64>) -> Result<&'static str, RateLimited> {
+    inner(*user).await?;
+    Ok("ok")
+}
+
+/// `inner`'s refusal as an `HttpResponse` the handler returns.
+async fn inner_as_response(user: web::Path<u64>) -> HttpResponse {
+    match inner(*user).await {
+        Ok(()) => HttpResponse::Ok().body("ok"),
+        Err(refused) => HttpResponse::from_rate_limited(refused),
+    }
+}
+
+/// The middleware (1 000 a second, all requests) over handlers whose `#[rate_limit]`
+/// function refuses, returned as an error or as a response: the 429 carries the
+/// function's fields, which decided it, not the middleware's grant (`"all";r=...`),
+/// nor its `X-RateLimit-*`; the handlers' grants carry the middleware's fields; a
+/// handler's own fields are left as they are. As the tower layer does on axum.
+#[tokio::test]
+async fn the_middleware_leaves_the_fields_of_a_response_decided_inside() {
+    in_process_default();
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .x_ratelimit_headers(true)
+        .rule(LayerRule::new("all", 1_000, Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let addr = serve_actix!(move || App::new()
+        .wrap(layer.clone())
+        .route("/error/{user}", web::get().to(inner_as_error))
+        .route("/response/{user}", web::get().to(inner_as_response))
+        .route(
+            "/own",
+            web::get().to(|| async {
+                HttpResponse::Ok()
+                    .insert_header(("ratelimit", "\"own\";r=4"))
+                    .body("mine")
+            })
+        ));
+    for (path, user) in [("/error", 1), ("/response", 2)] {
+        let uri = format!("{path}/{user}");
+        let granted = send(addr, "GET", &uri, &[]).await;
+        assert_eq!(granted.status, 200, "{uri}");
+        assert_eq!(
+            granted.header("ratelimit-policy"),
+            Some("\"all\";q=1000;w=1"),
+            "{uri}"
+        );
+        assert_eq!(granted.header("x-ratelimit-limit"), Some("1000"), "{uri}");
+        let refused = send(addr, "GET", &uri, &[]).await;
+        assert_eq!(refused.status, 429, "{uri}");
+        assert_eq!(
+            refused.header("ratelimit-policy"),
+            Some("\"inner:{user}\";q=1;w=60"),
+            "{uri}"
+        );
+        let wait = retry(&refused);
+        assert_eq!(
+            refused.header("ratelimit"),
+            Some(&*format!("\"inner:{{user}}\";r=0;t={wait}")),
+            "{uri}"
+        );
+        assert_eq!(refused.header("x-ratelimit-limit"), None, "{uri}: {refused:?}");
+        assert_eq!(
+            refused.header("x-ratelimit-remaining"),
+            None,
+            "{uri}: {refused:?}"
+        );
+    }
+    let own = send(addr, "GET", "/own", &[]).await;
+    assert_eq!(own.header("ratelimit"), Some("\"own\";r=4"));
+    assert_eq!(own.header("ratelimit-policy"), None, "{own:?}");
+    assert_eq!(own.header("x-ratelimit-limit"), None, "{own:?}");
 }

@@ -11,7 +11,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse};
-use redlimit::actix::{ClientIp, Key, LayerRule, MissingKey, RateLimitLayer, Respond, TrustedProxies};
+use redlimit::actix::{
+    ClientIp, Key, LayerRule, MissingKey, ProblemType, RateLimitLayer, Respond, TrustedProxies,
+};
 use redlimit::{Client, OnError};
 use support::http::{proxy, send, send_from, Writes};
 use support::{serve_actix, RedisServer};
@@ -331,6 +333,25 @@ async fn problem_json_and_the_legacy_fields_as_the_tower_layer_writes_them() {
     assert_eq!(body["title"], "Quota exceeded");
     assert_eq!(body["violated-policies"], serde_json::json!(["api"]));
     assert_eq!(body["detail"], format!("API quota exceeded; retry in {retry} s"));
+}
+
+/// The builder's problem type holds on the middleware's 429s as on the tower layer's.
+#[tokio::test]
+async fn the_builders_problem_type_on_the_middlewares_refusals() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .problem_type(ProblemType::AboutBlank)
+        .rule(LayerRule::new("api", 1, MINUTE))
+        .build()
+        .unwrap()
+        .problem_json();
+    let addr = serve(layer);
+    assert_eq!(status(addr, "/api/a", &[]).await, 200);
+    let refused = send(addr, "GET", "/api/a", &[]).await;
+    assert_eq!(refused.status, 429);
+    let body: serde_json::Value = serde_json::from_str(&refused.body).unwrap();
+    assert_eq!(body["type"], "about:blank", "{body}");
+    assert!(body.get("violated-policies").is_none(), "{body}");
 }
 
 /// The handler's `ClientIp` is the client the middleware keyed by, with the one

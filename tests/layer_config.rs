@@ -125,6 +125,40 @@ fn layer_settings_from_the_file() {
     config.builder().build().unwrap();
 }
 
+/// `problem_type` from the file: a 429 answered as problem+json is of the type it
+/// names (the registered quota-exceeded type without it); an unknown value, or one
+/// that is not a string, is refused naming the field and the accepted values.
+#[tokio::test]
+async fn the_problem_type_from_the_file() {
+    let quota = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+    for (setting, expected) in [
+        ("", quota),
+        ("problem_type = \"quota_exceeded\"", quota),
+        ("problem_type = \"about_blank\"", "about:blank"),
+    ] {
+        let text = format!("{setting}\n[rules.a]\nrate = 1\ninterval = \"1m\"\n");
+        let config: LayerConfig = toml::from_str(&text).unwrap();
+        let layer = config.builder().client(Client::memory()).build().unwrap();
+        let app = Router::new().route("/", get(|| async { "hello" }));
+        let addr = serve(app.layer(layer.problem_json())).await;
+        assert_eq!(send(addr, "GET", "/", &[]).await.status, 200);
+        let refused = send(addr, "GET", "/", &[]).await;
+        assert_eq!(refused.status, 429);
+        let body: serde_json::Value = serde_json::from_str(&refused.body).unwrap();
+        assert_eq!(body["type"], expected, "{setting:?}: {body}");
+    }
+    let rule = "[rules.a]\nrate = 1\ninterval = \"1m\"\n";
+    let unknown = refused(&format!("problem_type = \"teapot\"\n{rule}"));
+    assert!(
+        unknown
+            .contains("field `problem_type`: unknown problem type \"teapot\"; accepted: \"quota_exceeded\"")
+            && unknown.contains("\"about_blank\""),
+        "{unknown}"
+    );
+    let number = refused(&format!("problem_type = 3\n{rule}"));
+    assert!(number.contains("field `problem_type`: invalid type"), "{number}");
+}
+
 /// `toml::from_str`'s error text for `text`.
 fn refused(text: &str) -> String {
     match toml::from_str::<LayerConfig>(text) {

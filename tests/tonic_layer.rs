@@ -2,7 +2,8 @@
 //! standard health service, called by a real client over HTTP/2: each client address
 //! (tonic's `TcpConnectInfo`) limited on its own, a refusal is `RESOURCE_EXHAUSTED`
 //! with `retry-after` metadata and a `google.rpc.RetryInfo` detail, grants carry the
-//! RateLimit fields as metadata.
+//! RateLimit fields as metadata; a status refused inside, by a `#[rate_limit]`
+//! function the method calls, keeps its own.
 #![cfg(feature = "tonic")]
 
 use std::time::Duration;
@@ -129,4 +130,114 @@ async fn a_grpc_call_without_the_rules_key_is_refused_when_the_rule_says_so() {
     health.check(ask(Some("k1"))).await.unwrap();
     let status = health.check(ask(Some("k1"))).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
+}
+
+mod refused_inside {
+    //! A health service whose `check` calls a `#[rate_limit]` function, behind a layer
+    //! that grants every call.
+
+    use std::pin::Pin;
+    use std::time::Duration;
+
+    use redlimit::tower::{LayerRule, RateLimitLayer};
+    use redlimit::{rate_limit, Client, RateLimited};
+    use tokio_stream::wrappers::TcpListenerStream;
+    use tokio_stream::Stream;
+    use tonic::transport::{Channel, Server};
+    use tonic::{Code, Request, Response, Status};
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::health_server::{Health, HealthServer};
+    use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+
+    #[rate_limit(key = "grpc:inner", rate = 1, interval = "60s")]
+    async fn inner() -> Result<(), RateLimited> {
+        Ok(())
+    }
+
+    struct InnerLimited;
+
+    #[tonic::async_trait]
+    impl Health for InnerLimited {
+        async fn check(
+            &self,
+            _: Request<HealthCheckRequest>,
+        ) -> Result<Response<HealthCheckResponse>, Status> {
+            inner().await?;
+            Ok(Response::new(HealthCheckResponse {
+                status: ServingStatus::Serving as i32,
+            }))
+        }
+
+        type WatchStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+        async fn watch(&self, _: Request<HealthCheckRequest>) -> Result<Response<Self::WatchStream>, Status> {
+            Err(Status::unimplemented("watch"))
+        }
+    }
+
+    /// The layer (1 000 a second, `X-RateLimit-*` on) grants both calls; the second
+    /// is refused inside: its status carries the function's fields, which decided it,
+    /// not the layer's grant (`"grpc-all";r=998`), nor the layer's `x-ratelimit-*`.
+    #[tokio::test]
+    async fn a_status_refused_inside_keeps_its_own_fields() {
+        let _ = redlimit::set_default(Client::memory());
+        let layer = RateLimitLayer::builder()
+            .client(Client::memory())
+            .x_ratelimit_headers(true)
+            .rule(LayerRule::new("grpc-all", 1_000, Duration::from_secs(1)))
+            .build()
+            .unwrap()
+            .grpc();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            Server::builder()
+                .layer(layer)
+                .add_service(HealthServer::new(InnerLimited))
+                .serve_with_incoming(TcpListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = HealthClient::new(channel);
+        let ask = || {
+            Request::new(HealthCheckRequest {
+                service: String::new(),
+            })
+        };
+        let granted = health.check(ask()).await.unwrap();
+        let field = |metadata: &tonic::metadata::MetadataMap, name| {
+            metadata.get(name).map(|v| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(
+            field(granted.metadata(), "ratelimit-policy").as_deref(),
+            Some("\"grpc-all\";q=1000;w=1")
+        );
+        assert_eq!(
+            field(granted.metadata(), "x-ratelimit-limit").as_deref(),
+            Some("1000")
+        );
+
+        let status = health.check(ask()).await.unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        let metadata = status.metadata();
+        assert_eq!(
+            field(metadata, "ratelimit-policy").as_deref(),
+            Some("\"grpc:inner\";q=1;w=60"),
+            "{metadata:?}"
+        );
+        let retry = field(metadata, "retry-after").unwrap();
+        assert_eq!(
+            field(metadata, "ratelimit"),
+            Some(format!("\"grpc:inner\";r=0;t={retry}")),
+            "{metadata:?}"
+        );
+        assert_eq!(field(metadata, "x-ratelimit-limit"), None, "{metadata:?}");
+        assert_eq!(field(metadata, "x-ratelimit-remaining"), None, "{metadata:?}");
+    }
 }

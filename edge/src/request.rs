@@ -60,21 +60,34 @@ const NO_IDENTITY: &str =
                            the layer (after it, nearer the handler), must call \
                            redlimit::request::set_identity before the rate-limited call";
 
-/// One request the layer serves: what the code it calls may key by.
-#[derive(Clone)]
-pub struct Scope(Arc<Inner>);
-
-struct Inner {
+/// One request the layer serves: what the code it calls may key by. Its clones share
+/// the request's identity.
+pub struct Scope {
     /// The client address, or why the layer could not read one.
     client_ip: Result<ClientIp, &'static str>,
-    identity: OnceLock<Box<str>>,
+    /// The identity, shared by the scope's clones: made when first set or shared (a
+    /// clone, a nested layer), so a request that needs none allocates nothing for it.
+    identity: OnceLock<Arc<Identity>>,
+}
+
+/// A request's identity, set once.
+type Identity = OnceLock<Box<str>>;
+
+impl Clone for Scope {
+    /// A scope sharing this one's identity (set before or after the clone).
+    fn clone(&self) -> Scope {
+        Scope {
+            client_ip: self.client_ip,
+            identity: OnceLock::from(self.shared().clone()),
+        }
+    }
 }
 
 impl fmt::Debug for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scope")
-            .field("client_ip", &self.0.client_ip)
-            .field("identity", &self.0.identity.get())
+            .field("client_ip", &self.client_ip)
+            .field("identity", &self.identity())
             .finish()
     }
 }
@@ -112,10 +125,10 @@ impl std::error::Error for IdentityError {}
 impl Scope {
     /// A request's scope, with the client address the layer read (or why it has none).
     pub(crate) fn new(client_ip: Result<ClientIp, &'static str>) -> Scope {
-        Scope(Arc::new(Inner {
+        Scope {
             client_ip,
             identity: OnceLock::new(),
-        }))
+        }
     }
 
     /// The scope of the request being served: the one an outer layer opened for it when
@@ -127,15 +140,33 @@ impl Scope {
             .unwrap_or_else(|_| Scope::new(client_ip))
     }
 
+    /// The identity this scope shares with its clones, made when first asked for.
+    fn shared(&self) -> &Arc<Identity> {
+        self.identity.get_or_init(Arc::default)
+    }
+
+    /// This scope for a moment of the same request (a service's `call`): its identity
+    /// shared if it has been made, else made by neither until one of them needs it.
+    fn copy(&self) -> Scope {
+        Scope {
+            client_ip: self.client_ip,
+            identity: self
+                .identity
+                .get()
+                .cloned()
+                .map_or_else(OnceLock::new, OnceLock::from),
+        }
+    }
+
     /// The client address the layer read, behind its trusted proxies; `None` when the
     /// server gave no peer address.
     pub fn client_ip(&self) -> Option<ClientIp> {
-        self.0.client_ip.ok()
+        self.client_ip.ok()
     }
 
     /// The identity set for the request, if any.
     pub fn identity(&self) -> Option<&str> {
-        self.0.identity.get().map(|identity| &**identity)
+        self.identity.get()?.get().map(|identity| &**identity)
     }
 
     /// Sets the request's identity, once: see [`set_identity`].
@@ -144,8 +175,7 @@ impl Scope {
         if identity.trim().is_empty() {
             return Err(IdentityError::Empty);
         }
-        self.0
-            .identity
+        self.shared()
             .set(identity.into_boxed_str())
             .map_err(|_| IdentityError::AlreadySet)
     }
@@ -156,9 +186,34 @@ impl Scope {
         SCOPE.scope(self, future)
     }
 
-    /// `f` called inside this scope (a service's `call`, before its future runs).
-    pub(crate) fn sync<R>(&self, f: impl FnOnce() -> R) -> R {
-        SCOPE.sync_scope(self.clone(), f)
+    /// The future `call` makes, run in this scope, `call` itself run in it too (a
+    /// service's `call`, before its future runs): in a copy of the scope, whose
+    /// identity, if `call` set or shared one, is this scope's after.
+    /// `in_scope` false: `call` runs nothing of the application (axum's `Route`), and is
+    /// called outside the scope.
+    pub(crate) fn call<F: Future>(
+        self,
+        in_scope: bool,
+        call: impl FnOnce() -> F,
+    ) -> TaskLocalFuture<Scope, F> {
+        if !in_scope {
+            return SCOPE.scope(self, call());
+        }
+        // The future (large) is written where it stays, not returned through the
+        // task-local's frames.
+        let mut called = None;
+        SCOPE.sync_scope(self.copy(), || {
+            called = Some(call());
+            if self.identity.get().is_none() {
+                if let Ok(Some(made)) = SCOPE.try_with(|copy| copy.identity.get().cloned()) {
+                    let _ = self.identity.set(made);
+                }
+            }
+        });
+        match called {
+            Some(future) => SCOPE.scope(self, future),
+            None => unreachable!("sync_scope calls its closure"),
+        }
     }
 }
 
@@ -203,7 +258,7 @@ pub fn write_key(value: RequestValue, key: &mut KeyBuf) -> Result<(), &'static s
     SCOPE
         .try_with(|scope| match value {
             RequestValue::ClientIp => {
-                let client = scope.0.client_ip?;
+                let client = scope.client_ip?;
                 key.value(&client);
                 Ok(())
             }
@@ -214,3 +269,6 @@ pub fn write_key(value: RequestValue, key: &mut KeyBuf) -> Result<(), &'static s
         })
         .unwrap_or(Err(OUTSIDE))
 }
+
+#[cfg(all(test, feature = "axum"))]
+mod tests;

@@ -80,7 +80,10 @@ pub use outcomes::refusal::{FromRateLimited, Limit, RateLimited};
 pub use outcomes::refusal::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
-#[cfg(feature = "axum")]
+#[cfg(feature = "tonic")]
+#[doc(hidden)]
+pub use render::grpc::RefusalStatus;
+#[cfg(any(feature = "axum", feature = "actix"))]
 #[doc(hidden)]
 pub use render::http::RefusalResponse;
 #[cfg(any(feature = "axum", feature = "actix"))]

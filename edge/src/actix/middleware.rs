@@ -22,7 +22,7 @@ use redlimit_runtime::RateLimited;
 use tokio::task::futures::TaskLocalFuture;
 
 use super::request::ActixRequest;
-use super::respond::Respond;
+use super::respond::{decided_inside, Respond};
 use crate::request::Scope;
 use crate::tower::{Keys, RateLimitLayer, Shared};
 
@@ -115,17 +115,20 @@ where
         granted: Granted,
         scope: Scope,
     ) -> MiddlewareFuture<S::Future, B> {
-        let future = scope.sync(|| self.inner.call(request));
-        let kind = Kind::Granted {
-            future: scope.run(future),
-            fields: Some((self.shared.clone(), granted)),
-        };
-        MiddlewareFuture { kind }
+        MiddlewareFuture {
+            kind: Kind::Granted {
+                fields: self
+                    .shared
+                    .writes_fields()
+                    .then(|| (self.shared.clone(), granted)),
+                future: scope.call(true, || self.inner.call(request)),
+            },
+        }
     }
 
     /// A request refused here: the responder's response.
     fn refused(&self, request: ServiceRequest, limited: RateLimited) -> MiddlewareFuture<S::Future, B> {
-        let response = self.respond.refused(limited.x_ratelimit(self.shared.x_ratelimit));
+        let response = self.respond.refused(self.shared.answered(limited));
         let kind = Kind::Refused {
             response: Some(request.into_response(response).map_into_right_body()),
         };
@@ -141,17 +144,13 @@ where
         let waiting = Box::pin(async move {
             match shared.decide_keys(keys).await {
                 Ok(granted) => {
-                    let future = scope.sync(|| inner.call(request));
-                    let mut response = scope.run(future).await?;
+                    let mut response = scope.call(true, || inner.call(request)).await?;
                     shared.add_fields(&granted, &mut response);
                     Ok(response.map_into_left_body())
                 }
-                Err(limited) => {
-                    let limited = limited.x_ratelimit(shared.x_ratelimit);
-                    Ok(request
-                        .into_response(respond.refused(limited))
-                        .map_into_right_body())
-                }
+                Err(limited) => Ok(request
+                    .into_response(respond.refused(shared.answered(limited)))
+                    .map_into_right_body()),
             }
         });
         MiddlewareFuture {
@@ -161,9 +160,10 @@ where
 }
 
 impl Shared {
-    /// The RateLimit fields of a granted response, when the layer adds them.
+    /// The RateLimit fields of a granted response, when the layer adds them and the
+    /// response was not decided inside ([`decided_inside`]).
     fn add_fields<B>(&self, granted: &Granted, response: &mut ServiceResponse<B>) {
-        if self.success_fields || self.x_ratelimit {
+        if self.writes_fields() && !decided_inside(response.response()) {
             self.success_fields(granted, response.headers_mut());
         }
     }

@@ -67,6 +67,6 @@ pub use crate::tower::{
 };
 pub use crate::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
 pub use redlimit_runtime::{
-    ProblemJson, RateLimited, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
+    ProblemJson, ProblemType, RateLimited, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };

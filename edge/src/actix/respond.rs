@@ -5,7 +5,7 @@
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
-use redlimit_runtime::{ProblemJson, RateLimited};
+use redlimit_runtime::{ProblemJson, RateLimited, RefusalResponse};
 
 use crate::tower::{Fields, PlainText, ProblemDetails};
 
@@ -29,6 +29,21 @@ impl Respond for ProblemDetails {
     }
 }
 
+/// Whether the inner service's response already says the limit that decided it, as
+/// the tower layer tells: `RateLimit` or `RateLimit-Policy` of its own, or a refusal
+/// the library made (a `#[rate_limit]` function refused inside the handler, however
+/// the handler returned it: the response is marked so). The middleware then adds none
+/// of its fields.
+pub(super) fn decided_inside<B>(response: &HttpResponse<B>) -> bool {
+    if response.extensions().get::<RefusalResponse>().is_some() {
+        return true;
+    }
+    response
+        .headers()
+        .keys()
+        .any(|name| matches!(name.as_str(), "ratelimit" | "ratelimit-policy"))
+}
+
 impl Fields for HeaderMap {
     fn insert(&mut self, name: http::HeaderName, value: http::HeaderValue) {
         let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) else {
@@ -46,5 +61,22 @@ impl Fields for HeaderMap {
             },
         };
         HeaderMap::insert(self, name, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_with_either_field_or_made_from_a_refusal_was_decided_inside() {
+        assert!(!decided_inside(&HttpResponse::Ok().finish()));
+        for field in ["ratelimit", "RateLimit-Policy"] {
+            let own = HttpResponse::Ok().insert_header((field, "\"own\";r=1")).finish();
+            assert!(decided_inside(&own), "{field}");
+        }
+        let mut refusal = HttpResponse::ServiceUnavailable().finish();
+        refusal.extensions_mut().insert(RefusalResponse);
+        assert!(decided_inside(&refusal));
     }
 }

@@ -25,6 +25,8 @@ use super::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, RateLimi
 /// timeout = "250ms"            # wait up to this for permits (default: refuse at once)
 /// success_fields = true        # RateLimit-Policy and RateLimit on granted responses
 /// x_ratelimit_headers = false  # X-RateLimit-Limit, -Remaining, -Reset too
+/// problem_type = "quota_exceeded"  # a 429 as problem+json: the registered quota-exceeded
+///                              # type naming the refusing rule (default), or "about_blank"
 ///
 /// # One table per rule, named by its key; all decided on each request, all or nothing.
 /// [rules.login]
@@ -60,6 +62,9 @@ pub struct LayerConfig {
     success_fields: bool,
     #[serde(default)]
     x_ratelimit_headers: bool,
+    #[serde(default, deserialize_with = "problem_type")]
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+    problem_type: Option<ProblemTypeSpec>,
 }
 
 fn yes() -> bool {
@@ -80,6 +85,16 @@ impl LayerConfig {
             .rules(self.rules)
             .success_fields(self.success_fields)
             .x_ratelimit_headers(self.x_ratelimit_headers);
+        #[cfg(any(feature = "axum", feature = "actix"))]
+        let builder = match self.problem_type {
+            Some(ProblemTypeSpec::QuotaExceeded) => {
+                builder.problem_type(redlimit_runtime::ProblemType::QuotaExceeded)
+            }
+            Some(ProblemTypeSpec::AboutBlank) => {
+                builder.problem_type(redlimit_runtime::ProblemType::AboutBlank)
+            }
+            None => builder,
+        };
         match self.timeout {
             Some(timeout) => builder.timeout(timeout),
             None => builder,
@@ -161,6 +176,39 @@ enum OnErrorSpec {
 enum AlgorithmSpec {
     SlidingWindow,
     TokenBucket,
+}
+
+/// The problem type of a 429 answered as problem+json, as configuration names it.
+#[derive(Debug, Clone, Copy)]
+enum ProblemTypeSpec {
+    QuotaExceeded,
+    AboutBlank,
+}
+
+/// `problem_type`: one of the two words, else an error naming both; refused without
+/// the `axum` or `actix` feature, which answer problem+json.
+fn problem_type<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<ProblemTypeSpec>, D::Error> {
+    let text = String::deserialize(deserializer).map_err(|e| in_field("problem_type", e))?;
+    let spec = match text.as_str() {
+        "quota_exceeded" => ProblemTypeSpec::QuotaExceeded,
+        "about_blank" => ProblemTypeSpec::AboutBlank,
+        other => {
+            return Err(in_field(
+                "problem_type",
+                format_args!(
+                    "unknown problem type {other:?}; accepted: \"quota_exceeded\" (the default: the \
+                     registered quota-exceeded type, naming the refusing rule), \"about_blank\""
+                ),
+            ))
+        }
+    };
+    if cfg!(not(any(feature = "axum", feature = "actix"))) {
+        return Err(in_field(
+            "problem_type",
+            "problem+json refusals are axum's and actix-web's: enable the `axum` or `actix` feature",
+        ));
+    }
+    Ok(Some(spec))
 }
 
 /// A duration written as the attribute writes it: `"250ms"`, `"60s"`, `"1m30s"`.
@@ -395,35 +443,4 @@ fn rule_set<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<LayerRule>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_as_the_attribute_writes_them() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1_500)));
-        for bad in [
-            "",
-            "60",
-            "s",
-            "1x",
-            "1s1m",
-            "1s1s",
-            "-1s",
-            "1.5ms",
-            " 1s",
-            "0s",
-            "99999999999999999999999s",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
-        assert_eq!(
-            parse_duration("104249991d"),
-            Ok(Duration::from_millis(104_249_991 * 86_400_000))
-        );
-        assert!(parse_duration("104249992d").is_err(), "above 2^53 ms");
-    }
-}
+mod tests;

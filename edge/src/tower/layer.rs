@@ -24,7 +24,7 @@ pub struct RateLimitLayerBuilder {
     timeout: Option<Duration>,
     no_success_fields: bool,
     x_ratelimit: bool,
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "axum", feature = "actix"))]
     problem_type: redlimit_runtime::ProblemType,
 }
 
@@ -80,7 +80,7 @@ impl RateLimitLayerBuilder {
     /// [`problem_json`](RateLimitLayer::problem_json), or a responder of your own that
     /// renders `ProblemJson`): the registered quota-exceeded type naming the refusing
     /// rule in `violated-policies` (the default), or `about:blank`.
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub fn problem_type(mut self, problem_type: redlimit_runtime::ProblemType) -> Self {
         self.problem_type = problem_type;
         self
@@ -120,7 +120,7 @@ impl RateLimitLayerBuilder {
             timeout: self.timeout,
             success_fields: !self.no_success_fields,
             x_ratelimit: self.x_ratelimit,
-            #[cfg(feature = "axum")]
+            #[cfg(any(feature = "axum", feature = "actix"))]
             problem_type: self.problem_type,
         };
         Ok(RateLimitLayer {

@@ -54,7 +54,7 @@ mod validate;
 pub use key::{Key, MissingKey};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 /// The problem type of a 429 as problem+json ([`RateLimitLayerBuilder::problem_type`]).
-#[cfg(feature = "axum")]
+#[cfg(any(feature = "axum", feature = "actix"))]
 pub use redlimit_runtime::ProblemType;
 pub use respond::{Grpc, PlainText, ProblemDetails, Respond};
 pub use rule::LayerRule;

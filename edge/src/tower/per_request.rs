@@ -94,25 +94,10 @@ impl Shared {
         request: &mut Q,
         routed: bool,
     ) -> Result<(Keys, Scope), RateLimited> {
-        let trusted = match self.trust(request) {
-            Ok(trusted) => Ok(trusted),
-            Err(problem) if self.reads_trust => {
-                let error = Error::InvalidConfig {
-                    name: self.rules[self.trust_rule].name.to_string(),
-                    problem,
-                };
-                return Err(self.engine.refuse_misconfigured(self.trust_rule, error));
-            }
-            // Only the scope's client address reads it: it has none.
-            Err(problem) => Err(problem),
-        };
-        let client = trusted.as_ref().map_err(|problem| *problem).and_then(|trusted| {
-            let peer = request.peer().ok_or(Q::NO_PEER)?;
-            Ok(request.client_ip(trusted, peer.ip()))
-        });
+        let (client, trusted) = self.client(request)?;
         let keyed = self.keys_client_ip.then_some(client);
         let keys = self.keys(request, &keyed, routed)?;
-        if let (true, Ok(trusted)) = (self.reads_trust, trusted) {
+        if let Some(trusted) = trusted {
             request.leave(ReadBy {
                 trusted,
                 client: client.ok(),
@@ -121,13 +106,34 @@ impl Shared {
         Ok((keys, Scope::for_request(client)))
     }
 
-    /// The request's one trusted-proxy setting: this layer's, an extension's or an
-    /// outer layer's, which must not differ; none trusted when none is given.
-    fn trust<Q: Incoming>(&self, request: &Q) -> Result<TrustedProxies, &'static str> {
-        request.settings(|extension, read| {
+    /// The client address behind the request's one trusted-proxy setting (this layer's,
+    /// an extension's or an outer layer's, which must not differ; none trusted when
+    /// none is given), or why it has none; and the setting, when the layer leaves it on
+    /// the request (`reads_trust`). Two settings refuse the request when a rule is keyed
+    /// by the client address or the layer has its own.
+    fn client<Q: Incoming>(
+        &self,
+        request: &Q,
+    ) -> Result<(Result<ClientIp, &'static str>, Option<TrustedProxies>), RateLimited> {
+        let peer = request.peer();
+        let read = request.settings(|extension, read| {
             let setting = one_setting([self.trusted.as_ref(), extension, read.map(|read| &read.trusted)])?;
-            Ok(setting.unwrap_or(&self.untrusted).clone())
-        })
+            let setting = setting.unwrap_or(&self.untrusted);
+            let client = peer.map(|peer| request.client_ip(setting, peer.ip()));
+            Ok((client, self.reads_trust.then(|| setting.clone())))
+        });
+        match read {
+            Ok((client, trusted)) => Ok((client.ok_or(Q::NO_PEER), trusted)),
+            Err(problem) if self.reads_trust => {
+                let error = Error::InvalidConfig {
+                    name: self.rules[self.trust_rule].name.to_string(),
+                    problem,
+                };
+                Err(self.engine.refuse_misconfigured(self.trust_rule, error))
+            }
+            // Only the scope's client address reads it: it has none.
+            Err(problem) => Ok((Err(problem), None)),
+        }
     }
 
     /// Each rule's limiter for the request, and its permits when they are per request.
@@ -169,7 +175,9 @@ impl Shared {
                     return Err(self.engine.refuse_misconfigured(i, error));
                 }
             };
-            self.refuse_missing(i, rule, value.as_ref())?;
+            if rule.missing.is_some() {
+                self.refuse_missing(i, rule, value.as_ref())?;
+            }
             // A header that is not UTF-8 keys by its bytes (its text above is lossy, for
             // the missing-value check only): two such values never share a limiter, nor
             // one with a value that is UTF-8.
@@ -179,13 +187,15 @@ impl Shared {
                 _ => None,
             };
             let mut key = KeyBuf::new();
-            key.text(&rule.name);
-            if let Some(value) = &value {
-                key.text(":");
-                match raw {
-                    Some(bytes) => key.value_bytes(bytes),
-                    None => key.value_str(value),
+            match &value {
+                Some(value) => {
+                    key.text(&rule.keyed_start);
+                    match raw {
+                        Some(bytes) => key.value_bytes(bytes),
+                        None => key.value_str(value),
+                    }
                 }
+                None => key.text(&rule.name),
             }
             keys.push(key.finish());
             if self.per_request {

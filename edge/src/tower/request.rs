@@ -131,3 +131,10 @@ pub(super) fn behind_router<S: 'static>() -> bool {
 pub(super) fn behind_router<S: 'static>() -> bool {
     false
 }
+
+/// Whether `S`'s `call` runs nothing of the application, so that only its future needs
+/// the request's scope: axum's `Route`, whose `call` makes a future that calls the
+/// route's service when first polled (as [`behind_router`] knows it).
+pub(super) fn calls_in_its_future<S: 'static>() -> bool {
+    behind_router::<S>()
+}

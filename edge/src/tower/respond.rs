@@ -57,14 +57,24 @@ impl Respond<tonic::body::Body> for Grpc {
 /// Whether the inner service's response already says the limit that decided it: it
 /// carries `RateLimit` or `RateLimit-Policy` (a handler's own, an inner layer's), or it
 /// is a refusal the library made (a `#[rate_limit]` function refused inside the
-/// handler, its response marked so). The layer's fields would then speak of a limit
-/// that did not decide it, over the one that did: it adds none of them.
+/// handler, its response marked so; on tonic, a status made from the refusal, which
+/// tonic's server keeps in the response's extensions). The layer's fields would then
+/// speak of a limit that did not decide it, over the one that did: it adds none of them.
 pub(super) fn decided_inside<B>(response: &Response<B>) -> bool {
     #[cfg(feature = "axum")]
     if response
         .extensions()
         .get::<redlimit_runtime::RefusalResponse>()
         .is_some()
+    {
+        return true;
+    }
+    #[cfg(feature = "tonic")]
+    if response
+        .extensions()
+        .get::<tonic::Status>()
+        .and_then(std::error::Error::source)
+        .is_some_and(|source| source.is::<redlimit_runtime::RefusalStatus>())
     {
         return true;
     }
@@ -79,10 +89,15 @@ pub(super) fn decided_inside<B>(response: &Response<B>) -> bool {
 impl Shared {
     /// A refusal with the layer's settings for its response: the `X-RateLimit-*`
     /// headers, the problem type.
-    pub(super) fn answered(&self, limited: RateLimited) -> RateLimited {
-        #[cfg(feature = "axum")]
+    pub(crate) fn answered(&self, limited: RateLimited) -> RateLimited {
+        #[cfg(any(feature = "axum", feature = "actix"))]
         let limited = limited.problem_type(self.problem_type);
         limited.x_ratelimit(self.x_ratelimit)
+    }
+
+    /// Whether granted responses get fields: the RateLimit ones or `X-RateLimit-*`.
+    pub(crate) fn writes_fields(&self) -> bool {
+        self.success_fields || self.x_ratelimit
     }
 
     /// `RateLimit-Policy` and `RateLimit` of the tightest rule on a granted response.
@@ -106,10 +121,13 @@ impl Shared {
             };
             if let Some(policy) = policy {
                 headers.insert(RATELIMIT_POLICY, policy);
-                let mut state = String::with_capacity(keyed.state.len() + 20);
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(remaining);
+                // Exactly as long as it is: a value made of it takes the buffer as it
+                // is, with no copy and no second allocation.
+                let mut state = String::with_capacity(keyed.state.len() + digits.len());
                 state.push_str(&keyed.state);
-                state.push_str(itoa::Buffer::new().format(remaining));
-                // From a String: no copy.
+                state.push_str(digits);
                 if let Ok(value) = HeaderValue::try_from(state) {
                     headers.insert(RATELIMIT, value);
                 }
@@ -141,6 +159,18 @@ mod tests {
             let mut refusal = Response::new(());
             refusal.extensions_mut().insert(redlimit_runtime::RefusalResponse);
             assert!(decided_inside(&refusal));
+        }
+        // A gRPC status made from a refusal (an UNAVAILABLE under `on_error = "deny"`
+        // has no fields either), as tonic's server leaves it on its response; any
+        // other status is the layer's grant.
+        #[cfg(feature = "tonic")]
+        {
+            let mut refused = tonic::Status::unavailable("service temporarily unavailable");
+            refused.set_source(std::sync::Arc::new(redlimit_runtime::RefusalStatus));
+            assert!(decided_inside(&refused.into_http::<()>()));
+            assert!(!decided_inside(
+                &tonic::Status::not_found("no such thing").into_http::<()>()
+            ));
         }
     }
 }

@@ -15,9 +15,10 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use redlimit_runtime::engine::Granted;
+use redlimit_runtime::RateLimited;
 use tokio::task::futures::TaskLocalFuture;
 
-use super::request::behind_router;
+use super::request::{behind_router, calls_in_its_future};
 use super::respond::{decided_inside, PlainText, Respond};
 use super::shared::Shared;
 use crate::request::Scope;
@@ -55,14 +56,76 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let request = if self.shared.decides_at_once {
-            match self.call_at_once(request) {
-                AtOnce::Decided(decided) => return decided,
-                AtOnce::Later(request) => request,
-            }
-        } else {
-            request
+        if !self.shared.decides_at_once {
+            return self.waiting(request);
+        }
+        // Decided here, in process: its grant passed on to the inner service (polled
+        // ready for it), or its refusal.
+        let (mut parts, body) = request.into_parts();
+        let decided = match self.shared.decide_now(&mut parts, behind_router::<S>()) {
+            Some(decided) => decided,
+            None => match self.decide_polled(&mut parts) {
+                Some(decided) => decided,
+                None => return self.waiting(Request::from_parts(parts, body)),
+            },
         };
+        let (granted, scope) = match decided {
+            Ok(granted) => granted,
+            Err(limited) => {
+                let response = self.respond.refused(self.shared.answered(limited));
+                return ResponseFuture {
+                    kind: Kind::Refused {
+                        response: Some(response),
+                    },
+                };
+            }
+        };
+        let fields = self
+            .shared
+            .writes_fields()
+            .then(|| (self.shared.clone(), granted));
+        let request = Request::from_parts(parts, body);
+        ResponseFuture {
+            kind: Kind::Granted {
+                future: scope.call(!calls_in_its_future::<S>(), || self.inner.call(request)),
+                fields,
+            },
+        }
+    }
+}
+
+impl<S, R> RateLimit<S, R>
+where
+    R: Clone,
+{
+    /// The request decided by the engine's general path, polled here: `None` if it
+    /// would wait after all (it does not in process without a timeout: nothing it
+    /// awaits sleeps or reads a connection), and the request takes the boxed path.
+    fn decide_polled(&self, parts: &mut http::request::Parts) -> Option<Decided>
+    where
+        S: 'static,
+    {
+        let decision = std::pin::pin!(self.shared.decide(parts, behind_router::<S>()));
+        match decision.poll(&mut Context::from_waker(std::task::Waker::noop())) {
+            Poll::Ready(decided) => Some(decided),
+            Poll::Pending => {
+                // Not reached: the debug assertion holds the tests to it. Were it
+                // reached, the request would be decided again on the boxed path.
+                debug_assert!(false, "an in-process decision waited");
+                None
+            }
+        }
+    }
+
+    /// The decision (an `async fn` of the layer) and the inner call, boxed.
+    fn waiting<B, ResBody>(&mut self, request: Request<B>) -> ResponseFuture<S::Future, ResBody, S::Error>
+    where
+        S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        R: Respond<ResBody>,
+        B: Send + 'static,
+        ResBody: 'static,
+    {
         // The clone that was polled ready serves this request; the fresh one waits
         // for the next poll_ready.
         let clone = self.inner.clone();
@@ -73,8 +136,9 @@ where
             let (mut parts, body) = request.into_parts();
             match shared.decide(&mut parts, behind_router::<S>()).await {
                 Ok((granted, scope)) => {
-                    let future = scope.sync(|| inner.call(Request::from_parts(parts, body)));
-                    let mut response = scope.run(future).await?;
+                    let in_scope = !calls_in_its_future::<S>();
+                    let request = Request::from_parts(parts, body);
+                    let mut response = scope.call(in_scope, || inner.call(request)).await?;
                     shared.add_success_fields(&granted, &mut response);
                     Ok(response)
                 }
@@ -87,61 +151,14 @@ where
     }
 }
 
-impl<S: 'static, R> RateLimit<S, R> {
-    /// The request decided here, in process: its grant passed on to the inner service
-    /// (polled ready for it), or its refusal. [`AtOnce::Later`] gives the request back
-    /// for the boxed path if the decision would wait after all (it does not in process
-    /// without a timeout: nothing it awaits sleeps or reads a connection).
-    fn call_at_once<B, ResBody>(&mut self, request: Request<B>) -> AtOnce<S::Future, ResBody, S::Error, B>
-    where
-        S: Service<Request<B>, Response = Response<ResBody>>,
-        R: Respond<ResBody>,
-    {
-        let (mut parts, body) = request.into_parts();
-        let decided = match self.shared.decide_now(&mut parts, behind_router::<S>()) {
-            Some(decided) => Some(decided),
-            None => {
-                let decision = std::pin::pin!(self.shared.decide(&mut parts, behind_router::<S>()));
-                match decision.poll(&mut Context::from_waker(std::task::Waker::noop())) {
-                    Poll::Ready(decided) => Some(decided),
-                    Poll::Pending => {
-                        // Not reached: in process without a timeout nothing the decision
-                        // awaits waits (the debug assertion holds the tests to it). Were
-                        // it reached, the request would be decided again on the boxed path.
-                        debug_assert!(false, "an in-process decision waited");
-                        None
-                    }
-                }
-            }
-        };
-        let kind = match decided {
-            Some(Ok((granted, scope))) => Kind::Granted {
-                future: {
-                    let future = scope.sync(|| self.inner.call(Request::from_parts(parts, body)));
-                    scope.run(future)
-                },
-                fields: Some((self.shared.clone(), granted)),
-            },
-            Some(Err(limited)) => Kind::Refused {
-                response: Some(self.respond.refused(self.shared.answered(limited))),
-            },
-            None => return AtOnce::Later(Request::from_parts(parts, body)),
-        };
-        AtOnce::Decided(ResponseFuture { kind })
-    }
-}
-
-/// What [`RateLimit::call_at_once`] made of a request.
-enum AtOnce<F, ResBody, E, B> {
-    Decided(ResponseFuture<F, ResBody, E>),
-    Later(Request<B>),
-}
+/// A request's decision: its grant and scope, or its refusal.
+type Decided = Result<(Granted, Scope), RateLimited>;
 
 impl Shared {
     /// The RateLimit fields of a granted response, when the layer adds them and the
     /// response was not decided inside ([`decided_inside`]).
     fn add_success_fields<B>(&self, granted: &Granted, response: &mut Response<B>) {
-        if (self.success_fields || self.x_ratelimit) && !decided_inside(response) {
+        if self.writes_fields() && !decided_inside(response) {
             self.success_fields(granted, response.headers_mut());
         }
     }

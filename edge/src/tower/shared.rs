@@ -20,6 +20,8 @@ use crate::TrustedProxies;
 /// A rule's key and per-request settings, next to its [`RuleSpec`] in the engine.
 pub(super) struct Keyed {
     pub(super) name: Cow<'static, str>,
+    /// What its limiters with a value start with: the name and `:`.
+    pub(super) keyed_start: String,
     /// The rule's `RateLimit-Policy` field, on every response decided at the rule's
     /// own rate and interval.
     pub(super) policy: Option<HeaderValue>,
@@ -65,7 +67,7 @@ pub(crate) struct Shared {
     pub(crate) success_fields: bool,
     pub(crate) x_ratelimit: bool,
     /// The problem type of a 429 as problem+json.
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub(super) problem_type: redlimit_runtime::ProblemType,
     /// The layer decides in process without a timeout: nothing a decision awaits ever
     /// waits, so each request is decided where the service is called.
@@ -79,7 +81,7 @@ pub(super) struct Settings {
     pub(super) timeout: Option<Duration>,
     pub(super) success_fields: bool,
     pub(super) x_ratelimit: bool,
-    #[cfg(feature = "axum")]
+    #[cfg(any(feature = "axum", feature = "actix"))]
     pub(super) problem_type: redlimit_runtime::ProblemType,
 }
 
@@ -127,7 +129,7 @@ impl Shared {
             untrusted: TrustedProxies::default(),
             success_fields: settings.success_fields,
             x_ratelimit: settings.x_ratelimit,
-            #[cfg(feature = "axum")]
+            #[cfg(any(feature = "axum", feature = "actix"))]
             problem_type: settings.problem_type,
         })
     }
@@ -165,6 +167,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     let mut state = limit.state_field(0, None);
     state.pop();
     let keyed = Keyed {
+        keyed_start: format!("{}:", spec.name),
         name: spec.name.clone(),
         policy,
         missing,

@@ -9,11 +9,12 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, Responder, ResponseError};
 
-use super::http::Rendered;
+use super::http::{RefusalResponse, Rendered};
 use crate::{FromRateLimited, ProblemJson, RateLimited};
 
 impl Rendered {
-    /// The same response as axum's, as actix-web's.
+    /// The same response as axum's, as actix-web's, marked as a refusal's
+    /// ([`RefusalResponse`]).
     fn into_actix(self) -> HttpResponse {
         let mut response = HttpResponseBuilder::new(actix_status(self.status));
         for (name, value) in &self.headers {
@@ -24,7 +25,9 @@ impl Rendered {
                 response.insert_header((name, value));
             }
         }
-        response.body(self.body)
+        let mut response = response.body(self.body);
+        response.extensions_mut().insert(RefusalResponse);
+        response
     }
 }
 
@@ -90,5 +93,40 @@ impl Responder for ProblemJson {
 
     fn respond_to(self, _: &HttpRequest) -> HttpResponse {
         self.rendered().into_actix()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Every refusal's response is marked, a 503 without fields too: a layer around the
+    /// handler tells it from a grant by the mark.
+    #[test]
+    fn a_refusals_response_is_marked_whatever_its_status() {
+        let mut limited = RateLimited {
+            key: "rate_limit:a".to_owned(),
+            retry_after: Some(std::time::Duration::from_secs(1)),
+            message: None,
+            rule: 0,
+            cause: None,
+            limit: None,
+            x_ratelimit: false,
+            about_blank: false,
+            remaining: 0,
+        };
+        let marked = |response: HttpResponse| response.extensions().get::<RefusalResponse>().is_some();
+        assert!(marked(limited.error_response()));
+        limited.cause = Some(Arc::new(crate::Error::Backend {
+            detail: "down".to_owned(),
+        }));
+        let unavailable = limited.error_response();
+        assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(unavailable.headers().get("ratelimit").is_none());
+        assert!(marked(unavailable));
+        assert!(marked(HttpResponse::from_rate_limited(limited.clone())));
+        assert!(marked(ProblemJson(limited).error_response()));
+        assert!(!marked(HttpResponse::Ok().finish()));
     }
 }

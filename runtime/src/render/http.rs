@@ -21,9 +21,10 @@ use crate::outcomes::refusal::{
 use crate::outcomes::refusal::seconds_up;
 
 /// Marks a response made from a refusal (`RateLimited`'s own, `ProblemJson`'s), as a
-/// response extension: the limit that refused decided it, so a `RateLimitLayer` around
-/// the handler leaves its RateLimit fields (or their absence) as they are.
-#[cfg(feature = "axum")]
+/// response extension (axum's and actix-web's): the limit that refused decided it, so
+/// a `RateLimitLayer` around the handler leaves its RateLimit fields (or their
+/// absence) as they are.
+#[cfg(any(feature = "axum", feature = "actix"))]
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct RefusalResponse;

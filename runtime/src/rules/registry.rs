@@ -133,11 +133,34 @@ pub(crate) fn check_override(
     Ok(())
 }
 
-/// One segment of a limiter name: literal text, or a value (by its placeholder's name).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One segment of a limiter name: literal text, or a value (by its placeholder's name,
+/// compared as the [`dimension`] it names).
+#[derive(Debug, Clone, Eq)]
 enum Segment {
     Text(String),
     Value(String),
+}
+
+impl PartialEq for Segment {
+    fn eq(&self, other: &Segment) -> bool {
+        match (self, other) {
+            (Segment::Text(a), Segment::Text(b)) => a == b,
+            (Segment::Value(a), Segment::Value(b)) => dimension(a) == dimension(b),
+            _ => false,
+        }
+    }
+}
+
+/// What a placeholder's value is, by its name. The client address is one dimension
+/// however a rule names it: `{ip}` in a layer rule keyed by it (as an attribute's
+/// `ClientIp` parameter named `ip` writes it) and `{request.client_ip}` in an
+/// attribute's key, the address the layer read. Rules of one shape but for these
+/// names count one limiter per client, as the same rule would.
+fn dimension(name: &str) -> &str {
+    match name {
+        "request.client_ip" => "ip",
+        other => other,
+    }
 }
 
 /// The names a rule can produce: segments and the separators between them.

@@ -113,3 +113,33 @@ fn a_name_that_is_another_rules_stored_key_overlaps_it() {
     forget(a);
     forget(b);
 }
+
+#[test]
+fn the_client_address_is_one_dimension_however_a_rule_names_it() {
+    let shape = |t: &str| Shape::of_template("rate_limit:", t);
+    assert_eq!(shape("login:{ip}"), shape("login:{request.client_ip}"));
+    assert_eq!(
+        shape("login:{request.client_ip}").to_string(),
+        "rate_limit:login:{request.client_ip}",
+        "shown as written"
+    );
+    assert_ne!(shape("login:{request.identity}"), shape("login:{ip}"));
+    assert_ne!(shape("login:{request.client_ip}"), shape("login:{user}"));
+    // A layer's rule keyed by the client address and an attribute's key naming the
+    // request's: one shape, no conflict; a third rule keyed by a caller's value
+    // overlaps both.
+    let (layer, attribute, other) = (0x7100usize, 0x7200usize, 0x7300usize);
+    place(layer, &[("dim".into(), shape("dim:{ip}"))]);
+    place(
+        attribute,
+        &[("dim:{request.client_ip}".into(), shape("dim:{request.client_ip}"))],
+    );
+    assert!(conflict_of(layer).is_none() && conflict_of(attribute).is_none());
+    place(other, &[("dim:{user}".into(), shape("dim:{user}"))]);
+    let error = conflict_of(attribute).expect("overlaps `dim:{user}`").to_string();
+    assert!(error.contains("dim:{user}"), "{error}");
+    assert!(conflict_of(layer).is_some());
+    for engine in [other, layer, attribute] {
+        forget(engine);
+    }
+}
