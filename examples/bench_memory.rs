@@ -20,6 +20,18 @@
 //! the `-returning` rows, so each key comes back 100 s later, after its window emptied
 //! or its bucket filled again. `governor-returning` is governor's keyed limiter of the
 //! same quota on a clock moved the same way.
+//!
+//! How each cost grows (`growth-` rows, BENCHMARKS.md "How each cost grows"), every
+//! decision granted but the `-deny` ones, on a clock the row moves:
+//! `growth-rules-N` (N = 1, 2, 4, 8), one call of N rules on N limiters of 10^9 a
+//! second, the clock moved by 1 ms a call; `growth-permits-P` (P = 1, 10, 100, 1000),
+//! one rule of 1 000 a second taking P permits, the clock moved by the window a call;
+//! `growth-window-N-allow` and `growth-window-N-deny` (N = 10, 1000, 100000), a window
+//! holding N live grants, then a grant (the window slides by 1 ms a call, one grant
+//! in, one out) or a refusal (a rate of N, every permit taken); `growth-left-N`
+//! (N = 10, 1000, 100000), the first decision after N one-permit grants left the
+//! window (each counted decision after N uncounted grants: run it with a few calls);
+//! `growth-held-N` (N = 1, 1000, 1000000), one limiter decided with N - 1 others held.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -165,10 +177,123 @@ fn main() {
             (0..1_000).for_each(decide);
             counted(calls, decide);
         }
+        growth if growth.starts_with("growth-") => growth_row(growth, calls),
         other => panic!(
-            "REDLIMIT_BENCH_ROW={other}: expected window-hot, window-keys, bucket-hot, bucket-keys, \
+            "REDLIMIT_BENCH_ROW={other}: expected a growth- row, window-hot, window-keys, bucket-hot, bucket-keys, \
              governor-hot, governor-keys, window-refused, governor-refused, window-stayed, \
              window-returning, bucket-stayed, bucket-returning or governor-returning"
         ),
+    }
+}
+
+/// The `growth-` rows: `row` is `growth-<kind>-<n>[-allow|-deny]`.
+fn growth_row(row: &str, calls: usize) {
+    let mut parts = row.split('-').skip(1);
+    let kind = parts.next().unwrap_or_default();
+    let n: usize = parts
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{row}: expected growth-<kind>-<number>"));
+    let allow = parts.next() != Some("deny");
+    let clock = redlimit::ManualClock::new(1_700_000_000_000);
+    let client = Client::builder()
+        .max_limiters(n.max(KEYS) + 8)
+        .clock(clock.clone())
+        .memory();
+    let (ms, second, hour) = (
+        Duration::from_millis(1),
+        Duration::from_secs(1),
+        Duration::from_secs(3600),
+    );
+    let rule = |name: String, rate: usize, interval: Duration| {
+        Rule::new(name, rate as u64, interval).keep_alive(Some(hour))
+    };
+    let check = |rules: &[Rule], granted: bool| {
+        assert_eq!(
+            poll_once(client.check_rules(black_box(rules))).unwrap().allowed,
+            granted
+        );
+    };
+    match kind {
+        // n rules on n limiters, all granted, the window sliding by 1 ms a call
+        "rules" => {
+            let rules: Vec<Rule> = (0..n)
+                .map(|i| {
+                    rule(
+                        format!("rate_limit:bench:growth:rules:{i}"),
+                        RATE as usize,
+                        second,
+                    )
+                })
+                .collect();
+            let decide = |_| {
+                clock.advance(ms);
+                check(&rules, true);
+            };
+            (0..2_000).for_each(decide);
+            counted(calls, decide);
+        }
+        // n permits of a rate of 1 000 a second, a window later each time
+        "permits" => {
+            let rules = [rule("rate_limit:bench:growth:permits".into(), 1_000, second).permits(n as u64)];
+            let decide = |_| {
+                clock.advance(second);
+                check(&rules, true);
+            };
+            (0..1_000).for_each(decide);
+            counted(calls, decide);
+        }
+        // a window of n live grants: the next one granted (the window slides by 1 ms a
+        // call, one grant in and one out), or refused (a rate of n, nothing leaving)
+        "window" if allow => {
+            let rules = [rule(
+                "rate_limit:bench:growth:window".into(),
+                2 * n,
+                ms * n as u32,
+            )];
+            let decide = |_| {
+                clock.advance(ms);
+                check(&rules, true);
+            };
+            (0..n + 1_000).for_each(decide);
+            counted(calls, decide);
+        }
+        "window" => {
+            let rules = [rule("rate_limit:bench:growth:window".into(), n, hour)];
+            (0..n).for_each(|_| check(&rules, true));
+            let decide = |_| check(&rules, false);
+            (0..1_000).for_each(decide);
+            counted(calls, decide);
+        }
+        // the first decision after n one-permit grants left the window
+        "left" => {
+            let rules = [rule("rate_limit:bench:growth:left".into(), n, second)];
+            for _ in 0..calls {
+                clock.advance(hour);
+                (0..n).for_each(|_| check(&rules, true));
+                clock.advance(second);
+                counted(1, |_| check(&rules, true));
+            }
+        }
+        // one limiter decided, with n - 1 others held
+        "held" => {
+            let rules: Vec<[Rule; 1]> = (0..n)
+                .map(|i| {
+                    [rule(
+                        format!("rate_limit:bench:growth:held:{i}"),
+                        RATE as usize,
+                        second,
+                    )]
+                })
+                .collect();
+            rules.iter().for_each(|r| check(r, true));
+            let decide = |_| {
+                clock.advance(ms);
+                check(&rules[0], true);
+            };
+            (0..1_000).for_each(decide);
+            counted(calls, decide);
+        }
+        _ => panic!("{row}: expected growth-rules, -permits, -window, -left or -held"),
     }
 }
