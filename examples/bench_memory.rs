@@ -28,7 +28,7 @@
 //! one rule of 1 000 a second taking P permits, the clock moved by the window a call;
 //! `growth-window-N-allow` and `growth-window-N-deny` (N = 10, 1000, 100000), a window
 //! holding N live grants, then a grant (the window slides by 1 ms a call, one grant
-//! in, one out) or a refusal (a rate of N, every permit taken); `growth-left-N`
+//! in, one out) or a refusal (a rate of N an hour, every permit taken); `growth-left-N`
 //! (N = 10, 1000, 100000), the first decision after N one-permit grants left the
 //! window (each counted decision after N uncounted grants: run it with a few calls);
 //! `growth-held-N` (N = 1, 1000, 1000000), one limiter decided with N - 1 others held.
@@ -194,106 +194,100 @@ fn growth_row(row: &str, calls: usize) {
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{row}: expected growth-<kind>-<number>"));
-    let allow = parts.next() != Some("deny");
     let clock = redlimit::ManualClock::new(1_700_000_000_000);
     let client = Client::builder()
         .max_limiters(n.max(KEYS) + 8)
         .clock(clock.clone())
         .memory();
-    let (ms, second, hour) = (
-        Duration::from_millis(1),
-        Duration::from_secs(1),
-        Duration::from_secs(3600),
-    );
-    let rule = |name: String, rate: usize, interval: Duration| {
-        Rule::new(name, rate as u64, interval).keep_alive(Some(hour))
-    };
     let check = |rules: &[Rule], granted: bool| {
         assert_eq!(
             poll_once(client.check_rules(black_box(rules))).unwrap().allowed,
             granted
         );
     };
-    match kind {
-        // n rules on n limiters, all granted, the window sliding by 1 ms a call
-        "rules" => {
-            let rules: Vec<Rule> = (0..n)
-                .map(|i| {
-                    rule(
-                        format!("rate_limit:bench:growth:rules:{i}"),
-                        RATE as usize,
-                        second,
-                    )
-                })
-                .collect();
-            let decide = |_| {
-                clock.advance(ms);
-                check(&rules, true);
-            };
-            (0..2_000).for_each(decide);
-            counted(calls, decide);
-        }
-        // n permits of a rate of 1 000 a second, a window later each time
-        "permits" => {
-            let rules = [rule("rate_limit:bench:growth:permits".into(), 1_000, second).permits(n as u64)];
-            let decide = |_| {
-                clock.advance(second);
-                check(&rules, true);
-            };
-            (0..1_000).for_each(decide);
-            counted(calls, decide);
-        }
-        // a window of n live grants: the next one granted (the window slides by 1 ms a
-        // call, one grant in and one out), or refused (a rate of n, nothing leaving)
-        "window" if allow => {
-            let rules = [rule(
-                "rate_limit:bench:growth:window".into(),
-                2 * n,
-                ms * n as u32,
-            )];
-            let decide = |_| {
-                clock.advance(ms);
-                check(&rules, true);
-            };
-            (0..n + 1_000).for_each(decide);
-            counted(calls, decide);
-        }
-        "window" => {
-            let rules = [rule("rate_limit:bench:growth:window".into(), n, hour)];
-            (0..n).for_each(|_| check(&rules, true));
-            let decide = |_| check(&rules, false);
-            (0..1_000).for_each(decide);
-            counted(calls, decide);
-        }
+    if kind == "left" {
         // the first decision after n one-permit grants left the window
-        "left" => {
-            let rules = [rule("rate_limit:bench:growth:left".into(), n, second)];
-            for _ in 0..calls {
-                clock.advance(hour);
-                (0..n).for_each(|_| check(&rules, true));
-                clock.advance(second);
-                counted(1, |_| check(&rules, true));
+        let rules = [growth_rule("left", n, Duration::from_secs(1))];
+        for _ in 0..calls {
+            clock.advance(Duration::from_secs(3600));
+            (0..n).for_each(|_| check(&rules, true));
+            clock.advance(Duration::from_secs(1));
+            counted(1, |_| check(&rules, true));
+        }
+        return;
+    }
+    let growth = growth_set_up(kind, n, parts.next() != Some("deny"));
+    growth
+        .fill
+        .iter()
+        .for_each(|rule| check(std::slice::from_ref(rule), true));
+    let decide = |_| {
+        clock.advance(growth.step);
+        check(&growth.rules, growth.granted);
+    };
+    (0..growth.warm_up).for_each(decide);
+    counted(calls, decide);
+}
+
+/// A `growth-` row but `left`: the rules of each decision, decided once each first
+/// (`fill`), then `warm_up` decisions not counted, the clock moved by `step` before
+/// each; each decision granted or not.
+struct Growth {
+    fill: Vec<Rule>,
+    rules: Vec<Rule>,
+    step: Duration,
+    warm_up: usize,
+    granted: bool,
+}
+
+/// A rule of the `growth-` rows, kept alive an hour.
+fn growth_rule(name: &str, rate: usize, interval: Duration) -> Rule {
+    Rule::new(format!("rate_limit:bench:growth:{name}"), rate as u64, interval)
+        .keep_alive(Some(Duration::from_secs(3600)))
+}
+
+fn growth_set_up(kind: &str, n: usize, allow: bool) -> Growth {
+    let (ms, second) = (Duration::from_millis(1), Duration::from_secs(1));
+    let growth = |rules: Vec<Rule>, step: Duration, warm_up: usize| Growth {
+        fill: Vec::new(),
+        rules,
+        step,
+        warm_up,
+        granted: true,
+    };
+    match kind {
+        // n rules on n limiters, the window sliding by 1 ms a call
+        "rules" => growth(
+            (0..n)
+                .map(|i| growth_rule(&format!("rules:{i}"), RATE as usize, second))
+                .collect(),
+            ms,
+            2_000,
+        ),
+        // n permits of a rate of 1 000 a second, a window later each time
+        "permits" => growth(
+            vec![growth_rule("permits", 1_000, second).permits(n as u64)],
+            second,
+            1_000,
+        ),
+        // a window of n live grants, then a grant (the window slides by 1 ms a call,
+        // one grant in and one out) or a refusal (a rate of n an hour, nothing leaving)
+        "window" if allow => growth(vec![growth_rule("window", 2 * n, ms * n as u32)], ms, n + 1_000),
+        "window" => {
+            let rule = growth_rule("window", n, Duration::from_secs(3600));
+            Growth {
+                fill: vec![rule.clone(); n],
+                granted: false,
+                ..growth(vec![rule], ms, 1_000)
             }
         }
         // one limiter decided, with n - 1 others held
-        "held" => {
-            let rules: Vec<[Rule; 1]> = (0..n)
-                .map(|i| {
-                    [rule(
-                        format!("rate_limit:bench:growth:held:{i}"),
-                        RATE as usize,
-                        second,
-                    )]
-                })
-                .collect();
-            rules.iter().for_each(|r| check(r, true));
-            let decide = |_| {
-                clock.advance(ms);
-                check(&rules[0], true);
-            };
-            (0..1_000).for_each(decide);
-            counted(calls, decide);
-        }
-        _ => panic!("{row}: expected growth-rules, -permits, -window, -left or -held"),
+        "held" => Growth {
+            fill: (0..n)
+                .map(|i| growth_rule(&format!("held:{i}"), RATE as usize, second))
+                .collect(),
+            ..growth(vec![growth_rule("held:0", RATE as usize, second)], ms, 1_000)
+        },
+        _ => panic!("growth-{kind}: expected growth-rules, -permits, -window, -left or -held"),
     }
 }

@@ -10,7 +10,7 @@
 //! one rule of 1 000 a second taking P permits, the clock moved by the window a call.
 //! `growth-window-N-allow` / `-deny` (N = 10, 1000, 100000): a window holding N live
 //! one-permit grants, then a grant (a rate of 2N; the window slides by 1 ms a call,
-//! one grant in, one out) or a refusal (a rate of N, nothing leaving).
+//! one grant in, one out) or a refusal (a rate of N an hour, nothing leaving).
 //! `growth-left-N` (N = 10, 1000, 100000): before each decision, N one-permit grants
 //! written an interval earlier, so the decision meets N grants that left the window.
 //! `growth-held-N` (N = 1, 1000, 1000000): one limiter decided with N - 1 others held
@@ -75,8 +75,9 @@ async fn decide(client: &Client, rules: &[Rule], granted: bool) {
     assert_eq!(client.check_rules(rules).await.unwrap().allowed, granted);
 }
 
-fn rule(name: String, rate: u64, interval: Duration) -> Rule {
-    Rule::new(name, rate, interval).keep_alive(Some(Duration::from_millis(HOUR_MS)))
+fn rule(name: &str, rate: u64, interval: Duration) -> Rule {
+    Rule::new(format!("rate_limit:bench:growth:{name}"), rate, interval)
+        .keep_alive(Some(Duration::from_millis(HOUR_MS)))
 }
 
 /// The row `row`, `calls` decisions, on the server at `url` (`conn`).
@@ -87,7 +88,6 @@ pub async fn row(url: &str, conn: &MultiplexedConnection, row: &str, calls: usiz
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{row}: expected growth-<kind>-<number>"));
-    let allow = parts.next() != Some("deny");
     let clock = ManualClock::new(START_MS);
     let client = Client::builder()
         .command_timeout(Duration::from_secs(30))
@@ -97,66 +97,49 @@ pub async fn row(url: &str, conn: &MultiplexedConnection, row: &str, calls: usiz
         .connect(url)
         .await
         .unwrap();
+    if kind == "left" {
+        return left(conn, &client, &clock, n, calls).await;
+    }
+    let (rules, step, granted) = set_up(conn, kind, n, parts.next() != Some("deny")).await;
+    for _ in 0..calls {
+        clock.advance(step);
+        decide(&client, &rules, granted).await;
+    }
+}
+
+/// A row but `left`, written in Redis: the rules of each decision, how far the clock
+/// moves before each, and whether each is granted.
+async fn set_up(
+    conn: &MultiplexedConnection,
+    kind: &str,
+    n: u64,
+    allow: bool,
+) -> (Vec<Rule>, Duration, bool) {
     let (ms, second) = (Duration::from_millis(1), Duration::from_secs(1));
     match kind {
         "rules" => {
             let rules: Vec<Rule> = (0..n)
-                .map(|i| rule(format!("rate_limit:bench:growth:rules:{i}"), RATE, second))
+                .map(|i| rule(&format!("rules:{i}"), RATE, second))
                 .collect();
             for r in &rules {
                 fill(conn, r, 0, 0, 0).await;
             }
-            for _ in 0..calls {
-                clock.advance(ms);
-                decide(&client, &rules, true).await;
-            }
+            (rules, ms, true)
         }
         "permits" => {
-            let rules = [rule("rate_limit:bench:growth:permits".into(), 1_000, second).permits(n)];
+            let rules = vec![rule("permits", 1_000, second).permits(n)];
             fill(conn, &rules[0], 0, 0, 0).await;
-            for _ in 0..calls {
-                clock.advance(second);
-                decide(&client, &rules, true).await;
-            }
+            (rules, second, true)
         }
         "window" if allow => {
-            let rules = [rule(
-                "rate_limit:bench:growth:window".into(),
-                2 * n,
-                ms * n as u32,
-            )];
+            let rules = vec![rule("window", 2 * n, ms * n as u32)];
             fill(conn, &rules[0], n, START_MS - n + 1, 1).await;
-            for _ in 0..calls {
-                clock.advance(ms);
-                decide(&client, &rules, true).await;
-            }
+            (rules, ms, true)
         }
         "window" => {
-            let rules = [rule(
-                "rate_limit:bench:growth:window".into(),
-                n,
-                Duration::from_millis(HOUR_MS),
-            )];
+            let rules = vec![rule("window", n, Duration::from_millis(HOUR_MS))];
             fill(conn, &rules[0], n, START_MS, 0).await;
-            for _ in 0..calls {
-                decide(&client, &rules, false).await;
-            }
-        }
-        "left" => {
-            let rules = [rule("rate_limit:bench:growth:left".into(), n, second)];
-            let name = rules[0].name();
-            let mut now = START_MS;
-            for _ in 0..calls {
-                now += HOUR_MS;
-                let _: () = redis::cmd("DEL")
-                    .arg(format!("{{{name}}}:permits"))
-                    .query_async(&mut conn.clone())
-                    .await
-                    .unwrap();
-                fill(conn, &rules[0], n, now, 0).await;
-                clock.set(now + 1_000);
-                decide(&client, &rules, true).await;
-            }
+            (rules, ms, false)
         }
         "held" => {
             for first in (0..n).step_by(10_000) {
@@ -170,12 +153,26 @@ pub async fn row(url: &str, conn: &MultiplexedConnection, row: &str, calls: usiz
                     .await
                     .unwrap();
             }
-            let rules = [rule("rate_limit:bench:growth:held:0".into(), RATE, second)];
-            for _ in 0..calls {
-                clock.advance(ms);
-                decide(&client, &rules, true).await;
-            }
+            (vec![rule("held:0", RATE, second)], ms, true)
         }
-        _ => panic!("{row}: expected growth-rules, -permits, -window, -left or -held"),
+        _ => panic!("growth-{kind}: expected growth-rules, -permits, -window, -left or -held"),
+    }
+}
+
+/// `growth-left-N`: before each decision, N one-permit grants written a window earlier.
+async fn left(conn: &MultiplexedConnection, client: &Client, clock: &ManualClock, n: u64, calls: usize) {
+    let rules = [rule("left", n, Duration::from_secs(1))];
+    let name = rules[0].name();
+    let mut now = START_MS;
+    for _ in 0..calls {
+        now += HOUR_MS;
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{{{name}}}:permits"))
+            .query_async(&mut conn.clone())
+            .await
+            .unwrap();
+        fill(conn, &rules[0], n, now, 0).await;
+        clock.set(now + 1_000);
+        decide(client, &rules, true).await;
     }
 }
