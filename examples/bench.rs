@@ -39,7 +39,8 @@
 //!    answered in process, and `governor-check`, governor's keyed check of an exhausted
 //!    key; `batch-1` and `batch-10`, grants of one global limiter at k = 1 and k = 10;
 //!    `rules-allow`, `reserve-allow` and `reserve-settle`, one rule by hand decided,
-//!    reserved, and reserved then settled with a refund) and
+//!    reserved, and reserved then settled with a refund; the `growth-` rows of
+//!    `bench/growth.rs`, how a decision's work grows) and
 //!    `REDLIMIT_BENCH_CALLS`
 //!    (default 20 000), on a current-thread runtime (see `main`). `scripts/script-instructions.sh`
 //!    runs every row under callgrind, Redis then the caller, and prints the instructions per
@@ -60,6 +61,9 @@ const RUN: Duration = Duration::from_secs(3);
 const HUGE_RATE: u64 = 1_000_000_000;
 
 use redlimit_test_support::RedisServer;
+
+#[path = "bench/growth.rs"]
+mod growth;
 
 #[rate_limit(key = "bench:decorated", rate = 1_000_000_000, interval = "1s")]
 async fn decorated() -> Result<(), RateLimited> {
@@ -637,6 +641,7 @@ async fn count_row() {
     conn.set_response_timeout(Duration::from_secs(60));
     let minute = Duration::from_secs(60);
     match row.as_str() {
+        growth if growth.starts_with("growth-") => growth::row(&url, &conn, growth, calls).await,
         "reference-allow" | "reference-deny" => {
             let path = var("REDLIMIT_REFERENCE_SCRIPT");
             let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -766,7 +771,7 @@ async fn count_row() {
             }
         }
         other => panic!(
-            "REDLIMIT_BENCH_ROW={other}: expected reference-allow, reference-deny, one-allow, one-deny, \
+            "REDLIMIT_BENCH_ROW={other}: expected a growth- row, reference-allow, reference-deny, one-allow, one-deny, \
              three-allow, walk-deny-1, walk-deny-all, bucket-allow, bucket-deny, flood-deny, governor-check, \
              batch-1, batch-10, rules-allow, reserve-allow or reserve-settle"
         ),

@@ -20,6 +20,18 @@
 //! the `-returning` rows, so each key comes back 100 s later, after its window emptied
 //! or its bucket filled again. `governor-returning` is governor's keyed limiter of the
 //! same quota on a clock moved the same way.
+//!
+//! How each cost grows (`growth-` rows, BENCHMARKS.md "How each cost grows"), every
+//! decision granted but the `-deny` ones, on a clock the row moves:
+//! `growth-rules-N` (N = 1, 2, 4, 8), one call of N rules on N limiters of 10^9 a
+//! second, the clock moved by 1 ms a call; `growth-permits-P` (P = 1, 10, 100, 1000),
+//! one rule of 1 000 a second taking P permits, the clock moved by the window a call;
+//! `growth-window-N-allow` and `growth-window-N-deny` (N = 10, 1000, 100000), a window
+//! holding N live grants, then a grant (the window slides by 1 ms a call, one grant
+//! in, one out) or a refusal (a rate of N an hour, every permit taken); `growth-left-N`
+//! (N = 10, 1000, 100000), the first decision after N one-permit grants left the
+//! window (each counted decision after N uncounted grants: run it with a few calls);
+//! `growth-held-N` (N = 1, 1000, 1000000), one limiter decided with N - 1 others held.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -165,10 +177,117 @@ fn main() {
             (0..1_000).for_each(decide);
             counted(calls, decide);
         }
+        growth if growth.starts_with("growth-") => growth_row(growth, calls),
         other => panic!(
-            "REDLIMIT_BENCH_ROW={other}: expected window-hot, window-keys, bucket-hot, bucket-keys, \
+            "REDLIMIT_BENCH_ROW={other}: expected a growth- row, window-hot, window-keys, bucket-hot, bucket-keys, \
              governor-hot, governor-keys, window-refused, governor-refused, window-stayed, \
              window-returning, bucket-stayed, bucket-returning or governor-returning"
         ),
+    }
+}
+
+/// The `growth-` rows: `row` is `growth-<kind>-<n>[-allow|-deny]`.
+fn growth_row(row: &str, calls: usize) {
+    let mut parts = row.split('-').skip(1);
+    let kind = parts.next().unwrap_or_default();
+    let n: usize = parts
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{row}: expected growth-<kind>-<number>"));
+    let clock = redlimit::ManualClock::new(1_700_000_000_000);
+    let client = Client::builder()
+        .max_limiters(n.max(KEYS) + 8)
+        .clock(clock.clone())
+        .memory();
+    let check = |rules: &[Rule], granted: bool| {
+        assert_eq!(
+            poll_once(client.check_rules(black_box(rules))).unwrap().allowed,
+            granted
+        );
+    };
+    if kind == "left" {
+        // the first decision after n one-permit grants left the window
+        let rules = [growth_rule("left", n, Duration::from_secs(1))];
+        for _ in 0..calls {
+            clock.advance(Duration::from_secs(3600));
+            (0..n).for_each(|_| check(&rules, true));
+            clock.advance(Duration::from_secs(1));
+            counted(1, |_| check(&rules, true));
+        }
+        return;
+    }
+    let growth = growth_set_up(kind, n, parts.next() != Some("deny"));
+    growth
+        .fill
+        .iter()
+        .for_each(|rule| check(std::slice::from_ref(rule), true));
+    let decide = |_| {
+        clock.advance(growth.step);
+        check(&growth.rules, growth.granted);
+    };
+    (0..growth.warm_up).for_each(decide);
+    counted(calls, decide);
+}
+
+/// A `growth-` row but `left`: the rules of each decision, decided once each first
+/// (`fill`), then `warm_up` decisions not counted, the clock moved by `step` before
+/// each; each decision granted or not.
+struct Growth {
+    fill: Vec<Rule>,
+    rules: Vec<Rule>,
+    step: Duration,
+    warm_up: usize,
+    granted: bool,
+}
+
+/// A rule of the `growth-` rows, kept alive an hour.
+fn growth_rule(name: &str, rate: usize, interval: Duration) -> Rule {
+    Rule::new(format!("rate_limit:bench:growth:{name}"), rate as u64, interval)
+        .keep_alive(Some(Duration::from_secs(3600)))
+}
+
+fn growth_set_up(kind: &str, n: usize, allow: bool) -> Growth {
+    let (ms, second) = (Duration::from_millis(1), Duration::from_secs(1));
+    let growth = |rules: Vec<Rule>, step: Duration, warm_up: usize| Growth {
+        fill: Vec::new(),
+        rules,
+        step,
+        warm_up,
+        granted: true,
+    };
+    match kind {
+        // n rules on n limiters, the window sliding by 1 ms a call
+        "rules" => growth(
+            (0..n)
+                .map(|i| growth_rule(&format!("rules:{i}"), RATE as usize, second))
+                .collect(),
+            ms,
+            2_000,
+        ),
+        // n permits of a rate of 1 000 a second, a window later each time
+        "permits" => growth(
+            vec![growth_rule("permits", 1_000, second).permits(n as u64)],
+            second,
+            1_000,
+        ),
+        // a window of n live grants, then a grant (the window slides by 1 ms a call,
+        // one grant in and one out) or a refusal (a rate of n an hour, nothing leaving)
+        "window" if allow => growth(vec![growth_rule("window", 2 * n, ms * n as u32)], ms, n + 1_000),
+        "window" => {
+            let rule = growth_rule("window", n, Duration::from_secs(3600));
+            Growth {
+                fill: vec![rule.clone(); n],
+                granted: false,
+                ..growth(vec![rule], ms, 1_000)
+            }
+        }
+        // one limiter decided, with n - 1 others held
+        "held" => Growth {
+            fill: (0..n)
+                .map(|i| growth_rule(&format!("held:{i}"), RATE as usize, second))
+                .collect(),
+            ..growth(vec![growth_rule("held:0", RATE as usize, second)], ms, 1_000)
+        },
+        _ => panic!("growth-{kind}: expected growth-rules, -permits, -window, -left or -held"),
     }
 }

@@ -60,11 +60,13 @@ fn counted(name: &str) -> u64 {
     (now - before) as u64
 }
 
+/// The debugging recorder's snapshotter, and each metric's total so far.
+type Recorded = (Snapshotter, Mutex<Vec<(String, f64)>>);
+
 /// What the counter or gauge `name` adds up to since the recorder was installed (each
 /// snapshot of the debugging recorder answers what changed since the one before).
 fn total(name: &str) -> f64 {
-    type Totals = Mutex<Vec<(String, f64)>>;
-    static RECORDED: OnceLock<(Snapshotter, Totals)> = OnceLock::new();
+    static RECORDED: OnceLock<Recorded> = OnceLock::new();
     let (snapshotter, totals) = RECORDED.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();

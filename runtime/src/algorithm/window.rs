@@ -26,9 +26,13 @@ pub fn stale(log: &Log, cutoff: i64) -> (usize, u64) {
     if cutoff < 0 || log.front().is_none_or(|&(score, _)| score > cutoff as u64) {
         return (0, 0);
     }
-    log.iter()
+    let (n, released) = log
+        .iter()
         .take_while(|&&(score, _)| score <= cutoff as u64)
-        .fold((0, 0), |(n, sum), &(_, p)| (n + 1, sum + u64::from(p)))
+        .fold((0, 0), |(n, sum), &(_, p)| (n + 1, sum + u64::from(p)));
+    #[cfg(test)]
+    read::counted(n, n);
+    (n, released)
 }
 
 /// plan_bucket, the value a decision starts from, and whether it must be written
@@ -81,12 +85,16 @@ pub fn wait_for(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pend
     let walk = need.clamp(1, WALK as i64) as usize;
     let mut acc = 0i64;
     for &(score, p) in log.iter().skip(skip).take(walk) {
+        #[cfg(test)]
+        read::counted(1, 0);
         acc += i64::from(p);
         if acc >= need {
             return Some(score as i64 + interval - now);
         }
     }
     if log.len() > skip + walk {
+        #[cfg(test)]
+        read::counted(1, 0);
         let newest = log.back().map_or(now, |&(score, _)| score as i64);
         let wait = newest + interval - now;
         return Some(if pending > 0 { wait.max(interval) } else { wait });
@@ -100,6 +108,30 @@ pub fn wait_for(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pend
 pub fn left(value: i64, spent: i64, granted: bool) -> u64 {
     let left = if granted { value - spent } else { value };
     left.max(0) as u64
+}
+
+/// What this thread's decisions read of their logs, for the tests of how a decision's
+/// work grows: entries read (those that left the window, and those a wait walks), and
+/// the most that left the window one read found.
+#[cfg(test)]
+pub(crate) mod read {
+    use std::cell::Cell;
+
+    thread_local! {
+        static READ: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    }
+
+    pub(super) fn counted(entries: usize, left: usize) {
+        READ.with(|r| {
+            let (read, most) = r.get();
+            r.set((read + entries, most.max(left)));
+        });
+    }
+
+    /// The entries read and the most that left, since the last call (then both 0).
+    pub(crate) fn take() -> (usize, usize) {
+        READ.with(|r| r.replace((0, 0)))
+    }
 }
 
 #[cfg(test)]

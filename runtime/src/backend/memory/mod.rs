@@ -340,4 +340,6 @@ impl MemoryBackend {
 }
 
 #[cfg(test)]
+mod growth_tests;
+#[cfg(test)]
 mod tests;
