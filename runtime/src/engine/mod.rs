@@ -275,18 +275,34 @@ impl Engine {
         if traced {
             tracing::Span::current().record("backend", client.backend().label());
         }
+        let rules = self.checked_rules(client, &mut call, false).await?;
+        self.enforce(client, &call, rules, deadline).await
+    }
+
+    /// The call's rules on `client`, its run-time overrides applied, once they pass the
+    /// checks made before the backend: no rule of another function overlapping, no
+    /// settled estimate of 0 (when `reserving`), no call that no wait would let pass.
+    async fn checked_rules(
+        &self,
+        client: &Client,
+        call: &mut CallKeys<'_>,
+        reserving: bool,
+    ) -> Result<Rules, RateLimited> {
         let overrides = client.background_ready().await;
-        let rules: Rules = self.build_rules(client.prefix(), &mut call, Some((client, &overrides)));
+        let rules: Rules = self.build_rules(client.prefix(), call, Some((client, &overrides)));
         if let Some(overlapping) = self.overlapping(client.prefix(), &rules) {
             return Err(overlapping);
         }
-        if let Some(mut never) = self.never_passes(&call, &rules) {
+        if let Some(zero) = reserving.then(|| self.estimated_at_zero(call, &rules)).flatten() {
+            return Err(zero);
+        }
+        if let Some(mut never) = self.never_passes(call, &rules) {
             client.note_refused(never.key(), &self.rules[never.rule()].name);
             // What the key has left, which no wait brings to what the call asks.
             never.remaining = client.left_of(&rules[never.rule()]).await.unwrap_or(0);
             return Err(never);
         }
-        self.enforce(client, &call, rules, deadline).await
+        Ok(rules)
     }
 
     /// No client could be made (`REDIS_URL` names no server, say): `on_error` on the

@@ -116,19 +116,7 @@ impl Engine {
         if traced {
             tracing::Span::current().record("backend", client.backend().label());
         }
-        let overrides = client.background_ready().await;
-        let rules: Rules = self.build_rules(client.prefix(), &mut call, Some((client, &overrides)));
-        if let Some(overlapping) = self.overlapping(client.prefix(), &rules) {
-            return Err(overlapping);
-        }
-        if let Some(zero) = self.estimated_at_zero(&call, &rules) {
-            return Err(zero);
-        }
-        if let Some(mut never) = self.never_passes(&call, &rules) {
-            client.note_refused(never.key(), &self.rules[never.rule()].name);
-            never.remaining = client.left_of(&rules[never.rule()]).await.unwrap_or(0);
-            return Err(never);
-        }
+        let rules = self.checked_rules(client, &mut call, true).await?;
         self.enforce_reserved(client, &call, rules, deadline).await
     }
 
