@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::Error;
+use actix_web::{Error, HttpMessage};
 use redlimit_runtime::engine::Granted;
 use redlimit_runtime::RateLimited;
 use tokio::task::futures::TaskLocalFuture;
@@ -24,7 +24,7 @@ use tokio::task::futures::TaskLocalFuture;
 use super::request::ActixRequest;
 use super::respond::{decided_inside, Respond};
 use crate::request::Scope;
-use crate::tower::{Keys, RateLimitLayer, Shared};
+use crate::tower::{Keys, RateLimitLayer, Shared, Usage};
 
 impl<S, B, R> Transform<S, ServiceRequest> for RateLimitLayer<R>
 where
@@ -142,6 +142,9 @@ where
         let shared = self.shared.clone();
         let respond = self.respond.clone();
         let waiting = Box::pin(async move {
+            if shared.settles {
+                return settled(&shared, respond, inner, request, keys, scope).await;
+            }
             match shared.decide_keys(keys).await {
                 Ok(granted) => {
                     let mut response = scope.call(true, || inner.call(request)).await?;
@@ -157,6 +160,42 @@ where
             kind: Kind::Waiting { waiting },
         }
     }
+}
+
+/// A request whose rules include settled ones: reserved, the inner service called with
+/// the [`Usage`](crate::tower::Usage) in the request's extensions when the rules record
+/// one, and settled once the response's head says what was used (or when the last
+/// `Usage` is dropped).
+async fn settled<S, B, R>(
+    shared: &Arc<Shared>,
+    respond: R,
+    inner: Rc<S>,
+    request: ServiceRequest,
+    keys: Keys,
+    scope: Scope,
+) -> Result<ServiceResponse<EitherBody<B>>, Error>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+    R: Respond,
+{
+    let outer = request.extensions().get::<Usage>().cloned();
+    let mut held = match shared.reserve_keys(keys, outer).await {
+        Ok(held) => held,
+        Err(limited) => {
+            let refused = respond.refused(shared.answered(limited));
+            return Ok(request.into_response(refused).map_into_right_body());
+        }
+    };
+    if let Some(usage) = held.usage() {
+        request.extensions_mut().insert(usage);
+    }
+    let mut response = scope.call(true, || inner.call(request)).await?;
+    let headers = response.headers();
+    held.read_head(|name| headers.get_all(name.as_str()).map(|value| value.as_bytes()));
+    let granted = held.finish().await;
+    shared.add_fields(&granted, &mut response);
+    Ok(response.map_into_left_body())
 }
 
 impl Shared {

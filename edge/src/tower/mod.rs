@@ -33,6 +33,7 @@
 // in a request), `incoming` (what the layer reads from a request, tower's or
 // actix-web's), `per_request` (one request's keys and decision), `fields` (where a
 // response's fields are written), `respond` (refusals and the RateLimit fields),
+// `settle` (settled rules: the reservation held while the inner service runs),
 // `service` and `layer` (tower's `Service` and `Layer`); `config` (with `serde`) reads
 // rules from configuration into the builder. The actix-web middleware (`crate::actix`)
 // uses the same rules, state and reading, through what is re-exported to the crate.
@@ -48,6 +49,7 @@ mod request;
 mod respond;
 mod rule;
 mod service;
+mod settle;
 mod shared;
 mod validate;
 
@@ -59,6 +61,7 @@ pub use redlimit_runtime::ProblemType;
 pub use respond::{Grpc, PlainText, ProblemDetails, Respond};
 pub use rule::LayerRule;
 pub use service::{RateLimit, ResponseFuture};
+pub use settle::{Settle, Usage};
 pub use validate::InvalidLayer;
 
 #[cfg(feature = "serde")]

@@ -11,6 +11,7 @@ use redlimit_runtime::RuleSpec;
 use redlimit_runtime::{Algorithm, BucketShape, OnError, RateType};
 
 use super::key::{Key, MissingKey};
+use super::settle::Settle;
 
 /// A request's permits for a rule, computed from the request.
 pub(super) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
@@ -33,6 +34,8 @@ pub struct LayerRule {
     pub(super) cost: Option<Arc<CostFn>>,
     pub(super) missing_key: MissingKey,
     pub(super) exempt: HashSet<String>,
+    /// Where a settled rule's actual amount comes from (`None`: not settled).
+    pub(super) settle: Option<Settle>,
 }
 
 impl LayerRule {
@@ -65,6 +68,7 @@ impl LayerRule {
             cost: None,
             missing_key: MissingKey::Share,
             exempt: HashSet::new(),
+            settle: None,
         }
     }
 
@@ -119,6 +123,28 @@ impl LayerRule {
         F: Fn(&Parts) -> u64 + Send + Sync + 'static,
     {
         self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Settles the rule with what the request actually used, once the response says
+    /// it: the request's permits ([`permits`](LayerRule::permits) or
+    /// [`cost`](LayerRule::cost)) are an estimate reserved before the inner service
+    /// runs, and `settle` says where the actual amount comes from (a response header,
+    /// or the [`Usage`](super::Usage) the handler records while its body streams).
+    /// What was not used goes back; what was used beyond the estimate is charged even
+    /// past the limit, a debt later requests wait out (see
+    /// [`max_overdraft`](LayerRule::max_overdraft)).
+    pub fn settle(mut self, settle: Settle) -> Self {
+        self.settle = Some(settle);
+        self.spec.settled = true;
+        self
+    }
+
+    /// The most a settled request may be charged beyond its estimate (default: no
+    /// cap): what it used past that is not counted. Every window then holds at most
+    /// the rate plus this much for each request in it that overdrew.
+    pub fn max_overdraft(mut self, most: u64) -> Self {
+        self.spec.max_overdraft = Some(most);
         self
     }
 
@@ -236,6 +262,8 @@ impl fmt::Debug for LayerRule {
             .field("algorithm", &self.algorithm_of())
             .field("burst", &self.burst)
             .field("warmup", &self.warmup)
+            .field("settle", &self.settle)
+            .field("max_overdraft", &spec.max_overdraft)
             .finish()
     }
 }

@@ -18,8 +18,10 @@ use redlimit_runtime::engine::Granted;
 use redlimit_runtime::RateLimited;
 use tokio::task::futures::TaskLocalFuture;
 
-use super::request::{behind_router, calls_in_its_future};
+use super::incoming::TowerRequest;
+use super::request::{behind_router, calls_in_its_future, PathParams};
 use super::respond::{decided_inside, PlainText, Respond};
+use super::settle::{Held, Usage};
 use super::shared::Shared;
 use crate::request::Scope;
 
@@ -132,6 +134,12 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         let respond = self.respond.clone();
+        if shared.settles {
+            let reserving = Box::pin(reserved(shared.clone(), respond, inner, request));
+            return ResponseFuture {
+                kind: Kind::Reserving { reserving, shared },
+            };
+        }
         let waiting = Box::pin(async move {
             let (mut parts, body) = request.into_parts();
             match shared.decide(&mut parts, behind_router::<S>()).await {
@@ -149,6 +157,54 @@ where
             kind: Kind::Waiting { waiting },
         }
     }
+}
+
+/// A request through a layer with settled rules: its rules reserved, and the inner
+/// service called with the [`Usage`](super::Usage) in the request's extensions when
+/// the rules record one; the response, with what the layer holds of the reservation
+/// (settled by [`ResponseFuture`] once the head is read).
+async fn reserved<S, R, B, ResBody>(
+    shared: Arc<Shared>,
+    respond: R,
+    mut inner: S,
+    request: Request<B>,
+) -> Result<Reserved<ResBody>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + 'static,
+    R: Respond<ResBody>,
+{
+    let (mut parts, body) = request.into_parts();
+    let path = PathParams::read(shared.needs_path, &mut parts).await;
+    let read = shared.read(
+        &mut TowerRequest {
+            parts: &mut parts,
+            path: &path,
+        },
+        behind_router::<S>(),
+    );
+    let outer = parts.extensions.get::<Usage>().cloned();
+    let held = match read {
+        Ok((keys, scope)) => shared.reserve_keys(keys, outer).await.map(|held| (held, scope)),
+        Err(limited) => Err(limited),
+    };
+    let (held, scope) = match held {
+        Ok(held) => held,
+        Err(limited) => return Ok(Reserved::Refused(respond.refused(shared.answered(limited)))),
+    };
+    if let Some(usage) = held.usage() {
+        parts.extensions.insert(usage);
+    }
+    let request = Request::from_parts(parts, body);
+    let response = scope
+        .call(!calls_in_its_future::<S>(), || inner.call(request))
+        .await?;
+    Ok(Reserved::Granted(response, held))
+}
+
+/// What [`reserved`] answers.
+enum Reserved<ResBody> {
+    Refused(Response<ResBody>),
+    Granted(Response<ResBody>, Held),
 }
 
 /// A request's decision: its grant and scope, or its refusal.
@@ -189,6 +245,15 @@ pin_project_lite::pin_project! {
         Waiting {
             waiting: Boxed<ResBody, E>,
         },
+        Reserving {
+            reserving: Pin<Box<dyn Future<Output = Result<Reserved<ResBody>, E>> + Send>>,
+            shared: Arc<Shared>,
+        },
+        Settling {
+            response: Option<Response<ResBody>>,
+            settle: Pin<Box<dyn Future<Output = Granted> + Send>>,
+            shared: Arc<Shared>,
+        },
     }
 }
 
@@ -204,8 +269,23 @@ where
 {
     type Output = Result<Response<ResBody>, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut kind = self.as_mut().project().kind;
+        if let KindProj::Reserving { reserving, shared } = kind.as_mut().project() {
+            let (response, mut held) = match std::task::ready!(reserving.as_mut().poll(cx))? {
+                Reserved::Refused(response) => return Poll::Ready(Ok(response)),
+                Reserved::Granted(response, held) => (response, held),
+            };
+            let headers = response.headers();
+            held.read_head(|name| headers.get_all(name).iter().map(http::HeaderValue::as_bytes));
+            let shared = shared.clone();
+            kind.set(Kind::Settling {
+                response: Some(response),
+                settle: Box::pin(held.finish()),
+                shared,
+            });
+        }
+        match kind.project() {
             KindProj::Granted { future, fields } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
                 if let Some((shared, granted)) = fields.take() {
@@ -217,6 +297,17 @@ where
                 .take()
                 .expect("a refused request's future is polled once"))),
             KindProj::Waiting { waiting } => waiting.as_mut().poll(cx),
+            KindProj::Reserving { .. } => unreachable!("a reservation's response is settled above"),
+            KindProj::Settling {
+                response,
+                settle,
+                shared,
+            } => {
+                let granted = std::task::ready!(settle.as_mut().poll(cx));
+                let mut response = response.take().expect("a settled response is answered once");
+                shared.add_success_fields(&granted, &mut response);
+                Poll::Ready(Ok(response))
+            }
         }
     }
 }

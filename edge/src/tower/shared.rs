@@ -14,6 +14,7 @@ use redlimit_runtime::RuleSpec;
 
 use super::key::{KeyFn, KeyKind, MissingKey};
 use super::rule::{CostFn, LayerRule};
+use super::settle::{Settle, Source};
 use super::validate::{check_rule, header_name, InvalidLayer};
 use crate::TrustedProxies;
 
@@ -32,6 +33,8 @@ pub(super) struct Keyed {
     pub(super) key: Extract,
     pub(super) cost: Option<Arc<CostFn>>,
     pub(super) exempt: HashSet<String>,
+    /// Where a settled rule's actual amount comes from.
+    pub(super) settle: Option<Source>,
 }
 
 /// A key source as the layer reads it: a header's name parsed once.
@@ -48,8 +51,13 @@ pub(super) enum Extract {
 pub(crate) struct Shared {
     pub(super) engine: Engine,
     pub(super) rules: Vec<Keyed>,
-    /// Some rule has a cost or exempt values: permits are computed per request.
+    /// Some rule has a cost or exempt values, or is settled: permits are computed per
+    /// request.
     pub(super) per_request: bool,
+    /// Some rule is settled: a request's rules are reserved, then settled.
+    pub(crate) settles: bool,
+    /// Some rule is settled by the handler's [`Usage`](super::Usage).
+    pub(super) records_usage: bool,
     /// Some rule is keyed by a path parameter.
     pub(super) needs_path: bool,
     pub(crate) client: Option<Client>,
@@ -112,14 +120,20 @@ impl Shared {
         #[cfg(not(any(feature = "axum", feature = "actix")))]
         let needs_path = false;
         // A path parameter's rule does not apply where no route matched.
-        let per_request = needs_path || rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        let settles = rules.iter().any(|r| r.settle.is_some());
+        let records_usage = rules.iter().any(|r| matches!(r.settle, Some(Source::Usage)));
+        let per_request =
+            settles || needs_path || rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        // A reservation is held until the response is back: it takes the general path.
         let decides_at_once =
-            settings.timeout.is_none() && settings.client.as_ref().is_some_and(Client::is_memory);
+            !settles && settings.timeout.is_none() && settings.client.as_ref().is_some_and(Client::is_memory);
         Ok(Shared {
             decides_at_once,
             engine: Engine::with_rules(specs, settings.timeout, "RateLimitLayer").with_templates(templates),
             rules,
             per_request,
+            settles,
+            records_usage,
             needs_path,
             client: settings.client,
             reads_trust: keys_client_ip.is_some() || settings.trusted.is_some(),
@@ -143,6 +157,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
         cost,
         missing_key,
         exempt,
+        settle,
         ..
     } = rule;
     let key = match key.0 {
@@ -175,6 +190,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
         key,
         cost,
         exempt,
+        settle: settle.as_ref().and_then(Settle::source),
     };
     Ok((spec, keyed))
 }

@@ -70,6 +70,9 @@ pub(super) fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
             rule.missing_key, rule.key
         )));
     }
+    if let Some(problem) = settle_problem(rule) {
+        return Err(invalid(problem));
+    }
     if rule.exempt.contains("") {
         return Err(invalid(
             "an empty exempt value would exempt every request that has no value for the key; \
@@ -123,5 +126,33 @@ fn most_permits(rule: &LayerRule) -> Result<u64, String> {
             check_bucket(&spec.name, shape, &config).map_err(|error| error.to_string())?;
             Ok(shape.burst)
         }
+    }
+}
+
+/// What is wrong with a rule's settling, if anything: a cap without a settle, a settled
+/// rule that batches, a settle header that is not a header name.
+fn settle_problem(rule: &LayerRule) -> Option<String> {
+    let spec = &rule.spec;
+    match &rule.settle {
+        None if spec.max_overdraft.is_some() => Some(
+            "max_overdraft caps what a settled request is charged beyond its estimate: add \
+             .settle(Settle::header(..)) or .settle(Settle::usage())"
+                .into(),
+        ),
+        Some(_) if spec.batch > 1 => Some(format!(
+            "batch = {} with settle: a batch's permits are served in process, with no grant of \
+             their own to settle; a settled rule takes batch 1",
+            spec.batch
+        )),
+        Some(settle) => settle
+            .header_name()
+            .and_then(|name| header_name(&spec.name, name).err())
+            .map(|error| {
+                error
+                    .0
+                    .trim_start_matches(&format!("rule `{}`: ", spec.name))
+                    .to_owned()
+            }),
+        None => None,
     }
 }

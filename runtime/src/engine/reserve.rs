@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -25,14 +26,19 @@ use crate::{default_client, Client, Error, RateLimited, Reservation, Reserved, R
 #[must_use = "a call's reservations are settled once its result is known"]
 pub struct Pending {
     held: Vec<Held>,
+    granted: Granted,
 }
 
 /// One reservation of a call.
 #[derive(Debug)]
 struct Held {
     reservation: Reservation,
+    /// The engine's index of each rule of the reservation, in its order.
+    index: Vec<usize>,
     /// The engine's index of each settled rule of the reservation, in its order.
     settled: Vec<usize>,
+    /// Whether its rules are shadow rules (never in a response's fields).
+    shadow: bool,
 }
 
 impl Pending {
@@ -41,29 +47,82 @@ impl Pending {
         let settled = index.iter().copied().filter(|&i| engine.rules[i].settled);
         self.held.push(Held {
             reservation,
+            index: index.to_vec(),
             settled: settled.collect(),
+            shadow: index.iter().all(|&i| engine.rules[i].shadow),
         });
+    }
+
+    /// The grant, as [`Engine::decide`] answers it: the enforced rule with the fewest
+    /// permits left when it was reserved.
+    pub fn granted(&self) -> Granted {
+        self.granted
     }
 
     /// Settles every reservation with what the call used: `actual` holds one amount per
     /// rule of `engine` (only the settled rules' are read). A settle the backend does
     /// not take is logged (throttled) and sent again in the background.
-    pub async fn settle(self, engine: &Engine, actual: &[u64]) {
+    ///
+    /// Answers the grant as it stands after the settle (the enforced rule with the
+    /// fewest permits left, each settled rule's moved by what went back or was
+    /// overdrawn), or `None` when a settle failed and what is left is not known.
+    pub async fn settle(self, engine: &Engine, actual: &[u64]) -> Option<Granted> {
         if actual.len() != engine.rules.len() {
             // Not one amount per rule: every estimate stays counted.
             debug_assert!(false, "{} amounts for {} rules", actual.len(), engine.rules.len());
-            return;
+            return None;
         }
+        let mut left: Vec<(usize, u64, (u64, Duration))> = Vec::new();
+        let mut known = true;
         for held in self.held {
+            let enforced = !held.shadow;
+            let mut held_left: Vec<(usize, u64, (u64, Duration))> = held
+                .reservation
+                .left()
+                .map(|(first, n, rate, window)| (held.index[first], n, (rate, window)))
+                .collect();
             let amounts: Vec<u64> = held.settled.iter().map(|&i| actual[i]).collect();
-            if amounts.is_empty() {
-                continue;
+            if !amounts.is_empty() {
+                match held.reservation.settle_each(&amounts).await {
+                    Ok(settled) => {
+                        for rule in settled.rules {
+                            let i = held.index[rule.rule];
+                            if let Some(entry) = held_left.iter_mut().find(|e| e.0 == i) {
+                                entry.1 = rule.remaining;
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        engine.settles.failed(engine.function, &error);
+                        known = false;
+                    }
+                }
             }
-            if let Err(error) = held.reservation.settle_each(&amounts).await {
-                engine.settles.failed(engine.function, &error);
+            if enforced {
+                left.extend(held_left);
             }
         }
+        if !known {
+            return None;
+        }
+        // The first of the fewest, in the engine's order, as a decision picks it.
+        let tightest = left.iter().min_by_key(|(i, n, _)| (*n, *i));
+        Some(match tightest {
+            Some(&(i, n, decided)) => Granted {
+                tightest: Some((i, n)),
+                decided: Some(decided),
+            },
+            None => self.granted,
+        })
     }
+}
+
+/// What a settled rule's estimate of 0 is: misuse (an attribute's `cost`), or a
+/// request the rule does not apply to (a layer's exempt value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Zero {
+    Refused,
+    Exempt,
 }
 
 impl Engine {
@@ -80,21 +139,53 @@ impl Engine {
         keys: &mut [String],
         permits: &[u64],
     ) -> Result<Pending, RateLimited> {
+        self.reserve_for(client, keys, permits, Zero::Refused).await
+    }
+
+    /// [`reserve`](Engine::reserve) for a request through a layer, where an estimate of
+    /// 0 is a request the rule does not apply to (a value the rule exempts), as for any
+    /// other rule: the layer counts a computed cost of 0 as 1.
+    pub async fn reserve_request(
+        &self,
+        client: Option<&Client>,
+        keys: &mut [String],
+        permits: &[u64],
+    ) -> Result<Pending, RateLimited> {
+        self.reserve_for(client, keys, permits, Zero::Exempt).await
+    }
+
+    async fn reserve_for(
+        &self,
+        client: Option<&Client>,
+        keys: &mut [String],
+        permits: &[u64],
+        zero: Zero,
+    ) -> Result<Pending, RateLimited> {
         let call = CallKeys {
             keys,
             permits: Some(permits),
         };
+        let with_grant = |(granted, mut pending): (Granted, Pending)| {
+            pending.granted = granted;
+            pending
+        };
         if !tracing::level_enabled!(tracing::Level::DEBUG) {
-            return self.reserve_in_span(client, call, false).await.map(|(_, p)| p);
+            return self
+                .reserve_in_span(client, call, zero, false)
+                .await
+                .map(with_grant);
         }
         let span = span::decide_span(&self.rules);
         if span.is_disabled() {
-            return self.reserve_in_span(client, call, false).await.map(|(_, p)| p);
+            return self
+                .reserve_in_span(client, call, zero, false)
+                .await
+                .map(with_grant);
         }
-        let reserved = self.reserve_in_span(client, call, true);
+        let reserved = self.reserve_in_span(client, call, zero, true);
         let reserved = Box::pin(tracing::Instrument::instrument(reserved, span.clone())).await;
         span::record(&span, reserved.as_ref().map(|(granted, _)| granted));
-        reserved.map(|(_, pending)| pending)
+        reserved.map(with_grant)
     }
 
     /// `traced`: the span is recorded (a subscriber wants it).
@@ -102,6 +193,7 @@ impl Engine {
         &self,
         client: Option<&Client>,
         mut call: CallKeys<'_>,
+        zero: Zero,
         traced: bool,
     ) -> Result<(Granted, Pending), RateLimited> {
         tracing::trace!(keys = ?call.keys, "redlimit keys");
@@ -110,13 +202,17 @@ impl Engine {
             Some(client) => client,
             None => match default_client() {
                 Ok(client) => client,
-                Err(error) => return Box::pin(self.reserve_without_client(&mut call, error, deadline)).await,
+                Err(error) => {
+                    return Box::pin(self.reserve_without_client(&mut call, error, zero, deadline)).await
+                }
             },
         };
         if traced {
             tracing::Span::current().record("backend", client.backend().label());
         }
-        let rules = self.checked_rules(client, &mut call, true).await?;
+        let rules = self
+            .checked_rules(client, &mut call, zero == Zero::Refused)
+            .await?;
         self.enforce_reserved(client, &call, rules, deadline).await
     }
 
@@ -126,11 +222,13 @@ impl Engine {
         &self,
         call: &mut CallKeys<'_>,
         error: Error,
+        zero: Zero,
         deadline: Option<Instant>,
     ) -> Result<(Granted, Pending), RateLimited> {
         let rules: Rules = self.build_rules(crate::DEFAULT_PREFIX, call, None);
-        if let Some(refused) = self
-            .estimated_at_zero(call, &rules)
+        if let Some(refused) = (zero == Zero::Refused)
+            .then(|| self.estimated_at_zero(call, &rules))
+            .flatten()
             .or_else(|| self.never_passes(call, &rules))
         {
             return Err(refused);

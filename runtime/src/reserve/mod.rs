@@ -18,7 +18,7 @@ mod retry;
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::backend::{Members, SettleCall};
+use crate::backend::{Members, RuleOutcome, SettleCall};
 use crate::keys::LimiterKeys;
 use crate::rules::rule::{merge, Merged};
 use crate::{BucketShape, Client, Decision, Error, RateLimiterConfig, Rule, MAX_PERMITS};
@@ -55,6 +55,10 @@ struct Grant {
     bucket: Option<BucketShape>,
     member: [u8; crate::member::MEMBER_LEN],
     estimate: u64,
+    /// The permits the grant left the limiter.
+    left: u64,
+    /// The index of the grant's (first) rule among the reservation's rules.
+    first: usize,
     /// The rule's index when it is settled (`None`: it counts its permits as taken).
     settled: Option<usize>,
     max_overdraft: Option<u64>,
@@ -87,6 +91,11 @@ pub struct RuleSettled {
     /// False when there was nothing left to settle: the grant had already left the
     /// window (so had its excess), or its limiter was deleted or reset.
     pub applied: bool,
+    /// The permits the limiter has left after the settle, as far as the reservation
+    /// knows: what the grant left it, plus what went back (up to the rate, or a
+    /// bucket's burst), less the excess (down to 0). Calls decided since the grant are
+    /// not in it.
+    pub remaining: u64,
 }
 
 impl Settled {
@@ -147,7 +156,7 @@ impl Client {
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
         }
-        let grants = self.grants(rules, &merged, &members, labels)?;
+        let grants = self.grants(rules, &merged, (&members, &outcome.rules), labels)?;
         for grant in grants.iter().filter(|g| g.settled.is_some()) {
             crate::observe::reserved(grant.label.clone(), grant.estimate);
         }
@@ -165,13 +174,14 @@ impl Client {
         &self,
         rules: &[Rule],
         merged: &[Merged],
-        members: &Members,
+        (members, outcomes): (&Members, &[RuleOutcome]),
         labels: Option<&[Cow<'static, str>]>,
     ) -> Result<Vec<Grant>, Error> {
         merged
             .iter()
             .zip(members)
-            .map(|(m, member)| {
+            .zip(outcomes)
+            .map(|((m, member), outcome)| {
                 let rule = &rules[m.config];
                 Ok(Grant {
                     keys: LimiterKeys::new(rule.name(), self.client_id())?,
@@ -179,6 +189,8 @@ impl Client {
                     bucket: rule.shape(),
                     member: *member,
                     estimate: m.permits,
+                    left: outcome.left,
+                    first: m.first,
                     settled: rule.is_settled().then_some(m.first),
                     max_overdraft: rule.overdraft_cap(),
                     label: labels
@@ -229,6 +241,14 @@ impl Reservation {
         &self.decision
     }
 
+    /// Each limiter's permits left by the grant, with the index of its (first) rule
+    /// among the reservation's rules, its rate and its window.
+    pub fn left(&self) -> impl Iterator<Item = (usize, u64, u64, Duration)> + '_ {
+        self.grants
+            .iter()
+            .map(|g| (g.first, g.left, g.config.rate, g.config.interval))
+    }
+
     /// Settles every settled rule with `actual`, the amount the call used (in one
     /// round trip; none when every rule used its estimate).
     ///
@@ -274,6 +294,7 @@ impl Reservation {
                 counted,
                 uncharged: used - counted,
                 applied: true,
+                remaining: grant.left,
             });
         }
         let calls: Vec<SettleCall<'_>> = settled
@@ -293,6 +314,9 @@ impl Reservation {
             Ok(applied) => {
                 for (i, applied) in changed.into_iter().zip(applied) {
                     report.rules[i].applied = applied;
+                }
+                for (grant, rule) in settled.iter().zip(&mut report.rules) {
+                    rule.remaining = grant.left_after(rule);
                 }
                 self.observe(&report);
                 Ok(report)
@@ -357,6 +381,20 @@ impl Reservation {
 }
 
 impl Grant {
+    /// The permits its limiter has left after `settled` (see [`RuleSettled::remaining`]).
+    fn left_after(&self, settled: &RuleSettled) -> u64 {
+        if !settled.applied {
+            return self.left;
+        }
+        let most = self.bucket.map_or(self.config.rate, |shape| shape.burst);
+        if settled.counted <= self.estimate {
+            let back = self.estimate - settled.counted;
+            self.left.saturating_add(back).min(most.max(self.left))
+        } else {
+            self.left.saturating_sub(settled.counted - self.estimate)
+        }
+    }
+
     /// The settle of this grant at `counted` permits.
     fn call(&self, at: u64, counted: u64, mark_ms: u64) -> SettleCall<'_> {
         SettleCall {

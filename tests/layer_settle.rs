@@ -1,0 +1,363 @@
+//! Settled rules at the layer, on real axum servers on loopback and a real
+//! redis-server (and in process): an estimate reserved from the request, the actual
+//! amount from a header the handler sets, or from the `Usage` a streaming handler
+//! records, settled when its body ends or the client goes away mid-stream, over
+//! HTTP/1 and HTTP/2; the RateLimit fields after a settle; hostile estimates and
+//! hostile amounts.
+#![cfg(feature = "axum")]
+
+use redlimit_test_support as support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Request};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use http_body_util::BodyExt;
+use redlimit::tower::{Key, LayerRule, RateLimitLayer, Settle, Usage};
+use redlimit::Client;
+use support::http::{cost_header, send, serve};
+use support::RedisServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A number a request header carries (0 without it).
+fn number(headers: &HeaderMap, name: &str) -> u64 {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Answers with `x-tokens-used` set to each `x-report` line the request sent (none
+/// when it sent none), as a handler relaying a model's usage would.
+async fn reports(headers: HeaderMap) -> Response {
+    let mut response = "ok".into_response();
+    for line in headers.get_all("x-report") {
+        response.headers_mut().append("x-tokens-used", line.clone());
+    }
+    response
+}
+
+/// What each streamed request had recorded when its stream was dropped (the last).
+#[derive(Clone, Default)]
+struct Seen(Arc<AtomicU64>);
+
+/// Streams `x-chunks` events 20 ms apart, recording `x-per` tokens before each, as an
+/// LLM's answer streams; or records nothing when `x-per` is absent.
+async fn streams(
+    Extension(usage): Extension<Usage>,
+    Extension(seen): Extension<Seen>,
+    headers: HeaderMap,
+) -> Body {
+    let (chunks, per) = (number(&headers, "x-chunks"), number(&headers, "x-per"));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    tokio::spawn(async move {
+        for i in 0..chunks {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if per > 0 {
+                usage.add(per);
+            }
+            if tx.send(Ok(Bytes::from(format!("data: {i}\n\n")))).await.is_err() {
+                break;
+            }
+        }
+        seen.0.store(usage.get().unwrap_or(0), Ordering::SeqCst);
+    });
+    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// `/header`: 1 000 tokens a minute per `x-user`, the estimate from `x-cost`, settled
+/// from `x-tokens-used`, capped at 500 past the estimate; `/capless` the same without a
+/// cap; `/stream`: the same budget settled from the handler's `Usage`. A rule of
+/// requests beside each (not settled).
+async fn server(client: &Client, seen: &Seen) -> SocketAddr {
+    let tokens = |name: &'static str, settle: Settle| {
+        LayerRule::new(name, 1_000, MINUTE)
+            .key(Key::header("x-user"))
+            .cost(cost_header)
+            .settle(settle)
+    };
+    let layer = |rule: LayerRule, requests: &'static str| {
+        RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(rule)
+            .rule(LayerRule::new(requests, 10_000, MINUTE).key(Key::header("x-user")))
+            .build()
+            .unwrap()
+    };
+    let header = tokens("tok-h", Settle::header("x-tokens-used")).max_overdraft(500);
+    let capless = tokens("tok-c", Settle::header("x-tokens-used"));
+    let usage = tokens("tok-u", Settle::usage());
+    let app = Router::new()
+        .route("/header", get(reports).layer(layer(header, "req-h")))
+        .route("/capless", get(reports).layer(layer(capless, "req-c")))
+        .route("/stream", get(streams).layer(layer(usage, "req-u")))
+        .layer(Extension(seen.clone()));
+    serve(app).await
+}
+
+/// The permits limiter `name` (without the prefix) has left.
+async fn left(client: &Client, name: &str) -> u64 {
+    let name = format!("{}{name}", client.prefix());
+    client.rate_limiter(&name).available_permits().await.unwrap()
+}
+
+/// Waits until `name` has `expected` left (a settle made in the background).
+async fn settles_to(client: &Client, name: &str, expected: u64) {
+    for _ in 0..200 {
+        if left(client, name).await == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(left(client, name).await, expected, "{name}");
+}
+
+async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> support::http::Reply {
+    send(addr, "GET", path, headers).await
+}
+
+/// A header's amount settles before the head goes out: what was not used goes back,
+/// the RateLimit field says what is left after the settle, a debt refuses.
+async fn settled_by_header(client: Client) {
+    let seen = Seen::default();
+    let addr = server(&client, &seen).await;
+    let ann = [("x-user", "ann"), ("x-cost", "100"), ("x-report", "30")];
+    let reply = get_with(addr, "/header", &ann).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(left(&client, "tok-h:ann").await, 970);
+    // The grant left 900; after the settle, 970 are left.
+    assert_eq!(reply.header("ratelimit"), Some("\"tok-h\";r=970"));
+
+    // 900 past an estimate of 100: a debt, the whole window's worth and more.
+    let bob = [("x-user", "bob"), ("x-cost", "100"), ("x-report", "1600")];
+    let reply = get_with(addr, "/capless", &bob).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("ratelimit"), Some("\"tok-c\";r=0"));
+    let next = get_with(
+        addr,
+        "/capless",
+        &[("x-user", "bob"), ("x-cost", "1"), ("x-report", "1")],
+    )
+    .await;
+    assert_eq!(
+        next.status, 429,
+        "a debt refuses until its grant leaves the window"
+    );
+    let retry: u64 = next.header("retry-after").unwrap().parse().unwrap();
+    assert!((59..=60).contains(&retry), "{retry}");
+}
+
+/// What the handler reports is not to be trusted to be well formed: without a number
+/// the estimate stays counted; past `u64` or past the cap, the cap holds.
+async fn hostile_amounts(client: Client) {
+    let seen = Seen::default();
+    let addr = server(&client, &seen).await;
+    let user = |u| [("x-user", u), ("x-cost", "100")];
+    let cases: [(&str, &[&str], u64); 7] = [
+        ("a", &[], 900),
+        ("b", &["abc"], 900),
+        ("c", &["-5"], 900),
+        ("d", &["1e9"], 900),
+        ("e", &["99999999999999999999999999"], 400), // estimate + the cap of 500
+        ("f", &["18446744073709551615"], 400),
+        ("g", &["5", "250"], 750), // the largest line counts
+    ];
+    for (who, lines, expected) in cases {
+        let mut headers = user(who).to_vec();
+        headers.extend(lines.iter().map(|line| ("x-report", *line)));
+        let reply = get_with(addr, "/header", &headers).await;
+        assert_eq!(reply.status, 200, "{who}");
+        assert_eq!(
+            left(&client, &format!("tok-h:{who}")).await,
+            expected,
+            "{who} {lines:?}"
+        );
+    }
+    // What the caller sends as its estimate: 0 counts as 1, more than the rate never
+    // passes, and neither moves the limit.
+    let zero = get_with(addr, "/header", &[("x-user", "z"), ("x-cost", "0")]).await;
+    assert_eq!(zero.status, 200);
+    assert_eq!(left(&client, "tok-h:z").await, 999);
+    let huge = [
+        ("x-user", "z"),
+        ("x-cost", "9223372036854775808"),
+        ("x-report", "0"),
+    ];
+    assert_eq!(get_with(addr, "/header", &huge).await.status, 429);
+    assert_eq!(left(&client, "tok-h:z").await, 999);
+}
+
+/// Reads a streamed response over HTTP/1, whole or only its first `events` events
+/// (then the connection is dropped, as a client going away).
+async fn stream_http1(addr: SocketAddr, headers: &[(&str, &str)], events: Option<usize>) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut request = String::from("GET /stream HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut read = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buffer).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        read.extend_from_slice(&buffer[..n]);
+        let text = String::from_utf8_lossy(&read);
+        if events.is_some_and(|events| text.matches("data: ").count() >= events) {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&read).into_owned()
+}
+
+/// Reads a streamed response over HTTP/2 (prior knowledge), whole or only its first
+/// `events` events (then the stream is reset and the connection dropped).
+async fn stream_http2(addr: SocketAddr, headers: &[(&str, &str)], events: Option<usize>) -> String {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let mut request = Request::get(format!("http://{addr}/stream"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = sender
+        .send_request(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.version(), axum::http::Version::HTTP_2);
+    let mut body = response.into_body();
+    let mut read = String::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            read.push_str(&String::from_utf8_lossy(&data));
+        }
+        if events.is_some_and(|events| read.matches("data: ").count() >= events) {
+            break;
+        }
+    }
+    drop(body);
+    drop(sender);
+    connection.abort();
+    read
+}
+
+/// A streamed answer settles with what its handler recorded: when the body ends, or
+/// when the client goes away mid-stream (what was recorded by then).
+async fn settled_by_usage(client: Client, http2: bool) {
+    let seen = Seen::default();
+    let addr = server(&client, &seen).await;
+    let read = |headers: Vec<(&'static str, &'static str)>, events| async move {
+        match http2 {
+            false => stream_http1(addr, &headers, events).await,
+            true => stream_http2(addr, &headers, events).await,
+        }
+    };
+    let whole = vec![
+        ("x-user", "ann"),
+        ("x-cost", "100"),
+        ("x-chunks", "5"),
+        ("x-per", "10"),
+    ];
+    let body = read(whole, None).await;
+    assert_eq!(body.matches("data: ").count(), 5, "{body}");
+    settles_to(&client, "tok-u:ann", 950).await;
+
+    // 40 events of 10 tokens, estimated at 100: the client leaves after 3.
+    seen.0.store(0, Ordering::SeqCst);
+    let leaves = vec![
+        ("x-user", "bob"),
+        ("x-cost", "100"),
+        ("x-chunks", "40"),
+        ("x-per", "10"),
+    ];
+    read(leaves, Some(3)).await;
+    let mut recorded = 0;
+    for _ in 0..200 {
+        recorded = seen.0.load(Ordering::SeqCst);
+        if recorded > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        (30..100).contains(&recorded),
+        "recorded {recorded} by the time the client left"
+    );
+    settles_to(&client, "tok-u:bob", 1_000 - recorded).await;
+
+    // A handler that records nothing: the estimate stays counted.
+    let silent = vec![("x-user", "cy"), ("x-cost", "100"), ("x-chunks", "2")];
+    read(silent, None).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(left(&client, "tok-u:cy").await, 900);
+
+    // Past the rate while streaming: a debt, the next request refused.
+    let over = vec![
+        ("x-user", "dee"),
+        ("x-cost", "10"),
+        ("x-chunks", "3"),
+        ("x-per", "400"),
+    ];
+    read(over, None).await;
+    settles_to(&client, "tok-u:dee", 0).await;
+    let next = get_with(addr, "/stream", &[("x-user", "dee"), ("x-cost", "1")]).await;
+    assert_eq!(next.status, 429);
+}
+
+async fn redis_client(server: &RedisServer) -> Client {
+    Client::builder().connect(&server.url()).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_settles_before_the_head_goes_out_on_redis() {
+    let server = RedisServer::start();
+    settled_by_header(redis_client(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_settles_before_the_head_goes_out_in_process() {
+    settled_by_header(Client::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_estimates_and_amounts_keep_the_limit_on_redis() {
+    let server = RedisServer::start();
+    hostile_amounts(redis_client(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_estimates_and_amounts_keep_the_limit_in_process() {
+    hostile_amounts(Client::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_settles_what_it_recorded_over_http1_on_redis() {
+    let server = RedisServer::start();
+    settled_by_usage(redis_client(&server).await, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_settles_what_it_recorded_over_http2_on_redis() {
+    let server = RedisServer::start();
+    settled_by_usage(redis_client(&server).await, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_settles_what_it_recorded_over_http2_in_process() {
+    settled_by_usage(Client::memory(), true).await;
+}
