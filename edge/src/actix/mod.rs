@@ -46,6 +46,8 @@
 //! - [`Key::with`] and [`LayerRule::cost`] read the request's head as `http` 1's
 //!   `Parts`: actix-web's (`http` 0.2's) is copied once for a request a rule reads it
 //!   for.
+//! - A rule settled by [`Settle::usage`] puts its [`Usage`] in the request's
+//!   extensions: the handler takes it as `web::ReqData<Usage>`.
 //!
 //! A handler that returns `Result<T, RateLimited>` (or `actix_web::Error`) or
 //! `HttpResponse` answers a refusal of `#[rate_limit]` as the middleware does; so does
@@ -63,7 +65,7 @@ pub use respond::Respond;
 pub use crate::tower::LayerConfig;
 pub use crate::tower::{
     InvalidLayer, Key, LayerRule, MissingKey, PlainText, ProblemDetails, RateLimitLayer,
-    RateLimitLayerBuilder,
+    RateLimitLayerBuilder, Settle, Usage,
 };
 pub use crate::{ClientIp, ForwardedHeader, InvalidProxy, TrustedProxies, DEFAULT_IPV6_PREFIX};
 pub use redlimit_runtime::{
