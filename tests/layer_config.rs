@@ -426,3 +426,56 @@ fn batch_from_the_file_and_its_misuse_refused() {
         }
     }
 }
+
+/// A settled rule from the file, and each misuse of it refused naming the rule and
+/// what is accepted.
+#[test]
+fn settle_from_the_file_and_its_misuse_refused() {
+    let text = "[rules.tokens]\nrate = 100000\ninterval = \"1m\"\npermits = 2000\n\
+                settle = { header = \"x-tokens-used\" }\nmax_overdraft = 8000\n\
+                [rules.streamed]\nrate = 1000\ninterval = \"1m\"\nsettle = \"usage\"\n";
+    let config: LayerConfig = toml::from_str(text).unwrap();
+    let rules: Vec<String> = config.rules().iter().map(|rule| format!("{rule:?}")).collect();
+    let both = rules.join("\n");
+    for part in [
+        "Header(\"x-tokens-used\")",
+        "max_overdraft: Some(8000)",
+        "settle: Some(Settle(Usage))",
+    ] {
+        assert!(both.contains(part), "{part} in {both}");
+    }
+    config.builder().build().unwrap();
+    let rule = |body: &str| format!("[rules.hot]\nrate = 10\ninterval = \"1s\"\n{body}\n");
+    let cases: [(String, &[&str]); 6] = [
+        (
+            rule("max_overdraft = 5"),
+            &["rule `hot`", "max_overdraft caps", "settle"],
+        ),
+        (
+            rule("settle = { header = \"not a header\" }"),
+            &["rule `hot`", "`not a header` is not a header name"],
+        ),
+        (
+            rule("settle = \"body\""),
+            &["rule `hot`", "field `settle`", "header", "usage"],
+        ),
+        (
+            rule("settle = { cookie = \"x\" }"),
+            &["rule `hot`", "field `settle`"],
+        ),
+        (
+            rule("settle = \"usage\"\nbatch = 2"),
+            &["rule `hot`", "batch = 2 with settle"],
+        ),
+        (
+            rule("settle = \"usage\"\nmax_overdraft = -1"),
+            &["rule `hot`", "field `max_overdraft`"],
+        ),
+    ];
+    for (text, parts) in cases {
+        let error = refused(&text);
+        for part in parts {
+            assert!(error.contains(part), "{part:?} not in: {error}\n(for {text})");
+        }
+    }
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redlimit_runtime::{Algorithm, OnError, RateType};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 
-use super::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, RateLimitLayerBuilder};
+use super::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, RateLimitLayerBuilder, Settle};
 
 /// A layer's rules and settings as read from configuration (cargo feature `serde`), in
 /// any format serde reads (TOML, YAML, JSON, ...). [`builder`](LayerConfig::builder)
@@ -45,6 +45,14 @@ use super::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, RateLimi
 /// # Also: mode = "overall" | "per_client", permits = 1, on_error = "local" | "allow"
 /// # | "deny", shadow = false, algorithm = "sliding_window" | "token_bucket",
 /// # burst = 10, warmup = "30s".
+///
+/// [rules.tokens]              # an LLM's tokens, known once it has answered
+/// rate = 100_000
+/// interval = "1m"
+/// key = { header = "x-user" }
+/// permits = 2_000              # the estimate each request reserves
+/// settle = { header = "x-tokens-used" }  # or "usage": the handler's Usage
+/// max_overdraft = 8_000        # at most this much charged past the estimate
 /// ```
 ///
 /// Every rule is checked as it is read, as [`RateLimitLayerBuilder::build`] checks it:
@@ -122,10 +130,22 @@ struct Fields {
     algorithm: Option<AlgorithmSpec>,
     burst: Option<u64>,
     warmup: Option<Duration>,
+    settle: Option<SettleSpec>,
+    max_overdraft: Option<u64>,
 }
 
 const FIELDS: &str = "rate, interval, key, mode, permits, on_error, message, missing_key, shadow, \
-                      local_refusals, batch, batch_lease, exempt, algorithm, burst, warmup";
+                      local_refusals, batch, batch_lease, exempt, algorithm, burst, warmup, settle, \
+                      max_overdraft";
+
+/// Where a settled rule's actual amount comes from: `{ header = "x-tokens-used" }` or
+/// `"usage"`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum SettleSpec {
+    Header(String),
+    Usage,
+}
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -284,6 +304,8 @@ impl<'de> Deserialize<'de> for Fields {
                         "algorithm" => read!(algorithm),
                         "burst" => read!(burst),
                         "warmup" => read!(warmup as duration),
+                        "settle" => read!(settle),
+                        "max_overdraft" => read!(max_overdraft),
                         _ => {
                             return Err(in_field(
                                 &field,
@@ -346,7 +368,7 @@ impl Fields {
     }
 
     /// The settings given as values: permits, message, missing_key, shadow,
-    /// local_refusals, batch, batch_lease, exempt, burst, warmup.
+    /// local_refusals, batch, batch_lease, exempt, burst, warmup, settle, max_overdraft.
     fn with_values(self, mut rule: LayerRule) -> LayerRule {
         if let Some(permits) = self.permits {
             rule = rule.permits(permits);
@@ -377,6 +399,15 @@ impl Fields {
         }
         if let Some(warmup) = self.warmup {
             rule = rule.warmup(warmup);
+        }
+        if let Some(settle) = self.settle {
+            rule = rule.settle(match settle {
+                SettleSpec::Header(name) => Settle::header(&name),
+                SettleSpec::Usage => Settle::usage(),
+            });
+        }
+        if let Some(most) = self.max_overdraft {
+            rule = rule.max_overdraft(most);
         }
         rule
     }
