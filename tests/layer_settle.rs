@@ -82,6 +82,7 @@ async fn server(client: &Client, seen: &Seen) -> SocketAddr {
         LayerRule::new(name, 1_000, MINUTE)
             .key(Key::header("x-user"))
             .cost(cost_header)
+            .exempt(["partner"])
             .settle(settle)
     };
     let layer = |rule: LayerRule, requests: &'static str| {
@@ -95,7 +96,20 @@ async fn server(client: &Client, seen: &Seen) -> SocketAddr {
     let header = tokens("tok-h", Settle::header("x-tokens-used")).max_overdraft(500);
     let capless = tokens("tok-c", Settle::header("x-tokens-used"));
     let usage = tokens("tok-u", Settle::usage());
+    // Two layers settling by usage, one inside the other, on one route.
+    let inner = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(tokens("tok-in", Settle::usage()))
+        .build()
+        .unwrap();
+    let outer = layer(tokens("tok-out", Settle::usage()), "req-out");
     let app = Router::new()
+        .route(
+            "/nested",
+            get(streams)
+                .layer::<_, std::convert::Infallible>(inner)
+                .layer::<_, std::convert::Infallible>(outer),
+        )
         .route("/header", get(reports).layer(layer(header, "req-h")))
         .route("/capless", get(reports).layer(layer(capless, "req-c")))
         .route("/stream", get(streams).layer(layer(usage, "req-u")))
@@ -135,6 +149,7 @@ async fn settled_by_header(client: Client) {
     assert_eq!(left(&client, "tok-h:ann").await, 970);
     // The grant left 900; after the settle, 970 are left.
     assert_eq!(reply.header("ratelimit"), Some("\"tok-h\";r=970"));
+    assert_eq!(reply.header("x-tokens-used"), Some("30"), "the header stays");
 
     // 900 past an estimate of 100: a debt, the whole window's worth and more.
     let bob = [("x-user", "bob"), ("x-cost", "100"), ("x-report", "1600")];
@@ -193,6 +208,23 @@ async fn hostile_amounts(client: Client) {
     ];
     assert_eq!(get_with(addr, "/header", &huge).await.status, 429);
     assert_eq!(left(&client, "tok-h:z").await, 999);
+    // An exempt value takes nothing of the settled rule, whatever is reported.
+    let partner = [("x-user", "partner"), ("x-cost", "100"), ("x-report", "5000")];
+    assert_eq!(get_with(addr, "/header", &partner).await.status, 200);
+    let partner = format!("{}tok-h:partner", client.prefix());
+    let untouched = client.rate_limiter(&partner).available_permits().await;
+    assert!(matches!(untouched, Err(redlimit::Error::NotInitialized { .. })), "{untouched:?}");
+}
+
+/// Under two layers settling by usage, what the handler records settles both.
+async fn nested_layers(client: Client) {
+    let seen = Seen::default();
+    let addr = server(&client, &seen).await;
+    let headers = [("x-user", "ann"), ("x-cost", "100"), ("x-chunks", "3"), ("x-per", "7")];
+    let reply = get_with(addr, "/nested", &headers).await;
+    assert_eq!(reply.status, 200);
+    settles_to(&client, "tok-in:ann", 979).await;
+    settles_to(&client, "tok-out:ann", 979).await;
 }
 
 /// Reads a streamed response over HTTP/1, whole or only its first `events` events
@@ -360,4 +392,10 @@ async fn a_stream_settles_what_it_recorded_over_http2_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_settles_what_it_recorded_over_http2_in_process() {
     settled_by_usage(Client::memory(), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_layers_both_settle_what_the_handler_recorded_on_redis() {
+    let server = RedisServer::start();
+    nested_layers(redis_client(&server).await).await;
 }
