@@ -213,14 +213,22 @@ async fn hostile_amounts(client: Client) {
     assert_eq!(get_with(addr, "/header", &partner).await.status, 200);
     let partner = format!("{}tok-h:partner", client.prefix());
     let untouched = client.rate_limiter(&partner).available_permits().await;
-    assert!(matches!(untouched, Err(redlimit::Error::NotInitialized { .. })), "{untouched:?}");
+    assert!(
+        matches!(untouched, Err(redlimit::Error::NotInitialized { .. })),
+        "{untouched:?}"
+    );
 }
 
 /// Under two layers settling by usage, what the handler records settles both.
 async fn nested_layers(client: Client) {
     let seen = Seen::default();
     let addr = server(&client, &seen).await;
-    let headers = [("x-user", "ann"), ("x-cost", "100"), ("x-chunks", "3"), ("x-per", "7")];
+    let headers = [
+        ("x-user", "ann"),
+        ("x-cost", "100"),
+        ("x-chunks", "3"),
+        ("x-per", "7"),
+    ];
     let reply = get_with(addr, "/nested", &headers).await;
     assert_eq!(reply.status, 200);
     settles_to(&client, "tok-in:ann", 979).await;

@@ -226,12 +226,7 @@ impl Settling {
 fn warn_no_amount(rule: &str, header: &HeaderName) {
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = std::time::UNIX_EPOCH.elapsed().map_or(0, |since| since.as_secs());
-    let last = LAST.load(Ordering::Relaxed);
-    if (last == 0 || now >= last + 10)
-        && LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if due(&LAST, now) {
         tracing::warn!(
             rule,
             header = %header,
@@ -239,6 +234,16 @@ fn warn_no_amount(rule: &str, header: &HeaderName) {
              the request's estimate stays counted"
         );
     }
+}
+
+/// Whether a throttled log last written at `last` (epoch s, 0: never) is due at `now`,
+/// and if so, `now` is its time.
+fn due(last: &AtomicU64, now: u64) -> bool {
+    let then = last.load(Ordering::Relaxed);
+    (then == 0 || now >= then + 10)
+        && last
+            .compare_exchange(then, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
 }
 
 /// The largest decimal amount among a header's values (past `u64`: `u64::MAX`).
@@ -356,7 +361,18 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    use super::amount;
+    use super::{amount, due};
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn a_missing_amount_is_logged_at_most_once_in_10_s() {
+        let last = AtomicU64::new(0);
+        assert!(due(&last, 1_000));
+        assert!(!due(&last, 1_000));
+        assert!(!due(&last, 1_009));
+        assert!(due(&last, 1_010));
+        assert!(!due(&last, 1_011));
+    }
 
     #[test]
     fn a_header_amount_is_decimal_digits_and_the_largest_counts() {
