@@ -166,8 +166,10 @@ async fn misuse_is_refused_and_spends_nothing() {
     }
 }
 
+/// A settle made after its grant left the window (a response streamed for longer than
+/// the interval) gets nothing back, and its excess is charged at the settle's time.
 #[tokio::test]
-async fn a_dropped_reservation_keeps_its_estimate_and_a_late_settle_changes_nothing() {
+async fn a_dropped_reservation_keeps_its_estimate_and_a_late_settle_charges_its_excess_now() {
     let clock = ManualClock::new(START);
     let (_server, clients) = clients(&clock).await;
     for client in &clients {
@@ -175,13 +177,26 @@ async fn a_dropped_reservation_keeps_its_estimate_and_a_late_settle_changes_noth
         assert_eq!(available(client, "late:dropped").await, 700);
 
         let late = granted(client, &[tokens("late:settled").permits(300)]).await;
+        let refund = granted(client, &[tokens("late:refund").permits(300)]).await;
         clock.advance(MINUTE);
         let settled = late.settle(900).await.unwrap();
+        assert!(settled.rules[0].applied, "the excess is charged now");
+        assert_eq!(settled.overdrawn(), 600);
+        // What the value says after the settle: the grant that left is counted back
+        // at the next decision.
+        assert_eq!(settled.rules[0].remaining, 100);
+        assert_eq!(available(client, "late:settled").await, 400);
+        let refunded = refund.settle(0).await.unwrap();
         assert!(
-            !settled.rules[0].applied,
-            "the grant left the window, with its excess"
+            !refunded.rules[0].applied,
+            "nothing goes back: the grant already left"
         );
-        assert_eq!(settled.overdrawn(), 0);
+        assert_eq!(available(client, "late:refund").await, 1_000);
+
+        // The excess leaves the window a minute after the settle, not the grant.
+        clock.advance(MINUTE - Duration::from_millis(1));
+        assert_eq!(available(client, "late:settled").await, 400);
+        clock.advance(Duration::from_millis(1));
         assert_eq!(available(client, "late:settled").await, 1_000);
     }
 }
@@ -254,7 +269,9 @@ async fn a_settle_that_times_out_is_sent_again_and_counts_once() {
 }
 
 /// The settle script sent twice (a retry after a reply that was lost) counts once: a
-/// window's grant is found by its log member, a bucket's settle leaves a mark.
+/// window's grant is found by its log member, a bucket's settle leaves a mark, and so
+/// does a window's excess, so that the same settle sent once its grant has left the
+/// window (a late retry, charged at its own time) changes nothing either.
 #[tokio::test]
 async fn a_settle_sent_twice_counts_once() {
     let server = RedisServer::start();
@@ -279,19 +296,22 @@ async fn a_settle_sent_twice_counts_once() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
-    for _ in 0..2 {
+    // Twice at the grant's time, then twice after its window has passed.
+    for at in [now, now, now + 60_001, now + 60_001] {
         let settled: Vec<i64> = redis::Script::new(redlimit::SETTLE_SCRIPT)
             .key("twice:window")
             .key("{twice:window}:value")
             .key("{twice:window}:value:x")
             .key("{twice:window}:permits")
             .key("{twice:window}:permits:x")
+            .key("{twice:window}:settled:mark")
             .key("twice:bucket")
             .key("{twice:bucket}:bucket")
-            .key("{twice:bucket}:settled:mark")
+            .key("{twice:bucket}:value:x")
             .key("{twice:bucket}:permits")
             .key("{twice:bucket}:permits:x")
-            .arg(now)
+            .key("{twice:bucket}:settled:mark")
+            .arg(at)
             .arg("w")
             .arg(&window_member[..])
             .arg(100)
@@ -300,7 +320,9 @@ async fn a_settle_sent_twice_counts_once() {
             .arg("")
             .arg("")
             .arg("")
-            .arg("")
+            .arg(120_000)
+            .arg("0")
+            .arg(60_000)
             .arg("b")
             .arg(&bucket_member[..])
             .arg(100)
@@ -309,11 +331,14 @@ async fn a_settle_sent_twice_counts_once() {
             .arg(3_600_000)
             .arg(1_000)
             .arg(0)
-            .arg(60_000)
+            .arg(120_000)
+            .arg("0")
+            .arg(0)
             .invoke_async(&mut raw)
             .await
             .unwrap();
-        println!("{settled:?}");
+        let first = at == now && settled[0] == 1;
+        assert!(first || settled == [0, -1, 0, -1], "{at}: {settled:?}");
     }
     assert_eq!(available(&client, "twice:window").await, 600, "400 counted once");
     let bucket = client.token_bucket("twice:bucket", 1_000, HOUR);
@@ -454,6 +479,39 @@ async fn an_excess_past_64_bits_of_units_stops_at_the_floor() {
             client.reserve(&[rule()]).await.unwrap(),
             Reserved::Refused(_)
         ));
+    }
+}
+
+/// A token bucket's debt stops at its rate below zero: one hostile amount keeps the
+/// limiter refused about one interval (as a window's excess leaves with its grant),
+/// not for years.
+#[tokio::test]
+async fn a_bucket_debt_stops_at_its_rate_below_zero() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for (i, client) in clients.iter().enumerate() {
+        let name = format!("debt:{i}");
+        let rule = || {
+            Rule::new(&name, 1_000, MINUTE)
+                .algorithm(Algorithm::TokenBucket)
+                .settled()
+        };
+        let settled = granted(client, &[rule()]).await.settle(u64::MAX).await.unwrap();
+        assert!(settled.rules[0].applied);
+        assert_eq!(settled.rules[0].remaining, 0);
+        let refused = match client.reserve(&[rule()]).await.unwrap() {
+            Reserved::Refused(decision) => decision,
+            Reserved::Granted(_) => panic!("granted in debt"),
+        };
+        // 999 tokens were left: the floor is 1 000 below zero; 1 001 refill in 60.06 s.
+        assert_eq!(refused.retry_after, Some(Duration::from_millis(60_060)), "{i}");
+        clock.advance(Duration::from_millis(60_059));
+        assert!(matches!(
+            client.reserve(&[rule()]).await.unwrap(),
+            Reserved::Refused(_)
+        ));
+        clock.advance(Duration::from_millis(1));
+        drop(granted(client, &[rule()]).await);
     }
 }
 

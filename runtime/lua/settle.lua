@@ -1,43 +1,54 @@
 -- settle.lua: settle the grants of a reservation with the amounts actually used: what
 -- was not used goes back, what was used beyond the estimate is charged, even past the
 -- limit (a debt later calls wait out).
--- Recipe: lib/clock.lua, lib/member.lua, lib/bucket.lua, settle.lua
+-- Recipe: lib/clock.lua, lib/member.lua, lib/bucket.lua, lib/ttl_rule.lua, settle.lua
 -- Twin in Rust: runtime/src/backend/memory/settle.rs (settle_window, settle_tokens)
 --
--- KEYS, per rule: rule i's key j is KEYS[5*(i-1)+j]:
---   1 config: NAME, the config hash (a sliding window's rate and interval)
+-- KEYS, per rule: rule i's key j is KEYS[6*(i-1)+j]:
+--   1 config: NAME, the config hash (a sliding window's rate, interval and mode)
 --   2 value: {NAME}:value, or a token bucket's key in the rule's mode
---   3 client_value: {NAME}:value:ID, or a token bucket's settle mark
+--   3 client_value: {NAME}:value:ID
 --   4 permits: {NAME}:permits
 --   5 client_permits: {NAME}:permits:ID
+--   6 mark: {NAME}:settled:<grant id>, the settle mark
 -- ARGV:
 --   1 now: the settle's time, epoch ms (the caller's clock, as the grant's), or empty
 --     for Redis TIME (a client deciding at the server's time)
--- ARGV, per rule: rule i's argument j is ARGV[1+9*(i-1)+j]:
+-- ARGV, per rule: rule i's argument j is ARGV[1+11*(i-1)+j]:
 --   1 kind: "w" a sliding window, "b" a token bucket
---   2 member: the log member the grant was made under (a bucket's: its id names the
---     settle mark)
+--   2 member: the log member the grant was made under (its id names the settle mark)
 --   3 estimate: the permits the grant took
 --   4 actual: the permits to count instead, from 0 to 4294967295
---   5 rate: a token bucket's rate (for a bucket missing, so full)
---   6 interval: a token bucket's interval in ms
+--   5 rate: the rule's rate (for a token bucket missing, so full, or a window's config
+--     written again)
+--   6 interval: the rule's interval in ms (as rate)
 --   7 burst: a token bucket's burst
 --   8 warmup: a token bucket's warm-up in ms (0: none)
---   9 mark_ms: how long a token bucket's settle mark is kept: as long as the settle
---     may be sent again
--- Returns one integer per rule: 1 when it was settled (or the actual is the estimate),
--- 0 when there was nothing to settle (a window's grant no longer in its log or already
--- out of the window, a bucket's settle already made).
+--   9 mark_ms: how long the settle mark is kept: as long as the settle may be sent
+--     again
+--   10 type: a window's mode as the grant decided it, "0" overall, "1" per client
+--   11 keep_alive: a window's keepAliveTime in ms as the grant decided it ("0": none)
+-- Returns two integers per rule: 1 when it was settled (or the actual is the
+-- estimate), 0 when there was nothing to settle (a refund for a grant out of its
+-- window or no longer in its log, a settle already made, a limiter deleted); then the
+-- permits the limiter has left after it (0 in debt), or -1 when not known (a window
+-- without its value key, a settle that changed nothing).
 --
 -- A sliding window's grant keeps its score: its member is replaced by one of the same
 -- id holding the actual permits (removed when none were used), and the value moves by
 -- the difference, up to the rate, below zero while the excess is owed. So the excess
 -- counts from the grant's time and leaves the window with it, value + permits in the
 -- log stays the rate, and a Redisson client reads the debt as a value below what it
--- asks. A token bucket is refilled to now, then gets back the tokens not used (up to
--- its burst) or pays the excess as taking it would (below zero, down to -2^52 units);
--- its settle mark, kept as long as the settle may be sent again, makes a settle sent
--- again a no-op.
+-- asks. A grant that has left its window (a settle made late: a response streamed for
+-- longer than the interval) gets nothing back, and its excess is charged at the
+-- settle's time instead, as a grant of its own in the rule's mode (a member of the
+-- grant's id and an "L"), its config written again as the grant decided it when it
+-- has expired meanwhile (a limiter idle for its keep-alive). An excess sets the mark, so that a settle sent again
+-- after the window has passed charges nothing twice. A token bucket is refilled to
+-- now, then gets back the tokens not used (up to its burst) or pays the excess as
+-- taking it would, below zero down to its rate (one interval's refill, as a window's
+-- excess leaves it within one interval); its settle mark makes a settle sent again a
+-- no-op.
 
 local now = clock(ARGV[1])
 
@@ -45,31 +56,68 @@ local function bad(i, what)
   error('redlimit:bad_argument:' .. i .. ' ' .. what, 0)
 end
 
-local function settle_window(k, member, estimate, actual)
-  local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval')
-  local rate, interval = tonumber(config[1]), tonumber(config[2])
-  if rate == nil or interval == nil then
-    return 0
+-- A log member of `id_len` bytes of id (those of `member`), then `suffix`, holding
+-- `permits` (Redisson's struct.pack('Bc0I', len, id, permits)).
+local function log_member(member, id_len, suffix, permits)
+  return string.char(id_len + #suffix) .. string.sub(member, 2, id_len + 1) .. suffix
+    .. string.char(permits % 256, math.floor(permits / 256) % 256,
+      math.floor(permits / 65536) % 256, math.floor(permits / 16777216) % 256)
+end
+
+-- The permits a window's value leaves (0 in debt), or -1 without one.
+local function left_of(value)
+  if value == nil then return -1 end
+  return math.max(value, 0)
+end
+
+-- Late: the grant has left its window (or the log, or its limiter expired). Nothing
+-- goes back; an excess is charged now, once.
+local function late_window(k, a, member, len, estimate, actual, config)
+  if actual <= estimate or redis.call('set', KEYS[k + 6], '1', 'nx', 'px', ARGV[a + 9]) == false then
+    return 0, -1
   end
+  local keep = config[4]
+  if config[1] == false or config[2] == false then
+    -- expired since the grant: written again as the grant decided it
+    config[3], keep = ARGV[a + 10], ARGV[a + 11]
+    redis.call('hset', KEYS[k + 1], 'rate', ARGV[a + 5], 'interval', ARGV[a + 6], 'type', config[3],
+      'keepAliveTime', keep)
+  end
+  local mode = config[3] == '1' and 1 or 0
+  local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
+  local value = tonumber(redis.call('get', vkey))
+  local excess = actual - estimate
+  redis.call('zadd', pkey, string.format('%d', now), log_member(member, len, 'L', excess))
+  if value ~= nil then
+    value = value - excess
+    redis.call('set', vkey, string.format('%d', value), 'keepttl')
+  end
+  ttl_rule(KEYS[k + 1], vkey, pkey, tonumber(keep) and keep or '0')
+  return 1, left_of(value)
+end
+
+local function settle_window(k, a, member, estimate, actual)
+  local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
+  local rate, interval = tonumber(config[1]), tonumber(config[2])
   local _, len = decode_member(member, 'permits')
+  if rate == nil or interval == nil then
+    return late_window(k, a, member, len, estimate, actual, config)
+  end
   for mode = 0, 1 do
     local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
     -- Read before anything is written: a key of another type fails the script here,
     -- with nothing changed.
     local score = redis.call('zscore', pkey, member)
-    if score then
-      if tonumber(score) <= now - interval then
-        return 0
-      end
+    if score and tonumber(score) > now - interval then
       local value = tonumber(redis.call('get', vkey))
+      if actual > estimate then
+        redis.call('set', KEYS[k + 6], '1', 'px', ARGV[a + 9])
+      end
       -- The settled member first: removing the grant's own while it is the log's
       -- only one would delete the key, and the member added after would make it
       -- again without its expiry.
       if actual > 0 then
-        local settled = string.sub(member, 1, len + 1)
-          .. string.char(actual % 256, math.floor(actual / 256) % 256,
-            math.floor(actual / 65536) % 256, math.floor(actual / 16777216) % 256)
-        redis.call('zadd', pkey, score, settled)
+        redis.call('zadd', pkey, score, log_member(member, len, '', actual))
       end
       redis.call('zrem', pkey, member)
       if value ~= nil then
@@ -79,10 +127,12 @@ local function settle_window(k, member, estimate, actual)
         end
         redis.call('set', vkey, string.format('%d', value), 'keepttl')
       end
-      return 1
+      return 1, left_of(value)
+    elseif score then
+      break
     end
   end
-  return 0
+  return late_window(k, a, member, len, estimate, actual, config)
 end
 
 local helpers = false
@@ -95,7 +145,7 @@ local function settle_tokens(i, k, a, estimate, actual)
   end
   local r = { rate = tonumber(ARGV[a + 5]), interval = tonumber(ARGV[a + 6]), burst = tonumber(ARGV[a + 7]),
     warmup = tonumber(ARGV[a + 8]) }
-  local key, mark = KEYS[k + 2], KEYS[k + 3]
+  local key, mark = KEYS[k + 2], KEYS[k + 6]
   -- Read first: a bucket that is not one this code wrote fails the script before the
   -- mark is set, so a settle sent again once it is mended still applies.
   local raw = redis.call('get', key)
@@ -105,10 +155,10 @@ local function settle_tokens(i, k, a, estimate, actual)
     error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
   end
   if redis.call('set', mark, '1', 'nx', 'px', ARGV[a + 9]) == false then
-    return 0
+    return 0, -1
   end
   if raw == false and actual <= estimate then
-    return 1 -- a missing bucket is full: nothing to give back
+    return 1, r.burst -- a missing bucket is full: nothing to give back
   end
   if raw then
     -- refilled on its own config, and stored with it
@@ -121,24 +171,25 @@ local function settle_tokens(i, k, a, estimate, actual)
   if actual < estimate then
     r.units = math.min(r.units + (estimate - actual) * r.interval, r.burst * r.interval)
   else
-    -- an excess whose plain tokens reach the floor: the floor (its units may be past
-    -- what a double holds exactly)
+    -- an excess whose plain tokens reach the floor, the rate below zero: the floor
+    -- (its units may be past what a double holds exactly)
+    local floor = math.max(DEBT_FLOOR, -r.rate * r.interval)
     local need = (actual - estimate) * r.interval
-    if need >= r.units - DEBT_FLOOR then
-      r.units, r.cold = DEBT_FLOOR, math.max(r.cold - need, 0)
+    if need >= r.units - floor then
+      r.units, r.cold = floor, math.max(r.cold - need, 0)
     else
       take_tokens(r, actual - estimate)
-      if r.units < DEBT_FLOOR then r.units = DEBT_FLOOR end
+      if r.units < floor then r.units = floor end
     end
   end
   store_tokens(r, key, string.format('%d', r.rate), string.format('%d', r.interval),
     string.format('%d', r.burst), now)
-  return 1
+  return 1, math.max(idiv(r.units, r.interval), 0)
 end
 
 local settled = {}
-for i = 1, #KEYS / 5 do
-  local k, a = 5 * (i - 1), 1 + 9 * (i - 1)
+for i = 1, #KEYS / 6 do
+  local k, a = 6 * (i - 1), 1 + 11 * (i - 1)
   local kind, member = ARGV[a + 1], ARGV[a + 2]
   local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   if estimate == nil or estimate < 0 or estimate ~= math.floor(estimate) then
@@ -147,14 +198,16 @@ for i = 1, #KEYS / 5 do
   if actual == nil or actual < 0 or actual > 4294967295 or actual ~= math.floor(actual) then
     bad(a + 4, 'actual ' .. tostring(ARGV[a + 4]))
   end
+  local done, left
   if actual == estimate then
-    settled[i] = 1
+    done, left = 1, -1
   elseif kind == 'w' then
-    settled[i] = settle_window(k, member, estimate, actual)
+    done, left = settle_window(k, a, member, estimate, actual)
   elseif kind == 'b' then
-    settled[i] = settle_tokens(i, k, a, estimate, actual)
+    done, left = settle_tokens(i, k, a, estimate, actual)
   else
     bad(a + 1, 'kind ' .. tostring(kind))
   end
+  settled[2 * i - 1], settled[2 * i] = done, left
 end
 return settled

@@ -1,5 +1,5 @@
 -- lib/ttl_rule.lua: Redisson's TTL rule, applied after a limiter's state is written.
--- Part of: acquire, configure, release
+-- Part of: acquire, configure, release, settle
 -- Twin in Rust: runtime/src/algorithm/ttl.rs
 
 -- keepAliveTime (`keep`, text in ms) on the config, value and log keys when it is a

@@ -282,22 +282,24 @@ impl Plan {
     /// The settle of a grant of `estimate` permits that used `actual` (settle.lua's
     /// `settle_tokens`, after the refill): units and coldness with the tokens not used
     /// given back, up to the capacity, or the excess taken as taking it would, down to
-    /// [`DEBT_FLOOR`].
+    /// the rate below zero (one interval's refill; [`DEBT_FLOOR`] at the lowest).
     pub fn settle_tokens(&self, estimate: u64, actual: u64) -> (i64, u64) {
         if actual < estimate {
             let back = u128::from(estimate - actual) * u128::from(self.interval);
             let units = (i128::from(self.units) + back as i128).min(i128::from(self.capacity()));
             return (units as i64, self.cold);
         }
-        // An excess whose plain tokens reach the floor: the floor (a settle may charge
-        // up to 2^32 permits, whose units no 64-bit product holds for a long interval).
+        // An excess whose plain tokens reach the floor, the rate below zero: the floor
+        // (a settle may charge up to 2^32 permits, whose units no 64-bit product holds
+        // for a long interval).
+        let floor = (-(i128::from(self.rate) * i128::from(self.interval))).max(i128::from(DEBT_FLOOR)) as i64;
         let excess = actual - estimate;
         let need = u128::from(excess) * u128::from(self.interval);
-        if need >= (i128::from(self.units) - i128::from(DEBT_FLOOR)) as u128 {
-            return (DEBT_FLOOR, u128::from(self.cold).saturating_sub(need) as u64);
+        if need >= (i128::from(self.units) - i128::from(floor)) as u128 {
+            return (floor, u128::from(self.cold).saturating_sub(need) as u64);
         }
         let (units, cold) = self.take_tokens(excess);
-        (units.max(DEBT_FLOOR), cold)
+        (units.max(floor), cold)
     }
 
     /// store_tokens: the state to store holding `units` and `cold` (as

@@ -45,9 +45,17 @@ pub(crate) struct SettleCall<'a> {
     pub estimate: u64,
     /// The permits to count instead.
     pub actual: u64,
-    /// How long a token bucket's settle mark is kept (ms): as long as the settle may
-    /// be sent again.
+    /// How long the settle mark is kept (ms): as long as the settle may be sent again.
     pub mark_ms: u64,
+}
+
+/// What a settle did to one grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SettleOutcome {
+    /// Whether it was settled (false: nothing was left to settle).
+    pub applied: bool,
+    /// The permits the limiter has left after it, when known.
+    pub left: Option<u64>,
 }
 
 /// The log members a reservation's grants were made under, one per call.
@@ -181,8 +189,8 @@ impl Backend {
         }
     }
 
-    /// Settles `calls` at `now`: one flag per call, true when it was settled.
-    pub async fn settle(&self, calls: &[SettleCall<'_>], now: u64) -> Result<Vec<bool>, Error> {
+    /// Settles `calls` at `now`: one outcome per call.
+    pub async fn settle(&self, calls: &[SettleCall<'_>], now: u64) -> Result<Vec<SettleOutcome>, Error> {
         match self {
             Backend::Memory(b) => b.settle(calls, now),
             Backend::Redis(b) => {

@@ -88,13 +88,16 @@ pub struct RuleSettled {
     pub counted: u64,
     /// What the call used beyond what is counted (0 without a cap reached).
     pub uncharged: u64,
-    /// False when there was nothing left to settle: the grant had already left the
-    /// window (so had its excess), or its limiter was deleted or reset.
+    /// False when there was nothing left to settle: a refund for a grant that had
+    /// already left its window, a settle already made, or a limiter deleted or reset.
+    /// (A grant that left its window has its excess charged at the settle's time.)
     pub applied: bool,
-    /// The permits the limiter has left after the settle, as far as the reservation
-    /// knows: what the grant left it, plus what went back (up to the rate, or a
-    /// bucket's burst), less the excess (down to 0). Calls decided since the grant are
-    /// not in it.
+    /// The permits the limiter has left after the settle (0 in debt): as the backend
+    /// read them when it settled (a window's value, which counts grants that left the
+    /// window since the last decision back only at the next one, so it may be below
+    /// what that decision finds), or, where it could not (a window without its value,
+    /// a settle that changed nothing), what the grant left, plus what went back (up to
+    /// the rate, or a bucket's burst), less the excess.
     pub remaining: u64,
 }
 
@@ -311,12 +314,14 @@ impl Reservation {
             .filter(|&i| report.rules[i].counted != report.rules[i].estimate)
             .collect();
         match self.client.backend().settle(&calls, self.client.now_ms()).await {
-            Ok(applied) => {
-                for (i, applied) in changed.into_iter().zip(applied) {
-                    report.rules[i].applied = applied;
+            Ok(outcomes) => {
+                let mut left = vec![None; report.rules.len()];
+                for (i, outcome) in changed.into_iter().zip(outcomes) {
+                    report.rules[i].applied = outcome.applied;
+                    left[i] = outcome.left;
                 }
-                for (grant, rule) in settled.iter().zip(&mut report.rules) {
-                    rule.remaining = grant.left_after(rule);
+                for ((grant, rule), left) in settled.iter().zip(&mut report.rules).zip(left) {
+                    rule.remaining = left.unwrap_or_else(|| grant.left_after(rule));
                 }
                 self.observe(&report);
                 Ok(report)
@@ -328,7 +333,7 @@ impl Reservation {
                         .zip(&report.rules)
                         .filter(|(_, r)| r.counted != r.estimate)
                         .map(|(grant, _)| grant.label.clone());
-                    retry::spawn(&self.client, &calls, labels.collect(), self.longest_window());
+                    retry::spawn(&self.client, &calls, labels.collect(), self.retried_until());
                 }
                 Err(error)
             }
@@ -347,13 +352,17 @@ impl Reservation {
     /// again (its last grant has left its window), and a minute more for an attempt
     /// sent before then that a slow server runs late.
     fn mark_ms(&self) -> u64 {
-        self.longest_window().saturating_sub(self.client.now_ms()) + MARK_MARGIN_MS
+        self.retried_until().saturating_sub(self.client.now_ms()) + MARK_MARGIN_MS
     }
 
-    /// When the last of the grants leaves its window (epoch ms).
-    fn longest_window(&self) -> u64 {
+    /// Until when a settle the backend did not take is sent again (epoch ms): until the
+    /// last of the grants leaves its window, and for a settle made later (a response
+    /// streamed for longer than the interval, whose excess is charged when it is
+    /// settled), for one interval more from now.
+    fn retried_until(&self) -> u64 {
         let longest = self.grants.iter().map(|g| g.config.interval).max();
-        self.decision.at_ms + longest.unwrap_or(Duration::ZERO).as_millis() as u64
+        let longest = longest.unwrap_or(Duration::ZERO).as_millis() as u64;
+        (self.decision.at_ms + longest).max(self.client.now_ms() + longest)
     }
 }
 

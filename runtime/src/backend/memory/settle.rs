@@ -4,7 +4,7 @@
 use super::state::{Bucket, Tokens};
 use super::{shard_of, MemoryBackend};
 use crate::algorithm::bucket::Plan;
-use crate::backend::SettleCall;
+use crate::backend::{SettleCall, SettleOutcome};
 use crate::Error;
 
 impl MemoryBackend {
@@ -19,18 +19,20 @@ impl MemoryBackend {
         }
     }
 
-    /// Settles `calls` at `now`: one flag per call, true when it was settled (false:
-    /// its grant had left the window, or its limiter was deleted).
-    pub fn settle(&self, calls: &[SettleCall<'_>], now: u64) -> Result<Vec<bool>, Error> {
+    /// Settles `calls` at `now`: one outcome per call.
+    pub fn settle(&self, calls: &[SettleCall<'_>], now: u64) -> Result<Vec<SettleOutcome>, Error> {
         calls
             .iter()
             .map(|call| {
                 if call.actual == call.estimate {
-                    Ok(true)
+                    Ok(SettleOutcome {
+                        applied: true,
+                        left: None,
+                    })
                 } else if call.bucket.is_some() {
                     self.settle_tokens(call, now)
                 } else {
-                    Ok(self.settle_window(call, now))
+                    self.settle_window(call, now)
                 }
             })
             .collect()
@@ -38,46 +40,54 @@ impl MemoryBackend {
 
     /// settle_window: the grant of `call.estimate` permits at `call.at` now holds the
     /// actual permits, and the value moves by the difference (up to the rate, below
-    /// zero for an excess).
-    fn settle_window(&self, call: &SettleCall<'_>, now: u64) -> bool {
+    /// zero for an excess); a grant that has left its window gets nothing back, and
+    /// its excess is charged now, as a grant of its own in the rule's mode.
+    fn settle_window(&self, call: &SettleCall<'_>, now: u64) -> Result<SettleOutcome, Error> {
         let name = call.keys.config();
-        let mut store = self.lock(name);
-        let Some(limiter) = store.limiters.get_mut(name) else {
-            return false;
-        };
-        let Some(config) = limiter.live_config(now) else {
-            return false;
-        };
-        let (rate, interval) = (config.rate as i64, config.interval_ms());
-        // The grant's own log, of whichever mode it was made in.
-        for kind in [crate::RateType::Overall, crate::RateType::PerClient] {
-            let Some(bucket) = limiter.bucket(kind, now) else {
-                continue;
-            };
-            let Some(at) = grant_in(bucket, call.at, call.estimate) else {
-                continue;
-            };
-            if call.at as i64 <= now as i64 - interval as i64 {
-                return false;
+        let hash = self.hash(name);
+        let mut store = self.lock_shard(shard_of(hash));
+        if let Some(limiter) = store.limiters.get_hashed(hash, name) {
+            if let Some(config) = limiter.live_config(now) {
+                if let Some(settled) = settle_in_window(limiter, &config, call, now) {
+                    return Ok(settled);
+                }
             }
-            if call.actual == 0 {
-                bucket.log.remove(at);
-            } else {
-                bucket.log[at].1 = call.actual as u32;
-            }
-            bucket.total = bucket.total - call.estimate + call.actual;
-            if let Some(value) = bucket.value {
-                bucket.value = Some((value + call.estimate as i64 - call.actual as i64).min(rate));
-            }
-            return true;
         }
-        false
+        // Late: nothing goes back; an excess is charged now (a settle in process is
+        // made once: no mark is needed), the config made again as the grant decided it
+        // when it expired meanwhile.
+        if call.actual <= call.estimate {
+            return Ok(SettleOutcome {
+                applied: false,
+                left: None,
+            });
+        }
+        self.room_for(&mut store, hash, name, now, &[hash])?;
+        let limiter = store.limiters.get_or_insert(hash, name);
+        let config = match limiter.live_config(now) {
+            Some(config) => config,
+            None => {
+                limiter.config = Some(*call.rule);
+                limiter.by_rule = true;
+                *call.rule
+            }
+        };
+        let excess = call.actual - call.estimate;
+        limiter.bucket(config.rate_type, now);
+        let bucket = limiter.bucket_or_default(config.rate_type);
+        bucket.push(now, excess as u32);
+        if let Some(value) = bucket.value {
+            bucket.value = Some(value - excess as i64);
+        }
+        let left = bucket.value.map(|value| value.max(0) as u64);
+        super::commit::ttl_rule(limiter, config.rate_type, config.keep_alive_ms(), now, now);
+        Ok(SettleOutcome { applied: true, left })
     }
 
     /// settle_tokens: the bucket refilled to now gets back the tokens not used, up to
     /// its burst, or pays the excess as taking it would. A missing bucket is full: a
     /// refund leaves it so, an excess makes it.
-    fn settle_tokens(&self, call: &SettleCall<'_>, now: u64) -> Result<bool, Error> {
+    fn settle_tokens(&self, call: &SettleCall<'_>, now: u64) -> Result<SettleOutcome, Error> {
         let name = call.keys.config();
         let shape = call.bucket.expect("a token bucket's settle");
         let hash = self.hash(name);
@@ -88,7 +98,12 @@ impl MemoryBackend {
         });
         let plan = match held {
             Some(tokens) => Plan::refilled(&tokens.state, now),
-            None if call.actual <= call.estimate => return Ok(true),
+            None if call.actual <= call.estimate => {
+                return Ok(SettleOutcome {
+                    applied: true,
+                    left: Some(shape.burst),
+                })
+            }
             None => {
                 let rule = call.rule;
                 let (plan, _) = crate::algorithm::bucket::plan_tokens(
@@ -106,7 +121,10 @@ impl MemoryBackend {
         self.room_for(&mut store, hash, name, now, &[hash])?;
         let limiter = store.limiters.get_or_insert(hash, name);
         limiter.set_tokens(call.rule.rate_type, Tokens::stored(&plan, units, cold));
-        Ok(true)
+        Ok(SettleOutcome {
+            applied: true,
+            left: Some(units.div_euclid(plan.interval as i64).max(0) as u64),
+        })
     }
 }
 
@@ -117,4 +135,41 @@ fn grant_in(bucket: &Bucket, at: u64, permits: u64) -> Option<usize> {
     (first..bucket.log.len())
         .take_while(|&i| bucket.log[i].0 == at)
         .find(|&i| u64::from(bucket.log[i].1) == permits)
+}
+
+/// The in-window settle of `call` on `limiter` (its live `config`): `None` when its
+/// grant is not in a log of it, or has left the window.
+fn settle_in_window(
+    limiter: &mut super::state::Limiter,
+    config: &crate::RateLimiterConfig,
+    call: &SettleCall<'_>,
+    now: u64,
+) -> Option<SettleOutcome> {
+    let (rate, interval) = (config.rate as i64, config.interval_ms());
+    if call.at as i64 <= now as i64 - interval as i64 {
+        return None;
+    }
+    // The grant's own log, of whichever mode it was made in.
+    for kind in [crate::RateType::Overall, crate::RateType::PerClient] {
+        let Some(bucket) = limiter.bucket(kind, now) else {
+            continue;
+        };
+        let Some(at) = grant_in(bucket, call.at, call.estimate) else {
+            continue;
+        };
+        if call.actual == 0 {
+            bucket.log.remove(at);
+        } else {
+            bucket.log[at].1 = call.actual as u32;
+        }
+        bucket.total = bucket.total - call.estimate + call.actual;
+        if let Some(value) = bucket.value {
+            bucket.value = Some((value + call.estimate as i64 - call.actual as i64).min(rate));
+        }
+        return Some(SettleOutcome {
+            applied: true,
+            left: bucket.value.map(|value| value.max(0) as u64),
+        });
+    }
+    None
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::RedisBackend;
-use crate::backend::{ConfigChange, Members, Outcome, RuleCall, RuleOutcome, SettleCall};
+use crate::backend::{ConfigChange, Members, Outcome, RuleCall, RuleOutcome, SettleCall, SettleOutcome};
 use crate::keys::hash_slot;
 use crate::{member, Error};
 
@@ -107,12 +107,16 @@ pub(crate) async fn settle(
     backend: &RedisBackend,
     calls: &[SettleCall<'_>],
     now: u64,
-) -> Result<Vec<bool>, Error> {
+) -> Result<Vec<SettleOutcome>, Error> {
     let slot = |c: &SettleCall<'_>| hash_slot(c.keys.config().as_bytes());
     if !backend.is_cluster() || calls.iter().all(|c| Some(slot(c)) == calls.first().map(slot)) {
         return backend.settle(calls, now).await;
     }
-    let mut settled = vec![false; calls.len()];
+    let nothing = SettleOutcome {
+        applied: false,
+        left: None,
+    };
+    let mut settled = vec![nothing; calls.len()];
     let mut slots: Vec<u16> = calls.iter().map(slot).collect();
     slots.sort_unstable();
     slots.dedup();

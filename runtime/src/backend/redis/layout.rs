@@ -213,21 +213,38 @@ pub(crate) mod refunds {
 /// settle.lua: the limiter's five keys and eight arguments per rule, after the
 /// settle's time.
 pub(crate) mod settle {
-    use super::{at, Layout, LIMITER_KEYS};
+    use super::{at, Layout};
     pub(crate) const LAYOUT: Layout = Layout {
         script: "settle",
         keys: &[],
-        rule_keys: LIMITER_KEYS,
+        rule_keys: &[
+            "config",
+            "value",
+            "client_value",
+            "permits",
+            "client_permits",
+            "mark",
+        ],
         args: &["now"],
         rule_args: &[
-            "kind", "member", "estimate", "actual", "rate", "interval", "burst", "warmup", "mark_ms",
+            "kind",
+            "member",
+            "estimate",
+            "actual",
+            "rate",
+            "interval",
+            "burst",
+            "warmup",
+            "mark_ms",
+            "type",
+            "keep_alive",
         ],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     /// A token bucket's key in the rule's mode takes the value key's place.
     pub(crate) const BUCKET: usize = at(LAYOUT.rule_keys, "value");
-    /// A token bucket's settle mark takes the client value key's place.
-    pub(crate) const MARK: usize = at(LAYOUT.rule_keys, "client_value");
+    /// The settle mark: a token bucket's, and a window's that charged an excess.
+    pub(crate) const MARK: usize = at(LAYOUT.rule_keys, "mark");
     pub(crate) const ARGS_PER_RULE: usize = LAYOUT.rule_args.len();
     pub(crate) const KIND: usize = at(LAYOUT.rule_args, "kind");
     pub(crate) const MEMBER: usize = at(LAYOUT.rule_args, "member");
@@ -238,6 +255,8 @@ pub(crate) mod settle {
     pub(crate) const BURST: usize = at(LAYOUT.rule_args, "burst");
     pub(crate) const WARMUP: usize = at(LAYOUT.rule_args, "warmup");
     pub(crate) const MARK_MS: usize = at(LAYOUT.rule_args, "mark_ms");
+    pub(crate) const TYPE: usize = at(LAYOUT.rule_args, "type");
+    pub(crate) const KEEP_ALIVE: usize = at(LAYOUT.rule_args, "keep_alive");
 }
 
 /// Every script's layout.

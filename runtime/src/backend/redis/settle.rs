@@ -2,15 +2,17 @@
 //! token bucket, told the amount actually used, in one script call per slot.
 
 use super::{layout, Arg, RedisBackend, SCRIPTS};
-use crate::backend::SettleCall;
+use crate::backend::{SettleCall, SettleOutcome};
 use crate::keys::Keys;
 use crate::{Error, RateType};
 
 impl RedisBackend {
-    /// Settles `calls`, whose keys share one slot, at `now`: one flag per call, true
-    /// when it was settled (false: its grant had left the window, or it was settled
-    /// before).
-    pub(crate) async fn settle(&self, calls: &[SettleCall<'_>], now: u64) -> Result<Vec<bool>, Error> {
+    /// Settles `calls`, whose keys share one slot, at `now`: one outcome per call.
+    pub(crate) async fn settle(
+        &self,
+        calls: &[SettleCall<'_>],
+        now: u64,
+    ) -> Result<Vec<SettleOutcome>, Error> {
         let mut keys: Vec<String> = Vec::with_capacity(layout::settle::KEYS_PER_RULE * calls.len());
         let marks: Vec<String> = calls.iter().map(settle_mark).collect();
         let mut args: Vec<Arg<'_>> = Vec::with_capacity(1 + layout::settle::ARGS_PER_RULE * calls.len());
@@ -27,18 +29,29 @@ impl RedisBackend {
                 invocation.invoke_async(&mut conn).await
             })
             .await?;
-        if settled.len() != calls.len() {
-            return Err(Error::UnexpectedReply {
-                script: "settle.lua",
-                reply: format!("{settled:?}"),
-            });
+        let unexpected = || Error::UnexpectedReply {
+            script: "settle.lua",
+            reply: format!("{settled:?}"),
+        };
+        if settled.len() != 2 * calls.len() {
+            return Err(unexpected());
         }
-        Ok(settled.into_iter().map(|s| s == 1).collect())
+        settled
+            .chunks(2)
+            .map(|pair| match *pair {
+                [done @ (0 | 1), left] if left >= -1 => Ok(SettleOutcome {
+                    applied: done == 1,
+                    left: u64::try_from(left).ok(),
+                }),
+                _ => Err(unexpected()),
+            })
+            .collect()
     }
 }
 
-/// `{NAME}:settled:<id in hex>`: the key that marks a token bucket's grant settled,
-/// for as long as the settle may be sent again, so that a second one changes nothing.
+/// `{NAME}:settled:<id in hex>`: the key that marks a grant settled (a token bucket's,
+/// or a window's excess), for as long as the settle may be sent again, so that a
+/// second one changes nothing.
 fn settle_mark(call: &SettleCall<'_>) -> String {
     use std::fmt::Write;
     let mut mark = crate::keys::suffix(call.keys.config(), "settled:");
@@ -48,16 +61,19 @@ fn settle_mark(call: &SettleCall<'_>) -> String {
     mark
 }
 
-/// settle.lua's keys for one call: the limiter's five, a token bucket's own key and
-/// settle mark in the value keys' places.
+/// settle.lua's keys for one call: the limiter's five (a token bucket's own key in the
+/// value key's place), then the settle mark.
 fn settle_keys(call: &SettleCall<'_>, mark: &str) -> [String; layout::settle::KEYS_PER_RULE] {
-    let mut keys = call.keys.all();
+    let mut keys: [String; layout::settle::KEYS_PER_RULE] = Default::default();
+    for (slot, key) in keys.iter_mut().zip(call.keys.all()) {
+        *slot = key;
+    }
+    keys[layout::settle::MARK] = mark.to_owned();
     if call.bucket.is_some() {
         keys[layout::settle::BUCKET] = match call.rule.rate_type {
             RateType::Overall => call.keys.bucket(),
             RateType::PerClient => call.keys.client_bucket(),
         };
-        keys[layout::settle::MARK] = mark.to_owned();
     }
     keys
 }
@@ -79,5 +95,10 @@ fn settle_args<'a>(call: &SettleCall<'a>) -> [Arg<'a>; layout::settle::ARGS_PER_
     args[BURST] = Arg::Int(shape.burst);
     args[WARMUP] = Arg::Int(shape.warmup_ms);
     args[MARK_MS] = Arg::Int(call.mark_ms.max(1));
+    args[TYPE] = Arg::Text(match call.rule.rate_type {
+        RateType::Overall => "0",
+        RateType::PerClient => "1",
+    });
+    args[KEEP_ALIVE] = Arg::Int(call.rule.keep_alive_ms());
     args
 }
