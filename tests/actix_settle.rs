@@ -64,6 +64,12 @@ fn server(client: &Client, seen: Arc<AtomicU64>) -> SocketAddr {
                         .body("ok")
                 },
             )))
+            .service(web::resource("/usage").wrap(usage.clone()).route(web::get().to(
+                |request: HttpRequest, usage: ReqData<Usage>| async move {
+                    usage.set(number(&request, "x-per"));
+                    HttpResponse::Ok().body("ok")
+                },
+            )))
             .service(
                 web::resource("/stream").wrap(usage.clone()).route(web::get().to(
                     move |request: HttpRequest, usage: ReqData<Usage>| {
@@ -138,6 +144,13 @@ async fn settled_in_actix(client: Client) {
     assert_eq!(reply.status, 200);
     assert_eq!(reply.header("ratelimit"), Some("\"tok-h\";r=970"));
     assert_eq!(left(&client, "tok-h:ann").await, 970);
+
+    // A handler done with its Usage before it answers: settled before the head goes out.
+    let dee = [("x-user", "dee"), ("x-cost", "100"), ("x-per", "30")];
+    let reply = send(addr, "GET", "/usage", &dee).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("ratelimit"), Some("\"tok-u\";r=970"));
+    assert_eq!(left(&client, "tok-u:dee").await, 970);
 
     let whole = [
         ("x-user", "bob"),

@@ -73,6 +73,22 @@ async fn streams(
     Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
+/// Records `x-per` and answers: the handler is done with its `Usage` before the head.
+async fn records(Extension(usage): Extension<Usage>, headers: HeaderMap) -> &'static str {
+    usage.set(number(&headers, "x-per"));
+    "ok"
+}
+
+/// Records `x-per` on a thread of its own, without a runtime, 20 ms after answering.
+async fn records_on_a_thread(Extension(usage): Extension<Usage>, headers: HeaderMap) -> &'static str {
+    let per = number(&headers, "x-per");
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        usage.set(per);
+    });
+    "ok"
+}
+
 /// `/header`: 1 000 tokens a minute per `x-user`, the estimate from `x-cost`, settled
 /// from `x-tokens-used`, capped at 500 past the estimate; `/capless` the same without a
 /// cap; `/stream`: the same budget settled from the handler's `Usage`. A rule of
@@ -96,6 +112,11 @@ async fn server(client: &Client, seen: &Seen) -> SocketAddr {
     let header = tokens("tok-h", Settle::header("x-tokens-used")).max_overdraft(500);
     let capless = tokens("tok-c", Settle::header("x-tokens-used"));
     let usage = tokens("tok-u", Settle::usage());
+    // 1 000 a second: a stream of a second and more outlasts its grant's window.
+    let long = LayerRule::new("tok-l", 1_000, Duration::from_secs(1))
+        .key(Key::header("x-user"))
+        .cost(cost_header)
+        .settle(Settle::usage());
     // Two layers settling by usage, one inside the other, on one route.
     let inner = RateLimitLayer::builder()
         .client(client.clone())
@@ -112,7 +133,10 @@ async fn server(client: &Client, seen: &Seen) -> SocketAddr {
         )
         .route("/header", get(reports).layer(layer(header, "req-h")))
         .route("/capless", get(reports).layer(layer(capless, "req-c")))
-        .route("/stream", get(streams).layer(layer(usage, "req-u")))
+        .route("/stream", get(streams).layer(layer(usage.clone(), "req-u")))
+        .route("/usage", get(records).layer(layer(usage.clone(), "req-u")))
+        .route("/thread", get(records_on_a_thread).layer(layer(usage, "req-u")))
+        .route("/long", get(streams).layer(layer(long, "req-l")))
         .layer(Extension(seen.clone()));
     serve(app).await
 }
@@ -219,6 +243,45 @@ async fn hostile_amounts(client: Client) {
     );
 }
 
+/// A handler done with its `Usage` before it answers is settled before the head goes
+/// out; one that drops it on a thread without a runtime is settled all the same; a
+/// stream that outlasts its grant's window is charged its excess when it ends.
+async fn settled_late_or_early(client: Client) {
+    let seen = Seen::default();
+    let addr = server(&client, &seen).await;
+    let ann = [("x-user", "ann"), ("x-cost", "100"), ("x-per", "30")];
+    let reply = get_with(addr, "/usage", &ann).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("ratelimit"), Some("\"tok-u\";r=970"));
+
+    let bob = [("x-user", "bob"), ("x-cost", "100"), ("x-per", "30")];
+    assert_eq!(get_with(addr, "/thread", &bob).await.status, 200);
+    settles_to(&client, "tok-u:bob", 970).await;
+
+    // An estimate of 1, 60 events of 50 tokens 20 ms apart: 3 000 used over 1.2 s and
+    // more, on a window of 1 s.
+    let long = [
+        ("x-user", "cy"),
+        ("x-cost", "1"),
+        ("x-chunks", "60"),
+        ("x-per", "50"),
+    ];
+    let started = std::time::Instant::now();
+    stream_path(addr, "/long", &long, None).await;
+    assert!(
+        started.elapsed() > Duration::from_secs(1),
+        "the stream outlasts the window"
+    );
+    settles_to(&client, "tok-l:cy", 0).await;
+    let next = get_with(
+        addr,
+        "/long",
+        &[("x-user", "cy"), ("x-cost", "1"), ("x-chunks", "1")],
+    )
+    .await;
+    assert_eq!(next.status, 429, "the excess is charged when the stream ends");
+}
+
 /// Under two layers settling by usage, what the handler records settles both.
 async fn nested_layers(client: Client) {
     let seen = Seen::default();
@@ -238,8 +301,18 @@ async fn nested_layers(client: Client) {
 /// Reads a streamed response over HTTP/1, whole or only its first `events` events
 /// (then the connection is dropped, as a client going away).
 async fn stream_http1(addr: SocketAddr, headers: &[(&str, &str)], events: Option<usize>) -> String {
+    stream_path(addr, "/stream", headers, events).await
+}
+
+/// [`stream_http1`] on `path`.
+async fn stream_path(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    events: Option<usize>,
+) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut request = String::from("GET /stream HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -406,4 +479,15 @@ async fn a_stream_settles_what_it_recorded_over_http2_in_process() {
 async fn nested_layers_both_settle_what_the_handler_recorded_on_redis() {
     let server = RedisServer::start();
     nested_layers(redis_client(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_before_the_head_on_a_thread_and_after_the_window_on_redis() {
+    let server = RedisServer::start();
+    settled_late_or_early(redis_client(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_before_the_head_on_a_thread_and_after_the_window_in_process() {
+    settled_late_or_early(Client::memory()).await;
 }

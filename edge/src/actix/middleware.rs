@@ -191,6 +191,9 @@ where
         request.extensions_mut().insert(usage);
     }
     let mut response = scope.call(true, || inner.call(request)).await?;
+    // The response keeps its request, and with it the extension's handle: taken out,
+    // so that a handler done with its `Usage` is settled before the head goes out.
+    response.request().extensions_mut().remove::<Usage>();
     let headers = response.headers();
     held.read_head(|name| headers.get_all(name.as_str()).map(|value| value.as_bytes()));
     let granted = held.finish().await;

@@ -191,17 +191,14 @@ impl Settling {
     }
 
     /// Settles in a task of its own: the runtime's where there is one (a server's),
-    /// else a thread's.
+    /// else the layer's own background thread's.
     fn in_background(self, recorded: Option<u64>) {
-        let settle = async move {
+        let settle = Box::pin(async move {
             self.settle(recorded).await;
-        };
+        });
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(settle)),
-            Err(_) => drop(std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                runtime.map(|runtime| runtime.block_on(settle))
-            })),
+            Err(_) => background(settle),
         }
     }
 
@@ -218,6 +215,36 @@ impl Settling {
                 }
             }
         }
+    }
+}
+
+type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Runs `task` on one thread kept for settles made where no runtime is (a `Usage`
+/// dropped on a thread of its own): a runtime of its own that lives as long as the
+/// process, so that a settle it retries in the background is not cut short.
+fn background(task: Task) {
+    static TASKS: std::sync::OnceLock<Option<tokio::sync::mpsc::UnboundedSender<Task>>> =
+        std::sync::OnceLock::new();
+    let tasks = TASKS.get_or_init(|| {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Task>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        let thread = std::thread::Builder::new().name("redlimit-settle".into());
+        let spawned = thread.spawn(move || {
+            runtime.block_on(async move {
+                while let Some(task) = rx.recv().await {
+                    tokio::spawn(task);
+                }
+            })
+        });
+        spawned.ok().map(|_| tx)
+    });
+    // Without a thread the settle is dropped: its reservation keeps its estimates.
+    if let Some(tasks) = tasks {
+        let _ = tasks.send(task);
     }
 }
 
