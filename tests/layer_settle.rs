@@ -73,6 +73,12 @@ async fn streams(
     Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
+/// Answers as [`reports`] after 300 ms.
+async fn reports_slowly(headers: HeaderMap) -> Response {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    reports(headers).await
+}
+
 /// Records `x-per` and answers: the handler is done with its `Usage` before the head.
 async fn records(Extension(usage): Extension<Usage>, headers: HeaderMap) -> &'static str {
     usage.set(number(&headers, "x-per"));
@@ -131,7 +137,8 @@ async fn server(client: &Client, seen: &Seen) -> SocketAddr {
                 .layer::<_, std::convert::Infallible>(inner)
                 .layer::<_, std::convert::Infallible>(outer),
         )
-        .route("/header", get(reports).layer(layer(header, "req-h")))
+        .route("/header", get(reports).layer(layer(header.clone(), "req-h")))
+        .route("/slow", get(reports_slowly).layer(layer(header, "req-h")))
         .route("/capless", get(reports).layer(layer(capless, "req-c")))
         .route("/stream", get(streams).layer(layer(usage.clone(), "req-u")))
         .route("/usage", get(records).layer(layer(usage.clone(), "req-u")))
@@ -490,4 +497,30 @@ async fn settled_before_the_head_on_a_thread_and_after_the_window_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settled_before_the_head_on_a_thread_and_after_the_window_in_process() {
     settled_late_or_early(Client::memory()).await;
+}
+
+/// A settle before the head waits for Redis at most the command timeout: with the
+/// server frozen the head goes out with the grant's fields, and the settle lands once
+/// it wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_delays_the_head_by_the_command_timeout_at_most() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let addr = server_with(&client).await;
+    let ann = [("x-user", "ann"), ("x-cost", "100"), ("x-report", "10")];
+    let started = std::time::Instant::now();
+    let reply = tokio::spawn(async move { get_with(addr, "/slow", &ann).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.pause();
+    let reply = reply.await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("ratelimit"), Some("\"tok-h\";r=900"), "the grant's");
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    server.resume();
+    settles_to(&client, "tok-h:ann", 990).await;
+}
+
+async fn server_with(client: &Client) -> SocketAddr {
+    server(client, &Seen::default()).await
 }
