@@ -38,8 +38,8 @@
 //!    `bucket-deny`, one token-bucket rule; `flood-deny`, refusals of an exhausted limiter
 //!    answered in process, and `governor-check`, governor's keyed check of an exhausted
 //!    key; `batch-1` and `batch-10`, grants of one global limiter at k = 1 and k = 10;
-//!    `rules-allow`, `reserve-allow` and `reserve-settle`, one rule by hand decided,
-//!    reserved, and reserved then settled with a refund; the `growth-` rows of
+//!    `rules-allow`, `reserve-allow`, `reserve-settle` and `reserve-overdraw`, one rule
+//!    by hand decided, reserved, and reserved then settled with a refund or an excess; the `growth-` rows of
 //!    `bench/growth.rs`, how a decision's work grows) and
 //!    `REDLIMIT_BENCH_CALLS`
 //!    (default 20 000), on a current-thread runtime (see `main`). `scripts/script-instructions.sh`
@@ -738,10 +738,11 @@ async fn count_row() {
                 assert!(client.check_rules(&rules).await.unwrap().allowed);
             }
         }
-        "rules-allow" | "reserve-allow" | "reserve-settle" => {
+        "rules-allow" | "reserve-allow" | "reserve-settle" | "reserve-overdraw" => {
             // One rule by hand: decided, reserved (the reservation dropped, its estimate
             // kept), or reserved then settled with one permit fewer (a refund: the
-            // settle script finds the grant, rewrites it and moves the value).
+            // settle script finds the grant, rewrites it and moves the value) or one
+            // more (an excess: the same, and the settle mark set).
             let rule = Rule::new("rate_limit:bench:settle", HUGE_RATE, minute).permits(2);
             let rules = [if row == "rules-allow" {
                 rule
@@ -758,6 +759,8 @@ async fn count_row() {
                 };
                 if row == "reserve-settle" {
                     assert!(reservation.settle(1).await.unwrap().rules[0].applied);
+                } else if row == "reserve-overdraw" {
+                    assert!(reservation.settle(3).await.unwrap().rules[0].applied);
                 }
             }
         }
@@ -773,7 +776,7 @@ async fn count_row() {
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected a growth- row, reference-allow, reference-deny, one-allow, one-deny, \
              three-allow, walk-deny-1, walk-deny-all, bucket-allow, bucket-deny, flood-deny, governor-check, \
-             batch-1, batch-10, rules-allow, reserve-allow or reserve-settle"
+             batch-1, batch-10, rules-allow, reserve-allow, reserve-settle or reserve-overdraw"
         ),
     }
 }
