@@ -26,6 +26,18 @@ pub fn stale(log: &Log, cutoff: i64) -> (usize, u64) {
     if cutoff < 0 || log.front().is_none_or(|&(score, _)| score > cutoff as u64) {
         return (0, 0);
     }
+    // Then usually one: a grant of the window before, the next still in the window.
+    if log.get(1).is_none_or(|&(score, _)| score > cutoff as u64) {
+        #[cfg(test)]
+        read::counted(1, 1);
+        return (1, u64::from(log[0].1));
+    }
+    stale_many(log, cutoff)
+}
+
+/// [`stale`] when two entries or more left the window.
+#[inline(never)]
+fn stale_many(log: &Log, cutoff: i64) -> (usize, u64) {
     let (n, released) = log
         .iter()
         .take_while(|&&(score, _)| score <= cutoff as u64)
@@ -149,6 +161,13 @@ mod tests {
         assert_eq!(stale(&log, 200), (2, 3));
         assert_eq!(stale(&log, 1_000), (3, 7));
         assert_eq!(stale(&log, -1), (0, 0));
+        // one left (the usual case, read without the walk), of a longer log and alone
+        assert_eq!(stale(&log, 100), (1, 2));
+        assert_eq!(stale(&log, 199), (1, 2));
+        assert_eq!(stale(&self::log(&[(100, 5)]), 150), (1, 5));
+        assert_eq!(stale(&self::log(&[]), 150), (0, 0));
+        // grants of one millisecond leave together
+        assert_eq!(stale(&self::log(&[(100, 1), (100, 2), (101, 4)]), 100), (2, 3));
     }
 
     #[test]

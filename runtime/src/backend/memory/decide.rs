@@ -48,7 +48,7 @@ impl MemoryBackend {
     /// The decision of one rule, whose name hashes to `hash`: one shard, and the usual
     /// calls (a sliding window's, a token bucket's, on a limiter held with the rule's
     /// config) decided on their own, without the phases' lists.
-    #[inline]
+    #[inline(always)]
     pub fn decide_one_rule(
         &self,
         call: &RuleCall<'_>,

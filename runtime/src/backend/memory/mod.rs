@@ -26,6 +26,7 @@ mod decide;
 mod idle;
 mod load;
 mod manage;
+mod name;
 mod plan;
 mod settle;
 mod state;
@@ -213,6 +214,7 @@ impl MemoryBackend {
         self.lock_shard(shard_of(self.hash(name)))
     }
 
+    #[inline]
     fn lock_shard(&self, shard: usize) -> MutexGuard<'_, Store> {
         self.shards[shard].lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -2,6 +2,7 @@
 //! per mode (the overall bucket, and this client's per_client bucket).
 
 use super::idle::Idle;
+use super::name::same_name;
 use super::summary::{RecalledTokens, Summary};
 use crate::algorithm::bucket::{Plan, Stored};
 use crate::algorithm::window::{self, Log};
@@ -25,15 +26,24 @@ impl Limiters {
     }
 
     /// The limiter `name`, whose [`hash`](Limiters::hash) is `hash`.
+    #[inline]
     pub fn get_hashed(&mut self, hash: u64, name: &str) -> Option<&mut Limiter> {
-        self.table.find_mut(hash, |(n, _)| n == name).map(|(_, l)| l)
+        self.table.find_mut(hash, |(n, _)| same_name(n, name)).map(|(_, l)| l)
+    }
+
+    /// The limiter whose name hashes to `hash` and is the one `eq` looks for: each
+    /// caller's closure makes a probe of its own, written where the caller is (the
+    /// usual calls' probes are not shared with the phases').
+    #[inline(always)]
+    pub fn get_with(&mut self, hash: u64, eq: impl FnMut(&(String, Limiter)) -> bool) -> Option<&mut Limiter> {
+        self.table.find_mut(hash, eq).map(|(_, l)| l)
     }
 
     /// The limiter `name`, created when missing.
     pub fn get_or_insert(&mut self, hash: u64, name: &str) -> &mut Limiter {
         let entry = self
             .table
-            .entry(hash, |(n, _)| n == name, |(n, _)| crate::keys::name_hash(n));
+            .entry(hash, |(n, _)| same_name(n, name), |(n, _)| crate::keys::name_hash(n));
         &mut entry
             .or_insert_with(|| (name.to_owned(), Limiter::default()))
             .into_mut()
@@ -43,7 +53,7 @@ impl Limiters {
     /// Removes the limiter `name`; true when it was held.
     pub fn remove(&mut self, name: &str) -> bool {
         let hash = self.hash(name);
-        match self.table.find_entry(hash, |(n, _)| n == name) {
+        match self.table.find_entry(hash, |(n, _)| same_name(n, name)) {
             Ok(entry) => {
                 entry.remove();
                 true
@@ -70,7 +80,7 @@ impl Limiters {
 
     /// Whether the limiter `name`, whose hash is `hash`, is held.
     pub fn contains(&self, hash: u64, name: &str) -> bool {
-        self.table.find(hash, |(n, _)| n == name).is_some()
+        self.table.find(hash, |(n, _)| same_name(n, name)).is_some()
     }
 
     #[cfg(test)]
@@ -202,11 +212,17 @@ impl Store {
 impl Limiter {
     #[inline]
     pub fn live_config(&mut self, now: u64) -> Option<RateLimiterConfig> {
+        *self.live_config_ref(now)
+    }
+
+    /// [`live_config`](Limiter::live_config) where it is held.
+    #[inline]
+    pub fn live_config_ref(&mut self, now: u64) -> &Option<RateLimiterConfig> {
         if self.config_expires.is_some_and(|t| t <= now) {
             self.config = None;
             self.config_expires = None;
         }
-        self.config
+        &self.config
     }
 
     /// The bucket of `kind`, unless missing or expired (an expired one is dropped).
@@ -365,7 +381,7 @@ impl Bucket {
     }
 
     /// Logs a grant at `score`, after every grant with a score up to it.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, score: u64, permits: u32) {
         if self.log.back().is_none_or(|&(newest, _)| newest <= score) {
             self.log.push_back((score, permits));

@@ -6,6 +6,7 @@
 //! does not cover; `decide.rs` then decides the call by the phases.
 
 use super::commit::ttl_rule_live;
+use super::name::same_name;
 use super::state::{Store, Tokens};
 use crate::algorithm::bucket::Plan;
 use crate::algorithm::call_time::settle_time;
@@ -61,20 +62,21 @@ impl Usual {
 /// the phases would make it. `None`, before anything is written, for every other case
 /// (a config to create or change, no stored value or a value inflated by hand, a log
 /// short of the wait): `decide.rs` then decides the call from the start.
+#[inline(always)]
 pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, clock_now: u64) -> Option<Usual> {
     // read config: the rule's own, stored
     let rule = call
         .rule
         .filter(|r| call.bucket.is_none() && call.permits <= r.rate)?;
-    let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
-    let config = match limiter.live_config(clock_now) {
-        Some(config) => config,
+    let limiter = store.limiters.get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
+    // (compared where it is held: a config is seven words)
+    if limiter.live_config_ref(clock_now).is_none() {
         // an idle limiter (every part expired) is a missing one: made live in place
         // (a call asking what is available writes nothing: the phases answer it)
-        None if call.permits > 0 && limiter.revive_window(rule, clock_now) => *rule,
-        None => return None,
-    };
-    if config != *rule {
+        if call.permits == 0 || !limiter.revive_window(rule, clock_now) {
+            return None;
+        }
+    } else if limiter.config.as_ref() != Some(rule) {
         return None;
     }
     let bucket = limiter.bucket(rule.rate_type, clock_now)?;
@@ -121,6 +123,7 @@ pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, cloc
 /// read it. `None`, before anything is written, when the limiter is missing, a
 /// recalled bucket waits for its config or the config differs: `decide.rs` then
 /// decides the call from the start (it creates the limiter, or reports the change).
+#[inline(always)]
 pub(super) fn decide_tokens_one(
     store: &mut Store,
     call: &RuleCall<'_>,
@@ -129,7 +132,7 @@ pub(super) fn decide_tokens_one(
     clock_now: u64,
 ) -> Option<Usual> {
     let rule = call.rule?;
-    let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
+    let limiter = store.limiters.get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
     // load_tokens, settle_time
     let stored = if call.permits > 0 {
         limiter.tokens_or_full(rule, shape.burst, shape.warmup_ms, clock_now)?
