@@ -63,22 +63,24 @@ impl MemoryBackend {
         };
         match usual {
             Some(usual) => Ok(RuleDecision::Usual(usual)),
+            // (a copy made only here: the usual call reads its parts where they are)
             None => self
-                .decide_other(store, call, hash, clock_now)
+                .decide_other(store, call.clone(), hash, clock_now)
                 .map(RuleDecision::Phased),
         }
     }
 
     /// Any other call of one rule: the phases.
     #[cold]
+    #[inline(never)]
     fn decide_other(
         &self,
         store: MutexGuard<'_, Store>,
-        call: &RuleCall<'_>,
+        call: RuleCall<'_>,
         hash: u64,
         now: u64,
     ) -> Result<Outcome, Error> {
-        decide(self, Locked::One(store), std::slice::from_ref(call), &[hash], now)
+        decide(self, Locked::One(store), std::slice::from_ref(&call), &[hash], now)
     }
 
     /// Room for the limiters a decision of `calls` creates (the names not held yet,

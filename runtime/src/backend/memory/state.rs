@@ -361,6 +361,7 @@ impl Bucket {
 
     /// Milliseconds until `need` permits of the log after its first `skip` entries
     /// have left the window ([`window::wait_for`]).
+    #[inline]
     pub fn wait_for(&self, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
         window::wait_for(&self.log, skip, need, interval, now, pending)
     }
