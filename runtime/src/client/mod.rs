@@ -299,13 +299,28 @@ impl Client {
         rule: &Rule,
         now: u64,
     ) -> Result<RuleDecision, Error> {
+        // (a rule checked before, the usual one, gives its keys in registers; the
+        // first call's checks answer out of line)
+        let keys = if rule.is_checked() {
+            Keys::checked_before(rule.name(), &self.inner.client_id)
+        } else {
+            self.first_keys(rule)?
+        };
         let call = RuleCall {
-            keys: self.rule_keys(rule)?,
+            keys,
             permits: rule.permits_per_call().min(rule.most_permits()),
             rule: Some(rule.config()),
             bucket: rule.shape(),
         };
         memory.decide_one_rule(&call, rule.name_hash(), now)
+    }
+
+    /// The keys of a rule on its first call (or its first since a setter changed
+    /// it): every check of its name and settings.
+    #[cold]
+    #[inline(never)]
+    fn first_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
+        self.rule_keys(rule)
     }
 
     /// [`check_rules`](Client::check_rules) decided where it is called, for an

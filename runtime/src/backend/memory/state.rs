@@ -187,7 +187,8 @@ impl Store {
         let size = table.num_buckets();
         let mut dropped = 0;
         for _ in 0..buckets.min(size) {
-            let at = self.cursor % size;
+            // (a table's buckets are a power of two: the cursor wraps by a mask)
+            let at = self.cursor & (size - 1);
             self.cursor = at + 1;
             #[cfg(test)]
             {
@@ -321,6 +322,7 @@ impl Limiter {
         self.tokens[slot(kind)] = Some(tokens);
     }
 
+    #[inline]
     pub fn expire_all(&mut self, now: u64) {
         self.live_config(now);
         for recalled in &mut self.recalled {
@@ -384,7 +386,16 @@ impl Bucket {
     /// Logs a grant at `score`, after every grant with a score up to it.
     #[inline(always)]
     pub fn push(&mut self, score: u64, permits: u32) {
-        if self.log.back().is_none_or(|&(newest, _)| newest <= score) {
+        let newest = self.newest();
+        self.push_after(newest, score, permits);
+    }
+
+    /// [`push`](Bucket::push) for a caller that read the newest grant's score
+    /// (`newest`) before dropping entries from the front only: the order is known
+    /// without reading the log's end again.
+    #[inline(always)]
+    pub fn push_after(&mut self, newest: Option<u64>, score: u64, permits: u32) {
+        if newest.is_none_or(|newest| newest <= score) {
             self.log.push_back((score, permits));
         } else {
             self.insert(score, permits);
