@@ -196,6 +196,10 @@ impl Store {
             }
             if let Ok(mut entry) = table.get_bucket_entry(at) {
                 let limiter = &mut entry.get_mut().1;
+                // (the usual case: nothing of it to expire, and not idle)
+                if limiter.all_live(now) {
+                    continue;
+                }
                 if idle == Idle::Keep && limiter.kept_idle(now) {
                     continue;
                 }
