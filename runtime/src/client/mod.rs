@@ -312,7 +312,7 @@ impl Client {
             rule: Some(rule.config()),
             bucket: rule.shape(),
         };
-        memory.decide_one_rule(&call, rule.name_hash(), now)
+        memory.decide_one_rule(&call, rule.name_hash(), Some(rule.window_ms()), now)
     }
 
     /// The keys of a rule on its first call (or its first since a setter changed

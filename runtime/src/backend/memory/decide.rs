@@ -39,7 +39,7 @@ impl MemoryBackend {
 
     /// The decision of one rule, whose name hashes to `hash`.
     pub fn decide_rule(&self, call: &RuleCall<'_>, hash: u64, clock_now: u64) -> Result<Outcome, Error> {
-        match self.decide_one_rule(call, hash, clock_now)? {
+        match self.decide_one_rule(call, hash, None, clock_now)? {
             RuleDecision::Usual(usual) => Ok(usual.outcome()),
             RuleDecision::Phased(outcome) => Ok(outcome),
         }
@@ -47,19 +47,22 @@ impl MemoryBackend {
 
     /// The decision of one rule, whose name hashes to `hash`: one shard, and the usual
     /// calls (a sliding window's, a token bucket's, on a limiter held with the rule's
-    /// config) decided on their own, without the phases' lists.
+    /// config) decided on their own, without the phases' lists. `window_ms`: the
+    /// rule's interval and keep-alive in ms, when its caller keeps them
+    /// ([`Rule::window_ms`](crate::Rule::window_ms)).
     #[inline(always)]
     pub fn decide_one_rule(
         &self,
         call: &RuleCall<'_>,
         hash: u64,
+        window_ms: Option<(u64, u64)>,
         clock_now: u64,
     ) -> Result<RuleDecision, Error> {
         self.sweep_in_turn(clock_now);
         let mut store = self.lock_shard(shard_of(hash));
         let usual = match call.bucket {
-            None => decide_one(&mut store, call, hash, clock_now),
-            Some(shape) => decide_tokens_one(&mut store, call, shape, hash, clock_now),
+            None => decide_one(&mut store, call, hash, window_ms, clock_now),
+            Some(shape) => decide_tokens_one(&mut store, call, shape, hash, window_ms, clock_now),
         };
         match usual {
             Some(usual) => Ok(RuleDecision::Usual(usual)),

@@ -63,7 +63,13 @@ impl Usual {
 /// (a config to create or change, no stored value or a value inflated by hand, a log
 /// short of the wait): `decide.rs` then decides the call from the start.
 #[inline(always)]
-pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, clock_now: u64) -> Option<Usual> {
+pub(super) fn decide_one(
+    store: &mut Store,
+    call: &RuleCall<'_>,
+    hash: u64,
+    window_ms: Option<(u64, u64)>,
+    clock_now: u64,
+) -> Option<Usual> {
     // read config: the rule's own, stored
     let rule = call
         .rule
@@ -82,9 +88,10 @@ pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, cloc
     let bucket = limiter.bucket(rule.rate_type, clock_now)?;
     let value = bucket.value?;
     // load_rule: the newest grant, when newer than this call's time
-    let newest = bucket.newest().unwrap_or(clock_now).max(clock_now);
-    let now = settle_time(newest, clock_now);
-    let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, rule.interval_ms() as i64);
+    let logged = bucket.newest();
+    let now = settle_time(logged.unwrap_or(clock_now).max(clock_now), clock_now);
+    let (interval, keep_alive) = window_ms.unwrap_or_else(|| (rule.interval_ms(), rule.keep_alive_ms()));
+    let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, interval as i64);
     // plan_bucket: the value, plus what left the window
     let (skip, released) = bucket.stale(now as i64 - interval);
     let mut value = window::plain_value(value, released, rate)?;
@@ -101,12 +108,13 @@ pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, cloc
         bucket.remove_first(skip, released);
         if granted {
             value -= permits;
-            bucket.push(now, call.permits as u32);
+            // (entries were dropped from the front only: the newest is as read)
+            bucket.push_after(logged, now, call.permits as u32);
         }
         if granted || released > 0 {
             bucket.value = Some(value);
         }
-        ttl_rule_live(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
+        ttl_rule_live(limiter, rule.rate_type, keep_alive, now, clock_now);
     }
     // reply
     Some(Usual {
@@ -129,6 +137,7 @@ pub(super) fn decide_tokens_one(
     call: &RuleCall<'_>,
     shape: crate::BucketShape,
     hash: u64,
+    window_ms: Option<(u64, u64)>,
     clock_now: u64,
 ) -> Option<Usual> {
     let rule = call.rule?;
@@ -141,7 +150,7 @@ pub(super) fn decide_tokens_one(
     };
     let now = settle_time(stored.state.at.max(clock_now), clock_now);
     // plan_tokens: a bucket held with this rule's config, refilled
-    let (rate, interval) = (rule.rate, rule.interval_ms());
+    let (rate, interval) = (rule.rate, window_ms.map_or_else(|| rule.interval_ms(), |(ms, _)| ms));
     if !stored.state.holds(rate, interval, shape.burst, shape.warmup_ms) {
         return None;
     }
