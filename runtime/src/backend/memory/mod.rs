@@ -71,7 +71,7 @@ pub(crate) struct MemoryBackend {
     /// Names come from callers (API keys, addresses), so they are hashed with a keyed
     /// hash ([`crate::keys::name_hash`]): once per rule, for the shard and for the
     /// shard's table alike.
-    shards: Box<[Mutex<Store>]>,
+    shards: Box<[Mutex<Store>; SHARDS]>,
     room: Room,
 }
 
@@ -145,9 +145,8 @@ impl MemoryBackend {
     /// A backend holding at most `max` limiters.
     pub fn new(max: usize) -> Self {
         MemoryBackend {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(Store::new(cells_per_shard(max))))
-                .collect(),
+            // (an array: a shard's index, under SHARDS, needs no bounds check)
+            shards: Box::new(std::array::from_fn(|_| Mutex::new(Store::new(cells_per_shard(max))))),
             room: Room {
                 held: AtomicUsize::new(0),
                 max,
