@@ -203,8 +203,16 @@ mod tests {
         assert_eq!(lacking(2, 0, 3), Some(1));
         assert_eq!(lacking(5, 2, 3), None);
         assert_eq!(wait_for(&log, 0, 1, 1_000, 500, 0), Some(600));
-        assert_eq!(wait_for(&log, 0, 2, 1_000, 500, 0), Some(600), "the first holds them all");
-        assert_eq!(wait_for(&log, 2, 4, 1_000, 500, 0), Some(800), "after two that left");
+        assert_eq!(
+            wait_for(&log, 0, 2, 1_000, 500, 0),
+            Some(600),
+            "the first holds them all"
+        );
+        assert_eq!(
+            wait_for(&log, 2, 4, 1_000, 500, 0),
+            Some(800),
+            "after two that left"
+        );
         assert_eq!(wait_for(&log, 0, 3, 1_000, 500, 0), Some(700));
         assert_eq!(wait_for(&log, 1, 2, 1_000, 500, 0), Some(800));
         assert_eq!(wait_for(&log, 0, 8, 1_000, 500, 0), None, "the log holds 7");

@@ -15,7 +15,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::backend::decisions::{merged_calls, merged_decision, one_rule_decision};
-use crate::backend::memory::RuleDecision;
+use crate::backend::memory::{Hashes, RuleDecision};
 use crate::backend::{Backend, RuleCall};
 use crate::keys::Keys;
 use crate::{ClientBuilder, Clock, Decision, Error, Rule};
@@ -268,11 +268,13 @@ impl Client {
     ) -> Result<Decision, Error> {
         let keys = self.rules_keys(rules)?;
         let merged = crate::rules::rule::merge(rules);
-        let outcome = memory.decide_calls(&merged_calls(rules, &keys, &merged), now)?;
+        // (each limiter's name hashed as its first rule keeps it, not again)
+        let hashes: Hashes = merged.iter().map(|m| rules[m.first].name_hash()).collect();
+        let outcome = memory.decide_hashed(&merged_calls(rules, &keys, &merged), &hashes, now)?;
         Ok(merged_decision(rules, &merged, &outcome, || self.now_ms()))
     }
 
-    fn rules_keys<'r>(&'r self, rules: &'r [Rule]) -> Result<Vec<Keys<'r>>, Error> {
+    fn rules_keys<'r>(&'r self, rules: &'r [Rule]) -> Result<smallvec::SmallVec<[Keys<'r>; 4]>, Error> {
         rules.iter().map(|rule| self.rule_keys(rule)).collect()
     }
 

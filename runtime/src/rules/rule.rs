@@ -92,7 +92,10 @@ impl Clone for Memo {
             // (Acquire: the window kept before the bits were set comes with them)
             checked: AtomicU8::new(self.checked.load(Ordering::Acquire)),
             hash: AtomicU64::new(self.hash.load(Ordering::Relaxed)),
-            window_ms: self.window_ms.each_ref().map(|ms| AtomicU64::new(ms.load(Ordering::Relaxed))),
+            window_ms: self
+                .window_ms
+                .each_ref()
+                .map(|ms| AtomicU64::new(ms.load(Ordering::Relaxed))),
         }
     }
 }
@@ -234,7 +237,11 @@ impl Rule {
     #[inline]
     pub(crate) fn window_ms(&self) -> (u64, u64) {
         debug_assert!(self.settings_checked(), "a rule's window read before its checks");
-        let [interval, keep_alive] = self.memo.window_ms.each_ref().map(|ms| ms.load(Ordering::Relaxed));
+        let [interval, keep_alive] = self
+            .memo
+            .window_ms
+            .each_ref()
+            .map(|ms| ms.load(Ordering::Relaxed));
         (interval, keep_alive)
     }
 

@@ -21,6 +21,9 @@ use crate::algorithm::window;
 use crate::backend::{Outcome, RuleCall, RuleOutcome};
 use crate::Error;
 
+/// The names' hashes of a decision's calls, inline for a few.
+pub(crate) type Hashes = smallvec::SmallVec<[u64; 4]>;
+
 impl MemoryBackend {
     pub async fn acquire(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<Outcome, Error> {
         self.decide_calls(calls, clock_now)
@@ -28,13 +31,24 @@ impl MemoryBackend {
 
     /// The decision of `calls` (nothing in process waits).
     pub fn decide_calls(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<Outcome, Error> {
-        if let [call] = calls {
-            return self.decide_rule(call, self.hash(call.keys.config()), clock_now);
+        let hashes: Hashes = calls.iter().map(|c| self.hash(c.keys.config())).collect();
+        self.decide_hashed(calls, &hashes, clock_now)
+    }
+
+    /// The decision of `calls`, whose names hash to `hashes` (as
+    /// [`name_hash`](crate::keys::name_hash) hashes them: the hashes rules keep).
+    pub fn decide_hashed(
+        &self,
+        calls: &[RuleCall<'_>],
+        hashes: &[u64],
+        clock_now: u64,
+    ) -> Result<Outcome, Error> {
+        if let ([call], [hash]) = (calls, hashes) {
+            return self.decide_rule(call, *hash, clock_now);
         }
         self.sweep_in_turn(clock_now);
-        let hashes: Vec<u64> = calls.iter().map(|c| self.hash(c.keys.config())).collect();
-        let locked = self.lock_all(&hashes);
-        decide(self, locked, calls, &hashes, clock_now)
+        let locked = self.lock_all(hashes);
+        decide(self, locked, calls, hashes, clock_now)
     }
 
     /// The decision of one rule, whose name hashes to `hash`.
@@ -83,7 +97,13 @@ impl MemoryBackend {
         hash: u64,
         now: u64,
     ) -> Result<Outcome, Error> {
-        decide(self, Locked::One(store), std::slice::from_ref(&call), &[hash], now)
+        decide(
+            self,
+            Locked::One(store),
+            std::slice::from_ref(&call),
+            &[hash],
+            now,
+        )
     }
 
     /// Room for the limiters a decision of `calls` creates (the names not held yet,

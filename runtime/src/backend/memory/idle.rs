@@ -172,7 +172,11 @@ mod tests {
         let config = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_millis(100));
         let bucket = |expires: Option<u64>, logged: bool| Bucket {
             value: Some(4),
-            log: if logged { [(990, 1)].into_iter().collect() } else { Default::default() },
+            log: if logged {
+                [(990, 1)].into_iter().collect()
+            } else {
+                Default::default()
+            },
             total: u64::from(logged),
             expires,
         };
@@ -195,17 +199,37 @@ mod tests {
             ..Limiter::default()
         };
         let cases: Vec<(&str, Limiter, bool)> = vec![
-            ("a live window", window(Some(now + 1), Some(bucket(Some(now + 1), true))), true),
-            ("a window without keep-alive", window(None, Some(bucket(None, true))), true),
+            (
+                "a live window",
+                window(Some(now + 1), Some(bucket(Some(now + 1), true))),
+                true,
+            ),
+            (
+                "a window without keep-alive",
+                window(None, Some(bucket(None, true))),
+                true,
+            ),
             ("a config alone", window(Some(now + 1), None), true),
-            ("its config expired", window(Some(now), Some(bucket(Some(now + 1), true))), false),
-            ("its bucket expired", window(Some(now + 1), Some(bucket(Some(now), true))), false),
+            (
+                "its config expired",
+                window(Some(now), Some(bucket(Some(now + 1), true))),
+                false,
+            ),
+            (
+                "its bucket expired",
+                window(Some(now + 1), Some(bucket(Some(now), true))),
+                false,
+            ),
             (
                 "its bucket empty",
                 window(Some(now + 1), Some(Bucket::default())),
                 false,
             ),
-            ("a value, no log", window(Some(now + 1), Some(bucket(Some(now + 1), false))), true),
+            (
+                "a value, no log",
+                window(Some(now + 1), Some(bucket(Some(now + 1), false))),
+                true,
+            ),
             (
                 "a live token bucket",
                 Limiter {
@@ -225,7 +249,13 @@ mod tests {
             (
                 "a recalled bucket waiting",
                 Limiter {
-                    recalled: [Some(RecalledTokens { tokens: 3, until: now + 1 }), None],
+                    recalled: [
+                        Some(RecalledTokens {
+                            tokens: 3,
+                            until: now + 1,
+                        }),
+                        None,
+                    ],
                     ..Limiter::default()
                 },
                 true,
@@ -233,7 +263,13 @@ mod tests {
             (
                 "a recalled bucket past",
                 Limiter {
-                    recalled: [Some(RecalledTokens { tokens: 3, until: now }), None],
+                    recalled: [
+                        Some(RecalledTokens {
+                            tokens: 3,
+                            until: now,
+                        }),
+                        None,
+                    ],
                     ..Limiter::default()
                 },
                 false,

@@ -37,6 +37,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+pub(crate) use self::decide::Hashes;
 use self::idle::Idle;
 use self::state::Store;
 pub(crate) use self::usual::RuleDecision;
@@ -146,7 +147,9 @@ impl MemoryBackend {
     pub fn new(max: usize) -> Self {
         MemoryBackend {
             // (an array: a shard's index, under SHARDS, needs no bounds check)
-            shards: Box::new(std::array::from_fn(|_| Mutex::new(Store::new(cells_per_shard(max))))),
+            shards: Box::new(std::array::from_fn(|_| {
+                Mutex::new(Store::new(cells_per_shard(max)))
+            })),
             room: Room {
                 held: AtomicUsize::new(0),
                 max,
@@ -229,7 +232,7 @@ impl MemoryBackend {
         if hashes.iter().skip(1).all(|&h| shard_of(h) == first) {
             return Locked::One(self.lock_shard(first));
         }
-        let mut shards: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
+        let mut shards: smallvec::SmallVec<[usize; 4]> = hashes.iter().map(|&h| shard_of(h)).collect();
         shards.sort_unstable();
         shards.dedup();
         Locked::Many(shards.into_iter().map(|i| (i, self.lock_shard(i))).collect())

@@ -28,22 +28,30 @@ impl Limiters {
     /// The limiter `name`, whose [`hash`](Limiters::hash) is `hash`.
     #[inline]
     pub fn get_hashed(&mut self, hash: u64, name: &str) -> Option<&mut Limiter> {
-        self.table.find_mut(hash, |(n, _)| same_name(n, name)).map(|(_, l)| l)
+        self.table
+            .find_mut(hash, |(n, _)| same_name(n, name))
+            .map(|(_, l)| l)
     }
 
     /// The limiter whose name hashes to `hash` and is the one `eq` looks for: each
     /// caller's closure makes a probe of its own, written where the caller is (the
     /// usual calls' probes are not shared with the phases').
     #[inline(always)]
-    pub fn get_with(&mut self, hash: u64, eq: impl FnMut(&(String, Limiter)) -> bool) -> Option<&mut Limiter> {
+    pub fn get_with(
+        &mut self,
+        hash: u64,
+        eq: impl FnMut(&(String, Limiter)) -> bool,
+    ) -> Option<&mut Limiter> {
         self.table.find_mut(hash, eq).map(|(_, l)| l)
     }
 
     /// The limiter `name`, created when missing.
     pub fn get_or_insert(&mut self, hash: u64, name: &str) -> &mut Limiter {
-        let entry = self
-            .table
-            .entry(hash, |(n, _)| same_name(n, name), |(n, _)| crate::keys::name_hash(n));
+        let entry = self.table.entry(
+            hash,
+            |(n, _)| same_name(n, name),
+            |(n, _)| crate::keys::name_hash(n),
+        );
         &mut entry
             .or_insert_with(|| (name.to_owned(), Limiter::default()))
             .into_mut()

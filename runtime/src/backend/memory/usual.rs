@@ -74,7 +74,9 @@ pub(super) fn decide_one(
     let rule = call
         .rule
         .filter(|r| call.bucket.is_none() && call.permits <= r.rate)?;
-    let limiter = store.limiters.get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
+    let limiter = store
+        .limiters
+        .get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
     // (compared where it is held: a config is seven words)
     if limiter.live_config_ref(clock_now).is_none() {
         // an idle limiter (every part expired) is a missing one: made live in place
@@ -141,7 +143,9 @@ pub(super) fn decide_tokens_one(
     clock_now: u64,
 ) -> Option<Usual> {
     let rule = call.rule?;
-    let limiter = store.limiters.get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
+    let limiter = store
+        .limiters
+        .get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
     // load_tokens, settle_time
     let stored = if call.permits > 0 {
         limiter.tokens_or_full(rule, shape.burst, shape.warmup_ms, clock_now)?
@@ -150,7 +154,10 @@ pub(super) fn decide_tokens_one(
     };
     let now = settle_time(stored.state.at.max(clock_now), clock_now);
     // plan_tokens: a bucket held with this rule's config, refilled
-    let (rate, interval) = (rule.rate, window_ms.map_or_else(|| rule.interval_ms(), |(ms, _)| ms));
+    let (rate, interval) = (
+        rule.rate,
+        window_ms.map_or_else(|| rule.interval_ms(), |(ms, _)| ms),
+    );
     if !stored.state.holds(rate, interval, shape.burst, shape.warmup_ms) {
         return None;
     }
