@@ -144,7 +144,7 @@ impl Bucket {
     /// Whether a sweep keeps this window bucket at `now`: not expired, not empty.
     #[inline(always)]
     fn live(&self, now: u64) -> bool {
-        !self.expires.is_some_and(|t| t <= now) && !self.is_empty()
+        self.expires.is_none_or(|t| t > now) && !self.is_empty()
     }
 }
 

@@ -29,7 +29,8 @@ mod tests {
         let base: String = (0..40u8).map(|i| char::from(b'a' + i % 26)).collect();
         for len in 0..=40 {
             let name = &base[..len];
-            assert!(same_name(name, &name.to_owned()), "{len} bytes");
+            let copy = String::from(name);
+            assert!(same_name(name, &copy), "{len} bytes");
             // one byte changed, wherever it is, is another name
             for at in 0..len {
                 let mut other = name.as_bytes().to_vec();
