@@ -297,6 +297,28 @@ on_both_backends!(misuse_errors_say_what_to_do, |client, clock, server| {
     assert!(matches!(err, Error::PermitsExceedRate { .. }), "{err:?}");
 });
 
+// Several rules in one call find their limiters by the hashes the rules keep: the
+// limiters are the ones their names open elsewhere (a handle, a call of one rule).
+on_both_backends!(
+    several_rules_decide_the_limiters_their_names_open,
+    |client, clock, server| {
+        let rules = [
+            Rule::new("rate_limit:several:a", 5, SEC),
+            Rule::new("rate_limit:several:b", 4, SEC),
+            Rule::new("rate_limit:several:c", 3, SEC),
+        ];
+        for _ in 0..2 {
+            assert!(client.check_rules(&rules).await.unwrap().allowed);
+        }
+        for (rule, left) in rules.iter().zip([3, 2, 1]) {
+            let handle = client.rate_limiter(rule.name());
+            assert_eq!(handle.available_permits().await.unwrap(), left, "{}", rule.name());
+            let alone = client.check_rules(std::slice::from_ref(rule)).await.unwrap();
+            assert_eq!(alone.remaining, left - 1, "{}", rule.name());
+        }
+    }
+);
+
 on_both_backends!(rules_are_all_or_nothing, |client, clock, server| {
     let user = Rule::new("rate_limit:order:user:1", 3, SEC);
     let global = Rule::new("rate_limit:order", 2, ms(500));

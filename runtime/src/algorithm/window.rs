@@ -26,6 +26,18 @@ pub fn stale(log: &Log, cutoff: i64) -> (usize, u64) {
     if cutoff < 0 || log.front().is_none_or(|&(score, _)| score > cutoff as u64) {
         return (0, 0);
     }
+    // Then usually one: a grant of the window before, the next still in the window.
+    if log.get(1).is_none_or(|&(score, _)| score > cutoff as u64) {
+        #[cfg(test)]
+        read::counted(1, 1);
+        return (1, u64::from(log[0].1));
+    }
+    stale_many(log, cutoff)
+}
+
+/// [`stale`] when two entries or more left the window.
+#[inline(never)]
+fn stale_many(log: &Log, cutoff: i64) -> (usize, u64) {
     let (n, released) = log
         .iter()
         .take_while(|&&(score, _)| score <= cutoff as u64)
@@ -82,6 +94,20 @@ pub fn lacking(value: i64, spent: i64, permits: i64) -> Option<i64> {
 /// entry leaves, an upper bound of the exact wait.
 #[inline]
 pub fn wait_for(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
+    // Usually the oldest grant still in the window holds what is lacking.
+    if let Some(&(score, p)) = log.get(skip) {
+        if i64::from(p) >= need {
+            #[cfg(test)]
+            read::counted(1, 0);
+            return Some(score as i64 + interval - now);
+        }
+    }
+    wait_walk(log, skip, need, interval, now, pending)
+}
+
+/// [`wait_for`] walking the log, when its first entry holds too few.
+#[inline(never)]
+fn wait_walk(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
     let walk = need.clamp(1, WALK as i64) as usize;
     let mut acc = 0i64;
     for &(score, p) in log.iter().skip(skip).take(walk) {
@@ -149,6 +175,13 @@ mod tests {
         assert_eq!(stale(&log, 200), (2, 3));
         assert_eq!(stale(&log, 1_000), (3, 7));
         assert_eq!(stale(&log, -1), (0, 0));
+        // one left (the usual case, read without the walk), of a longer log and alone
+        assert_eq!(stale(&log, 100), (1, 2));
+        assert_eq!(stale(&log, 199), (1, 2));
+        assert_eq!(stale(&self::log(&[(100, 5)]), 150), (1, 5));
+        assert_eq!(stale(&self::log(&[]), 150), (0, 0));
+        // grants of one millisecond leave together
+        assert_eq!(stale(&self::log(&[(100, 1), (100, 2), (101, 4)]), 100), (2, 3));
     }
 
     #[test]
@@ -170,6 +203,16 @@ mod tests {
         assert_eq!(lacking(2, 0, 3), Some(1));
         assert_eq!(lacking(5, 2, 3), None);
         assert_eq!(wait_for(&log, 0, 1, 1_000, 500, 0), Some(600));
+        assert_eq!(
+            wait_for(&log, 0, 2, 1_000, 500, 0),
+            Some(600),
+            "the first holds them all"
+        );
+        assert_eq!(
+            wait_for(&log, 2, 4, 1_000, 500, 0),
+            Some(800),
+            "after two that left"
+        );
         assert_eq!(wait_for(&log, 0, 3, 1_000, 500, 0), Some(700));
         assert_eq!(wait_for(&log, 1, 2, 1_000, 500, 0), Some(800));
         assert_eq!(wait_for(&log, 0, 8, 1_000, 500, 0), None, "the log holds 7");

@@ -15,7 +15,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::backend::decisions::{merged_calls, merged_decision, one_rule_decision};
-use crate::backend::memory::RuleDecision;
+use crate::backend::memory::{Hashes, RuleDecision};
 use crate::backend::{Backend, RuleCall};
 use crate::keys::Keys;
 use crate::{ClientBuilder, Clock, Decision, Error, Rule};
@@ -172,34 +172,79 @@ impl Client {
             // As an `async fn`'s future: polled again once it has answered, it would
             // decide again (and spend again), so it refuses to.
             assert!(!decided, "a check_rules future polled after it completed");
-            let remote = match &mut remote {
-                Some(remote) => remote,
-                None => {
-                    let now = self.now_ms();
-                    let redis = match self.backend() {
-                        Backend::Memory(memory) => {
-                            decided = true;
-                            return Poll::Ready(self.check_rules_in_process(memory, rules, now));
-                        }
-                        Backend::Redis(redis) => redis,
-                    };
-                    // A refusal kept, a batch held: answered without a round trip.
-                    if let Some(answer) = redis.answered_here(rules, now) {
-                        decided = true;
-                        return Poll::Ready(Ok(answer));
-                    }
-                    remote.insert(Box::pin(redis.check_rules(rules, now)))
-                }
-            };
-            let answer = std::task::ready!(remote.as_mut().poll(cx));
-            decided = true;
-            Poll::Ready(answer)
+            if let (None, Backend::Memory(memory)) = (&remote, self.backend()) {
+                decided = true;
+                return self.poll_in_process(memory, rules);
+            }
+            self.poll_remote(&mut remote, &mut decided, rules, cx)
         })
+    }
+
+    /// [`check_rules`](Client::check_rules)' future on Redis: a refusal kept or a
+    /// batch held answered on the first poll, else the script call, polled until it
+    /// answers. Out of line, so that the in-process poll does not carry its frame.
+    #[inline(never)]
+    fn poll_remote<'a>(
+        &'a self,
+        remote: &mut Option<Remote<'a>>,
+        decided: &mut bool,
+        rules: &'a [Rule],
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Result<Decision, Error>> {
+        let remote = match remote {
+            Some(remote) => remote,
+            None => {
+                let Backend::Redis(redis) = self.backend() else {
+                    unreachable!("an in-process future is answered on its first poll")
+                };
+                let now = self.now_ms();
+                // A refusal kept, a batch held: answered without a round trip.
+                if let Some(answer) = redis.answered_here(rules, now) {
+                    *decided = true;
+                    return Poll::Ready(Ok(answer));
+                }
+                remote.insert(Box::pin(redis.check_rules(rules, now)))
+            }
+        };
+        let answer = std::task::ready!(remote.as_mut().poll(cx));
+        *decided = true;
+        Poll::Ready(answer)
+    }
+
+    /// [`check_rules`](Client::check_rules)' future in process, answered on its first
+    /// poll, out of line: the usual call's decision is written where the poll returns
+    /// it (a `Poll` of the answer is laid out as the answer), not made in the poll and
+    /// then moved out of it; every other answer comes from a function of its own.
+    #[inline(never)]
+    fn poll_in_process(
+        &self,
+        memory: &crate::backend::memory::MemoryBackend,
+        rules: &[Rule],
+    ) -> Poll<Result<Decision, Error>> {
+        let now = self.now_ms();
+        let [rule] = rules else {
+            return Poll::Ready(self.check_several_in_process(memory, rules, now));
+        };
+        match self.decide_rule_in_process(memory, rule, now) {
+            Ok(RuleDecision::Usual(usual)) => Poll::Ready(Ok(usual.decision())),
+            other => Poll::Ready(self.other_answer(rule, other)),
+        }
+    }
+
+    /// The decision of one rule in process that the usual call did not make (made by
+    /// the phases), or its error.
+    #[cold]
+    #[inline(never)]
+    fn other_answer(&self, rule: &Rule, decided: Result<RuleDecision, Error>) -> Result<Decision, Error> {
+        match decided? {
+            RuleDecision::Usual(usual) => Ok(usual.decision()),
+            RuleDecision::Phased(outcome) => Ok(one_rule_decision(rule, &outcome, || self.now_ms())),
+        }
     }
 
     /// [`check_rules`](Client::check_rules) in process: nothing waits, so it is decided
     /// where it is called.
-    #[inline]
+    #[inline(always)]
     fn check_rules_in_process(
         &self,
         memory: &crate::backend::memory::MemoryBackend,
@@ -223,33 +268,61 @@ impl Client {
     ) -> Result<Decision, Error> {
         let keys = self.rules_keys(rules)?;
         let merged = crate::rules::rule::merge(rules);
-        let outcome = memory.decide_calls(&merged_calls(rules, &keys, &merged), now)?;
+        // (each limiter's name hashed as its first rule keeps it, not again)
+        let hashes: Hashes = merged.iter().map(|m| rules[m.first].name_hash()).collect();
+        let outcome = memory.decide_hashed(&merged_calls(rules, &keys, &merged), &hashes, now)?;
         Ok(merged_decision(rules, &merged, &outcome, || self.now_ms()))
     }
 
-    fn rules_keys<'r>(&'r self, rules: &'r [Rule]) -> Result<Vec<Keys<'r>>, Error> {
+    fn rules_keys<'r>(&'r self, rules: &'r [Rule]) -> Result<smallvec::SmallVec<[Keys<'r>; 4]>, Error> {
         rules.iter().map(|rule| self.rule_keys(rule)).collect()
     }
 
     /// One rule in process, with the rule's kept hash; the usual call's answer is the
     /// decision as it is.
-    #[inline]
+    #[inline(always)]
     fn check_rule_in_process(
         &self,
         memory: &crate::backend::memory::MemoryBackend,
         rule: &Rule,
         now: u64,
     ) -> Result<Decision, Error> {
+        match self.decide_rule_in_process(memory, rule, now)? {
+            RuleDecision::Usual(usual) => Ok(usual.decision()),
+            RuleDecision::Phased(outcome) => Ok(one_rule_decision(rule, &outcome, || self.now_ms())),
+        }
+    }
+
+    /// One rule decided in process, with the rule's kept hash.
+    #[inline(always)]
+    fn decide_rule_in_process(
+        &self,
+        memory: &crate::backend::memory::MemoryBackend,
+        rule: &Rule,
+        now: u64,
+    ) -> Result<RuleDecision, Error> {
+        // (a rule checked before, the usual one, gives its keys in registers; the
+        // first call's checks answer out of line)
+        let keys = if rule.is_checked() {
+            Keys::checked_before(rule.name(), &self.inner.client_id)
+        } else {
+            self.first_keys(rule)?
+        };
         let call = RuleCall {
-            keys: self.rule_keys(rule)?,
+            keys,
             permits: rule.permits_per_call().min(rule.most_permits()),
             rule: Some(rule.config()),
             bucket: rule.shape(),
         };
-        match memory.decide_one_rule(&call, rule.name_hash(), now)? {
-            RuleDecision::Usual(usual) => Ok(usual.decision()),
-            RuleDecision::Phased(outcome) => Ok(one_rule_decision(rule, &outcome, || self.now_ms())),
-        }
+        memory.decide_one_rule(&call, rule.name_hash(), Some(rule.window_ms()), now)
+    }
+
+    /// The keys of a rule on its first call (or its first since a setter changed
+    /// it): every check of its name and settings.
+    #[cold]
+    #[inline(never)]
+    fn first_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
+        self.rule_keys(rule)
     }
 
     /// [`check_rules`](Client::check_rules) decided where it is called, for an

@@ -69,12 +69,14 @@ impl fmt::Debug for Rule {
 /// name passed [`check_name`](crate::keys::check_name) ([`NAME`]) and its settings
 /// every check of them ([`SETTINGS`]), and its name's hash
 /// ([`name_hash`](crate::keys::name_hash); 0: not computed yet). Every setter clears
-/// [`SETTINGS`]; the name never changes. Not part of what a rule is: two rules that
-/// differ only here are equal.
+/// [`SETTINGS`]; the name never changes. With the settings, their window and
+/// keep-alive in whole ms, which every decision reads. Not part of what a rule is: two
+/// rules that differ only here are equal.
 #[derive(Default)]
 struct Memo {
     checked: AtomicU8,
     hash: AtomicU64,
+    window_ms: [AtomicU64; 2],
 }
 
 /// [`Memo`]'s bit for a name found good.
@@ -87,8 +89,13 @@ const SETTINGS: u8 = 2;
 impl Clone for Memo {
     fn clone(&self) -> Self {
         Memo {
-            checked: AtomicU8::new(self.checked.load(Ordering::Relaxed)),
+            // (Acquire: the window kept before the bits were set comes with them)
+            checked: AtomicU8::new(self.checked.load(Ordering::Acquire)),
             hash: AtomicU64::new(self.hash.load(Ordering::Relaxed)),
+            window_ms: self
+                .window_ms
+                .each_ref()
+                .map(|ms| AtomicU64::new(ms.load(Ordering::Relaxed))),
         }
     }
 }
@@ -200,17 +207,42 @@ impl Rule {
     /// change.
     #[inline]
     pub(crate) fn is_checked(&self) -> bool {
-        self.memo.checked.load(Ordering::Relaxed) & (NAME | SETTINGS) == NAME | SETTINGS
+        self.memo.checked.load(Ordering::Acquire) & (NAME | SETTINGS) == NAME | SETTINGS
     }
 
     /// Whether the settings have been found good since the last change.
     pub(crate) fn settings_checked(&self) -> bool {
-        self.memo.checked.load(Ordering::Relaxed) & SETTINGS != 0
+        self.memo.checked.load(Ordering::Acquire) & SETTINGS != 0
     }
 
     /// Notes that every check of the rule passed.
     pub(crate) fn mark_checked(&self) {
-        self.memo.checked.fetch_or(NAME | SETTINGS, Ordering::Relaxed);
+        // (Release: a thread that sees the bits sees the window kept before them)
+        self.keep_window_ms();
+        self.memo.checked.fetch_or(NAME | SETTINGS, Ordering::Release);
+    }
+
+    /// Keeps the settings' window and keep-alive in ms, for [`window_ms`](Rule::window_ms).
+    fn keep_window_ms(&self) {
+        let ms = [self.config.interval_ms(), self.config.keep_alive_ms()];
+        for (kept, ms) in self.memo.window_ms.iter().zip(ms) {
+            kept.store(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// The interval and keep-alive (0: none) of the rule's config in whole ms, as
+    /// [`RateLimiterConfig::interval_ms`] and `keep_alive_ms` give them, kept when its
+    /// settings were found good: for a rule whose settings are (every setter makes it
+    /// checked again), without their arithmetic on every call.
+    #[inline]
+    pub(crate) fn window_ms(&self) -> (u64, u64) {
+        debug_assert!(self.settings_checked(), "a rule's window read before its checks");
+        let [interval, keep_alive] = self
+            .memo
+            .window_ms
+            .each_ref()
+            .map(|ms| ms.load(Ordering::Relaxed));
+        (interval, keep_alive)
     }
 
     /// Notes that the rule's rate and window are an override's (`rules::overrides`),
@@ -228,7 +260,8 @@ impl Rule {
     /// every call made from it (an [`Engine`](crate::engine::Engine)'s rule at its
     /// own rate, window and permits). Its name is still checked on its first call.
     pub(crate) fn mark_settings_checked(&self) {
-        self.memo.checked.fetch_or(SETTINGS, Ordering::Relaxed);
+        self.keep_window_ms();
+        self.memo.checked.fetch_or(SETTINGS, Ordering::Release);
     }
 
     /// The hash of the rule's name ([`name_hash`](crate::keys::name_hash)), computed on

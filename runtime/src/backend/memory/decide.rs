@@ -21,6 +21,9 @@ use crate::algorithm::window;
 use crate::backend::{Outcome, RuleCall, RuleOutcome};
 use crate::Error;
 
+/// The names' hashes of a decision's calls, inline for a few.
+pub(crate) type Hashes = smallvec::SmallVec<[u64; 4]>;
+
 impl MemoryBackend {
     pub async fn acquire(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<Outcome, Error> {
         self.decide_calls(calls, clock_now)
@@ -28,18 +31,29 @@ impl MemoryBackend {
 
     /// The decision of `calls` (nothing in process waits).
     pub fn decide_calls(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<Outcome, Error> {
-        if let [call] = calls {
-            return self.decide_rule(call, self.hash(call.keys.config()), clock_now);
+        let hashes: Hashes = calls.iter().map(|c| self.hash(c.keys.config())).collect();
+        self.decide_hashed(calls, &hashes, clock_now)
+    }
+
+    /// The decision of `calls`, whose names hash to `hashes` (as
+    /// [`name_hash`](crate::keys::name_hash) hashes them: the hashes rules keep).
+    pub fn decide_hashed(
+        &self,
+        calls: &[RuleCall<'_>],
+        hashes: &[u64],
+        clock_now: u64,
+    ) -> Result<Outcome, Error> {
+        if let ([call], [hash]) = (calls, hashes) {
+            return self.decide_rule(call, *hash, clock_now);
         }
         self.sweep_in_turn(clock_now);
-        let hashes: Vec<u64> = calls.iter().map(|c| self.hash(c.keys.config())).collect();
-        let locked = self.lock_all(&hashes);
-        decide(self, locked, calls, &hashes, clock_now)
+        let locked = self.lock_all(hashes);
+        decide(self, locked, calls, hashes, clock_now)
     }
 
     /// The decision of one rule, whose name hashes to `hash`.
     pub fn decide_rule(&self, call: &RuleCall<'_>, hash: u64, clock_now: u64) -> Result<Outcome, Error> {
-        match self.decide_one_rule(call, hash, clock_now)? {
+        match self.decide_one_rule(call, hash, None, clock_now)? {
             RuleDecision::Usual(usual) => Ok(usual.outcome()),
             RuleDecision::Phased(outcome) => Ok(outcome),
         }
@@ -47,38 +61,49 @@ impl MemoryBackend {
 
     /// The decision of one rule, whose name hashes to `hash`: one shard, and the usual
     /// calls (a sliding window's, a token bucket's, on a limiter held with the rule's
-    /// config) decided on their own, without the phases' lists.
-    #[inline]
+    /// config) decided on their own, without the phases' lists. `window_ms`: the
+    /// rule's interval and keep-alive in ms, when its caller keeps them
+    /// ([`Rule::window_ms`](crate::Rule::window_ms)).
+    #[inline(always)]
     pub fn decide_one_rule(
         &self,
         call: &RuleCall<'_>,
         hash: u64,
+        window_ms: Option<(u64, u64)>,
         clock_now: u64,
     ) -> Result<RuleDecision, Error> {
         self.sweep_in_turn(clock_now);
         let mut store = self.lock_shard(shard_of(hash));
         let usual = match call.bucket {
-            None => decide_one(&mut store, call, hash, clock_now),
-            Some(shape) => decide_tokens_one(&mut store, call, shape, hash, clock_now),
+            None => decide_one(&mut store, call, hash, window_ms, clock_now),
+            Some(shape) => decide_tokens_one(&mut store, call, shape, hash, window_ms, clock_now),
         };
         match usual {
             Some(usual) => Ok(RuleDecision::Usual(usual)),
+            // (a copy made only here: the usual call reads its parts where they are)
             None => self
-                .decide_other(store, call, hash, clock_now)
+                .decide_other(store, call.clone(), hash, clock_now)
                 .map(RuleDecision::Phased),
         }
     }
 
     /// Any other call of one rule: the phases.
     #[cold]
+    #[inline(never)]
     fn decide_other(
         &self,
         store: MutexGuard<'_, Store>,
-        call: &RuleCall<'_>,
+        call: RuleCall<'_>,
         hash: u64,
         now: u64,
     ) -> Result<Outcome, Error> {
-        decide(self, Locked::One(store), std::slice::from_ref(call), &[hash], now)
+        decide(
+            self,
+            Locked::One(store),
+            std::slice::from_ref(&call),
+            &[hash],
+            now,
+        )
     }
 
     /// Room for the limiters a decision of `calls` creates (the names not held yet,

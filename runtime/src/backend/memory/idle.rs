@@ -27,6 +27,30 @@ pub(super) enum Idle {
 pub(super) const KEPT_LOG: usize = 16;
 
 impl Limiter {
+    /// Whether every part this limiter holds is live at `now` (and holds something: a
+    /// window bucket not empty), and it holds one at least: the usual limiter a sweep
+    /// in turn meets. A sweep leaves such a limiter as it is (it is not idle, nothing
+    /// of it expires, it is not empty), so it passes it by without those steps.
+    #[inline(always)]
+    pub(super) fn all_live(&self, now: u64) -> bool {
+        if self.config_expires.is_some_and(|t| t <= now) {
+            return false;
+        }
+        let mut held = self.config.is_some();
+        // each part absent, live or not; one by one, stopping at the first not live
+        let mut live = |part: Option<bool>| {
+            held |= part.is_some();
+            part != Some(false)
+        };
+        let all = live(self.buckets[0].as_ref().map(|b| b.live(now)))
+            && live(self.buckets[1].as_ref().map(|b| b.live(now)))
+            && live(self.tokens[0].as_ref().map(|t| t.expires > now))
+            && live(self.tokens[1].as_ref().map(|t| t.expires > now))
+            && live(self.recalled[0].as_ref().map(|r| r.until > now))
+            && live(self.recalled[1].as_ref().map(|r| r.until > now));
+        all && held
+    }
+
     /// Whether every part of this limiter has expired by `now` (or is empty), and no
     /// reservation holds it: a decision reads it as a missing limiter.
     pub fn is_idle(&self, now: u64) -> bool {
@@ -113,5 +137,155 @@ impl Limiter {
             self.tokens[at] = Some(Tokens { state, expires: now });
         }
         self.tokens[at].as_mut()
+    }
+}
+
+impl Bucket {
+    /// Whether a sweep keeps this window bucket at `now`: not expired, not empty.
+    #[inline(always)]
+    fn live(&self, now: u64) -> bool {
+        self.expires.is_none_or(|t| t > now) && !self.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::memory::summary::RecalledTokens;
+    use crate::RateType;
+    use std::time::Duration;
+
+    /// The parts a limiter holds, for seeing that a sweep's steps changed nothing.
+    fn parts(l: &Limiter) -> (bool, Option<u64>, [bool; 2], [bool; 2], [bool; 2]) {
+        (
+            l.config.is_some(),
+            l.config_expires,
+            l.buckets.each_ref().map(|b| b.is_some()),
+            l.tokens.each_ref().map(|t| t.is_some()),
+            l.recalled.each_ref().map(|r| r.is_some()),
+        )
+    }
+
+    #[test]
+    fn a_limiter_all_live_is_one_a_sweep_leaves_as_it_is() {
+        let now = 1_000;
+        let config = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_millis(100));
+        let bucket = |expires: Option<u64>, logged: bool| Bucket {
+            value: Some(4),
+            log: if logged {
+                [(990, 1)].into_iter().collect()
+            } else {
+                Default::default()
+            },
+            total: u64::from(logged),
+            expires,
+        };
+        let tokens = |expires: u64| Tokens {
+            state: Stored {
+                rate: 5,
+                interval: 100,
+                burst: 5,
+                warmup: 0,
+                units: 100,
+                at: now,
+                cold: 0,
+            },
+            expires,
+        };
+        let window = |config_expires: Option<u64>, b: Option<Bucket>| Limiter {
+            config: Some(config),
+            config_expires,
+            buckets: [b, None],
+            ..Limiter::default()
+        };
+        let cases: Vec<(&str, Limiter, bool)> = vec![
+            (
+                "a live window",
+                window(Some(now + 1), Some(bucket(Some(now + 1), true))),
+                true,
+            ),
+            (
+                "a window without keep-alive",
+                window(None, Some(bucket(None, true))),
+                true,
+            ),
+            ("a config alone", window(Some(now + 1), None), true),
+            (
+                "its config expired",
+                window(Some(now), Some(bucket(Some(now + 1), true))),
+                false,
+            ),
+            (
+                "its bucket expired",
+                window(Some(now + 1), Some(bucket(Some(now), true))),
+                false,
+            ),
+            (
+                "its bucket empty",
+                window(Some(now + 1), Some(Bucket::default())),
+                false,
+            ),
+            (
+                "a value, no log",
+                window(Some(now + 1), Some(bucket(Some(now + 1), false))),
+                true,
+            ),
+            (
+                "a live token bucket",
+                Limiter {
+                    tokens: [Some(tokens(now + 1)), None],
+                    ..Limiter::default()
+                },
+                true,
+            ),
+            (
+                "a token bucket full again",
+                Limiter {
+                    tokens: [None, Some(tokens(now))],
+                    ..Limiter::default()
+                },
+                false,
+            ),
+            (
+                "a recalled bucket waiting",
+                Limiter {
+                    recalled: [
+                        Some(RecalledTokens {
+                            tokens: 3,
+                            until: now + 1,
+                        }),
+                        None,
+                    ],
+                    ..Limiter::default()
+                },
+                true,
+            ),
+            (
+                "a recalled bucket past",
+                Limiter {
+                    recalled: [
+                        Some(RecalledTokens {
+                            tokens: 3,
+                            until: now,
+                        }),
+                        None,
+                    ],
+                    ..Limiter::default()
+                },
+                false,
+            ),
+            ("nothing held", Limiter::default(), false),
+        ];
+        for (case, mut limiter, all_live) in cases {
+            assert_eq!(limiter.all_live(now), all_live, "{case}");
+            if all_live {
+                // what a sweep does with it changes nothing, and keeps it
+                let before = parts(&limiter);
+                assert!(!limiter.kept_idle(now), "{case}");
+                limiter.expire_all(now);
+                assert_eq!(parts(&limiter), before, "{case}");
+                assert!(!limiter.is_empty(), "{case}");
+            }
+        }
     }
 }

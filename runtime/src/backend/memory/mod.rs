@@ -26,6 +26,7 @@ mod decide;
 mod idle;
 mod load;
 mod manage;
+mod name;
 mod plan;
 mod settle;
 mod state;
@@ -36,6 +37,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+pub(crate) use self::decide::Hashes;
 use self::idle::Idle;
 use self::state::Store;
 pub(crate) use self::usual::RuleDecision;
@@ -70,7 +72,7 @@ pub(crate) struct MemoryBackend {
     /// Names come from callers (API keys, addresses), so they are hashed with a keyed
     /// hash ([`crate::keys::name_hash`]): once per rule, for the shard and for the
     /// shard's table alike.
-    shards: Box<[Mutex<Store>]>,
+    shards: Box<[Mutex<Store>; SHARDS]>,
     room: Room,
 }
 
@@ -144,9 +146,10 @@ impl MemoryBackend {
     /// A backend holding at most `max` limiters.
     pub fn new(max: usize) -> Self {
         MemoryBackend {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(Store::new(cells_per_shard(max))))
-                .collect(),
+            // (an array: a shard's index, under SHARDS, needs no bounds check)
+            shards: Box::new(std::array::from_fn(|_| {
+                Mutex::new(Store::new(cells_per_shard(max)))
+            })),
             room: Room {
                 held: AtomicUsize::new(0),
                 max,
@@ -213,6 +216,7 @@ impl MemoryBackend {
         self.lock_shard(shard_of(self.hash(name)))
     }
 
+    #[inline]
     fn lock_shard(&self, shard: usize) -> MutexGuard<'_, Store> {
         self.shards[shard].lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -228,7 +232,7 @@ impl MemoryBackend {
         if hashes.iter().skip(1).all(|&h| shard_of(h) == first) {
             return Locked::One(self.lock_shard(first));
         }
-        let mut shards: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
+        let mut shards: smallvec::SmallVec<[usize; 4]> = hashes.iter().map(|&h| shard_of(h)).collect();
         shards.sort_unstable();
         shards.dedup();
         Locked::Many(shards.into_iter().map(|i| (i, self.lock_shard(i))).collect())

@@ -2,6 +2,7 @@
 //! per mode (the overall bucket, and this client's per_client bucket).
 
 use super::idle::Idle;
+use super::name::same_name;
 use super::summary::{RecalledTokens, Summary};
 use crate::algorithm::bucket::{Plan, Stored};
 use crate::algorithm::window::{self, Log};
@@ -25,15 +26,32 @@ impl Limiters {
     }
 
     /// The limiter `name`, whose [`hash`](Limiters::hash) is `hash`.
+    #[inline]
     pub fn get_hashed(&mut self, hash: u64, name: &str) -> Option<&mut Limiter> {
-        self.table.find_mut(hash, |(n, _)| n == name).map(|(_, l)| l)
+        self.table
+            .find_mut(hash, |(n, _)| same_name(n, name))
+            .map(|(_, l)| l)
+    }
+
+    /// The limiter whose name hashes to `hash` and is the one `eq` looks for: each
+    /// caller's closure makes a probe of its own, written where the caller is (the
+    /// usual calls' probes are not shared with the phases').
+    #[inline(always)]
+    pub fn get_with(
+        &mut self,
+        hash: u64,
+        eq: impl FnMut(&(String, Limiter)) -> bool,
+    ) -> Option<&mut Limiter> {
+        self.table.find_mut(hash, eq).map(|(_, l)| l)
     }
 
     /// The limiter `name`, created when missing.
     pub fn get_or_insert(&mut self, hash: u64, name: &str) -> &mut Limiter {
-        let entry = self
-            .table
-            .entry(hash, |(n, _)| n == name, |(n, _)| crate::keys::name_hash(n));
+        let entry = self.table.entry(
+            hash,
+            |(n, _)| same_name(n, name),
+            |(n, _)| crate::keys::name_hash(n),
+        );
         &mut entry
             .or_insert_with(|| (name.to_owned(), Limiter::default()))
             .into_mut()
@@ -43,7 +61,7 @@ impl Limiters {
     /// Removes the limiter `name`; true when it was held.
     pub fn remove(&mut self, name: &str) -> bool {
         let hash = self.hash(name);
-        match self.table.find_entry(hash, |(n, _)| n == name) {
+        match self.table.find_entry(hash, |(n, _)| same_name(n, name)) {
             Ok(entry) => {
                 entry.remove();
                 true
@@ -70,7 +88,7 @@ impl Limiters {
 
     /// Whether the limiter `name`, whose hash is `hash`, is held.
     pub fn contains(&self, hash: u64, name: &str) -> bool {
-        self.table.find(hash, |(n, _)| n == name).is_some()
+        self.table.find(hash, |(n, _)| same_name(n, name)).is_some()
     }
 
     #[cfg(test)]
@@ -177,7 +195,8 @@ impl Store {
         let size = table.num_buckets();
         let mut dropped = 0;
         for _ in 0..buckets.min(size) {
-            let at = self.cursor % size;
+            // (a table's buckets are a power of two: the cursor wraps by a mask)
+            let at = self.cursor & (size - 1);
             self.cursor = at + 1;
             #[cfg(test)]
             {
@@ -185,6 +204,10 @@ impl Store {
             }
             if let Ok(mut entry) = table.get_bucket_entry(at) {
                 let limiter = &mut entry.get_mut().1;
+                // (the usual case: nothing of it to expire, and not idle)
+                if limiter.all_live(now) {
+                    continue;
+                }
                 if idle == Idle::Keep && limiter.kept_idle(now) {
                     continue;
                 }
@@ -202,11 +225,17 @@ impl Store {
 impl Limiter {
     #[inline]
     pub fn live_config(&mut self, now: u64) -> Option<RateLimiterConfig> {
+        *self.live_config_ref(now)
+    }
+
+    /// [`live_config`](Limiter::live_config) where it is held.
+    #[inline]
+    pub fn live_config_ref(&mut self, now: u64) -> &Option<RateLimiterConfig> {
         if self.config_expires.is_some_and(|t| t <= now) {
             self.config = None;
             self.config_expires = None;
         }
-        self.config
+        &self.config
     }
 
     /// The bucket of `kind`, unless missing or expired (an expired one is dropped).
@@ -305,6 +334,7 @@ impl Limiter {
         self.tokens[slot(kind)] = Some(tokens);
     }
 
+    #[inline]
     pub fn expire_all(&mut self, now: u64) {
         self.live_config(now);
         for recalled in &mut self.recalled {
@@ -345,6 +375,7 @@ impl Bucket {
 
     /// Milliseconds until `need` permits of the log after its first `skip` entries
     /// have left the window ([`window::wait_for`]).
+    #[inline]
     pub fn wait_for(&self, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
         window::wait_for(&self.log, skip, need, interval, now, pending)
     }
@@ -365,9 +396,18 @@ impl Bucket {
     }
 
     /// Logs a grant at `score`, after every grant with a score up to it.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, score: u64, permits: u32) {
-        if self.log.back().is_none_or(|&(newest, _)| newest <= score) {
+        let newest = self.newest();
+        self.push_after(newest, score, permits);
+    }
+
+    /// [`push`](Bucket::push) for a caller that read the newest grant's score
+    /// (`newest`) before dropping entries from the front only: the order is known
+    /// without reading the log's end again.
+    #[inline(always)]
+    pub fn push_after(&mut self, newest: Option<u64>, score: u64, permits: u32) {
+        if newest.is_none_or(|newest| newest <= score) {
             self.log.push_back((score, permits));
         } else {
             self.insert(score, permits);

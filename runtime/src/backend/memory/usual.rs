@@ -6,6 +6,7 @@
 //! does not cover; `decide.rs` then decides the call by the phases.
 
 use super::commit::ttl_rule_live;
+use super::name::same_name;
 use super::state::{Store, Tokens};
 use crate::algorithm::bucket::Plan;
 use crate::algorithm::call_time::settle_time;
@@ -61,28 +62,38 @@ impl Usual {
 /// the phases would make it. `None`, before anything is written, for every other case
 /// (a config to create or change, no stored value or a value inflated by hand, a log
 /// short of the wait): `decide.rs` then decides the call from the start.
-pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, clock_now: u64) -> Option<Usual> {
+#[inline(always)]
+pub(super) fn decide_one(
+    store: &mut Store,
+    call: &RuleCall<'_>,
+    hash: u64,
+    window_ms: Option<(u64, u64)>,
+    clock_now: u64,
+) -> Option<Usual> {
     // read config: the rule's own, stored
     let rule = call
         .rule
         .filter(|r| call.bucket.is_none() && call.permits <= r.rate)?;
-    let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
-    let config = match limiter.live_config(clock_now) {
-        Some(config) => config,
+    let limiter = store
+        .limiters
+        .get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
+    // (compared where it is held: a config is seven words)
+    if limiter.live_config_ref(clock_now).is_none() {
         // an idle limiter (every part expired) is a missing one: made live in place
         // (a call asking what is available writes nothing: the phases answer it)
-        None if call.permits > 0 && limiter.revive_window(rule, clock_now) => *rule,
-        None => return None,
-    };
-    if config != *rule {
+        if call.permits == 0 || !limiter.revive_window(rule, clock_now) {
+            return None;
+        }
+    } else if limiter.config.as_ref() != Some(rule) {
         return None;
     }
     let bucket = limiter.bucket(rule.rate_type, clock_now)?;
     let value = bucket.value?;
     // load_rule: the newest grant, when newer than this call's time
-    let newest = bucket.newest().unwrap_or(clock_now).max(clock_now);
-    let now = settle_time(newest, clock_now);
-    let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, rule.interval_ms() as i64);
+    let logged = bucket.newest();
+    let now = settle_time(logged.unwrap_or(clock_now).max(clock_now), clock_now);
+    let (interval, keep_alive) = window_ms.unwrap_or_else(|| (rule.interval_ms(), rule.keep_alive_ms()));
+    let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, interval as i64);
     // plan_bucket: the value, plus what left the window
     let (skip, released) = bucket.stale(now as i64 - interval);
     let mut value = window::plain_value(value, released, rate)?;
@@ -99,12 +110,13 @@ pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, cloc
         bucket.remove_first(skip, released);
         if granted {
             value -= permits;
-            bucket.push(now, call.permits as u32);
+            // (entries were dropped from the front only: the newest is as read)
+            bucket.push_after(logged, now, call.permits as u32);
         }
         if granted || released > 0 {
             bucket.value = Some(value);
         }
-        ttl_rule_live(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
+        ttl_rule_live(limiter, rule.rate_type, keep_alive, now, clock_now);
     }
     // reply
     Some(Usual {
@@ -121,15 +133,19 @@ pub(super) fn decide_one(store: &mut Store, call: &RuleCall<'_>, hash: u64, cloc
 /// read it. `None`, before anything is written, when the limiter is missing, a
 /// recalled bucket waits for its config or the config differs: `decide.rs` then
 /// decides the call from the start (it creates the limiter, or reports the change).
+#[inline(always)]
 pub(super) fn decide_tokens_one(
     store: &mut Store,
     call: &RuleCall<'_>,
     shape: crate::BucketShape,
     hash: u64,
+    window_ms: Option<(u64, u64)>,
     clock_now: u64,
 ) -> Option<Usual> {
     let rule = call.rule?;
-    let limiter = store.limiters.get_hashed(hash, call.keys.config())?;
+    let limiter = store
+        .limiters
+        .get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
     // load_tokens, settle_time
     let stored = if call.permits > 0 {
         limiter.tokens_or_full(rule, shape.burst, shape.warmup_ms, clock_now)?
@@ -138,7 +154,10 @@ pub(super) fn decide_tokens_one(
     };
     let now = settle_time(stored.state.at.max(clock_now), clock_now);
     // plan_tokens: a bucket held with this rule's config, refilled
-    let (rate, interval) = (rule.rate, rule.interval_ms());
+    let (rate, interval) = (
+        rule.rate,
+        window_ms.map_or_else(|| rule.interval_ms(), |(ms, _)| ms),
+    );
     if !stored.state.holds(rate, interval, shape.burst, shape.warmup_ms) {
         return None;
     }

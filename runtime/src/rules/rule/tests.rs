@@ -95,3 +95,19 @@ fn coinciding_rules_take_the_strictest_config_once() {
     ];
     assert_eq!(merge(&rules)[0].config, 1);
 }
+
+#[test]
+fn the_window_kept_is_the_config_checked_last() {
+    let rule = Rule::new("rate_limit:w", 5, Duration::from_millis(1_500)).keep_alive(Some(MIN));
+    rule.mark_checked();
+    assert_eq!(rule.window_ms(), (1_500, 60_000));
+    assert_eq!(rule.clone().window_ms(), (1_500, 60_000), "a clone keeps it");
+    // a setter makes the rule checked again, and its window is kept again
+    let rule = rule.keep_alive(None);
+    assert!(!rule.settings_checked());
+    rule.mark_checked();
+    assert_eq!(rule.window_ms(), (1_500, 0), "no keep-alive");
+    let rule = rule.keep_alive(Some(Duration::from_micros(2_000_500)));
+    rule.mark_settings_checked();
+    assert_eq!(rule.window_ms(), (1_500, 2_000), "whole ms, as keep_alive_ms");
+}
