@@ -150,7 +150,9 @@ mod refused_inside {
     use tonic_health::pb::health_server::{Health, HealthServer};
     use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-    #[rate_limit(key = "grpc:inner", rate = 1, interval = "60s")]
+    // Not `grpc:inner`: that name is one `grpc:{ip}` of the test beside can produce,
+    // and two such rules in one process refuse every call while both are in use.
+    #[rate_limit(key = "inner:grpc", rate = 1, interval = "60s")]
     async fn inner() -> Result<(), RateLimited> {
         Ok(())
     }
@@ -228,13 +230,13 @@ mod refused_inside {
         let metadata = status.metadata();
         assert_eq!(
             field(metadata, "ratelimit-policy").as_deref(),
-            Some("\"grpc:inner\";q=1;w=60"),
+            Some("\"inner:grpc\";q=1;w=60"),
             "{metadata:?}"
         );
         let retry = field(metadata, "retry-after").unwrap();
         assert_eq!(
             field(metadata, "ratelimit"),
-            Some(format!("\"grpc:inner\";r=0;t={retry}")),
+            Some(format!("\"inner:grpc\";r=0;t={retry}")),
             "{metadata:?}"
         );
         assert_eq!(field(metadata, "x-ratelimit-limit"), None, "{metadata:?}");
