@@ -52,9 +52,8 @@
 
 local now = clock(ARGV[1])
 
-local function bad(i, what)
-  error('redlimit:bad_argument:' .. i .. ' ' .. what, 0)
-end
+-- Every function below holds as few of the script's locals as it can, the time among
+-- its arguments: a closure costs on every call that makes it, by each local it holds.
 
 -- A log member of `id_len` bytes of id (those of `member`), then `suffix`, holding
 -- `permits` (Redisson's struct.pack('Bc0I', len, id, permits)).
@@ -64,44 +63,13 @@ local function log_member(member, id_len, suffix, permits)
       math.floor(permits / 65536) % 256, math.floor(permits / 16777216) % 256)
 end
 
--- The permits a window's value leaves (0 in debt), or -1 without one.
-local function left_of(value)
-  if value == nil then return -1 end
-  return math.max(value, 0)
-end
-
--- Late: the grant has left its window (or the log, or its limiter expired). Nothing
--- goes back; an excess is charged now, once.
-local function late_window(k, a, member, len, estimate, actual, config)
-  if actual <= estimate or redis.call('set', KEYS[k + 6], '1', 'nx', 'px', ARGV[a + 9]) == false then
-    return 0, -1
-  end
-  local keep = config[4]
-  if config[1] == false or config[2] == false then
-    -- expired since the grant: written again as the grant decided it
-    config[3], keep = ARGV[a + 10], ARGV[a + 11]
-    redis.call('hset', KEYS[k + 1], 'rate', ARGV[a + 5], 'interval', ARGV[a + 6], 'type', config[3],
-      'keepAliveTime', keep)
-  end
-  local mode = config[3] == '1' and 1 or 0
-  local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
-  local value = tonumber(redis.call('get', vkey))
-  local excess = actual - estimate
-  redis.call('zadd', pkey, string.format('%d', now), log_member(member, len, 'L', excess))
-  if value ~= nil then
-    value = value - excess
-    redis.call('set', vkey, string.format('%d', value), 'keepttl')
-  end
-  ttl_rule(KEYS[k + 1], vkey, pkey, tonumber(keep) and keep or '0')
-  return 1, left_of(value)
-end
-
-local function settle_window(k, a, member, estimate, actual)
-  local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
+-- A grant still in its window (config: the rate and interval read): its member
+-- rewritten, its value moved. Nothing (nil) when the grant has left its window or the
+-- log.
+local function settle_window(k, a, member, len, estimate, actual, config, now)
   local rate, interval = tonumber(config[1]), tonumber(config[2])
-  local _, len = decode_member(member, 'permits')
   if rate == nil or interval == nil then
-    return late_window(k, a, member, len, estimate, actual, config)
+    return nil
   end
   for mode = 0, 1 do
     local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
@@ -127,64 +95,93 @@ local function settle_window(k, a, member, estimate, actual)
         end
         redis.call('set', vkey, string.format('%d', value), 'keepttl')
       end
-      return 1, left_of(value)
+      return 1, value and math.max(value, 0) or -1
     elseif score then
-      break
+      return nil
     end
   end
-  return late_window(k, a, member, len, estimate, actual, config)
+  return nil
 end
 
-local helpers = false
-
-local function settle_tokens(i, k, a, estimate, actual)
-  -- made on the paths that use them only: a closure costs on every call that makes it
-  if not helpers then
-    bucket_helpers()
-    helpers = true
-  end
-  local r = { rate = tonumber(ARGV[a + 5]), interval = tonumber(ARGV[a + 6]), burst = tonumber(ARGV[a + 7]),
-    warmup = tonumber(ARGV[a + 8]) }
-  local key, mark = KEYS[k + 2], KEYS[k + 6]
-  -- Read first: a bucket that is not one this code wrote fails the script before the
-  -- mark is set, so a settle sent again once it is mended still applies.
-  local raw = redis.call('get', key)
-  local s = raw and read_bucket(raw)
-  if raw and s == nil then
-    local role = string.sub(key, -7) == ':bucket' and 'bucket' or 'client_bucket'
-    error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
-  end
-  if redis.call('set', mark, '1', 'nx', 'px', ARGV[a + 9]) == false then
+-- Late: the grant has left its window (or the log, or its limiter expired). Nothing
+-- goes back; an excess is charged now, once.
+local function late_window(k, a, member, len, estimate, actual, config, now)
+  if actual <= estimate or redis.call('set', KEYS[k + 6], '1', 'nx', 'px', ARGV[a + 9]) == false then
     return 0, -1
   end
-  if raw == false and actual <= estimate then
-    return 1, r.burst -- a missing bucket is full: nothing to give back
+  local mode_keep = redis.call('hmget', KEYS[k + 1], 'type', 'keepAliveTime')
+  local mode, keep = mode_keep[1], mode_keep[2]
+  if config[1] == false or config[2] == false then
+    -- expired since the grant: written again as the grant decided it
+    mode, keep = ARGV[a + 10], ARGV[a + 11]
+    redis.call('hset', KEYS[k + 1], 'rate', ARGV[a + 5], 'interval', ARGV[a + 6], 'type', mode,
+      'keepAliveTime', keep)
   end
-  if raw then
-    -- refilled on its own config, and stored with it
-    r.rate, r.interval, r.burst, r.warmup = s.rate, s.interval, s.burst, s.warmup
-    r.stored = s
-  else
-    r.stored = false
+  mode = mode == '1' and 1 or 0
+  local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
+  local value = tonumber(redis.call('get', vkey))
+  local excess = actual - estimate
+  redis.call('zadd', pkey, string.format('%d', now), log_member(member, len, 'L', excess))
+  if value ~= nil then
+    value = value - excess
+    redis.call('set', vkey, string.format('%d', value), 'keepttl')
   end
-  plan_tokens(r, now)
-  if actual < estimate then
-    r.units = math.min(r.units + (estimate - actual) * r.interval, r.burst * r.interval)
-  else
-    -- an excess whose plain tokens reach the floor, the rate below zero: the floor
-    -- (its units may be past what a double holds exactly)
-    local floor = math.max(DEBT_FLOOR, -r.rate * r.interval)
-    local need = (actual - estimate) * r.interval
-    if need >= r.units - floor then
-      r.units, r.cold = floor, math.max(r.cold - need, 0)
-    else
-      take_tokens(r, actual - estimate)
-      if r.units < floor then r.units = floor end
+  ttl_rule(KEYS[k + 1], vkey, pkey, tonumber(keep) and keep or '0')
+  return 1, value and math.max(value, 0) or -1
+end
+
+-- A token bucket's settle, made only for a call with a bucket rule: it holds the
+-- bucket's helpers.
+local settle_tokens
+for j = 1, #KEYS / 6 do
+  if ARGV[2 + 11 * (j - 1)] == 'b' then
+    bucket_helpers()
+    settle_tokens = function(i, k, a, estimate, actual, now)
+      local r = { rate = tonumber(ARGV[a + 5]), interval = tonumber(ARGV[a + 6]), burst = tonumber(ARGV[a + 7]),
+        warmup = tonumber(ARGV[a + 8]) }
+      local key, mark = KEYS[k + 2], KEYS[k + 6]
+      -- Read first: a bucket that is not one this code wrote fails the script before the
+      -- mark is set, so a settle sent again once it is mended still applies.
+      local raw = redis.call('get', key)
+      local s = raw and read_bucket(raw)
+      if raw and s == nil then
+        local role = string.sub(key, -7) == ':bucket' and 'bucket' or 'client_bucket'
+        error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+      end
+      if redis.call('set', mark, '1', 'nx', 'px', ARGV[a + 9]) == false then
+        return 0, -1
+      end
+      if raw == false and actual <= estimate then
+        return 1, r.burst -- a missing bucket is full: nothing to give back
+      end
+      if raw then
+        -- refilled on its own config, and stored with it
+        r.rate, r.interval, r.burst, r.warmup = s.rate, s.interval, s.burst, s.warmup
+        r.stored = s
+      else
+        r.stored = false
+      end
+      plan_tokens(r, now)
+      if actual < estimate then
+        r.units = math.min(r.units + (estimate - actual) * r.interval, r.burst * r.interval)
+      else
+        -- an excess whose plain tokens reach the floor, the rate below zero: the floor
+        -- (its units may be past what a double holds exactly)
+        local floor = math.max(DEBT_FLOOR, -r.rate * r.interval)
+        local need = (actual - estimate) * r.interval
+        if need >= r.units - floor then
+          r.units, r.cold = floor, math.max(r.cold - need, 0)
+        else
+          take_tokens(r, actual - estimate)
+          if r.units < floor then r.units = floor end
+        end
+      end
+      store_tokens(r, key, string.format('%d', r.rate), string.format('%d', r.interval),
+        string.format('%d', r.burst), now)
+      return 1, math.max(idiv(r.units, r.interval), 0)
     end
+    break
   end
-  store_tokens(r, key, string.format('%d', r.rate), string.format('%d', r.interval),
-    string.format('%d', r.burst), now)
-  return 1, math.max(idiv(r.units, r.interval), 0)
 end
 
 local settled = {}
@@ -193,20 +190,26 @@ for i = 1, #KEYS / 6 do
   local kind, member = ARGV[a + 1], ARGV[a + 2]
   local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   if estimate == nil or estimate < 0 or estimate ~= math.floor(estimate) then
-    bad(a + 3, 'estimate ' .. tostring(ARGV[a + 3]))
+    error('redlimit:bad_argument:' .. (a + 3) .. ' estimate ' .. tostring(ARGV[a + 3]), 0)
   end
   if actual == nil or actual < 0 or actual > 4294967295 or actual ~= math.floor(actual) then
-    bad(a + 4, 'actual ' .. tostring(ARGV[a + 4]))
+    error('redlimit:bad_argument:' .. (a + 4) .. ' actual ' .. tostring(ARGV[a + 4]), 0)
   end
   local done, left
   if actual == estimate then
     done, left = 1, -1
   elseif kind == 'w' then
-    done, left = settle_window(k, a, member, estimate, actual)
+    local _, len = decode_member(member, 'permits')
+    -- (the mode and keep-alive read only when late: two fields fewer on the usual path)
+    local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval')
+    done, left = settle_window(k, a, member, len, estimate, actual, config, now)
+    if done == nil then
+      done, left = late_window(k, a, member, len, estimate, actual, config, now)
+    end
   elseif kind == 'b' then
-    done, left = settle_tokens(i, k, a, estimate, actual)
+    done, left = settle_tokens(i, k, a, estimate, actual, now)
   else
-    bad(a + 1, 'kind ' .. tostring(kind))
+    error('redlimit:bad_argument:' .. (a + 1) .. ' kind ' .. tostring(kind), 0)
   end
   settled[2 * i - 1], settled[2 * i] = done, left
 end

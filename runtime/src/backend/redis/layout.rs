@@ -210,8 +210,8 @@ pub(crate) mod refunds {
     };
 }
 
-/// settle.lua: the limiter's five keys and eight arguments per rule, after the
-/// settle's time.
+/// settle.lua: the limiter's five keys and the settle mark, and eleven arguments per
+/// rule, after the settle's time.
 pub(crate) mod settle {
     use super::{at, Layout};
     pub(crate) const LAYOUT: Layout = Layout {
