@@ -297,7 +297,7 @@ async fn a_settle_sent_twice_counts_once() {
         .unwrap()
         .as_millis() as u64;
     // Twice at the grant's time, then twice after its window has passed.
-    for at in [now, now, now + 60_001, now + 60_001] {
+    for (n, at) in [now, now, now + 60_001, now + 60_001].into_iter().enumerate() {
         let settled: Vec<i64> = redis::Script::new(redlimit::SETTLE_SCRIPT)
             .key("twice:window")
             .key("{twice:window}:value")
@@ -316,30 +316,44 @@ async fn a_settle_sent_twice_counts_once() {
             .arg(&window_member[..])
             .arg(100)
             .arg(400)
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg(120_000)
-            .arg("0")
-            .arg(60_000)
+            // mark_ms:rate:interval:burst:warmup:type:keep_alive
+            .arg("120000:1000:60000:0:0:0:60000")
             .arg("b")
             .arg(&bucket_member[..])
             .arg(100)
             .arg(400)
-            .arg(1_000)
-            .arg(3_600_000)
-            .arg(1_000)
-            .arg(0)
-            .arg(120_000)
-            .arg("0")
-            .arg(0)
+            .arg("120000:1000:3600000:1000:0:0:0")
             .invoke_async(&mut raw)
             .await
             .unwrap();
-        let first = at == now && settled[0] == 1;
-        assert!(first || settled == [0, -1, 0, -1], "{at}: {settled:?}");
+        // Settled (-1 or what is left), then nothing to settle (-2).
+        if n == 0 {
+            assert!(
+                settled.len() == 2 && settled.iter().all(|&s| s >= -1),
+                "{at}: {settled:?}"
+            );
+        } else {
+            assert_eq!(settled, [-2, -2], "{at}");
+        }
     }
+    // Terms that do not read as terms fail the script, naming the argument.
+    let failed = redis::Script::new(redlimit::SETTLE_SCRIPT)
+        .key("twice:window")
+        .key("{twice:window}:value")
+        .key("{twice:window}:value:x")
+        .key("{twice:window}:permits")
+        .key("{twice:window}:permits:x")
+        .key("{twice:window}:settled:other")
+        .arg(now)
+        .arg("w")
+        .arg(&window_member[..])
+        .arg(100)
+        .arg(400)
+        .arg("120000:1000:60000:0:0:2:60000")
+        .invoke_async::<i64>(&mut raw)
+        .await
+        .unwrap_err();
+    assert!(failed.to_string().contains("bad_argument:6 terms"), "{failed}");
     assert_eq!(available(&client, "twice:window").await, 600, "400 counted once");
     let bucket = client.token_bucket("twice:bucket", 1_000, HOUR);
     assert_eq!(bucket.available().await.unwrap(), 600, "400 counted once");

@@ -1,7 +1,7 @@
 -- settle.lua: settle the grants of a reservation with the amounts actually used: what
 -- was not used goes back, what was used beyond the estimate is charged, even past the
 -- limit (a debt later calls wait out).
--- Recipe: lib/clock.lua, lib/member.lua, lib/bucket.lua, lib/ttl_rule.lua, settle.lua
+-- Recipe: lib/clock.lua, lib/bucket.lua, lib/ttl_rule.lua, settle.lua
 -- Twin in Rust: runtime/src/backend/memory/settle.rs (settle_window, settle_tokens)
 --
 -- KEYS, per rule: rule i's key j is KEYS[6*(i-1)+j]:
@@ -14,25 +14,24 @@
 -- ARGV:
 --   1 now: the settle's time, epoch ms (the caller's clock, as the grant's), or empty
 --     for Redis TIME (a client deciding at the server's time)
--- ARGV, per rule: rule i's argument j is ARGV[1+11*(i-1)+j]:
+-- ARGV, per rule: rule i's argument j is ARGV[1+5*(i-1)+j]:
 --   1 kind: "w" a sliding window, "b" a token bucket
 --   2 member: the log member the grant was made under (its id names the settle mark)
 --   3 estimate: the permits the grant took
 --   4 actual: the permits to count instead, from 0 to 4294967295
---   5 rate: the rule's rate (for a token bucket missing, so full, or a window's config
---     written again)
---   6 interval: the rule's interval in ms (as rate)
---   7 burst: a token bucket's burst
---   8 warmup: a token bucket's warm-up in ms (0: none)
---   9 mark_ms: how long the settle mark is kept: as long as the settle may be sent
---     again
---   10 type: a window's mode as the grant decided it, "0" overall, "1" per client
---   11 keep_alive: a window's keepAliveTime in ms as the grant decided it ("0": none)
--- Returns two integers per rule: 1 when it was settled (or the actual is the
--- estimate), 0 when there was nothing to settle (a refund for a grant out of its
--- window or no longer in its log, a settle already made, a limiter deleted); then the
--- permits the limiter has left after it (0 in debt), or -1 when not known (a window
--- without its value key, a settle that changed nothing).
+--   5 terms: "mark_ms:rate:interval:burst:warmup:type:keep_alive", read only on the
+--     paths that use them (each argument costs Redis as much before the script runs):
+--     how long the settle mark is kept in ms (as long as the settle may be sent
+--     again), the rule's rate and interval in ms (for a token bucket missing, so full,
+--     or a window's config written again), a token bucket's burst and warm-up in ms (0
+--     for a window), and a window's mode and keepAliveTime in ms as the grant decided
+--     them (type 0 overall, 1 per client; keep-alive 0: none)
+-- Returns one integer per rule, alone for one rule (a table costs more than its
+-- integers), else in a table: -2 when there was nothing to settle (a refund for a
+-- grant out of its window or no longer in its log, a settle already made, a limiter
+-- deleted); else it was settled (or the actual is the estimate), and the integer is
+-- the permits the limiter has left after it (0 in debt), or -1 when not known (a
+-- window without its value key, an actual equal to the estimate).
 --
 -- A sliding window's grant keeps its score: its member is replaced by one of the same
 -- id holding the actual permits (removed when none were used), and the value moves by
@@ -63,6 +62,18 @@ local function log_member(member, id_len, suffix, permits)
       math.floor(permits / 65536) % 256, math.floor(permits / 16777216) % 256)
 end
 
+-- The terms of the rule whose arguments start after a: mark_ms, rate, interval,
+-- burst, warmup, type and keep_alive, as text; with `mark_only`, mark_ms alone (the
+-- rest not read: a pattern's captures cost).
+local function terms(a, mark_only)
+  local pattern = mark_only and '^(%d+):' or '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):(%d+)$'
+  local mark_ms, rate, interval, burst, warmup, mode, keep = string.match(ARGV[a + 5], pattern)
+  if mark_ms == nil then
+    error('redlimit:bad_argument:' .. (a + 5) .. ' terms ' .. tostring(ARGV[a + 5]), 0)
+  end
+  return mark_ms, rate, interval, burst, warmup, mode, keep
+end
+
 -- A grant still in its window (config: the rate and interval read): its member
 -- rewritten, its value moved. Nothing (nil) when the grant has left its window or the
 -- log.
@@ -79,7 +90,7 @@ local function settle_window(k, a, member, len, estimate, actual, config, now)
     if score and tonumber(score) > now - interval then
       local value = tonumber(redis.call('get', vkey))
       if actual > estimate then
-        redis.call('set', KEYS[k + 6], '1', 'px', ARGV[a + 9])
+        redis.call('set', KEYS[k + 6], '1', 'px', (terms(a, true)))
       end
       -- The settled member first: removing the grant's own while it is the log's
       -- only one would delete the key, and the member added after would make it
@@ -95,7 +106,7 @@ local function settle_window(k, a, member, len, estimate, actual, config, now)
         end
         redis.call('set', vkey, string.format('%d', value), 'keepttl')
       end
-      return 1, value and math.max(value, 0) or -1
+      return value and math.max(value, 0) or -1
     elseif score then
       return nil
     end
@@ -106,16 +117,19 @@ end
 -- Late: the grant has left its window (or the log, or its limiter expired). Nothing
 -- goes back; an excess is charged now, once.
 local function late_window(k, a, member, len, estimate, actual, config, now)
-  if actual <= estimate or redis.call('set', KEYS[k + 6], '1', 'nx', 'px', ARGV[a + 9]) == false then
-    return 0, -1
+  if actual <= estimate then
+    return -2
+  end
+  local mark_ms, rate, interval, _, _, granted_mode, granted_keep = terms(a)
+  if redis.call('set', KEYS[k + 6], '1', 'nx', 'px', mark_ms) == false then
+    return -2
   end
   local mode_keep = redis.call('hmget', KEYS[k + 1], 'type', 'keepAliveTime')
   local mode, keep = mode_keep[1], mode_keep[2]
   if config[1] == false or config[2] == false then
     -- expired since the grant: written again as the grant decided it
-    mode, keep = ARGV[a + 10], ARGV[a + 11]
-    redis.call('hset', KEYS[k + 1], 'rate', ARGV[a + 5], 'interval', ARGV[a + 6], 'type', mode,
-      'keepAliveTime', keep)
+    mode, keep = granted_mode, granted_keep
+    redis.call('hset', KEYS[k + 1], 'rate', rate, 'interval', interval, 'type', mode, 'keepAliveTime', keep)
   end
   mode = mode == '1' and 1 or 0
   local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
@@ -127,18 +141,19 @@ local function late_window(k, a, member, len, estimate, actual, config, now)
     redis.call('set', vkey, string.format('%d', value), 'keepttl')
   end
   ttl_rule(KEYS[k + 1], vkey, pkey, tonumber(keep) and keep or '0')
-  return 1, value and math.max(value, 0) or -1
+  return value and math.max(value, 0) or -1
 end
 
 -- A token bucket's settle, made only for a call with a bucket rule: it holds the
 -- bucket's helpers.
 local settle_tokens
 for j = 1, #KEYS / 6 do
-  if ARGV[2 + 11 * (j - 1)] == 'b' then
+  if ARGV[2 + 5 * (j - 1)] == 'b' then
     bucket_helpers()
     settle_tokens = function(i, k, a, estimate, actual, now)
-      local r = { rate = tonumber(ARGV[a + 5]), interval = tonumber(ARGV[a + 6]), burst = tonumber(ARGV[a + 7]),
-        warmup = tonumber(ARGV[a + 8]) }
+      local mark_ms, rate, interval, burst, warmup = terms(a)
+      local r = { rate = tonumber(rate), interval = tonumber(interval), burst = tonumber(burst),
+        warmup = tonumber(warmup) }
       local key, mark = KEYS[k + 2], KEYS[k + 6]
       -- Read first: a bucket that is not one this code wrote fails the script before the
       -- mark is set, so a settle sent again once it is mended still applies.
@@ -148,11 +163,11 @@ for j = 1, #KEYS / 6 do
         local role = string.sub(key, -7) == ':bucket' and 'bucket' or 'client_bucket'
         error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
       end
-      if redis.call('set', mark, '1', 'nx', 'px', ARGV[a + 9]) == false then
-        return 0, -1
+      if redis.call('set', mark, '1', 'nx', 'px', mark_ms) == false then
+        return -2
       end
       if raw == false and actual <= estimate then
-        return 1, r.burst -- a missing bucket is full: nothing to give back
+        return r.burst -- a missing bucket is full: nothing to give back
       end
       if raw then
         -- refilled on its own config, and stored with it
@@ -178,15 +193,16 @@ for j = 1, #KEYS / 6 do
       end
       store_tokens(r, key, string.format('%d', r.rate), string.format('%d', r.interval),
         string.format('%d', r.burst), now)
-      return 1, math.max(idiv(r.units, r.interval), 0)
+      return math.max(idiv(r.units, r.interval), 0)
     end
     break
   end
 end
 
+local n = #KEYS / 6
 local settled = {}
-for i = 1, #KEYS / 6 do
-  local k, a = 6 * (i - 1), 1 + 11 * (i - 1)
+for i = 1, n do
+  local k, a = 6 * (i - 1), 1 + 5 * (i - 1)
   local kind, member = ARGV[a + 1], ARGV[a + 2]
   local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   if estimate == nil or estimate < 0 or estimate ~= math.floor(estimate) then
@@ -195,22 +211,28 @@ for i = 1, #KEYS / 6 do
   if actual == nil or actual < 0 or actual > 4294967295 or actual ~= math.floor(actual) then
     error('redlimit:bad_argument:' .. (a + 4) .. ' actual ' .. tostring(ARGV[a + 4]), 0)
   end
-  local done, left
+  local outcome
   if actual == estimate then
-    done, left = 1, -1
+    outcome = -1
   elseif kind == 'w' then
-    local _, len = decode_member(member, 'permits')
+    -- The member's id length, checked as lib/member.lua's decode_member checks it (its
+    -- permits are not needed here, nor that file's function made on every call).
+    local len = string.byte(member, 1)
+    if len == nil or #member ~= len + 5 then
+      error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
+    end
     -- (the mode and keep-alive read only when late: two fields fewer on the usual path)
     local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval')
-    done, left = settle_window(k, a, member, len, estimate, actual, config, now)
-    if done == nil then
-      done, left = late_window(k, a, member, len, estimate, actual, config, now)
-    end
+    outcome = settle_window(k, a, member, len, estimate, actual, config, now)
+      or late_window(k, a, member, len, estimate, actual, config, now)
   elseif kind == 'b' then
-    done, left = settle_tokens(i, k, a, estimate, actual, now)
+    outcome = settle_tokens(i, k, a, estimate, actual, now)
   else
     error('redlimit:bad_argument:' .. (a + 1) .. ' kind ' .. tostring(kind), 0)
   end
-  settled[2 * i - 1], settled[2 * i] = done, left
+  if n == 1 then
+    return outcome
+  end
+  settled[i] = outcome
 end
 return settled

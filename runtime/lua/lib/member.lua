@@ -1,5 +1,5 @@
 -- lib/member.lua: reading a grant log's members.
--- Part of: acquire, configure, release, refund, give_back, settle
+-- Part of: acquire, configure, release, refund, give_back
 -- Twin in Rust: runtime/src/keys/member.rs
 
 -- The permits a log member holds (Redisson's struct.pack('Bc0I', len, id, permits)),

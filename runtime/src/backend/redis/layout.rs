@@ -210,8 +210,9 @@ pub(crate) mod refunds {
     };
 }
 
-/// settle.lua: the limiter's five keys and the settle mark, and eleven arguments per
-/// rule, after the settle's time.
+/// settle.lua: the limiter's five keys and the settle mark, and five arguments per rule
+/// (the rule's terms in one, read only by the paths that use them), after the settle's
+/// time.
 pub(crate) mod settle {
     use super::{at, Layout};
     pub(crate) const LAYOUT: Layout = Layout {
@@ -226,19 +227,7 @@ pub(crate) mod settle {
             "mark",
         ],
         args: &["now"],
-        rule_args: &[
-            "kind",
-            "member",
-            "estimate",
-            "actual",
-            "rate",
-            "interval",
-            "burst",
-            "warmup",
-            "mark_ms",
-            "type",
-            "keep_alive",
-        ],
+        rule_args: &["kind", "member", "estimate", "actual", "terms"],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     /// A token bucket's key in the rule's mode takes the value key's place.
@@ -250,13 +239,7 @@ pub(crate) mod settle {
     pub(crate) const MEMBER: usize = at(LAYOUT.rule_args, "member");
     pub(crate) const ESTIMATE: usize = at(LAYOUT.rule_args, "estimate");
     pub(crate) const ACTUAL: usize = at(LAYOUT.rule_args, "actual");
-    pub(crate) const RATE: usize = at(LAYOUT.rule_args, "rate");
-    pub(crate) const INTERVAL: usize = at(LAYOUT.rule_args, "interval");
-    pub(crate) const BURST: usize = at(LAYOUT.rule_args, "burst");
-    pub(crate) const WARMUP: usize = at(LAYOUT.rule_args, "warmup");
-    pub(crate) const MARK_MS: usize = at(LAYOUT.rule_args, "mark_ms");
-    pub(crate) const TYPE: usize = at(LAYOUT.rule_args, "type");
-    pub(crate) const KEEP_ALIVE: usize = at(LAYOUT.rule_args, "keep_alive");
+    pub(crate) const TERMS: usize = at(LAYOUT.rule_args, "terms");
 }
 
 /// Every script's layout.

@@ -69,7 +69,7 @@ pub(crate) const RESET: Recipe = recipe!("reset": "lib/limiter.lua", "lib/bucket
 pub(crate) const GIVE_BACK: Recipe = recipe!("give_back": "lib/member.lua", "give_back.lua");
 /// Settles a reservation's grants with the amounts actually used.
 pub(crate) const SETTLE: Recipe =
-    recipe!("settle": "lib/clock.lua", "lib/member.lua", "lib/bucket.lua", "lib/ttl_rule.lua", "settle.lua");
+    recipe!("settle": "lib/clock.lua", "lib/bucket.lua", "lib/ttl_rule.lua", "settle.lua");
 
 /// Every script.
 #[cfg(test)]

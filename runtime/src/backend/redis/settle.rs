@@ -15,37 +15,50 @@ impl RedisBackend {
     ) -> Result<Vec<SettleOutcome>, Error> {
         let mut keys: Vec<String> = Vec::with_capacity(layout::settle::KEYS_PER_RULE * calls.len());
         let marks: Vec<String> = calls.iter().map(settle_mark).collect();
+        let terms: Vec<String> = calls.iter().map(settle_terms).collect();
         let mut args: Vec<Arg<'_>> = Vec::with_capacity(1 + layout::settle::ARGS_PER_RULE * calls.len());
         args.push(self.now_arg(now));
-        for (call, mark) in calls.iter().zip(&marks) {
+        for ((call, mark), terms) in calls.iter().zip(&marks).zip(&terms) {
             keys.extend(settle_keys(call, mark));
-            args.extend(settle_args(call));
+            args.extend(settle_args(call, terms));
         }
         let all: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
-        let settled: Vec<i64> = self
+        let reply: redis::Value = self
             .run(&all, |mut conn| async move {
                 let mut invocation = SCRIPTS.settle.prepare_invoke();
                 invocation.key(&keys[..]).arg(&args[..]);
                 invocation.invoke_async(&mut conn).await
             })
             .await?;
-        let unexpected = || Error::UnexpectedReply {
+        outcomes(&reply, calls.len()).ok_or_else(|| Error::UnexpectedReply {
             script: "settle.lua",
-            reply: format!("{settled:?}"),
-        };
-        if settled.len() != 2 * calls.len() {
-            return Err(unexpected());
+            reply: format!("{reply:?}"),
+        })
+    }
+}
+
+/// settle.lua's reply for `rules` rules: one integer per rule, alone for one rule (a
+/// table costs Redis more than the settle's commands save), else in a table. -2:
+/// nothing to settle; -1: settled, what the limiter has left not known; else settled,
+/// with that many permits left. `None` for any other reply.
+fn outcomes(reply: &redis::Value, rules: usize) -> Option<Vec<SettleOutcome>> {
+    let one = |value: &redis::Value| match *value {
+        redis::Value::Int(-2) => Some(SettleOutcome {
+            applied: false,
+            left: None,
+        }),
+        redis::Value::Int(left) if left >= -1 => Some(SettleOutcome {
+            applied: true,
+            left: u64::try_from(left).ok(),
+        }),
+        _ => None,
+    };
+    match reply {
+        redis::Value::Array(values) if rules != 1 && values.len() == rules => {
+            values.iter().map(one).collect()
         }
-        settled
-            .chunks(2)
-            .map(|pair| match *pair {
-                [done @ (0 | 1), left] if left >= -1 => Ok(SettleOutcome {
-                    applied: done == 1,
-                    left: u64::try_from(left).ok(),
-                }),
-                _ => Err(unexpected()),
-            })
-            .collect()
+        value if rules == 1 => Some(vec![one(value)?]),
+        _ => None,
     }
 }
 
@@ -78,27 +91,67 @@ fn settle_keys(call: &SettleCall<'_>, mark: &str) -> [String; layout::settle::KE
     keys
 }
 
-/// settle.lua's arguments for one call.
-fn settle_args<'a>(call: &SettleCall<'a>) -> [Arg<'a>; layout::settle::ARGS_PER_RULE] {
+/// settle.lua's arguments for one call (its terms in `terms`, which they borrow).
+fn settle_args<'a>(call: &SettleCall<'a>, terms: &'a str) -> [Arg<'a>; layout::settle::ARGS_PER_RULE] {
     use layout::settle::*;
     let mut args = [Arg::Text(""); ARGS_PER_RULE];
     args[KIND] = Arg::Text(if call.bucket.is_some() { "b" } else { "w" });
     args[MEMBER] = Arg::Bytes(&call.member[..]);
     args[ESTIMATE] = Arg::Int(call.estimate);
     args[ACTUAL] = Arg::Int(call.actual);
+    args[TERMS] = Arg::Bytes(terms.as_bytes());
+    args
+}
+
+/// A rule's terms for settle.lua, in one argument the script reads only on the paths
+/// that use them (each argument costs Redis as much before the script runs):
+/// `mark_ms:rate:interval:burst:warmup:type:keep_alive`, the mark, interval, warm-up
+/// and keep-alive in ms, type 0 overall or 1 per client, burst and warm-up 0 for a
+/// sliding window (the mark first: an excess in its window reads it alone).
+fn settle_terms(call: &SettleCall<'_>) -> String {
     let shape = call.bucket.unwrap_or(crate::BucketShape {
         burst: 0,
         warmup_ms: 0,
     });
-    args[RATE] = Arg::Int(call.rule.rate);
-    args[INTERVAL] = Arg::Int(call.rule.interval_ms());
-    args[BURST] = Arg::Int(shape.burst);
-    args[WARMUP] = Arg::Int(shape.warmup_ms);
-    args[MARK_MS] = Arg::Int(call.mark_ms.max(1));
-    args[TYPE] = Arg::Text(match call.rule.rate_type {
-        RateType::Overall => "0",
-        RateType::PerClient => "1",
-    });
-    args[KEEP_ALIVE] = Arg::Int(call.rule.keep_alive_ms());
-    args
+    let mode = match call.rule.rate_type {
+        RateType::Overall => 0,
+        RateType::PerClient => 1,
+    };
+    format!(
+        "{}:{}:{}:{}:{}:{mode}:{}",
+        call.mark_ms.max(1),
+        call.rule.rate,
+        call.rule.interval_ms(),
+        shape.burst,
+        shape.warmup_ms,
+        call.rule.keep_alive_ms()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outcomes;
+    use redis::Value;
+
+    /// One rule's integer alone, several rules' in a table; anything else refused.
+    #[test]
+    fn a_reply_is_one_integer_per_rule() {
+        let one = |v: i64| outcomes(&Value::Int(v), 1).map(|o| (o[0].applied, o[0].left));
+        assert_eq!(one(-2), Some((false, None)));
+        assert_eq!(one(-1), Some((true, None)));
+        assert_eq!(one(0), Some((true, Some(0))));
+        assert_eq!(one(7), Some((true, Some(7))));
+        assert_eq!(one(-3), None);
+        let two = Value::Array(vec![Value::Int(-2), Value::Int(5)]);
+        let got = outcomes(&two, 2).unwrap();
+        assert_eq!(
+            (got[0].applied, got[1].applied, got[1].left),
+            (false, true, Some(5))
+        );
+        assert!(outcomes(&two, 1).is_none(), "a table for one rule");
+        assert!(outcomes(&two, 3).is_none(), "a rule missing");
+        assert!(outcomes(&Value::Int(1), 2).is_none(), "one integer for two rules");
+        assert!(outcomes(&Value::BulkString(b"1".to_vec()), 1).is_none());
+        assert!(outcomes(&Value::Array(vec![Value::Int(1), Value::Nil]), 2).is_none());
+    }
 }
