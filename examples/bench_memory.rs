@@ -32,6 +32,13 @@
 //! (N = 10, 1000, 100000), the first decision after N one-permit grants left the
 //! window (each counted decision after N uncounted grants: run it with a few calls);
 //! `growth-held-N` (N = 1, 1000, 1000000), one limiter decided with N - 1 others held.
+//!
+//! The floor: `floor-hot` and `floor-keys` (one key, 100 000 in turn) are the least a
+//! keyed decision in process does, written here to be counted beside the others: the
+//! wall clock read in epoch ms, a lock taken, the key's entry found in a hash table by
+//! a hash computed before (as a rule keeps its name's), its name compared, one step of
+//! GCRA (a theoretical arrival time, governor's algorithm), the lock released. No
+//! expiry, no log, no sweep, no bound on memory, no answer but granted or not.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -140,6 +147,90 @@ fn governor_row(keys: usize, calls: usize) {
     counted(calls, decide);
 }
 
+/// A name with its hash computed once, the table's key in the floor rows.
+struct Hashed {
+    hash: u64,
+    name: String,
+}
+
+impl std::hash::Hash for Hashed {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialEq for Hashed {
+    fn eq(&self, other: &Hashed) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Hashed {}
+
+/// The hasher of the floor's table: the hash a `Hashed` carries, as it is.
+#[derive(Default)]
+struct Carried(u64);
+
+impl std::hash::Hasher for Carried {
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("a Hashed writes its hash only")
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn floor_row(keys: usize, calls: usize) {
+    use std::hash::BuildHasher;
+    type Table = std::collections::HashMap<Hashed, u64, std::hash::BuildHasherDefault<Carried>>;
+    let sip = std::collections::hash_map::RandomState::new();
+    let names: Vec<Hashed> = (0..keys)
+        .map(|k| {
+            let name = format!("rate_limit:bench:mem:{k}");
+            Hashed {
+                hash: sip.hash_one(&name),
+                name,
+            }
+        })
+        .collect();
+    let mut table = Table::default();
+    for name in &names {
+        table.insert(
+            Hashed {
+                hash: name.hash,
+                name: name.name.clone(),
+            },
+            0,
+        );
+    }
+    let table = std::sync::Mutex::new(table);
+    // GCRA in ns: one permit every ns (10^9 a second), a burst of a second's permits.
+    let (emission, burst) = (1u64, 1_000_000_000u64);
+    let decide = |i: usize| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            * 1_000_000;
+        let mut table = table.lock().unwrap();
+        let tat = table.get_mut(black_box(&names[i % keys])).unwrap();
+        let start = (*tat).max(now);
+        let allowed = start - now <= burst;
+        if allowed {
+            *tat = start + emission;
+        }
+        drop(table);
+        assert!(allowed);
+    };
+    (0..keys.max(1_000)).for_each(decide);
+    counted(calls, decide);
+}
+
 fn main() {
     let row = std::env::var("REDLIMIT_BENCH_ROW").expect("REDLIMIT_BENCH_ROW is not set");
     let calls: usize = std::env::var("REDLIMIT_BENCH_CALLS")
@@ -157,6 +248,8 @@ fn main() {
         "bucket-returning" => coming_and_going_row(Algorithm::TokenBucket, Duration::from_millis(1), calls),
         "governor-returning" => governor_returning_row(calls),
         "governor-keys" => governor_row(KEYS, calls),
+        "floor-hot" => floor_row(1, calls),
+        "floor-keys" => floor_row(KEYS, calls),
         "window-refused" => {
             let client = Client::memory();
             let rules = [Rule::new(
@@ -181,7 +274,7 @@ fn main() {
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected a growth- row, window-hot, window-keys, bucket-hot, bucket-keys, \
              governor-hot, governor-keys, window-refused, governor-refused, window-stayed, \
-             window-returning, bucket-stayed, bucket-returning or governor-returning"
+             window-returning, bucket-stayed, bucket-returning, governor-returning, floor-hot or floor-keys"
         ),
     }
 }
