@@ -69,6 +69,10 @@ pub struct Engine {
     /// check a client makes of a rule's: worked out on the first call (the rules never
     /// change), so that a call's rules are not checked again each time.
     checked: std::sync::OnceLock<Box<[bool]>>,
+    /// The key prefix of the first call with escaped keys, and whether each rule's
+    /// escaped limiters under it pass every check of a name
+    /// (`rules::checks::escaped_names_pass`): worked out once, for that prefix.
+    escaped_names: std::sync::OnceLock<(Box<str>, Box<[bool]>)>,
 }
 
 impl Drop for Engine {
@@ -97,6 +101,7 @@ impl Engine {
             registered: AtomicBool::new(false),
             templates: Vec::new(),
             checked: std::sync::OnceLock::new(),
+            escaped_names: std::sync::OnceLock::new(),
         }
     }
 
@@ -178,17 +183,42 @@ impl Engine {
         // set-up): making a disabled span still costs a dispatcher lookup.
         if !tracing::level_enabled!(tracing::Level::DEBUG) {
             return self
-                .decide_in_span(client, CallKeys { keys, permits }, false)
+                .decide_in_span(
+                    client,
+                    CallKeys {
+                        keys,
+                        permits,
+                        escaped: false,
+                    },
+                    false,
+                )
                 .await;
         }
         let span = span::decide_span(&self.rules);
         if span.is_disabled() {
             return self
-                .decide_in_span(client, CallKeys { keys, permits }, false)
+                .decide_in_span(
+                    client,
+                    CallKeys {
+                        keys,
+                        permits,
+                        escaped: false,
+                    },
+                    false,
+                )
                 .await;
         }
         // Boxed: the span's state would otherwise be moved with every call's future.
-        Box::pin(self.decide_traced(span, client, CallKeys { keys, permits })).await
+        Box::pin(self.decide_traced(
+            span,
+            client,
+            CallKeys {
+                keys,
+                permits,
+                escaped: false,
+            },
+        ))
+        .await
     }
 
     /// [`decide`](Engine::decide) where it is called, for a call that nothing can make
@@ -196,6 +226,10 @@ impl Engine {
     /// rules, no debug span to record. `None`, before anything is built or decided, for
     /// any other call, which [`decide`](Engine::decide) then takes. Spares a call the
     /// futures of the general path (a layer's in-process requests take it).
+    ///
+    /// `keys` are a layer's: each is its rule's name, alone or followed by `:` and a
+    /// value written by [`KeyBuf`]'s value methods (escaped: no brace), so that a rule
+    /// whose name passes for every such value is not checked again on every call.
     pub fn decide_now(
         &self,
         client: &Client,
@@ -210,19 +244,28 @@ impl Engine {
         {
             return None;
         }
-        let mut call = CallKeys { keys, permits: None };
+        let mut call = CallKeys {
+            keys,
+            permits: None,
+            escaped: true,
+        };
         let overrides = client.overrides().table();
         // Every rule enforced, in the order given: decided on the rules as built (held
-        // where they are made: no future carries them).
+        // where they are made: no future carries them; one rule, the usual, without a
+        // vector).
         let overrides = Some((client, &*overrides));
-        let (one, several): (Option<Rule>, Vec<Rule>) = match call.keys {
-            [key] if self.rules.len() == 1 => (
-                Some(self.build_rule(0, client.prefix(), key, None, overrides)),
-                Vec::new(),
-            ),
-            _ => (None, self.build_rules(client.prefix(), &mut call, overrides)),
+        let one;
+        let several: Vec<Rule>;
+        let rules = match call.keys {
+            [key] if self.rules.len() == 1 => {
+                one = self.build_rule(0, client.prefix(), key, None, overrides, true);
+                std::slice::from_ref(&one)
+            }
+            _ => {
+                several = self.build_rules(client.prefix(), &mut call, overrides);
+                &several[..]
+            }
         };
-        let rules = if one.is_some() { one.as_slice() } else { &several };
         if let Some(overlapping) = self.overlapping(client.prefix(), rules) {
             return Some(Err(overlapping));
         }
