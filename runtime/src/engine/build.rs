@@ -31,6 +31,7 @@ impl Engine {
     /// Rule `i`'s limiter for this call's `key`, which becomes its name: no second
     /// string (a key built for the call has room for the prefix). `escaped`: the key
     /// is a layer's (see `CallKeys::escaped`).
+    #[inline]
     pub(super) fn build_rule(
         &self,
         i: usize,

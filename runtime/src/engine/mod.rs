@@ -153,6 +153,7 @@ impl Engine {
 
     /// The refusal of a call whose rules overlap another function's (the rules put in
     /// the registry on the first call, under `prefix`).
+    #[inline]
     fn overlapping(&self, prefix: &str, rules: &[Rule]) -> Option<RateLimited> {
         if !self.registered.load(Ordering::Relaxed) {
             self.register(prefix);
