@@ -230,7 +230,9 @@ impl Engine {
     ///
     /// `keys` are a layer's: each is its rule's name, alone or followed by `:` and a
     /// value written by [`KeyBuf`]'s value methods (escaped: no brace), so that a rule
-    /// whose name passes for every such value is not checked again on every call.
+    /// whose name passes for every such value is not checked again on every call. A
+    /// decided call gives each key back as its limiter's name (the prefix in front):
+    /// its buffer, for the caller to write a next call's key into.
     pub fn decide_now(
         &self,
         client: &Client,
@@ -245,28 +247,34 @@ impl Engine {
         {
             return None;
         }
+        let overrides = client.overrides().table();
+        let overrides = Some((client, &*overrides));
+        // Every rule enforced, in the order given: decided on the rules as built (held
+        // where they are made: no future carries them; one rule, the usual, without a
+        // vector); then each name given back to its key, a buffer for the caller.
+        if let ([key], 1) = (&mut *keys, self.rules.len()) {
+            let rule = self.build_rule(0, client.prefix(), key, None, overrides, true);
+            let decided = self.decided_now(client, std::slice::from_ref(&rule));
+            *key = rule.into_name();
+            return decided;
+        }
         let mut call = CallKeys {
             keys,
             permits: None,
             escaped: true,
         };
-        let overrides = client.overrides().table();
-        // Every rule enforced, in the order given: decided on the rules as built (held
-        // where they are made: no future carries them; one rule, the usual, without a
-        // vector).
-        let overrides = Some((client, &*overrides));
-        let one;
-        let several: Vec<Rule>;
-        let rules = match call.keys {
-            [key] if self.rules.len() == 1 => {
-                one = self.build_rule(0, client.prefix(), key, None, overrides, true);
-                std::slice::from_ref(&one)
-            }
-            _ => {
-                several = self.build_rules(client.prefix(), &mut call, overrides);
-                &several[..]
-            }
-        };
+        let rules: Rules = self.build_rules(client.prefix(), &mut call, overrides);
+        let decided = self.decided_now(client, &rules);
+        for (key, rule) in call.keys.iter_mut().zip(rules) {
+            *key = rule.into_name();
+        }
+        decided
+    }
+
+    /// [`decide_now`](Engine::decide_now)'s decision of the call's rules as built (with
+    /// the rules' own permits).
+    #[inline]
+    fn decided_now(&self, client: &Client, rules: &[Rule]) -> Option<Result<Granted, RateLimited>> {
         if let Some(overlapping) = self.overlapping(client.prefix(), rules) {
             return Some(Err(overlapping));
         }
@@ -274,7 +282,12 @@ impl Engine {
             Ok(decision) if !decision.allowed => Err(self.refused_by(client, rules, &decision, &|i| i)),
             Ok(decision) => {
                 self.failures.succeeded(self.function);
-                Ok(self.granted(&call, rules, Some(&decision), &|i| i))
+                let own_permits = CallKeys {
+                    keys: &mut [],
+                    permits: None,
+                    escaped: true,
+                };
+                Ok(self.granted(&own_permits, rules, Some(&decision), &|i| i))
             }
             // In process nothing fails as a backend does (a full table, a rule that
             // cannot be kept are misuse): refused, as `decide` refuses misuse.
