@@ -191,6 +191,7 @@ impl Scope {
     /// identity, if `call` set or shared one, is this scope's after.
     /// `in_scope` false: `call` runs nothing of the application (axum's `Route`), and is
     /// called outside the scope.
+    #[inline]
     pub(crate) fn call<F: Future>(
         self,
         in_scope: bool,

@@ -24,6 +24,21 @@ type ReadClient = Option<Result<ClientIp, &'static str>>;
 /// A request's limiters, and its permits per rule when they are per request.
 pub(crate) type Keys = (SmallVec<[String; 2]>, Vec<u64>);
 
+thread_local! {
+    /// The first limiter name of this thread's last request decided in process, given
+    /// back by the engine: the next request's first key is written into it rather than
+    /// into a new allocation.
+    static NAME_BUFFER: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+}
+
+/// The buffer for rule `i`'s key: this thread's kept one for the first.
+fn key_buf(i: usize) -> KeyBuf {
+    match i {
+        0 => KeyBuf::reusing(NAME_BUFFER.take()),
+        _ => KeyBuf::new(),
+    }
+}
+
 impl Shared {
     /// `routed`: the layer is inside an axum `Router` (it wraps a route or the
     /// fallback), where a request without matched path parameters matched no route.
@@ -72,6 +87,9 @@ impl Shared {
     ) -> Option<Result<Granted, RateLimited>> {
         let permits = self.per_request.then_some(permits.as_slice());
         if let Some(decided) = self.engine.decide_now(client, &mut keys, permits) {
+            if let Some(first) = keys.first_mut() {
+                NAME_BUFFER.set(std::mem::take(first));
+            }
             return Some(decided);
         }
         // A call the engine's general path decides (costs, shadow rules, a debug span):
@@ -146,7 +164,7 @@ impl Shared {
                 // No route matched: the request goes on to the router's fallback (404),
                 // as without the layer; the other rules still apply.
                 Err(NoValue::NotRouted) if routed => {
-                    let mut key = KeyBuf::new();
+                    let mut key = key_buf(i);
                     key.text(&rule.name);
                     keys.push(key.finish());
                     permits.push(0);
@@ -186,7 +204,7 @@ impl Shared {
                 Some(Cow::Owned(_)) => rule.key.not_utf8(request),
                 _ => None,
             };
-            let mut key = KeyBuf::new();
+            let mut key = key_buf(i);
             match &value {
                 Some(value) => {
                     key.text(&rule.keyed_start);

@@ -18,18 +18,20 @@ impl Engine {
         call: &mut CallKeys<'_>,
         overrides: Option<(&Client, &Table)>,
     ) -> C {
-        let permits = call.permits;
+        let (permits, escaped) = (call.permits, call.escaped);
         // One per rule (keys beyond the rules are not any rule's).
         self.rules
             .iter()
             .zip(call.keys.iter_mut())
             .enumerate()
-            .map(|(i, (_, key))| self.build_rule(i, prefix, key, permits, overrides))
+            .map(|(i, (_, key))| self.build_rule(i, prefix, key, permits, overrides, escaped))
             .collect()
     }
 
     /// Rule `i`'s limiter for this call's `key`, which becomes its name: no second
-    /// string (a key built for the call has room for the prefix).
+    /// string (a key built for the call has room for the prefix). `escaped`: the key
+    /// is a layer's (see `CallKeys::escaped`).
+    #[inline]
     pub(super) fn build_rule(
         &self,
         i: usize,
@@ -37,6 +39,7 @@ impl Engine {
         key: &mut String,
         permits: Option<&[u64]>,
         overrides: Option<(&Client, &Table)>,
+        escaped: bool,
     ) -> Rule {
         let spec = &self.rules[i];
         let mut name = std::mem::take(key);
@@ -50,9 +53,34 @@ impl Engine {
         if (rate, interval) != (spec.rate, spec.interval) {
             rule.mark_overridden();
         } else if self.specs_checked()[i] && permits == spec.permits {
-            rule.mark_settings_checked();
+            if escaped && self.escaped_names_pass(i, prefix) {
+                debug_assert!(
+                    crate::keys::check_name(rule.name()).is_ok()
+                        && crate::keys::library_key(prefix, rule.name()).is_none(),
+                    "{} is not a name a layer writes",
+                    rule.name()
+                );
+                rule.mark_checked();
+            } else {
+                rule.mark_settings_checked();
+            }
         }
         rule
+    }
+
+    /// Whether rule `i`'s escaped limiters under `prefix` pass every check of a name
+    /// (`rules::checks::escaped_names_pass`), worked out for the first prefix asked
+    /// about; `false` under any other.
+    fn escaped_names_pass(&self, i: usize, prefix: &str) -> bool {
+        let (first, pass) = self.escaped_names.get_or_init(|| {
+            let pass = self
+                .rules
+                .iter()
+                .map(|spec| crate::rules::checks::escaped_names_pass(prefix, &spec.name))
+                .collect();
+            (prefix.into(), pass)
+        });
+        pass[i] && **first == *prefix
     }
 
     /// Whether each rule's settings at its own rate, window and permits pass a client's

@@ -9,6 +9,10 @@ use std::time::Duration;
 pub(super) struct CallKeys<'a> {
     pub keys: &'a mut [String],
     pub permits: Option<&'a [u64]>,
+    /// Each key is its rule's name, alone or followed by `:` and a value `KeyBuf`
+    /// escaped (a layer's keys): their names need not be checked again when the
+    /// rule's are found good for every such value.
+    pub escaped: bool,
 }
 
 impl CallKeys<'_> {

@@ -69,6 +69,10 @@ pub struct Engine {
     /// check a client makes of a rule's: worked out on the first call (the rules never
     /// change), so that a call's rules are not checked again each time.
     checked: std::sync::OnceLock<Box<[bool]>>,
+    /// The key prefix of the first call with escaped keys, and whether each rule's
+    /// escaped limiters under it pass every check of a name
+    /// (`rules::checks::escaped_names_pass`): worked out once, for that prefix.
+    escaped_names: std::sync::OnceLock<(Box<str>, Box<[bool]>)>,
 }
 
 impl Drop for Engine {
@@ -97,6 +101,7 @@ impl Engine {
             registered: AtomicBool::new(false),
             templates: Vec::new(),
             checked: std::sync::OnceLock::new(),
+            escaped_names: std::sync::OnceLock::new(),
         }
     }
 
@@ -148,6 +153,7 @@ impl Engine {
 
     /// The refusal of a call whose rules overlap another function's (the rules put in
     /// the registry on the first call, under `prefix`).
+    #[inline]
     fn overlapping(&self, prefix: &str, rules: &[Rule]) -> Option<RateLimited> {
         if !self.registered.load(Ordering::Relaxed) {
             self.register(prefix);
@@ -178,17 +184,42 @@ impl Engine {
         // set-up): making a disabled span still costs a dispatcher lookup.
         if !tracing::level_enabled!(tracing::Level::DEBUG) {
             return self
-                .decide_in_span(client, CallKeys { keys, permits }, false)
+                .decide_in_span(
+                    client,
+                    CallKeys {
+                        keys,
+                        permits,
+                        escaped: false,
+                    },
+                    false,
+                )
                 .await;
         }
         let span = span::decide_span(&self.rules);
         if span.is_disabled() {
             return self
-                .decide_in_span(client, CallKeys { keys, permits }, false)
+                .decide_in_span(
+                    client,
+                    CallKeys {
+                        keys,
+                        permits,
+                        escaped: false,
+                    },
+                    false,
+                )
                 .await;
         }
         // Boxed: the span's state would otherwise be moved with every call's future.
-        Box::pin(self.decide_traced(span, client, CallKeys { keys, permits })).await
+        Box::pin(self.decide_traced(
+            span,
+            client,
+            CallKeys {
+                keys,
+                permits,
+                escaped: false,
+            },
+        ))
+        .await
     }
 
     /// [`decide`](Engine::decide) where it is called, for a call that nothing can make
@@ -196,6 +227,12 @@ impl Engine {
     /// rules, no debug span to record. `None`, before anything is built or decided, for
     /// any other call, which [`decide`](Engine::decide) then takes. Spares a call the
     /// futures of the general path (a layer's in-process requests take it).
+    ///
+    /// `keys` are a layer's: each is its rule's name, alone or followed by `:` and a
+    /// value written by [`KeyBuf`]'s value methods (escaped: no brace), so that a rule
+    /// whose name passes for every such value is not checked again on every call. A
+    /// decided call gives each key back as its limiter's name (the prefix in front):
+    /// its buffer, for the caller to write a next call's key into.
     pub fn decide_now(
         &self,
         client: &Client,
@@ -210,19 +247,34 @@ impl Engine {
         {
             return None;
         }
-        let mut call = CallKeys { keys, permits: None };
         let overrides = client.overrides().table();
-        // Every rule enforced, in the order given: decided on the rules as built (held
-        // where they are made: no future carries them).
         let overrides = Some((client, &*overrides));
-        let (one, several): (Option<Rule>, Vec<Rule>) = match call.keys {
-            [key] if self.rules.len() == 1 => (
-                Some(self.build_rule(0, client.prefix(), key, None, overrides)),
-                Vec::new(),
-            ),
-            _ => (None, self.build_rules(client.prefix(), &mut call, overrides)),
+        // Every rule enforced, in the order given: decided on the rules as built (held
+        // where they are made: no future carries them; one rule, the usual, without a
+        // vector); then each name given back to its key, a buffer for the caller.
+        if let ([key], 1) = (&mut *keys, self.rules.len()) {
+            let rule = self.build_rule(0, client.prefix(), key, None, overrides, true);
+            let decided = self.decided_now(client, std::slice::from_ref(&rule));
+            *key = rule.into_name();
+            return decided;
+        }
+        let mut call = CallKeys {
+            keys,
+            permits: None,
+            escaped: true,
         };
-        let rules = if one.is_some() { one.as_slice() } else { &several };
+        let rules: Rules = self.build_rules(client.prefix(), &mut call, overrides);
+        let decided = self.decided_now(client, &rules);
+        for (key, rule) in call.keys.iter_mut().zip(rules) {
+            *key = rule.into_name();
+        }
+        decided
+    }
+
+    /// [`decide_now`](Engine::decide_now)'s decision of the call's rules as built (with
+    /// the rules' own permits).
+    #[inline]
+    fn decided_now(&self, client: &Client, rules: &[Rule]) -> Option<Result<Granted, RateLimited>> {
         if let Some(overlapping) = self.overlapping(client.prefix(), rules) {
             return Some(Err(overlapping));
         }
@@ -230,7 +282,12 @@ impl Engine {
             Ok(decision) if !decision.allowed => Err(self.refused_by(client, rules, &decision, &|i| i)),
             Ok(decision) => {
                 self.failures.succeeded(self.function);
-                Ok(self.granted(&call, rules, Some(&decision), &|i| i))
+                let own_permits = CallKeys {
+                    keys: &mut [],
+                    permits: None,
+                    escaped: true,
+                };
+                Ok(self.granted(&own_permits, rules, Some(&decision), &|i| i))
             }
             // In process nothing fails as a backend does (a full table, a rule that
             // cannot be kept are misuse): refused, as `decide` refuses misuse.

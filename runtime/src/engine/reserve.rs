@@ -164,6 +164,7 @@ impl Engine {
         let call = CallKeys {
             keys,
             permits: Some(permits),
+            escaped: false,
         };
         let with_grant = |(granted, mut pending): (Granted, Pending)| {
             pending.granted = granted;

@@ -66,6 +66,19 @@ pub(crate) fn rule_keys<'r>(rule: &'r Rule, prefix: &str, client_id: &'r str) ->
     first_rule_keys(rule, prefix, client_id)
 }
 
+/// Whether every limiter a layer names for a rule named `name`, under the clients' key
+/// `prefix`, passes [`first_rule_keys`]' checks of its name: `name` alone, and `name`,
+/// `:` and any value `KeyBuf` escaped (which holds no brace). Text without a brace
+/// after a name changes neither its hash tag nor whether it has a good one; and the
+/// library's keys are `<prefix>redlimit` and what follows it after `:`, so `:` and
+/// anything after a name that is none of them (neither `redlimit`, nor `redlimit:`
+/// and more, nor a shorter start of `redlimit`, which `:` does not go on) make none.
+/// So when `prefix` and `name` pass, every such limiter does.
+pub(crate) fn escaped_names_pass(prefix: &str, name: &str) -> bool {
+    let limiter = format!("{prefix}{name}");
+    crate::keys::check_name(&limiter).is_ok() && crate::keys::library_key(prefix, &limiter).is_none()
+}
+
 fn first_rule_keys<'r>(rule: &'r Rule, prefix: &str, client_id: &'r str) -> Result<Keys<'r>, Error> {
     let keys = Keys::new(rule.name(), client_id)?;
     // A name a caller's value makes can land on the library's own keys (the
@@ -82,4 +95,79 @@ fn first_rule_keys<'r>(rule: &'r Rule, prefix: &str, client_id: &'r str) -> Resu
     }
     rule.mark_checked();
     Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escaped_names_pass;
+    use crate::keys::key_buf::KeyBuf;
+    use crate::keys::{check_name, library_key};
+
+    /// Every limiter a layer writes for a rule whose name passes under a prefix passes
+    /// the checks of a name, over hostile prefixes, names and values; and the names
+    /// that do not pass are refused by those checks themselves.
+    #[test]
+    fn a_name_that_passes_escaped_passes_with_every_value() {
+        let prefixes = ["rate_limit:", "", "{", "}", "{app}:", "a{", "redlimit", "x:"];
+        let names = [
+            "api",
+            "redlimit",
+            "redlimit:x",
+            "redlimitx",
+            "redlimi",
+            "red",
+            "{",
+            "}",
+            "{}",
+            "{t}",
+            "a{b",
+            "a}b",
+            "api:{tenant}",
+            ":redlimit",
+            "redlimit{",
+            "redlimit}",
+            "re:dlimit",
+        ];
+        let values: [&[u8]; 12] = [
+            b"",
+            b"redlimit",
+            b":overrides",
+            b"overrides",
+            b"{",
+            b"}",
+            b"{x}",
+            b"%3A",
+            b":refused:1",
+            b"\xff{",
+            b"resets",
+            &[b'a'; 200],
+        ];
+        let mut passed = 0;
+        for prefix in prefixes {
+            for name in names {
+                let base = format!("{prefix}{name}");
+                let alone_passes = check_name(&base).is_ok() && library_key(prefix, &base).is_none();
+                if !escaped_names_pass(prefix, name) {
+                    assert!(!alone_passes, "{prefix:?} {name:?}: its name alone passes");
+                    continue;
+                }
+                passed += 1;
+                assert!(alone_passes, "{base}");
+                for value in values {
+                    let mut key = KeyBuf::new();
+                    key.text(&base);
+                    key.text(":");
+                    key.value_bytes(value);
+                    let limiter = key.finish();
+                    assert!(check_name(&limiter).is_ok(), "{limiter}");
+                    assert_eq!(library_key(prefix, &limiter), None, "{limiter}");
+                }
+            }
+        }
+        assert!(passed > 40, "{passed}");
+        assert!(escaped_names_pass("rate_limit:", "redlimitx"));
+        assert!(!escaped_names_pass("rate_limit:", "redlimit"));
+        assert!(!escaped_names_pass("rate_limit:", "redlimit:x"));
+        assert!(!escaped_names_pass("{", "api"));
+    }
 }

@@ -353,10 +353,19 @@ fn mark_conflicts(placed: &mut [Placed]) {
 
 /// The first rule of `engine` that overlaps another engine's rule, as the error its calls
 /// are refused with.
+#[inline]
 pub(crate) fn conflict_of(engine: usize) -> Option<Error> {
     if CONFLICTS.load(Ordering::Relaxed) == 0 {
         return None;
     }
+    placed_conflict_of(engine)
+}
+
+/// [`conflict_of`] when some rule of the process overlaps another: looked up in the
+/// registry, out of line.
+#[cold]
+#[inline(never)]
+fn placed_conflict_of(engine: usize) -> Option<Error> {
     let placed = SHAPES.read().unwrap_or_else(|e| e.into_inner());
     let p = placed
         .iter()

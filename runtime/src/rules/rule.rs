@@ -449,6 +449,12 @@ impl Rule {
         &self.name
     }
 
+    /// The limiter's name, the rule done with.
+    #[inline]
+    pub(crate) fn into_name(self) -> String {
+        self.name
+    }
+
     /// The configuration the rule enforces.
     pub fn config(&self) -> &RateLimiterConfig {
         &self.config
