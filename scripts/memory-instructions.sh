@@ -11,7 +11,7 @@
 # Needs valgrind and python3 (which reads the allocations from callgrind's output).
 set -eu
 calls=${REDLIMIT_BENCH_CALLS:-200000}
-rows=${REDLIMIT_BENCH_ROWS:-"window-hot bucket-hot governor-hot window-keys bucket-keys governor-keys window-refused governor-refused"}
+rows=${REDLIMIT_BENCH_ROWS:-"window-hot bucket-hot governor-hot window-keys bucket-keys governor-keys window-refused governor-refused floor-hot floor-keys"}
 cargo build --release --example bench_memory --quiet
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
