@@ -275,14 +275,17 @@ fn at_the_bound_rule_limiters_are_let_go_and_come_back_at_least_as_used() {
         let out = backend.acquire(&call_on(&victim, &config), 30_000).await.unwrap();
         assert!(!out.granted);
         assert!(out.retry_ms >= 31_000, "{}", out.retry_ms);
-        // A sprayed key let go comes back as used: 4 more in its minute, not 5; its
-        // bucket likewise.
+        // A sprayed key let go comes back as used: at most 4 more in its minute, never
+        // 5. (At most: a trace read from a cell it shares with others counts at least
+        // its own, and may count theirs, as the exhausted window's 5: the keyed hash
+        // that places traces differs from run to run. Its bucket, 29 s later, has
+        // refilled the token it took.)
         let back = LimiterKeys::new("spray:7", "c").unwrap();
-        for _ in 0..4 {
-            assert!(granted(&backend, &call_on(&back, &config), 30_000).await);
-            assert!(granted(&backend, &bucket_call(&back, &config), 30_000).await);
+        let mut window = 0;
+        for _ in 0..5 {
+            window += u32::from(granted(&backend, &call_on(&back, &config), 30_000).await);
         }
-        assert!(!granted(&backend, &call_on(&back, &config), 30_000).await);
+        assert!(window <= 4, "{window} of 5");
         // A new key after the spray: each sprayed key took one permit, so it is
         // counted at most one it did not take.
         let fresh = LimiterKeys::new("fresh", "c").unwrap();
