@@ -310,10 +310,28 @@ fn a_layer_that_cannot_work_does_not_build() {
             "{reserved}: {said}"
         );
     }
-    assert!(RateLimitLayer::builder()
-        .rule(LayerRule::new("redlimitx", 5, MINUTE))
-        .build()
-        .is_ok());
+    // Further in: the library's keys of clients whose prefix is the text before it.
+    for reserved in [
+        "rate_limit:redlimit",
+        "app:redlimit:x",
+        "myredlimit",
+        "a{b}:redlimit",
+    ] {
+        let said = error(RateLimitLayer::builder().rule(LayerRule::new(reserved, 5, MINUTE)));
+        assert!(
+            said.contains("may not hold `redlimit` before a `:` or at its end"),
+            "{reserved}: {said}"
+        );
+    }
+    for accepted in ["redlimitx", "app:redlimits", "app:redlimit-x:y"] {
+        assert!(
+            RateLimitLayer::builder()
+                .rule(LayerRule::new(accepted, 5, MINUTE))
+                .build()
+                .is_ok(),
+            "{accepted}"
+        );
+    }
 }
 
 /// Two enforced rules are one decision: when the second refuses, the first spends

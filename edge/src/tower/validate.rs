@@ -106,6 +106,20 @@ fn check_name(name: &str) -> Result<(), InvalidLayer> {
              (run-time overrides, refusal reports) under that segment; choose another name"
         )));
     }
+    // Further in, before `:` or at the end: the rule's limiters `<name>:<value>` would be
+    // the library's keys of clients whose key prefix is the text before it (a rule
+    // `rate_limit:redlimit` of a client without a prefix, sent the value `overrides`,
+    // would write the override table of the clients on the default prefix).
+    if name
+        .match_indices(reserved)
+        .any(|(at, _)| name[at + reserved.len()..].is_empty() || name[at + reserved.len()..].starts_with(':'))
+    {
+        return Err(InvalidLayer(format!(
+            "rule `{name}`: a rule's name may not hold `{reserved}` before a `:` or at its end: its limiters \
+             would be the library's own keys (run-time overrides, refusal reports) of clients whose key \
+             prefix is the text before it; choose another name"
+        )));
+    }
     Ok(())
 }
 
