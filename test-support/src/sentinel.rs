@@ -220,28 +220,56 @@ impl RedisSentinel {
         }
     }
 
+    /// Waits (up to 60 s: a sentinel learns of a replica from the master's INFO, every
+    /// 10 s, and the suites run side by side on two cores) until the replica is in sync
+    /// and every sentinel knows the replica and the two others; else panics with what
+    /// each said last.
     fn wait_until_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         let replica = self.nodes[1].0;
         loop {
-            let synced = self
-                .node_cli(replica, &["info", "replication"])
-                .contains("master_link_status:up");
-            let known = self.sentinels.iter().all(|(port, _)| {
-                let master = self.sentinel_cli(*port, &["sentinel", "master", MASTER_NAME]);
-                field(&master, "num-slaves") == Some("1")
-                    && field(&master, "num-other-sentinels") == Some("2")
-            });
+            let link = self.node_cli(replica, &["info", "replication"]);
+            let synced = link.contains("master_link_status:up");
+            let seen: Vec<Seen> = self
+                .sentinels
+                .iter()
+                .map(|(port, _)| {
+                    let master = self.sentinel_cli(*port, &["sentinel", "master", MASTER_NAME]);
+                    let got = |name| field(&master, name).map(str::to_owned);
+                    Seen {
+                        sentinel: *port,
+                        master: got("port"),
+                        replicas: got("num-slaves"),
+                        others: got("num-other-sentinels"),
+                    }
+                })
+                .collect();
+            let known = seen
+                .iter()
+                .all(|s| s.replicas.as_deref() == Some("1") && s.others.as_deref() == Some("2"));
             if synced && known {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "the sentinels did not see the replica and each other within 30 s"
+                "the sentinels did not see the replica and each other within 60 s: the replica \
+                 (port {replica}) in sync: {synced}; the master started on {}; each sentinel \
+                 saw: {seen:?}",
+                self.nodes[0].0
             );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// What one sentinel said of the master it monitors, while the set starts.
+#[derive(Debug)]
+#[allow(dead_code)] // read through Debug, in the message of a set that did not start
+struct Seen {
+    sentinel: u16,
+    master: Option<String>,
+    replicas: Option<String>,
+    others: Option<String>,
 }
 
 /// A master or replica with the master's password, no persistence.
