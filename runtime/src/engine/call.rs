@@ -15,7 +15,16 @@ pub(super) struct CallKeys<'a> {
     pub escaped: bool,
 }
 
-impl CallKeys<'_> {
+impl<'a> CallKeys<'a> {
+    /// A call's keys, written by its caller (not a layer's escaped ones).
+    pub fn new(keys: &'a mut [String], permits: Option<&'a [u64]>) -> Self {
+        CallKeys {
+            keys,
+            permits,
+            escaped: false,
+        }
+    }
+
     /// Whether the rule applies to this call (0 permits: it does not).
     pub fn applies(&self, rule: usize) -> bool {
         self.permits.is_none_or(|p| p[rule] != 0)

@@ -184,42 +184,17 @@ impl Engine {
         // set-up): making a disabled span still costs a dispatcher lookup.
         if !tracing::level_enabled!(tracing::Level::DEBUG) {
             return self
-                .decide_in_span(
-                    client,
-                    CallKeys {
-                        keys,
-                        permits,
-                        escaped: false,
-                    },
-                    false,
-                )
+                .decide_in_span(client, CallKeys::new(keys, permits), false)
                 .await;
         }
         let span = span::decide_span(&self.rules);
         if span.is_disabled() {
             return self
-                .decide_in_span(
-                    client,
-                    CallKeys {
-                        keys,
-                        permits,
-                        escaped: false,
-                    },
-                    false,
-                )
+                .decide_in_span(client, CallKeys::new(keys, permits), false)
                 .await;
         }
         // Boxed: the span's state would otherwise be moved with every call's future.
-        Box::pin(self.decide_traced(
-            span,
-            client,
-            CallKeys {
-                keys,
-                permits,
-                escaped: false,
-            },
-        ))
-        .await
+        Box::pin(self.decide_traced(span, client, CallKeys::new(keys, permits))).await
     }
 
     /// [`decide`](Engine::decide) where it is called, for a call that nothing can make

@@ -161,11 +161,7 @@ impl Engine {
         permits: &[u64],
         zero: Zero,
     ) -> Result<Pending, RateLimited> {
-        let call = CallKeys {
-            keys,
-            permits: Some(permits),
-            escaped: false,
-        };
+        let call = CallKeys::new(keys, Some(permits));
         let with_grant = |(granted, mut pending): (Granted, Pending)| {
             pending.granted = granted;
             pending
