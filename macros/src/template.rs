@@ -203,7 +203,31 @@ pub const RESERVED: &str = "redlimit";
 /// and that text does not start with the library's own segment.
 pub fn check_segments(pieces: &[Piece]) -> Result<(), String> {
     check_first_segment(pieces)?;
+    check_reserved_further_in(pieces)?;
     check_whole_segments(pieces)
+}
+
+/// Nor does the key hold the library's own segment further in, before a `:` or at its
+/// end: its limiters would be the library's keys of clients whose key prefix is the
+/// text before it (`orders:redlimit:{user}` under no prefix, sent the value
+/// `overrides`, is the override table of the clients on the prefix `orders:`).
+fn check_reserved_further_in(pieces: &[Piece]) -> Result<(), String> {
+    for (i, piece) in pieces.iter().enumerate() {
+        let Piece::Text(text) = piece else { continue };
+        let last = i + 1 == pieces.len();
+        let reserved = text.match_indices(RESERVED).any(|(at, _)| {
+            let after = &text[at + RESERVED.len()..];
+            after.starts_with(':') || (after.is_empty() && last)
+        });
+        if reserved {
+            return Err(format!(
+                "a key may not hold `{RESERVED}` before a `:` or at its end: its limiters would be the \
+                 library's own keys (run-time overrides, refusal reports) of clients whose key prefix is \
+                 the text before it; choose another segment"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What a key's segment rules are shown with.

@@ -13,7 +13,9 @@ fn values_fill_whole_segments_after_a_literal_one() {
         "{{tenant:{tenant.id}}}:search:{query}",
         "search:{{{tenant}}}",
         "redlimitx:{a}",
-        "x:redlimit:{a}",
+        "x:redlimits:{a}",
+        "x:redlimit-y:{a}",
+        "x:{{redlimit}}:{a}",
     ] {
         assert_eq!(ok(good), Ok(()), "{good}");
     }
@@ -29,6 +31,22 @@ fn values_fill_whole_segments_after_a_literal_one() {
         ("redlimit", "may not start with `redlimit`"),
         ("redlimit:overrides", "may not start with `redlimit`"),
         ("redlimit:{x}", "may not start with `redlimit`"),
+        (
+            "x:redlimit:{a}",
+            "may not hold `redlimit` before a `:` or at its end",
+        ),
+        (
+            "orders:redlimit",
+            "may not hold `redlimit` before a `:` or at its end",
+        ),
+        (
+            "ordersredlimit:{a}",
+            "may not hold `redlimit` before a `:` or at its end",
+        ),
+        (
+            "x:{a}:redlimit",
+            "may not hold `redlimit` before a `:` or at its end",
+        ),
     ] {
         let error = ok(bad).unwrap_err();
         assert!(error.contains(says), "{bad}: {error}");
