@@ -61,9 +61,14 @@ impl FailureLog {
     /// the log: one line, with how many calls failed over how long.
     #[inline]
     pub(super) fn succeeded(&self, function: &'static str) {
-        if self.failing.load(Ordering::Relaxed) == 0 {
-            return;
+        if self.failing.load(Ordering::Relaxed) != 0 {
+            self.recovered(function);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recovered(&self, function: &'static str) {
         let failed = self.failing.swap(0, Ordering::Relaxed);
         if failed > 0 {
             let since = self.failing_since_ms.load(Ordering::Relaxed);
