@@ -35,17 +35,95 @@
 //! # }
 //! ```
 
+use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 
 use redlimit_runtime::engine::{KeyBuf, RequestValue};
-use tokio::task::futures::TaskLocalFuture;
 
 use crate::ClientIp;
 
-tokio::task_local! {
-    static SCOPE: Scope;
+thread_local! {
+    /// The scope of the request whose future this thread is polling: put in place by
+    /// [`Scoped`] for each poll and taken back after, as a task-local value is.
+    static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
+}
+
+/// `f` given the scope of the request being served; `None` outside any.
+fn with_current<R>(f: impl FnOnce(&Scope) -> R) -> Option<R> {
+    CURRENT
+        .try_with(|current| current.borrow().as_ref().map(f))
+        .ok()
+        .flatten()
+}
+
+/// While it lives, the scope in its slot is the current one, and the one it replaced
+/// waits in the slot; dropped (also when a poll panics), each is back where it was.
+struct Entered<'a>(&'a mut Option<Scope>);
+
+impl<'a> Entered<'a> {
+    #[inline]
+    fn new(slot: &'a mut Option<Scope>) -> Entered<'a> {
+        CURRENT.with(|current| std::mem::swap(slot, &mut current.borrow_mut()));
+        Entered(slot)
+    }
+}
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        CURRENT.with(|current| std::mem::swap(self.0, &mut current.borrow_mut()));
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future inside a request's [`Scope`]: the scope is the current one while the
+    /// future is polled and when it is dropped. What [`Scope::run`] makes.
+    pub struct Scoped<F> {
+        scope: Option<Scope>,
+        #[pin]
+        future: Option<F>,
+    }
+
+    impl<F> PinnedDrop for Scoped<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            if this.future.is_some() {
+                let _entered = Entered::new(this.scope);
+                this.future.set(None);
+            }
+        }
+    }
+}
+
+impl<F> fmt::Debug for Scoped<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scoped")
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: Future> Future for Scoped<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let mut this = self.project();
+        let _entered = Entered::new(this.scope);
+        let future = this.future.as_mut().as_pin_mut();
+        let poll = future
+            .expect("a Scoped future polled after it completed")
+            .poll(cx);
+        // Dropped here, inside the scope, as it would be when dropped unfinished.
+        if poll.is_ready() {
+            this.future.set(None);
+        }
+        poll
+    }
 }
 
 /// Why a call has no value of the request: outside any request.
@@ -135,27 +213,12 @@ impl Scope {
     /// there is one (so an identity set between two layers reaches the calls behind
     /// the inner one, and is still set once), else a new one with `client_ip`.
     pub(crate) fn for_request(client_ip: Result<ClientIp, &'static str>) -> Scope {
-        SCOPE
-            .try_with(Scope::clone)
-            .unwrap_or_else(|_| Scope::new(client_ip))
+        with_current(Scope::clone).unwrap_or_else(|| Scope::new(client_ip))
     }
 
     /// The identity this scope shares with its clones, made when first asked for.
     fn shared(&self) -> &Arc<Identity> {
         self.identity.get_or_init(Arc::default)
-    }
-
-    /// This scope for a moment of the same request (a service's `call`): its identity
-    /// shared if it has been made, else made by neither until one of them needs it.
-    fn copy(&self) -> Scope {
-        Scope {
-            client_ip: self.client_ip,
-            identity: self
-                .identity
-                .get()
-                .cloned()
-                .map_or_else(OnceLock::new, OnceLock::from),
-        }
     }
 
     /// The client address the layer read, behind its trusted proxies; `None` when the
@@ -182,38 +245,28 @@ impl Scope {
 
     /// `future` run inside this request's scope: how a task the request spawns
     /// (`tokio::spawn(scope.run(work))`) keeps keying by the request's values.
-    pub fn run<F: Future>(self, future: F) -> TaskLocalFuture<Scope, F> {
-        SCOPE.scope(self, future)
+    pub fn run<F: Future>(self, future: F) -> Scoped<F> {
+        Scoped {
+            scope: Some(self),
+            future: Some(future),
+        }
     }
 
     /// The future `call` makes, run in this scope, `call` itself run in it too (a
-    /// service's `call`, before its future runs): in a copy of the scope, whose
-    /// identity, if `call` set or shared one, is this scope's after.
-    /// `in_scope` false: `call` runs nothing of the application (axum's `Route`), and is
-    /// called outside the scope.
-    #[inline]
-    pub(crate) fn call<F: Future>(
-        self,
-        in_scope: bool,
-        call: impl FnOnce() -> F,
-    ) -> TaskLocalFuture<Scope, F> {
-        if !in_scope {
-            return SCOPE.scope(self, call());
-        }
-        // The future (large) is written where it stays, not returned through the
-        // task-local's frames.
-        let mut called = None;
-        SCOPE.sync_scope(self.copy(), || {
-            called = Some(call());
-            if self.identity.get().is_none() {
-                if let Ok(Some(made)) = SCOPE.try_with(|copy| copy.identity.get().cloned()) {
-                    let _ = self.identity.set(made);
-                }
-            }
-        });
-        match called {
-            Some(future) => SCOPE.scope(self, future),
-            None => unreachable!("sync_scope calls its closure"),
+    /// service's `call`, before its future runs). `in_scope` false: `call` runs
+    /// nothing of the application (axum's `Route`), and is called outside the scope.
+    #[inline(always)]
+    pub(crate) fn call<F: Future>(self, in_scope: bool, call: impl FnOnce() -> F) -> Scoped<F> {
+        let mut scope = Some(self);
+        let future = if in_scope {
+            let _entered = Entered::new(&mut scope);
+            call()
+        } else {
+            call()
+        };
+        Scoped {
+            scope,
+            future: Some(future),
         }
     }
 }
@@ -221,7 +274,7 @@ impl Scope {
 /// The scope of the request being served, to carry into a task it spawns; `None`
 /// outside any request.
 pub fn current() -> Option<Scope> {
-    SCOPE.try_with(Scope::clone).ok()
+    with_current(Scope::clone)
 }
 
 /// Sets the identity of the request being served (the authenticated user, the
@@ -231,24 +284,19 @@ pub fn current() -> Option<Scope> {
 /// all-whitespace identity. Any other text is accepted: written into a key, it is
 /// escaped and, past 128 bytes, digested, as every value of a key template is.
 pub fn set_identity(identity: impl Into<String>) -> Result<(), IdentityError> {
-    SCOPE
-        .try_with(|scope| scope.set_identity(identity))
-        .unwrap_or(Err(IdentityError::OutsideRequest))
+    with_current(|scope| scope.set_identity(identity)).unwrap_or(Err(IdentityError::OutsideRequest))
 }
 
 /// The identity of the request being served; `None` outside any request or before
 /// one is set.
 pub fn identity() -> Option<String> {
-    SCOPE
-        .try_with(|scope| scope.identity().map(str::to_owned))
-        .ok()
-        .flatten()
+    with_current(|scope| scope.identity().map(str::to_owned)).flatten()
 }
 
 /// The client address of the request being served, as the layer read it; `None`
 /// outside any request or when the server gave no peer address.
 pub fn client_ip() -> Option<ClientIp> {
-    SCOPE.try_with(Scope::client_ip).ok().flatten()
+    with_current(Scope::client_ip).flatten()
 }
 
 /// Writes `value` of the request being served into `key`, escaped; `Err` says why
@@ -256,19 +304,18 @@ pub fn client_ip() -> Option<ClientIp> {
 /// `{request.identity}` expand to. Not a public API.
 #[doc(hidden)]
 pub fn write_key(value: RequestValue, key: &mut KeyBuf) -> Result<(), &'static str> {
-    SCOPE
-        .try_with(|scope| match value {
-            RequestValue::ClientIp => {
-                let client = scope.client_ip?;
-                key.value(&client);
-                Ok(())
-            }
-            RequestValue::Identity => {
-                key.value_str(scope.identity().ok_or(NO_IDENTITY)?);
-                Ok(())
-            }
-        })
-        .unwrap_or(Err(OUTSIDE))
+    with_current(|scope| match value {
+        RequestValue::ClientIp => {
+            let client = scope.client_ip?;
+            key.value(&client);
+            Ok(())
+        }
+        RequestValue::Identity => {
+            key.value_str(scope.identity().ok_or(NO_IDENTITY)?);
+            Ok(())
+        }
+    })
+    .unwrap_or(Err(OUTSIDE))
 }
 
 #[cfg(all(test, feature = "axum"))]

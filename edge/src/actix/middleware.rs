@@ -19,11 +19,10 @@ use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::{Error, HttpMessage};
 use redlimit_runtime::engine::Granted;
 use redlimit_runtime::RateLimited;
-use tokio::task::futures::TaskLocalFuture;
 
 use super::request::ActixRequest;
 use super::respond::{decided_inside, Respond};
-use crate::request::Scope;
+use crate::request::{Scope, Scoped};
 use crate::tower::{Keys, RateLimitLayer, Shared, Usage};
 
 impl<S, B, R> Transform<S, ServiceRequest> for RateLimitLayer<R>
@@ -228,7 +227,7 @@ pin_project_lite::pin_project! {
     enum Kind<F, B> {
         Granted {
             #[pin]
-            future: TaskLocalFuture<Scope, F>,
+            future: Scoped<F>,
             fields: Option<(Arc<Shared>, Granted)>,
         },
         Refused {

@@ -70,3 +70,100 @@ async fn an_identity_set_in_call_reaches_the_future_on_both_paths() {
         );
     }
 }
+
+/// A scope with `identity` set, as a layer opens one.
+fn scope_of(identity: &str) -> super::Scope {
+    let scope = super::Scope::new(Err("no peer in this test"));
+    scope.set_identity(identity).unwrap();
+    scope
+}
+
+/// Reads the identity when dropped.
+struct ReadsOnDrop(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl Drop for ReadsOnDrop {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = super::identity();
+    }
+}
+
+/// The scope is the current one while its future is polled, nested scopes each in
+/// turn, and none is left behind once a poll returns.
+#[test]
+fn a_scope_is_current_only_while_its_future_is_polled() {
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let mut polls = 0;
+    let outer = scope_of("outer").run(std::future::poll_fn(|cx| {
+        polls += 1;
+        let before = super::identity();
+        let inner = std::pin::pin!(scope_of("inner").run(async { super::identity() }));
+        let Poll::Ready(inside) = inner.poll(cx) else {
+            unreachable!("the inner future does not wait")
+        };
+        let after = super::identity();
+        if polls == 1 {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready((before, inside, after))
+    }));
+    let mut outer = std::pin::pin!(outer);
+    assert!(outer.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(super::identity(), None, "between polls");
+    let Poll::Ready(seen) = outer.poll(&mut cx) else {
+        panic!("the second poll is ready")
+    };
+    let outer = Some("outer".to_owned());
+    assert_eq!(seen, (outer.clone(), Some("inner".to_owned()), outer));
+    assert_eq!(super::identity(), None, "after");
+}
+
+/// A future dropped unfinished, or finished, is dropped inside its scope: what its
+/// destructors read is the request's.
+#[test]
+fn a_scoped_future_is_dropped_inside_its_scope() {
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    for finish in [false, true] {
+        let read = std::sync::Arc::default();
+        let guard = ReadsOnDrop(std::sync::Arc::clone(&read));
+        let mut future = Box::pin(scope_of("dropping").run(async move {
+            let _guard = guard;
+            if !finish {
+                std::future::pending::<()>().await;
+            }
+        }));
+        let polled = future.as_mut().poll(&mut cx);
+        assert_eq!(polled.is_ready(), finish);
+        drop(future);
+        assert_eq!(
+            *read.lock().unwrap(),
+            Some("dropping".to_owned()),
+            "finished: {finish}"
+        );
+        assert_eq!(super::identity(), None);
+    }
+}
+
+/// A poll that panics leaves the scope it replaced in place, as it was.
+#[test]
+fn a_panicking_poll_puts_the_outer_scope_back() {
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let outer = scope_of("outer").run(std::future::poll_fn(|cx| {
+        let mut inner = std::pin::pin!(scope_of("inner").run(async {
+            panic!("a handler panics");
+        }));
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = inner.as_mut().poll(cx);
+        }));
+        assert!(caught.is_err());
+        Poll::Ready(super::identity())
+    }));
+    let Poll::Ready(after) = std::pin::pin!(outer).poll(&mut cx) else {
+        panic!("ready at once")
+    };
+    assert_eq!(after, Some("outer".to_owned()));
+    assert_eq!(super::identity(), None);
+}

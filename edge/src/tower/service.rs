@@ -16,14 +16,13 @@ use tower_service::Service;
 
 use redlimit_runtime::engine::Granted;
 use redlimit_runtime::RateLimited;
-use tokio::task::futures::TaskLocalFuture;
 
 use super::incoming::TowerRequest;
 use super::request::{behind_router, calls_in_its_future, PathParams};
 use super::respond::{decided_inside, PlainText, Respond};
 use super::settle::{Held, Usage};
 use super::shared::Shared;
-use crate::request::Scope;
+use crate::request::{Scope, Scoped};
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
 #[derive(Clone)]
@@ -236,7 +235,7 @@ pin_project_lite::pin_project! {
     enum Kind<F, ResBody, E> {
         Granted {
             #[pin]
-            future: TaskLocalFuture<Scope, F>,
+            future: Scoped<F>,
             fields: Option<(Arc<Shared>, Granted)>,
         },
         Refused {
