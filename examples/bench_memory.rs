@@ -39,6 +39,9 @@
 //! a hash computed before (as a rule keeps its name's), its name compared, one step of
 //! GCRA (a theoretical arrival time, governor's algorithm), the lock released. No
 //! expiry, no log, no sweep, no bound on memory, no answer but granted or not.
+//! `floor-named` is the same over 100 000 keys, each decision given its name as text
+//! and hashing it with the keyed SipHash std's maps use (as the layer's per-request
+//! names are hashed).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -231,6 +234,33 @@ fn floor_row(keys: usize, calls: usize) {
     counted(calls, decide);
 }
 
+/// `floor_row` over `KEYS` keys, each decision hashing its name (given as text) with
+/// a keyed SipHash before the table's probe.
+fn floor_named_row(calls: usize) {
+    let names: Vec<String> = (0..KEYS).map(|k| format!("rate_limit:bench:mem:{k}")).collect();
+    let table: std::collections::HashMap<String, u64> = names.iter().map(|name| (name.clone(), 0)).collect();
+    let table = std::sync::Mutex::new(table);
+    let (emission, burst) = (1u64, 1_000_000_000u64);
+    let decide = |i: usize| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            * 1_000_000;
+        let mut table = table.lock().unwrap();
+        let tat = table.get_mut(black_box(names[i % KEYS].as_str())).unwrap();
+        let start = (*tat).max(now);
+        let allowed = start - now <= burst;
+        if allowed {
+            *tat = start + emission;
+        }
+        drop(table);
+        assert!(allowed);
+    };
+    (0..KEYS).for_each(decide);
+    counted(calls, decide);
+}
+
 fn main() {
     let row = std::env::var("REDLIMIT_BENCH_ROW").expect("REDLIMIT_BENCH_ROW is not set");
     let calls: usize = std::env::var("REDLIMIT_BENCH_CALLS")
@@ -250,6 +280,7 @@ fn main() {
         "governor-keys" => governor_row(KEYS, calls),
         "floor-hot" => floor_row(1, calls),
         "floor-keys" => floor_row(KEYS, calls),
+        "floor-named" => floor_named_row(calls),
         "window-refused" => {
             let client = Client::memory();
             let rules = [Rule::new(
@@ -274,7 +305,7 @@ fn main() {
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected a growth- row, window-hot, window-keys, bucket-hot, bucket-keys, \
              governor-hot, governor-keys, window-refused, governor-refused, window-stayed, \
-             window-returning, bucket-stayed, bucket-returning, governor-returning, floor-hot or floor-keys"
+             window-returning, bucket-stayed, bucket-returning, governor-returning, floor-hot, floor-keys or floor-named"
         ),
     }
 }
