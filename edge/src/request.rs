@@ -52,7 +52,8 @@ thread_local! {
     static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
 }
 
-/// `f` given the scope of the request being served; `None` outside any.
+/// `f` given the scope of the request being served; `None` outside any. `f` runs
+/// none of the application's code: a scope entered inside it could not be.
 fn with_current<R>(f: impl FnOnce(&Scope) -> R) -> Option<R> {
     CURRENT
         .try_with(|current| current.borrow().as_ref().map(f))
@@ -69,6 +70,20 @@ impl<'a> Entered<'a> {
     fn new(slot: &'a mut Option<Scope>) -> Entered<'a> {
         CURRENT.with(|current| std::mem::swap(slot, &mut current.borrow_mut()));
         Entered(slot)
+    }
+
+    /// [`new`](Entered::new), or `None` (nothing swapped) when the thread's scope
+    /// cannot be entered: its storage already destroyed (a future dropped by another
+    /// thread-local's destructor), or the current scope being read.
+    fn try_new(slot: &'a mut Option<Scope>) -> Option<Entered<'a>> {
+        let swapped = CURRENT.try_with(|current| match current.try_borrow_mut() {
+            Ok(mut current) => {
+                std::mem::swap(slot, &mut current);
+                true
+            }
+            Err(_) => false,
+        });
+        swapped.unwrap_or(false).then(|| Entered(slot))
     }
 }
 
@@ -92,7 +107,9 @@ pin_project_lite::pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
             if this.future.is_some() {
-                let _entered = Entered::new(this.scope);
+                // Where the scope cannot be entered, the future is dropped outside it,
+                // rather than a panic in a destructor.
+                let _entered = Entered::try_new(this.scope);
                 this.future.set(None);
             }
         }
@@ -284,6 +301,9 @@ pub fn current() -> Option<Scope> {
 /// all-whitespace identity. Any other text is accepted: written into a key, it is
 /// escaped and, past 128 bytes, digested, as every value of a key template is.
 pub fn set_identity(identity: impl Into<String>) -> Result<(), IdentityError> {
+    // Converted first: the conversion is the application's code, which must not run
+    // while the current scope is being read.
+    let identity: String = identity.into();
     with_current(|scope| scope.set_identity(identity)).unwrap_or(Err(IdentityError::OutsideRequest))
 }
 

@@ -167,3 +167,65 @@ fn a_panicking_poll_puts_the_outer_scope_back() {
     assert_eq!(after, Some("outer".to_owned()));
     assert_eq!(super::identity(), None);
 }
+
+/// An unfinished future of a scope dropped where its scope cannot be entered, while
+/// the current one is being read, is dropped outside its scope, without a panic.
+#[test]
+fn a_scoped_future_dropped_while_the_scope_is_read_is_dropped_without_it() {
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let read = std::sync::Arc::default();
+    let guard = ReadsOnDrop(std::sync::Arc::clone(&read));
+    let mut inner = Box::pin(scope_of("inner").run(async move {
+        let _guard = guard;
+        std::future::pending::<()>().await;
+    }));
+    assert!(inner.as_mut().poll(&mut cx).is_pending());
+    let outer =
+        std::pin::pin!(scope_of("outer").run(async move { super::with_current(move |_| drop(inner)) }));
+    assert!(matches!(outer.poll(&mut cx), Poll::Ready(Some(()))));
+    // Dropped outside its own scope: its destructor read the one being read.
+    assert_eq!(*read.lock().unwrap(), Some("outer".to_owned()));
+}
+
+/// An unfinished future of a scope held by a thread-local dropped after the scope's
+/// own storage: dropped outside any scope, the thread ends without a panic.
+#[test]
+fn a_scoped_future_dropped_after_the_threads_scope_storage_is_dropped_quietly() {
+    type Held = std::cell::RefCell<Vec<Pin<Box<dyn Future<Output = ()>>>>>;
+    thread_local!(static HELD: Held = const { std::cell::RefCell::new(Vec::new()) });
+    let ended = std::thread::spawn(|| {
+        // Registered before the scope's storage: destroyed after it.
+        HELD.with(|_| ());
+        let mut future: Pin<Box<dyn Future<Output = ()>>> =
+            Box::pin(scope_of("held").run(std::future::pending()));
+        let waker = std::task::Waker::noop();
+        assert!(future.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+        HELD.with(|held| held.borrow_mut().push(future));
+    })
+    .join();
+    assert!(ended.is_ok());
+}
+
+/// An identity's conversion is the application's code: it runs before the scope is
+/// read, so it may use scopes of its own.
+#[test]
+fn an_identity_is_converted_before_the_scope_is_read() {
+    struct Polls;
+    impl From<Polls> for String {
+        fn from(_: Polls) -> String {
+            let waker = std::task::Waker::noop();
+            let mut other = Box::pin(scope_of("other").run(std::future::pending::<()>()));
+            assert!(other.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+            drop(other);
+            super::identity().unwrap_or_default() + "-converted"
+        }
+    }
+    let waker = std::task::Waker::noop();
+    let future = std::pin::pin!(super::Scope::new(Err("no peer in this test"))
+        .run(async { (super::set_identity(Polls), super::identity()) }));
+    let Poll::Ready(seen) = future.poll(&mut Context::from_waker(waker)) else {
+        panic!("ready at once")
+    };
+    assert_eq!(seen, (Ok(()), Some("-converted".to_owned())));
+}
