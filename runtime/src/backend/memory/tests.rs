@@ -453,9 +453,26 @@ fn a_recalled_window_keeps_its_grants_to_their_window() {
             assert!(granted(&backend, &call_on(&key, &config), base + 4_500).await);
         }
         assert!(granted(&backend, &call_on(&key, &config), base + 10_000).await);
-        // Keys heavier than k (6 permits each) fill the bound: k is let go first.
-        for user in 0..2_200u64 {
-            let keys = LimiterKeys::new(&format!("heavy:{user}"), "c").unwrap();
+        // Keys heavier than k (6 permits each) fill the bound, then make room for a
+        // thousand more, about sixty in k's shard, each letting go the lightest of the
+        // next 64 buckets it scans: k, the lightest, is let go. None of them may leave
+        // its traces in a cell of k's (a cell two limiters share counts the grants of
+        // both, which would keep k refused past its own).
+        let summary = summary::Summary::new(cells_per_shard(2_000));
+        let k = crate::keys::name_hash("k");
+        let shares_with_k = |hash: u64| {
+            shard_of(hash) == shard_of(k)
+                && (0..summary::SLOTS).any(|slot| {
+                    let part = summary::Part::Window(slot);
+                    let theirs = summary.cells_of(hash, part);
+                    summary.cells_of(k, part).iter().any(|cell| theirs.contains(cell))
+                })
+        };
+        let heavies = (0..3_000u64)
+            .map(|user| format!("heavy:{user}"))
+            .filter(|name| !shares_with_k(crate::keys::name_hash(name)));
+        for name in heavies {
+            let keys = LimiterKeys::new(&name, "c").unwrap();
             let call = [RuleCall {
                 permits: 6,
                 ..call_on(&keys, &heavy)[0].clone()

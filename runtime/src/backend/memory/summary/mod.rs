@@ -177,6 +177,13 @@ impl Summary {
         2 * cells.max(2) * std::mem::size_of::<Cell>()
     }
 
+    /// The two cells a part's traces may be written to.
+    #[cfg(test)]
+    pub fn cells_of(&self, hash: u64, part: Part) -> [usize; 2] {
+        let (_, first, second) = self.place(hash, part);
+        [first, second]
+    }
+
     fn table(&self, part: Part) -> &[Cell] {
         match part {
             Part::Window(_) => &self.windows,
