@@ -10,6 +10,7 @@ pub mod coinciding;
 #[cfg(feature = "axum")]
 pub mod http;
 pub mod link;
+pub mod lying;
 pub mod monitor;
 pub mod sentinel;
 

@@ -508,9 +508,12 @@ impl Error {
     /// True for the backend failures an outage causes, which pass by themselves (a
     /// timeout, a server unreachable or answering errors), as opposed to those that
     /// last until someone acts: credentials refused, an unknown database, state that is
-    /// not a limiter's. `on_error = "allow"` lets calls through on transient failures
-    /// only, and decides the others in process, as `"local"` does: no key another
-    /// program writes, and no configuration mistake, switches a limit off.
+    /// not a limiter's, a reply the scripts never send (a server that is not
+    /// Redis-compatible, or something between it and the client that changes replies).
+    /// `on_error = "allow"` lets calls through on transient failures only, and decides
+    /// the others in process, as `"local"` does: no key another program writes, no
+    /// server that answers what it should not, and no configuration mistake switches
+    /// a limit off.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -519,7 +522,6 @@ impl Error {
                 | Error::Unreachable { .. }
                 | Error::Tls { .. }
                 | Error::Backend { .. }
-                | Error::UnexpectedReply { .. }
                 | Error::NotReplicated { .. }
                 | Error::ReplicaWaitsBusy { .. }
         )

@@ -1,0 +1,152 @@
+//! A proxy on a free loopback port in front of a real server that answers every script
+//! call (`EVALSHA`, `EVAL`) with a reply of its choosing and carries every other
+//! command and reply as they are: a server, or something between the client and it,
+//! that answers the client's scripts with what they never send.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Listens until dropped; each connection goes on to `127.0.0.1:target`.
+#[derive(Debug)]
+pub struct LyingProxy {
+    pub port: u16,
+    lies: Arc<AtomicUsize>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl LyingProxy {
+    /// `reply`: the whole RESP frame sent back for each script call, as bytes.
+    pub async fn start(target: u16, reply: &'static [u8]) -> LyingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let lies = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&lies);
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let counted = Arc::clone(&counted);
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+                        return;
+                    };
+                    let _ = carry(inbound, outbound, reply, &counted).await;
+                });
+            }
+        });
+        LyingProxy { port, lies, accept }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// How many script calls it has answered with its reply.
+    pub fn lies(&self) -> usize {
+        self.lies.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for LyingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// One connection, a command at a time: each command read whole, then either the
+/// reply to a script call or the server's own reply, read whole, sent back.
+async fn carry(
+    inbound: TcpStream,
+    outbound: TcpStream,
+    reply: &[u8],
+    lies: &AtomicUsize,
+) -> std::io::Result<()> {
+    let (client_read, mut client_write) = inbound.into_split();
+    let (server_read, mut server_write) = outbound.into_split();
+    let mut client = BufReader::new(client_read);
+    let mut server = BufReader::new(server_read);
+    loop {
+        let mut command = Vec::new();
+        let name = read_command(&mut client, &mut command).await?;
+        let scripted = name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL");
+        if scripted {
+            lies.fetch_add(1, Ordering::SeqCst);
+            client_write.write_all(reply).await?;
+            continue;
+        }
+        server_write.write_all(&command).await?;
+        let mut answer = Vec::new();
+        read_frame(&mut server, &mut answer).await?;
+        client_write.write_all(&answer).await?;
+    }
+}
+
+/// Reads one command (an array of bulk strings) into `out`; answers its name.
+async fn read_command<R: AsyncBufReadExt + Unpin>(
+    from: &mut R,
+    out: &mut Vec<u8>,
+) -> std::io::Result<Vec<u8>> {
+    let header = read_line(from, out).await?;
+    let count: usize = header
+        .strip_prefix('*')
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| invalid(&header))?;
+    let mut name = Vec::new();
+    for i in 0..count {
+        let start = out.len();
+        read_frame(from, out).await?;
+        if i == 0 {
+            // `$<len>\r\n<name>\r\n`
+            let text = &out[start..];
+            let body = text.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
+            name = text[body..text.len() - 2].to_vec();
+        }
+    }
+    Ok(name)
+}
+
+/// Reads one RESP2 or RESP3 frame, whole, into `out`.
+async fn read_frame<R: AsyncBufReadExt + Unpin>(from: &mut R, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut pending = 1usize;
+    while pending > 0 {
+        pending -= 1;
+        let line = read_line(from, out).await?;
+        let (kind, rest) = line.split_at(1);
+        let n: i64 = match kind {
+            "+" | "-" | ":" | "_" | "," | "#" | "(" => continue,
+            _ => rest.parse().map_err(|_| invalid(&line))?,
+        };
+        match kind {
+            "$" | "!" | "=" if n >= 0 => {
+                let mut body = vec![0u8; n as usize + 2];
+                from.read_exact(&mut body).await?;
+                out.extend_from_slice(&body);
+            }
+            "*" | "~" | ">" if n > 0 => pending += n as usize,
+            "%" | "|" if n > 0 => pending += 2 * n as usize,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Reads one line, `\r\n` included, into `out`; answers it without its ending.
+async fn read_line<R: AsyncBufReadExt + Unpin>(from: &mut R, out: &mut Vec<u8>) -> std::io::Result<String> {
+    let start = out.len();
+    if from.read_until(b'\n', out).await? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let line = String::from_utf8_lossy(&out[start..])
+        .trim_end_matches("\r\n")
+        .to_owned();
+    if line.is_empty() {
+        return Err(invalid(&line));
+    }
+    Ok(line)
+}
+
+fn invalid(line: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not RESP: {line:?}"))
+}

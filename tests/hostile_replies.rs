@@ -1,0 +1,81 @@
+//! A server that answers the scripts with what they never send (cargo feature `axum`):
+//! a proxy in front of a real redis-server replies to every script call with a
+//! malformed reply, and an axum server on loopback behind the layer is asked ten
+//! times for a rule of 3 a minute under each `on_error` policy. No reply lets more
+//! than the rule's rate through: `local` and `allow` decide in process (a reply that
+//! does not parse lasts until someone acts; it is no outage to let calls through
+//! on), `deny` refuses every call.
+#![cfg(feature = "axum")]
+
+use redlimit_test_support as support;
+
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use redlimit::tower::{LayerRule, RateLimitLayer};
+use redlimit::{Client, Error, OnError};
+use support::http::{send, serve};
+use support::lying::LyingProxy;
+use support::RedisServer;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Replies acquire.lua never sends, each with what it is.
+const HOSTILE: [(&str, &[u8]); 7] = [
+    ("a string", b"$7\r\ngranted\r\n"),
+    ("a nil", b"$-1\r\n"),
+    ("an empty table", b"*0\r\n"),
+    ("a short table", b"*2\r\n:1\r\n:0\r\n"),
+    (
+        "a table of strings",
+        b"*6\r\n$1\r\n1\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n5\r\n$1\r\n0\r\n",
+    ),
+    ("a table of tables", b"*1\r\n*1\r\n:1\r\n"),
+    (
+        "an unknown config change",
+        b"*6\r\n:1\r\n:0\r\n:0\r\n:0\r\n:5\r\n:7\r\n",
+    ),
+];
+
+#[tokio::test]
+async fn no_malformed_script_reply_lets_calls_past_the_rate() {
+    let server = RedisServer::start();
+    for (what, reply) in HOSTILE {
+        let proxy = LyingProxy::start(server.port, reply).await;
+        let client = Client::builder()
+            .command_timeout(Duration::from_secs(2))
+            .connect(&proxy.url())
+            .await
+            .unwrap();
+        // The reply's parse fails as it is meant to, naming the script.
+        let rule = [redlimit::Rule::new("hostile:direct", 3, MINUTE)];
+        match client.check_rules(&rule).await {
+            Err(error @ Error::UnexpectedReply { .. }) => {
+                assert!(!error.is_transient(), "{what}: {error}");
+                assert!(error.to_string().contains("acquire.lua"), "{what}: {error}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        for (policy, most) in [(OnError::Local, 3), (OnError::Allow, 3), (OnError::Deny, 0)] {
+            let layer = RateLimitLayer::builder()
+                .client(client.clone())
+                .rule(LayerRule::new(format!("hostile:{policy:?}"), 3, MINUTE).on_error(policy))
+                .build()
+                .unwrap();
+            let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+            let mut granted = 0;
+            for _ in 0..10 {
+                let response = send(addr, "GET", "/", &[]).await;
+                match response.status {
+                    200 => granted += 1,
+                    429 if most > 0 => {}
+                    503 if most == 0 => {}
+                    other => panic!("{what}, {policy:?}: status {other}"),
+                }
+            }
+            assert_eq!(granted, most, "{what}, {policy:?}");
+        }
+        assert!(proxy.lies() > 3 * 10, "{what}: every decision reached the proxy");
+    }
+}
