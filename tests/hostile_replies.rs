@@ -22,7 +22,15 @@ use support::RedisServer;
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// Replies acquire.lua never sends, each with what it is.
-const HOSTILE: [(&str, &[u8]); 7] = [
+const HOSTILE: [(&str, &[u8]); 9] = [
+    (
+        "a refusal by a rule the call does not have",
+        b"*6\r\n:0\r\n:99\r\n:10\r\n:0\r\n:0\r\n:0\r\n",
+    ),
+    (
+        "a grant that names a refusing rule",
+        b"*6\r\n:1\r\n:1\r\n:0\r\n:0\r\n:5\r\n:0\r\n",
+    ),
     ("a string", b"$7\r\ngranted\r\n"),
     ("a nil", b"$-1\r\n"),
     ("an empty table", b"*0\r\n"),

@@ -53,8 +53,13 @@ fn parse_outcome(reply: &[i64], rules: usize) -> Option<Outcome> {
     if reply.len() < head {
         return None;
     }
-    let granted = reply[0] == 1;
-    let refused = usize::try_from(reply[1]).ok()?.checked_sub(1);
+    // Granted (1) with no refusing rule (0), or refused (0) by one of the call's
+    // rules (1 to `rules`): anything else is not acquire.lua's.
+    let (granted, refused) = match (reply[0], usize::try_from(reply[1]).ok()?) {
+        (1, 0) => (true, None),
+        (0, rule @ 1..) if rule <= rules => (false, Some(rule - 1)),
+        _ => return None,
+    };
     let mut replaced = reply[head..].chunks_exact(4);
     let mut per_rule = smallvec::SmallVec::with_capacity(rules);
     for pair in reply[4..head].chunks_exact(2) {
@@ -301,6 +306,19 @@ mod tests {
             "the replaced config is missing"
         );
         assert_eq!(parse_outcome(&[1, 0, 0, 9, 3, 0, 7], 1), None, "a stray value");
+        // The granted flag and the refusing rule agree, and the rule is the call's.
+        for (flag, rule) in [(0, 3), (0, 99), (0, 0), (1, 1), (2, 0), (-1, 0), (0, -1)] {
+            let reply = [flag, rule, 0, 9, 3, 0, 4, 0];
+            assert_eq!(
+                parse_outcome(&reply, 2),
+                None,
+                "granted {flag}, refused by {rule}"
+            );
+        }
+        assert_eq!(
+            parse_outcome(&[0, 2, 5, 9, 3, 0, 0, 0], 2).unwrap().refused,
+            Some(1)
+        );
     }
 
     #[test]
