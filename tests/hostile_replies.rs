@@ -22,7 +22,15 @@ use support::RedisServer;
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// Replies acquire.lua never sends, each with what it is.
-const HOSTILE: [(&str, &[u8]); 9] = [
+const HOSTILE: [(&str, &[u8]); 11] = [
+    (
+        "an error code of the scripts' they never raise",
+        b"-ERR redlimit:zzz:1 x\r\n",
+    ),
+    (
+        "a script error naming a rule the call does not have",
+        b"-ERR redlimit:bad_value:9 value x\r\n",
+    ),
     (
         "a refusal by a rule the call does not have",
         b"*6\r\n:0\r\n:99\r\n:10\r\n:0\r\n:0\r\n:0\r\n",
@@ -61,7 +69,10 @@ async fn no_malformed_script_reply_lets_calls_past_the_rate() {
         match client.check_rules(&rule).await {
             Err(error @ Error::UnexpectedReply { .. }) => {
                 assert!(!error.is_transient(), "{what}: {error}");
-                assert!(error.to_string().contains("acquire.lua"), "{what}: {error}");
+                assert!(
+                    error.to_string().contains("answered an unexpected reply"),
+                    "{what}: {error}"
+                );
             }
             other => panic!("{what}: {other:?}"),
         }
@@ -86,4 +97,21 @@ async fn no_malformed_script_reply_lets_calls_past_the_rate() {
         }
         assert!(proxy.lies() > 3 * 10, "{what}: every decision reached the proxy");
     }
+}
+
+/// A server's error reply is the server's, whatever words it holds: `CROSSSLOT` is not
+/// a TLS failure for holding "ssl".
+#[tokio::test]
+async fn a_server_error_holding_ssl_is_not_a_tls_failure() {
+    let server = RedisServer::start();
+    let proxy = LyingProxy::start(
+        server.port,
+        b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+    )
+    .await;
+    let client = Client::builder().connect(&proxy.url()).await.unwrap();
+    let rule = [redlimit::Rule::new("hostile:crossslot", 3, MINUTE)];
+    let error = client.check_rules(&rule).await.unwrap_err();
+    assert!(matches!(error, Error::Backend { .. }), "{error:?}");
+    assert!(error.to_string().contains("CrossSlot"), "{error}");
 }

@@ -131,20 +131,9 @@ impl RedisBackend {
         only_buckets: bool,
     ) -> Result<Outcome, Error> {
         let caller_now = (!self.server_time).then_some(now);
-        parse_acquire_reply(reply, calls, caller_now).ok_or_else(|| {
-            let mut shown = format!("{reply:?}");
-            if shown.len() > 200 {
-                let mut end = 200;
-                while !shown.is_char_boundary(end) {
-                    end -= 1;
-                }
-                shown.truncate(end);
-                shown.push_str("...");
-            }
-            Error::UnexpectedReply {
-                script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
-                reply: shown,
-            }
+        parse_acquire_reply(reply, calls, caller_now).ok_or_else(|| Error::UnexpectedReply {
+            script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
+            reply: super::replies::abbreviated(format!("{reply:?}")),
         })
     }
 

@@ -82,7 +82,9 @@ fn refused_by_server(err: &RedisError, target: &Target) -> Option<Error> {
 fn failed_to_connect(err: &RedisError, target: &Target) -> Option<Error> {
     let shown = || target.shown().to_owned();
     let text = err.to_string();
-    if is_tls(&text) {
+    // The connection's own failure, not a server's error reply (`CROSSSLOT` holds
+    // "ssl" too).
+    if err.code().is_none() && is_tls(&text) {
         return Some(Error::Tls {
             target: shown(),
             detail: target.scrub(&text),

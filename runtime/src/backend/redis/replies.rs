@@ -125,13 +125,32 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
         .parse::<usize>()
         .ok()
         .and_then(|r| r.checked_sub(1))
-        .and_then(|r| calls.get(r))?;
-    match kind {
+        .and_then(|r| calls.get(r));
+    let known = keys.and_then(|keys| match kind {
         "not_initialized" | "keep_alive_short" | "permits_exceed_rate" | "bad_config" => {
             config_error(kind, keys.config().to_owned(), detail)
         }
         _ => key_error(kind, keys, detail),
+    });
+    // A code of ours the scripts never raise, or one naming a rule the call does not
+    // have: no outage, whoever answered it.
+    Some(known.unwrap_or_else(|| Error::UnexpectedReply {
+        script: "a redlimit script",
+        reply: abbreviated(err.to_string()),
+    }))
+}
+
+/// `shown`, cut to its first 200 bytes (on a character boundary) and `...`.
+pub(super) fn abbreviated(mut shown: String) -> String {
+    if shown.len() > 200 {
+        let mut end = 200;
+        while !shown.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.truncate(end);
+        shown.push_str("...");
     }
+    shown
 }
 
 /// A script's error about a limiter's config (`name`): missing, refused or corrupt.
