@@ -115,3 +115,29 @@ async fn a_server_error_holding_ssl_is_not_a_tls_failure() {
     assert!(matches!(error, Error::Backend { .. }), "{error:?}");
     assert!(error.to_string().contains("CrossSlot"), "{error}");
 }
+
+/// A WRONGTYPE answered to the scripts sends the client looking for the key at fault,
+/// one `TYPE` at a time: with every `TYPE` answered just inside the command timeout,
+/// a call of three rules (fifteen keys) still answers within two timeouts.
+#[tokio::test]
+async fn the_search_for_a_wrong_type_takes_one_timeout_in_all() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(400);
+    let proxy = LyingProxy::start_slow(
+        server.port,
+        b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        Some(("TYPE", Duration::from_millis(350))),
+    )
+    .await;
+    let client = Client::builder()
+        .command_timeout(timeout)
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let rules = ["a", "b", "c"].map(|n| redlimit::Rule::new(format!("hostile:{{t}}:{n}"), 3, MINUTE));
+    let started = std::time::Instant::now();
+    let error = client.check_rules(&rules).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(error, Error::WrongType { .. }), "{error:?}");
+    assert!(took < 2 * timeout + Duration::from_millis(300), "took {took:?}");
+}

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -20,6 +21,16 @@ pub struct LyingProxy {
 impl LyingProxy {
     /// `reply`: the whole RESP frame sent back for each script call, as bytes.
     pub async fn start(target: u16, reply: &'static [u8]) -> LyingProxy {
+        LyingProxy::start_slow(target, reply, None).await
+    }
+
+    /// [`start`](LyingProxy::start), the server's reply to each command named by
+    /// `slow` (`TYPE`) held back for its delay.
+    pub async fn start_slow(
+        target: u16,
+        reply: &'static [u8],
+        slow: Option<(&'static str, Duration)>,
+    ) -> LyingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let lies = Arc::new(AtomicUsize::new(0));
@@ -31,7 +42,7 @@ impl LyingProxy {
                     let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
                         return;
                     };
-                    let _ = carry(inbound, outbound, reply, &counted).await;
+                    let _ = carry(inbound, outbound, reply, slow, &counted).await;
                 });
             }
         });
@@ -61,6 +72,7 @@ async fn carry(
     inbound: TcpStream,
     outbound: TcpStream,
     reply: &[u8],
+    slow: Option<(&str, Duration)>,
     lies: &AtomicUsize,
 ) -> std::io::Result<()> {
     let (client_read, mut client_write) = inbound.into_split();
@@ -79,6 +91,9 @@ async fn carry(
         server_write.write_all(&command).await?;
         let mut answer = Vec::new();
         read_frame(&mut server, &mut answer).await?;
+        if let Some((_, delay)) = slow.filter(|(slow, _)| name.eq_ignore_ascii_case(slow.as_bytes())) {
+            tokio::time::sleep(delay).await;
+        }
         client_write.write_all(&answer).await?;
     }
 }

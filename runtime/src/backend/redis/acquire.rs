@@ -139,8 +139,18 @@ impl RedisBackend {
 
     /// acquire.lua reads with plain commands, so a key of the wrong type fails with
     /// Redis's WRONGTYPE, which does not say which key: look at each (an error path
-    /// only) and name the first that holds the wrong type, else keep `guess`.
+    /// only) and name the first that holds the wrong type, else keep `guess`. The
+    /// search takes at most one command timeout in all, however many keys it reads.
     pub(super) async fn wrong_type(&self, calls: &[RuleCall<'_>], guess: Error) -> Error {
+        match tokio::time::timeout(self.timeout, self.key_of_wrong_type(calls)).await {
+            Ok(Some(found)) => found,
+            Ok(None) | Err(_) => guess,
+        }
+    }
+
+    /// The first of the calls' keys that holds the wrong type, as an error; `None`
+    /// when none does or a read fails.
+    async fn key_of_wrong_type(&self, calls: &[RuleCall<'_>]) -> Option<Error> {
         for call in calls {
             let k = call.keys;
             let expected: Vec<(String, &str, &'static str)> = if call.bucket.is_some() {
@@ -166,18 +176,18 @@ impl RedisBackend {
                     .await;
                 match found {
                     Ok(found) if found != kind && found != "none" => {
-                        return Error::WrongType {
+                        return Some(Error::WrongType {
                             key,
                             role,
                             detail: format!("holds a {found}"),
-                        }
+                        })
                     }
                     Ok(_) => {}
-                    Err(_) => return guess,
+                    Err(_) => return None,
                 }
             }
         }
-        guess
+        None
     }
 }
 
