@@ -22,7 +22,11 @@ use support::RedisServer;
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// Replies acquire.lua never sends, each with what it is.
-const HOSTILE: [(&str, &[u8]); 11] = [
+const HOSTILE: [(&str, &[u8]); 12] = [
+    (
+        "a server without scripts",
+        b"-ERR unknown command 'EVALSHA', with args beginning with: \r\n",
+    ),
     (
         "an error code of the scripts' they never raise",
         b"-ERR redlimit:zzz:1 x\r\n",

@@ -119,6 +119,14 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
             detail: detail.to_owned(),
         });
     }
+    // A server that does not know the scripts' command (no scripting, or renamed
+    // away) will not learn it by itself.
+    if code == "ERR" && detail.to_ascii_lowercase().starts_with("unknown command") {
+        return Some(Error::UnexpectedReply {
+            script: "a redlimit script",
+            reply: abbreviated(err.to_string()),
+        });
+    }
     let code = code.strip_prefix("redlimit:")?;
     let (kind, rule) = code.split_once(':').unwrap_or((code, "1"));
     let keys = rule
