@@ -159,11 +159,14 @@ async fn a_spray_of_new_keys_during_an_outage_neither_resets_a_key_nor_locks_use
     assert_eq!(refused.status, 429);
     let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
     assert!((40..=60).contains(&retry), "{retry}");
-    // A key let go comes back as used: 4 more calls in its minute, not 5.
-    for call in 0..4 {
-        assert_eq!(status(addr, "spray-7").await, 200, "call {call}");
+    // A key let go comes back as used: at most 4 more calls in its minute, not 5 (a
+    // cell of the summary it shares with other sprayed keys counts theirs too: it may
+    // grant fewer, never more).
+    let mut granted = 0;
+    for _ in 0..5 {
+        granted += u32::from(status(addr, "spray-7").await == 200);
     }
-    assert_eq!(status(addr, "spray-7").await, 429);
+    assert!(granted <= 4, "spray-7 came back with {granted} of 5 granted");
     let let_go = evicted();
     assert!(let_go >= (SPRAY - MAX) as u64, "{let_go} limiters were let go");
     assert_eq!(memory_full(), 0, "nothing was refused for the bound");
