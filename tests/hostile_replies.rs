@@ -145,3 +145,34 @@ async fn the_search_for_a_wrong_type_takes_one_timeout_in_all() {
     assert!(matches!(error, Error::WrongType { .. }), "{error:?}");
     assert!(took < 2 * timeout + Duration::from_millis(300), "took {took:?}");
 }
+
+/// A connection one reply out of step (a frame lost or one too many on the way): each
+/// script call is handed the reply to the call before it, the first another command's
+/// count. No call is granted on another's answer: under `deny` none is granted, under
+/// `local` the rule's rate is, in process.
+#[tokio::test]
+async fn a_connection_out_of_step_grants_nothing_on_another_calls_reply() {
+    let server = RedisServer::start();
+    for (policy, most) in [(OnError::Deny, 0), (OnError::Local, 3)] {
+        let proxy = LyingProxy::start_out_of_step(server.port, b":1\r\n").await;
+        let client = Client::builder()
+            .command_timeout(Duration::from_secs(2))
+            .connect(&proxy.url())
+            .await
+            .unwrap();
+        let layer = RateLimitLayer::builder()
+            .client(client)
+            .rule(LayerRule::new(format!("out-of-step:{policy:?}"), 3, MINUTE).on_error(policy))
+            .build()
+            .unwrap();
+        let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+        let mut granted = 0;
+        for _ in 0..10 {
+            // (each call at its own millisecond: a reply carries its call's time)
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            granted += u32::from(send(addr, "GET", "/", &[]).await.status == 200);
+        }
+        assert_eq!(granted, most, "{policy:?}");
+        assert!(proxy.lies() >= 10, "{policy:?}: every decision reached the proxy");
+    }
+}

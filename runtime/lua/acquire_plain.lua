@@ -24,9 +24,11 @@
 -- decode leaves the block (acquire.lua then raises the error) instead of raising. The differential tests run both.
 --
 -- Replies: for one rule decided at the caller's time (ARGV[1]), a grant is the integer
--- permits left (>= 0) and a refusal with no permit left is the integer -wait (< 0, in
--- ms); any other outcome is acquire.lua's reply. An integer costs Redis far less to
--- send than a table.
+-- permits left times 1024 plus the caller's time modulo 1024 (>= 0), and a refusal
+-- with no permit left is minus the wait (in ms) times 1024 plus that remainder (< 0);
+-- any other outcome is acquire.lua's reply. An integer costs Redis far less to send
+-- than a table; the remainder tells the call's reply from any other integer a
+-- connection out of step would hand it (another command's count, another call's).
 --
 -- Costs measured in Redis and kept here: a number given to redis.call is printed with
 -- "%.17g" (pass text, or string.format('%d', n)); tonumber(s) converts its string twice
@@ -199,13 +201,14 @@ do
       end
       local at_caller_time = caller_time and now == caller_now
       local permits = ARGV[2] + 0
+      -- (below 2^43, an integer times 1024 is exact in a Lua number)
       if granted then
         local left = one_value - permits
         if left < 0 then left = 0 end
-        if at_caller_time then return left end
+        if at_caller_time and left < 8796093022208 then return left * 1024 + caller_now % 1024 end
         return { 1, 0, 0, now, left, 0 }
       end
-      if at_caller_time and one_value <= 0 then return -one_wait end
+      if at_caller_time and one_value <= 0 then return -(one_wait * 1024 + caller_now % 1024) end
       return { 0, 1, one_wait, now, one_value > 0 and one_value or 0, 0 }
     end
   end

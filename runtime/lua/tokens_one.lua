@@ -11,9 +11,11 @@
 -- anything.
 --
 -- Replies: decided at the caller's time (ARGV[1]) on a stored bucket, a grant is the
--- integer tokens left (>= 0) and a refusal with no whole token left is the integer
--- -wait (< 0, in ms); any other outcome is tokens.lua's reply for one rule. Numbers are
--- read as `s + 0` and written with string.format, as in acquire_plain.lua.
+-- integer tokens left times 1024 plus the caller's time modulo 1024 (>= 0) and a
+-- refusal with no whole token left is minus the wait (in ms) times 1024 plus that
+-- remainder (< 0), as in acquire_plain.lua; any other outcome is tokens.lua's reply
+-- for one rule. Numbers are read as `s + 0` and written with string.format, as in
+-- acquire_plain.lua.
 
 do
   local caller_time, floor, max = ARGV[1] ~= '', math.floor, math.max
@@ -85,11 +87,12 @@ do
       local left = floor(u / interval)
       if left * interval > u then left = left - 1 elseif (left + 1) * interval <= u then left = left + 1 end
       local at_caller_time = caller_time and now == caller_now and flag == 0
+      -- (below 2^43, an integer times 1024 is exact in a Lua number)
       if granted then
-        if at_caller_time then return left end
+        if at_caller_time and left < 8796093022208 then return left * 1024 + caller_now % 1024 end
         return { 1, 0, 0, now, left, flag }
       end
-      if at_caller_time and left == 0 then return -wait end
+      if at_caller_time and left == 0 then return -(wait * 1024 + caller_now % 1024) end
       return { 0, 1, wait, now, left, flag }
     end
   end

@@ -1,7 +1,8 @@
 //! A proxy on a free loopback port in front of a real server that answers every script
-//! call (`EVALSHA`, `EVAL`) with a reply of its choosing and carries every other
-//! command and reply as they are: a server, or something between the client and it,
-//! that answers the client's scripts with what they never send.
+//! call (`EVALSHA`, `EVAL`) with a reply of its choosing, or with the reply to the
+//! script call before, and carries every other command and reply as they are: a
+//! server, or something between the client and it, that answers the client's scripts
+//! with what they never send, or a connection out of step.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,6 +19,16 @@ pub struct LyingProxy {
     accept: tokio::task::JoinHandle<()>,
 }
 
+/// What the proxy answers a script call with.
+#[derive(Debug, Clone, Copy)]
+enum Lie {
+    /// This whole RESP frame; the server is not asked.
+    Reply(&'static [u8]),
+    /// The server's reply to the connection's script call before; the first call gets
+    /// this frame.
+    OutOfStep(&'static [u8]),
+}
+
 impl LyingProxy {
     /// `reply`: the whole RESP frame sent back for each script call, as bytes.
     pub async fn start(target: u16, reply: &'static [u8]) -> LyingProxy {
@@ -31,6 +42,17 @@ impl LyingProxy {
         reply: &'static [u8],
         slow: Option<(&'static str, Duration)>,
     ) -> LyingProxy {
+        LyingProxy::start_lying(target, Lie::Reply(reply), slow).await
+    }
+
+    /// Each script call run by the server and answered with the server's reply to the
+    /// call before it on the same connection (the first with `first`): a connection
+    /// one reply out of step, each call handed another's answer.
+    pub async fn start_out_of_step(target: u16, first: &'static [u8]) -> LyingProxy {
+        LyingProxy::start_lying(target, Lie::OutOfStep(first), None).await
+    }
+
+    async fn start_lying(target: u16, lie: Lie, slow: Option<(&'static str, Duration)>) -> LyingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let lies = Arc::new(AtomicUsize::new(0));
@@ -42,7 +64,7 @@ impl LyingProxy {
                     let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
                         return;
                     };
-                    let _ = carry(inbound, outbound, reply, slow, &counted).await;
+                    let _ = carry(inbound, outbound, lie, slow, &counted).await;
                 });
             }
         });
@@ -54,7 +76,7 @@ impl LyingProxy {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// How many script calls it has answered with its reply.
+    /// How many script calls it has answered with a reply not theirs.
     pub fn lies(&self) -> usize {
         self.lies.load(Ordering::SeqCst)
     }
@@ -71,7 +93,7 @@ impl Drop for LyingProxy {
 async fn carry(
     inbound: TcpStream,
     outbound: TcpStream,
-    reply: &[u8],
+    lie: Lie,
     slow: Option<(&str, Duration)>,
     lies: &AtomicUsize,
 ) -> std::io::Result<()> {
@@ -79,11 +101,12 @@ async fn carry(
     let (server_read, mut server_write) = outbound.into_split();
     let mut client = BufReader::new(client_read);
     let mut server = BufReader::new(server_read);
+    let mut before: Option<Vec<u8>> = None;
     loop {
         let mut command = Vec::new();
         let name = read_command(&mut client, &mut command).await?;
         let scripted = name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL");
-        if scripted {
+        if let (true, Lie::Reply(reply)) = (scripted, lie) {
             lies.fetch_add(1, Ordering::SeqCst);
             client_write.write_all(reply).await?;
             continue;
@@ -93,6 +116,12 @@ async fn carry(
         read_frame(&mut server, &mut answer).await?;
         if let Some((_, delay)) = slow.filter(|(slow, _)| name.eq_ignore_ascii_case(slow.as_bytes())) {
             tokio::time::sleep(delay).await;
+        }
+        if let (true, Lie::OutOfStep(first)) = (scripted, lie) {
+            lies.fetch_add(1, Ordering::SeqCst);
+            let handed = before.replace(answer).unwrap_or_else(|| first.to_vec());
+            client_write.write_all(&handed).await?;
+            continue;
         }
         client_write.write_all(&answer).await?;
     }

@@ -4,22 +4,35 @@ use redis::{RedisError, Value};
 
 use std::time::Duration;
 
+use crate::algorithm::call_time::REORDER_MS;
 use crate::backend::{ConfigChange, Outcome, RuleOutcome};
 use crate::keys::Keys;
 use crate::{Error, RateLimiterConfig, RateType};
 
+/// What an integer reply is a multiple of, but for the call's time modulo it.
+const CHECK: u64 = 1024;
+
 /// The acquire script's reply as Redis sent it: acquire.lua's table, or, for one rule
 /// decided at the caller's time (`caller_now`, `None` when the server's clock was
 /// used), acquire_plain.lua's integer: the permits left after a grant (>= 0), or minus
-/// the wait of a refusal that left no permit (< 0).
+/// the wait of a refusal that left no permit (< 0), times [`CHECK`], plus the call's
+/// time modulo it. A reply of another call (a connection out of step) is refused: an
+/// integer of another remainder, a table decided at another time.
 pub(super) fn parse_acquire_reply(reply: &Value, rules: usize, caller_now: Option<u64>) -> Option<Outcome> {
     match reply {
         Value::Int(n) if rules == 1 => {
             let at_ms = caller_now?;
+            // The permits left or the wait, times 1024, plus the call's time modulo
+            // 1024: any other integer (a connection out of step handing the call
+            // another command's reply) is refused, but for one in 1 024.
+            let encoded = n.unsigned_abs();
+            if encoded % CHECK != at_ms % CHECK {
+                return None;
+            }
             let (granted, left, retry_ms) = if *n >= 0 {
-                (true, n.unsigned_abs(), 0)
+                (true, encoded / CHECK, 0)
             } else {
-                (false, 0, n.unsigned_abs())
+                (false, 0, encoded / CHECK)
             };
             Some(Outcome {
                 granted,
@@ -40,7 +53,11 @@ pub(super) fn parse_acquire_reply(reply: &Value, rules: usize, caller_now: Optio
                     _ => None,
                 })
                 .collect::<Option<Vec<i64>>>()?;
-            parse_outcome(&numbers, rules)
+            // Decided at the caller's time, or at most REORDER_MS after it: a reply of
+            // another time is another call's (a connection out of step).
+            parse_outcome(&numbers, rules).filter(|outcome| {
+                caller_now.is_none_or(|now| (now..=now + REORDER_MS).contains(&outcome.at_ms))
+            })
         }
         _ => None,
     }
@@ -354,16 +371,27 @@ mod tests {
             left,
             config: ConfigChange::Kept,
         };
-        let grant = parse_acquire_reply(&Value::Int(4), 1, Some(77)).unwrap();
+        let grant = parse_acquire_reply(&Value::Int(4 * 1024 + 77), 1, Some(77)).unwrap();
         assert!(grant.granted);
         assert_eq!((grant.refused, grant.retry_ms, grant.at_ms), (None, 0, 77));
         assert_eq!(grant.rules.to_vec(), vec![kept(4)]);
-        let refusal = parse_acquire_reply(&Value::Int(-250), 1, Some(77)).unwrap();
+        let at = 1_700_000_000_123;
+        let refusal =
+            parse_acquire_reply(&Value::Int(-(250 * 1024 + (at % 1024) as i64)), 1, Some(at)).unwrap();
         assert!(!refusal.granted);
         assert_eq!(
             (refusal.refused, refusal.retry_ms, refusal.at_ms),
-            (Some(0), 250, 77)
+            (Some(0), 250, at)
         );
+        // Another integer, as a connection out of step would hand it: another
+        // command's count, or another call's reply at another time.
+        for stray in [0, 1, 4, -1, -250, 4 * 1024 + 78, -(250 * 1024 + 77)] {
+            assert_eq!(
+                parse_acquire_reply(&Value::Int(stray), 1, Some(at)),
+                None,
+                "{stray}"
+            );
+        }
         assert_eq!(refusal.rules.to_vec(), vec![kept(0)]);
         // Only one rule, decided at the caller's time, is answered with an integer.
         assert_eq!(parse_acquire_reply(&Value::Int(4), 2, Some(77)), None);
@@ -375,6 +403,19 @@ mod tests {
         );
         let text = Value::Array(vec![Value::Int(1), Value::SimpleString("0".into())]);
         assert_eq!(parse_acquire_reply(&text, 1, None), None);
+        // A table decided at the caller's time, or up to REORDER_MS after it; another
+        // time is another call's.
+        let decided_at_5000 = Value::Array([1, 0, 0, 5_000, 3, 0].map(Value::Int).to_vec());
+        for (caller, ok) in [
+            (5_000, true),
+            (4_000, true),
+            (3_999, false),
+            (5_001, false),
+            (10_000, false),
+        ] {
+            let parsed = parse_acquire_reply(&decided_at_5000, 1, Some(caller));
+            assert_eq!(parsed.is_some(), ok, "the caller at {caller}");
+        }
     }
 
     /// Each server's wording of one `error('redlimit:...', 0)`, and of a command's
