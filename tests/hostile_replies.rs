@@ -148,10 +148,11 @@ async fn the_search_for_a_wrong_type_takes_one_timeout_in_all() {
 
 /// A connection one reply out of step (a frame lost or one too many on the way): each
 /// script call is handed the reply to the call before it, the first another command's
-/// count. No call is granted on another's answer: under `deny` none is granted, under
-/// `local` the rule's rate is, in process.
+/// count. No call is granted on the answer of a call made at another time: under
+/// `deny` none is granted, under `local` the rule's rate is, in process. (Calls in one
+/// millisecond are not told apart: each call here has its own.)
 #[tokio::test]
-async fn a_connection_out_of_step_grants_nothing_on_another_calls_reply() {
+async fn a_connection_out_of_step_grants_nothing_on_a_reply_of_another_time() {
     let server = RedisServer::start();
     for (policy, most) in [(OnError::Deny, 0), (OnError::Local, 3)] {
         let proxy = LyingProxy::start_out_of_step(server.port, b":1\r\n").await;
@@ -174,5 +175,28 @@ async fn a_connection_out_of_step_grants_nothing_on_another_calls_reply() {
         }
         assert_eq!(granted, most, "{policy:?}");
         assert!(proxy.lies() >= 10, "{policy:?}: every decision reached the proxy");
+    }
+}
+
+/// A refusal whose wait is past what the one-rule integer holds exactly (2^43 ms,
+/// about 279 years: a "once ever" limit) is answered as a table and read as the
+/// refusal it is, for a window and a bucket, on a real server.
+#[tokio::test]
+async fn a_refusal_that_waits_for_centuries_is_a_refusal() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let ever = Duration::from_millis(1 << 50);
+    let window = redlimit::Rule::new("once:window", 1, ever).keep_alive(None);
+    let bucket = redlimit::Rule::new("once:bucket", 1, ever)
+        .algorithm(redlimit::Algorithm::TokenBucket)
+        .burst(1);
+    for rule in [window, bucket] {
+        let rule = [rule];
+        assert!(client.check_rules(&rule).await.unwrap().allowed);
+        for _ in 0..3 {
+            let refused = client.check_rules(&rule).await.unwrap();
+            assert!(!refused.allowed, "{refused:?}");
+            assert!(refused.retry_after.unwrap() > Duration::from_millis(1 << 43));
+        }
     }
 }

@@ -208,7 +208,9 @@ do
         if at_caller_time and left < 8796093022208 then return left * 1024 + caller_now % 1024 end
         return { 1, 0, 0, now, left, 0 }
       end
-      if at_caller_time and one_value <= 0 then return -(one_wait * 1024 + caller_now % 1024) end
+      if at_caller_time and one_value <= 0 and one_wait < 8796093022208 then
+        return -(one_wait * 1024 + caller_now % 1024)
+      end
       return { 0, 1, one_wait, now, one_value > 0 and one_value or 0, 0 }
     end
   end

@@ -92,7 +92,7 @@ do
         if at_caller_time and left < 8796093022208 then return left * 1024 + caller_now % 1024 end
         return { 1, 0, 0, now, left, flag }
       end
-      if at_caller_time and left == 0 then return -(wait * 1024 + caller_now % 1024) end
+      if at_caller_time and left == 0 and wait < 8796093022208 then return -(wait * 1024 + caller_now % 1024) end
       return { 0, 1, wait, now, left, flag }
     end
   end

@@ -56,7 +56,7 @@ pub(super) fn parse_acquire_reply(reply: &Value, rules: usize, caller_now: Optio
             // Decided at the caller's time, or at most REORDER_MS after it: a reply of
             // another time is another call's (a connection out of step).
             parse_outcome(&numbers, rules).filter(|outcome| {
-                caller_now.is_none_or(|now| (now..=now + REORDER_MS).contains(&outcome.at_ms))
+                caller_now.is_none_or(|now| (now..=now.saturating_add(REORDER_MS)).contains(&outcome.at_ms))
             })
         }
         _ => None,

@@ -121,7 +121,7 @@ impl RefusalCache {
                     hash: rule.name_hash(),
                     permits,
                     left: decision.remaining,
-                    until_ms: now_ms + wait.as_millis() as u64,
+                    until_ms: now_ms.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
                     used_ms: now_ms,
                 };
                 self.keep(entry, now_ms);
