@@ -188,6 +188,29 @@ impl std::hash::Hasher for Carried {
     }
 }
 
+/// The floor rows' clock: the wall clock in epoch ms, in ns.
+#[inline(always)]
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        * 1_000_000
+}
+
+/// One GCRA step on a theoretical arrival time `tat`, in ns: one permit every ns
+/// (10^9 a second), a burst of a second's permits. Whether it granted.
+#[inline(always)]
+fn gcra_step(tat: &mut u64, now: u64) -> bool {
+    let (emission, burst) = (1u64, 1_000_000_000u64);
+    let start = (*tat).max(now);
+    let allowed = start - now <= burst;
+    if allowed {
+        *tat = start + emission;
+    }
+    allowed
+}
+
 fn floor_row(keys: usize, calls: usize) {
     use std::hash::BuildHasher;
     type Table = std::collections::HashMap<Hashed, u64, std::hash::BuildHasherDefault<Carried>>;
@@ -212,21 +235,10 @@ fn floor_row(keys: usize, calls: usize) {
         );
     }
     let table = std::sync::Mutex::new(table);
-    // GCRA in ns: one permit every ns (10^9 a second), a burst of a second's permits.
-    let (emission, burst) = (1u64, 1_000_000_000u64);
     let decide = |i: usize| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            * 1_000_000;
+        let now = now_ns();
         let mut table = table.lock().unwrap();
-        let tat = table.get_mut(black_box(&names[i % keys])).unwrap();
-        let start = (*tat).max(now);
-        let allowed = start - now <= burst;
-        if allowed {
-            *tat = start + emission;
-        }
+        let allowed = gcra_step(table.get_mut(black_box(&names[i % keys])).unwrap(), now);
         drop(table);
         assert!(allowed);
     };
@@ -240,20 +252,10 @@ fn floor_named_row(calls: usize) {
     let names: Vec<String> = (0..KEYS).map(|k| format!("rate_limit:bench:mem:{k}")).collect();
     let table: std::collections::HashMap<String, u64> = names.iter().map(|name| (name.clone(), 0)).collect();
     let table = std::sync::Mutex::new(table);
-    let (emission, burst) = (1u64, 1_000_000_000u64);
     let decide = |i: usize| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            * 1_000_000;
+        let now = now_ns();
         let mut table = table.lock().unwrap();
-        let tat = table.get_mut(black_box(names[i % KEYS].as_str())).unwrap();
-        let start = (*tat).max(now);
-        let allowed = start - now <= burst;
-        if allowed {
-            *tat = start + emission;
-        }
+        let allowed = gcra_step(table.get_mut(black_box(names[i % KEYS].as_str())).unwrap(), now);
         drop(table);
         assert!(allowed);
     };

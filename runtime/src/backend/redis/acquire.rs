@@ -133,7 +133,7 @@ impl RedisBackend {
         let caller_now = (!self.server_time).then_some(now);
         parse_acquire_reply(reply, calls, caller_now).ok_or_else(|| Error::UnexpectedReply {
             script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
-            reply: super::replies::abbreviated(format!("{reply:?}")),
+            reply: super::replies::abbreviated(format!("{reply:?}"), 200),
         })
     }
 

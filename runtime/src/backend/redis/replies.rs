@@ -141,7 +141,7 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
     if code == "ERR" && detail.to_ascii_lowercase().starts_with("unknown command") {
         return Some(Error::UnexpectedReply {
             script: "a redlimit script",
-            reply: abbreviated(err.to_string()),
+            reply: abbreviated(err.to_string(), 200),
         });
     }
     let code = code.strip_prefix("redlimit:")?;
@@ -161,14 +161,14 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
     // have: no outage, whoever answered it.
     Some(known.unwrap_or_else(|| Error::UnexpectedReply {
         script: "a redlimit script",
-        reply: abbreviated(err.to_string()),
+        reply: abbreviated(err.to_string(), 200),
     }))
 }
 
-/// `shown`, cut to its first 200 bytes (on a character boundary) and `...`.
-pub(super) fn abbreviated(mut shown: String) -> String {
-    if shown.len() > 200 {
-        let mut end = 200;
+/// `shown`, cut to its first `most` bytes (on a character boundary) and `...`.
+pub(super) fn abbreviated(mut shown: String, most: usize) -> String {
+    if shown.len() > most {
+        let mut end = most;
         while !shown.is_char_boundary(end) {
             end -= 1;
         }

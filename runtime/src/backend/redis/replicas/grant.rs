@@ -189,16 +189,7 @@ fn is_noscript(err: &redis::RedisError) -> bool {
 
 /// A reply as an error shows it: at most 100 characters.
 fn shown(value: &Value) -> String {
-    let mut text = format!("{value:?}");
-    if text.len() > 100 {
-        let mut end = 100;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("...");
-    }
-    text
+    crate::backend::redis::replies::abbreviated(format!("{value:?}"), 100)
 }
 
 #[cfg(test)]
