@@ -126,17 +126,18 @@ async fn a_spray_of_new_keys_during_an_outage_neither_resets_a_key_nor_locks_use
     }
     assert_eq!(status(addr, "victim").await, 429);
 
-    // 10 times the bound in new keys, each served; among them new users, each limited
-    // to its rate and refused at most a few calls it did not make (a shared cell of
-    // the summary whose filter says it may have written there); the victim refused
-    // throughout. The limiters held, read from the backends' gauge, never pass the
+    // 10 times the bound in new keys, all but a few served; among them new users, each
+    // limited to its rate. A new key is refused at most a few calls it did not make (a
+    // shared cell of the summary whose filter says it may have written there counts
+    // others' grants); the victim is refused throughout. The limiters held, read from the backends' gauge, never pass the
     // bound.
     let before = limiters_held();
     let mut most = 0.0f64;
     let (mut calls, mut refused) = (0, 0);
+    let mut sprayed_refused = 0;
     for i in 0..SPRAY {
         let key = format!("spray-{i}");
-        assert_eq!(status(addr, &key).await, 200, "sprayed key {i}");
+        sprayed_refused += usize::from(status(addr, &key).await == 429);
         if i % 30 == 0 {
             assert_eq!(status(addr, "victim").await, 429, "after {i} sprayed keys");
             let user = format!("user-{i}");
@@ -148,7 +149,14 @@ async fn a_spray_of_new_keys_during_an_outage_neither_resets_a_key_nor_locks_use
         }
         most = most.max(limiters_held() - before);
     }
-    eprintln!("10 times the bound in new keys: {refused} of {calls} calls of new users refused");
+    eprintln!(
+        "10 times the bound in new keys: {sprayed_refused} of {SPRAY} sprayed keys and \
+         {refused} of {calls} calls of new users refused"
+    );
+    assert!(
+        sprayed_refused * 100 <= SPRAY,
+        "{sprayed_refused} of {SPRAY} sprayed keys refused"
+    );
     assert!(refused * 20 <= calls, "{refused} of {calls} refused");
     assert!(
         most <= MAX as f64 && most >= (MAX - 10) as f64,
