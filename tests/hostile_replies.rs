@@ -200,3 +200,73 @@ async fn a_refusal_that_waits_for_centuries_is_a_refusal() {
         }
     }
 }
+
+/// A connection that went out of step once (here: the first to carry a script call,
+/// each of its calls handed the reply to the call before) is made again at the first
+/// reply that does not fit, and the new connection is in step: Redis decides again.
+/// Under `deny`, the call handed another's reply fails (503; Redis had not run it, its
+/// script not loaded yet); the rule's 3 grants follow, then Redis's refusals (429).
+#[tokio::test]
+async fn a_connection_out_of_step_is_made_again_and_redis_decides_again() {
+    let server = RedisServer::start();
+    let proxy = LyingProxy::start_out_of_step_once(server.port, b":1\r\n").await;
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let layer = RateLimitLayer::builder()
+        .client(client)
+        .rule(LayerRule::new("out-of-step-once", 3, MINUTE).on_error(OnError::Deny))
+        .build()
+        .unwrap();
+    let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        statuses.push(send(addr, "GET", "/", &[]).await.status);
+    }
+    assert_eq!(statuses, [503, 200, 200, 200, 429, 429, 429, 429]);
+    assert_eq!(proxy.lies(), 1, "one call was handed another's reply");
+}
+
+/// A server whose every script reply does not fit is not connected to at every call:
+/// the connection is made again at most once a second. Each call is decided by its
+/// policy meanwhile (`local`: 3 of 50 granted).
+#[tokio::test]
+async fn a_server_that_never_fits_is_connected_to_at_most_once_a_second() {
+    let server = RedisServer::start();
+    let proxy = LyingProxy::start(server.port, b"$7\r\ngranted\r\n").await;
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let layer = RateLimitLayer::builder()
+        .client(client)
+        .rule(LayerRule::new("never-fits", 3, MINUTE).on_error(OnError::Local))
+        .build()
+        .unwrap();
+    let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+    let before = proxy.connections();
+    let started = std::time::Instant::now();
+    let mut granted = 0;
+    for _ in 0..50 {
+        granted += u32::from(send(addr, "GET", "/", &[]).await.status == 200);
+    }
+    let seconds = started.elapsed().as_secs() as usize;
+    let during = proxy.connections() - before;
+    assert_eq!(granted, 3);
+    assert!(proxy.lies() >= 50, "every decision reached the proxy");
+    assert!(
+        (1..=1 + seconds).contains(&during),
+        "{during} connections made again in {seconds} s of 50 calls"
+    );
+    // A second later, the next reply that does not fit has it made again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after = proxy.connections();
+    assert_eq!(send(addr, "GET", "/", &[]).await.status, 429);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(send(addr, "GET", "/", &[]).await.status, 429);
+    assert!(proxy.connections() > after, "made again after a second");
+}

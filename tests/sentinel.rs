@@ -1638,3 +1638,39 @@ async fn a_master_the_sentinels_name_anew_unannounced_is_followed() {
         "checked sooner than agreed"
     );
 }
+
+/// Behind Sentinel, the master's connection out of step (the first to carry a script
+/// call, each of its calls handed the reply to the call before, through a proxy the
+/// sentinel names as the master) is forgotten at the first reply that does not fit:
+/// the sentinel is asked for the master again, and the new connection is in step.
+#[tokio::test]
+async fn a_master_connection_out_of_step_is_made_again() {
+    let server = support::RedisServer::start();
+    let proxy = support::lying::LyingProxy::start_out_of_step_once(server.port, b":1\r\n").await;
+    let fake = FakeSentinel::start(proxy.port).await;
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(3))
+        .connect(&fake.url())
+        .await
+        .unwrap();
+    let rule = [redlimit::Rule::new(
+        "sentinel:out-of-step",
+        3,
+        Duration::from_secs(60),
+    )];
+    let asked = fake.asked.load(Ordering::SeqCst);
+    let first = client.check_rules(&rule).await.unwrap_err();
+    assert!(matches!(first, Error::UnexpectedReply { .. }), "{first:?}");
+    let mut allowed = Vec::new();
+    for _ in 0..5 {
+        // (each call at its own millisecond: a reply carries its call's time)
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        allowed.push(client.check_rules(&rule).await.unwrap().allowed);
+    }
+    assert_eq!(allowed, [true, true, true, false, false]);
+    assert_eq!(proxy.lies(), 1);
+    assert!(
+        fake.asked.load(Ordering::SeqCst) > asked,
+        "the sentinel was asked again"
+    );
+}

@@ -4,7 +4,7 @@
 //! server, or something between the client and it, that answers the client's scripts
 //! with what they never send, or a connection out of step.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct LyingProxy {
     pub port: u16,
     lies: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -27,6 +28,9 @@ enum Lie {
     /// The server's reply to the connection's script call before; the first call gets
     /// this frame.
     OutOfStep(&'static [u8]),
+    /// As `OutOfStep`, on the first connection to carry a script call only; the
+    /// others carry every reply as it is.
+    OutOfStepOnce(&'static [u8]),
 }
 
 impl LyingProxy {
@@ -52,23 +56,38 @@ impl LyingProxy {
         LyingProxy::start_lying(target, Lie::OutOfStep(first), None).await
     }
 
+    /// [`start_out_of_step`](LyingProxy::start_out_of_step) on the first connection
+    /// to carry a script call, from its first; every other connection carries every
+    /// reply as it is. A connection made again after it is in step.
+    pub async fn start_out_of_step_once(target: u16, first: &'static [u8]) -> LyingProxy {
+        LyingProxy::start_lying(target, Lie::OutOfStepOnce(first), None).await
+    }
+
     async fn start_lying(target: u16, lie: Lie, slow: Option<(&'static str, Duration)>) -> LyingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let lies = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&lies);
+        let connections = Arc::new(AtomicUsize::new(0));
+        let claimed = Arc::new(AtomicBool::new(false));
+        let (counted, accepted) = (Arc::clone(&lies), Arc::clone(&connections));
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
-                let counted = Arc::clone(&counted);
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let (counted, claimed) = (Arc::clone(&counted), Arc::clone(&claimed));
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
                         return;
                     };
-                    let _ = carry(inbound, outbound, lie, slow, &counted).await;
+                    let _ = carry(inbound, outbound, lie, slow, &counted, &claimed).await;
                 });
             }
         });
-        LyingProxy { port, lies, accept }
+        LyingProxy {
+            port,
+            lies,
+            connections,
+            accept,
+        }
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -79,6 +98,11 @@ impl LyingProxy {
     /// How many script calls it has answered with a reply not theirs.
     pub fn lies(&self) -> usize {
         self.lies.load(Ordering::SeqCst)
+    }
+
+    /// How many connections it has accepted.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
     }
 }
 
@@ -96,17 +120,24 @@ async fn carry(
     lie: Lie,
     slow: Option<(&str, Duration)>,
     lies: &AtomicUsize,
+    claimed: &AtomicBool,
 ) -> std::io::Result<()> {
     let (client_read, mut client_write) = inbound.into_split();
     let (server_read, mut server_write) = outbound.into_split();
     let mut client = BufReader::new(client_read);
     let mut server = BufReader::new(server_read);
     let mut before: Option<Vec<u8>> = None;
+    // `None` once the connection carries every reply as it is.
+    let mut lie = Some(lie);
     loop {
         let mut command = Vec::new();
         let name = read_command(&mut client, &mut command).await?;
         let scripted = name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL");
-        if let (true, Lie::Reply(reply)) = (scripted, lie) {
+        if let (true, Some(Lie::OutOfStepOnce(first))) = (scripted, lie) {
+            // Out of step if it is the first connection to carry a script.
+            lie = (!claimed.swap(true, Ordering::SeqCst)).then_some(Lie::OutOfStep(first));
+        }
+        if let (true, Some(Lie::Reply(reply))) = (scripted, lie) {
             lies.fetch_add(1, Ordering::SeqCst);
             client_write.write_all(reply).await?;
             continue;
@@ -117,7 +148,7 @@ async fn carry(
         if let Some((_, delay)) = slow.filter(|(slow, _)| name.eq_ignore_ascii_case(slow.as_bytes())) {
             tokio::time::sleep(delay).await;
         }
-        if let (true, Lie::OutOfStep(first)) = (scripted, lie) {
+        if let (true, Some(Lie::OutOfStep(first))) = (scripted, lie) {
             lies.fetch_add(1, Ordering::SeqCst);
             let handed = before.replace(answer).unwrap_or_else(|| first.to_vec());
             client_write.write_all(&handed).await?;

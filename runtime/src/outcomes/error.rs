@@ -362,6 +362,8 @@ pub enum Error {
     },
 
     /// A script answered something this version of the crate does not understand.
+    /// The client makes its connection again (at most once a second): a connection
+    /// out of step hands each command another's reply.
     #[error(
         "{script} answered an unexpected reply ({reply}); another program may have \
          loaded a different script under the same SHA, or the server is not Redis-compatible"

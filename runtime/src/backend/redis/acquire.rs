@@ -77,7 +77,7 @@ impl RedisBackend {
                 return Err(err);
             }
         };
-        let outcome = self.read_outcome(&reply, calls.len(), now, only_buckets)?;
+        let outcome = self.noting_step(self.read_outcome(&reply, calls.len(), now, only_buckets))?;
         Ok((outcome, members))
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncConnectionConfig;
 
-use super::connection::{cluster_nodes, primary_addresses, with_address, Conn, RawConnection};
+use super::connection::{cluster_nodes, primary_addresses, with_address, Conn, RawConnection, Remake};
 use super::failure::classify;
 use super::replicas::{Opener, Waits};
 use super::sentinel::{self, SentinelConn};
@@ -172,6 +172,13 @@ impl Settings {
             client,
         } = connected;
         let replicas = self.replicas(matches!(conn, Conn::Cluster(_)))?;
+        let remake = match (&conn, &client) {
+            (Conn::Sentinel(_), _) => Some(Remake::Sentinel),
+            (Conn::Single(_), Some(client)) => {
+                Some(Remake::Single(Box::new((client.clone(), self.manager_config()))))
+            }
+            _ => None,
+        };
         let opener = match (&conn, client) {
             (Conn::Sentinel(sentinel), _) => Some(Opener::Sentinel(sentinel.clone())),
             (Conn::Single(_), Some(client)) => Some(Opener::Single(Box::new(client))),
@@ -201,7 +208,8 @@ impl Settings {
             connected,
             owner,
         )
-        .wait_for_replicas(waits);
+        .wait_for_replicas(waits)
+        .remake_by(remake);
         if let Some(eviction) = &eviction {
             backend.record_eviction(eviction);
         }
@@ -374,14 +382,18 @@ impl Settings {
         #[cfg(not(feature = "tls"))]
         let client = redis::Client::open(url);
         let client = client.map_err(|e| invalid_url(target, &e))?;
-        // One connection attempt per command at most, failing with its real cause
-        // (refused, wrong password, ...), rather than retries with growing pauses
-        // that outlast any request's timeout; the next command tries again.
-        let config = ConnectionManagerConfig::new()
+        Ok((client, self.manager_config()))
+    }
+
+    /// How a connection to one server is made and made again: one connection attempt
+    /// per command at most, failing with its real cause (refused, wrong password,
+    /// ...), rather than retries with growing pauses that outlast any request's
+    /// timeout; the next command tries again.
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.command_timeout))
-            .set_number_of_retries(0);
-        Ok((client, config))
+            .set_number_of_retries(0)
     }
 }
 

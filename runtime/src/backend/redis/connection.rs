@@ -1,6 +1,6 @@
 //! One connection type over a standalone server or a cluster.
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
@@ -48,6 +48,38 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
             Conn::Sentinel(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// How a client's connection is made again when a reply shows it out of step with
+/// its commands (each command handed a reply not its own): the connection's own
+/// reconnecting does not, as nothing failed on it.
+pub(crate) enum Remake {
+    /// A new connection to the one server, made at its next command.
+    Single(Box<(redis::Client, ConnectionManagerConfig)>),
+    /// The master's connection forgotten: the next command has the sentinels asked
+    /// for the master and connects to it.
+    Sentinel,
+}
+
+impl Remake {
+    /// `conn` made again: `None` when it cannot be (the new connection could not be
+    /// set up), or when it is a Redis Cluster's, whose node connections are made
+    /// again only when they fail.
+    pub(crate) fn remade(&self, conn: &Conn) -> Option<Conn> {
+        match (self, conn) {
+            (Remake::Single(made), Conn::Single(_)) => {
+                let (client, config) = &**made;
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                    .ok()
+                    .map(Conn::Single)
+            }
+            (Remake::Sentinel, Conn::Sentinel(sentinel)) => {
+                sentinel.forget_master();
+                Some(conn.clone())
+            }
+            _ => None,
         }
     }
 }

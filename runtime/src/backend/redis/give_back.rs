@@ -43,7 +43,7 @@ impl RedisBackend {
             return;
         };
         let keys = refund_keys(calls);
-        let conn = self.conn.clone();
+        let conn = self.conn();
         let timeout = self.timeout;
         runtime.spawn(async move {
             for attempt in 0..REFUND_ATTEMPTS {
@@ -105,14 +105,14 @@ impl RedisBackend {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (mut conn, timeout) = (self.conn.clone(), self.timeout);
+        let (mut conn, timeout) = (self.conn(), self.timeout);
         runtime.spawn(async move { give_back(&mut conn, timeout, &keys, member, used).await });
     }
 
     /// [`spawn_give_back`](RedisBackend::spawn_give_back) on the caller's path: done (or
     /// failed, within the command timeout) when it returns.
     pub(crate) async fn give_back(&self, keys: &LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
-        give_back(&mut self.conn.clone(), self.timeout, keys, member, used).await;
+        give_back(&mut self.conn(), self.timeout, keys, member, used).await;
     }
 }
 

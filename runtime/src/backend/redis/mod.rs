@@ -6,8 +6,8 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use once_cell::sync::Lazy;
 use redis::{RedisError, Script};
@@ -37,7 +37,7 @@ pub use limiter::delete_limiter_keys;
 use crate::keys::Keys;
 use crate::rules::overrides::Overrides;
 use crate::{Error, Rule};
-use connection::Conn;
+use connection::{Conn, Remake};
 use failure::classify;
 use replies::script_error;
 use server::{Eviction, Health};
@@ -57,6 +57,10 @@ struct Scripts {
     give_back: Script,
     settle: Script,
 }
+
+/// The least time between two makings again of a client's connection after replies
+/// that did not fit their commands.
+const REMAKE_EVERY: Duration = Duration::from_secs(1);
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     acquire: Script::new(scripts::ACQUIRE.source),
@@ -96,7 +100,12 @@ pub(crate) struct Owner {
 }
 
 pub(crate) struct RedisBackend {
-    conn: Conn,
+    /// The connection each command clones; replaced when a reply shows it out of step.
+    conn: RwLock<Conn>,
+    /// How `conn` is made again (`None` for a cluster's).
+    remake: Option<Remake>,
+    /// When `conn` was last made again: at most once a [`REMAKE_EVERY`].
+    remade_at: Mutex<Option<Instant>>,
     timeout: Duration,
     /// Decide at the server's clock (TIME in the scripts) rather than the caller's.
     server_time: bool,
@@ -136,7 +145,9 @@ impl RedisBackend {
         owner: Owner,
     ) -> Self {
         RedisBackend {
-            conn,
+            conn: RwLock::new(conn),
+            remake: None,
+            remade_at: Mutex::new(None),
             timeout,
             server_time,
             target,
@@ -158,6 +169,54 @@ impl RedisBackend {
     /// The keys of `rule` for this client, checked as the client checks them.
     fn rule_keys<'r>(&'r self, rule: &'r Rule) -> Result<Keys<'r>, Error> {
         crate::rules::checks::rule_keys(rule, &self.owner.prefix, &self.owner.client_id)
+    }
+
+    /// Makes the connection again by `remake` when a reply does not fit its command.
+    pub(crate) fn remake_by(mut self, remake: Option<Remake>) -> Self {
+        self.remake = remake;
+        self
+    }
+
+    /// The connection, for one command or a task's few.
+    fn conn(&self) -> Conn {
+        self.conn.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// A reply did not fit the command it answered ([`Error::UnexpectedReply`]): the
+    /// connection may be out of step, each command handed another's reply, and stays
+    /// so however long it lives. It is made again, at most once a [`REMAKE_EVERY`]
+    /// (a server that answers every command so would otherwise be connected to at
+    /// every call); commands already sent finish on the old one.
+    #[cold]
+    fn out_of_step(&self) {
+        let Some(remake) = &self.remake else {
+            return;
+        };
+        {
+            let mut remade_at = self.remade_at.lock().unwrap_or_else(PoisonError::into_inner);
+            if remade_at.is_some_and(|at| at.elapsed() < REMAKE_EVERY) {
+                return;
+            }
+            *remade_at = Some(Instant::now());
+        }
+        let Some(remade) = remake.remade(&self.conn()) else {
+            return;
+        };
+        *self.conn.write().unwrap_or_else(PoisonError::into_inner) = remade;
+        self.answered.store(false, Ordering::Relaxed);
+        self.health.check_soon();
+        tracing::warn!(
+            "a reply from Redis at `{}` did not fit its command: the connection is made again",
+            self.target.shown()
+        );
+    }
+
+    /// `result`, having made the connection again if it is [`Error::UnexpectedReply`].
+    fn noting_step<T>(&self, result: Result<T, Error>) -> Result<T, Error> {
+        if let Err(Error::UnexpectedReply { .. }) = &result {
+            self.out_of_step();
+        }
+        result
     }
 
     /// Answers grants once replicas have them, waiting on `waits`.
@@ -188,7 +247,7 @@ impl RedisBackend {
             return;
         }
         let health = self.health.clone();
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let target = self.target.shown().to_owned();
         let timeout = self.timeout * 4;
         runtime.spawn(async move {
@@ -217,7 +276,7 @@ impl RedisBackend {
         if let Some(refusal) = self.health.refusal(self.target.shown()) {
             return Err(refusal);
         }
-        match tokio::time::timeout(self.timeout, request(self.conn.clone())).await {
+        match tokio::time::timeout(self.timeout, request(self.conn())).await {
             Ok(Ok(value)) => {
                 if !self.answered.load(Ordering::Relaxed) {
                     self.answered.store(true, Ordering::Relaxed);
@@ -233,8 +292,8 @@ impl RedisBackend {
                     // The new connection is named, and the server looked at, again.
                     self.health.check_soon();
                 }
-                Err(script_error(&err, calls)
-                    .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting)))
+                self.noting_step(Err(script_error(&err, calls)
+                    .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting))))
             }
             Err(_) => Err(Error::Timeout {
                 after: self.timeout,
@@ -245,7 +304,8 @@ impl RedisBackend {
 
     /// Whether this is a Redis Cluster (rules may then lie in several slots).
     pub fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
+        let conn = self.conn.read().unwrap_or_else(PoisonError::into_inner);
+        matches!(*conn, Conn::Cluster(_))
     }
 }
 

@@ -30,10 +30,12 @@ impl RedisBackend {
                 invocation.invoke_async(&mut conn).await
             })
             .await?;
-        outcomes(&reply, calls.len()).ok_or_else(|| Error::UnexpectedReply {
-            script: "settle.lua",
-            reply: format!("{reply:?}"),
-        })
+        self.noting_step(
+            outcomes(&reply, calls.len()).ok_or_else(|| Error::UnexpectedReply {
+                script: "settle.lua",
+                reply: format!("{reply:?}"),
+            }),
+        )
     }
 }
 

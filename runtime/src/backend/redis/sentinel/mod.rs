@@ -277,6 +277,12 @@ impl SentinelConn {
         }
     }
 
+    /// Forgets the master's connection, whichever it is: the next command has the
+    /// sentinels asked for the master and connects to it again.
+    pub(crate) fn forget_master(&self) {
+        self.inner.lock().current = None;
+    }
+
     /// Forgets the connection `generation`, after a reply or an error that says the
     /// master is gone or is no longer the master.
     fn forget(&self, generation: u64) {
