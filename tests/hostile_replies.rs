@@ -270,3 +270,49 @@ async fn a_server_that_never_fits_is_connected_to_at_most_once_a_second() {
     assert_eq!(send(addr, "GET", "/", &[]).await.status, 429);
     assert!(proxy.connections() > after, "made again after a second");
 }
+
+/// A server that says it lacks the script and answers its load with another SHA1 (a
+/// connection out of step hands a command another's reply): the load's reply does not
+/// fit, so the script is not called again on the strength of it. Decided as any reply
+/// that does not fit: none granted under `deny`, the rule's 3 in process under
+/// `local` and `allow`. (The load's SHA1 was asserted in a debug build, which
+/// panicked the request's task.)
+#[tokio::test]
+async fn a_script_load_answered_with_another_sha1_is_a_reply_that_does_not_fit() {
+    const NOSCRIPT: &[u8] = b"-NOSCRIPT No matching script. Please use EVAL.\r\n";
+    const ANOTHER: &[u8] = b"$40\r\n0123456789012345678901234567890123456789\r\n";
+    let server = RedisServer::start();
+    let proxy = LyingProxy::start_loading(server.port, NOSCRIPT, ANOTHER).await;
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let rule = [redlimit::Rule::new("another-sha1", 3, MINUTE)];
+    let error = client.check_rules(&rule).await.unwrap_err();
+    assert!(matches!(error, Error::UnexpectedReply { .. }), "{error:?}");
+    assert!(error.to_string().contains("another SHA1"), "{error}");
+    for (policy, most) in [(OnError::Deny, 0), (OnError::Local, 3), (OnError::Allow, 3)] {
+        let proxy = LyingProxy::start_loading(server.port, NOSCRIPT, ANOTHER).await;
+        let client = Client::builder()
+            .command_timeout(Duration::from_secs(2))
+            .connect(&proxy.url())
+            .await
+            .unwrap();
+        let layer = RateLimitLayer::builder()
+            .client(client)
+            .rule(LayerRule::new(format!("another-sha1:{policy:?}"), 3, MINUTE).on_error(policy))
+            .build()
+            .unwrap();
+        let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+        let mut granted = 0;
+        for _ in 0..10 {
+            granted += u32::from(send(addr, "GET", "/", &[]).await.status == 200);
+        }
+        assert_eq!(granted, most, "{policy:?}");
+        assert!(
+            proxy.lies() >= 20,
+            "{policy:?}: every call and load reached the proxy"
+        );
+    }
+}

@@ -31,6 +31,9 @@ enum Lie {
     /// As `OutOfStep`, on the first connection to carry a script call only; the
     /// others carry every reply as it is.
     OutOfStepOnce(&'static [u8]),
+    /// The first frame for each script call, the second for each `SCRIPT` command
+    /// (`SCRIPT LOAD`); the server is asked neither.
+    Loading(&'static [u8], &'static [u8]),
 }
 
 impl LyingProxy {
@@ -61,6 +64,12 @@ impl LyingProxy {
     /// reply as it is. A connection made again after it is in step.
     pub async fn start_out_of_step_once(target: u16, first: &'static [u8]) -> LyingProxy {
         LyingProxy::start_lying(target, Lie::OutOfStepOnce(first), None).await
+    }
+
+    /// Each script call answered with `reply` (a `NOSCRIPT`, say), and each `SCRIPT`
+    /// command (the client's `SCRIPT LOAD`) with `load`, neither asked of the server.
+    pub async fn start_loading(target: u16, reply: &'static [u8], load: &'static [u8]) -> LyingProxy {
+        LyingProxy::start_lying(target, Lie::Loading(reply, load), None).await
     }
 
     async fn start_lying(target: u16, lie: Lie, slow: Option<(&'static str, Duration)>) -> LyingProxy {
@@ -95,7 +104,8 @@ impl LyingProxy {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// How many script calls it has answered with a reply not theirs.
+    /// How many script calls (and, for [`start_loading`](LyingProxy::start_loading),
+    /// script loads) it has answered with a reply not theirs.
     pub fn lies(&self) -> usize {
         self.lies.load(Ordering::SeqCst)
     }
@@ -137,7 +147,13 @@ async fn carry(
             // Out of step if it is the first connection to carry a script.
             lie = (!claimed.swap(true, Ordering::SeqCst)).then_some(Lie::OutOfStep(first));
         }
-        if let (true, Some(Lie::Reply(reply))) = (scripted, lie) {
+        let reply = match lie {
+            Some(Lie::Reply(reply)) if scripted => Some(reply),
+            Some(Lie::Loading(reply, _)) if scripted => Some(reply),
+            Some(Lie::Loading(_, load)) if name.eq_ignore_ascii_case(b"SCRIPT") => Some(load),
+            _ => None,
+        };
+        if let Some(reply) = reply {
             lies.fetch_add(1, Ordering::SeqCst);
             client_write.write_all(reply).await?;
             continue;

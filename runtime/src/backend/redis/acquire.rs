@@ -1,9 +1,8 @@
 //! A decision's script call: acquire.lua, or tokens.lua when every rule is a token
 //! bucket, its command written straight into one buffer, its reply read back.
 
-use redis::Script;
+use super::lua::{eval_sha, Lua};
 
-use super::connection::Conn;
 use super::give_back::{may_have_run, RefundIfDropped};
 use super::replicas::Waited;
 use super::replies::parse_acquire_reply;
@@ -87,7 +86,7 @@ impl RedisBackend {
     /// (growing them argument by argument cost more than building the rest).
     fn acquire_command(
         &self,
-        script: &Script,
+        script: &Lua,
         calls: &[RuleCall<'_>],
         members: &[[u8; member::MEMBER_LEN]],
         only_buckets: bool,
@@ -98,7 +97,7 @@ impl RedisBackend {
             64 + calls.iter().map(|c| c.keys.all_len() + 112).sum::<usize>(),
         );
         cmd.arg("EVALSHA");
-        cmd.arg(script.get_hash()).arg(if only_buckets {
+        cmd.arg(script.hash()).arg(if only_buckets {
             layout::tokens::KEYS_PER_RULE * calls.len()
         } else {
             layout::acquire::KEYS_PER_RULE * calls.len()
@@ -262,23 +261,5 @@ fn bucket_kind(mode: RateType) -> &'static str {
     match mode {
         RateType::Overall => "2",
         RateType::PerClient => "3",
-    }
-}
-
-/// Runs `cmd`, an EVALSHA of `script`; on NOSCRIPT (a restarted or flushed server)
-/// loads the script and runs it again, as redis-rs's ScriptInvocation does. The
-/// command is built by hand because a ScriptInvocation keeps every key and argument
-/// in a vector of its own and copies them into the command on every call.
-async fn eval_sha<T: redis::FromRedisValue>(
-    script: &Script,
-    cmd: &redis::Cmd,
-    conn: &mut Conn,
-) -> redis::RedisResult<T> {
-    match cmd.query_async(conn).await {
-        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
-            cmd.query_async(conn).await
-        }
-        other => other,
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use once_cell::sync::Lazy;
-use redis::{RedisError, Script};
+use redis::RedisError;
 
 mod acquire;
 pub(crate) mod connect;
@@ -21,6 +21,7 @@ mod give_back;
 pub(crate) mod kept;
 mod layout;
 mod limiter;
+mod lua;
 pub(crate) mod replicas;
 mod replies;
 pub(crate) mod scripts;
@@ -39,23 +40,24 @@ use crate::rules::overrides::Overrides;
 use crate::{Error, Rule};
 use connection::{Conn, Remake};
 use failure::classify;
-use replies::script_error;
+use lua::Lua;
+use replies::{script_error, unfit};
 use server::{Eviction, Health};
 use target::Target;
 
 struct Scripts {
-    acquire: Script,
-    try_set_rate: Script,
-    configure: Script,
-    release: Script,
-    keep_alive: Script,
-    expire: Script,
-    refund: Script,
-    tokens: Script,
-    refund_tokens: Script,
-    reset: Script,
-    give_back: Script,
-    settle: Script,
+    acquire: Lua,
+    try_set_rate: Lua,
+    configure: Lua,
+    release: Lua,
+    keep_alive: Lua,
+    expire: Lua,
+    refund: Lua,
+    tokens: Lua,
+    refund_tokens: Lua,
+    reset: Lua,
+    give_back: Lua,
+    settle: Lua,
 }
 
 /// The least time between two makings again of a client's connection after replies
@@ -63,18 +65,18 @@ struct Scripts {
 const REMAKE_EVERY: Duration = Duration::from_secs(1);
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
-    acquire: Script::new(scripts::ACQUIRE.source),
-    try_set_rate: Script::new(scripts::TRY_SET_RATE.source),
-    configure: Script::new(scripts::CONFIGURE.source),
-    release: Script::new(scripts::RELEASE.source),
-    keep_alive: Script::new(scripts::KEEP_ALIVE.source),
-    expire: Script::new(scripts::EXPIRE.source),
-    refund: Script::new(scripts::REFUND.source),
-    tokens: Script::new(scripts::TOKENS.source),
-    refund_tokens: Script::new(scripts::REFUND_TOKENS.source),
-    reset: Script::new(scripts::RESET.source),
-    give_back: Script::new(scripts::GIVE_BACK.source),
-    settle: Script::new(scripts::SETTLE.source),
+    acquire: Lua::new(scripts::ACQUIRE.source),
+    try_set_rate: Lua::new(scripts::TRY_SET_RATE.source),
+    configure: Lua::new(scripts::CONFIGURE.source),
+    release: Lua::new(scripts::RELEASE.source),
+    keep_alive: Lua::new(scripts::KEEP_ALIVE.source),
+    expire: Lua::new(scripts::EXPIRE.source),
+    refund: Lua::new(scripts::REFUND.source),
+    tokens: Lua::new(scripts::TOKENS.source),
+    refund_tokens: Lua::new(scripts::REFUND_TOKENS.source),
+    reset: Lua::new(scripts::RESET.source),
+    give_back: Lua::new(scripts::GIVE_BACK.source),
+    settle: Lua::new(scripts::SETTLE.source),
 });
 
 /// What [`ClientBuilder::wait_for_replicas`] asks: a grant is answered once this many
@@ -293,6 +295,7 @@ impl RedisBackend {
                     self.health.check_soon();
                 }
                 self.noting_step(Err(script_error(&err, calls)
+                    .or_else(|| unfit(&err))
                     .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting))))
             }
             Err(_) => Err(Error::Timeout {

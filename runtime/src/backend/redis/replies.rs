@@ -123,6 +123,16 @@ fn replaced_config(fields: &[i64]) -> Option<RateLimiterConfig> {
     })
 }
 
+/// A reply of a type its command never answers, or a script loaded under another SHA1
+/// (a connection out of step hands a command another's reply): a reply that does not
+/// fit, as [`Error::UnexpectedReply`]; `None` for other errors.
+pub(super) fn unfit(err: &RedisError) -> Option<Error> {
+    (err.kind() == redis::ErrorKind::UnexpectedReturnType).then(|| Error::UnexpectedReply {
+        script: "a redlimit command",
+        reply: abbreviated(err.to_string(), 200),
+    })
+}
+
 /// Turns a script's `redlimit:<code>:<rule> <text>` error into an [`Error`] that
 /// names the key; `None` for other errors (the connection's, the server's).
 pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error> {

@@ -2,7 +2,9 @@
 //! by its deadline (or taken back unsent), and, when it is a grant, the round's `WAIT`
 //! heard by the same deadline.
 
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::backend::redis::lua::Lua;
 use tokio::time::Instant;
 
 use super::{Failed, Ticket, Waits, CONNECTIONS};
@@ -16,7 +18,7 @@ use crate::{member, Error};
 
 /// A script call to answer once replicas have its grant.
 pub(in crate::backend::redis) struct Waited<'a, 'c> {
-    pub script: &'a Script,
+    pub script: &'a Lua,
     pub cmd: redis::Cmd,
     pub calls: &'a [RuleCall<'c>],
     pub members: &'a [[u8; member::MEMBER_LEN]],
@@ -89,10 +91,8 @@ impl RedisBackend {
                     Ok(value) => return Ok((ticket, value)),
                     Err(err) if is_noscript(&err) && !loaded => {
                         // Loaded on the shared connection: the cache is the server's.
-                        self.run(keys, |mut conn| async move {
-                            call.script.prepare_invoke().load_async(&mut conn).await
-                        })
-                        .await?;
+                        self.run(keys, |mut conn| async move { call.script.load(&mut conn).await })
+                            .await?;
                         loaded = true;
                         continue;
                     }
