@@ -106,6 +106,8 @@ pub(crate) struct RedisBackend {
     conn: RwLock<Conn>,
     /// How `conn` is made again (`None` for a cluster's).
     remake: Option<Remake>,
+    /// Whether `conn` is a Redis Cluster's (made again, it stays one).
+    cluster: bool,
     /// When `conn` was last made again: at most once a [`REMAKE_EVERY`].
     remade_at: Mutex<Option<Instant>>,
     timeout: Duration,
@@ -147,6 +149,7 @@ impl RedisBackend {
         owner: Owner,
     ) -> Self {
         RedisBackend {
+            cluster: matches!(conn, Conn::Cluster(_)),
             conn: RwLock::new(conn),
             remake: None,
             remade_at: Mutex::new(None),
@@ -307,8 +310,7 @@ impl RedisBackend {
 
     /// Whether this is a Redis Cluster (rules may then lie in several slots).
     pub fn is_cluster(&self) -> bool {
-        let conn = self.conn.read().unwrap_or_else(PoisonError::into_inner);
-        matches!(*conn, Conn::Cluster(_))
+        self.cluster
     }
 }
 
