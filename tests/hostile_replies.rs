@@ -292,6 +292,13 @@ async fn a_script_load_answered_with_another_sha1_is_a_reply_that_does_not_fit()
     let error = client.check_rules(&rule).await.unwrap_err();
     assert!(matches!(error, Error::UnexpectedReply { .. }), "{error:?}");
     assert!(error.to_string().contains("another SHA1"), "{error}");
+    // A load answered with what no load answers: a nil, an integer.
+    for load in [&b"$-1\r\n"[..], b":1\r\n"] {
+        let proxy = LyingProxy::start_loading(server.port, NOSCRIPT, load).await;
+        let client = Client::connect(&proxy.url()).await.unwrap();
+        let error = client.check_rules(&rule).await.unwrap_err();
+        assert!(matches!(error, Error::UnexpectedReply { .. }), "{error:?}");
+    }
     for (policy, most) in [(OnError::Deny, 0), (OnError::Local, 3), (OnError::Allow, 3)] {
         let proxy = LyingProxy::start_loading(server.port, NOSCRIPT, ANOTHER).await;
         let client = Client::builder()
@@ -314,5 +321,32 @@ async fn a_script_load_answered_with_another_sha1_is_a_reply_that_does_not_fit()
             proxy.lies() >= 20,
             "{policy:?}: every call and load reached the proxy"
         );
+    }
+}
+
+/// With `wait_for_replicas`, a script the server says it lacks is loaded within what
+/// is left of the call's command timeout: a server that answers `NOSCRIPT` just before
+/// the timeout and never answers the load has the call fail by its command timeout,
+/// not by two.
+#[tokio::test]
+async fn a_late_noscript_and_a_silent_load_end_by_the_command_timeout() {
+    const NOSCRIPT: &[u8] = b"-NOSCRIPT No matching script. Please use EVAL.\r\n";
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    let server = RedisServer::start();
+    let late = Some(("EVALSHA", Duration::from_millis(450)));
+    let proxy = LyingProxy::start_loading_slow(server.port, NOSCRIPT, b"", late).await;
+    let client = Client::builder()
+        .command_timeout(TIMEOUT)
+        .wait_for_replicas(1, Duration::from_millis(200))
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let rule = [redlimit::Rule::new("late-noscript", 3, MINUTE)];
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let error = client.check_rules(&rule).await.unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(error, Error::Timeout { .. }), "{error:?}");
+        assert!(took < TIMEOUT + Duration::from_millis(150), "took {took:?}");
     }
 }

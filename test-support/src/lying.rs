@@ -69,7 +69,18 @@ impl LyingProxy {
     /// Each script call answered with `reply` (a `NOSCRIPT`, say), and each `SCRIPT`
     /// command (the client's `SCRIPT LOAD`) with `load`, neither asked of the server.
     pub async fn start_loading(target: u16, reply: &'static [u8], load: &'static [u8]) -> LyingProxy {
-        LyingProxy::start_lying(target, Lie::Loading(reply, load), None).await
+        LyingProxy::start_loading_slow(target, reply, load, None).await
+    }
+
+    /// [`start_loading`](LyingProxy::start_loading), the reply to each command named
+    /// by `slow` (`EVALSHA`) held back for its delay; an empty `load` is never sent.
+    pub async fn start_loading_slow(
+        target: u16,
+        reply: &'static [u8],
+        load: &'static [u8],
+        slow: Option<(&'static str, Duration)>,
+    ) -> LyingProxy {
+        LyingProxy::start_lying(target, Lie::Loading(reply, load), slow).await
     }
 
     async fn start_lying(target: u16, lie: Lie, slow: Option<(&'static str, Duration)>) -> LyingProxy {
@@ -155,6 +166,9 @@ async fn carry(
         };
         if let Some(reply) = reply {
             lies.fetch_add(1, Ordering::SeqCst);
+            if let Some((_, delay)) = slow.filter(|(slow, _)| name.eq_ignore_ascii_case(slow.as_bytes())) {
+                tokio::time::sleep(delay).await;
+            }
             client_write.write_all(reply).await?;
             continue;
         }

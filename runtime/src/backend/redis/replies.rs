@@ -123,11 +123,16 @@ fn replaced_config(fields: &[i64]) -> Option<RateLimiterConfig> {
     })
 }
 
-/// A reply of a type its command never answers, or a script loaded under another SHA1
-/// (a connection out of step hands a command another's reply): a reply that does not
-/// fit, as [`Error::UnexpectedReply`]; `None` for other errors.
+/// A reply of a type its command never answers (the Redis client's `ParsingError`:
+/// "Incompatible type"), or a script loaded under another SHA1 (a connection out of
+/// step hands a command another's reply): a reply that does not fit, as
+/// [`Error::UnexpectedReply`]; `None` for other errors (a reply that is not RESP at all
+/// among them: another kind of server).
 pub(super) fn unfit(err: &RedisError) -> Option<Error> {
-    (err.kind() == redis::ErrorKind::UnexpectedReturnType).then(|| Error::UnexpectedReply {
+    let incompatible =
+        std::error::Error::source(err).is_some_and(|source| source.is::<redis::ParsingError>());
+    let unfit = incompatible || err.kind() == redis::ErrorKind::UnexpectedReturnType;
+    unfit.then(|| Error::UnexpectedReply {
         script: "a redlimit command",
         reply: abbreviated(err.to_string(), 200),
     })

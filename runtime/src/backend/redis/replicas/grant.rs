@@ -91,8 +91,18 @@ impl RedisBackend {
                     Ok(value) => return Ok((ticket, value)),
                     Err(err) if is_noscript(&err) && !loaded => {
                         // Loaded on the shared connection: the cache is the server's.
-                        self.run(keys, |mut conn| async move { call.script.load(&mut conn).await })
-                            .await?;
+                        // Within what is left of the call's command timeout.
+                        let load =
+                            self.run(keys, |mut conn| async move { call.script.load(&mut conn).await });
+                        match tokio::time::timeout_at((started + self.timeout).into(), load).await {
+                            Ok(loaded) => loaded?,
+                            Err(_) => {
+                                return Err(Error::Timeout {
+                                    after: self.timeout,
+                                    connecting: false,
+                                })
+                            }
+                        }
                         loaded = true;
                         continue;
                     }
