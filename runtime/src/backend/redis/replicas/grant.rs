@@ -94,7 +94,7 @@ impl RedisBackend {
                         // Within what is left of the call's command timeout.
                         let load =
                             self.run(keys, |mut conn| async move { call.script.load(&mut conn).await });
-                        match tokio::time::timeout_at((started + self.timeout).into(), load).await {
+                        match tokio::time::timeout_at(started + self.timeout, load).await {
                             Ok(loaded) => loaded?,
                             Err(_) => {
                                 return Err(Error::Timeout {
