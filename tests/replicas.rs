@@ -268,43 +268,52 @@ async fn callers_past_the_connections_answer_by_their_deadline_and_spend_nothing
     let client = waiting(&pair, timeout).await;
     let name = "rate_limit:replicas:many";
     let limiter = hot(&client, name).await;
-    let before = pair.grants(name).await;
     pair.cut_off(true).await;
-    // 64 callers, 2 ms apart: more than the rounds of 8 connections can take.
-    let results = at_once(&limiter, 64, Duration::from_millis(2)).await;
-    let (mut not_replicated, mut busy) = (0, 0);
-    for (result, took) in &results {
-        match result {
-            Err(Error::NotReplicated { .. }) => not_replicated += 1,
-            Err(err @ Error::ReplicaWaitsBusy { .. }) => {
-                assert!(err.is_backend_failure() && err.is_transient(), "{err:?}");
-                busy += 1;
+    // 64 callers, 2 ms apart: more than the rounds of 8 connections can take, unless
+    // a slow machine spreads them out; then again, at most three times. Every caller of
+    // every attempt answers by its deadline and spends nothing unsent.
+    let mut busy_seen = 0;
+    for _ in 0..3 {
+        let before = pair.grants(name).await;
+        let results = at_once(&limiter, 64, Duration::from_millis(2)).await;
+        let (mut not_replicated, mut busy) = (0, 0);
+        for (result, took) in &results {
+            match result {
+                Err(Error::NotReplicated { .. }) => not_replicated += 1,
+                Err(err @ Error::ReplicaWaitsBusy { .. }) => {
+                    assert!(err.is_backend_failure() && err.is_transient(), "{err:?}");
+                    busy += 1;
+                }
+                other => panic!("{other:?} after {took:?}"),
             }
-            other => panic!("{other:?} after {took:?}"),
+            assert!(
+                *took < timeout + Duration::from_millis(50),
+                "answered after {took:?}"
+            );
         }
-        assert!(
-            *took < timeout + Duration::from_millis(50),
-            "answered after {took:?}"
+        let mut raw = pair.master.raw().await;
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("TYPE")
+            .arg("normal")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        println!(
+            "replica cut off, 64 callers 2 ms apart: {not_replicated} NotReplicated, {busy} ReplicaWaitsBusy; \
+             connections on the master: {}",
+            clients.lines().count()
         );
+        // Only the grants sent are in the log: one unsent spent nothing.
+        assert_eq!(pair.grants(name).await, before + not_replicated);
+        // The client's shared connection, at most 8 of its own, and this one.
+        assert!(clients.lines().count() <= 1 + 8 + 1, "{clients}");
+        busy_seen += busy;
+        if busy > 0 {
+            break;
+        }
     }
-    let mut raw = pair.master.raw().await;
-    let clients: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("normal")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    println!(
-        "replica cut off, 64 callers 2 ms apart: {not_replicated} NotReplicated, {busy} ReplicaWaitsBusy; \
-         connections on the master: {}",
-        clients.lines().count()
-    );
-    assert!(busy > 0, "the connections were never all busy");
-    // Only the grants sent are in the log: one unsent spent nothing.
-    assert_eq!(pair.grants(name).await, before + not_replicated);
-    // The client's shared connection, at most 8 of its own, and this one.
-    assert!(clients.lines().count() <= 1 + 8 + 1, "{clients}");
+    assert!(busy_seen > 0, "the connections were never all busy");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
