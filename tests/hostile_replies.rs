@@ -9,6 +9,7 @@
 
 use redlimit_test_support as support;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::get;
@@ -20,6 +21,25 @@ use support::lying::LyingProxy;
 use support::RedisServer;
 
 const MINUTE: Duration = Duration::from_secs(60);
+
+/// A client on `proxy`, with time to spare for its slowest replies.
+async fn on(proxy: &LyingProxy) -> Client {
+    Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&proxy.url())
+        .await
+        .unwrap()
+}
+
+/// An axum server on loopback behind a layer of `rule` on `client`.
+async fn behind(client: Client, rule: LayerRule) -> SocketAddr {
+    let layer = RateLimitLayer::builder()
+        .client(client)
+        .rule(rule)
+        .build()
+        .unwrap();
+    serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await
+}
 
 /// Replies acquire.lua never sends, each with what it is.
 const HOSTILE: [(&str, &[u8]); 12] = [
@@ -63,11 +83,7 @@ async fn no_malformed_script_reply_lets_calls_past_the_rate() {
     let server = RedisServer::start();
     for (what, reply) in HOSTILE {
         let proxy = LyingProxy::start(server.port, reply).await;
-        let client = Client::builder()
-            .command_timeout(Duration::from_secs(2))
-            .connect(&proxy.url())
-            .await
-            .unwrap();
+        let client = on(&proxy).await;
         // The reply's parse fails as it is meant to, naming the script.
         let rule = [redlimit::Rule::new("hostile:direct", 3, MINUTE)];
         match client.check_rules(&rule).await {
@@ -81,12 +97,11 @@ async fn no_malformed_script_reply_lets_calls_past_the_rate() {
             other => panic!("{what}: {other:?}"),
         }
         for (policy, most) in [(OnError::Local, 3), (OnError::Allow, 3), (OnError::Deny, 0)] {
-            let layer = RateLimitLayer::builder()
-                .client(client.clone())
-                .rule(LayerRule::new(format!("hostile:{policy:?}"), 3, MINUTE).on_error(policy))
-                .build()
-                .unwrap();
-            let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+            let addr = behind(
+                client.clone(),
+                LayerRule::new(format!("hostile:{policy:?}"), 3, MINUTE).on_error(policy),
+            )
+            .await;
             let mut granted = 0;
             for _ in 0..10 {
                 let response = send(addr, "GET", "/", &[]).await;
@@ -156,17 +171,12 @@ async fn a_connection_out_of_step_grants_nothing_on_a_reply_of_another_time() {
     let server = RedisServer::start();
     for (policy, most) in [(OnError::Deny, 0), (OnError::Local, 3)] {
         let proxy = LyingProxy::start_out_of_step(server.port, b":1\r\n").await;
-        let client = Client::builder()
-            .command_timeout(Duration::from_secs(2))
-            .connect(&proxy.url())
-            .await
-            .unwrap();
-        let layer = RateLimitLayer::builder()
-            .client(client)
-            .rule(LayerRule::new(format!("out-of-step:{policy:?}"), 3, MINUTE).on_error(policy))
-            .build()
-            .unwrap();
-        let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+        let client = on(&proxy).await;
+        let addr = behind(
+            client,
+            LayerRule::new(format!("out-of-step:{policy:?}"), 3, MINUTE).on_error(policy),
+        )
+        .await;
         let mut granted = 0;
         for _ in 0..10 {
             // (each call at its own millisecond: a reply carries its call's time)
@@ -210,17 +220,12 @@ async fn a_refusal_that_waits_for_centuries_is_a_refusal() {
 async fn a_connection_out_of_step_is_made_again_and_redis_decides_again() {
     let server = RedisServer::start();
     let proxy = LyingProxy::start_out_of_step_once(server.port, b":1\r\n").await;
-    let client = Client::builder()
-        .command_timeout(Duration::from_secs(2))
-        .connect(&proxy.url())
-        .await
-        .unwrap();
-    let layer = RateLimitLayer::builder()
-        .client(client)
-        .rule(LayerRule::new("out-of-step-once", 3, MINUTE).on_error(OnError::Deny))
-        .build()
-        .unwrap();
-    let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+    let client = on(&proxy).await;
+    let addr = behind(
+        client,
+        LayerRule::new("out-of-step-once", 3, MINUTE).on_error(OnError::Deny),
+    )
+    .await;
     let mut statuses = Vec::new();
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(3)).await;
@@ -237,17 +242,12 @@ async fn a_connection_out_of_step_is_made_again_and_redis_decides_again() {
 async fn a_server_that_never_fits_is_connected_to_at_most_once_a_second() {
     let server = RedisServer::start();
     let proxy = LyingProxy::start(server.port, b"$7\r\ngranted\r\n").await;
-    let client = Client::builder()
-        .command_timeout(Duration::from_secs(2))
-        .connect(&proxy.url())
-        .await
-        .unwrap();
-    let layer = RateLimitLayer::builder()
-        .client(client)
-        .rule(LayerRule::new("never-fits", 3, MINUTE).on_error(OnError::Local))
-        .build()
-        .unwrap();
-    let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+    let client = on(&proxy).await;
+    let addr = behind(
+        client,
+        LayerRule::new("never-fits", 3, MINUTE).on_error(OnError::Local),
+    )
+    .await;
     let before = proxy.connections();
     let started = std::time::Instant::now();
     let mut granted = 0;
@@ -283,11 +283,7 @@ async fn a_script_load_answered_with_another_sha1_is_a_reply_that_does_not_fit()
     const ANOTHER: &[u8] = b"$40\r\n0123456789012345678901234567890123456789\r\n";
     let server = RedisServer::start();
     let proxy = LyingProxy::start_loading(server.port, NOSCRIPT, ANOTHER).await;
-    let client = Client::builder()
-        .command_timeout(Duration::from_secs(2))
-        .connect(&proxy.url())
-        .await
-        .unwrap();
+    let client = on(&proxy).await;
     let rule = [redlimit::Rule::new("another-sha1", 3, MINUTE)];
     let error = client.check_rules(&rule).await.unwrap_err();
     assert!(matches!(error, Error::UnexpectedReply { .. }), "{error:?}");
@@ -301,17 +297,12 @@ async fn a_script_load_answered_with_another_sha1_is_a_reply_that_does_not_fit()
     }
     for (policy, most) in [(OnError::Deny, 0), (OnError::Local, 3), (OnError::Allow, 3)] {
         let proxy = LyingProxy::start_loading(server.port, NOSCRIPT, ANOTHER).await;
-        let client = Client::builder()
-            .command_timeout(Duration::from_secs(2))
-            .connect(&proxy.url())
-            .await
-            .unwrap();
-        let layer = RateLimitLayer::builder()
-            .client(client)
-            .rule(LayerRule::new(format!("another-sha1:{policy:?}"), 3, MINUTE).on_error(policy))
-            .build()
-            .unwrap();
-        let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+        let client = on(&proxy).await;
+        let addr = behind(
+            client,
+            LayerRule::new(format!("another-sha1:{policy:?}"), 3, MINUTE).on_error(policy),
+        )
+        .await;
         let mut granted = 0;
         for _ in 0..10 {
             granted += u32::from(send(addr, "GET", "/", &[]).await.status == 200);
