@@ -10,13 +10,14 @@
 use redlimit_test_support as support;
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
 use redlimit::tower::{LayerRule, RateLimitLayer};
 use redlimit::{Client, Error, OnError};
 use support::http::{send, serve};
+use support::link::SilencingLink;
 use support::lying::LyingProxy;
 use support::RedisServer;
 
@@ -340,4 +341,47 @@ async fn a_late_noscript_and_a_silent_load_end_by_the_command_timeout() {
         assert!(matches!(error, Error::Timeout { .. }), "{error:?}");
         assert!(took < TIMEOUT + Duration::from_millis(150), "took {took:?}");
     }
+}
+
+/// A network that silences every connection once it has carried a call (a flow
+/// forgotten again and again): the connection is made again after two command
+/// timeouts without a reply, at most once a second. Each timeout is decided by the rule's policy (`deny`:
+/// 503), the call after each making again by Redis, and Redis's grants stay within
+/// the rate.
+#[tokio::test]
+async fn a_network_that_silences_every_connection_costs_one_connection_a_second() {
+    let server = RedisServer::start();
+    let link = SilencingLink::start(server.port).await;
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(100))
+        .connect(&link.url())
+        .await
+        .unwrap();
+    let addr = behind(
+        client,
+        LayerRule::new("silenced", 3, MINUTE).on_error(OnError::Deny),
+    )
+    .await;
+    // (Connecting took two: the client's check, then its connection.)
+    let connected = link.connections();
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    while started.elapsed() < Duration::from_millis(3_500) {
+        statuses.push(send(addr, "GET", "/", &[]).await.status);
+        link.silence_open();
+    }
+    let seconds = started.elapsed().as_secs_f64().ceil() as usize;
+    let count = |status| statuses.iter().filter(|&&s| s == status).count();
+    assert_eq!(
+        count(200) + count(429) + count(503),
+        statuses.len(),
+        "{statuses:?}"
+    );
+    assert!(count(200) <= 3, "{statuses:?}");
+    assert!(count(200) + count(429) >= 3, "Redis decided again: {statuses:?}");
+    let made_again = link.connections() - connected;
+    assert!(
+        (1..=seconds).contains(&made_again),
+        "made again {made_again} times in {seconds} s: {statuses:?}"
+    );
 }

@@ -8,6 +8,7 @@ use redlimit_test_support as support;
 use std::time::{Duration, Instant};
 
 use redlimit::{rate_limit, Client, Error, RateLimited, Rule, DEFAULT_COMMAND_TIMEOUT};
+use support::link::SilencingLink;
 use support::RedisServer;
 
 /// What the scheduler may add to a timeout on a loaded 2-core machine. Well under a
@@ -36,12 +37,15 @@ async fn the_default_command_timeout_bounds_a_call_to_a_frozen_server() {
         "{err:?}"
     );
     let mut worst = Duration::ZERO;
-    for _ in 0..3 {
+    for call in 0..3 {
         let started = Instant::now();
         let err = client.check_rules(&rules).await.unwrap_err();
         let took = started.elapsed();
+        // Two timeouts in a row had the connection made again: the third call's
+        // timeout went to connecting.
+        let connecting = call == 2;
         assert!(
-            matches!(err, Error::Timeout { after, connecting: false } if after == DEFAULT_COMMAND_TIMEOUT),
+            matches!(err, Error::Timeout { after, connecting: c } if after == DEFAULT_COMMAND_TIMEOUT && c == connecting),
             "{err:?}"
         );
         assert!(
@@ -85,4 +89,76 @@ async fn a_waiting_function_answers_within_its_timeout_plus_one_decision() {
     );
     assert!(took <= bound + MARGIN, "{took:?}");
     println!("a waiting call through an outage took {took:?} (bound {bound:?})");
+}
+
+/// A connection that goes silent for good (a flow a NAT forgot, a host gone without
+/// closing it: nothing comes back, nothing says the connection is lost) is made
+/// again after two timeouts in a row with no reply between them, and Redis decides
+/// again: without that, every call would time out until the system gave the
+/// connection up, many minutes later. The limit holds across the new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_gone_silent_is_made_again_after_two_timeouts() {
+    let server = RedisServer::start();
+    let link = SilencingLink::start(server.port).await;
+    let timeout = Duration::from_millis(200);
+    let client = Client::builder()
+        .command_timeout(timeout)
+        .connect(&link.url())
+        .await
+        .unwrap();
+    let rules = [Rule::new("rate_limit:silent", 3, Duration::from_secs(60))];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let before = link.connections();
+    link.silence_open();
+    let mut timeouts = 0;
+    let mut granted = 1;
+    let mut decided = 0;
+    for _ in 0..8 {
+        let started = Instant::now();
+        match client.check_rules(&rules).await {
+            Ok(decision) => {
+                decided += 1;
+                granted += usize::from(decision.allowed);
+            }
+            Err(Error::Timeout { .. }) => timeouts += 1,
+            Err(err) => panic!("{err:?}"),
+        }
+        assert!(started.elapsed() <= timeout + MARGIN, "{:?}", started.elapsed());
+    }
+    assert_eq!(timeouts, 2, "calls timed out before Redis decided again");
+    assert_eq!(decided, 6);
+    assert_eq!(granted, 3, "the rate held across the new connection");
+    assert_eq!(link.connections(), before + 1, "one connection made again");
+}
+
+/// One slow answer is one timeout, however many calls it cut: 16 calls waiting on a
+/// frozen server all time out together, and the connection is kept (the next call,
+/// the server back, is answered on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_cut_by_one_slow_answer_keep_the_connection() {
+    let server = RedisServer::start();
+    let link = SilencingLink::start(server.port).await;
+    let timeout = Duration::from_millis(200);
+    let client = Client::builder()
+        .command_timeout(timeout)
+        .connect(&link.url())
+        .await
+        .unwrap();
+    let rules = [Rule::new("rate_limit:slow-once", 100, Duration::from_secs(60))];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let connected = link.connections();
+    server.pause();
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, rules) = (client.clone(), rules.clone());
+            tokio::spawn(async move { client.check_rules(&rules).await })
+        })
+        .collect();
+    for call in calls {
+        let err = call.await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    }
+    server.resume();
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    assert_eq!(link.connections(), connected, "the connection was kept");
 }

@@ -1,6 +1,9 @@
-//! A TCP link on a free loopback port that carries bytes to a server and back, each
-//! way `delay` late: a replica far from its master, on one machine.
+//! TCP links on free loopback ports that carry bytes to a server and back: each way
+//! `delay` late (a replica far from its master, on one machine), or until the link
+//! silences the connections open (a flow a NAT forgot, a host gone without a word).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,4 +69,89 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) 
         let _ = to.shutdown().await;
     };
     tokio::join!(read, write);
+}
+
+/// Listens until dropped; each connection it takes goes on to `127.0.0.1:target`
+/// until either side closes, or until [`silence_open`](SilencingLink::silence_open):
+/// from then on, the connections open then carry nothing either way and are never
+/// closed (what each side sends is read and dropped), while connections made later
+/// carry as before.
+#[derive(Debug)]
+pub struct SilencingLink {
+    pub port: u16,
+    accepted: Arc<AtomicUsize>,
+    silenced: Arc<AtomicUsize>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl SilencingLink {
+    pub async fn start(target: u16) -> SilencingLink {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let silenced = Arc::new(AtomicUsize::new(0));
+        let (counted, silent) = (Arc::clone(&accepted), Arc::clone(&silenced));
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let index = counted.fetch_add(1, Ordering::SeqCst);
+                let silent = Arc::clone(&silent);
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+                        return;
+                    };
+                    let _ = inbound.set_nodelay(true);
+                    let _ = outbound.set_nodelay(true);
+                    let (from_in, to_in) = inbound.into_split();
+                    let (from_out, to_out) = outbound.into_split();
+                    let carries = || index >= silent.load(Ordering::SeqCst);
+                    tokio::join!(
+                        carry_until_silenced(from_in, to_out, carries),
+                        carry_until_silenced(from_out, to_in, carries)
+                    );
+                });
+            }
+        });
+        SilencingLink {
+            port,
+            accepted,
+            silenced,
+            accept,
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Every connection open now carries nothing more, and stays open.
+    pub fn silence_open(&self) {
+        self.silenced
+            .store(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+
+    /// How many connections it has accepted.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for SilencingLink {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Carries what `from` reads to `to` while `carries()`; after, reads and drops it,
+/// holding `to` open until `from` closes.
+async fn carry_until_silenced(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, carries: impl Fn() -> bool) {
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
+        if carries() && to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+    if carries() {
+        let _ = to.shutdown().await;
+    }
 }

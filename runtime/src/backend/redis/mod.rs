@@ -60,9 +60,15 @@ struct Scripts {
     settle: Lua,
 }
 
-/// The least time between two makings again of a client's connection after replies
-/// that did not fit their commands.
+/// The least time between two makings again of a client's connection (after replies
+/// that did not fit their commands, or timeouts).
 const REMAKE_EVERY: Duration = Duration::from_secs(1);
+
+/// How many command timeouts a connection may go without a reply, commands waiting,
+/// before it is made again: it may have gone silent for good (a flow a NAT or a load
+/// balancer forgot, a host gone without closing it), which nothing else reports for
+/// many minutes. One timeout alone may be a slow answer, however many calls it cut.
+const SILENT_TIMEOUTS: u32 = 2;
 
 static SCRIPTS: Lazy<Scripts> = Lazy::new(|| Scripts {
     acquire: Lua::new(scripts::ACQUIRE.source),
@@ -110,6 +116,12 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// When `conn` was last made again: at most once a [`REMAKE_EVERY`].
     remade_at: Mutex<Option<Instant>>,
+    /// Whether a command on `conn` timed out with no reply since: `silent_since` holds
+    /// when the first of them was sent.
+    silent: AtomicBool,
+    /// When `conn` went silent, as far as its timeouts tell: [`SILENT_TIMEOUTS`]
+    /// command timeouts later with no reply, it is made again.
+    silent_since: Mutex<Option<Instant>>,
     timeout: Duration,
     /// Decide at the server's clock (TIME in the scripts) rather than the caller's.
     server_time: bool,
@@ -153,6 +165,8 @@ impl RedisBackend {
             conn: RwLock::new(conn),
             remake: None,
             remade_at: Mutex::new(None),
+            silent: AtomicBool::new(false),
+            silent_since: Mutex::new(None),
             timeout,
             server_time,
             target,
@@ -189,11 +203,50 @@ impl RedisBackend {
 
     /// A reply did not fit the command it answered ([`Error::UnexpectedReply`]): the
     /// connection may be out of step, each command handed another's reply, and stays
-    /// so however long it lives. It is made again, at most once a [`REMAKE_EVERY`]
-    /// (a server that answers every command so would otherwise be connected to at
-    /// every call); commands already sent finish on the old one.
+    /// so however long it lives. It is made again.
     #[cold]
     fn out_of_step(&self) {
+        self.remake("a reply did not fit its command");
+    }
+
+    /// A command timed out: the connection is made again when no reply has come for
+    /// [`SILENT_TIMEOUTS`] command timeouts, counted from the first timed-out
+    /// command's sending. (Calls cut by one slow answer all time out at once: they
+    /// are one timeout.)
+    #[cold]
+    fn timed_out(&self) {
+        let silent_for = {
+            let mut since = self.silent_since.lock().unwrap_or_else(PoisonError::into_inner);
+            let sent = Instant::now()
+                .checked_sub(self.timeout)
+                .unwrap_or_else(Instant::now);
+            self.silent.store(true, Ordering::Relaxed);
+            since.get_or_insert(sent).elapsed()
+        };
+        if silent_for >= self.timeout * SILENT_TIMEOUTS {
+            self.remake("no reply came in two command timeouts");
+        }
+    }
+
+    /// A reply came: the connection is not silent.
+    #[inline]
+    fn replied(&self) {
+        if self.silent.load(Ordering::Relaxed) {
+            self.not_silent();
+        }
+    }
+
+    #[cold]
+    fn not_silent(&self) {
+        self.silent.store(false, Ordering::Relaxed);
+        *self.silent_since.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Makes the connection again, for `why`, at most once a [`REMAKE_EVERY`] (a
+    /// server that answers every command so would otherwise be connected to at every
+    /// call); commands already sent finish on the old one.
+    #[cold]
+    fn remake(&self, why: &str) {
         let Some(remake) = &self.remake else {
             return;
         };
@@ -208,10 +261,11 @@ impl RedisBackend {
             return;
         };
         *self.conn.write().unwrap_or_else(PoisonError::into_inner) = remade;
+        self.not_silent();
         self.answered.store(false, Ordering::Relaxed);
         self.health.check_soon();
         tracing::warn!(
-            "a reply from Redis at `{}` did not fit its command: the connection is made again",
+            "Redis at `{}`: {why}; the connection is made again",
             self.target.shown()
         );
     }
@@ -286,10 +340,16 @@ impl RedisBackend {
                 if !self.answered.load(Ordering::Relaxed) {
                     self.answered.store(true, Ordering::Relaxed);
                 }
+                self.replied();
                 Ok(value)
             }
             Ok(Err(err)) => {
                 let connecting = !self.answered.load(Ordering::Relaxed);
+                if err.is_timeout() {
+                    self.timed_out();
+                } else if !err.is_io_error() {
+                    self.replied();
+                }
                 // A lost connection (not a slow answer) is made again before the
                 // next command can be answered.
                 if err.is_io_error() && !err.is_timeout() {
@@ -301,10 +361,14 @@ impl RedisBackend {
                     .or_else(|| unfit(&err))
                     .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting))))
             }
-            Err(_) => Err(Error::Timeout {
-                after: self.timeout,
-                connecting: !self.answered.load(Ordering::Relaxed),
-            }),
+            Err(_) => {
+                let connecting = !self.answered.load(Ordering::Relaxed);
+                self.timed_out();
+                Err(Error::Timeout {
+                    after: self.timeout,
+                    connecting,
+                })
+            }
         }
     }
 
