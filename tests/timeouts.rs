@@ -162,3 +162,60 @@ async fn calls_cut_by_one_slow_answer_keep_the_connection() {
     assert!(client.check_rules(&rules).await.unwrap().allowed);
     assert_eq!(link.connections(), connected, "the connection was kept");
 }
+
+/// Calls that time out on a connection that answered before are named so
+/// (`connecting: false`), also when one of them had the connection made again while
+/// the others still waited on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_on_the_old_connection_are_not_named_connecting() {
+    let server = RedisServer::start();
+    let link = SilencingLink::start(server.port).await;
+    let timeout = Duration::from_millis(200);
+    let client = Client::builder()
+        .command_timeout(timeout)
+        .connect(&link.url())
+        .await
+        .unwrap();
+    let rules = [Rule::new(
+        "rate_limit:old-connection",
+        100,
+        Duration::from_secs(60),
+    )];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let connected = link.connections();
+    link.silence_open();
+    let err = client.check_rules(&rules).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                connecting: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Sent together on the silent connection: the first to time out has it made
+    // again; each was sent where a command had been answered.
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, rules) = (client.clone(), rules.clone());
+            tokio::spawn(async move { client.check_rules(&rules).await })
+        })
+        .collect();
+    for call in calls {
+        let err = call.await.unwrap().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Timeout {
+                    connecting: false,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    assert_eq!(link.connections(), connected + 1, "made again once");
+}

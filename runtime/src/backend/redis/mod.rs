@@ -335,16 +335,18 @@ impl RedisBackend {
         if let Some(refusal) = self.health.refusal(self.target.shown()) {
             return Err(refusal);
         }
+        // Read before the command: a sibling's timeout may have the connection made
+        // again while this one waits on the old one.
+        let connecting = !self.answered.load(Ordering::Relaxed);
         match tokio::time::timeout(self.timeout, request(self.conn())).await {
             Ok(Ok(value)) => {
-                if !self.answered.load(Ordering::Relaxed) {
+                if connecting {
                     self.answered.store(true, Ordering::Relaxed);
                 }
                 self.replied();
                 Ok(value)
             }
             Ok(Err(err)) => {
-                let connecting = !self.answered.load(Ordering::Relaxed);
                 if err.is_timeout() {
                     self.timed_out();
                 } else if !err.is_io_error() {
@@ -362,7 +364,6 @@ impl RedisBackend {
                     .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting))))
             }
             Err(_) => {
-                let connecting = !self.answered.load(Ordering::Relaxed);
                 self.timed_out();
                 Err(Error::Timeout {
                     after: self.timeout,
