@@ -164,11 +164,11 @@ async fn the_search_for_a_wrong_type_takes_one_timeout_in_all() {
 
 /// A connection one reply out of step (a frame lost or one too many on the way): each
 /// script call is handed the reply to the call before it, the first another command's
-/// count. No call is granted on the answer of a call made at another time: under
-/// `deny` none is granted, under `local` the rule's rate is, in process. (Calls in one
-/// millisecond are not told apart: each call here has its own.)
+/// count. No call is granted on another call's answer, made in the same millisecond
+/// too (the calls follow each other at once): under `deny` none is granted, under
+/// `local` the rule's rate is, in process.
 #[tokio::test]
-async fn a_connection_out_of_step_grants_nothing_on_a_reply_of_another_time() {
+async fn a_connection_out_of_step_grants_nothing_on_another_calls_reply() {
     let server = RedisServer::start();
     for (policy, most) in [(OnError::Deny, 0), (OnError::Local, 3)] {
         let proxy = LyingProxy::start_out_of_step(server.port, b":1\r\n").await;
@@ -179,13 +179,11 @@ async fn a_connection_out_of_step_grants_nothing_on_a_reply_of_another_time() {
         )
         .await;
         let mut granted = 0;
-        for _ in 0..10 {
-            // (each call at its own millisecond: a reply carries its call's time)
-            tokio::time::sleep(Duration::from_millis(3)).await;
+        for _ in 0..50 {
             granted += u32::from(send(addr, "GET", "/", &[]).await.status == 200);
         }
         assert_eq!(granted, most, "{policy:?}");
-        assert!(proxy.lies() >= 10, "{policy:?}: every decision reached the proxy");
+        assert!(proxy.lies() >= 10, "{policy:?}: decisions reached the proxy");
     }
 }
 

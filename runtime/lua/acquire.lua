@@ -30,6 +30,9 @@
 --     per_client
 --   7 keep_alive: keepAliveTime in ms, or a token bucket's burst (4..7 are read only
 --     when 3 is "1" or the rule is a token bucket)
+-- ARGV, after the rules': ARGV[1+7*r+j] for r rules:
+--   1 tag: the call's number modulo 1024, that its reply carries (the call's time
+--     modulo 1024 when it is missing)
 -- A token-bucket rule uses its KEYS 2 ({NAME}:bucket) or 3 ({NAME}:bucket:ID) in
 -- place of the value keys, and touches no other: one string (its layout is in
 -- lib/bucket.lua); a missing bucket is a full, cold one, and each write sets its TTL to
@@ -40,7 +43,8 @@
 --          then per rule: permits left, and 0 (config kept), 1 (created) or 2 (changed),
 --          then for each changed rule in order, the config it replaced:
 --          rate, interval, type, keepAliveTime (a token bucket's: rate, interval,
---          type, burst)}.
+--          type, burst),
+--          then the call's tag}.
 -- Errors start with "redlimit:<code>:<rule>"; the caller names the key. A key of the
 -- wrong type fails the read with Redis's WRONGTYPE, and the caller finds which.
 --
@@ -361,7 +365,7 @@ if nrules == 1 and not rules[1].replaced and not rules[1].tb then
   -- one rule: the reply built whole
   local b = rules[1].bucket
   local left = granted and b.value - b.spent or b.value
-  reply = { 1, 0, 0, now, left > 0 and left or 0, rules[1].write and 1 or 0 }
+  reply = { 1, 0, 0, now, left > 0 and left or 0, rules[1].write and 1 or 0, tag }
   if not granted then
     reply[1], reply[2], reply[3] = 0, refused, retry
   end
@@ -393,4 +397,5 @@ for i = 1, nrules do
     reply[#reply + 1] = old[4] and tonumber(old[4]) or 0
   end
 end
+reply[#reply + 1] = tag
 return reply

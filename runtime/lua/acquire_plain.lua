@@ -24,15 +24,23 @@
 -- decode leaves the block (acquire.lua then raises the error) instead of raising. The differential tests run both.
 --
 -- Replies: for one rule decided at the caller's time (ARGV[1]), a grant is the integer
--- permits left times 1024 plus the caller's time modulo 1024 (>= 0), and a refusal
--- with no permit left is minus the wait (in ms) times 1024 plus that remainder (< 0);
--- any other outcome is acquire.lua's reply. An integer costs Redis far less to send
--- than a table; the remainder tells the call's reply from any other integer a
--- connection out of step would hand it (another command's count, another call's).
+-- permits left plus one, times 1024, plus the call's tag (>= 1024: no small count
+-- another command answers reads as a grant), and a refusal with no permit left is
+-- minus the wait (in ms) times 1024 plus the tag (< 0); any other outcome is
+-- acquire.lua's reply, which ends with the tag. An integer costs Redis far less to
+-- send than a table; the tag tells the call's reply from any other a connection out
+-- of step would hand it (another command's count, another call's, made in the same
+-- millisecond too).
 --
 -- Costs measured in Redis and kept here: a number given to redis.call is printed with
 -- "%.17g" (pass text, or string.format('%d', n)); tonumber(s) converts its string twice
 -- where s + 0 converts it once (only for strings known to be decimal).
+
+-- The call's tag, 0 to 1023 (acquire.lua's ARGV after the rules'): the caller numbers
+-- its calls, so that no call's reply carries the tag of the call sent before or after
+-- it. A caller that sends none is given the call's time modulo 1024.
+local tag = tonumber(ARGV[2 + 7 * (#KEYS / 5)])
+tag = tag and tag % 1024 or caller_now % 1024
 
 do
   local nrules = #KEYS / 5
@@ -197,6 +205,7 @@ do
       if reply then
         if not granted then reply[1], reply[2], reply[3] = 0, refused, retry end
         reply[4] = now
+        reply[#reply + 1] = tag
         return reply
       end
       local at_caller_time = caller_time and now == caller_now
@@ -205,13 +214,13 @@ do
       if granted then
         local left = one_value - permits
         if left < 0 then left = 0 end
-        if at_caller_time and left < 8796093022208 then return left * 1024 + caller_now % 1024 end
-        return { 1, 0, 0, now, left, 0 }
+        if at_caller_time and left < 8796093022207 then return (left + 1) * 1024 + tag end
+        return { 1, 0, 0, now, left, 0, tag }
       end
       if at_caller_time and one_value <= 0 and one_wait < 8796093022208 then
-        return -(one_wait * 1024 + caller_now % 1024)
+        return -(one_wait * 1024 + tag)
       end
-      return { 0, 1, one_wait, now, one_value > 0 and one_value or 0, 0 }
+      return { 0, 1, one_wait, now, one_value > 0 and one_value or 0, 0, tag }
     end
   end
 end

@@ -11,11 +11,16 @@
 -- anything.
 --
 -- Replies: decided at the caller's time (ARGV[1]) on a stored bucket, a grant is the
--- integer tokens left times 1024 plus the caller's time modulo 1024 (>= 0) and a
--- refusal with no whole token left is minus the wait (in ms) times 1024 plus that
--- remainder (< 0), as in acquire_plain.lua; any other outcome is tokens.lua's reply
--- for one rule. Numbers are read as `s + 0` and written with string.format, as in
+-- integer tokens left plus one, times 1024, plus the call's tag (>= 1024) and a
+-- refusal with no whole token left is minus the wait (in ms) times 1024 plus the tag
+-- (< 0), as in acquire_plain.lua; any other outcome is tokens.lua's reply for one rule, which ends
+-- with the tag. Numbers are read as `s + 0` and written with string.format, as in
 -- acquire_plain.lua.
+
+-- The call's tag, 0 to 1023 (tokens.lua's ARGV after the rules'), as in
+-- acquire_plain.lua.
+local tag = tonumber(ARGV[2 + 6 * #KEYS])
+tag = tag and tag % 1024 or caller_now % 1024
 
 do
   local caller_time, floor, max = ARGV[1] ~= '', math.floor, math.max
@@ -89,11 +94,11 @@ do
       local at_caller_time = caller_time and now == caller_now and flag == 0
       -- (below 2^43, an integer times 1024 is exact in a Lua number)
       if granted then
-        if at_caller_time and left < 8796093022208 then return left * 1024 + caller_now % 1024 end
-        return { 1, 0, 0, now, left, flag }
+        if at_caller_time and left < 8796093022207 then return (left + 1) * 1024 + tag end
+        return { 1, 0, 0, now, left, flag, tag }
       end
-      if at_caller_time and left == 0 and wait < 8796093022208 then return -(wait * 1024 + caller_now % 1024) end
-      return { 0, 1, wait, now, left, flag }
+      if at_caller_time and left == 0 and wait < 8796093022208 then return -(wait * 1024 + tag) end
+      return { 0, 1, wait, now, left, flag, tag }
     end
   end
 end

@@ -5,7 +5,7 @@ use super::lua::{eval_sha, Lua};
 
 use super::give_back::{may_have_run, RefundIfDropped};
 use super::replicas::Waited;
-use super::replies::parse_acquire_reply;
+use super::replies::{parse_acquire_reply, CHECK};
 use super::{layout, Arg, RedisBackend, SCRIPTS};
 use crate::backend::{Outcome, RuleCall};
 use crate::keys::Keys;
@@ -35,7 +35,10 @@ impl RedisBackend {
         } else {
             &SCRIPTS.acquire
         };
-        let cmd = self.acquire_command(script, calls, &members, only_buckets, now);
+        // Numbered in turn: the replies of the calls sent before and after it do not
+        // carry its tag.
+        let tag = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % CHECK;
+        let cmd = self.acquire_command(script, calls, &members, only_buckets, now, tag);
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         let probe = calls.iter().all(|c| c.permits == 0);
         // A token bucket's grant is not in any log: nothing to take back.
@@ -55,6 +58,7 @@ impl RedisBackend {
                 only_buckets,
                 refundable,
                 now,
+                tag,
             };
             let outcome = self.acquire_replicated(waits, waited).await;
             cancelled.disarm();
@@ -76,14 +80,15 @@ impl RedisBackend {
                 return Err(err);
             }
         };
-        let outcome = self.noting_step(self.read_outcome(&reply, calls.len(), now, only_buckets))?;
+        let outcome = self.noting_step(self.read_outcome(&reply, calls.len(), now, tag, only_buckets))?;
         Ok((outcome, members))
     }
 
     /// The EVALSHA of the acquire script (`layout::acquire`) or, when every rule is a
     /// token bucket, of the tokens script (`layout::tokens`), written straight into
-    /// one command: every key, then every argument, into buffers allocated once
-    /// (growing them argument by argument cost more than building the rest).
+    /// one command: every key, then every argument, the call's `tag` last, into
+    /// buffers allocated once (growing them argument by argument cost more than
+    /// building the rest).
     fn acquire_command(
         &self,
         script: &Lua,
@@ -91,6 +96,7 @@ impl RedisBackend {
         members: &[[u8; member::MEMBER_LEN]],
         only_buckets: bool,
         now: u64,
+        tag: u64,
     ) -> redis::Cmd {
         let mut cmd = redis::Cmd::with_capacity(
             4 + 12 * calls.len(),
@@ -117,20 +123,22 @@ impl RedisBackend {
                 _ => cmd.arg(&acquire_args(call, member)[..]),
             };
         }
+        cmd.arg(Arg::Int(tag));
         cmd
     }
 
     /// The acquire or tokens script's reply as an outcome (`calls` rules decided at
-    /// `now`, the caller's clock).
+    /// `now`, the caller's clock, the call's `tag`).
     pub(super) fn read_outcome(
         &self,
         reply: &redis::Value,
         calls: usize,
         now: u64,
+        tag: u64,
         only_buckets: bool,
     ) -> Result<Outcome, Error> {
         let caller_now = (!self.server_time).then_some(now);
-        parse_acquire_reply(reply, calls, caller_now).ok_or_else(|| Error::UnexpectedReply {
+        parse_acquire_reply(reply, calls, caller_now, Some(tag)).ok_or_else(|| Error::UnexpectedReply {
             script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
             reply: super::replies::abbreviated(format!("{reply:?}"), 200),
         })

@@ -17,6 +17,8 @@ pub(crate) struct Layout {
     pub args: &'static [&'static str],
     /// Each rule's arguments, rule after rule.
     pub rule_args: &'static [&'static str],
+    /// Arguments after the rules'.
+    pub after_args: &'static [&'static str],
 }
 
 /// The position of `name` in `names`, when compiling (a name not there fails the build).
@@ -42,7 +44,8 @@ const fn at(names: &[&str], name: &str) -> usize {
 /// write them).
 const LIMITER_KEYS: &[&str] = &["config", "value", "client_value", "permits", "client_permits"];
 
-/// acquire.lua: five keys and seven arguments per rule, after the call's time.
+/// acquire.lua: five keys and seven arguments per rule, after the call's time; the
+/// call's tag after them.
 pub(crate) mod acquire {
     use super::{at, Layout, LIMITER_KEYS};
     pub(crate) const LAYOUT: Layout = Layout {
@@ -59,6 +62,7 @@ pub(crate) mod acquire {
             "type",
             "keep_alive",
         ],
+        after_args: &["tag"],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     pub(crate) const CONFIG: usize = at(LAYOUT.rule_keys, "config");
@@ -83,7 +87,8 @@ pub(crate) mod acquire {
     pub(crate) const BURST: usize = KEEP_ALIVE;
 }
 
-/// tokens.lua: one key and six arguments per rule, after the call's time.
+/// tokens.lua: one key and six arguments per rule, after the call's time; the call's
+/// tag after them.
 pub(crate) mod tokens {
     use super::{at, Layout};
     pub(crate) const LAYOUT: Layout = Layout {
@@ -92,6 +97,7 @@ pub(crate) mod tokens {
         rule_keys: &["bucket"],
         args: &["now"],
         rule_args: &["permits", "rate", "interval", "burst", "warmup", "type"],
+        after_args: &["tag"],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     pub(crate) const ARGS_PER_RULE: usize = LAYOUT.rule_args.len();
@@ -113,6 +119,7 @@ pub(crate) mod config {
         rule_keys: &[],
         args: &["rate", "interval", "type", "keep_alive"],
         rule_args: &[],
+        after_args: &[],
     };
     pub(crate) const CONFIGURE: Layout = Layout {
         script: "configure",
@@ -128,6 +135,7 @@ pub(crate) mod config {
             "require_exists",
         ],
         rule_args: &[],
+        after_args: &[],
     };
     pub(crate) const RATE: usize = at(CONFIGURE.args, "rate");
     pub(crate) const INTERVAL: usize = at(CONFIGURE.args, "interval");
@@ -148,6 +156,7 @@ pub(crate) mod limiter {
         rule_keys: &[],
         args: &["permits", "now"],
         rule_args: &[],
+        after_args: &[],
     };
     pub(crate) const RELEASE_PERMITS: usize = at(RELEASE.args, "permits");
     pub(crate) const GIVE_BACK: Layout = Layout {
@@ -156,6 +165,7 @@ pub(crate) mod limiter {
         rule_keys: &[],
         args: &["member", "used"],
         rule_args: &[],
+        after_args: &[],
     };
     pub(crate) const GIVE_BACK_MEMBER: usize = at(GIVE_BACK.args, "member");
     pub(crate) const GIVE_BACK_USED: usize = at(GIVE_BACK.args, "used");
@@ -167,6 +177,7 @@ pub(crate) mod limiter {
         rule_keys: &[],
         args: &["keep_alive"],
         rule_args: &[],
+        after_args: &[],
     };
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) const EXPIRE: Layout = Layout {
@@ -175,6 +186,7 @@ pub(crate) mod limiter {
         rule_keys: &[],
         args: &["ttl"],
         rule_args: &[],
+        after_args: &[],
     };
 }
 
@@ -187,6 +199,7 @@ pub(crate) mod refunds {
         rule_keys: &["value", "client_value", "permits", "client_permits"],
         args: &[],
         rule_args: &["member"],
+        after_args: &[],
     };
     pub(crate) const VALUE: usize = at(REFUND.rule_keys, "value");
     pub(crate) const CLIENT_VALUE: usize = at(REFUND.rule_keys, "client_value");
@@ -199,6 +212,7 @@ pub(crate) mod refunds {
         rule_keys: &["bucket"],
         args: &[],
         rule_args: &["tokens"],
+        after_args: &[],
     };
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) const RESET: Layout = Layout {
@@ -207,6 +221,7 @@ pub(crate) mod refunds {
         rule_keys: &["key"],
         args: &[],
         rule_args: &["role"],
+        after_args: &[],
     };
 }
 
@@ -228,6 +243,7 @@ pub(crate) mod settle {
         ],
         args: &["now"],
         rule_args: &["kind", "member", "estimate", "actual", "terms"],
+        after_args: &[],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     /// A token bucket's key in the rule's mode takes the value key's place.
@@ -311,12 +327,26 @@ mod tests {
         }
     }
 
+    /// The arguments after the rules': `-- ARGV, after the rules': ARGV[h+n*r+j] for r
+    /// rules:`.
+    fn check_after(text: &str, layout: &Layout) {
+        let (h, n) = (layout.args.len(), layout.rule_args.len());
+        let title = format!("-- ARGV, after the rules': ARGV[{h}+{n}*r+j] for r rules:");
+        let after = section(text, &title).unwrap_or_default();
+        assert_eq!(
+            after, layout.after_args,
+            "{}.lua: the ARGV after the rules'",
+            layout.script
+        );
+    }
+
     #[test]
     fn each_layout_matches_its_script_header() {
         for layout in ALL {
             let text = read(&format!("{}.lua", layout.script));
             check(&text, layout.script, "KEYS", layout.keys, layout.rule_keys);
             check(&text, layout.script, "ARGV", layout.args, layout.rule_args);
+            check_after(&text, layout);
         }
         let names: Vec<&str> = ALL.iter().map(|l| l.script).collect();
         for recipe in crate::backend::redis::scripts::ALL {

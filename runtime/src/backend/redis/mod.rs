@@ -5,7 +5,7 @@
 //! with every process through the library's own keys in [`shared`].
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -127,6 +127,9 @@ pub(crate) struct RedisBackend {
     server_time: bool,
     /// The server as errors name it, and the passwords to keep out of them.
     target: Target,
+    /// The number of the next decision's call: its tag ([`replies::CHECK`] modulo it),
+    /// which the reply carries.
+    calls: AtomicU64,
     /// Whether a command was answered since the connection was made or last lost:
     /// a timeout before that went to connecting, and says so.
     answered: AtomicBool,
@@ -170,6 +173,7 @@ impl RedisBackend {
             timeout,
             server_time,
             target,
+            calls: AtomicU64::new(0),
             answered: AtomicBool::new(connected),
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected)),

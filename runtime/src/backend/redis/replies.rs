@@ -9,28 +9,36 @@ use crate::backend::{ConfigChange, Outcome, RuleOutcome};
 use crate::keys::Keys;
 use crate::{Error, RateLimiterConfig, RateType};
 
-/// What an integer reply is a multiple of, but for the call's time modulo it.
-const CHECK: u64 = 1024;
+/// What an integer reply is a multiple of, but for the call's tag; the tags' count.
+pub(super) const CHECK: u64 = 1024;
 
-/// The acquire script's reply as Redis sent it: acquire.lua's table, or, for one rule
-/// decided at the caller's time (`caller_now`, `None` when the server's clock was
-/// used), acquire_plain.lua's integer: the permits left after a grant (>= 0), or minus
-/// the wait of a refusal that left no permit (< 0), times [`CHECK`], plus the call's
-/// time modulo it. A reply of another call (a connection out of step) is refused: an
-/// integer of another remainder, a table decided at another time.
-pub(super) fn parse_acquire_reply(reply: &Value, rules: usize, caller_now: Option<u64>) -> Option<Outcome> {
+/// The acquire script's reply as Redis sent it: acquire.lua's table, ending with the
+/// call's `tag`, or, for one rule decided at the caller's time (`caller_now`, `None`
+/// when the server's clock was used), acquire_plain.lua's integer: the permits left
+/// after a grant plus one (no count below [`CHECK`] another command answers is a
+/// grant), or minus the wait of a refusal that left no permit, times [`CHECK`], plus
+/// the tag. (Without a tag, a caller that sent none: the call's
+/// time modulo [`CHECK`], and a table without it.) A reply of another call (a
+/// connection out of step) is refused: an integer or a table of another tag, a table
+/// decided at another time.
+pub(super) fn parse_acquire_reply(
+    reply: &Value,
+    rules: usize,
+    caller_now: Option<u64>,
+    tag: Option<u64>,
+) -> Option<Outcome> {
     match reply {
         Value::Int(n) if rules == 1 => {
             let at_ms = caller_now?;
-            // The permits left or the wait, times 1024, plus the call's time modulo
-            // 1024: any other integer (a connection out of step handing the call
-            // another command's reply) is refused, but for one in 1 024.
+            // The permits left plus one or the wait, times 1024, plus the call's tag:
+            // any other integer (a connection out of step handing the call another
+            // command's reply, or another call's) is refused.
             let encoded = n.unsigned_abs();
-            if encoded % CHECK != at_ms % CHECK {
+            if encoded % CHECK != tag.unwrap_or(at_ms % CHECK) {
                 return None;
             }
             let (granted, left, retry_ms) = if *n >= 0 {
-                (true, encoded / CHECK, 0)
+                (true, (encoded / CHECK).checked_sub(1)?, 0)
             } else {
                 (false, 0, encoded / CHECK)
             };
@@ -53,9 +61,16 @@ pub(super) fn parse_acquire_reply(reply: &Value, rules: usize, caller_now: Optio
                     _ => None,
                 })
                 .collect::<Option<Vec<i64>>>()?;
+            let numbers = match tag {
+                Some(tag) => match numbers.split_last()? {
+                    (&last, rest) if u64::try_from(last) == Ok(tag) => rest,
+                    _ => return None,
+                },
+                None => &numbers[..],
+            };
             // Decided at the caller's time, or at most REORDER_MS after it: a reply of
             // another time is another call's (a connection out of step).
-            parse_outcome(&numbers, rules).filter(|outcome| {
+            parse_outcome(numbers, rules).filter(|outcome| {
                 caller_now.is_none_or(|now| (now..=now.saturating_add(REORDER_MS)).contains(&outcome.at_ms))
             })
         }
@@ -386,41 +401,89 @@ mod tests {
             left,
             config: ConfigChange::Kept,
         };
-        let grant = parse_acquire_reply(&Value::Int(4 * 1024 + 77), 1, Some(77)).unwrap();
+        let grant = parse_acquire_reply(&Value::Int(5 * 1024 + 77), 1, Some(5), Some(77)).unwrap();
         assert!(grant.granted);
-        assert_eq!((grant.refused, grant.retry_ms, grant.at_ms), (None, 0, 77));
+        assert_eq!((grant.refused, grant.retry_ms, grant.at_ms), (None, 0, 5));
         assert_eq!(grant.rules.to_vec(), vec![kept(4)]);
         let at = 1_700_000_000_123;
-        let refusal =
-            parse_acquire_reply(&Value::Int(-(250 * 1024 + (at % 1024) as i64)), 1, Some(at)).unwrap();
+        let refusal = parse_acquire_reply(&Value::Int(-(250 * 1024 + 9)), 1, Some(at), Some(9)).unwrap();
         assert!(!refusal.granted);
         assert_eq!(
             (refusal.refused, refusal.retry_ms, refusal.at_ms),
             (Some(0), 250, at)
         );
+        assert_eq!(refusal.rules.to_vec(), vec![kept(0)]);
         // Another integer, as a connection out of step would hand it: another
-        // command's count, or another call's reply at another time.
-        for stray in [0, 1, 4, -1, -250, 4 * 1024 + 78, -(250 * 1024 + 77)] {
+        // command's count (the tag itself among them: a grant is at least 1024), or
+        // the reply of the call sent before or after (its tag one less or one more),
+        // whatever its time.
+        for stray in [
+            0,
+            1,
+            4,
+            9,
+            -1,
+            -250,
+            4 * 1024 + 8,
+            4 * 1024 + 10,
+            -(250 * 1024 + 8),
+        ] {
             assert_eq!(
-                parse_acquire_reply(&Value::Int(stray), 1, Some(at)),
+                parse_acquire_reply(&Value::Int(stray), 1, Some(at), Some(9)),
                 None,
                 "{stray}"
             );
         }
-        assert_eq!(refusal.rules.to_vec(), vec![kept(0)]);
+        // Without a tag (a caller that sent none), the call's time modulo 1024.
+        let untagged = Value::Int(-(250 * 1024 + (at % 1024) as i64));
+        assert!(parse_acquire_reply(&untagged, 1, Some(at), None).is_some());
         // Only one rule, decided at the caller's time, is answered with an integer.
-        assert_eq!(parse_acquire_reply(&Value::Int(4), 2, Some(77)), None);
-        assert_eq!(parse_acquire_reply(&Value::Int(4), 1, None), None);
-        let table = Value::Array([1, 0, 0, 9, 3, 0].map(Value::Int).to_vec());
         assert_eq!(
-            parse_acquire_reply(&table, 1, None).unwrap().rules.to_vec(),
+            parse_acquire_reply(&Value::Int(4 * 1024 + 9), 2, Some(77), Some(9)),
+            None
+        );
+        assert_eq!(
+            parse_acquire_reply(&Value::Int(4 * 1024 + 9), 1, None, Some(9)),
+            None
+        );
+    }
+
+    #[test]
+    fn table_replies_end_with_their_tag() {
+        let kept = |left| RuleOutcome {
+            left,
+            config: ConfigChange::Kept,
+        };
+        let table = |numbers: &[i64]| Value::Array(numbers.iter().copied().map(Value::Int).collect());
+        let tagged = table(&[1, 0, 0, 9, 3, 0, 700]);
+        assert_eq!(
+            parse_acquire_reply(&tagged, 1, None, Some(700))
+                .unwrap()
+                .rules
+                .to_vec(),
             vec![kept(3)]
         );
+        // Another call's tag, no tag, a tag where a rule's field was: another reply.
+        for other in [699, 701] {
+            assert_eq!(
+                parse_acquire_reply(&tagged, 1, None, Some(other)),
+                None,
+                "{other}"
+            );
+        }
+        assert_eq!(
+            parse_acquire_reply(&table(&[1, 0, 0, 9, 3, 0]), 1, None, Some(0)),
+            None
+        );
+        assert_eq!(parse_acquire_reply(&table(&[]), 1, None, Some(0)), None);
+        // Without a tag, a table as the script wrote it for a caller that sent none.
+        let untagged = table(&[1, 0, 0, 9, 3, 0]);
+        assert!(parse_acquire_reply(&untagged, 1, None, None).is_some());
         let text = Value::Array(vec![Value::Int(1), Value::SimpleString("0".into())]);
-        assert_eq!(parse_acquire_reply(&text, 1, None), None);
+        assert_eq!(parse_acquire_reply(&text, 1, None, None), None);
         // A table decided at the caller's time, or up to REORDER_MS after it; another
-        // time is another call's.
-        let decided_at_5000 = Value::Array([1, 0, 0, 5_000, 3, 0].map(Value::Int).to_vec());
+        // time is another call's, whatever its tag.
+        let decided_at_5000 = table(&[1, 0, 0, 5_000, 3, 0, 4]);
         for (caller, ok) in [
             (5_000, true),
             (4_000, true),
@@ -428,7 +491,7 @@ mod tests {
             (5_001, false),
             (10_000, false),
         ] {
-            let parsed = parse_acquire_reply(&decided_at_5000, 1, Some(caller));
+            let parsed = parse_acquire_reply(&decided_at_5000, 1, Some(caller), Some(4));
             assert_eq!(parsed.is_some(), ok, "the caller at {caller}");
         }
     }

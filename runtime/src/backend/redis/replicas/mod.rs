@@ -121,8 +121,9 @@ const TAKEN_BACK: u8 = 2;
 /// One caller's grant: its command, its deadline, and where its answers go.
 struct Member {
     cmd: redis::Cmd,
-    /// The rules it decides, to read whether its reply is a grant.
+    /// The rules it decides and its tag, to read whether its reply is a grant.
     rules: usize,
+    tag: u64,
     deadline: Instant,
     state: Arc<AtomicU8>,
     grant: oneshot::Sender<Result<Value, Failed>>,
@@ -192,13 +193,14 @@ impl Waits {
     /// Puts `cmd` (a script call deciding `rules` rules) in a round, to be sent by
     /// `deadline` or not at all: a round starts at once on a free connection, else the
     /// grant waits for the next one freed.
-    fn submit(&self, cmd: redis::Cmd, rules: usize, deadline: Instant) -> Ticket {
+    fn submit(&self, cmd: redis::Cmd, rules: usize, tag: u64, deadline: Instant) -> Ticket {
         let (grant, grant_rx) = oneshot::channel();
         let (acked, acked_rx) = oneshot::channel();
         let state = Arc::new(AtomicU8::new(WAITING));
         let member = Member {
             cmd,
             rules,
+            tag,
             deadline,
             state: state.clone(),
             grant,

@@ -193,7 +193,7 @@ async fn send_grants(
     }
     let mut waiting = Vec::new();
     for (member, value) in members.into_iter().zip(values) {
-        let granted = maybe_granted(&value, member.rules);
+        let granted = maybe_granted(&value, member.rules, member.tag);
         if member.grant.send(Ok(value)).is_ok() && granted {
             waiting.push(Waiting {
                 deadline: member.deadline,
@@ -205,13 +205,13 @@ async fn send_grants(
 }
 
 /// Whether a script's reply may be a grant: a refusal, or an error, needs no replica.
-fn maybe_granted(value: &Value, rules: usize) -> bool {
+fn maybe_granted(value: &Value, rules: usize, tag: u64) -> bool {
     match value {
         Value::ServerError(_) => false,
         // acquire_plain.lua's integer: a grant at any time is not negative.
         Value::Int(n) if rules == 1 => *n >= 0,
         // The time is the caller's to check; a grant is a grant at any.
-        _ => parse_acquire_reply(value, rules, None).is_none_or(|outcome| outcome.granted),
+        _ => parse_acquire_reply(value, rules, None, Some(tag)).is_none_or(|outcome| outcome.granted),
     }
 }
 
@@ -269,16 +269,16 @@ mod tests {
     #[test]
     fn only_a_grant_or_a_reply_that_does_not_read_is_waited_for() {
         // acquire_plain.lua's integer: permits left after a grant, minus the wait of
-        // a refusal (each times 1024, plus the call's time modulo 1024).
-        assert!(maybe_granted(&Value::Int(4), 1));
-        assert!(maybe_granted(&Value::Int(0), 1));
-        assert!(!maybe_granted(&Value::Int(-250), 1));
+        // a refusal (each times 1024, plus the call's tag).
+        assert!(maybe_granted(&Value::Int(4), 1, 0));
+        assert!(maybe_granted(&Value::Int(0), 1, 0));
+        assert!(!maybe_granted(&Value::Int(-250), 1, 0));
         // A script's error (NOSCRIPT here) is answered as it is, with no WAIT.
         let error = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
         assert!(matches!(error, Value::ServerError(_)), "{error:?}");
-        assert!(!maybe_granted(&error, 1));
+        assert!(!maybe_granted(&error, 1, 0));
         // A reply that does not read is waited for: never a grant unconfirmed.
-        assert!(maybe_granted(&Value::SimpleString("?".to_owned()), 1));
-        assert!(maybe_granted(&Value::Nil, 2));
+        assert!(maybe_granted(&Value::SimpleString("?".to_owned()), 1, 0));
+        assert!(maybe_granted(&Value::Nil, 2, 0));
     }
 }
