@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
-use redlimit::tower::{LayerRule, RateLimitLayer};
+use redlimit::tower::{LayerRule, RateLimitLayer, Settle};
 use redlimit::{Client, Error, OnError};
 use support::http::{send, serve};
 use support::link::SilencingLink;
@@ -382,4 +382,45 @@ async fn a_network_that_silences_every_connection_costs_one_connection_a_second(
         (1..=seconds).contains(&made_again),
         "made again {made_again} times in {seconds} s: {statuses:?}"
     );
+}
+
+/// A client's first decision reads the rate overrides, then runs the script: on a
+/// server that stopped answering, the read's timeout is the decision's, and the
+/// script is not sent after it (it took two timeouts). The request is answered by
+/// the rule's policy within one command timeout: a rule decided, and a settled one
+/// reserved.
+#[tokio::test]
+async fn a_first_decision_on_a_silent_server_takes_one_timeout() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    for settled in [false, true] {
+        let client = Client::builder()
+            .command_timeout(timeout)
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let rule = LayerRule::new(format!("first:{settled}"), 3, MINUTE).on_error(OnError::Deny);
+        let rule = match settled {
+            true => rule.settle(Settle::header("x-used")),
+            false => rule,
+        };
+        let addr = behind(client, rule).await;
+        server.pause();
+        let started = Instant::now();
+        let status = send(addr, "GET", "/", &[]).await.status;
+        let took = started.elapsed();
+        server.resume();
+        assert_eq!(status, 503, "settled: {settled}");
+        assert!(took >= timeout, "settled: {settled}: {took:?}");
+        assert!(
+            took < timeout + Duration::from_millis(150),
+            "settled: {settled}: {took:?}"
+        );
+        // The next request, the server back, is decided by Redis.
+        assert_eq!(
+            send(addr, "GET", "/", &[]).await.status,
+            200,
+            "settled: {settled}"
+        );
+    }
 }

@@ -50,11 +50,12 @@ impl Backend {
     }
 
     /// The overrides in force once the background task runs (`overrides`, the
-    /// client's, at once in process).
-    pub async fn background_ready(&self, overrides: &Overrides) -> Arc<Table> {
+    /// client's, at once in process); the timeout of the first read of them, for the
+    /// calls that waited on it.
+    pub async fn background_ready(&self, overrides: &Overrides) -> Result<Arc<Table>, Error> {
         match self {
             // In process there is nothing to start: no wait, ever.
-            Backend::Memory(_) => overrides.table(),
+            Backend::Memory(_) => Ok(overrides.table()),
             Backend::Redis(redis) => redis.background_ready().await,
         }
     }

@@ -61,8 +61,9 @@ impl Client {
 
     /// Makes sure this client's background task runs (Redis clients: the first call
     /// reads the overrides, once per client; later calls return at once), and answers
-    /// the overrides in force.
-    pub(crate) async fn background_ready(&self) -> Arc<Table> {
+    /// the overrides in force, or the first read's timeout to the calls that waited
+    /// on it.
+    pub(crate) async fn background_ready(&self) -> Result<Arc<Table>, crate::Error> {
         self.backend().background_ready(self.overrides()).await
     }
 }

@@ -307,20 +307,26 @@ impl Engine {
         if traced {
             tracing::Span::current().record("backend", client.backend().label());
         }
-        let rules = self.checked_rules(client, &mut call, false).await?;
-        self.enforce(client, &call, rules, deadline).await
+        let (rules, failed) = self.checked_rules(client, &mut call, false).await?;
+        self.enforce(client, &call, rules, failed, deadline).await
     }
 
     /// The call's rules on `client`, its run-time overrides applied, once they pass the
     /// checks made before the backend: no rule of another function overlapping, no
     /// settled estimate of 0 (when `reserving`), no call that no wait would let pass.
+    /// With them, the failure that decides the call without the backend: the client's
+    /// first read of the overrides timed out (the server does not answer; a decision
+    /// sent after it would wait a second timeout).
     async fn checked_rules(
         &self,
         client: &Client,
         call: &mut CallKeys<'_>,
         reserving: bool,
-    ) -> Result<Rules, RateLimited> {
-        let overrides = client.background_ready().await;
+    ) -> Result<(Rules, Option<Error>), RateLimited> {
+        let (overrides, failed) = match client.background_ready().await {
+            Ok(overrides) => (overrides, None),
+            Err(timeout) => (client.overrides().table(), Some(timeout)),
+        };
         let rules: Rules = self.build_rules(client.prefix(), call, Some((client, &overrides)));
         if let Some(overlapping) = self.overlapping(client.prefix(), &rules) {
             return Err(overlapping);
@@ -331,10 +337,12 @@ impl Engine {
         if let Some(mut never) = self.never_passes(call, &rules) {
             client.note_refused(never.key(), &self.rules[never.rule()].name);
             // What the key has left, which no wait brings to what the call asks.
-            never.remaining = client.left_of(&rules[never.rule()]).await.unwrap_or(0);
+            if failed.is_none() {
+                never.remaining = client.left_of(&rules[never.rule()]).await.unwrap_or(0);
+            }
             return Err(never);
         }
-        Ok(rules)
+        Ok((rules, failed))
     }
 
     /// No client could be made (`REDIS_URL` names no server, say): `on_error` on the
@@ -365,6 +373,7 @@ impl Engine {
         client: &Client,
         call: &CallKeys<'_>,
         rules: Rules,
+        failed: Option<Error>,
         deadline: Option<Instant>,
     ) -> Result<Granted, RateLimited> {
         // Every rule enforced and taking its own permits: the attribute's usual case,
@@ -386,10 +395,10 @@ impl Engine {
         } else {
             (&enforced, &|i| index[i])
         };
-        let decided = if enforced.is_empty() {
-            Ok(None)
-        } else {
-            self.check(client, enforced, deadline).await.map(Some)
+        let decided = match failed {
+            Some(failed) => Err(failed),
+            None if enforced.is_empty() => Ok(None),
+            None => self.check(client, enforced, deadline).await.map(Some),
         };
         match decided {
             Ok(Some(decision)) if !decision.allowed => {

@@ -207,10 +207,11 @@ impl Engine {
         if traced {
             tracing::Span::current().record("backend", client.backend().label());
         }
-        let rules = self
+        let (rules, failed) = self
             .checked_rules(client, &mut call, zero == Zero::Refused)
             .await?;
-        self.enforce_reserved(client, &call, rules, deadline).await
+        self.enforce_reserved(client, &call, rules, failed, deadline)
+            .await
     }
 
     /// No client could be made: as [`decide`](Engine::decide) does, `on_error` on the
@@ -244,6 +245,7 @@ impl Engine {
         client: &Client,
         call: &CallKeys<'_>,
         rules: Rules,
+        failed: Option<Error>,
         deadline: Option<Instant>,
     ) -> Result<(Granted, Pending), RateLimited> {
         let index: Vec<usize> = (0..rules.len())
@@ -251,9 +253,10 @@ impl Engine {
             .collect();
         let enforced: Vec<Rule> = index.iter().map(|&i| rules[i].clone()).collect();
         let position = |i: usize| index[i];
-        let reserved = match enforced.is_empty() {
-            true => Ok(None),
-            false => self
+        let reserved = match (failed, enforced.is_empty()) {
+            (Some(failed), _) => Err(failed),
+            (None, true) => Ok(None),
+            (None, false) => self
                 .reserve_rules(client, &enforced, &index, deadline)
                 .await
                 .map(Some),

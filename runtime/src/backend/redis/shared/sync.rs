@@ -26,8 +26,9 @@ const RULES_TTL_MS: u64 = 3_600_000;
 /// The task's state: whether it runs, and what it published last.
 #[derive(Debug, Default)]
 pub(crate) struct Background {
-    /// Set once the first read is done (or failed) and the task runs.
-    started: OnceCell<()>,
+    /// Set once the first read is done (or failed) and the task runs: the first
+    /// read's timeout (its `after` and `connecting`) when it timed out.
+    started: OnceCell<Option<(Duration, bool)>>,
     /// Set when a task was spawned to start it ([`RedisBackend::start_background`]).
     spawned: AtomicBool,
     /// The registry's generation (plus one) last published, and when.
@@ -66,19 +67,27 @@ impl RedisBackend {
 
     /// Makes sure this client's background task runs: the first call reads the
     /// overrides (one round trip, once per client) and starts the task that refreshes
-    /// them and reports refusals every second; later calls return at once.
-    pub(crate) async fn background_ready(self: &Arc<Self>) -> Arc<Table> {
+    /// them and reports refusals every second; later calls return at once. When that
+    /// first read timed out, the calls that waited on it answer its timeout: the
+    /// server does not answer, and a decision sent after it would wait a second
+    /// timeout.
+    pub(crate) async fn background_ready(self: &Arc<Self>) -> Result<Arc<Table>, Error> {
         let state = &self.shared.background;
         let overrides = &self.owner.overrides;
         if state.started.initialized() {
-            return overrides.table();
+            return Ok(overrides.table());
         }
-        state
+        let timed_out = state
             .started
             .get_or_init(|| async {
-                if let Ok(list) = self.read_overrides().await {
-                    overrides.replace(Table::from_list(&list));
-                }
+                let timed_out = match self.read_overrides().await {
+                    Ok(list) => {
+                        overrides.replace(Table::from_list(&list));
+                        None
+                    }
+                    Err(Error::Timeout { after, connecting }) => Some((after, connecting)),
+                    Err(_) => None,
+                };
                 let weak = Arc::downgrade(self);
                 tokio::spawn(async move {
                     loop {
@@ -96,9 +105,13 @@ impl RedisBackend {
                         redis.publish_rules().await;
                     }
                 });
+                timed_out
             })
             .await;
-        overrides.table()
+        match *timed_out {
+            Some((after, connecting)) => Err(Error::Timeout { after, connecting }),
+            None => Ok(overrides.table()),
+        }
     }
 
     /// Starts the background task without waiting for it, when it does not run yet
@@ -111,7 +124,7 @@ impl RedisBackend {
         }
         let redis = self.clone();
         tokio::spawn(async move {
-            redis.background_ready().await;
+            let _ = redis.background_ready().await;
         });
     }
 
