@@ -317,8 +317,6 @@ async fn sections() {
                     .arg(1000)
                     .arg("0")
                     .arg(1000)
-                    // the call's tag, as the client numbers its calls
-                    .arg(0)
                     .invoke_async(&mut conn)
                     .await
                     .unwrap();

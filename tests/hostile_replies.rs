@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use axum::routing::get;
 use axum::Router;
 use redlimit::tower::{LayerRule, RateLimitLayer, Settle};
-use redlimit::{Client, Error, OnError};
+use redlimit::{Algorithm, Client, Error, OnError};
 use support::http::{send, serve};
 use support::link::SilencingLink;
 use support::lying::LyingProxy;
@@ -166,24 +166,30 @@ async fn the_search_for_a_wrong_type_takes_one_timeout_in_all() {
 /// script call is handed the reply to the call before it, the first another command's
 /// count. No call is granted on another call's answer, made in the same millisecond
 /// too (the calls follow each other at once): under `deny` none is granted, under
-/// `local` the rule's rate is, in process.
+/// `local` the rule's rate is, in process. For a sliding window (acquire.lua, its tag
+/// in the member) and a token bucket (tokens.lua, its tag an argument).
 #[tokio::test]
 async fn a_connection_out_of_step_grants_nothing_on_another_calls_reply() {
     let server = RedisServer::start();
-    for (policy, most) in [(OnError::Deny, 0), (OnError::Local, 3)] {
+    let cases = [Algorithm::SlidingWindow, Algorithm::TokenBucket]
+        .into_iter()
+        .flat_map(|algorithm| [(algorithm, OnError::Deny, 0), (algorithm, OnError::Local, 3)]);
+    for (algorithm, policy, most) in cases {
         let proxy = LyingProxy::start_out_of_step(server.port, b":1\r\n").await;
         let client = on(&proxy).await;
         let addr = behind(
             client,
-            LayerRule::new(format!("out-of-step:{policy:?}"), 3, MINUTE).on_error(policy),
+            LayerRule::new(format!("out-of-step:{algorithm:?}:{policy:?}"), 3, MINUTE)
+                .algorithm(algorithm)
+                .on_error(policy),
         )
         .await;
         let mut granted = 0;
         for _ in 0..50 {
             granted += u32::from(send(addr, "GET", "/", &[]).await.status == 200);
         }
-        assert_eq!(granted, most, "{policy:?}");
-        assert!(proxy.lies() >= 10, "{policy:?}: decisions reached the proxy");
+        assert_eq!(granted, most, "{algorithm:?} {policy:?}");
+        assert!(proxy.lies() >= 10, "{algorithm:?} {policy:?}: decisions reached the proxy");
     }
 }
 

@@ -20,7 +20,9 @@
 -- ARGV, per rule: rule i's argument j is ARGV[1+7*(i-1)+j]:
 --   1 permits: 0 asks what is available and writes nothing
 --   2 member: the log member, 1 byte id length L, L id bytes, permits as 4-byte
---     little-endian
+--     little-endian; rule 1's first two id bytes hold in their low ten bits the
+--     call's tag, which the reply carries (the call's time modulo 1024 when the
+--     member is shorter)
 --   3 owns: "1", the rule owns the config (create it when missing, overwrite it when
 --     it differs, keeping the window); "0": use the stored config as it is (a token
 --     bucket always owns its config: 3 is its warm-up in ms, "0" for none)
@@ -30,9 +32,6 @@
 --     per_client
 --   7 keep_alive: keepAliveTime in ms, or a token bucket's burst (4..7 are read only
 --     when 3 is "1" or the rule is a token bucket)
--- ARGV, after the rules': ARGV[1+7*r+j] for r rules:
---   1 tag: the call's number modulo 1024, that its reply carries (the call's time
---     modulo 1024 when it is missing)
 -- A token-bucket rule uses its KEYS 2 ({NAME}:bucket) or 3 ({NAME}:bucket:ID) in
 -- place of the value keys, and touches no other: one string (its layout is in
 -- lib/bucket.lua); a missing bucket is a full, cold one, and each write sets its TTL to

@@ -36,11 +36,16 @@
 -- "%.17g" (pass text, or string.format('%d', n)); tonumber(s) converts its string twice
 -- where s + 0 converts it once (only for strings known to be decimal).
 
--- The call's tag, 0 to 1023 (acquire.lua's ARGV after the rules'): the caller numbers
--- its calls, so that no call's reply carries the tag of the call sent before or after
--- it. A caller that sends none is given the call's time modulo 1024.
-local tag = tonumber(ARGV[2 + 7 * (#KEYS / 5)])
-tag = tag and tag % 1024 or caller_now % 1024
+-- The call's tag, 0 to 1023: the low ten bits of the first two id bytes of rule 1's
+-- member (ARGV[3]; see acquire.lua). The caller numbers its calls, so that no call's
+-- reply carries the tag of the call sent before or after it. A member too short to
+-- hold one gives the call's time modulo 1024. (In the member, not an argument of its
+-- own: a ninth argument has Redis grow the one-rule call's ARGV table once more.)
+local tag
+do
+  local high, low = string.byte(ARGV[3] or '', 2, 3)
+  tag = low and high % 4 * 256 + low or caller_now % 1024
+end
 
 do
   local nrules = #KEYS / 5

@@ -17,10 +17,13 @@
 -- with the tag. Numbers are read as `s + 0` and written with string.format, as in
 -- acquire_plain.lua.
 
--- The call's tag, 0 to 1023 (tokens.lua's ARGV after the rules'), as in
--- acquire_plain.lua.
-local tag = tonumber(ARGV[2 + 6 * #KEYS])
-tag = tag and tag % 1024 or caller_now % 1024
+-- The call's tag, 0 to 1023 (tokens.lua's ARGV after the rules': two bytes, its low
+-- ten bits; the call's time modulo 1024 when it is missing), as in acquire_plain.lua.
+local tag
+do
+  local high, low = string.byte(ARGV[2 + 6 * #KEYS] or '', 1, 2)
+  tag = low and high % 4 * 256 + low or caller_now % 1024
+end
 
 do
   local caller_time, floor, max = ARGV[1] ~= '', math.floor, math.max

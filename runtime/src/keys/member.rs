@@ -17,6 +17,14 @@ pub fn new_member(permits: u32) -> [u8; MEMBER_LEN] {
     member
 }
 
+/// Writes the call's `tag` (below 1024) into the low ten bits of `member`'s first two
+/// id bytes, which acquire.lua reads and its reply carries; the id keeps 118 random
+/// bits.
+pub fn tag(member: &mut [u8; MEMBER_LEN], tag: u64) {
+    member[1] = (member[1] & !3) | ((tag >> 8) & 3) as u8;
+    member[2] = tag as u8;
+}
+
 /// The permits of a member with an id of any length, or `None` when the member does
 /// not decode.
 pub fn decode_permits(member: &[u8]) -> Option<u32> {
@@ -37,6 +45,20 @@ mod tests {
         assert_eq!(&m[17..], &[7, 0, 0, 0]);
         assert_eq!(decode_permits(&m), Some(7));
         assert_ne!(new_member(7), m);
+    }
+
+    /// The tag is the low ten bits of the first two id bytes, as acquire_plain.lua
+    /// reads them (`high % 4 * 256 + low`); the member still decodes.
+    #[test]
+    fn a_tag_in_the_first_id_bytes() {
+        for tag in [0, 1, 255, 256, 700, 1023] {
+            let mut m = new_member(7);
+            let random = m[1] & !3;
+            super::tag(&mut m, tag);
+            assert_eq!(u64::from(m[1] % 4) * 256 + u64::from(m[2]), tag);
+            assert_eq!(m[1] & !3, random, "the other bits kept");
+            assert_eq!(decode_permits(&m), Some(7));
+        }
     }
 
     #[test]

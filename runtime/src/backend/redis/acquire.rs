@@ -25,19 +25,23 @@ impl RedisBackend {
         now: u64,
     ) -> Result<(Outcome, Vec<[u8; member::MEMBER_LEN]>), Error> {
         self.maybe_check(now);
-        let members: Vec<[u8; member::MEMBER_LEN]> = calls
+        let mut members: Vec<[u8; member::MEMBER_LEN]> = calls
             .iter()
             .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
             .collect();
         let only_buckets = calls.iter().all(|c| c.bucket.is_some() && c.rule.is_some());
+        // Numbered in turn: the replies of the calls sent before and after it do not
+        // carry its tag. acquire.lua reads it in the first member; tokens.lua, which
+        // takes no member, after the rules' arguments.
+        let tag = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % CHECK;
+        if let Some(first) = members.first_mut().filter(|_| !only_buckets) {
+            member::tag(first, tag);
+        }
         let script = if only_buckets {
             &SCRIPTS.tokens
         } else {
             &SCRIPTS.acquire
         };
-        // Numbered in turn: the replies of the calls sent before and after it do not
-        // carry its tag.
-        let tag = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % CHECK;
         let cmd = self.acquire_command(script, calls, &members, only_buckets, now, tag);
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         let probe = calls.iter().all(|c| c.permits == 0);
@@ -86,9 +90,9 @@ impl RedisBackend {
 
     /// The EVALSHA of the acquire script (`layout::acquire`) or, when every rule is a
     /// token bucket, of the tokens script (`layout::tokens`), written straight into
-    /// one command: every key, then every argument, the call's `tag` last, into
-    /// buffers allocated once (growing them argument by argument cost more than
-    /// building the rest).
+    /// one command: every key, then every argument (tokens.lua's last, the call's
+    /// `tag`), into buffers allocated once (growing them argument by argument cost
+    /// more than building the rest).
     fn acquire_command(
         &self,
         script: &Lua,
@@ -99,7 +103,7 @@ impl RedisBackend {
         tag: u64,
     ) -> redis::Cmd {
         let mut cmd = redis::Cmd::with_capacity(
-            4 + 12 * calls.len(),
+            5 + 12 * calls.len(),
             64 + calls.iter().map(|c| c.keys.all_len() + 112).sum::<usize>(),
         );
         cmd.arg("EVALSHA");
@@ -123,7 +127,9 @@ impl RedisBackend {
                 _ => cmd.arg(&acquire_args(call, member)[..]),
             };
         }
-        cmd.arg(Arg::Int(tag));
+        if only_buckets {
+            cmd.arg(&[(tag >> 8) as u8, tag as u8][..]);
+        }
         cmd
     }
 

@@ -44,8 +44,8 @@ const fn at(names: &[&str], name: &str) -> usize {
 /// write them).
 const LIMITER_KEYS: &[&str] = &["config", "value", "client_value", "permits", "client_permits"];
 
-/// acquire.lua: five keys and seven arguments per rule, after the call's time; the
-/// call's tag after them.
+/// acquire.lua: five keys and seven arguments per rule, after the call's time (the
+/// call's tag in the first rule's member).
 pub(crate) mod acquire {
     use super::{at, Layout, LIMITER_KEYS};
     pub(crate) const LAYOUT: Layout = Layout {
@@ -62,7 +62,7 @@ pub(crate) mod acquire {
             "type",
             "keep_alive",
         ],
-        after_args: &["tag"],
+        after_args: &[],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     pub(crate) const CONFIG: usize = at(LAYOUT.rule_keys, "config");
