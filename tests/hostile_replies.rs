@@ -189,7 +189,10 @@ async fn a_connection_out_of_step_grants_nothing_on_another_calls_reply() {
             granted += u32::from(send(addr, "GET", "/", &[]).await.status == 200);
         }
         assert_eq!(granted, most, "{algorithm:?} {policy:?}");
-        assert!(proxy.lies() >= 10, "{algorithm:?} {policy:?}: decisions reached the proxy");
+        assert!(
+            proxy.lies() >= 10,
+            "{algorithm:?} {policy:?}: decisions reached the proxy"
+        );
     }
 }
 

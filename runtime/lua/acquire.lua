@@ -20,8 +20,8 @@
 -- ARGV, per rule: rule i's argument j is ARGV[1+7*(i-1)+j]:
 --   1 permits: 0 asks what is available and writes nothing
 --   2 member: the log member, 1 byte id length L, L id bytes, permits as 4-byte
---     little-endian; rule 1's first two id bytes hold in their low ten bits the
---     call's tag, which the reply carries (the call's time modulo 1024 when the
+--     little-endian; rule 1's first three id bytes hold in their low twenty bits
+--     the call's tag, which the reply carries (the call's time modulo 2^20 when the
 --     member is shorter)
 --   3 owns: "1", the rule owns the config (create it when missing, overwrite it when
 --     it differs, keeping the window); "0": use the stored config as it is (a token

@@ -24,9 +24,9 @@
 -- decode leaves the block (acquire.lua then raises the error) instead of raising. The differential tests run both.
 --
 -- Replies: for one rule decided at the caller's time (ARGV[1]), a grant is the integer
--- permits left plus one, times 1024, plus the call's tag (>= 1024: no small count
+-- permits left plus one, times 2^20, plus the call's tag (>= 2^20: no small count
 -- another command answers reads as a grant), and a refusal with no permit left is
--- minus the wait (in ms) times 1024 plus the tag (< 0); any other outcome is
+-- minus the wait (in ms) times 2^20 plus the tag (< 0); any other outcome is
 -- acquire.lua's reply, which ends with the tag. An integer costs Redis far less to
 -- send than a table; the tag tells the call's reply from any other a connection out
 -- of step would hand it (another command's count, another call's, made in the same
@@ -36,15 +36,16 @@
 -- "%.17g" (pass text, or string.format('%d', n)); tonumber(s) converts its string twice
 -- where s + 0 converts it once (only for strings known to be decimal).
 
--- The call's tag, 0 to 1023: the low ten bits of the first two id bytes of rule 1's
--- member (ARGV[3]; see acquire.lua). The caller numbers its calls, so that no call's
--- reply carries the tag of the call sent before or after it. A member too short to
--- hold one gives the call's time modulo 1024. (In the member, not an argument of its
--- own: a ninth argument has Redis grow the one-rule call's ARGV table once more.)
+-- The call's tag, 0 to 2^20 - 1: the low twenty bits of the first three id bytes of
+-- rule 1's member (ARGV[3]; see acquire.lua). The caller numbers its calls, so that
+-- no call's reply carries the tag of a call sent within 2^20 of it (far more than a
+-- connection has in flight). A member too short to hold one gives the call's time
+-- modulo 2^20. (In the member, not an argument of its own: a ninth argument has Redis
+-- grow the one-rule call's ARGV table once more.)
 local tag
 do
-  local high, low = string.byte(ARGV[3] or '', 2, 3)
-  tag = low and high % 4 * 256 + low or caller_now % 1024
+  local high, mid, low = string.byte(ARGV[3] or '', 2, 4)
+  tag = low and high % 16 * 65536 + mid * 256 + low or caller_now % 1048576
 end
 
 do
@@ -215,15 +216,15 @@ do
       end
       local at_caller_time = caller_time and now == caller_now
       local permits = ARGV[2] + 0
-      -- (below 2^43, an integer times 1024 is exact in a Lua number)
+      -- (below 2^33, an integer times 2^20 is exact in a Lua number)
       if granted then
         local left = one_value - permits
         if left < 0 then left = 0 end
-        if at_caller_time and left < 8796093022207 then return (left + 1) * 1024 + tag end
+        if at_caller_time and left < 8589934591 then return (left + 1) * 1048576 + tag end
         return { 1, 0, 0, now, left, 0, tag }
       end
-      if at_caller_time and one_value <= 0 and one_wait < 8796093022208 then
-        return -(one_wait * 1024 + tag)
+      if at_caller_time and one_value <= 0 and one_wait < 8589934592 then
+        return -(one_wait * 1048576 + tag)
       end
       return { 0, 1, one_wait, now, one_value > 0 and one_value or 0, 0, tag }
     end

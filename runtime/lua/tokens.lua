@@ -22,8 +22,8 @@
 --   5 warmup: warm-up in ms ("0": none)
 --   6 type: "2" overall, "3" per_client (for the reply)
 -- ARGV, after the rules': ARGV[1+6*r+j] for r rules:
---   1 tag: the call's number modulo 1024, that its reply carries: two bytes, high
---     first, their low ten bits (the call's time modulo 1024 when it is missing)
+--   1 tag: the call's number modulo 2^20, that its reply carries: three bytes, high
+--     first, their low twenty bits (the call's time modulo 2^20 when it is missing)
 -- Returns what acquire.lua returns: {granted, first refusing rule (1-based, 0),
 --   wait in ms, the time decided at, then per rule tokens left and 0 (kept),
 --   1 (created) or 2 (changed), then each changed rule's old rate, interval, type,

@@ -11,18 +11,19 @@
 -- anything.
 --
 -- Replies: decided at the caller's time (ARGV[1]) on a stored bucket, a grant is the
--- integer tokens left plus one, times 1024, plus the call's tag (>= 1024) and a
--- refusal with no whole token left is minus the wait (in ms) times 1024 plus the tag
+-- integer tokens left plus one, times 2^20, plus the call's tag (>= 2^20) and a
+-- refusal with no whole token left is minus the wait (in ms) times 2^20 plus the tag
 -- (< 0), as in acquire_plain.lua; any other outcome is tokens.lua's reply for one rule, which ends
 -- with the tag. Numbers are read as `s + 0` and written with string.format, as in
 -- acquire_plain.lua.
 
--- The call's tag, 0 to 1023 (tokens.lua's ARGV after the rules': two bytes, its low
--- ten bits; the call's time modulo 1024 when it is missing), as in acquire_plain.lua.
+-- The call's tag, 0 to 2^20 - 1 (tokens.lua's ARGV after the rules': three bytes,
+-- their low twenty bits; the call's time modulo 2^20 when it is missing), as in
+-- acquire_plain.lua.
 local tag
 do
-  local high, low = string.byte(ARGV[2 + 6 * #KEYS] or '', 1, 2)
-  tag = low and high % 4 * 256 + low or caller_now % 1024
+  local high, mid, low = string.byte(ARGV[2 + 6 * #KEYS] or '', 1, 3)
+  tag = low and high % 16 * 65536 + mid * 256 + low or caller_now % 1048576
 end
 
 do
@@ -95,12 +96,12 @@ do
       local left = floor(u / interval)
       if left * interval > u then left = left - 1 elseif (left + 1) * interval <= u then left = left + 1 end
       local at_caller_time = caller_time and now == caller_now and flag == 0
-      -- (below 2^43, an integer times 1024 is exact in a Lua number)
+      -- (below 2^33, an integer times 2^20 is exact in a Lua number)
       if granted then
-        if at_caller_time and left < 8796093022207 then return (left + 1) * 1024 + tag end
+        if at_caller_time and left < 8589934591 then return (left + 1) * 1048576 + tag end
         return { 1, 0, 0, now, left, flag, tag }
       end
-      if at_caller_time and left == 0 and wait < 8796093022208 then return -(wait * 1024 + tag) end
+      if at_caller_time and left == 0 and wait < 8589934592 then return -(wait * 1048576 + tag) end
       return { 0, 1, wait, now, left, flag, tag }
     end
   end

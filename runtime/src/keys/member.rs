@@ -17,12 +17,13 @@ pub fn new_member(permits: u32) -> [u8; MEMBER_LEN] {
     member
 }
 
-/// Writes the call's `tag` (below 1024) into the low ten bits of `member`'s first two
-/// id bytes, which acquire.lua reads and its reply carries; the id keeps 118 random
-/// bits.
+/// Writes the call's `tag` (below 2^20) into the low twenty bits of `member`'s first
+/// three id bytes, which acquire.lua reads and its reply carries; the id keeps 108
+/// random bits.
 pub fn tag(member: &mut [u8; MEMBER_LEN], tag: u64) {
-    member[1] = (member[1] & !3) | ((tag >> 8) & 3) as u8;
-    member[2] = tag as u8;
+    member[1] = (member[1] & !15) | ((tag >> 16) & 15) as u8;
+    member[2] = (tag >> 8) as u8;
+    member[3] = tag as u8;
 }
 
 /// The permits of a member with an id of any length, or `None` when the member does
@@ -47,16 +48,18 @@ mod tests {
         assert_ne!(new_member(7), m);
     }
 
-    /// The tag is the low ten bits of the first two id bytes, as acquire_plain.lua
-    /// reads them (`high % 4 * 256 + low`); the member still decodes.
+    /// The tag is the low twenty bits of the first three id bytes, as
+    /// acquire_plain.lua reads them (`high % 16 * 65536 + mid * 256 + low`); the
+    /// member still decodes.
     #[test]
     fn a_tag_in_the_first_id_bytes() {
-        for tag in [0, 1, 255, 256, 700, 1023] {
+        for tag in [0, 1, 255, 256, 700, 65_536, 1_048_575] {
             let mut m = new_member(7);
-            let random = m[1] & !3;
+            let random = m[1] & !15;
             super::tag(&mut m, tag);
-            assert_eq!(u64::from(m[1] % 4) * 256 + u64::from(m[2]), tag);
-            assert_eq!(m[1] & !3, random, "the other bits kept");
+            let read = u64::from(m[1] % 16) * 65_536 + u64::from(m[2]) * 256 + u64::from(m[3]);
+            assert_eq!(read, tag);
+            assert_eq!(m[1] & !15, random, "the other bits kept");
             assert_eq!(decode_permits(&m), Some(7));
         }
     }

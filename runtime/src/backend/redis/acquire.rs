@@ -128,7 +128,7 @@ impl RedisBackend {
             };
         }
         if only_buckets {
-            cmd.arg(&[(tag >> 8) as u8, tag as u8][..]);
+            cmd.arg(&[(tag >> 16) as u8, (tag >> 8) as u8, tag as u8][..]);
         }
         cmd
     }

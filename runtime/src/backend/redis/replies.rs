@@ -9,8 +9,10 @@ use crate::backend::{ConfigChange, Outcome, RuleOutcome};
 use crate::keys::Keys;
 use crate::{Error, RateLimiterConfig, RateType};
 
-/// What an integer reply is a multiple of, but for the call's tag; the tags' count.
-pub(super) const CHECK: u64 = 1024;
+/// What an integer reply is a multiple of, but for the call's tag; the tags' count
+/// (far more than the calls one connection has in flight: the reply of a call this
+/// many calls away is the only other with the tag).
+pub(super) const CHECK: u64 = 1 << 20;
 
 /// The acquire script's reply as Redis sent it: acquire.lua's table, ending with the
 /// call's `tag`, or, for one rule decided at the caller's time (`caller_now`, `None`
@@ -30,7 +32,7 @@ pub(super) fn parse_acquire_reply(
     match reply {
         Value::Int(n) if rules == 1 => {
             let at_ms = caller_now?;
-            // The permits left plus one or the wait, times 1024, plus the call's tag:
+            // The permits left plus one or the wait, times 2^20, plus the call's tag:
             // any other integer (a connection out of step handing the call another
             // command's reply, or another call's) is refused.
             let encoded = n.unsigned_abs();
@@ -397,16 +399,17 @@ mod tests {
 
     #[test]
     fn integer_replies_of_one_rule() {
+        const M: i64 = CHECK as i64;
         let kept = |left| RuleOutcome {
             left,
             config: ConfigChange::Kept,
         };
-        let grant = parse_acquire_reply(&Value::Int(5 * 1024 + 77), 1, Some(5), Some(77)).unwrap();
+        let grant = parse_acquire_reply(&Value::Int(5 * M + 77), 1, Some(5), Some(77)).unwrap();
         assert!(grant.granted);
         assert_eq!((grant.refused, grant.retry_ms, grant.at_ms), (None, 0, 5));
         assert_eq!(grant.rules.to_vec(), vec![kept(4)]);
         let at = 1_700_000_000_123;
-        let refusal = parse_acquire_reply(&Value::Int(-(250 * 1024 + 9)), 1, Some(at), Some(9)).unwrap();
+        let refusal = parse_acquire_reply(&Value::Int(-(250 * M + 9)), 1, Some(at), Some(9)).unwrap();
         assert!(!refusal.granted);
         assert_eq!(
             (refusal.refused, refusal.retry_ms, refusal.at_ms),
@@ -414,36 +417,29 @@ mod tests {
         );
         assert_eq!(refusal.rules.to_vec(), vec![kept(0)]);
         // Another integer, as a connection out of step would hand it: another
-        // command's count (the tag itself among them: a grant is at least 1024), or
+        // command's count (the tag itself among them: a grant is at least 2^20), or
         // the reply of the call sent before or after (its tag one less or one more),
         // whatever its time.
-        for stray in [
-            0,
-            1,
-            4,
-            9,
-            -1,
-            -250,
-            4 * 1024 + 8,
-            4 * 1024 + 10,
-            -(250 * 1024 + 8),
-        ] {
+        for stray in [0, 1, 4, 9, -1, -250, 4 * M + 8, 4 * M + 10, -(250 * M + 8)] {
             assert_eq!(
                 parse_acquire_reply(&Value::Int(stray), 1, Some(at), Some(9)),
                 None,
                 "{stray}"
             );
         }
-        // Without a tag (a caller that sent none), the call's time modulo 1024.
-        let untagged = Value::Int(-(250 * 1024 + (at % 1024) as i64));
+        // Without a tag (a caller that sent none), the call's time modulo 2^20; the
+        // reply of a call 2^20 calls away carries the tag.
+        let untagged = Value::Int(-(250 * M + (at % CHECK) as i64));
         assert!(parse_acquire_reply(&untagged, 1, Some(at), None).is_some());
+        let far = Value::Int(5 * M + 9 + M);
+        assert!(parse_acquire_reply(&far, 1, Some(at), Some(9)).is_some());
         // Only one rule, decided at the caller's time, is answered with an integer.
         assert_eq!(
-            parse_acquire_reply(&Value::Int(4 * 1024 + 9), 2, Some(77), Some(9)),
+            parse_acquire_reply(&Value::Int(4 * M + 9), 2, Some(77), Some(9)),
             None
         );
         assert_eq!(
-            parse_acquire_reply(&Value::Int(4 * 1024 + 9), 1, None, Some(9)),
+            parse_acquire_reply(&Value::Int(4 * M + 9), 1, None, Some(9)),
             None
         );
     }

@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn only_a_grant_or_a_reply_that_does_not_read_is_waited_for() {
         // acquire_plain.lua's integer: permits left after a grant, minus the wait of
-        // a refusal (each times 1024, plus the call's tag).
+        // a refusal (each times 2^20, plus the call's tag).
         assert!(maybe_granted(&Value::Int(4), 1, 0));
         assert!(maybe_granted(&Value::Int(0), 1, 0));
         assert!(!maybe_granted(&Value::Int(-250), 1, 0));
