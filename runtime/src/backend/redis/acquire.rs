@@ -33,7 +33,8 @@ impl RedisBackend {
         // Numbered in turn: the replies of the calls sent before and after it do not
         // carry its tag. acquire.lua reads it in the first member; tokens.lua, which
         // takes no member, after the rules' arguments.
-        let tag = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % CHECK;
+        let number = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = number % CHECK;
         if let Some(first) = members.first_mut().filter(|_| !only_buckets) {
             member::tag(first, tag);
         }
@@ -62,7 +63,7 @@ impl RedisBackend {
                 only_buckets,
                 refundable,
                 now,
-                tag,
+                number,
             };
             let outcome = self.acquire_replicated(waits, waited).await;
             cancelled.disarm();
@@ -84,7 +85,7 @@ impl RedisBackend {
                 return Err(err);
             }
         };
-        let outcome = self.noting_step(self.read_outcome(&reply, calls.len(), now, tag, only_buckets))?;
+        let outcome = self.noting_step(self.read_outcome(&reply, calls.len(), now, number, only_buckets))?;
         Ok((outcome, members))
     }
 
@@ -134,17 +135,23 @@ impl RedisBackend {
     }
 
     /// The acquire or tokens script's reply as an outcome (`calls` rules decided at
-    /// `now`, the caller's clock, the call's `tag`).
+    /// `now`, the caller's clock, the call numbered `number`). A reply that comes once
+    /// the call numbered `number` + [`CHECK`], of the same tag, may have been sent is
+    /// not told from that call's, and does not fit either.
     pub(super) fn read_outcome(
         &self,
         reply: &redis::Value,
         calls: usize,
         now: u64,
-        tag: u64,
+        number: u64,
         only_buckets: bool,
     ) -> Result<Outcome, Error> {
         let caller_now = (!self.server_time).then_some(now);
-        parse_acquire_reply(reply, calls, caller_now, Some(tag)).ok_or_else(|| Error::UnexpectedReply {
+        let numbered = self.calls.load(std::sync::atomic::Ordering::Relaxed);
+        let outcome = told_apart(number, numbered)
+            .then(|| parse_acquire_reply(reply, calls, caller_now, Some(number % CHECK)))
+            .flatten();
+        outcome.ok_or_else(|| Error::UnexpectedReply {
             script: if only_buckets { "tokens.lua" } else { "acquire.lua" },
             reply: super::replies::abbreviated(format!("{reply:?}"), 200),
         })
@@ -202,6 +209,14 @@ impl RedisBackend {
         }
         None
     }
+}
+
+/// Whether the reply to the call numbered `number` can be told from another call's
+/// by its tag, `numbered` calls numbered so far: fewer than [`CHECK`] were numbered
+/// since, so no call after it has its tag (a connection that lost replies hands a
+/// call the reply of a call after it).
+fn told_apart(number: u64, numbered: u64) -> bool {
+    numbered.wrapping_sub(number) <= CHECK
 }
 
 /// tokens.lua's key for one rule: its bucket, overall or per client.
@@ -275,5 +290,25 @@ fn bucket_kind(mode: RateType) -> &'static str {
     match mode {
         RateType::Overall => "2",
         RateType::PerClient => "3",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The call numbered n + 2^20 has n's tag: once it is numbered, n's reply does
+    /// not fit.
+    #[test]
+    fn a_reply_is_told_apart_until_its_tag_comes_round_again() {
+        let n = 5;
+        assert!(told_apart(n, n + 1), "the call itself numbered");
+        assert!(
+            told_apart(n, n + CHECK),
+            "the last call with another tag numbered"
+        );
+        assert!(!told_apart(n, n + CHECK + 1), "the call with n's tag numbered");
+        assert!(!told_apart(n, n + 3 * CHECK));
+        assert!(told_apart(u64::MAX, 3), "across the counter's wrap");
     }
 }

@@ -26,8 +26,8 @@ pub(in crate::backend::redis) struct Waited<'a, 'c> {
     /// Whether its grants are in a log a refund can take them out of.
     pub refundable: bool,
     pub now: u64,
-    /// The call's tag, which its reply carries.
-    pub tag: u64,
+    /// The call's number: its tag, which its reply carries, modulo `CHECK`.
+    pub number: u64,
 }
 
 /// What a caller heard of its grant.
@@ -58,7 +58,8 @@ impl RedisBackend {
         let deadline = started + replicas.timeout;
         let keys: Vec<Keys<'_>> = call.calls.iter().map(|c| c.keys).collect();
         let (ticket, reply) = self.script_reply(waits, &call, &keys, started).await?;
-        let outcome = self.read_outcome(&reply, call.calls.len(), call.now, call.tag, call.only_buckets)?;
+        let outcome =
+            self.read_outcome(&reply, call.calls.len(), call.now, call.number, call.only_buckets)?;
         if !outcome.granted {
             return Ok(outcome);
         }
@@ -86,7 +87,8 @@ impl RedisBackend {
         let deadline = started + waits.replicas().timeout;
         let mut loaded = false;
         loop {
-            let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), call.tag, deadline);
+            let tag = call.number % crate::backend::redis::replies::CHECK;
+            let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), tag, deadline);
             let heard = heard_grant(&mut ticket, deadline, started + self.timeout).await;
             let failed = match heard {
                 Heard::Reply(value) => match value.extract_error() {
