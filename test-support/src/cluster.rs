@@ -86,25 +86,39 @@ impl RedisCluster {
         cluster
     }
 
-    /// Waits until every live node reports the cluster healthy and all slots covered.
+    /// Waits until every live node reports the cluster healthy and all slots covered
+    /// (up to 60 s: two server suites run side by side on two cores, and a replica's
+    /// first sync then takes its time).
     pub fn wait_until_ok(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let ok = self.live_ports().iter().all(|port| {
-                let port = port.to_string();
-                let info = cli(&["-p", &port, "cluster", "info"]);
-                let replication = cli(&["-p", &port, "info", "replication"]);
-                // A replica must have synchronised, or it cannot take over.
-                let synced =
-                    !replication.contains("role:slave") || replication.contains("master_link_status:up");
-                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") && synced
-            });
-            if ok {
+            let unwell: Vec<String> = self
+                .live_ports()
+                .iter()
+                .filter_map(|port| {
+                    let port = port.to_string();
+                    let info = cli(&["-p", &port, "cluster", "info"]);
+                    let replication = cli(&["-p", &port, "info", "replication"]);
+                    // A replica must have synchronised, or it cannot take over.
+                    let synced =
+                        !replication.contains("role:slave") || replication.contains("master_link_status:up");
+                    let ok = info.contains("cluster_state:ok")
+                        && info.contains("cluster_slots_ok:16384")
+                        && synced;
+                    (!ok).then(|| {
+                        format!(
+                            "node {port}: {}",
+                            info.lines().take(3).collect::<Vec<_>>().join(" ")
+                        )
+                    })
+                })
+                .collect();
+            if unwell.is_empty() {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "the cluster did not become healthy in 30 s"
+                "the cluster did not become healthy in 60 s: {unwell:?}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -108,7 +108,8 @@ pub(crate) struct Owner {
 }
 
 pub(crate) struct RedisBackend {
-    /// The connection each command clones; replaced when a reply shows it out of step.
+    /// The connection each command clones; replaced when a reply shows it out of step
+    /// or it goes silent.
     conn: RwLock<Conn>,
     /// How `conn` is made again (`None` for a cluster's).
     remake: Option<Remake>,
@@ -194,7 +195,8 @@ impl RedisBackend {
         crate::rules::checks::rule_keys(rule, &self.owner.prefix, &self.owner.client_id)
     }
 
-    /// Makes the connection again by `remake` when a reply does not fit its command.
+    /// Makes the connection again by `remake` when a reply does not fit its command, or
+    /// none comes in two command timeouts.
     pub(crate) fn remake_by(mut self, remake: Option<Remake>) -> Self {
         self.remake = remake;
         self
