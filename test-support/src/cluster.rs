@@ -107,7 +107,7 @@ impl RedisCluster {
                         && synced;
                     (!ok).then(|| {
                         format!(
-                            "node {port}: {}",
+                            "node {port}: replica synced {synced}, {}",
                             info.lines().take(3).collect::<Vec<_>>().join(" ")
                         )
                     })
