@@ -91,21 +91,30 @@ async fn a_waiting_function_answers_within_its_timeout_plus_one_decision() {
     println!("a waiting call through an outage took {took:?} (bound {bound:?})");
 }
 
+/// The command timeout of the clients behind a [`SilencingLink`].
+const SHORT: Duration = Duration::from_millis(200);
+
+/// A server, a link in front of it, and a client through the link with a command
+/// timeout of [`SHORT`].
+async fn behind_a_link() -> (RedisServer, SilencingLink, Client) {
+    let server = RedisServer::start();
+    let link = SilencingLink::start(server.port).await;
+    let client = Client::builder()
+        .command_timeout(SHORT)
+        .connect(&link.url())
+        .await
+        .unwrap();
+    (server, link, client)
+}
+
 /// A connection that goes silent for good (a flow a NAT forgot, a host gone without
 /// closing it: nothing comes back, nothing says the connection is lost) is made
-/// again after two timeouts in a row with no reply between them, and Redis decides
+/// again once no reply came for two command timeouts, and Redis decides
 /// again: without that, every call would time out until the system gave the
 /// connection up, many minutes later. The limit holds across the new connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_gone_silent_is_made_again_after_two_timeouts() {
-    let server = RedisServer::start();
-    let link = SilencingLink::start(server.port).await;
-    let timeout = Duration::from_millis(200);
-    let client = Client::builder()
-        .command_timeout(timeout)
-        .connect(&link.url())
-        .await
-        .unwrap();
+    let (_server, link, client) = behind_a_link().await;
     let rules = [Rule::new("rate_limit:silent", 3, Duration::from_secs(60))];
     assert!(client.check_rules(&rules).await.unwrap().allowed);
     let before = link.connections();
@@ -123,7 +132,7 @@ async fn a_connection_gone_silent_is_made_again_after_two_timeouts() {
             Err(Error::Timeout { .. }) => timeouts += 1,
             Err(err) => panic!("{err:?}"),
         }
-        assert!(started.elapsed() <= timeout + MARGIN, "{:?}", started.elapsed());
+        assert!(started.elapsed() <= SHORT + MARGIN, "{:?}", started.elapsed());
     }
     assert_eq!(timeouts, 2, "calls timed out before Redis decided again");
     assert_eq!(decided, 6);
@@ -136,14 +145,7 @@ async fn a_connection_gone_silent_is_made_again_after_two_timeouts() {
 /// the server back, is answered on it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_cut_by_one_slow_answer_keep_the_connection() {
-    let server = RedisServer::start();
-    let link = SilencingLink::start(server.port).await;
-    let timeout = Duration::from_millis(200);
-    let client = Client::builder()
-        .command_timeout(timeout)
-        .connect(&link.url())
-        .await
-        .unwrap();
+    let (server, link, client) = behind_a_link().await;
     let rules = [Rule::new("rate_limit:slow-once", 100, Duration::from_secs(60))];
     assert!(client.check_rules(&rules).await.unwrap().allowed);
     let connected = link.connections();
@@ -168,14 +170,7 @@ async fn calls_cut_by_one_slow_answer_keep_the_connection() {
 /// the others still waited on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_on_the_old_connection_are_not_named_connecting() {
-    let server = RedisServer::start();
-    let link = SilencingLink::start(server.port).await;
-    let timeout = Duration::from_millis(200);
-    let client = Client::builder()
-        .command_timeout(timeout)
-        .connect(&link.url())
-        .await
-        .unwrap();
+    let (_server, link, client) = behind_a_link().await;
     let rules = [Rule::new(
         "rate_limit:old-connection",
         100,

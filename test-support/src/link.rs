@@ -25,21 +25,33 @@ impl DelayedLink {
         let port = listener.local_addr().unwrap().port();
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
-                        return;
-                    };
-                    // Small writes go at once, as Redis's own sockets send them.
-                    let _ = inbound.set_nodelay(true);
-                    let _ = outbound.set_nodelay(true);
-                    let (from_in, to_in) = inbound.into_split();
-                    let (from_out, to_out) = outbound.into_split();
-                    tokio::join!(pump(from_in, to_out, delay), pump(from_out, to_in, delay));
-                });
+                tokio::spawn(connected(
+                    inbound,
+                    target,
+                    move |(from_in, to_in), (from_out, to_out)| async move {
+                        tokio::join!(pump(from_in, to_out, delay), pump(from_out, to_in, delay));
+                    },
+                ));
             }
         });
         DelayedLink { port, accept }
     }
+}
+
+/// `inbound` connected on to `127.0.0.1:target` (nothing, if that fails), both
+/// sockets' halves handed to `carry`: the inbound's, then the outbound's.
+async fn connected<F: std::future::Future>(
+    inbound: TcpStream,
+    target: u16,
+    carry: impl FnOnce((OwnedReadHalf, OwnedWriteHalf), (OwnedReadHalf, OwnedWriteHalf)) -> F,
+) {
+    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+        return;
+    };
+    // Small writes go at once, as Redis's own sockets send them.
+    let _ = inbound.set_nodelay(true);
+    let _ = outbound.set_nodelay(true);
+    carry(inbound.into_split(), outbound.into_split()).await;
 }
 
 impl Drop for DelayedLink {
@@ -95,20 +107,17 @@ impl SilencingLink {
             while let Ok((inbound, _)) = listener.accept().await {
                 let index = counted.fetch_add(1, Ordering::SeqCst);
                 let silent = Arc::clone(&silent);
-                tokio::spawn(async move {
-                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
-                        return;
-                    };
-                    let _ = inbound.set_nodelay(true);
-                    let _ = outbound.set_nodelay(true);
-                    let (from_in, to_in) = inbound.into_split();
-                    let (from_out, to_out) = outbound.into_split();
-                    let carries = || index >= silent.load(Ordering::SeqCst);
-                    tokio::join!(
-                        carry_until_silenced(from_in, to_out, carries),
-                        carry_until_silenced(from_out, to_in, carries)
-                    );
-                });
+                tokio::spawn(connected(
+                    inbound,
+                    target,
+                    move |(from_in, to_in), (from_out, to_out)| async move {
+                        let carries = || index >= silent.load(Ordering::SeqCst);
+                        tokio::join!(
+                            carry_until_silenced(from_in, to_out, carries),
+                            carry_until_silenced(from_out, to_in, carries)
+                        );
+                    },
+                ));
             }
         });
         SilencingLink {
