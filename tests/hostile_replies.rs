@@ -243,6 +243,33 @@ async fn a_connection_out_of_step_is_made_again_and_redis_decides_again() {
     assert_eq!(proxy.lies(), 1, "one call was handed another's reply");
 }
 
+/// The same on a Redis Cluster, its one node behind the proxy (the topology it
+/// announces names the proxy): the cluster's connection is made again as a whole,
+/// and Redis decides again.
+#[tokio::test]
+async fn a_cluster_connection_out_of_step_is_made_again_and_redis_decides_again() {
+    let port = support::cluster::free_node_port();
+    let proxy = LyingProxy::start_out_of_step_once(port, b":1\r\n").await;
+    let _cluster = support::cluster::RedisCluster::one_node(port, proxy.port);
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&format!("redis+cluster://127.0.0.1:{}/", proxy.port))
+        .await
+        .unwrap();
+    let addr = behind(
+        client,
+        LayerRule::new("cluster-out-of-step", 3, MINUTE).on_error(OnError::Deny),
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        statuses.push(send(addr, "GET", "/", &[]).await.status);
+    }
+    assert_eq!(statuses, [503, 200, 200, 200, 429, 429, 429, 429]);
+    assert_eq!(proxy.lies(), 1, "one call was handed another's reply");
+}
+
 /// A server whose every script reply does not fit is not connected to at every call:
 /// the connection is made again at most once a second. Each call is decided by its
 /// policy meanwhile (`local`: 3 of 50 granted).

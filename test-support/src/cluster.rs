@@ -33,41 +33,9 @@ pub fn cli(args: &[&str]) -> String {
 impl RedisCluster {
     /// `masters` primaries, each with `replicas` replicas.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
-        let dir = std::env::temp_dir().join(format!(
-            "redlimit-cluster-{}-{}",
-            std::process::id(),
-            free_node_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut cluster = RedisCluster {
-            nodes: Vec::new(),
-            dir,
-        };
+        let mut cluster = RedisCluster::empty();
         for _ in 0..masters * (1 + replicas) {
-            let port = free_node_port();
-            let node_dir = cluster.dir.join(port.to_string());
-            std::fs::create_dir_all(&node_dir).unwrap();
-            let child = super::spawn_redis(&[
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "1000",
-                "--repl-diskless-sync-delay",
-                "0",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                node_dir.to_str().unwrap(),
-            ]);
-            cluster.nodes.push((port, Some(child)));
+            cluster.spawn_node(free_node_port(), &[]);
         }
         for &(port, _) in &cluster.nodes {
             super::wait_for_port(port);
@@ -84,6 +52,77 @@ impl RedisCluster {
         cli(&args);
         cluster.wait_until_ok();
         cluster
+    }
+
+    /// One primary serving every slot on `port` (see [`free_node_port`]), which tells
+    /// clients it is at `127.0.0.1:<announced>`: a link or a proxy listening there
+    /// stands between them and it, for the topology read and for every command.
+    pub fn one_node(port: u16, announced: u16) -> RedisCluster {
+        let mut cluster = RedisCluster::empty();
+        let (announced, bus) = (announced.to_string(), (port + 10_000).to_string());
+        cluster.spawn_node(
+            port,
+            &[
+                "--cluster-announce-ip",
+                "127.0.0.1",
+                "--cluster-announce-port",
+                &announced,
+                "--cluster-announce-bus-port",
+                &bus,
+            ],
+        );
+        super::wait_for_port(port);
+        let slots: Vec<String> = (0..16_384).map(|slot| slot.to_string()).collect();
+        let port = port.to_string();
+        let mut args = vec!["-p", &port, "cluster", "addslots"];
+        args.extend(slots.iter().map(String::as_str));
+        cli(&args);
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// No node yet, and a working directory of its own.
+    fn empty() -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!(
+            "redlimit-cluster-{}-{}",
+            std::process::id(),
+            free_node_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        RedisCluster {
+            nodes: Vec::new(),
+            dir,
+        }
+    }
+
+    /// A node on `port`, with `extra` arguments, in a folder of its own.
+    fn spawn_node(&mut self, port: u16, extra: &[&str]) {
+        let node_dir = self.dir.join(port.to_string());
+        std::fs::create_dir_all(&node_dir).unwrap();
+        let port_arg = port.to_string();
+        let mut args = vec![
+            "--port",
+            &port_arg,
+            "--bind",
+            "127.0.0.1",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "1000",
+            "--repl-diskless-sync-delay",
+            "0",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            node_dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let child = super::spawn_redis(&args);
+        self.nodes.push((port, Some(child)));
     }
 
     /// Waits until every live node reports the cluster healthy and all slots covered

@@ -35,8 +35,17 @@ pub(crate) struct Connected {
     pub target: Target,
     pub connected: bool,
     pub eviction: Option<Eviction>,
-    /// The URL's client, for connections of its own (one server only).
-    pub client: Option<redis::Client>,
+    /// What made the connection, for connections of its own and for making it again.
+    pub client: Option<MadeBy>,
+}
+
+/// The client a connection was made by (one per client: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum MadeBy {
+    /// One server's.
+    Single(redis::Client),
+    /// A Redis Cluster's.
+    Cluster(redis::cluster::ClusterClient),
 }
 
 impl Settings {
@@ -55,15 +64,15 @@ impl Settings {
 
     /// The connection [`connect`](ClientBuilder::connect) makes, where it goes, and
     /// what the server's eviction policy is.
-    /// Also the URL's client for one server.
+    /// Also what made it.
     async fn connect_conn(
         &self,
         url: &str,
-    ) -> Result<(Conn, Target, Option<Eviction>, Option<redis::Client>), Error> {
+    ) -> Result<(Conn, Target, Option<Eviction>, Option<MadeBy>), Error> {
         let target = Target::new(url);
         if let Some(nodes) = cluster_nodes(url) {
-            let (conn, eviction) = self.connect_cluster_conn(&nodes?, &target).await?;
-            return Ok((conn, target, eviction, None));
+            let (conn, eviction, client) = self.connect_cluster_conn(&nodes?, &target).await?;
+            return Ok((conn, target, eviction, Some(MadeBy::Cluster(client))));
         }
         if let Some(parts) = sentinel::parse_url(url) {
             let mut conn = self.sentinel_conn(&parts?, &target)?;
@@ -74,7 +83,7 @@ impl Settings {
         let eviction = self.probe(&client, &target).await?;
         let connect = ConnectionManager::new_with_config(client.clone(), connection_config);
         let conn = self.within_connect_timeout(connect, &target).await?;
-        Ok((Conn::Single(conn), target, eviction, Some(client)))
+        Ok((Conn::Single(conn), target, eviction, Some(MadeBy::Single(client))))
     }
 
     /// A connection made as [`connect`](Settings::connect) makes its own, for raw
@@ -110,13 +119,13 @@ impl Settings {
     /// Connects now to a Redis Cluster through any of its `nodes`.
     pub(crate) async fn connect_cluster(&self, nodes: &[String]) -> Result<Connected, Error> {
         let target = Target::nodes(nodes);
-        let (conn, eviction) = self.connect_cluster_conn(nodes, &target).await?;
+        let (conn, eviction, client) = self.connect_cluster_conn(nodes, &target).await?;
         Ok(Connected {
             conn,
             target,
             connected: true,
             eviction,
-            client: None,
+            client: Some(MadeBy::Cluster(client)),
         })
     }
 
@@ -124,13 +133,13 @@ impl Settings {
         &self,
         nodes: &[String],
         target: &Target,
-    ) -> Result<(Conn, Option<Eviction>), Error> {
+    ) -> Result<(Conn, Option<Eviction>, redis::cluster::ClusterClient), Error> {
         let client = self.cluster_client(nodes, target)?;
         let mut conn = self
             .within_connect_timeout(client.get_async_connection(), target)
             .await?;
         let eviction = self.check_server(&mut conn, target).await?;
-        Ok((Conn::Cluster(conn), eviction))
+        Ok((Conn::Cluster(conn), eviction, client))
     }
 
     /// A connection made on first use, and made again by itself.
@@ -145,11 +154,8 @@ impl Settings {
         };
         if let Some(nodes) = cluster_nodes(url) {
             let client = self.cluster_client(&nodes?, &target)?;
-            let config = redis::cluster::ClusterConfig::new()
-                .set_connection_timeout(self.connect_timeout)
-                .set_response_timeout(self.command_timeout);
-            let conn = client.get_pending_async_connection_with_config(config);
-            return Ok(lazy(Conn::Cluster(conn), target, None));
+            let conn = client.get_pending_async_connection_with_config(self.cluster_config());
+            return Ok(lazy(Conn::Cluster(conn), target, Some(MadeBy::Cluster(client))));
         }
         if let Some(parts) = sentinel::parse_url(url) {
             let conn = self.sentinel_conn(&parts?, &target)?;
@@ -158,7 +164,7 @@ impl Settings {
         let (client, connection_config) = self.redis_config(url, &target)?;
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), connection_config)
             .map_err(|err| classify(&err, &target, self.connect_timeout, true))?;
-        Ok(lazy(Conn::Single(conn), target, Some(client)))
+        Ok(lazy(Conn::Single(conn), target, Some(MadeBy::Single(client))))
     }
 
     /// The backend on `connected` for the client `owner` says, its `wait_for_replicas`
@@ -174,14 +180,17 @@ impl Settings {
         let replicas = self.replicas(matches!(conn, Conn::Cluster(_)))?;
         let remake = match (&conn, &client) {
             (Conn::Sentinel(_), _) => Some(Remake::Sentinel),
-            (Conn::Single(_), Some(client)) => {
+            (Conn::Single(_), Some(MadeBy::Single(client))) => {
                 Some(Remake::Single(Box::new((client.clone(), self.manager_config()))))
+            }
+            (Conn::Cluster(_), Some(MadeBy::Cluster(client))) => {
+                Some(Remake::Cluster(Box::new((client.clone(), self.cluster_config()))))
             }
             _ => None,
         };
         let opener = match (&conn, client) {
             (Conn::Sentinel(sentinel), _) => Some(Opener::Sentinel(sentinel.clone())),
-            (Conn::Single(_), Some(client)) => Some(Opener::Single(Box::new(client))),
+            (Conn::Single(_), Some(MadeBy::Single(client))) => Some(Opener::Single(Box::new(client))),
             _ => None,
         };
         let waits = match (replicas, opener) {
@@ -361,6 +370,14 @@ impl Settings {
             None => builder,
         };
         builder.build().map_err(|e| invalid_url(target, &e))
+    }
+
+    /// How a Redis Cluster connection made on first use (or made again) connects and
+    /// answers: within the client's timeouts, as one made now does.
+    fn cluster_config(&self) -> redis::cluster::ClusterConfig {
+        redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(self.connect_timeout)
+            .set_response_timeout(self.command_timeout)
     }
 
     fn redis_config(

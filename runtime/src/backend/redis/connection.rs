@@ -58,6 +58,9 @@ impl ConnectionLike for Conn {
 pub(crate) enum Remake {
     /// A new connection to the one server, made at its next command.
     Single(Box<(redis::Client, ConnectionManagerConfig)>),
+    /// A new connection to the cluster (its topology read again, each node connected
+    /// anew), made in the background; commands wait for it.
+    Cluster(Box<(redis::cluster::ClusterClient, redis::cluster::ClusterConfig)>),
     /// The master's connection forgotten: the next command has the sentinels asked
     /// for the master and connects to it.
     Sentinel,
@@ -65,8 +68,7 @@ pub(crate) enum Remake {
 
 impl Remake {
     /// `conn` made again: `None` when it cannot be (the new connection could not be
-    /// set up), or when it is a Redis Cluster's, whose node connections are made
-    /// again only when they fail.
+    /// set up).
     pub(crate) fn remade(&self, conn: &Conn) -> Option<Conn> {
         match (self, conn) {
             (Remake::Single(made), Conn::Single(_)) => {
@@ -74,6 +76,12 @@ impl Remake {
                 ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                     .ok()
                     .map(Conn::Single)
+            }
+            (Remake::Cluster(made), Conn::Cluster(_)) => {
+                let (client, config) = &**made;
+                Some(Conn::Cluster(
+                    client.get_pending_async_connection_with_config(config.clone()),
+                ))
             }
             (Remake::Sentinel, Conn::Sentinel(sentinel)) => {
                 sentinel.forget_master();

@@ -111,7 +111,7 @@ pub(crate) struct RedisBackend {
     /// The connection each command clones; replaced when a reply shows it out of step
     /// or it goes silent.
     conn: RwLock<Conn>,
-    /// How `conn` is made again (`None` for a cluster's).
+    /// How `conn` is made again (`None`: it is not).
     remake: Option<Remake>,
     /// Whether `conn` is a Redis Cluster's (made again, it stays one).
     cluster: bool,
