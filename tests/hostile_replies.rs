@@ -244,8 +244,8 @@ async fn a_connection_out_of_step_is_made_again_and_redis_decides_again() {
 }
 
 /// The same on a Redis Cluster, its one node behind the proxy (the topology it
-/// announces names the proxy): the cluster's connection is made again as a whole,
-/// and Redis decides again.
+/// announces names the proxy): a new cluster connection is made, and put in place
+/// once connected; Redis decides again.
 #[tokio::test]
 async fn a_cluster_connection_out_of_step_is_made_again_and_redis_decides_again() {
     let port = support::cluster::free_node_port();
@@ -263,11 +263,46 @@ async fn a_cluster_connection_out_of_step_is_made_again_and_redis_decides_again(
     .await;
     let mut statuses = Vec::new();
     for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        // The new connection is put in place once connected.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         statuses.push(send(addr, "GET", "/", &[]).await.status);
     }
     assert_eq!(statuses, [503, 200, 200, 200, 429, 429, 429, 429]);
     assert_eq!(proxy.lies(), 1, "one call was handed another's reply");
+}
+
+/// A cluster connection that cannot be made again is kept: the URL's one node cannot
+/// be reached any more (the link it was reached by is gone), while the node the
+/// topology names still answers. A reply that does not fit (once; the connection
+/// stays in step) has a new connection tried, which fails; the old one serves on,
+/// and Redis decides. Put in place unconnected, a new connection would fail every
+/// call that follows.
+#[tokio::test]
+async fn a_cluster_connection_is_kept_when_its_nodes_cannot_be_reached() {
+    let port = support::cluster::free_node_port();
+    let proxy = LyingProxy::start_lying_once(port, b":1\r\n").await;
+    let seed = SilencingLink::start(port).await;
+    let _cluster = support::cluster::RedisCluster::one_node(port, proxy.port);
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&format!("redis+cluster://127.0.0.1:{}/", seed.port))
+        .await
+        .unwrap();
+    drop(seed);
+    let addr = behind(
+        client,
+        LayerRule::new("cluster-kept", 3, MINUTE).on_error(OnError::Deny),
+    )
+    .await;
+    let connections = proxy.connections();
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        statuses.push(send(addr, "GET", "/", &[]).await.status);
+    }
+    assert_eq!(statuses, [503, 200, 200, 200, 429, 429, 429, 429]);
+    assert_eq!(proxy.lies(), 1);
+    assert_eq!(proxy.connections(), connections, "the old connection served on");
 }
 
 /// A server whose every script reply does not fit is not connected to at every call:

@@ -31,6 +31,9 @@ enum Lie {
     /// As `OutOfStep`, on the first connection to carry a script call only; the
     /// others carry every reply as it is.
     OutOfStepOnce(&'static [u8]),
+    /// This frame for the first script call of all the connections, the server not
+    /// asked; every other reply as it is.
+    Once(&'static [u8]),
     /// The first frame for each script call, the second for each `SCRIPT` command
     /// (`SCRIPT LOAD`); the server is asked neither.
     Loading(&'static [u8], &'static [u8]),
@@ -64,6 +67,13 @@ impl LyingProxy {
     /// reply as it is. A connection made again after it is in step.
     pub async fn start_out_of_step_once(target: u16, first: &'static [u8]) -> LyingProxy {
         LyingProxy::start_lying(target, Lie::OutOfStepOnce(first), None).await
+    }
+
+    /// The first script call of all the connections answered with `reply`, the server
+    /// not asked; every other command and reply carried as they are. The connection
+    /// stays in step.
+    pub async fn start_lying_once(target: u16, reply: &'static [u8]) -> LyingProxy {
+        LyingProxy::start_lying(target, Lie::Once(reply), None).await
     }
 
     /// Each script call answered with `reply` (a `NOSCRIPT`, say), and each `SCRIPT`
@@ -159,6 +169,10 @@ async fn carry(
             lie = (!claimed.swap(true, Ordering::SeqCst)).then_some(Lie::OutOfStep(first));
         }
         let reply = match lie {
+            Some(Lie::Once(reply)) if scripted => {
+                lie = None;
+                (!claimed.swap(true, Ordering::SeqCst)).then_some(reply)
+            }
             Some(Lie::Reply(reply)) if scripted => Some(reply),
             Some(Lie::Loading(reply, _)) if scripted => Some(reply),
             Some(Lie::Loading(_, load)) if name.eq_ignore_ascii_case(b"SCRIPT") => Some(load),

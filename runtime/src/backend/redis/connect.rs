@@ -183,9 +183,11 @@ impl Settings {
             (Conn::Single(_), Some(MadeBy::Single(client))) => {
                 Some(Remake::Single(Box::new((client.clone(), self.manager_config()))))
             }
-            (Conn::Cluster(_), Some(MadeBy::Cluster(client))) => {
-                Some(Remake::Cluster(Box::new((client.clone(), self.cluster_config()))))
-            }
+            (Conn::Cluster(_), Some(MadeBy::Cluster(client))) => Some(Remake::Cluster(Box::new((
+                client.clone(),
+                self.cluster_config(),
+                self.connect_timeout,
+            )))),
             _ => None,
         };
         let opener = match (&conn, client) {

@@ -58,17 +58,26 @@ impl ConnectionLike for Conn {
 pub(crate) enum Remake {
     /// A new connection to the one server, made at its next command.
     Single(Box<(redis::Client, ConnectionManagerConfig)>),
-    /// A new connection to the cluster (its topology read again, each node connected
-    /// anew), made in the background; commands wait for it.
-    Cluster(Box<(redis::cluster::ClusterClient, redis::cluster::ClusterConfig)>),
+    /// A new connection to the cluster (its topology read again from the URL's nodes,
+    /// each node connected anew), made in the background, within the connect
+    /// timeout: the old one serves until it is made, and stays if it cannot be (the
+    /// URL's nodes unreachable: the old one still knows the others).
+    Cluster(
+        Box<(
+            redis::cluster::ClusterClient,
+            redis::cluster::ClusterConfig,
+            Duration,
+        )>,
+    ),
     /// The master's connection forgotten: the next command has the sentinels asked
     /// for the master and connects to it.
     Sentinel,
 }
 
 impl Remake {
-    /// `conn` made again: `None` when it cannot be (the new connection could not be
-    /// set up).
+    /// `conn` made again now: `None` when it cannot be (the new connection could not
+    /// be set up), or when it is made in the background (a cluster's, see
+    /// [`cluster`](Remake::cluster)).
     pub(crate) fn remade(&self, conn: &Conn) -> Option<Conn> {
         match (self, conn) {
             (Remake::Single(made), Conn::Single(_)) => {
@@ -77,18 +86,27 @@ impl Remake {
                     .ok()
                     .map(Conn::Single)
             }
-            (Remake::Cluster(made), Conn::Cluster(_)) => {
-                let (client, config) = &**made;
-                Some(Conn::Cluster(
-                    client.get_pending_async_connection_with_config(config.clone()),
-                ))
-            }
             (Remake::Sentinel, Conn::Sentinel(sentinel)) => {
                 sentinel.forget_master();
                 Some(conn.clone())
             }
             _ => None,
         }
+    }
+
+    /// A new cluster connection, connected: `None` when `self` is not a cluster's, or
+    /// the connecting failed or took more than the connect timeout.
+    pub(crate) async fn cluster(&self) -> Option<Result<Conn, String>> {
+        let Remake::Cluster(made) = self else {
+            return None;
+        };
+        let (client, config, within) = &**made;
+        let connect = client.get_async_connection_with_config(config.clone());
+        Some(match tokio::time::timeout(*within, connect).await {
+            Ok(Ok(conn)) => Ok(Conn::Cluster(conn)),
+            Ok(Err(err)) => Err(format!("{:?}", err.kind())),
+            Err(_) => Err(format!("no connection within {within:?}")),
+        })
     }
 }
 

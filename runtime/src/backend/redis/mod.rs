@@ -110,9 +110,9 @@ pub(crate) struct Owner {
 pub(crate) struct RedisBackend {
     /// The connection each command clones; replaced when a reply shows it out of step
     /// or it goes silent.
-    conn: RwLock<Conn>,
+    conn: Arc<RwLock<Conn>>,
     /// How `conn` is made again (`None`: it is not).
-    remake: Option<Remake>,
+    remake: Option<Arc<Remake>>,
     /// Whether `conn` is a Redis Cluster's (made again, it stays one).
     cluster: bool,
     /// When `conn` was last made again: at most once a [`REMAKE_EVERY`].
@@ -166,7 +166,7 @@ impl RedisBackend {
     ) -> Self {
         RedisBackend {
             cluster: matches!(conn, Conn::Cluster(_)),
-            conn: RwLock::new(conn),
+            conn: Arc::new(RwLock::new(conn)),
             remake: None,
             remade_at: Mutex::new(None),
             silent: AtomicBool::new(false),
@@ -198,7 +198,7 @@ impl RedisBackend {
     /// Makes the connection again by `remake` when a reply does not fit its command, or
     /// none comes in two command timeouts.
     pub(crate) fn remake_by(mut self, remake: Option<Remake>) -> Self {
-        self.remake = remake;
+        self.remake = remake.map(Arc::new);
         self
     }
 
@@ -263,6 +263,10 @@ impl RedisBackend {
             }
             *remade_at = Some(Instant::now());
         }
+        if let Remake::Cluster(_) = &**remake {
+            self.remake_cluster(remake, why);
+            return;
+        }
         let Some(remade) = remake.remade(&self.conn()) else {
             return;
         };
@@ -274,6 +278,37 @@ impl RedisBackend {
             "Redis at `{}`: {why}; the connection is made again",
             self.target.shown()
         );
+    }
+
+    /// [`remake`](RedisBackend::remake) for a Redis Cluster: a new cluster connection
+    /// made in a task of its own, and put in place once connected (it has answered:
+    /// a timeout on it is not the connecting's). Until then the old one serves;
+    /// silent, its timeouts count again from now.
+    fn remake_cluster(&self, remake: &Arc<Remake>, why: &str) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.not_silent();
+        let target = self.target.shown().to_owned();
+        tracing::warn!("Redis at `{target}`: {why}; the cluster connection is made again");
+        let (remake, slot, health) = (
+            Arc::clone(remake),
+            Arc::clone(&self.conn),
+            Arc::clone(&self.health),
+        );
+        runtime.spawn(async move {
+            match remake.cluster().await {
+                Some(Ok(conn)) => {
+                    *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
+                    health.check_soon();
+                }
+                Some(Err(failed)) => tracing::warn!(
+                    "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
+                     the old one is kept"
+                ),
+                None => {}
+            }
+        });
     }
 
     /// `result`, having made the connection again if it is [`Error::UnexpectedReply`].
