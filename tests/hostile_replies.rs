@@ -305,6 +305,60 @@ async fn a_cluster_connection_is_kept_when_its_nodes_cannot_be_reached() {
     assert_eq!(proxy.connections(), connections, "the old connection served on");
 }
 
+/// A cluster connection made again on a runtime that then shuts down (a client shared
+/// by two runtimes: a thread's own, a test's) dies with it: its task is gone, and
+/// every command fails as a lost connection. It is made again on the runtime of the
+/// call that finds it so, and Redis decides again within the second that bounds the
+/// makings again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_connection_whose_runtime_ended_is_made_again() {
+    let port = support::cluster::free_node_port();
+    let proxy = LyingProxy::start_lying_once(port, b":1\r\n").await;
+    let _cluster = support::cluster::RedisCluster::one_node(port, proxy.port);
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&format!("redis+cluster://127.0.0.1:{}/", proxy.port))
+        .await
+        .unwrap();
+    let rules = [redlimit::Rule::new("rate_limit:cluster-runtime", 100, MINUTE)];
+    let on_thread = (client.clone(), rules.clone());
+    // On a runtime of its own: the reply replaced has the connection made again
+    // there; the new one decides; the runtime ends.
+    std::thread::spawn(move || {
+        let (client, rules) = on_thread;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let err = client.check_rules(&rules).await.unwrap_err();
+            assert!(matches!(err, Error::UnexpectedReply { .. }), "{err:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(client.check_rules(&rules).await.unwrap().allowed);
+        });
+    })
+    .join()
+    .unwrap();
+    let ended = Instant::now();
+    let mut failed = 0;
+    while !client
+        .check_rules(&rules)
+        .await
+        .is_ok_and(|decision| decision.allowed)
+    {
+        failed += 1;
+        assert!(
+            ended.elapsed() < Duration::from_secs(3),
+            "{failed} calls failed in 3 s after the runtime ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "decided again {:?} after the runtime ended, {failed} calls failed",
+        ended.elapsed()
+    );
+}
+
 /// A server whose every script reply does not fit is not connected to at every call:
 /// the connection is made again at most once a second. Each call is decided by its
 /// policy meanwhile (`local`: 3 of 50 granted).

@@ -399,6 +399,12 @@ impl RedisBackend {
                     self.answered.store(false, Ordering::Relaxed);
                     // The new connection is named, and the server looked at, again.
                     self.health.check_soon();
+                    // A cluster's connection does not make itself again when its own
+                    // task is gone (its runtime shut down): every command then fails
+                    // so. Nor when a node's connection is lost past its retries.
+                    if self.cluster && err.is_connection_dropped() {
+                        self.remake("the connection was lost");
+                    }
                 }
                 self.noting_step(Err(script_error(&err, calls)
                     .or_else(|| unfit(&err))
