@@ -401,8 +401,9 @@ impl RedisBackend {
                     self.health.check_soon();
                     // A cluster's connection does not make itself again when its own
                     // task is gone (its runtime shut down): every command then fails
-                    // so. Nor when a node's connection is lost past its retries.
-                    if self.cluster && err.is_connection_dropped() {
+                    // as a broken pipe. (A node down is refused or reset: the cluster
+                    // client follows the failover itself.)
+                    if self.cluster && broken_pipe(&err) {
                         self.remake("the connection was lost");
                     }
                 }
@@ -426,6 +427,17 @@ impl RedisBackend {
     }
 }
 
+/// Whether `err` is a broken pipe: the redis client's word for a connection whose
+/// task is gone.
+fn broken_pipe(err: &RedisError) -> bool {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    // (The redis client gives its I/O error as the `Arc` it keeps it in.)
+    std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<Shared>())
+        .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
 /// One argument of a script, written as Redis receives it (no allocation).
 #[derive(Clone, Copy)]
 enum Arg<'a> {
@@ -444,5 +456,31 @@ impl redis::ToRedisArgs for Arg<'_> {
             Arg::Bytes(bytes) => out.write_arg(bytes),
             Arg::Text(text) => out.write_arg(text.as_bytes()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A broken pipe is the only failure that has a cluster connection made again
+    /// as lost: a node down is refused or reset, and the cluster client follows it.
+    #[test]
+    fn only_a_broken_pipe_is_a_connection_whose_task_is_gone() {
+        let io = |kind| RedisError::from(std::io::Error::from(kind));
+        assert!(broken_pipe(&io(std::io::ErrorKind::BrokenPipe)));
+        assert!(broken_pipe(&RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "redis_cluster: Unable to send command",
+        ))));
+        for kind in [
+            std::io::ErrorKind::ConnectionRefused,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::TimedOut,
+        ] {
+            assert!(!broken_pipe(&io(kind)), "{kind:?}");
+        }
+        let server = RedisError::from((redis::ErrorKind::Client, "not a pipe"));
+        assert!(!broken_pipe(&server));
     }
 }
