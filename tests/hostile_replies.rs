@@ -305,13 +305,11 @@ async fn a_cluster_connection_is_kept_when_its_nodes_cannot_be_reached() {
     assert_eq!(proxy.connections(), connections, "the old connection served on");
 }
 
-/// A cluster connection made again on a runtime that then shuts down (a client shared
-/// by two runtimes: a thread's own, a test's) dies with it: its task is gone, and
-/// every command fails as a lost connection. It is made again on the runtime of the
-/// call that finds it so, and Redis decides again within the second that bounds the
-/// makings again.
+/// A cluster connection runs a task of its own. Made again at a call on a runtime
+/// that then ends (a client shared by two runtimes: a thread's own, a test's), it
+/// runs on the runtime the client was made on, and serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_connection_whose_runtime_ended_is_made_again() {
+async fn a_cluster_connection_made_again_outlives_the_runtime_that_had_it_made() {
     let port = support::cluster::free_node_port();
     let proxy = LyingProxy::start_lying_once(port, b":1\r\n").await;
     let _cluster = support::cluster::RedisCluster::one_node(port, proxy.port);
@@ -320,10 +318,10 @@ async fn a_cluster_connection_whose_runtime_ended_is_made_again() {
         .connect(&format!("redis+cluster://127.0.0.1:{}/", proxy.port))
         .await
         .unwrap();
-    let rules = [redlimit::Rule::new("rate_limit:cluster-runtime", 100, MINUTE)];
+    let rules = [redlimit::Rule::new("rate_limit:cluster-outlives", 100, MINUTE)];
     let on_thread = (client.clone(), rules.clone());
-    // On a runtime of its own: the reply replaced has the connection made again
-    // there; the new one decides; the runtime ends.
+    // On a runtime of its own: the reply replaced has the connection made again;
+    // the new one decides; the runtime ends.
     std::thread::spawn(move || {
         let (client, rules) = on_thread;
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -336,6 +334,39 @@ async fn a_cluster_connection_whose_runtime_ended_is_made_again() {
             tokio::time::sleep(Duration::from_millis(200)).await;
             assert!(client.check_rules(&rules).await.unwrap().allowed);
         });
+    })
+    .join()
+    .unwrap();
+    for _ in 0..10 {
+        assert!(client.check_rules(&rules).await.unwrap().allowed);
+    }
+}
+
+/// A cluster connection made on a runtime that then shuts down (the client made in
+/// a thread's own runtime, used after in another) dies with it: its task is gone,
+/// and every command fails with a broken pipe. It is made again on the runtime of
+/// the call that finds it so, and Redis decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_connection_whose_runtime_ended_is_made_again() {
+    let port = support::cluster::free_node_port();
+    let _cluster = support::cluster::RedisCluster::one_node(port, port);
+    let url = format!("redis+cluster://127.0.0.1:{port}/");
+    let rules = [redlimit::Rule::new("rate_limit:cluster-runtime", 100, MINUTE)];
+    let on_thread = rules.clone();
+    let client = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let client = Client::builder()
+                .command_timeout(Duration::from_secs(2))
+                .connect(&url)
+                .await
+                .unwrap();
+            assert!(client.check_rules(&on_thread).await.unwrap().allowed);
+            client
+        })
     })
     .join()
     .unwrap();

@@ -93,6 +93,7 @@ pub struct SilencingLink {
     pub port: u16,
     accepted: Arc<AtomicUsize>,
     silenced: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -102,18 +103,22 @@ impl SilencingLink {
         let port = listener.local_addr().unwrap().port();
         let accepted = Arc::new(AtomicUsize::new(0));
         let silenced = Arc::new(AtomicUsize::new(0));
-        let (counted, silent) = (Arc::clone(&accepted), Arc::clone(&silenced));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let (counted, silent, ended) = (Arc::clone(&accepted), Arc::clone(&silenced), Arc::clone(&closed));
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 let index = counted.fetch_add(1, Ordering::SeqCst);
-                let silent = Arc::clone(&silent);
+                let (silent, ended) = (Arc::clone(&silent), Arc::clone(&ended));
                 tokio::spawn(connected(
                     inbound,
                     target,
                     move |(from_in, to_in), (from_out, to_out)| async move {
                         let carries = || index >= silent.load(Ordering::SeqCst);
                         tokio::join!(
-                            carry_until_silenced(from_in, to_out, carries),
+                            async {
+                                carry_until_silenced(from_in, to_out, carries).await;
+                                ended.fetch_add(1, Ordering::SeqCst);
+                            },
                             carry_until_silenced(from_out, to_in, carries)
                         );
                     },
@@ -124,6 +129,7 @@ impl SilencingLink {
             port,
             accepted,
             silenced,
+            closed,
             accept,
         }
     }
@@ -137,6 +143,11 @@ impl SilencingLink {
     pub fn silence_open(&self) {
         self.silenced
             .store(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+
+    /// How many connections their client has closed.
+    pub fn closed(&self) -> usize {
+        self.closed.load(Ordering::SeqCst)
     }
 
     /// How many connections it has accepted.

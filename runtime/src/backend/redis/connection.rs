@@ -108,6 +108,18 @@ impl Remake {
             Err(_) => Err(format!("no connection within {within:?}")),
         })
     }
+
+    /// A new cluster connection made on first use (each command until then tries
+    /// the URL's nodes): `None` when `self` is not a cluster's.
+    pub(crate) fn cluster_pending(&self) -> Option<Conn> {
+        let Remake::Cluster(made) = self else {
+            return None;
+        };
+        let (client, config, _) = &**made;
+        Some(Conn::Cluster(
+            client.get_pending_async_connection_with_config(config.clone()),
+        ))
+    }
 }
 
 /// A connection for raw commands, made by [`ClientBuilder::connect_raw`] as a client

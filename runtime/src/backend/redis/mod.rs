@@ -137,6 +137,11 @@ pub(crate) struct RedisBackend {
     /// The server's version, eviction policy and the connection's name, checked about
     /// once a minute off the deciding path.
     health: std::sync::Arc<Health>,
+    /// The runtime the client was made on, where a cluster connection made again
+    /// runs its task (a caller's runtime may end before the client does).
+    runtime: Option<tokio::runtime::Handle>,
+    /// Whether a cluster connection is being made again: one at a time.
+    remaking: Arc<AtomicBool>,
     /// Grants answered once replicas have them: the rounds and connections that wait.
     waits: Option<replicas::Waits>,
     owner: Owner,
@@ -178,6 +183,8 @@ impl RedisBackend {
             answered: AtomicBool::new(connected),
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected)),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            remaking: Arc::new(AtomicBool::new(false)),
             waits: None,
             kept: kept::Kept::new(owner.local_refusals),
             shared: Default::default(),
@@ -212,7 +219,7 @@ impl RedisBackend {
     /// so however long it lives. It is made again.
     #[cold]
     fn out_of_step(&self) {
-        self.remake("a reply did not fit its command");
+        self.remake("a reply did not fit its command", false);
     }
 
     /// A command timed out: the connection is made again when no reply has come for
@@ -230,7 +237,7 @@ impl RedisBackend {
             since.get_or_insert(sent).elapsed()
         };
         if silent_for >= self.timeout * SILENT_TIMEOUTS {
-            self.remake("no reply came in two command timeouts");
+            self.remake("no reply came in two command timeouts", true);
         }
     }
 
@@ -250,12 +257,19 @@ impl RedisBackend {
 
     /// Makes the connection again, for `why`, at most once a [`REMAKE_EVERY`] (a
     /// server that answers every command so would otherwise be connected to at every
-    /// call); commands already sent finish on the old one.
+    /// call); commands already sent finish on the old one. `dead`: the old one
+    /// answers nothing (silent, or its task gone), and is not kept.
     #[cold]
-    fn remake(&self, why: &str) {
+    fn remake(&self, why: &str, dead: bool) {
         let Some(remake) = &self.remake else {
             return;
         };
+        if let Remake::Cluster(_) = &**remake {
+            // One at a time: a connect may take as long as the connect timeout.
+            if self.remaking.load(Ordering::Relaxed) {
+                return;
+            }
+        }
         {
             let mut remade_at = self.remade_at.lock().unwrap_or_else(PoisonError::into_inner);
             if remade_at.is_some_and(|at| at.elapsed() < REMAKE_EVERY) {
@@ -264,7 +278,7 @@ impl RedisBackend {
             *remade_at = Some(Instant::now());
         }
         if let Remake::Cluster(_) = &**remake {
-            self.remake_cluster(remake, why);
+            self.remake_cluster(remake, why, dead);
             return;
         }
         let Some(remade) = remake.remade(&self.conn()) else {
@@ -281,34 +295,40 @@ impl RedisBackend {
     }
 
     /// [`remake`](RedisBackend::remake) for a Redis Cluster: a new cluster connection
-    /// made in a task of its own, and put in place once connected (it has answered:
-    /// a timeout on it is not the connecting's). Until then the old one serves;
-    /// silent, its timeouts count again from now.
-    fn remake_cluster(&self, remake: &Arc<Remake>, why: &str) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    /// made in a task of its own on the client's runtime (the caller's when that one
+    /// has ended), and put in place once connected (it has answered: a timeout on it
+    /// is not the connecting's). Until then the old one serves; silent, its timeouts
+    /// count again from now. When it cannot be connected, the old one is kept if it
+    /// may still serve some nodes (a reply out of step); a `dead` one is let go (the
+    /// commands waiting on it with it), and one made on first use put in place.
+    fn remake_cluster(&self, remake: &Arc<Remake>, why: &str, dead: bool) {
+        let Ok(current) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        if self.remaking.swap(true, Ordering::Relaxed) {
+            return;
+        }
         self.not_silent();
         let target = self.target.shown().to_owned();
         tracing::warn!("Redis at `{target}`: {why}; the cluster connection is made again");
-        let (remake, slot, health) = (
+        let (remake, slot, health, remaking) = (
             Arc::clone(remake),
             Arc::clone(&self.conn),
             Arc::clone(&self.health),
+            Arc::clone(&self.remaking),
         );
-        runtime.spawn(async move {
-            match remake.cluster().await {
-                Some(Ok(conn)) => {
-                    *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
-                    health.check_soon();
-                }
-                Some(Err(failed)) => tracing::warn!(
-                    "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
-                     the old one is kept"
-                ),
-                None => {}
-            }
-        });
+        // Cleared when the making ends, or its task is dropped unfinished.
+        let done = Done(remaking);
+        let remade = async move {
+            let _done = done;
+            remake_cluster(remake, slot, health, target, dead).await;
+        };
+        let runtime = self
+            .runtime
+            .as_ref()
+            .filter(|runtime| alive(runtime))
+            .unwrap_or(&current);
+        runtime.spawn(remade);
     }
 
     /// `result`, having made the connection again if it is [`Error::UnexpectedReply`].
@@ -404,7 +424,7 @@ impl RedisBackend {
                     // as a broken pipe. (A node down is refused or reset: the cluster
                     // client follows the failover itself.)
                     if self.cluster && broken_pipe(&err) {
-                        self.remake("the connection was lost");
+                        self.remake("the connection was lost", true);
                     }
                 }
                 self.noting_step(Err(script_error(&err, calls)
@@ -424,6 +444,55 @@ impl RedisBackend {
     /// Whether this is a Redis Cluster (rules may then lie in several slots).
     pub fn is_cluster(&self) -> bool {
         self.cluster
+    }
+}
+
+/// Whether `runtime` still runs what is spawned on it: a runtime shut down drops it
+/// at once (a task that never ends, to tell).
+fn alive(runtime: &tokio::runtime::Handle) -> bool {
+    let probe = runtime.spawn(std::future::pending::<()>());
+    let alive = !probe.is_finished();
+    probe.abort();
+    alive
+}
+
+/// Clears a flag when dropped.
+struct Done(Arc<AtomicBool>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// A new cluster connection by `remake` put in `slot` once connected; when it cannot
+/// be, one made on first use if the old one is `dead`, or the old one kept.
+async fn remake_cluster(
+    remake: Arc<Remake>,
+    slot: Arc<RwLock<Conn>>,
+    health: Arc<Health>,
+    target: String,
+    dead: bool,
+) {
+    match remake.cluster().await {
+        Some(Ok(conn)) => {
+            *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
+            health.check_soon();
+        }
+        Some(Err(failed)) if dead => {
+            if let Some(pending) = remake.cluster_pending() {
+                *slot.write().unwrap_or_else(PoisonError::into_inner) = pending;
+            }
+            tracing::warn!(
+                "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
+                 one made on first use takes its place"
+            );
+        }
+        Some(Err(failed)) => tracing::warn!(
+            "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
+             the old one is kept"
+        ),
+        None => {}
     }
 }
 
