@@ -183,6 +183,49 @@ async fn a_silent_cluster_connection_is_let_go_when_no_other_can_be_made() {
     );
 }
 
+/// A client made on a current-thread runtime kept but no longer driven (made in
+/// `block_on`, used from another runtime): its cluster connection's task never runs,
+/// each call times out, and the connection, silent, is made again on the caller's
+/// multi-thread runtime, where Redis decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_client_made_on_a_runtime_no_longer_driven_is_made_again() {
+    let port = support::cluster::free_node_port();
+    let _cluster = support::cluster::RedisCluster::one_node(port, port);
+    let url = format!("redis+cluster://127.0.0.1:{port}/");
+    let (client, kept) = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = runtime
+            .block_on(Client::builder().command_timeout(SHORT).connect(&url))
+            .unwrap();
+        (client, runtime)
+    })
+    .join()
+    .unwrap();
+    let rules = [Rule::new(
+        "rate_limit:cluster-undriven",
+        100,
+        Duration::from_secs(60),
+    )];
+    let started = Instant::now();
+    while !client
+        .check_rules(&rules)
+        .await
+        .is_ok_and(|decision| decision.allowed)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no call decided in 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("decided after {:?}", started.elapsed());
+    // (A runtime is dropped outside any other.)
+    std::thread::spawn(move || drop(kept)).join().unwrap();
+}
+
 /// What 8 calls of a rule of 3 a minute (granted once before), 100 ms apart, meet
 /// after `link` is silenced: (timeouts, calls Redis decided, grants in all). Each
 /// call answers within the command timeout. (A cluster's new connection is put in

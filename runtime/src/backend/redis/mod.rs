@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use tokio::runtime::RuntimeFlavor;
+
 use once_cell::sync::Lazy;
 use redis::RedisError;
 
@@ -265,8 +267,8 @@ impl RedisBackend {
             return;
         };
         if let Remake::Cluster(_) = &**remake {
-            // One at a time: a connect may take as long as the connect timeout.
-            if self.remaking.load(Ordering::Relaxed) {
+            // One connected at a time: a connect may take the connect timeout.
+            if !dead && self.remaking.load(Ordering::Relaxed) {
                 return;
             }
         }
@@ -294,41 +296,58 @@ impl RedisBackend {
         );
     }
 
-    /// [`remake`](RedisBackend::remake) for a Redis Cluster: a new cluster connection
-    /// made in a task of its own on the client's runtime (the caller's when that one
-    /// has ended), and put in place once connected (it has answered: a timeout on it
-    /// is not the connecting's). Until then the old one serves; silent, its timeouts
-    /// count again from now. When it cannot be connected, the old one is kept if it
-    /// may still serve some nodes (a reply out of step); a `dead` one is let go (the
-    /// commands waiting on it with it), and one made on first use put in place.
+    /// [`remake`](RedisBackend::remake) for a Redis Cluster. A `dead` one (silent, or
+    /// its task gone) answers nothing: a connection made on first use takes its place
+    /// at once, and the old one is let go with the commands waiting on it. One out of
+    /// step may still serve other nodes: a new one is connected in a task of its own
+    /// and put in place once connected (it has answered: a timeout on it is not the
+    /// connecting's), the old one serving until then, and kept if it cannot be.
+    /// Either runs its own task on a multi-thread runtime where there is one (the
+    /// caller's, or the client's while it runs): a caller's current-thread runtime
+    /// may end before the client does, and the client's may no longer be driven.
     fn remake_cluster(&self, remake: &Arc<Remake>, why: &str, dead: bool) {
         let Ok(current) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let runtime = match &self.runtime {
+            Some(made_on)
+                if current.runtime_flavor() != RuntimeFlavor::MultiThread
+                    && made_on.runtime_flavor() == RuntimeFlavor::MultiThread
+                    && alive(made_on) =>
+            {
+                made_on.clone()
+            }
+            _ => current,
+        };
+        let target = self.target.shown().to_owned();
+        if dead {
+            let pending = {
+                let _entered = runtime.enter();
+                remake.cluster_pending()
+            };
+            if let Some(pending) = pending {
+                *self.conn.write().unwrap_or_else(PoisonError::into_inner) = pending;
+                self.not_silent();
+                self.health.check_soon();
+                tracing::warn!("Redis at `{target}`: {why}; the cluster connection is made again");
+            }
+            return;
+        }
         if self.remaking.swap(true, Ordering::Relaxed) {
             return;
         }
-        self.not_silent();
-        let target = self.target.shown().to_owned();
+        // Cleared when the making ends, or its task is dropped unfinished.
+        let done = Done(Arc::clone(&self.remaking));
         tracing::warn!("Redis at `{target}`: {why}; the cluster connection is made again");
-        let (remake, slot, health, remaking) = (
+        let (remake, slot, health) = (
             Arc::clone(remake),
             Arc::clone(&self.conn),
             Arc::clone(&self.health),
-            Arc::clone(&self.remaking),
         );
-        // Cleared when the making ends, or its task is dropped unfinished.
-        let done = Done(remaking);
-        let remade = async move {
+        runtime.spawn(async move {
             let _done = done;
-            remake_cluster(remake, slot, health, target, dead).await;
-        };
-        let runtime = self
-            .runtime
-            .as_ref()
-            .filter(|runtime| alive(runtime))
-            .unwrap_or(&current);
-        runtime.spawn(remade);
+            remake_cluster(remake, slot, health, target).await;
+        });
     }
 
     /// `result`, having made the connection again if it is [`Error::UnexpectedReply`].
@@ -465,28 +484,13 @@ impl Drop for Done {
     }
 }
 
-/// A new cluster connection by `remake` put in `slot` once connected; when it cannot
-/// be, one made on first use if the old one is `dead`, or the old one kept.
-async fn remake_cluster(
-    remake: Arc<Remake>,
-    slot: Arc<RwLock<Conn>>,
-    health: Arc<Health>,
-    target: String,
-    dead: bool,
-) {
+/// A new cluster connection by `remake` put in `slot` once connected, or the old one
+/// kept.
+async fn remake_cluster(remake: Arc<Remake>, slot: Arc<RwLock<Conn>>, health: Arc<Health>, target: String) {
     match remake.cluster().await {
         Some(Ok(conn)) => {
             *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
             health.check_soon();
-        }
-        Some(Err(failed)) if dead => {
-            if let Some(pending) = remake.cluster_pending() {
-                *slot.write().unwrap_or_else(PoisonError::into_inner) = pending;
-            }
-            tracing::warn!(
-                "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
-                 one made on first use takes its place"
-            );
         }
         Some(Err(failed)) => tracing::warn!(
             "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
