@@ -87,7 +87,7 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) 
 /// until either side closes, or until [`silence_open`](SilencingLink::silence_open):
 /// from then on, the connections open then carry nothing either way and are never
 /// closed (what each side sends is read and dropped), while connections made later
-/// carry as before.
+/// carry as before (or not, after [`silence_all`](SilencingLink::silence_all)).
 #[derive(Debug)]
 pub struct SilencingLink {
     pub port: u16,
@@ -143,6 +143,12 @@ impl SilencingLink {
     pub fn silence_open(&self) {
         self.silenced
             .store(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+
+    /// Every connection, open now or made later, carries nothing, and stays open: a
+    /// network that drops every packet without a word.
+    pub fn silence_all(&self) {
+        self.silenced.store(usize::MAX, Ordering::SeqCst);
     }
 
     /// How many connections their client has closed.

@@ -328,6 +328,8 @@ impl RedisBackend {
             if let Some(pending) = pending {
                 *self.conn.write().unwrap_or_else(PoisonError::into_inner) = pending;
                 self.not_silent();
+                // A timeout on the new one, until it answers, is its connecting's.
+                self.answered.store(false, Ordering::Relaxed);
                 self.health.check_soon();
                 tracing::warn!("Redis at `{target}`: {why}; the cluster connection is made again");
             }
