@@ -134,6 +134,11 @@ impl Shared {
         request: &Q,
     ) -> Result<(Result<ClientIp, &'static str>, Option<TrustedProxies>), RateLimited> {
         let peer = request.peer();
+        if peer.is_none() && !self.reads_trust {
+            // No client address without a peer, and no setting to leave: nothing
+            // the settings would be read for.
+            return Ok((Err(Q::NO_PEER), None));
+        }
         let read = request.settings(|extension, read| {
             let setting = one_setting([self.trusted.as_ref(), extension, read.map(|read| &read.trusted)])?;
             let setting = setting.unwrap_or(&self.untrusted);
