@@ -32,6 +32,26 @@ async fn on(proxy: &LyingProxy) -> Client {
         .unwrap()
 }
 
+/// A client of the Redis Cluster whose one node `port` reaches, with the same time
+/// to spare as [`on`]'s.
+async fn on_cluster(port: u16) -> Client {
+    Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .connect(&format!("redis+cluster://127.0.0.1:{port}/"))
+        .await
+        .unwrap()
+}
+
+/// The statuses of 8 requests to `addr`, each after `pause`.
+async fn statuses(addr: SocketAddr, pause: Duration) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        tokio::time::sleep(pause).await;
+        statuses.push(send(addr, "GET", "/", &[]).await.status);
+    }
+    statuses
+}
+
 /// An axum server on loopback behind a layer of `rule` on `client`.
 async fn behind(client: Client, rule: LayerRule) -> SocketAddr {
     let layer = RateLimitLayer::builder()
@@ -234,11 +254,7 @@ async fn a_connection_out_of_step_is_made_again_and_redis_decides_again() {
         LayerRule::new("out-of-step-once", 3, MINUTE).on_error(OnError::Deny),
     )
     .await;
-    let mut statuses = Vec::new();
-    for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(3)).await;
-        statuses.push(send(addr, "GET", "/", &[]).await.status);
-    }
+    let statuses = statuses(addr, Duration::from_millis(3)).await;
     assert_eq!(statuses, [503, 200, 200, 200, 429, 429, 429, 429]);
     assert_eq!(proxy.lies(), 1, "one call was handed another's reply");
 }
@@ -251,22 +267,14 @@ async fn a_cluster_connection_out_of_step_is_made_again_and_redis_decides_again(
     let port = support::cluster::free_node_port();
     let proxy = LyingProxy::start_out_of_step_once(port, b":1\r\n").await;
     let _cluster = support::cluster::RedisCluster::one_node(port, proxy.port);
-    let client = Client::builder()
-        .command_timeout(Duration::from_secs(2))
-        .connect(&format!("redis+cluster://127.0.0.1:{}/", proxy.port))
-        .await
-        .unwrap();
+    let client = on_cluster(proxy.port).await;
     let addr = behind(
         client,
         LayerRule::new("cluster-out-of-step", 3, MINUTE).on_error(OnError::Deny),
     )
     .await;
-    let mut statuses = Vec::new();
-    for _ in 0..8 {
-        // The new connection is put in place once connected.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        statuses.push(send(addr, "GET", "/", &[]).await.status);
-    }
+    // The new connection is put in place once connected.
+    let statuses = statuses(addr, Duration::from_millis(100)).await;
     assert_eq!(statuses, [503, 200, 200, 200, 429, 429, 429, 429]);
     assert_eq!(proxy.lies(), 1, "one call was handed another's reply");
 }
@@ -283,11 +291,7 @@ async fn a_cluster_connection_is_kept_when_its_nodes_cannot_be_reached() {
     let proxy = LyingProxy::start_lying_once(port, b":1\r\n").await;
     let seed = SilencingLink::start(port).await;
     let _cluster = support::cluster::RedisCluster::one_node(port, proxy.port);
-    let client = Client::builder()
-        .command_timeout(Duration::from_secs(2))
-        .connect(&format!("redis+cluster://127.0.0.1:{}/", seed.port))
-        .await
-        .unwrap();
+    let client = on_cluster(seed.port).await;
     drop(seed);
     let addr = behind(
         client,
@@ -295,11 +299,7 @@ async fn a_cluster_connection_is_kept_when_its_nodes_cannot_be_reached() {
     )
     .await;
     let connections = proxy.connections();
-    let mut statuses = Vec::new();
-    for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        statuses.push(send(addr, "GET", "/", &[]).await.status);
-    }
+    let statuses = statuses(addr, Duration::from_millis(100)).await;
     assert_eq!(statuses, [503, 200, 200, 200, 429, 429, 429, 429]);
     assert_eq!(proxy.lies(), 1);
     assert_eq!(proxy.connections(), connections, "the old connection served on");
@@ -313,11 +313,7 @@ async fn a_cluster_connection_made_again_outlives_the_runtime_that_had_it_made()
     let port = support::cluster::free_node_port();
     let proxy = LyingProxy::start_lying_once(port, b":1\r\n").await;
     let _cluster = support::cluster::RedisCluster::one_node(port, proxy.port);
-    let client = Client::builder()
-        .command_timeout(Duration::from_secs(2))
-        .connect(&format!("redis+cluster://127.0.0.1:{}/", proxy.port))
-        .await
-        .unwrap();
+    let client = on_cluster(proxy.port).await;
     let rules = [redlimit::Rule::new("rate_limit:cluster-outlives", 100, MINUTE)];
     let on_thread = (client.clone(), rules.clone());
     // On a runtime of its own: the reply replaced has the connection made again;

@@ -107,6 +107,16 @@ async fn behind_a_link() -> (RedisServer, SilencingLink, Client) {
     (server, link, client)
 }
 
+/// A client with a command timeout of [`SHORT`] of the Redis Cluster whose one node
+/// `port` reaches.
+async fn on_cluster(port: u16) -> Client {
+    Client::builder()
+        .command_timeout(SHORT)
+        .connect(&format!("redis+cluster://127.0.0.1:{port}/"))
+        .await
+        .unwrap()
+}
+
 /// A connection that goes silent for good (a flow a NAT forgot, a host gone without
 /// closing it: nothing comes back, nothing says the connection is lost) is made
 /// again once no reply came for two command timeouts, and Redis decides
@@ -131,11 +141,7 @@ async fn a_cluster_connection_gone_silent_is_made_again_after_two_timeouts() {
     let port = support::cluster::free_node_port();
     let link = SilencingLink::start(port).await;
     let _cluster = support::cluster::RedisCluster::one_node(port, link.port);
-    let client = Client::builder()
-        .command_timeout(SHORT)
-        .connect(&format!("redis+cluster://127.0.0.1:{}/", link.port))
-        .await
-        .unwrap();
+    let client = on_cluster(link.port).await;
     let before = link.connections();
     assert_eq!(
         silenced(&link, &client, "rate_limit:silent-cluster").await,
@@ -155,11 +161,7 @@ async fn a_silent_cluster_connection_is_let_go_when_no_other_can_be_made() {
     let link = SilencingLink::start(port).await;
     let seed = SilencingLink::start(port).await;
     let _cluster = support::cluster::RedisCluster::one_node(port, link.port);
-    let client = Client::builder()
-        .command_timeout(SHORT)
-        .connect(&format!("redis+cluster://127.0.0.1:{}/", seed.port))
-        .await
-        .unwrap();
+    let client = on_cluster(seed.port).await;
     let rules = [Rule::new(
         "rate_limit:cluster-let-go",
         100,
@@ -264,11 +266,7 @@ async fn a_timeout_on_a_connection_made_again_is_named_connecting() {
     let port = support::cluster::free_node_port();
     let link = SilencingLink::start(port).await;
     let _cluster = support::cluster::RedisCluster::one_node(port, link.port);
-    let client = Client::builder()
-        .command_timeout(SHORT)
-        .connect(&format!("redis+cluster://127.0.0.1:{}/", link.port))
-        .await
-        .unwrap();
+    let client = on_cluster(link.port).await;
     let named = silenced_for_good(&link, &client, "rate_limit:remade-connecting-cluster").await;
     assert_eq!(named, [false, false, true, true, true], "a cluster");
 }
