@@ -167,3 +167,73 @@ async fn restarts_and_hangs_under_load() {
         record.slowest
     );
 }
+
+/// A server no connection reaches (killed behind a proxy that takes each connection
+/// and closes it, as a load balancer in front of a server down does) is not
+/// connected to at every call: after two failures in a row the connecting pauses,
+/// 100 ms and then twice as long at each failure, up to a second, every call
+/// meanwhile failing at once without a connection. Four callers without a pause
+/// made about 1 800 connections a second. The server back, Redis decides again
+/// within the longest pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_no_connection_reaches_is_tried_a_few_times_a_second() {
+    let server = RedisServer::start();
+    let link = support::link::DelayedLink::start(server.port, Duration::ZERO).await;
+    let client = Client::builder()
+        .command_timeout(TIMEOUT)
+        .connect(&link.url())
+        .await
+        .unwrap();
+    let rules = [redlimit::Rule::new(
+        "rate_limit:paced",
+        100,
+        Duration::from_secs(60),
+    )];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let port = server.stop();
+    let before = link.connections();
+    let down = Instant::now();
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, rules) = (client.clone(), rules.clone());
+            tokio::spawn(async move {
+                let (mut calls, mut slowest) = (0, Duration::ZERO);
+                while down.elapsed() < Duration::from_secs(3) {
+                    let started = Instant::now();
+                    let err = client.check_rules(&rules).await.unwrap_err();
+                    assert!(err.is_backend_failure(), "{err:?}");
+                    slowest = slowest.max(started.elapsed());
+                    calls += 1;
+                    tokio::task::yield_now().await;
+                }
+                (calls, slowest)
+            })
+        })
+        .collect();
+    let (mut calls, mut slowest) = (0, Duration::ZERO);
+    for caller in callers {
+        let (n, slow) = caller.await.unwrap();
+        calls += n;
+        slowest = slowest.max(slow);
+    }
+    let connections = link.connections() - before;
+    println!("{calls} calls, {connections} connections in 3 s, the slowest call {slowest:?}");
+    assert!(slowest <= TIMEOUT + MARGIN, "a call took {slowest:?}");
+    assert!(calls > 1_000, "calls failed at once: {calls}");
+    // Two failures, then pauses of 0.1, 0.2, 0.4, 0.8 and 1 s: five tries in 3 s,
+    // each two connections (the connection manager connects again at once after a
+    // command fails on it), and the server's check after the first: 12 in three runs.
+    assert!(connections <= 16, "{connections} connections in 3 s");
+
+    let _server = RedisServer::start_on(port);
+    let back = Instant::now();
+    while client.check_rules(&rules).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!("decided again {:?} after the server was back", back.elapsed());
+    assert!(
+        back.elapsed() <= Duration::from_millis(1_300),
+        "{:?}",
+        back.elapsed()
+    );
+}

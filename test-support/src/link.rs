@@ -12,10 +12,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 /// Listens until dropped; each connection it takes goes on to `127.0.0.1:target`
-/// until either side closes.
+/// until either side closes (closed at once when nothing listens there).
 #[derive(Debug)]
 pub struct DelayedLink {
     pub port: u16,
+    accepted: Arc<AtomicUsize>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -23,8 +24,11 @@ impl DelayedLink {
     pub async fn start(target: u16, delay: Duration) -> DelayedLink {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&accepted);
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(connected(
                     inbound,
                     target,
@@ -34,7 +38,21 @@ impl DelayedLink {
                 ));
             }
         });
-        DelayedLink { port, accept }
+        DelayedLink {
+            port,
+            accepted,
+            accept,
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// How many connections it has accepted.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 }
 

@@ -25,6 +25,8 @@ impl RedisBackend {
         now: u64,
     ) -> Result<(Outcome, Vec<[u8; member::MEMBER_LEN]>), Error> {
         self.maybe_check(now);
+        // A call that fails before it is sent has nothing to refund.
+        let failed_before = self.sendable()?;
         let mut members: Vec<[u8; member::MEMBER_LEN]> = calls
             .iter()
             .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
@@ -70,7 +72,7 @@ impl RedisBackend {
             return Ok((outcome?, members));
         }
         let reply: Result<redis::Value, Error> = self
-            .run(&keys, |mut conn| async move {
+            .send(failed_before, &keys, |mut conn| async move {
                 eval_sha(script, &cmd, &mut conn).await
             })
             .await;

@@ -2,6 +2,8 @@
 //! timed out or was dropped while its script was on its way, a token bucket's grant a
 //! later slot's refusal undoes), and what a batch did not use.
 
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::connection::Conn;
@@ -37,17 +39,34 @@ impl RedisBackend {
 
     /// A call that failed after it was sent may still run (a hung server answers
     /// later): its grants would spend permits no caller uses. Refund them in the
-    /// background, on the same connection so the refund runs after the call.
+    /// background: first on the same connection, so the refund runs after the call,
+    /// then on the client's connection at the time (one made again meanwhile: the one
+    /// the call was sent on is let go, rather than kept, and connected again, by the
+    /// refund), unless nothing has answered since a timeout.
     pub(crate) fn spawn_refund(&self, calls: &[RuleCall<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let keys = refund_keys(calls);
-        let conn = self.conn();
+        let mut first = Some(self.conn());
         let timeout = self.timeout;
+        let (slot, silent, reconnects) = (
+            Arc::clone(&self.conn),
+            Arc::clone(&self.silent),
+            Arc::clone(&self.reconnects),
+        );
         runtime.spawn(async move {
             for attempt in 0..REFUND_ATTEMPTS {
-                let mut conn = conn.clone();
+                let conn = first.take();
+                // Not sent while the connecting is paused (it would try a connection
+                // of its own, and a call that failed to connect never ran), nor again
+                // while nothing answers.
+                if reconnects.paused() || (conn.is_none() && silent.load(Ordering::Relaxed)) {
+                    tokio::time::sleep(REFUND_BACKOFF * (attempt + 1)).await;
+                    continue;
+                }
+                let mut conn =
+                    conn.unwrap_or_else(|| slot.read().unwrap_or_else(PoisonError::into_inner).clone());
                 let mut invocation = SCRIPTS.refund.prepare_invoke();
                 invocation.key(&keys[..]);
                 for member in &members {

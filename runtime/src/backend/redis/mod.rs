@@ -24,6 +24,7 @@ pub(crate) mod kept;
 mod layout;
 mod limiter;
 mod lua;
+mod reconnects;
 pub(crate) mod replicas;
 mod replies;
 pub(crate) mod scripts;
@@ -43,6 +44,7 @@ use crate::{Error, Rule};
 use connection::{Conn, Remake};
 use failure::classify;
 use lua::Lua;
+use reconnects::Reconnects;
 use replies::{script_error, unfit};
 use server::{Eviction, Health};
 use target::Target;
@@ -121,7 +123,7 @@ pub(crate) struct RedisBackend {
     remade_at: Mutex<Option<Instant>>,
     /// Whether a command on `conn` timed out with no reply since: `silent_since` holds
     /// when the first of them was sent.
-    silent: AtomicBool,
+    silent: Arc<AtomicBool>,
     /// When `conn` went silent, as far as its timeouts tell: [`SILENT_TIMEOUTS`]
     /// command timeouts later with no reply, it is made again.
     silent_since: Mutex<Option<Instant>>,
@@ -136,6 +138,8 @@ pub(crate) struct RedisBackend {
     /// Whether a command was answered since the connection was made or last lost:
     /// a timeout before that went to connecting, and says so.
     answered: AtomicBool,
+    /// How often one server is connected to again while no connection reaches it.
+    reconnects: Arc<Reconnects>,
     /// The server's version, eviction policy and the connection's name, checked about
     /// once a minute off the deciding path.
     health: std::sync::Arc<Health>,
@@ -176,13 +180,14 @@ impl RedisBackend {
             conn: Arc::new(RwLock::new(conn)),
             remake: None,
             remade_at: Mutex::new(None),
-            silent: AtomicBool::new(false),
+            silent: Arc::new(AtomicBool::new(false)),
             silent_since: Mutex::new(None),
             timeout,
             server_time,
             target,
             calls: AtomicU64::new(0),
             answered: AtomicBool::new(connected),
+            reconnects: Arc::default(),
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected)),
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -381,6 +386,10 @@ impl RedisBackend {
 
     #[cold]
     fn spawn_check(&self, now: u64) {
+        // Checked once the server answers again.
+        if self.reconnects.paused() {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -414,9 +423,56 @@ impl RedisBackend {
     where
         F: Future<Output = Result<T, RedisError>>,
     {
+        let failed_before = self.sendable()?;
+        self.send(failed_before, calls, request).await
+    }
+
+    /// Whether a command may be sent: the failures to reach the server in a row so
+    /// far, or why the call fails without sending anything (an unsupported server, a
+    /// server no connection reaches, whose connecting is paused).
+    #[inline]
+    fn sendable(&self) -> Result<u32, Error> {
         if let Some(refusal) = self.health.refusal(self.target.shown()) {
             return Err(refusal);
         }
+        let (failed, tries) = self.reconnects.before().map_err(|cause| Error::Unreachable {
+            target: self.target.shown().to_owned(),
+            detail: cause,
+        })?;
+        if tries {
+            self.connect_anew();
+        }
+        Ok(failed)
+    }
+
+    /// Puts a new connection (made on first use) in place of one to a server that
+    /// failed to connect: the call trying again after a pause connects now. (On the
+    /// old one it would meet the failure of the attempt made when the pause began,
+    /// and the server, back meanwhile, would be reached a pause later.) Behind
+    /// Sentinel, the master is forgotten at each lost connection already, and its
+    /// search, which may outlast a call, is left to go on.
+    #[cold]
+    fn connect_anew(&self) {
+        let Some(remake) = self.remake.as_deref().filter(|r| matches!(r, Remake::Single(_))) else {
+            return;
+        };
+        if let Some(remade) = remake.remade(&self.conn()) {
+            *self.conn.write().unwrap_or_else(PoisonError::into_inner) = remade;
+            self.answered.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// [`run`](RedisBackend::run) once [`sendable`](RedisBackend::sendable) said it
+    /// may, after `failed_before` failures in a row.
+    async fn send<T, F>(
+        &self,
+        failed_before: u32,
+        calls: &[Keys<'_>],
+        request: impl FnOnce(Conn) -> F,
+    ) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, RedisError>>,
+    {
         // Read before the command: a sibling's timeout may have the connection made
         // again while this one waits on the old one.
         let connecting = !self.answered.load(Ordering::Relaxed);
@@ -426,6 +482,7 @@ impl RedisBackend {
                     self.answered.store(true, Ordering::Relaxed);
                 }
                 self.replied();
+                self.reconnects.answered();
                 Ok(value)
             }
             Ok(Err(err)) => {
@@ -433,10 +490,20 @@ impl RedisBackend {
                     self.timed_out();
                 } else if !err.is_io_error() {
                     self.replied();
+                    self.reconnects.answered();
+                }
+                let lost = err.is_io_error() && !err.is_timeout();
+                let error = script_error(&err, calls)
+                    .or_else(|| unfit(&err))
+                    .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting));
+                // A cluster's client connects to each node again itself, and one
+                // node down among others must not pause the calls to the others.
+                if let (true, false, Error::Unreachable { detail, .. }) = (lost, self.cluster, &error) {
+                    self.reconnects.failed(failed_before, detail);
                 }
                 // A lost connection (not a slow answer) is made again before the
                 // next command can be answered.
-                if err.is_io_error() && !err.is_timeout() {
+                if lost {
                     self.answered.store(false, Ordering::Relaxed);
                     // The new connection is named, and the server looked at, again.
                     self.health.check_soon();
@@ -448,9 +515,7 @@ impl RedisBackend {
                         self.remake("the connection was lost", true);
                     }
                 }
-                self.noting_step(Err(script_error(&err, calls)
-                    .or_else(|| unfit(&err))
-                    .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting))))
+                self.noting_step(Err(error))
             }
             Err(_) => {
                 self.timed_out();

@@ -379,13 +379,18 @@ impl Health {
     }
 
     /// One check on `conn`: names the connection, reads the version when not yet
-    /// known and the eviction policy. Failures are left to the calls to report.
+    /// known and the eviction policy. Failures are left to the calls to report; a
+    /// connection that cannot be made ends the check (each command after would try
+    /// one of its own).
     pub(crate) async fn check(&self, conn: &mut impl ConnectionLike, target: &str) {
-        let _: Result<(), RedisError> = redis::cmd("CLIENT")
+        let named: Result<(), RedisError> = redis::cmd("CLIENT")
             .arg("SETNAME")
             .arg(CONNECTION_NAME)
             .query_async(conn)
             .await;
+        if named.is_err_and(|err| err.is_io_error()) {
+            return;
+        }
         if !self.version_known.load(Ordering::Relaxed) {
             match read_server(conn).await {
                 Ok(_) => self.version_known.store(true, Ordering::Relaxed),
