@@ -237,3 +237,65 @@ async fn a_server_no_connection_reaches_is_tried_a_few_times_a_second() {
         back.elapsed()
     );
 }
+
+/// A connection made again whose password the server refuses (a server restarted
+/// without its password, which is set again a moment later) is never made again by
+/// the connection manager itself: every call after failed with `AuthFailed`, for
+/// good. It is made again at the try after each pause, and Redis decides again
+/// within the longest pause once the password is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_password_was_refused_is_made_again() {
+    let server = RedisServer::start_with(&["--requirepass", "hunter2"]);
+    let client = Client::builder()
+        .command_timeout(TIMEOUT)
+        .connect(&format!("redis://:hunter2@127.0.0.1:{}/", server.port))
+        .await
+        .unwrap();
+    let rules = [redlimit::Rule::new(
+        "rate_limit:auth-back",
+        100,
+        Duration::from_secs(60),
+    )];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let server = RedisServer::start_on(server.stop());
+    let started = Instant::now();
+    let mut refused = 0;
+    while refused < 5 {
+        match client.check_rules(&rules).await {
+            Err(redlimit::Error::AuthFailed { .. }) => refused += 1,
+            Err(err) => assert!(err.is_backend_failure(), "{err:?}"),
+            Ok(decision) => panic!("decided without the password: {decision:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{refused} refusals in 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut raw = server.raw().await;
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("hunter2")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let back = Instant::now();
+    while !client
+        .check_rules(&rules)
+        .await
+        .is_ok_and(|decision| decision.allowed)
+    {
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "not decided by Redis 5 s after the password was back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("decided again {:?} after the password was back", back.elapsed());
+    assert!(
+        back.elapsed() <= Duration::from_millis(1_300),
+        "{:?}",
+        back.elapsed()
+    );
+}

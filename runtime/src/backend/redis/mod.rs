@@ -44,7 +44,7 @@ use crate::{Error, Rule};
 use connection::{Conn, Remake};
 use failure::classify;
 use lua::Lua;
-use reconnects::Reconnects;
+use reconnects::{Failure, Reconnects};
 use replies::{script_error, unfit};
 use server::{Eviction, Health};
 use target::Target;
@@ -435,9 +435,13 @@ impl RedisBackend {
         if let Some(refusal) = self.health.refusal(self.target.shown()) {
             return Err(refusal);
         }
-        let (failed, tries) = self.reconnects.before().map_err(|cause| Error::Unreachable {
-            target: self.target.shown().to_owned(),
-            detail: cause,
+        let (failed, tries) = self.reconnects.before().map_err(|(failure, detail)| {
+            let target = self.target.shown().to_owned();
+            match failure {
+                Failure::Unreachable => Error::Unreachable { target, detail },
+                Failure::Credentials => Error::AuthFailed { target, detail },
+                Failure::Database => Error::UnknownDatabase { target, detail },
+            }
         })?;
         if tries {
             self.connect_anew();
@@ -490,16 +494,27 @@ impl RedisBackend {
                     self.timed_out();
                 } else if !err.is_io_error() {
                     self.replied();
-                    self.reconnects.answered();
                 }
                 let lost = err.is_io_error() && !err.is_timeout();
                 let error = script_error(&err, calls)
                     .or_else(|| unfit(&err))
                     .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting));
-                // A cluster's client connects to each node again itself, and one
-                // node down among others must not pause the calls to the others.
-                if let (true, false, Error::Unreachable { detail, .. }) = (lost, self.cluster, &error) {
-                    self.reconnects.failed(failed_before, detail);
+                // A connection whose opening commands are refused is never made
+                // again by the connection manager: it is, at the try after a pause.
+                let failure = match &error {
+                    Error::Unreachable { detail, .. } if lost => Some((Failure::Unreachable, detail)),
+                    Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
+                    Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
+                    _ => None,
+                };
+                match failure {
+                    // A cluster's client connects to each node again itself, and one
+                    // node down among others must not pause the calls to the others.
+                    Some((failure, detail)) if !self.cluster => {
+                        self.reconnects.failed(failed_before, failure, detail)
+                    }
+                    None if !err.is_io_error() && !err.is_timeout() => self.reconnects.answered_with_error(),
+                    _ => {}
                 }
                 // A lost connection (not a slow answer) is made again before the
                 // next command can be answered.

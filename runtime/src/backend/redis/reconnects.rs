@@ -26,11 +26,21 @@ pub(crate) const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 /// How a client's connecting to one server is paced.
 #[derive(Default)]
 pub(crate) struct Reconnects {
-    /// Commands that failed to reach the server since the last reply.
+    /// Commands that failed to reach the server since the last reply that was not
+    /// an error.
     in_a_row: AtomicU32,
-    /// Whether `pause` holds one: read before each command.
+    /// Whether `state` holds a pause: read before each command.
     paused: AtomicBool,
-    pause: Mutex<Option<Pause>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    pause: Option<Pause>,
+    /// The last pause's length, kept past an error reply (a server that answers a
+    /// command with an error and closes is reached by nothing the client can use),
+    /// forgotten at a reply that is not an error.
+    last: Option<Duration>,
 }
 
 struct Pause {
@@ -40,8 +50,19 @@ struct Pause {
     /// Whether a call tries again since the pause began: its failure doubles the
     /// pause (failures of calls sent before it began leave it as it is).
     tried: bool,
-    /// The last failure's cause, as its error said it.
+    /// The last failure, and its cause as its error said it.
+    failure: Failure,
     cause: String,
+}
+
+/// What kind of failure keeps the client from the server: no connection, or a
+/// connection whose opening commands (`AUTH`, `SELECT`) are refused, which the
+/// connection manager never makes again by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    Unreachable,
+    Credentials,
+    Database,
 }
 
 impl Reconnects {
@@ -51,23 +72,28 @@ impl Reconnects {
     /// when the pause began); or, while the connecting is paused, why the call fails
     /// at once.
     #[inline]
-    pub(crate) fn before(&self) -> Result<(u32, bool), String> {
+    pub(crate) fn before(&self) -> Result<(u32, bool), (Failure, String)> {
         let tries = self.paused.load(Ordering::Relaxed) && self.paused_for()?;
         Ok((self.in_a_row.load(Ordering::Relaxed), tries))
     }
 
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     #[cold]
-    fn paused_for(&self) -> Result<bool, String> {
-        let mut pause = self.pause.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(pause) = pause.as_mut() else {
+    fn paused_for(&self) -> Result<bool, (Failure, String)> {
+        let mut state = self.state();
+        let Some(pause) = state.pause.as_mut() else {
             return Ok(false);
         };
         let now = Instant::now();
         if now < pause.until {
-            return Err(format!(
+            let cause = format!(
                 "{}; no connection is tried for {:?} after a failed one",
                 pause.cause, pause.length
-            ));
+            );
+            return Err((pause.failure, cause));
         }
         // This call tries: the others wait out the same pause again meanwhile.
         pause.until = now + pause.length;
@@ -82,7 +108,7 @@ impl Reconnects {
         self.paused.load(Ordering::Relaxed)
     }
 
-    /// A reply came: the server is reached.
+    /// A reply that is not an error came: the server is reached.
     #[inline]
     pub(crate) fn answered(&self) {
         if self.in_a_row.load(Ordering::Relaxed) != 0 {
@@ -92,32 +118,44 @@ impl Reconnects {
 
     #[cold]
     fn reached(&self) {
-        let mut pause = self.pause.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state();
         self.in_a_row.store(0, Ordering::Relaxed);
         self.paused.store(false, Ordering::Relaxed);
-        *pause = None;
+        *state = State::default();
     }
 
-    /// A command sent after `before` failures in a row failed to reach the server,
-    /// for `cause`. Sent after one, it was on the connection that failure had made:
-    /// that one failed too, and the connecting pauses.
+    /// An error reply came: the connection works, and the calls go on to the server;
+    /// the next failure in a row pauses twice as long as the last pause did.
+    #[inline]
+    pub(crate) fn answered_with_error(&self) {
+        if self.paused.load(Ordering::Relaxed) {
+            self.state().pause = None;
+            self.paused.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// A command sent after `before` failures in a row failed to reach the server
+    /// (`failure`, for `cause`). Sent after one, it was on the connection that failure
+    /// had made: that one failed too, and the connecting pauses.
     #[cold]
-    pub(crate) fn failed(&self, before: u32, cause: &str) {
-        let mut pause = self.pause.lock().unwrap_or_else(PoisonError::into_inner);
+    pub(crate) fn failed(&self, before: u32, failure: Failure, cause: &str) {
+        let mut state = self.state();
         self.in_a_row.fetch_add(1, Ordering::Relaxed);
         if before == 0 {
             return;
         }
-        let length = match pause.as_ref() {
-            None => FIRST_PAUSE,
-            Some(pause) if pause.tried => (pause.length * 2).min(LONGEST_PAUSE),
+        let length = match (&state.pause, state.last) {
             // Sent before the pause began (calls failing together): one failure.
-            Some(_) => return,
+            (Some(pause), _) if !pause.tried => return,
+            (_, None) => FIRST_PAUSE,
+            (_, Some(last)) => (last * 2).min(LONGEST_PAUSE),
         };
-        *pause = Some(Pause {
+        state.last = Some(length);
+        state.pause = Some(Pause {
             until: Instant::now() + length,
             length,
             tried: false,
+            failure,
             cause: cause.to_owned(),
         });
         self.paused.store(true, Ordering::Relaxed);
@@ -133,11 +171,12 @@ mod tests {
         let reconnects = Reconnects::default();
         // A connection lost: the next command tries at once.
         assert_eq!(reconnects.before(), Ok((0, false)));
-        reconnects.failed(0, "refused");
+        reconnects.failed(0, Failure::Unreachable, "refused");
         assert_eq!(reconnects.before(), Ok((1, false)));
         // The new connection failed too: paused.
-        reconnects.failed(1, "refused");
-        let err = reconnects.before().unwrap_err();
+        reconnects.failed(1, Failure::Unreachable, "refused");
+        let (failure, err) = reconnects.before().unwrap_err();
+        assert_eq!(failure, Failure::Unreachable);
         assert!(
             err.starts_with("refused; no connection is tried for 100ms"),
             "{err}"
@@ -146,8 +185,8 @@ mod tests {
         std::thread::sleep(FIRST_PAUSE);
         assert_eq!(reconnects.before(), Ok((2, true)));
         assert!(reconnects.before().is_err(), "one call tries, the others wait");
-        reconnects.failed(2, "refused");
-        assert!(reconnects.before().unwrap_err().contains("for 200ms"));
+        reconnects.failed(2, Failure::Unreachable, "refused");
+        assert!(reconnects.before().unwrap_err().1.contains("for 200ms"));
         // A reply ends it.
         reconnects.answered();
         assert_eq!(reconnects.before(), Ok((0, false)));
@@ -156,23 +195,43 @@ mod tests {
     #[test]
     fn calls_failing_together_are_one_failure() {
         let reconnects = Reconnects::default();
-        reconnects.failed(0, "reset");
+        reconnects.failed(0, Failure::Unreachable, "reset");
         for _ in 0..10 {
-            reconnects.failed(1, "reset");
+            reconnects.failed(1, Failure::Unreachable, "reset");
         }
-        assert!(reconnects.before().unwrap_err().contains("for 100ms"));
+        assert!(reconnects.before().unwrap_err().1.contains("for 100ms"));
     }
 
     #[test]
     fn the_pause_stops_doubling_at_the_longest() {
         let reconnects = Reconnects::default();
-        reconnects.failed(0, "reset");
-        reconnects.failed(1, "reset");
+        reconnects.failed(0, Failure::Unreachable, "reset");
+        reconnects.failed(1, Failure::Unreachable, "reset");
         for before in 2..10 {
-            reconnects.pause.lock().unwrap().as_mut().unwrap().until = Instant::now();
+            reconnects.state().pause.as_mut().unwrap().until = Instant::now();
             assert!(reconnects.before().is_ok(), "the pause is over: one call tries");
-            reconnects.failed(before, "reset");
+            reconnects.failed(before, Failure::Unreachable, "reset");
         }
-        assert!(reconnects.before().unwrap_err().contains("for 1s"));
+        assert!(reconnects.before().unwrap_err().1.contains("for 1s"));
+    }
+
+    #[test]
+    fn an_error_reply_lets_calls_go_on_and_the_next_pause_is_longer() {
+        let reconnects = Reconnects::default();
+        reconnects.failed(0, Failure::Credentials, "refused the password");
+        reconnects.failed(1, Failure::Credentials, "refused the password");
+        let (failure, _) = reconnects.before().unwrap_err();
+        assert_eq!(failure, Failure::Credentials, "a pause says what failed");
+        // An error reply (a server answering, then closing): calls go on...
+        reconnects.answered_with_error();
+        assert_eq!(reconnects.before(), Ok((2, false)));
+        // ...and the failure after it pauses twice as long as the last pause.
+        reconnects.failed(2, Failure::Unreachable, "reset");
+        assert!(reconnects.before().unwrap_err().1.contains("for 200ms"));
+        // A reply that is not an error forgets it all.
+        reconnects.answered();
+        reconnects.failed(0, Failure::Unreachable, "reset");
+        reconnects.failed(1, Failure::Unreachable, "reset");
+        assert!(reconnects.before().unwrap_err().1.contains("for 100ms"));
     }
 }
