@@ -232,9 +232,13 @@ impl RedisBackend {
     /// A command timed out: the connection is made again when no reply has come for
     /// [`SILENT_TIMEOUTS`] command timeouts, counted from the first timed-out
     /// command's sending. (Calls cut by one slow answer all time out at once: they
-    /// are one timeout.)
+    /// are one timeout.) While the connecting is paused, the try's timeout is a
+    /// failed try.
     #[cold]
-    fn timed_out(&self) {
+    fn timed_out(&self, failed_before: u32) {
+        if !self.cluster {
+            self.reconnects.timed_out(failed_before, self.timeout);
+        }
         let silent_for = {
             let mut since = self.silent_since.lock().unwrap_or_else(PoisonError::into_inner);
             let sent = Instant::now()
@@ -491,7 +495,7 @@ impl RedisBackend {
             }
             Ok(Err(err)) => {
                 if err.is_timeout() {
-                    self.timed_out();
+                    self.timed_out(failed_before);
                 } else if !err.is_io_error() {
                     self.replied();
                 }
@@ -533,7 +537,7 @@ impl RedisBackend {
                 self.noting_step(Err(error))
             }
             Err(_) => {
-                self.timed_out();
+                self.timed_out(failed_before);
                 Err(Error::Timeout {
                     after: self.timeout,
                     connecting,

@@ -129,8 +129,23 @@ impl Reconnects {
     #[inline]
     pub(crate) fn answered_with_error(&self) {
         if self.paused.load(Ordering::Relaxed) {
-            self.state().pause = None;
+            // Both under the lock: a failure between them would leave a pause that
+            // no call looks at.
+            let mut state = self.state();
+            state.pause = None;
             self.paused.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// A command sent after `before` failures in a row timed out: while the
+    /// connecting is paused, the new connection a try made answered nothing, and
+    /// that is a failure too (the pause doubles), rather than a try every pause
+    /// each leaving a connection open.
+    #[cold]
+    pub(crate) fn timed_out(&self, before: u32, after: Duration) {
+        if self.paused() {
+            let cause = format!("a connection made again answered nothing within {after:?}");
+            self.failed(before, Failure::Unreachable, &cause);
         }
     }
 
@@ -190,6 +205,27 @@ mod tests {
         // A reply ends it.
         reconnects.answered();
         assert_eq!(reconnects.before(), Ok((0, false)));
+    }
+
+    #[test]
+    fn a_try_that_times_out_doubles_the_pause() {
+        let reconnects = Reconnects::default();
+        // Timeouts outside a pause are not failures to connect.
+        reconnects.timed_out(0, Duration::from_millis(200));
+        assert_eq!(reconnects.before(), Ok((0, false)));
+        reconnects.failed(0, Failure::Unreachable, "reset");
+        reconnects.failed(1, Failure::Unreachable, "reset");
+        reconnects.state().pause.as_mut().unwrap().until = Instant::now();
+        assert_eq!(reconnects.before(), Ok((2, true)));
+        reconnects.timed_out(2, Duration::from_millis(200));
+        let (failure, cause) = reconnects.before().unwrap_err();
+        assert_eq!(failure, Failure::Unreachable);
+        assert!(
+            cause.starts_with(
+                "a connection made again answered nothing within 200ms; no connection is tried for 200ms"
+            ),
+            "{cause}"
+        );
     }
 
     #[test]
