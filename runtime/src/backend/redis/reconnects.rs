@@ -5,13 +5,17 @@
 //! would bring a recovering server as many per client.
 //!
 //! Now a failure that follows another (the command sent after the first, on the
-//! connection it had made) pauses the connecting: until the pause ends, calls fail at
-//! once with the last failure's cause, sending nothing; the first call after it tries
-//! again. The pause doubles from [`FIRST_PAUSE`] at each such try that fails, up to
-//! [`LONGEST_PAUSE`], and ends at the first reply. One connection lost on a server that
-//! answers pauses nothing: the command after it reconnects at once. What the client
-//! sends beside the calls (a check of the server, a refund) is not sent while the
-//! connecting is paused: each would try a connection of its own.
+//! connection it had made) pauses the connecting. A failure is a connection lost or
+//! refused, or one whose `AUTH` or `SELECT` is refused (which the connection manager
+//! never makes again by itself). Until the pause ends, calls fail at once with the
+//! last failure's kind and cause, sending nothing; the first call after it tries
+//! again (on one server, on a new connection). The pause doubles from
+//! [`FIRST_PAUSE`] at each such try that fails or answers nothing within the command
+//! timeout, up to [`LONGEST_PAUSE`]. A reply ends it; an error reply lets the calls
+//! go on but keeps its length for the next failure. One connection lost on a server
+//! that answers pauses nothing: the command after it reconnects at once. What the
+//! client sends beside the calls (a check of the server, a refund) is not sent while
+//! the connecting is paused: each would try a connection of its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -20,7 +24,8 @@ use std::time::{Duration, Instant};
 /// The pause after the second failure in a row.
 pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(100);
 
-/// The longest pause: a server back is reached within it.
+/// The longest pause: a server back is reached at the first try after it is back,
+/// within this and the try under way when it came back.
 pub(crate) const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 
 /// How a client's connecting to one server is paced.
