@@ -69,14 +69,19 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// A client of `url` with a command timeout of [`TIMEOUT`].
+async fn client(url: &str) -> Client {
+    Client::builder()
+        .command_timeout(TIMEOUT)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarts_and_hangs_under_load() {
     let server = RedisServer::start();
-    let client = Client::builder()
-        .command_timeout(TIMEOUT)
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let client = client(&server.url()).await;
     redlimit::set_default(client).unwrap();
 
     let record = Arc::new(Mutex::new(Record::default()));
@@ -179,11 +184,7 @@ async fn restarts_and_hangs_under_load() {
 async fn a_server_no_connection_reaches_is_tried_a_few_times_a_second() {
     let server = RedisServer::start();
     let link = support::link::DelayedLink::start(server.port, Duration::ZERO).await;
-    let client = Client::builder()
-        .command_timeout(TIMEOUT)
-        .connect(&link.url())
-        .await
-        .unwrap();
+    let client = client(&link.url()).await;
     let rules = [redlimit::Rule::new(
         "rate_limit:paced",
         100,
@@ -246,11 +247,7 @@ async fn a_server_no_connection_reaches_is_tried_a_few_times_a_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_whose_password_was_refused_is_made_again() {
     let server = RedisServer::start_with(&["--requirepass", "hunter2"]);
-    let client = Client::builder()
-        .command_timeout(TIMEOUT)
-        .connect(&format!("redis://:hunter2@127.0.0.1:{}/", server.port))
-        .await
-        .unwrap();
+    let client = client(&format!("redis://:hunter2@127.0.0.1:{}/", server.port)).await;
     let rules = [redlimit::Rule::new(
         "rate_limit:auth-back",
         100,
