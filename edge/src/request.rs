@@ -262,6 +262,7 @@ impl Scope {
 
     /// `future` run inside this request's scope: how a task the request spawns
     /// (`tokio::spawn(scope.run(work))`) keeps keying by the request's values.
+    #[inline(always)]
     pub fn run<F: Future>(self, future: F) -> Scoped<F> {
         Scoped {
             scope: Some(self),

@@ -86,9 +86,18 @@ where
             .writes_fields()
             .then(|| (self.shared.clone(), granted));
         let request = Request::from_parts(parts, body);
+        if calls_in_its_future::<S>() {
+            // Written where it is returned: the inner future is not moved on its way.
+            return ResponseFuture {
+                kind: Kind::Granted {
+                    future: scope.run(self.inner.call(request)),
+                    fields,
+                },
+            };
+        }
         ResponseFuture {
             kind: Kind::Granted {
-                future: scope.call(!calls_in_its_future::<S>(), || self.inner.call(request)),
+                future: scope.call(true, || self.inner.call(request)),
                 fields,
             },
         }
