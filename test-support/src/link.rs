@@ -199,3 +199,135 @@ async fn carry_until_silenced(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, c
         let _ = to.shutdown().await;
     }
 }
+
+/// How a [`FaultyLink`] serves a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Carried to the server and back, as it is.
+    None,
+    /// Taken and closed at once: a server gone behind a proxy.
+    Close,
+    /// Carried until its first script call (`EVALSHA`, `EVAL`), which is answered
+    /// with `-ERR` and the connection closed: a proxy that refuses a command with an
+    /// error and drops the connection.
+    ErrorThenClose,
+    /// Taken, and nothing answered or closed: a network that drops every packet.
+    Silent,
+}
+
+/// Listens until dropped; each connection it takes is served as the link's fault
+/// says when it is taken. [`set`](FaultyLink::set) changes the fault and closes every
+/// connection open.
+#[derive(Debug)]
+pub struct FaultyLink {
+    pub port: u16,
+    accepted: Arc<AtomicUsize>,
+    fault: tokio::sync::watch::Sender<Fault>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl FaultyLink {
+    pub async fn start(target: u16) -> FaultyLink {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (fault, mut changes) = tokio::sync::watch::channel(Fault::None);
+        let counted = Arc::clone(&accepted);
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let fault = *changes.borrow_and_update();
+                let mut changed = changes.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = serve(inbound, target, fault) => {}
+                        _ = changed.changed() => {}
+                    }
+                });
+            }
+        });
+        FaultyLink {
+            port,
+            accepted,
+            fault,
+            accept,
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Every connection open now closed, and those taken after served as `fault` says.
+    pub fn set(&self, fault: Fault) {
+        self.fault.send_replace(fault);
+    }
+
+    /// How many connections it has accepted.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultyLink {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// One connection served as `fault` says.
+async fn serve(mut inbound: TcpStream, target: u16, fault: Fault) {
+    let mut buf = vec![0u8; 64 * 1024];
+    match fault {
+        Fault::None => {
+            connected(
+                inbound,
+                target,
+                |(mut from_in, mut to_in), (mut from_out, mut to_out)| async move {
+                    let _ = tokio::join!(
+                        tokio::io::copy(&mut from_in, &mut to_out),
+                        tokio::io::copy(&mut from_out, &mut to_in)
+                    );
+                },
+            )
+            .await
+        }
+        Fault::Close => drop(inbound),
+        Fault::ErrorThenClose => {
+            let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+                return;
+            };
+            let ((mut from_in, mut to_in), (mut from_out, mut to_out)) =
+                (inbound.into_split(), outbound.into_split());
+            let mut down = vec![0u8; 64 * 1024];
+            loop {
+                tokio::select! {
+                    read = from_in.read(&mut buf) => {
+                        let Ok(n @ 1..) = read else { return };
+                        if is_script_call(&buf[..n]) {
+                            let _ = to_in.write_all(b"-ERR the link refuses this command\r\n").await;
+                            return;
+                        }
+                        if to_out.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                    read = from_out.read(&mut down) => {
+                        let Ok(n @ 1..) = read else { return };
+                        if to_in.write_all(&down[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        Fault::Silent => while let Ok(1..) = inbound.read(&mut buf).await {},
+    }
+}
+
+/// Whether `bytes` hold a script call: `EVALSHA` or `EVAL` as a command's name.
+fn is_script_call(bytes: &[u8]) -> bool {
+    let upper = bytes.to_ascii_uppercase();
+    upper.windows(9).any(|w| w == b"\r\nEVALSHA") || upper.windows(8).any(|w| w == b"\r\nEVAL\r\n")
+}
