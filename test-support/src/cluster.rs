@@ -163,6 +163,24 @@ impl RedisCluster {
         }
     }
 
+    /// Has node `port` tell clients it is at `127.0.0.1:<announced>` (a link there
+    /// stands between them and it; the nodes still reach each other directly), and
+    /// waits until every live node's `CLUSTER SLOTS` says so.
+    pub fn announce(&self, port: u16, announced: u16) {
+        let (port, announced) = (port.to_string(), announced.to_string());
+        cli(&["-p", &port, "config", "set", "cluster-announce-port", &announced]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.live_ports().iter().all(|node| {
+            cli(&["-p", &node.to_string(), "cluster", "slots"]).contains(&format!("\n{announced}\n"))
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "node {port} not announced at {announced} in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn live_ports(&self) -> Vec<u16> {
         self.nodes
             .iter()

@@ -26,7 +26,8 @@ impl RedisBackend {
     ) -> Result<(Outcome, Vec<[u8; member::MEMBER_LEN]>), Error> {
         self.maybe_check(now);
         // A call that fails before it is sent has nothing to refund.
-        let failed_before = self.sendable()?;
+        let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
+        let (failed_before, pace) = self.sendable(&keys)?;
         let mut members: Vec<[u8; member::MEMBER_LEN]> = calls
             .iter()
             .map(|call| member::new_member(u32::try_from(call.permits).unwrap_or(u32::MAX)))
@@ -46,7 +47,6 @@ impl RedisBackend {
             &SCRIPTS.acquire
         };
         let cmd = self.acquire_command(script, calls, &members, only_buckets, now, tag);
-        let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         let probe = calls.iter().all(|c| c.permits == 0);
         // A token bucket's grant is not in any log: nothing to take back.
         let refundable = !(probe || only_buckets);
@@ -72,7 +72,7 @@ impl RedisBackend {
             return Ok((outcome?, members));
         }
         let reply: Result<redis::Value, Error> = self
-            .send(failed_before, &keys, |mut conn| async move {
+            .send(failed_before, &pace, &keys, |mut conn| async move {
                 eval_sha(script, &cmd, &mut conn).await
             })
             .await;

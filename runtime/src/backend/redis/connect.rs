@@ -359,10 +359,13 @@ impl Settings {
     ) -> Result<redis::cluster::ClusterClient, Error> {
         // Redirects and TRYAGAIN (a slot migrating) are retried within milliseconds:
         // the default waits start at 1.28 s, far past any request path's timeout.
+        // Four retries, not the default 16: each retry on a node that cannot be
+        // reached connects again, and a call that spends them fails rather than
+        // times out, so that the node's pace (`nodes`) sees it.
         let builder = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
             .connection_timeout(self.connect_timeout)
             .response_timeout(self.command_timeout)
-            .retries(16)
+            .retries(4)
             .min_retry_wait(2)
             .max_retry_wait(50)
             .retry_wait_formula(2, 2);

@@ -50,11 +50,11 @@ impl RedisBackend {
         let keys = refund_keys(calls);
         let mut first = Some(self.conn());
         let timeout = self.timeout;
-        let (slot, silent, reconnects) = (
-            Arc::clone(&self.conn),
-            Arc::clone(&self.silent),
-            Arc::clone(&self.reconnects),
-        );
+        let reconnects = match self.cluster {
+            false => Arc::clone(&self.reconnects),
+            true => self.nodes.pace(&calls.iter().map(|c| c.keys).collect::<Vec<_>>()),
+        };
+        let (slot, silent) = (Arc::clone(&self.conn), Arc::clone(&self.silent));
         runtime.spawn(async move {
             for attempt in 0..REFUND_ATTEMPTS {
                 let conn = first.take();

@@ -24,6 +24,7 @@ pub(crate) mod kept;
 mod layout;
 mod limiter;
 mod lua;
+mod nodes;
 mod reconnects;
 pub(crate) mod replicas;
 mod replies;
@@ -44,6 +45,7 @@ use crate::{Error, Rule};
 use connection::{Conn, Remake};
 use failure::classify;
 use lua::Lua;
+use nodes::Nodes;
 use reconnects::{Failure, Reconnects};
 use replies::{script_error, unfit};
 use server::{Eviction, Health};
@@ -140,6 +142,8 @@ pub(crate) struct RedisBackend {
     answered: AtomicBool,
     /// How often one server is connected to again while no connection reaches it.
     reconnects: Arc<Reconnects>,
+    /// The same for each node of a Redis Cluster.
+    nodes: Arc<Nodes>,
     /// The server's version, eviction policy and the connection's name, checked about
     /// once a minute off the deciding path.
     health: std::sync::Arc<Health>,
@@ -188,6 +192,7 @@ impl RedisBackend {
             calls: AtomicU64::new(0),
             answered: AtomicBool::new(connected),
             reconnects: Arc::default(),
+            nodes: Arc::default(),
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected)),
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -235,10 +240,8 @@ impl RedisBackend {
     /// are one timeout.) While the connecting is paused, the try's timeout is a
     /// failed try.
     #[cold]
-    fn timed_out(&self, failed_before: u32) {
-        if !self.cluster {
-            self.reconnects.timed_out(failed_before, self.timeout);
-        }
+    fn timed_out(&self, failed_before: u32, pace: &Reconnects) {
+        pace.timed_out(failed_before, self.timeout);
         let silent_for = {
             let mut since = self.silent_since.lock().unwrap_or_else(PoisonError::into_inner);
             let sent = Instant::now()
@@ -391,7 +394,7 @@ impl RedisBackend {
     #[cold]
     fn spawn_check(&self, now: u64) {
         // Checked once the server answers again.
-        if self.reconnects.paused() {
+        if self.reconnects.paused() || (self.cluster && self.nodes.any_paused()) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -427,19 +430,30 @@ impl RedisBackend {
     where
         F: Future<Output = Result<T, RedisError>>,
     {
-        let failed_before = self.sendable()?;
-        self.send(failed_before, calls, request).await
+        let (failed_before, pace) = self.sendable(calls)?;
+        self.send(failed_before, &pace, calls, request).await
     }
 
-    /// Whether a command may be sent: the failures to reach the server in a row so
-    /// far, or why the call fails without sending anything (an unsupported server, a
-    /// server no connection reaches, whose connecting is paused).
+    /// The pace the call on `calls` follows while no connection reaches its server:
+    /// the client's one server's, or on a cluster its slot's primary's.
+    fn pace(&self, calls: &[Keys<'_>]) -> Pace<'_> {
+        match self.cluster {
+            false => Pace::Server(&self.reconnects),
+            true => Pace::Node(self.nodes.pace(calls)),
+        }
+    }
+
+    /// Whether a command on `calls` may be sent: the failures to reach its server in a
+    /// row so far and the pace it follows, or why the call fails without sending
+    /// anything (an unsupported server, a server no connection reaches, whose
+    /// connecting is paused).
     #[inline]
-    fn sendable(&self) -> Result<u32, Error> {
+    fn sendable(&self, calls: &[Keys<'_>]) -> Result<(u32, Pace<'_>), Error> {
         if let Some(refusal) = self.health.refusal(self.target.shown()) {
             return Err(refusal);
         }
-        let (failed, tries) = self.reconnects.before().map_err(|(failure, detail)| {
+        let pace = self.pace(calls);
+        let (failed, tries) = pace.before().map_err(|(failure, detail)| {
             let target = self.target.shown().to_owned();
             match failure {
                 Failure::Unreachable => Error::Unreachable { target, detail },
@@ -450,7 +464,7 @@ impl RedisBackend {
         if tries {
             self.connect_anew();
         }
-        Ok(failed)
+        Ok((failed, pace))
     }
 
     /// Puts a new connection (made on first use) in place of one to a server that
@@ -475,6 +489,7 @@ impl RedisBackend {
     async fn send<T, F>(
         &self,
         failed_before: u32,
+        pace: &Reconnects,
         calls: &[Keys<'_>],
         request: impl FnOnce(Conn) -> F,
     ) -> Result<T, Error>
@@ -490,12 +505,12 @@ impl RedisBackend {
                     self.answered.store(true, Ordering::Relaxed);
                 }
                 self.replied();
-                self.reconnects.answered();
+                pace.answered();
                 Ok(value)
             }
             Ok(Err(err)) => {
                 if err.is_timeout() {
-                    self.timed_out(failed_before);
+                    self.timed_out(failed_before, pace);
                 } else if !err.is_io_error() {
                     self.replied();
                 }
@@ -505,20 +520,25 @@ impl RedisBackend {
                     .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting));
                 // A connection whose opening commands are refused is never made
                 // again by the connection manager: it is, at the try after a pause.
+                let unreachable = lost || (self.cluster && node_unreached(&err));
                 let failure = match &error {
-                    Error::Unreachable { detail, .. } if lost => Some((Failure::Unreachable, detail)),
+                    Error::Unreachable { detail, .. } | Error::Backend { detail } if unreachable => {
+                        Some((Failure::Unreachable, detail))
+                    }
                     Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
                     Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
                     _ => None,
                 };
                 match failure {
-                    // A cluster's client connects to each node again itself, and one
-                    // node down among others must not pause the calls to the others.
-                    Some((failure, detail)) if !self.cluster => {
-                        self.reconnects.failed(failed_before, failure, detail)
+                    Some((failure, detail)) => {
+                        pace.failed(failed_before, failure, detail);
+                        // Which node serves which slot, read for the next calls.
+                        if self.cluster {
+                            self.nodes.read_soon(self.conn(), self.timeout);
+                        }
                     }
-                    None if !err.is_io_error() && !err.is_timeout() => self.reconnects.answered_with_error(),
-                    _ => {}
+                    None if !err.is_io_error() && !err.is_timeout() => pace.answered_with_error(),
+                    None => {}
                 }
                 // A lost connection (not a slow answer) is made again before the
                 // next command can be answered.
@@ -537,7 +557,7 @@ impl RedisBackend {
                 self.noting_step(Err(error))
             }
             Err(_) => {
-                self.timed_out(failed_before);
+                self.timed_out(failed_before, pace);
                 Err(Error::Timeout {
                     after: self.timeout,
                     connecting,
@@ -550,6 +570,32 @@ impl RedisBackend {
     pub fn is_cluster(&self) -> bool {
         self.cluster
     }
+}
+
+/// The pace a call follows ([`RedisBackend::pace`]).
+enum Pace<'a> {
+    Server(&'a Reconnects),
+    Node(Arc<Reconnects>),
+}
+
+impl std::ops::Deref for Pace<'_> {
+    type Target = Reconnects;
+
+    fn deref(&self) -> &Reconnects {
+        match self {
+            Pace::Server(pace) => pace,
+            Pace::Node(pace) => pace,
+        }
+    }
+}
+
+/// Whether a cluster's call failed for want of its slot's node, the cluster
+/// client's retries spent: no node connection left, a redirect to a node it could
+/// not reach, or the cluster down (a node lost, no replica promoted yet). An error
+/// reply from whichever node answered, not a sign that the slot's node answers.
+fn node_unreached(err: &RedisError) -> bool {
+    err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || matches!(err.code(), Some("MOVED" | "ASK" | "CLUSTERDOWN" | "MASTERDOWN"))
 }
 
 /// Whether `runtime` still runs what is spawned on it: a runtime shut down drops it

@@ -15,7 +15,9 @@
 //! go on but keeps its length for the next failure. One connection lost on a server
 //! that answers pauses nothing: the command after it reconnects at once. What the
 //! client sends beside the calls (a check of the server, a refund) is not sent while
-//! the connecting is paused: each would try a connection of its own.
+//! the connecting is paused: each would try a connection of its own. On a Redis
+//! Cluster each primary has a pace of its own (`nodes`): one down pauses the calls to
+//! its slots only.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};

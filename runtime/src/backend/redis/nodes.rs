@@ -1,0 +1,241 @@
+//! How often each node of a Redis Cluster is tried while no connection reaches it:
+//! a pace ([`Reconnects`]) for each primary, found by the slot of a call's keys in
+//! the cluster's slot map, so that one node down pauses the calls to it and none of
+//! the calls to the others.
+//!
+//! The map is read (`CLUSTER SLOTS`) after a failure to reach a node, in a task of
+//! its own, one read at a time and at most once a [`READ_EVERY`]: a cluster that
+//! answers pays nothing for it. Until it is read, for calls without keys, and for
+//! slots it names no node for, calls share one pace, so a cluster that no connection
+//! reaches at all (its one node down, a proxy in front of it gone) is tried a few
+//! times a second too. A map gone stale (a failover since) costs at most a pause:
+//! the try after it reaches the slot's new primary, and its answer ends the pause.
+//!
+//! The reply is the server's: entries that are not a slot range and an address are
+//! left out, as are addresses longer than [`LONGEST_ADDRESS`]; there are at most as
+//! many paces as slots.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::connection::Conn;
+use super::reconnects::Reconnects;
+use crate::keys::{hash_slot, Keys};
+
+/// The least time between two reads of the slot map.
+const READ_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest node address kept (`host:port`): a hostname is at most 253 bytes.
+const LONGEST_ADDRESS: usize = 300;
+
+const SLOTS: usize = 16_384;
+
+/// No node named for a slot.
+const NONE: u16 = u16::MAX;
+
+/// The paces of a cluster's nodes, and the map that finds a call's.
+#[derive(Default)]
+pub(super) struct Nodes {
+    map: RwLock<Arc<Map>>,
+    /// Whether a read of the map is under way.
+    reading: Arc<AtomicBool>,
+    /// When the map was last asked for.
+    asked_at: Mutex<Option<Instant>>,
+}
+
+/// Each slot's primary, as an index into `paces`, and a pace for the rest.
+#[derive(Default)]
+struct Map {
+    slots: Box<[u16]>,
+    paces: Vec<(String, Arc<Reconnects>)>,
+    /// Calls without keys, slots without a node, and every call before a map is read.
+    rest: Arc<Reconnects>,
+}
+
+impl Nodes {
+    /// The pace the call on `calls` follows: its slot's primary's.
+    pub(super) fn pace(&self, calls: &[Keys<'_>]) -> Arc<Reconnects> {
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        let node = calls
+            .first()
+            .filter(|_| !map.slots.is_empty())
+            .map(|keys| map.slots[usize::from(hash_slot(keys.config().as_bytes()))])
+            .filter(|&node| node != NONE);
+        match node {
+            Some(node) => Arc::clone(&map.paces[usize::from(node)].1),
+            None => Arc::clone(&map.rest),
+        }
+    }
+
+    /// Whether any pace is paused: the server's check waits while one is.
+    pub(super) fn any_paused(&self) -> bool {
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        map.rest.paused() || map.paces.iter().any(|(_, pace)| pace.paused())
+    }
+
+    /// A node could not be reached: the map is read again in a task on the current
+    /// runtime when none was asked for in the last [`READ_EVERY`], and none is being
+    /// read, under `timeout`.
+    pub(super) fn read_soon(self: &Arc<Self>, conn: Conn, timeout: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        {
+            let mut asked_at = self.asked_at.lock().unwrap_or_else(PoisonError::into_inner);
+            if asked_at.is_some_and(|at| at.elapsed() < READ_EVERY) {
+                return;
+            }
+            if self.reading.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            *asked_at = Some(Instant::now());
+        }
+        let nodes = Arc::clone(self);
+        runtime.spawn(async move {
+            let mut conn = conn;
+            let mut slots = redis::cmd("CLUSTER");
+            let read = slots.arg("SLOTS").query_async::<Value>(&mut conn);
+            if let Ok(Ok(reply)) = tokio::time::timeout(timeout, read).await {
+                nodes.read(&reply);
+            }
+            nodes.reading.store(false, Ordering::Release);
+        });
+    }
+
+    /// The map `reply` (to `CLUSTER SLOTS`) gives, in place of the last one; a node
+    /// named before keeps its pace.
+    fn read(&self, reply: &Value) {
+        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        let mut known: HashMap<&str, &Arc<Reconnects>> = map
+            .paces
+            .iter()
+            .map(|(address, pace)| (address.as_str(), pace))
+            .collect();
+        let mut slots = vec![NONE; SLOTS].into_boxed_slice();
+        let mut paces: Vec<(String, Arc<Reconnects>)> = Vec::new();
+        let mut index: HashMap<String, u16> = HashMap::new();
+        for (start, end, address) in ranges(reply) {
+            let node = *index.entry(address.clone()).or_insert_with(|| {
+                let pace = known.remove(address.as_str()).cloned().unwrap_or_default();
+                paces.push((address, pace));
+                // At most one node a range, at most SLOTS ranges: it fits.
+                (paces.len() - 1) as u16
+            });
+            slots[usize::from(start)..=usize::from(end)].fill(node);
+        }
+        *map = Arc::new(Map {
+            slots: if paces.is_empty() { Box::default() } else { slots },
+            paces,
+            rest: Arc::clone(&map.rest),
+        });
+    }
+}
+
+/// The slot ranges of a `CLUSTER SLOTS` reply and their primaries' addresses:
+/// `[start, end, [host, port, ...], replicas...]` each; any other entry is left out.
+fn ranges(reply: &Value) -> impl Iterator<Item = (u16, u16, String)> + '_ {
+    let entries = match reply {
+        Value::Array(entries) => entries.as_slice(),
+        _ => &[],
+    };
+    entries.iter().take(SLOTS).filter_map(|entry| {
+        let Value::Array(fields) = entry else {
+            return None;
+        };
+        let slot = |value: &Value| match value {
+            Value::Int(n) => u16::try_from(*n).ok().filter(|&n| usize::from(n) < SLOTS),
+            _ => None,
+        };
+        let (start, end) = (slot(fields.first()?)?, slot(fields.get(1)?)?);
+        let Value::Array(primary) = fields.get(2)? else {
+            return None;
+        };
+        let host = match primary.first()? {
+            Value::BulkString(host) => std::str::from_utf8(host).ok()?,
+            Value::SimpleString(host) => host.as_str(),
+            _ => return None,
+        };
+        let Value::Int(port) = primary.get(1)? else {
+            return None;
+        };
+        let address = format!("{host}:{port}");
+        (start <= end && address.len() <= LONGEST_ADDRESS).then_some((start, end, address))
+    })
+}
+
+impl Map {
+    #[cfg(test)]
+    fn node_of(&self, slot: u16) -> Option<&str> {
+        let node = *self.slots.get(usize::from(slot))?;
+        (node != NONE).then(|| self.paces[usize::from(node)].0.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(start: i64, end: i64, host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::Int(start),
+            Value::Int(end),
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ]),
+        ])
+    }
+
+    #[test]
+    fn each_slot_finds_its_primary_and_a_node_named_again_keeps_its_pace() {
+        let nodes = Nodes::default();
+        nodes.read(&Value::Array(vec![
+            range(0, 5460, "10.0.0.1", 7000),
+            range(5461, 10922, "10.0.0.2", 7001),
+            range(10923, 16383, "10.0.0.1", 7000),
+        ]));
+        let map = Arc::clone(&nodes.map.read().unwrap());
+        assert_eq!(map.node_of(0), Some("10.0.0.1:7000"));
+        assert_eq!(map.node_of(5461), Some("10.0.0.2:7001"));
+        assert_eq!(map.node_of(16383), Some("10.0.0.1:7000"));
+        assert_eq!(map.paces.len(), 2);
+        let (first, second) = (Arc::clone(&map.paces[0].1), Arc::clone(&map.paces[1].1));
+        nodes.read(&Value::Array(vec![
+            range(0, 8191, "10.0.0.2", 7001),
+            range(8192, 16383, "10.0.0.1", 7000),
+        ]));
+        let map = Arc::clone(&nodes.map.read().unwrap());
+        assert_eq!(map.node_of(0), Some("10.0.0.2:7001"));
+        assert!(Arc::ptr_eq(&map.paces[0].1, &second), "10.0.0.2's pace kept");
+        assert!(Arc::ptr_eq(&map.paces[1].1, &first), "10.0.0.1's pace kept");
+    }
+
+    #[test]
+    fn a_reply_that_is_not_a_slot_map_names_no_node() {
+        let nodes = Nodes::default();
+        let long = "h".repeat(LONGEST_ADDRESS);
+        nodes.read(&Value::Array(vec![
+            range(5, 2, "10.0.0.1", 7000),
+            range(0, 16384, "10.0.0.1", 7000),
+            range(-1, 3, "10.0.0.1", 7000),
+            range(0, 100, &long, 7000),
+            Value::Array(vec![Value::Int(0), Value::Int(100), Value::Nil]),
+            Value::Int(3),
+            range(200, 300, "10.0.0.3", 7002),
+        ]));
+        let map = Arc::clone(&nodes.map.read().unwrap());
+        assert_eq!(map.paces.len(), 1, "only the well-formed range");
+        assert_eq!(map.node_of(100), None);
+        assert_eq!(map.node_of(250), Some("10.0.0.3:7002"));
+        nodes.read(&Value::SimpleString("OK".into()));
+        assert!(
+            nodes.map.read().unwrap().slots.is_empty(),
+            "no map: one pace for all"
+        );
+    }
+}
