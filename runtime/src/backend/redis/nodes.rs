@@ -12,8 +12,8 @@
 //! the try after it reaches the slot's new primary, and its answer ends the pause.
 //!
 //! The reply is the server's: entries that are not a slot range and an address are
-//! left out, as are addresses longer than [`LONGEST_ADDRESS`]; there are at most as
-//! many paces as slots.
+//! left out, as are addresses longer than [`LONGEST_ADDRESS`] and ranges past the
+//! 16 384th slot they cover together; there are at most as many paces as slots.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,7 +118,14 @@ impl Nodes {
         let mut slots = vec![NONE; SLOTS].into_boxed_slice();
         let mut paces: Vec<(String, Arc<Reconnects>)> = Vec::new();
         let mut index: HashMap<String, u16> = HashMap::new();
+        // A map covers each slot once: ranges past that many slots are a reply out of
+        // shape, and filling them could cost 16 384 times over.
+        let mut filled = 0;
         for (start, end, address) in ranges(reply) {
+            filled += usize::from(end - start) + 1;
+            if filled > SLOTS {
+                break;
+            }
             let node = *index.entry(address.clone()).or_insert_with(|| {
                 let pace = known.remove(address.as_str()).cloned().unwrap_or_default();
                 paces.push((address, pace));
@@ -232,6 +239,14 @@ mod tests {
         assert_eq!(map.paces.len(), 1, "only the well-formed range");
         assert_eq!(map.node_of(100), None);
         assert_eq!(map.node_of(250), Some("10.0.0.3:7002"));
+        // Overlapping ranges: read as far as they cover 16 384 slots, no further.
+        let overlapping: Vec<Value> = (0..16_384)
+            .map(|i| range(0, 16_383, &format!("10.1.{}.{}", i / 256, i % 256), 1))
+            .collect();
+        nodes.read(&Value::Array(overlapping));
+        let map = Arc::clone(&nodes.map.read().unwrap());
+        assert_eq!(map.paces.len(), 1);
+        assert_eq!(map.node_of(16_383), Some("10.1.0.0:1"));
         nodes.read(&Value::SimpleString("OK".into()));
         assert!(
             nodes.map.read().unwrap().slots.is_empty(),
