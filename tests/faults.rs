@@ -434,8 +434,11 @@ async fn a_cluster_no_connection_reaches_is_tried_a_few_times_a_second() {
 /// primary took the command timeout and about 40 connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_no_connection_reaches_pauses_its_calls_only() {
-    let cluster = RedisCluster::start(3, 0);
-    let (cut, _) = cluster.primaries()[0];
+    let node = support::cluster::free_node_port();
+    let link = FaultyLink::start(node).await;
+    let cluster = RedisCluster::start_announcing(3, node, link.port);
+    // As the cluster names it: at the link.
+    let cut = link.port;
     let on = |cut_off: bool| {
         (0..)
             .map(|i| format!("rate_limit:node-cut:{i}"))
@@ -444,8 +447,6 @@ async fn a_cluster_node_no_connection_reaches_pauses_its_calls_only() {
     };
     let cut_rules = [redlimit::Rule::new(on(true), 100, Duration::from_secs(60))];
     let other_rules = [redlimit::Rule::new(on(false), 1_000_000, Duration::from_secs(60))];
-    let link = FaultyLink::start(cut).await;
-    cluster.announce(cut, link.port);
     let client = client(&cluster.url()).await;
     assert!(client.check_rules(&cut_rules).await.unwrap().allowed);
     assert!(client.check_rules(&other_rules).await.unwrap().allowed);

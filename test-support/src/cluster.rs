@@ -37,6 +37,25 @@ impl RedisCluster {
         for _ in 0..masters * (1 + replicas) {
             cluster.spawn_node(free_node_port(), &[]);
         }
+        cluster.create(replicas)
+    }
+
+    /// [`start`](RedisCluster::start) with `masters` primaries and no replica, the
+    /// first on `port` (see [`free_node_port`]) telling clients it is at
+    /// `127.0.0.1:<announced>`: a link listening there stands between them and it,
+    /// while the nodes reach each other directly.
+    pub fn start_announcing(masters: usize, port: u16, announced: u16) -> RedisCluster {
+        let mut cluster = RedisCluster::empty();
+        cluster.spawn_announced(port, announced);
+        for _ in 1..masters {
+            cluster.spawn_node(free_node_port(), &[]);
+        }
+        cluster.create(0)
+    }
+
+    /// The nodes started made one cluster, `replicas` to a primary.
+    fn create(self, replicas: usize) -> RedisCluster {
+        let cluster = self;
         for &(port, _) in &cluster.nodes {
             super::wait_for_port(port);
         }
@@ -59,18 +78,7 @@ impl RedisCluster {
     /// stands between them and it, for the topology read and for every command.
     pub fn one_node(port: u16, announced: u16) -> RedisCluster {
         let mut cluster = RedisCluster::empty();
-        let (announced, bus) = (announced.to_string(), (port + 10_000).to_string());
-        cluster.spawn_node(
-            port,
-            &[
-                "--cluster-announce-ip",
-                "127.0.0.1",
-                "--cluster-announce-port",
-                &announced,
-                "--cluster-announce-bus-port",
-                &bus,
-            ],
-        );
+        cluster.spawn_announced(port, announced);
         super::wait_for_port(port);
         let slots: Vec<String> = (0..16_384).map(|slot| slot.to_string()).collect();
         let port = port.to_string();
@@ -93,6 +101,23 @@ impl RedisCluster {
             nodes: Vec::new(),
             dir,
         }
+    }
+
+    /// A node on `port` that tells clients it is at `127.0.0.1:<announced>` (its bus
+    /// where it is).
+    fn spawn_announced(&mut self, port: u16, announced: u16) {
+        let (announced, bus) = (announced.to_string(), (port + 10_000).to_string());
+        self.spawn_node(
+            port,
+            &[
+                "--cluster-announce-ip",
+                "127.0.0.1",
+                "--cluster-announce-port",
+                &announced,
+                "--cluster-announce-bus-port",
+                &bus,
+            ],
+        );
     }
 
     /// A node on `port`, with `extra` arguments, in a folder of its own.
@@ -160,24 +185,6 @@ impl RedisCluster {
                 "the cluster did not become healthy in 60 s: {unwell:?}"
             );
             std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Has node `port` tell clients it is at `127.0.0.1:<announced>` (a link there
-    /// stands between them and it; the nodes still reach each other directly), and
-    /// waits until every live node's `CLUSTER SLOTS` says so.
-    pub fn announce(&self, port: u16, announced: u16) {
-        let (port, announced) = (port.to_string(), announced.to_string());
-        cli(&["-p", &port, "config", "set", "cluster-announce-port", &announced]);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.live_ports().iter().all(|node| {
-            cli(&["-p", &node.to_string(), "cluster", "slots"]).contains(&format!("\n{announced}\n"))
-        }) {
-            assert!(
-                Instant::now() < deadline,
-                "node {port} not announced at {announced} in 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
