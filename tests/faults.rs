@@ -299,7 +299,7 @@ async fn decided_once_carried(
 /// A proxy that answers each connection's first command with an error and closes it
 /// (one refusing connections with an error): the error reply lets the calls go on,
 /// but the pause it found is kept for the next failure, so the connecting stays
-/// paced: 11 and 12 connections in 3 s in three runs. With the pause started over at
+/// paced: 10 to 12 connections in 3 s in eight runs. With the pause started over at
 /// each error reply, 95 and 97.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_answering_an_error_then_closing_is_tried_a_few_times_a_second() {
