@@ -73,21 +73,29 @@ impl KeyBuf {
     }
 
     /// The empty value's and the long value's forms, for the value written from `start`.
+    #[inline]
     fn end_value(&mut self, start: usize) {
         let written = self.0.len() - start;
         if written == 0 {
             self.0.push_str("%00");
         } else if written > MAX_VALUE_LEN {
-            let digest = Sha256::digest(&self.0.as_bytes()[start..]);
-            let mut keep = start + DIGEST_PREFIX_LEN;
-            while !self.0.is_char_boundary(keep) {
-                keep -= 1;
-            }
-            self.0.truncate(keep);
-            self.0.push_str("%#");
-            for byte in &digest[..16] {
-                let _ = write!(self.0, "{byte:02x}");
-            }
+            self.digest_from(start);
+        }
+    }
+
+    /// The long value written from `start` cut to its first bytes and its digest.
+    #[cold]
+    #[inline(never)]
+    fn digest_from(&mut self, start: usize) {
+        let digest = Sha256::digest(&self.0.as_bytes()[start..]);
+        let mut keep = start + DIGEST_PREFIX_LEN;
+        while !self.0.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        self.0.truncate(keep);
+        self.0.push_str("%#");
+        for byte in &digest[..16] {
+            let _ = write!(self.0, "{byte:02x}");
         }
     }
 
@@ -105,20 +113,33 @@ impl Write for Escaper<'_> {
     }
 }
 
+/// Whether a byte is one of those [`escape_into`] encodes: `%`, `:`, `{`, `}`.
+const ESCAPED: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'%' as usize] = true;
+    table[b':' as usize] = true;
+    table[b'{' as usize] = true;
+    table[b'}' as usize] = true;
+    table
+};
+
 /// `s` with `%`, `:`, `{` and `}` percent-encoded. They are ASCII, so the runs
-/// between them are whole UTF-8 text and are copied as they are.
+/// between them are whole UTF-8 text and are copied as they are. (A table read per
+/// byte finds them: the value, a header's on every request, is usually all run.)
+#[inline]
 fn escape_into(out: &mut String, s: &str) {
     let mut run = 0;
-    for (i, byte) in s.bytes().enumerate() {
-        let escaped = match byte {
+    for (i, &byte) in s.as_bytes().iter().enumerate() {
+        if !ESCAPED[usize::from(byte)] {
+            continue;
+        }
+        out.push_str(&s[run..i]);
+        out.push_str(match byte {
             b'%' => "%25",
             b':' => "%3A",
             b'{' => "%7B",
-            b'}' => "%7D",
-            _ => continue,
-        };
-        out.push_str(&s[run..i]);
-        out.push_str(escaped);
+            _ => "%7D",
+        });
         run = i + 1;
     }
     out.push_str(&s[run..]);
