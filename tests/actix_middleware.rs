@@ -38,6 +38,46 @@ async fn status(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> u16 {
     send(addr, "GET", path, headers).await.status
 }
 
+/// The tower layer's test of its client's prefix, on actix-web: the limiters are under
+/// it on the path deciding where the middleware is called and on the general one.
+#[tokio::test]
+async fn a_layer_s_limiters_are_under_its_client_s_prefix_on_both_paths() {
+    for timeout in [None, Some(Duration::from_secs(1))] {
+        let client = Client::builder().prefix("edge:").memory();
+        let mut layer = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("x-user")));
+        if let Some(timeout) = timeout {
+            layer = layer.timeout(timeout);
+        }
+        let addr = serve(layer.build().unwrap());
+        assert_eq!(
+            status(addr, "/api/a", &[("x-user", "a:{b}")]).await,
+            200,
+            "{timeout:?}"
+        );
+        let limiter = client.rate_limiter("edge:api:a%3A%7Bb%7D");
+        assert_eq!(limiter.available_permits().await.unwrap(), 1, "{timeout:?}");
+        let default = client.rate_limiter("rate_limit:api:a%3A%7Bb%7D");
+        let unspent = default.available_permits().await;
+        assert!(
+            matches!(unspent, Err(redlimit::Error::NotInitialized { .. })),
+            "{timeout:?}: {unspent:?}"
+        );
+        assert_eq!(
+            status(addr, "/api/b", &[("x-user", "a:{b}")]).await,
+            200,
+            "{timeout:?}"
+        );
+        assert_eq!(
+            status(addr, "/api/a", &[("x-user", "a:{b}")]).await,
+            429,
+            "{timeout:?}"
+        );
+        assert_eq!(limiter.available_permits().await.unwrap(), 0, "{timeout:?}");
+    }
+}
+
 /// The tower layer's client-address test, word for word, on actix-web.
 async fn client_ip_behind_a_proxy(client: Client) {
     let layer = RateLimitLayer::builder()

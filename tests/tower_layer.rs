@@ -949,6 +949,48 @@ async fn the_in_process_path_answers_as_the_general_path() {
     assert!((5..35).contains(&refused), "{refused} of 40 refused: {at_once:?}");
 }
 
+/// A layer's limiters are under its client's own prefix, on the path that decides
+/// where the service is called and on the engine's general one (a timeout), the value
+/// escaped alike: two requests spend the same limiter of 2, and none is made under
+/// the default prefix.
+#[tokio::test]
+async fn a_layer_s_limiters_are_under_its_client_s_prefix_on_both_paths() {
+    for timeout in [None, Some(Duration::from_secs(1))] {
+        let client = Client::builder().prefix("edge:").memory();
+        let mut layer = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("x-user")));
+        if let Some(timeout) = timeout {
+            layer = layer.timeout(timeout);
+        }
+        let addr = serve(app(layer.build().unwrap())).await;
+        assert_eq!(
+            status(addr, "/a", &[("x-user", "a:{b}")]).await,
+            200,
+            "{timeout:?}"
+        );
+        let limiter = client.rate_limiter("edge:api:a%3A%7Bb%7D");
+        assert_eq!(limiter.available_permits().await.unwrap(), 1, "{timeout:?}");
+        let default = client.rate_limiter("rate_limit:api:a%3A%7Bb%7D");
+        let unspent = default.available_permits().await;
+        assert!(
+            matches!(unspent, Err(redlimit::Error::NotInitialized { .. })),
+            "{timeout:?}: {unspent:?}"
+        );
+        assert_eq!(
+            status(addr, "/b", &[("x-user", "a:{b}")]).await,
+            200,
+            "{timeout:?}"
+        );
+        assert_eq!(
+            status(addr, "/a", &[("x-user", "a:{b}")]).await,
+            429,
+            "{timeout:?}"
+        );
+        assert_eq!(limiter.available_permits().await.unwrap(), 0, "{timeout:?}");
+    }
+}
+
 /// Header values that are not UTF-8 key by their bytes: no two of them share a
 /// limiter, nor one with the UTF-8 text a lossy reading would make of it (`\u{fffd}`)
 /// or with text spelling its escape (`%E9`); long ones are digested apart. A rate of 1:

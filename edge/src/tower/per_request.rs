@@ -49,7 +49,7 @@ impl Shared {
         routed: bool,
     ) -> Result<(Granted, Scope), RateLimited> {
         let path = PathParams::read(self.needs_path, parts).await;
-        let (keys, scope) = self.read(&mut TowerRequest { parts, path: &path }, routed)?;
+        let (keys, scope) = self.read(&mut TowerRequest { parts, path: &path }, routed, false)?;
         Ok((self.decide_keys(keys).await?, scope))
     }
 
@@ -69,7 +69,11 @@ impl Shared {
     ) -> Option<Result<(Granted, Scope), RateLimited>> {
         let client = self.client.as_ref().filter(|_| !self.needs_path)?;
         let path = PathParams::Unread;
-        match self.read(&mut TowerRequest { parts, path: &path }, routed) {
+        match self.read(
+            &mut TowerRequest { parts, path: &path },
+            routed,
+            self.reads_prefixed(),
+        ) {
             Ok((keys, scope)) => Some(
                 self.decide_keys_now(client, keys)?
                     .map(|granted| (granted, scope)),
@@ -78,22 +82,36 @@ impl Shared {
         }
     }
 
+    /// Whether [`decide_keys_now`](Shared::decide_keys_now)'s keys are read after the
+    /// prefix of the layer's client: not when the engine's general path decides them
+    /// (permits per request), which puts it in front itself.
+    pub(crate) fn reads_prefixed(&self) -> bool {
+        self.client.is_some() && !self.per_request
+    }
+
     /// [`decide_keys`](Shared::decide_keys) where it is called, on `client`, in
-    /// process without a timeout: `None` if it would wait after all.
+    /// process without a timeout (the layer's client), for keys [`read`](Shared::read)
+    /// as [`reads_prefixed`](Shared::reads_prefixed) says: `None` if it would wait
+    /// after all.
     pub(crate) fn decide_keys_now(
         &self,
         client: &Client,
         (mut keys, permits): Keys,
     ) -> Option<Result<Granted, RateLimited>> {
         let permits = self.per_request.then_some(permits.as_slice());
-        if let Some(decided) = self.engine.decide_now(client, &mut keys, permits) {
+        let decided = match permits {
+            None => self.engine.decide_now(client, &mut keys, None),
+            Some(_) => None,
+        };
+        if let Some(decided) = decided {
             if let Some(first) = keys.first_mut() {
                 NAME_BUFFER.set(std::mem::take(first));
             }
             return Some(decided);
         }
-        // A call the engine's general path decides (costs, shadow rules, a debug span):
-        // in process without a timeout nothing it awaits waits. (Were it to, the
+        // A call the engine's general path decides (costs, shadow rules, a debug span),
+        // the keys given back without the prefix: in process without a timeout nothing
+        // it awaits waits. (Were it to, the
         // request would be read and decided again on the boxed path.)
         let decision = std::pin::pin!(self.engine.decide(Some(client), &mut keys, permits));
         match decision.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
@@ -106,15 +124,18 @@ impl Shared {
     }
 
     /// The request's trusted-proxy setting, client address and keys, read; and its
-    /// scope, with the client address, for the code the request runs.
+    /// scope, with the client address, for the code the request runs. `prefixed`: each
+    /// key is written after the prefix of the layer's client, for
+    /// [`decide_keys_now`](Shared::decide_keys_now).
     pub(crate) fn read<Q: Incoming>(
         &self,
         request: &mut Q,
         routed: bool,
+        prefixed: bool,
     ) -> Result<(Keys, Scope), RateLimited> {
         let (client, trusted) = self.client(request)?;
         let keyed = self.keys_client_ip.then_some(client);
-        let keys = self.keys(request, &keyed, routed)?;
+        let keys = self.keys(request, &keyed, routed, prefixed)?;
         if let Some(trusted) = trusted {
             request.leave(ReadBy {
                 trusted,
@@ -159,18 +180,29 @@ impl Shared {
         }
     }
 
-    /// Each rule's limiter for the request, and its permits when they are per request.
-    fn keys<Q: Incoming>(&self, request: &Q, client: &ReadClient, routed: bool) -> Result<Keys, RateLimited> {
+    /// Each rule's limiter for the request (after the client's prefix when
+    /// `prefixed`), and its permits when they are per request.
+    fn keys<Q: Incoming>(
+        &self,
+        request: &Q,
+        client: &ReadClient,
+        routed: bool,
+        prefixed: bool,
+    ) -> Result<Keys, RateLimited> {
         let mut keys = SmallVec::<[String; 2]>::new();
         let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
         for (i, (rule, spec)) in self.rules.iter().zip(self.engine.rules()).enumerate() {
+            let (alone, keyed_start) = match prefixed {
+                true => (&*rule.prefixed.0, &*rule.prefixed.1),
+                false => (&*rule.name, &*rule.keyed_start),
+            };
             let problem = match rule.key.value(request, client) {
                 Ok(value) => Ok(value),
                 // No route matched: the request goes on to the router's fallback (404),
                 // as without the layer; the other rules still apply.
                 Err(NoValue::NotRouted) if routed => {
                     let mut key = key_buf(i);
-                    key.text(&rule.name);
+                    key.text(alone);
                     keys.push(key.finish());
                     permits.push(0);
                     continue;
@@ -212,13 +244,13 @@ impl Shared {
             let mut key = key_buf(i);
             match &value {
                 Some(value) => {
-                    key.text(&rule.keyed_start);
+                    key.text(keyed_start);
                     match raw {
                         Some(bytes) => key.value_bytes(bytes),
                         None => key.value_str(value),
                     }
                 }
-                None => key.text(&rule.name),
+                None => key.text(alone),
             }
             keys.push(key.finish());
             if self.per_request {

@@ -189,6 +189,7 @@ where
             path: &path,
         },
         behind_router::<S>(),
+        false,
     );
     let outer = parts.extensions.get::<Usage>().cloned();
     let held = match read {

@@ -23,6 +23,9 @@ pub(super) struct Keyed {
     pub(super) name: Cow<'static, str>,
     /// What its limiters with a value start with: the name and `:`.
     pub(super) keyed_start: String,
+    /// Its limiter without a value, and what those with one start with, after the
+    /// prefix of the layer's client (see `Shared::reads_prefixed`).
+    pub(super) prefixed: (String, String),
     /// The rule's `RateLimit-Policy` field, on every response decided at the rule's
     /// own rate and interval.
     pub(super) policy: Option<HeaderValue>,
@@ -113,7 +116,15 @@ impl Shared {
             specs.push(spec);
             keyed.push(rule);
         }
-        let rules = keyed;
+        let mut rules = keyed;
+        if let Some(client) = &settings.client {
+            for rule in &mut rules {
+                rule.prefixed = (
+                    format!("{}{}", client.prefix(), rule.name),
+                    format!("{}{}", client.prefix(), rule.keyed_start),
+                );
+            }
+        }
         let keys_client_ip = rules.iter().position(|r| matches!(r.key, Extract::ClientIp));
         #[cfg(any(feature = "axum", feature = "actix"))]
         let needs_path = rules.iter().any(|r| matches!(r.key, Extract::PathParam(_)));
@@ -183,6 +194,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     state.pop();
     let keyed = Keyed {
         keyed_start: format!("{}:", spec.name),
+        prefixed: Default::default(),
         name: spec.name.clone(),
         policy,
         missing,

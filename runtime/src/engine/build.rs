@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::call::CallKeys;
+use super::call::{CallKeys, Written};
 use super::Engine;
 use crate::rules::overrides::Table;
 use crate::{Client, Rule, RuleSpec};
@@ -18,19 +18,19 @@ impl Engine {
         call: &mut CallKeys<'_>,
         overrides: Option<(&Client, &Table)>,
     ) -> C {
-        let (permits, escaped) = (call.permits, call.escaped);
+        let (permits, written) = (call.permits, call.written);
         // One per rule (keys beyond the rules are not any rule's).
         self.rules
             .iter()
             .zip(call.keys.iter_mut())
             .enumerate()
-            .map(|(i, (_, key))| self.build_rule(i, prefix, key, permits, overrides, escaped))
+            .map(|(i, (_, key))| self.build_rule(i, prefix, key, permits, overrides, written))
             .collect()
     }
 
     /// Rule `i`'s limiter for this call's `key`, which becomes its name: no second
-    /// string (a key built for the call has room for the prefix). `escaped`: the key
-    /// is a layer's (see `CallKeys::escaped`).
+    /// string (a key built for the call has room for the prefix, or starts with it:
+    /// see [`Written`]).
     #[inline]
     pub(super) fn build_rule(
         &self,
@@ -39,11 +39,15 @@ impl Engine {
         key: &mut String,
         permits: Option<&[u64]>,
         overrides: Option<(&Client, &Table)>,
-        escaped: bool,
+        written: Written,
     ) -> Rule {
         let spec = &self.rules[i];
         let mut name = std::mem::take(key);
-        name.insert_str(0, prefix);
+        if written == Written::Layer {
+            debug_assert!(name.starts_with(prefix), "{name} lacks the prefix {prefix}");
+        } else {
+            name.insert_str(0, prefix);
+        }
         let (rate, interval) = match overrides.filter(|(_, table)| !table.is_empty()) {
             Some((client, table)) => rate_of(spec, &name, client, table),
             None => (spec.rate, spec.interval),
@@ -53,7 +57,7 @@ impl Engine {
         if (rate, interval) != (spec.rate, spec.interval) {
             rule.mark_overridden();
         } else if self.specs_checked()[i] && permits == spec.permits {
-            if escaped && self.escaped_names_pass(i, prefix) {
+            if written != Written::ByCaller && self.escaped_names_pass(i, prefix) {
                 debug_assert!(
                     crate::keys::check_name(rule.name()).is_ok()
                         && crate::keys::library_key(prefix, rule.name()).is_none(),

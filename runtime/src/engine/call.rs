@@ -5,14 +5,22 @@ use std::time::Duration;
 
 /// One call's keys, one per rule, and the permits it takes of each when not the
 /// rules' own. Building the call's rules takes the keys (each becomes its limiter's
-/// name, the prefix put in front in place).
+/// name, the prefix put in front in place unless it is there).
 pub(super) struct CallKeys<'a> {
     pub keys: &'a mut [String],
     pub permits: Option<&'a [u64]>,
-    /// Each key is its rule's name, alone or followed by `:` and a value `KeyBuf`
-    /// escaped (a layer's keys): their names need not be checked again when the
-    /// rule's are found good for every such value.
-    pub escaped: bool,
+    pub written: Written,
+}
+
+/// Who wrote a call's keys, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Written {
+    /// Its caller (a key template's expansion, a name given by hand).
+    ByCaller,
+    /// A layer, after the client's prefix: each key is the prefix and its rule's
+    /// name, alone or followed by `:` and a value `KeyBuf` escaped. Their names need
+    /// not be checked again when the rule's are found good for every such value.
+    Layer,
 }
 
 impl<'a> CallKeys<'a> {
@@ -21,7 +29,7 @@ impl<'a> CallKeys<'a> {
         CallKeys {
             keys,
             permits,
-            escaped: false,
+            written: Written::ByCaller,
         }
     }
 

@@ -43,7 +43,7 @@ pub use reserve::{reserve, Pending};
 
 use crate::observe::{Counted, RuleCounters};
 use crate::{default_client, Client, Decision, Error, RateLimited, Rule, RuleSpec};
-use call::CallKeys;
+use call::{CallKeys, Written};
 use log::{FailureLog, SettleLog, ShadowLog};
 
 /// A call's rules, one per rule of the engine. (A vector: kept inline, they would
@@ -203,11 +203,13 @@ impl Engine {
     /// any other call, which [`decide`](Engine::decide) then takes. Spares a call the
     /// futures of the general path (a layer's in-process requests take it).
     ///
-    /// `keys` are a layer's: each is its rule's name, alone or followed by `:` and a
-    /// value written by [`KeyBuf`]'s value methods (escaped: no brace), so that a rule
-    /// whose name passes for every such value is not checked again on every call. A
-    /// decided call gives each key back as its limiter's name (the prefix in front):
-    /// its buffer, for the caller to write a next call's key into.
+    /// `keys` are a layer's, each written after `client`'s prefix: the prefix, the
+    /// rule's name, alone or followed by `:` and a value written by [`KeyBuf`]'s value
+    /// methods (escaped: no brace), so that a rule whose name passes for every such
+    /// value is not checked again on every call. A decided call gives each key back as
+    /// its limiter's name: its buffer, for the caller to write a next call's key into.
+    /// `None` gives them back without the prefix, as [`decide`](Engine::decide) takes
+    /// them.
     pub fn decide_now(
         &self,
         client: &Client,
@@ -220,6 +222,10 @@ impl Engine {
             || self.rules.iter().any(|r| r.shadow)
             || tracing::level_enabled!(tracing::Level::DEBUG)
         {
+            for key in keys.iter_mut() {
+                debug_assert!(key.starts_with(client.prefix()), "{key} lacks the prefix");
+                key.drain(..client.prefix().len());
+            }
             return None;
         }
         let overrides = client.overrides().table();
@@ -228,7 +234,7 @@ impl Engine {
         // where they are made: no future carries them; one rule, the usual, without a
         // vector); then each name given back to its key, a buffer for the caller.
         if let ([key], 1) = (&mut *keys, self.rules.len()) {
-            let rule = self.build_rule(0, client.prefix(), key, None, overrides, true);
+            let rule = self.build_rule(0, client.prefix(), key, None, overrides, Written::Layer);
             let decided = self.decided_now(client, std::slice::from_ref(&rule));
             *key = rule.into_name();
             return decided;
@@ -236,7 +242,7 @@ impl Engine {
         let mut call = CallKeys {
             keys,
             permits: None,
-            escaped: true,
+            written: Written::Layer,
         };
         let rules: Rules = self.build_rules(client.prefix(), &mut call, overrides);
         let decided = self.decided_now(client, &rules);
@@ -257,11 +263,7 @@ impl Engine {
             Ok(decision) if !decision.allowed => Err(self.refused_by(client, rules, &decision, &|i| i)),
             Ok(decision) => {
                 self.failures.succeeded(self.function);
-                let own_permits = CallKeys {
-                    keys: &mut [],
-                    permits: None,
-                    escaped: true,
-                };
+                let own_permits = CallKeys::new(&mut [], None);
                 Ok(self.granted(&own_permits, rules, Some(&decision), &|i| i))
             }
             // In process nothing fails as a backend does (a full table, a rule that
