@@ -105,13 +105,8 @@ pin_project_lite::pin_project! {
 
     impl<F> PinnedDrop for Scoped<F> {
         fn drop(this: Pin<&mut Self>) {
-            let mut this = this.project();
-            if this.future.is_some() {
-                // Where the scope cannot be entered, the future is dropped outside it,
-                // rather than a panic in a destructor.
-                let _entered = Entered::try_new(this.scope);
-                this.future.set(None);
-            }
+            let this = this.project();
+            drop_in(this.scope, this.future);
         }
     }
 }
@@ -129,17 +124,38 @@ impl<F: Future> Future for Scoped<F> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let mut this = self.project();
-        let _entered = Entered::new(this.scope);
-        let future = this.future.as_mut().as_pin_mut();
-        let poll = future
-            .expect("a Scoped future polled after it completed")
-            .poll(cx);
-        // Dropped here, inside the scope, as it would be when dropped unfinished.
-        if poll.is_ready() {
-            this.future.set(None);
-        }
-        poll
+        let this = self.project();
+        poll_in(this.scope, this.future, cx)
+    }
+}
+
+/// `future` polled inside `scope`, and dropped there once it is ready (as it would be
+/// when dropped unfinished): a [`Scoped`] future's poll, for a future of the layer's
+/// own that holds the inner one and its scope side by side.
+#[inline]
+pub(crate) fn poll_in<F: Future>(
+    scope: &mut Option<Scope>,
+    mut future: Pin<&mut Option<F>>,
+    cx: &mut Context<'_>,
+) -> Poll<F::Output> {
+    let _entered = Entered::new(scope);
+    let poll = future
+        .as_mut()
+        .as_pin_mut()
+        .expect("a Scoped future polled after it completed")
+        .poll(cx);
+    if poll.is_ready() {
+        future.set(None);
+    }
+    poll
+}
+
+/// `future`, when it is not done, dropped inside `scope`: or outside it where the
+/// scope cannot be entered, rather than a panic in a destructor.
+pub(crate) fn drop_in<F>(scope: &mut Option<Scope>, mut future: Pin<&mut Option<F>>) {
+    if future.is_some() {
+        let _entered = Entered::try_new(scope);
+        future.set(None);
     }
 }
 
@@ -275,17 +291,26 @@ impl Scope {
     /// nothing of the application (axum's `Route`), and is called outside the scope.
     #[inline(always)]
     pub(crate) fn call<F: Future>(self, in_scope: bool, call: impl FnOnce() -> F) -> Scoped<F> {
-        let mut scope = Some(self);
-        let future = if in_scope {
-            let _entered = Entered::new(&mut scope);
-            call()
-        } else {
-            call()
+        let (scope, future) = match in_scope {
+            true => self.call_inside(call),
+            false => (Some(self), call()),
         };
         Scoped {
             scope,
             future: Some(future),
         }
+    }
+
+    /// `call` run inside this scope, and the scope back, for the future it made to
+    /// run in ([`poll_in`]).
+    #[inline(always)]
+    pub(crate) fn call_inside<F>(self, call: impl FnOnce() -> F) -> (Option<Scope>, F) {
+        let mut scope = Some(self);
+        let future = {
+            let _entered = Entered::new(&mut scope);
+            call()
+        };
+        (scope, future)
     }
 }
 

@@ -71,6 +71,70 @@ async fn an_identity_set_in_call_reaches_the_future_on_both_paths() {
     }
 }
 
+/// Sets the identity in `call`; its future holds a guard reading the identity when
+/// dropped, and waits for ever unless `finish`.
+#[derive(Clone)]
+struct DropsInScope {
+    finish: bool,
+    read: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Service<Request<axum::body::Body>> for DropsInScope {
+    type Response = Response<axum::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<axum::body::Body>) -> Self::Future {
+        super::set_identity("dropping").unwrap();
+        let (guard, finish) = (ReadsOnDrop(std::sync::Arc::clone(&self.read)), self.finish);
+        Box::pin(async move {
+            let _guard = guard;
+            if !finish {
+                std::future::pending::<()>().await;
+            }
+            Ok(Response::new(axum::body::Body::empty()))
+        })
+    }
+}
+
+/// The layer's response future drops the inner one inside the request's scope, when
+/// it is dropped unfinished and when the inner future is done: on both paths.
+#[test]
+fn the_layer_drops_the_inner_future_inside_the_scope_on_both_paths() {
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    for timeout in [None, Some(Duration::from_secs(1))] {
+        for finish in [false, true] {
+            let mut layer = RateLimitLayer::builder()
+                .client(Client::memory())
+                .rule(LayerRule::new("drops", 100, Duration::from_secs(60)));
+            if let Some(timeout) = timeout {
+                layer = layer.timeout(timeout);
+            }
+            let read = std::sync::Arc::default();
+            let inner = DropsInScope {
+                finish,
+                read: std::sync::Arc::clone(&read),
+            };
+            let mut service = layer.build().unwrap().layer(inner);
+            let mut future = Box::pin(service.call(Request::new(axum::body::Body::empty())));
+            assert_eq!(future.as_mut().poll(&mut cx).is_ready(), finish);
+            drop(future);
+            let seen = read.lock().unwrap().clone();
+            assert_eq!(
+                seen.as_deref(),
+                Some("dropping"),
+                "{timeout:?}, finished: {finish}"
+            );
+            assert_eq!(super::identity(), None);
+        }
+    }
+}
+
 /// A scope with `identity` set, as a layer opens one.
 fn scope_of(identity: &str) -> super::Scope {
     let scope = super::Scope::new(Err("no peer in this test"));

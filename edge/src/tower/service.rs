@@ -22,7 +22,7 @@ use super::request::{behind_router, calls_in_its_future, PathParams};
 use super::respond::{decided_inside, PlainText, Respond};
 use super::settle::{Held, Usage};
 use super::shared::Shared;
-use crate::request::{Scope, Scoped};
+use crate::request::{drop_in, poll_in, Scope};
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
 #[derive(Clone)]
@@ -90,14 +90,17 @@ where
             // Written where it is returned: the inner future is not moved on its way.
             return ResponseFuture {
                 kind: Kind::Granted {
-                    future: scope.run(self.inner.call(request)),
+                    future: Some(self.inner.call(request)),
+                    scope: Some(scope),
                     fields,
                 },
             };
         }
+        let (scope, future) = scope.call_inside(|| self.inner.call(request));
         ResponseFuture {
             kind: Kind::Granted {
-                future: scope.call(true, || self.inner.call(request)),
+                future: Some(future),
+                scope,
                 fields,
             },
         }
@@ -238,14 +241,26 @@ pin_project_lite::pin_project! {
         #[pin]
         kind: Kind<F, ResBody, E>,
     }
+
+    impl<F, ResBody, E> PinnedDrop for ResponseFuture<F, ResBody, E> {
+        fn drop(this: Pin<&mut Self>) {
+            // A granted request's inner future unfinished is dropped in its scope.
+            if let KindProj::Granted { future, scope, .. } = this.project().kind.project() {
+                drop_in(scope, future);
+            }
+        }
+    }
 }
 
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<F, ResBody, E> {
+        // The inner future in the request's scope, as `Scoped` holds it, written
+        // here rather than in a `Scoped` so that it is not moved once more.
         Granted {
             #[pin]
-            future: Scoped<F>,
+            future: Option<F>,
+            scope: Option<Scope>,
             fields: Option<(Arc<Shared>, Granted)>,
         },
         Refused {
@@ -295,8 +310,12 @@ where
             });
         }
         match kind.project() {
-            KindProj::Granted { future, fields } => {
-                let mut response = std::task::ready!(future.poll(cx))?;
+            KindProj::Granted {
+                future,
+                scope,
+                fields,
+            } => {
+                let mut response = std::task::ready!(poll_in(scope, future, cx))?;
                 if let Some((shared, granted)) = fields.take() {
                     shared.add_success_fields(&granted, &mut response);
                 }
