@@ -65,7 +65,7 @@ impl Incoming for TowerRequest<'_> {
     }
 
     fn peer(&self) -> Option<SocketAddr> {
-        peer_addr(self.parts)
+        peer_addr(&self.parts.extensions)
     }
 
     fn client_ip(&self, trusted: &TrustedProxies, peer: IpAddr) -> ClientIp {
@@ -88,5 +88,49 @@ impl Incoming for TowerRequest<'_> {
 
     fn head(&self) -> &Parts {
         self.parts
+    }
+}
+
+/// A tower request read whole, its head not taken apart from its body: for a layer
+/// none of whose rules reads the head as `Parts` (`Shared::reads_head`), where taking
+/// it apart and putting it back would be all the work there is. No path parameters:
+/// a rule keyed by one is decided from the parts, after they are read.
+pub(super) struct WholeRequest<'a, B>(pub(super) &'a mut http::Request<B>);
+
+impl<B> Incoming for WholeRequest<'_, B> {
+    const NO_PEER: &'static str = NO_PEER;
+
+    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = &[u8]> {
+        self.0
+            .headers()
+            .get_all(name)
+            .iter()
+            .map(|value| value.as_bytes())
+    }
+
+    fn peer(&self) -> Option<SocketAddr> {
+        peer_addr(self.0.extensions())
+    }
+
+    fn client_ip(&self, trusted: &TrustedProxies, peer: IpAddr) -> ClientIp {
+        trusted.client_ip(peer, self.0.headers())
+    }
+
+    #[cfg(any(feature = "axum", feature = "actix"))]
+    fn path_param(&self, _: &str) -> Value<'_> {
+        PathParams::Unread.get("")
+    }
+
+    fn settings<T>(&self, f: impl FnOnce(Option<&TrustedProxies>, Option<&ReadBy>) -> T) -> T {
+        let extensions = self.0.extensions();
+        f(extensions.get::<TrustedProxies>(), extensions.get::<ReadBy>())
+    }
+
+    fn leave(&mut self, read: ReadBy) {
+        self.0.extensions_mut().insert(read);
+    }
+
+    fn head(&self) -> &Parts {
+        unreachable!("a layer whose rules read the request's head takes its parts apart")
     }
 }

@@ -62,18 +62,15 @@ impl Shared {
     /// [`decide`](Shared::decide) where it is called, on an in-process client without
     /// a timeout: `None`, before anything is read, when the request's path parameters
     /// are to be read (an extractor's future) or the layer has no client of its own.
-    pub(super) fn decide_now(
+    /// `request`: its parts (`TowerRequest`, with no path parameters read), or the
+    /// request whole when no rule reads the head (`WholeRequest`).
+    pub(super) fn decide_now<Q: Incoming>(
         &self,
-        parts: &mut Parts,
+        request: &mut Q,
         routed: bool,
     ) -> Option<Result<(Granted, Scope), RateLimited>> {
         let client = self.client.as_ref().filter(|_| !self.needs_path)?;
-        let path = PathParams::Unread;
-        match self.read(
-            &mut TowerRequest { parts, path: &path },
-            routed,
-            self.reads_prefixed(),
-        ) {
+        match self.read(request, routed, self.reads_prefixed()) {
             Ok((keys, scope)) => Some(
                 self.decide_keys_now(client, keys)?
                     .map(|granted| (granted, scope)),

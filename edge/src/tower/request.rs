@@ -100,21 +100,20 @@ impl PathParams {
     }
 }
 
-/// The peer's address, from whichever server put it in the request.
-pub(super) fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
+/// The peer's address, from whichever server put it in the request's extensions.
+pub(super) fn peer_addr(extensions: &http::Extensions) -> Option<SocketAddr> {
     #[cfg(feature = "axum")]
-    if let Some(axum::extract::ConnectInfo(addr)) =
-        parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    if let Some(axum::extract::ConnectInfo(addr)) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
     {
         return Some(*addr);
     }
     #[cfg(feature = "tonic")]
-    if let Some(info) = parts.extensions.get::<tonic::transport::server::TcpConnectInfo>() {
+    if let Some(info) = extensions.get::<tonic::transport::server::TcpConnectInfo>() {
         if let Some(addr) = info.remote_addr() {
             return Some(addr);
         }
     }
-    parts.extensions.get::<SocketAddr>().copied()
+    extensions.get::<SocketAddr>().copied()
 }
 
 /// Whether the layer wraps what an axum `Router` routes to (`Router::layer`,

@@ -17,7 +17,7 @@ use tower_service::Service;
 use redlimit_runtime::engine::Granted;
 use redlimit_runtime::RateLimited;
 
-use super::incoming::TowerRequest;
+use super::incoming::{TowerRequest, WholeRequest};
 use super::request::{behind_router, calls_in_its_future, PathParams};
 use super::respond::{decided_inside, PlainText, Respond};
 use super::settle::{Held, Usage};
@@ -56,19 +56,35 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
         if !self.shared.decides_at_once {
             return self.waiting(request);
         }
         // Decided here, in process: its grant passed on to the inner service (polled
-        // ready for it), or its refusal.
-        let (mut parts, body) = request.into_parts();
-        let decided = match self.shared.decide_now(&mut parts, behind_router::<S>()) {
-            Some(decided) => decided,
-            None => match self.decide_polled(&mut parts) {
+        // ready for it), or its refusal. The request is taken apart only when a rule
+        // reads its head, or its path parameters are to be read.
+        let routed = behind_router::<S>();
+        let decided = 'decided: {
+            if !self.shared.reads_head {
+                if let Some(decided) = self.shared.decide_now(&mut WholeRequest(&mut request), routed) {
+                    break 'decided decided;
+                }
+            }
+            let (mut parts, body) = request.into_parts();
+            let path = PathParams::Unread;
+            let mut head = TowerRequest {
+                parts: &mut parts,
+                path: &path,
+            };
+            let decided = match self.shared.decide_now(&mut head, routed) {
                 Some(decided) => decided,
-                None => return self.waiting(Request::from_parts(parts, body)),
-            },
+                None => match self.decide_polled(&mut parts) {
+                    Some(decided) => decided,
+                    None => return self.waiting(Request::from_parts(parts, body)),
+                },
+            };
+            request = Request::from_parts(parts, body);
+            decided
         };
         let (granted, scope) = match decided {
             Ok(granted) => granted,
@@ -85,7 +101,6 @@ where
             .shared
             .writes_fields()
             .then(|| (self.shared.clone(), granted));
-        let request = Request::from_parts(parts, body);
         if calls_in_its_future::<S>() {
             // Written where it is returned: the inner future is not moved on its way.
             return ResponseFuture {

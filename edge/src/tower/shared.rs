@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     pub(super) records_usage: bool,
     /// Some rule is keyed by a path parameter.
     pub(super) needs_path: bool,
+    /// Some rule's key or cost is a function of the request's head (`Parts`).
+    pub(super) reads_head: bool,
     pub(crate) client: Option<Client>,
     /// Some rule is keyed by the client address, or the layer has its own trusted
     /// proxies: it reads the one setting of each request, and leaves it there.
@@ -131,6 +133,7 @@ impl Shared {
         #[cfg(not(any(feature = "axum", feature = "actix")))]
         let needs_path = false;
         // A path parameter's rule does not apply where no route matched.
+        let reads_head = (rules.iter()).any(|r| r.cost.is_some() || matches!(r.key, Extract::With(_)));
         let settles = rules.iter().any(|r| r.settle.is_some());
         let records_usage = rules.iter().any(|r| matches!(r.settle, Some(Source::Usage)));
         let per_request =
@@ -146,6 +149,7 @@ impl Shared {
             settles,
             records_usage,
             needs_path,
+            reads_head,
             client: settings.client,
             reads_trust: keys_client_ip.is_some() || settings.trusted.is_some(),
             keys_client_ip: keys_client_ip.is_some(),
