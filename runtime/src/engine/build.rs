@@ -54,10 +54,17 @@ impl Engine {
         };
         let permits = permits.map_or(spec.permits, |p| p[i]);
         let rule = spec.rule(name, permits, rate, interval);
+        let layer = match written {
+            Written::Layer => self.layer_name(i, prefix),
+            Written::ByCaller => None,
+        };
+        if let Some(layer) = layer {
+            rule.keep_hash(layer.hash_of(rule.name()));
+        }
         if (rate, interval) != (spec.rate, spec.interval) {
             rule.mark_overridden();
         } else if self.specs_checked()[i] && permits == spec.permits {
-            if written != Written::ByCaller && self.escaped_names_pass(i, prefix) {
+            if layer.is_some_and(|layer| layer.pass) {
                 debug_assert!(
                     crate::keys::check_name(rule.name()).is_ok()
                         && crate::keys::library_key(prefix, rule.name()).is_none(),
@@ -72,19 +79,19 @@ impl Engine {
         rule
     }
 
-    /// Whether rule `i`'s escaped limiters under `prefix` pass every check of a name
-    /// (`rules::checks::escaped_names_pass`), worked out for the first prefix asked
-    /// about; `false` under any other.
-    fn escaped_names_pass(&self, i: usize, prefix: &str) -> bool {
-        let (first, pass) = self.escaped_names.get_or_init(|| {
-            let pass = self
+    /// What rule `i`'s limiters written by a layer share under `prefix`, worked out for
+    /// the first prefix asked about; `None` under any other.
+    #[inline]
+    fn layer_name(&self, i: usize, prefix: &str) -> Option<&LayerName> {
+        let layer = self.layer_names.get_or_init(|| LayerNames {
+            prefix: prefix.into(),
+            rules: self
                 .rules
                 .iter()
-                .map(|spec| crate::rules::checks::escaped_names_pass(prefix, &spec.name))
-                .collect();
-            (prefix.into(), pass)
+                .map(|spec| LayerName::new(prefix, &spec.name))
+                .collect(),
         });
-        pass[i] && **first == *prefix
+        (*layer.prefix == *prefix).then(|| &layer.rules[i])
     }
 
     /// Whether each rule's settings at its own rate, window and permits pass a client's
@@ -112,6 +119,70 @@ impl Engine {
     }
 }
 
+/// What a layer's limiters of each rule share under one key prefix.
+pub(super) struct LayerNames {
+    prefix: Box<str>,
+    rules: Box<[LayerName]>,
+}
+
+impl std::fmt::Debug for LayerNames {
+    /// The prefix and whether each rule's names pass: not the hashers, whose keys are
+    /// what keeps a caller from choosing names that collide.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LayerNames")
+            .field("prefix", &self.prefix)
+            .field(
+                "pass",
+                &self.rules.iter().map(|rule| rule.pass).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a layer's limiters of one rule share under a prefix: each is the prefix and
+/// the rule's name, alone or followed by `:` and a value `KeyBuf` escaped.
+struct LayerName {
+    /// Every such limiter passes every check of a name
+    /// (`rules::checks::escaped_names_pass`): they need not be checked on each call.
+    pass: bool,
+    /// Where a limiter's value starts: after the prefix, the name and `:`.
+    value_at: usize,
+    /// The hash of the limiter without a value.
+    alone: u64,
+    /// The name hasher, the prefix, the name and `:` read: each limiter's hash costs
+    /// its value's bytes only.
+    keyed: std::hash::DefaultHasher,
+}
+
+impl LayerName {
+    fn new(prefix: &str, name: &str) -> LayerName {
+        let alone = format!("{prefix}{name}");
+        let mut keyed = crate::keys::name_hasher();
+        std::hash::Hasher::write(&mut keyed, alone.as_bytes());
+        std::hash::Hasher::write(&mut keyed, b":");
+        LayerName {
+            pass: crate::rules::checks::escaped_names_pass(prefix, name),
+            value_at: alone.len() + 1,
+            alone: crate::keys::name_hash(&alone),
+            keyed,
+        }
+    }
+
+    /// The hash of `limiter`, one of the rule's under the prefix (its
+    /// [`name_hash`](crate::keys::name_hash)).
+    #[inline]
+    fn hash_of(&self, limiter: &str) -> u64 {
+        match limiter.as_bytes().get(self.value_at..) {
+            Some(value) => {
+                let mut hasher = self.keyed.clone();
+                std::hash::Hasher::write(&mut hasher, value);
+                std::hash::Hasher::finish(&hasher)
+            }
+            None => self.alone,
+        }
+    }
+}
+
 /// The rate and window of `spec` for the limiter `name`: an override's, or the rule's
 /// own. An override the rule cannot take (set by hand in Redis) is ignored, with a
 /// warning: the rule's own rate applies, never an error.
@@ -127,5 +198,41 @@ fn rate_of(spec: &RuleSpec, name: &str, client: &Client, table: &Table) -> (u64,
                 .warn_unusable(&spec.name, &error, client.now_ms());
             (spec.rate, spec.interval)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LayerName;
+    use crate::keys::name_hash;
+
+    /// A layer's limiter hashed from the rule's start read once is hashed as its whole
+    /// name is, whatever the lengths of the prefix, the name and the value (every
+    /// split of SipHash's 8-byte blocks), alone or with a value.
+    #[test]
+    fn a_limiter_hashed_from_its_rule_s_start_is_hashed_as_its_whole_name() {
+        let values = ["a", "%00", "user-42", "é漢🦀", "0123456", "01234567", "012345678"];
+        for prefix in ["", "p", "rate_limit:", "a-prefix-of-16b:"] {
+            for name in ["x", "api", "a-longer-name"] {
+                let layer = LayerName::new(prefix, name);
+                let alone = format!("{prefix}{name}");
+                assert_eq!(layer.hash_of(&alone), name_hash(&alone), "{alone}");
+                for value in values.iter().map(|v| v.to_string()).chain(["v".repeat(200)]) {
+                    let limiter = format!("{alone}:{value}");
+                    assert_eq!(layer.hash_of(&limiter), name_hash(&limiter), "{limiter}");
+                }
+            }
+        }
+    }
+
+    /// The Debug of the engine's layer names says nothing of the hash's keys.
+    #[test]
+    fn the_layer_names_debug_shows_no_hasher() {
+        let names = super::LayerNames {
+            prefix: "rate_limit:".into(),
+            rules: Box::new([LayerName::new("rate_limit:", "api")]),
+        };
+        let shown = format!("{names:?}");
+        assert_eq!(shown, "LayerNames { prefix: \"rate_limit:\", pass: [true], .. }");
     }
 }

@@ -69,10 +69,9 @@ pub struct Engine {
     /// check a client makes of a rule's: worked out on the first call (the rules never
     /// change), so that a call's rules are not checked again each time.
     checked: std::sync::OnceLock<Box<[bool]>>,
-    /// The key prefix of the first call with escaped keys, and whether each rule's
-    /// escaped limiters under it pass every check of a name
-    /// (`rules::checks::escaped_names_pass`): worked out once, for that prefix.
-    escaped_names: std::sync::OnceLock<(Box<str>, Box<[bool]>)>,
+    /// What each rule's limiters written by a layer share under the key prefix of the
+    /// first call with such keys: worked out once, for that prefix.
+    layer_names: std::sync::OnceLock<build::LayerNames>,
 }
 
 impl Drop for Engine {
@@ -101,7 +100,7 @@ impl Engine {
             registered: AtomicBool::new(false),
             templates: Vec::new(),
             checked: std::sync::OnceLock::new(),
-            escaped_names: std::sync::OnceLock::new(),
+            layer_names: std::sync::OnceLock::new(),
         }
     }
 

@@ -258,12 +258,19 @@ pub fn check_name(name: &str) -> Result<(), Error> {
 /// walk. A rule computes it once and keeps it ([`Rule`](crate::Rule)), so a rule
 /// called again pays no hashing.
 pub(crate) fn name_hash(name: &str) -> u64 {
-    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
     // The bytes alone (a `str`'s `Hash` adds a terminator, for hashing one field after
     // another: one name is hashed here).
-    let mut hasher = std::hash::BuildHasher::build_hasher(KEY.get_or_init(Default::default));
+    let mut hasher = name_hasher();
     std::hash::Hasher::write(&mut hasher, name.as_bytes());
     std::hash::Hasher::finish(&hasher)
+}
+
+/// The hasher of [`name_hash`], before any byte: a name's start written into it once
+/// and the hasher cloned for each name that starts so (a layer's limiters of one rule)
+/// hashes each name as [`name_hash`] does, its bytes read in pieces or at once alike.
+pub(crate) fn name_hasher() -> std::hash::DefaultHasher {
+    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+    std::hash::BuildHasher::build_hasher(KEY.get_or_init(Default::default))
 }
 
 /// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).

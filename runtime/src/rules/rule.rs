@@ -278,6 +278,14 @@ impl Rule {
         }
     }
 
+    /// Keeps `hash` as the hash of the rule's name, computed by whoever built the name
+    /// (it must be [`name_hash`](crate::keys::name_hash)'s).
+    #[inline]
+    pub(crate) fn keep_hash(&self, hash: u64) {
+        debug_assert_eq!(hash, crate::keys::name_hash(&self.name), "{}", self.name);
+        self.memo.hash.store(hash, Ordering::Relaxed);
+    }
+
     /// Takes up to `k` permits from Redis in one grant and serves them in this client
     /// for at most a short lease (see [`batch_lease`](Rule::batch_lease)), giving back
     /// what it did not use when the lease ends (default 1: no batching). At most the
