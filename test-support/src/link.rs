@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -213,6 +213,10 @@ pub enum Fault {
     ErrorThenClose,
     /// Taken, and nothing answered or closed: a network that drops every packet.
     Silent,
+    /// Carried, but every script call answered with this error line (its `-`, no
+    /// line end) and not sent on, the connection kept: a cluster node answering
+    /// `CLUSTERDOWN`, or a redirect to itself.
+    Answer(&'static str),
 }
 
 /// Listens until dropped; each connection it takes is served as the link's fault
@@ -222,6 +226,7 @@ pub enum Fault {
 pub struct FaultyLink {
     pub port: u16,
     accepted: Arc<AtomicUsize>,
+    answered: Arc<AtomicUsize>,
     fault: tokio::sync::watch::Sender<Fault>,
     accept: tokio::task::JoinHandle<()>,
 }
@@ -230,17 +235,18 @@ impl FaultyLink {
     pub async fn start(target: u16) -> FaultyLink {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let accepted = Arc::new(AtomicUsize::new(0));
+        let (accepted, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (fault, mut changes) = tokio::sync::watch::channel(Fault::None);
-        let counted = Arc::clone(&accepted);
+        let (counted, answers) = (Arc::clone(&accepted), Arc::clone(&answered));
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 counted.fetch_add(1, Ordering::SeqCst);
                 let fault = *changes.borrow_and_update();
                 let mut changed = changes.clone();
+                let answers = Arc::clone(&answers);
                 tokio::spawn(async move {
                     tokio::select! {
-                        () = serve(inbound, target, fault) => {}
+                        () = serve(inbound, target, fault, &answers) => {}
                         _ = changed.changed() => {}
                     }
                 });
@@ -249,6 +255,7 @@ impl FaultyLink {
         FaultyLink {
             port,
             accepted,
+            answered,
             fault,
             accept,
         }
@@ -268,6 +275,11 @@ impl FaultyLink {
     pub fn connections(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
+
+    /// How many script calls it has answered itself ([`Fault::Answer`]).
+    pub fn answered(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for FaultyLink {
@@ -276,8 +288,9 @@ impl Drop for FaultyLink {
     }
 }
 
-/// One connection served as `fault` says.
-async fn serve(mut inbound: TcpStream, target: u16, fault: Fault) {
+/// One connection served as `fault` says, each script call it answers itself counted
+/// in `answered`.
+async fn serve(mut inbound: TcpStream, target: u16, fault: Fault, answered: &AtomicUsize) {
     let mut buf = vec![0u8; 64 * 1024];
     match fault {
         Fault::None => {
@@ -305,7 +318,7 @@ async fn serve(mut inbound: TcpStream, target: u16, fault: Fault) {
                 tokio::select! {
                     read = from_in.read(&mut buf) => {
                         let Ok(n @ 1..) = read else { return };
-                        if is_script_call(&buf[..n]) {
+                        if script_calls(&buf[..n]) > 0 {
                             let _ = to_in.write_all(b"-ERR the link refuses this command\r\n").await;
                             return;
                         }
@@ -323,11 +336,102 @@ async fn serve(mut inbound: TcpStream, target: u16, fault: Fault) {
             }
         }
         Fault::Silent => while let Ok(1..) = inbound.read(&mut buf).await {},
+        Fault::Answer(line) => {
+            let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+                return;
+            };
+            let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
+            let (mut inbound, mut outbound) = (BufReader::new(inbound), BufReader::new(outbound));
+            // One command at a time, in order (a multiplexed connection sends several
+            // at once): a script call answered here, any other sent on and its reply
+            // carried back before the next command is read.
+            while let Some(command) = resp::command(&mut inbound).await {
+                let reply = if script_calls(&command) > 0 {
+                    answered.fetch_add(1, Ordering::SeqCst);
+                    format!("-{line}\r\n").into_bytes()
+                } else {
+                    if outbound.get_mut().write_all(&command).await.is_err() {
+                        return;
+                    }
+                    let Some(reply) = resp::reply(&mut outbound).await else {
+                        return;
+                    };
+                    reply
+                };
+                if inbound.get_mut().write_all(&reply).await.is_err() {
+                    return;
+                }
+            }
+        }
     }
 }
 
-/// Whether `bytes` hold a script call: `EVALSHA` or `EVAL` as a command's name.
-fn is_script_call(bytes: &[u8]) -> bool {
+/// Reading RESP: a client's commands and a server's replies, each whole, as bytes.
+mod resp {
+    use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+
+    /// One line, with its `\r\n`, appended to `out`; its text without them.
+    async fn line<R: AsyncRead + Unpin>(from: &mut BufReader<R>, out: &mut Vec<u8>) -> Option<String> {
+        let start = out.len();
+        match from.read_until(b'\n', out).await {
+            Ok(1..) if out.ends_with(b"\r\n") => {
+                Some(String::from_utf8_lossy(&out[start..out.len() - 2]).into_owned())
+            }
+            _ => None,
+        }
+    }
+
+    /// `len` bytes and their `\r\n` appended to `out`.
+    async fn bulk<R: AsyncRead + Unpin>(
+        from: &mut BufReader<R>,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<()> {
+        let start = out.len();
+        out.resize(start + len + 2, 0);
+        from.read_exact(&mut out[start..]).await.ok().map(|_| ())
+    }
+
+    /// One command (an array of bulk strings), as sent.
+    pub(super) async fn command<R: AsyncRead + Unpin>(from: &mut BufReader<R>) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let count: usize = line(from, &mut out).await?.strip_prefix('*')?.parse().ok()?;
+        for _ in 0..count {
+            let len: usize = line(from, &mut out).await?.strip_prefix('$')?.parse().ok()?;
+            bulk(from, len, &mut out).await?;
+        }
+        Some(out)
+    }
+
+    /// One reply, nested ones within it, as sent (RESP2 and RESP3).
+    pub(super) async fn reply<R: AsyncRead + Unpin>(from: &mut BufReader<R>) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut pending = 1usize;
+        while pending > 0 {
+            pending -= 1;
+            let text = line(from, &mut out).await?;
+            let (kind, rest) = text.split_at_checked(1)?;
+            match kind {
+                "+" | "-" | ":" | "_" | "," | "#" | "(" => {}
+                "$" | "!" | "=" => {
+                    if let Ok(len) = rest.parse::<usize>() {
+                        bulk(from, len, &mut out).await?;
+                    }
+                }
+                "*" | "~" | ">" => pending += rest.parse::<usize>().unwrap_or(0),
+                "%" => pending += 2 * rest.parse::<usize>().ok()?,
+                // (an attribute's pairs, then the reply they describe)
+                "|" => pending += 2 * rest.parse::<usize>().ok()? + 1,
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+}
+
+/// How many script calls `bytes` hold: `EVALSHA` or `EVAL` as a command's name.
+fn script_calls(bytes: &[u8]) -> usize {
     let upper = bytes.to_ascii_uppercase();
-    upper.windows(9).any(|w| w == b"\r\nEVALSHA") || upper.windows(8).any(|w| w == b"\r\nEVAL\r\n")
+    upper.windows(10).filter(|w| w == b"\r\nEVALSHA\r").count()
+        + upper.windows(8).filter(|w| w == b"\r\nEVAL\r\n").count()
 }
