@@ -89,27 +89,35 @@ impl Shared {
     /// [`decide_keys`](Shared::decide_keys) where it is called, on `client`, in
     /// process without a timeout (the layer's client), for keys [`read`](Shared::read)
     /// as [`reads_prefixed`](Shared::reads_prefixed) says: `None` if it would wait
-    /// after all.
+    /// after all. Inlined where a request is read; the engine's general path out of line.
+    #[inline]
     pub(crate) fn decide_keys_now(
         &self,
         client: &Client,
         (mut keys, permits): Keys,
     ) -> Option<Result<Granted, RateLimited>> {
-        let permits = self.per_request.then_some(permits.as_slice());
-        let decided = match permits {
-            None => self.engine.decide_now(client, &mut keys, None),
-            Some(_) => None,
-        };
-        if let Some(decided) = decided {
-            if let Some(first) = keys.first_mut() {
-                NAME_BUFFER.set(std::mem::take(first));
+        if !self.per_request {
+            if let Some(decided) = self.engine.decide_now(client, &mut keys, None) {
+                if let Some(first) = keys.first_mut() {
+                    NAME_BUFFER.set(std::mem::take(first));
+                }
+                return Some(decided);
             }
-            return Some(decided);
         }
-        // A call the engine's general path decides (costs, shadow rules, a debug span),
-        // the keys given back without the prefix: in process without a timeout nothing
-        // it awaits waits. (Were it to, the
-        // request would be read and decided again on the boxed path.)
+        self.decide_keys_polled(client, (keys, permits))
+    }
+
+    /// A call the engine's general path decides (costs, shadow rules, a debug span),
+    /// the keys given back without the prefix, polled here, out of line: in process without a
+    /// timeout nothing it awaits waits. (Were it to, the request would be read and
+    /// decided again on the boxed path.)
+    #[inline(never)]
+    fn decide_keys_polled(
+        &self,
+        client: &Client,
+        (mut keys, permits): Keys,
+    ) -> Option<Result<Granted, RateLimited>> {
+        let permits = self.per_request.then_some(permits.as_slice());
         let decision = std::pin::pin!(self.engine.decide(Some(client), &mut keys, permits));
         match decision.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
             std::task::Poll::Ready(decided) => Some(decided),
