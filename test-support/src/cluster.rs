@@ -22,6 +22,14 @@ pub fn free_node_port() -> u16 {
     }
 }
 
+/// Whether the server answering on `port` is `child` (its `process_id`).
+fn runs_on(port: u16, child: &Child) -> bool {
+    let process = format!("process_id:{}", child.id());
+    cli(&["-p", &port.to_string(), "info", "server"])
+        .lines()
+        .any(|line| line.trim() == process)
+}
+
 /// Runs `redis-cli` and answers its output; fails the test with how to install it.
 pub fn cli(args: &[&str]) -> String {
     let output = Command::new("redis-cli").args(args).stderr(Stdio::null()).output().unwrap_or_else(|e| {
@@ -35,7 +43,7 @@ impl RedisCluster {
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
         let mut cluster = RedisCluster::empty();
         for _ in 0..masters * (1 + replicas) {
-            cluster.spawn_node(free_node_port(), &[]);
+            cluster.spawn_free_node();
         }
         cluster.create(replicas)
     }
@@ -48,7 +56,7 @@ impl RedisCluster {
         let mut cluster = RedisCluster::empty();
         cluster.spawn_announced(port, announced);
         for _ in 1..masters {
-            cluster.spawn_node(free_node_port(), &[]);
+            cluster.spawn_free_node();
         }
         cluster.create(0)
     }
@@ -107,7 +115,7 @@ impl RedisCluster {
     /// where it is).
     fn spawn_announced(&mut self, port: u16, announced: u16) {
         let (announced, bus) = (announced.to_string(), (port + 10_000).to_string());
-        self.spawn_node(
+        let listens = self.spawn_node(
             port,
             &[
                 "--cluster-announce-ip",
@@ -118,10 +126,29 @@ impl RedisCluster {
                 &bus,
             ],
         );
+        assert!(
+            listens,
+            "a cluster node could not listen on port {port}: another process took it after it was found free"
+        );
     }
 
-    /// A node on `port`, with `extra` arguments, in a folder of its own.
-    fn spawn_node(&mut self, port: u16, extra: &[&str]) {
+    /// A node on a free port (see [`free_node_port`]), another one tried when a
+    /// process running beside this one (the server matrix runs two suites at once)
+    /// took the port first.
+    fn spawn_free_node(&mut self) {
+        for _ in 0..5 {
+            if self.spawn_node(free_node_port(), &[]) {
+                return;
+            }
+        }
+        panic!("a cluster node could not listen on a free port in 5 attempts");
+    }
+
+    /// A node on `port`, with `extra` arguments, in a folder of its own: false, and
+    /// no node kept, when the server answering on `port` is not it (the port was
+    /// taken between being found free and the node's start; the node exits, or has
+    /// not yet).
+    fn spawn_node(&mut self, port: u16, extra: &[&str]) -> bool {
         let node_dir = self.dir.join(port.to_string());
         std::fs::create_dir_all(&node_dir).unwrap();
         let port_arg = port.to_string();
@@ -146,8 +173,14 @@ impl RedisCluster {
             node_dir.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let child = super::spawn_redis(&args);
+        let mut child = super::spawn_redis(&args);
+        if !(super::wait_for_port_or_exit(port, &mut child) && runs_on(port, &child)) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
         self.nodes.push((port, Some(child)));
+        true
     }
 
     /// Waits until every live node reports the cluster healthy and all slots covered
@@ -309,5 +342,24 @@ impl Drop for RedisCluster {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RedisCluster;
+    use crate::RedisServer;
+
+    /// A node whose port another server holds is not kept: its start failed (or the
+    /// server answering there is the other one), so a cluster is not made of it.
+    #[test]
+    fn a_node_on_a_port_another_server_holds_is_not_kept() {
+        let other = RedisServer::start();
+        let mut cluster = RedisCluster::empty();
+        assert!(!cluster.spawn_node(other.port, &[]));
+        assert!(cluster.nodes.is_empty());
+        let port = super::free_node_port();
+        assert!(cluster.spawn_node(port, &[]));
+        assert_eq!(cluster.nodes.len(), 1);
     }
 }
