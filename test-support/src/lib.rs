@@ -174,8 +174,11 @@ pub fn wait_for_port_or_exit(port: u16, child: &mut Child) -> bool {
             return false;
         }
         if answers_like_redis(port) {
-            // Ours, not another server's: it is still running.
-            return matches!(child.try_wait(), Ok(None));
+            // Ours, not another server's (a suite running beside this one may have
+            // taken the port, our server not yet gone): its process id, where the
+            // server tells it (not before AUTH), and still running.
+            let ours = process_id_at(port).is_none_or(|id| id == child.id());
+            return ours && matches!(child.try_wait(), Ok(None));
         }
         assert!(
             Instant::now() < deadline,
@@ -211,6 +214,31 @@ fn answers_like_redis(port: u16) -> bool {
     stream.write_all(b"PING\r\n").is_ok()
         && stream.read_exact(&mut first).is_ok()
         && (first[0] == b'+' || first[0] == b'-')
+}
+
+/// The process id the server on the loopback `port` gives in `INFO server`; `None`
+/// when it tells none (a password it wants first).
+fn process_id_at(port: u16) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    stream.write_all(b"INFO server\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while reply.len() < 64 * 1024 {
+        let n = stream.read(&mut chunk).ok().filter(|&n| n > 0)?;
+        reply.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if text.starts_with('-') {
+            return None;
+        }
+        if let Some(rest) = text.split("process_id:").nth(1) {
+            if let Some((id, _)) = rest.split_once("\r\n") {
+                return id.trim().parse().ok();
+            }
+        }
+    }
+    None
 }
 
 /// A loopback port nothing listens on, never handed out twice in this process (tests
