@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::call::{CallKeys, Written};
 use super::Engine;
+use crate::backend::memory::name::same_name;
 use crate::rules::overrides::Table;
 use crate::{Client, Rule, RuleSpec};
 
@@ -43,9 +44,17 @@ impl Engine {
     ) -> Rule {
         let spec = &self.rules[i];
         let mut name = std::mem::take(key);
-        if written == Written::Layer {
-            debug_assert!(name.starts_with(prefix), "{name} lacks the prefix {prefix}");
-        } else {
+        // A layer's key is known by its shape: the rule's start, which its hash and
+        // its checks are worked out from once. Any other (a key of the wrong shape, or
+        // under another prefix) is taken as a caller's: the prefix put in front unless
+        // it is there, its name hashed and checked whole.
+        let layer = match written {
+            Written::Layer => self
+                .layer_name(i, prefix)
+                .and_then(|layer| Some((layer.hash_of(&name)?, layer.pass))),
+            Written::ByCaller => None,
+        };
+        if written == Written::ByCaller || (layer.is_none() && !name.starts_with(prefix)) {
             name.insert_str(0, prefix);
         }
         let (rate, interval) = match overrides.filter(|(_, table)| !table.is_empty()) {
@@ -54,17 +63,13 @@ impl Engine {
         };
         let permits = permits.map_or(spec.permits, |p| p[i]);
         let rule = spec.rule(name, permits, rate, interval);
-        let layer = match written {
-            Written::Layer => self.layer_name(i, prefix),
-            Written::ByCaller => None,
-        };
-        if let Some(layer) = layer {
-            rule.keep_hash(layer.hash_of(rule.name()));
+        if let Some((hash, _)) = layer {
+            rule.keep_hash(hash);
         }
         if (rate, interval) != (spec.rate, spec.interval) {
             rule.mark_overridden();
         } else if self.specs_checked()[i] && permits == spec.permits {
-            if layer.is_some_and(|layer| layer.pass) {
+            if layer.is_some_and(|(_, pass)| pass) {
                 debug_assert!(
                     crate::keys::check_name(rule.name()).is_ok()
                         && crate::keys::library_key(prefix, rule.name()).is_none(),
@@ -145,8 +150,8 @@ struct LayerName {
     /// Every such limiter passes every check of a name
     /// (`rules::checks::escaped_names_pass`): they need not be checked on each call.
     pass: bool,
-    /// Where a limiter's value starts: after the prefix, the name and `:`.
-    value_at: usize,
+    /// What each limiter with a value starts with: the prefix, the name and `:`.
+    start: Box<str>,
     /// The hash of the limiter without a value.
     alone: u64,
     /// The name hasher, the prefix, the name and `:` read: each limiter's hash costs
@@ -162,23 +167,29 @@ impl LayerName {
         std::hash::Hasher::write(&mut keyed, b":");
         LayerName {
             pass: crate::rules::checks::escaped_names_pass(prefix, name),
-            value_at: alone.len() + 1,
             alone: crate::keys::name_hash(&alone),
+            start: format!("{alone}:").into(),
             keyed,
         }
     }
 
-    /// The hash of `limiter`, one of the rule's under the prefix (its
-    /// [`name_hash`](crate::keys::name_hash)).
+    /// The hash of `limiter` (its [`name_hash`](crate::keys::name_hash)) when it is one
+    /// of the rule's under the prefix: the start and a value, or the start's text
+    /// alone; `None` for any other name.
     #[inline]
-    fn hash_of(&self, limiter: &str) -> u64 {
-        match limiter.as_bytes().get(self.value_at..) {
+    fn hash_of(&self, limiter: &str) -> Option<u64> {
+        // (the start compared as the table compares names: no `memcmp` call)
+        let start = limiter
+            .get(..self.start.len())
+            .filter(|head| same_name(head, &self.start));
+        match start.map(|head| &limiter[head.len()..]) {
             Some(value) => {
                 let mut hasher = self.keyed.clone();
-                std::hash::Hasher::write(&mut hasher, value);
-                std::hash::Hasher::finish(&hasher)
+                std::hash::Hasher::write(&mut hasher, value.as_bytes());
+                Some(std::hash::Hasher::finish(&hasher))
             }
-            None => self.alone,
+            None => (limiter.len() + 1 == self.start.len() && self.start.starts_with(limiter))
+                .then_some(self.alone),
         }
     }
 }
@@ -216,13 +227,78 @@ mod tests {
             for name in ["x", "api", "a-longer-name"] {
                 let layer = LayerName::new(prefix, name);
                 let alone = format!("{prefix}{name}");
-                assert_eq!(layer.hash_of(&alone), name_hash(&alone), "{alone}");
+                assert_eq!(layer.hash_of(&alone), Some(name_hash(&alone)), "{alone}");
                 for value in values.iter().map(|v| v.to_string()).chain(["v".repeat(200)]) {
                     let limiter = format!("{alone}:{value}");
-                    assert_eq!(layer.hash_of(&limiter), name_hash(&limiter), "{limiter}");
+                    assert_eq!(layer.hash_of(&limiter), Some(name_hash(&limiter)), "{limiter}");
+                }
+                // Names of another shape are not the rule's: hashed whole by the caller.
+                let unprefixed = (!prefix.is_empty()).then(|| format!("{name}:v"));
+                let others = [format!("{alone}x:v"), format!("{alone}x"), String::new()];
+                for other in others.into_iter().chain(unprefixed) {
+                    assert_eq!(layer.hash_of(&other), None, "{other}");
                 }
             }
         }
+    }
+
+    /// Keys given to the layer's path that are not of a layer's shape (no prefix, or
+    /// another rule's start) are decided as a caller's keys are: on the limiter
+    /// `decide` names, one limiter whichever path decides it (a hash taken from the
+    /// wrong start would file it apart and double its rate).
+    #[tokio::test]
+    async fn keys_not_of_a_layer_s_shape_are_decided_as_a_caller_s() {
+        use crate::{Client, OnError, RateType, RuleSpec};
+        use std::time::Duration;
+        let spec = RuleSpec {
+            name: "api".into(),
+            shadow: false,
+            local_refusals: true,
+            batch: 1,
+            batch_lease: None,
+            rate: 2,
+            interval: Duration::from_secs(60),
+            mode: RateType::Overall,
+            permits: 1,
+            on_error: OnError::Deny,
+            message: None,
+            bucket: None,
+            settled: false,
+            max_overdraft: None,
+        };
+        let engine = super::Engine::with_rules(vec![spec], None, "layer-shape-test");
+        let client = Client::memory();
+        let now = |key: &str| {
+            let mut keys = [key.to_owned()];
+            let decided = engine
+                .decide_now(&client, &mut keys, None)
+                .expect("decided at once");
+            (decided.is_ok(), keys[0].clone())
+        };
+        assert_eq!(now("rate_limit:api:v"), (true, "rate_limit:api:v".to_owned()));
+        assert_eq!(
+            now("api:v"),
+            (true, "rate_limit:api:v".to_owned()),
+            "the prefix put in front"
+        );
+        let general = engine
+            .decide(Some(&client), &mut ["api:v".to_owned()], None)
+            .await;
+        assert!(
+            general.is_err(),
+            "one limiter: its rate of 2 spent by the two above"
+        );
+        // Another rule's start, under the prefix: its own limiter, hashed whole, so
+        // the general path finds it spent.
+        let other = "rate_limit:apix:v";
+        assert_eq!(
+            [now(other), now(other)],
+            [(true, other.to_owned()), (true, other.to_owned())]
+        );
+        let general = engine
+            .decide(Some(&client), &mut ["apix:v".to_owned()], None)
+            .await;
+        assert!(general.is_err(), "one limiter: {other} spent by the two above");
     }
 
     /// The Debug of the engine's layer names says nothing of the hash's keys.

@@ -208,7 +208,8 @@ impl Engine {
     /// value is not checked again on every call. A decided call gives each key back as
     /// its limiter's name: its buffer, for the caller to write a next call's key into.
     /// `None` gives them back without the prefix, as [`decide`](Engine::decide) takes
-    /// them.
+    /// them. A key of another shape is taken as a caller's key is: the prefix put in
+    /// front unless it is there, its name hashed and checked whole.
     pub fn decide_now(
         &self,
         client: &Client,
@@ -221,8 +222,7 @@ impl Engine {
             || self.rules.iter().any(|r| r.shadow)
             || tracing::level_enabled!(tracing::Level::DEBUG)
         {
-            for key in keys.iter_mut() {
-                debug_assert!(key.starts_with(client.prefix()), "{key} lacks the prefix");
+            for key in keys.iter_mut().filter(|key| key.starts_with(client.prefix())) {
                 key.drain(..client.prefix().len());
             }
             return None;

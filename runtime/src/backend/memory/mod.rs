@@ -26,7 +26,7 @@ mod decide;
 mod idle;
 mod load;
 mod manage;
-mod name;
+pub(crate) mod name;
 mod plan;
 mod settle;
 mod state;

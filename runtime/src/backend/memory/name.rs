@@ -5,7 +5,7 @@
 /// without a call to `memcmp`, whose set-up costs more than the comparison; others by
 /// `==`.
 #[inline(always)]
-pub(super) fn same_name(held: &str, name: &str) -> bool {
+pub(crate) fn same_name(held: &str, name: &str) -> bool {
     let (a, b) = (held.as_bytes(), name.as_bytes());
     let n = a.len();
     if n != b.len() {
