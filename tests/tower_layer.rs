@@ -949,6 +949,56 @@ async fn the_in_process_path_answers_as_the_general_path() {
     assert!((5..35).contains(&refused), "{refused} of 40 refused: {at_once:?}");
 }
 
+/// Run-time overrides reach an in-process layer's requests on the path that decides
+/// where the service is called as on the engine's general one (a timeout): a rule's
+/// rate raised for all its keys, one limiter's lowered, and the rule's own rate back
+/// once they are removed. The RateLimit fields name the rate decided.
+#[tokio::test]
+async fn overrides_reach_an_in_process_layer_on_both_paths() {
+    use redlimit::{OverrideOf, RateOverride};
+    for timeout in [None, Some(Duration::from_secs(1))] {
+        let client = Client::memory();
+        let mut layer = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("x-user")));
+        if let Some(timeout) = timeout {
+            layer = layer.timeout(timeout);
+        }
+        let addr = serve(app(layer.build().unwrap())).await;
+        let statuses = |user: &'static str, n: usize| async move {
+            let mut seen = Vec::new();
+            for _ in 0..n {
+                seen.push(status(addr, "/a", &[("x-user", user)]).await);
+            }
+            seen
+        };
+        assert_eq!(statuses("a", 3).await, [200, 200, 429], "{timeout:?}");
+
+        let rule = OverrideOf::Rule("api".into());
+        let set = |of: OverrideOf, rate| RateOverride {
+            of,
+            rate,
+            interval: MINUTE,
+        };
+        client.set_override(&set(rule.clone(), 4)).await.unwrap();
+        let granted = send(addr, "GET", "/a", &[("x-user", "a")]).await;
+        assert_eq!(granted.status, 200, "{timeout:?}: 4 a minute");
+        assert_eq!(granted.header("ratelimit-policy"), Some("\"api\";q=4;w=60"));
+        assert_eq!(statuses("a", 2).await, [200, 429], "{timeout:?}");
+
+        let one = OverrideOf::Key("rate_limit:api:b".into());
+        client.set_override(&set(one.clone(), 1)).await.unwrap();
+        assert_eq!(statuses("b", 2).await, [200, 429], "{timeout:?}: b's own");
+        assert_eq!(statuses("c", 5).await, [200, 200, 200, 200, 429], "{timeout:?}");
+
+        assert!(client.remove_override(&rule).await.unwrap());
+        assert!(client.remove_override(&one).await.unwrap());
+        let granted = send(addr, "GET", "/a", &[("x-user", "d")]).await;
+        assert_eq!(granted.header("ratelimit-policy"), Some("\"api\";q=2;w=60"));
+        assert_eq!(statuses("d", 2).await, [200, 429], "{timeout:?}: its own rate");
+    }
+}
+
 /// A layer's limiters are under its client's own prefix, on the path that decides
 /// where the service is called and on the engine's general one (a timeout), the value
 /// escaped alike: two requests spend the same limiter of 2, and none is made under

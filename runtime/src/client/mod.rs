@@ -235,7 +235,11 @@ impl Client {
     /// the phases), or its error.
     #[cold]
     #[inline(never)]
-    fn other_answer(&self, rule: &Rule, decided: Result<RuleDecision, Error>) -> Result<Decision, Error> {
+    pub(crate) fn other_answer(
+        &self,
+        rule: &Rule,
+        decided: Result<RuleDecision, Error>,
+    ) -> Result<Decision, Error> {
         match decided? {
             RuleDecision::Usual(usual) => Ok(usual.decision()),
             RuleDecision::Phased(outcome) => Ok(one_rule_decision(rule, &outcome, || self.now_ms())),
@@ -308,13 +312,28 @@ impl Client {
         } else {
             self.first_keys(rule)?
         };
-        let call = RuleCall {
-            keys,
-            permits: rule.permits_per_call().min(rule.most_permits()),
-            rule: Some(rule.config()),
-            bucket: rule.shape(),
-        };
-        memory.decide_one_rule(&call, rule.name_hash(), Some(rule.window_ms()), now)
+        memory.decide_one_rule(
+            &rule_call(rule, keys),
+            rule.name_hash(),
+            Some(rule.window_ms()),
+            now,
+        )
+    }
+
+    /// A layer's one rule decided in process, on the limiter `name` whose hash is
+    /// `hash`, at the settings of `settings`: a rule whose settings passed the checks,
+    /// as every name of its shape did. Spares a request the rule built for it alone.
+    /// `None` for a client not in process.
+    #[inline(always)]
+    pub(crate) fn decide_named_in_process(
+        &self,
+        settings: &Rule,
+        name: &str,
+        hash: u64,
+    ) -> Option<Result<RuleDecision, Error>> {
+        let memory = self.backend().in_process()?;
+        let call = rule_call(settings, Keys::checked_before(name, &self.inner.client_id));
+        Some(memory.decide_one_rule(&call, hash, Some(settings.window_ms()), self.now_ms()))
     }
 
     /// The keys of a rule on its first call (or its first since a setter changed
@@ -437,5 +456,17 @@ impl fmt::Debug for Client {
             .field("client_id", &self.inner.client_id)
             .field("command_timeout", &self.inner.command_timeout)
             .finish()
+    }
+}
+
+/// The call of `rule` on its `keys`: its permits (at most what its limiter holds),
+/// its config and its bucket's shape.
+#[inline(always)]
+fn rule_call<'r>(rule: &'r Rule, keys: Keys<'r>) -> RuleCall<'r> {
+    RuleCall {
+        keys,
+        permits: rule.permits_per_call().min(rule.most_permits()),
+        rule: Some(rule.config()),
+        bucket: rule.shape(),
     }
 }

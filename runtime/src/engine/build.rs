@@ -87,13 +87,14 @@ impl Engine {
     /// What rule `i`'s limiters written by a layer share under `prefix`, worked out for
     /// the first prefix asked about; `None` under any other.
     #[inline]
-    fn layer_name(&self, i: usize, prefix: &str) -> Option<&LayerName> {
+    pub(super) fn layer_name(&self, i: usize, prefix: &str) -> Option<&LayerName> {
         let layer = self.layer_names.get_or_init(|| LayerNames {
             prefix: prefix.into(),
             rules: self
                 .rules
                 .iter()
-                .map(|spec| LayerName::new(prefix, &spec.name))
+                .zip(self.specs_checked())
+                .map(|(spec, &checked)| LayerName::of_rule(prefix, spec, checked))
                 .collect(),
         });
         (*layer.prefix == *prefix).then(|| &layer.rules[i])
@@ -146,10 +147,14 @@ impl std::fmt::Debug for LayerNames {
 
 /// What a layer's limiters of one rule share under a prefix: each is the prefix and
 /// the rule's name, alone or followed by `:` and a value `KeyBuf` escaped.
-struct LayerName {
+pub(super) struct LayerName {
     /// Every such limiter passes every check of a name
     /// (`rules::checks::escaped_names_pass`): they need not be checked on each call.
     pass: bool,
+    /// When every such limiter and the rule's own settings pass the checks: the rule
+    /// at its own rate, window and permits (its name empty), whose settings decide a
+    /// limiter of the rule where no override applies.
+    pub(super) settings: Option<Rule>,
     /// What each limiter with a value starts with: the prefix, the name and `:`.
     start: Box<str>,
     /// The hash of the limiter without a value.
@@ -160,6 +165,18 @@ struct LayerName {
 }
 
 impl LayerName {
+    /// `checked`: the rule's settings pass the checks (see `Engine::specs_checked`).
+    fn of_rule(prefix: &str, spec: &RuleSpec, checked: bool) -> LayerName {
+        let mut layer = LayerName::new(prefix, &spec.name);
+        if layer.pass && checked {
+            let rule = spec.rule(String::new(), spec.permits, spec.rate, spec.interval);
+            rule.mark_settings_checked();
+            layer.settings = Some(rule);
+        }
+        layer
+    }
+
+    /// The rule's names under `prefix`, without its settings.
     fn new(prefix: &str, name: &str) -> LayerName {
         let alone = format!("{prefix}{name}");
         let mut keyed = crate::keys::name_hasher();
@@ -167,6 +184,7 @@ impl LayerName {
         std::hash::Hasher::write(&mut keyed, b":");
         LayerName {
             pass: crate::rules::checks::escaped_names_pass(prefix, name),
+            settings: None,
             alone: crate::keys::name_hash(&alone),
             start: format!("{alone}:").into(),
             keyed,
@@ -177,7 +195,7 @@ impl LayerName {
     /// of the rule's under the prefix: the start and a value, or the start's text
     /// alone; `None` for any other name.
     #[inline]
-    fn hash_of(&self, limiter: &str) -> Option<u64> {
+    pub(super) fn hash_of(&self, limiter: &str) -> Option<u64> {
         // (the start compared as the table compares names: no `memcmp` call)
         let start = limiter
             .get(..self.start.len())

@@ -12,7 +12,7 @@
 //! the overridden config, so it does not undo it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -131,6 +131,9 @@ impl Table {
 #[derive(Debug, Default)]
 pub(crate) struct Overrides {
     table: RwLock<Arc<Table>>,
+    /// Whether the table holds any override: read without the lock by a call that
+    /// needs the table only when it does.
+    any: AtomicBool,
     /// When an unusable override was last reported.
     warned_ms: AtomicU64,
 }
@@ -141,7 +144,15 @@ impl Overrides {
     }
 
     pub(crate) fn replace(&self, table: Table) {
-        *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+        let mut held = self.table.write().unwrap_or_else(|e| e.into_inner());
+        self.any.store(!table.is_empty(), Ordering::Release);
+        *held = Arc::new(table);
+    }
+
+    /// Whether any override is set: when not, every rule decides at its own rate.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
     }
 
     /// Reports, at most once per 10 s, an override a rule cannot take (and ignores).
