@@ -1041,6 +1041,41 @@ async fn a_layer_s_limiters_are_under_its_client_s_prefix_on_both_paths() {
     }
 }
 
+/// A layer of one shadow rule, whose requests the engine's general path decides
+/// (the path that decides where the service is called declines them): every request
+/// passes, and each spends the limiter named under the client's own prefix, its value
+/// escaped, as the rule's grants would.
+#[tokio::test]
+async fn a_layer_of_one_shadow_rule_spends_its_limiter_under_the_client_s_prefix() {
+    let client = Client::builder().prefix("edge:").memory();
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(
+            LayerRule::new("trial", 2, MINUTE)
+                .key(Key::header("x-user"))
+                .shadow(true),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    for _ in 0..4 {
+        assert_eq!(status(addr, "/a", &[("x-user", "a:{b}")]).await, 200);
+    }
+    let limiter = client.rate_limiter("edge:trial:a%3A%7Bb%7D");
+    assert_eq!(
+        limiter.available_permits().await.unwrap(),
+        0,
+        "spent by the grants"
+    );
+    for named in ["edge:edge:trial:a%3A%7Bb%7D", "rate_limit:trial:a%3A%7Bb%7D"] {
+        let unspent = client.rate_limiter(named).available_permits().await;
+        assert!(
+            matches!(unspent, Err(redlimit::Error::NotInitialized { .. })),
+            "{named}: {unspent:?}"
+        );
+    }
+}
+
 /// Header values that are not UTF-8 key by their bytes: no two of them share a
 /// limiter, nor one with the UTF-8 text a lossy reading would make of it (`\u{fffd}`)
 /// or with text spelling its escape (`%E9`); long ones are digested apart. A rate of 1:

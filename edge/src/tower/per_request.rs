@@ -70,6 +70,9 @@ impl Shared {
         routed: bool,
     ) -> Option<Result<(Granted, Scope), RateLimited>> {
         let client = self.client.as_ref().filter(|_| !self.needs_path)?;
+        if self.rules.len() == 1 && !self.per_request {
+            return self.decide_one_now(client, request, routed);
+        }
         match self.read(request, routed, self.reads_prefixed()) {
             Ok((keys, scope)) => Some(
                 self.decide_keys_now(client, keys)?
@@ -77,6 +80,43 @@ impl Shared {
             ),
             Err(refused) => Some(Err(refused)),
         }
+    }
+
+    /// [`decide_now`](Shared::decide_now) for a layer of one rule at its own permits,
+    /// the usual one: [`read`](Shared::read) and [`decide_keys_now`](Shared::decide_keys_now)
+    /// without a list of keys to carry between them.
+    #[inline]
+    fn decide_one_now<Q: Incoming>(
+        &self,
+        client: &Client,
+        request: &mut Q,
+        routed: bool,
+    ) -> Option<Result<(Granted, Scope), RateLimited>> {
+        let (client_ip, trusted) = match self.client(request) {
+            Ok(read) => read,
+            Err(refused) => return Some(Err(refused)),
+        };
+        let keyed = self.keys_client_ip.then_some(client_ip);
+        let mut key = key_buf(0);
+        if let Err(refused) = self.write_key(0, request, &keyed, routed, true, &mut key) {
+            return Some(Err(refused));
+        }
+        if let Some(trusted) = trusted {
+            request.leave(ReadBy {
+                trusted,
+                client: client_ip.ok(),
+            });
+        }
+        let scope = Scope::for_request(client_ip);
+        let mut keys = [key.finish()];
+        let decided = match self.engine.decide_now(client, &mut keys, None) {
+            Some(decided) => {
+                NAME_BUFFER.set(std::mem::take(&mut keys[0]));
+                decided
+            }
+            None => self.decide_keys_polled(client, (keys.into_iter().collect(), Vec::new()))?,
+        };
+        Some(decided.map(|granted| (granted, scope)))
     }
 
     /// Whether [`decide_keys_now`](Shared::decide_keys_now)'s keys are read after the
@@ -196,78 +236,96 @@ impl Shared {
     ) -> Result<Keys, RateLimited> {
         let mut keys = SmallVec::<[String; 2]>::new();
         let mut permits = Vec::with_capacity(if self.per_request { self.rules.len() } else { 0 });
-        for (i, (rule, spec)) in self.rules.iter().zip(self.engine.rules()).enumerate() {
-            let (alone, keyed_start) = match prefixed {
-                true => (&*rule.prefixed.0, &*rule.prefixed.1),
-                false => (&*rule.name, &*rule.keyed_start),
-            };
-            let problem = match rule.key.value(request, client) {
-                Ok(value) => Ok(value),
-                // No route matched: the request goes on to the router's fallback (404),
-                // as without the layer; the other rules still apply.
-                Err(NoValue::NotRouted) if routed => {
-                    let mut key = key_buf(i);
-                    key.text(alone);
-                    keys.push(key.finish());
-                    permits.push(0);
-                    continue;
-                }
-                Err(NoValue::NotRouted) => Err(OUTSIDE_ROUTER),
-                Err(NoValue::Misconfigured(problem)) => Err(problem),
-                Err(NoValue::Repeated) => {
-                    let error = Error::RepeatedKey {
-                        rule: rule.name.to_string(),
-                        what: match &rule.key {
-                            Extract::Header(name) => format!("the {name} header"),
-                            _ => "its key".to_owned(),
-                        },
-                    };
-                    return Err(self.engine.refuse_without_key(i, error));
-                }
-            };
-            let value = match problem {
-                Ok(value) => value,
-                Err(problem) => {
-                    let error = Error::InvalidConfig {
-                        name: rule.name.to_string(),
-                        problem,
-                    };
-                    return Err(self.engine.refuse_misconfigured(i, error));
-                }
-            };
-            if rule.missing.is_some() {
-                self.refuse_missing(i, rule, value.as_ref())?;
-            }
-            // A header that is not UTF-8 keys by its bytes (its text above is lossy, for
-            // the missing-value check only): two such values never share a limiter, nor
-            // one with a value that is UTF-8.
-            let raw = match &value {
-                // Only a lossy reading is owned among a header's.
-                Some(Cow::Owned(_)) => rule.key.not_utf8(request),
-                _ => None,
-            };
+        for i in 0..self.rules.len() {
             let mut key = key_buf(i);
-            match &value {
-                Some(value) => {
-                    key.text(keyed_start);
-                    match raw {
-                        Some(bytes) => key.value_bytes(bytes),
-                        None => key.value_str(value),
-                    }
-                }
-                None => key.text(alone),
-            }
+            let spent = self.write_key(i, request, client, routed, prefixed, &mut key)?;
             keys.push(key.finish());
-            if self.per_request {
-                let exempt = raw.is_none() && value.is_some_and(|v| rule.exempt.contains(&*v));
-                permits.push(match (&rule.cost, exempt) {
-                    (_, true) => 0,
-                    (Some(cost), false) => cost(request.head()).max(1),
-                    (None, false) => spec.permits,
-                });
+            if self.per_request || spent.is_none() {
+                permits.push(spent.unwrap_or(0));
             }
         }
         Ok((keys, permits))
+    }
+
+    /// Rule `i`'s limiter for the request, written into `key` (after the client's
+    /// prefix when `prefixed`); its permits when they are per request, `None` when
+    /// the request matched no route (the rule does not apply to it).
+    #[inline]
+    fn write_key<Q: Incoming>(
+        &self,
+        i: usize,
+        request: &Q,
+        client: &ReadClient,
+        routed: bool,
+        prefixed: bool,
+        key: &mut KeyBuf,
+    ) -> Result<Option<u64>, RateLimited> {
+        let (rule, spec) = (&self.rules[i], &self.engine.rules()[i]);
+        let (alone, keyed_start) = match prefixed {
+            true => (&*rule.prefixed.0, &*rule.prefixed.1),
+            false => (&*rule.name, &*rule.keyed_start),
+        };
+        let problem = match rule.key.value(request, client) {
+            Ok(value) => Ok(value),
+            // No route matched: the request goes on to the router's fallback (404),
+            // as without the layer; the other rules still apply.
+            Err(NoValue::NotRouted) if routed => {
+                key.text(alone);
+                return Ok(None);
+            }
+            Err(NoValue::NotRouted) => Err(OUTSIDE_ROUTER),
+            Err(NoValue::Misconfigured(problem)) => Err(problem),
+            Err(NoValue::Repeated) => {
+                let error = Error::RepeatedKey {
+                    rule: rule.name.to_string(),
+                    what: match &rule.key {
+                        Extract::Header(name) => format!("the {name} header"),
+                        _ => "its key".to_owned(),
+                    },
+                };
+                return Err(self.engine.refuse_without_key(i, error));
+            }
+        };
+        let value = match problem {
+            Ok(value) => value,
+            Err(problem) => {
+                let error = Error::InvalidConfig {
+                    name: rule.name.to_string(),
+                    problem,
+                };
+                return Err(self.engine.refuse_misconfigured(i, error));
+            }
+        };
+        if rule.missing.is_some() {
+            self.refuse_missing(i, rule, value.as_ref())?;
+        }
+        // A header that is not UTF-8 keys by its bytes (its text above is lossy, for
+        // the missing-value check only): two such values never share a limiter, nor
+        // one with a value that is UTF-8.
+        let raw = match &value {
+            // Only a lossy reading is owned among a header's.
+            Some(Cow::Owned(_)) => rule.key.not_utf8(request),
+            _ => None,
+        };
+        match &value {
+            Some(value) => {
+                key.text(keyed_start);
+                match raw {
+                    Some(bytes) => key.value_bytes(bytes),
+                    None => key.value_str(value),
+                }
+            }
+            None => key.text(alone),
+        }
+        if !self.per_request {
+            return Ok(Some(spec.permits));
+        }
+        let exempt = raw.is_none() && value.is_some_and(|v| rule.exempt.contains(&*v));
+        Ok(Some(match (&rule.cost, exempt) {
+            (_, true) => 0,
+            (Some(cost), false) => cost(request.head()).max(1),
+            (None, false) => spec.permits,
+        }))
     }
 
     /// The refusal of a request without a value for rule `i`, when the rule refuses
