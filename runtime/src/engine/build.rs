@@ -97,7 +97,8 @@ impl Engine {
                 .map(|(spec, &checked)| LayerName::of_rule(prefix, spec, checked))
                 .collect(),
         });
-        (*layer.prefix == *prefix).then(|| &layer.rules[i])
+        // (compared as the table compares names: no `memcmp` call on every request)
+        same_name(&layer.prefix, prefix).then(|| &layer.rules[i])
     }
 
     /// Whether each rule's settings at its own rate, window and permits pass a client's
