@@ -73,27 +73,24 @@ where
     actix_web::dev::forward_ready!(inner);
 
     fn call(&self, request: ServiceRequest) -> Self::Future {
-        let read = |request: &ServiceRequest, prefixed: bool| {
-            self.shared.read(&mut ActixRequest::new(request), false, prefixed)
-        };
         let now = (self.shared.client.as_ref()).filter(|_| self.shared.decides_at_once);
-        let (mut keys, mut scope) = match read(&request, now.is_some() && self.shared.reads_prefixed()) {
-            Ok(read) => read,
-            Err(limited) => return self.refused(request, limited),
-        };
         if let Some(client) = now {
-            match self.shared.decide_keys_now(client, keys) {
-                Some(Ok(granted)) => return self.granted(request, granted, scope),
+            match self
+                .shared
+                .decide_on_now(client, &mut ActixRequest::new(&request), false)
+            {
+                Some(Ok((granted, scope))) => return self.granted(request, granted, scope),
                 Some(Err(limited)) => return self.refused(request, limited),
                 // Not reached: in process without a timeout nothing the decision awaits
                 // waits (a debug assertion holds the tests to it). Were it reached, the
                 // request would be read again and decided on the boxed path.
-                None => match read(&request, false) {
-                    Ok(again) => (keys, scope) = again,
-                    Err(limited) => return self.refused(request, limited),
-                },
+                None => {}
             }
         }
+        let (keys, scope) = match self.shared.read(&mut ActixRequest::new(&request), false, false) {
+            Ok(read) => read,
+            Err(limited) => return self.refused(request, limited),
+        };
         self.waiting(request, keys, scope)
     }
 }

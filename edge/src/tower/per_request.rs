@@ -70,6 +70,19 @@ impl Shared {
         routed: bool,
     ) -> Option<Result<(Granted, Scope), RateLimited>> {
         let client = self.client.as_ref().filter(|_| !self.needs_path)?;
+        self.decide_on_now(client, request, routed)
+    }
+
+    /// [`decide_now`](Shared::decide_now) on `client`, the layer's, in process without
+    /// a timeout, for a request whose path parameters need not be read first (an
+    /// actix-web request's are at hand).
+    #[inline]
+    pub(crate) fn decide_on_now<Q: Incoming>(
+        &self,
+        client: &Client,
+        request: &mut Q,
+        routed: bool,
+    ) -> Option<Result<(Granted, Scope), RateLimited>> {
         if self.rules.len() == 1 && !self.per_request {
             return self.decide_one_now(client, request, routed);
         }
@@ -122,7 +135,7 @@ impl Shared {
     /// Whether [`decide_keys_now`](Shared::decide_keys_now)'s keys are read after the
     /// prefix of the layer's client: not when the engine's general path decides them
     /// (permits per request), which puts it in front itself.
-    pub(crate) fn reads_prefixed(&self) -> bool {
+    fn reads_prefixed(&self) -> bool {
         self.client.is_some() && !self.per_request
     }
 
@@ -131,7 +144,7 @@ impl Shared {
     /// as [`reads_prefixed`](Shared::reads_prefixed) says: `None` if it would wait
     /// after all. Inlined where a request is read; the engine's general path out of line.
     #[inline]
-    pub(crate) fn decide_keys_now(
+    fn decide_keys_now(
         &self,
         client: &Client,
         (mut keys, permits): Keys,
