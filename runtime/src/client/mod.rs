@@ -323,8 +323,10 @@ impl Client {
     /// A layer's one rule decided in process, on the limiter `name` whose hash is
     /// `hash`, at the settings of `settings`: a rule whose settings passed the checks,
     /// as every name of its shape did. Spares a request the rule built for it alone.
-    /// `None` for a client not in process.
-    #[inline(always)]
+    /// `None` for a client not in process. Out of line, as
+    /// [`poll_in_process`](Client::poll_in_process) is: in a function of its own the
+    /// decision's steps are inlined, where the caller's would call several of them.
+    #[inline(never)]
     pub(crate) fn decide_named_in_process(
         &self,
         settings: &Rule,
