@@ -32,6 +32,7 @@ impl KeyBuf {
     }
 
     /// Template text, as written.
+    #[inline]
     pub fn text(&mut self, text: &str) {
         self.0.push_str(text);
     }
@@ -51,6 +52,7 @@ impl KeyBuf {
 
     /// [`value`](Self::value) for text already at hand, without the formatting
     /// machinery a `Display` goes through (the edge layer's keys, on every request).
+    #[inline]
     pub fn value_str(&mut self, value: &str) {
         let start = self.0.len();
         escape_into(&mut self.0, value);
