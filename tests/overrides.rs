@@ -75,3 +75,41 @@ async fn overrides_replace_a_rules_rate_for_all_its_keys_or_one() {
         .unwrap_err();
     assert!(error.to_string().contains("rate is 0"), "{error}");
 }
+
+/// Overrides set and removed at once from several threads on an in-process client
+/// (where the client's table is every override there is) each take effect: none
+/// undoes another's, whichever returns first. Each round, 8 tasks set an override of
+/// a key of their own, and 4 of them remove theirs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overrides_set_and_removed_at_once_are_all_kept() {
+    for round in 0..400 {
+        let client = Client::memory();
+        let key = move |k: usize| OverrideOf::Key(format!("rate_limit:api:{round}-{k}"));
+        let tasks: Vec<_> = (0..8)
+            .map(|k| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    client.set_override(&over(key(k), 1)).await.unwrap();
+                    if k % 2 == 0 {
+                        assert!(
+                            client.remove_override(&key(k)).await.unwrap(),
+                            "{round}: its own, set"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let kept: Vec<OverrideOf> = client
+            .list_overrides()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.of)
+            .collect();
+        let expected: Vec<OverrideOf> = (0..8).filter(|k| k % 2 == 1).map(key).collect();
+        assert_eq!(kept, expected, "round {round}");
+    }
+}

@@ -1,7 +1,7 @@
 //! The client's API for rates changed at run time: set, remove and list overrides
 //! (the table and its format: `rules::overrides`).
 
-use crate::rules::overrides::{OverrideOf, RateOverride, Table};
+use crate::rules::overrides::{OverrideOf, RateOverride};
 use crate::{Client, Error};
 
 impl Client {
@@ -29,27 +29,24 @@ impl Client {
         self.backend()
             .write_override(&override_.of.field(), Some(&override_.value()))
             .await?;
-        let mut list = self.overrides().table().list();
-        list.retain(|o| o.of != override_.of);
-        list.push(override_.clone());
-        self.overrides().replace(Table::from_list(&list));
+        self.overrides().edit(|list| {
+            list.retain(|o| o.of != override_.of);
+            list.push(override_.clone());
+        });
         Ok(())
     }
 
     /// Removes an override; the rule's own rate applies again. False when there was
     /// none.
     pub async fn remove_override(&self, of: &OverrideOf) -> Result<bool, Error> {
-        let mut list = self.overrides().table().list();
-        let had = list.iter().any(|o| &o.of == of);
-        list.retain(|o| &o.of != of);
-        // In process the overrides are this client's only.
-        let removed = self
-            .backend()
-            .write_override(&of.field(), None)
-            .await?
-            .unwrap_or(had);
-        self.overrides().replace(Table::from_list(&list));
-        Ok(removed)
+        let written = self.backend().write_override(&of.field(), None).await?;
+        let had = self.overrides().edit(|list| {
+            let had = list.iter().any(|o| &o.of == of);
+            list.retain(|o| &o.of != of);
+            had
+        });
+        // In process the overrides are this client's only: the table says.
+        Ok(written.unwrap_or(had))
     }
 
     /// Every override set, rules first, by name. Entries of the hash that do not

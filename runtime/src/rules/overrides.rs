@@ -149,6 +149,18 @@ impl Overrides {
         *held = Arc::new(table);
     }
 
+    /// Changes the table's list as `change` says, under the table's lock from the read
+    /// to the write: two changes made at once never undo each other.
+    pub(crate) fn edit<R>(&self, change: impl FnOnce(&mut Vec<RateOverride>) -> R) -> R {
+        let mut held = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let mut list = held.list();
+        let answer = change(&mut list);
+        let table = Table::from_list(&list);
+        self.any.store(!table.is_empty(), Ordering::Release);
+        *held = Arc::new(table);
+        answer
+    }
+
     /// Whether any override is set: when not, every rule decides at its own rate.
     #[inline]
     pub(crate) fn any(&self) -> bool {
