@@ -949,6 +949,18 @@ async fn the_in_process_path_answers_as_the_general_path() {
     assert!((5..35).contains(&refused), "{refused} of 40 refused: {at_once:?}");
 }
 
+/// A server whose layer on `client` has one rule `api` of 2 a minute keyed by the
+/// `x-user` header, with `timeout` when given (the engine's general path).
+async fn serve_keyed_by_user(client: Client, timeout: Option<Duration>) -> SocketAddr {
+    let mut layer = RateLimitLayer::builder()
+        .client(client)
+        .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("x-user")));
+    if let Some(timeout) = timeout {
+        layer = layer.timeout(timeout);
+    }
+    serve(app(layer.build().unwrap())).await
+}
+
 /// Run-time overrides reach an in-process layer's requests on the path that decides
 /// where the service is called as on the engine's general one (a timeout): a rule's
 /// rate raised for all its keys, one limiter's lowered, and the rule's own rate back
@@ -958,13 +970,7 @@ async fn overrides_reach_an_in_process_layer_on_both_paths() {
     use redlimit::{OverrideOf, RateOverride};
     for timeout in [None, Some(Duration::from_secs(1))] {
         let client = Client::memory();
-        let mut layer = RateLimitLayer::builder()
-            .client(client.clone())
-            .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("x-user")));
-        if let Some(timeout) = timeout {
-            layer = layer.timeout(timeout);
-        }
-        let addr = serve(app(layer.build().unwrap())).await;
+        let addr = serve_keyed_by_user(client.clone(), timeout).await;
         let statuses = |user: &'static str, n: usize| async move {
             let mut seen = Vec::new();
             for _ in 0..n {
@@ -1007,13 +1013,7 @@ async fn overrides_reach_an_in_process_layer_on_both_paths() {
 async fn a_layer_s_limiters_are_under_its_client_s_prefix_on_both_paths() {
     for timeout in [None, Some(Duration::from_secs(1))] {
         let client = Client::builder().prefix("edge:").memory();
-        let mut layer = RateLimitLayer::builder()
-            .client(client.clone())
-            .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("x-user")));
-        if let Some(timeout) = timeout {
-            layer = layer.timeout(timeout);
-        }
-        let addr = serve(app(layer.build().unwrap())).await;
+        let addr = serve_keyed_by_user(client.clone(), timeout).await;
         assert_eq!(
             status(addr, "/a", &[("x-user", "a:{b}")]).await,
             200,
