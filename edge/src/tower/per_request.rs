@@ -109,18 +109,11 @@ impl Shared {
             Ok(read) => read,
             Err(refused) => return Some(Err(refused)),
         };
-        let keyed = self.keys_client_ip.then_some(client_ip);
         let mut key = key_buf(0);
-        if let Err(refused) = self.write_key(0, request, &keyed, routed, true, &mut key) {
+        if let Err(refused) = self.write_key(0, request, &self.keyed(client_ip), routed, true, &mut key) {
             return Some(Err(refused));
         }
-        if let Some(trusted) = trusted {
-            request.leave(ReadBy {
-                trusted,
-                client: client_ip.ok(),
-            });
-        }
-        let scope = Scope::for_request(client_ip);
+        let scope = self.scope(request, client_ip, trusted);
         let mut keys = [key.finish()];
         let decided = match self.engine.decide_now(client, &mut keys, None) {
             Some(decided) => {
@@ -192,15 +185,32 @@ impl Shared {
         prefixed: bool,
     ) -> Result<(Keys, Scope), RateLimited> {
         let (client, trusted) = self.client(request)?;
-        let keyed = self.keys_client_ip.then_some(client);
-        let keys = self.keys(request, &keyed, routed, prefixed)?;
+        let keys = self.keys(request, &self.keyed(client), routed, prefixed)?;
+        Ok((keys, self.scope(request, client, trusted)))
+    }
+
+    /// The client address for the rules' keys: when a rule is keyed by it.
+    #[inline]
+    fn keyed(&self, client: Result<ClientIp, &'static str>) -> ReadClient {
+        self.keys_client_ip.then_some(client)
+    }
+
+    /// The scope of a request whose keys are read: the trusted-proxy setting left on
+    /// the request first, when the layer leaves it (for a layer inside this one).
+    #[inline]
+    fn scope<Q: Incoming>(
+        &self,
+        request: &mut Q,
+        client: Result<ClientIp, &'static str>,
+        trusted: Option<TrustedProxies>,
+    ) -> Scope {
         if let Some(trusted) = trusted {
             request.leave(ReadBy {
                 trusted,
                 client: client.ok(),
             });
         }
-        Ok((keys, Scope::for_request(client)))
+        Scope::for_request(client)
     }
 
     /// The client address behind the request's one trusted-proxy setting (this layer's,
