@@ -14,7 +14,7 @@ use redis::AsyncCommands;
 use redlimit::keys::hash_slot;
 use redlimit::{rate_limit, Client, RateLimited};
 use support::cluster::RedisCluster;
-use support::link::{Fault, FaultyLink};
+use support::link::{Fault, FaultyLink, SilencingLink};
 use support::RedisServer;
 use tokio::sync::Mutex;
 
@@ -522,4 +522,133 @@ async fn a_cluster_node_no_connection_reaches_pauses_its_calls_only() {
     // primary too: 97 to 135 in nine runs; 2 373 and 2 650 without the pace.
     assert!(connections <= 250, "{connections} connections in 3 s");
     decided_once_carried(&client, &link, &cut_rules, Duration::from_millis(1_300)).await;
+}
+
+/// A network that drops every packet, the connections left open (a partition, a host
+/// gone without a word), from a client whose connection worked: once nothing came
+/// back for two command timeouts, the calls are paused as for a server no connection
+/// reaches, each failing at once, and one call tries after each pause; on one server
+/// and on a cluster of one node. Redis decides again within the longest pause and a
+/// try once the network carries again. Four callers for 4 s, a call a millisecond each:
+/// 19 of about 5 500 calls timed out on one server and 20 of about 5 300 on the
+/// cluster, in two runs, Redis deciding again 0.52 to 1.01 s after; without the silence
+/// counted, all timed out (96 and 80), Redis deciding again 0.31 and 0.39 s after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_that_drops_everything_pauses_the_calls() {
+    let server = RedisServer::start();
+    let link = SilencingLink::start(server.port).await;
+    let one = client(&link.url()).await;
+    let rules = [redlimit::Rule::new(
+        "rate_limit:dropped",
+        100,
+        Duration::from_secs(60),
+    )];
+    silent_for_4_s(&one, &link, &rules, Duration::from_millis(1_500)).await;
+
+    let node = support::cluster::free_node_port();
+    let link = SilencingLink::start(node).await;
+    let _cluster = RedisCluster::one_node(node, link.port);
+    let cluster = client(&format!("redis+cluster://127.0.0.1:{}/", link.port)).await;
+    let rules = [redlimit::Rule::new(
+        "rate_limit:dropped-cluster",
+        100,
+        Duration::from_secs(60),
+    )];
+    silent_for_4_s(&cluster, &link, &rules, Duration::from_millis(1_500)).await;
+}
+
+/// One primary of three silenced behind a link (its connections left open, the nodes
+/// still reaching each other), on a client that had not read which node serves which
+/// slot: the calls to its slots are paused once nothing came back from it for two
+/// timeouts, and the calls to the other primaries' slots go on, none failing. Four
+/// callers for 4 s: 22 and 43 calls timed out in two runs, Redis deciding again 1.34
+/// and 1.01 s after the link carried new connections (a try may go on a node
+/// connection made while the link was silent: the next, a pause later, is answered);
+/// without the silence counted, 80 of 80, Redis deciding again 0.19 s after. With the slot map not read at
+/// a timeout, the one pace every node shares until it is read kept the silent node's
+/// calls from ever pausing (the others' replies ended its silence): 60 of 60 in 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_cluster_node_pauses_its_calls_only() {
+    let node = support::cluster::free_node_port();
+    let link = SilencingLink::start(node).await;
+    let cluster = RedisCluster::start_announcing(3, node, link.port);
+    let on = |silenced: bool| {
+        (0..)
+            .map(|i| format!("rate_limit:node-silent:{i}"))
+            .find(|name| (cluster.primary_of(hash_slot(name.as_bytes())).0 == link.port) == silenced)
+            .unwrap()
+    };
+    let silent_rules = [redlimit::Rule::new(on(true), 100, Duration::from_secs(60))];
+    let other_rules = [redlimit::Rule::new(on(false), 1_000_000, Duration::from_secs(60))];
+    let client = client(&cluster.url()).await;
+    assert!(client.check_rules(&other_rules).await.unwrap().allowed);
+    let others = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let (started, mut granted) = (Instant::now(), 0);
+            while started.elapsed() < Duration::from_secs(3) {
+                let decision = client.check_rules(&other_rules).await;
+                assert!(decision.unwrap().allowed, "a call to another primary failed");
+                granted += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            granted
+        })
+    };
+    silent_for_4_s(&client, &link, &silent_rules, Duration::from_millis(3_500)).await;
+    let granted = others.await.unwrap();
+    println!("{granted} calls to another primary granted");
+    assert!(granted > 100, "{granted} calls to another primary");
+}
+
+/// Four callers calling `rules` on `client` for 4 s while `link` carries nothing, each
+/// call failing within the command timeout plus [`MARGIN`], few of them by their
+/// timeout; then the link carrying new connections, and Redis deciding again within
+/// `back_within`.
+async fn silent_for_4_s(
+    client: &Client,
+    link: &SilencingLink,
+    rules: &[redlimit::Rule],
+    back_within: Duration,
+) {
+    assert!(client.check_rules(rules).await.unwrap().allowed);
+    link.silence_all();
+    let started = Instant::now();
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, rules) = (client.clone(), rules.to_vec());
+            tokio::spawn(async move {
+                let (mut calls, mut timed_out) = (0, 0);
+                while started.elapsed() < Duration::from_secs(4) {
+                    let call = Instant::now();
+                    let err = client.check_rules(&rules).await.unwrap_err();
+                    assert!(err.is_backend_failure(), "{err:?}");
+                    assert!(
+                        call.elapsed() <= TIMEOUT + MARGIN,
+                        "a call took {:?}",
+                        call.elapsed()
+                    );
+                    timed_out += usize::from(matches!(err, redlimit::Error::Timeout { .. }));
+                    calls += 1;
+                    // (a call a millisecond: failing at once, the callers would
+                    // otherwise take the cores from the other tests)
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                (calls, timed_out)
+            })
+        })
+        .collect();
+    let (mut calls, mut timed_out) = (0, 0);
+    for caller in callers {
+        let (n, t) = caller.await.unwrap();
+        calls += n;
+        timed_out += t;
+    }
+    println!("{calls} calls in 4 s, {timed_out} timed out");
+    // Each call waiting out its timeout: 80 (4 callers, 4 s, 0.2 s each).
+    assert!(timed_out <= 60, "{timed_out} calls timed out in 4 s");
+    // (the connections open stay silent; new ones carry)
+    link.silence_open();
+    let back = decided_again(client, rules).await;
+    assert!(back <= back_within, "{back:?}");
 }

@@ -237,11 +237,18 @@ impl RedisBackend {
     /// A command timed out: the connection is made again when no reply has come for
     /// [`SILENT_TIMEOUTS`] command timeouts, counted from the first timed-out
     /// command's sending. (Calls cut by one slow answer all time out at once: they
-    /// are one timeout.) While the connecting is paused, the try's timeout is a
-    /// failed try.
+    /// are one timeout.) On the call's pace, the try's timeout is a failed try while
+    /// the connecting is paused, and so is any timeout once nothing came back for as
+    /// long (`Reconnects::timed_out`).
     #[cold]
     fn timed_out(&self, failed_before: u32, pace: &Reconnects) {
         pace.timed_out(failed_before, self.timeout);
+        // On a cluster, which node serves which slot is read for the next calls (at
+        // most once a second), so that a silent node's pace is its own: on the one
+        // pace all nodes share until then, the others' replies end its silence.
+        if self.cluster {
+            self.nodes.read_soon(self.conn(), self.timeout);
+        }
         let silent_for = {
             let mut since = self.silent_since.lock().unwrap_or_else(PoisonError::into_inner);
             let sent = Instant::now()

@@ -3,7 +3,9 @@
 //! the cluster's slot map, so that one node down pauses the calls to it and none of
 //! the calls to the others.
 //!
-//! The map is read (`CLUSTER SLOTS`) after a failure to reach a node, in a task of
+//! The map is read (`CLUSTER SLOTS`) after a failure to reach a node or a command
+//! that timed out (on the one pace the nodes share, the others' replies would end a
+//! silent node's silence before it paused anything), in a task of
 //! its own, one read at a time and at most once a [`READ_EVERY`]: a cluster that
 //! answers pays nothing for it. Until it is read, for calls without keys, and for
 //! slots it names no node for, calls share one pace, so a cluster that no connection
@@ -77,9 +79,9 @@ impl Nodes {
         map.rest.paused() || map.paces.iter().any(|(_, pace)| pace.paused())
     }
 
-    /// A node could not be reached: the map is read again in a task on the current
-    /// runtime when none was asked for in the last [`READ_EVERY`], and none is being
-    /// read, under `timeout`.
+    /// A node could not be reached, or a command timed out: the map is read again in
+    /// a task on the current runtime when none was asked for in the last
+    /// [`READ_EVERY`], and none is being read, under `timeout`.
     pub(super) fn read_soon(self: &Arc<Self>, conn: Conn, timeout: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;

@@ -6,8 +6,11 @@
 //!
 //! Now a failure that follows another (the command sent after the first, on the
 //! connection it had made) pauses the connecting. A failure is a connection lost or
-//! refused, or one whose `AUTH` or `SELECT` is refused (which the connection manager
-//! never makes again by itself). Until the pause ends, calls fail at once with the
+//! refused, one whose `AUTH` or `SELECT` is refused (which the connection manager
+//! never makes again by itself), or a command that timed out when nothing has come
+//! back for [`SILENT_TIMEOUTS`] command timeouts (a network that drops every packet,
+//! a server that has stopped: each call would otherwise wait out its timeout for as
+//! long as it lasts). Until the pause ends, calls fail at once with the
 //! last failure's kind and cause, sending nothing; the first call after it tries
 //! again (on one server, on a new connection). The pause doubles from
 //! [`FIRST_PAUSE`] at each such try that fails or answers nothing within the command
@@ -22,6 +25,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use super::SILENT_TIMEOUTS;
 
 /// The pause after the second failure in a row.
 pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -38,6 +43,8 @@ pub(crate) struct Reconnects {
     in_a_row: AtomicU32,
     /// Whether `state` holds a pause: read before each command.
     paused: AtomicBool,
+    /// Whether `state` holds when the server went silent: read at each reply.
+    silent: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -48,6 +55,8 @@ struct State {
     /// command with an error and closes is reached by nothing the client can use),
     /// forgotten at a reply that is not an error.
     last: Option<Duration>,
+    /// When the first command that timed out since the last reply was sent.
+    silent_since: Option<Instant>,
 }
 
 struct Pause {
@@ -118,7 +127,7 @@ impl Reconnects {
     /// A reply that is not an error came: the server is reached.
     #[inline]
     pub(crate) fn answered(&self) {
-        if self.in_a_row.load(Ordering::Relaxed) != 0 {
+        if self.in_a_row.load(Ordering::Relaxed) != 0 || self.silent.load(Ordering::Relaxed) {
             self.reached();
         }
     }
@@ -128,6 +137,7 @@ impl Reconnects {
         let mut state = self.state();
         self.in_a_row.store(0, Ordering::Relaxed);
         self.paused.store(false, Ordering::Relaxed);
+        self.silent.store(false, Ordering::Relaxed);
         *state = State::default();
     }
 
@@ -135,23 +145,39 @@ impl Reconnects {
     /// the next failure in a row pauses twice as long as the last pause did.
     #[inline]
     pub(crate) fn answered_with_error(&self) {
-        if self.paused.load(Ordering::Relaxed) {
-            // Both under the lock: a failure between them would leave a pause that
-            // no call looks at.
+        if self.paused.load(Ordering::Relaxed) || self.silent.load(Ordering::Relaxed) {
+            // Each flag with its field under the lock: a failure between them would
+            // leave a pause that no call looks at.
             let mut state = self.state();
             state.pause = None;
+            state.silent_since = None;
             self.paused.store(false, Ordering::Relaxed);
+            self.silent.store(false, Ordering::Relaxed);
         }
     }
 
-    /// A command sent after `before` failures in a row timed out: while the
-    /// connecting is paused, the new connection a try made answered nothing, and
-    /// that is a failure too (the pause doubles), rather than a try every pause
-    /// each leaving a connection open.
+    /// A command sent after `before` failures in a row timed out `after` it was
+    /// sent. While the connecting is paused, the try answered nothing, and that is a
+    /// failure too (the pause doubles), rather than a try every pause each leaving a
+    /// connection open. Otherwise it is a failure once nothing has come back for
+    /// [`SILENT_TIMEOUTS`] timeouts, counted from the sending of the first command
+    /// that timed out since the last reply: one slow answer, however many calls it
+    /// cuts, is not (they time out together, all sent within one timeout).
     #[cold]
     pub(crate) fn timed_out(&self, before: u32, after: Duration) {
         if self.paused() {
             let cause = format!("a connection made again answered nothing within {after:?}");
+            self.failed(before, Failure::Unreachable, &cause);
+            return;
+        }
+        let silent_for = {
+            let mut state = self.state();
+            let sent = Instant::now().checked_sub(after).unwrap_or_else(Instant::now);
+            self.silent.store(true, Ordering::Relaxed);
+            state.silent_since.get_or_insert(sent).elapsed()
+        };
+        if silent_for >= after * SILENT_TIMEOUTS {
+            let cause = format!("nothing came back from the server for {silent_for:?}");
             self.failed(before, Failure::Unreachable, &cause);
         }
     }
@@ -217,7 +243,7 @@ mod tests {
     #[test]
     fn a_try_that_times_out_doubles_the_pause() {
         let reconnects = Reconnects::default();
-        // Timeouts outside a pause are not failures to connect.
+        // One timeout outside a pause is not a failure to connect.
         reconnects.timed_out(0, Duration::from_millis(200));
         assert_eq!(reconnects.before(), Ok((0, false)));
         reconnects.failed(0, Failure::Unreachable, "reset");
@@ -233,6 +259,39 @@ mod tests {
             ),
             "{cause}"
         );
+    }
+
+    #[test]
+    fn two_timeouts_of_silence_are_a_failure_and_a_reply_ends_the_silence() {
+        let timeout = Duration::from_millis(200);
+        let reconnects = Reconnects::default();
+        // Calls cut by one slow answer: all sent within one timeout, none a failure.
+        for _ in 0..16 {
+            reconnects.timed_out(0, timeout);
+        }
+        assert_eq!(reconnects.before(), Ok((0, false)));
+        // Nothing back since a command sent two timeouts ago: a failure; the next
+        // timeout, on a command sent after it, pauses.
+        reconnects.state().silent_since = Some(Instant::now() - timeout * 2);
+        reconnects.timed_out(0, timeout);
+        assert_eq!(reconnects.before(), Ok((1, false)));
+        reconnects.timed_out(1, timeout);
+        let (failure, cause) = reconnects.before().unwrap_err();
+        assert_eq!(failure, Failure::Unreachable);
+        assert!(
+            cause.starts_with("nothing came back from the server for 400")
+                && cause.ends_with("no connection is tried for 100ms after a failed one"),
+            "{cause}"
+        );
+        // A reply ends the pause and the silence: one timeout after it is none.
+        reconnects.answered();
+        reconnects.timed_out(0, timeout);
+        assert_eq!(reconnects.before(), Ok((0, false)));
+        // An error reply ends the silence too.
+        reconnects.state().silent_since = Some(Instant::now() - timeout * 2);
+        reconnects.answered_with_error();
+        reconnects.timed_out(0, timeout);
+        assert_eq!(reconnects.before(), Ok((0, false)));
     }
 
     #[test]
