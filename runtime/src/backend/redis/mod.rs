@@ -242,13 +242,6 @@ impl RedisBackend {
     /// long (`Reconnects::timed_out`).
     #[cold]
     fn timed_out(&self, failed_before: u32, pace: &Reconnects) {
-        pace.timed_out(failed_before, self.timeout);
-        // On a cluster, which node serves which slot is read for the next calls (at
-        // most once a second), so that a silent node's pace is its own: on the one
-        // pace all nodes share until then, the others' replies end its silence.
-        if self.cluster {
-            self.nodes.read_soon(self.conn(), self.timeout);
-        }
         let silent_for = {
             let mut since = self.silent_since.lock().unwrap_or_else(PoisonError::into_inner);
             let sent = Instant::now()
@@ -257,8 +250,28 @@ impl RedisBackend {
             self.silent.store(true, Ordering::Relaxed);
             since.get_or_insert(sent).elapsed()
         };
-        if silent_for >= self.timeout * SILENT_TIMEOUTS {
+        let all_silent = silent_for >= self.timeout * SILENT_TIMEOUTS;
+        // On the one pace a cluster's nodes share until its slot map is read, a silence
+        // is a failure only when the connection as a whole is silent: one node's would
+        // pause the calls to the others.
+        let silence_fails = !self.cluster || all_silent || !self.nodes.is_shared(pace);
+        let silent = pace.timed_out(failed_before, self.timeout, silence_fails);
+        if self.cluster {
+            // Which node serves which slot, read for the next calls (at most once a
+            // second), so that a silent node's pace is its own.
+            self.nodes.read_soon(self.conn(), self.timeout);
+        }
+        if all_silent {
             self.remake("no reply came in two command timeouts", true);
+        } else if self.cluster && silent {
+            // The cluster client keeps its connection to a silent node, which a try
+            // after a pause would wait on again, while the other nodes' replies keep
+            // the connection as a whole from being silent: it is made again, the old
+            // one serving the other nodes until the new one is connected.
+            self.remake(
+                "a node answered nothing for a command timeout after a timeout",
+                false,
+            );
         }
     }
 
@@ -401,7 +414,7 @@ impl RedisBackend {
     #[cold]
     fn spawn_check(&self, now: u64) {
         // Checked once the server answers again.
-        if self.reconnects.paused() || (self.cluster && self.nodes.any_paused()) {
+        if self.reconnects.pausing() || (self.cluster && self.nodes.any_pausing()) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -73,15 +73,23 @@ impl Nodes {
         }
     }
 
-    /// Whether any pace is paused: the server's check waits while one is.
-    pub(super) fn any_paused(&self) -> bool {
+    /// Whether `pace` is the one the calls share until the map is read (or whose
+    /// slot it names no node for).
+    pub(super) fn is_shared(&self, pace: &Reconnects) -> bool {
         let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
-        map.rest.paused() || map.paces.iter().any(|(_, pace)| pace.paused())
+        std::ptr::eq(pace, &*map.rest)
+    }
+
+    /// Whether a pause is under way on any pace: the server's check waits while one is.
+    pub(super) fn any_pausing(&self) -> bool {
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        map.rest.pausing() || map.paces.iter().any(|(_, pace)| pace.pausing())
     }
 
     /// A node could not be reached, or a command timed out: the map is read again in
     /// a task on the current runtime when none was asked for in the last
-    /// [`READ_EVERY`], and none is being read, under `timeout`.
+    /// [`READ_EVERY`] (or, before a map was first read, when the last read failed),
+    /// and none is being read, under `timeout`.
     pub(super) fn read_soon(self: &Arc<Self>, conn: Conn, timeout: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -101,8 +109,22 @@ impl Nodes {
             let mut conn = conn;
             let mut slots = redis::cmd("CLUSTER");
             let read = slots.arg("SLOTS").query_async::<Value>(&mut conn);
-            if let Ok(Ok(reply)) = tokio::time::timeout(timeout, read).await {
-                nodes.read(&reply);
+            match tokio::time::timeout(timeout, read).await {
+                Ok(Ok(reply)) => nodes.read(&reply),
+                // Never read yet (sent, it may be, to the node that is silent): the next
+                // failure may ask again at once, one read at a time, each within
+                // `timeout`, so that no node's silence is long counted on the pace
+                // they all share.
+                _ if nodes
+                    .map
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .slots
+                    .is_empty() =>
+                {
+                    *nodes.asked_at.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                }
+                _ => {}
             }
             nodes.reading.store(false, Ordering::Release);
         });

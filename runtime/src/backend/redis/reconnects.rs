@@ -8,9 +8,9 @@
 //! connection it had made) pauses the connecting. A failure is a connection lost or
 //! refused, one whose `AUTH` or `SELECT` is refused (which the connection manager
 //! never makes again by itself), or a command that timed out when nothing has come
-//! back for [`SILENT_TIMEOUTS`] command timeouts (a network that drops every packet,
-//! a server that has stopped: each call would otherwise wait out its timeout for as
-//! long as it lasts). Until the pause ends, calls fail at once with the
+//! back for a command timeout since an earlier one timed out (a network that drops
+//! every packet, a server that has stopped: each call would otherwise wait out its
+//! timeout for as long as it lasts). Until the pause ends, calls fail at once with the
 //! last failure's kind and cause, sending nothing; the first call after it tries
 //! again (on one server, on a new connection). The pause doubles from
 //! [`FIRST_PAUSE`] at each such try that fails or answers nothing within the command
@@ -25,8 +25,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-use super::SILENT_TIMEOUTS;
 
 /// The pause after the second failure in a row.
 pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -117,6 +115,17 @@ impl Reconnects {
         Ok(true)
     }
 
+    /// Whether a pause is under way now: one over, which no call has tried yet (no
+    /// call went to this server since), is not.
+    pub(crate) fn pausing(&self) -> bool {
+        self.paused()
+            && self
+                .state()
+                .pause
+                .as_ref()
+                .is_some_and(|pause| Instant::now() < pause.until)
+    }
+
     /// Whether the connecting is paused: what would be sent beside the calls (a check
     /// of the server, a refund) waits for a reply. (Sent after one lost connection,
     /// it waits on the connection the next call makes, and makes none of its own.)
@@ -157,34 +166,35 @@ impl Reconnects {
     }
 
     /// A command sent after `before` failures in a row timed out `after` it was
-    /// sent. While the connecting is paused, the try answered nothing, and that is a
-    /// failure too (the pause doubles), rather than a try every pause each leaving a
-    /// connection open. Otherwise it is a failure once nothing has come back for
-    /// [`SILENT_TIMEOUTS`] timeouts, counted from the sending of the first command
-    /// that timed out since the last reply: one slow answer, however many calls it
-    /// cuts, is not (they time out together, all sent within one timeout).
+    /// sent; whether the server has been silent since: nothing came back for at least
+    /// `after` since an earlier command timed out. While the connecting is paused, the
+    /// try answered nothing, and that is a failure (the pause doubles), rather than a
+    /// try every pause each leaving a connection open. Otherwise a timeout in such a
+    /// silence is a failure when `silence_fails`: with calls in a row, the third
+    /// timeout pauses. Calls cut by one slow answer, however many, are not (they time
+    /// out together).
     #[cold]
-    pub(crate) fn timed_out(&self, before: u32, after: Duration) {
+    pub(crate) fn timed_out(&self, before: u32, after: Duration, silence_fails: bool) -> bool {
+        // The check and the failure under one lock: a reply between them would
+        // otherwise leave a pause after it.
+        let mut state = self.state();
+        let now = Instant::now();
+        self.silent.store(true, Ordering::Relaxed);
+        let silent_for = now - *state.silent_since.get_or_insert(now);
+        let silent = silent_for >= after;
         if self.paused() {
             let cause = format!("a connection made again answered nothing within {after:?}");
-            self.failed(before, Failure::Unreachable, &cause);
-            return;
-        }
-        let silent_for = {
-            let mut state = self.state();
-            let sent = Instant::now().checked_sub(after).unwrap_or_else(Instant::now);
-            self.silent.store(true, Ordering::Relaxed);
-            state.silent_since.get_or_insert(sent).elapsed()
-        };
-        if silent_for >= after * SILENT_TIMEOUTS {
+            self.fail(&mut state, before, Failure::Unreachable, &cause);
+        } else if silent && silence_fails {
             // (in whole milliseconds: the cause is read by people)
             let millis = u64::try_from(silent_for.as_millis()).unwrap_or(u64::MAX);
             let cause = format!(
-                "nothing came back from the server for {:?}",
+                "nothing came back from the server in the {:?} after a command timed out",
                 Duration::from_millis(millis)
             );
-            self.failed(before, Failure::Unreachable, &cause);
+            self.fail(&mut state, before, Failure::Unreachable, &cause);
         }
+        silent
     }
 
     /// A command sent after `before` failures in a row failed to reach the server
@@ -192,7 +202,11 @@ impl Reconnects {
     /// had made: that one failed too, and the connecting pauses.
     #[cold]
     pub(crate) fn failed(&self, before: u32, failure: Failure, cause: &str) {
-        let mut state = self.state();
+        self.fail(&mut self.state(), before, failure, cause);
+    }
+
+    /// [`failed`](Reconnects::failed), its state locked.
+    fn fail(&self, state: &mut State, before: u32, failure: Failure, cause: &str) {
         self.in_a_row.fetch_add(1, Ordering::Relaxed);
         if before == 0 {
             return;
@@ -249,13 +263,13 @@ mod tests {
     fn a_try_that_times_out_doubles_the_pause() {
         let reconnects = Reconnects::default();
         // One timeout outside a pause is not a failure to connect.
-        reconnects.timed_out(0, Duration::from_millis(200));
+        reconnects.timed_out(0, Duration::from_millis(200), true);
         assert_eq!(reconnects.before(), Ok((0, false)));
         reconnects.failed(0, Failure::Unreachable, "reset");
         reconnects.failed(1, Failure::Unreachable, "reset");
         reconnects.state().pause.as_mut().unwrap().until = Instant::now();
         assert_eq!(reconnects.before(), Ok((2, true)));
-        reconnects.timed_out(2, Duration::from_millis(200));
+        reconnects.timed_out(2, Duration::from_millis(200), true);
         let (failure, cause) = reconnects.before().unwrap_err();
         assert_eq!(failure, Failure::Unreachable);
         assert!(
@@ -267,37 +281,49 @@ mod tests {
     }
 
     #[test]
-    fn two_timeouts_of_silence_are_a_failure_and_a_reply_ends_the_silence() {
+    fn timeouts_in_a_silence_are_failures_and_a_reply_ends_the_silence() {
         let timeout = Duration::from_millis(200);
         let reconnects = Reconnects::default();
-        // Calls cut by one slow answer: all sent within one timeout, none a failure.
+        // Calls cut by one slow answer: all time out together, none a failure.
         for _ in 0..16 {
-            reconnects.timed_out(0, timeout);
+            assert!(!reconnects.timed_out(0, timeout, true));
         }
         assert_eq!(reconnects.before(), Ok((0, false)));
-        // Nothing back since a command sent two timeouts ago: a failure; the next
-        // timeout, on a command sent after it, pauses.
-        reconnects.state().silent_since = Some(Instant::now() - timeout * 2);
-        reconnects.timed_out(0, timeout);
+        // Nothing back for a timeout since: a failure; the next, on a command sent
+        // after it, pauses.
+        reconnects.state().silent_since = Some(Instant::now() - timeout);
+        assert!(reconnects.timed_out(0, timeout, true));
         assert_eq!(reconnects.before(), Ok((1, false)));
-        reconnects.timed_out(1, timeout);
+        assert!(reconnects.timed_out(1, timeout, true));
         let (failure, cause) = reconnects.before().unwrap_err();
         assert_eq!(failure, Failure::Unreachable);
         assert!(
-            cause.starts_with("nothing came back from the server for 4")
-                && cause.contains("ms; no connection")
-                && cause.ends_with("no connection is tried for 100ms after a failed one"),
+            cause.starts_with("nothing came back from the server in the 2")
+                && cause.ends_with(
+                    "ms after a command timed out; no connection is tried for 100ms after a failed one"
+                ),
             "{cause}"
         );
+        assert!(reconnects.pausing());
         // A reply ends the pause and the silence: one timeout after it is none.
         reconnects.answered();
-        reconnects.timed_out(0, timeout);
+        assert!(!reconnects.timed_out(0, timeout, true));
         assert_eq!(reconnects.before(), Ok((0, false)));
         // An error reply ends the silence too.
-        reconnects.state().silent_since = Some(Instant::now() - timeout * 2);
+        reconnects.state().silent_since = Some(Instant::now() - timeout);
         reconnects.answered_with_error();
-        reconnects.timed_out(0, timeout);
+        assert!(!reconnects.timed_out(0, timeout, true));
         assert_eq!(reconnects.before(), Ok((0, false)));
+    }
+
+    #[test]
+    fn a_pause_over_that_no_call_tried_is_not_under_way() {
+        let reconnects = Reconnects::default();
+        reconnects.failed(0, Failure::Unreachable, "reset");
+        reconnects.failed(1, Failure::Unreachable, "reset");
+        assert!(reconnects.paused() && reconnects.pausing());
+        reconnects.state().pause.as_mut().unwrap().until = Instant::now();
+        assert!(reconnects.paused() && !reconnects.pausing());
     }
 
     #[test]
