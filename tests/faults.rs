@@ -530,8 +530,8 @@ async fn a_cluster_node_no_connection_reaches_pauses_its_calls_only() {
 /// no connection reaches, each failing at once, and one call tries after each pause;
 /// on one server and on a cluster of one node. Redis decides again within the longest
 /// pause and a try once the network carries again. Four callers for 4 s, a call a
-/// millisecond each: 18 to 20 calls timed out on one server and 19 on the cluster in
-/// three runs, Redis deciding again 0.92 to 1.01 s after; without the silence
+/// millisecond each: 18 to 20 calls timed out on one server and 18 or 19 on the cluster
+/// in five runs, Redis deciding again 0.44 to 1.01 s after; without the silence
 /// counted, all timed out (96 and 80), Redis deciding again 0.31 and 0.39 s after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_that_drops_everything_pauses_the_calls() {
@@ -632,7 +632,15 @@ async fn silent_for_4_s(
                         "a call took {:?}",
                         call.elapsed()
                     );
-                    timed_out += usize::from(matches!(err, redlimit::Error::Timeout { .. }));
+                    match err {
+                        redlimit::Error::Timeout { .. } => timed_out += 1,
+                        // Paused: at once, nothing sent.
+                        _ => assert!(
+                            call.elapsed() < TIMEOUT && err.to_string().contains("no connection is tried"),
+                            "{err:?} after {:?}",
+                            call.elapsed()
+                        ),
+                    }
                     calls += 1;
                     // (a call a millisecond: failing at once, the callers would
                     // otherwise take the cores from the other tests)
@@ -649,8 +657,9 @@ async fn silent_for_4_s(
         timed_out += t;
     }
     println!("{calls} calls in 4 s, {timed_out} timed out");
-    // Each call waiting out its timeout: 80 (4 callers, 4 s, 0.2 s each).
-    assert!(timed_out <= 60, "{timed_out} calls timed out in 4 s");
+    // Each call waiting out its timeout: 80 to 96 in runs without the pause; with it,
+    // 18 to 29.
+    assert!(timed_out <= 45, "{timed_out} calls timed out in 4 s");
     // (the connections open stay silent; new ones carry)
     link.silence_open();
     let back = decided_again(client, rules).await;

@@ -257,7 +257,7 @@ async fn silenced(link: &SilencingLink, client: &Client, name: &str) -> (usize, 
 /// it is named as its connecting's (`connecting: true`), on one server as on a
 /// cluster, while the two that had it made again were on a connection that had
 /// answered. The network here drops everything, the new connections' too (so the
-/// calls are paused once nothing came back for two timeouts: a paused call sends
+/// calls are paused at the third timeout with nothing back: a paused call sends
 /// nothing and times out on no connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_on_a_connection_made_again_is_named_connecting() {

@@ -238,8 +238,11 @@ impl RedisBackend {
     /// [`SILENT_TIMEOUTS`] command timeouts, counted from the first timed-out
     /// command's sending. (Calls cut by one slow answer all time out at once: they
     /// are one timeout.) On the call's pace, the try's timeout is a failed try while
-    /// the connecting is paused, and so is any timeout once nothing came back for as
-    /// long (`Reconnects::timed_out`).
+    /// the connecting is paused, and so is a timeout once nothing came back for a
+    /// command timeout after an earlier one (`Reconnects::timed_out`), except on the
+    /// pace a cluster's nodes share until its slot map is read, unless the connection
+    /// as a whole is silent. A cluster's node silent so has the cluster connection
+    /// made again (at most once a [`REMAKE_EVERY`]).
     #[cold]
     fn timed_out(&self, failed_before: u32, pace: &Reconnects) {
         let silent_for = {
@@ -414,7 +417,10 @@ impl RedisBackend {
     #[cold]
     fn spawn_check(&self, now: u64) {
         // Checked once the server answers again.
-        if self.reconnects.pausing() || (self.cluster && self.nodes.any_pausing()) {
+        // (On one server, a pause over waits for the try of the next call; a
+        // cluster's pace left paused with no call to try it, such as the one shared
+        // before the slot map was read, would keep the check waiting for good.)
+        if self.reconnects.paused() || (self.cluster && self.nodes.any_pausing()) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -53,7 +53,7 @@ struct State {
     /// command with an error and closes is reached by nothing the client can use),
     /// forgotten at a reply that is not an error.
     last: Option<Duration>,
-    /// When the first command that timed out since the last reply was sent.
+    /// When the first timeout since the last reply was seen.
     silent_since: Option<Instant>,
 }
 
@@ -171,8 +171,9 @@ impl Reconnects {
     /// try answered nothing, and that is a failure (the pause doubles), rather than a
     /// try every pause each leaving a connection open. Otherwise a timeout in such a
     /// silence is a failure when `silence_fails`: with calls in a row, the third
-    /// timeout pauses. Calls cut by one slow answer, however many, are not (they time
-    /// out together).
+    /// timeout pauses. Calls cut by one slow answer shorter than two timeouts, however
+    /// many, are not (they time out together). Two timeouts far apart with no reply
+    /// between them are a silence too: nothing came back.
     #[cold]
     pub(crate) fn timed_out(&self, before: u32, after: Duration, silence_fails: bool) -> bool {
         // The check and the failure under one lock: a reply between them would
