@@ -7,6 +7,7 @@
 
 use redlimit_test_support as support;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -486,38 +487,17 @@ async fn a_cluster_node_no_connection_reaches_pauses_its_calls_only() {
     let node = support::cluster::free_node_port();
     let link = FaultyLink::start(node).await;
     let cluster = RedisCluster::start_announcing(3, node, link.port);
-    // As the cluster names it: at the link.
-    let cut = link.port;
-    let on = |cut_off: bool| {
-        (0..)
-            .map(|i| format!("rate_limit:node-cut:{i}"))
-            .find(|name| (cluster.primary_of(hash_slot(name.as_bytes())).0 == cut) == cut_off)
-            .unwrap()
-    };
-    let cut_rules = [redlimit::Rule::new(on(true), 100, Duration::from_secs(60))];
-    let other_rules = [redlimit::Rule::new(on(false), 1_000_000, Duration::from_secs(60))];
+    // (the cut primary as the cluster names it: at the link)
+    let cut_rules = [rule_on(&cluster, link.port, "node-cut", true, 100)];
+    let other_rules = [rule_on(&cluster, link.port, "node-cut", false, 1_000_000)];
     let client = client(&cluster.url()).await;
     assert!(client.check_rules(&cut_rules).await.unwrap().allowed);
-    assert!(client.check_rules(&other_rules).await.unwrap().allowed);
-
-    let others = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            let (started, mut granted) = (Instant::now(), 0);
-            while started.elapsed() < Duration::from_secs(3) {
-                let decision = client.check_rules(&other_rules).await;
-                assert!(decision.unwrap().allowed, "a call to another primary failed");
-                granted += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            granted
-        })
-    };
+    let done = Arc::new(AtomicBool::new(false));
+    let others = another_primary_s_caller(&client, other_rules, &done).await;
     let (_, connections) =
         under_fault(&client, &link, &cut_rules, Fault::Close, Duration::from_secs(3)).await;
-    let granted = others.await.unwrap();
-    println!("{granted} calls to another primary granted");
-    assert!(granted > 100, "{granted} calls to another primary");
+    done.store(true, Ordering::Relaxed);
+    others.await.unwrap();
     // As for a cluster of one node (above), each try following a redirect to the cut
     // primary too: 97 to 135 in nine runs; 2 373 and 2 650 without the pace.
     assert!(connections <= 250, "{connections} connections in 3 s");
@@ -572,37 +552,47 @@ async fn a_silent_cluster_node_pauses_its_calls_only() {
     let node = support::cluster::free_node_port();
     let link = SilencingLink::start(node).await;
     let cluster = RedisCluster::start_announcing(3, node, link.port);
-    let on = |silenced: bool| {
-        (0..)
-            .map(|i| format!("rate_limit:node-silent:{i}"))
-            .find(|name| (cluster.primary_of(hash_slot(name.as_bytes())).0 == link.port) == silenced)
-            .unwrap()
-    };
-    let silent_rules = [redlimit::Rule::new(on(true), 100, Duration::from_secs(60))];
-    let other_rules = [redlimit::Rule::new(on(false), 1_000_000, Duration::from_secs(60))];
+    let silent_rules = [rule_on(&cluster, link.port, "node-silent", true, 100)];
+    let other_rules = [rule_on(&cluster, link.port, "node-silent", false, 1_000_000)];
     let client = client(&cluster.url()).await;
-    assert!(client.check_rules(&other_rules).await.unwrap().allowed);
-    // Another primary's caller, calling until the silent node's calls are decided
-    // again.
-    let back = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let others = {
-        let (client, back) = (client.clone(), Arc::clone(&back));
-        tokio::spawn(async move {
-            let mut granted = 0;
-            while !back.load(std::sync::atomic::Ordering::Relaxed) {
-                let decision = client.check_rules(&other_rules).await;
-                assert!(decision.unwrap().allowed, "a call to another primary failed");
-                granted += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            granted
-        })
-    };
+    // Calling until the silent node's calls are decided again.
+    let back = Arc::new(AtomicBool::new(false));
+    let others = another_primary_s_caller(&client, other_rules, &back).await;
     silent_for_4_s(&client, &link, &silent_rules, Duration::from_millis(3_500)).await;
-    back.store(true, std::sync::atomic::Ordering::Relaxed);
-    let granted = others.await.unwrap();
-    println!("{granted} calls to another primary granted");
-    assert!(granted > 100, "{granted} calls to another primary");
+    back.store(true, Ordering::Relaxed);
+    others.await.unwrap();
+}
+
+/// A rule named `rate_limit:<prefix>:<i>` whose slot's primary is (`on_linked`), or is
+/// not, the one `cluster` announces at `linked`.
+fn rule_on(cluster: &RedisCluster, linked: u16, prefix: &str, on_linked: bool, rate: u64) -> redlimit::Rule {
+    let name = (0..)
+        .map(|i| format!("rate_limit:{prefix}:{i}"))
+        .find(|name| (cluster.primary_of(hash_slot(name.as_bytes())).0 == linked) == on_linked)
+        .unwrap();
+    redlimit::Rule::new(name, rate, Duration::from_secs(60))
+}
+
+/// A caller of `rules`, on another primary than the one a test cuts off, calling
+/// every 2 ms until `done`, each call granted; it checks that more than 100 were.
+async fn another_primary_s_caller(
+    client: &Client,
+    rules: [redlimit::Rule; 1],
+    done: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let (client, done) = (client.clone(), Arc::clone(done));
+    tokio::spawn(async move {
+        let mut granted = 0;
+        while !done.load(Ordering::Relaxed) {
+            let decision = client.check_rules(&rules).await;
+            assert!(decision.unwrap().allowed, "a call to another primary failed");
+            granted += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        println!("{granted} calls to another primary granted");
+        assert!(granted > 100, "{granted} calls to another primary");
+    })
 }
 
 /// Four callers calling `rules` on `client` for 4 s while `link` carries nothing, each
