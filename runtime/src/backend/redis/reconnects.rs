@@ -318,6 +318,22 @@ mod tests {
     }
 
     #[test]
+    fn a_silence_that_does_not_fail_is_told_but_pauses_nothing() {
+        // (a cluster's shared pace while some node answers)
+        let timeout = Duration::from_millis(200);
+        let reconnects = Reconnects::default();
+        reconnects.timed_out(0, timeout, false);
+        reconnects.state().silent_since = Some(Instant::now() - timeout);
+        for before in 0..4 {
+            assert!(reconnects.timed_out(before, timeout, false), "silent");
+        }
+        assert_eq!(reconnects.before(), Ok((0, false)), "no failure counted");
+        // Once it counts, the silence kept so far counts too.
+        assert!(reconnects.timed_out(0, timeout, true));
+        assert_eq!(reconnects.before(), Ok((1, false)));
+    }
+
+    #[test]
     fn a_pause_over_that_no_call_tried_is_not_under_way() {
         let reconnects = Reconnects::default();
         reconnects.failed(0, Failure::Unreachable, "reset");
