@@ -47,7 +47,7 @@ use failure::classify;
 use lua::Lua;
 use nodes::Nodes;
 use reconnects::{Failure, Reconnects};
-use replies::{script_error, unfit};
+use replies::{refused_by_server, script_error, unfit};
 use server::{Eviction, Health};
 use target::Target;
 
@@ -485,6 +485,7 @@ impl RedisBackend {
                 Failure::Unreachable => Error::Unreachable { target, detail },
                 Failure::Credentials => Error::AuthFailed { target, detail },
                 Failure::Database => Error::UnknownDatabase { target, detail },
+                Failure::Refusing => Error::Backend { detail },
             }
         })?;
         if tries {
@@ -553,13 +554,17 @@ impl RedisBackend {
                     }
                     Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
                     Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
+                    // The server's error about none of the call's keys: answered,
+                    // but nothing served. (Behind a proxy that answers it and
+                    // closes, a cluster's client connected again for each call.)
+                    Error::Backend { detail } if refused_by_server(&err) => Some((Failure::Refusing, detail)),
                     _ => None,
                 };
                 match failure {
                     Some((failure, detail)) => {
                         pace.failed(failed_before, failure, detail);
                         // Which node serves which slot, read for the next calls.
-                        if self.cluster {
+                        if self.cluster && failure != Failure::Refusing {
                             self.nodes.read_soon(self.conn(), self.timeout);
                         }
                     }

@@ -7,15 +7,19 @@
 //! Now a failure that follows another (the command sent after the first, on the
 //! connection it had made) pauses the connecting. A failure is a connection lost or
 //! refused, one whose `AUTH` or `SELECT` is refused (which the connection manager
-//! never makes again by itself), or a command that timed out when nothing has come
-//! back for a command timeout since an earlier one timed out (a network that drops
-//! every packet, a server that has stopped: each call would otherwise wait out its
-//! timeout for as long as it lasts). Until the pause ends, calls fail at once with the
-//! last failure's kind and cause, sending nothing; the first call after it tries
-//! again (on one server, on a new connection). The pause doubles from
-//! [`FIRST_PAUSE`] at each such try that fails or answers nothing within the command
-//! timeout, up to [`LONGEST_PAUSE`]. A reply ends it; an error reply lets the calls
-//! go on but keeps its length for the next failure. One connection lost on a server
+//! never makes again by itself), a command that timed out when nothing has come back
+//! for a command timeout since an earlier one timed out (a network that drops every
+//! packet, a server that has stopped: each call would otherwise wait out its timeout
+//! for as long as it lasts), or the server's error reply about itself rather than the
+//! call (`BUSY` with another program's script, `LOADING`, out of connections, a proxy
+//! refusing: every call would otherwise be sent and refused, and behind a proxy that
+//! answers so and closes, a cluster's client connected again for each). Until the
+//! pause ends, calls fail at once with the last failure's kind and cause, sending
+//! nothing; the first call after it tries again (on one server, on a new connection).
+//! The pause doubles from [`FIRST_PAUSE`] at each such try that fails or answers
+//! nothing within the command timeout, up to [`LONGEST_PAUSE`]. A reply ends it; an
+//! error reply about the call (a script's) lets the calls go on but keeps its length
+//! for the next failure. One connection lost on a server
 //! that answers pauses nothing: the command after it reconnects at once. What the
 //! client sends beside the calls (a check of the server, a refund) is not sent while
 //! the connecting is paused: each would try a connection of its own. On a Redis
@@ -69,14 +73,17 @@ struct Pause {
     cause: String,
 }
 
-/// What kind of failure keeps the client from the server: no connection, or a
+/// What kind of failure keeps the client from the server: no connection, a
 /// connection whose opening commands (`AUTH`, `SELECT`) are refused, which the
-/// connection manager never makes again by itself.
+/// connection manager never makes again by itself, or a server that answers the
+/// calls with an error about none of their keys (loading its data, busy with another
+/// program's script, out of connections, a proxy refusing them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Failure {
     Unreachable,
     Credentials,
     Database,
+    Refusing,
 }
 
 impl Reconnects {
@@ -103,10 +110,16 @@ impl Reconnects {
         };
         let now = Instant::now();
         if now < pause.until {
-            let cause = format!(
-                "{}; no connection is tried for {:?} after a failed one",
-                pause.cause, pause.length
-            );
+            let cause = match pause.failure {
+                Failure::Refusing => format!(
+                    "{}; no call is sent for {:?} after calls in a row were refused",
+                    pause.cause, pause.length
+                ),
+                _ => format!(
+                    "{}; no connection is tried for {:?} after a failed one",
+                    pause.cause, pause.length
+                ),
+            };
             return Err((pause.failure, cause));
         }
         // This call tries: the others wait out the same pause again meanwhile.
@@ -341,6 +354,22 @@ mod tests {
         assert!(reconnects.paused() && reconnects.pausing());
         reconnects.state().pause.as_mut().unwrap().until = Instant::now();
         assert!(reconnects.paused() && !reconnects.pausing());
+    }
+
+    #[test]
+    fn calls_refused_in_a_row_pause_and_say_so() {
+        let reconnects = Reconnects::default();
+        reconnects.failed(0, Failure::Refusing, "BUSY Redis is busy running a script");
+        assert_eq!(reconnects.before(), Ok((1, false)), "one refusal pauses nothing");
+        reconnects.failed(1, Failure::Refusing, "BUSY Redis is busy running a script");
+        let (failure, cause) = reconnects.before().unwrap_err();
+        assert_eq!(failure, Failure::Refusing);
+        assert_eq!(
+            cause,
+            "BUSY Redis is busy running a script; no call is sent for 100ms after calls in a row were refused"
+        );
+        reconnects.answered();
+        assert_eq!(reconnects.before(), Ok((0, false)));
     }
 
     #[test]

@@ -197,6 +197,14 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
     }))
 }
 
+/// Whether `err` is the server's error reply about itself, not about the call: a
+/// server loading its data (`LOADING`), busy with another program's script (`BUSY`),
+/// out of connections, a proxy refusing the command. An error a script's run raised
+/// (a Lua error, a command's error inside it) is the call's, whatever its code.
+pub(super) fn refused_by_server(err: &RedisError) -> bool {
+    err.code().is_some() && !err.to_string().contains("user_script")
+}
+
 /// `shown`, cut to its first `most` bytes (on a character boundary) and `...`.
 pub(super) fn abbreviated(mut shown: String, most: usize) -> String {
     if shown.len() > most {
@@ -353,6 +361,37 @@ fn key_of(keys: &Keys<'_>, role: &str) -> (&'static str, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error reply as the connection reads it off the wire.
+    fn reply(line: &str) -> RedisError {
+        redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn the_server_s_errors_about_itself_are_told_from_a_script_s() {
+        let sha = "b3a6d5e1f4c2a7b8c9d0e1f2a3b4c5d6e7f8a9b0";
+        for about_the_server in [
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
+            "LOADING Redis is loading the dataset in memory",
+            "ERR max number of clients reached",
+            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+            "ERR the proxy refuses this command",
+        ] {
+            assert!(refused_by_server(&reply(about_the_server)), "{about_the_server}");
+        }
+        for about_the_call in [
+            format!("ERR user_script:3: attempt to compare nil with number script: {sha}, on @user_script:3."),
+            format!("ERR Error running script (call to f_{sha}): @user_script:3: attempt to compare nil with number"),
+            format!("WRONGTYPE Operation against a key holding the wrong kind of value script: {sha}, on @user_script:9."),
+        ] {
+            assert!(!refused_by_server(&reply(&about_the_call)), "{about_the_call}");
+        }
+        let lost = RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(!refused_by_server(&lost), "no reply at all");
+    }
 
     #[test]
     fn outcome_replies() {
