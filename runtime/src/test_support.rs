@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
@@ -28,8 +29,15 @@ impl CountEvents {
 }
 
 impl Subscriber for CountEvents {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        *metadata.level() <= self.level
+    }
+    /// Its level, the most verbose it takes: the process's most verbose level while it
+    /// is installed. (With none given, tracing takes every level as wanted, and code
+    /// that asks `level_enabled!(DEBUG)` on another thread, as an engine's decision
+    /// does, would take another path while it is installed.)
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::from_level(self.level))
     }
     fn new_span(&self, _: &Attributes<'_>) -> Id {
         Id::from_u64(1)
