@@ -67,7 +67,7 @@ impl RedisBackend {
                 now,
                 number,
             };
-            let outcome = self.acquire_replicated(waits, waited).await;
+            let outcome = self.acquire_replicated(waits, waited, failed_before, &pace).await;
             cancelled.disarm();
             return Ok((outcome?, members));
         }

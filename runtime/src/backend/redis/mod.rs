@@ -554,17 +554,27 @@ impl RedisBackend {
                     }
                     Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
                     Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
-                    // The server's error about none of the call's keys: answered,
-                    // but nothing served. (Behind a proxy that answers it and
-                    // closes, a cluster's client connected again for each call.)
-                    Error::Backend { detail } if refused_by_server(&err) => Some((Failure::Refusing, detail)),
+                    // The server's error about itself, not the call: answered, but
+                    // nothing served. (Behind a proxy that answers so and closes, a
+                    // cluster's client connected again for each call.) On the pace a
+                    // cluster's nodes share until the slot map is read, one node's
+                    // would pause the calls to the others: it counts once the map
+                    // gives the node a pace of its own.
+                    Error::Backend { detail } if refused_by_server(&err) => {
+                        if self.cluster && self.nodes.is_shared(pace) {
+                            self.nodes.read_soon(self.conn(), self.timeout);
+                            None
+                        } else {
+                            Some((Failure::Refusing, detail))
+                        }
+                    }
                     _ => None,
                 };
                 match failure {
                     Some((failure, detail)) => {
                         pace.failed(failed_before, failure, detail);
                         // Which node serves which slot, read for the next calls.
-                        if self.cluster && failure != Failure::Refusing {
+                        if self.cluster {
                             self.nodes.read_soon(self.conn(), self.timeout);
                         }
                     }

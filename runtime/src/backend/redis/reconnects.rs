@@ -11,9 +11,11 @@
 //! for a command timeout since an earlier one timed out (a network that drops every
 //! packet, a server that has stopped: each call would otherwise wait out its timeout
 //! for as long as it lasts), or the server's error reply about itself rather than the
-//! call (`BUSY` with another program's script, `LOADING`, out of connections, a proxy
-//! refusing: every call would otherwise be sent and refused, and behind a proxy that
-//! answers so and closes, a cluster's client connected again for each). Until the
+//! call (`BUSY` with another program's script, `LOADING`, `MISCONF`, a plain `ERR`
+//! such as out of connections or a proxy refusing: every call would otherwise be sent
+//! and refused, and behind a proxy that answers so and closes, a cluster's client
+//! connected again for each; on a cluster, once the slot map gives the node a pace of
+//! its own; `TRYAGAIN`, `WRONGTYPE` and the like are about the call). Until the
 //! pause ends, calls fail at once with the last failure's kind and cause, sending
 //! nothing; the first call after it tries again (on one server, on a new connection).
 //! The pause doubles from [`FIRST_PAUSE`] at each such try that fails or answers

@@ -197,12 +197,18 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
     }))
 }
 
-/// Whether `err` is the server's error reply about itself, not about the call: a
-/// server loading its data (`LOADING`), busy with another program's script (`BUSY`),
-/// out of connections, a proxy refusing the command. An error a script's run raised
-/// (a Lua error, a command's error inside it) is the call's, whatever its code.
+/// Whether `err` is the server's error reply about itself, not about the call: busy
+/// with another program's script (`BUSY`), loading its data (`LOADING`), refusing
+/// writes (`MISCONF`, `NOREPLICAS`, `MASTERDOWN`), or a plain `ERR` that no script's
+/// run raised (out of connections, a proxy refusing the command). Any other code is
+/// about the call's keys or slot (`WRONGTYPE`, `TRYAGAIN` while its slot moves,
+/// `MOVED`, `CROSSSLOT`, `NOSCRIPT`), and so is an error a script's run raised (a Lua
+/// error, a command's error inside it), whatever its code.
 pub(super) fn refused_by_server(err: &RedisError) -> bool {
-    err.code().is_some() && !err.to_string().contains("user_script")
+    matches!(
+        err.code(),
+        Some("BUSY" | "LOADING" | "MISCONF" | "NOREPLICAS" | "MASTERDOWN" | "ERR")
+    ) && !err.to_string().contains("user_script")
 }
 
 /// `shown`, cut to its first `most` bytes (on a character boundary) and `...`.
@@ -386,6 +392,11 @@ mod tests {
             format!("ERR user_script:3: attempt to compare nil with number script: {sha}, on @user_script:3."),
             format!("ERR Error running script (call to f_{sha}): @user_script:3: attempt to compare nil with number"),
             format!("WRONGTYPE Operation against a key holding the wrong kind of value script: {sha}, on @user_script:9."),
+            "WRONGTYPE Operation against a key holding the wrong kind of value".to_owned(),
+            "TRYAGAIN Multiple keys request during rehashing of slot".to_owned(),
+            "CROSSSLOT Keys in request don't hash to the same slot".to_owned(),
+            "MOVED 3999 127.0.0.1:6381".to_owned(),
+            "NOSCRIPT No matching script. Please use EVAL.".to_owned(),
         ] {
             assert!(!refused_by_server(&reply(&about_the_call)), "{about_the_call}");
         }

@@ -10,7 +10,8 @@ use tokio::time::Instant;
 use super::{Failed, Ticket, Waits, CONNECTIONS};
 use crate::backend::redis::failure::classify;
 use crate::backend::redis::give_back::may_have_run;
-use crate::backend::redis::replies::script_error;
+use crate::backend::redis::reconnects::{Failure, Reconnects};
+use crate::backend::redis::replies::{refused_by_server, script_error};
 use crate::backend::redis::RedisBackend;
 use crate::backend::{Outcome, RuleCall};
 use crate::keys::Keys;
@@ -49,15 +50,15 @@ impl RedisBackend {
         &self,
         waits: &Waits,
         call: Waited<'_, '_>,
+        failed_before: u32,
+        pace: &Reconnects,
     ) -> Result<Outcome, Error> {
-        if let Some(refusal) = self.health.refusal(self.target.shown()) {
-            return Err(refusal);
-        }
+        let keys: Vec<Keys<'_>> = call.calls.iter().map(|c| c.keys).collect();
         let replicas = waits.replicas();
         let started = Instant::now();
         let deadline = started + replicas.timeout;
-        let keys: Vec<Keys<'_>> = call.calls.iter().map(|c| c.keys).collect();
-        let (ticket, reply) = self.script_reply(waits, &call, &keys, started).await?;
+        let sent = Sent { failed_before, pace };
+        let (ticket, reply) = self.script_reply(waits, &call, &keys, started, &sent).await?;
         let outcome =
             self.read_outcome(&reply, call.calls.len(), call.now, call.number, call.only_buckets)?;
         if !outcome.granted {
@@ -83,6 +84,7 @@ impl RedisBackend {
         call: &Waited<'_, '_>,
         keys: &[Keys<'_>],
         started: Instant,
+        sent: &Sent<'_>,
     ) -> Result<(Ticket, Value), Error> {
         let deadline = started + waits.replicas().timeout;
         let mut loaded = false;
@@ -90,6 +92,7 @@ impl RedisBackend {
             let tag = call.number % crate::backend::redis::replies::CHECK;
             let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), tag, deadline);
             let heard = heard_grant(&mut ticket, deadline, started + self.timeout).await;
+            self.paced(&heard, sent);
             let failed = match heard {
                 Heard::Reply(value) => match value.extract_error() {
                     Ok(value) => return Ok((ticket, value)),
@@ -132,6 +135,43 @@ impl RedisBackend {
                 }
             };
             return Err(self.round_failed(call, keys, failed).await);
+        }
+    }
+
+    /// What a waited call heard, told to the pace the calls on the shared connection
+    /// follow: a server no connection reaches, silent, or refusing every call, is not
+    /// waited on by each waited call.
+    fn paced(&self, heard: &Heard, sent: &Sent<'_>) {
+        let Sent { failed_before, pace } = *sent;
+        let err = match heard {
+            Heard::Reply(Value::ServerError(err)) => {
+                let err = redis::RedisError::from(err.clone());
+                match refused_by_server(&err) {
+                    true => pace.failed(
+                        failed_before,
+                        Failure::Refusing,
+                        &self.target.scrub(&err.to_string()),
+                    ),
+                    false => pace.answered_with_error(),
+                }
+                return;
+            }
+            Heard::Reply(_) => return pace.answered(),
+            Heard::NotSent => return,
+            Heard::Silent => {
+                pace.timed_out(failed_before, self.timeout, true);
+                return;
+            }
+            Heard::Failed(Failed { err, .. }) => err,
+        };
+        if err.is_timeout() {
+            pace.timed_out(failed_before, self.timeout, true);
+        } else if err.is_io_error() {
+            pace.failed(
+                failed_before,
+                Failure::Unreachable,
+                &self.target.scrub(&err.to_string()),
+            );
         }
     }
 
@@ -187,6 +227,12 @@ async fn heard_grant(ticket: &mut Ticket, deadline: Instant, grant_by: Instant) 
         Ok(Ok(Err(failed))) => Heard::Failed(failed),
         Ok(Err(_)) | Err(_) => Heard::Silent,
     }
+}
+
+/// The pace a waited call was sent on, after `failed_before` failures in a row.
+struct Sent<'a> {
+    failed_before: u32,
+    pace: &'a Reconnects,
 }
 
 /// The replicas a reply to `WAIT` counts, or the reply when it is no count.
