@@ -417,6 +417,51 @@ async fn script_killed(
     (busy, back)
 }
 
+/// A server refusing writes (`min-replicas-to-write` with no replica: `NOREPLICAS`,
+/// a command inside the script refused, as each server words it) is paced as one
+/// refusing every call: 7 calls sent and refused in 3 s, the others failing at once
+/// (about 1 300), Redis deciding again 0.52 s after the setting was taken off. With
+/// an error inside a script taken as the call's whatever its code, 868 were sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_writes_is_paced() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let rules = [redlimit::Rule::new(
+        "rate_limit:refusing-writes",
+        1_000_000,
+        Duration::from_secs(60),
+    )];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let mut raw = server.raw().await;
+    let set = |value: &'static str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("min-replicas-to-write")
+            .arg(value)
+            .clone()
+    };
+    let _: () = set("1").query_async(&mut raw).await.unwrap();
+    let started = Instant::now();
+    let (mut sent, mut paused) = (0, 0);
+    while started.elapsed() < Duration::from_secs(3) {
+        let err = client.check_rules(&rules).await.unwrap_err();
+        assert!(err.is_backend_failure(), "{err:?}");
+        match err.to_string().contains("no call is sent") {
+            true => paused += 1,
+            false => {
+                assert!(err.to_string().contains("NOREPLICAS"), "{err}");
+                sent += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let _: () = set("0").query_async(&mut raw).await.unwrap();
+    let back = decided_again(&client, &rules).await;
+    println!("{sent} calls sent and refused, {paused} paused in 3 s, back {back:?}");
+    assert!(sent <= 20, "{sent} calls sent and refused in 3 s");
+    assert!(back <= Duration::from_millis(1_300), "{back:?}");
+}
+
 /// A try after a pause whose new connection answers nothing (a proxy that resets
 /// connections, then takes them and answers nothing) fails by its timeout: it is a
 /// failed try, and the pause doubles. Kept as it was, the pause stayed at its first
@@ -634,8 +679,10 @@ async fn waiting_for_a_replica(url: &str, name: &str) -> (Client, [redlimit::Rul
 /// script call with an error and closes it: the cluster client connects again on its
 /// own for the next call, so each call was answered with the error, none failed to
 /// connect, and none paused: 817 to 1 056 connections in 3 s in three runs. The
-/// server's error about none of the call's keys now counts as a failure, and the
-/// calls are paced as for a node no connection reaches: 25 to 41 in five runs.
+/// server's error about itself now counts as a failure, and the calls are paced as
+/// for a node no connection reaches, once the slot map is read or no call has been
+/// served for a command timeout: 43 to 94 in ten runs (how soon the map is read
+/// varies: its read goes on a connection the proxy closes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_answering_an_error_then_closing_is_paced() {
     let node = support::cluster::free_node_port();
@@ -657,7 +704,7 @@ async fn a_cluster_node_answering_an_error_then_closing_is_paced() {
     )
     .await;
     assert!(calls > 1_000, "calls failed at once: {calls}");
-    assert!(connections <= 120, "{connections} connections in 3 s");
+    assert!(connections <= 150, "{connections} connections in 3 s");
     decided_once_carried(&client, &link, &rules, Duration::from_millis(1_300)).await;
 }
 

@@ -129,6 +129,12 @@ pub(crate) struct RedisBackend {
     /// When `conn` went silent, as far as its timeouts tell: [`SILENT_TIMEOUTS`]
     /// command timeouts later with no reply, it is made again.
     silent_since: Mutex<Option<Instant>>,
+    /// When a cluster's node first refused a call (its error about itself) with no
+    /// other reply since: the refusals count on the pace the nodes share once no node
+    /// has served a call for a command timeout.
+    refusing_since: Mutex<Option<Instant>>,
+    /// Whether `refusing_since` holds: read at each reply.
+    refusing: AtomicBool,
     timeout: Duration,
     /// Decide at the server's clock (TIME in the scripts) rather than the caller's.
     server_time: bool,
@@ -186,6 +192,8 @@ impl RedisBackend {
             remade_at: Mutex::new(None),
             silent: Arc::new(AtomicBool::new(false)),
             silent_since: Mutex::new(None),
+            refusing_since: Mutex::new(None),
+            refusing: AtomicBool::new(false),
             timeout,
             server_time,
             target,
@@ -284,6 +292,32 @@ impl RedisBackend {
         if self.silent.load(Ordering::Relaxed) {
             self.not_silent();
         }
+    }
+
+    /// A reply that is not an error came: no node refuses every call.
+    #[inline]
+    fn served(&self) {
+        if self.refusing.load(Ordering::Relaxed) {
+            self.not_refusing();
+        }
+    }
+
+    #[cold]
+    fn not_refusing(&self) {
+        let mut since = self.refusing_since.lock().unwrap_or_else(PoisonError::into_inner);
+        self.refusing.store(false, Ordering::Relaxed);
+        *since = None;
+    }
+
+    /// A cluster's node refused a call on the pace the nodes share (the slot map not
+    /// read yet): whether every node refuses, no call served for a command timeout
+    /// since the first refusal. (One node's refusals would otherwise pause the calls to
+    /// the others; a cluster of one node, or behind one proxy, refuses them all.)
+    #[cold]
+    fn all_refusing(&self) -> bool {
+        let mut since = self.refusing_since.lock().unwrap_or_else(PoisonError::into_inner);
+        self.refusing.store(true, Ordering::Relaxed);
+        since.get_or_insert_with(Instant::now).elapsed() >= self.timeout
     }
 
     #[cold]
@@ -532,6 +566,7 @@ impl RedisBackend {
                     self.answered.store(true, Ordering::Relaxed);
                 }
                 self.replied();
+                self.served();
                 pace.answered();
                 Ok(value)
             }
@@ -559,9 +594,9 @@ impl RedisBackend {
                     // cluster's client connected again for each call.) On the pace a
                     // cluster's nodes share until the slot map is read, one node's
                     // would pause the calls to the others: it counts once the map
-                    // gives the node a pace of its own.
+                    // gives the node a pace of its own, or once no node serves.
                     Error::Backend { detail } if refused_by_server(&err) => {
-                        if self.cluster && self.nodes.is_shared(pace) {
+                        if self.cluster && self.nodes.is_shared(pace) && !self.all_refusing() {
                             self.nodes.read_soon(self.conn(), self.timeout);
                             None
                         } else {

@@ -171,9 +171,16 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
     // A server that does not know the scripts' command (no scripting, or renamed
     // away) will not learn it by itself.
     if code == "ERR" && detail.to_ascii_lowercase().starts_with("unknown command") {
+        // Without the arguments the server echoes: a connection's opening `HELLO`
+        // carries the password.
+        let shown = err.to_string();
+        let shown = match shown.find(", with args beginning with") {
+            Some(at) => shown[..at].to_owned(),
+            None => shown,
+        };
         return Some(Error::UnexpectedReply {
             script: "a redlimit script",
-            reply: abbreviated(err.to_string(), 200),
+            reply: abbreviated(shown, 200),
         });
     }
     let code = code.strip_prefix("redlimit:")?;
@@ -199,16 +206,21 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
 
 /// Whether `err` is the server's error reply about itself, not about the call: busy
 /// with another program's script (`BUSY`), loading its data (`LOADING`), refusing
-/// writes (`MISCONF`, `NOREPLICAS`, `MASTERDOWN`), or a plain `ERR` that no script's
-/// run raised (out of connections, a proxy refusing the command). Any other code is
-/// about the call's keys or slot (`WRONGTYPE`, `TRYAGAIN` while its slot moves,
-/// `MOVED`, `CROSSSLOT`, `NOSCRIPT`), and so is an error a script's run raised (a Lua
-/// error, a command's error inside it), whatever its code.
+/// writes (`MISCONF`, `NOREPLICAS`, `MASTERDOWN`, also when a command inside the
+/// script met it), or a plain `ERR` that no script's run raised (out of connections,
+/// a proxy refusing the command). Any other code is about the call's keys or slot
+/// (`WRONGTYPE`, `TRYAGAIN` while its slot moves, `MOVED`, `CROSSSLOT`, `NOSCRIPT`),
+/// and so is any other error a script's run raised (a Lua error).
 pub(super) fn refused_by_server(err: &RedisError) -> bool {
-    matches!(
-        err.code(),
-        Some("BUSY" | "LOADING" | "MISCONF" | "NOREPLICAS" | "MASTERDOWN" | "ERR")
-    ) && !err.to_string().contains("user_script")
+    let Some(code) = err.code() else {
+        return false;
+    };
+    // (a write refused inside a script comes wrapped in the script's error)
+    match unwrapped(code, err.detail().unwrap_or_default()).0 {
+        "BUSY" | "LOADING" | "MISCONF" | "NOREPLICAS" | "MASTERDOWN" => true,
+        "ERR" => !err.to_string().contains("user_script"),
+        _ => false,
+    }
 }
 
 /// `shown`, cut to its first `most` bytes (on a character boundary) and `...`.
@@ -377,6 +389,16 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_command_is_named_without_the_arguments_the_server_echoes() {
+        let err =
+            reply("ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'default' 'S3cr3tpw' ");
+        let error = script_error(&err, &[]).expect("the scripts' command unknown");
+        let shown = format!("{error} {error:?}");
+        assert!(shown.contains("unknown command 'HELLO'"), "{shown}");
+        assert!(!shown.contains("S3cr3tpw") && !shown.contains("AUTH"), "{shown}");
+    }
+
+    #[test]
     fn the_server_s_errors_about_itself_are_told_from_a_script_s() {
         let sha = "b3a6d5e1f4c2a7b8c9d0e1f2a3b4c5d6e7f8a9b0";
         for about_the_server in [
@@ -387,6 +409,16 @@ mod tests {
             "ERR the proxy refuses this command",
         ] {
             assert!(refused_by_server(&reply(about_the_server)), "{about_the_server}");
+        }
+        // A write refused inside the script, as Redis 7.x and Valkey, then 6.2, word it.
+        for in_a_script in [
+            format!("NOREPLICAS Not enough good replicas to write. script: {sha}, on @user_script:1."),
+            format!("MISCONF Errors writing to the AOF file: No space left on device script: {sha}, on @user_script:1."),
+            format!(
+                "ERR Error running script (call to f_{sha}): @user_script:1: @user_script: 1: -NOREPLICAS Not enough good replicas to write."
+            ),
+        ] {
+            assert!(refused_by_server(&reply(&in_a_script)), "{in_a_script}");
         }
         for about_the_call in [
             format!("ERR user_script:3: attempt to compare nil with number script: {sha}, on @user_script:3."),
