@@ -34,7 +34,7 @@ pub use redlimit_runtime::{
     Decision, Error, FromRateLimited, Limit, LimiterKeys, ManualClock, OnError, OverrideOf, RateLimited,
     RateLimiter, RateLimiterArgs, RateLimiterConfig, RateOverride, RateType, Reservation, Reserved, Rule,
     RuleSettled, Settled, SystemClock, TokenBucket, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX, MAX_PERMITS, MAX_RATE,
+    DEFAULT_MAX_LIMITERS, DEFAULT_PREFIX, MAX_PERMITS, MAX_RATE, MAX_RULES_PER_CALL,
 };
 
 /// At the HTTP edge with axum (cargo feature `axum`): [`ClientIp`](axum::ClientIp),

@@ -517,3 +517,58 @@ async fn attack_rule_names_cannot_take_the_librarys_own_keys() {
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert!(client.check_rules(&rule).await.unwrap().allowed);
 }
+
+/// A call of more rules than one call decides is refused, on Redis before anything is
+/// sent (one script run of 40 000 rules held the server past 45 s, every other
+/// client's call answered `BUSY`), in process alike; a call of the most is decided.
+#[tokio::test]
+async fn attack_a_call_of_too_many_rules_is_refused_before_redis_runs_it() {
+    let server = RedisServer::start();
+    let redis = Client::builder().connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    for client in [redis, Client::memory()] {
+        let rules = |n: usize| -> Vec<Rule> {
+            (0..n)
+                .map(|i| Rule::new(format!("rate_limit:many:{i}"), 10, Duration::from_secs(60)))
+                .collect()
+        };
+        let most = rules(redlimit::MAX_RULES_PER_CALL);
+        assert!(client.check_rules(&most).await.unwrap().allowed);
+        let too_many = rules(redlimit::MAX_RULES_PER_CALL + 1);
+        let before: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        for refused in [
+            client.check_rules(&too_many).await.map(|_| ()),
+            client.reserve(&too_many).await.map(|_| ()),
+        ] {
+            let err = refused.unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    redlimit::Error::TooManyRules {
+                        rules: 257,
+                        most: 256
+                    }
+                ),
+                "{err:?}"
+            );
+            assert!(!err.is_backend_failure(), "misuse, not an outage: {err}");
+            assert!(err.to_string().contains("at most 256"), "{err}");
+        }
+        let after: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let evalsha = |stats: &str| {
+            stats
+                .lines()
+                .find(|l| l.starts_with("cmdstat_evalsha:"))
+                .map(str::to_owned)
+        };
+        assert_eq!(evalsha(&before), evalsha(&after), "nothing sent");
+    }
+}

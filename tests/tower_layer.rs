@@ -293,6 +293,9 @@ async fn backend_failures_follow_each_rules_on_error() {
 fn a_layer_that_cannot_work_does_not_build() {
     let error = |builder: redlimit::tower::RateLimitLayerBuilder| builder.build().unwrap_err().to_string();
     assert!(error(RateLimitLayer::builder()).contains("at least one rule"));
+    let many = |n: usize| (0..n).map(|i| LayerRule::new(format!("r{i}"), 5, MINUTE));
+    assert!(error(RateLimitLayer::builder().rules(many(257))).contains("of 257 rules"));
+    RateLimitLayer::builder().rules(many(256)).build().unwrap();
     let rule = || LayerRule::new("x", 5, MINUTE);
     assert!(error(RateLimitLayer::builder().rule(rule()).rule(rule())).contains("two rules are named `x`"));
     assert!(error(RateLimitLayer::builder().rule(rule().permits(6))).contains("permits = 6"));

@@ -91,7 +91,7 @@ pub use render::problem::{ProblemJson, ProblemType};
 pub use reserve::{Reservation, Reserved, RuleSettled, Settled};
 pub use rules::config::{RateLimiterArgs, RateLimiterConfig, RateType, MAX_PERMITS, MAX_RATE};
 pub use rules::overrides::{OverrideOf, RateOverride};
-pub use rules::rule::{Algorithm, BucketShape, Rule};
+pub use rules::rule::{Algorithm, BucketShape, Rule, MAX_RULES_PER_CALL};
 pub use rules::spec::OnError;
 #[doc(hidden)]
 pub use rules::spec::RuleSpec;

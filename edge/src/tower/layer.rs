@@ -92,13 +92,22 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Checks the rules: at least one; distinct names, not empty; rate, interval and
+    /// Checks the rules: at least one and at most
+    /// [`MAX_RULES_PER_CALL`](redlimit_runtime::MAX_RULES_PER_CALL); distinct names, not empty; rate, interval and
     /// permits as a limiter accepts them; header names valid; no empty exempt value.
     pub fn build(self) -> Result<RateLimitLayer, InvalidLayer> {
         if self.rules.is_empty() {
             return Err(InvalidLayer(
                 "a RateLimitLayer needs at least one rule: add one with .rule(LayerRule::new(name, rate, interval))".into(),
             ));
+        }
+        let most = redlimit_runtime::MAX_RULES_PER_CALL;
+        if self.rules.len() > most {
+            return Err(InvalidLayer(format!(
+                "a RateLimitLayer of {} rules: a request's rules are decided in one call, of at most {most} \
+                 rules; keep each layer to {most} rules at most",
+                self.rules.len()
+            )));
         }
         if let Some(client) = &self.client {
             // The limiters are `<prefix><name>` and `<prefix><name>:<escaped value>`:

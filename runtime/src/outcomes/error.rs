@@ -50,6 +50,20 @@ pub enum Error {
         burst: u64,
     },
 
+    /// A call of more rules than one call decides
+    /// ([`MAX_RULES_PER_CALL`](crate::MAX_RULES_PER_CALL)): in Redis one call is one
+    /// script run, which holds the server while it runs.
+    #[error(
+        "a call of {rules} rules: one call decides at most {most}, each call one script run that holds \
+         Redis while it runs; decide them in calls of at most {most} rules"
+    )]
+    TooManyRules {
+        /// The rules the call named.
+        rules: usize,
+        /// The most a call decides.
+        most: usize,
+    },
+
     /// Zero permits were asked for.
     #[error("rate limiter `{name}`: 0 permits requested; ask for at least 1")]
     ZeroPermits {

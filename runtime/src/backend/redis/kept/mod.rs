@@ -49,6 +49,7 @@ impl RedisBackend {
         if let [rule] = rules {
             return self.check_rule(rule, now).await;
         }
+        crate::rules::rule::check_rule_count(rules)?;
         let keys = rules
             .iter()
             .map(|rule| self.rule_keys(rule))
