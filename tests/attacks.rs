@@ -519,14 +519,14 @@ async fn attack_rule_names_cannot_take_the_librarys_own_keys() {
 }
 
 /// A call of more rules than one call decides is refused, on Redis before anything is
-/// sent (one script run of 40 000 rules held the server past 45 s, every other
-/// client's call answered `BUSY`), in process alike; a call of the most is decided.
+/// sent (a script run holds the server, longer the more rules), in process alike; a
+/// call of the most is decided.
 #[tokio::test]
 async fn attack_a_call_of_too_many_rules_is_refused_before_redis_runs_it() {
     let server = RedisServer::start();
     let redis = Client::builder().connect(&server.url()).await.unwrap();
     let mut raw = server.raw().await;
-    for client in [redis, Client::memory()] {
+    for (client, on_redis) in [(redis, true), (Client::memory(), false)] {
         let rules = |n: usize| -> Vec<Rule> {
             (0..n)
                 .map(|i| Rule::new(format!("rate_limit:many:{i}"), 10, Duration::from_secs(60)))
@@ -569,6 +569,9 @@ async fn attack_a_call_of_too_many_rules_is_refused_before_redis_runs_it() {
                 .find(|l| l.starts_with("cmdstat_evalsha:"))
                 .map(str::to_owned)
         };
-        assert_eq!(evalsha(&before), evalsha(&after), "nothing sent");
+        if on_redis {
+            assert!(evalsha(&before).is_some(), "{before}");
+            assert_eq!(evalsha(&before), evalsha(&after), "nothing sent");
+        }
     }
 }

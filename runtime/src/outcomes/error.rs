@@ -54,8 +54,8 @@ pub enum Error {
     /// ([`MAX_RULES_PER_CALL`](crate::MAX_RULES_PER_CALL)): in Redis one call is one
     /// script run, which holds the server while it runs.
     #[error(
-        "a call of {rules} rules: one call decides at most {most}, each call one script run that holds \
-         Redis while it runs; decide them in calls of at most {most} rules"
+        "a call of {rules} rules: one call decides at most {most}, as one script run (on a cluster, one \
+         per slot) that holds Redis while it runs; decide them in calls of at most {most} rules"
     )]
     TooManyRules {
         /// The rules the call named.

@@ -47,7 +47,7 @@ use failure::classify;
 use lua::Lua;
 use nodes::Nodes;
 use reconnects::{Failure, Reconnects};
-use replies::{refused_by_server, script_error, unfit};
+use replies::{about_the_server, script_error, unfit};
 use server::{Eviction, Health};
 use target::Target;
 
@@ -130,9 +130,9 @@ pub(crate) struct RedisBackend {
     /// command timeouts later with no reply, it is made again.
     silent_since: Mutex<Option<Instant>>,
     /// When a cluster's node first refused a call (its error about itself) with no
-    /// other reply since: the refusals count on the pace the nodes share once no node
-    /// has served a call for a command timeout.
-    refusing_since: Mutex<Option<Instant>>,
+    /// call served since, and when last: the refusals count on the pace the nodes share
+    /// once no node has served a call for a command timeout.
+    refusing_since: Mutex<Option<(Instant, Instant)>>,
     /// Whether `refusing_since` holds: read at each reply.
     refusing: AtomicBool,
     timeout: Duration,
@@ -309,15 +309,22 @@ impl RedisBackend {
         *since = None;
     }
 
-    /// A cluster's node refused a call on the pace the nodes share (the slot map not
-    /// read yet): whether every node refuses, no call served for a command timeout
-    /// since the first refusal. (One node's refusals would otherwise pause the calls to
-    /// the others; a cluster of one node, or behind one proxy, refuses them all.)
+    /// Records that a cluster's node refused a call on the pace the nodes share (the
+    /// slot map not read yet), and answers whether every node refuses: refusals, each
+    /// within a command timeout of the last, and no call served, for a command timeout.
+    /// (One node's refusals would otherwise pause the calls to the others; a cluster of
+    /// one node, or behind one proxy, refuses them all.)
     #[cold]
-    fn all_refusing(&self) -> bool {
-        let mut since = self.refusing_since.lock().unwrap_or_else(PoisonError::into_inner);
+    fn refused_everywhere(&self) -> bool {
+        let mut refusing = self.refusing_since.lock().unwrap_or_else(PoisonError::into_inner);
         self.refusing.store(true, Ordering::Relaxed);
-        since.get_or_insert_with(Instant::now).elapsed() >= self.timeout
+        let now = Instant::now();
+        let (since, last) = refusing.get_or_insert((now, now));
+        if now - *last > self.timeout {
+            *since = now;
+        }
+        *last = now;
+        now - *since >= self.timeout
     }
 
     #[cold]
@@ -590,13 +597,13 @@ impl RedisBackend {
                     Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
                     Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
                     // The server's error about itself, not the call: answered, but
-                    // nothing served. (Behind a proxy that answers so and closes, a
-                    // cluster's client connected again for each call.) On the pace a
+                    // nothing served (and behind a proxy that answers so and closes,
+                    // a cluster's client connects again for each call). On the pace a
                     // cluster's nodes share until the slot map is read, one node's
                     // would pause the calls to the others: it counts once the map
                     // gives the node a pace of its own, or once no node serves.
-                    Error::Backend { detail } if refused_by_server(&err) => {
-                        if self.cluster && self.nodes.is_shared(pace) && !self.all_refusing() {
+                    Error::Backend { detail } if about_the_server(&err) => {
+                        if self.cluster && self.nodes.is_shared(pace) && !self.refused_everywhere() {
                             self.nodes.read_soon(self.conn(), self.timeout);
                             None
                         } else {

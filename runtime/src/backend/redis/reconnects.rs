@@ -12,9 +12,9 @@
 //! packet, a server that has stopped: each call would otherwise wait out its timeout
 //! for as long as it lasts), or the server's error reply about itself rather than the
 //! call (`BUSY` with another program's script, `LOADING`, `MISCONF`, a plain `ERR`
-//! such as out of connections or a proxy refusing: every call would otherwise be sent
-//! and refused, and behind a proxy that answers so and closes, a cluster's client
-//! connected again for each; on a cluster, once the slot map gives the node a pace of
+//! such as out of connections or a proxy refusing: without the pause every call is
+//! sent and refused, and behind a proxy that answers so and closes, a cluster's client
+//! connects again for each; on a cluster, once the slot map gives the node a pace of
 //! its own; `TRYAGAIN`, `WRONGTYPE` and the like are about the call). Until the
 //! pause ends, calls fail at once with the last failure's kind and cause, sending
 //! nothing; the first call after it tries again (on one server, on a new connection).
@@ -124,7 +124,8 @@ impl Reconnects {
             };
             return Err((pause.failure, cause));
         }
-        // This call tries: the others wait out the same pause again meanwhile.
+        // This call tries: the others wait out the same pause again meanwhile. (Also
+        // on a new connection after refusals: a proxy may have closed the last one.)
         pause.until = now + pause.length;
         pause.tried = true;
         Ok(true)

@@ -170,7 +170,7 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
     }
     // A server that does not know the scripts' command (no scripting, or renamed
     // away) will not learn it by itself.
-    if code == "ERR" && detail.to_ascii_lowercase().starts_with("unknown command") {
+    if code == "ERR" && unknown_command(detail) {
         // Without the arguments the server echoes: a connection's opening `HELLO`
         // carries the password.
         let shown = err.to_string();
@@ -208,19 +208,28 @@ pub(super) fn script_error(err: &RedisError, calls: &[Keys<'_>]) -> Option<Error
 /// with another program's script (`BUSY`), loading its data (`LOADING`), refusing
 /// writes (`MISCONF`, `NOREPLICAS`, `MASTERDOWN`, also when a command inside the
 /// script met it), or a plain `ERR` that no script's run raised (out of connections,
-/// a proxy refusing the command). Any other code is about the call's keys or slot
-/// (`WRONGTYPE`, `TRYAGAIN` while its slot moves, `MOVED`, `CROSSSLOT`, `NOSCRIPT`),
-/// and so is any other error a script's run raised (a Lua error).
-pub(super) fn refused_by_server(err: &RedisError) -> bool {
+/// a proxy refusing the command; not an unknown command). Any other code is about the
+/// call's keys or slot (`WRONGTYPE`, `TRYAGAIN` while its slot moves, `MOVED`,
+/// `CROSSSLOT`, `NOSCRIPT`), and so is any other error a script's run raised (a Lua
+/// error).
+pub(super) fn about_the_server(err: &RedisError) -> bool {
     let Some(code) = err.code() else {
         return false;
     };
+    let detail = err.detail().unwrap_or_default();
     // (a write refused inside a script comes wrapped in the script's error)
-    match unwrapped(code, err.detail().unwrap_or_default()).0 {
+    match unwrapped(code, detail).0 {
         "BUSY" | "LOADING" | "MISCONF" | "NOREPLICAS" | "MASTERDOWN" => true,
-        "ERR" => !err.to_string().contains("user_script"),
+        // (an unknown command: the scripts' own, a server without them, which
+        // `script_error` names)
+        "ERR" => !err.to_string().contains("user_script") && !unknown_command(detail),
         _ => false,
     }
+}
+
+/// Whether an `ERR` reply's detail says the command is unknown.
+fn unknown_command(detail: &str) -> bool {
+    detail.to_ascii_lowercase().starts_with("unknown command")
 }
 
 /// `shown`, cut to its first `most` bytes (on a character boundary) and `...`.
@@ -401,14 +410,14 @@ mod tests {
     #[test]
     fn the_server_s_errors_about_itself_are_told_from_a_script_s() {
         let sha = "b3a6d5e1f4c2a7b8c9d0e1f2a3b4c5d6e7f8a9b0";
-        for about_the_server in [
+        for server_s in [
             "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
             "LOADING Redis is loading the dataset in memory",
             "ERR max number of clients reached",
             "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
             "ERR the proxy refuses this command",
         ] {
-            assert!(refused_by_server(&reply(about_the_server)), "{about_the_server}");
+            assert!(about_the_server(&reply(server_s)), "{server_s}");
         }
         // A write refused inside the script, as Redis 7.x and Valkey, then 6.2, word it.
         for in_a_script in [
@@ -418,7 +427,7 @@ mod tests {
                 "ERR Error running script (call to f_{sha}): @user_script:1: @user_script: 1: -NOREPLICAS Not enough good replicas to write."
             ),
         ] {
-            assert!(refused_by_server(&reply(&in_a_script)), "{in_a_script}");
+            assert!(about_the_server(&reply(&in_a_script)), "{in_a_script}");
         }
         for about_the_call in [
             format!("ERR user_script:3: attempt to compare nil with number script: {sha}, on @user_script:3."),
@@ -429,11 +438,12 @@ mod tests {
             "CROSSSLOT Keys in request don't hash to the same slot".to_owned(),
             "MOVED 3999 127.0.0.1:6381".to_owned(),
             "NOSCRIPT No matching script. Please use EVAL.".to_owned(),
+            "ERR unknown command 'EVALSHA', with args beginning with: 'abc' '1' 'k' ".to_owned(),
         ] {
-            assert!(!refused_by_server(&reply(&about_the_call)), "{about_the_call}");
+            assert!(!about_the_server(&reply(&about_the_call)), "{about_the_call}");
         }
         let lost = RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
-        assert!(!refused_by_server(&lost), "no reply at all");
+        assert!(!about_the_server(&lost), "no reply at all");
     }
 
     #[test]

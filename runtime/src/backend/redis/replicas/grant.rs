@@ -11,7 +11,7 @@ use super::{Failed, Ticket, Waits, CONNECTIONS};
 use crate::backend::redis::failure::classify;
 use crate::backend::redis::give_back::may_have_run;
 use crate::backend::redis::reconnects::{Failure, Reconnects};
-use crate::backend::redis::replies::{refused_by_server, script_error};
+use crate::backend::redis::replies::{about_the_server, script_error};
 use crate::backend::redis::RedisBackend;
 use crate::backend::{Outcome, RuleCall};
 use crate::keys::Keys;
@@ -57,8 +57,8 @@ impl RedisBackend {
         let replicas = waits.replicas();
         let started = Instant::now();
         let deadline = started + replicas.timeout;
-        let sent = Sent { failed_before, pace };
-        let (ticket, reply) = self.script_reply(waits, &call, &keys, started, &sent).await?;
+        let on = PaceOf { failed_before, pace };
+        let (ticket, reply) = self.script_reply(waits, &call, &keys, started, &on).await?;
         let outcome =
             self.read_outcome(&reply, call.calls.len(), call.now, call.number, call.only_buckets)?;
         if !outcome.granted {
@@ -84,7 +84,7 @@ impl RedisBackend {
         call: &Waited<'_, '_>,
         keys: &[Keys<'_>],
         started: Instant,
-        sent: &Sent<'_>,
+        on: &PaceOf<'_>,
     ) -> Result<(Ticket, Value), Error> {
         let deadline = started + waits.replicas().timeout;
         let mut loaded = false;
@@ -92,7 +92,7 @@ impl RedisBackend {
             let tag = call.number % crate::backend::redis::replies::CHECK;
             let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), tag, deadline);
             let heard = heard_grant(&mut ticket, deadline, started + self.timeout).await;
-            self.paced(&heard, sent);
+            self.tell_pace(&heard, on);
             let failed = match heard {
                 Heard::Reply(value) => match value.extract_error() {
                     Ok(value) => return Ok((ticket, value)),
@@ -138,20 +138,20 @@ impl RedisBackend {
         }
     }
 
-    /// What a waited call heard, told to the pace the calls on the shared connection
-    /// follow: a server no connection reaches, silent, or refusing every call, is not
+    /// Tells the pace the calls on the shared connection follow what a waited call
+    /// heard: a server no connection reaches, silent, or refusing every call, is not
     /// waited on by each waited call.
-    fn paced(&self, heard: &Heard, sent: &Sent<'_>) {
-        let Sent { failed_before, pace } = *sent;
+    fn tell_pace(&self, heard: &Heard, on: &PaceOf<'_>) {
+        let PaceOf { failed_before, pace } = *on;
+        let refused = |err: &redis::RedisError| {
+            let cause = self.target.scrub(&err.to_string());
+            pace.failed(failed_before, Failure::Refusing, &cause);
+        };
         let err = match heard {
             Heard::Reply(Value::ServerError(err)) => {
                 let err = redis::RedisError::from(err.clone());
-                match refused_by_server(&err) {
-                    true => pace.failed(
-                        failed_before,
-                        Failure::Refusing,
-                        &self.target.scrub(&err.to_string()),
-                    ),
+                match about_the_server(&err) {
+                    true => refused(&err),
                     false => pace.answered_with_error(),
                 }
                 return;
@@ -167,11 +167,8 @@ impl RedisBackend {
         if err.is_timeout() {
             pace.timed_out(failed_before, self.timeout, true);
         } else if err.is_io_error() {
-            pace.failed(
-                failed_before,
-                Failure::Unreachable,
-                &self.target.scrub(&err.to_string()),
-            );
+            let cause = self.target.scrub(&err.to_string());
+            pace.failed(failed_before, Failure::Unreachable, &cause);
         }
     }
 
@@ -229,8 +226,8 @@ async fn heard_grant(ticket: &mut Ticket, deadline: Instant, grant_by: Instant) 
     }
 }
 
-/// The pace a waited call was sent on, after `failed_before` failures in a row.
-struct Sent<'a> {
+/// The pace a waited call follows, and the failures in a row on it when it was sent.
+struct PaceOf<'a> {
     failed_before: u32,
     pace: &'a Reconnects,
 }
