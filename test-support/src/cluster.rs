@@ -1,7 +1,6 @@
 //! A throwaway Redis Cluster: `redis-server --cluster-enabled yes` processes on free
 //! loopback ports, joined with `redis-cli --cluster create`, killed on drop.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,14 +11,11 @@ pub struct RedisCluster {
     dir: PathBuf,
 }
 
-/// A port free for the node and for its cluster bus (port + 10000).
+/// A port free for the node and for its cluster bus (port + 10000), below the
+/// system's ephemeral ports: none of the connections made before the node listens
+/// takes it.
 pub fn free_node_port() -> u16 {
-    loop {
-        let port = super::free_port();
-        if port < 50_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
-    }
+    super::fixed_port(Some(10_000))
 }
 
 /// Runs `redis-cli` and answers its output; fails the test with how to install it.

@@ -241,19 +241,45 @@ fn process_id_at(port: u16) -> Option<u32> {
     None
 }
 
+/// The ports handed out in this process.
+static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+/// Whether `port` was not handed out in this process before; it is now.
+fn claim(port: u16) -> bool {
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let free = !given.contains(&port);
+    if free {
+        given.push(port);
+    }
+    free
+}
+
 /// A loopback port nothing listens on, never handed out twice in this process (tests
 /// run in parallel threads, and the system may give two of them the same free port).
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     loop {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-        if !given.contains(&port) {
-            given.push(port);
+        if claim(port) {
+            return port;
+        }
+    }
+}
+
+/// A loopback port nothing listens on below the system's range for ephemeral ports
+/// (32768 and up): one that no connection made meanwhile takes as its local port, and
+/// no `bind` to port 0, while its server starts (a test's thousands of connections
+/// made that likely). With `beside`, `port + beside` is free too.
+pub fn fixed_port(beside: Option<u16>) -> u16 {
+    use rand::RngExt;
+    let mut rng = rand::rng();
+    loop {
+        let port = rng.random_range(10_000..22_000);
+        let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free(port) && beside.is_none_or(|b| free(port + b)) && claim(port) {
             return port;
         }
     }
