@@ -488,13 +488,17 @@ async fn a_try_that_answers_nothing_doubles_the_pause() {
     link.set(Fault::Close);
     let closed = Instant::now();
     loop {
-        let err = client.check_rules(&rules).await.unwrap_err();
-        if err.to_string().contains("no connection is tried") {
-            break;
+        // The link closes its open connections as it sees the change: a call sent
+        // before then is decided on the connection it had.
+        let outcome = client.check_rules(&rules).await;
+        if let Err(err) = &outcome {
+            if err.to_string().contains("no connection is tried") {
+                break;
+            }
         }
         assert!(
             closed.elapsed() < Duration::from_secs(2),
-            "no pause in 2 s: {err}"
+            "no pause in 2 s: {outcome:?}"
         );
     }
     let (_, connections) = under_fault(&client, &link, &rules, Fault::Silent, Duration::from_secs(4)).await;
