@@ -806,6 +806,69 @@ async fn a_busy_cluster_node_pauses_its_calls_only() {
     assert!(back <= Duration::from_millis(1_300), "{back:?}");
 }
 
+/// A cluster of one node busy with another program's script: every command is
+/// answered `BUSY`, the slot map's read too, so the map is never read and the calls
+/// stay on the pace a cluster's nodes share until then. There a refusal counts only
+/// once no call has been served for a command timeout (one node of several refusing
+/// must not pause the others), and from then on the calls are paced as on one server:
+/// after the first 0.5 s, 4 calls were sent and refused in three runs (the first
+/// command timeout's, 301 to 362, went on to the node). With each try after a pause
+/// taken as the first refusal of a new command timeout, 405 after 0.5 s; with no
+/// refusal counted before the map is read, every call (3 810). The map's read,
+/// answered `BUSY`, is asked again a tenth of a second later: 7 reads in 3 s (206 when
+/// asked again at the next refusal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_cluster_whose_slot_map_cannot_be_read_is_paced() {
+    let node = support::cluster::free_node_port();
+    let _cluster = RedisCluster::one_node(node, node);
+    let client = client(&format!("redis+cluster://127.0.0.1:{node}/")).await;
+    let rules = [redlimit::Rule::new(
+        "rate_limit:busy-unmapped",
+        1_000_000,
+        Duration::from_secs(60),
+    )];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    let (looping, mut killing) = (raw_node(node).await, raw_node(node).await);
+    let script = busy_with_a_script(&mut killing, looping).await;
+    let started = Instant::now();
+    let (mut calls, mut first, mut late) = (0, 0, 0);
+    while started.elapsed() < Duration::from_secs(3) {
+        let err = client.check_rules(&rules).await.unwrap_err();
+        assert!(err.is_backend_failure(), "{err:?}");
+        calls += 1;
+        if !err.to_string().contains("no call is sent") {
+            assert!(err.to_string().contains("BUSY"), "{err}");
+            match started.elapsed() < Duration::from_millis(500) {
+                true => first += 1,
+                false => late += 1,
+            }
+        }
+    }
+    let (_, back) = script_killed(&client, &rules, &mut killing, script).await;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut killing)
+        .await
+        .unwrap();
+    let reads = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_cluster|slots:"))
+        .and_then(|line| {
+            line.split(',')
+                .find_map(|field| field.strip_prefix("rejected_calls="))
+        })
+        .and_then(|count| count.parse::<u64>().ok())
+        .unwrap_or(0);
+    println!(
+        "{calls} calls: {first} sent and refused in the first 0.5 s, {late} after; \
+         {reads} reads of the map refused; back {back:?}"
+    );
+    assert!(calls > 1_000, "calls failed at once: {calls}");
+    assert!(late <= 20, "{late} calls sent and refused after the first 0.5 s");
+    assert!(reads <= 40, "the map was asked for {reads} times in 3 s");
+    assert!(back <= Duration::from_millis(1_300), "{back:?}");
+}
+
 /// A slot being moved between two primaries (`CLUSTER SETSLOT` importing on one,
 /// migrating on the other, no key moved yet), as a resharding does: the calls to a
 /// limiter in it are answered `TRYAGAIN` for as long as it lasts, an error about the

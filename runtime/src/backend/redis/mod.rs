@@ -313,14 +313,17 @@ impl RedisBackend {
     /// slot map not read yet), and answers whether every node refuses: refusals, each
     /// within a command timeout of the last, and no call served, for a command timeout.
     /// (One node's refusals would otherwise pause the calls to the others; a cluster of
-    /// one node, or behind one proxy, refuses them all.)
+    /// one node, or behind one proxy, refuses them all.) A refusal on a pace already
+    /// failing (`failing`: the try after a pause, longer than a command timeout) goes
+    /// on with the refusals before it: taken as the first of new ones, it let the calls
+    /// through again for a command timeout after each pause.
     #[cold]
-    fn refused_everywhere(&self) -> bool {
+    fn refused_everywhere(&self, failing: bool) -> bool {
         let mut refusing = self.refusing_since.lock().unwrap_or_else(PoisonError::into_inner);
         self.refusing.store(true, Ordering::Relaxed);
         let now = Instant::now();
         let (since, last) = refusing.get_or_insert((now, now));
-        if now - *last > self.timeout {
+        if now - *last > self.timeout && !failing {
             *since = now;
         }
         *last = now;
@@ -603,7 +606,10 @@ impl RedisBackend {
                     // would pause the calls to the others: it counts once the map
                     // gives the node a pace of its own, or once no node serves.
                     Error::Backend { detail } if about_the_server(&err) => {
-                        if self.cluster && self.nodes.is_shared(pace) && !self.refused_everywhere() {
+                        if self.cluster
+                            && self.nodes.is_shared(pace)
+                            && !self.refused_everywhere(failed_before > 0)
+                        {
                             self.nodes.read_soon(self.conn(), self.timeout);
                             None
                         } else {
