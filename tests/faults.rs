@@ -815,8 +815,8 @@ async fn a_busy_cluster_node_pauses_its_calls_only() {
 /// command timeout's, 301 to 362, went on to the node). With each try after a pause
 /// taken as the first refusal of a new command timeout, 405 after 0.5 s; with no
 /// refusal counted before the map is read, every call (3 810). The map's read,
-/// answered `BUSY`, is asked again a tenth of a second later: 7 reads in 3 s (206 when
-/// asked again at the next refusal).
+/// answered `BUSY`, is sent again 10 ms later up to ten times, asked at most once a
+/// second: 30 reads in 3 s (206 when asked again at each refusal).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_cluster_whose_slot_map_cannot_be_read_is_paced() {
     let node = support::cluster::free_node_port();
@@ -865,7 +865,7 @@ async fn a_busy_cluster_whose_slot_map_cannot_be_read_is_paced() {
     );
     assert!(calls > 1_000, "calls failed at once: {calls}");
     assert!(late <= 20, "{late} calls sent and refused after the first 0.5 s");
-    assert!(reads <= 40, "the map was asked for {reads} times in 3 s");
+    assert!(reads <= 50, "the map was asked for {reads} times in 3 s");
     assert!(back <= Duration::from_millis(1_300), "{back:?}");
 }
 
@@ -945,6 +945,115 @@ async fn a_slot_being_moved_pauses_no_other_call() {
         cli(&["-p", &port.to_string(), "cluster", "setslot", &slot, "stable"]);
     }
     assert!(decided_again(&client, &moving).await <= Duration::from_millis(1_300));
+}
+
+/// A slot moved off a primary after the slot map was read, then that primary and a
+/// third one busy with another program's script: the map, gone stale, files the
+/// moved slot's calls under the busy primary's pace, and its read, sent to a node the
+/// cluster's client picks, is answered `BUSY` two times in three. Sent again 10 ms
+/// after such a reply, the map is read anew within a few reads, and the moved slot's
+/// calls (served by a healthy primary) go on: 0 to 22 failed in nine runs (319 to 478
+/// granted). Asked again only at a failure a second later, 803 of 804 failed in one run
+/// of four (none in the other three: the first read reached a primary that serves).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_off_a_busy_node_is_found_soon() {
+    let cluster = RedisCluster::start(3, 0);
+    let primaries = cluster.primaries();
+    let ((busy, busy_id), (to, to_id), (third, _)) =
+        (primaries[0].clone(), primaries[1].clone(), primaries[2].clone());
+    let moving = [rule_on(&cluster, busy, "moved-off", true, 1_000_000)];
+    let on_busy = [rule_on(&cluster, busy, "stays-on", true, 1_000_000)];
+    let on_third = [rule_on(&cluster, third, "on-third", true, 1_000_000)];
+    let client = client(&cluster.url()).await;
+    for rules in [&moving, &on_busy, &on_third] {
+        assert!(client.check_rules(rules).await.unwrap().allowed);
+    }
+    // The map read: the busy primary's calls paused on a pace of its own.
+    let (looping, mut killing) = (raw_node(busy).await, raw_node(busy).await);
+    let script = busy_with_a_script(&mut killing, looping).await;
+    let started = Instant::now();
+    while !client
+        .check_rules(&on_busy)
+        .await
+        .is_err_and(|err| err.to_string().contains("no call is sent"))
+    {
+        assert!(started.elapsed() < Duration::from_secs(5), "no pause in 5 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    script_killed(&client, &on_busy, &mut killing, script).await;
+    // The slot moved, its limiter's keys with it.
+    let slot = hash_slot(moving[0].name().as_bytes()).to_string();
+    let from = busy.to_string();
+    cli(&[
+        "-p",
+        &to.to_string(),
+        "cluster",
+        "setslot",
+        &slot,
+        "importing",
+        &busy_id,
+    ]);
+    cli(&["-p", &from, "cluster", "setslot", &slot, "migrating", &to_id]);
+    for key in cli(&["-p", &from, "cluster", "getkeysinslot", &slot, "100"]).lines() {
+        cli(&[
+            "-p",
+            &from,
+            "migrate",
+            "127.0.0.1",
+            &to.to_string(),
+            key,
+            "0",
+            "5000",
+        ]);
+    }
+    for (port, _) in &primaries {
+        cli(&[
+            "-p",
+            &port.to_string(),
+            "cluster",
+            "setslot",
+            &slot,
+            "node",
+            &to_id,
+        ]);
+    }
+    assert!(decided_again(&client, &moving).await <= Duration::from_secs(2));
+    // (a resharding comes later than a map's reads are kept apart)
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Two primaries busy, each called; the moved slot called every 2 ms.
+    let (looping, mut killing) = (raw_node(busy).await, raw_node(busy).await);
+    let script = busy_with_a_script(&mut killing, looping).await;
+    let (third_looping, mut third_killing) = (raw_node(third).await, raw_node(third).await);
+    let third_script = busy_with_a_script(&mut third_killing, third_looping).await;
+    let done = Arc::new(AtomicBool::new(false));
+    let moved = {
+        let (client, done) = (client.clone(), Arc::clone(&done));
+        tokio::spawn(async move {
+            let (mut granted, mut failed) = (0, 0);
+            while !done.load(Ordering::Relaxed) {
+                match client.check_rules(&moving).await {
+                    Ok(decision) if decision.allowed => granted += 1,
+                    _ => failed += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (granted, failed)
+        })
+    };
+    let busy_callers = async {
+        tokio::join!(
+            four_callers_for(&client, &on_busy, Duration::from_secs(4)),
+            four_callers_for(&client, &on_third, Duration::from_secs(4)),
+        )
+    };
+    busy_callers.await;
+    done.store(true, Ordering::Relaxed);
+    let (granted, failed) = moved.await.unwrap();
+    script_killed(&client, &on_busy, &mut killing, script).await;
+    script_killed(&client, &on_third, &mut third_killing, third_script).await;
+    println!("the moved slot: {granted} granted, {failed} failed in 4 s");
+    assert!(granted > 300, "{granted} granted");
+    assert!(failed <= 60, "{failed} calls to the moved slot failed in 4 s");
 }
 
 /// One primary of three cut off from the client behind a proxy that takes each

@@ -7,7 +7,8 @@
 //! that timed out (on the one pace the nodes share, the others' replies would end a
 //! silent node's silence before it paused anything), in a task of
 //! its own, one read at a time and at most once a [`READ_EVERY`]: a cluster that
-//! answers pays nothing for it. Until it is read, for calls without keys, and for
+//! answers pays nothing for it. A read answered by a busy or loading node is sent
+//! again a moment later, a few times. Until it is read, for calls without keys, and for
 //! slots it names no node for, calls share one pace, so a cluster that no connection
 //! reaches at all (its one node down, a proxy in front of it gone) is tried a few
 //! times a second too. A map gone stale (a failover since) costs at most a pause:
@@ -31,10 +32,17 @@ use crate::keys::{hash_slot, Keys};
 /// The least time between two reads of the slot map.
 const READ_EVERY: Duration = Duration::from_secs(1);
 
-/// The least time before the map, never read yet, is asked again after its read was
-/// answered with an error (a busy node answers every call so at once: asked again at
-/// the next failure, it was asked 136 to 248 times in 3 s).
-const READ_AGAIN: Duration = Duration::from_millis(100);
+/// How long after a read answered `BUSY` or `LOADING` it is sent again, up to
+/// [`READ_TRIES`] reads in all: the cluster's client sends it to a node of its
+/// choosing, which may be busy or loading while the others serve. (Asked again only at a failure a second
+/// later, a map gone stale after a resharding kept a moved slot's calls under a busy
+/// node's pace for seconds; asked at each failure before the map was first read, a
+/// busy node was asked 136 to 248 times in 3 s.)
+const READ_AGAIN: Duration = Duration::from_millis(10);
+
+/// The most reads sent for one ask of the map, each after a busy node's reply: at
+/// most this many a [`READ_EVERY`] to a cluster whose every node is busy.
+const READ_TRIES: u32 = 10;
 
 /// The longest node address kept (`host:port`): a hostname is at most 253 bytes.
 const LONGEST_ADDRESS: usize = 300;
@@ -93,8 +101,8 @@ impl Nodes {
 
     /// A node could not be reached, or a command timed out: the map is read again in
     /// a task on the current runtime when none was asked for in the last
-    /// [`READ_EVERY`] (or, before a map was first read, when the last read failed),
-    /// and none is being read, under `timeout`.
+    /// [`READ_EVERY`] (or, before a map was first read, when the last read failed
+    /// other than by a busy node's reply), and none is being read, under `timeout`.
     pub(super) fn read_soon(self: &Arc<Self>, conn: Conn, timeout: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -113,27 +121,32 @@ impl Nodes {
         let nodes = Arc::clone(self);
         runtime.spawn(async move {
             let mut conn = conn;
-            let mut slots = redis::cmd("CLUSTER");
-            let read = slots.arg("SLOTS").query_async::<Value>(&mut conn);
-            let read = tokio::time::timeout(timeout, read).await;
+            let mut tries = 0;
+            let read = loop {
+                tries += 1;
+                let mut slots = redis::cmd("CLUSTER");
+                let read = slots.arg("SLOTS").query_async::<Value>(&mut conn);
+                match tokio::time::timeout(timeout, read).await {
+                    Ok(Err(err)) if busy(&err) && tries < READ_TRIES => {
+                        tokio::time::sleep(READ_AGAIN).await;
+                    }
+                    read => break read,
+                }
+            };
+            let never_read = || {
+                let map = nodes.map.read().unwrap_or_else(PoisonError::into_inner);
+                map.slots.is_empty()
+            };
             match read {
                 Ok(Ok(reply)) => nodes.read(&reply),
+                // Answered busy only: asked again a [`READ_EVERY`] after the ask.
+                Ok(Err(err)) if busy(&err) => {}
                 // Never read yet (sent, it may be, to the node that is silent): the next
                 // failure may ask again at once, one read at a time, each within
                 // `timeout`, so that no node's silence is long counted on the pace
-                // they all share; a [`READ_AGAIN`] after an error reply.
-                _ if nodes
-                    .map
-                    .read()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .slots
-                    .is_empty() =>
-                {
-                    let again = match read {
-                        Ok(Err(err)) if !err.is_io_error() => Some(Instant::now() + READ_AGAIN),
-                        _ => None,
-                    };
-                    *nodes.next_read.lock().unwrap_or_else(PoisonError::into_inner) = again;
+                // they all share.
+                _ if never_read() => {
+                    *nodes.next_read.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 }
                 _ => {}
             }
@@ -175,6 +188,13 @@ impl Nodes {
             rest: Arc::clone(&map.rest),
         });
     }
+}
+
+/// Whether a read of the map was answered by a node busy with a script or loading
+/// its data: one that others may serve beside. (A connection refused or closed is
+/// not: each read again would connect again.)
+fn busy(err: &redis::RedisError) -> bool {
+    matches!(err.code(), Some("BUSY" | "LOADING"))
 }
 
 /// The slot ranges of a `CLUSTER SLOTS` reply and their primaries' addresses:
