@@ -852,6 +852,87 @@ async fn attack_at_most_10_000_limiters_keep_batches_per_client() {
     );
 }
 
+/// 10 000 batches given back at once (their leases over), on a client whose command
+/// timeout is short: the calls queued behind them time out, but the give-backs'
+/// replies are replies, so the client never takes the busy connection for one that
+/// answers nothing (pausing the calls with `Unreachable` and making it again, which
+/// drops the give-backs still on it). With the give-backs' replies not heard, the
+/// calls were paused within the first second in each of three runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_given_back_at_once_are_not_taken_for_silence() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let client = Client::builder()
+        .clock(clock.clone())
+        .command_timeout(Duration::from_millis(20))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let rule = |i: usize| {
+        Rule::new(format!("rate_limit:batch:flood:{i}"), 10, MINUTE)
+            .batch(5)
+            .batch_lease(Duration::from_secs(30))
+    };
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for i in (t..10_000).step_by(8) {
+                    // (a call the short timeout cuts off may have taken its batch)
+                    while let Err(err) = client.check_rules(&[rule(i)]).await {
+                        assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut raw = server.raw().await;
+    let connections = |info: String| -> u64 {
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_connections_received:"))
+            .and_then(|count| count.trim().parse().ok())
+            .unwrap()
+    };
+    let before = connections(
+        redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut raw)
+            .await
+            .unwrap(),
+    );
+    clock.set(T0 + 30_000);
+    let started = std::time::Instant::now();
+    let (mut timeouts, mut decided) = (0, 0);
+    while started.elapsed() < Duration::from_secs(2) {
+        match client.check_rules(&[rule(20_000)]).await {
+            Ok(_) => decided += 1,
+            Err(Error::Timeout { .. }) => timeouts += 1,
+            Err(err) => panic!("after {timeouts} timeouts: {err:?}"),
+        }
+    }
+    let after = connections(
+        redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut raw)
+            .await
+            .unwrap(),
+    );
+    println!(
+        "{timeouts} calls timed out, {decided} decided in 2 s; {} connections made",
+        after - before
+    );
+    assert!(decided > 0, "none decided in 2 s");
+    assert_eq!(after, before, "the client connected again");
+    // Each batch's unused permits given back meanwhile.
+    for i in [0, 4_999, 9_999] {
+        let log = log_of(&mut raw, &format!("rate_limit:batch:flood:{i}")).await;
+        assert!(log.iter().all(|&(permits, _)| permits < 5), "{i}: {log:?}");
+    }
+}
+
 /// `LayerRule::batch` through an axum server on loopback: ten requests of one key cost
 /// two takes, the key's limit holds, and header values posing as other keys are only
 /// themselves.

@@ -12,6 +12,14 @@ use crate::backend::RuleCall;
 use crate::keys::Keys;
 use crate::{member, Error, LimiterKeys, RateType};
 
+/// The most give-backs sent off the callers' path at once: the rest wait their turn,
+/// each with its own command timeout once sent. 10 000 batches given back at once
+/// (their leases over) went on the connection together, so the calls behind them and
+/// the give-backs themselves timed out: with no reply heard in time (the replies of
+/// commands timed out are dropped), the client took the connection for one that
+/// answers nothing, paused its calls and made it again.
+pub(super) const AT_ONCE: usize = 16;
+
 /// Attempts at refunding a timed-out grant, and the pause before each retry.
 const REFUND_ATTEMPTS: u32 = 3;
 const REFUND_BACKOFF: Duration = Duration::from_millis(500);
@@ -124,8 +132,20 @@ impl RedisBackend {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (mut conn, timeout) = (self.conn(), self.timeout);
-        runtime.spawn(async move { give_back(&mut conn, timeout, &keys, member, used).await });
+        let (slot, timeout, turn) = (
+            Arc::clone(&self.conn),
+            self.timeout,
+            Arc::clone(&self.giving_back),
+        );
+        runtime.spawn(async move {
+            // (never closed: the backend owns it)
+            let Ok(_turn) = turn.acquire_owned().await else {
+                return;
+            };
+            // The connection at the time: one made again meanwhile, the old let go.
+            let mut conn = slot.read().unwrap_or_else(PoisonError::into_inner).clone();
+            give_back(&mut conn, timeout, &keys, member, used).await;
+        });
     }
 
     /// [`spawn_give_back`](RedisBackend::spawn_give_back) on the caller's path: done (or

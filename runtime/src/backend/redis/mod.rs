@@ -163,6 +163,9 @@ pub(crate) struct RedisBackend {
     owner: Owner,
     /// Refusals and batches answered in process.
     kept: kept::Kept,
+    /// Give-backs sent off the callers' path and not answered yet: at most
+    /// [`give_back::AT_ONCE`].
+    giving_back: Arc<tokio::sync::Semaphore>,
     /// The refusals to report, the background task's state, the resets read.
     shared: shared::Shared,
 }
@@ -207,6 +210,7 @@ impl RedisBackend {
             remaking: Arc::new(AtomicBool::new(false)),
             waits: None,
             kept: kept::Kept::new(owner.local_refusals),
+            giving_back: Arc::new(tokio::sync::Semaphore::new(give_back::AT_ONCE)),
             shared: Default::default(),
             owner,
         }
