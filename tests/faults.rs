@@ -777,8 +777,8 @@ async fn a_cluster_node_answering_an_error_then_closing_is_paced() {
 
 /// One primary of three busy with another program's script (a Lua loop past the
 /// server's time limit for scripts): its calls are paced as for a node no connection
-/// reaches, and the calls to the other primaries go on, none failing: 20 to 31 calls
-/// answered `BUSY` in 3 s in three runs, every one of 468 to 635 calls to another
+/// reaches, and the calls to the other primaries go on, none failing: 18 to 69 calls
+/// answered `BUSY` in 3 s in six runs, every one of 765 to 855 calls to another
 /// primary granted. A refusal counts once the slot map gives the node a pace of its
 /// own: counted on the pace the nodes share before it is read, the other primary's
 /// calls were paused too.
@@ -802,7 +802,7 @@ async fn a_busy_cluster_node_pauses_its_calls_only() {
         "{calls} calls, {busy_replies} answered BUSY in 3 s, the slowest call {slowest:?}, back {back:?}"
     );
     assert!(slowest <= TIMEOUT + MARGIN, "a call took {slowest:?}");
-    assert!(busy_replies <= 60, "{busy_replies} calls answered BUSY in 3 s");
+    assert!(busy_replies <= 100, "{busy_replies} calls answered BUSY in 3 s");
     assert!(back <= Duration::from_millis(1_300), "{back:?}");
 }
 
@@ -815,8 +815,8 @@ async fn a_busy_cluster_node_pauses_its_calls_only() {
 /// command timeout's, 301 to 362, went on to the node). With each try after a pause
 /// taken as the first refusal of a new command timeout, 405 after 0.5 s; with no
 /// refusal counted before the map is read, every call (3 810). The map's read,
-/// answered `BUSY`, is sent again 10 ms later up to ten times, asked at most once a
-/// second: 30 reads in 3 s (206 when asked again at each refusal).
+/// answered `BUSY`, is sent again at once up to thirty times, asked at most once a
+/// second: 87 to 90 reads in 3 s (206 when asked again at each refusal).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_cluster_whose_slot_map_cannot_be_read_is_paced() {
     let node = support::cluster::free_node_port();
@@ -865,7 +865,7 @@ async fn a_busy_cluster_whose_slot_map_cannot_be_read_is_paced() {
     );
     assert!(calls > 1_000, "calls failed at once: {calls}");
     assert!(late <= 20, "{late} calls sent and refused after the first 0.5 s");
-    assert!(reads <= 50, "the map was asked for {reads} times in 3 s");
+    assert!(reads <= 130, "the map was asked for {reads} times in 3 s");
     assert!(back <= Duration::from_millis(1_300), "{back:?}");
 }
 
@@ -950,11 +950,11 @@ async fn a_slot_being_moved_pauses_no_other_call() {
 /// A slot moved off a primary after the slot map was read, then that primary and a
 /// third one busy with another program's script: the map, gone stale, files the
 /// moved slot's calls under the busy primary's pace, and its read, sent to a node the
-/// cluster's client picks, is answered `BUSY` two times in three. Sent again 10 ms
+/// cluster's client picks, is answered `BUSY` two times in three. Sent again at once
 /// after such a reply, the map is read anew within a few reads, and the moved slot's
-/// calls (served by a healthy primary) go on: 0 to 22 failed in nine runs (319 to 478
-/// granted). Asked again only at a failure a second later, 803 of 804 failed in one run
-/// of four (none in the other three: the first read reached a primary that serves).
+/// calls (served by a healthy primary) go on: none of 602 to 667 failed in three runs.
+/// Asked again only at a failure a second later, 803 of 804 failed in one run of four
+/// (none in the other three: the first read reached a primary that serves).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_moved_off_a_busy_node_is_found_soon() {
     let cluster = RedisCluster::start(3, 0);
