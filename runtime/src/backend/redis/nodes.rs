@@ -8,7 +8,7 @@
 //! silent node's silence before it paused anything), in a task of
 //! its own, one read at a time and at most once a [`READ_EVERY`]: a cluster that
 //! answers pays nothing for it. A read answered by a busy or loading node is sent
-//! again a moment later, a few times. Until it is read, for calls without keys, and for
+//! again at once, up to [`READ_TRIES`] times. Until it is read, for calls without keys, and for
 //! slots it names no node for, calls share one pace, so a cluster that no connection
 //! reaches at all (its one node down, a proxy in front of it gone) is tried a few
 //! times a second too. A map gone stale (a failover since) costs at most a pause:
