@@ -794,6 +794,40 @@ async fn a_failed_take_is_the_backend_failing_and_a_batch_serves_only_within_its
     assert!(client.check_rules(&rule).await.unwrap().allowed);
 }
 
+/// Limiter `rate_limit:batch:<prefix>:<i>` of 10 a minute, in batches of 5 leased for 30 s.
+fn leased(prefix: &str, i: usize) -> Rule {
+    Rule::new(format!("rate_limit:batch:{prefix}:{i}"), 10, MINUTE)
+        .batch(5)
+        .batch_lease(Duration::from_secs(30))
+}
+
+/// A batch taken by `client` of each of the 10 000 limiters [`leased`] `prefix`, from 8
+/// tasks; a call that timed out tried again when `timeouts_retried`.
+async fn ten_thousand_batches(client: &Client, prefix: &'static str, timeouts_retried: bool) {
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for i in (t..10_000).step_by(8) {
+                    loop {
+                        match client.check_rules(&[leased(prefix, i)]).await {
+                            Ok(decision) => {
+                                assert!(decision.allowed);
+                                break;
+                            }
+                            Err(Error::Timeout { .. }) if timeouts_retried => {}
+                            Err(err) => panic!("{err:?}"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
 /// A caller choosing a new limiter name for every call (a value in the key) cannot grow
 /// a client's batches past 10 000 limiters: with that many batches open, a call on
 /// another limiter goes to Redis unbatched, and is still decided.
@@ -803,24 +837,8 @@ async fn attack_at_most_10_000_limiters_keep_batches_per_client() {
     let clock = ManualClock::new(T0);
     let client = clocked(&server, &clock).await;
     let mut raw = server.raw().await;
-    let rule = |i: usize| {
-        Rule::new(format!("rate_limit:batch:many:{i}"), 10, MINUTE)
-            .batch(5)
-            .batch_lease(Duration::from_secs(30))
-    };
-    let tasks: Vec<_> = (0..8)
-        .map(|t| {
-            let client = client.clone();
-            tokio::spawn(async move {
-                for i in (t..10_000).step_by(8) {
-                    assert!(client.check_rules(&[rule(i)]).await.unwrap().allowed);
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    let rule = |i: usize| leased("many", i);
+    ten_thousand_batches(&client, "many", false).await;
     assert_eq!(log_of(&mut raw, "rate_limit:batch:many:9999").await, [(5, T0)]);
     for i in 10_000..10_010 {
         assert!(client.check_rules(&[rule(i)]).await.unwrap().allowed);
@@ -868,27 +886,9 @@ async fn batches_given_back_at_once_are_not_taken_for_silence() {
         .connect(&server.url())
         .await
         .unwrap();
-    let rule = |i: usize| {
-        Rule::new(format!("rate_limit:batch:flood:{i}"), 10, MINUTE)
-            .batch(5)
-            .batch_lease(Duration::from_secs(30))
-    };
-    let tasks: Vec<_> = (0..8)
-        .map(|t| {
-            let client = client.clone();
-            tokio::spawn(async move {
-                for i in (t..10_000).step_by(8) {
-                    // (a call the short timeout cuts off may have taken its batch)
-                    while let Err(err) = client.check_rules(&[rule(i)]).await {
-                        assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
-                    }
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    let rule = |i: usize| leased("flood", i);
+    // (a call the short timeout cuts off may have taken its batch)
+    ten_thousand_batches(&client, "flood", true).await;
     let mut raw = server.raw().await;
     let connections = |info: String| -> u64 {
         info.lines()

@@ -916,20 +916,7 @@ async fn a_slot_being_moved_pauses_no_other_call() {
     ]);
     let done = Arc::new(AtomicBool::new(false));
     let other = another_primary_s_caller(&client, other_node, &done).await;
-    let same = {
-        let (client, done) = (client.clone(), Arc::clone(&done));
-        tokio::spawn(async move {
-            let (mut granted, mut failed) = (0, 0);
-            while !done.load(Ordering::Relaxed) {
-                match client.check_rules(&same_node).await {
-                    Ok(decision) if decision.allowed => granted += 1,
-                    _ => failed += 1,
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            (granted, failed)
-        })
-    };
+    let same = counting_caller(&client, same_node, &done);
     let (calls, _) = four_callers_for(&client, &moving, Duration::from_secs(3)).await;
     let err = client.check_rules(&moving).await.unwrap_err().to_string();
     done.store(true, Ordering::Relaxed);
@@ -1030,20 +1017,7 @@ async fn a_slot_moved_off_a_busy_node_is_found_soon() {
     let (third_looping, mut third_killing) = (raw_node(third).await, raw_node(third).await);
     let third_script = busy_with_a_script(&mut third_killing, third_looping).await;
     let done = Arc::new(AtomicBool::new(false));
-    let moved = {
-        let (client, done) = (client.clone(), Arc::clone(&done));
-        tokio::spawn(async move {
-            let (mut granted, mut failed) = (0, 0);
-            while !done.load(Ordering::Relaxed) {
-                match client.check_rules(&moving).await {
-                    Ok(decision) if decision.allowed => granted += 1,
-                    _ => failed += 1,
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            (granted, failed)
-        })
-    };
+    let moved = counting_caller(&client, moving, &done);
     let busy_callers = async {
         tokio::join!(
             four_callers_for(&client, &on_busy, Duration::from_secs(4)),
@@ -1154,6 +1128,27 @@ fn rule_on(cluster: &RedisCluster, linked: u16, prefix: &str, on_linked: bool, r
         .find(|name| (cluster.primary_of(hash_slot(name.as_bytes())).0 == linked) == on_linked)
         .unwrap();
     redlimit::Rule::new(name, rate, Duration::from_secs(60))
+}
+
+/// A caller of `rules` every 2 ms until `done`: how many of its calls were granted,
+/// and how many were not (refused or failed).
+fn counting_caller(
+    client: &Client,
+    rules: [redlimit::Rule; 1],
+    done: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(usize, usize)> {
+    let (client, done) = (client.clone(), Arc::clone(done));
+    tokio::spawn(async move {
+        let (mut granted, mut failed) = (0, 0);
+        while !done.load(Ordering::Relaxed) {
+            match client.check_rules(&rules).await {
+                Ok(decision) if decision.allowed => granted += 1,
+                _ => failed += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        (granted, failed)
+    })
 }
 
 /// A caller of `rules`, on another primary than the one a test cuts off, calling
