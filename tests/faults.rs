@@ -896,24 +896,7 @@ async fn a_slot_being_moved_pauses_no_other_call() {
     let client = client(&cluster.url()).await;
     assert!(client.check_rules(&moving).await.unwrap().allowed);
     let slot = slot.to_string();
-    cli(&[
-        "-p",
-        &to.to_string(),
-        "cluster",
-        "setslot",
-        &slot,
-        "importing",
-        &from_id,
-    ]);
-    cli(&[
-        "-p",
-        &from.to_string(),
-        "cluster",
-        "setslot",
-        &slot,
-        "migrating",
-        &to_id,
-    ]);
+    being_moved(&slot, (from, &from_id), (to, &to_id));
     let done = Arc::new(AtomicBool::new(false));
     let other = another_primary_s_caller(&client, other_node, &done).await;
     let same = counting_caller(&client, same_node, &done);
@@ -974,17 +957,8 @@ async fn a_slot_moved_off_a_busy_node_is_found_soon() {
     script_killed(&client, &on_busy, &mut killing, script).await;
     // The slot moved, its limiter's keys with it.
     let slot = hash_slot(moving[0].name().as_bytes()).to_string();
+    being_moved(&slot, (busy, &busy_id), (to, &to_id));
     let from = busy.to_string();
-    cli(&[
-        "-p",
-        &to.to_string(),
-        "cluster",
-        "setslot",
-        &slot,
-        "importing",
-        &busy_id,
-    ]);
-    cli(&["-p", &from, "cluster", "setslot", &slot, "migrating", &to_id]);
     for key in cli(&["-p", &from, "cluster", "getkeysinslot", &slot, "100"]).lines() {
         cli(&[
             "-p",
@@ -1118,6 +1092,29 @@ async fn a_silent_cluster_node_pauses_its_calls_only() {
     silent_for_4_s(&client, &link, &silent_rules, Duration::from_millis(3_500)).await;
     back.store(true, Ordering::Relaxed);
     others.await.unwrap();
+}
+
+/// `slot` marked importing on the primary `to` and migrating on `from` (each a port
+/// and a node id), as a resharding does before it moves the slot's keys.
+fn being_moved(slot: &str, (from, from_id): (u16, &str), (to, to_id): (u16, &str)) {
+    cli(&[
+        "-p",
+        &to.to_string(),
+        "cluster",
+        "setslot",
+        slot,
+        "importing",
+        from_id,
+    ]);
+    cli(&[
+        "-p",
+        &from.to_string(),
+        "cluster",
+        "setslot",
+        slot,
+        "migrating",
+        to_id,
+    ]);
 }
 
 /// A rule named `rate_limit:<prefix>:<i>` whose slot's primary is (`on_linked`), or is
