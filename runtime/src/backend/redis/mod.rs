@@ -163,9 +163,8 @@ pub(crate) struct RedisBackend {
     owner: Owner,
     /// Refusals and batches answered in process.
     kept: kept::Kept,
-    /// Give-backs sent off the callers' path and not answered yet: at most
-    /// [`give_back::AT_ONCE`].
-    giving_back: Arc<tokio::sync::Semaphore>,
+    /// Give-backs sent off the callers' path: how many wait, and their turns.
+    giving_back: Arc<give_back::GivingBack>,
     /// The refusals to report, the background task's state, the resets read.
     shared: shared::Shared,
 }
@@ -210,7 +209,7 @@ impl RedisBackend {
             remaking: Arc::new(AtomicBool::new(false)),
             waits: None,
             kept: kept::Kept::new(owner.local_refusals),
-            giving_back: Arc::new(tokio::sync::Semaphore::new(give_back::AT_ONCE)),
+            giving_back: Arc::default(),
             shared: Default::default(),
             owner,
         }
@@ -379,6 +378,24 @@ impl RedisBackend {
         );
     }
 
+    /// The runtime for work off the callers' path: the client's own, when it is a
+    /// multi-thread runtime still running and the caller's is not (a caller's
+    /// current-thread runtime may end, or no longer be driven, before the client
+    /// does), else the caller's; none outside a runtime.
+    fn background(&self) -> Option<tokio::runtime::Handle> {
+        let current = tokio::runtime::Handle::try_current().ok()?;
+        Some(match &self.runtime {
+            Some(made_on)
+                if current.runtime_flavor() != RuntimeFlavor::MultiThread
+                    && made_on.runtime_flavor() == RuntimeFlavor::MultiThread
+                    && alive(made_on) =>
+            {
+                made_on.clone()
+            }
+            _ => current,
+        })
+    }
+
     /// [`remake`](RedisBackend::remake) for a Redis Cluster. A `dead` one (silent, or
     /// its task gone) answers nothing: a connection made on first use takes its place
     /// at once, and the old one is let go with the commands waiting on it. One out of
@@ -389,18 +406,8 @@ impl RedisBackend {
     /// caller's, or the client's while it runs): a caller's current-thread runtime
     /// may end before the client does, and the client's may no longer be driven.
     fn remake_cluster(&self, remake: &Arc<Remake>, why: &str, dead: bool) {
-        let Ok(current) = tokio::runtime::Handle::try_current() else {
+        let Some(runtime) = self.background() else {
             return;
-        };
-        let runtime = match &self.runtime {
-            Some(made_on)
-                if current.runtime_flavor() != RuntimeFlavor::MultiThread
-                    && made_on.runtime_flavor() == RuntimeFlavor::MultiThread
-                    && alive(made_on) =>
-            {
-                made_on.clone()
-            }
-            _ => current,
         };
         let target = self.target.shown().to_owned();
         if dead {

@@ -7,7 +7,7 @@
 //! that timed out (on the one pace the nodes share, the others' replies would end a
 //! silent node's silence before it paused anything), in a task of
 //! its own, one read at a time and at most once a [`READ_EVERY`]: a cluster that
-//! answers pays nothing for it. A read answered by a busy or loading node is sent
+//! answers pays nothing for it. A read answered by a node busy with a script is sent
 //! again at once, up to [`READ_TRIES`] times. Until it is read, for calls without keys, and for
 //! slots it names no node for, calls share one pace, so a cluster that no connection
 //! reaches at all (its one node down, a proxy in front of it gone) is tried a few
@@ -27,14 +27,15 @@ use redis::Value;
 
 use super::connection::Conn;
 use super::reconnects::Reconnects;
+use super::Done;
 use crate::keys::{hash_slot, Keys};
 
 /// The least time between two reads of the slot map.
 const READ_EVERY: Duration = Duration::from_secs(1);
 
-/// How long after a read answered `BUSY` or `LOADING` it is sent again, up to
+/// How long after a read answered `BUSY` it is sent again, up to
 /// [`READ_TRIES`] reads in all: the cluster's client sends it to a node of its
-/// choosing, which may be busy or loading while the others serve. (Asked again only
+/// choosing, which may be busy while the others serve. (Asked again only
 /// at a failure a second later, a map gone stale after a resharding kept a moved
 /// slot's calls under a busy node's pace for seconds; asked at each failure before
 /// the map was first read, a busy node was asked 136 to 248 times in 3 s; with reads
@@ -121,7 +122,12 @@ impl Nodes {
             *next_read = Some(now + READ_EVERY);
         }
         let nodes = Arc::clone(self);
+        // Set back when the read's task ends, or is dropped with its runtime (a
+        // caller's, ended while the read was on its way): left set, no read of the map
+        // was ever asked for again.
+        let reading = Done(Arc::clone(&self.reading));
         runtime.spawn(async move {
+            let _reading = reading;
             let mut conn = conn;
             let mut tries = 0;
             let read = loop {
@@ -152,7 +158,6 @@ impl Nodes {
                 }
                 _ => {}
             }
-            nodes.reading.store(false, Ordering::Release);
         });
     }
 
@@ -192,11 +197,12 @@ impl Nodes {
     }
 }
 
-/// Whether a read of the map was answered by a node busy with a script or loading
-/// its data: one that others may serve beside. (A connection refused or closed is
-/// not: each read again would connect again.)
+/// Whether a read of the map was answered by a node busy with a script: one that
+/// others may serve beside. (A connection refused or closed is not: each read again
+/// would connect again. Nor is `LOADING`, which the cluster's client asks again
+/// itself: read again, a loading node was asked 266 times in 3 s.)
 fn busy(err: &redis::RedisError) -> bool {
-    matches!(err.code(), Some("BUSY" | "LOADING"))
+    err.code() == Some("BUSY")
 }
 
 /// The slot ranges of a `CLUSTER SLOTS` reply and their primaries' addresses:
