@@ -1068,7 +1068,7 @@ async fn a_slot_moved_off_a_busy_node_is_found_soon() {
     script_killed(&client, &on_busy, &mut killing, script).await;
     script_killed(&client, &on_third, &mut third_killing, third_script).await;
     println!("the moved slot: {granted} granted, {failed} failed in 4 s");
-    assert!(granted > 300, "{granted} granted");
+    assert!(granted > 100, "{granted} granted");
     assert!(failed <= 60, "{failed} calls to the moved slot failed in 4 s");
 }
 
