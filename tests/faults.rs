@@ -628,6 +628,59 @@ async fn a_cluster_node_answering_that_it_cannot_serve_is_paced() {
     }
 }
 
+/// A Redis Cluster's one node redirecting every call to itself (`MOVED`), whatever
+/// its slot: a node whose view of the slots is wrong for all of them. A redirect is
+/// paced on its slot's own pace (so that a slot being moved pauses none of its node's
+/// other slots), at most 8 such slots; past them it counts on the node's. Four
+/// callers over 64 limiters in as many slots for 3 s: the node answered 337 to 347
+/// calls in runs on Redis 6.2, 7.0 and Valkey 8 (each failed call is answered five
+/// times: the cluster client's four retries); with every slot paced on its own,
+/// 2 237, growing with the slots called; with redirects on the node's pace alone, 97.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_redirecting_every_slot_is_paced() {
+    let node = support::cluster::free_node_port();
+    let link = FaultyLink::start(node).await;
+    let _cluster = RedisCluster::one_node(node, link.port);
+    let client = client(&format!("redis+cluster://127.0.0.1:{}/", link.port)).await;
+    let mut slots = std::collections::HashSet::new();
+    let rules: Vec<[redlimit::Rule; 1]> = (0..)
+        .map(|i| format!("rate_limit:redirecting:{i}"))
+        .filter(|name| slots.insert(hash_slot(name.as_bytes())))
+        .take(64)
+        .map(|name| [redlimit::Rule::new(name, 100, Duration::from_secs(60))])
+        .collect();
+    for rule in &rules {
+        assert!(client.check_rules(rule).await.unwrap().allowed);
+    }
+    let moved: &'static str = format!("MOVED 0 127.0.0.1:{}", link.port).leak();
+    link.set(Fault::Answer(moved));
+    let (started, rules) = (Instant::now(), Arc::new(rules));
+    let callers: Vec<_> = (0..4)
+        .map(|caller| {
+            let (client, rules) = (client.clone(), Arc::clone(&rules));
+            tokio::spawn(async move {
+                let mut calls = 0;
+                while started.elapsed() < Duration::from_secs(3) {
+                    let rule = &rules[(caller * 16 + calls) % rules.len()];
+                    let err = client.check_rules(rule).await.unwrap_err();
+                    assert!(err.is_backend_failure(), "{err:?}");
+                    calls += 1;
+                    tokio::task::yield_now().await;
+                }
+                calls
+            })
+        })
+        .collect();
+    let mut calls = 0;
+    for caller in callers {
+        calls += caller.await.unwrap();
+    }
+    let answered = link.answered();
+    println!("{answered} calls answered by the node, of {calls}");
+    assert!(answered <= 600, "the node answered {answered} calls in 3 s");
+    decided_once_carried(&client, &link, &rules[0], Duration::from_millis(1_300)).await;
+}
+
 /// Calls that wait for replicas (`wait_for_replicas`: connections of the client's own
 /// to the master) through a network that drops every packet: their timeouts count on
 /// the pace the other calls follow, so they are paused as the other calls are. Four
@@ -947,10 +1000,10 @@ async fn a_busy_cluster_whose_slot_map_cannot_be_read_is_paced() {
 /// call's slot and not the node, so no other call is paused, neither to the node's
 /// other slots nor to the other primaries: every one of 586 to 792 calls to each
 /// granted in three runs on Redis 7.0. With every error code that no script raised
-/// counted as the server's, those calls were paused and failed. (Redis 6.2 answers the
-/// slot's calls `ASK` and `MOVED` too, which count as the node not reached and pause
-/// its other slots: 110 of 979 granted in one run; only the other primaries' calls
-/// hold there.)
+/// counted as the server's, those calls were paused and failed. Redis 6.2 answers the
+/// slot's calls `ASK` and `MOVED` too, which count as the slot not reached, on the
+/// slot's own pace: every one of 897 to 912 calls to the node's other slot granted in
+/// three runs on 6.2; counted on the node's pace, 205 of 898 failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_being_moved_pauses_no_other_call() {
     let cluster = RedisCluster::start(3, 0);
@@ -976,12 +1029,7 @@ async fn a_slot_being_moved_pauses_no_other_call() {
     println!(
         "{calls} calls to the moving slot ({err}); the node's other slot: {granted} granted, {failed} failed"
     );
-    // (Redis 6.2 answers the slot's calls `ASK` and `MOVED` too, each taken as the
-    // slot's node not reached, which pauses the node's other slots)
-    let version = cli(&["-p", &from.to_string(), "info", "server"]);
-    if !version.contains("redis_version:6.") {
-        assert_eq!(failed, 0, "calls to the node's other slot failed ({err})");
-    }
+    assert_eq!(failed, 0, "calls to the node's other slot failed ({err})");
     // (the move given up: the slot stays where it was)
     for port in [to, from] {
         cli(&["-p", &port.to_string(), "cluster", "setslot", &slot, "stable"]);

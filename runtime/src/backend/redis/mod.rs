@@ -589,6 +589,9 @@ impl RedisBackend {
                 self.replied();
                 self.served();
                 pace.answered();
+                if self.cluster {
+                    self.nodes.served(calls);
+                }
                 Ok(value)
             }
             Ok(Err(err)) => {
@@ -631,7 +634,13 @@ impl RedisBackend {
                 };
                 match failure {
                     Some((failure, detail)) => {
-                        pace.failed(failed_before, failure, detail);
+                        // (a redirect on the pace of its slot, made at the first: the
+                        // failures before it counted none on that pace)
+                        let slot = self.cluster && redirected(&err);
+                        match slot.then(|| self.nodes.redirected(calls)).flatten() {
+                            Some(slot) if !std::ptr::eq(&*slot, pace) => slot.failed(0, failure, detail),
+                            _ => pace.failed(failed_before, failure, detail),
+                        }
                         // Which node serves which slot, read for the next calls.
                         if self.cluster {
                             self.nodes.read_soon(self.conn(), self.timeout);
@@ -690,12 +699,21 @@ impl std::ops::Deref for Pace<'_> {
 }
 
 /// Whether a cluster's call failed for want of its slot's node, the cluster
-/// client's retries spent: no node connection left, a redirect to a node it could
-/// not reach, or the cluster down (a node lost, no replica promoted yet). An error
-/// reply from whichever node answered, not a sign that the slot's node answers.
+/// client's retries spent: no node connection left, a redirect it could not follow
+/// to the end ([`redirected`]), or the cluster down (a node lost, no replica
+/// promoted yet). An error reply from whichever node answered, not a sign that the
+/// slot's node answers.
 fn node_unreached(err: &RedisError) -> bool {
     err.kind() == redis::ErrorKind::ClusterConnectionNotFound
-        || matches!(err.code(), Some("MOVED" | "ASK" | "CLUSTERDOWN" | "MASTERDOWN"))
+        || redirected(err)
+        || matches!(err.code(), Some("CLUSTERDOWN" | "MASTERDOWN"))
+}
+
+/// Whether a cluster's call ended in a redirect, its retries spent (a redirect to a
+/// node it could not reach, nodes redirecting to each other or to themselves, a slot
+/// being moved on Redis 6.2): counted on the slot's pace, not its node's.
+fn redirected(err: &RedisError) -> bool {
+    matches!(err.code(), Some("MOVED" | "ASK"))
 }
 
 /// Whether `runtime` still runs what is spawned on it: a runtime shut down drops it

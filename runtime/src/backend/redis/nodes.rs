@@ -13,6 +13,9 @@
 //! reaches at all (its one node down, a proxy in front of it gone) is tried a few
 //! times a second too. A map gone stale (a failover since) costs at most a pause:
 //! the try after it reaches the slot's new primary, and its answer ends the pause.
+//! A slot whose call ends in a redirect (`MOVED`, `ASK`: being moved, or a node's
+//! view of it wrong) is paced on its own until a call to it is served, at most
+//! [`MOST_REDIRECTED`] slots at a time, so that its node's other slots go on.
 //!
 //! The reply is the server's: entries that are not a slot range and an address are
 //! left out, as are addresses longer than [`LONGEST_ADDRESS`] and ranges past the
@@ -52,6 +55,12 @@ const LONGEST_ADDRESS: usize = 300;
 
 const SLOTS: usize = 16_384;
 
+/// The most slots paced on their own for their calls' redirects: a resharding moves
+/// a few slots at a time, while a node whose every slot redirects (its view of the
+/// slots wrong, nodes redirecting to each other) would otherwise be sent calls at
+/// the pace of each of its slots.
+const MOST_REDIRECTED: usize = 8;
+
 /// No node named for a slot.
 const NONE: u16 = u16::MAX;
 
@@ -59,6 +68,15 @@ const NONE: u16 = u16::MAX;
 #[derive(Default)]
 pub(super) struct Nodes {
     map: RwLock<Arc<Map>>,
+    /// The paces of slots whose calls end in a redirect (`MOVED`, `ASK`), made at
+    /// the first and dropped at the slot's next call served: a slot being moved is
+    /// paced on its own, and its node's other slots go on. (Counted on the node's
+    /// pace, a resharding on Redis 6.2, which answers a moving slot's calls `ASK`
+    /// and `MOVED`, paused every other slot of its node.) At most
+    /// [`MOST_REDIRECTED`]: past them, a redirect counts on the node's pace.
+    redirected: Mutex<HashMap<u16, Arc<Reconnects>>>,
+    /// Whether `redirected` holds any: read before each call.
+    any_redirected: AtomicBool,
     /// Whether a read of the map is under way.
     reading: Arc<AtomicBool>,
     /// When the map may be asked for again.
@@ -75,17 +93,59 @@ struct Map {
 }
 
 impl Nodes {
-    /// The pace the call on `calls` follows: its slot's primary's.
+    /// The pace the call on `calls` follows: its slot's own once a call to it ended
+    /// in a redirect, else its slot's primary's.
     pub(super) fn pace(&self, calls: &[Keys<'_>]) -> Arc<Reconnects> {
+        let slot = calls.first().map(|keys| hash_slot(keys.config().as_bytes()));
+        if let Some(slot) = slot.filter(|_| self.any_redirected.load(Ordering::Acquire)) {
+            let redirected = self.redirected.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(pace) = redirected.get(&slot) {
+                return Arc::clone(pace);
+            }
+        }
         let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
-        let node = calls
-            .first()
+        let node = slot
             .filter(|_| !map.slots.is_empty())
-            .map(|keys| map.slots[usize::from(hash_slot(keys.config().as_bytes()))])
+            .map(|slot| map.slots[usize::from(slot)])
             .filter(|&node| node != NONE);
         match node {
             Some(node) => Arc::clone(&map.paces[usize::from(node)].1),
             None => Arc::clone(&map.rest),
+        }
+    }
+
+    /// The pace of the slot of `calls`, whose call ended in a redirect: made at the
+    /// first, with no failure counted. `None` for a call without keys, or when
+    /// [`MOST_REDIRECTED`] slots are paced on their own already.
+    pub(super) fn redirected(&self, calls: &[Keys<'_>]) -> Option<Arc<Reconnects>> {
+        let slot = hash_slot(calls.first()?.config().as_bytes());
+        let mut redirected = self.redirected.lock().unwrap_or_else(PoisonError::into_inner);
+        if redirected.len() >= MOST_REDIRECTED && !redirected.contains_key(&slot) {
+            return None;
+        }
+        let pace = Arc::clone(redirected.entry(slot).or_default());
+        self.any_redirected.store(true, Ordering::Release);
+        Some(pace)
+    }
+
+    /// A call on `calls` was served: its slot, if it was paced on its own for its
+    /// redirects, follows its node's pace again.
+    #[inline]
+    pub(super) fn served(&self, calls: &[Keys<'_>]) {
+        if self.any_redirected.load(Ordering::Acquire) {
+            self.no_longer_redirected(calls);
+        }
+    }
+
+    #[cold]
+    fn no_longer_redirected(&self, calls: &[Keys<'_>]) {
+        let Some(keys) = calls.first() else {
+            return;
+        };
+        let slot = hash_slot(keys.config().as_bytes());
+        let mut redirected = self.redirected.lock().unwrap_or_else(PoisonError::into_inner);
+        if redirected.remove(&slot).is_some() && redirected.is_empty() {
+            self.any_redirected.store(false, Ordering::Release);
         }
     }
 
@@ -99,7 +159,10 @@ impl Nodes {
     /// Whether a pause is under way on any pace: the server's check waits while one is.
     pub(super) fn any_pausing(&self) -> bool {
         let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
-        map.rest.pausing() || map.paces.iter().any(|(_, pace)| pace.pausing())
+        let redirected = self.redirected.lock().unwrap_or_else(PoisonError::into_inner);
+        map.rest.pausing()
+            || map.paces.iter().any(|(_, pace)| pace.pausing())
+            || redirected.values().any(|pace| pace.pausing())
     }
 
     /// A node could not be reached, or a command timed out: the map is read again in
@@ -283,6 +346,47 @@ mod tests {
         assert_eq!(map.node_of(0), Some("10.0.0.2:7001"));
         assert!(Arc::ptr_eq(&map.paces[0].1, &second), "10.0.0.2's pace kept");
         assert!(Arc::ptr_eq(&map.paces[1].1, &first), "10.0.0.1's pace kept");
+    }
+
+    /// A slot whose call ended in a redirect follows a pace of its own, at most
+    /// [`MOST_REDIRECTED`] slots at a time, until a call to it is served.
+    #[test]
+    fn a_redirected_slot_is_paced_on_its_own_until_served() {
+        let nodes = Nodes::default();
+        nodes.read(&Value::Array(vec![range(0, 16_383, "10.0.0.1", 7000)]));
+        let names: Vec<String> = (0..=MOST_REDIRECTED).map(|i| format!("limiter:{i}")).collect();
+        let calls: Vec<[Keys<'_>; 1]> = names
+            .iter()
+            .map(|name| [Keys::checked_before(name, "c")])
+            .collect();
+        let node = nodes.pace(&calls[0]);
+        let first = nodes.redirected(&calls[0]).unwrap();
+        assert!(!Arc::ptr_eq(&first, &node));
+        assert!(Arc::ptr_eq(&nodes.pace(&calls[0]), &first), "the slot's own pace");
+        assert!(
+            Arc::ptr_eq(&nodes.redirected(&calls[0]).unwrap(), &first),
+            "made once"
+        );
+        assert!(
+            Arc::ptr_eq(&nodes.pace(&calls[1]), &node),
+            "the node's other slots"
+        );
+        for call in &calls[1..MOST_REDIRECTED] {
+            assert!(nodes.redirected(call).is_some());
+        }
+        let past = &calls[MOST_REDIRECTED];
+        assert!(nodes.redirected(past).is_none(), "past the most: the node's pace");
+        assert!(Arc::ptr_eq(&nodes.pace(past), &node));
+        nodes.served(&calls[0]);
+        assert!(
+            Arc::ptr_eq(&nodes.pace(&calls[0]), &node),
+            "served: the node's pace again"
+        );
+        assert!(nodes.redirected(past).is_some(), "room for another slot");
+        for call in &calls[1..] {
+            nodes.served(call);
+        }
+        assert!(!nodes.any_redirected.load(Ordering::Relaxed));
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! client sends beside the calls (a check of the server, a refund) is not sent while
 //! the connecting is paused: each would try a connection of its own. On a Redis
 //! Cluster each primary has a pace of its own (`nodes`): one down pauses the calls to
-//! its slots only.
+//! its slots only; a slot whose calls end in a redirect has one of its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
