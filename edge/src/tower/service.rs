@@ -330,6 +330,11 @@ where
                 scope,
                 fields,
             } => {
+                // Without fields to add, the inner poll's answer as it is (not taken
+                // out of its `Poll` and put back).
+                if fields.is_none() {
+                    return poll_in(scope, future, cx);
+                }
                 let mut response = std::task::ready!(poll_in(scope, future, cx))?;
                 if let Some((shared, granted)) = fields.take() {
                     shared.add_success_fields(&granted, &mut response);
