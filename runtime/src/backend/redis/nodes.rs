@@ -74,7 +74,7 @@ pub(super) struct Nodes {
     /// pace, a resharding on Redis 6.2, which answers a moving slot's calls `ASK`
     /// and `MOVED`, paused every other slot of its node.) At most
     /// [`MOST_REDIRECTED`]: past them, a redirect counts on the node's pace.
-    redirected: Mutex<HashMap<u16, Arc<Reconnects>>>,
+    redirected: RwLock<HashMap<u16, Arc<Reconnects>>>,
     /// Whether `redirected` holds any: read before each call.
     any_redirected: AtomicBool,
     /// Whether a read of the map is under way.
@@ -98,7 +98,7 @@ impl Nodes {
     pub(super) fn pace(&self, calls: &[Keys<'_>]) -> Arc<Reconnects> {
         let slot = calls.first().map(|keys| hash_slot(keys.config().as_bytes()));
         if let Some(slot) = slot.filter(|_| self.any_redirected.load(Ordering::Acquire)) {
-            let redirected = self.redirected.lock().unwrap_or_else(PoisonError::into_inner);
+            let redirected = self.redirected.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(pace) = redirected.get(&slot) {
                 return Arc::clone(pace);
             }
@@ -119,7 +119,7 @@ impl Nodes {
     /// [`MOST_REDIRECTED`] slots are paced on their own already.
     pub(super) fn redirected(&self, calls: &[Keys<'_>]) -> Option<Arc<Reconnects>> {
         let slot = hash_slot(calls.first()?.config().as_bytes());
-        let mut redirected = self.redirected.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut redirected = self.redirected.write().unwrap_or_else(PoisonError::into_inner);
         if redirected.len() >= MOST_REDIRECTED && !redirected.contains_key(&slot) {
             return None;
         }
@@ -143,9 +143,18 @@ impl Nodes {
             return;
         };
         let slot = hash_slot(keys.config().as_bytes());
-        let mut redirected = self.redirected.lock().unwrap_or_else(PoisonError::into_inner);
-        if redirected.remove(&slot).is_some() && redirected.is_empty() {
-            self.any_redirected.store(false, Ordering::Release);
+        // (looked for under the read lock first: the other slots' calls served
+        // meanwhile take no turns)
+        let found = self
+            .redirected
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&slot);
+        if found {
+            let mut redirected = self.redirected.write().unwrap_or_else(PoisonError::into_inner);
+            if redirected.remove(&slot).is_some() && redirected.is_empty() {
+                self.any_redirected.store(false, Ordering::Release);
+            }
         }
     }
 
@@ -159,7 +168,7 @@ impl Nodes {
     /// Whether a pause is under way on any pace: the server's check waits while one is.
     pub(super) fn any_pausing(&self) -> bool {
         let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
-        let redirected = self.redirected.lock().unwrap_or_else(PoisonError::into_inner);
+        let redirected = self.redirected.read().unwrap_or_else(PoisonError::into_inner);
         map.rest.pausing()
             || map.paces.iter().any(|(_, pace)| pace.pausing())
             || redirected.values().any(|pace| pace.pausing())
