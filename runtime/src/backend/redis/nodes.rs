@@ -61,8 +61,22 @@ const SLOTS: usize = 16_384;
 /// the pace of each of its slots.
 const MOST_REDIRECTED: usize = 8;
 
+/// How long after its last redirect a slot paced on its own, its pace not pausing,
+/// gives its place to another: a slot no longer called (a limiter called once, a
+/// move given up) would otherwise keep it until a call to it is served, and eight
+/// such slots had every later move pause its node's other slots. A slot still
+/// redirecting is redirected again at least once a pause, at most a second.
+const STALE_REDIRECT: Duration = Duration::from_secs(2);
+
 /// No node named for a slot.
 const NONE: u16 = u16::MAX;
+
+/// A slot paced on its own for its calls' redirects: its pace, and when a call to
+/// it last ended in a redirect.
+struct Redirected {
+    pace: Arc<Reconnects>,
+    last: Instant,
+}
 
 /// The paces of a cluster's nodes, and the map that finds a call's.
 #[derive(Default)]
@@ -73,8 +87,10 @@ pub(super) struct Nodes {
     /// paced on its own, and its node's other slots go on. (Counted on the node's
     /// pace, a resharding on Redis 6.2, which answers a moving slot's calls `ASK`
     /// and `MOVED`, paused every other slot of its node.) At most
-    /// [`MOST_REDIRECTED`]: past them, a redirect counts on the node's pace.
-    redirected: RwLock<HashMap<u16, Arc<Reconnects>>>,
+    /// [`MOST_REDIRECTED`]: past them, a redirect takes the place of a slot
+    /// redirected last more than [`STALE_REDIRECT`] ago and not pausing, or counts
+    /// on the node's pace when there is none.
+    redirected: RwLock<HashMap<u16, Redirected>>,
     /// Whether `redirected` holds any: read before each call.
     any_redirected: AtomicBool,
     /// Whether a read of the map is under way.
@@ -99,8 +115,8 @@ impl Nodes {
         let slot = calls.first().map(|keys| hash_slot(keys.config().as_bytes()));
         if let Some(slot) = slot.filter(|_| self.any_redirected.load(Ordering::Acquire)) {
             let redirected = self.redirected.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(pace) = redirected.get(&slot) {
-                return Arc::clone(pace);
+            if let Some(redirected) = redirected.get(&slot) {
+                return Arc::clone(&redirected.pace);
             }
         }
         let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
@@ -116,14 +132,25 @@ impl Nodes {
 
     /// The pace of the slot of `calls`, whose call ended in a redirect: made at the
     /// first, with no failure counted. `None` for a call without keys, or when
-    /// [`MOST_REDIRECTED`] slots are paced on their own already.
+    /// [`MOST_REDIRECTED`] slots are paced on their own already, none of them stale.
     pub(super) fn redirected(&self, calls: &[Keys<'_>]) -> Option<Arc<Reconnects>> {
         let slot = hash_slot(calls.first()?.config().as_bytes());
+        let now = Instant::now();
         let mut redirected = self.redirected.write().unwrap_or_else(PoisonError::into_inner);
         if redirected.len() >= MOST_REDIRECTED && !redirected.contains_key(&slot) {
-            return None;
+            let stale = redirected
+                .iter()
+                .filter(|(_, r)| now.duration_since(r.last) > STALE_REDIRECT && !r.pace.pausing())
+                .min_by_key(|(_, r)| r.last)
+                .map(|(&stale, _)| stale);
+            redirected.remove(&stale?);
         }
-        let pace = Arc::clone(redirected.entry(slot).or_default());
+        let entry = redirected.entry(slot).or_insert_with(|| Redirected {
+            pace: Arc::default(),
+            last: now,
+        });
+        entry.last = now;
+        let pace = Arc::clone(&entry.pace);
         self.any_redirected.store(true, Ordering::Release);
         Some(pace)
     }
@@ -171,7 +198,7 @@ impl Nodes {
         let redirected = self.redirected.read().unwrap_or_else(PoisonError::into_inner);
         map.rest.pausing()
             || map.paces.iter().any(|(_, pace)| pace.pausing())
-            || redirected.values().any(|pace| pace.pausing())
+            || redirected.values().any(|redirected| redirected.pace.pausing())
     }
 
     /// A node could not be reached, or a command timed out: the map is read again in
@@ -319,6 +346,7 @@ impl Map {
 
 #[cfg(test)]
 mod tests {
+    use super::super::reconnects::Failure;
     use super::*;
 
     fn range(start: i64, end: i64, host: &str, port: i64) -> Value {
@@ -386,6 +414,31 @@ mod tests {
         let past = &calls[MOST_REDIRECTED];
         assert!(nodes.redirected(past).is_none(), "past the most: the node's pace");
         assert!(Arc::ptr_eq(&nodes.pace(past), &node));
+        // A slot redirected last long enough ago, its pace not pausing, gives its
+        // place up: the oldest such.
+        let long_ago = |call: &[Keys<'_>; 1], by: u64| {
+            let slot = hash_slot(call[0].config().as_bytes());
+            let last = Instant::now().checked_sub(STALE_REDIRECT + Duration::from_millis(by));
+            nodes.redirected.write().unwrap().get_mut(&slot).unwrap().last = last.unwrap();
+        };
+        long_ago(&calls[2], 10);
+        long_ago(&calls[3], 20);
+        assert!(nodes.redirected(past).is_some(), "a stale slot's place taken");
+        assert!(
+            Arc::ptr_eq(&nodes.pace(&calls[3]), &node),
+            "the oldest gave it up"
+        );
+        assert!(!Arc::ptr_eq(&nodes.pace(&calls[2]), &node));
+        // A stale slot whose pace is pausing keeps its place.
+        let pausing = nodes.redirected(&calls[2]).unwrap();
+        pausing.failed(1, Failure::Unreachable, "a redirect");
+        assert!(pausing.pausing());
+        long_ago(&calls[2], 10);
+        assert!(
+            nodes.redirected(&calls[3]).is_none(),
+            "none stale and not pausing"
+        );
+        nodes.served(past);
         nodes.served(&calls[0]);
         assert!(
             Arc::ptr_eq(&nodes.pace(&calls[0]), &node),
