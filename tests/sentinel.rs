@@ -762,6 +762,12 @@ async fn the_layer_decides_behind_sentinel_across_a_failover() {
     );
 
     let (old_master, replica) = set.data_ports();
+    // The replica has alice's grants before the master goes: a failover loses what
+    // the replica has not yet received (grants that wait for replicas guard against
+    // that; here, the layer following the new master is what is held). On a loaded
+    // machine, a kill right after the grants once left the replica without them.
+    let acked = set.node_cli(old_master, &["wait", "1", "5000"]);
+    assert_eq!(acked.trim(), "1", "the replica did not acknowledge the grants");
     set.kill(old_master);
     // No master: `deny` answers 503; then the promoted replica, which has alice's
     // three grants, refuses her and grants bob.
