@@ -56,6 +56,9 @@ where
         self.inner.poll_ready(cx)
     }
 
+    // Inlined into the caller (axum's boxed route): the response future is then made
+    // where the caller keeps it, not copied out of this function's return.
+    #[inline(always)]
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         if !self.shared.decides_at_once {
             return self.waiting(request);
@@ -308,6 +311,7 @@ where
 {
     type Output = Result<Response<ResBody>, E>;
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut kind = self.as_mut().project().kind;
         if let KindProj::Reserving { reserving, shared } = kind.as_mut().project() {
