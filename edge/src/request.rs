@@ -35,7 +35,6 @@
 //! # }
 //! ```
 
-use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -46,59 +45,23 @@ use redlimit_runtime::engine::{KeyBuf, RequestValue};
 
 use crate::ClientIp;
 
-thread_local! {
-    /// The scope of the request whose future this thread is polling: put in place by
-    /// [`Scoped`] for each poll and taken back after, as a task-local value is.
-    static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
+scoped_tls::scoped_thread_local! {
+    /// The scope of the request whose future this thread is polling: set by [`Scoped`]
+    /// for each poll (the scope stays where the future holds it), and the one it
+    /// replaced put back after, also when the poll panics.
+    static CURRENT: Scope
 }
 
-/// `f` given the scope of the request being served; `None` outside any. `f` runs
-/// none of the application's code: a scope entered inside it could not be.
+/// `f` given the scope of the request being served; `None` outside any.
 fn with_current<R>(f: impl FnOnce(&Scope) -> R) -> Option<R> {
-    CURRENT
-        .try_with(|current| current.borrow().as_ref().map(f))
-        .ok()
-        .flatten()
-}
-
-/// While it lives, the scope in its slot is the current one, and the one it replaced
-/// waits in the slot; dropped (also when a poll panics), each is back where it was.
-struct Entered<'a>(&'a mut Option<Scope>);
-
-impl<'a> Entered<'a> {
-    #[inline]
-    fn new(slot: &'a mut Option<Scope>) -> Entered<'a> {
-        CURRENT.with(|current| std::mem::swap(slot, &mut current.borrow_mut()));
-        Entered(slot)
-    }
-
-    /// [`new`](Entered::new), or `None` (nothing swapped) when the thread's scope
-    /// cannot be entered: its storage already destroyed (a future dropped by another
-    /// thread-local's destructor), or the current scope being read.
-    fn try_new(slot: &'a mut Option<Scope>) -> Option<Entered<'a>> {
-        let swapped = CURRENT.try_with(|current| match current.try_borrow_mut() {
-            Ok(mut current) => {
-                std::mem::swap(slot, &mut current);
-                true
-            }
-            Err(_) => false,
-        });
-        swapped.unwrap_or(false).then(|| Entered(slot))
-    }
-}
-
-impl Drop for Entered<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        CURRENT.with(|current| std::mem::swap(self.0, &mut current.borrow_mut()));
-    }
+    CURRENT.is_set().then(|| CURRENT.with(f))
 }
 
 pin_project_lite::pin_project! {
     /// A future inside a request's [`Scope`]: the scope is the current one while the
     /// future is polled and when it is dropped. What [`Scope::run`] makes.
     pub struct Scoped<F> {
-        scope: Option<Scope>,
+        scope: Scope,
         #[pin]
         future: Option<F>,
     }
@@ -134,28 +97,27 @@ impl<F: Future> Future for Scoped<F> {
 /// own that holds the inner one and its scope side by side.
 #[inline]
 pub(crate) fn poll_in<F: Future>(
-    scope: &mut Option<Scope>,
+    scope: &Scope,
     mut future: Pin<&mut Option<F>>,
     cx: &mut Context<'_>,
 ) -> Poll<F::Output> {
-    let _entered = Entered::new(scope);
-    let poll = future
-        .as_mut()
-        .as_pin_mut()
-        .expect("a Scoped future polled after it completed")
-        .poll(cx);
-    if poll.is_ready() {
-        future.set(None);
-    }
-    poll
+    CURRENT.set(scope, || {
+        let poll = future
+            .as_mut()
+            .as_pin_mut()
+            .expect("a Scoped future polled after it completed")
+            .poll(cx);
+        if poll.is_ready() {
+            future.set(None);
+        }
+        poll
+    })
 }
 
-/// `future`, when it is not done, dropped inside `scope`: or outside it where the
-/// scope cannot be entered, rather than a panic in a destructor.
-pub(crate) fn drop_in<F>(scope: &mut Option<Scope>, mut future: Pin<&mut Option<F>>) {
+/// `future`, when it is not done, dropped inside `scope`.
+pub(crate) fn drop_in<F>(scope: &Scope, mut future: Pin<&mut Option<F>>) {
     if future.is_some() {
-        let _entered = Entered::try_new(scope);
-        future.set(None);
+        CURRENT.set(scope, || future.set(None));
     }
 }
 
@@ -281,7 +243,7 @@ impl Scope {
     #[inline(always)]
     pub fn run<F: Future>(self, future: F) -> Scoped<F> {
         Scoped {
-            scope: Some(self),
+            scope: self,
             future: Some(future),
         }
     }
@@ -291,26 +253,20 @@ impl Scope {
     /// nothing of the application (axum's `Route`), and is called outside the scope.
     #[inline(always)]
     pub(crate) fn call<F: Future>(self, in_scope: bool, call: impl FnOnce() -> F) -> Scoped<F> {
-        let (scope, future) = match in_scope {
+        let future = match in_scope {
             true => self.call_inside(call),
-            false => (Some(self), call()),
+            false => call(),
         };
         Scoped {
-            scope,
+            scope: self,
             future: Some(future),
         }
     }
 
-    /// `call` run inside this scope, and the scope back, for the future it made to
-    /// run in ([`poll_in`]).
+    /// `call` run inside this scope, for a future that will run in it too ([`poll_in`]).
     #[inline(always)]
-    pub(crate) fn call_inside<F>(self, call: impl FnOnce() -> F) -> (Option<Scope>, F) {
-        let mut scope = Some(self);
-        let future = {
-            let _entered = Entered::new(&mut scope);
-            call()
-        };
-        (scope, future)
+    pub(crate) fn call_inside<F>(&self, call: impl FnOnce() -> F) -> F {
+        CURRENT.set(self, call)
     }
 }
 
@@ -327,8 +283,8 @@ pub fn current() -> Option<Scope> {
 /// all-whitespace identity. Any other text is accepted: written into a key, it is
 /// escaped and, past 128 bytes, digested, as every value of a key template is.
 pub fn set_identity(identity: impl Into<String>) -> Result<(), IdentityError> {
-    // Converted first: the conversion is the application's code, which must not run
-    // while the current scope is being read.
+    // Converted first: the conversion is the application's code, which runs before
+    // the current scope is read.
     let identity: String = identity.into();
     with_current(|scope| scope.set_identity(identity)).unwrap_or(Err(IdentityError::OutsideRequest))
 }

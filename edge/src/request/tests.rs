@@ -232,10 +232,10 @@ fn a_panicking_poll_puts_the_outer_scope_back() {
     assert_eq!(super::identity(), None);
 }
 
-/// An unfinished future of a scope dropped where its scope cannot be entered, while
-/// the current one is being read, is dropped outside its scope, without a panic.
+/// An unfinished future of a scope dropped while another scope is being read (a
+/// scope's clone dropping what it holds) is dropped inside its own scope.
 #[test]
-fn a_scoped_future_dropped_while_the_scope_is_read_is_dropped_without_it() {
+fn a_scoped_future_dropped_while_another_scope_is_read_is_dropped_inside_its_own() {
     let waker = std::task::Waker::noop();
     let mut cx = Context::from_waker(waker);
     let read = std::sync::Arc::default();
@@ -245,30 +245,47 @@ fn a_scoped_future_dropped_while_the_scope_is_read_is_dropped_without_it() {
         std::future::pending::<()>().await;
     }));
     assert!(inner.as_mut().poll(&mut cx).is_pending());
-    let outer =
-        std::pin::pin!(scope_of("outer").run(async move { super::with_current(move |_| drop(inner)) }));
-    assert!(matches!(outer.poll(&mut cx), Poll::Ready(Some(()))));
-    // Dropped outside its own scope: its destructor read the one being read.
-    assert_eq!(*read.lock().unwrap(), Some("outer".to_owned()));
+    let outer = std::pin::pin!(scope_of("outer").run(async move {
+        let dropped = super::with_current(move |_| drop(inner));
+        (dropped, super::identity())
+    }));
+    let Poll::Ready(seen) = outer.poll(&mut cx) else {
+        panic!("ready at once")
+    };
+    assert_eq!(
+        seen,
+        (Some(()), Some("outer".to_owned())),
+        "the outer scope is back"
+    );
+    assert_eq!(*read.lock().unwrap(), Some("inner".to_owned()));
 }
 
-/// An unfinished future of a scope held by a thread-local dropped after the scope's
-/// own storage: dropped outside any scope, the thread ends without a panic.
+/// An unfinished future of a scope held by a thread-local, dropped as its thread
+/// ends (after the scope's own storage was first used): dropped inside its scope,
+/// without a panic.
 #[test]
-fn a_scoped_future_dropped_after_the_threads_scope_storage_is_dropped_quietly() {
+fn a_scoped_future_dropped_as_its_thread_ends_is_dropped_inside_its_scope() {
     type Held = std::cell::RefCell<Vec<Pin<Box<dyn Future<Output = ()>>>>>;
     thread_local!(static HELD: Held = const { std::cell::RefCell::new(Vec::new()) });
-    let ended = std::thread::spawn(|| {
-        // Registered before the scope's storage: destroyed after it.
-        HELD.with(|_| ());
-        let mut future: Pin<Box<dyn Future<Output = ()>>> =
-            Box::pin(scope_of("held").run(std::future::pending()));
+    let read = std::sync::Arc::default();
+    let guard = ReadsOnDrop(std::sync::Arc::clone(&read));
+    let ended = std::thread::spawn(move || {
         let waker = std::task::Waker::noop();
-        assert!(future.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+        let mut cx = Context::from_waker(waker);
+        // The scope's storage used first, then the one holding the future.
+        assert!(std::pin::pin!(scope_of("first").run(async {}))
+            .poll(&mut cx)
+            .is_ready());
+        let mut future: Pin<Box<dyn Future<Output = ()>>> = Box::pin(scope_of("held").run(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        }));
+        assert!(future.as_mut().poll(&mut cx).is_pending());
         HELD.with(|held| held.borrow_mut().push(future));
     })
     .join();
     assert!(ended.is_ok());
+    assert_eq!(*read.lock().unwrap(), Some("held".to_owned()));
 }
 
 /// An identity's conversion is the application's code: it runs before the scope is

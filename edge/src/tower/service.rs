@@ -109,12 +109,12 @@ where
             return ResponseFuture {
                 kind: Kind::Granted {
                     future: Some(self.inner.call(request)),
-                    scope: Some(scope),
+                    scope,
                     fields,
                 },
             };
         }
-        let (scope, future) = scope.call_inside(|| self.inner.call(request));
+        let future = scope.call_inside(|| self.inner.call(request));
         ResponseFuture {
             kind: Kind::Granted {
                 future: Some(future),
@@ -278,7 +278,7 @@ pin_project_lite::pin_project! {
         Granted {
             #[pin]
             future: Option<F>,
-            scope: Option<Scope>,
+            scope: Scope,
             fields: Option<(Arc<Shared>, Granted)>,
         },
         Refused {
