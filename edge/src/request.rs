@@ -211,6 +211,16 @@ impl Scope {
         with_current(Scope::clone).unwrap_or_else(|| Scope::new(client_ip))
     }
 
+    /// [`for_request`](Scope::for_request) joining `outer`, the outer scope the request
+    /// joins (`Outer`).
+    #[inline(always)]
+    pub(crate) fn joining(client_ip: Result<ClientIp, &'static str>, outer: Outer) -> Scope {
+        match outer {
+            Outer::Current => Scope::for_request(client_ip),
+            Outer::Taken(outer) => outer.unwrap_or_else(|| Scope::new(client_ip)),
+        }
+    }
+
     /// The identity this scope shares with its clones, made when first asked for.
     fn shared(&self) -> &Arc<Identity> {
         self.identity.get_or_init(Arc::default)
@@ -267,6 +277,23 @@ impl Scope {
     #[inline(always)]
     pub(crate) fn call_inside<F>(&self, call: impl FnOnce() -> F) -> F {
         CURRENT.set(self, call)
+    }
+}
+
+/// Which outer scope a request joins: the one an outer layer opened for the request
+/// being served when the layer was called. A request read where the layer is called
+/// looks for it then (`Current`); one read later, in the layer's future, takes it
+/// when the layer is called, so that where the future is first polled (inside
+/// another request's poll, or outside any) does not change it.
+pub(crate) enum Outer {
+    Current,
+    Taken(Option<Scope>),
+}
+
+impl Outer {
+    /// The outer scope current now, taken for a request read later.
+    pub(crate) fn take() -> Outer {
+        Outer::Taken(current())
     }
 }
 

@@ -22,7 +22,7 @@ use redlimit_runtime::RateLimited;
 
 use super::request::ActixRequest;
 use super::respond::{decided_inside, Respond};
-use crate::request::{Scope, Scoped};
+use crate::request::{Outer, Scope, Scoped};
 use crate::tower::{Keys, RateLimitLayer, Shared, Usage};
 
 impl<S, B, R> Transform<S, ServiceRequest> for RateLimitLayer<R>
@@ -87,7 +87,8 @@ where
                 None => {}
             }
         }
-        let (keys, scope) = match self.shared.read(&mut ActixRequest::new(&request), false, false) {
+        let read = (self.shared).read(&mut ActixRequest::new(&request), false, false, Outer::Current);
+        let (keys, scope) = match read {
             Ok(read) => read,
             Err(limited) => return self.refused(request, limited),
         };

@@ -71,6 +71,54 @@ async fn an_identity_set_in_call_reaches_the_future_on_both_paths() {
     }
 }
 
+/// The scope a request joins is the one current when the layer is called, on both
+/// paths, wherever its future is then polled: called outside any request and polled
+/// inside another's poll, it has a scope of its own; called inside a request and
+/// polled outside any, it joins that request's.
+#[tokio::test]
+async fn a_request_joins_the_scope_current_where_the_layer_is_called_on_both_paths() {
+    let rule = || LayerRule::new("scope-where-called", 100, Duration::from_secs(60));
+    let at_once = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(rule())
+        .build()
+        .unwrap();
+    // A timeout takes the boxed path, which reads the request in its future.
+    let boxed = RateLimitLayer::builder()
+        .client(Client::memory())
+        .timeout(Duration::from_millis(50))
+        .rule(rule())
+        .build()
+        .unwrap();
+    async fn body(response: Response<axum::body::Body>) -> String {
+        let body = axum::body::to_bytes(response.into_body(), 1 << 10).await.unwrap();
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+    for (path, layer) in [("at once", at_once), ("boxed", boxed)] {
+        let mut service = layer.layer(SetsInCall);
+        // Called outside any request, polled inside another's.
+        let called = service.call(Request::new(axum::body::Body::empty()));
+        let response = scope_of("outer").run(called).await.unwrap();
+        assert_eq!(
+            body(response).await,
+            "Ok(()) Some(\"set-in-call\") Some(\"set-in-call\")",
+            "{path}: called outside any request"
+        );
+        // Called inside a request, polled outside any: its future made in the
+        // request's and awaited after it.
+        #[allow(clippy::async_yields_async)]
+        let called = scope_of("outer")
+            .run(async { service.call(Request::new(axum::body::Body::empty())) })
+            .await;
+        let response = called.await.unwrap();
+        assert_eq!(
+            body(response).await,
+            "Err(AlreadySet) Some(\"outer\") Some(\"outer\")",
+            "{path}: called inside a request"
+        );
+    }
+}
+
 /// Sets the identity in `call`; its future holds a guard reading the identity when
 /// dropped, and waits for ever unless `finish`.
 #[derive(Clone)]

@@ -15,7 +15,7 @@ use super::key::MissingKey;
 use super::request::{NoValue, PathParams, Value, OUTSIDE_ROUTER};
 use super::shared::{Extract, Keyed, Shared};
 use crate::client_ip::{one_setting, ReadBy};
-use crate::request::Scope;
+use crate::request::{Outer, Scope};
 use crate::{ClientIp, TrustedProxies};
 
 /// The client address when a rule is keyed by it: `Err` when the peer's is missing.
@@ -43,13 +43,15 @@ impl Shared {
     /// `routed`: the layer is inside an axum `Router` (it wraps a route or the
     /// fallback), where a request without matched path parameters matched no route.
     /// A grant comes with the request's scope, for the inner service to run in.
+    /// `outer`: the outer scope the request joins.
     pub(super) async fn decide(
         &self,
         parts: &mut Parts,
         routed: bool,
+        outer: Outer,
     ) -> Result<(Granted, Scope), RateLimited> {
         let path = PathParams::read(self.needs_path, parts).await;
-        let (keys, scope) = self.read(&mut TowerRequest { parts, path: &path }, routed, false)?;
+        let (keys, scope) = self.read(&mut TowerRequest { parts, path: &path }, routed, false, outer)?;
         Ok((self.decide_keys(keys).await?, scope))
     }
 
@@ -86,7 +88,7 @@ impl Shared {
         if self.rules.len() == 1 && !self.per_request {
             return self.decide_one_now(client, request, routed);
         }
-        match self.read(request, routed, self.reads_prefixed()) {
+        match self.read(request, routed, self.reads_prefixed(), Outer::Current) {
             Ok((keys, scope)) => Some(
                 self.decide_keys_now(client, keys)?
                     .map(|granted| (granted, scope)),
@@ -113,7 +115,7 @@ impl Shared {
         if let Err(refused) = self.write_key(0, request, &self.keyed(client_ip), routed, true, &mut key) {
             return Some(Err(refused));
         }
-        let scope = self.scope(request, client_ip, trusted);
+        let scope = self.scope(request, client_ip, trusted, Outer::Current);
         let mut keys = [key.finish()];
         let decided = match self.engine.decide_now(client, &mut keys, None) {
             Some(decided) => {
@@ -177,16 +179,18 @@ impl Shared {
     /// The request's trusted-proxy setting, client address and keys, read; and its
     /// scope, with the client address, for the code the request runs. `prefixed`: each
     /// key is written after the prefix of the layer's client, for
-    /// [`decide_keys_now`](Shared::decide_keys_now).
+    /// [`decide_keys_now`](Shared::decide_keys_now). `outer`: the outer scope the
+    /// request joins.
     pub(crate) fn read<Q: Incoming>(
         &self,
         request: &mut Q,
         routed: bool,
         prefixed: bool,
+        outer: Outer,
     ) -> Result<(Keys, Scope), RateLimited> {
         let (client, trusted) = self.client(request)?;
         let keys = self.keys(request, &self.keyed(client), routed, prefixed)?;
-        Ok((keys, self.scope(request, client, trusted)))
+        Ok((keys, self.scope(request, client, trusted, outer)))
     }
 
     /// The client address for the rules' keys: when a rule is keyed by it.
@@ -203,6 +207,7 @@ impl Shared {
         request: &mut Q,
         client: Result<ClientIp, &'static str>,
         trusted: Option<TrustedProxies>,
+        outer: Outer,
     ) -> Scope {
         if let Some(trusted) = trusted {
             request.leave(ReadBy {
@@ -210,7 +215,7 @@ impl Shared {
                 client: client.ok(),
             });
         }
-        Scope::for_request(client)
+        Scope::joining(client, outer)
     }
 
     /// The client address behind the request's one trusted-proxy setting (this layer's,

@@ -22,7 +22,7 @@ use super::request::{behind_router, calls_in_its_future, PathParams};
 use super::respond::{decided_inside, PlainText, Respond};
 use super::settle::{Held, Usage};
 use super::shared::Shared;
-use crate::request::{drop_in, poll_in, Scope};
+use crate::request::{drop_in, poll_in, Outer, Scope};
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
 #[derive(Clone)]
@@ -136,7 +136,7 @@ where
     where
         S: 'static,
     {
-        let decision = std::pin::pin!(self.shared.decide(parts, behind_router::<S>()));
+        let decision = std::pin::pin!(self.shared.decide(parts, behind_router::<S>(), Outer::Current));
         match decision.poll(&mut Context::from_waker(std::task::Waker::noop())) {
             Poll::Ready(decided) => Some(decided),
             Poll::Pending => {
@@ -163,15 +163,18 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         let respond = self.respond.clone();
+        // The outer scope current now, where the layer is called: the request joins it
+        // wherever its future is polled, as one decided at once does.
+        let outer = Outer::take();
         if shared.settles {
-            let reserving = Box::pin(reserved(shared.clone(), respond, inner, request));
+            let reserving = Box::pin(reserved(shared.clone(), respond, inner, request, outer));
             return ResponseFuture {
                 kind: Kind::Reserving { reserving, shared },
             };
         }
         let waiting = Box::pin(async move {
             let (mut parts, body) = request.into_parts();
-            match shared.decide(&mut parts, behind_router::<S>()).await {
+            match shared.decide(&mut parts, behind_router::<S>(), outer).await {
                 Ok((granted, scope)) => {
                     let in_scope = !calls_in_its_future::<S>();
                     let request = Request::from_parts(parts, body);
@@ -197,6 +200,7 @@ async fn reserved<S, R, B, ResBody>(
     respond: R,
     mut inner: S,
     request: Request<B>,
+    outer: Outer,
 ) -> Result<Reserved<ResBody>, S::Error>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + 'static,
@@ -211,10 +215,14 @@ where
         },
         behind_router::<S>(),
         false,
+        outer,
     );
-    let outer = parts.extensions.get::<Usage>().cloned();
+    let outer_usage = parts.extensions.get::<Usage>().cloned();
     let held = match read {
-        Ok((keys, scope)) => shared.reserve_keys(keys, outer).await.map(|held| (held, scope)),
+        Ok((keys, scope)) => shared
+            .reserve_keys(keys, outer_usage)
+            .await
+            .map(|held| (held, scope)),
         Err(limited) => Err(limited),
     };
     let (held, scope) = match held {
