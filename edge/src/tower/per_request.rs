@@ -66,6 +66,9 @@ impl Shared {
     /// are to be read (an extractor's future) or the layer has no client of its own.
     /// `request`: its parts (`TowerRequest`, with no path parameters read), or the
     /// request whole when no rule reads the head (`WholeRequest`).
+    // Inlined into the service's call, which is inlined into axum's route: the
+    // decision's answer is written where the call reads it.
+    #[inline(always)]
     pub(super) fn decide_now<Q: Incoming>(
         &self,
         request: &mut Q,
