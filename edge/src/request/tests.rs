@@ -48,22 +48,28 @@ async fn seen(layer: RateLimitLayer) -> String {
     String::from_utf8(body.to_vec()).unwrap()
 }
 
+/// A layer of one rule named `name` on each of its two paths: decided at once where
+/// the service is called (in process, no timeout), and boxed (a timeout), where the
+/// request is read in the layer's future.
+fn on_both_paths(name: &str) -> [(&'static str, RateLimitLayer); 2] {
+    let layer = |timeout: Option<Duration>| {
+        let mut builder = RateLimitLayer::builder()
+            .client(Client::memory())
+            .rule(LayerRule::new(name.to_owned(), 100, Duration::from_secs(60)));
+        if let Some(timeout) = timeout {
+            builder = builder.timeout(timeout);
+        }
+        builder.build().unwrap()
+    };
+    [
+        ("at once", layer(None)),
+        ("boxed", layer(Some(Duration::from_millis(50)))),
+    ]
+}
+
 #[tokio::test]
 async fn an_identity_set_in_call_reaches_the_future_on_both_paths() {
-    let rule = || LayerRule::new("scope-in-call", 100, Duration::from_secs(60));
-    let at_once = RateLimitLayer::builder()
-        .client(Client::memory())
-        .rule(rule())
-        .build()
-        .unwrap();
-    // A timeout takes the boxed path.
-    let boxed = RateLimitLayer::builder()
-        .client(Client::memory())
-        .timeout(Duration::from_millis(50))
-        .rule(rule())
-        .build()
-        .unwrap();
-    for layer in [at_once, boxed] {
+    for (_, layer) in on_both_paths("scope-in-call") {
         assert_eq!(
             seen(layer).await,
             "Ok(()) Some(\"set-in-call\") Some(\"set-in-call\")"
@@ -77,24 +83,11 @@ async fn an_identity_set_in_call_reaches_the_future_on_both_paths() {
 /// polled outside any, it joins that request's.
 #[tokio::test]
 async fn a_request_joins_the_scope_current_where_the_layer_is_called_on_both_paths() {
-    let rule = || LayerRule::new("scope-where-called", 100, Duration::from_secs(60));
-    let at_once = RateLimitLayer::builder()
-        .client(Client::memory())
-        .rule(rule())
-        .build()
-        .unwrap();
-    // A timeout takes the boxed path, which reads the request in its future.
-    let boxed = RateLimitLayer::builder()
-        .client(Client::memory())
-        .timeout(Duration::from_millis(50))
-        .rule(rule())
-        .build()
-        .unwrap();
     async fn body(response: Response<axum::body::Body>) -> String {
         let body = axum::body::to_bytes(response.into_body(), 1 << 10).await.unwrap();
         String::from_utf8(body.to_vec()).unwrap()
     }
-    for (path, layer) in [("at once", at_once), ("boxed", boxed)] {
+    for (path, layer) in on_both_paths("scope-where-called") {
         let mut service = layer.layer(SetsInCall);
         // Called outside any request, polled inside another's.
         let called = service.call(Request::new(axum::body::Body::empty()));
