@@ -53,3 +53,110 @@ async fn nested_layers_share_one_scope() {
     }
     assert_eq!(granted, 2, "the user's own limit of 2 holds behind both layers");
 }
+
+/// A handler that sends a request through another router's layer in process: the
+/// sub-request joins the scope current where the layer's service is called (behind a
+/// router, when the router's future is first polled), on both of the layer's paths
+/// (decided at once, and boxed by a timeout). Awaited in the handler, it joins the
+/// handler's request, so the attribute behind it keys by the handler's identity and
+/// client address and the user's limit of 2 holds through the sub-requests; spawned,
+/// it is outside any request, as any spawned task is, and refused as misuse; spawned
+/// carrying the handler's scope, it joins the request again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_request_joins_the_handler_request_where_the_layer_is_called() {
+    use axum::routing::get;
+    use redlimit::tower::{LayerRule, RateLimitLayer};
+    use std::time::Duration;
+    use tower_service::Service;
+
+    #[derive(Clone, Copy, Debug)]
+    enum Sent {
+        Awaited,
+        Spawned,
+        Carried,
+    }
+    async fn authenticated(
+        request: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        common::authenticate(request.headers().get("x-user").map(|value| value.as_bytes()));
+        next.run(request).await
+    }
+    let client = Client::memory();
+    let granted = (200, "completed hi".to_owned());
+    let cases = [
+        (None, Sent::Awaited, 1),
+        (None, Sent::Spawned, 2),
+        (None, Sent::Carried, 3),
+        (Some(Duration::from_secs(1)), Sent::Awaited, 4),
+        (Some(Duration::from_secs(1)), Sent::Spawned, 5),
+        (Some(Duration::from_secs(1)), Sent::Carried, 6),
+    ];
+    for (timeout, sent, n) in cases {
+        let mut layer = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new("sub-requests", 10_000, Duration::from_secs(60)));
+        if let Some(timeout) = timeout {
+            layer = layer.timeout(timeout);
+        }
+        let inner = axum::Router::new()
+            .route(
+                "/ask",
+                get(|| async {
+                    let (status, body) = common::reply(common::answer("hi".into()).await);
+                    (axum::http::StatusCode::from_u16(status).unwrap(), body)
+                }),
+            )
+            .layer(layer.build().unwrap());
+        let forward = move || {
+            let mut inner = inner.clone();
+            async move {
+                let request = axum::http::Request::get("/ask")
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                let called = inner.call(request);
+                let response = match sent {
+                    Sent::Awaited => called.await,
+                    Sent::Spawned => tokio::spawn(called).await.unwrap(),
+                    Sent::Carried => {
+                        let scope = redlimit::request::current().expect("inside the request");
+                        tokio::spawn(scope.run(called)).await.unwrap()
+                    }
+                };
+                let response = response.unwrap();
+                let status = response.status();
+                let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+                (status, String::from_utf8(body.to_vec()).unwrap())
+            }
+        };
+        let app = axum::Router::new()
+            .route("/forward", get(forward))
+            .layer(axum::middleware::from_fn(authenticated))
+            .layer(common::layer(&client));
+        let addr = redlimit_test_support::http::serve(app).await;
+        let (from, user) = (format!("198.51.100.{}", 80 + n), format!("sub-user-{n}"));
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            let reply = common::ask(addr, "127.0.0.1", "/forward", &from, Some(&user)).await;
+            replies.push((reply.status, reply.body));
+        }
+        let case = format!("{sent:?}, timeout {timeout:?}");
+        match sent {
+            Sent::Awaited | Sent::Carried => assert_eq!(
+                replies,
+                [
+                    granted.clone(),
+                    granted.clone(),
+                    (429, "refused by rule 2".to_owned())
+                ],
+                "{case}"
+            ),
+            Sent::Spawned => {
+                for (status, body) in &replies {
+                    assert_eq!(*status, 500, "{case}: {body}");
+                    assert!(body.contains("which this call does not have"), "{case}: {body}");
+                }
+            }
+        }
+    }
+}
