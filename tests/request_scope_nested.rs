@@ -11,6 +11,15 @@ mod common;
 
 use redlimit::Client;
 
+/// The application's authentication, as middleware inside the outer layer.
+async fn authenticated(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    common::authenticate(request.headers().get("x-user").map(|value| value.as_bytes()));
+    next.run(request).await
+}
+
 /// Two layers, as a global one and a `route_layer` nest: the identity the
 /// authentication set between them reaches the calls behind the inner one, and stays
 /// set once (the inner layer keeps the outer's scope, it does not open a new one).
@@ -18,13 +27,6 @@ use redlimit::Client;
 async fn nested_layers_share_one_scope() {
     use axum::routing::get;
     let client = Client::memory();
-    async fn authenticated(
-        request: axum::extract::Request,
-        next: axum::middleware::Next,
-    ) -> axum::response::Response {
-        common::authenticate(request.headers().get("x-user").map(|value| value.as_bytes()));
-        next.run(request).await
-    }
     async fn replaced() -> String {
         // A later middleware or the handler cannot replace the identity.
         format!("{:?}", redlimit::request::set_identity("mallory"))
@@ -74,13 +76,6 @@ async fn a_sub_request_joins_the_handler_request_where_the_layer_is_called() {
         Awaited,
         Spawned,
         Carried,
-    }
-    async fn authenticated(
-        request: axum::extract::Request,
-        next: axum::middleware::Next,
-    ) -> axum::response::Response {
-        common::authenticate(request.headers().get("x-user").map(|value| value.as_bytes()));
-        next.run(request).await
     }
     let client = Client::memory();
     let granted = (200, "completed hi".to_owned());
