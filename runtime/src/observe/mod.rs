@@ -15,8 +15,9 @@
 //!   `error_local` (decided in process). A call refused for misconfiguration counts
 //!   `error_denied`.
 //! - `redlimit_backend_seconds{backend, operation}`: histogram of every operation on
-//!   Redis (`backend` is `redis`; `operation` is `acquire`, `configure`, `release`,
-//!   ...), failed ones included. The in-process backend has no round trip and is not
+//!   Redis (`backend` is `redis`; `operation` is `acquire`, `try_set_rate`,
+//!   `configure`, `release`, `config`, `keep_alive`, `expire`, `delete`, `is_exists`
+//!   or `settle`), failed ones included. The in-process backend has no round trip and is not
 //!   timed.
 //! - `redlimit_wait_seconds`: histogram of the time calls slept waiting for permits.
 //! - `redlimit_refunds_total`: refunds a cluster call made (one per slot whose grants
