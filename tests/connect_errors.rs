@@ -154,6 +154,47 @@ async fn each_cause_is_named_and_the_password_never_shown() {
     );
 }
 
+/// A command or connect timeout of none or of years is refused before anything is
+/// connected, naming the setting and what is accepted: each counts against the others
+/// (`command_timeout * 4` overflowed at `Duration::MAX` on the first call), and a
+/// password in the URL is not shown.
+#[tokio::test]
+async fn timeouts_out_of_range_are_refused_when_connecting() {
+    let server = guarded();
+    let url = server.url().replace("redis://", &format!("redis://:{SECRET}@"));
+    let too_long = Duration::from_secs(3601);
+    for (setting, timeout) in [
+        ("command_timeout", Duration::MAX),
+        ("command_timeout", too_long),
+        ("command_timeout", Duration::ZERO),
+        ("connect_timeout", Duration::MAX),
+        ("connect_timeout", Duration::from_micros(999)),
+    ] {
+        let builder = || match setting {
+            "command_timeout" => Client::builder().command_timeout(timeout),
+            _ => Client::builder().connect_timeout(timeout),
+        };
+        let eager = builder().connect(&url).await.expect_err(setting);
+        let lazy = builder().connect_lazy(&url).expect_err(setting);
+        for err in [eager, lazy] {
+            assert!(
+                matches!(&err, Error::InvalidSetting { setting: s, .. } if *s == setting),
+                "{setting} {timeout:?}: {err:?}"
+            );
+            assert!(err.to_string().contains("from 1 ms to an hour"), "{err}");
+            assert_clean(&err);
+        }
+    }
+    // The longest is taken, and the client decides.
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(3600))
+        .connect_timeout(Duration::from_secs(3600))
+        .connect(&url)
+        .await
+        .unwrap();
+    assert!(client.check_rules(&rule()).await.unwrap().allowed);
+}
+
 #[rate_limit(key = "connect:{user}", rate = 2, interval = "60s", on_error = "deny")]
 async fn limited(user: u32) -> Result<(), RateLimited> {
     Ok(())

@@ -297,6 +297,62 @@ on_both_backends!(misuse_errors_say_what_to_do, |client, clock, server| {
     assert!(matches!(err, Error::PermitsExceedRate { .. }), "{err:?}");
 });
 
+// Settings at their extremes: a fraction of a millisecond in an interval (which the
+// backends would drop, shortening every window), a keep-alive shorter than the
+// interval (in process as on Redis), a TTL past 2^53 ms (which wrapped to a few
+// hundred ms), and waits of `Duration::MAX` (which overflowed the deadline). Each is
+// refused with what is accepted, or waits as long as the clock can; the limit holds.
+on_both_backends!(
+    extreme_settings_are_refused_and_the_limit_holds,
+    |client, clock, server| {
+        let limiter = client.rate_limiter("rate_limit:extreme");
+        let err = limiter
+            .try_set_rate(RateType::Overall, 1, Duration::from_micros(1_999))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("whole number of milliseconds"), "{err}");
+        let rule = Rule::new("rate_limit:extreme:rule", 1, Duration::from_micros(1_999));
+        let err = client.check_rules(&[rule]).await.unwrap_err();
+        assert!(err.to_string().contains("whole number of milliseconds"), "{err}");
+
+        limiter
+            .try_set_rate(RateType::Overall, 5, 60 * SEC)
+            .await
+            .unwrap();
+        // Waits without end grant at once when the permits are there.
+        assert!(limiter.try_acquire_for(1, Duration::MAX).await.unwrap());
+        let rule = Rule::new("rate_limit:extreme:waited", 1, 60 * SEC);
+        assert!(
+            client
+                .check_rules_for(&[rule], Duration::MAX)
+                .await
+                .unwrap()
+                .allowed
+        );
+        for _ in 0..4 {
+            assert!(limiter.try_acquire(1).await.unwrap());
+        }
+        let err = limiter.keep_alive(SEC).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("keep_alive is shorter than the interval"),
+            "{err}"
+        );
+        for ttl in [Duration::MAX, Duration::from_secs(18_446_744_073_709_552)] {
+            let err = limiter.expire(ttl).await.unwrap_err();
+            assert!(matches!(err, Error::InvalidConfig { .. }), "{ttl:?}: {err:?}");
+            assert!(err.to_string().contains("2^53"), "{err}");
+        }
+        // (The scripts decide at the client's clock.)
+        clock.advance(2 * SEC);
+        assert!(
+            !limiter.try_acquire(1).await.unwrap(),
+            "a sixth grant within the minute"
+        );
+        assert!(limiter.is_exists().await.unwrap());
+    }
+);
+
 // Several rules in one call find their limiters by the hashes the rules keep: the
 // limiters are the ones their names open elsewhere (a handle, a call of one rule).
 on_both_backends!(

@@ -31,6 +31,53 @@ async fn status(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> u16 {
     send(addr, "GET", path, headers).await.status
 }
 
+/// A layer told to wait `Duration::MAX` for permits serves (its deadline overflowed
+/// the clock and panicked each request), and the limit holds: the third request of a
+/// rate of 2 is the first refused by a second layer on the same limiter that does not
+/// wait.
+#[tokio::test]
+async fn a_layer_waiting_without_end_serves_and_keeps_the_limit() {
+    let client = Client::memory();
+    let layer = |timeout: Option<Duration>| {
+        let builder = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new("waits", 2, MINUTE));
+        match timeout {
+            Some(timeout) => builder.timeout(timeout),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let waiting = serve(app(layer(Some(Duration::MAX)))).await;
+    let at_once = serve(app(layer(None))).await;
+    assert_eq!(status(waiting, "/a", &[]).await, 200);
+    assert_eq!(status(waiting, "/b", &[]).await, 200);
+    assert_eq!(status(at_once, "/a", &[]).await, 429);
+}
+
+/// A path parameter without a name a route can give is refused when the layer is
+/// built, as a header key without a header name is; it was answered 500 on every
+/// request.
+#[tokio::test]
+async fn a_path_parameter_without_a_name_is_refused_at_build() {
+    for name in ["", "{id}", "a/b"] {
+        let err = RateLimitLayer::builder()
+            .client(Client::memory())
+            .rule(LayerRule::new("users", 2, MINUTE).key(Key::path_param(name)))
+            .build()
+            .unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("names no path parameter"), "{name:?}: {shown}");
+        assert!(shown.contains("/users/{id}"), "{shown}");
+    }
+    let built = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new("users", 2, MINUTE).key(Key::path_param("id")))
+        .build();
+    assert!(built.is_ok());
+}
+
 /// Every decision of the layer, in order, on `client`.
 async fn client_ip_behind_a_proxy(client: Client) {
     let layer = RateLimitLayer::builder()

@@ -70,6 +70,15 @@ pub(super) fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
             rule.missing_key, rule.key
         )));
     }
+    #[cfg(any(feature = "axum", feature = "actix"))]
+    if let KeyKind::PathParam(name) = &rule.key.0 {
+        if name.is_empty() || name.contains(['{', '}', '/']) {
+            return Err(invalid(format!(
+                "Key::path_param({name:?}) names no path parameter a route can have: give the \
+                 name the route writes in braces, e.g. \"id\" for /users/{{id}}"
+            )));
+        }
+    }
     if let Some(problem) = settle_problem(rule) {
         return Err(invalid(problem));
     }

@@ -14,6 +14,9 @@ use crate::client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PR
 use crate::DEFAULT_MAX_LIMITERS;
 use crate::{Client, Clock, Error};
 
+/// The longest command or connect timeout a client takes.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// Settings for a [`Client`]; finish with [`connect`](ClientBuilder::connect),
 /// [`connect_lazy`](ClientBuilder::connect_lazy) or [`memory`](ClientBuilder::memory).
 #[derive(Clone)]
@@ -72,13 +75,15 @@ impl ClientBuilder {
     }
 
     /// The longest one Redis command may take (default 250 ms); past it the call
-    /// fails with [`Error::Timeout`].
+    /// fails with [`Error::Timeout`]. From 1 ms to an hour: connecting refuses any
+    /// other with [`Error::InvalidSetting`].
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
     }
 
-    /// The longest establishing a connection may take (default 500 ms).
+    /// The longest establishing a connection may take (default 500 ms). From 1 ms to
+    /// an hour: connecting refuses any other with [`Error::InvalidSetting`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -93,13 +98,17 @@ impl ClientBuilder {
     /// The most live limiters kept in process (default [`DEFAULT_MAX_LIMITERS`],
     /// 100 000): by a [`memory`](ClientBuilder::memory) client, and, for a Redis
     /// client, by the in-process limiters `on_error = "local"` decides on while Redis
-    /// fails. Limiters are dropped once expired (idle past their keep-alive, a token
-    /// bucket full again), as Redis drops their keys. While `max` are held, a
-    /// decision that needs a new limiter is refused with [`Error::MemoryFull`] (under
-    /// every `on_error`: it is not a backend failure), counted in
-    /// `redlimit_memory_full_total` and logged once per client; the limiters held are never
-    /// dropped early to make room, so a flood of new keys cannot reset a key's window.
-    /// 0 refuses every new limiter.
+    /// fails. An expired limiter (idle past its keep-alive, a token bucket full again)
+    /// decides as a missing one, as Redis drops its keys, and is dropped when the
+    /// table needs its room. While `max` are held, a decision that needs a new
+    /// limiter lets go of the lightest limiter a rule made, keeping its traces in a
+    /// fixed summary that a limiter made again is recalled from (it counts at least
+    /// what it counted, so a flood of new keys cannot reset a key's window), counted
+    /// in `redlimit_memory_evicted_total`. Limiters configured by hand are never let
+    /// go: while they hold the bound, a new limiter is refused with
+    /// [`Error::MemoryFull`] (under every `on_error`: it is not a backend failure),
+    /// counted in `redlimit_memory_full_total` and logged once per client. 0 refuses
+    /// every new limiter.
     pub fn max_limiters(mut self, max: usize) -> Self {
         self.max_limiters = max;
         self
@@ -187,7 +196,7 @@ impl ClientBuilder {
     /// `redis+cluster://host:port,host:port/` connects to a Redis Cluster;
     /// `rediss://` uses TLS (cargo feature `tls`).
     pub async fn connect(self, url: &str) -> Result<Client, Error> {
-        let connected = self.redis().connect(url).await?;
+        let connected = self.redis()?.connect(url).await?;
         self.finish_redis(connected)
     }
 
@@ -196,7 +205,7 @@ impl ClientBuilder {
     /// CLI's. Not a public API.
     #[doc(hidden)]
     pub async fn connect_raw(self, url: &str) -> Result<RawConnection, Error> {
-        self.redis().connect_raw(url).await
+        self.redis()?.connect_raw(url).await
     }
 
     /// A raw connection to each primary behind `url`, for commands a node answers for
@@ -211,33 +220,46 @@ impl ClientBuilder {
         url: &str,
         routed: &RawConnection,
     ) -> Result<Vec<RawConnection>, Error> {
-        self.redis().connect_raw_primaries(url, routed).await
+        self.redis()?.connect_raw_primaries(url, routed).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port/`).
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<Client, Error> {
         let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-        let connected = self.redis().connect_cluster(&nodes).await?;
+        let connected = self.redis()?.connect_cluster(&nodes).await?;
         self.finish_redis(connected)
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
     /// application can start while Redis is down. Must be called inside a Tokio runtime.
     pub fn connect_lazy(self, url: &str) -> Result<Client, Error> {
-        let connected = self.redis().connect_lazy(url)?;
+        let connected = self.redis()?.connect_lazy(url)?;
         self.finish_redis(connected)
     }
 
-    /// The settings the Redis backend connects with.
-    fn redis(&self) -> Settings {
-        Settings {
+    /// The settings the Redis backend connects with, its timeouts checked: each
+    /// counts against the others and the server (the replicas' wait, silences told
+    /// apart from a slow node), so one of none or of years would switch those off.
+    fn redis(&self) -> Result<Settings, Error> {
+        for (setting, timeout) in [
+            ("command_timeout", self.command_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if !(Duration::from_millis(1)..=MAX_TIMEOUT).contains(&timeout) {
+                return Err(Error::InvalidSetting {
+                    setting,
+                    problem: format!("a timeout of {timeout:?}: it must be from 1 ms to an hour"),
+                });
+            }
+        }
+        Ok(Settings {
             command_timeout: self.command_timeout,
             connect_timeout: self.connect_timeout,
             server_time: self.server_time,
             replicas: self.replicas,
             #[cfg(feature = "tls")]
             tls: self.tls.clone(),
-        }
+        })
     }
 
     /// A client on the Redis backend `connected` is made for.
@@ -255,7 +277,7 @@ impl ClientBuilder {
             overrides: parts.overrides.clone(),
             local_refusals: self.local_refusals,
         };
-        let backend = self.redis().backend(connected, owner)?;
+        let backend = self.redis()?.backend(connected, owner)?;
         Ok(Client::assemble(parts, Backend::Redis(Arc::new(backend)), shown))
     }
 

@@ -378,8 +378,7 @@ impl Client {
     /// Like [`check_rules`](Client::check_rules), waiting up to `timeout` for the
     /// permits; answers the last refusal when they cannot come in time.
     pub async fn check_rules_for(&self, rules: &[Rule], timeout: Duration) -> Result<Decision, Error> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        waiting::until_allowed(Some(deadline), || self.check_rules(rules)).await
+        waiting::until_allowed(Some(waiting::deadline_in(timeout)), || self.check_rules(rules)).await
     }
 
     /// Waits until all `rules` grant.

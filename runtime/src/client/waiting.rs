@@ -17,14 +17,22 @@ fn jitter(wait: Duration) -> Duration {
     Duration::from_micros(rand::rng().random_range(0..=cap))
 }
 
+/// The deadline `timeout` from now. A timeout past what the clock can count
+/// (`Duration::MAX`) waits as long as the clock can: about 30 years, as Tokio's own
+/// timers do.
+pub(crate) fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
+}
+
 /// Whether `attempt` is allowed within `timeout` (see [`until_allowed`]).
 pub(crate) async fn within<F, Fut>(timeout: Duration, attempt: F) -> Result<bool, Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Decision, Error>>,
 {
-    let deadline = Instant::now() + timeout;
-    Ok(until_allowed(Some(deadline), attempt).await?.allowed)
+    Ok(until_allowed(Some(deadline_in(timeout)), attempt).await?.allowed)
 }
 
 /// Retries `attempt` until it is allowed. With a deadline, returns the last refusal

@@ -370,7 +370,7 @@ impl Engine {
         traced: bool,
     ) -> Result<Granted, RateLimited> {
         tracing::trace!(keys = ?call.keys, "redlimit keys");
-        let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
+        let deadline = self.timeout.map(crate::client::waiting::deadline_in);
         let client = match client {
             Some(client) => client,
             None => match default_client() {

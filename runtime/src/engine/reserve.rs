@@ -194,7 +194,7 @@ impl Engine {
         traced: bool,
     ) -> Result<(Granted, Pending), RateLimited> {
         tracing::trace!(keys = ?call.keys, "redlimit keys");
-        let deadline = self.timeout.map(|timeout| Instant::now() + timeout);
+        let deadline = self.timeout.map(crate::client::waiting::deadline_in);
         let client = match client {
             Some(client) => client,
             None => match default_client() {

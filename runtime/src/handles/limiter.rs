@@ -238,12 +238,24 @@ impl RateLimiter {
     }
 
     /// Sets a TTL on all five keys; answers whether the config exists and got it.
+    /// Counted in whole milliseconds, a fraction rounded up (never shorter than
+    /// asked); `Duration::ZERO` expires the keys now, as `PEXPIRE 0` does. Above
+    /// 2^53 ms it is refused with [`Error::InvalidConfig`].
     pub async fn expire(&self, ttl: Duration) -> Result<bool, Error> {
         let keys = self.writable()?;
+        let ttl_ms = match u64::try_from(ttl.as_nanos().div_ceil(1_000_000)) {
+            Ok(ms) if ms <= crate::rules::config::MAX_RATE => ms,
+            _ => {
+                return Err(Error::InvalidConfig {
+                    name: self.name.clone(),
+                    problem: "the TTL is above 2^53 ms",
+                })
+            }
+        };
         self.client.forget_refusal(&self.name);
         self.client
             .backend()
-            .expire(keys, ttl.as_millis() as u64, self.client.now_ms())
+            .expire(keys, ttl_ms, self.client.now_ms())
             .await
     }
 

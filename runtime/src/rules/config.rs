@@ -88,6 +88,10 @@ impl RateLimiterConfig {
             "interval is below 1 ms; it must be at least 1 ms"
         } else if self.interval.as_millis() > u128::from(MAX_RATE) {
             "interval is above 2^53 ms"
+        } else if self.interval.subsec_nanos() % 1_000_000 != 0 {
+            // Redis and Redisson count it in milliseconds: a fraction dropped would
+            // shorten every window, and let more through than the rate.
+            "interval is not a whole number of milliseconds; give it in whole ms"
         } else if self
             .keep_alive
             .is_some_and(|k| k.as_millis() > u128::from(MAX_RATE))

@@ -141,6 +141,13 @@ impl MemoryBackend {
                 name: keys.config().to_owned(),
             });
         };
+        if keep_ms > 0 && keep_ms < config.interval_ms() {
+            // As `lua/keep_alive.lua` refuses it, and Redisson.
+            return Err(Error::InvalidConfig {
+                name: keys.config().to_owned(),
+                problem: crate::rules::config::KEEP_ALIVE_SHORT,
+            });
+        }
         config.keep_alive = (keep_ms > 0).then(|| Duration::from_millis(keep_ms));
         limiter.config = Some(config);
         limiter.by_rule = false;
