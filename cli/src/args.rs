@@ -57,8 +57,10 @@ pub enum Command {
         /// The window: 60s, 1m30s, 500ms, 1h, ...
         #[arg(long, value_parser = duration::parse)]
         interval: Duration,
-        #[arg(long, value_enum, default_value_t = Mode::Overall)]
-        mode: Mode,
+        /// Overall or per client (default: the stored one; overall for a limiter
+        /// `--reset` creates).
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
         /// Keys' keep-alive (at least the interval; default: the stored one, if any).
         #[arg(long, value_parser = duration::parse)]
         keep_alive: Option<Duration>,

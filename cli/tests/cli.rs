@@ -239,6 +239,14 @@ async fn ls_set_rate_check_acquire_and_reset() {
         .await
         .unwrap();
     assert!(per_client.try_acquire(1).await.unwrap());
+    // A new rate keeps the mode: each client's limit is not made one for all.
+    let out = redlimit(
+        &url,
+        &["set-rate", "pc", "--rate", "4", "--interval", "1m", "--json"],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let config = per_client.config().await.unwrap().unwrap();
+    assert_eq!((config.rate_type, config.rate), (RateType::PerClient, 4));
     let mut refused = Command::new(env!("CARGO_BIN_EXE_redlimit"))
         .args(["reset", "pc"])
         .env("REDIS_URL", &url)

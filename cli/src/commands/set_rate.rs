@@ -22,7 +22,8 @@ pub struct SetRate<'a> {
     pub name: &'a str,
     pub rate: u64,
     pub interval: Duration,
-    pub mode: Mode,
+    /// `None`: the stored mode (overall for a limiter `--reset` creates).
+    pub mode: Option<Mode>,
     pub keep_alive: Option<Duration>,
     pub reset: bool,
     pub prefix: &'a str,
@@ -95,8 +96,12 @@ pub async fn set_rate(cli: &Cli, url: &str, args: &SetRate<'_>) -> Outcome {
     let client = store::builder().prefix(args.prefix).connect(url).await?;
     let limiter = client.rate_limiter(name.to_owned());
     let mode = match args.mode {
-        Mode::Overall => RateType::Overall,
-        Mode::PerClient => RateType::PerClient,
+        Some(Mode::Overall) => RateType::Overall,
+        Some(Mode::PerClient) => RateType::PerClient,
+        // A new rate keeps the limiter's mode unless told otherwise: each client's
+        // limit is not turned into one for all.
+        None if stored.as_ref().is_some_and(|c| c.mode == 1) => RateType::PerClient,
+        None => RateType::Overall,
     };
     let mut limiter_args = RateLimiterArgs::new(mode, args.rate, args.interval).keep_state(!args.reset);
     if let Some(keep_alive) = args.keep_alive.or(stored_keep_alive(&limiter).await?) {
