@@ -44,7 +44,7 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Sort::Name)]
         sort: Sort,
         /// Limiters listed at most (the scan stops there).
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = at_least_one_usize)]
         limit: usize,
     },
     /// Changes a sliding window's rate, keeping its window (or restarting it with
@@ -117,7 +117,7 @@ pub enum Command {
         #[arg(long, value_parser = duration::parse, default_value = "1s")]
         every: Duration,
         /// Stop after this many refreshes (default: until interrupted).
-        #[arg(long)]
+        #[arg(long, value_parser = at_least_one)]
         count: Option<u64>,
         /// The key prefix of the processes' clients, under which they report refusals.
         #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX)]
@@ -154,7 +154,13 @@ pub enum Mode {
     PerClient,
 }
 
-/// A count of 1 or more: rates and permits.
+/// A count of 1 or more, as [`at_least_one`] reads it, of limiters listed.
+fn at_least_one_usize(text: &str) -> Result<usize, String> {
+    let n = at_least_one(text)?;
+    usize::try_from(n).map_err(|_| format!("{n} is more than this machine counts"))
+}
+
+/// A count of 1 or more: rates, permits and refreshes.
 fn at_least_one(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
         Ok(0) => Err("0 is not accepted: give a whole number of at least 1".to_owned()),

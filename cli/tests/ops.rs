@@ -475,6 +475,8 @@ async fn exit_codes_are_as_documented_for_every_command() {
         vec!["acquire", "here", "--permits", "0"],
         vec!["check", "here", "--permits", "-1"],
         vec!["watch", "here", "--every", "0s"],
+        vec!["watch", "here", "--count", "0"],
+        vec!["ls", "--limit", "0"],
         vec!["inspect"],
         vec!["no-such-command"],
     ] {
