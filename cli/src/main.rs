@@ -60,6 +60,10 @@ fn main() -> ExitCode {
         eprintln!("redlimit: no Redis to talk to: pass --url redis://host:port/ or set REDIS_URL");
         return ExitCode::from(2);
     };
+    if let Some(problem) = without_tls(&url, cfg!(feature = "tls")) {
+        eprintln!("redlimit: {problem}");
+        return ExitCode::from(2);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -116,8 +120,44 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
     }
 }
 
+/// Why this build cannot use `url`: a TLS URL (`rediss://`, `rediss+cluster://`,
+/// `rediss+sentinel://`) in a CLI built without its `tls` feature, which is the CLI's
+/// to name (the runtime's error names the library's feature).
+fn without_tls(url: &str, built_with_tls: bool) -> Option<String> {
+    let scheme = url.trim_start().get(..6)?;
+    (!built_with_tls && scheme.eq_ignore_ascii_case("rediss")).then(|| {
+        "this redlimit was built without TLS, which rediss URLs need: install it with \
+         `cargo install --locked redlimit-cli --features tls`"
+            .to_owned()
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_tls_url_without_tls_names_the_clis_feature() {
+        use super::without_tls;
+        for url in [
+            "rediss://:pw@h:6380/",
+            "REDISS+cluster://a:1,b:2/",
+            " rediss+sentinel://s:26379/m",
+        ] {
+            let problem = without_tls(url, false).expect(url);
+            assert!(problem.contains("redlimit-cli --features tls"), "{problem}");
+            assert!(!problem.contains("pw"), "{problem}");
+            assert_eq!(without_tls(url, true), None, "{url}");
+        }
+        for url in [
+            "redis://h:6379/",
+            "redis+cluster://a:1/",
+            "unix:///r.sock",
+            "",
+            "redi",
+        ] {
+            assert_eq!(without_tls(url, false), None, "{url}");
+        }
+    }
+
     #[test]
     fn passwords_never_show() {
         use redlimit_runtime::{redact_url, scrub_url_secrets};
