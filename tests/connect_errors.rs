@@ -154,6 +154,49 @@ async fn each_cause_is_named_and_the_password_never_shown() {
     );
 }
 
+/// A URL naming the wrong kind of server says which when connecting: a cluster URL on
+/// a single server, a sentinel URL on a server that is no sentinel (lazily too), and
+/// a cluster URL's wrong password (which the cluster client reports inside an I/O
+/// error). A lazy cluster client's first call cannot say more than unreachable: the
+/// cluster client keeps no cause of its first connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_naming_the_wrong_kind_of_server_says_so() {
+    let server = guarded();
+    let port = server.port;
+    let cases = [
+        (
+            format!("redis+cluster://:{SECRET}@127.0.0.1:{port}/"),
+            "not a cluster node",
+            false,
+        ),
+        (
+            format!("redis+sentinel://:{SECRET}@127.0.0.1:{port}/m"),
+            "it is not a sentinel",
+            true,
+        ),
+        (
+            format!("redis+cluster://:x{SECRET}@127.0.0.1:{port}/"),
+            "refused the connection's credentials",
+            false,
+        ),
+    ];
+    for (url, said, lazily) in &cases {
+        let (eager, lazy) = both_ways(url).await;
+        assert!(eager.to_string().contains(said), "{url}: {eager}");
+        match lazily {
+            true => assert!(lazy.to_string().contains(said), "lazily, {url}: {lazy}"),
+            false => assert!(
+                matches!(lazy, Error::Unreachable { .. }),
+                "lazily, {url}: {lazy:?}"
+            ),
+        }
+        for err in [eager, lazy] {
+            assert!(err.is_backend_failure(), "{err:?}");
+            assert_clean(&err);
+        }
+    }
+}
+
 /// A command or connect timeout of none or of years is refused before anything is
 /// connected, naming the setting and what is accepted: each counts against the others
 /// (`command_timeout * 4` overflowed at `Duration::MAX` on the first call), and a

@@ -52,9 +52,11 @@ fn refused_by_server(err: &RedisError, target: &Target) -> Option<Error> {
             detail: target.scrub(&format!("{inner_code} {inner}")),
         });
     }
+    // (A cluster's first connections say theirs in the text of an I/O error.)
     if err.kind() == ErrorKind::AuthenticationFailed
         || matches!(code, "NOAUTH" | "WRONGPASS")
         || text.contains("unauthenticated")
+        || text.contains("Password authentication failed")
     {
         // What the server said, in words: the connection layer's text names its
         // own error kinds.
@@ -96,6 +98,26 @@ fn failed_to_connect(err: &RedisError, target: &Target) -> Option<Error> {
         return Some(Error::NotRedis {
             target: shown(),
             detail: "its reply does not parse as RESP".to_owned(),
+        });
+    }
+    // A URL naming the wrong kind of server: a backend failure all the same (a lazy
+    // client's calls go through `on_error`), worded for the URL.
+    if err.kind() == ErrorKind::InvalidClientConfig && text.contains(super::sentinel::NOT_A_SENTINEL) {
+        return Some(Error::Unreachable {
+            target: shown(),
+            detail: format!(
+                "{}; list the sentinels' own addresses (port 26379 by default), or use \
+                 redis://host:port/ for a server",
+                super::sentinel::NOT_A_SENTINEL
+            ),
+        });
+    }
+    if text.contains("cluster support disabled") {
+        return Some(Error::Unreachable {
+            target: shown(),
+            detail: "the server is a single Redis, not a cluster node (it answered that cluster \
+                     support is disabled); use redis://host:port/ for it"
+                .to_owned(),
         });
     }
     if matches!(

@@ -58,6 +58,7 @@ mod choice;
 mod listener;
 mod own;
 mod search;
+pub(crate) use search::NOT_A_SENTINEL;
 mod url;
 
 use listener::Watched;

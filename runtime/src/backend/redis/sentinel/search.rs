@@ -293,6 +293,15 @@ impl Inner {
             Err(err) if err.code() == Some("ERR") && err.to_string().contains("No such master") => {
                 return Err(unknown_master());
             }
+            // A Redis server listed as a sentinel: its own error would read as the
+            // server's, which it is not.
+            Err(err) if err.code() == Some("ERR") && err.to_string().contains("unknown command") => {
+                sentinel.forget_conn();
+                return Err(Failure::Sentinel(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    NOT_A_SENTINEL,
+                ))));
+            }
             Err(err) => {
                 sentinel.forget_conn();
                 return Err(Failure::Sentinel(err));
@@ -396,6 +405,10 @@ impl Failure {
         }
     }
 }
+
+/// What a server listed as a sentinel that does not know `SENTINEL` is.
+pub(crate) const NOT_A_SENTINEL: &str =
+    "a server the URL lists as a sentinel does not know the SENTINEL command: it is not a sentinel";
 
 fn unknown_master() -> Failure {
     Failure::Unknown(RedisError::from((
