@@ -156,6 +156,18 @@ async fn misuse_is_refused_and_spends_nothing() {
         );
         let created = client.rate_limiter("misuse:same").is_exists().await.unwrap();
         assert!(!created, "nothing is created");
+        // A cap on settles for a rule that is not settled would cap nothing.
+        let unsettled = Rule::new("misuse:cap", 1_000, MINUTE).max_overdraft(3);
+        for refused in [
+            client.reserve(std::slice::from_ref(&unsettled)).await.map(|_| ()),
+            client.check_rules(std::slice::from_ref(&unsettled)).await.map(|_| ()),
+        ] {
+            assert!(
+                matches!(&refused, Err(Error::InvalidConfig { problem, .. }) if problem.contains("add .settled()")),
+                "{refused:?}"
+            );
+        }
+        assert!(!client.rate_limiter("misuse:cap").is_exists().await.unwrap());
         let reservation = granted(client, &[tokens("misuse:count").permits(10)]).await;
         let wrong = reservation.settle_each(&[1, 2]).await;
         assert!(

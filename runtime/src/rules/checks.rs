@@ -30,6 +30,13 @@ pub(crate) fn check_permits(name: &str, permits: u64, rate: Option<u64>) -> Resu
 pub(crate) fn check_settings(rule: &Rule) -> Result<(), Error> {
     rule.config().validate(rule.name())?;
     rule.check_batch()?;
+    if rule.overdraft_cap().is_some() && !rule.is_settled() {
+        return Err(Error::InvalidConfig {
+            name: rule.name().to_owned(),
+            problem: "max_overdraft caps what a settle charges beyond a settled rule's estimate: \
+                      add .settled(), or remove it",
+        });
+    }
     if rule.counted_by() == crate::Algorithm::SlidingWindow && rule.has_bucket_settings() {
         return Err(Error::InvalidConfig {
             name: rule.name().to_owned(),
