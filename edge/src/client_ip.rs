@@ -119,11 +119,15 @@ pub struct InvalidProxy {
 
 impl fmt::Display for InvalidProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Quoted whole up to the longest address with a prefix, else by its start.
+        let given = match self.given.char_indices().nth(64) {
+            Some((end, _)) => format!("{}... ({} bytes)", &self.given[..end], self.given.len()),
+            None => self.given.clone(),
+        };
         write!(
             f,
-            "trusted proxy `{}` is neither an IP address nor a CIDR range; write e.g. \
-             \"10.0.0.0/8\", \"192.168.1.7\" or \"2001:db8::/32\"",
-            self.given
+            "trusted proxy `{given}` is neither an IP address nor a CIDR range; write e.g. \
+             \"10.0.0.0/8\", \"192.168.1.7\" or \"2001:db8::/32\""
         )
     }
 }

@@ -30,6 +30,10 @@ const ACCEPTED: &str = "write a number and a unit (ms, s, m, h, d), e.g. \"60s\"
 /// The longest duration accepted, in milliseconds ([`MAX_EXACT`](crate::MAX_EXACT)).
 pub const MAX_MS: u64 = crate::MAX_EXACT;
 
+/// The longest text read as a duration: any valid one is far shorter, and a message
+/// quotes the text it refuses, which must not be a megabyte of it.
+pub const MAX_TEXT: usize = 128;
+
 /// Digits after a decimal point that are looked at; more cannot name whole milliseconds
 /// of any unit.
 const MAX_FRACTION_DIGITS: usize = 9;
@@ -41,6 +45,13 @@ const MAX_FRACTION_DIGITS: usize = 9;
 pub fn parse_ms(text: &str) -> Result<u64, String> {
     if text.is_empty() {
         return Err(format!("is empty; {ACCEPTED}"));
+    }
+    if text.len() > MAX_TEXT {
+        let start: String = text.chars().take(32).collect();
+        return Err(format!(
+            "`{start}...` is {} bytes long; a duration is at most {MAX_TEXT}: {ACCEPTED}",
+            text.len()
+        ));
     }
     let mut rest = text;
     let mut total: u128 = 0;

@@ -293,4 +293,14 @@ fn proxies_that_do_not_parse_are_refused_with_the_forms_accepted() {
     assert_eq!(err.given, "ten");
     assert!(err.to_string().contains("CIDR"), "{err}");
     assert!(TrustedProxies::new(["10.0.0.0/33"]).is_err());
+    // A megabyte given is quoted by its start: the message stays a line.
+    let long = "é".repeat(1 << 19);
+    let err = TrustedProxies::new([long.as_str()]).unwrap_err();
+    assert_eq!(err.given, long);
+    let shown = err.to_string();
+    assert!(
+        shown.contains(&format!("`{}... (1048576 bytes)`", "é".repeat(64))),
+        "{shown}"
+    );
+    assert!(shown.len() < 300, "{}", shown.len());
 }

@@ -153,6 +153,19 @@ fn the_messages_are_these() {
         parse_ms("0s"),
         Err("`0s` is zero; it must be at least 1 ms".into())
     );
+    // A text past 128 bytes is quoted by its start only, whatever its length.
+    let long = format!("{}1s", "0".repeat(1 << 20));
+    let refused = parse_ms(&long).unwrap_err();
+    assert!(
+        refused.starts_with(&format!("`{}...` is 1048578 bytes long", "0".repeat(32))),
+        "{refused}"
+    );
+    assert!(refused.len() < 200, "{refused}");
+    assert_eq!(
+        parse_ms(&format!("{}1s", "0".repeat(126))),
+        Ok(1_000),
+        "128 bytes is read"
+    );
 }
 
 /// What the rules say of a duration built of `parts` (digits, decimals, unit): its
