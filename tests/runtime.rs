@@ -353,6 +353,42 @@ on_both_backends!(
     }
 );
 
+// A rate lowered on a per-client limiter, keeping the window, reaches the caller's
+// own window at once; another client's window keeps what it holds until its grants
+// leave it (its keys are not the caller's to reach, as in Redisson): within the window
+// of the change that client is granted up to the old rate, and at the new one after.
+#[tokio::test]
+async fn a_lowered_per_client_rate_reaches_other_clients_as_their_grants_leave() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let url = server.url();
+    let connect = || Client::builder().clock(clock.clone()).connect(&url);
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let limiter = a.rate_limiter("rate_limit:pc:lowered");
+    limiter
+        .try_set_rate(RateType::PerClient, 5, 60 * SEC)
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let lowered = redlimit::RateLimiterArgs::new(RateType::PerClient, 4, 60 * SEC).keep_state(true);
+    assert!(b
+        .rate_limiter("rate_limit:pc:lowered")
+        .update_rate_with(&lowered)
+        .await
+        .unwrap());
+    let mut granted = 0;
+    for _ in 0..10 {
+        granted += u32::from(limiter.try_acquire(1).await.unwrap());
+    }
+    assert_eq!(granted, 4, "5 in the window of the change: the old rate");
+    clock.advance(60 * SEC);
+    let mut granted = 0;
+    for _ in 0..10 {
+        granted += u32::from(limiter.try_acquire(1).await.unwrap());
+    }
+    assert_eq!(granted, 4, "the new rate once the old grants left");
+}
+
 // Several rules in one call find their limiters by the hashes the rules keep: the
 // limiters are the ones their names open elsewhere (a handle, a call of one rule).
 on_both_backends!(
