@@ -139,6 +139,45 @@ async fn no_malformed_script_reply_lets_calls_past_the_rate() {
     }
 }
 
+/// A lazy client whose URL cannot work until someone changes it (a cluster URL on a
+/// single server, a sentinel URL on a server that is no sentinel, a wrong password on
+/// a cluster or a server) is no outage: under `allow` its calls are decided in
+/// process and the rule of 3 a minute holds through a real axum server. A lazy
+/// cluster client's first connection says only that it found no node; the client
+/// looks into why with a connection of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_that_cannot_work_switches_no_limit_off() {
+    let server = RedisServer::start_with(&["--requirepass", "pw-4c8a"]);
+    let port = server.port;
+    for url in [
+        format!("redis+cluster://:pw-4c8a@127.0.0.1:{port}/"),
+        format!("redis+sentinel://:pw-4c8a@127.0.0.1:{port}/m"),
+        format!("redis+cluster://:wrong-4c8a@127.0.0.1:{port}/"),
+        format!("redis://:wrong-4c8a@127.0.0.1:{port}/"),
+    ] {
+        let client = Client::builder().connect_lazy(&url).unwrap();
+        let error = client
+            .check_rules(&[redlimit::Rule::new("lasting:direct", 3, MINUTE)])
+            .await
+            .unwrap_err();
+        assert!(
+            error.is_backend_failure() && !error.is_transient(),
+            "{url}: {error:?}"
+        );
+        assert!(!format!("{error} {error:?}").contains("4c8a"), "{error:?}");
+        let addr = behind(
+            client,
+            LayerRule::new("lasting", 3, MINUTE).on_error(OnError::Allow),
+        )
+        .await;
+        let mut statuses = Vec::new();
+        for _ in 0..6 {
+            statuses.push(send(addr, "GET", "/", &[]).await.status);
+        }
+        assert_eq!(statuses, [200, 200, 200, 429, 429, 429], "{url}");
+    }
+}
+
 /// A server's error reply is the server's, whatever words it holds: `CROSSSLOT` is not
 /// a TLS failure for holding "ssl".
 #[tokio::test]

@@ -160,7 +160,10 @@ async fn misuse_is_refused_and_spends_nothing() {
         let unsettled = Rule::new("misuse:cap", 1_000, MINUTE).max_overdraft(3);
         for refused in [
             client.reserve(std::slice::from_ref(&unsettled)).await.map(|_| ()),
-            client.check_rules(std::slice::from_ref(&unsettled)).await.map(|_| ()),
+            client
+                .check_rules(std::slice::from_ref(&unsettled))
+                .await
+                .map(|_| ()),
         ] {
             assert!(
                 matches!(&refused, Err(Error::InvalidConfig { problem, .. }) if problem.contains("add .settled()")),

@@ -265,6 +265,20 @@ pub enum Error {
         detail: String,
     },
 
+    /// The server is not the kind the URL names: a `redis+cluster://` URL's server is
+    /// no cluster node, or a `redis+sentinel://` URL's is no sentinel. It lasts until
+    /// the URL is changed: not transient, so `on_error = "allow"` decides in process.
+    #[error(
+        "the server at `{target}` is not the kind its URL names: {detail}; check the URL's \
+         scheme and addresses"
+    )]
+    WrongServer {
+        /// The server, password hidden.
+        target: String,
+        /// What it is, and the URL it takes.
+        detail: String,
+    },
+
     /// The backend failed in another way (an error reply, a protocol error, ...).
     #[error("Redis backend failed: {detail}; check that the server is reachable and healthy")]
     Backend {
@@ -557,6 +571,7 @@ impl Error {
                 | Error::UnknownDatabase { .. }
                 | Error::Tls { .. }
                 | Error::NotRedis { .. }
+                | Error::WrongServer { .. }
                 | Error::Backend { .. }
                 | Error::UnsupportedServer { .. }
                 | Error::OutOfMemory { .. }

@@ -94,9 +94,9 @@ impl Remake {
         }
     }
 
-    /// A new cluster connection, connected: `None` when `self` is not a cluster's, or
-    /// the connecting failed or took more than the connect timeout.
-    pub(crate) async fn cluster(&self) -> Option<Result<Conn, String>> {
+    /// A new cluster connection, connected: `None` when `self` is not a cluster's;
+    /// the connecting's error, or `None` when it took more than the connect timeout.
+    pub(crate) async fn cluster(&self) -> Option<Result<Conn, Option<redis::RedisError>>> {
         let Remake::Cluster(made) = self else {
             return None;
         };
@@ -104,8 +104,8 @@ impl Remake {
         let connect = client.get_async_connection_with_config(config.clone());
         Some(match tokio::time::timeout(*within, connect).await {
             Ok(Ok(conn)) => Ok(Conn::Cluster(conn)),
-            Ok(Err(err)) => Err(format!("{:?}", err.kind())),
-            Err(_) => Err(format!("no connection within {within:?}")),
+            Ok(Err(err)) => Err(Some(err)),
+            Err(_) => Err(None),
         })
     }
 

@@ -100,10 +100,10 @@ fn failed_to_connect(err: &RedisError, target: &Target) -> Option<Error> {
             detail: "its reply does not parse as RESP".to_owned(),
         });
     }
-    // A URL naming the wrong kind of server: a backend failure all the same (a lazy
-    // client's calls go through `on_error`), worded for the URL.
+    // A URL naming the wrong kind of server: a backend failure (a lazy client's calls
+    // go through `on_error`) that lasts, worded for the URL.
     if err.kind() == ErrorKind::InvalidClientConfig && text.contains(super::sentinel::NOT_A_SENTINEL) {
-        return Some(Error::Unreachable {
+        return Some(Error::WrongServer {
             target: shown(),
             detail: format!(
                 "{}; list the sentinels' own addresses (port 26379 by default), or use \
@@ -113,7 +113,7 @@ fn failed_to_connect(err: &RedisError, target: &Target) -> Option<Error> {
         });
     }
     if text.contains("cluster support disabled") {
-        return Some(Error::Unreachable {
+        return Some(Error::WrongServer {
             target: shown(),
             detail: "the server is a single Redis, not a cluster node (it answered that cluster \
                      support is disabled); use redis://host:port/ for it"

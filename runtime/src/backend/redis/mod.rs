@@ -123,6 +123,9 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// When `conn` was last made again: at most once a [`REMAKE_EVERY`].
     remade_at: Mutex<Option<Instant>>,
+    /// The last look into why a cluster connection found no node
+    /// ([`why_no_node`](RedisBackend::why_no_node)): when, and the lasting cause found.
+    diagnosed: Mutex<Option<(Instant, Option<Lasting>)>>,
     /// Whether a command on `conn` timed out with no reply since: `silent_since` holds
     /// when the first of them was sent.
     silent: Arc<AtomicBool>,
@@ -192,6 +195,7 @@ impl RedisBackend {
             conn: Arc::new(RwLock::new(conn)),
             remake: None,
             remade_at: Mutex::new(None),
+            diagnosed: Mutex::new(None),
             silent: Arc::new(AtomicBool::new(false)),
             silent_since: Mutex::new(None),
             refusing_since: Mutex::new(None),
@@ -534,19 +538,25 @@ impl RedisBackend {
             return Err(refusal);
         }
         let pace = self.pace(calls);
-        let (failed, tries) = pace.before().map_err(|(failure, detail)| {
-            let target = self.target.shown().to_owned();
-            match failure {
-                Failure::Unreachable => Error::Unreachable { target, detail },
-                Failure::Credentials => Error::AuthFailed { target, detail },
-                Failure::Database => Error::UnknownDatabase { target, detail },
-                Failure::Refusing => Error::Backend { detail },
-            }
-        })?;
+        let (failed, tries) = pace
+            .before()
+            .map_err(|(failure, detail)| self.failure_error(failure, detail))?;
         if tries {
             self.connect_anew();
         }
         Ok((failed, pace))
+    }
+
+    /// The error a call answers for a failure its pace keeps.
+    fn failure_error(&self, failure: Failure, detail: String) -> Error {
+        let target = self.target.shown().to_owned();
+        match failure {
+            Failure::Unreachable => Error::Unreachable { target, detail },
+            Failure::Credentials => Error::AuthFailed { target, detail },
+            Failure::Database => Error::UnknownDatabase { target, detail },
+            Failure::Refusing => Error::Backend { detail },
+            Failure::WrongServer => Error::WrongServer { target, detail },
+        }
     }
 
     /// Puts a new connection (made on first use) in place of one to a server that
@@ -581,6 +591,7 @@ impl RedisBackend {
         // Read before the command: a sibling's timeout may have the connection made
         // again while this one waits on the old one.
         let connecting = !self.answered.load(Ordering::Relaxed);
+        let sent = Instant::now();
         match tokio::time::timeout(self.timeout, request(self.conn())).await {
             Ok(Ok(value)) => {
                 if connecting {
@@ -601,9 +612,15 @@ impl RedisBackend {
                     self.replied();
                 }
                 let lost = err.is_io_error() && !err.is_timeout();
-                let error = script_error(&err, calls)
+                let mut error = script_error(&err, calls)
                     .or_else(|| unfit(&err))
                     .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting));
+                if self.cluster
+                    && err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+                    && sent.elapsed() < self.timeout / 2
+                {
+                    error = self.why_no_node(error).await;
+                }
                 // A connection whose opening commands are refused is never made
                 // again by the connection manager: it is, at the try after a pause.
                 let unreachable = lost || (self.cluster && node_unreached(&err));
@@ -613,6 +630,7 @@ impl RedisBackend {
                     }
                     Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
                     Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
+                    Error::WrongServer { detail, .. } => Some((Failure::WrongServer, detail)),
                     // The server's error about itself, not the call: answered, but
                     // nothing served (and behind a proxy that answers so and closes,
                     // a cluster's client connects again for each call). On the pace a
@@ -675,11 +693,57 @@ impl RedisBackend {
         }
     }
 
+    /// Why a cluster connection found no node: it says no more, and the cause may
+    /// last (credentials refused, a server that is no cluster node, which answers some
+    /// commands and not the scripts), which `on_error = "allow"` must not take for an
+    /// outage. A connection made now, within the connect timeout, says it, at most
+    /// once a [`REMAKE_EVERY`], the calls between answering what it found. Only for a
+    /// call that failed at once: a silence times out, and is not looked into.
+    #[cold]
+    async fn why_no_node(&self, unreached: Error) -> Error {
+        let Some(remake) = self.remake.as_deref() else {
+            return unreached;
+        };
+        let recent = self
+            .diagnosed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .filter(|(at, _)| at.elapsed() < REMAKE_EVERY);
+        let found = match recent {
+            Some((_, found)) => found,
+            None => {
+                let found = match remake.cluster().await {
+                    // (Connected: the cause passed, or is a node's; the connection
+                    // is left to be made again as it is for any failure.)
+                    Some(Ok(_)) => None,
+                    Some(Err(Some(err))) => match classify(&err, &self.target, self.timeout, true) {
+                        Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
+                        Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
+                        Error::WrongServer { detail, .. } => Some((Failure::WrongServer, detail)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                *self.diagnosed.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((Instant::now(), found.clone()));
+                found
+            }
+        };
+        match found {
+            Some((failure, detail)) => self.failure_error(failure, detail),
+            None => unreached,
+        }
+    }
+
     /// Whether this is a Redis Cluster (rules may then lie in several slots).
     pub fn is_cluster(&self) -> bool {
         self.cluster
     }
 }
+
+/// A failure that lasts until someone acts, and its cause as its error said it.
+type Lasting = (Failure, String);
 
 /// The pace a call follows ([`RedisBackend::pace`]).
 enum Pace<'a> {
@@ -742,10 +806,16 @@ async fn remake_cluster(remake: Arc<Remake>, slot: Arc<RwLock<Conn>>, health: Ar
             *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
             health.check_soon();
         }
-        Some(Err(failed)) => tracing::warn!(
-            "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
-             the old one is kept"
-        ),
+        Some(Err(failed)) => {
+            let failed = match failed {
+                Some(err) => format!("{:?}", err.kind()),
+                None => "no connection within the connect timeout".to_owned(),
+            };
+            tracing::warn!(
+                "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
+                 the old one is kept"
+            )
+        }
         None => {}
     }
 }

@@ -86,6 +86,8 @@ pub(crate) enum Failure {
     Credentials,
     Database,
     Refusing,
+    /// Not the kind of server the URL names.
+    WrongServer,
 }
 
 impl Reconnects {
