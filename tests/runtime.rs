@@ -353,6 +353,38 @@ on_both_backends!(
     }
 );
 
+// A keep-alive removed by a new config takes its TTLs with it: left, they expired a
+// limiter that no longer has a keep-alive 300 ms later, and its window with it, so a
+// rate of 1 per 10 s granted again (on both backends, restarted or kept).
+on_both_backends!(
+    a_keep_alive_removed_takes_its_ttl_with_it,
+    |client, clock, server| {
+        for keep_state in [true, false] {
+            let limiter = client.rate_limiter(format!("rate_limit:unkept:{keep_state}"));
+            let short = redlimit::RateLimiterArgs::new(RateType::Overall, 1, ms(300)).keep_alive(ms(300));
+            limiter.set_rate_with(&short).await.unwrap();
+            let none = redlimit::RateLimiterArgs::new(RateType::Overall, 1, 10 * SEC).keep_state(keep_state);
+            assert!(limiter.update_rate_with(&none).await.unwrap());
+            assert!(limiter.try_acquire(1).await.unwrap());
+            clock.advance(ms(400));
+            if server.is_some() {
+                // (Redis counts TTLs on its own clock.)
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            let config = limiter.config().await.unwrap();
+            assert_eq!(
+                config.map(|c| (c.rate, c.keep_alive)),
+                Some((1, None)),
+                "{keep_state}"
+            );
+            assert!(
+                !limiter.try_acquire(1).await.unwrap(),
+                "a second grant within 10 s ({keep_state})"
+            );
+        }
+    }
+);
+
 // A rate lowered on a per-client limiter, keeping the window, reaches the caller's
 // own window at once; another client's window keeps what it holds until its grants
 // leave it (its keys are not the caller's to reach, as in Redisson): within the window

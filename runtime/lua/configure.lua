@@ -19,7 +19,10 @@
 --   7 require_exists: "1" requires an existing config
 -- Returns 0 when ARGV[7] is "1" and NAME does not exist (nothing is written), else 1.
 --
--- The config fields are overwritten, and NAME's TTL set to keepAliveTime when > 0.
+-- The config fields are overwritten, and NAME's TTL set to keepAliveTime when > 0. A
+-- keepAliveTime removed takes its TTLs with it (NAME's, and the kept window's), as
+-- keep_alive.lua's 0 does: left, they would expire a limiter that no longer has one,
+-- and its window with it (Redisson leaves them).
 -- A change of mode deletes both modes' value and log (KEYS 2 to 5). Otherwise a
 -- restart deletes the mode's value and log; keeping the window drops the entries that
 -- left the new window and sets value = rate - (permits still in the window). The value
@@ -60,6 +63,7 @@ end
 local rate, interval, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
 local now = clock(ARGV[5])
 local old_kind = redis.call('hget', KEYS[1], 'type')
+local kept_alive = (tonumber(redis.call('hget', KEYS[1], 'keepAliveTime') or '0') or 0) > 0
 local mode_changed = old_kind ~= false and old_kind ~= ARGV[3]
 local vkey, pkey, prole = KEYS[2], KEYS[4], 'permits'
 if ARGV[3] == '1' then
@@ -82,6 +86,8 @@ end
 redis.call('hset', KEYS[1], 'rate', ARGV[1], 'interval', ARGV[2], 'type', ARGV[3], 'keepAliveTime', ARGV[4])
 if keep > 0 then
   redis.call('pexpire', KEYS[1], ARGV[4])
+elseif kept_alive then
+  redis.call('persist', KEYS[1])
 end
 if mode_changed then
   redis.call('del', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
@@ -96,4 +102,8 @@ if redis.call('exists', vkey) == 1 or total > 0 then
   redis.call('set', vkey, string.format('%d', rate - total), 'keepttl')
 end
 ttl_rule(KEYS[1], vkey, pkey, ARGV[4])
+if keep == 0 and kept_alive then
+  redis.call('persist', vkey)
+  redis.call('persist', pkey)
+end
 return 1

@@ -68,8 +68,13 @@ impl MemoryBackend {
         let old = limiter.live_config(now);
         limiter.config = Some(*config);
         let keep = config.keep_alive_ms();
+        // A keep-alive removed takes its expiry with it (the config's, and the kept
+        // window's below).
+        let kept_alive = old.is_some_and(|old| old.keep_alive_ms() > 0);
         if keep > 0 {
             limiter.config_expires = Some(now + keep);
+        } else if kept_alive {
+            limiter.config_expires = None;
         }
         if old.is_some_and(|old| old.rate_type != config.rate_type) {
             limiter.remove_bucket(RateType::Overall);
@@ -89,6 +94,8 @@ impl MemoryBackend {
             }
             if expires.is_some() {
                 bucket.expires = expires;
+            } else if kept_alive {
+                bucket.expires = None;
             }
         }
         Ok(true)
