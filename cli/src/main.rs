@@ -121,13 +121,17 @@ async fn run(cli: &Cli, url: &str) -> Outcome {
 }
 
 /// Why this build cannot use `url`: a TLS URL (`rediss://`, `rediss+cluster://`,
-/// `rediss+sentinel://`) in a CLI built without its `tls` feature, which is the CLI's
-/// to name (the runtime's error names the library's feature).
+/// `rediss+sentinel://`, `valkeys://`) in a CLI built without its `tls` feature, which
+/// is the CLI's to name (the runtime's error names the library's feature).
 fn without_tls(url: &str, built_with_tls: bool) -> Option<String> {
-    let scheme = url.trim_start().get(..6)?;
-    (!built_with_tls && scheme.eq_ignore_ascii_case("rediss")).then(|| {
-        "this redlimit was built without TLS, which rediss URLs need: install it with \
-         `cargo install --locked redlimit-cli --features tls`"
+    let url = url.trim_start();
+    let tls = ["rediss", "valkeys"].iter().any(|scheme| {
+        url.get(..scheme.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(scheme))
+    });
+    (!built_with_tls && tls).then(|| {
+        "this redlimit was built without TLS, which rediss and valkeys URLs need: install it \
+         with `cargo install --locked redlimit-cli --features tls`"
             .to_owned()
     })
 }
@@ -141,6 +145,7 @@ mod tests {
             "rediss://:pw@h:6380/",
             "REDISS+cluster://a:1,b:2/",
             " rediss+sentinel://s:26379/m",
+            "valkeys://:pw@h:6380/",
         ] {
             let problem = without_tls(url, false).expect(url);
             assert!(problem.contains("redlimit-cli --features tls"), "{problem}");
@@ -150,6 +155,7 @@ mod tests {
         for url in [
             "redis://h:6379/",
             "redis+cluster://a:1/",
+            "valkey://h:6379/",
             "unix:///r.sock",
             "",
             "redi",
