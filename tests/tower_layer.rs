@@ -61,7 +61,7 @@ async fn a_layer_waiting_without_end_serves_and_keeps_the_limit() {
 /// request.
 #[tokio::test]
 async fn a_path_parameter_without_a_name_is_refused_at_build() {
-    for name in ["", "{id}", "a/b"] {
+    for name in ["", "{id}", "a/b", ":id", "*rest", " id"] {
         let err = RateLimitLayer::builder()
             .client(Client::memory())
             .rule(LayerRule::new("users", 2, MINUTE).key(Key::path_param(name)))

@@ -72,7 +72,12 @@ pub(super) fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
     }
     #[cfg(any(feature = "axum", feature = "actix"))]
     if let KeyKind::PathParam(name) = &rule.key.0 {
-        if name.is_empty() || name.contains(['{', '}', '/']) {
+        // (`:id` and `*rest` are how routes wrote them before braces.)
+        if name.is_empty()
+            || name.contains(['{', '}', '/'])
+            || name.starts_with([':', '*'])
+            || name.contains(char::is_whitespace)
+        {
             return Err(invalid(format!(
                 "Key::path_param({name:?}) names no path parameter a route can have: give the \
                  name the route writes in braces, e.g. \"id\" for /users/{{id}}"

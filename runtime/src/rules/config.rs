@@ -91,7 +91,8 @@ impl RateLimiterConfig {
         } else if self.interval.subsec_nanos() % 1_000_000 != 0 {
             // Redis and Redisson count it in milliseconds: a fraction dropped would
             // shorten every window, and let more through than the rate.
-            "interval is not a whole number of milliseconds; give it in whole ms"
+            "interval is not a whole number of milliseconds; give it in whole ms \
+             (Duration::from_millis)"
         } else if self
             .keep_alive
             .is_some_and(|k| k.as_millis() > u128::from(MAX_RATE))
