@@ -118,6 +118,23 @@ fn every_operation_label_is_in_the_operating_reference() {
     }
 }
 
+/// How many quotes of the documents `looks` takes for a citation, and those `found`
+/// does not find, each with its document.
+fn cited_and_missing(looks: fn(&str) -> bool, found: impl Fn(&str) -> bool) -> (usize, Vec<String>) {
+    let (mut cited, mut missing) = (0, Vec::new());
+    for document in documents() {
+        let text = read(&document);
+        for quote in quoted(&text).filter(|s| looks(s)) {
+            cited += 1;
+            if !found(quote) {
+                let shown = document.strip_prefix(root()).unwrap().display();
+                missing.push(format!("{shown}: {quote}"));
+            }
+        }
+    }
+    (cited, missing)
+}
+
 /// A name the documents cite as a test's: words joined by underscores, five or more.
 fn looks_like_a_test(s: &str) -> bool {
     s.split('_').count() >= 5
@@ -142,20 +159,7 @@ fn every_test_the_documents_cite_is_a_test() {
         let split = source.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
         words.extend(split.filter(|w| looks_like_a_test(w)).map(str::to_owned));
     }
-    let mut missing = Vec::new();
-    let mut cited = 0;
-    for document in documents() {
-        let text = read(&document);
-        for name in quoted(&text).filter(|s| looks_like_a_test(s)) {
-            cited += 1;
-            if !words.contains(name) {
-                missing.push(format!(
-                    "{}: {name}",
-                    document.strip_prefix(root()).unwrap().display()
-                ));
-            }
-        }
-    }
+    let (cited, missing) = cited_and_missing(looks_like_a_test, |name| words.contains(name));
     assert!(cited > 100, "only {cited} test names found cited");
     assert!(
         missing.is_empty(),
@@ -186,21 +190,10 @@ fn every_file_the_documents_cite_is_in_the_repository() {
         .iter()
         .map(|p| format!("/{}", p.strip_prefix(root()).unwrap().display()))
         .collect();
-    let mut missing = Vec::new();
-    let mut cited = 0;
-    for document in documents() {
-        let text = read(&document);
-        for path in quoted(&text).filter(|s| looks_like_a_path(s)) {
-            cited += 1;
-            let tail = format!("/{}", path.trim_start_matches("./"));
-            if !all.iter().any(|file| file.ends_with(&tail)) {
-                missing.push(format!(
-                    "{}: {path}",
-                    document.strip_prefix(root()).unwrap().display()
-                ));
-            }
-        }
-    }
+    let (cited, missing) = cited_and_missing(looks_like_a_path, |path| {
+        let tail = format!("/{}", path.trim_start_matches("./"));
+        all.iter().any(|file| file.ends_with(&tail))
+    });
     assert!(cited > 20, "only {cited} file paths found cited");
     assert!(
         missing.is_empty(),
