@@ -178,6 +178,39 @@ async fn a_url_that_cannot_work_switches_no_limit_off() {
     }
 }
 
+/// Calls failing together on a lazy cluster client with a wrong password, behind a
+/// link that takes 200 ms to carry each connection (the cluster client's tries then
+/// take about 1.5 s, well within a command timeout of 5 s), all answer the refused
+/// credentials: one looks into why, the others wait for what it finds (none answers
+/// a transient failure that `allow` would let through), and the look is made once,
+/// not once a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_failing_together_share_one_look_into_why() {
+    let server = RedisServer::start_with(&["--requirepass", "pw-4c8a"]);
+    let link = support::link::FaultyLink::start(server.port).await;
+    link.set(support::link::Fault::Slow(Duration::from_millis(200)));
+    let url = format!("redis+cluster://:wrong-4c8a@127.0.0.1:{}/", link.port);
+    let client = Client::builder()
+        .command_timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(5))
+        .connect_lazy(&url)
+        .unwrap();
+    let calls: Vec<_> = (0..100)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let rule = [redlimit::Rule::new(format!("together:{i}"), 3, MINUTE)];
+                client.check_rules(&rule).await.unwrap_err()
+            })
+        })
+        .collect();
+    for call in calls {
+        let error = call.await.unwrap();
+        assert!(matches!(error, Error::AuthFailed { .. }), "{error:?}");
+    }
+    assert!(link.connections() < 20, "{} connections", link.connections());
+}
+
 /// A server's error reply is the server's, whatever words it holds: `CROSSSLOT` is not
 /// a TLS failure for holding "ssl".
 #[tokio::test]

@@ -213,6 +213,9 @@ pub enum Fault {
     ErrorThenClose,
     /// Taken, and nothing answered or closed: a network that drops every packet.
     Silent,
+    /// Carried as it is once this long has passed since it was taken: a slow
+    /// network's handshakes.
+    Slow(std::time::Duration),
     /// Carried, but every script call answered with this error line (its `-`, no
     /// line end) and not sent on, the connection kept: a cluster node answering
     /// `CLUSTERDOWN`, or a redirect to itself.
@@ -292,8 +295,11 @@ impl Drop for FaultyLink {
 /// in `answered`.
 async fn serve(mut inbound: TcpStream, target: u16, fault: Fault, answered: &AtomicUsize) {
     let mut buf = vec![0u8; 64 * 1024];
+    if let Fault::Slow(delay) = fault {
+        tokio::time::sleep(delay).await;
+    }
     match fault {
-        Fault::None => {
+        Fault::None | Fault::Slow(_) => {
             connected(
                 inbound,
                 target,

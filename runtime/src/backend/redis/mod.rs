@@ -126,6 +126,9 @@ pub(crate) struct RedisBackend {
     /// The last look into why a cluster connection found no node
     /// ([`why_no_node`](RedisBackend::why_no_node)): when, and the lasting cause found.
     diagnosed: Mutex<Option<(Instant, Option<Lasting>)>>,
+    /// Held while a look into it is under way: one at a time, whatever the calls
+    /// failing, the others waiting for what it finds.
+    diagnosing: tokio::sync::Mutex<()>,
     /// Whether a command on `conn` timed out with no reply since: `silent_since` holds
     /// when the first of them was sent.
     silent: Arc<AtomicBool>,
@@ -196,6 +199,7 @@ impl RedisBackend {
             remake: None,
             remade_at: Mutex::new(None),
             diagnosed: Mutex::new(None),
+            diagnosing: tokio::sync::Mutex::new(()),
             silent: Arc::new(AtomicBool::new(false)),
             silent_since: Mutex::new(None),
             refusing_since: Mutex::new(None),
@@ -697,37 +701,46 @@ impl RedisBackend {
     /// last (credentials refused, a server that is no cluster node, which answers some
     /// commands and not the scripts), which `on_error = "allow"` must not take for an
     /// outage. A connection made now, within the connect timeout, says it, at most
-    /// once a [`REMAKE_EVERY`], the calls between answering what it found. Only for a
-    /// call that failed at once: a silence times out, and is not looked into.
+    /// once a [`REMAKE_EVERY`] and one at a time, the calls meanwhile answering what
+    /// it found. Only for a call that failed at once: a silence times out, and is not
+    /// looked into.
     #[cold]
     async fn why_no_node(&self, unreached: Error) -> Error {
         let Some(remake) = self.remake.as_deref() else {
             return unreached;
         };
-        let recent = self
-            .diagnosed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .filter(|(at, _)| at.elapsed() < REMAKE_EVERY);
-        let found = match recent {
+        let recent = || {
+            self.diagnosed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+                .filter(|(at, _)| at.elapsed() < REMAKE_EVERY)
+        };
+        let found = match recent() {
             Some((_, found)) => found,
             None => {
-                let found = match remake.cluster().await {
-                    // (Connected: the cause passed, or is a node's; the connection
-                    // is left to be made again as it is for any failure.)
-                    Some(Ok(_)) => None,
-                    Some(Err(Some(err))) => match classify(&err, &self.target, self.timeout, true) {
-                        Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
-                        Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
-                        Error::WrongServer { detail, .. } => Some((Failure::WrongServer, detail)),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                *self.diagnosed.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Some((Instant::now(), found.clone()));
-                found
+                // One look at a time: a call that waited on another's reads what it found.
+                let _looking = self.diagnosing.lock().await;
+                match recent() {
+                    Some((_, found)) => found,
+                    None => {
+                        let found = match remake.cluster().await {
+                            // (Connected: the cause passed, or is a node's; the
+                            // connection is left to be made again as for any failure.)
+                            Some(Ok(_)) => None,
+                            Some(Err(Some(err))) => match classify(&err, &self.target, self.timeout, true) {
+                                Error::AuthFailed { detail, .. } => Some((Failure::Credentials, detail)),
+                                Error::UnknownDatabase { detail, .. } => Some((Failure::Database, detail)),
+                                Error::WrongServer { detail, .. } => Some((Failure::WrongServer, detail)),
+                                _ => None,
+                            },
+                            _ => None,
+                        };
+                        *self.diagnosed.lock().unwrap_or_else(PoisonError::into_inner) =
+                            Some((Instant::now(), found.clone()));
+                        found
+                    }
+                }
             }
         };
         match found {
