@@ -759,8 +759,9 @@ async fn calls_that_wait_for_replicas_pause_on_a_busy_server_too() {
 /// Calls that wait for replicas on a master at its client limit: each new connection
 /// of the client's own for them is refused (`ERR max number of clients reached`, and
 /// closed): a failure on the pace, so the calls are paused rather than each
-/// connecting. Four callers for 3 s: 11 to 47 connections refused in four runs;
-/// with what those calls heard not told to the pace, 1 585.
+/// connecting. Four callers for 3 s: 10 to 47 connections refused in seven runs (158
+/// in one with a build running beside it); with what those calls heard not told to
+/// the pace, 1 585.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_that_wait_for_replicas_pause_on_a_server_out_of_connections() {
     let master = RedisServer::start();
@@ -821,7 +822,8 @@ async fn calls_that_wait_for_replicas_pause_on_a_server_out_of_connections() {
         .unwrap();
     println!("{} connections refused in 3 s", after - before);
     assert!(
-        after - before <= 150,
+        // (Paced: tens, 158 under a build running beside; not paced, 1 585.)
+        after - before <= 400,
         "{} connections refused in 3 s",
         after - before
     );
@@ -891,7 +893,7 @@ async fn a_busy_cluster_node_pauses_its_calls_only() {
 /// Primary `busy` busy with another program's script for 3 s while four callers call
 /// `busy_rules` on it and one calls `other_rules` on another primary (each of its calls
 /// granted): every call within its timeout, Redis deciding again within 1.3 s of the
-/// kill, and at most 100 answered `BUSY` (the calls paced).
+/// kill, and at most 300 answered `BUSY` (the calls paced: unpaced, thousands).
 async fn busy_for_3_s_beside_another_primary(
     client: &Client,
     busy: u16,
@@ -915,14 +917,17 @@ async fn busy_for_3_s_beside_another_primary(
         "{calls} calls, {busy_replies} answered BUSY in 3 s, the slowest call {slowest:?}, back {back:?}"
     );
     assert!(slowest <= TIMEOUT + MARGIN, "a call took {slowest:?}");
-    assert!(busy_replies <= 100, "{busy_replies} calls answered BUSY in 3 s");
+    // (Paced: tens, up to 108 with another suite running beside; not paced, about
+    // 14 600.)
+    assert!(busy_replies <= 300, "{busy_replies} calls answered BUSY in 3 s");
     assert!(back <= Duration::from_millis(1_300), "{back:?}");
 }
 
 /// A read of the slot map dropped unfinished with the runtime it ran on (a
 /// synchronous caller's current-thread runtime, ended right after its call): no read
 /// is under way any more, and the map is read at the next failure: a primary busy
-/// later answered 17 to 42 calls `BUSY` in 3 s in four runs. Left marked as under way,
+/// later answered 17 to 68 calls `BUSY` in 3 s in nine runs (108 in one with another
+/// suite running beside it). Left marked as under way,
 /// the map was never read again: the busy primary's calls, on the pace the nodes
 /// share while another primary serves, were all sent and refused (14 624 and 14 682).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
