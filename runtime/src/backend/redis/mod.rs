@@ -595,7 +595,8 @@ impl RedisBackend {
         // Read before the command: a sibling's timeout may have the connection made
         // again while this one waits on the old one.
         let connecting = !self.answered.load(Ordering::Relaxed);
-        let sent = Instant::now();
+        // (A cluster's only: whether a call that found no node failed at once.)
+        let sent = self.cluster.then(Instant::now);
         match tokio::time::timeout(self.timeout, request(self.conn())).await {
             Ok(Ok(value)) => {
                 if connecting {
@@ -621,7 +622,7 @@ impl RedisBackend {
                     .unwrap_or_else(|| classify(&err, &self.target, self.timeout, connecting));
                 if self.cluster
                     && err.kind() == redis::ErrorKind::ClusterConnectionNotFound
-                    && sent.elapsed() < self.timeout / 2
+                    && sent.is_some_and(|sent| sent.elapsed() < self.timeout / 2)
                 {
                     error = self.why_no_node(error).await;
                 }
