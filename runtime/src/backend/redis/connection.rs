@@ -59,9 +59,10 @@ pub(crate) enum Remake {
     /// A new connection to the one server, made at its next command.
     Single(Box<(redis::Client, ConnectionManagerConfig)>),
     /// A new connection to the cluster (its topology read again from the URL's nodes,
-    /// each node connected anew), made in the background, within the connect
-    /// timeout: the old one serves until it is made, and stays if it cannot be (the
-    /// URL's nodes unreachable: the old one still knows the others).
+    /// each node connected anew), made in the background: the old one serves until
+    /// it is made and reaches every primary, and stays if it cannot be (the URL's
+    /// nodes unreachable: the old one still knows the others). The third field is
+    /// the connect timeout.
     Cluster(
         Box<(
             redis::cluster::ClusterClient,
@@ -97,16 +98,27 @@ impl Remake {
     /// A new cluster connection, connected: `None` when `self` is not a cluster's;
     /// the connecting's error, or `None` when it took more than the connect timeout.
     pub(crate) async fn cluster(&self) -> Option<Result<Conn, Option<redis::RedisError>>> {
+        self.cluster_within(|connect| connect).await
+    }
+
+    /// [`cluster`](Remake::cluster), given as long as `within` makes of the connect
+    /// timeout (`None` past it).
+    pub(crate) async fn cluster_within(
+        &self,
+        within: impl FnOnce(Duration) -> Duration,
+    ) -> Option<Result<Conn, Option<redis::RedisError>>> {
         let Remake::Cluster(made) = self else {
             return None;
         };
-        let (client, config, within) = &**made;
+        let (client, config, connect_timeout) = &**made;
         let connect = client.get_async_connection_with_config(config.clone());
-        Some(match tokio::time::timeout(*within, connect).await {
-            Ok(Ok(conn)) => Ok(Conn::Cluster(conn)),
-            Ok(Err(err)) => Err(Some(err)),
-            Err(_) => Err(None),
-        })
+        Some(
+            match tokio::time::timeout(within(*connect_timeout), connect).await {
+                Ok(Ok(conn)) => Ok(Conn::Cluster(conn)),
+                Ok(Err(err)) => Err(Some(err)),
+                Err(_) => Err(None),
+            },
+        )
     }
 
     /// A new cluster connection made on first use (each command until then tries

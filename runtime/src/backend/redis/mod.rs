@@ -439,14 +439,15 @@ impl RedisBackend {
         // Cleared when the making ends, or its task is dropped unfinished.
         let done = Done(Arc::clone(&self.remaking));
         tracing::warn!("Redis at `{target}`: {why}; the cluster connection is made again");
-        let (remake, slot, health) = (
+        let (remake, slot, health, timeout) = (
             Arc::clone(remake),
             Arc::clone(&self.conn),
             Arc::clone(&self.health),
+            self.timeout,
         );
         runtime.spawn(async move {
             let _done = done;
-            remake_cluster(remake, slot, health, target).await;
+            remake_cluster(remake, slot, health, target, timeout).await;
         });
     }
 
@@ -812,18 +813,33 @@ impl Drop for Done {
     }
 }
 
-/// A new cluster connection by `remake` put in `slot` once connected, or the old one
-/// kept.
-async fn remake_cluster(remake: Arc<Remake>, slot: Arc<RwLock<Conn>>, health: Arc<Health>, target: String) {
-    match remake.cluster().await {
-        Some(Ok(conn)) => {
-            *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
-            health.check_soon();
-        }
+/// A new cluster connection by `remake` put in `slot` once connected and every
+/// primary answers on it (each asked within `timeout`), or the old one kept. It is
+/// given the time its client takes to give up on a node (a connect timeout for the
+/// URL's nodes, a command timeout for the slot map, a connect timeout for the
+/// others), so that a silent node's connection is found missing, not timed out.
+async fn remake_cluster(
+    remake: Arc<Remake>,
+    slot: Arc<RwLock<Conn>>,
+    health: Arc<Health>,
+    target: String,
+    timeout: Duration,
+) {
+    match remake.cluster_within(|connect| connect * 2 + timeout).await {
+        Some(Ok(conn)) => match nodes::every_primary_answers(&conn, timeout).await {
+            Ok(()) => {
+                *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
+                health.check_soon();
+            }
+            Err(missing) => tracing::warn!(
+                "Redis at `{target}`: the cluster connection made again does not reach every \
+                 primary ({missing}); the old one is kept"
+            ),
+        },
         Some(Err(failed)) => {
             let failed = match failed {
                 Some(err) => format!("{:?}", err.kind()),
-                None => "no connection within the connect timeout".to_owned(),
+                None => "no connection in the time given".to_owned(),
             };
             tracing::warn!(
                 "Redis at `{target}`: the cluster connection could not be made again ({failed}); \
