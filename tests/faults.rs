@@ -1336,15 +1336,15 @@ async fn a_network_that_drops_everything_pauses_the_calls() {
 /// slot, another primary's caller calling throughout: the calls to the silent one's
 /// slots are paused, the other's go on, none failing, and the silent one's are
 /// decided again once the link carries new connections, the cluster connection made
-/// again for the silent node. Four callers for 4 s: 22 to 34 calls timed out in
-/// sixteen runs (eight beside the fault suite on another server), Redis deciding again
-/// 1.00 to 2.21 s after the link carried; without the cluster connection made again,
-/// not within 5 s (the other primary's replies kept the connection as a whole from
-/// being silent); without the silence counted, 80 of 80 timed out. A connection made
-/// again while the node is silent reaches the others only: put in place so, a call to
-/// the silent one's slots went to another node, whose redirect had the cluster client
-/// read the map again and connect to every node, every call waiting, and a call to the
-/// other primary timed out in four runs of four.
+/// again for the silent node. Four callers for 4 s: 21 to 42 calls timed out in twelve
+/// runs on Redis 6.2, 7.0 and Valkey 8 (six beside the fault suite on another server),
+/// Redis deciding again 1.00 to 2.21 s after the link carried; without the cluster
+/// connection made again, not within 5 s (the other primary's replies kept the
+/// connection as a whole from being silent); without the silence counted, 80 of 80
+/// timed out. A connection made again while the node is silent reaches the others
+/// only: put in place so, a call to the silent one's slots went to another node, whose
+/// redirect had the cluster client read the map again and connect to every node,
+/// every call waiting, and a call to the other primary timed out in every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_cluster_node_pauses_its_calls_only() {
     let node = support::cluster::free_node_port();
@@ -1354,6 +1354,47 @@ async fn a_silent_cluster_node_pauses_its_calls_only() {
     let other_rules = [rule_on(&cluster, link.port, "node-silent", false, 1_000_000)];
     let client = client(&cluster.url()).await;
     // Calling until the silent node's calls are decided again.
+    let back = Arc::new(AtomicBool::new(false));
+    let others = another_primary_s_caller(&client, other_rules, &back).await;
+    silent_for_4_s(&client, &link, &silent_rules, Duration::from_millis(3_500)).await;
+    back.store(true, Ordering::Relaxed);
+    others.await.unwrap();
+}
+
+/// The same with a third primary gone for good (killed, without a replica, the
+/// cluster serving the slots it still has): the silent one's calls are paused and
+/// decided again once the link carries, the cluster connection made again without a
+/// connection to the dead primary, which refuses connections. Kept until it reached
+/// every primary the slot map names, it was never made again, and the silent one's
+/// calls were not decided within 5 s of the link carrying. In the runs above, Redis
+/// decided them again 1.00 to 2.21 s after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_cluster_node_is_connected_again_beside_a_dead_one() {
+    let node = support::cluster::free_node_port();
+    let link = SilencingLink::start(node).await;
+    let mut cluster = RedisCluster::start_announcing(3, node, link.port);
+    for port in cluster.live_ports() {
+        cli(&[
+            "-p",
+            &port.to_string(),
+            "config",
+            "set",
+            "cluster-require-full-coverage",
+            "no",
+        ]);
+    }
+    let silent_rules = [rule_on(&cluster, link.port, "beside-dead", true, 100)];
+    let (alive, dead) = {
+        let others: Vec<u16> = cluster
+            .live_ports()
+            .into_iter()
+            .filter(|&port| port != node)
+            .collect();
+        (others[0], others[1])
+    };
+    let other_rules = [rule_on_port(&cluster, alive, "beside-dead-other")];
+    let client = client(&cluster.url()).await;
+    cluster.kill(dead);
     let back = Arc::new(AtomicBool::new(false));
     let others = another_primary_s_caller(&client, other_rules, &back).await;
     silent_for_4_s(&client, &link, &silent_rules, Duration::from_millis(3_500)).await;
@@ -1392,6 +1433,16 @@ fn rule_on(cluster: &RedisCluster, linked: u16, prefix: &str, on_linked: bool, r
         .find(|name| (cluster.primary_of(hash_slot(name.as_bytes())).0 == linked) == on_linked)
         .unwrap();
     redlimit::Rule::new(name, rate, Duration::from_secs(60))
+}
+
+/// A rule of 1 000 000 a minute named `rate_limit:<prefix>:<i>` whose slot's primary
+/// is the node at `port`.
+fn rule_on_port(cluster: &RedisCluster, port: u16, prefix: &str) -> redlimit::Rule {
+    let name = (0..)
+        .map(|i| format!("rate_limit:{prefix}:{i}"))
+        .find(|name| cluster.primary_of(hash_slot(name.as_bytes())).0 == port)
+        .unwrap();
+    redlimit::Rule::new(name, 1_000_000, Duration::from_secs(60))
 }
 
 /// A caller of `rules` every 2 ms until `done`: how many of its calls were granted,
@@ -1494,8 +1545,8 @@ async fn silent_for_4_s(
     }
     println!("{calls} calls in 4 s, {timed_out} timed out");
     // Each call waiting out its timeout: 80 to 96 in runs without the pause; with it,
-    // 18 to 29.
-    assert!(timed_out <= 45, "{timed_out} calls timed out in 4 s");
+    // 18 to 42 (the most with two silent clusters' tests side by side).
+    assert!(timed_out <= 55, "{timed_out} calls timed out in 4 s");
     // (the connections open stay silent; new ones carry)
     link.silence_open();
     let back = decided_again(client, rules).await;

@@ -25,6 +25,7 @@ mod layout;
 mod limiter;
 mod lua;
 mod nodes;
+mod reach;
 mod reconnects;
 pub(crate) mod replicas;
 mod replies;
@@ -814,10 +815,12 @@ impl Drop for Done {
 }
 
 /// A new cluster connection by `remake` put in `slot` once connected and every
-/// primary answers on it (each asked within `timeout`), or the old one kept. It is
-/// given the time its client takes to give up on a node (a connect timeout for the
-/// URL's nodes, a command timeout for the slot map, a connect timeout for the
-/// others), so that a silent node's connection is found missing, not timed out.
+/// primary that does not refuse connections answers on it (each step within
+/// `timeout`: see [`reach`]), or the old one kept. It is given the time its client
+/// takes to give up on a node (for the URL's nodes, then the others, a connect
+/// timeout and a command timeout for the `PING` that checks each, and a command
+/// timeout for the slot map), so that a silent node's connection is found missing,
+/// not timed out.
 async fn remake_cluster(
     remake: Arc<Remake>,
     slot: Arc<RwLock<Conn>>,
@@ -825,15 +828,18 @@ async fn remake_cluster(
     target: String,
     timeout: Duration,
 ) {
-    match remake.cluster_within(|connect| connect * 2 + timeout).await {
-        Some(Ok(conn)) => match nodes::every_primary_answers(&conn, timeout).await {
+    match remake
+        .cluster_within(|connect| (connect + timeout) * 2 + timeout)
+        .await
+    {
+        Some(Ok(conn)) => match reach::reaches_every_live_primary(&conn, timeout).await {
             Ok(()) => {
                 *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
                 health.check_soon();
             }
             Err(missing) => tracing::warn!(
                 "Redis at `{target}`: the cluster connection made again does not reach every \
-                 primary ({missing}); the old one is kept"
+                 primary that takes connections ({missing}); the old one is kept"
             ),
         },
         Some(Err(failed)) => {

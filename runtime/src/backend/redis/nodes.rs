@@ -51,9 +51,9 @@ const READ_AGAIN: Duration = Duration::from_millis(1);
 const READ_TRIES: u32 = 30;
 
 /// The longest node address kept (`host:port`): a hostname is at most 253 bytes.
-const LONGEST_ADDRESS: usize = 300;
+pub(super) const LONGEST_ADDRESS: usize = 300;
 
-const SLOTS: usize = 16_384;
+pub(super) const SLOTS: usize = 16_384;
 
 /// The most slots paced on their own for their calls' redirects: a resharding moves
 /// a few slots at a time, while a node whose every slot redirects (its view of the
@@ -302,56 +302,6 @@ impl Nodes {
 /// itself: read again, a loading node was asked 266 times in 3 s.)
 fn busy(err: &redis::RedisError) -> bool {
     err.code() == Some("BUSY")
-}
-
-/// Whether `conn` reaches every primary its cluster names, within `timeout`: `Err`
-/// says what did not answer. The cluster's client connects what it can and serves
-/// without the rest; a call to a node it has no connection to goes to another node,
-/// whose redirect has the client read the slot map again and connect to every node,
-/// every call on the connection waiting meanwhile. A connection made again while a
-/// node is silent would so hold every call for a connect timeout at each try: one
-/// that does not reach every primary is not put in place.
-pub(super) async fn every_primary_answers(conn: &Conn, timeout: Duration) -> Result<(), String> {
-    use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-
-    let Conn::Cluster(cluster) = conn else {
-        return Ok(());
-    };
-    let mut cluster = cluster.clone();
-    let ask = async {
-        let reply: Value = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async(&mut cluster)
-            .await?;
-        // (each as the cluster's client names it: a host it leaves out, or names
-        // `0.0.0.0`, is the answering node's; `?` is no node)
-        let named: std::collections::HashSet<String> = ranges(&reply)
-            .map(|(_, _, address)| address)
-            .filter(|address| !address.starts_with("?:"))
-            .collect();
-        // Sent to each primary the client has a connection to, each answer kept.
-        let to_each =
-            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::Special)));
-        let answers = cluster.route_command(redis::cmd("PING"), to_each).await?;
-        Ok::<_, redis::RedisError>((named.len(), answers))
-    };
-    let (named, answers) = match tokio::time::timeout(timeout, ask).await {
-        Ok(Ok(asked)) => asked,
-        Ok(Err(err)) => return Err(format!("{:?}", err.kind())),
-        Err(_) => return Err("no answer within the command timeout".to_owned()),
-    };
-    let answered = match &answers {
-        Value::Map(answers) => answers
-            .iter()
-            .filter(|(_, answer)| matches!(answer, Value::SimpleString(pong) if pong == "PONG"))
-            .count(),
-        _ => 0,
-    };
-    if answered >= named {
-        Ok(())
-    } else {
-        Err(format!("{answered} of {named} primaries answering"))
-    }
 }
 
 /// The slot ranges of a `CLUSTER SLOTS` reply and their primaries' addresses:
