@@ -243,7 +243,7 @@ impl RedisBackend {
 
     /// The connection, for one command or a task's few.
     fn conn(&self) -> Conn {
-        self.conn.read().unwrap_or_else(PoisonError::into_inner).clone()
+        current(&self.conn)
     }
 
     /// A reply did not fit the command it answered ([`Error::UnexpectedReply`]): the
@@ -815,8 +815,8 @@ impl Drop for Done {
 }
 
 /// A new cluster connection by `remake` put in `slot` once connected and every
-/// primary that does not refuse connections answers on it (each step within
-/// `timeout`: see [`reach`]), or the old one kept. It is given the time its client
+/// primary that does not refuse connections answers on it, or one the old one does
+/// not reach (each step within `timeout`: see [`reach`]), or the old one kept. It is given the time its client
 /// takes to give up on a node (for the URL's nodes, then the others, a connect
 /// timeout and a command timeout for the `PING` that checks each, and a command
 /// timeout for the slot map), so that a silent node's connection is found missing,
@@ -832,7 +832,7 @@ async fn remake_cluster(
         .cluster_within(|connect| (connect + timeout) * 2 + timeout)
         .await
     {
-        Some(Ok(conn)) => match reach::reaches_every_live_primary(&conn, timeout).await {
+        Some(Ok(conn)) => match reach::may_replace(&conn, &current(&slot), timeout).await {
             Ok(()) => {
                 *slot.write().unwrap_or_else(PoisonError::into_inner) = conn;
                 health.check_soon();
@@ -854,6 +854,11 @@ async fn remake_cluster(
         }
         None => {}
     }
+}
+
+/// The connection in `slot` now.
+fn current(slot: &RwLock<Conn>) -> Conn {
+    slot.read().unwrap_or_else(PoisonError::into_inner).clone()
 }
 
 /// Whether `err` is a broken pipe: the redis client's word for a connection whose

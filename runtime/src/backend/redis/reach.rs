@@ -6,11 +6,15 @@
 //! connection waiting meanwhile. A node that refuses connections costs that wait
 //! little; one that takes them and answers nothing (silent), or lets them hang,
 //! holds every call for a connect timeout, at each try. A connection made again
-//! while a node is silent is so put in place only once that node answers on it.
+//! while a node is silent is so put in place only once that node answers on it, or
+//! once it reaches a primary the old one does not (a primary that hangs for good
+//! beside a node silent on the old connection only: kept, the old one would leave
+//! that node's calls undecided for as long as the primary hangs).
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 
@@ -18,17 +22,17 @@ use super::connection::Conn;
 use super::nodes::{LONGEST_ADDRESS, SLOTS};
 
 /// The most primaries a new connection lacks that are tried for whether they refuse
-/// connections: past them, it is not put in place (a slot map naming thousands of
-/// nodes is no cluster's).
+/// connections (past them, it is not put in place: a slot map naming thousands of
+/// nodes is no cluster's), and the most it reaches that are asked on the old one.
 const MOST_TRIED: usize = 16;
 
-/// Whether `conn` reaches every primary its cluster names that does not refuse
-/// connections, each step within `timeout`: `Err` says what it lacks. A primary is
-/// named as the cluster's client names it, and reached when it answers `PING` on
-/// `conn`; one `conn` lacks is tried with a connection of its own, and passes when
-/// that is refused.
-pub(super) async fn reaches_every_live_primary(conn: &Conn, timeout: Duration) -> Result<(), String> {
-    let Conn::Cluster(cluster) = conn else {
+/// Whether `conn` may take `old`'s place, each step within `timeout`: it reaches
+/// every primary its cluster names that does not refuse connections, or a primary
+/// `old` does not reach. `Err` says what it lacks. A primary is named as the
+/// cluster's client names it, and reached when it answers `PING`; one `conn` lacks is
+/// tried with a connection of its own, and passes when the network refuses it.
+pub(super) async fn may_replace(conn: &Conn, old: &Conn, timeout: Duration) -> Result<(), String> {
+    let (Conn::Cluster(cluster), Conn::Cluster(old)) = (conn, old) else {
         return Ok(());
     };
     let mut cluster = cluster.clone();
@@ -74,28 +78,64 @@ pub(super) async fn reaches_every_live_primary(conn: &Conn, timeout: Duration) -
     }
     let mut tries = tokio::task::JoinSet::new();
     for primary in lacked {
-        tries.spawn(async move {
-            let refused = match split(&primary) {
-                Some((host, port)) => matches!(
-                    tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await,
-                    Ok(Err(_))
-                ),
-                None => false,
-            };
-            (!refused).then_some(primary)
-        });
+        tries.spawn(async move { (!refused(&primary, timeout).await).then_some(primary) });
     }
     let mut unreached = Vec::new();
     while let Some(tried) = tries.join_next().await {
         // (a try that panicked is a primary not known to refuse)
         unreached.extend(tried.unwrap_or_else(|_| Some("?".to_owned())));
     }
-    unreached.sort();
-    if unreached.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("not connected to {}", unreached.join(", ")))
+    if unreached.is_empty() || reaches_one_more(&answered, old, timeout).await {
+        return Ok(());
     }
+    unreached.sort();
+    Err(format!("not connected to {}", unreached.join(", ")))
+}
+
+/// Whether the network refuses a connection to `address` within `timeout`: at once,
+/// as it would the cluster client's.
+async fn refused(address: &str, timeout: Duration) -> bool {
+    use std::io::ErrorKind::{ConnectionRefused, HostUnreachable, NetworkUnreachable};
+
+    let Some((host, port)) = split(address) else {
+        return false;
+    };
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
+        Ok(Err(err)) => matches!(
+            err.kind(),
+            ConnectionRefused | HostUnreachable | NetworkUnreachable
+        ),
+        _ => false,
+    }
+}
+
+/// Whether a primary in `answered` (by the new connection) does not answer `PING`
+/// on `old` within `timeout`, asking at most [`MOST_TRIED`] of them.
+async fn reaches_one_more(answered: &HashSet<String>, old: &ClusterConnection, timeout: Duration) -> bool {
+    let mut asks = tokio::task::JoinSet::new();
+    for address in answered.iter().take(MOST_TRIED) {
+        let Some((host, port)) = split(address) else {
+            continue;
+        };
+        let to_it = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.to_owned(),
+            port,
+        });
+        let mut old = old.clone();
+        asks.spawn(async move {
+            let ping = old.route_command(redis::cmd("PING"), to_it);
+            matches!(
+                tokio::time::timeout(timeout, ping).await,
+                Ok(Ok(Value::SimpleString(pong))) if pong == "PONG"
+            )
+        });
+    }
+    while let Some(asked) = asks.join_next().await {
+        if !asked.unwrap_or(true) {
+            return true;
+        }
+    }
+    false
 }
 
 /// `host:port` split at its last colon.
