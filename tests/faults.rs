@@ -1388,6 +1388,29 @@ async fn a_silent_cluster_node_is_connected_again_beside_a_hung_one() {
     silent_beside(hang, Duration::from_millis(4_500)).await;
 }
 
+/// A primary's scripts flushed while another primary hangs (`CLIENT PAUSE`: it takes
+/// connections and answers nothing): the calls to the flushed primary load their
+/// scripts there and are decided, each within the command timeout. Loaded as the
+/// cluster's client sends a `SCRIPT LOAD`, to every primary and waiting for each, the
+/// first such call timed out. (A hung replica holds no load either way.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_is_loaded_where_its_call_goes_beside_a_hung_primary() {
+    let cluster = RedisCluster::start(3, 0);
+    let primaries: Vec<u16> = cluster.primaries().into_iter().map(|(port, _)| port).collect();
+    let (flushed, hung) = (primaries[0], primaries[1]);
+    let client = client(&cluster.url()).await;
+    let rules = [rule_on_port(&cluster, flushed, "loaded-beside-hung")];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    cli(&["-p", &hung.to_string(), "client", "pause", "3000", "all"]);
+    cli(&["-p", &flushed.to_string(), "script", "flush"]);
+    let started = Instant::now();
+    for _ in 0..3 {
+        let decision = client.check_rules(&rules).await;
+        assert!(decision.unwrap().allowed, "a call beside a hung primary");
+    }
+    assert!(started.elapsed() < TIMEOUT, "{:?}", started.elapsed());
+}
+
 /// [`silent_for_4_s`] on one primary of three behind a link, a caller on another
 /// calling throughout, once `fault` was done to the third primary (its port) on a
 /// cluster serving the slots it still has; decided again within `back_within`.
@@ -1416,9 +1439,6 @@ async fn silent_beside(fault: impl FnOnce(&mut RedisCluster, u16), back_within: 
     };
     let other_rules = [rule_on_port(&cluster, alive, "beside-other")];
     let client = client(&cluster.url()).await;
-    // (the scripts loaded first: a hung primary holds a `SCRIPT LOAD`, which goes to
-    // every node)
-    assert!(client.check_rules(&other_rules).await.unwrap().allowed);
     fault(&mut cluster, third);
     let back = Arc::new(AtomicBool::new(false));
     let others = another_primary_s_caller(&client, other_rules, &back).await;
