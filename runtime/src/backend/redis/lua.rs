@@ -52,9 +52,10 @@ impl Lua {
     }
 
     /// [`load`](Lua::load)s it where `call` (an `EVALSHA` of it) goes: on a Redis
-    /// Cluster, into its first key's primary only. (The cluster's client sends a
-    /// `SCRIPT LOAD` to every primary it has a connection to, and waits for each: one
-    /// that hangs held every load, and the call, for the command timeout.)
+    /// Cluster, into the primary the slot map names for its first key only. (The
+    /// cluster's client sends a `SCRIPT LOAD` to every node it has a connection to,
+    /// and waits for each: one that hangs held every load, and the call, for the
+    /// command timeout.)
     pub async fn load_for(&self, call: &Cmd, conn: &mut Conn) -> RedisResult<()> {
         let (Conn::Cluster(cluster), Some(key)) = (&mut *conn, first_key(call)) else {
             return self.load(conn).await;
@@ -74,6 +75,19 @@ impl Lua {
             other => format!("{other:?}"),
         };
         self.loaded_as(hash)
+    }
+
+    /// `call`, an `EVALSHA` of it, as an `EVAL` of its source (which caches it where
+    /// it runs).
+    fn eval(&self, call: &Cmd) -> Cmd {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(self.source);
+        for arg in call.args_iter().skip(2) {
+            if let redis::Arg::Simple(arg) = arg {
+                eval.arg(arg);
+            }
+        }
+        eval
     }
 
     /// What a load answered with `hash`.
@@ -152,10 +166,19 @@ impl Invocation<'_> {
 /// [`Invocation`] keeps every key and argument in a vector of its own and copies them
 /// into the command.
 pub(crate) async fn eval_sha<T: FromRedisValue>(lua: &Lua, cmd: &Cmd, conn: &mut Conn) -> RedisResult<T> {
+    let no_script = |err: &RedisError| err.kind() == ErrorKind::Server(ServerErrorKind::NoScript);
     match cmd.query_async(conn).await {
-        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+        Err(err) if no_script(&err) => {
             lua.load_for(cmd, conn).await?;
-            cmd.query_async(conn).await
+            match cmd.query_async(conn).await {
+                // Loaded elsewhere than the call goes: its slot being moved, the call
+                // followed an `ASK`, which a load, having no key, is never answered.
+                // The script is sent whole, where the call goes.
+                Err(err) if no_script(&err) && matches!(conn, Conn::Cluster(_)) => {
+                    lua.eval(cmd).query_async(conn).await
+                }
+                other => other,
+            }
         }
         other => other,
     }
