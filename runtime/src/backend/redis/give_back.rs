@@ -83,7 +83,7 @@ impl RedisBackend {
             for member in members {
                 invocation.arg(&member[..]);
             }
-            invocation.invoke(&mut conn).await
+            invocation.invoke_async(&mut conn).await
         })
         .await
     }
@@ -124,7 +124,7 @@ impl RedisBackend {
                     invocation.arg(&member[..]);
                 }
                 // Sent before the timeout can drop it: the connection writes it in order.
-                let refund = invocation.invoke::<i64>(&mut conn);
+                let refund = invocation.invoke_async::<i64>(&mut conn);
                 // All refunded: done. None: the call may not have run yet (it was
                 // sent on a connection since replaced), so look again later.
                 if let Ok(Ok(refunded)) = tokio::time::timeout(timeout * 4, refund).await {
@@ -162,7 +162,7 @@ impl RedisBackend {
         }
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
         self.run(&keys, |mut conn| async move {
-            invocation.invoke::<u64>(&mut conn).await.map(|_| ())
+            invocation.invoke_async::<u64>(&mut conn).await.map(|_| ())
         })
         .await
     }
@@ -217,7 +217,7 @@ async fn give_back(
     args[layout::limiter::GIVE_BACK_USED] = Arg::Int(used);
     let mut invocation = SCRIPTS.give_back.prepare_invoke();
     invocation.key(&keys.all()[..]).arg(&args[..]);
-    let given = tokio::time::timeout(timeout, invocation.invoke::<u64>(conn)).await;
+    let given = tokio::time::timeout(timeout, invocation.invoke_async::<u64>(conn)).await;
     if !matches!(given, Ok(Ok(_))) {
         tracing::debug!(
             "a batch's unused permits were not given back; they return to the limiter when \

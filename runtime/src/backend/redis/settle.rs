@@ -27,7 +27,7 @@ impl RedisBackend {
             .run(&all, |mut conn| async move {
                 let mut invocation = SCRIPTS.settle.prepare_invoke();
                 invocation.key(&keys[..]).arg(&args[..]);
-                invocation.invoke(&mut conn).await
+                invocation.invoke_async(&mut conn).await
             })
             .await?;
         self.noting_step(

@@ -99,9 +99,8 @@ impl RedisBackend {
                     Err(err) if is_noscript(&err) && !loaded => {
                         // Loaded on the shared connection: the cache is the server's.
                         // Within what is left of the call's command timeout.
-                        let load = self.run(keys, |mut conn| async move {
-                            call.script.load_for(&call.cmd, &mut conn).await
-                        });
+                        let load =
+                            self.run(keys, |mut conn| async move { call.script.load(&mut conn).await });
                         match tokio::time::timeout_at(started + self.timeout, load).await {
                             Ok(loaded) => loaded?,
                             Err(_) => {
