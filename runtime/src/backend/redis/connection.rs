@@ -60,9 +60,9 @@ pub(crate) enum Remake {
     Single(Box<(redis::Client, ConnectionManagerConfig)>),
     /// A new connection to the cluster (its topology read again from the URL's nodes,
     /// each node connected anew), made in the background: the old one serves until
-    /// it is made and reaches every primary, and stays if it cannot be (the URL's
-    /// nodes unreachable: the old one still knows the others). The third field is
-    /// the connect timeout.
+    /// it is made and reaches the primaries it must (see `reach`), and stays if it
+    /// cannot be (the URL's nodes unreachable: the old one still knows the others).
+    /// The third field is the connect timeout.
     Cluster(
         Box<(
             redis::cluster::ClusterClient,

@@ -816,11 +816,11 @@ impl Drop for Done {
 
 /// A new cluster connection by `remake` put in `slot` once connected and every
 /// primary that does not refuse connections answers on it, or one the old one does
-/// not reach (each step within `timeout`: see [`reach`]), or the old one kept. It is given the time its client
-/// takes to give up on a node (for the URL's nodes, then the others, a connect
-/// timeout and a command timeout for the `PING` that checks each, and a command
-/// timeout for the slot map), so that a silent node's connection is found missing,
-/// not timed out.
+/// not reach (each step within `timeout`: see [`reach`]), or the old one kept. It is
+/// given the time its client takes to give up on a node (for the URL's nodes, then
+/// the others, a connect timeout and a command timeout for the `PING` that checks
+/// each, and a command timeout for the slot map), so that a silent node's
+/// connection is found missing, not timed out.
 async fn remake_cluster(
     remake: Arc<Remake>,
     slot: Arc<RwLock<Conn>>,
