@@ -12,7 +12,7 @@ use actix_web::HttpMessage;
 use http::request::Parts;
 
 use crate::client_ip::ReadBy;
-use crate::tower::{Incoming, NoValue, Value};
+use crate::tower::{Incoming, Line, NoValue, Value};
 use crate::{ClientIp, TrustedProxies};
 
 /// A path parameter missing where the middleware is: what to change.
@@ -41,9 +41,9 @@ impl<'a> ActixRequest<'a> {
 impl Incoming for ActixRequest<'_> {
     const NO_PEER: &'static str = NO_PEER;
 
-    fn lines(&self, name: &http::HeaderName) -> impl DoubleEndedIterator<Item = &[u8]> {
+    fn lines(&self, name: &http::HeaderName) -> impl DoubleEndedIterator<Item = Line<'_>> {
         let lines = self.request.headers().get_all(name.as_str());
-        lines.map(|value| value.as_bytes())
+        lines.map(|value| Line::new(value.as_bytes(), value.to_str().ok()))
     }
 
     fn peer(&self) -> Option<SocketAddr> {

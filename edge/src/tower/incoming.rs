@@ -21,7 +21,7 @@ pub(crate) trait Incoming {
     const NO_PEER: &'static str;
 
     /// Every line of header `name` as received, in order (`get_all`).
-    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = &[u8]>;
+    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = Line<'_>>;
 
     /// The address that connected.
     fn peer(&self) -> Option<SocketAddr>;
@@ -45,6 +45,40 @@ pub(crate) trait Incoming {
     fn head(&self) -> &Parts;
 }
 
+/// A header line as received: its bytes, and the same as text when the header's own
+/// check finds them visible ASCII (the usual value), so that the usual value is not
+/// checked as UTF-8 again.
+#[derive(Clone, Copy)]
+pub(crate) struct Line<'a> {
+    pub(crate) bytes: &'a [u8],
+    ascii: Option<&'a str>,
+}
+
+impl<'a> Line<'a> {
+    /// The line of `value`, an `http` 1 header's.
+    #[inline]
+    pub(crate) fn of(value: &'a http::HeaderValue) -> Self {
+        Line {
+            bytes: value.as_bytes(),
+            ascii: value.to_str().ok(),
+        }
+    }
+
+    /// The line from its bytes and their text when visible ASCII (a server's own
+    /// header type's check).
+    #[cfg(feature = "actix")]
+    #[inline]
+    pub(crate) fn new(bytes: &'a [u8], ascii: Option<&'a str>) -> Self {
+        Line { bytes, ascii }
+    }
+
+    /// The line as text, when it is UTF-8.
+    #[inline]
+    pub(crate) fn text(self) -> Option<&'a str> {
+        self.ascii.or_else(|| std::str::from_utf8(self.bytes).ok())
+    }
+}
+
 /// A tower request's head, and its path parameters read beforehand (an extractor's
 /// future in axum).
 pub(super) struct TowerRequest<'a> {
@@ -56,12 +90,8 @@ pub(super) struct TowerRequest<'a> {
 impl Incoming for TowerRequest<'_> {
     const NO_PEER: &'static str = NO_PEER;
 
-    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = &[u8]> {
-        self.parts
-            .headers
-            .get_all(name)
-            .iter()
-            .map(|value| value.as_bytes())
+    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = Line<'_>> {
+        self.parts.headers.get_all(name).iter().map(Line::of)
     }
 
     fn peer(&self) -> Option<SocketAddr> {
@@ -100,12 +130,8 @@ pub(super) struct WholeRequest<'a, B>(pub(super) &'a mut http::Request<B>);
 impl<B> Incoming for WholeRequest<'_, B> {
     const NO_PEER: &'static str = NO_PEER;
 
-    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = &[u8]> {
-        self.0
-            .headers()
-            .get_all(name)
-            .iter()
-            .map(|value| value.as_bytes())
+    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = Line<'_>> {
+        self.0.headers().get_all(name).iter().map(Line::of)
     }
 
     fn peer(&self) -> Option<SocketAddr> {

@@ -70,7 +70,7 @@ pub use config::LayerConfig;
 #[cfg(feature = "actix")]
 pub(crate) use fields::Fields;
 #[cfg(feature = "actix")]
-pub(crate) use incoming::Incoming;
+pub(crate) use incoming::{Incoming, Line};
 #[cfg(feature = "actix")]
 pub(crate) use per_request::Keys;
 #[cfg(feature = "actix")]

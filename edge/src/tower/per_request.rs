@@ -388,7 +388,8 @@ impl Extract {
             Extract::Header(name) => request
                 .lines(name)
                 .next()
-                .filter(|bytes| std::str::from_utf8(bytes).is_err()),
+                .filter(|line| line.text().is_none())
+                .map(|line| line.bytes),
             _ => None,
         }
     }
@@ -413,9 +414,9 @@ impl Extract {
                 }
                 Ok(Some(
                     first
-                        .map(|value| match std::str::from_utf8(value) {
-                            Ok(text) => Cow::Borrowed(text),
-                            Err(_) => String::from_utf8_lossy(value),
+                        .map(|line| match line.text() {
+                            Some(text) => Cow::Borrowed(text),
+                            None => String::from_utf8_lossy(line.bytes),
                         })
                         .unwrap_or_default(),
                 ))

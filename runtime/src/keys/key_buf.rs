@@ -130,6 +130,18 @@ const ESCAPED: [bool; 256] = {
 /// byte finds them: the value, a header's on every request, is usually all run.)
 #[inline]
 fn escape_into(out: &mut String, s: &str) {
+    // The usual value holds none: copied at once.
+    if !s.bytes().any(|byte| ESCAPED[usize::from(byte)]) {
+        out.push_str(s);
+        return;
+    }
+    escape_runs(out, s);
+}
+
+/// [`escape_into`] for a value holding a byte to encode.
+#[cold]
+#[inline(never)]
+fn escape_runs(out: &mut String, s: &str) {
     let mut run = 0;
     for (i, &byte) in s.as_bytes().iter().enumerate() {
         if !ESCAPED[usize::from(byte)] {
