@@ -1388,6 +1388,97 @@ async fn a_silent_cluster_node_is_connected_again_beside_a_hung_one() {
     silent_beside(hang, Duration::from_millis(4_500)).await;
 }
 
+/// A primary's scripts flushed while another primary hangs (`CLIENT PAUSE`: it takes
+/// connections and answers nothing), seen by a client that has made no call yet. Its
+/// first call to the flushed primary loads the script into every node, which the hung
+/// one holds for the command timeout, and has the client's slot map read; from then
+/// on a load goes to the call's slot's primary only. Within 2 s the calls are decided
+/// again, and with the scripts flushed once more each of three is decided at once.
+/// Loaded into every node, no call was decided while the primary hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_is_loaded_where_its_call_goes_beside_a_hung_primary() {
+    let cluster = RedisCluster::start(3, 0);
+    let primaries: Vec<u16> = cluster.primaries().into_iter().map(|(port, _)| port).collect();
+    let (flushed, hung) = (primaries[0], primaries[1]);
+    let rules = [rule_on_port(&cluster, flushed, "loaded-beside-hung")];
+    // (the scripts loaded, and the limiter made, by another client)
+    let loader = client(&cluster.url()).await;
+    assert!(loader.check_rules(&rules).await.unwrap().allowed);
+    let client = client(&cluster.url()).await;
+    cli(&["-p", &hung.to_string(), "client", "pause", "6000", "all"]);
+    cli(&["-p", &flushed.to_string(), "script", "flush"]);
+    let started = Instant::now();
+    let mut failed = 0;
+    while client.check_rules(&rules).await.is_err() {
+        failed += 1;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "no call decided within 2 s beside a hung primary ({failed} failed)"
+        );
+    }
+    cli(&["-p", &flushed.to_string(), "script", "flush"]);
+    for _ in 0..3 {
+        let call = Instant::now();
+        let decision = client.check_rules(&rules).await;
+        assert!(
+            decision.unwrap().allowed,
+            "a call beside a hung primary, its slot map read"
+        );
+        assert!(call.elapsed() < TIMEOUT, "{:?}", call.elapsed());
+    }
+}
+
+/// A limiter's slot being moved, its keys already moved, to a primary whose scripts
+/// were flushed: each call follows an `ASK` to the new primary and is answered
+/// `NOSCRIPT` there, where a load into the slot's primary, which the client's slot map
+/// names, is never sent. The script is run whole there, and five calls are decided.
+/// Without that, every call answered `NOSCRIPT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_missing_where_a_moved_slot_s_calls_go_is_run_there() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = client(&cluster.url()).await;
+    let primaries = cluster.primaries();
+    let (from, from_id) = primaries[0].clone();
+    let (to, to_id) = primaries[1].clone();
+    let rules = [rule_on_port(&cluster, from, "moved-unloaded")];
+    let name = rules[0].name().to_owned();
+    // (the scripts nowhere yet: this call's load goes to every node and has the
+    // client's slot map read, so that the loads below go to the slot's primary)
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cli(&["-p", &to.to_string(), "script", "flush"]);
+    let slot = hash_slot(name.as_bytes()).to_string();
+    being_moved(&slot, (from, &from_id), (to, &to_id));
+    let keys = cli(&["-p", &from.to_string(), "cluster", "getkeysinslot", &slot, "100"]);
+    let (from, to) = (from.to_string(), to.to_string());
+    let mut migrate = vec!["-p", &from, "migrate", "127.0.0.1", &to, "", "0", "5000", "KEYS"];
+    migrate.extend(keys.lines().filter(|key| !key.is_empty()));
+    assert_eq!(cli(&migrate).trim(), "OK");
+    // The caller's own keys made on the new primary too: a call naming a key the slot's
+    // old primary lacks while it moves is answered `TRYAGAIN`.
+    let id = client.client_id().to_owned();
+    let mut node = redis::Client::open(format!("redis://127.0.0.1:{to}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut made = redis::pipe();
+    made.cmd("ASKING")
+        .cmd("SET")
+        .arg(format!("{{{name}}}:value:{id}"))
+        .arg(1_000_000)
+        .cmd("ASKING")
+        .cmd("ZADD")
+        .arg(format!("{{{name}}}:permits:{id}"))
+        .arg(1)
+        .arg("made-by-the-test");
+    let _: () = made.query_async(&mut node).await.unwrap();
+    for _ in 0..5 {
+        let decision = client.check_rules(&rules).await;
+        assert!(decision.unwrap().allowed, "a call to a slot being moved");
+    }
+}
+
 /// [`silent_for_4_s`] on one primary of three behind a link, a caller on another
 /// calling throughout, once `fault` was done to the third primary (its port) on a
 /// cluster serving the slots it still has; decided again within `back_within`.
@@ -1416,8 +1507,8 @@ async fn silent_beside(fault: impl FnOnce(&mut RedisCluster, u16), back_within: 
     };
     let other_rules = [rule_on_port(&cluster, alive, "beside-other")];
     let client = client(&cluster.url()).await;
-    // (the scripts loaded first: a hung primary holds a `SCRIPT LOAD`, which goes to
-    // every node)
+    // (the scripts loaded first: until the client's slot map is read, a load goes to
+    // every node, and a hung primary holds it)
     assert!(client.check_rules(&other_rules).await.unwrap().allowed);
     fault(&mut cluster, third);
     let back = Arc::new(AtomicBool::new(false));

@@ -73,7 +73,7 @@ impl RedisBackend {
         }
         let reply: Result<redis::Value, Error> = self
             .send(failed_before, &pace, &keys, |mut conn| async move {
-                eval_sha(script, &cmd, &mut conn).await
+                eval_sha(script, &cmd, &mut conn, self.slot_map()).await
             })
             .await;
         cancelled.disarm();

@@ -7,6 +7,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::connection::Conn;
+use super::nodes::SlotMap;
 use super::{layout, Arg, RedisBackend, SCRIPTS};
 use crate::backend::RuleCall;
 use crate::keys::Keys;
@@ -77,13 +78,14 @@ impl RedisBackend {
     ) -> Result<i64, Error> {
         let keys = refund_keys(calls);
         let all: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
+        let slots = self.slot_map();
         self.run(&all, |mut conn| async move {
             let mut invocation = SCRIPTS.refund.prepare_invoke();
             invocation.key(&keys[..]);
             for member in members {
                 invocation.arg(&member[..]);
             }
-            invocation.invoke_async(&mut conn).await
+            invocation.invoke(&mut conn, slots).await
         })
         .await
     }
@@ -106,7 +108,9 @@ impl RedisBackend {
             true => self.nodes.pace(&calls.iter().map(|c| c.keys).collect::<Vec<_>>()),
         };
         let (slot, silent) = (Arc::clone(&self.conn), Arc::clone(&self.silent));
+        let nodes = self.cluster.then(|| Arc::clone(&self.nodes));
         runtime.spawn(async move {
+            let slots = nodes.as_ref().map(|nodes| SlotMap { nodes, timeout });
             for attempt in 0..REFUND_ATTEMPTS {
                 let conn = first.take();
                 // Not sent while the connecting is paused (it would try a connection
@@ -124,7 +128,7 @@ impl RedisBackend {
                     invocation.arg(&member[..]);
                 }
                 // Sent before the timeout can drop it: the connection writes it in order.
-                let refund = invocation.invoke_async::<i64>(&mut conn);
+                let refund = invocation.invoke::<i64>(&mut conn, slots);
                 // All refunded: done. None: the call may not have run yet (it was
                 // sent on a connection since replaced), so look again later.
                 if let Ok(Ok(refunded)) = tokio::time::timeout(timeout * 4, refund).await {
@@ -161,8 +165,9 @@ impl RedisBackend {
             return Ok(());
         }
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
+        let slots = self.slot_map();
         self.run(&keys, |mut conn| async move {
-            invocation.invoke_async::<u64>(&mut conn).await.map(|_| ())
+            invocation.invoke::<u64>(&mut conn, slots).await.map(|_| ())
         })
         .await
     }
@@ -185,21 +190,31 @@ impl RedisBackend {
             return;
         };
         let (slot, timeout) = (Arc::clone(&self.conn), self.timeout);
+        let nodes = self.cluster.then(|| Arc::clone(&self.nodes));
         runtime.spawn(async move {
+            let slots = nodes.as_ref().map(|nodes| SlotMap { nodes, timeout });
             // (never closed: the backend owns it)
             let Ok(_turn) = queued.0.turns.acquire().await else {
                 return;
             };
             // The connection at the time: one made again meanwhile, the old let go.
             let mut conn = slot.read().unwrap_or_else(PoisonError::into_inner).clone();
-            give_back(&mut conn, timeout, &keys, member, used).await;
+            give_back(&mut conn, slots, timeout, &keys, member, used).await;
         });
     }
 
     /// [`spawn_give_back`](RedisBackend::spawn_give_back) on the caller's path: done (or
     /// failed, within the command timeout) when it returns.
     pub(crate) async fn give_back(&self, keys: &LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
-        give_back(&mut self.conn(), self.timeout, keys, member, used).await;
+        give_back(
+            &mut self.conn(),
+            self.slot_map(),
+            self.timeout,
+            keys,
+            member,
+            used,
+        )
+        .await;
     }
 }
 
@@ -207,6 +222,7 @@ impl RedisBackend {
 /// level only (the permits return when they leave the window).
 async fn give_back(
     conn: &mut Conn,
+    slots: Option<SlotMap<'_>>,
     timeout: Duration,
     keys: &LimiterKeys,
     member: [u8; member::MEMBER_LEN],
@@ -217,7 +233,7 @@ async fn give_back(
     args[layout::limiter::GIVE_BACK_USED] = Arg::Int(used);
     let mut invocation = SCRIPTS.give_back.prepare_invoke();
     invocation.key(&keys.all()[..]).arg(&args[..]);
-    let given = tokio::time::timeout(timeout, invocation.invoke_async::<u64>(conn)).await;
+    let given = tokio::time::timeout(timeout, invocation.invoke::<u64>(conn, slots)).await;
     if !matches!(given, Ok(Ok(_))) {
         tracing::debug!(
             "a batch's unused permits were not given back; they return to the limiter when \

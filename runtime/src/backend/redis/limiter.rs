@@ -18,7 +18,7 @@ impl RedisBackend {
                 let mut invocation = SCRIPTS.try_set_rate.prepare_invoke();
                 let args = &config_args(config)[..layout::config::TRY_SET_RATE.args.len()];
                 invocation.key(&keys.all()[..]).arg(args);
-                invocation.invoke_async(&mut conn).await
+                invocation.invoke(&mut conn, self.slot_map()).await
             })
             .await?;
         Ok(written == 1)
@@ -40,7 +40,7 @@ impl RedisBackend {
             .run(&[keys.borrowed()], |mut conn| async move {
                 let mut invocation = SCRIPTS.configure.prepare_invoke();
                 invocation.key(&keys.all()[..]).arg(&args[..]);
-                invocation.invoke_async(&mut conn).await
+                invocation.invoke(&mut conn, self.slot_map()).await
             })
             .await?;
         Ok(written == 1)
@@ -53,7 +53,7 @@ impl RedisBackend {
             args[layout::limiter::RELEASE_PERMITS] = Arg::Int(permits);
             args[layout::limiter::RELEASE_NOW] = self.now_arg(now);
             invocation.key(&keys.all()[..]).arg(&args[..]);
-            invocation.invoke_async::<i64>(&mut conn).await
+            invocation.invoke::<i64>(&mut conn, self.slot_map()).await
         })
         .await?;
         Ok(())
@@ -100,7 +100,7 @@ impl RedisBackend {
         self.run(&[keys.borrowed()], |mut conn| async move {
             let mut invocation = SCRIPTS.keep_alive.prepare_invoke();
             invocation.key(&keys.all()[..]).arg(keep_ms);
-            invocation.invoke_async::<i64>(&mut conn).await
+            invocation.invoke::<i64>(&mut conn, self.slot_map()).await
         })
         .await?;
         Ok(())
@@ -111,7 +111,7 @@ impl RedisBackend {
             .run(&[keys.borrowed()], |mut conn| async move {
                 let mut invocation = SCRIPTS.expire.prepare_invoke();
                 invocation.key(&keys.all()[..]).arg(ttl_ms);
-                invocation.invoke_async(&mut conn).await
+                invocation.invoke(&mut conn, self.slot_map()).await
             })
             .await?;
         Ok(set == 1)

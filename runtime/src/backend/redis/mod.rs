@@ -246,6 +246,14 @@ impl RedisBackend {
         current(&self.conn)
     }
 
+    /// The slot map a script load reads on a cluster (see `lua::Lua::load_for`).
+    fn slot_map(&self) -> Option<nodes::SlotMap<'_>> {
+        self.cluster.then_some(nodes::SlotMap {
+            nodes: &self.nodes,
+            timeout: self.timeout,
+        })
+    }
+
     /// A reply did not fit the command it answered ([`Error::UnexpectedReply`]): the
     /// connection may be out of step, each command handed another's reply, and stays
     /// so however long it lives. It is made again.

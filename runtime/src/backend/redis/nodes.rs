@@ -99,6 +99,29 @@ pub(super) struct Nodes {
     next_read: Mutex<Option<Instant>>,
 }
 
+/// A cluster's slot map as a script load reads it (see `lua::Lua::load_for`): whether
+/// it names a primary for a slot, and, when it does not, the map read soon on a
+/// connection, within `timeout`.
+#[derive(Clone, Copy)]
+pub(super) struct SlotMap<'a> {
+    pub(super) nodes: &'a Arc<Nodes>,
+    pub(super) timeout: Duration,
+}
+
+impl SlotMap<'_> {
+    /// Whether the map names a primary for `slot`: if not, it is read soon on `conn`.
+    pub(super) fn names(self, slot: u16, conn: &Conn) -> bool {
+        let named = {
+            let map = self.nodes.map.read().unwrap_or_else(PoisonError::into_inner);
+            map.slots.get(usize::from(slot)).is_some_and(|&node| node != NONE)
+        };
+        if !named {
+            self.nodes.read_soon(conn.clone(), self.timeout);
+        }
+        named
+    }
+}
+
 /// Each slot's primary, as an index into `paces`, and a pace for the rest.
 #[derive(Default)]
 struct Map {

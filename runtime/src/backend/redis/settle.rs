@@ -27,7 +27,7 @@ impl RedisBackend {
             .run(&all, |mut conn| async move {
                 let mut invocation = SCRIPTS.settle.prepare_invoke();
                 invocation.key(&keys[..]).arg(&args[..]);
-                invocation.invoke_async(&mut conn).await
+                invocation.invoke(&mut conn, self.slot_map()).await
             })
             .await?;
         self.noting_step(

@@ -87,7 +87,10 @@ impl RedisBackend {
         on: &PaceOf<'_>,
     ) -> Result<(Ticket, Value), Error> {
         let deadline = started + waits.replicas().timeout;
-        let mut loaded = false;
+        // Loads so far: the first where the call goes, the second (the call, its slot
+        // being moved, followed an `ASK` to a node the first did not reach) to every
+        // node.
+        let mut loads = 0;
         loop {
             let tag = call.number % crate::backend::redis::replies::CHECK;
             let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), tag, deadline);
@@ -96,11 +99,13 @@ impl RedisBackend {
             let failed = match heard {
                 Heard::Reply(value) => match value.extract_error() {
                     Ok(value) => return Ok((ticket, value)),
-                    Err(err) if is_noscript(&err) && !loaded => {
+                    Err(err) if is_noscript(&err) && loads < 2 => {
                         // Loaded on the shared connection: the cache is the server's.
                         // Within what is left of the call's command timeout.
-                        let load =
-                            self.run(keys, |mut conn| async move { call.script.load(&mut conn).await });
+                        let slots = self.slot_map().filter(|_| loads == 0);
+                        let load = self.run(keys, |mut conn| async move {
+                            call.script.load_for(&call.cmd, &mut conn, slots).await
+                        });
                         match tokio::time::timeout_at(started + self.timeout, load).await {
                             Ok(loaded) => loaded?,
                             Err(_) => {
@@ -110,7 +115,7 @@ impl RedisBackend {
                                 })
                             }
                         }
-                        loaded = true;
+                        loads += 1;
                         continue;
                     }
                     // It ran, and failed: nothing to give back.
