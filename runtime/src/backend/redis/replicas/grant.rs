@@ -87,10 +87,7 @@ impl RedisBackend {
         on: &PaceOf<'_>,
     ) -> Result<(Ticket, Value), Error> {
         let deadline = started + waits.replicas().timeout;
-        // Loads so far: the first where the call goes, the second (the call, its slot
-        // being moved, followed an `ASK` to a node the first did not reach) to every
-        // node.
-        let mut loads = 0;
+        let mut loaded = false;
         loop {
             let tag = call.number % crate::backend::redis::replies::CHECK;
             let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), tag, deadline);
@@ -99,13 +96,11 @@ impl RedisBackend {
             let failed = match heard {
                 Heard::Reply(value) => match value.extract_error() {
                     Ok(value) => return Ok((ticket, value)),
-                    Err(err) if is_noscript(&err) && loads < 2 => {
+                    Err(err) if is_noscript(&err) && !loaded => {
                         // Loaded on the shared connection: the cache is the server's.
                         // Within what is left of the call's command timeout.
-                        let slots = self.slot_map().filter(|_| loads == 0);
-                        let load = self.run(keys, |mut conn| async move {
-                            call.script.load_for(&call.cmd, &mut conn, slots).await
-                        });
+                        let load =
+                            self.run(keys, |mut conn| async move { call.script.load(&mut conn).await });
                         match tokio::time::timeout_at(started + self.timeout, load).await {
                             Ok(loaded) => loaded?,
                             Err(_) => {
@@ -115,7 +110,7 @@ impl RedisBackend {
                                 })
                             }
                         }
-                        loads += 1;
+                        loaded = true;
                         continue;
                     }
                     // It ran, and failed: nothing to give back.
