@@ -259,3 +259,33 @@ async fn the_attribute_logs_the_cause_without_the_password() {
     );
     assert!(!logged.contains(SECRET), "{logged}");
 }
+
+/// A cluster's one node replaced, at its address, by a single server (no cluster, no
+/// scripts) after the client read the slot map: every call is refused, saying the
+/// server is no cluster node. (A script load routed by the map gone stale loaded into
+/// the single server, and it served the client as a cluster node.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_replaced_by_a_single_server_is_named_the_wrong_kind() {
+    let port = support::cluster::free_node_port();
+    let mut cluster = support::cluster::RedisCluster::one_node(port, port);
+    let client = Client::builder()
+        .command_timeout(Duration::from_millis(500))
+        .connect(&format!("redis+cluster://127.0.0.1:{port}/"))
+        .await
+        .unwrap();
+    // (the scripts nowhere yet: this call's load has the client's slot map read)
+    assert!(client.check_rules(&rule()).await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.kill(port);
+    let _single = RedisServer::start_on(port);
+    for call in 0..6 {
+        let err = client
+            .check_rules(&rule())
+            .await
+            .expect_err("a call to a single server");
+        assert!(
+            err.to_string().contains("not a cluster node"),
+            "call {call}: {err}"
+        );
+    }
+}

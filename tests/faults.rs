@@ -1391,8 +1391,8 @@ async fn a_silent_cluster_node_is_connected_again_beside_a_hung_one() {
 /// A primary's scripts flushed while another primary hangs (`CLIENT PAUSE`: it takes
 /// connections and answers nothing), seen by a client that has made no call yet. Its
 /// first call to the flushed primary loads the script into every node, which the hung
-/// one holds for the command timeout, and has the client's slot map read; from then
-/// on a load goes to the call's slot's primary only. Within 2 s the calls are decided
+/// one holds for the command timeout, and has the client's slot map read from the
+/// flushed primary; from then on a load goes to the call's slot's primary only. Within 2 s the calls are decided
 /// again, and with the scripts flushed once more each of three is decided at once.
 /// Loaded into every node, no call was decided while the primary hung.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,7 +58,8 @@ impl Lua {
     /// only; anywhere else as the connection sends a `SCRIPT LOAD` (a cluster's
     /// client, to every node, waiting for each: one that hangs holds every load, and
     /// the call, for the command timeout). A slot the map does not name has the map
-    /// read soon, for the next load.
+    /// read soon, for the next load. The primary is asked first whether it is a
+    /// cluster node (`CLUSTER MYID`), one round trip more on a script missing only.
     ///
     /// (Loaded into the slot's primary before the client's map named it, a call with
     /// a cluster URL to a single server was served: the cluster's client sends a
@@ -74,16 +75,23 @@ impl Lua {
         let (Conn::Cluster(cluster), Some(slot), true) = (&mut *conn, slot, named) else {
             return self.load(conn).await;
         };
-        let primary = Route::new(slot, SlotAddr::Master);
+        let primary = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+            slot,
+            SlotAddr::Master,
+        )));
+        // A node that is no cluster's (a single server put in its place since the map
+        // was read) is not loaded into: loaded into every node, the load fails, and
+        // the client says the server is no cluster node.
+        let id = cluster
+            .route_command(redis::cmd("CLUSTER").arg("MYID").clone(), primary.clone())
+            .await;
+        if !matches!(id, Ok(Value::BulkString(_) | Value::SimpleString(_))) {
+            return self.load(conn).await;
+        }
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(self.source);
-        let hash = match cluster
-            .route_command(
-                load,
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(primary)),
-            )
-            .await?
-        {
+        // (a routed command's error reply comes as a value)
+        let hash = match cluster.route_command(load, primary).await?.extract_error()? {
             Value::BulkString(hash) => String::from_utf8_lossy(&hash).into_owned(),
             Value::SimpleString(hash) => hash,
             other => format!("{other:?}"),

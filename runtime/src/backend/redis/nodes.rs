@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::Value;
 
 use super::connection::Conn;
@@ -109,14 +110,15 @@ pub(super) struct SlotMap<'a> {
 }
 
 impl SlotMap<'_> {
-    /// Whether the map names a primary for `slot`: if not, it is read soon on `conn`.
+    /// Whether the map names a primary for `slot`: if not, it is read soon on `conn`,
+    /// from that slot's primary (the one whose call asks).
     pub(super) fn names(self, slot: u16, conn: &Conn) -> bool {
         let named = {
             let map = self.nodes.map.read().unwrap_or_else(PoisonError::into_inner);
             map.slots.get(usize::from(slot)).is_some_and(|&node| node != NONE)
         };
         if !named {
-            self.nodes.read_soon(conn.clone(), self.timeout);
+            self.nodes.read_soon_at(conn.clone(), self.timeout, Some(slot));
         }
         named
     }
@@ -229,6 +231,13 @@ impl Nodes {
     /// [`READ_EVERY`] (or, before a map was first read, when the last read failed
     /// other than by a busy node's reply), and none is being read, under `timeout`.
     pub(super) fn read_soon(self: &Arc<Self>, conn: Conn, timeout: Duration) {
+        self.read_soon_at(conn, timeout, None);
+    }
+
+    /// [`read_soon`](Nodes::read_soon), asking the primary the cluster's client routes
+    /// `slot` to when one is given (one that just answered a call), rather than a node
+    /// of the client's choosing, which may be one that answers nothing.
+    pub(super) fn read_soon_at(self: &Arc<Self>, conn: Conn, timeout: Duration, slot: Option<u16>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -254,8 +263,7 @@ impl Nodes {
             let mut tries = 0;
             let read = loop {
                 tries += 1;
-                let mut slots = redis::cmd("CLUSTER");
-                let read = slots.arg("SLOTS").query_async::<Value>(&mut conn);
+                let read = read_slots(&mut conn, slot);
                 match tokio::time::timeout(timeout, read).await {
                     Ok(Err(err)) if busy(&err) && tries < READ_TRIES => {
                         tokio::time::sleep(READ_AGAIN).await;
@@ -316,6 +324,21 @@ impl Nodes {
             paces,
             rest: Arc::clone(&map.rest),
         });
+    }
+}
+
+/// `CLUSTER SLOTS`, sent to the primary of `slot` when one is given (a routed
+/// command's error reply comes as a value), else where the connection sends it.
+async fn read_slots(conn: &mut Conn, slot: Option<u16>) -> redis::RedisResult<Value> {
+    let mut read = redis::cmd("CLUSTER");
+    read.arg("SLOTS");
+    match (conn, slot) {
+        (Conn::Cluster(cluster), Some(slot)) => {
+            let primary = Route::new(slot, SlotAddr::Master);
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(primary));
+            cluster.route_command(read, routing).await?.extract_error()
+        }
+        (conn, _) => read.query_async(conn).await,
     }
 }
 
