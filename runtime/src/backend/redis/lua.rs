@@ -6,11 +6,10 @@
 //! fit: the script is not called again on the strength of it.
 
 use redis::aio::ConnectionLike;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, ToRedisArgs, Value};
 
 use super::connection::Conn;
-use super::nodes::SlotMap;
+use super::nodes::{primary_of, SlotMap};
 use crate::keys::hash_slot;
 
 /// A script's source and SHA1.
@@ -75,10 +74,7 @@ impl Lua {
         let (Conn::Cluster(cluster), Some(slot), true) = (&mut *conn, slot, named) else {
             return self.load(conn).await;
         };
-        let primary = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-            slot,
-            SlotAddr::Master,
-        )));
+        let primary = primary_of(slot);
         // A node that is no cluster's (a single server put in its place since the map
         // was read) is not loaded into: loaded into every node, the load fails, and
         // the client says the server is no cluster node.

@@ -327,17 +327,24 @@ impl Nodes {
     }
 }
 
+/// A command's route to the primary the cluster's client routes `slot` to.
+pub(super) fn primary_of(slot: u16) -> RoutingInfo {
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+        slot,
+        SlotAddr::Master,
+    )))
+}
+
 /// `CLUSTER SLOTS`, sent to the primary of `slot` when one is given (a routed
 /// command's error reply comes as a value), else where the connection sends it.
 async fn read_slots(conn: &mut Conn, slot: Option<u16>) -> redis::RedisResult<Value> {
     let mut read = redis::cmd("CLUSTER");
     read.arg("SLOTS");
     match (conn, slot) {
-        (Conn::Cluster(cluster), Some(slot)) => {
-            let primary = Route::new(slot, SlotAddr::Master);
-            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(primary));
-            cluster.route_command(read, routing).await?.extract_error()
-        }
+        (Conn::Cluster(cluster), Some(slot)) => cluster
+            .route_command(read, primary_of(slot))
+            .await?
+            .extract_error(),
         (conn, _) => read.query_async(conn).await,
     }
 }
