@@ -98,6 +98,8 @@ pub(super) struct Nodes {
     reading: Arc<AtomicBool>,
     /// When the map may be asked for again.
     next_read: Mutex<Option<Instant>>,
+    /// When a script load last asked for the map (see [`SlotMap::names`]).
+    load_asked: Mutex<Option<Instant>>,
 }
 
 /// A cluster's slot map as a script load reads it (see `lua::Lua::load_for`): whether
@@ -111,13 +113,15 @@ pub(super) struct SlotMap<'a> {
 
 impl SlotMap<'_> {
     /// Whether the map names a primary for `slot`: if not, it is read soon on `conn`,
-    /// from that slot's primary (the one whose call asks).
+    /// from that slot's primary (the one whose call asks), at most once a
+    /// [`READ_EVERY`] for the loads. (Asked at each load, a stream of calls answered
+    /// `NOSCRIPT` by a node whose map could not be read sent a read a round trip.)
     pub(super) fn names(self, slot: u16, conn: &Conn) -> bool {
         let named = {
             let map = self.nodes.map.read().unwrap_or_else(PoisonError::into_inner);
             map.slots.get(usize::from(slot)).is_some_and(|&node| node != NONE)
         };
-        if !named {
+        if !named && self.nodes.load_may_ask(Instant::now()) {
             self.nodes.read_soon_at(conn.clone(), self.timeout, Some(slot));
         }
         named
@@ -224,6 +228,17 @@ impl Nodes {
         map.rest.pausing()
             || map.paces.iter().any(|(_, pace)| pace.pausing())
             || redirected.values().any(|redirected| redirected.pace.pausing())
+    }
+
+    /// Whether a script load may ask for the map at `now`: not within a
+    /// [`READ_EVERY`] of the last that did.
+    fn load_may_ask(&self, now: Instant) -> bool {
+        let mut asked = self.load_asked.lock().unwrap_or_else(PoisonError::into_inner);
+        let may = asked.is_none_or(|at| now.saturating_duration_since(at) >= READ_EVERY);
+        if may {
+            *asked = Some(now);
+        }
+        may
     }
 
     /// A node could not be reached, or a command timed out: the map is read again in
@@ -534,5 +549,17 @@ mod tests {
             nodes.map.read().unwrap().slots.is_empty(),
             "no map: one pace for all"
         );
+    }
+
+    /// Script loads ask for the map at most once a `READ_EVERY`.
+    #[test]
+    fn loads_ask_for_the_map_once_a_second() {
+        let nodes = Nodes::default();
+        let start = Instant::now();
+        assert!(nodes.load_may_ask(start));
+        assert!(!nodes.load_may_ask(start));
+        assert!(!nodes.load_may_ask(start + READ_EVERY - Duration::from_millis(1)));
+        assert!(nodes.load_may_ask(start + READ_EVERY));
+        assert!(!nodes.load_may_ask(start + READ_EVERY));
     }
 }
