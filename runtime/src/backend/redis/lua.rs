@@ -60,11 +60,11 @@ impl Lua {
     /// read soon, for the next load. The primary is asked first whether it is a
     /// cluster node (`CLUSTER MYID`), one round trip more on a script missing only.
     ///
-    /// (Loaded into the slot's primary before the client's map named it, a call with
-    /// a cluster URL to a single server was served: the cluster's client sends a
-    /// routed command to a connection of its choosing while it has no slot map, where
-    /// the load to every node fails and the client says the server is no cluster
-    /// node. The client's map is read only from a cluster that answers it.)
+    /// (Not before the client's map names the slot: while the cluster's client has no
+    /// slot map it sends a routed command to a connection of its choosing, so a
+    /// cluster URL on a single server would be served, where the load to every node
+    /// fails and the client says the server is no cluster node. The client's map is
+    /// read only from a cluster that answers it.)
     pub async fn load_for(&self, call: &Cmd, conn: &mut Conn, slots: Option<SlotMap<'_>>) -> RedisResult<()> {
         let slot = first_key(call).map(hash_slot);
         let named = match (slots, slot) {
