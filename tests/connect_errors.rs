@@ -289,3 +289,38 @@ async fn a_cluster_node_replaced_by_a_single_server_is_named_the_wrong_kind() {
         );
     }
 }
+
+/// A lazy client with a cluster URL on a single server whose script cache holds the
+/// scripts already (another client's calls loaded them): no call of it fails on its
+/// own, yet within a second its calls are refused, saying the server is no cluster
+/// node, as a client connecting now is. (Before, it was served for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_cluster_client_on_a_single_server_holding_the_scripts_says_so() {
+    let server = RedisServer::start();
+    let url = format!("redis+cluster://127.0.0.1:{}/", server.port);
+    let other = Client::connect(&server.url()).await.unwrap();
+    assert!(other.check_rules(&rule()).await.unwrap().allowed);
+    let lazy = Client::builder().connect_lazy(&url).unwrap();
+    let started = Instant::now();
+    let mut served = 0;
+    loop {
+        match lazy.check_rules(&rule()).await {
+            Ok(_) => served += 1,
+            Err(err) => {
+                assert!(err.to_string().contains("not a cluster node"), "{err}");
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "served {served} calls in 1 s, none refused"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for call in 0..5 {
+        let err = lazy.check_rules(&rule()).await.expect_err("a call once refused");
+        assert!(err.to_string().contains("not a cluster node"), "call {call}: {err}");
+        assert!(err.is_backend_failure() && !err.is_transient(), "{err:?}");
+    }
+    println!("{served} calls served before the first refusal");
+}

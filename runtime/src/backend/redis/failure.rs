@@ -112,12 +112,10 @@ fn failed_to_connect(err: &RedisError, target: &Target) -> Option<Error> {
             ),
         });
     }
-    if text.contains("cluster support disabled") {
+    if no_cluster(&text) {
         return Some(Error::WrongServer {
             target: shown(),
-            detail: "the server is a single Redis, not a cluster node (it answered that cluster \
-                     support is disabled); use redis://host:port/ for it"
-                .to_owned(),
+            detail: NOT_A_CLUSTER_NODE.to_owned(),
         });
     }
     if matches!(
@@ -144,6 +142,16 @@ fn is_tls(text: &str) -> bool {
     ["tls", "ssl", "certificate", "handshake", "alert"]
         .iter()
         .any(|word| lower.contains(word))
+}
+
+/// What a client with a cluster URL says of a server that is no cluster node.
+pub(super) const NOT_A_CLUSTER_NODE: &str = "the server is a single Redis, not a cluster node (it answered \
+                                             that cluster support is disabled); use redis://host:port/ \
+                                             for it";
+
+/// Whether an error's text is a single server's answer to a cluster command.
+pub(super) fn no_cluster(text: &str) -> bool {
+    text.contains("cluster support disabled")
 }
 
 #[cfg(test)]

@@ -194,8 +194,9 @@ impl RedisBackend {
         connected: bool,
         owner: Owner,
     ) -> Self {
+        let cluster = matches!(conn, Conn::Cluster(_));
         RedisBackend {
-            cluster: matches!(conn, Conn::Cluster(_)),
+            cluster,
             conn: Arc::new(RwLock::new(conn)),
             remake: None,
             remade_at: Mutex::new(None),
@@ -213,7 +214,7 @@ impl RedisBackend {
             reconnects: Arc::default(),
             nodes: Arc::default(),
             // An eager connect read the version already.
-            health: std::sync::Arc::new(Health::new(connected)),
+            health: std::sync::Arc::new(Health::new(connected, cluster)),
             runtime: tokio::runtime::Handle::try_current().ok(),
             remaking: Arc::new(AtomicBool::new(false)),
             waits: None,

@@ -1,11 +1,12 @@
 //! What the server is: its name and version (refused when older than the scripts
 //! need), and whether its eviction policy can remove limiter keys.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
 
+use super::failure::{no_cluster, NOT_A_CLUSTER_NODE};
 use crate::Error;
 
 /// The oldest Redis the scripts are run against in CI (6.2.14 there).
@@ -303,10 +304,20 @@ pub(crate) struct Health {
     evicting: AtomicBool,
     /// Whether the version was read (eager connect reads it before the client exists).
     version_known: AtomicBool,
-    /// A lazily connected client's server turned out older than supported.
-    refused: AtomicBool,
+    /// Why every call is refused: [`SERVES`], or a lazily connected client's server
+    /// found older than supported ([`TOO_OLD`], for good) or, for a cluster URL, no
+    /// cluster node ([`NO_CLUSTER`], until a check finds one).
+    refused: AtomicU8,
     found: std::sync::OnceLock<String>,
+    /// Whether a check asks the server if it is a cluster node: a client that
+    /// connected to a cluster lazily (one connected now was found one, or refused).
+    checks_cluster: bool,
 }
+
+/// [`Health::refused`]'s states.
+const SERVES: u8 = 0;
+const TOO_OLD: u8 = 1;
+const NO_CLUSTER: u8 = 2;
 
 /// How often the policy is read again.
 pub(crate) const CHECK_EVERY_MS: u64 = 60_000;
@@ -315,9 +326,13 @@ pub(crate) const CHECK_EVERY_MS: u64 = 60_000;
 pub const CONNECTION_NAME: &str = "redlimit";
 
 impl Health {
-    pub(crate) fn new(version_known: bool) -> Health {
-        let health = Health::default();
-        health.version_known.store(version_known, Ordering::Relaxed);
+    /// `connected`: connected now, not lazily; `cluster`: to a Redis Cluster.
+    pub(crate) fn new(connected: bool, cluster: bool) -> Health {
+        let health = Health {
+            checks_cluster: cluster && !connected,
+            ..Health::default()
+        };
+        health.version_known.store(connected, Ordering::Relaxed);
         health
     }
 
@@ -344,16 +359,21 @@ impl Health {
         true
     }
 
-    /// The error every call answers once the server was found older than supported.
+    /// The error every call answers once the server was found older than supported,
+    /// or, for a cluster URL, no cluster node.
     #[inline]
     pub(crate) fn refusal(&self, target: &str) -> Option<Error> {
-        if !self.refused.load(Ordering::Relaxed) {
-            return None;
+        match self.refused.load(Ordering::Relaxed) {
+            SERVES => None,
+            NO_CLUSTER => Some(Error::WrongServer {
+                target: target.to_owned(),
+                detail: NOT_A_CLUSTER_NODE.to_owned(),
+            }),
+            _ => Some(Error::UnsupportedServer {
+                target: target.to_owned(),
+                found: self.found.get().cloned().unwrap_or_default(),
+            }),
         }
-        Some(Error::UnsupportedServer {
-            target: target.to_owned(),
-            found: self.found.get().cloned().unwrap_or_default(),
-        })
     }
 
     /// Notes a policy read: logs one warning when it newly can evict, and sets the
@@ -399,13 +419,36 @@ impl Health {
                     let found = problem.found().unwrap_or_default();
                     tracing::error!("Redis at `{target}` is {found}, and redlimit needs {}", needed());
                     let _ = self.found.set(found);
-                    self.refused.store(true, Ordering::Relaxed);
+                    self.refused.store(TOO_OLD, Ordering::Relaxed);
                     self.version_known.store(true, Ordering::Relaxed);
                 }
             }
         }
+        if self.checks_cluster {
+            self.check_cluster(conn).await;
+        }
         if let Ok(Some(eviction)) = read_eviction(conn).await {
             self.record_eviction(&eviction, target);
+        }
+    }
+
+    /// Whether the server is a cluster node: a lazy client's cluster connection to a
+    /// single server serves the calls whose scripts the server holds (its slot map
+    /// empty, it sends each where it can), so no call of it need fail to say so.
+    async fn check_cluster(&self, conn: &mut impl ConnectionLike) {
+        let id: Result<Value, RedisError> = redis::cmd("CLUSTER").arg("MYID").query_async(conn).await;
+        let (from, to) = match id {
+            Err(err) if no_cluster(&err.to_string()) => (SERVES, NO_CLUSTER),
+            Ok(Value::BulkString(_) | Value::SimpleString(_)) => (NO_CLUSTER, SERVES),
+            _ => return,
+        };
+        if self
+            .refused
+            .compare_exchange(from, to, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            && to == NO_CLUSTER
+        {
+            tracing::error!("{NOT_A_CLUSTER_NODE}");
         }
     }
 
