@@ -292,35 +292,57 @@ async fn a_cluster_node_replaced_by_a_single_server_is_named_the_wrong_kind() {
 
 /// A lazy client with a cluster URL on a single server whose script cache holds the
 /// scripts already (another client's calls loaded them): no call of it fails on its
-/// own, yet within a second its calls are refused, saying the server is no cluster
-/// node, as a client connecting now is. (Before, it was served for good.)
+/// own, yet soon its calls are refused, saying the server is no cluster node, as a
+/// client connecting now is; also behind a link that delays each way by 5 ms, and
+/// with the server frozen (SIGSTOP) for 1.2 s at the first call. (Before, it was
+/// served for good; asked only after the connection's name was set, never behind
+/// the link; asked again only a minute later, frozen at the first.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lazy_cluster_client_on_a_single_server_holding_the_scripts_says_so() {
     let server = RedisServer::start();
-    let url = format!("redis+cluster://127.0.0.1:{}/", server.port);
     let other = Client::connect(&server.url()).await.unwrap();
     assert!(other.check_rules(&rule()).await.unwrap().allowed);
+
+    let url = format!("redis+cluster://127.0.0.1:{}/", server.port);
+    refused_within(&url, Duration::from_secs(1), "at rest").await;
+
+    let link = support::link::DelayedLink::start(server.port, Duration::from_millis(5)).await;
+    let behind = format!("redis+cluster://127.0.0.1:{}/", link.port);
+    refused_within(&behind, Duration::from_secs(3), "behind a slow link").await;
+
     let lazy = Client::builder().connect_lazy(&url).unwrap();
+    server.pause();
+    let _ = lazy.check_rules(&rule()).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    server.resume();
+    refused_within_on(&lazy, Duration::from_secs(3), "frozen at its first call").await;
+}
+
+/// A lazy client of `url` refused as no cluster node within `within`, then each
+/// of five calls after.
+async fn refused_within(url: &str, within: Duration, case: &str) {
+    let lazy = Client::builder().connect_lazy(url).unwrap();
+    refused_within_on(&lazy, within, case).await;
+}
+
+async fn refused_within_on(lazy: &Client, within: Duration, case: &str) {
     let started = Instant::now();
     let mut served = 0;
     loop {
         match lazy.check_rules(&rule()).await {
-            Ok(_) => served += 1,
-            Err(err) => {
-                assert!(err.to_string().contains("not a cluster node"), "{err}");
-                break;
-            }
+            Err(err) if err.to_string().contains("not a cluster node") => break,
+            _ => served += 1,
         }
         assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "served {served} calls in 1 s, none refused"
+            started.elapsed() < within,
+            "{case}: {served} calls in {within:?}, none refused as no cluster node"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    println!("{case}: refused after {:?}, {served} calls before", started.elapsed());
     for call in 0..5 {
         let err = lazy.check_rules(&rule()).await.expect_err("a call once refused");
-        assert!(err.to_string().contains("not a cluster node"), "call {call}: {err}");
+        assert!(err.to_string().contains("not a cluster node"), "{case}, call {call}: {err}");
         assert!(err.is_backend_failure() && !err.is_transient(), "{err:?}");
     }
-    println!("{served} calls served before the first refusal");
 }

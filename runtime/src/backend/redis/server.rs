@@ -312,7 +312,20 @@ pub(crate) struct Health {
     /// Whether a check asks the server if it is a cluster node: a client that
     /// connected to a cluster lazily (one connected now was found one, or refused).
     checks_cluster: bool,
+    /// Checks whose question found no answer (a silence, a busy server, the command
+    /// refused), each followed by another a [`ASK_AGAIN_MS`] later, up to
+    /// [`ASK_AGAIN`] of them.
+    unanswered: AtomicU8,
+    /// Client-clock ms at which the last check began.
+    began: AtomicU64,
 }
+
+/// How soon a check is made again after one whose question found no answer.
+const ASK_AGAIN_MS: u64 = 1_000;
+
+/// How many checks in a row whose question found no answer are each followed by
+/// another soon; then the check waits its [`CHECK_EVERY_MS`] again.
+const ASK_AGAIN: u8 = 30;
 
 /// [`Health::refused`]'s states.
 const SERVES: u8 = 0;
@@ -356,6 +369,7 @@ impl Health {
         }
         self.next_check
             .store(now.saturating_add(CHECK_EVERY_MS), Ordering::Relaxed);
+        self.began.store(now, Ordering::Relaxed);
         true
     }
 
@@ -403,6 +417,12 @@ impl Health {
     /// connection that cannot be made ends the check (each command after would try
     /// one of its own).
     pub(crate) async fn check(&self, conn: &mut impl ConnectionLike, target: &str) {
+        // First: a lazy cluster connection to a single server answers this at once,
+        // where the commands below, sent to every node, find none (and time out
+        // behind a few milliseconds of network).
+        if self.checks_cluster {
+            self.check_cluster(conn).await;
+        }
         let named: Result<(), RedisError> = redis::cmd("CLIENT")
             .arg("SETNAME")
             .arg(CONNECTION_NAME)
@@ -424,9 +444,6 @@ impl Health {
                 }
             }
         }
-        if self.checks_cluster {
-            self.check_cluster(conn).await;
-        }
         if let Ok(Some(eviction)) = read_eviction(conn).await {
             self.record_eviction(&eviction, target);
         }
@@ -440,8 +457,21 @@ impl Health {
         let (from, to) = match id {
             Err(err) if no_cluster(&err.to_string()) => (SERVES, NO_CLUSTER),
             Ok(Value::BulkString(_) | Value::SimpleString(_)) => (NO_CLUSTER, SERVES),
-            _ => return,
+            // No answer: asked again soon, a few times, so that a server silent or
+            // busy at the first check is not served for a minute.
+            _ => {
+                // (one check at a time: no other writes it meanwhile)
+                let unanswered = self.unanswered.load(Ordering::Relaxed);
+                if unanswered < ASK_AGAIN {
+                    self.unanswered.store(unanswered + 1, Ordering::Relaxed);
+                    let began = self.began.load(Ordering::Relaxed);
+                    self.next_check
+                        .store(began.saturating_add(ASK_AGAIN_MS), Ordering::Relaxed);
+                }
+                return;
+            }
         };
+        self.unanswered.store(0, Ordering::Relaxed);
         if self
             .refused
             .compare_exchange(from, to, Ordering::Relaxed, Ordering::Relaxed)
