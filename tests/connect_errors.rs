@@ -339,10 +339,16 @@ async fn refused_within_on(lazy: &Client, within: Duration, case: &str) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    println!("{case}: refused after {:?}, {served} calls before", started.elapsed());
+    println!(
+        "{case}: refused after {:?}, {served} calls before",
+        started.elapsed()
+    );
     for call in 0..5 {
         let err = lazy.check_rules(&rule()).await.expect_err("a call once refused");
-        assert!(err.to_string().contains("not a cluster node"), "{case}, call {call}: {err}");
+        assert!(
+            err.to_string().contains("not a cluster node"),
+            "{case}, call {call}: {err}"
+        );
         assert!(err.is_backend_failure() && !err.is_transient(), "{err:?}");
     }
 }
