@@ -1428,6 +1428,31 @@ async fn a_script_is_loaded_where_its_call_goes_beside_a_hung_primary() {
     }
 }
 
+/// A load into the slot's primary answered with an error (`SCRIPT` denied to the
+/// client's user on that primary, its scripts flushed, the client's slot map read):
+/// the call fails with the server's refusal, `NoPermission`, not as a reply that does
+/// not fit (which would have the connection made again as out of step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_into_a_slot_s_primary_answered_with_an_error_is_that_error() {
+    let cluster = RedisCluster::start(3, 0);
+    let primary = cluster.primaries()[0].0;
+    let client = client(&cluster.url()).await;
+    let rules = [rule_on_port(&cluster, primary, "load-refused")];
+    // (the scripts nowhere yet: this call's load goes to every node and has the
+    // client's slot map read)
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let port = primary.to_string();
+    // (`SCRIPT` whole denied: Redis 6.2's ACLs take no subcommand away)
+    cli(&["-p", &port, "script", "flush"]);
+    assert_eq!(
+        cli(&["-p", &port, "acl", "setuser", "default", "-script"]).trim(),
+        "OK"
+    );
+    let err = client.check_rules(&rules).await.expect_err("a load refused");
+    assert!(matches!(err, redlimit::Error::NoPermission { .. }), "{err:?}");
+}
+
 /// A limiter's slot being moved, its keys already moved, to a primary whose scripts
 /// were flushed: each call follows an `ASK` to the new primary and is answered
 /// `NOSCRIPT` there, where a load into the slot's primary, which the client's slot map
