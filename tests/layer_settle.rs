@@ -521,6 +521,33 @@ async fn a_frozen_server_delays_the_head_by_the_command_timeout_at_most() {
     settles_to(&client, "tok-h:ann", 990).await;
 }
 
+/// A client gone while the settle before the head waits on Redis (the server frozen,
+/// the settle's script to be loaded again once it wakes): the settle, sent from a task
+/// of its own, still lands, where it was dropped with the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_while_the_settle_waits_leaves_it_to_land_on_redis() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let addr = server_with(&client).await;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = "GET /slow HTTP/1.1\r\nhost: x\r\nx-user: ann\r\nx-cost: 10\r\nx-report: 400\r\n\r\n";
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // Reserved; the handler answers 300 ms after it began.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    server.pause();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.resume();
+    // 400 used of 10 reserved: 600 left, not the 990 the estimate left.
+    settles_to(&client, "tok-h:ann", 600).await;
+}
+
 async fn server_with(client: &Client) -> SocketAddr {
     server(client, &Seen::default()).await
 }

@@ -7,7 +7,11 @@
 #[path = "settle_attribute/common.rs"]
 mod common;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use common::{left, reported, ApiError};
@@ -15,6 +19,26 @@ use redlimit::{rate_limit, Client, ManualClock};
 use redlimit_test_support::{monitor::Monitor, RedisServer};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
+
+/// A call polled until its body has returned (`common::RETURNED`), then dropped
+/// after that poll if it is still waiting: its caller gone.
+struct GoneAsItReturns<F>(Option<F>);
+
+impl<F: Future + Unpin> Future for GoneAsItReturns<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let call = self.0.as_mut().expect("polled after it answered");
+        match Pin::new(call).poll(cx) {
+            Poll::Ready(answer) => Poll::Ready(Some(answer)),
+            Poll::Pending if common::RETURNED.load(Ordering::SeqCst) => {
+                self.0 = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
 
 /// Run by [`outage`]'s body, once: what happens to Redis while the call runs.
 type Hook = Box<dyn FnOnce() + Send>;
@@ -77,6 +101,29 @@ async fn costs_known_after_the_call_on_redis() {
     server.resume();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(left(&client, "outage:2").await, 40, "60 counted, once");
+
+    // The caller gone in the poll in which the body returned (a client that hung up,
+    // a `select!` branch taken): the settle, sent from a task of its own, still lands.
+    for user in 30..40 {
+        common::RETURNED.store(false, Ordering::SeqCst);
+        let call = std::pin::pin!(common::complete(user, 10, 900));
+        let answered = GoneAsItReturns(Some(call)).await;
+        assert!(
+            answered.is_none(),
+            "the call waited on its settle after the body returned"
+        );
+    }
+    for user in 30..40 {
+        let name = format!("llm:tokens:user:{user}");
+        let charged = async {
+            while left(&client, &name).await != 9_100 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let waited = tokio::time::timeout(Duration::from_secs(2), charged).await;
+        let now = left(&client, &name).await;
+        assert!(waited.is_ok(), "user {user}: 900 used of 10 reserved, {now} left");
+    }
 
     // Redis gone: `local` reserves on the in-process limiter, and settles there.
     Arc::into_inner(server).unwrap().stop();

@@ -72,21 +72,31 @@ impl Pending {
             debug_assert!(false, "{} amounts for {} rules", actual.len(), engine.rules.len());
             return None;
         }
+        // Every settle started before any is awaited: a caller gone while one is
+        // answered leaves none unsent.
+        let started: Vec<_> = self
+            .held
+            .into_iter()
+            .map(|held| {
+                let held_left: Vec<(usize, u64, (u64, Duration))> = held
+                    .reservation
+                    .left()
+                    .map(|(first, n, rate, window)| (held.index[first], n, (rate, window)))
+                    .collect();
+                let amounts: Vec<u64> = held.settled.iter().map(|&i| actual[i]).collect();
+                let settling = (!amounts.is_empty()).then(|| held.reservation.start_settle(amounts));
+                (held.index, held.shadow, held_left, settling)
+            })
+            .collect();
         let mut left: Vec<(usize, u64, (u64, Duration))> = Vec::new();
         let mut known = true;
-        for held in self.held {
-            let enforced = !held.shadow;
-            let mut held_left: Vec<(usize, u64, (u64, Duration))> = held
-                .reservation
-                .left()
-                .map(|(first, n, rate, window)| (held.index[first], n, (rate, window)))
-                .collect();
-            let amounts: Vec<u64> = held.settled.iter().map(|&i| actual[i]).collect();
-            if !amounts.is_empty() {
-                match held.reservation.settle_each(&amounts).await {
+        for (index, shadow, mut held_left, settling) in started {
+            let enforced = !shadow;
+            if let Some(settling) = settling {
+                match settling.await {
                     Ok(settled) => {
                         for rule in settled.rules {
-                            let i = held.index[rule.rule];
+                            let i = index[rule.rule];
                             if let Some(entry) = held_left.iter_mut().find(|e| e.0 == i) {
                                 entry.1 = rule.remaining;
                             }

@@ -16,6 +16,9 @@
 mod retry;
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::backend::{Members, RuleOutcome, SettleCall};
@@ -260,6 +263,10 @@ impl Reservation {
     /// the background until it lands or its grants have left their windows (an
     /// abandoned settle is counted in `redlimit_settle_abandoned_total`): it is never
     /// dropped silently, and a settle sent twice counts once.
+    ///
+    /// The settle is under way once this is first polled: in Redis it is sent from a
+    /// task of its own, so a caller that goes away before the answer (a client
+    /// disconnected, a `select!` branch taken, a timeout) leaves it to land.
     pub async fn settle(self, actual: u64) -> Result<Settled, Error> {
         let count = self.grants.iter().filter(|g| g.settled.is_some()).count();
         self.settle_each(&vec![actual; count]).await
@@ -267,8 +274,32 @@ impl Reservation {
 
     /// Settles each settled rule with its own amount: `actual` holds one per settled
     /// rule, in the order of the rules (refused as misuse, settling nothing,
-    /// otherwise).
+    /// otherwise). Under way once first polled, as [`settle`](Reservation::settle) is.
     pub async fn settle_each(self, actual: &[u64]) -> Result<Settled, Error> {
+        self.start_settle(actual.to_vec()).await
+    }
+
+    /// Starts the settle with `actual` (as [`settle_each`](Reservation::settle_each)
+    /// takes it), before anything is awaited: in Redis, on a task of its own, which
+    /// runs to the end (sending it again in the background when the server does not
+    /// take it) even once the returned future is dropped; in process (or outside a
+    /// Tokio runtime), here and now as far as it goes without waiting.
+    pub(crate) fn start_settle(self, actual: Vec<u64>) -> Settling {
+        if self.client.backend().in_process().is_none() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                return Settling::Sent(runtime.spawn(async move { self.settle_here(&actual).await }));
+            }
+        }
+        let mut here = Box::pin(async move { self.settle_here(&actual).await });
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match here.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(settled) => Settling::Done(Some(settled)),
+            std::task::Poll::Pending => Settling::Here(here),
+        }
+    }
+
+    /// The settle itself, where it is polled: see [`start_settle`](Reservation::start_settle).
+    async fn settle_here(self, actual: &[u64]) -> Result<Settled, Error> {
         let settled: Vec<&Grant> = self.grants.iter().filter(|g| g.settled.is_some()).collect();
         if actual.len() != settled.len() {
             let name = settled.first().map_or("", |g| g.keys.config()).to_owned();
@@ -364,6 +395,37 @@ impl Reservation {
         let longest = self.grants.iter().map(|g| g.config.interval).max();
         let longest = longest.unwrap_or(Duration::ZERO).as_millis() as u64;
         (self.decision.at_ms + longest).max(self.client.now_ms() + longest)
+    }
+}
+
+/// A settle under way ([`Reservation::start_settle`]): awaited for its answer, and
+/// left to finish on its own when dropped.
+pub(crate) enum Settling {
+    /// Answered where it was started.
+    Done(Option<Result<Settled, Error>>),
+    /// Polled where it is awaited (outside a Tokio runtime, where no task can carry
+    /// it; in process it never waits).
+    Here(Pin<Box<dyn Future<Output = Result<Settled, Error>> + Send>>),
+    /// Sent from a task of its own.
+    Sent(tokio::task::JoinHandle<Result<Settled, Error>>),
+}
+
+impl Future for Settling {
+    type Output = Result<Settled, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut *self {
+            Settling::Done(settled) => Poll::Ready(settled.take().expect("a settle is answered once")),
+            Settling::Here(here) => here.as_mut().poll(cx),
+            Settling::Sent(task) => Pin::new(task).poll(cx).map(|joined| match joined {
+                Ok(settled) => settled,
+                // A panic is the caller's, as it was when the settle ran in its task.
+                Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+                Err(_) => Err(Error::Backend {
+                    detail: "the runtime shut down before the settle was answered".to_owned(),
+                }),
+            }),
+        }
     }
 }
 
