@@ -263,3 +263,48 @@ async fn attack_odd_path_parameters_reach_no_other_value_s_limiter() {
         }
     }
 }
+
+/// One path parameter spelled many ways (the router leaves `%2B`, `%2F` and `%25`
+/// encoded, in the case sent, where the handler's `web::Path` decodes them): every
+/// spelling is the value the handler reads, and shares its limiter, on both backends.
+#[tokio::test]
+async fn attack_spellings_of_a_path_parameter_share_its_limiter() {
+    let server = RedisServer::start();
+    let redis = Client::connect(&server.url()).await.unwrap();
+    let spellings: [(&str, &[&str]); 3] = [
+        ("a+b", &["a+b", "a%2Bb", "a%2bb", "%61%2bb", "%61+b"]),
+        ("x/y", &["x%2Fy", "x%2fy", "%78%2Fy"]),
+        ("p%q", &["p%25q", "%70%25q"]),
+    ];
+    for client in [Client::memory(), redis] {
+        let layer = RateLimitLayer::builder()
+            .client(client)
+            .rule(LayerRule::new("user", 2, MINUTE).key(Key::path_param("id")))
+            .build()
+            .unwrap();
+        let addr = serve_actix!(move || App::new().service(
+            web::resource("/users/{id}")
+                .wrap(layer.clone())
+                .route(web::get().to(|id: web::Path<String>| async move { id.into_inner() }))
+        ));
+        for (value, paths) in spellings {
+            let mut granted = 0;
+            for _ in 0..2 {
+                for path in paths {
+                    let reply = send(addr, "GET", &format!("/users/{path}"), &[]).await;
+                    assert!(matches!(reply.status, 200 | 429), "{path}: {reply:?}");
+                    if reply.status == 200 {
+                        assert_eq!(reply.body, value, "the handler's value for {path}");
+                        granted += 1;
+                    }
+                }
+            }
+            assert_eq!(
+                granted,
+                2,
+                "{value}: {} requests, spelled {paths:?}",
+                2 * paths.len()
+            );
+        }
+    }
+}

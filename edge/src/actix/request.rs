@@ -4,8 +4,12 @@
 //! from application data. Closures (`Key::with`, costs) see a copy of the head as
 //! `http` 1's, made when one asks for it.
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::LazyLock;
+
+use actix_router::Quoter;
 
 use actix_web::dev::ServiceRequest;
 use actix_web::HttpMessage;
@@ -56,7 +60,7 @@ impl Incoming for ActixRequest<'_> {
 
     fn path_param(&self, name: &str) -> Value<'_> {
         match self.request.match_info().get(name) {
-            Some(value) => Ok(Some(value.into())),
+            Some(value) => Ok(Some(decoded(value))),
             None => Err(NoValue::Misconfigured(NO_PARAM)),
         }
     }
@@ -75,6 +79,18 @@ impl Incoming for ActixRequest<'_> {
 
     fn head(&self) -> &Parts {
         self.head.get_or_init(|| head(self.request))
+    }
+}
+
+/// A path parameter as the handler's `web::Path` reads it: the router decodes a path
+/// but for `%25`, `%2F` and `%2B`, kept in the case the client sent them, so that one
+/// value has many spellings (`a+b`, `a%2Bb`, `a%2bb`); each is decoded, and bytes
+/// that are not UTF-8 are replaced, as `web::Path` does.
+fn decoded(value: &str) -> Cow<'_, str> {
+    static FULL: LazyLock<Quoter> = LazyLock::new(|| Quoter::new(b"", b""));
+    match FULL.requote(value.as_bytes()) {
+        Some(bytes) => Cow::Owned(String::from_utf8_lossy(&bytes).into_owned()),
+        None => Cow::Borrowed(value),
     }
 }
 
