@@ -46,6 +46,14 @@ async fn tenant_route(t: &str, route: &str) -> Result<(), RateLimited> {
     Ok(())
 }
 
+/// A rule whose value follows a name with a hash tag, used alone in this process: the
+/// other rule of its shape (`{{plan:{p}}}`) stands for another service's.
+#[rate_limit(key = "{{plan:{p}}}:{what}", rate = 5, interval = "60s")]
+async fn plan_feature(p: &str, what: &str) -> Result<(), RateLimited> {
+    let _ = (p, what);
+    Ok(())
+}
+
 /// A rule of 1 a minute that lets calls through when Redis is down.
 #[rate_limit(key = "state:{id}", rate = 1, interval = "60s", on_error = "allow")]
 async fn allow_on_outage(id: u32) -> Result<(), RateLimited> {
@@ -174,6 +182,35 @@ async fn a_value_reaches_neither_another_rules_limiters_nor_the_librarys_keys() 
         .unwrap();
     assert_eq!(kind, "string", "the value key is still the first rule's");
 
+    // The same with the other rule in another process (here Redisson's API by hand,
+    // which no registry of this one knows): a value that is a word of the key layout
+    // is written encoded, so it names a limiter of its own, not the other's keys.
+    for what in ["value", "permits", "bucket", "settled"] {
+        plan_feature("gold", what).await.unwrap();
+    }
+    let other = client.rate_limiter("rate_limit:{plan:gold}");
+    assert!(other
+        .try_set_rate(redlimit::RateType::Overall, 3, Duration::from_secs(60))
+        .await
+        .unwrap());
+    let mut granted = 0;
+    for _ in 0..5 {
+        granted += u32::from(other.try_acquire(1).await.unwrap());
+    }
+    assert_eq!(granted, 3, "the other limiter's 3 a minute, on keys of its own");
+    let kind: String = redis::cmd("TYPE")
+        .arg("rate_limit:{plan:gold}:value")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(kind, "string", "the other limiter's value key is its own");
+    let kind: String = redis::cmd("TYPE")
+        .arg("rate_limit:{plan:gold}:%76alue")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash", "the value `value` names a limiter of its own");
+
     // State another program wrote under a rule's keys: `allow` decides in process, it
     // does not switch the limit off.
     let _: () = redis::cmd("HSET")
@@ -231,5 +268,61 @@ async fn two_closures_are_two_shapes() {
     for path in ["/users", "/tenants", "/users"] {
         let reply = support::http::send(addr, "GET", path, &[("x-user", "acme"), ("x-tenant", "acme")]).await;
         assert_eq!(reply.status, 500, "{path}: {}", reply.body);
+    }
+}
+
+/// A rule keyed by a header or a path parameter named `ip` (or `request.client_ip`)
+/// beside a rule of the same name keyed by the client address: a value the caller
+/// chooses is not the address the layer read, so the two are of different shapes and
+/// refuse, and the caller spends nothing of the address's limiter.
+#[tokio::test]
+async fn a_header_or_path_parameter_named_ip_is_not_the_client_address() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let minute = Duration::from_secs(60);
+    for (name, key, path, headers) in [
+        ("login1", Key::path_param("ip"), "/lookup/127.0.0.1", vec![]),
+        (
+            "login2",
+            Key::header("ip"),
+            "/lookup/x",
+            vec![("ip", "127.0.0.1")],
+        ),
+        (
+            "login3",
+            Key::header("request.client_ip"),
+            "/lookup/x",
+            vec![("request.client_ip", "127.0.0.1")],
+        ),
+    ] {
+        let login = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new(name, 2, minute).key(Key::client_ip()))
+            .build()
+            .unwrap();
+        let lookup = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(LayerRule::new(name, 100, minute).key(key))
+            .build()
+            .unwrap();
+        let app = axum::Router::new()
+            .route("/login", axum::routing::get(|| async { "in" }).layer(login))
+            .route(
+                "/lookup/{ip}",
+                axum::routing::get(|| async { "found" }).layer(lookup),
+            );
+        let addr = support::http::serve(app).await;
+        let victim = format!("{{rate_limit:{name}:127.0.0.1}}:permits");
+        assert_eq!(support::http::send(addr, "GET", "/login", &[]).await.status, 200);
+        for _ in 0..5 {
+            let reply = support::http::send(addr, "GET", path, &headers).await;
+            assert_eq!(reply.status, 500, "{name} {path}: {}", reply.body);
+        }
+        assert_eq!(
+            zcard(&mut raw, &victim).await,
+            1,
+            "{name}: the victim's one login"
+        );
     }
 }

@@ -84,14 +84,17 @@ impl Key {
 
     /// The key's value in the attribute's template syntax, named after its source
     /// (`ip` for [`Key::client_ip`], as an attribute keyed by a `ClientIp` parameter
-    /// named `ip` writes it); `None` for [`Key::global`], whose limiter has no value.
+    /// named `ip` writes it; `header x-user` and `path id`, which no client address
+    /// and no parameter of a function is named, so that a value a caller chooses is
+    /// never counted as the address the layer read); `None` for [`Key::global`],
+    /// whose limiter has no value.
     pub(super) fn template_value(&self) -> Option<String> {
         Some(match &self.0 {
             KeyKind::Global => return None,
             KeyKind::ClientIp => "ip".to_owned(),
-            KeyKind::Header(header) => header.to_ascii_lowercase(),
+            KeyKind::Header(header) => format!("header {}", header.to_ascii_lowercase()),
             #[cfg(any(feature = "axum", feature = "actix"))]
-            KeyKind::PathParam(param) => param.clone(),
+            KeyKind::PathParam(param) => format!("path {param}"),
             // each closure is a type of its own: two closures are two shapes (a value one
             // computes never reaches the limiters of another's), one closure built twice one
             KeyKind::With(_, closure) => {

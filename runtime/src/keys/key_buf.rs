@@ -11,6 +11,10 @@ use sha2::{Digest, Sha256};
 pub const MAX_VALUE_LEN: usize = 128;
 /// How much of a digested value is kept, in bytes, before its digest.
 const DIGEST_PREFIX_LEN: usize = 64;
+/// The words the key layout writes after a limiter's name: `NAME:value`,
+/// `NAME:permits`, `NAME:bucket` (each also followed by a client's id) and
+/// `NAME:settled:ID`, with `{NAME}` in place of `NAME` when it has no hash tag.
+const LAYOUT_WORDS: [&str; 4] = ["value", "permits", "bucket", "settled"];
 
 /// A key under construction: template text as written, argument values escaped.
 #[derive(Debug)]
@@ -42,8 +46,12 @@ impl KeyBuf {
     /// string is written `%00` (it could empty a hash tag), and a value longer than
     /// [`MAX_VALUE_LEN`] once escaped is cut to its first 64 bytes followed by `%#` and
     /// 32 hex digits of its SHA-256, so keys stay small whatever the caller sends.
-    /// Escaped values never contain `%00` or `%#`, so these forms cannot collide
-    /// with a value written out.
+    /// A value that is one of the words the key layout writes after a limiter's name
+    /// (`value`, `permits`, `bucket`, `settled`) has its first letter percent-encoded
+    /// (`%76alue`): after a name with a hash tag, whose keys are `NAME:value` and so
+    /// on, it would otherwise name another limiter's key, whichever process holds
+    /// that limiter. Escaped values never contain `%00`, `%#` or a lower-case letter
+    /// percent-encoded, so these forms cannot collide with a value written out.
     pub fn value<T: Display + ?Sized>(&mut self, value: &T) {
         let start = self.0.len();
         let _ = write!(Escaper(&mut self.0), "{value}");
@@ -82,7 +90,18 @@ impl KeyBuf {
             self.0.push_str("%00");
         } else if written > MAX_VALUE_LEN {
             self.digest_from(start);
+        } else if (5..=7).contains(&written) && LAYOUT_WORDS.contains(&&self.0[start..]) {
+            self.encode_first(start);
         }
+    }
+
+    /// The value written from `start`, a word of the layout, with its first letter
+    /// percent-encoded.
+    #[cold]
+    #[inline(never)]
+    fn encode_first(&mut self, start: usize) {
+        let first = self.0.as_bytes()[start];
+        self.0.replace_range(start..start + 1, &format!("%{first:02X}"));
     }
 
     /// The long value written from `start` cut to its first bytes and its digest.
@@ -193,6 +212,33 @@ mod tests {
         assert_eq!(key(&[&"", &"x"]), "%00:x");
     }
 
+    /// A value that is a word of the key layout never ends a name as that word: after
+    /// a name with a hash tag it would be another limiter's key.
+    #[test]
+    fn layout_words_are_written_encoded() {
+        assert_eq!(key(&[&"{t:acme}", &"value"]), "%7Bt%3Aacme%7D:%76alue");
+        for (word, written) in [
+            ("value", "%76alue"),
+            ("permits", "%70ermits"),
+            ("bucket", "%62ucket"),
+            ("settled", "%73ettled"),
+        ] {
+            assert_eq!(key(&[&word]), written);
+            let mut bytes = KeyBuf::new();
+            bytes.value_bytes(word.as_bytes());
+            assert_eq!(bytes.finish(), written);
+            let mut text = KeyBuf::new();
+            text.value_str(word);
+            assert_eq!(text.finish(), written);
+        }
+        // Other spellings are values like any other, and none is written as a word.
+        for other in ["Value", "values", "valu", "%76alue", "settle", "bucket "] {
+            let written = key(&[&other]);
+            assert!(!LAYOUT_WORDS.contains(&written.as_str()), "{other}");
+            assert_ne!(written, key(&[&"value"]), "{other}");
+        }
+    }
+
     /// Bytes key as their text escapes when they are UTF-8, and no two byte strings
     /// share a key: over random strings of pieces, valid and not.
     #[test]
@@ -201,7 +247,7 @@ mod tests {
         use rand::{RngExt, SeedableRng};
         use std::collections::HashMap;
 
-        let pieces: [&[u8]; 14] = [
+        let pieces: [&[u8]; 17] = [
             b"a",
             b"%",
             b"%E9",
@@ -216,6 +262,9 @@ mod tests {
             b"E9",
             b"",
             b"\x80",
+            b"value",
+            b"%76",
+            b"alue",
         ];
         let mut rng = StdRng::seed_from_u64(11);
         let mut seen: HashMap<String, Vec<u8>> = HashMap::new();
@@ -260,7 +309,8 @@ mod tests {
 
         let pieces = [
             "", "{", "}", ":", "%", "%3A", "%25", "%#", "%00", "{}", "}{", "a", "Z", "0", " ", "\0", "\n",
-            "\u{7f}", "é", "漢", "🦀", "\u{200b}", "user", "42", "::", "{{", "}}", "%7B",
+            "\u{7f}", "é", "漢", "🦀", "\u{200b}", "user", "42", "::", "{{", "}}", "%7B", "value", "%76",
+            "alue", "v", "bucket",
         ];
         let mut rng = StdRng::seed_from_u64(7);
         let mut seen: HashMap<String, (String, String)> = HashMap::new();
