@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::routing::get;
 use axum::{Extension, Router};
 use redlimit::axum::{ClientIp, ForwardedHeader, TrustedProxies};
-use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+use redlimit::tower::{Key, LayerRule, MissingKey, RateLimitLayer};
 use redlimit::{Client, OnError, RateType};
 use support::http::{proxy, send, send_from, serve, serve_on, Writes};
 use support::RedisServer;
@@ -1162,6 +1162,54 @@ async fn attack_header_values_that_are_not_utf8_reach_no_other_value_s_limiter()
                 .status;
             let expected = if round == "first" { 200 } else { 429 };
             assert_eq!(status, expected, "{round} request of {value:?}");
+        }
+    }
+}
+
+/// A key header without a value, however it is spelled (absent, empty, or whitespace
+/// of any kind: a no-break space, an ideographic or an em space), is one value: under
+/// `MissingKey::Share` every such request shares the rule's one limiter, on both
+/// backends; under `BadRequest` each is refused.
+#[tokio::test]
+async fn attack_spellings_of_no_value_share_one_limiter() {
+    let server = RedisServer::start();
+    let redis = Client::connect(&server.url()).await.unwrap();
+    let blanks: [&[u8]; 6] = [
+        b"",
+        "\u{a0}".as_bytes(),
+        "\u{3000}".as_bytes(),
+        "\u{2003}".as_bytes(),
+        "\u{a0}\u{2003}\u{a0}".as_bytes(),
+        "\u{85}".as_bytes(),
+    ];
+    for client in [Client::memory(), redis] {
+        let rule = |missing| {
+            LayerRule::new("anon", 2, MINUTE)
+                .key(Key::header("x-api-key"))
+                .missing_key(missing)
+        };
+        let shared = RateLimitLayer::builder()
+            .client(client.clone())
+            .rule(rule(MissingKey::Share));
+        let addr = serve(app(shared.build().unwrap())).await;
+        let mut granted = 0;
+        for value in blanks {
+            for headers in [vec![], vec![("x-api-key", value)]] {
+                let status = send_from(None, addr, "GET", "/a", &headers).await.status;
+                assert!(matches!(status, 200 | 429), "{value:?}: {status}");
+                granted += u32::from(status == 200);
+            }
+        }
+        assert_eq!(granted, 2, "12 requests without a value, a rate of 2");
+        let refusing = RateLimitLayer::builder()
+            .client(client)
+            .rule(rule(MissingKey::BadRequest));
+        let addr = serve(app(refusing.build().unwrap())).await;
+        for value in blanks {
+            let status = send_from(None, addr, "GET", "/a", &[("x-api-key", value)])
+                .await
+                .status;
+            assert_eq!(status, 400, "{value:?}");
         }
     }
 }

@@ -121,7 +121,8 @@ impl fmt::Debug for Key {
 }
 
 /// What a rule does with a request that has no value for its key: no such header, an
-/// empty or all-whitespace one, `None` from [`Key::with`].
+/// empty or all-whitespace one (any Unicode whitespace: a no-break space is no value
+/// either), `None` from [`Key::with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]

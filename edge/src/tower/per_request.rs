@@ -343,6 +343,9 @@ impl Shared {
                 key.text(keyed_start);
                 match raw {
                     Some(bytes) => key.value_bytes(bytes),
+                    // No value: every such request shares the rule's one limiter of
+                    // the empty value, however it is spelled.
+                    None if blank(value) => key.value_str(""),
                     None => key.value_str(value),
                 }
             }
@@ -368,7 +371,7 @@ impl Shared {
         value: Option<&Cow<'_, str>>,
     ) -> Result<(), RateLimited> {
         if let (Some((what, refuse)), Some(value)) = (&rule.missing, value) {
-            if value.trim().is_empty() {
+            if blank(value) {
                 let error = Error::MissingKey {
                     rule: rule.name.to_string(),
                     what: what.clone(),
@@ -379,6 +382,14 @@ impl Shared {
         }
         Ok(())
     }
+}
+
+/// Whether a key's value is none: empty, or whitespace only (any of Unicode's, as
+/// `str::trim` reads it: a no-break space is no value either). (The first character
+/// is looked at first: a value usually starts with one that is not whitespace.)
+#[inline]
+fn blank(value: &str) -> bool {
+    value.chars().next().is_none_or(char::is_whitespace) && value.trim().is_empty()
 }
 
 impl Extract {
