@@ -125,6 +125,41 @@ async fn costs_known_after_the_call_on_redis() {
         assert!(waited.is_ok(), "user {user}: 900 used of 10 reserved, {now} left");
     }
 
+    // The same from a caller on a current-thread runtime of its own, ended right
+    // after (a synchronous wrapper around each call): the settle runs on the client's
+    // runtime, not on the caller's, which ends with the tasks it holds.
+    for user in 40..45 {
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            common::RETURNED.store(false, Ordering::SeqCst);
+            let answered = runtime.block_on(async {
+                let call = std::pin::pin!(common::complete(user, 10, 900));
+                GoneAsItReturns(Some(call)).await
+            });
+            assert!(
+                answered.is_none(),
+                "the call waited on its settle after the body returned"
+            );
+            drop(runtime);
+        })
+        .join()
+        .unwrap();
+    }
+    for user in 40..45 {
+        let name = format!("llm:tokens:user:{user}");
+        let charged = async {
+            while left(&client, &name).await != 9_100 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let waited = tokio::time::timeout(Duration::from_secs(2), charged).await;
+        let now = left(&client, &name).await;
+        assert!(waited.is_ok(), "user {user} on a runtime that ended: {now} left");
+    }
+
     // Redis gone: `local` reserves on the in-process limiter, and settles there.
     Arc::into_inner(server).unwrap().stop();
     assert_eq!(outage(3, 10, 90).await.unwrap(), 90);

@@ -61,6 +61,10 @@ impl Key {
     /// where it is. A matched route without the parameter (a misspelt name), and a
     /// layer outside the router, are refused as misconfigured (500), never let through
     /// unlimited; a parameter that is not UTF-8 shares one limiter with all such.
+    /// The key is the parameter's text, percent-decoded as the framework's `Path`
+    /// extractor decodes it: a handler that parses it as a number reads `7`, `07` and
+    /// `+7` as one, which are three limiters here; key such a parameter with
+    /// [`Key::with`], parsing it as the handler does.
     #[cfg(any(feature = "axum", feature = "actix"))]
     pub fn path_param(name: &str) -> Key {
         Key(KeyKind::PathParam(name.to_owned()))

@@ -24,6 +24,17 @@ impl Backend {
         }
     }
 
+    /// The runtime for work that must outlive its caller (a settle the caller may stop
+    /// waiting for): on Redis the client's own multi-thread runtime
+    /// when the caller's is a current-thread one that may end first, else the
+    /// caller's; in process, or outside any runtime, the caller's if any.
+    pub fn background(&self) -> Option<tokio::runtime::Handle> {
+        match self {
+            Backend::Memory(_) => tokio::runtime::Handle::try_current().ok(),
+            Backend::Redis(redis) => redis.background(),
+        }
+    }
+
     /// Drops the refusal kept of the limiter `name`, if any: it changed.
     pub fn forget_refusal(&self, name: &str) {
         match self {

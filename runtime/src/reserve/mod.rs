@@ -282,19 +282,28 @@ impl Reservation {
     /// Starts the settle with `actual` (as [`settle_each`](Reservation::settle_each)
     /// takes it), before anything is awaited: in Redis, on a task of its own, which
     /// runs to the end (sending it again in the background when the server does not
-    /// take it) even once the returned future is dropped; in process (or outside a
-    /// Tokio runtime), here and now as far as it goes without waiting.
+    /// take it) even once the returned future is dropped, on the client's own
+    /// runtime when the caller's is a current-thread one, which may end first; in
+    /// process (or outside a Tokio runtime), here and now as far as it goes without
+    /// waiting.
     pub(crate) fn start_settle(self, actual: Vec<u64>) -> Settling {
-        if self.client.backend().in_process().is_none() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                return Settling::Sent(runtime.spawn(async move { self.settle_here(&actual).await }));
-            }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if self.client.backend().in_process().is_some() {
+            // Nothing an in-process settle awaits waits: it is answered here.
+            let here = std::pin::pin!(self.settle_here(&actual));
+            return Settling::Done(Some(match here.poll(&mut cx) {
+                Poll::Ready(settled) => settled,
+                Poll::Pending => unreachable!("an in-process settle waited"),
+            }));
+        }
+        // The client's runtime when the caller's may end first (a current-thread one).
+        if let Some(runtime) = self.client.backend().background() {
+            return Settling::Sent(runtime.spawn(async move { self.settle_here(&actual).await }));
         }
         let mut here = Box::pin(async move { self.settle_here(&actual).await });
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match here.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(settled) => Settling::Done(Some(settled)),
-            std::task::Poll::Pending => Settling::Here(here),
+            Poll::Ready(settled) => Settling::Done(Some(settled)),
+            Poll::Pending => Settling::Here(here),
         }
     }
 
@@ -403,8 +412,8 @@ impl Reservation {
 pub(crate) enum Settling {
     /// Answered where it was started.
     Done(Option<Result<Settled, Error>>),
-    /// Polled where it is awaited (outside a Tokio runtime, where no task can carry
-    /// it; in process it never waits).
+    /// Polled where it is awaited: in Redis outside a Tokio runtime, where no task
+    /// can carry it.
     Here(Pin<Box<dyn Future<Output = Result<Settled, Error>> + Send>>),
     /// Sent from a task of its own.
     Sent(tokio::task::JoinHandle<Result<Settled, Error>>),

@@ -400,7 +400,7 @@ impl RedisBackend {
     /// multi-thread runtime still running and the caller's is not (a caller's
     /// current-thread runtime may end, or no longer be driven, before the client
     /// does), else the caller's; none outside a runtime.
-    fn background(&self) -> Option<tokio::runtime::Handle> {
+    pub(crate) fn background(&self) -> Option<tokio::runtime::Handle> {
         let current = tokio::runtime::Handle::try_current().ok()?;
         Some(match &self.runtime {
             Some(made_on)
