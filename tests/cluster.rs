@@ -5,6 +5,7 @@
 use redlimit_test_support as support;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -371,5 +372,45 @@ async fn a_token_bucket_in_an_earlier_slot_gets_its_tokens_back() {
     for _ in 0..2 {
         assert_eq!(client.check_rules(&rules).await.unwrap().refused_by, Some(1));
         assert_eq!(handle.available().await.unwrap(), 13);
+    }
+}
+
+/// A settle across slots dropped after its first poll (its caller gone): it is sent
+/// from a task of its own, so the slot after the first is settled too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_across_slots_dropped_after_its_first_poll_lands_in_each() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::connect(&cluster.url()).await.unwrap();
+    for round in 0..5 {
+        let first = name_in(&format!("rate_limit:s{round}a:"), |s| s < 5000);
+        let second = name_in(&format!("rate_limit:s{round}b:"), |s| s > 11_000);
+        let rule = |name: &str| {
+            Rule::new(name, 1_000, Duration::from_secs(60))
+                .settled()
+                .permits(10)
+        };
+        let reservation = match client.reserve(&[rule(&first), rule(&second)]).await.unwrap() {
+            redlimit::Reserved::Granted(reservation) => reservation,
+            redlimit::Reserved::Refused(refused) => panic!("refused: {refused:?}"),
+        };
+        let mut settle = Box::pin(reservation.settle(900));
+        let waker = std::task::Waker::noop();
+        let polled = settle.as_mut().poll(&mut std::task::Context::from_waker(waker));
+        assert!(polled.is_pending(), "a settle across slots waits on Redis");
+        drop(settle);
+        for name in [first, second] {
+            let limiter = client.rate_limiter(&name);
+            let charged = async {
+                while limiter.available_permits().await.unwrap() != 100 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            let waited = tokio::time::timeout(Duration::from_secs(2), charged).await;
+            let left = limiter.available_permits().await.unwrap();
+            assert!(
+                waited.is_ok(),
+                "round {round}, {name}: 900 used of 10, {left} left"
+            );
+        }
     }
 }
