@@ -385,11 +385,14 @@ impl Shared {
 }
 
 /// Whether a key's value is none: empty, or whitespace only (any of Unicode's, as
-/// `str::trim` reads it: a no-break space is no value either). (The first character
-/// is looked at first: a value usually starts with one that is not whitespace.)
+/// `str::trim` reads it: a no-break space is no value either). (A value usually
+/// starts with a visible ASCII character, which no whitespace is: read first.)
 #[inline]
 fn blank(value: &str) -> bool {
-    value.chars().next().is_none_or(char::is_whitespace) && value.trim().is_empty()
+    match value.as_bytes().first() {
+        Some(&first) if first > b' ' && first.is_ascii() => false,
+        _ => value.trim().is_empty(),
+    }
 }
 
 impl Extract {
