@@ -160,6 +160,46 @@ async fn costs_known_after_the_call_on_redis() {
         assert!(waited.is_ok(), "user {user} on a runtime that ended: {now} left");
     }
 
+    // And from callers each on a multi-thread runtime made for the call and ended
+    // after it, the settle's script flushed so that it takes more than one round
+    // trip: the settle runs on the client's runtime, which outlives them.
+    for user in 45..48 {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut server.raw().await)
+            .await
+            .unwrap();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            common::RETURNED.store(false, Ordering::SeqCst);
+            let answered = runtime.block_on(async {
+                let call = std::pin::pin!(common::complete(user, 10, 900));
+                GoneAsItReturns(Some(call)).await
+            });
+            assert!(
+                answered.is_none(),
+                "the call waited on its settle after the body returned"
+            );
+            drop(runtime);
+        })
+        .join()
+        .unwrap();
+    }
+    for user in 45..48 {
+        let name = format!("llm:tokens:user:{user}");
+        let charged = async {
+            while left(&client, &name).await != 9_100 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let waited = tokio::time::timeout(Duration::from_secs(2), charged).await;
+        let now = left(&client, &name).await;
+        assert!(
+            waited.is_ok(),
+            "user {user} on a runtime made for the call: {now} left"
+        );
+    }
+
     // Redis gone: `local` reserves on the in-process limiter, and settles there.
     Arc::into_inner(server).unwrap().stop();
     assert_eq!(outage(3, 10, 90).await.unwrap(), 90);

@@ -4,6 +4,7 @@
 #![cfg(feature = "metrics")]
 
 use std::collections::HashMap;
+use std::future::Future;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redlimit::{rate_limit, Client, RateLimited, Reserved, Rule};
@@ -68,4 +69,48 @@ async fn reservations_are_counted_per_settled_rule() {
     }
     assert_eq!(get("redlimit_reserved_permits_total", "rule=by_hand"), Some(40));
     assert_eq!(get("redlimit_refunded_permits_total", "rule=by_hand"), Some(30));
+
+    // A settle whose task ends unfinished with the runtime running it (Redis frozen,
+    // then the client's runtime shut down): counted abandoned, not lost silently.
+    let server = std::sync::Arc::new(redlimit_test_support::RedisServer::start());
+    let frozen = server.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let client = runtime.block_on(Client::connect(&frozen.url())).unwrap();
+        let rule = Rule::new("m:abandoned", 1_000, std::time::Duration::from_secs(60));
+        let rules = [rule.settled().permits(10)];
+        let reserve = client.reserve(&rules);
+        let Reserved::Granted(reservation) = runtime.block_on(reserve).unwrap() else {
+            panic!("refused");
+        };
+        frozen.pause();
+        runtime.block_on(async {
+            let mut settle = Box::pin(reservation.settle(900));
+            let waker = std::task::Waker::noop();
+            let polled = settle.as_mut().poll(&mut std::task::Context::from_waker(waker));
+            assert!(polled.is_pending(), "the settle waits on the frozen server");
+        });
+        runtime.shutdown_background();
+    })
+    .join()
+    .unwrap();
+    // (A snapshot takes what counters counted since the last: gathered until the count
+    // shows, the task's end running on the runtime's threads as it shuts down.)
+    let mut abandoned = Vec::new();
+    let started = std::time::Instant::now();
+    while abandoned.is_empty() && started.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            if key.key().name() == "redlimit_settles_abandoned_total" {
+                let labels: Vec<String> = key.key().labels().map(|l| l.value().to_owned()).collect();
+                abandoned.push((labels, value));
+            }
+        }
+    }
+    server.resume();
+    assert_eq!(
+        abandoned,
+        vec![(vec!["by_hand".to_owned()], DebugValue::Counter(1))],
+        "the settle's task ended with its runtime: counted abandoned, once"
+    );
 }

@@ -24,14 +24,13 @@ impl Backend {
         }
     }
 
-    /// The runtime for work that must outlive its caller (a settle the caller may stop
-    /// waiting for): on Redis the client's own multi-thread runtime
-    /// when the caller's is a current-thread one that may end first, else the
-    /// caller's; in process, or outside any runtime, the caller's if any.
-    pub fn background(&self) -> Option<tokio::runtime::Handle> {
+    /// The runtime a settle runs on, which must outlive the call that started it: on
+    /// Redis the client's own while it is a multi-thread runtime still running, else
+    /// the caller's; in process, or outside any runtime, the caller's if any.
+    pub fn lasting(&self) -> Option<tokio::runtime::Handle> {
         match self {
             Backend::Memory(_) => tokio::runtime::Handle::try_current().ok(),
-            Backend::Redis(redis) => redis.background(),
+            Backend::Redis(redis) => redis.lasting(),
         }
     }
 

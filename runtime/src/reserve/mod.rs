@@ -261,7 +261,7 @@ impl Reservation {
     ///
     /// When the backend fails, the error is answered and the settle is sent again in
     /// the background until it lands or its grants have left their windows (an
-    /// abandoned settle is counted in `redlimit_settle_abandoned_total`): it is never
+    /// abandoned settle is counted in `redlimit_settles_abandoned_total`): it is never
     /// dropped silently, and a settle sent twice counts once.
     ///
     /// The settle is under way once this is first polled: in Redis it is sent from a
@@ -283,9 +283,8 @@ impl Reservation {
     /// takes it), before anything is awaited: in Redis, on a task of its own, which
     /// runs to the end (sending it again in the background when the server does not
     /// take it) even once the returned future is dropped, on the client's own
-    /// runtime when the caller's is a current-thread one, which may end first; in
-    /// process (or outside a Tokio runtime), here and now as far as it goes without
-    /// waiting.
+    /// multi-thread runtime while it runs (a caller's may end first); in process (or
+    /// outside a Tokio runtime), here and now as far as it goes without waiting.
     pub(crate) fn start_settle(self, actual: Vec<u64>) -> Settling {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         if self.client.backend().in_process().is_some() {
@@ -296,9 +295,15 @@ impl Reservation {
                 Poll::Pending => unreachable!("an in-process settle waited"),
             }));
         }
-        // The client's runtime when the caller's may end first (a current-thread one).
-        if let Some(runtime) = self.client.backend().background() {
-            return Settling::Sent(runtime.spawn(async move { self.settle_here(&actual).await }));
+        // The client's runtime rather than the caller's, which may end first; a task
+        // ended unfinished with its runtime counts its settle abandoned.
+        if let Some(runtime) = self.client.backend().lasting() {
+            let unsent = retry::Unsent::new(self.settled_labels());
+            return Settling::Sent(runtime.spawn(async move {
+                let settled = self.settle_here(&actual).await;
+                unsent.sent();
+                settled
+            }));
         }
         let mut here = Box::pin(async move { self.settle_here(&actual).await });
         match here.as_mut().poll(&mut cx) {
@@ -379,6 +384,12 @@ impl Reservation {
                 Err(error)
             }
         }
+    }
+
+    /// The labels of the settled rules, as a settle abandoned counts them.
+    fn settled_labels(&self) -> Vec<Cow<'static, str>> {
+        let settled = self.grants.iter().filter(|g| g.settled.is_some());
+        settled.map(|grant| grant.label.clone()).collect()
     }
 
     /// Counts what a settle did, rule by rule, under each rule's label.

@@ -73,6 +73,7 @@ pub(super) fn spawn(
         abandoned(&labels, "outside a Tokio runtime");
         return;
     };
+    let unsent = Unsent::new(labels);
     let left = Duration::from_millis(until.saturating_sub(client.now_ms()));
     let deadline = tokio::time::Instant::now() + left;
     let client = client.clone();
@@ -81,16 +82,49 @@ pub(super) fn spawn(
         loop {
             tokio::time::sleep(pause).await;
             if tokio::time::Instant::now() >= deadline {
-                return abandoned(&labels, "its grants left their windows first");
+                return unsent.abandon("its grants left their windows first");
             }
             let calls: Vec<SettleCall<'_>> = owned.iter().map(Owned::call).collect();
             match client.backend().settle(&calls, client.now_ms()).await {
-                Ok(_) => return,
+                Ok(_) => return unsent.sent(),
                 Err(error) if error.is_backend_failure() => pause = (pause * 2).min(MOST_PAUSE),
-                Err(error) => return abandoned(&labels, &error.to_string()),
+                Err(error) => return unsent.abandon(&error.to_string()),
             }
         }
     });
+}
+
+/// A settle a task carries, counted abandoned if the task ends without saying what
+/// became of it: the runtime running it shut down first.
+pub(super) struct Unsent {
+    labels: Vec<Cow<'static, str>>,
+    open: bool,
+}
+
+impl Unsent {
+    /// The settle of the rules `labels` names, under way.
+    pub(super) fn new(labels: Vec<Cow<'static, str>>) -> Unsent {
+        Unsent { labels, open: true }
+    }
+
+    /// Sent, or handed on to a retry of its own (which counts it if it must).
+    pub(super) fn sent(mut self) {
+        self.open = false;
+    }
+
+    /// Given up for `why`.
+    fn abandon(mut self, why: &str) {
+        self.open = false;
+        abandoned(&self.labels, why);
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if self.open {
+            abandoned(&self.labels, "the runtime running it shut down first");
+        }
+    }
 }
 
 fn abandoned(labels: &[Cow<'static, str>], why: &str) {

@@ -400,7 +400,7 @@ impl RedisBackend {
     /// multi-thread runtime still running and the caller's is not (a caller's
     /// current-thread runtime may end, or no longer be driven, before the client
     /// does), else the caller's; none outside a runtime.
-    pub(crate) fn background(&self) -> Option<tokio::runtime::Handle> {
+    fn background(&self) -> Option<tokio::runtime::Handle> {
         let current = tokio::runtime::Handle::try_current().ok()?;
         Some(match &self.runtime {
             Some(made_on)
@@ -408,6 +408,20 @@ impl RedisBackend {
                     && made_on.runtime_flavor() == RuntimeFlavor::MultiThread
                     && alive(made_on) =>
             {
+                made_on.clone()
+            }
+            _ => current,
+        })
+    }
+
+    /// The runtime for a settle, which must outlive the call that started it: the
+    /// client's own while it is a multi-thread runtime still running (a caller's
+    /// runtime, of either kind, may end right after its call, a runtime made for each
+    /// call), else the caller's; none outside a runtime.
+    pub(crate) fn lasting(&self) -> Option<tokio::runtime::Handle> {
+        let current = tokio::runtime::Handle::try_current().ok()?;
+        Some(match &self.runtime {
+            Some(made_on) if made_on.runtime_flavor() == RuntimeFlavor::MultiThread && alive(made_on) => {
                 made_on.clone()
             }
             _ => current,
