@@ -90,7 +90,10 @@ impl KeyBuf {
             self.0.push_str("%00");
         } else if written > MAX_VALUE_LEN {
             self.digest_from(start);
-        } else if (5..=7).contains(&written) && LAYOUT_WORDS.contains(&&self.0[start..]) {
+        } else if (5..=7).contains(&written)
+            && matches!(self.0.as_bytes()[start], b'v' | b'p' | b'b' | b's')
+            && LAYOUT_WORDS.contains(&&self.0[start..])
+        {
             self.encode_first(start);
         }
     }
