@@ -679,3 +679,42 @@ async fn a_settle_on_a_foreign_bucket_fails_and_writes_nothing() {
         .unwrap();
     assert!((600..=601).contains(&left), "400 counted once: {left} left");
 }
+
+/// A caller's wait for its settle is timed on its own runtime: with the client's
+/// runtime held up (its one worker blocked), the settle answers `Timeout` within four
+/// command timeouts, and lands once that runtime runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_on_a_held_up_client_runtime_answers_within_its_wait() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client_runtime = std::thread::spawn(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    let client = client_runtime
+        .spawn(async move {
+            Client::builder()
+                .command_timeout(Duration::from_millis(200))
+                .connect(&url)
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    let reservation = granted(&client, &[tokens("held:window").permits(10)]).await;
+    client_runtime.spawn(async { std::thread::sleep(Duration::from_millis(2_000)) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = std::time::Instant::now();
+    let answered = reservation.settle(400).await;
+    let took = started.elapsed();
+    assert!(matches!(answered, Err(Error::Timeout { .. })), "{answered:?}");
+    assert!(took < Duration::from_millis(1_200), "answered after {took:?}");
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(available(&client, "held:window").await, 600, "400 counted, once");
+    client_runtime.shutdown_background();
+}

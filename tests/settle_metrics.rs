@@ -77,8 +77,12 @@ async fn reservations_are_counted_per_settled_rule() {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let client = runtime.block_on(Client::connect(&frozen.url())).unwrap();
-        let rule = Rule::new("m:abandoned", 1_000, std::time::Duration::from_secs(60));
-        let rules = [rule.settled().permits(10)];
+        // Two settled rules of one settle: one settle abandoned, counted once.
+        let rule = |name: &str| Rule::new(name, 1_000, std::time::Duration::from_secs(60));
+        let rules = [
+            rule("m:abandoned-a").settled().permits(10),
+            rule("m:abandoned-b").settled().permits(10),
+        ];
         let reserve = client.reserve(&rules);
         let Reserved::Granted(reservation) = runtime.block_on(reserve).unwrap() else {
             panic!("refused");

@@ -287,23 +287,28 @@ impl Reservation {
     /// outside a Tokio runtime), here and now as far as it goes without waiting.
     pub(crate) fn start_settle(self, actual: Vec<u64>) -> Settling {
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        if self.client.backend().in_process().is_some() {
-            // Nothing an in-process settle awaits waits: it is answered here.
+        let labels = self.sent_labels(&actual);
+        if self.client.backend().in_process().is_some() || labels.is_empty() {
+            // Nothing an in-process settle awaits waits, and one with nothing to send
+            // awaits nothing: it is answered here.
             let here = std::pin::pin!(self.settle_here(&actual));
             return Settling::Done(Some(match here.poll(&mut cx) {
                 Poll::Ready(settled) => settled,
-                Poll::Pending => unreachable!("an in-process settle waited"),
+                Poll::Pending => unreachable!("a settle with nothing to wait for waited"),
             }));
         }
         // The client's runtime rather than the caller's, which may end first; a task
-        // ended unfinished with its runtime counts its settle abandoned.
+        // ended unanswered with its runtime counts its settle abandoned. The caller's
+        // wait is timed on its own runtime: the client's may be held up.
         if let Some(runtime) = self.client.backend().lasting() {
-            let unsent = retry::Unsent::new(self.settled_labels());
-            return Settling::Sent(runtime.spawn(async move {
+            let wait = self.client.command_timeout() * SETTLE_WAIT_TIMEOUTS;
+            let unsent = retry::Unsent::new(labels);
+            let task = runtime.spawn(async move {
                 let settled = self.settle_here(&actual).await;
                 unsent.sent();
                 settled
-            }));
+            });
+            return Settling::Sent(task, Box::pin(tokio::time::sleep(wait)), wait);
         }
         let mut here = Box::pin(async move { self.settle_here(&actual).await });
         match here.as_mut().poll(&mut cx) {
@@ -329,13 +334,7 @@ impl Reservation {
         }
         let mut report = Settled { rules: Vec::new() };
         for (grant, &used) in settled.iter().zip(actual) {
-            let counted = used
-                .min(
-                    grant
-                        .estimate
-                        .saturating_add(grant.max_overdraft.unwrap_or(u64::MAX)),
-                )
-                .min(MAX_PERMITS);
+            let counted = grant.counted(used);
             report.rules.push(RuleSettled {
                 rule: grant.settled.unwrap_or(0),
                 name: grant.keys.config().to_owned(),
@@ -386,10 +385,22 @@ impl Reservation {
         }
     }
 
-    /// The labels of the settled rules, as a settle abandoned counts them.
-    fn settled_labels(&self) -> Vec<Cow<'static, str>> {
-        let settled = self.grants.iter().filter(|g| g.settled.is_some());
-        settled.map(|grant| grant.label.clone()).collect()
+    /// The labels of the settled rules whose settle `actual` sends (what they count
+    /// is not their estimate), each once, as a settle abandoned counts them; none when
+    /// `actual` is not one amount per settled rule (refused before anything is sent).
+    fn sent_labels(&self, actual: &[u64]) -> Vec<Cow<'static, str>> {
+        let settled: Vec<&Grant> = self.grants.iter().filter(|g| g.settled.is_some()).collect();
+        if settled.len() != actual.len() {
+            return Vec::new();
+        }
+        let sent = settled
+            .iter()
+            .zip(actual)
+            .filter(|(g, &used)| g.counted(used) != g.estimate);
+        let mut labels: Vec<Cow<'static, str>> = sent.map(|(g, _)| g.label.clone()).collect();
+        labels.sort();
+        labels.dedup();
+        labels
     }
 
     /// Counts what a settle did, rule by rule, under each rule's label.
@@ -427,8 +438,20 @@ pub(crate) enum Settling {
     /// can carry it.
     Here(Pin<Box<dyn Future<Output = Result<Settled, Error>> + Send>>),
     /// Sent from a task of its own.
-    Sent(tokio::task::JoinHandle<Result<Settled, Error>>),
+    /// Sent from a task of its own, its answer awaited until the timer, on the
+    /// caller's runtime, ends after the given time (the task goes on).
+    Sent(
+        tokio::task::JoinHandle<Result<Settled, Error>>,
+        Pin<Box<tokio::time::Sleep>>,
+        Duration,
+    ),
 }
+
+/// How many command timeouts a caller waits for its settle's answer at most: a
+/// settle is one script call, or three when the server has lost the script (the call,
+/// its load, the call again). Past them the caller is answered `Timeout`, and the
+/// settle goes on in its task, counted abandoned if the task ends unanswered.
+const SETTLE_WAIT_TIMEOUTS: u32 = 4;
 
 impl Future for Settling {
     type Output = Result<Settled, Error>;
@@ -437,14 +460,25 @@ impl Future for Settling {
         match &mut *self {
             Settling::Done(settled) => Poll::Ready(settled.take().expect("a settle is answered once")),
             Settling::Here(here) => here.as_mut().poll(cx),
-            Settling::Sent(task) => Pin::new(task).poll(cx).map(|joined| match joined {
-                Ok(settled) => settled,
-                // A panic is the caller's, as it was when the settle ran in its task.
-                Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
-                Err(_) => Err(Error::Backend {
-                    detail: "the runtime shut down before the settle was answered".to_owned(),
-                }),
-            }),
+            Settling::Sent(task, timer, wait) => {
+                if let Poll::Ready(joined) = Pin::new(task).poll(cx) {
+                    return Poll::Ready(match joined {
+                        Ok(settled) => settled,
+                        // A panic is the caller's, as it was when the settle ran in
+                        // its task.
+                        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+                        Err(_) => Err(Error::Backend {
+                            detail: "the runtime shut down before the settle was answered".to_owned(),
+                        }),
+                    });
+                }
+                timer.as_mut().poll(cx).map(|()| {
+                    Err(Error::Timeout {
+                        after: *wait,
+                        connecting: false,
+                    })
+                })
+            }
         }
     }
 }
@@ -473,6 +507,15 @@ impl Reservation {
 }
 
 impl Grant {
+    /// What a settle of `used` counts for this grant: at most its estimate and its
+    /// overdraft cap, and at most `MAX_PERMITS`.
+    fn counted(&self, used: u64) -> u64 {
+        let most = self
+            .estimate
+            .saturating_add(self.max_overdraft.unwrap_or(u64::MAX));
+        used.min(most).min(MAX_PERMITS)
+    }
+
     /// The permits its limiter has left after `settled` (see [`RuleSettled::remaining`]).
     fn left_after(&self, settled: &RuleSettled) -> u64 {
         if !settled.applied {

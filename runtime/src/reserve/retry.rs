@@ -122,7 +122,15 @@ impl Unsent {
 impl Drop for Unsent {
     fn drop(&mut self) {
         if self.open {
-            abandoned(&self.labels, "the runtime running it shut down first");
+            for label in &self.labels {
+                crate::observe::settle_abandoned(label.clone());
+            }
+            let rule = self.labels.join(",");
+            tracing::warn!(
+                rule,
+                "a reservation's settle was abandoned (the runtime running it shut down \
+                 before it was answered): it may have landed or not"
+            );
         }
     }
 }
