@@ -243,3 +243,61 @@ mod refused_inside {
         assert_eq!(field(metadata, "x-ratelimit-remaining"), None, "{metadata:?}");
     }
 }
+
+/// A key from metadata is one value however a client spells it over HTTP/2: with
+/// spaces or tabs around it (which h2 passes on where an HTTP/1 server drops them),
+/// or, for binary metadata (`-bin`), with its base64 padding or without (tonic reads
+/// both). A rule of 2 a minute: 2 of the 10 spellings of each value granted.
+#[tokio::test]
+async fn spellings_of_one_metadata_value_share_its_limiter() {
+    let key = [
+        "abc", "abc ", " abc", "abc\t", "\t abc  ", "abc", "abc ", " abc", "abc\t", "  abc",
+    ];
+    assert_eq!(granted_of("x-api-key", &key).await, 2, "{key:?}");
+    let user = [
+        "YQ==", "YQ", "YQ=", "YQ", "YQ==", "YQ", "YQ==", "YQ", "YQ=", " YQ ",
+    ];
+    assert_eq!(granted_of("x-user-bin", &user).await, 2, "{user:?}");
+}
+
+/// How many of `values`, each sent once as metadata `name` to a server limiting
+/// `name` to 2 a minute, are granted.
+async fn granted_of(name: &'static str, values: &[&str]) -> usize {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new(name, 2, Duration::from_secs(60)).key(Key::header(name)))
+        .build()
+        .unwrap()
+        .grpc();
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        Server::builder()
+            .layer(layer)
+            .add_service(health)
+            .serve_with_incoming(TcpListenerStream::new(listener))
+            .await
+            .unwrap();
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let mut granted = 0;
+    for value in values {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(name, axum::http::HeaderValue::from_str(value).unwrap());
+        let mut request = Request::new(HealthCheckRequest {
+            service: String::new(),
+        });
+        *request.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
+        match health.check(request).await {
+            Ok(_) => granted += 1,
+            Err(status) => assert_eq!(status.code(), Code::ResourceExhausted, "{value:?}: {status:?}"),
+        }
+    }
+    granted
+}

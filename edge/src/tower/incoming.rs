@@ -45,9 +45,9 @@ pub(crate) trait Incoming {
     fn head(&self) -> &Parts;
 }
 
-/// A header line as received: its bytes, and the same as text when the header's own
-/// check finds them visible ASCII (the usual value), so that the usual value is not
-/// checked as UTF-8 again.
+/// A header line as received, without the spaces and tabs around it: its bytes, and
+/// the same as text when the header's own check finds them visible ASCII (the usual
+/// value), so that the usual value is not checked as UTF-8 again.
 #[derive(Clone, Copy)]
 pub(crate) struct Line<'a> {
     pub(crate) bytes: &'a [u8],
@@ -58,10 +58,7 @@ impl<'a> Line<'a> {
     /// The line of `value`, an `http` 1 header's.
     #[inline]
     pub(crate) fn of(value: &'a http::HeaderValue) -> Self {
-        Line {
-            bytes: value.as_bytes(),
-            ascii: value.to_str().ok(),
-        }
+        Line::trimmed(value.as_bytes(), value.to_str().ok())
     }
 
     /// The line from its bytes and their text when visible ASCII (a server's own
@@ -69,7 +66,28 @@ impl<'a> Line<'a> {
     #[cfg(feature = "actix")]
     #[inline]
     pub(crate) fn new(bytes: &'a [u8], ascii: Option<&'a str>) -> Self {
-        Line { bytes, ascii }
+        Line::trimmed(bytes, ascii)
+    }
+
+    /// The line without the spaces and tabs around it, HTTP's optional whitespace:
+    /// an HTTP/1 server drops them, HTTP/2 leaves them in, and a value is one value
+    /// however many a client sends. (The usual value has none: two bytes looked at.)
+    #[inline]
+    fn trimmed(bytes: &'a [u8], ascii: Option<&'a str>) -> Self {
+        let space = |b: &u8| *b == b' ' || *b == b'\t';
+        if !bytes.first().is_some_and(space) && !bytes.last().is_some_and(space) {
+            return Line { bytes, ascii };
+        }
+        let start = bytes.iter().position(|b| !space(b)).unwrap_or(bytes.len());
+        let end = bytes
+            .iter()
+            .rposition(|b| !space(b))
+            .map_or(start, |last| last + 1);
+        Line {
+            bytes: &bytes[start..end],
+            // (spaces and tabs are ASCII: the text is cut where the bytes are)
+            ascii: ascii.map(|text| &text[start..end]),
+        }
     }
 
     /// The line as text, when it is UTF-8.

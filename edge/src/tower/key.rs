@@ -47,6 +47,9 @@ impl Key {
     /// limiter (per rule); a value that is not UTF-8 keys by its bytes (each byte that
     /// is not part of UTF-8 written `%XX` in the limiter's name), so it shares a limiter
     /// with no other value. Long values are digested, as in the attribute's keys.
+    /// Spaces and tabs around the value are not part of it (an HTTP/1 server drops
+    /// them, HTTP/2 passes them on), and a gRPC binary header's value (a name ending
+    /// `-bin`) is keyed without its base64 padding, which tonic reads or not alike.
     pub fn header(name: &str) -> Key {
         Key(KeyKind::Header(name.to_owned()))
     }

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::future::Future;
 
 use http::request::Parts;
+use http::HeaderName;
 use redlimit_runtime::engine::{Granted, KeyBuf};
 use redlimit_runtime::{Client, Error, RateLimited};
 use smallvec::SmallVec;
@@ -395,6 +396,17 @@ fn blank(value: &str) -> bool {
     }
 }
 
+/// A gRPC binary header's value (a name ending `-bin`) without its base64 padding:
+/// tonic decodes it with or without, so `YQ==` and `YQ` are one value. (Looked for
+/// only in a value ending `=`.)
+#[inline]
+fn unpadded<'a>(name: &HeaderName, text: &'a str) -> &'a str {
+    match text.ends_with('=') && name.as_str().ends_with("-bin") {
+        true => text.trim_end_matches('='),
+        false => text,
+    }
+}
+
 impl Extract {
     /// The bytes of a header this key reads when they are not UTF-8.
     fn not_utf8<'a, Q: Incoming>(&self, request: &'a Q) -> Option<&'a [u8]> {
@@ -429,7 +441,7 @@ impl Extract {
                 Ok(Some(
                     first
                         .map(|line| match line.text() {
-                            Some(text) => Cow::Borrowed(text),
+                            Some(text) => Cow::Borrowed(unpadded(name, text)),
                             None => String::from_utf8_lossy(line.bytes),
                         })
                         .unwrap_or_default(),
