@@ -90,13 +90,13 @@ pub enum Command {
     /// takes nothing (overall limiters: windows and token buckets).
     Check {
         name: String,
-        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+        #[arg(long, default_value_t = 1, value_parser = permits)]
         permits: u64,
     },
     /// Takes N permits now, if granted (overall limiters: windows and token buckets).
     Acquire {
         name: String,
-        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+        #[arg(long, default_value_t = 1, value_parser = permits)]
         permits: u64,
     },
     /// Rates changed at run time for every process: `set`, `ls`, `rm`.
@@ -158,6 +158,18 @@ pub enum Mode {
 fn at_least_one_usize(text: &str) -> Result<usize, String> {
     let n = at_least_one(text)?;
     usize::try_from(n).map_err(|_| format!("{n} is more than this machine counts"))
+}
+
+/// Permits a call may take: 1 to the library's `MAX_PERMITS`.
+fn permits(text: &str) -> Result<u64, String> {
+    let n = at_least_one(text)?;
+    match n <= redlimit_runtime::MAX_PERMITS {
+        true => Ok(n),
+        false => Err(format!(
+            "{n} permits are more than a call may take: give at most {}",
+            redlimit_runtime::MAX_PERMITS
+        )),
+    }
 }
 
 /// A count of 1 or more: rates, permits and refreshes.

@@ -64,7 +64,7 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         .iter()
         .filter_map(|(m, s)| Some((*s as i64, i64::from(decode_permits(m)?))))
         .collect();
-    let in_window = |t: i64| t > now - config.interval_ms;
+    let in_window = |t: i64| t > now.saturating_sub(config.interval_ms);
     let expired: i64 = grants
         .iter()
         .filter(|(t, _)| !in_window(*t))
@@ -77,7 +77,7 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         .map_err(|e| store.fail(e))?
         .and_then(|v| v.parse().ok());
     // A missing value is rebuilt from the log by the next call, as here.
-    let available = value.map_or(config.rate - held, |v| v + expired);
+    let available = value.map_or(config.rate.saturating_sub(held), |v| v.saturating_add(expired));
     let permits = permits as i64;
     if available >= permits {
         return Ok(Ok(Peek {
@@ -93,8 +93,8 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         window.sort();
         for (t, p) in window {
             returned += p;
-            if available + returned >= permits {
-                retry_after_ms = Some(t + config.interval_ms - now);
+            if available.saturating_add(returned) >= permits {
+                retry_after_ms = Some(t.saturating_add(config.interval_ms).saturating_sub(now));
                 break;
             }
         }

@@ -311,3 +311,70 @@ async fn set_rate_writes_only_limiters() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("no limiter named"), "{}", text(&out));
 }
+
+/// A config another program wrote at the limits of its numbers (a rate of
+/// `i64::MAX`, an interval of `i64::MIN`, a value below zero) is shown, not a panic
+/// (the tests run a debug build, which panics on overflow), and a count of permits no
+/// call may take is refused, not answered "would be granted".
+#[tokio::test]
+async fn configs_at_the_limits_and_too_many_permits_are_answered() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("HSET")
+        .arg("edge")
+        .arg(&[
+            "rate",
+            &i64::MAX.to_string(),
+            "interval",
+            &i64::MIN.to_string(),
+            "type",
+            "0",
+        ])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = raw.set("{edge}:value", "-5").await.unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("{edge}:permits")
+        .arg(1)
+        .arg(b"\x01\x02\x03\x04\x05\x06\x07\x08\x01\x00\x00\x00".as_slice())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for args in [
+        &["ls"][..],
+        &["check", "edge"],
+        &["inspect", "edge"],
+        &["watch", "edge", "--count", "1"],
+    ] {
+        let out = redlimit(&url, args);
+        let shown = text(&out);
+        assert!(
+            matches!(out.status.code(), Some(0..=3)),
+            "{args:?} ended {:?}: {shown}",
+            out.status
+        );
+        assert!(!shown.contains("panicked"), "{args:?}: {shown}");
+    }
+
+    let client = Client::connect(&url).await.unwrap();
+    let limiter = client.rate_limiter("small");
+    assert!(limiter.try_set_rate(RateType::Overall, 3, MINUTE).await.unwrap());
+    for permits in ["4294967296", "9223372036854775808", "18446744073709551615"] {
+        for command in ["check", "acquire"] {
+            let out = redlimit(&url, &[command, "small", "--permits", permits]);
+            let shown = text(&out);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{command} --permits {permits}: {shown}"
+            );
+            assert!(
+                shown.contains("at most 4294967295"),
+                "{command} --permits {permits}: {shown}"
+            );
+        }
+    }
+    assert_eq!(limiter.available_permits().await.unwrap(), 3, "nothing taken");
+}

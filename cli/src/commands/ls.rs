@@ -85,7 +85,9 @@ async fn window_rows(store: &Store, pattern: &str, limit: usize) -> Result<Vec<R
         let value: Option<i64> = conn.get(&value_key).await.unwrap_or(None);
         let memory = memory_usage(store, &[&name, &value_key, &log_key]).await?;
         let used = match (config.mode, value) {
-            (0, Some(v)) if config.rate > 0 => Some((config.rate - v) as f64 / config.rate as f64),
+            (0, Some(v)) if config.rate > 0 => {
+                Some(config.rate.saturating_sub(v) as f64 / config.rate as f64)
+            }
             _ => None,
         };
         rows.push(Row {

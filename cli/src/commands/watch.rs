@@ -181,7 +181,11 @@ async fn window_tick(cli: &Cli, store: &Store, name: &str, config: &Config, tick
         .await
         .map_err(|e| store.fail(e))?;
     let window: Vec<Vec<u8>> = conn
-        .zrangebyscore(&log_key, format!("({}", now - config.interval_ms), "+inf")
+        .zrangebyscore(
+            &log_key,
+            format!("({}", now.saturating_sub(config.interval_ms)),
+            "+inf",
+        )
         .await
         .map_err(|e| store.fail(e))?;
     let sum = |members: &mut dyn Iterator<Item = &Vec<u8>>| -> u64 {
