@@ -56,14 +56,14 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
     let now = server_now(store).await?;
     let mut conn = store.conn.clone();
     let log_key = suffix(name, "permits");
-    let entries: Vec<(Vec<u8>, f64)> = conn
-        .zrangebyscore_withscores(&log_key, "-inf", "+inf")
-        .await
-        .map_err(|e| store.fail(e))?;
-    let grants: Vec<(i64, i64)> = entries
-        .iter()
-        .filter_map(|(m, s)| Some((*s as i64, i64::from(decode_permits(m)?))))
-        .collect();
+    let mut grants: Vec<(i64, i64)> = Vec::new();
+    store
+        .each_in_log(&log_key, |member, score| {
+            if let Some(permits) = decode_permits(member) {
+                grants.push((score as i64, i64::from(permits)));
+            }
+        })
+        .await?;
     let in_window = |t: i64| t > now.saturating_sub(config.interval_ms);
     let expired: i64 = grants
         .iter()

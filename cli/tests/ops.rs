@@ -716,3 +716,61 @@ async fn reset_and_set_rate_reach_the_refusals_processes_keep() {
         }
     }
 }
+
+/// A limiter's log of half a million entries is read in ranges: `inspect` and `check`
+/// count every entry, and no command they send holds Redis for 20 ms (one `ZRANGE` of
+/// the whole log does).
+#[tokio::test]
+async fn a_long_log_is_read_in_ranges() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+    let client = Client::connect(&url).await.unwrap();
+    let limiter = client.rate_limiter("long");
+    assert!(limiter
+        .try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(3_600))
+        .await
+        .unwrap());
+    let now: (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let now_ms = now.0 * 1_000 + now.1 / 1_000;
+    // (in 50 scripts of 10 000: one would outlast the connection's timeout)
+    let fill = "for i = ARGV[2], ARGV[2] + 9999 do redis.call('ZADD', KEYS[1], ARGV[1], \
+                struct.pack('Bc0I', 8, string.format('%08d', i), 1)) end";
+    for first in (0..500_000).step_by(10_000) {
+        let _: () = redis::cmd("EVAL")
+            .arg(fill)
+            .arg(1)
+            .arg("{long}:permits")
+            .arg(now_ms)
+            .arg(first)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    let _: () = raw.set("{long}:value", 500_000).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "slowlog-log-slower-than", "20000"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+
+    let shown = json(&redlimit(&url, &["--json", "inspect", "long"]));
+    let entries = shown.to_string();
+    assert!(entries.contains("\"entries\":500000"), "{entries}");
+    let checked = redlimit(&url, &["--json", "check", "long", "--permits", "1"]);
+    assert_eq!(json(&checked)["available"], 500_000, "{}", text(&checked));
+
+    let slow: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(128)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let slow = format!("{slow:?}");
+    assert!(!slow.to_ascii_uppercase().contains("ZRANGE"), "{slow}");
+}

@@ -110,30 +110,27 @@ pub struct Log {
 }
 
 async fn read_log(store: &Store, key: &str, now: i64, interval_ms: i64) -> Result<Log, Error> {
-    let mut conn = store.conn.clone();
-    let entries: Vec<(Vec<u8>, f64)> = conn
-        .zrange_withscores(key, 0, -1)
-        .await
-        .map_err(|e| store.fail(e))?;
     let mut log = Log::default();
-    for (member, score) in entries {
-        let score = score as i64;
-        log.entries += 1;
-        let Some(permits) = decode_permits(&member) else {
-            log.undecodable += 1;
-            continue;
-        };
-        let permits = u64::from(permits);
-        log.permits += permits;
-        log.oldest_ms = Some(log.oldest_ms.map_or(score, |o| o.min(score)));
-        log.newest_ms = Some(log.newest_ms.map_or(score, |n| n.max(score)));
-        if score > now - interval_ms {
-            log.in_window_entries += 1;
-            log.in_window_permits += permits;
-            let release = score + interval_ms;
-            log.next_release_ms = Some(log.next_release_ms.map_or(release, |r| r.min(release)));
-        }
-    }
+    store
+        .each_in_log(key, |member, score| {
+            let score = score as i64;
+            log.entries += 1;
+            let Some(permits) = decode_permits(member) else {
+                log.undecodable += 1;
+                return;
+            };
+            let permits = u64::from(permits);
+            log.permits += permits;
+            log.oldest_ms = Some(log.oldest_ms.map_or(score, |o| o.min(score)));
+            log.newest_ms = Some(log.newest_ms.map_or(score, |n| n.max(score)));
+            if score > now.saturating_sub(interval_ms) {
+                log.in_window_entries += 1;
+                log.in_window_permits += permits;
+                let release = score.saturating_add(interval_ms);
+                log.next_release_ms = Some(log.next_release_ms.map_or(release, |r| r.min(release)));
+            }
+        })
+        .await?;
     Ok(log)
 }
 
