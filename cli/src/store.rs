@@ -66,7 +66,9 @@ impl Store {
     }
 
     /// Every key matching `pattern` (and of `kind`, when given) on every primary, at
-    /// most `limit` of them.
+    /// most `limit` of them. A name that is not UTF-8 is passed over: no limiter's
+    /// is (Rust's and Redisson's names are text), and another program's key is not
+    /// the CLI's to show or delete.
     pub async fn scan(&self, pattern: &str, kind: Option<&str>, limit: usize) -> Result<Vec<String>, Error> {
         let mut found = Vec::new();
         for node in &self.primaries {
@@ -78,9 +80,9 @@ impl Store {
                 if let Some(kind) = kind {
                     cmd.arg("TYPE").arg(kind);
                 }
-                let (next, keys): (u64, Vec<String>) =
+                let (next, keys): (u64, Vec<Vec<u8>>) =
                     cmd.query_async(&mut node).await.map_err(|e| node.error(&e))?;
-                found.extend(keys);
+                found.extend(keys.into_iter().filter_map(|key| String::from_utf8(key).ok()));
                 if found.len() >= limit {
                     found.truncate(limit);
                     return Ok(found);

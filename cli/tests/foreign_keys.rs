@@ -378,3 +378,30 @@ async fn configs_at_the_limits_and_too_many_permits_are_answered() {
     }
     assert_eq!(limiter.available_permits().await.unwrap(), 3, "nothing taken");
 }
+
+/// Keys whose names are not UTF-8 (another program's: no limiter's name is) are
+/// passed over: `ls`, `inspect` and `reset` of a limiter beside them work, and they
+/// are left as they were.
+#[tokio::test]
+async fn keys_named_in_bytes_that_are_not_utf8_are_passed_over() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+    let client = Client::connect(&url).await.unwrap();
+    let limiter = client.rate_limiter("good");
+    assert!(limiter.try_set_rate(RateType::Overall, 3, MINUTE).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap());
+    let foreign: [&[u8]; 2] = [b"bad\xffkey", b"{good}:value:\xff"];
+    for key in foreign {
+        let _: () = raw.hset(key, "rate", "1").await.unwrap();
+    }
+    for args in [&["ls"][..], &["inspect", "good"], &["reset", "good", "--yes"]] {
+        let out = redlimit(&url, args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+    }
+    assert!(!raw.exists::<_, bool>("good").await.unwrap(), "the limiter reset");
+    for key in foreign {
+        let kept: Option<String> = raw.hget(key, "rate").await.unwrap();
+        assert_eq!(kept.as_deref(), Some("1"), "{key:?} left as it was");
+    }
+}
