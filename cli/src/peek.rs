@@ -2,7 +2,6 @@
 //! from a limiter's stored state (a window's value and log, a bucket's tokens).
 //! Read-only: nothing is taken or released.
 
-use redis::AsyncCommands;
 use redlimit_runtime::keys::suffix;
 use redlimit_runtime::member::decode_permits;
 use redlimit_runtime::Error;
@@ -54,7 +53,6 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         return Ok(Err(per_client(name)));
     }
     let now = server_now(store).await?;
-    let mut conn = store.conn.clone();
     let log_key = suffix(name, "permits");
     let mut grants: Vec<(i64, i64)> = Vec::new();
     store
@@ -71,11 +69,7 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         .map(|(_, p)| p)
         .sum();
     let held: i64 = grants.iter().filter(|(t, _)| in_window(*t)).map(|(_, p)| p).sum();
-    let value: Option<i64> = conn
-        .get::<_, Option<String>>(suffix(name, "value"))
-        .await
-        .map_err(|e| store.fail(e))?
-        .and_then(|v| v.parse().ok());
+    let value: Option<i64> = store.short_string(&suffix(name, "value")).await?.parse().ok();
     // A missing value is rebuilt from the log by the next call, as here.
     let available = value.map_or(config.rate.saturating_sub(held), |v| v.saturating_add(expired));
     let permits = permits as i64;

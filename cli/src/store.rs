@@ -14,6 +14,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// request's decision.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How much of a string key the CLI reads: a limiter's value or a bucket's state fits.
+pub const SHORT_VALUE: isize = 256;
+
 /// How many entries of a limiter's log one command reads.
 pub const LOG_RANGE: isize = 1_000;
 
@@ -58,6 +61,19 @@ impl Store {
             }
             start += LOG_RANGE;
         }
+    }
+
+    /// The first [`SHORT_VALUE`] bytes of the string `key` (as text, each byte that is
+    /// not UTF-8 replaced): a limiter's value or a bucket's state is a few dozen, and
+    /// a string of another program's may be any size, which is not read whole or
+    /// shown. Empty for a missing key; an error for one of another type.
+    pub async fn short_string(&self, key: &str) -> Result<String, Error> {
+        let mut conn = self.conn.clone();
+        let head: Vec<u8> = conn
+            .getrange(key, 0, SHORT_VALUE - 1)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(String::from_utf8_lossy(&head).into_owned())
     }
 
     /// The error a client would answer for `err`, a failure of a command sent here.

@@ -405,3 +405,32 @@ async fn keys_named_in_bytes_that_are_not_utf8_are_passed_over() {
         assert_eq!(kept.as_deref(), Some("1"), "{key:?} left as it was");
     }
 }
+
+/// A string of another program's under a limiter's name, 10 MB long, is read and
+/// shown only as far as a value or a bucket's state can be (256 bytes): `inspect`,
+/// `ls` and `check` answer in a few kilobytes, not in megabytes.
+#[tokio::test]
+async fn a_huge_string_under_a_limiter_s_name_is_not_read_whole() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+    let huge = "x".repeat(10 << 20);
+    let _: () = raw.set("{hb}:bucket", &huge).await.unwrap();
+    let client = Client::connect(&url).await.unwrap();
+    let limiter = client.rate_limiter("hv");
+    assert!(limiter.try_set_rate(RateType::Overall, 3, MINUTE).await.unwrap());
+    let _: () = raw.set("{hv}:value", &huge).await.unwrap();
+    for args in [
+        &["inspect", "hb"][..],
+        &["inspect", "hv"],
+        &["ls"],
+        &["check", "hv"],
+    ] {
+        let out = redlimit(&url, args);
+        let shown = text(&out);
+        assert!(shown.len() < 4_096, "{args:?}: {} bytes shown", shown.len());
+        assert!(!shown.contains("panicked"), "{args:?}: {shown}");
+    }
+    let shown = text(&redlimit(&url, &["inspect", "hb"]));
+    assert!(shown.contains("not a token bucket's state"), "{shown}");
+}

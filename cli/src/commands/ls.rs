@@ -1,7 +1,6 @@
 //! `ls`: the sliding windows and token buckets whose names match a pattern, found by
 //! SCAN on every primary, with kind, rate, usage and memory, as a table or JSON.
 
-use redis::AsyncCommands;
 use redlimit_runtime::keys::suffix;
 use redlimit_runtime::Error;
 use serde_json::json;
@@ -68,7 +67,6 @@ pub async fn ls(cli: &Cli, url: &str, pattern: &str, sort: Sort, limit: usize) -
 /// limiter when it has a rate and an interval. The scan reads at most ten times the
 /// limit of hashes, so a huge keyspace stays bounded.
 async fn window_rows(store: &Store, pattern: &str, limit: usize) -> Result<Vec<Row>, Error> {
-    let mut conn = store.conn.clone();
     let hashes = store
         .scan(pattern, Some("hash"), limit.saturating_mul(10))
         .await?;
@@ -82,7 +80,11 @@ async fn window_rows(store: &Store, pattern: &str, limit: usize) -> Result<Vec<R
         };
         let value_key = suffix(&name, "value");
         let log_key = suffix(&name, "permits");
-        let value: Option<i64> = conn.get(&value_key).await.unwrap_or(None);
+        let value: Option<i64> = store
+            .short_string(&value_key)
+            .await
+            .ok()
+            .and_then(|v| v.parse().ok());
         let memory = memory_usage(store, &[&name, &value_key, &log_key]).await?;
         let used = match (config.mode, value) {
             (0, Some(v)) if config.rate > 0 => {
@@ -139,7 +141,6 @@ async fn buckets_matching(
     pattern: &str,
     limit: usize,
 ) -> Result<std::collections::BTreeMap<String, Bucket>, Error> {
-    let mut conn = store.conn.clone();
     let mut bucket_keys = Vec::new();
     for form in [format!("{{{pattern}}}:bucket*"), format!("{pattern}:bucket*")] {
         if bucket_keys.len() >= limit.saturating_mul(10) {
@@ -161,8 +162,8 @@ async fn buckets_matching(
         }
         let entry = buckets.entry(name).or_default();
         if entry.0.is_none() {
-            let raw: Option<String> = conn.get(&key).await.map_err(|e| store.fail(e))?;
-            entry.0 = raw.as_deref().and_then(tokens::State::parse).map(|s| s.at(now));
+            let raw = store.short_string(&key).await?;
+            entry.0 = tokens::State::parse(&raw).map(|s| s.at(now));
         }
         entry.1 |= client.is_some();
         entry.2.push(key);

@@ -83,9 +83,8 @@ async fn bucket_now(
     now: i64,
     last: &tokens::State,
 ) -> Result<tokens::State, Error> {
-    let mut conn = store.conn.clone();
-    let raw: Option<String> = conn.get(key).await.map_err(|e| store.fail(e))?;
-    Ok(match raw.as_deref().and_then(tokens::State::parse) {
+    let raw = store.short_string(key).await?;
+    Ok(match tokens::State::parse(&raw) {
         Some(state) => state.at(now),
         None => tokens::State {
             units: last.burst * last.interval_ms,
@@ -196,7 +195,7 @@ async fn window_tick(cli: &Cli, store: &Store, name: &str, config: &Config, tick
     };
     let granted = sum(&mut fresh.iter().map(|(m, _)| m));
     let in_window = sum(&mut window.iter());
-    let value: Option<i64> = conn.get(suffix(name, "value")).await.map_err(|e| store.fail(e))?;
+    let value: Option<i64> = store.short_string(&suffix(name, "value")).await?.parse().ok();
     let per_second = granted as f64 / tick.elapsed;
     if cli.json {
         println!(

@@ -158,10 +158,9 @@ pub struct TokenKey {
 }
 
 async fn token_key(store: &Store, client: Option<String>, key: String, now: i64) -> Result<TokenKey, Error> {
-    let mut conn = store.conn.clone();
     let key = key_state(store, &key).await?;
     let raw: Option<String> = if key.kind == "string" {
-        conn.get(&key.key).await.map_err(|e| store.fail(e))?
+        Some(store.short_string(&key.key).await?)
     } else {
         None
     };
@@ -210,10 +209,9 @@ pub(super) async fn bucket(
     now: i64,
     interval_ms: i64,
 ) -> Result<Bucket, Error> {
-    let mut conn = store.conn.clone();
     let value_state = key_state(store, &value_key).await?;
     let value: Option<String> = if value_state.kind == "string" {
-        conn.get(&value_key).await.map_err(|e| store.fail(e))?
+        Some(store.short_string(&value_key).await?)
     } else {
         None
     };
