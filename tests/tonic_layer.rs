@@ -260,12 +260,36 @@ async fn spellings_of_one_metadata_value_share_its_limiter() {
     assert_eq!(granted_of("x-user-bin", &user).await, 2, "{user:?}");
 }
 
+/// An exempt value is read as a request's value is: listed with its padding or with
+/// spaces around it, it still exempts each spelling of the value (a rule of 1 a
+/// minute: all 6 granted).
+#[tokio::test]
+async fn an_exempt_value_exempts_every_spelling_of_it() {
+    let padded = LayerRule::new("exempt-bin", 1, Duration::from_secs(60))
+        .key(Key::header("x-tenant-bin"))
+        .exempt(["YQ=="]);
+    let users = ["YQ==", "YQ", "YQ=", "YQ==", " YQ", "YQ"];
+    assert_eq!(granted_by(padded, "x-tenant-bin", &users).await, 6, "{users:?}");
+    let spaced = LayerRule::new("exempt-key", 1, Duration::from_secs(60))
+        .key(Key::header("x-tenant"))
+        .exempt([" vip\t"]);
+    let tenants = ["vip", " vip", "vip ", "\tvip", "vip", "  vip  "];
+    assert_eq!(granted_by(spaced, "x-tenant", &tenants).await, 6, "{tenants:?}");
+}
+
 /// How many of `values`, each sent once as metadata `name` to a server limiting
 /// `name` to 2 a minute, are granted.
 async fn granted_of(name: &'static str, values: &[&str]) -> usize {
+    let rule = LayerRule::new(name, 2, Duration::from_secs(60)).key(Key::header(name));
+    granted_by(rule, name, values).await
+}
+
+/// How many of `values`, each sent once as metadata `name` to a server with `rule`,
+/// are granted.
+async fn granted_by(rule: LayerRule, name: &'static str, values: &[&str]) -> usize {
     let layer = RateLimitLayer::builder()
         .client(Client::memory())
-        .rule(LayerRule::new(name, 2, Duration::from_secs(60)).key(Key::header(name)))
+        .rule(rule)
         .build()
         .unwrap()
         .grpc();

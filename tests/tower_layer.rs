@@ -352,6 +352,10 @@ fn a_layer_that_cannot_work_does_not_build() {
             .contains("not a header name")
     );
     assert!(error(RateLimitLayer::builder().rule(rule().exempt([""]))).contains("empty exempt value"));
+    assert!(
+        error(RateLimitLayer::builder().rule(rule().exempt([" \t "]))).contains("empty exempt value"),
+        "spaces and tabs are no value"
+    );
     assert!(error(RateLimitLayer::builder().rule(LayerRule::new("", 5, MINUTE))).contains("name is empty"));
     for reserved in ["redlimit", "redlimit:overrides", "redlimit{x}"] {
         let said = error(RateLimitLayer::builder().rule(LayerRule::new(reserved, 5, MINUTE)));

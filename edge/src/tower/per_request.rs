@@ -400,7 +400,7 @@ fn blank(value: &str) -> bool {
 /// tonic decodes it with or without, so `YQ==` and `YQ` are one value. (Looked for
 /// only in a value ending `=`.)
 #[inline]
-fn unpadded<'a>(name: &HeaderName, text: &'a str) -> &'a str {
+pub(super) fn unpadded<'a>(name: &HeaderName, text: &'a str) -> &'a str {
     match text.ends_with('=') && name.as_str().ends_with("-bin") {
         true => text.trim_end_matches('='),
         false => text,

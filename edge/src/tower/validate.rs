@@ -87,10 +87,11 @@ pub(super) fn check_rule(rule: &LayerRule) -> Result<(), InvalidLayer> {
     if let Some(problem) = settle_problem(rule) {
         return Err(invalid(problem));
     }
-    if rule.exempt.contains("") {
+    // (blank as a request's value is: spaces and tabs are not part of one)
+    if rule.exempt.iter().any(|value| value.trim().is_empty()) {
         return Err(invalid(
-            "an empty exempt value would exempt every request that has no value for the key; \
-             list the values themselves"
+            "an empty exempt value, or one of whitespace only, would exempt every request that \
+             has no value for the key; list the values themselves"
                 .into(),
         ));
     }
