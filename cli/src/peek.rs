@@ -7,7 +7,8 @@ use redlimit_runtime::member::decode_permits;
 use redlimit_runtime::Error;
 
 use crate::inspect::{read_config, token_keys};
-use crate::store::{server_now, Store};
+use crate::shown::shown;
+use crate::store::{limiter_value, server_now, Store};
 use crate::words::{not_found, per_client};
 
 /// Whether `permits` would be granted now, read from the stored state (nothing is
@@ -53,6 +54,24 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         return Ok(Err(per_client(name)));
     }
     let now = server_now(store).await?;
+    // The value first, then the log: a grant made while the log is read moves what
+    // left the window into the value, where it is not counted twice.
+    let value_key = suffix(name, "value");
+    let value = match store.short_string(&value_key).await? {
+        None => None,
+        Some(text) => match limiter_value(&text) {
+            Some(value) => Some(value),
+            None => {
+                return Ok(Err(format!(
+                    "`{}` holds {:?}, not a number: every call of `{}` fails until it is reset \
+                     (`inspect` shows what is wrong)",
+                    shown(&value_key),
+                    text,
+                    shown(name)
+                )))
+            }
+        },
+    };
     let log_key = suffix(name, "permits");
     let mut grants: Vec<(i64, i64)> = Vec::new();
     store
@@ -69,9 +88,10 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         .map(|(_, p)| p)
         .sum();
     let held: i64 = grants.iter().filter(|(t, _)| in_window(*t)).map(|(_, p)| p).sum();
-    let value: Option<i64> = store.short_string(&suffix(name, "value")).await?.parse().ok();
-    // A missing value is rebuilt from the log by the next call, as here.
-    let available = value.map_or(config.rate.saturating_sub(held), |v| v.saturating_add(expired));
+    // A missing value is rebuilt from the log by the next call, as here; never more
+    // than the window leaves (a value read before grants that released more).
+    let room = config.rate.saturating_sub(held);
+    let available = value.map_or(room, |v| v.saturating_add(expired).min(room));
     let permits = permits as i64;
     if available >= permits {
         return Ok(Ok(Peek {

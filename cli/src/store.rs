@@ -17,6 +17,17 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of a string key the CLI reads: a limiter's value or a bucket's state fits.
 pub const SHORT_VALUE: isize = 256;
 
+/// A limiter's value as its scripts read it: an optional `-` and digits, nothing
+/// else (no `+`, no spaces, not cut short); `None` for anything else, on which every
+/// call of the limiter fails until it is reset.
+pub fn limiter_value(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 /// How many entries of a limiter's log one command reads.
 pub const LOG_RANGE: isize = 1_000;
 
@@ -63,17 +74,26 @@ impl Store {
         }
     }
 
-    /// The first [`SHORT_VALUE`] bytes of the string `key` (as text, each byte that is
-    /// not UTF-8 replaced): a limiter's value or a bucket's state is a few dozen, and
-    /// a string of another program's may be any size, which is not read whole or
-    /// shown. Empty for a missing key; an error for one of another type.
-    pub async fn short_string(&self, key: &str) -> Result<String, Error> {
+    /// The string `key` as far as its first [`SHORT_VALUE`] bytes (as text, each byte
+    /// that is not UTF-8 replaced), `…` after them when there is more: a limiter's
+    /// value or a bucket's state is a few dozen, and a string of another program's
+    /// may be any size, which is not read whole or shown whole. `None` for a missing
+    /// key; an error for one of another type.
+    pub async fn short_string(&self, key: &str) -> Result<Option<String>, Error> {
         let mut conn = self.conn.clone();
         let head: Vec<u8> = conn
-            .getrange(key, 0, SHORT_VALUE - 1)
+            .getrange(key, 0, SHORT_VALUE)
             .await
             .map_err(|e| self.fail(e))?;
-        Ok(String::from_utf8_lossy(&head).into_owned())
+        if head.is_empty() && !conn.exists::<_, bool>(key).await.map_err(|e| self.fail(e))? {
+            return Ok(None);
+        }
+        let cut = head.len() > SHORT_VALUE as usize;
+        let mut text = String::from_utf8_lossy(&head[..head.len().min(SHORT_VALUE as usize)]).into_owned();
+        if cut {
+            text.push('…');
+        }
+        Ok(Some(text))
     }
 
     /// The error a client would answer for `err`, a failure of a command sent here.

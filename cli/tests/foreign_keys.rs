@@ -434,3 +434,39 @@ async fn a_huge_string_under_a_limiter_s_name_is_not_read_whole() {
     let shown = text(&redlimit(&url, &["inspect", "hb"]));
     assert!(shown.contains("not a token bucket's state"), "{shown}");
 }
+
+/// A limiter's value the scripts would not read as a number (`+0`, ` 0`, `0 `, or
+/// digits longer than the CLI reads, 257 bytes of `-000…05`) is not read as one:
+/// `check` says so (exit 1) rather than "would be granted", and `inspect` names it a
+/// problem rather than "missing"; a value of `i64::MAX` is inspected without a
+/// panic; and `check` never counts more available than the window leaves.
+#[tokio::test]
+async fn values_the_scripts_would_refuse_are_not_read_as_numbers() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+    let client = Client::connect(&url).await.unwrap();
+    let limiter = client.rate_limiter("w");
+    assert!(limiter.try_set_rate(RateType::Overall, 10, MINUTE).await.unwrap());
+    assert!(limiter.try_acquire(3).await.unwrap());
+    let long = format!("-{}5", "0".repeat(255));
+    for value in ["+0", " 0", "0 ", long.as_str()] {
+        let _: () = raw.set("{w}:value", value).await.unwrap();
+        let out = redlimit(&url, &["check", "w"]);
+        let shown = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{value:?}: {shown}");
+        assert!(shown.contains("not a number"), "{value:?}: {shown}");
+        let shown = text(&redlimit(&url, &["inspect", "w"]));
+        assert!(shown.contains("does not hold a number"), "{value:?}: {shown}");
+        assert!(!shown.contains("is missing"), "{value:?}: {shown}");
+    }
+    let _: () = raw.set("{w}:value", i64::MAX).await.unwrap();
+    let out = redlimit(&url, &["inspect", "w"]);
+    assert!(!text(&out).contains("panicked"), "{}", text(&out));
+    // A value past what the window leaves (another program's, or read before a grant
+    // moved more into it): at most the rate less what the window holds.
+    let _: () = raw.set("{w}:value", 1_000).await.unwrap();
+    let out = redlimit(&url, &["check", "w", "--permits", "8"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("7 available"), "{}", text(&out));
+}

@@ -718,8 +718,8 @@ async fn reset_and_set_rate_reach_the_refusals_processes_keep() {
 }
 
 /// A limiter's log of half a million entries is read in ranges: `inspect` and `check`
-/// count every entry, and no command they send holds Redis for 20 ms (one `ZRANGE` of
-/// the whole log does).
+/// count every entry, `watch` reads it too, and no command they send holds Redis for
+/// 20 ms (one `ZRANGE` of the whole log does).
 #[tokio::test]
 async fn a_long_log_is_read_in_ranges() {
     let server = RedisServer::start();
@@ -764,6 +764,8 @@ async fn a_long_log_is_read_in_ranges() {
     assert!(entries.contains("\"entries\":500000"), "{entries}");
     let checked = redlimit(&url, &["--json", "check", "long", "--permits", "1"]);
     assert_eq!(json(&checked)["available"], 500_000, "{}", text(&checked));
+    let watched = redlimit(&url, &["watch", "long", "--count", "1"]);
+    assert_eq!(code(&watched), 0, "{}", text(&watched));
 
     let slow: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")

@@ -84,7 +84,9 @@ async fn window_rows(store: &Store, pattern: &str, limit: usize) -> Result<Vec<R
             .short_string(&value_key)
             .await
             .ok()
-            .and_then(|v| v.parse().ok());
+            .flatten()
+            .as_deref()
+            .and_then(crate::store::limiter_value);
         let memory = memory_usage(store, &[&name, &value_key, &log_key]).await?;
         let used = match (config.mode, value) {
             (0, Some(v)) if config.rate > 0 => {
@@ -163,7 +165,7 @@ async fn buckets_matching(
         let entry = buckets.entry(name).or_default();
         if entry.0.is_none() {
             let raw = store.short_string(&key).await?;
-            entry.0 = tokens::State::parse(&raw).map(|s| s.at(now));
+            entry.0 = raw.as_deref().and_then(tokens::State::parse).map(|s| s.at(now));
         }
         entry.1 |= client.is_some();
         entry.2.push(key);

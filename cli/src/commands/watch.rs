@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::time::Duration;
 
-use redis::AsyncCommands;
 use redlimit_runtime::keys::suffix;
 use redlimit_runtime::Error;
 use serde_json::json;
@@ -84,7 +83,7 @@ async fn bucket_now(
     last: &tokens::State,
 ) -> Result<tokens::State, Error> {
     let raw = store.short_string(key).await?;
-    Ok(match tokens::State::parse(&raw) {
+    Ok(match raw.as_deref().and_then(tokens::State::parse) {
         Some(state) => state.at(now),
         None => tokens::State {
             units: last.burst * last.interval_ms,
@@ -172,30 +171,28 @@ struct Tick {
 
 /// A window's line: permits granted in the period, available, in the window.
 async fn window_tick(cli: &Cli, store: &Store, name: &str, config: &Config, tick: &Tick) -> Outcome {
-    let mut conn = store.conn.clone();
     let (now, refused) = (tick.now, tick.refused);
     let log_key = suffix(name, "permits");
-    let fresh: Vec<(Vec<u8>, f64)> = conn
-        .zrangebyscore_withscores(&log_key, format!("({}", tick.since), now)
-        .await
-        .map_err(|e| store.fail(e))?;
-    let window: Vec<Vec<u8>> = conn
-        .zrangebyscore(
-            &log_key,
-            format!("({}", now.saturating_sub(config.interval_ms)),
-            "+inf",
-        )
-        .await
-        .map_err(|e| store.fail(e))?;
-    let sum = |members: &mut dyn Iterator<Item = &Vec<u8>>| -> u64 {
-        members
-            .filter_map(|m| redlimit_runtime::member::decode_permits(m))
-            .map(u64::from)
-            .sum()
-    };
-    let granted = sum(&mut fresh.iter().map(|(m, _)| m));
-    let in_window = sum(&mut window.iter());
-    let value: Option<i64> = store.short_string(&suffix(name, "value")).await?.parse().ok();
+    // The log read in ranges (as `inspect` reads it), once a tick: what was granted
+    // since the last tick, and what the window holds.
+    let since = now.saturating_sub(config.interval_ms);
+    let (mut granted, mut in_window) = (0u64, 0u64);
+    store
+        .each_in_log(&log_key, |member, score| {
+            let Some(permits) = redlimit_runtime::member::decode_permits(member) else {
+                return;
+            };
+            let at = score as i64;
+            if at > tick.since && at <= now {
+                granted += u64::from(permits);
+            }
+            if at > since {
+                in_window += u64::from(permits);
+            }
+        })
+        .await?;
+    let value = store.short_string(&suffix(name, "value")).await?;
+    let value: Option<i64> = value.as_deref().and_then(crate::store::limiter_value);
     let per_second = granted as f64 / tick.elapsed;
     if cli.json {
         println!(

@@ -117,14 +117,19 @@ fn diagnose_window(i: &mut Inspection, b: usize, config: &Config) {
                 value.unsigned_abs() + 1
             ));
         }
-        if b.log.undecodable == 0 && value + b.log.permits as i64 != config.rate {
+        let sum = value.saturating_add(i64::try_from(b.log.permits).unwrap_or(i64::MAX));
+        if b.log.undecodable == 0 && sum != config.rate {
             problems.push(format!(
-                "value {value} + {} permits in the log = {}, not the rate {}: permits were lost or counted twice",
-                b.log.permits,
-                value + b.log.permits as i64,
-                config.rate
+                "value {value} + {} permits in the log = {sum}, not the rate {}: permits were lost or counted twice",
+                b.log.permits, config.rate
             ));
         }
+    } else if exists(&b.value_key) && b.value_key.kind == "string" {
+        problems.push(format!(
+            "`{}` does not hold a number (an optional `-` and digits, as the scripts read \
+             it): every call of the limiter fails until it is reset",
+            b.value_key.key
+        ));
     } else if exists(&b.log_key) {
         notes.push(format!(
             "`{}` is missing: the next call rebuilds it from the log",

@@ -160,7 +160,7 @@ pub struct TokenKey {
 async fn token_key(store: &Store, client: Option<String>, key: String, now: i64) -> Result<TokenKey, Error> {
     let key = key_state(store, &key).await?;
     let raw: Option<String> = if key.kind == "string" {
-        Some(store.short_string(&key.key).await?)
+        store.short_string(&key.key).await?
     } else {
         None
     };
@@ -211,7 +211,7 @@ pub(super) async fn bucket(
 ) -> Result<Bucket, Error> {
     let value_state = key_state(store, &value_key).await?;
     let value: Option<String> = if value_state.kind == "string" {
-        Some(store.short_string(&value_key).await?)
+        store.short_string(&value_key).await?
     } else {
         None
     };
@@ -224,7 +224,7 @@ pub(super) async fn bucket(
     Ok(Bucket {
         client,
         value_key: value_state,
-        value: value.and_then(|v| v.parse().ok()),
+        value: value.as_deref().and_then(crate::store::limiter_value),
         log_key: log_state,
         log,
     })
