@@ -356,6 +356,11 @@ fn a_layer_that_cannot_work_does_not_build() {
         error(RateLimitLayer::builder().rule(rule().exempt([" \t "]))).contains("empty exempt value"),
         "spaces and tabs are no value"
     );
+    for padding in ["=", " == "] {
+        let binary = rule().key(Key::header("x-user-bin")).exempt([padding]);
+        let said = error(RateLimitLayer::builder().rule(binary));
+        assert!(said.contains("only padding"), "{padding:?}: {said}");
+    }
     assert!(error(RateLimitLayer::builder().rule(LayerRule::new("", 5, MINUTE))).contains("name is empty"));
     for reserved in ["redlimit", "redlimit:overrides", "redlimit{x}"] {
         let said = error(RateLimitLayer::builder().rule(LayerRule::new(reserved, 5, MINUTE)));

@@ -198,7 +198,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     state.pop();
     // Exempt values as a request's value is read: without the spaces and tabs around
     // them, and a binary header's without its base64 padding.
-    let exempt = exempt
+    let exempt: HashSet<String> = exempt
         .into_iter()
         .map(|value| {
             let value = value.trim_matches([' ', '\t']);
@@ -208,6 +208,14 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
             }
         })
         .collect();
+    if exempt.contains("") {
+        return Err(InvalidLayer(format!(
+            "rule `{}`: an exempt value that is only padding (`=`) of the binary header it is \
+             read from would, read so, be empty and exempt every request without a value; list \
+             the values themselves",
+            spec.name
+        )));
+    }
     let keyed = Keyed {
         keyed_start: format!("{}:", spec.name),
         prefixed: Default::default(),
