@@ -1285,3 +1285,24 @@ async fn attack_in_process_layers_whose_rules_overlap_refuse() {
     assert!(client.check_rules(&take(4)).await.unwrap().allowed);
     assert!(!client.check_rules(&take(1)).await.unwrap().allowed);
 }
+
+/// An exempt value of a key that is not a header is compared as listed: a closure's
+/// value ` vip` (spaces are part of it there) is exempt when ` vip` is listed.
+#[tokio::test]
+async fn an_exempt_value_of_a_closure_s_key_is_compared_as_listed() {
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(
+            LayerRule::new("closure-exempt", 1, MINUTE)
+                .key(Key::with(|_: &axum::http::request::Parts| {
+                    Some(" vip".to_owned())
+                }))
+                .exempt([" vip"]),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    for _ in 0..3 {
+        assert_eq!(send(addr, "GET", "/a", &[]).await.status, 200);
+    }
+}

@@ -8,7 +8,7 @@ use redlimit_runtime::Error;
 
 use crate::inspect::{read_config, token_keys};
 use crate::shown::shown;
-use crate::store::{limiter_value, server_now, Store};
+use crate::store::{limiter_value, server_now, unread_value, Store};
 use crate::words::{not_found, per_client};
 
 /// Whether `permits` would be granted now, read from the stored state (nothing is
@@ -63,10 +63,10 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
             Some(value) => Some(value),
             None => {
                 return Ok(Err(format!(
-                    "`{}` holds {:?}, not a number: every call of `{}` fails until it is reset \
-                     (`inspect` shows what is wrong)",
+                    "`{}` holds {:?}, {} (`inspect {}` shows what is wrong)",
                     shown(&value_key),
                     text,
+                    unread_value(&text),
                     shown(name)
                 )))
             }
@@ -88,10 +88,16 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         .map(|(_, p)| p)
         .sum();
     let held: i64 = grants.iter().filter(|(t, _)| in_window(*t)).map(|(_, p)| p).sum();
-    // A missing value is rebuilt from the log by the next call, as here; never more
-    // than the window leaves (a value read before grants that released more).
+    // As the next call would find it: a missing value rebuilt from the log; what left
+    // the window given back, or the value rebuilt from the log when that would pass
+    // the rate (one inflated by hand, or read before a grant released more); else the
+    // value as it is.
     let room = config.rate.saturating_sub(held);
-    let available = value.map_or(room, |v| v.saturating_add(expired).min(room));
+    let available = match value {
+        None => room,
+        Some(v) if expired > 0 && v.saturating_add(expired) > config.rate => room,
+        Some(v) => v.saturating_add(expired),
+    };
     let permits = permits as i64;
     if available >= permits {
         return Ok(Ok(Peek {

@@ -17,15 +17,30 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of a string key the CLI reads: a limiter's value or a bucket's state fits.
 pub const SHORT_VALUE: isize = 256;
 
-/// A limiter's value as its scripts read it: an optional `-` and digits, nothing
-/// else (no `+`, no spaces, not cut short); `None` for anything else, on which every
-/// call of the limiter fails until it is reset.
-pub fn limiter_value(text: &str) -> Option<i64> {
+/// Whether the scripts read `text` as a limiter's value: an optional `-` and digits,
+/// nothing else (no `+`, no spaces). On anything else every call of the limiter
+/// fails until it is reset.
+pub fn scripts_read(text: &str) -> bool {
     let digits = text.strip_prefix('-').unwrap_or(text);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A limiter's value as the scripts read it, when it fits 64 bits and was read whole
+/// ([`Store::short_string`] ends a longer one in `…`).
+pub fn limiter_value(text: &str) -> Option<i64> {
+    scripts_read(text).then(|| text.parse().ok()).flatten()
+}
+
+/// Why a limiter's value that is there is not read as one: what the CLI says of it.
+pub fn unread_value(text: &str) -> &'static str {
+    if text.ends_with('…') {
+        "a value longer than the CLI reads: what a call would do is not said here"
+    } else if scripts_read(text) {
+        "a number past 64 bits, which the scripts read as a float: what a call would do is \
+         not said here"
+    } else {
+        "not a number: every call of the limiter fails until it is reset"
     }
-    text.parse().ok()
 }
 
 /// How many entries of a limiter's log one command reads.

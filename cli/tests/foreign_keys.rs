@@ -435,13 +435,15 @@ async fn a_huge_string_under_a_limiter_s_name_is_not_read_whole() {
     assert!(shown.contains("not a token bucket's state"), "{shown}");
 }
 
-/// A limiter's value the scripts would not read as a number (`+0`, ` 0`, `0 `, or
-/// digits longer than the CLI reads, 257 bytes of `-000…05`) is not read as one:
-/// `check` says so (exit 1) rather than "would be granted", and `inspect` names it a
-/// problem rather than "missing"; a value of `i64::MAX` is inspected without a
-/// panic; and `check` never counts more available than the window leaves.
+/// A limiter's value is read as the scripts read it, or not at all: `+0`, ` 0` and
+/// `0 ` are "not a number" (every call fails on them), a number past 64 bits and a
+/// value longer than the CLI reads (257 bytes of `-000…05`) are said to be beyond it.
+/// `check` answers none of them (exit 1) where it said "would be granted", and
+/// `inspect` names each a problem rather than "missing"; a value of `i64::MAX` is
+/// inspected without a panic. An inflated value beside entries that left the window
+/// is rebuilt from the log, as the next call rebuilds it.
 #[tokio::test]
-async fn values_the_scripts_would_refuse_are_not_read_as_numbers() {
+async fn values_are_read_as_the_scripts_read_them() {
     let server = RedisServer::start();
     let url = server.url();
     let mut raw = server.raw().await;
@@ -450,23 +452,37 @@ async fn values_the_scripts_would_refuse_are_not_read_as_numbers() {
     assert!(limiter.try_set_rate(RateType::Overall, 10, MINUTE).await.unwrap());
     assert!(limiter.try_acquire(3).await.unwrap());
     let long = format!("-{}5", "0".repeat(255));
-    for value in ["+0", " 0", "0 ", long.as_str()] {
+    for (value, said) in [
+        ("+0", "not a number"),
+        (" 0", "not a number"),
+        ("0 ", "not a number"),
+        ("9223372036854775808", "past 64 bits"),
+        (long.as_str(), "longer than the CLI reads"),
+    ] {
         let _: () = raw.set("{w}:value", value).await.unwrap();
         let out = redlimit(&url, &["check", "w"]);
         let shown = text(&out);
         assert_eq!(out.status.code(), Some(1), "{value:?}: {shown}");
-        assert!(shown.contains("not a number"), "{value:?}: {shown}");
+        assert!(shown.contains(said), "{value:?}: {shown}");
         let shown = text(&redlimit(&url, &["inspect", "w"]));
-        assert!(shown.contains("does not hold a number"), "{value:?}: {shown}");
+        assert!(shown.contains(said), "{value:?}: {shown}");
         assert!(!shown.contains("is missing"), "{value:?}: {shown}");
     }
     let _: () = raw.set("{w}:value", i64::MAX).await.unwrap();
     let out = redlimit(&url, &["inspect", "w"]);
     assert!(!text(&out).contains("panicked"), "{}", text(&out));
-    // A value past what the window leaves (another program's, or read before a grant
-    // moved more into it): at most the rate less what the window holds.
+    // 1 000 stored, 2 permits left the window: rebuilt from the log (10 less the 3
+    // held), as the next call rebuilds it, so 8 would be refused (7 available).
+    let now: (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let left_ms = now.0 * 1_000 - 120_000;
+    let member = support::redisson_member(b"12345678", 2);
+    let _: () = raw.zadd("{w}:permits", member, left_ms).await.unwrap();
     let _: () = raw.set("{w}:value", 1_000).await.unwrap();
     let out = redlimit(&url, &["check", "w", "--permits", "8"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("7 available"), "{}", text(&out));
+    assert!(
+        !limiter.try_acquire(8).await.unwrap(),
+        "the call refuses as check said"
+    );
 }

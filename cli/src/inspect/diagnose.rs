@@ -124,11 +124,11 @@ fn diagnose_window(i: &mut Inspection, b: usize, config: &Config) {
                 b.log.permits, config.rate
             ));
         }
-    } else if exists(&b.value_key) && b.value_key.kind == "string" {
+    } else if let Some(text) = &b.unread {
         problems.push(format!(
-            "`{}` does not hold a number (an optional `-` and digits, as the scripts read \
-             it): every call of the limiter fails until it is reset",
-            b.value_key.key
+            "`{}` holds {text:?}, {}",
+            b.value_key.key,
+            crate::store::unread_value(text)
         ));
     } else if exists(&b.log_key) {
         notes.push(format!(

@@ -141,6 +141,8 @@ pub struct Bucket {
     pub client: Option<String>,
     pub value_key: KeyState,
     pub value: Option<i64>,
+    /// The value key's text when it is not read as a value (see `store::unread_value`).
+    pub unread: Option<String>,
     pub log_key: KeyState,
     pub log: Log,
 }
@@ -225,6 +227,7 @@ pub(super) async fn bucket(
         client,
         value_key: value_state,
         value: value.as_deref().and_then(crate::store::limiter_value),
+        unread: value.filter(|text| crate::store::limiter_value(text).is_none()),
         log_key: log_state,
         log,
     })

@@ -196,16 +196,15 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     // `"name";r=0` less its digits: what every `RateLimit` field starts with.
     let mut state = limit.state_field(0, None);
     state.pop();
-    // Exempt values as a request's value is read: without the spaces and tabs around
-    // them, and a binary header's without its base64 padding.
+    // Exempt values of a header as its value is read: without the spaces and tabs
+    // around them, and a binary header's without its base64 padding.
     let exempt: HashSet<String> = exempt
         .into_iter()
-        .map(|value| {
-            let value = value.trim_matches([' ', '\t']);
-            match &key {
-                Extract::Header(name) => super::per_request::unpadded(name, value).to_owned(),
-                _ => value.to_owned(),
+        .map(|value| match &key {
+            Extract::Header(name) => {
+                super::per_request::unpadded(name, value.trim_matches([' ', '\t'])).to_owned()
             }
+            _ => value,
         })
         .collect();
     if exempt.contains("") {
