@@ -681,8 +681,9 @@ async fn a_settle_on_a_foreign_bucket_fails_and_writes_nothing() {
 }
 
 /// A caller's wait for its settle is timed on its own runtime: with the client's
-/// runtime held up (its one worker blocked), the settle answers `Timeout` within four
-/// command timeouts, and lands once that runtime runs again.
+/// runtime held up (its one worker blocked for 4 s), the settle answers `Timeout`
+/// within four command timeouts (500 ms each: long enough for the reservation before
+/// on a busy machine), and lands once that runtime runs again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settle_on_a_held_up_client_runtime_answers_within_its_wait() {
     let server = RedisServer::start();
@@ -699,7 +700,7 @@ async fn a_settle_on_a_held_up_client_runtime_answers_within_its_wait() {
     let client = client_runtime
         .spawn(async move {
             Client::builder()
-                .command_timeout(Duration::from_millis(200))
+                .command_timeout(Duration::from_millis(500))
                 .connect(&url)
                 .await
                 .unwrap()
@@ -707,14 +708,14 @@ async fn a_settle_on_a_held_up_client_runtime_answers_within_its_wait() {
         .await
         .unwrap();
     let reservation = granted(&client, &[tokens("held:window").permits(10)]).await;
-    client_runtime.spawn(async { std::thread::sleep(Duration::from_millis(2_000)) });
+    client_runtime.spawn(async { std::thread::sleep(Duration::from_millis(4_000)) });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = std::time::Instant::now();
     let answered = reservation.settle(400).await;
     let took = started.elapsed();
     assert!(matches!(answered, Err(Error::Timeout { .. })), "{answered:?}");
-    assert!(took < Duration::from_millis(1_200), "answered after {took:?}");
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert!(took < Duration::from_millis(3_000), "answered after {took:?}");
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
     assert_eq!(available(&client, "held:window").await, 600, "400 counted, once");
     client_runtime.shutdown_background();
 }
