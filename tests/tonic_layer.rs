@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+use redlimit::tower::{Grpc, Key, LayerRule, RateLimitLayer};
 use redlimit::Client;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Channel, Server};
@@ -27,22 +27,7 @@ async fn a_limited_grpc_server_answers_resource_exhausted_with_the_retry_delay()
         .unwrap()
         .grpc();
     let (_reporter, health) = tonic_health::server::health_reporter();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        Server::builder()
-            .layer(layer)
-            .add_service(health)
-            .serve_with_incoming(TcpListenerStream::new(listener))
-            .await
-            .unwrap();
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut health = HealthClient::new(channel);
+    let mut health = health_behind(layer, health).await;
     let ask = || {
         Request::new(HealthCheckRequest {
             service: String::new(),
@@ -97,22 +82,7 @@ async fn a_grpc_call_without_the_rules_key_is_refused_when_the_rule_says_so() {
         .unwrap()
         .grpc();
     let (_reporter, health) = tonic_health::server::health_reporter();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        Server::builder()
-            .layer(layer)
-            .add_service(health)
-            .serve_with_incoming(TcpListenerStream::new(listener))
-            .await
-            .unwrap();
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut health = HealthClient::new(channel);
+    let mut health = health_behind(layer, health).await;
     let ask = |key: Option<&str>| {
         let mut request = Request::new(HealthCheckRequest {
             service: String::new(),
@@ -141,12 +111,9 @@ mod refused_inside {
 
     use redlimit::tower::{LayerRule, RateLimitLayer};
     use redlimit::{rate_limit, Client, RateLimited};
-    use tokio_stream::wrappers::TcpListenerStream;
     use tokio_stream::Stream;
-    use tonic::transport::{Channel, Server};
     use tonic::{Code, Request, Response, Status};
     use tonic_health::pb::health_check_response::ServingStatus;
-    use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::health_server::{Health, HealthServer};
     use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
@@ -191,22 +158,7 @@ mod refused_inside {
             .build()
             .unwrap()
             .grpc();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            Server::builder()
-                .layer(layer)
-                .add_service(HealthServer::new(InnerLimited))
-                .serve_with_incoming(TcpListenerStream::new(listener))
-                .await
-                .unwrap();
-        });
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut health = HealthClient::new(channel);
+        let mut health = super::health_behind(layer, HealthServer::new(InnerLimited)).await;
         let ask = || {
             Request::new(HealthCheckRequest {
                 service: String::new(),
@@ -294,6 +246,29 @@ async fn granted_by(rule: LayerRule, name: &'static str, values: &[&str]) -> usi
         .unwrap()
         .grpc();
     let (_reporter, health) = tonic_health::server::health_reporter();
+    let mut health = health_behind(layer, health).await;
+    let mut granted = 0;
+    for value in values {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(name, axum::http::HeaderValue::from_str(value).unwrap());
+        let mut request = Request::new(HealthCheckRequest {
+            service: String::new(),
+        });
+        *request.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
+        match health.check(request).await {
+            Ok(_) => granted += 1,
+            Err(status) => assert_eq!(status.code(), Code::ResourceExhausted, "{value:?}: {status:?}"),
+        }
+    }
+    granted
+}
+
+/// `health` (a health service) behind `layer` on a real tonic server on loopback, and
+/// a client of it over HTTP/2.
+async fn health_behind<T: tonic_health::pb::health_server::Health>(
+    layer: RateLimitLayer<Grpc>,
+    health: tonic_health::pb::health_server::HealthServer<T>,
+) -> HealthClient<Channel> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -309,19 +284,5 @@ async fn granted_by(rule: LayerRule, name: &'static str, values: &[&str]) -> usi
         .connect()
         .await
         .unwrap();
-    let mut health = HealthClient::new(channel);
-    let mut granted = 0;
-    for value in values {
-        let mut headers = axum::http::HeaderMap::new();
-        headers.insert(name, axum::http::HeaderValue::from_str(value).unwrap());
-        let mut request = Request::new(HealthCheckRequest {
-            service: String::new(),
-        });
-        *request.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
-        match health.check(request).await {
-            Ok(_) => granted += 1,
-            Err(status) => assert_eq!(status.code(), Code::ResourceExhausted, "{value:?}: {status:?}"),
-        }
-    }
-    granted
+    HealthClient::new(channel)
 }
