@@ -66,26 +66,63 @@ impl Store {
         Ok(Store { conn, primaries })
     }
 
-    /// Each member of the sorted set `key` with its score, read in ranges of
+    /// Each member of the sorted set `key` with its score, in order, read in ranges of
     /// [`LOG_RANGE`] (a log of millions is not one command that holds Redis while the
-    /// limiters it serves wait: 2 000 000 entries took one `ZRANGE` 0.4 s). Entries
-    /// added or removed while it reads may be missed or read twice, as a reading of a
-    /// live log is of a moment that has passed anyway.
+    /// limiters it serves wait: 2 000 000 entries took one `ZRANGE` 0.4 s).
+    ///
+    /// The log is live: the scripts drop its oldest entries, give one back, add new
+    /// ones while it is read. Each range starts after the last entry read, wherever that
+    /// entry now is (`ZRANK`), not at a count of entries: the entries dropped before it
+    /// do not make the next range skip as many. When that entry itself is gone (given
+    /// back), the range starts at the first entry of its score and passes over those of
+    /// that score already read (a sorted set orders one score's entries by their bytes).
+    /// Each entry that stays is read once; one added behind the reading is not read, as
+    /// a reading of a moment that has passed would not have it.
     pub async fn each_in_log(&self, key: &str, mut f: impl FnMut(&[u8], f64)) -> Result<(), Error> {
         let mut conn = self.conn.clone();
         let mut start: isize = 0;
+        // The last entry read, when its range starts before it (it was given back).
+        let mut read_up_to: Option<(Vec<u8>, f64)> = None;
         loop {
             let range: Vec<(Vec<u8>, f64)> = conn
                 .zrange_withscores(key, start, start + LOG_RANGE - 1)
                 .await
                 .map_err(|e| self.fail(e))?;
+            // Whether an entry was read in an earlier range.
+            let read = |member: &[u8], score: f64| {
+                read_up_to
+                    .as_ref()
+                    .is_some_and(|(last, at)| score < *at || (score == *at && member <= last.as_slice()))
+            };
             for (member, score) in &range {
-                f(member, *score);
+                if !read(member, *score) {
+                    f(member, *score);
+                }
             }
-            if range.len() < LOG_RANGE as usize {
+            let Some((last, at)) = range.last().filter(|_| range.len() == LOG_RANGE as usize) else {
                 return Ok(());
+            };
+            // (when this range's last entry was passed over, those up to the one given
+            // back are still to be)
+            let passed_over = read(last, *at);
+            let rank: Option<isize> = conn.zrank(key, last).await.map_err(|e| self.fail(e))?;
+            match rank {
+                Some(rank) => {
+                    start = rank + 1;
+                    if !passed_over {
+                        read_up_to = None;
+                    }
+                }
+                None => {
+                    start = conn
+                        .zcount(key, "-inf", format!("({at}"))
+                        .await
+                        .map_err(|e| self.fail(e))?;
+                    if !passed_over {
+                        read_up_to = Some((last.clone(), *at));
+                    }
+                }
             }
-            start += LOG_RANGE;
         }
     }
 
@@ -168,4 +205,95 @@ pub fn glob_escape(key: &str) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::aio::MultiplexedConnection;
+    use redis::{AsyncCommands, Cmd};
+    use redlimit_test_support::RedisServer;
+
+    use super::{Store, LOG_RANGE};
+
+    /// Entry `i` of a test's log, `per_score` to a score (grants in one millisecond).
+    fn entry(i: usize, per_score: usize) -> (String, f64) {
+        (format!("m{i:05}"), (1_000 + i / per_score) as f64)
+    }
+
+    /// The members of a log of `total` entries, `per_score` to a score, as
+    /// [`Store::each_in_log`] reads them while `change` is sent after the `n`th read.
+    async fn read_while(total: usize, per_score: usize, changes: &[(usize, Cmd)]) -> Vec<String> {
+        let server = RedisServer::start();
+        let mut raw = server.raw().await;
+        let entries: Vec<(f64, String)> = (0..total)
+            .map(|i| (entry(i, per_score).1, entry(i, per_score).0))
+            .collect();
+        let _: () = raw.zadd_multiple("log", &entries).await.unwrap();
+        let store = Store::open(&server.url()).await.unwrap();
+        let handle = tokio::runtime::Handle::current();
+        let mut send = |raw: &mut MultiplexedConnection, cmd: &Cmd| {
+            // (the reading waits for it, as if the scripts ran between two ranges)
+            tokio::task::block_in_place(|| {
+                handle.block_on(async { cmd.query_async::<()>(raw).await.unwrap() })
+            })
+        };
+        let mut seen = Vec::new();
+        store
+            .each_in_log("log", |member, score| {
+                let member = String::from_utf8(member.to_vec()).unwrap();
+                if member.starts_with('m') {
+                    assert_eq!(score, entry(seen.len(), per_score).1, "{member}");
+                }
+                seen.push(member);
+                for (_, cmd) in changes.iter().filter(|(after, _)| *after == seen.len()) {
+                    send(&mut raw, cmd);
+                }
+            })
+            .await
+            .unwrap();
+        seen
+    }
+
+    /// A log read while the scripts change it: its oldest entries dropped, the last
+    /// entry of a range given back, an entry added behind the reading and one ahead.
+    /// Every entry that was there throughout is read, and read once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_live_log_is_read_once_through() {
+        let (range, total) = (LOG_RANGE as usize, 3 * LOG_RANGE as usize + 500);
+        let seen = read_while(
+            total,
+            10,
+            &[
+                // the oldest 200 dropped, as the window moves on
+                (500, Cmd::zrembyscore("log", "-inf", entry(199, 10).1)),
+                // the last entry of the second range given back, once read
+                (1_500, Cmd::zrem("log", entry(2 * range - 1, 10).0)),
+                // one added behind the reading, one ahead of it
+                (2_500, Cmd::zadd("log", "early", 0)),
+                (2_500, Cmd::zadd("log", "n-late", 9_999)),
+            ],
+        )
+        .await;
+        let mut expected: Vec<String> = (0..total).map(|i| entry(i, 10).0).collect();
+        expected.push("n-late".to_owned());
+        assert_eq!(seen.len(), expected.len());
+        assert!(seen == expected, "the entries read differ from the log's");
+    }
+
+    /// A range's last entry given back where thousands share its score: the entries
+    /// of that score already read are passed over, over more than one range.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_entry_given_back_among_thousands_of_its_score_is_passed() {
+        let range = LOG_RANGE as usize;
+        let total = 3 * range + 500;
+        let seen = read_while(
+            total,
+            total,
+            &[(range * 5 / 2, Cmd::zrem("log", entry(3 * range - 1, total).0))],
+        )
+        .await;
+        let expected: Vec<String> = (0..total).map(|i| entry(i, total).0).collect();
+        assert_eq!(seen.len(), expected.len());
+        assert!(seen == expected, "the entries read differ from the log's");
+    }
 }
