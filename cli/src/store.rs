@@ -231,7 +231,7 @@ mod tests {
         let _: () = raw.zadd_multiple("log", &entries).await.unwrap();
         let store = Store::open(&server.url()).await.unwrap();
         let handle = tokio::runtime::Handle::current();
-        let mut send = |raw: &mut MultiplexedConnection, cmd: &Cmd| {
+        let send = |raw: &mut MultiplexedConnection, cmd: &Cmd| {
             // (the reading waits for it, as if the scripts ran between two ranges)
             tokio::task::block_in_place(|| {
                 handle.block_on(async { cmd.query_async::<()>(raw).await.unwrap() })
