@@ -46,7 +46,7 @@ fn layer(client: &Client, name: &'static str, settle: Settle) -> RateLimitLayer 
         .unwrap()
 }
 
-/// `/header` answers `x-tokens-used` as `x-report`; `/stream` streams `x-chunks` events
+/// `/header` answers each `x-report` line as an `x-tokens-used` line; `/stream` streams `x-chunks` events
 /// 20 ms apart, recording `x-per` tokens before each; `seen` is what the last stream
 /// had recorded when it was dropped.
 fn server(client: &Client, seen: Arc<AtomicU64>) -> SocketAddr {
@@ -59,9 +59,11 @@ fn server(client: &Client, seen: Arc<AtomicU64>) -> SocketAddr {
         App::new()
             .service(web::resource("/header").wrap(header.clone()).route(web::get().to(
                 |request: HttpRequest| async move {
-                    HttpResponse::Ok()
-                        .insert_header(("x-tokens-used", number(&request, "x-report").to_string()))
-                        .body("ok")
+                    let mut response = HttpResponse::Ok();
+                    for line in request.headers().get_all("x-report") {
+                        response.append_header(("x-tokens-used", line.clone()));
+                    }
+                    response.body("ok")
                 },
             )))
             .service(web::resource("/usage").wrap(usage.clone()).route(web::get().to(
@@ -144,6 +146,18 @@ async fn settled_in_actix(client: Client) {
     assert_eq!(reply.status, 200);
     assert_eq!(reply.header("ratelimit"), Some("\"tok-h\";r=970"));
     assert_eq!(left(&client, "tok-h:ann").await, 970);
+    // A line is a list, as a merged field is; a value that is not an amount beside
+    // one that is never counts below the estimate.
+    for (who, lines, expected) in [("al", &["0, 500"][..], 500), ("bo", &["0", "abc"], 900)] {
+        let mut headers = vec![("x-user", who), ("x-cost", "100")];
+        headers.extend(lines.iter().map(|line| ("x-report", *line)));
+        assert_eq!(send(addr, "GET", "/header", &headers).await.status, 200);
+        assert_eq!(
+            left(&client, &format!("tok-h:{who}")).await,
+            expected,
+            "{lines:?}"
+        );
+    }
 
     // A handler done with its Usage before it answers: settled before the head goes out.
     let dee = [("x-user", "dee"), ("x-cost", "100"), ("x-per", "30")];

@@ -207,7 +207,7 @@ async fn hostile_amounts(client: Client) {
     let seen = Seen::default();
     let addr = server(&client, &seen).await;
     let user = |u| [("x-user", u), ("x-cost", "100")];
-    let cases: [(&str, &[&str], u64); 7] = [
+    let cases: [(&str, &[&str], u64); 11] = [
         ("a", &[], 900),
         ("b", &["abc"], 900),
         ("c", &["-5"], 900),
@@ -215,6 +215,10 @@ async fn hostile_amounts(client: Client) {
         ("e", &["99999999999999999999999999"], 400), // estimate + the cap of 500
         ("f", &["18446744073709551615"], 400),
         ("g", &["5", "250"], 750), // the largest line counts
+        ("h", &["0, 500"], 500),   // a line is a list, as a merged field is
+        ("i", &["0", "abc"], 900), // garbled: never below the estimate
+        ("j", &["abc", "250"], 750),
+        ("k", &["7, -1"], 900),
     ];
     for (who, lines, expected) in cases {
         let mut headers = user(who).to_vec();

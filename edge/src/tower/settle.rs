@@ -36,7 +36,9 @@ impl Settle {
     /// read when the response's head is back, before it goes out; the header is left
     /// on the response. A response without it, or with a value that is not a
     /// decimal number, keeps the estimate counted (a warning is logged); a number
-    /// past `u64` counts as `u64::MAX`; given several times, the largest counts.
+    /// past `u64` counts as `u64::MAX`. A line is a comma-separated list, as HTTP
+    /// reads a field sent more than once; among several values the largest counts,
+    /// and never less than the estimate when one of them is not a decimal number.
     pub fn header(name: &str) -> Settle {
         Settle(From::Header(name.to_owned()))
     }
@@ -209,8 +211,9 @@ impl Settling {
     {
         for (i, rule) in self.shared.rules.iter().enumerate() {
             if let (Some(Source::Header(name)), true) = (&rule.settle, self.estimates[i] > 0) {
-                self.headers[i] = amount(values(name));
-                if self.headers[i].is_none() {
+                let reported = Reported::read(values(name));
+                self.headers[i] = reported.amount(self.estimates[i]);
+                if self.headers[i].is_none() || reported.unreadable {
                     warn_no_amount(&rule.name, name);
                 }
             }
@@ -257,8 +260,8 @@ fn warn_no_amount(rule: &str, header: &HeaderName) {
         tracing::warn!(
             rule,
             header = %header,
-            "redlimit: a settled response has no decimal amount in its settle header; \
-             the request's estimate stays counted"
+            "redlimit: a settled response's settle header has no decimal amount, or a \
+             value that is not one; the request's estimate stays counted, at the least"
         );
     }
 }
@@ -273,19 +276,46 @@ fn due(last: &AtomicU64, now: u64) -> bool {
             .is_ok()
 }
 
-/// The largest decimal amount among a header's values (past `u64`: `u64::MAX`).
-fn amount<'a>(values: impl Iterator<Item = &'a [u8]>) -> Option<u64> {
-    values
-        .filter_map(|value| {
-            let digits = value.trim_ascii();
-            let decimal = !digits.is_empty() && digits.iter().all(u8::is_ascii_digit);
-            decimal.then(|| {
-                (digits.iter()).fold(0u64, |n, d| {
-                    n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-                })
-            })
-        })
-        .max()
+/// What a settle header says: the largest decimal amount among its values (a value
+/// past `u64` is `u64::MAX`), each line read as the comma-separated list HTTP makes
+/// of a field sent more than once (`0, 500` is two values; empty elements are none);
+/// and whether any element is not a decimal amount.
+#[derive(Debug, Default, PartialEq)]
+struct Reported {
+    largest: Option<u64>,
+    unreadable: bool,
+}
+
+impl Reported {
+    fn read<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Reported {
+        let mut reported = Reported::default();
+        let elements = lines.flat_map(|line| line.split(|&b| b == b','));
+        for digits in elements
+            .map(<[u8]>::trim_ascii)
+            .filter(|digits| !digits.is_empty())
+        {
+            if !digits.iter().all(u8::is_ascii_digit) {
+                reported.unreadable = true;
+                continue;
+            }
+            let value = digits.iter().fold(0u64, |n, d| {
+                n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+            });
+            reported.largest = reported.largest.max(Some(value));
+        }
+        reported
+    }
+
+    /// The amount to settle a grant of `estimate` at: `None` (the estimate stays
+    /// counted) when no element is a decimal amount. Beside one that is not, an
+    /// amount below the estimate is not believed: the handler's report is garbled,
+    /// and a garbled report never counts less than was reserved.
+    fn amount(&self, estimate: u64) -> Option<u64> {
+        match self.unreadable {
+            true => self.largest.map(|largest| largest.max(estimate)),
+            false => self.largest,
+        }
+    }
 }
 
 /// What the layer holds while the inner service runs: the reservation, or the
@@ -388,7 +418,7 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    use super::{amount, due};
+    use super::{due, Reported};
     use std::sync::atomic::AtomicU64;
 
     #[test]
@@ -403,15 +433,40 @@ mod tests {
 
     #[test]
     fn a_header_amount_is_decimal_digits_and_the_largest_counts() {
-        let of = |values: &[&str]| amount(values.iter().map(|v| v.as_bytes()));
+        // (an estimate of 100)
+        let of = |values: &[&str]| Reported::read(values.iter().map(|v| v.as_bytes())).amount(100);
         assert_eq!(of(&["1234"]), Some(1234));
         assert_eq!(of(&[" 7 "]), Some(7));
         assert_eq!(of(&["0"]), Some(0));
-        assert_eq!(of(&["3", "9", "x"]), Some(9));
+        assert_eq!(of(&["3", "9"]), Some(9));
         assert_eq!(of(&["99999999999999999999999"]), Some(u64::MAX));
-        for bad in ["", " ", "-5", "+5", "1e3", "0x10", "12 34", "1.5", "١٢"] {
+        for bad in [
+            "", " ", "-5", "+5", "1e3", "0x10", "12 34", "1.5", "١٢", ",", " , ",
+        ] {
             assert_eq!(of(&[bad]), None, "{bad:?}");
         }
         assert_eq!(of(&[]), None);
+    }
+
+    #[test]
+    fn a_line_is_a_list_and_a_garbled_one_never_counts_below_the_estimate() {
+        let of = |values: &[&str]| Reported::read(values.iter().map(|v| v.as_bytes())).amount(100);
+        // a field sent twice, as a proxy or a framework may merge it
+        assert_eq!(of(&["0, 500"]), Some(500));
+        assert_eq!(of(&["500,0"]), Some(500));
+        assert_eq!(of(&["5,", ", 250 ,,"]), Some(250));
+        // a value that is not an amount beside one that is: at least the estimate
+        assert_eq!(of(&["0", "abc"]), Some(100));
+        assert_eq!(of(&["abc", "0"]), Some(100));
+        assert_eq!(of(&["7, x"]), Some(100));
+        assert_eq!(of(&["abc", "500"]), Some(500));
+        assert_eq!(of(&["1,234"]), Some(234));
+        assert_eq!(
+            Reported::read([b"x".as_slice(), b"3"].into_iter()),
+            Reported {
+                largest: Some(3),
+                unreadable: true
+            }
+        );
     }
 }
