@@ -15,6 +15,7 @@ use once_cell::sync::Lazy;
 use redis::RedisError;
 
 mod acquire;
+mod carrier;
 pub(crate) mod connect;
 pub(crate) mod connection;
 pub(crate) mod cross_slot;
@@ -396,10 +397,10 @@ impl RedisBackend {
         );
     }
 
-    /// The runtime for work off the callers' path: the client's own, when it is a
-    /// multi-thread runtime still running and the caller's is not (a caller's
-    /// current-thread runtime may end, or no longer be driven, before the client
-    /// does), else the caller's; none outside a runtime.
+    /// The runtime for work off the callers' path (a cluster connection made again):
+    /// the client's own, when it is a multi-thread runtime still running and the
+    /// caller's is not (a caller's current-thread runtime may end, or no longer be
+    /// driven, before the client does), else the caller's; none outside a runtime.
     fn background(&self) -> Option<tokio::runtime::Handle> {
         let current = tokio::runtime::Handle::try_current().ok()?;
         Some(match &self.runtime {
@@ -414,18 +415,70 @@ impl RedisBackend {
         })
     }
 
-    /// The runtime for a settle, which must outlive the call that started it: the
-    /// client's own while it is a multi-thread runtime still running (a caller's
-    /// runtime, of either kind, may end right after its call, a runtime made for each
-    /// call), else the caller's; none outside a runtime.
+    /// The runtime for work that must outlive the call that starts it (a settle, a
+    /// connection made again): the client's own while it is a multi-thread runtime
+    /// still running; the caller's when that is the client's own; else the library's
+    /// ([`carrier`]), as a caller's runtime, of either kind, may end right after its
+    /// call (a runtime made for each call). The caller's if that cannot be made;
+    /// none outside a runtime.
     pub(crate) fn lasting(&self) -> Option<tokio::runtime::Handle> {
         let current = tokio::runtime::Handle::try_current().ok()?;
         Some(match &self.runtime {
             Some(made_on) if made_on.runtime_flavor() == RuntimeFlavor::MultiThread && alive(made_on) => {
                 made_on.clone()
             }
-            _ => current,
+            Some(made_on) if made_on.id() == current.id() => current,
+            _ => carrier::carrier().unwrap_or(current),
         })
+    }
+
+    /// A connection to one server found lost (a broken pipe) when the client's own
+    /// runtime has ended (or the client was made outside one) is made again on a
+    /// runtime that lasts ([`lasting`](RedisBackend::lasting)), where it connects and
+    /// runs its task, and put in place once it answers. Left to itself, the
+    /// connection manager would connect again on the runtime of the call that found
+    /// it lost, which may end right after that call (a runtime made for each call),
+    /// and the new connection with it. The call that found it waits for it at most a
+    /// command timeout; one is made at a time, at most once a [`REMAKE_EVERY`].
+    #[cold]
+    async fn remake_lasting(&self) {
+        let Some(remake) = self.remake.clone().filter(|remake| matches!(**remake, Remake::Single(_))) else {
+            return;
+        };
+        if self.runtime.as_ref().is_some_and(alive) {
+            return;
+        }
+        let Some(runtime) = self.lasting() else {
+            return;
+        };
+        if self.remaking.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        {
+            let mut remade_at = self.remade_at.lock().unwrap_or_else(PoisonError::into_inner);
+            if remade_at.is_some_and(|at| at.elapsed() < REMAKE_EVERY) {
+                self.remaking.store(false, Ordering::Relaxed);
+                return;
+            }
+            *remade_at = Some(Instant::now());
+        }
+        let (slot, old, done) = (self.conn.clone(), self.conn(), Done(self.remaking.clone()));
+        let wait = self.timeout * SILENT_TIMEOUTS;
+        let remade = runtime.spawn(async move {
+            let _done = done;
+            // Made here, so that its tasks are this runtime's.
+            let mut remade = remake.remade(&old)?;
+            let ping = redis::cmd("PING");
+            tokio::time::timeout(wait, ping.query_async::<()>(&mut remade)).await.ok()?.ok()?;
+            *slot.write().unwrap_or_else(PoisonError::into_inner) = remade;
+            Some(())
+        });
+        if let Ok(Ok(Some(()))) = tokio::time::timeout(self.timeout, remade).await {
+            tracing::warn!(
+                "Redis at `{}`: the connection's task ended with its runtime; the connection is made again",
+                self.target.shown()
+            );
+        }
     }
 
     /// [`remake`](RedisBackend::remake) for a Redis Cluster. A `dead` one (silent, or
@@ -709,6 +762,8 @@ impl RedisBackend {
                     // client follows the failover itself.)
                     if self.cluster && broken_pipe(&err) {
                         self.remake("the connection was lost", true);
+                    } else if broken_pipe(&err) {
+                        self.remake_lasting().await;
                     }
                 }
                 self.noting_step(Err(error))

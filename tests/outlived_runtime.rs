@@ -1,0 +1,116 @@
+//! A client used after the runtime it was made on has ended, from callers on runtimes
+//! of their own that each end after their call (a synchronous wrapper that builds a
+//! runtime per call): the first call finds the connection's task gone with its
+//! runtime (a broken pipe, which cannot be told from a connection lost while its
+//! command was out, so that call is not sent again); every later call is decided by
+//! Redis.
+
+use redlimit_test_support as support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use redlimit::{Client, RateType, Reserved, Rule};
+use support::RedisServer;
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `made_on`: the runtime the client is made on, ended after one call.
+fn calls_from_runtimes_of_their_own(made_on: tokio::runtime::Runtime) {
+    let server = RedisServer::start();
+    let client = made_on.block_on(async {
+        let client = Client::connect(&server.url()).await.unwrap();
+        let limiter = client.rate_limiter("outlived");
+        assert!(limiter
+            .try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60))
+            .await
+            .unwrap());
+        assert!(limiter.try_acquire(1).await.unwrap());
+        client
+    });
+    drop(made_on);
+    let mut failed = Vec::new();
+    for call in 0..50 {
+        let runtime = current_thread();
+        match runtime.block_on(client.rate_limiter("outlived").try_acquire(1)) {
+            Ok(granted) => assert!(granted, "call {call}"),
+            Err(error) => failed.push(format!("call {call}: {error}")),
+        }
+    }
+    assert!(
+        failed.is_empty() || (failed.len() == 1 && failed[0].starts_with("call 0:")),
+        "{} of 50 failed: {failed:?}",
+        failed.len()
+    );
+    let left = current_thread().block_on(client.rate_limiter("outlived").available_permits());
+    assert_eq!(left.unwrap(), 999 - (50 - failed.len() as u64));
+}
+
+#[test]
+fn a_client_made_on_a_multi_thread_runtime_that_ended() {
+    calls_from_runtimes_of_their_own(multi_thread());
+}
+
+#[test]
+fn a_client_made_on_a_current_thread_runtime_that_ended() {
+    calls_from_runtimes_of_their_own(current_thread());
+}
+
+/// A settle started by a caller whose runtime ends right after (the settle's future
+/// polled once, then dropped with its runtime), on a client whose own runtime has
+/// ended: the settle runs on the library's runtime and lands, each 900 used of 10
+/// reserved charged.
+#[test]
+fn a_settle_from_a_caller_whose_runtime_ends_lands() {
+    let server = RedisServer::start();
+    let made_on = current_thread();
+    let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+    drop(made_on);
+    // (the first call finds the connection's task gone: answered so, and the
+    // connection made again)
+    let _ = current_thread().block_on(client.rate_limiter("first").try_acquire(1));
+    let name = |user: u64| format!("outlived:tokens:{user}");
+    for user in 0..5 {
+        let runtime = current_thread();
+        runtime.block_on(async {
+            let rules = [Rule::new(name(user), 10_000, Duration::from_secs(60))
+                .settled()
+                .permits(10)];
+            let Reserved::Granted(reservation) = client.reserve(&rules).await.unwrap() else {
+                panic!("refused");
+            };
+            let mut settle = Box::pin(reservation.settle(900));
+            let waker = std::task::Waker::noop();
+            let _ = settle.as_mut().poll(&mut std::task::Context::from_waker(waker));
+        });
+        drop(runtime);
+    }
+    let reader = current_thread();
+    for user in 0..5 {
+        let limiter = client.rate_limiter(name(user));
+        let landed = reader.block_on(async {
+            let started = std::time::Instant::now();
+            loop {
+                let left = limiter.available_permits().await.unwrap();
+                if left == 9_100 || started.elapsed() > Duration::from_secs(2) {
+                    return left;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        assert_eq!(landed, 9_100, "user {user}: 900 used of 10 reserved");
+    }
+}
