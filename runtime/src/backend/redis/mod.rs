@@ -442,7 +442,11 @@ impl RedisBackend {
     /// command timeout; one is made at a time, at most once a [`REMAKE_EVERY`].
     #[cold]
     async fn remake_lasting(&self) {
-        let Some(remake) = self.remake.clone().filter(|remake| matches!(**remake, Remake::Single(_))) else {
+        let Some(remake) = self
+            .remake
+            .clone()
+            .filter(|remake| matches!(**remake, Remake::Single(_)))
+        else {
             return;
         };
         if self.runtime.as_ref().is_some_and(alive) {
@@ -469,7 +473,10 @@ impl RedisBackend {
             // Made here, so that its tasks are this runtime's.
             let mut remade = remake.remade(&old)?;
             let ping = redis::cmd("PING");
-            tokio::time::timeout(wait, ping.query_async::<()>(&mut remade)).await.ok()?.ok()?;
+            tokio::time::timeout(wait, ping.query_async::<()>(&mut remade))
+                .await
+                .ok()?
+                .ok()?;
             *slot.write().unwrap_or_else(PoisonError::into_inner) = remade;
             Some(())
         });
