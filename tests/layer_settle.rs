@@ -20,7 +20,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use http_body_util::BodyExt;
 use redlimit::tower::{Key, LayerRule, RateLimitLayer, Settle, Usage};
-use redlimit::Client;
+use redlimit::{Algorithm, Client};
 use support::http::{cost_header, send, serve};
 use support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -441,6 +441,50 @@ async fn settled_by_usage(client: Client, http2: bool) {
     settles_to(&client, "tok-u:dee", 0).await;
     let next = get_with(addr, "/stream", &[("x-user", "dee"), ("x-cost", "1")]).await;
     assert_eq!(next.status, 429);
+}
+
+/// A token bucket's grants given back whole: each settle leaves a mark in Redis for as
+/// long as it may be sent again (an interval and a minute), so a settle counts at
+/// least 1 and the marks are bounded by the rule. A bucket of 10 a minute, each request
+/// estimating 5 and reporting 0: 6 of 50 granted (10 tokens less 1 a grant, 5 needed),
+/// and at most as many marks.
+async fn a_bucket_given_back_whole(client: Client, server: Option<&RedisServer>) {
+    let rule = LayerRule::new("tok-b", 10, MINUTE)
+        .algorithm(Algorithm::TokenBucket)
+        .key(Key::header("x-user"))
+        .cost(cost_header)
+        .settle(Settle::header("x-tokens-used"));
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(rule)
+        .build()
+        .unwrap();
+    let addr = serve(Router::new().route("/bucket", get(reports).layer(layer))).await;
+    let mut granted = 0;
+    for _ in 0..50 {
+        let headers = [("x-user", "flood"), ("x-cost", "5"), ("x-report", "0")];
+        granted += u32::from(get_with(addr, "/bucket", &headers).await.status == 200);
+    }
+    if let Some(server) = server {
+        let marks: Vec<String> = redis::cmd("KEYS")
+            .arg("*settled*")
+            .query_async(&mut server.raw().await)
+            .await
+            .unwrap();
+        assert!(marks.len() <= 6, "{} marks", marks.len());
+    }
+    assert_eq!(granted, 6, "a grant given back whole still counts 1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_given_back_whole_still_counts_on_redis() {
+    let server = RedisServer::start();
+    a_bucket_given_back_whole(redis_client(&server).await, Some(&server)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_given_back_whole_still_counts_in_process() {
+    a_bucket_given_back_whole(Client::memory(), None).await;
 }
 
 async fn redis_client(server: &RedisServer) -> Client {

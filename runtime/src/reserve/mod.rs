@@ -8,7 +8,8 @@
 //! Redisson's `release` adds to the value, up to the rate), and what was used beyond
 //! the estimate is charged at the grant's time, even past the limit, and leaves the
 //! window with the grant. A token bucket gets back what was not used, up to its
-//! burst, or goes below zero by the excess and refills from there. Either way later
+//! burst (a settle counts at least 1 token), or goes below zero by the excess and
+//! refills from there. Either way later
 //! calls wait until there is room again. So every window of a sliding-window rule
 //! holds at most its rate plus the excess of the grants in it that overdrew (each at
 //! most the rule's [`max_overdraft`](Rule::max_overdraft) when it has one).
@@ -87,7 +88,7 @@ pub struct RuleSettled {
     pub estimate: u64,
     /// The permits now counted for the call: the actual amount, at most the estimate
     /// plus the rule's [`max_overdraft`](Rule::max_overdraft) (and at most
-    /// [`MAX_PERMITS`]).
+    /// [`MAX_PERMITS`]); for a token bucket, at least 1.
     pub counted: u64,
     /// What the call used beyond what is counted (0 without a cap reached).
     pub uncharged: u64,
@@ -340,7 +341,7 @@ impl Reservation {
                 name: grant.keys.config().to_owned(),
                 estimate: grant.estimate,
                 counted,
-                uncharged: used - counted,
+                uncharged: used.saturating_sub(counted),
                 applied: true,
                 remaining: grant.left,
             });
@@ -508,12 +509,16 @@ impl Reservation {
 
 impl Grant {
     /// What a settle of `used` counts for this grant: at most its estimate and its
-    /// overdraft cap, and at most `MAX_PERMITS`.
+    /// overdraft cap, and at most `MAX_PERMITS`; a token bucket's, at least 1. (Each
+    /// settle of a bucket leaves a mark in Redis for as long as it may be sent again,
+    /// an interval and a minute: a grant given back whole would let calls, and their
+    /// marks, through without bound. At 1 a grant, they are bounded by the rule.)
     fn counted(&self, used: u64) -> u64 {
         let most = self
             .estimate
             .saturating_add(self.max_overdraft.unwrap_or(u64::MAX));
-        used.min(most).min(MAX_PERMITS)
+        let least = u64::from(self.bucket.is_some());
+        used.max(least).min(most).min(MAX_PERMITS)
     }
 
     /// The permits its limiter has left after `settled` (see [`RuleSettled::remaining`]).
