@@ -5,26 +5,34 @@
 
 use std::sync::OnceLock;
 
-use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::runtime::{Builder, Handle};
 
-/// The library's runtime: one worker thread (`redlimit-io`), made the first time it is
-/// needed and kept for the life of the process. `None` if it could not be made (no
-/// thread could be started): the caller's runtime serves, as it would without it.
+/// The library's runtime: a current-thread runtime driven by a thread of its own
+/// (`redlimit-io`), made the first time it is needed and kept for the life of the
+/// process (a current-thread one: tokio's multi-thread runtime is a feature the
+/// library does not ask of its users). `None` if it could not be made (no thread
+/// could be started): the caller's runtime serves, as it would without it.
 pub(crate) fn carrier() -> Option<Handle> {
-    static CARRIER: OnceLock<Option<Runtime>> = OnceLock::new();
-    let runtime = CARRIER.get_or_init(|| {
-        let made = Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("redlimit-io")
-            .enable_all()
-            .build();
-        match made {
-            Ok(runtime) => Some(runtime),
-            Err(error) => {
-                tracing::warn!("redlimit: its own runtime could not be made ({error}); the callers' serve");
-                None
+    static CARRIER: OnceLock<Option<Handle>> = OnceLock::new();
+    CARRIER
+        .get_or_init(|| {
+            let made = Builder::new_current_thread().enable_all().build();
+            let runtime = match made {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    tracing::warn!("redlimit: its own runtime could not be made ({error}); the callers' serve");
+                    return None;
+                }
+            };
+            let handle = runtime.handle().clone();
+            let thread = std::thread::Builder::new().name("redlimit-io".into());
+            match thread.spawn(move || runtime.block_on(std::future::pending::<()>())) {
+                Ok(_) => Some(handle),
+                Err(error) => {
+                    tracing::warn!("redlimit: its own runtime's thread could not be started ({error}); the callers' serve");
+                    None
+                }
             }
-        }
-    });
-    runtime.as_ref().map(|runtime| runtime.handle().clone())
+        })
+        .clone()
 }
