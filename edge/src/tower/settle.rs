@@ -37,8 +37,9 @@ impl Settle {
     /// on the response. A response without it, or with a value that is not a
     /// decimal number, keeps the estimate counted (a warning is logged); a number
     /// past `u64` counts as `u64::MAX`. A line is a comma-separated list, as HTTP
-    /// reads a field sent more than once; among several values the largest counts,
-    /// and never less than the estimate when one of them is not a decimal number.
+    /// reads a field sent more than once, and one number in groups of three
+    /// (`1,000`) is also that number; among several values the largest counts, and
+    /// never less than the estimate when one of them is not a decimal number.
     pub fn header(name: &str) -> Settle {
         Settle(From::Header(name.to_owned()))
     }
@@ -278,8 +279,10 @@ fn due(last: &AtomicU64, now: u64) -> bool {
 
 /// What a settle header says: the largest decimal amount among its values (a value
 /// past `u64` is `u64::MAX`), each line read as the comma-separated list HTTP makes
-/// of a field sent more than once (`0, 500` is two values; empty elements are none);
-/// and whether any element is not a decimal amount.
+/// of a field sent more than once (`0, 500` is two values; empty elements are none),
+/// and a line that is one number in groups of three (`1,000`, `2,000,000`) also as
+/// that number, the larger reading counting; and whether any element is not a
+/// decimal amount.
 #[derive(Debug, Default, PartialEq)]
 struct Reported {
     largest: Option<u64>,
@@ -289,21 +292,24 @@ struct Reported {
 impl Reported {
     fn read<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Reported {
         let mut reported = Reported::default();
-        let elements = lines.flat_map(|line| line.split(|&b| b == b','));
-        for digits in elements
-            .map(<[u8]>::trim_ascii)
-            .filter(|digits| !digits.is_empty())
-        {
-            if !digits.iter().all(u8::is_ascii_digit) {
-                reported.unreadable = true;
-                continue;
+        for line in lines {
+            if grouped(line.trim_ascii()) {
+                let digits = line.iter().filter(|b| b.is_ascii_digit());
+                reported.note(decimal(digits));
             }
-            let value = digits.iter().fold(0u64, |n, d| {
-                n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-            });
-            reported.largest = reported.largest.max(Some(value));
+            for element in line.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                match element.iter().all(u8::is_ascii_digit) {
+                    _ if element.is_empty() => {}
+                    true => reported.note(decimal(element.iter())),
+                    false => reported.unreadable = true,
+                }
+            }
         }
         reported
+    }
+
+    fn note(&mut self, value: u64) {
+        self.largest = self.largest.max(Some(value));
     }
 
     /// The amount to settle a grant of `estimate` at: `None` (the estimate stays
@@ -316,6 +322,26 @@ impl Reported {
             false => self.largest,
         }
     }
+}
+
+/// `digits` as a decimal number (past `u64`: `u64::MAX`).
+fn decimal<'a>(digits: impl Iterator<Item = &'a u8>) -> u64 {
+    digits.fold(0u64, |n, d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    })
+}
+
+/// Whether `line` is one number written in groups of three digits after the first
+/// one to three, commas between and nothing else (`1,000`; not `500,0`, nor `5, 250`,
+/// which are lists).
+fn grouped(line: &[u8]) -> bool {
+    let mut groups = line.split(|&b| b == b',');
+    let first = groups.next().unwrap_or_default();
+    let mut rest = groups.peekable();
+    (1..=3).contains(&first.len())
+        && first.iter().all(u8::is_ascii_digit)
+        && rest.peek().is_some()
+        && rest.all(|group| group.len() == 3 && group.iter().all(u8::is_ascii_digit))
 }
 
 /// What the layer holds while the inner service runs: the reservation, or the
@@ -460,7 +486,14 @@ mod tests {
         assert_eq!(of(&["abc", "0"]), Some(100));
         assert_eq!(of(&["7, x"]), Some(100));
         assert_eq!(of(&["abc", "500"]), Some(500));
-        assert_eq!(of(&["1,234"]), Some(234));
+        // a number in groups of three also reads as that number: the larger counts
+        assert_eq!(of(&["1,234"]), Some(1_234));
+        assert_eq!(of(&["2,000,000"]), Some(2_000_000));
+        assert_eq!(of(&["0", "1,000"]), Some(1_000));
+        assert_eq!(of(&["5,250"]), Some(5_250));
+        assert_eq!(of(&["5, 250"]), Some(250));
+        assert_eq!(of(&["1,00"]), Some(1));
+        assert_eq!(of(&["1234,567"]), Some(1_234));
         assert_eq!(
             Reported::read([b"x".as_slice(), b"3"].into_iter()),
             Reported {
