@@ -78,12 +78,27 @@ impl Store {
     /// that score already read (a sorted set orders one score's entries by their bytes).
     /// Each entry that stays is read once; one added behind the reading is not read, as
     /// a reading of a moment that has passed would not have it.
+    ///
+    /// The reading is of the log as it was when it began: it ends at the newest entry
+    /// then (an entry added later has a later time), and after twice as many ranges
+    /// as the log then filled, and one more: a log written faster than it is read, or
+    /// replaced again and again, is not followed for ever.
     pub async fn each_in_log(&self, key: &str, mut f: impl FnMut(&[u8], f64)) -> Result<(), Error> {
         let mut conn = self.conn.clone();
+        let newest: Vec<(Vec<u8>, f64)> = conn
+            .zrange_withscores(key, -1, -1)
+            .await
+            .map_err(|e| self.fail(e))?;
+        let Some(&(_, until)) = newest.first() else {
+            return Ok(());
+        };
+        let held: usize = conn.zcard(key).await.map_err(|e| self.fail(e))?;
+        let mut ranges_left = 2 * (held / LOG_RANGE as usize + 1);
         let mut start: isize = 0;
         // The last entry read, when its range starts before it (it was given back).
         let mut read_up_to: Option<(Vec<u8>, f64)> = None;
-        loop {
+        while ranges_left > 0 {
+            ranges_left -= 1;
             let range: Vec<(Vec<u8>, f64)> = conn
                 .zrange_withscores(key, start, start + LOG_RANGE - 1)
                 .await
@@ -95,6 +110,9 @@ impl Store {
                     .is_some_and(|(last, at)| score < *at || (score == *at && member <= last.as_slice()))
             };
             for (member, score) in &range {
+                if *score > until {
+                    return Ok(());
+                }
                 if !read(member, *score) {
                     f(member, *score);
                 }
@@ -124,6 +142,7 @@ impl Store {
                 }
             }
         }
+        Ok(())
     }
 
     /// The string `key` as far as its first [`SHORT_VALUE`] bytes (as text, each byte
@@ -256,7 +275,8 @@ mod tests {
 
     /// A log read while the scripts change it: its oldest entries dropped, the last
     /// entry of a range given back, an entry added behind the reading and one ahead.
-    /// Every entry that was there throughout is read, and read once.
+    /// Every entry that was there throughout is read, and read once; the one added
+    /// ahead is not (the reading is of the log when it began).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_live_log_is_read_once_through() {
         let (range, total) = (LOG_RANGE as usize, 3 * LOG_RANGE as usize + 500);
@@ -274,8 +294,8 @@ mod tests {
             ],
         )
         .await;
-        let mut expected: Vec<String> = (0..total).map(|i| entry(i, 10).0).collect();
-        expected.push("n-late".to_owned());
+        // (the entry added ahead is newer than the log's newest when the reading began)
+        let expected: Vec<String> = (0..total).map(|i| entry(i, 10).0).collect();
         assert_eq!(seen.len(), expected.len());
         assert!(seen == expected, "the entries read differ from the log's");
     }
@@ -295,5 +315,64 @@ mod tests {
         let expected: Vec<String> = (0..total).map(|i| entry(i, total).0).collect();
         assert_eq!(seen.len(), expected.len());
         assert!(seen == expected, "the entries read differ from the log's");
+    }
+
+    /// A log written faster than it is read: 1 000 newer entries added at each range.
+    /// The reading ends at the newest entry when it began.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_written_faster_than_it_is_read_ends_where_it_began() {
+        let range = LOG_RANGE as usize;
+        let total = 3 * range;
+        let newer = |n: usize| {
+            let entries: Vec<(f64, String)> = (0..range)
+                .map(|i| (1e6 + (n * range + i) as f64, format!("n{n}-{i:04}")))
+                .collect();
+            Cmd::zadd_multiple("log", &entries)
+        };
+        let changes: Vec<(usize, Cmd)> = (0..total).step_by(range / 2).map(|n| (n + 1, newer(n))).collect();
+        let seen = read_while(total, 10, &changes).await;
+        assert_eq!(seen.len(), total, "read past the log's newest entry");
+    }
+
+    /// Replaces `log` by 3 000 entries of score 0 named after `generation`, each
+    /// generation's sorting before the last's.
+    async fn replace_log(raw: &mut MultiplexedConnection, generation: u64) {
+        let replace = "redis.call('DEL', KEYS[1]) for i = 1, 3000 do \
+                       redis.call('ZADD', KEYS[1], 0, ARGV[1] .. string.format('%05d', i)) end";
+        let prefix = format!("g{:06}-", 999_999 - generation);
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(replace).arg(1).arg("log").arg(prefix);
+        cmd.query_async::<()>(raw).await.unwrap();
+    }
+
+    /// A log replaced again and again while it is read (all of one score, new members
+    /// each time): the reading ends, after at most twice the ranges the log filled and
+    /// one more.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_replaced_while_it_is_read_is_not_followed_for_ever() {
+        let server = RedisServer::start();
+        replace_log(&mut server.raw().await, 0).await;
+        let store = Store::open(&server.url()).await.unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let replacing = {
+            let (stop, mut raw) = (stop.clone(), server.raw().await);
+            tokio::spawn(async move {
+                let mut generation = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    generation += 1;
+                    replace_log(&mut raw, generation).await;
+                }
+            })
+        };
+        let mut read = 0usize;
+        let reading = store.each_in_log("log", |_, _| read += 1);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(20), reading).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        replacing.await.unwrap();
+        assert!(ended.is_ok(), "still reading after 20 s");
+        assert!(
+            read <= 8 * LOG_RANGE as usize,
+            "{read} entries read of a log of 3 000"
+        );
     }
 }
