@@ -114,3 +114,45 @@ fn a_settle_from_a_caller_whose_runtime_ends_lands() {
         assert_eq!(landed, 9_100, "user {user}: 900 used of 10 reserved");
     }
 }
+
+/// The server restarted under a client whose own runtime has ended, used from callers
+/// on runtimes of their own: the connection, carried on the library's runtime,
+/// connects again there, and the calls after the restart are decided by Redis but for
+/// the one that finds the connection lost.
+#[test]
+fn a_server_restarted_under_a_client_whose_runtime_ended() {
+    let server = RedisServer::start();
+    let made_on = current_thread();
+    let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+    drop(made_on);
+    let limiter = client.rate_limiter("restarted");
+    let set = || {
+        let set = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
+        current_thread().block_on(set)
+    };
+    let call = || current_thread().block_on(limiter.try_acquire(1));
+    // (the first call finds the connection's task gone, and has it made again)
+    if set().is_err() {
+        assert!(set().unwrap());
+    }
+    for _ in 0..5 {
+        assert!(call().unwrap());
+    }
+    let port = server.stop();
+    let _server = RedisServer::start_on(port);
+    let mut failed = Vec::new();
+    for attempt in 0..50 {
+        // (a restarted server has lost the limiter: set again once it answers)
+        match set() {
+            Ok(_) => break,
+            Err(error) => failed.push(format!("set {attempt}: {error}")),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for attempt in 0..50 {
+        if let Err(error) = call() {
+            failed.push(format!("call {attempt}: {error}"));
+        }
+    }
+    assert!(failed.len() <= 1, "{} failed: {failed:?}", failed.len());
+}

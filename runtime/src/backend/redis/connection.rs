@@ -19,6 +19,16 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
     /// The master Sentinel names, found again after a failover.
     Sentinel(SentinelConn),
+    /// A connection to one server whose every command is sent from a task of
+    /// `runtime` (the library's own): made again there once the client's runtime had
+    /// ended, so that its task, and its connecting again after a loss, run on that
+    /// runtime and not on a caller's, which may end right after its call.
+    Carried(ConnectionManager, tokio::runtime::Handle),
+}
+
+/// The error of a command whose task on the library's runtime ended unanswered.
+fn carrier_gone() -> redis::RedisError {
+    std::io::Error::other("the library's runtime ended before the command was answered").into()
 }
 
 impl ConnectionLike for Conn {
@@ -27,6 +37,11 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
             Conn::Sentinel(conn) => conn.req_packed_command(cmd),
+            Conn::Carried(conn, runtime) => {
+                let (mut conn, cmd) = (conn.clone(), cmd.clone());
+                let sent = runtime.spawn(async move { conn.req_packed_command(&cmd).await });
+                Box::pin(async move { sent.await.unwrap_or_else(|_| Err(carrier_gone())) })
+            }
         }
     }
 
@@ -40,6 +55,12 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Carried(conn, runtime) => {
+                let (mut conn, pipeline) = (conn.clone(), pipeline.clone());
+                let sent =
+                    runtime.spawn(async move { conn.req_packed_commands(&pipeline, offset, count).await });
+                Box::pin(async move { sent.await.unwrap_or_else(|_| Err(carrier_gone())) })
+            }
         }
     }
 
@@ -48,6 +69,7 @@ impl ConnectionLike for Conn {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
             Conn::Sentinel(conn) => conn.get_db(),
+            Conn::Carried(conn, _) => conn.get_db(),
         }
     }
 }
@@ -86,6 +108,14 @@ impl Remake {
                 ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                     .ok()
                     .map(Conn::Single)
+            }
+            (Remake::Single(made), Conn::Carried(_, runtime)) => {
+                let (client, config) = &**made;
+                // (made on its runtime: the tasks it starts are that runtime's)
+                let _entered = runtime.enter();
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                    .ok()
+                    .map(|conn| Conn::Carried(conn, runtime.clone()))
             }
             (Remake::Sentinel, Conn::Sentinel(sentinel)) => {
                 sentinel.forget_master();

@@ -449,7 +449,8 @@ impl RedisBackend {
         else {
             return;
         };
-        if self.runtime.as_ref().is_some_and(alive) {
+        // (a connection carried already connects again on its runtime by itself)
+        if self.runtime.as_ref().is_some_and(alive) || matches!(self.conn(), Conn::Carried(..)) {
             return;
         }
         let Some(runtime) = self.lasting() else {
@@ -468,10 +469,15 @@ impl RedisBackend {
         }
         let (slot, old, done) = (self.conn.clone(), self.conn(), Done(self.remaking.clone()));
         let wait = self.timeout * SILENT_TIMEOUTS;
+        let carrier = runtime.clone();
         let remade = runtime.spawn(async move {
             let _done = done;
-            // Made here, so that its tasks are this runtime's.
-            let mut remade = remake.remade(&old)?;
+            // Made here, so that its tasks are this runtime's, and its commands sent
+            // from here from now on.
+            let mut remade = match remake.remade(&old)? {
+                Conn::Single(conn) => Conn::Carried(conn, carrier),
+                remade => remade,
+            };
             let ping = redis::cmd("PING");
             tokio::time::timeout(wait, ping.query_async::<()>(&mut remade))
                 .await
