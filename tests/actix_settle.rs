@@ -146,13 +146,15 @@ async fn settled_in_actix(client: Client) {
     assert_eq!(reply.status, 200);
     assert_eq!(reply.header("ratelimit"), Some("\"tok-h\";r=970"));
     assert_eq!(left(&client, "tok-h:ann").await, 970);
-    // A line is a list, as a merged field is, and a number in groups of three is that
-    // number too; a value that is not an amount beside one that is never counts below
+    // A line is a list, as a merged field is, and a number in groups is that number
+    // too, the largest reading counting; a value that is not an amount beside one that is never counts below
     // the estimate.
     let cases = [
         ("al", &["0, 500"][..], 500),
         ("bo", &["0", "abc"], 900),
         ("cy", &["1,000"], 0),
+        ("di", &["1,00,000"], 0),
+        ("ed", &["500,0"], 500),
     ];
     for (who, lines, expected) in cases {
         let mut headers = vec![("x-user", who), ("x-cost", "100")];

@@ -207,7 +207,7 @@ async fn hostile_amounts(client: Client) {
     let seen = Seen::default();
     let addr = server(&client, &seen).await;
     let user = |u| [("x-user", u), ("x-cost", "100")];
-    let cases: [(&str, &[&str], u64); 13] = [
+    let cases: [(&str, &[&str], u64); 14] = [
         ("a", &[], 900),
         ("b", &["abc"], 900),
         ("c", &["-5"], 900),
@@ -220,7 +220,8 @@ async fn hostile_amounts(client: Client) {
         ("j", &["abc", "250"], 750),
         ("k", &["7, -1"], 900),
         ("l", &["1,000"], 400),     // in groups of three: 1 000, to the cap
-        ("m", &["0", "2,50"], 950), // not in groups of three: a list (50)
+        ("m", &["0", "2,50"], 750), // 2 and 50, or 250: the largest reading
+        ("n", &["5, 2,000"], 400),  // a list of numbers in groups
     ];
     for (who, lines, expected) in cases {
         let mut headers = user(who).to_vec();

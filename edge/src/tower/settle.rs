@@ -37,9 +37,9 @@ impl Settle {
     /// on the response. A response without it, or with a value that is not a
     /// decimal number, keeps the estimate counted (a warning is logged); a number
     /// past `u64` counts as `u64::MAX`. A line is a comma-separated list, as HTTP
-    /// reads a field sent more than once, and one number in groups of three
-    /// (`1,000`) is also that number; among several values the largest counts, and
-    /// never less than the estimate when one of them is not a decimal number.
+    /// reads a field sent more than once, and a word that is one number in groups
+    /// (`1,000`, `1,00,000`) is also that number; the largest reading counts, and
+    /// never less than the estimate when a value is not a decimal number.
     pub fn header(name: &str) -> Settle {
         Settle(From::Header(name.to_owned()))
     }
@@ -280,9 +280,9 @@ fn due(last: &AtomicU64, now: u64) -> bool {
 /// What a settle header says: the largest decimal amount among its values (a value
 /// past `u64` is `u64::MAX`), each line read as the comma-separated list HTTP makes
 /// of a field sent more than once (`0, 500` is two values; empty elements are none),
-/// and a line that is one number in groups of three (`1,000`, `2,000,000`) also as
-/// that number, the larger reading counting; and whether any element is not a
-/// decimal amount.
+/// and each word of it that is one number in groups (`1,000`, `1,00,000`) also as
+/// that number: the largest reading counts, so that a report is never read as less
+/// than it may mean; and whether any element is not a decimal amount.
 #[derive(Debug, Default, PartialEq)]
 struct Reported {
     largest: Option<u64>,
@@ -293,9 +293,11 @@ impl Reported {
     fn read<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Reported {
         let mut reported = Reported::default();
         for line in lines {
-            if grouped(line.trim_ascii()) {
-                let digits = line.iter().filter(|b| b.is_ascii_digit());
-                reported.note(decimal(digits));
+            let words = line.split(u8::is_ascii_whitespace);
+            for word in words.map(trim_commas) {
+                if grouped(word) {
+                    reported.note(decimal(word.iter().filter(|b| b.is_ascii_digit())));
+                }
             }
             for element in line.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 match element.iter().all(u8::is_ascii_digit) {
@@ -331,17 +333,27 @@ fn decimal<'a>(digits: impl Iterator<Item = &'a u8>) -> u64 {
     })
 }
 
-/// Whether `line` is one number written in groups of three digits after the first
-/// one to three, commas between and nothing else (`1,000`; not `500,0`, nor `5, 250`,
-/// which are lists).
-fn grouped(line: &[u8]) -> bool {
-    let mut groups = line.split(|&b| b == b',');
+/// `word` without the commas around it (a list's, `1,000,` in `1,000, 2,000`).
+fn trim_commas(word: &[u8]) -> &[u8] {
+    let start = word.iter().position(|&b| b != b',').unwrap_or(word.len());
+    let end = word
+        .iter()
+        .rposition(|&b| b != b',')
+        .map_or(start, |last| last + 1);
+    &word[start..end]
+}
+
+/// Whether `word` is one number written in groups: one to three digits, then groups
+/// of two or three (`1,000`, `1,00,000`), commas between and nothing else (not
+/// `500,0`, which is a list).
+fn grouped(word: &[u8]) -> bool {
+    let mut groups = word.split(|&b| b == b',');
     let first = groups.next().unwrap_or_default();
     let mut rest = groups.peekable();
     (1..=3).contains(&first.len())
         && first.iter().all(u8::is_ascii_digit)
         && rest.peek().is_some()
-        && rest.all(|group| group.len() == 3 && group.iter().all(u8::is_ascii_digit))
+        && rest.all(|group| (2..=3).contains(&group.len()) && group.iter().all(u8::is_ascii_digit))
 }
 
 /// What the layer holds while the inner service runs: the reservation, or the
@@ -492,7 +504,10 @@ mod tests {
         assert_eq!(of(&["0", "1,000"]), Some(1_000));
         assert_eq!(of(&["5,250"]), Some(5_250));
         assert_eq!(of(&["5, 250"]), Some(250));
-        assert_eq!(of(&["1,00"]), Some(1));
+        assert_eq!(of(&["1,00"]), Some(100));
+        assert_eq!(of(&["1,000, 2,000"]), Some(2_000));
+        assert_eq!(of(&["1,00,000"]), Some(100_000));
+        assert_eq!(of(&["500,0"]), Some(500));
         assert_eq!(of(&["1234,567"]), Some(1_234));
         assert_eq!(
             Reported::read([b"x".as_slice(), b"3"].into_iter()),
