@@ -80,9 +80,10 @@ impl Store {
     /// a reading of a moment that has passed would not have it.
     ///
     /// The reading is of the log as it was when it began: it ends at the newest entry
-    /// then (an entry added later has a later time), and after twice as many ranges
-    /// as the log then filled, and one more: a log written faster than it is read, or
-    /// replaced again and again, is not followed for ever.
+    /// then (an entry added later has a later time), after as many entries as the log
+    /// then held (an entry dated ahead by a skewed clock is the newest for a while),
+    /// and after twice as many ranges as it then filled, and one more: a log written
+    /// faster than it is read, or replaced again and again, is not followed for ever.
     pub async fn each_in_log(&self, key: &str, mut f: impl FnMut(&[u8], f64)) -> Result<(), Error> {
         let mut conn = self.conn.clone();
         let newest: Vec<(Vec<u8>, f64)> = conn
@@ -93,7 +94,7 @@ impl Store {
             return Ok(());
         };
         let held: usize = conn.zcard(key).await.map_err(|e| self.fail(e))?;
-        let mut ranges_left = 2 * (held / LOG_RANGE as usize + 1);
+        let (mut entries_left, mut ranges_left) = (held, 2 * (held / LOG_RANGE as usize + 1));
         let mut start: isize = 0;
         // The last entry read, when its range starts before it (it was given back).
         let mut read_up_to: Option<(Vec<u8>, f64)> = None;
@@ -110,10 +111,11 @@ impl Store {
                     .is_some_and(|(last, at)| score < *at || (score == *at && member <= last.as_slice()))
             };
             for (member, score) in &range {
-                if *score > until {
+                if *score > until || entries_left == 0 {
                     return Ok(());
                 }
                 if !read(member, *score) {
+                    entries_left -= 1;
                     f(member, *score);
                 }
             }
@@ -240,7 +242,8 @@ mod tests {
     }
 
     /// The members of a log of `total` entries, `per_score` to a score, as
-    /// [`Store::each_in_log`] reads them while `change` is sent after the `n`th read.
+    /// [`Store::each_in_log`] reads them while `change` is sent after the `n`th read
+    /// (before the reading for 0).
     async fn read_while(total: usize, per_score: usize, changes: &[(usize, Cmd)]) -> Vec<String> {
         let server = RedisServer::start();
         let mut raw = server.raw().await;
@@ -248,6 +251,9 @@ mod tests {
             .map(|i| (entry(i, per_score).1, entry(i, per_score).0))
             .collect();
         let _: () = raw.zadd_multiple("log", &entries).await.unwrap();
+        for (_, cmd) in changes.iter().filter(|(after, _)| *after == 0) {
+            cmd.query_async::<()>(&mut raw).await.unwrap();
+        }
         let store = Store::open(&server.url()).await.unwrap();
         let handle = tokio::runtime::Handle::current();
         let send = |raw: &mut MultiplexedConnection, cmd: &Cmd| {
@@ -332,6 +338,26 @@ mod tests {
         let changes: Vec<(usize, Cmd)> = (0..total).step_by(range / 2).map(|n| (n + 1, newer(n))).collect();
         let seen = read_while(total, 10, &changes).await;
         assert_eq!(seen.len(), total, "read past the log's newest entry");
+    }
+
+    /// A log whose newest entry is dated ahead (a skewed clock) while newer entries are
+    /// added at each half range: the reading ends after as many entries as the log held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_dated_ahead_is_read_no_further_than_it_held() {
+        let range = LOG_RANGE as usize;
+        let total = 3 * range;
+        let ahead = |n: usize| {
+            let entries: Vec<(f64, String)> = (0..range)
+                .map(|i| (1e6 + (n * range + i) as f64, format!("n{n}-{i:04}")))
+                .collect();
+            Cmd::zadd_multiple("log", &entries)
+        };
+        let mut changes: Vec<(usize, Cmd)> =
+            (0..total).step_by(range / 2).map(|n| (n + 1, ahead(n))).collect();
+        // (in the log before the reading: the entry a skewed clock dated an hour ahead)
+        changes.insert(0, (0, Cmd::zadd("log", "skewed", 1e9)));
+        let seen = read_while(total, 10, &changes).await;
+        assert_eq!(seen.len(), total + 1, "read more entries than the log held");
     }
 
     /// Replaces `log` by 3 000 entries of score 0 named after `generation`, each
