@@ -28,6 +28,12 @@ fn multi_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A client of `server` made on a current-thread runtime that has since ended.
+fn outlived_client(server: &RedisServer) -> Client {
+    let made_on = current_thread();
+    made_on.block_on(Client::connect(&server.url())).unwrap()
+}
+
 /// `made_on`: the runtime the client is made on, ended after one call.
 fn calls_from_runtimes_of_their_own(made_on: tokio::runtime::Runtime) {
     let server = RedisServer::start();
@@ -76,9 +82,7 @@ fn a_client_made_on_a_current_thread_runtime_that_ended() {
 #[test]
 fn a_settle_from_a_caller_whose_runtime_ends_lands() {
     let server = RedisServer::start();
-    let made_on = current_thread();
-    let client = made_on.block_on(Client::connect(&server.url())).unwrap();
-    drop(made_on);
+    let client = outlived_client(&server);
     // (the first call finds the connection's task gone: answered so, and the
     // connection made again)
     let _ = current_thread().block_on(client.rate_limiter("first").try_acquire(1));
@@ -122,9 +126,7 @@ fn a_settle_from_a_caller_whose_runtime_ends_lands() {
 #[test]
 fn a_server_restarted_under_a_client_whose_runtime_ended() {
     let server = RedisServer::start();
-    let made_on = current_thread();
-    let client = made_on.block_on(Client::connect(&server.url())).unwrap();
-    drop(made_on);
+    let client = outlived_client(&server);
     let limiter = client.rate_limiter("restarted");
     let set = || {
         let set = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));

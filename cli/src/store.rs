@@ -323,20 +323,24 @@ mod tests {
         assert!(seen == expected, "the entries read differ from the log's");
     }
 
-    /// A log written faster than it is read: 1 000 newer entries added at each range.
-    /// The reading ends at the newest entry when it began.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_log_written_faster_than_it_is_read_ends_where_it_began() {
+    /// `total` entries' log given a range of newer entries after every half range read.
+    fn newer_at_each_half_range(total: usize) -> Vec<(usize, Cmd)> {
         let range = LOG_RANGE as usize;
-        let total = 3 * range;
         let newer = |n: usize| {
             let entries: Vec<(f64, String)> = (0..range)
                 .map(|i| (1e6 + (n * range + i) as f64, format!("n{n}-{i:04}")))
                 .collect();
             Cmd::zadd_multiple("log", &entries)
         };
-        let changes: Vec<(usize, Cmd)> = (0..total).step_by(range / 2).map(|n| (n + 1, newer(n))).collect();
-        let seen = read_while(total, 10, &changes).await;
+        (0..total).step_by(range / 2).map(|n| (n + 1, newer(n))).collect()
+    }
+
+    /// A log written faster than it is read: 1 000 newer entries added at each half
+    /// range. The reading ends at the newest entry when it began.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_written_faster_than_it_is_read_ends_where_it_began() {
+        let total = 3 * LOG_RANGE as usize;
+        let seen = read_while(total, 10, &newer_at_each_half_range(total)).await;
         assert_eq!(seen.len(), total, "read past the log's newest entry");
     }
 
@@ -344,16 +348,8 @@ mod tests {
     /// added at each half range: the reading ends after as many entries as the log held.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_log_dated_ahead_is_read_no_further_than_it_held() {
-        let range = LOG_RANGE as usize;
-        let total = 3 * range;
-        let ahead = |n: usize| {
-            let entries: Vec<(f64, String)> = (0..range)
-                .map(|i| (1e6 + (n * range + i) as f64, format!("n{n}-{i:04}")))
-                .collect();
-            Cmd::zadd_multiple("log", &entries)
-        };
-        let mut changes: Vec<(usize, Cmd)> =
-            (0..total).step_by(range / 2).map(|n| (n + 1, ahead(n))).collect();
+        let total = 3 * LOG_RANGE as usize;
+        let mut changes = newer_at_each_half_range(total);
         // (in the log before the reading: the entry a skewed clock dated an hour ahead)
         changes.insert(0, (0, Cmd::zadd("log", "skewed", 1e9)));
         let seen = read_while(total, 10, &changes).await;
