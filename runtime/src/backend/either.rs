@@ -25,8 +25,9 @@ impl Backend {
     }
 
     /// The runtime a settle runs on, which must outlive the call that started it: on
-    /// Redis the client's own while it is a multi-thread runtime still running, else
-    /// the caller's; in process, or outside any runtime, the caller's if any.
+    /// Redis the client's own while it is a multi-thread runtime still running, the
+    /// caller's when that is the client's own, else the library's own; in process, or
+    /// outside any runtime, the caller's if any.
     pub fn lasting(&self) -> Option<tokio::runtime::Handle> {
         match self {
             Backend::Memory(_) => tokio::runtime::Handle::try_current().ok(),

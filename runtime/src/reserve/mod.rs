@@ -298,8 +298,9 @@ impl Reservation {
                 Poll::Pending => unreachable!("a settle with nothing to wait for waited"),
             }));
         }
-        // The client's runtime rather than the caller's, which may end first; a task
-        // ended unanswered with its runtime counts its settle abandoned. The caller's
+        // A runtime that lasts (the client's, or the library's own) rather than the
+        // caller's, which may end first; a task ended unanswered with its runtime
+        // counts its settle abandoned. The caller's
         // wait is timed on its own runtime: the client's may be held up.
         if let Some(runtime) = self.client.backend().lasting() {
             let wait = self.client.command_timeout() * SETTLE_WAIT_TIMEOUTS;
