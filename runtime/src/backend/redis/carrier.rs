@@ -3,9 +3,11 @@
 //! or is a current-thread one, used from callers whose runtimes may end right after
 //! their call (a synchronous wrapper that makes a runtime for each call).
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use tokio::runtime::{Builder, Handle};
+use tokio::sync::oneshot;
 
 /// The library's runtime: a current-thread runtime driven by a thread of its own
 /// (`redlimit-io`), made the first time it is needed and kept for the life of the
@@ -35,4 +37,47 @@ pub(crate) fn carrier() -> Option<Handle> {
             }
         })
         .clone()
+}
+
+/// Whether the runtime a client was made on has ended, read before each command: a
+/// connection's task on that runtime ended with it, and a command handed to it would
+/// never be sent. Set when the runtime drops a task of its own, which it does as it
+/// ends; the task ends with the client.
+pub(crate) struct Outlived {
+    ended: Arc<AtomicBool>,
+    /// Dropped with the client: the task ends.
+    _client: oneshot::Sender<()>,
+}
+
+impl Outlived {
+    /// Watches `runtime`, the one the client is made on.
+    pub(crate) fn watch(runtime: &Handle) -> Outlived {
+        let ended = Arc::new(AtomicBool::new(false));
+        let (client, client_dropped) = oneshot::channel::<()>();
+        let on_drop = SetOnDrop(ended.clone());
+        // (a runtime ended already drops the task at once)
+        drop(runtime.spawn(async move {
+            let _on_drop = on_drop;
+            let _ = client_dropped.await;
+        }));
+        Outlived {
+            ended,
+            _client: client,
+        }
+    }
+
+    /// Whether the runtime has ended (or the client is being dropped).
+    #[inline]
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
+    }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }

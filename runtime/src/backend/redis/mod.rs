@@ -164,6 +164,11 @@ pub(crate) struct RedisBackend {
     /// The runtime the client was made on, where a cluster connection made again
     /// runs its task (a caller's runtime may end before the client does).
     runtime: Option<tokio::runtime::Handle>,
+    /// Whether `runtime` has ended, read before each command.
+    outlived: Option<carrier::Outlived>,
+    /// Held while a connection is made again on a lasting runtime: the calls that
+    /// need it wait for it.
+    carrying: tokio::sync::Mutex<()>,
     /// Whether a cluster connection is being made again: one at a time.
     remaking: Arc<AtomicBool>,
     /// Grants answered once replicas have them: the rounds and connections that wait.
@@ -217,6 +222,10 @@ impl RedisBackend {
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected, cluster)),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            outlived: tokio::runtime::Handle::try_current()
+                .ok()
+                .map(|runtime| carrier::Outlived::watch(&runtime)),
+            carrying: tokio::sync::Mutex::new(()),
             remaking: Arc::new(AtomicBool::new(false)),
             waits: None,
             kept: kept::Kept::new(owner.local_refusals),
@@ -432,6 +441,17 @@ impl RedisBackend {
         })
     }
 
+    /// The client's runtime has ended, and with it the task of a connection to one
+    /// server made there (or on a caller's runtime since): a command handed to it now
+    /// would never be sent, and fail as a broken pipe. It is made again on a lasting
+    /// runtime before the call sends, the calls meanwhile waiting for it.
+    #[cold]
+    async fn carry_on(&self) {
+        if matches!(self.conn(), Conn::Single(_)) {
+            self.remake_lasting().await;
+        }
+    }
+
     /// A connection to one server found lost (a broken pipe) when the client's own
     /// runtime has ended (or the client was made outside one) is made again on a
     /// runtime that lasts ([`lasting`](RedisBackend::lasting)), where it connects and
@@ -439,7 +459,9 @@ impl RedisBackend {
     /// connection manager would connect again on the runtime of the call that found
     /// it lost, which may end right after that call (a runtime made for each call),
     /// and the new connection with it. The call that found it waits for it at most a
-    /// command timeout; one is made at a time, at most once a [`REMAKE_EVERY`].
+    /// command timeout; one is made at a time (a call needing it meanwhile waits for
+    /// it), at most once a [`REMAKE_EVERY`]. A call that finds the client's runtime
+    /// ended before it sends has it made the same way ([`carry_on`](RedisBackend::carry_on)).
     #[cold]
     async fn remake_lasting(&self) {
         let Some(remake) = self
@@ -456,6 +478,12 @@ impl RedisBackend {
         let Some(runtime) = self.lasting() else {
             return;
         };
+        // One at a time, the others waiting for it: a call waiting goes on with the
+        // connection it made.
+        let _turn = self.carrying.lock().await;
+        if matches!(self.conn(), Conn::Carried(..)) {
+            return;
+        }
         if self.remaking.swap(true, Ordering::Relaxed) {
             return;
         }
@@ -683,6 +711,9 @@ impl RedisBackend {
     where
         F: Future<Output = Result<T, RedisError>>,
     {
+        if self.outlived.as_ref().is_some_and(carrier::Outlived::ended) {
+            self.carry_on().await;
+        }
         // Read before the command: a sibling's timeout may have the connection made
         // again while this one waits on the old one.
         let connecting = !self.answered.load(Ordering::Relaxed);
