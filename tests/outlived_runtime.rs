@@ -36,8 +36,15 @@ fn outlived_client(server: &RedisServer) -> Client {
 /// `made_on`: the runtime the client is made on, ended after one call.
 fn calls_from_runtimes_of_their_own(made_on: tokio::runtime::Runtime) {
     let server = RedisServer::start();
+    calls_at(&server.url(), made_on);
+}
+
+/// Fifty calls from runtimes of their own, each ended after its call, on a client of
+/// `url` made on `made_on`, ended after the client's first call: all decided by
+/// Redis, and each grant counted once.
+fn calls_at(url: &str, made_on: tokio::runtime::Runtime) -> Client {
     let client = made_on.block_on(async {
-        let client = Client::connect(&server.url()).await.unwrap();
+        let client = Client::connect(url).await.unwrap();
         let limiter = client.rate_limiter("outlived");
         assert!(limiter
             .try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60))
@@ -58,6 +65,61 @@ fn calls_from_runtimes_of_their_own(made_on: tokio::runtime::Runtime) {
     assert!(failed.is_empty(), "{} of 50 failed: {failed:?}", failed.len());
     let left = current_thread().block_on(client.rate_limiter("outlived").available_permits());
     assert_eq!(left.unwrap(), 949);
+    client
+}
+
+/// Through Sentinel: the master's connection, the sentinels' and the listener for
+/// announced failovers all ended with the client's runtime. The commands are sent
+/// from the library's runtime, where the master is looked for again, and its
+/// listener, started again there, hears a failover: the calls follow the new master
+/// on its announcement.
+#[test]
+fn a_sentinel_client_whose_runtime_ended() {
+    let set = support::sentinel::RedisSentinel::start();
+    let client = calls_at(&set.url(), multi_thread());
+    let (_, replica) = set.data_ports();
+    set.sentinel_cli(set.sentinel_ports()[0], &["sentinel", "failover", "mymaster"]);
+    let started = std::time::Instant::now();
+    while set.master_port() != replica {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no failover within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let named = std::time::Instant::now();
+    let count = || -> u64 {
+        let log = set.node_cli(replica, &["zcard", "{outlived}:permits"]);
+        log.trim().parse().unwrap_or(0)
+    };
+    let limiter = client.rate_limiter("outlived");
+    let mut failed = 0;
+    loop {
+        let before = count();
+        match current_thread().block_on(limiter.try_acquire(1)) {
+            Ok(granted) => {
+                assert!(granted);
+                if count() > before {
+                    break;
+                }
+            }
+            Err(_) => failed += 1,
+        }
+        assert!(
+            named.elapsed() < Duration::from_secs(2),
+            "not on the new master {:?} after it was named ({failed} calls failed)",
+            named.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A Redis Cluster's connection runs its own task, which ended with the client's
+/// runtime: made again once on the library's runtime, every call is decided.
+#[test]
+fn a_cluster_client_whose_runtime_ended() {
+    let cluster = support::cluster::RedisCluster::start(3, 0);
+    calls_at(&cluster.url(), current_thread());
 }
 
 #[test]

@@ -19,11 +19,12 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
     /// The master Sentinel names, found again after a failover.
     Sentinel(SentinelConn),
-    /// A connection to one server whose every command is sent from a task of
-    /// `runtime` (the library's own): made again there once the client's runtime had
-    /// ended, so that its task, and its connecting again after a loss, run on that
-    /// runtime and not on a caller's, which may end right after its call.
-    Carried(ConnectionManager, tokio::runtime::Handle),
+    /// A connection to one server, or through Sentinel, whose every command is sent
+    /// from a task of `runtime` (the library's own): made again there once the
+    /// client's runtime had ended, so that its tasks, and its connecting again after a
+    /// loss, run on that runtime and not on a caller's, which may end right after its
+    /// call.
+    Carried(Box<Conn>, tokio::runtime::Handle),
 }
 
 /// The error of a command whose task on the library's runtime ended unanswered.
@@ -38,7 +39,7 @@ impl ConnectionLike for Conn {
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
             Conn::Sentinel(conn) => conn.req_packed_command(cmd),
             Conn::Carried(conn, runtime) => {
-                let (mut conn, cmd) = (conn.clone(), cmd.clone());
+                let (mut conn, cmd) = ((**conn).clone(), cmd.clone());
                 let sent = runtime.spawn(async move { conn.req_packed_command(&cmd).await });
                 Box::pin(async move { sent.await.unwrap_or_else(|_| Err(carrier_gone())) })
             }
@@ -56,7 +57,7 @@ impl ConnectionLike for Conn {
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Carried(conn, runtime) => {
-                let (mut conn, pipeline) = (conn.clone(), pipeline.clone());
+                let (mut conn, pipeline) = ((**conn).clone(), pipeline.clone());
                 let sent =
                     runtime.spawn(async move { conn.req_packed_commands(&pipeline, offset, count).await });
                 Box::pin(async move { sent.await.unwrap_or_else(|_| Err(carrier_gone())) })
@@ -109,13 +110,11 @@ impl Remake {
                     .ok()
                     .map(Conn::Single)
             }
-            (Remake::Single(made), Conn::Carried(_, runtime)) => {
-                let (client, config) = &**made;
+            (_, Conn::Carried(conn, runtime)) => {
                 // (made on its runtime: the tasks it starts are that runtime's)
                 let _entered = runtime.enter();
-                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                    .ok()
-                    .map(|conn| Conn::Carried(conn, runtime.clone()))
+                let remade = self.remade(conn)?;
+                Some(Conn::Carried(Box::new(remade), runtime.clone()))
             }
             (Remake::Sentinel, Conn::Sentinel(sentinel)) => {
                 sentinel.forget_master();
@@ -123,6 +122,22 @@ impl Remake {
             }
             _ => None,
         }
+    }
+
+    /// `conn` made again to send every command from a task of `runtime`, where this
+    /// is called: `None` for a cluster's (see [`cluster_pending`](Remake::cluster_pending)),
+    /// or when it cannot be made. Through Sentinel, the connections it kept are
+    /// forgotten, and its listener starts again there.
+    pub(crate) fn carried(&self, conn: &Conn, runtime: tokio::runtime::Handle) -> Option<Conn> {
+        let conn = match (self, conn) {
+            (Remake::Single(_), Conn::Single(_)) => self.remade(conn)?,
+            (Remake::Sentinel, Conn::Sentinel(sentinel)) => {
+                sentinel.carried_to(&runtime);
+                conn.clone()
+            }
+            _ => return None,
+        };
+        Some(Conn::Carried(Box::new(conn), runtime))
     }
 
     /// A new cluster connection, connected: `None` when `self` is not a cluster's;

@@ -177,9 +177,10 @@ impl RedisBackend {
     /// not at all outside a Tokio runtime). A give-back that fails or never runs leaves
     /// the permits counted until they leave the window: stricter, never looser.
     pub(crate) fn spawn_give_back(&self, keys: LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
-        // (on the client's own runtime where it can: a caller's current-thread one
-        // left undriven would hold its turns, and every give-back would wait)
-        let Some(runtime) = self.background() else {
+        // (on a runtime that lasts: a caller's current-thread one left undriven would
+        // hold its turns, and every give-back would wait; a caller's made for its call
+        // would drop it)
+        let Some(runtime) = self.lasting() else {
             return;
         };
         let Some(queued) = Queued::new(&self.giving_back) else {

@@ -169,6 +169,9 @@ pub(crate) struct RedisBackend {
     /// Held while a connection is made again on a lasting runtime: the calls that
     /// need it wait for it.
     carrying: tokio::sync::Mutex<()>,
+    /// Whether the connection was made again on a lasting runtime once `runtime` had
+    /// ended.
+    moved: AtomicBool,
     /// Whether a cluster connection is being made again: one at a time.
     remaking: Arc<AtomicBool>,
     /// Grants answered once replicas have them: the rounds and connections that wait.
@@ -226,6 +229,7 @@ impl RedisBackend {
                 .ok()
                 .map(|runtime| carrier::Outlived::watch(&runtime)),
             carrying: tokio::sync::Mutex::new(()),
+            moved: AtomicBool::new(false),
             remaking: Arc::new(AtomicBool::new(false)),
             waits: None,
             kept: kept::Kept::new(owner.local_refusals),
@@ -406,24 +410,6 @@ impl RedisBackend {
         );
     }
 
-    /// The runtime for work off the callers' path (a cluster connection made again):
-    /// the client's own, when it is a multi-thread runtime still running and the
-    /// caller's is not (a caller's current-thread runtime may end, or no longer be
-    /// driven, before the client does), else the caller's; none outside a runtime.
-    fn background(&self) -> Option<tokio::runtime::Handle> {
-        let current = tokio::runtime::Handle::try_current().ok()?;
-        Some(match &self.runtime {
-            Some(made_on)
-                if current.runtime_flavor() != RuntimeFlavor::MultiThread
-                    && made_on.runtime_flavor() == RuntimeFlavor::MultiThread
-                    && alive(made_on) =>
-            {
-                made_on.clone()
-            }
-            _ => current,
-        })
-    }
-
     /// The runtime for work that must outlive the call that starts it (a settle, a
     /// connection made again): the client's own while it is a multi-thread runtime
     /// still running; the caller's when that is the client's own; else the library's
@@ -441,14 +427,24 @@ impl RedisBackend {
         })
     }
 
-    /// The client's runtime has ended, and with it the task of a connection to one
-    /// server made there (or on a caller's runtime since): a command handed to it now
-    /// would never be sent, and fail as a broken pipe. It is made again on a lasting
-    /// runtime before the call sends, the calls meanwhile waiting for it.
+    /// The client's runtime has ended, and with it the tasks of its connection made
+    /// there (or on a caller's runtime since): a command handed to it now would never
+    /// be sent, and fail as a broken pipe. It is made again on a lasting runtime
+    /// before the call sends, once, the calls meanwhile waiting for it: to one server
+    /// or through Sentinel, its commands are sent from that runtime's tasks from then
+    /// on ([`remake_lasting`](RedisBackend::remake_lasting)); a cluster's runs its own
+    /// task there.
     #[cold]
     async fn carry_on(&self) {
-        if matches!(self.conn(), Conn::Single(_)) {
-            self.remake_lasting().await;
+        match self.conn() {
+            Conn::Single(_) | Conn::Sentinel(_) => self.remake_lasting().await,
+            Conn::Cluster(_) => {
+                let _turn = self.carrying.lock().await;
+                if let (Some(remake), false) = (&self.remake, self.moved.swap(true, Ordering::Relaxed)) {
+                    self.remake_cluster(remake, "the runtime the client was made on ended", true);
+                }
+            }
+            Conn::Carried(..) => self.moved.store(true, Ordering::Relaxed),
         }
     }
 
@@ -467,7 +463,7 @@ impl RedisBackend {
         let Some(remake) = self
             .remake
             .clone()
-            .filter(|remake| matches!(**remake, Remake::Single(_)))
+            .filter(|remake| matches!(**remake, Remake::Single(_) | Remake::Sentinel))
         else {
             return;
         };
@@ -502,16 +498,22 @@ impl RedisBackend {
             let _done = done;
             // Made here, so that its tasks are this runtime's, and its commands sent
             // from here from now on.
-            let mut remade = match remake.remade(&old)? {
-                Conn::Single(conn) => Conn::Carried(conn, carrier),
-                remade => remade,
-            };
+            let mut remade = remake.carried(&old, carrier)?;
+            // Through Sentinel, put in place at once (the old one's connections are
+            // forgotten, and its search for the master goes on here, however long
+            // it takes); to one server, once it answers.
+            let at_once = matches!(*remake, Remake::Sentinel);
+            if at_once {
+                *slot.write().unwrap_or_else(PoisonError::into_inner) = remade.clone();
+            }
             let ping = redis::cmd("PING");
             tokio::time::timeout(wait, ping.query_async::<()>(&mut remade))
                 .await
                 .ok()?
                 .ok()?;
-            *slot.write().unwrap_or_else(PoisonError::into_inner) = remade;
+            if !at_once {
+                *slot.write().unwrap_or_else(PoisonError::into_inner) = remade;
+            }
             Some(())
         });
         if let Ok(Ok(Some(()))) = tokio::time::timeout(self.timeout, remade).await {
@@ -528,11 +530,12 @@ impl RedisBackend {
     /// step may still serve other nodes: a new one is connected in a task of its own
     /// and put in place once connected (it has answered: a timeout on it is not the
     /// connecting's), the old one serving until then, and kept if it cannot be.
-    /// Either runs its own task on a multi-thread runtime where there is one (the
-    /// caller's, or the client's while it runs): a caller's current-thread runtime
-    /// may end before the client does, and the client's may no longer be driven.
+    /// Either runs its own task on a runtime that lasts ([`lasting`](RedisBackend::lasting):
+    /// the client's while it is a multi-thread runtime that runs, else the library's
+    /// unless the caller is on the client's own): a caller's runtime may end before the
+    /// client does, and the client's may no longer be driven, or have ended.
     fn remake_cluster(&self, remake: &Arc<Remake>, why: &str, dead: bool) {
-        let Some(runtime) = self.background() else {
+        let Some(runtime) = self.lasting() else {
             return;
         };
         let target = self.target.shown().to_owned();
@@ -711,7 +714,8 @@ impl RedisBackend {
     where
         F: Future<Output = Result<T, RedisError>>,
     {
-        if self.outlived.as_ref().is_some_and(carrier::Outlived::ended) {
+        if self.outlived.as_ref().is_some_and(carrier::Outlived::ended) && !self.moved.load(Ordering::Relaxed)
+        {
             self.carry_on().await;
         }
         // Read before the command: a sibling's timeout may have the connection made

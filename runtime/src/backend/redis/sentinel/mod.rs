@@ -284,6 +284,23 @@ impl SentinelConn {
         self.inner.lock().current = None;
     }
 
+    /// The connection moved to `runtime` (the library's own, once the client's ended),
+    /// from whose tasks its commands are sent from now on: the connections it kept,
+    /// whose tasks ended with the client's runtime, are forgotten, and the listener,
+    /// which ended with it too, starts again there.
+    pub(crate) fn carried_to(&self, runtime: &tokio::runtime::Handle) {
+        self.forget_master();
+        for sentinel in &self.inner.sentinels {
+            sentinel.forget_conn();
+        }
+        let watched = Watched {
+            sentinels: self.inner.sentinels.iter().map(|s| s.client.clone()).collect(),
+            master: self.inner.master.name.clone(),
+            timeouts: self.inner.timeouts,
+        };
+        runtime.spawn(watched.listen(Arc::downgrade(&self.inner)));
+    }
+
     /// Forgets the connection `generation`, after a reply or an error that says the
     /// master is gone or is no longer the master.
     fn forget(&self, generation: u64) {
