@@ -223,6 +223,26 @@ fn a_settle_from_a_caller_whose_runtime_ends_lands() {
 fn a_server_restarted_under_a_client_whose_runtime_ended() {
     let server = RedisServer::start();
     let client = outlived_client(&server);
+    restarted_under(&client, server);
+}
+
+/// The same under a client whose own runtime runs on (a multi-thread one), used from
+/// callers on runtimes of their own: the caller that finds the connection lost has it
+/// carried on the client's runtime, where it connects again, rather than on its own,
+/// which ends after its call (before, about every other call failed, with no end).
+#[test]
+fn a_server_restarted_under_a_client_on_a_live_runtime_used_from_others() {
+    let server = RedisServer::start();
+    let made_on = multi_thread();
+    let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+    restarted_under(&client, server);
+    drop(made_on);
+}
+
+/// The limiter set and called 5 times, `server` restarted, then set again once it
+/// answers and called 50 times, each from a runtime of its own: at most one call
+/// fails after the restart.
+fn restarted_under(client: &Client, server: RedisServer) {
     let limiter = client.rate_limiter("restarted");
     let set = || {
         let set = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
@@ -250,4 +270,128 @@ fn a_server_restarted_under_a_client_whose_runtime_ended() {
         }
     }
     assert!(failed.len() <= 1, "{} failed: {failed:?}", failed.len());
+}
+
+/// The server down when the client's runtime ends, back a moment later: the first
+/// call after the end carries the connection on the library's runtime whatever the
+/// server's state, so once it is back every call is decided (before, a connection
+/// made on a caller's runtime failed about every other call for a second).
+#[test]
+fn a_server_down_when_the_runtime_ends_is_reached_once_back() {
+    let server = RedisServer::start();
+    let made_on = current_thread();
+    let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+    let limiter = client.rate_limiter("back");
+    let set = |on: &tokio::runtime::Runtime| {
+        on.block_on(limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60)))
+    };
+    assert!(set(&made_on).unwrap());
+    let port = server.stop();
+    drop(made_on);
+    for _ in 0..2 {
+        assert!(current_thread().block_on(limiter.try_acquire(1)).is_err());
+    }
+    let _server = RedisServer::start_on(port);
+    let back = std::time::Instant::now();
+    while set(&current_thread()).is_err() {
+        assert!(back.elapsed() < Duration::from_secs(5), "not reached in 5 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut failed = Vec::new();
+    for attempt in 0..40 {
+        if let Err(error) = current_thread().block_on(limiter.try_acquire(1)) {
+            failed.push(format!("call {attempt}: {error}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(failed.is_empty(), "{} of 40 failed: {failed:?}", failed.len());
+}
+
+/// A frozen server under a client whose runtime has ended: 16 callers at once, each
+/// on a runtime of its own, the first of them carrying the connection. Each answers
+/// within its command timeout, the carrying inside it (before, 500 ms for a timeout
+/// of 250 ms: the carrying waited a timeout of its own).
+#[test]
+fn calls_on_a_frozen_server_after_the_runtime_ended_answer_within_their_timeout() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(250);
+    let made_on = current_thread();
+    let client = made_on
+        .block_on(Client::builder().command_timeout(timeout).connect(&server.url()))
+        .unwrap();
+    let limiter = client.rate_limiter("frozen");
+    let set = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
+    assert!(made_on.block_on(set).unwrap());
+    drop(made_on);
+    server.pause();
+    let ready = std::sync::Barrier::new(16);
+    let took: Vec<_> = std::thread::scope(|threads| {
+        let callers: Vec<_> = (0..16)
+            .map(|_| {
+                threads.spawn(|| {
+                    let runtime = current_thread();
+                    ready.wait();
+                    let started = std::time::Instant::now();
+                    let answer = runtime.block_on(limiter.try_acquire(1));
+                    (started.elapsed(), answer.is_err())
+                })
+            })
+            .collect();
+        callers.into_iter().map(|caller| caller.join().unwrap()).collect()
+    });
+    server.resume();
+    assert!(took.iter().all(|&(_, failed)| failed), "{took:?}");
+    let slowest = took.iter().map(|&(took, _)| took).max().unwrap();
+    assert!(
+        slowest < timeout + Duration::from_millis(100),
+        "slowest {slowest:?}: {took:?}"
+    );
+}
+
+/// A client that waits for replicas (`wait_for_replicas`), its runtime ended: the
+/// connections kept for `WAIT` ended with it, and are let go before the first call
+/// after; the rounds run, and make their connections, on the library's runtime, not
+/// on the callers', which end after each call (before, 25 of 50 failed).
+#[test]
+fn a_client_waiting_for_replicas_whose_runtime_ended() {
+    let master = RedisServer::start();
+    let _replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let linked = std::time::Instant::now();
+    let info = || {
+        let mut raw = redis::Client::open(master.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("INFO")
+            .arg("replication")
+            .query::<String>(&mut raw)
+            .unwrap()
+    };
+    while !info().contains("state=online") {
+        assert!(
+            linked.elapsed() < Duration::from_secs(10),
+            "the replica did not link in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let made_on = current_thread();
+    let client = made_on.block_on(async {
+        let builder = Client::builder().wait_for_replicas(1, Duration::from_millis(100));
+        builder.connect(&master.url()).await.unwrap()
+    });
+    let limiter = client.rate_limiter("replicated");
+    let set = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
+    assert!(made_on.block_on(set).unwrap());
+    assert!(made_on.block_on(limiter.try_acquire(1)).unwrap());
+    drop(made_on);
+    let mut failed = Vec::new();
+    for call in 0..50 {
+        match current_thread().block_on(limiter.try_acquire(1)) {
+            Ok(granted) => assert!(granted, "call {call}"),
+            Err(error) => failed.push(format!("call {call}: {error}")),
+        }
+    }
+    assert!(failed.is_empty(), "{} of 50 failed: {failed:?}", failed.len());
+    let left = current_thread().block_on(limiter.available_permits());
+    assert_eq!(left.unwrap(), 949);
 }

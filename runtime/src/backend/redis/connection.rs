@@ -20,16 +20,18 @@ pub(crate) enum Conn {
     /// The master Sentinel names, found again after a failover.
     Sentinel(SentinelConn),
     /// A connection to one server, or through Sentinel, whose every command is sent
-    /// from a task of `runtime` (the library's own): made again there once the
-    /// client's runtime had ended, so that its tasks, and its connecting again after a
-    /// loss, run on that runtime and not on a caller's, which may end right after its
-    /// call.
+    /// from a task of `runtime`, one that lasts (the client's own while it is a
+    /// multi-thread runtime that runs, else the library's): made again there once a
+    /// caller on another runtime found it lost, or the client's runtime had ended, so
+    /// that its tasks, and its connecting again after a loss, run on that runtime and
+    /// not on a caller's, which may end right after its call.
     Carried(Box<Conn>, tokio::runtime::Handle),
 }
 
-/// The error of a command whose task on the library's runtime ended unanswered.
+/// The error of a command whose task on the runtime carrying the connection ended
+/// unanswered.
 fn carrier_gone() -> redis::RedisError {
-    std::io::Error::other("the library's runtime ended before the command was answered").into()
+    std::io::Error::other("the runtime carrying the connection ended before the command was answered").into()
 }
 
 impl ConnectionLike for Conn {
@@ -130,6 +132,8 @@ impl Remake {
     /// forgotten, and its listener starts again there.
     pub(crate) fn carried(&self, conn: &Conn, runtime: tokio::runtime::Handle) -> Option<Conn> {
         let conn = match (self, conn) {
+            // (carried by a runtime that has ended: carried anew)
+            (_, Conn::Carried(conn, _)) => return self.carried(conn, runtime),
             (Remake::Single(_), Conn::Single(_)) => self.remade(conn)?,
             (Remake::Sentinel, Conn::Sentinel(sentinel)) => {
                 sentinel.carried_to(&runtime);

@@ -419,47 +419,84 @@ impl RedisBackend {
     pub(crate) fn lasting(&self) -> Option<tokio::runtime::Handle> {
         let current = tokio::runtime::Handle::try_current().ok()?;
         Some(match &self.runtime {
+            // (looked at first: it runs, and spawns no probe to say so)
+            Some(made_on) if made_on.id() == current.id() => current,
             Some(made_on) if made_on.runtime_flavor() == RuntimeFlavor::MultiThread && alive(made_on) => {
                 made_on.clone()
             }
-            Some(made_on) if made_on.id() == current.id() => current,
             _ => carrier::carrier().unwrap_or(current),
         })
     }
 
-    /// The client's runtime has ended, and with it the tasks of its connection made
-    /// there (or on a caller's runtime since): a command handed to it now would never
-    /// be sent, and fail as a broken pipe. It is made again on a lasting runtime
-    /// before the call sends, once, the calls meanwhile waiting for it: to one server
-    /// or through Sentinel, its commands are sent from that runtime's tasks from then
-    /// on ([`remake_lasting`](RedisBackend::remake_lasting)); a cluster's runs its own
-    /// task there.
-    #[cold]
-    async fn carry_on(&self) {
-        match self.conn() {
-            Conn::Single(_) | Conn::Sentinel(_) => self.remake_lasting().await,
-            Conn::Cluster(_) => {
-                let _turn = self.carrying.lock().await;
-                if let (Some(remake), false) = (&self.remake, self.moved.swap(true, Ordering::Relaxed)) {
-                    self.remake_cluster(remake, "the runtime the client was made on ended", true);
-                }
-            }
-            Conn::Carried(..) => self.moved.store(true, Ordering::Relaxed),
+    /// Whether the runtime the client was made on has ended.
+    fn ended(&self) -> bool {
+        self.outlived.as_ref().is_some_and(carrier::Outlived::ended)
+    }
+
+    /// [`carry_on`](RedisBackend::carry_on) when the client's runtime has ended and
+    /// the connection was not carried since.
+    #[inline]
+    async fn carry_if_ended(&self) {
+        if self.ended() && !self.moved.load(Ordering::Relaxed) {
+            self.carry_on().await;
         }
     }
 
-    /// A connection to one server found lost (a broken pipe) when the client's own
-    /// runtime has ended (or the client was made outside one) is made again on a
-    /// runtime that lasts ([`lasting`](RedisBackend::lasting)), where it connects and
-    /// runs its task, and put in place once it answers. Left to itself, the
+    /// The client's runtime has ended, and with it the tasks of its connections made
+    /// there (or on a caller's runtime since): a command handed to one now would never
+    /// be sent, and fail as a broken pipe. The connection is made again on a lasting
+    /// runtime before the call sends, once, the calls meanwhile waiting for it: to one
+    /// server or through Sentinel, its commands are sent from that runtime's tasks from
+    /// then on ([`carry`](RedisBackend::carry)); a cluster's runs its own task there.
+    /// The connections kept for `WAIT` are let go.
+    #[cold]
+    async fn carry_on(&self) {
+        let _turn = self.carrying.lock().await;
+        if self.moved.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(waits) = &self.waits {
+            waits.forget_idle();
+        }
+        match (self.conn(), &self.remake) {
+            (Conn::Cluster(_), Some(remake)) => {
+                self.remake_cluster(remake, "the runtime the client was made on ended", true);
+                self.moved.store(true, Ordering::Relaxed);
+            }
+            (Conn::Cluster(_), None) => self.moved.store(true, Ordering::Relaxed),
+            _ => {
+                self.carry(true).await;
+                let on_carrier =
+                    |on: &tokio::runtime::Handle| carrier::carrier().is_some_and(|c| c.id() == on.id());
+                // (the library's runtime does not end: carried there, never again)
+                if matches!(self.conn(), Conn::Carried(_, on) if on_carrier(&on)) {
+                    self.moved.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// A connection to one server, or through Sentinel, found lost (a broken pipe) by
+    /// a caller on a runtime that may not last (one not the client's own, or any once
+    /// the client's has ended) is made again on a runtime that lasts
+    /// ([`lasting`](RedisBackend::lasting)): from then on its commands are sent from
+    /// that runtime's tasks, where it connects again after a loss. Left to itself, the
     /// connection manager would connect again on the runtime of the call that found
     /// it lost, which may end right after that call (a runtime made for each call),
-    /// and the new connection with it. The call that found it waits for it at most a
-    /// command timeout; one is made at a time (a call needing it meanwhile waits for
-    /// it), at most once a [`REMAKE_EVERY`]. A call that finds the client's runtime
-    /// ended before it sends has it made the same way ([`carry_on`](RedisBackend::carry_on)).
+    /// and the new connection with it.
     #[cold]
     async fn remake_lasting(&self) {
+        let _turn = self.carrying.lock().await;
+        self.carry(false).await;
+    }
+
+    /// The connection carried by a runtime that lasts, made there (`ended`: the
+    /// client's runtime has ended, and the connection it had is let go whatever
+    /// runtime the caller is on); nothing when it is carried there already, or the
+    /// caller is on that runtime, where the connection manager connects again by
+    /// itself. At most once a [`REMAKE_EVERY`] but when `ended`; the caller holds
+    /// `carrying`, so the calls needing it meanwhile wait for it.
+    async fn carry(&self, ended: bool) {
         let Some(remake) = self
             .remake
             .clone()
@@ -467,58 +504,41 @@ impl RedisBackend {
         else {
             return;
         };
-        // (a connection carried already connects again on its runtime by itself)
-        if self.runtime.as_ref().is_some_and(alive) || matches!(self.conn(), Conn::Carried(..)) {
-            return;
-        }
         let Some(runtime) = self.lasting() else {
             return;
         };
-        // One at a time, the others waiting for it: a call waiting goes on with the
-        // connection it made.
-        let _turn = self.carrying.lock().await;
-        if matches!(self.conn(), Conn::Carried(..)) {
+        let current = tokio::runtime::Handle::try_current().ok();
+        let old = self.conn();
+        let lasts = match &old {
+            Conn::Carried(_, on) => on.id() == runtime.id(),
+            _ => !ended && current.is_some_and(|current| current.id() == runtime.id()),
+        };
+        if lasts || self.remaking.swap(true, Ordering::Relaxed) {
             return;
         }
-        if self.remaking.swap(true, Ordering::Relaxed) {
-            return;
-        }
+        let done = Done(self.remaking.clone());
         {
             let mut remade_at = self.remade_at.lock().unwrap_or_else(PoisonError::into_inner);
-            if remade_at.is_some_and(|at| at.elapsed() < REMAKE_EVERY) {
-                self.remaking.store(false, Ordering::Relaxed);
+            if !ended && remade_at.is_some_and(|at| at.elapsed() < REMAKE_EVERY) {
                 return;
             }
             *remade_at = Some(Instant::now());
         }
-        let (slot, old, done) = (self.conn.clone(), self.conn(), Done(self.remaking.clone()));
-        let wait = self.timeout * SILENT_TIMEOUTS;
-        let carrier = runtime.clone();
+        let (slot, carrier) = (self.conn.clone(), runtime.clone());
+        // Made there, so that the tasks it starts are that runtime's; put in place at
+        // once (it connects at its first command; a search through Sentinel goes on
+        // there however long it takes): the old one's tasks are gone.
         let remade = runtime.spawn(async move {
             let _done = done;
-            // Made here, so that its tasks are this runtime's, and its commands sent
-            // from here from now on.
-            let mut remade = remake.carried(&old, carrier)?;
-            // Through Sentinel, put in place at once (the old one's connections are
-            // forgotten, and its search for the master goes on here, however long
-            // it takes); to one server, once it answers.
-            let at_once = matches!(*remake, Remake::Sentinel);
-            if at_once {
-                *slot.write().unwrap_or_else(PoisonError::into_inner) = remade.clone();
-            }
-            let ping = redis::cmd("PING");
-            tokio::time::timeout(wait, ping.query_async::<()>(&mut remade))
-                .await
-                .ok()?
-                .ok()?;
-            if !at_once {
-                *slot.write().unwrap_or_else(PoisonError::into_inner) = remade;
-            }
+            let remade = remake.carried(&old, carrier)?;
+            *slot.write().unwrap_or_else(PoisonError::into_inner) = remade;
             Some(())
         });
         if let Ok(Ok(Some(()))) = tokio::time::timeout(self.timeout, remade).await {
+            self.answered.store(false, Ordering::Relaxed);
             tracing::warn!(
-                "Redis at `{}`: the connection's task ended with its runtime; the connection is made again",
+                "Redis at `{}`: the connection's task ran on a runtime that ended, or may; it is \
+                 made again on one that lasts",
                 self.target.shown()
             );
         }
@@ -714,16 +734,17 @@ impl RedisBackend {
     where
         F: Future<Output = Result<T, RedisError>>,
     {
-        if self.outlived.as_ref().is_some_and(carrier::Outlived::ended) && !self.moved.load(Ordering::Relaxed)
-        {
-            self.carry_on().await;
-        }
         // Read before the command: a sibling's timeout may have the connection made
         // again while this one waits on the old one.
         let connecting = !self.answered.load(Ordering::Relaxed);
         // (A cluster's only: whether a call that found no node failed at once.)
         let sent = self.cluster.then(Instant::now);
-        match tokio::time::timeout(self.timeout, request(self.conn())).await {
+        // (the connection made again within the call's timeout)
+        let call = async {
+            self.carry_if_ended().await;
+            request(self.conn()).await
+        };
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => {
                 if connecting {
                     self.answered.store(true, Ordering::Relaxed);

@@ -56,6 +56,9 @@ impl RedisBackend {
         let keys: Vec<Keys<'_>> = call.calls.iter().map(|c| c.keys).collect();
         let replicas = waits.replicas();
         let started = Instant::now();
+        // (the connections kept for `WAIT` let go once the client's runtime ended:
+        // within the replicas' timeout, as the call is)
+        let _ = tokio::time::timeout(replicas.timeout, self.carry_if_ended()).await;
         let deadline = started + replicas.timeout;
         let on = PaceOf { failed_before, pace };
         let (ticket, reply) = self.script_reply(waits, &call, &keys, started, &on).await?;
@@ -90,7 +93,8 @@ impl RedisBackend {
         let mut loaded = false;
         loop {
             let tag = call.number % crate::backend::redis::replies::CHECK;
-            let mut ticket = waits.submit(call.cmd.clone(), call.calls.len(), tag, deadline);
+            let rules = call.calls.len();
+            let mut ticket = waits.submit(call.cmd.clone(), (rules, tag), deadline, self.lasting());
             let heard = heard_grant(&mut ticket, deadline, started + self.timeout).await;
             self.tell_pace(&heard, on);
             let failed = match heard {

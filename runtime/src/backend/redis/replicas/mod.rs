@@ -190,10 +190,24 @@ impl Waits {
         self.shared.replicas
     }
 
+    /// The connections kept idle let go: made on a runtime that has ended (the
+    /// client's), their tasks ended with it. A round makes its connection again.
+    pub(crate) fn forget_idle(&self) {
+        self.shared.lock().idle.clear();
+    }
+
     /// Puts `cmd` (a script call deciding `rules` rules) in a round, to be sent by
     /// `deadline` or not at all: a round starts at once on a free connection, else the
-    /// grant waits for the next one freed.
-    fn submit(&self, cmd: redis::Cmd, rules: usize, tag: u64, deadline: Instant) -> Ticket {
+    /// grant waits for the next one freed. A round runs on `runtime`, where the
+    /// connection it makes runs its task: one that lasts, as a caller's may end
+    /// right after its call.
+    fn submit(
+        &self,
+        cmd: redis::Cmd,
+        (rules, tag): (usize, u64),
+        deadline: Instant,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Ticket {
         let (grant, grant_rx) = oneshot::channel();
         let (acked, acked_rx) = oneshot::channel();
         let state = Arc::new(AtomicU8::new(WAITING));
@@ -216,7 +230,7 @@ impl Waits {
             // Outside a runtime the round is dropped unrun: its slot is given back and
             // the caller, hearing nothing, takes its grant back.
             let out = round::Out::new(self.shared.clone(), slot);
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            if let Some(runtime) = runtime {
                 runtime.spawn(round::run(out, members));
             }
         }
