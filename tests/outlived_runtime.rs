@@ -395,3 +395,56 @@ fn a_client_waiting_for_replicas_whose_runtime_ended() {
     let left = current_thread().block_on(limiter.available_permits());
     assert_eq!(left.unwrap(), 949);
 }
+
+/// Every connection of `server`'s clients but the one killing them closed.
+fn kill_connections(server: &RedisServer) {
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let kill = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query::<u64>(&mut raw);
+    assert!(kill.unwrap() >= 1, "no connection killed");
+}
+
+/// A client made on a current-thread runtime that is kept and runs only while its own
+/// callers block on it, used too from a runtime of another thread: a connection
+/// carried on the library's runtime stays there when a caller on the client's runtime
+/// finds it lost. Carried onto the client's runtime, the other runtime's commands
+/// waited until it next ran, and timed out (before, 12 of 12 calls from the other
+/// runtime timed out while the client's was idle).
+#[test]
+fn a_connection_carried_on_the_library_s_runtime_stays_there() {
+    let server = RedisServer::start();
+    let (made_on, other) = (current_thread(), current_thread());
+    let client = made_on
+        .block_on(
+            Client::builder()
+                .command_timeout(Duration::from_millis(250))
+                .connect(&server.url()),
+        )
+        .unwrap();
+    let limiter = client.rate_limiter("stays");
+    let set = limiter.try_set_rate(RateType::Overall, 1_000_000, Duration::from_secs(3_600));
+    assert!(made_on.block_on(set).unwrap());
+    // Lost, found by a caller on the other runtime: carried on the library's.
+    kill_connections(&server);
+    made_on.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
+    for _ in 0..3 {
+        let _ = other.block_on(limiter.try_acquire(1));
+    }
+    // (past the least time between two makings again)
+    std::thread::sleep(Duration::from_millis(1_100));
+    // Lost again, found by callers on the client's runtime.
+    kill_connections(&server);
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..3 {
+        let _ = made_on.block_on(limiter.try_acquire(1));
+    }
+    // The client's runtime idle: the other runtime's calls are decided.
+    let failed: Vec<_> = (0..12)
+        .filter_map(|_| other.block_on(limiter.try_acquire(1)).err())
+        .collect();
+    assert!(failed.is_empty(), "{} of 12 failed: {failed:?}", failed.len());
+}

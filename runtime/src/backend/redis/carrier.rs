@@ -9,13 +9,20 @@ use std::sync::{Arc, OnceLock};
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
 
+static CARRIER: OnceLock<Option<Handle>> = OnceLock::new();
+
+/// Whether `runtime` is the library's own (made already): it does not end, and its
+/// thread drives it.
+pub(crate) fn is_carrier(runtime: &Handle) -> bool {
+    matches!(CARRIER.get(), Some(Some(carrier)) if carrier.id() == runtime.id())
+}
+
 /// The library's runtime: a current-thread runtime driven by a thread of its own
 /// (`redlimit-io`), made the first time it is needed and kept for the life of the
 /// process (a current-thread one: tokio's multi-thread runtime is a feature the
 /// library does not ask of its users). `None` if it could not be made (no thread
 /// could be started): the caller's runtime serves, as it would without it.
 pub(crate) fn carrier() -> Option<Handle> {
-    static CARRIER: OnceLock<Option<Handle>> = OnceLock::new();
     CARRIER
         .get_or_init(|| {
             let made = Builder::new_current_thread().enable_all().build();

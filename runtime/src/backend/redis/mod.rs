@@ -466,10 +466,8 @@ impl RedisBackend {
             (Conn::Cluster(_), None) => self.moved.store(true, Ordering::Relaxed),
             _ => {
                 self.carry(true).await;
-                let on_carrier =
-                    |on: &tokio::runtime::Handle| carrier::carrier().is_some_and(|c| c.id() == on.id());
                 // (the library's runtime does not end: carried there, never again)
-                if matches!(self.conn(), Conn::Carried(_, on) if on_carrier(&on)) {
+                if matches!(self.conn(), Conn::Carried(_, on) if carrier::is_carrier(&on)) {
                     self.moved.store(true, Ordering::Relaxed);
                 }
             }
@@ -510,7 +508,10 @@ impl RedisBackend {
         let current = tokio::runtime::Handle::try_current().ok();
         let old = self.conn();
         let lasts = match &old {
-            Conn::Carried(_, on) => on.id() == runtime.id(),
+            // (the library's runtime does not end, and its thread drives it: a caller
+            // on the client's current-thread runtime would carry it where the other
+            // callers' commands wait until that runtime runs)
+            Conn::Carried(_, on) => on.id() == runtime.id() || carrier::is_carrier(on),
             _ => !ended && current.is_some_and(|current| current.id() == runtime.id()),
         };
         if lasts || self.remaking.swap(true, Ordering::Relaxed) {
