@@ -27,6 +27,24 @@ fn multi_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// `call` made by `n` threads at once, each on a current-thread runtime of its own:
+/// their answers.
+fn at_once<T: Send>(n: usize, call: impl Fn(&tokio::runtime::Runtime) -> T + Sync) -> Vec<T> {
+    let ready = std::sync::Barrier::new(n);
+    std::thread::scope(|threads| {
+        let callers: Vec<_> = (0..n)
+            .map(|_| {
+                threads.spawn(|| {
+                    let runtime = current_thread();
+                    ready.wait();
+                    call(&runtime)
+                })
+            })
+            .collect();
+        callers.into_iter().map(|caller| caller.join().unwrap()).collect()
+    })
+}
+
 /// A client of `server` made on a current-thread runtime that has since ended.
 fn outlived_client(server: &RedisServer) -> Client {
     let made_on = current_thread();
@@ -140,23 +158,13 @@ fn callers_at_once_on_a_client_whose_runtime_ended_all_go_through() {
     let server = RedisServer::start();
     let client = outlived_client(&server);
     let limiter = client.rate_limiter("at-once");
-    let ready = std::sync::Barrier::new(8);
-    let answers: Vec<_> = std::thread::scope(|threads| {
-        let callers: Vec<_> = (0..8)
-            .map(|_| {
-                threads.spawn(|| {
-                    let runtime = current_thread();
-                    ready.wait();
-                    runtime.block_on(async {
-                        limiter
-                            .try_set_rate(RateType::Overall, 8, Duration::from_secs(60))
-                            .await?;
-                        limiter.try_acquire(1).await
-                    })
-                })
-            })
-            .collect();
-        callers.into_iter().map(|caller| caller.join().unwrap()).collect()
+    let answers = at_once(8, |runtime| {
+        runtime.block_on(async {
+            limiter
+                .try_set_rate(RateType::Overall, 8, Duration::from_secs(60))
+                .await?;
+            limiter.try_acquire(1).await
+        })
     });
     let failed: Vec<_> = answers
         .iter()
@@ -324,20 +332,10 @@ fn calls_on_a_frozen_server_after_the_runtime_ended_answer_within_their_timeout(
     assert!(made_on.block_on(set).unwrap());
     drop(made_on);
     server.pause();
-    let ready = std::sync::Barrier::new(16);
-    let took: Vec<_> = std::thread::scope(|threads| {
-        let callers: Vec<_> = (0..16)
-            .map(|_| {
-                threads.spawn(|| {
-                    let runtime = current_thread();
-                    ready.wait();
-                    let started = std::time::Instant::now();
-                    let answer = runtime.block_on(limiter.try_acquire(1));
-                    (started.elapsed(), answer.is_err())
-                })
-            })
-            .collect();
-        callers.into_iter().map(|caller| caller.join().unwrap()).collect()
+    let took = at_once(16, |runtime| {
+        let started = std::time::Instant::now();
+        let answer = runtime.block_on(limiter.try_acquire(1));
+        (started.elapsed(), answer.is_err())
     });
     server.resume();
     assert!(took.iter().all(|&(_, failed)| failed), "{took:?}");
