@@ -248,9 +248,12 @@ impl FaultyLink {
                 let mut changed = changes.clone();
                 let answers = Arc::clone(&answers);
                 tokio::spawn(async move {
+                    // (the change looked at first at each poll: a connection taken
+                    // before it forwards nothing after it)
                     tokio::select! {
-                        () = serve(inbound, target, fault, &answers) => {}
+                        biased;
                         _ = changed.changed() => {}
+                        () = serve(inbound, target, fault, &answers) => {}
                     }
                 });
             }
