@@ -446,3 +446,23 @@ fn a_connection_carried_on_the_library_s_runtime_stays_there() {
         .collect();
     assert!(failed.is_empty(), "{} of 12 failed: {failed:?}", failed.len());
 }
+
+/// A client made on a current-thread runtime that is kept and not run again, used
+/// from runtimes of their own: the connection's tasks there would wait for it to
+/// run. The first call has the connection made again on the library's runtime, and
+/// every call is decided (before, 6 of 10 failed: timeouts until a connection was made
+/// again on a caller's runtime, which then ended).
+#[test]
+fn a_client_on_a_current_thread_runtime_not_run_again_serves_other_runtimes() {
+    let server = RedisServer::start();
+    let made_on = current_thread();
+    let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+    let limiter = client.rate_limiter("not-run");
+    let set = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
+    assert!(made_on.block_on(set).unwrap());
+    let failed: Vec<_> = (0..10)
+        .filter_map(|_| current_thread().block_on(limiter.try_acquire(1)).err())
+        .collect();
+    assert!(failed.is_empty(), "{} of 10 failed: {failed:?}", failed.len());
+    assert_eq!(made_on.block_on(limiter.available_permits()).unwrap(), 990);
+}

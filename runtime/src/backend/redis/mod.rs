@@ -433,22 +433,36 @@ impl RedisBackend {
         self.outlived.as_ref().is_some_and(carrier::Outlived::ended)
     }
 
-    /// [`carry_on`](RedisBackend::carry_on) when the client's runtime has ended and
-    /// the connection was not carried since.
+    /// Whether the caller is on a runtime other than the client's own, when that is a
+    /// current-thread runtime: one that runs only while its own callers block on it,
+    /// or a task of its own does, so that the connection's tasks there may wait.
+    fn off_its_current_thread_runtime(&self) -> bool {
+        match &self.runtime {
+            Some(made_on) if made_on.runtime_flavor() == RuntimeFlavor::CurrentThread => {
+                tokio::runtime::Handle::try_current().is_ok_and(|current| current.id() != made_on.id())
+            }
+            _ => false,
+        }
+    }
+
+    /// [`carry_on`](RedisBackend::carry_on) when the client's runtime has ended, or
+    /// is a current-thread runtime the caller is not on, and the connection was not
+    /// carried since.
     #[inline]
-    async fn carry_if_ended(&self) {
-        if self.ended() && !self.moved.load(Ordering::Relaxed) {
+    async fn carry_if_needed(&self) {
+        if !self.moved.load(Ordering::Relaxed) && (self.ended() || self.off_its_current_thread_runtime()) {
             self.carry_on().await;
         }
     }
 
     /// The client's runtime has ended, and with it the tasks of its connections made
     /// there (or on a caller's runtime since): a command handed to one now would never
-    /// be sent, and fail as a broken pipe. The connection is made again on a lasting
-    /// runtime before the call sends, once, the calls meanwhile waiting for it: to one
-    /// server or through Sentinel, its commands are sent from that runtime's tasks from
-    /// then on ([`carry`](RedisBackend::carry)); a cluster's runs its own task there.
-    /// The connections kept for `WAIT` are let go.
+    /// be sent, and fail as a broken pipe. Or it is a current-thread runtime a caller
+    /// is not on, where those tasks run only while it runs. The connection is made
+    /// again on the library's runtime before the call sends, once, the calls meanwhile
+    /// waiting for it: to one server or through Sentinel, its commands are sent from
+    /// that runtime's tasks from then on ([`carry`](RedisBackend::carry)); a cluster's
+    /// runs its own task there. The connections kept for `WAIT` are let go.
     #[cold]
     async fn carry_on(&self) {
         let _turn = self.carrying.lock().await;
@@ -460,7 +474,9 @@ impl RedisBackend {
         }
         match (self.conn(), &self.remake) {
             (Conn::Cluster(_), Some(remake)) => {
-                self.remake_cluster(remake, "the runtime the client was made on ended", true);
+                let why =
+                    "the runtime the client was made on ended, or runs only when its own callers run it";
+                self.remake_cluster(remake, why, true);
                 self.moved.store(true, Ordering::Relaxed);
             }
             (Conn::Cluster(_), None) => self.moved.store(true, Ordering::Relaxed),
@@ -489,11 +505,12 @@ impl RedisBackend {
     }
 
     /// The connection carried by a runtime that lasts, made there (`ended`: the
-    /// client's runtime has ended, and the connection it had is let go whatever
-    /// runtime the caller is on); nothing when it is carried there already, or the
-    /// caller is on that runtime, where the connection manager connects again by
-    /// itself. At most once a [`REMAKE_EVERY`] but when `ended`; the caller holds
-    /// `carrying`, so the calls needing it meanwhile wait for it.
+    /// client's runtime has ended, or is a current-thread one the caller is not on,
+    /// and the connection it had is let go whatever runtime the caller is on);
+    /// nothing when it is carried there already, or the caller is on that runtime,
+    /// where the connection manager connects again by itself. At most once a
+    /// [`REMAKE_EVERY`] but when `ended`; the caller holds `carrying`, so the calls
+    /// needing it meanwhile wait for it.
     async fn carry(&self, ended: bool) {
         let Some(remake) = self
             .remake
@@ -742,7 +759,7 @@ impl RedisBackend {
         let sent = self.cluster.then(Instant::now);
         // (the connection made again within the call's timeout)
         let call = async {
-            self.carry_if_ended().await;
+            self.carry_if_needed().await;
             request(self.conn()).await
         };
         match tokio::time::timeout(self.timeout, call).await {

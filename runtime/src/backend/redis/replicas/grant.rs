@@ -56,9 +56,10 @@ impl RedisBackend {
         let keys: Vec<Keys<'_>> = call.calls.iter().map(|c| c.keys).collect();
         let replicas = waits.replicas();
         let started = Instant::now();
-        // (the connections kept for `WAIT` let go once the client's runtime ended:
-        // within the replicas' timeout, as the call is)
-        let _ = tokio::time::timeout(replicas.timeout, self.carry_if_ended()).await;
+        // (the connections kept for `WAIT` let go once the client's runtime ended, or
+        // runs only when its own callers run it: within the replicas' timeout, as the
+        // call is)
+        let _ = tokio::time::timeout(replicas.timeout, self.carry_if_needed()).await;
         let deadline = started + replicas.timeout;
         let on = PaceOf { failed_before, pace };
         let (ticket, reply) = self.script_reply(waits, &call, &keys, started, &on).await?;
