@@ -466,3 +466,46 @@ fn a_client_on_a_current_thread_runtime_not_run_again_serves_other_runtimes() {
     assert!(failed.is_empty(), "{} of 10 failed: {failed:?}", failed.len());
     assert_eq!(made_on.block_on(limiter.available_permits()).unwrap(), 990);
 }
+
+/// Through Sentinel, a client on a multi-thread runtime that runs, used from runtimes
+/// of their own: the caller that finds the master's connection lost has it carried on
+/// the client's runtime, where the listener for announced failovers still runs. One
+/// listener stays (before, a second was started beside it: two subscriptions).
+#[test]
+fn a_sentinel_connection_carried_on_a_live_runtime_keeps_one_listener() {
+    let set = support::sentinel::RedisSentinel::start();
+    let made_on = multi_thread();
+    let client = made_on.block_on(Client::connect(&set.url())).unwrap();
+    let limiter = client.rate_limiter("one-listener");
+    let rate = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
+    assert!(made_on.block_on(rate).unwrap());
+    let subscribed = || -> usize {
+        let lists = set
+            .sentinel_ports()
+            .into_iter()
+            .map(|port| set.sentinel_cli(port, &["client", "list"]));
+        lists
+            .map(|list| list.lines().filter(|line| line.contains(" sub=1 ")).count())
+            .sum()
+    };
+    let listening = std::time::Instant::now();
+    while subscribed() == 0 {
+        assert!(listening.elapsed() < Duration::from_secs(5), "no listener in 5 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let master = set.master_port();
+    set.node_cli(master, &["client", "kill", "type", "normal"]);
+    let mut failed = Vec::new();
+    for call in 0..20 {
+        if let Err(error) = current_thread().block_on(limiter.try_acquire(1)) {
+            failed.push(format!("call {call}: {error}"));
+        }
+    }
+    for f in &failed {
+        eprintln!("DBG {}", &f[..f.len().min(260)]);
+    }
+    assert!(failed.len() <= 1, "{} of 20 failed", failed.len());
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(subscribed(), 1, "listeners subscribed");
+    drop(made_on);
+}

@@ -45,6 +45,7 @@
 //! Commands are never sent twice: a script whose answer was lost may have run, and the
 //! caller's `on_error` decides.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,6 +95,19 @@ struct Inner {
     config: AsyncConnectionConfig,
     timeouts: Timeouts,
     db: i64,
+    /// Whether a listener for announced failovers runs ([`Listening`]).
+    listening: Arc<AtomicBool>,
+}
+
+/// Held by the listener's task: cleared when the task ends or is dropped with its
+/// runtime. (Not the client's `Inner`, which the listener holds weakly, so that it
+/// ends with the client.)
+struct Listening(Arc<AtomicBool>);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 struct Sentinel {
@@ -129,6 +143,9 @@ struct State {
     recheck_at: Option<Instant>,
     /// The last search's failure, and when.
     failed: Option<(Instant, RedisError)>,
+    /// Whether that failure is a search dropped before it ended (its runtime ended),
+    /// which says nothing of the sentinels.
+    stopped: bool,
     /// Whether a search is under way.
     searching: bool,
     /// The switch a sentinel announced last (`+switch-master`), for
@@ -195,11 +212,6 @@ impl SentinelConn {
         if let Some(pass) = &url.password {
             settings = settings.set_password(pass);
         }
-        let watched = Watched {
-            sentinels: clients.clone(),
-            master: url.master.clone(),
-            timeouts,
-        };
         // Every connection the search makes answers within the connect timeout.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeouts.connect))
@@ -227,12 +239,33 @@ impl SentinelConn {
                 config,
                 timeouts,
                 db: url.db,
+                listening: Arc::new(AtomicBool::new(false)),
             }),
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(watched.listen(Arc::downgrade(&conn.inner)));
+            conn.listen_on(&runtime);
         }
         Ok(conn)
+    }
+
+    /// Starts the listener for announced failovers on `runtime`, unless one listens
+    /// already: one at a time, while the client lives. (One whose runtime ended was
+    /// dropped with it, and no longer counts.)
+    fn listen_on(&self, runtime: &tokio::runtime::Handle) {
+        if self.inner.listening.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let watched = Watched {
+            sentinels: self.inner.sentinels.iter().map(|s| s.client.clone()).collect(),
+            master: self.inner.master.name.clone(),
+            timeouts: self.inner.timeouts,
+        };
+        let listening = Listening(Arc::clone(&self.inner.listening));
+        let inner = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            let _listening = listening;
+            watched.listen(inner).await;
+        });
     }
 
     /// The master's connection: the one in use, or the one a search finds. The search
@@ -244,6 +277,8 @@ impl SentinelConn {
         let mut searched = self.inner.searched.subscribe();
         // Whether a search ended while this call waited.
         let mut waited = false;
+        // Whether this call began a search again after one was stopped: once.
+        let mut searched_again = false;
         loop {
             {
                 let mut state = self.inner.lock();
@@ -257,7 +292,12 @@ impl SentinelConn {
                     }
                     return Ok(found);
                 }
-                if let Some((at, err)) = &state.failed {
+                if state.failed.is_some() && state.stopped && !searched_again {
+                    // Dropped with the runtime it ran on (a caller's, ended after its
+                    // call): this call looks again, on its own runtime, once.
+                    searched_again = true;
+                    state.failed = None;
+                } else if let Some((at, err)) = &state.failed {
                     // A search failed since this call began, or a moment ago.
                     if waited || at.elapsed() < RETRY_AFTER_FAILURE {
                         return Err(err.clone());
@@ -284,21 +324,16 @@ impl SentinelConn {
         self.inner.lock().current = None;
     }
 
-    /// The connection moved to `runtime` (the library's own, once the client's ended),
-    /// from whose tasks its commands are sent from now on: the connections it kept,
-    /// whose tasks ended with the client's runtime, are forgotten, and the listener,
-    /// which ended with it too, starts again there.
+    /// The connection moved to `runtime` (one that lasts), from whose tasks its
+    /// commands are sent from now on: the connections it kept, whose tasks may have
+    /// ended with the runtime they ran on, are forgotten, and the listener, when it
+    /// ended with it too, starts again there.
     pub(crate) fn carried_to(&self, runtime: &tokio::runtime::Handle) {
         self.forget_master();
         for sentinel in &self.inner.sentinels {
             sentinel.forget_conn();
         }
-        let watched = Watched {
-            sentinels: self.inner.sentinels.iter().map(|s| s.client.clone()).collect(),
-            master: self.inner.master.name.clone(),
-            timeouts: self.inner.timeouts,
-        };
-        runtime.spawn(watched.listen(Arc::downgrade(&self.inner)));
+        self.listen_on(runtime);
     }
 
     /// Forgets the connection `generation`, after a reply or an error that says the

@@ -84,6 +84,7 @@ impl Drop for Search {
     fn drop(&mut self) {
         let mut state = self.inner.lock();
         state.searching = false;
+        state.stopped = self.found.is_none();
         match self.found.take() {
             // A switch announced meanwhile: what the sentinels said may be stale, so
             // the next caller searches again, announcement in hand.
