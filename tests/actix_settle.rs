@@ -155,6 +155,8 @@ async fn settled_in_actix(client: Client) {
         ("cy", &["1,000"], 0),
         ("di", &["1,00,000"], 0),
         ("ed", &["500,0"], 500),
+        ("fy", &["1,000,2,000"], 0),
+        ("gu", &["5,00,7,50"], 250),
     ];
     for (who, lines, expected) in cases {
         let mut headers = vec![("x-user", who), ("x-cost", "100")];

@@ -207,7 +207,7 @@ async fn hostile_amounts(client: Client) {
     let seen = Seen::default();
     let addr = server(&client, &seen).await;
     let user = |u| [("x-user", u), ("x-cost", "100")];
-    let cases: [(&str, &[&str], u64); 14] = [
+    let cases: [(&str, &[&str], u64); 16] = [
         ("a", &[], 900),
         ("b", &["abc"], 900),
         ("c", &["-5"], 900),
@@ -219,9 +219,11 @@ async fn hostile_amounts(client: Client) {
         ("i", &["0", "abc"], 900), // garbled: never below the estimate
         ("j", &["abc", "250"], 750),
         ("k", &["7, -1"], 900),
-        ("l", &["1,000"], 400),     // in groups of three: 1 000, to the cap
-        ("m", &["0", "2,50"], 750), // 2 and 50, or 250: the largest reading
-        ("n", &["5, 2,000"], 400),  // a list of numbers in groups
+        ("l", &["1,000"], 400),       // in groups of three: 1 000, to the cap
+        ("m", &["0", "2,50"], 750),   // 2 and 50, or 250: the largest reading
+        ("n", &["5, 2,000"], 400),    // a list of numbers in groups
+        ("o", &["1,000,2,000"], 400), // the same without a space: each runs to its end
+        ("p", &["2,00,4,50"], 550),   // 200 then 450: the second counts
     ];
     for (who, lines, expected) in cases {
         let mut headers = user(who).to_vec();

@@ -38,7 +38,8 @@ impl Settle {
     /// decimal number, keeps the estimate counted (a warning is logged); a number
     /// past `u64` counts as `u64::MAX`. A line is a comma-separated list, as HTTP
     /// reads a field sent more than once, and a word that is one number in groups
-    /// (`1,000`, `1,00,000`) is also that number; the largest reading counts, and
+    /// (`1,000`, `1,00,000`), or holds several side by side (`1,000,2,000`), also
+    /// reads as each; the largest reading counts, and
     /// never less than the estimate when a value is not a decimal number.
     pub fn header(name: &str) -> Settle {
         Settle(From::Header(name.to_owned()))
@@ -280,8 +281,8 @@ fn due(last: &AtomicU64, now: u64) -> bool {
 /// What a settle header says: the largest decimal amount among its values (a value
 /// past `u64` is `u64::MAX`), each line read as the comma-separated list HTTP makes
 /// of a field sent more than once (`0, 500` is two values; empty elements are none),
-/// and each word of it that is one number in groups (`1,000`, `1,00,000`) also as
-/// that number: the largest reading counts, so that a report is never read as less
+/// and each number in groups within a word of it (`1,000`, `1,00,000`, each of
+/// `1,000,2,000`) also as that number: the largest reading counts, so that a report is never read as less
 /// than it may mean; and whether any element is not a decimal amount.
 #[derive(Debug, Default, PartialEq)]
 struct Reported {
@@ -293,11 +294,8 @@ impl Reported {
     fn read<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Reported {
         let mut reported = Reported::default();
         for line in lines {
-            let words = line.split(u8::is_ascii_whitespace);
-            for word in words.map(trim_commas) {
-                if grouped(word) {
-                    reported.note(decimal(word.iter().filter(|b| b.is_ascii_digit())));
-                }
+            for word in line.split(u8::is_ascii_whitespace) {
+                in_groups(word, |number| reported.note(number));
             }
             for element in line.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 match element.iter().all(u8::is_ascii_digit) {
@@ -333,27 +331,37 @@ fn decimal<'a>(digits: impl Iterator<Item = &'a u8>) -> u64 {
     })
 }
 
-/// `word` without the commas around it (a list's, `1,000,` in `1,000, 2,000`).
-fn trim_commas(word: &[u8]) -> &[u8] {
-    let start = word.iter().position(|&b| b != b',').unwrap_or(word.len());
-    let end = word
-        .iter()
-        .rposition(|&b| b != b',')
-        .map_or(start, |last| last + 1);
-    &word[start..end]
-}
-
-/// Whether `word` is one number written in groups: one to three digits, then groups
-/// of two or three (`1,000`, `1,00,000`), commas between and nothing else (not
-/// `500,0`, which is a list).
-fn grouped(word: &[u8]) -> bool {
-    let mut groups = word.split(|&b| b == b',');
-    let first = groups.next().unwrap_or_default();
-    let mut rest = groups.peekable();
-    (1..=3).contains(&first.len())
-        && first.iter().all(u8::is_ascii_digit)
-        && rest.peek().is_some()
-        && rest.all(|group| (2..=3).contains(&group.len()) && group.iter().all(u8::is_ascii_digit))
+/// Each number written in groups within `word` (its elements between commas): one
+/// to three digits, then groups of two or three (`1,000`, `1,00,000`), each as long
+/// as it runs. A run ends at an element that is not a group (`500,0` is a list), and
+/// a one-digit element starts the next, so `1,000,2,000` holds `1,000` and `2,000`.
+/// The longest reading from a start is the largest, so only it is told: one pass.
+fn in_groups(word: &[u8], mut number: impl FnMut(u64)) {
+    // the run going on: its value, and whether a group followed its first element
+    let mut run: Option<(u64, bool)> = None;
+    for element in word.split(|&b| b == b',') {
+        let digits = !element.is_empty() && element.iter().all(u8::is_ascii_digit);
+        let extends = digits && (2..=3).contains(&element.len());
+        match run {
+            Some((value, _)) if extends => {
+                run = Some((
+                    value
+                        .saturating_mul(10u64.pow(element.len() as u32))
+                        .saturating_add(decimal(element.iter())),
+                    true,
+                ));
+            }
+            _ => {
+                if let Some((value, true)) = run {
+                    number(value);
+                }
+                run = (digits && element.len() <= 3).then(|| (decimal(element.iter()), false));
+            }
+        }
+    }
+    if let Some((value, true)) = run {
+        number(value);
+    }
 }
 
 /// What the layer holds while the inner service runs: the reservation, or the
@@ -509,6 +517,15 @@ mod tests {
         assert_eq!(of(&["1,00,000"]), Some(100_000));
         assert_eq!(of(&["500,0"]), Some(500));
         assert_eq!(of(&["1234,567"]), Some(1_234));
+        // numbers in groups side by side in one word, each read as far as it runs
+        assert_eq!(of(&["1,000,2,000"]), Some(2_000));
+        assert_eq!(of(&["2,000,1,000"]), Some(2_000));
+        assert_eq!(of(&["7,1,500"]), Some(1_500));
+        assert_eq!(of(&["1234,5,000"]), Some(5_000));
+        assert_eq!(of(&["5,000,x,3,000"]), Some(5_000));
+        assert_eq!(of(&[",,1,000,,"]), Some(1_000));
+        assert_eq!(of(&["1,000,0"]), Some(1_000));
+        assert_eq!(of(&["999,999,999,999,999,999,999"]), Some(u64::MAX));
         assert_eq!(
             Reported::read([b"x".as_slice(), b"3"].into_iter()),
             Reported {
