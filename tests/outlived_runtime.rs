@@ -392,6 +392,10 @@ fn a_client_waiting_for_replicas_whose_runtime_ended() {
     assert!(failed.is_empty(), "{} of 50 failed: {failed:?}", failed.len());
     let left = current_thread().block_on(limiter.available_permits());
     assert_eq!(left.unwrap(), 949);
+    // One connecting lazily, made outside any runtime, called from runtimes of their own.
+    let builder = Client::builder().wait_for_replicas(1, Duration::from_millis(100));
+    let lazy = builder.connect_lazy(&master.url()).unwrap();
+    lazy_calls_from_runtimes_of_their_own(&lazy, "replicated-lazy");
 }
 
 /// Every connection of `server`'s clients but the one killing them closed.
@@ -508,4 +512,68 @@ fn a_sentinel_connection_carried_on_a_live_runtime_keeps_one_listener() {
     std::thread::sleep(Duration::from_millis(1_500));
     assert_eq!(subscribed(), 1, "listeners subscribed");
     drop(made_on);
+}
+
+/// A client connected lazily, called only from runtimes made for each call: fifty
+/// calls, each granted, none failing, and 950 left.
+fn lazy_calls_from_runtimes_of_their_own(client: &Client, name: &str) {
+    let limiter = client.rate_limiter(name);
+    let set = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
+    assert!(current_thread().block_on(set).unwrap());
+    let mut failed = Vec::new();
+    for call in 0..50 {
+        match current_thread().block_on(limiter.try_acquire(1)) {
+            Ok(granted) => assert!(granted, "call {call}"),
+            Err(error) => failed.push(format!("call {call}: {error}")),
+        }
+    }
+    assert!(failed.is_empty(), "{} of 50 failed: {failed:?}", failed.len());
+    assert_eq!(
+        current_thread().block_on(limiter.available_permits()).unwrap(),
+        950
+    );
+}
+
+/// Connected lazily on a multi-thread runtime that runs on: the first connection is
+/// made on the client's runtime, not on the first caller's, which ends with its call.
+#[test]
+fn a_lazy_client_on_a_live_runtime_called_only_from_others() {
+    let server = RedisServer::start();
+    let made_on = multi_thread();
+    let client = made_on.block_on(async { Client::builder().connect_lazy(&server.url()) });
+    lazy_calls_from_runtimes_of_their_own(&client.unwrap(), "lazy");
+    drop(made_on);
+}
+
+/// Connected lazily outside any runtime: the first connection is made on the
+/// library's runtime.
+#[test]
+fn a_lazy_client_made_outside_a_runtime_called_only_from_others() {
+    let server = RedisServer::start();
+    let client = Client::builder().connect_lazy(&server.url()).unwrap();
+    lazy_calls_from_runtimes_of_their_own(&client, "lazy");
+}
+
+/// The same through Sentinel, on a live runtime and outside any.
+#[test]
+fn a_lazy_sentinel_client_called_only_from_others() {
+    let set = support::sentinel::RedisSentinel::start();
+    let made_on = multi_thread();
+    let client = made_on.block_on(async { Client::builder().connect_lazy(&set.url()) });
+    lazy_calls_from_runtimes_of_their_own(&client.unwrap(), "lazy");
+    drop(made_on);
+    let outside = Client::builder().connect_lazy(&set.url()).unwrap();
+    lazy_calls_from_runtimes_of_their_own(&outside, "lazy-outside");
+}
+
+/// A Redis Cluster's, on a live runtime and outside any.
+#[test]
+fn a_lazy_cluster_client_called_only_from_others() {
+    let cluster = support::cluster::RedisCluster::start(3, 0);
+    let made_on = multi_thread();
+    let client = made_on.block_on(async { Client::builder().connect_lazy(&cluster.url()) });
+    lazy_calls_from_runtimes_of_their_own(&client.unwrap(), "lazy");
+    drop(made_on);
+    let outside = Client::builder().connect_lazy(&cluster.url()).unwrap();
+    lazy_calls_from_runtimes_of_their_own(&outside, "lazy-outside");
 }

@@ -231,7 +231,9 @@ impl ClientBuilder {
     }
 
     /// A Redis client that connects on first use and reconnects by itself, so an
-    /// application can start while Redis is down. Must be called inside a Tokio runtime.
+    /// application can start while Redis is down. It may be made outside a Tokio
+    /// runtime (in a `static`, before the runtime starts): the tasks it starts then
+    /// run on the library's own runtime, a thread named `redlimit-io`.
     pub fn connect_lazy(self, url: &str) -> Result<Client, Error> {
         let connected = self.redis()?.connect_lazy(url)?;
         self.finish_redis(connected)

@@ -13,7 +13,7 @@ pub fn set_default(client: Client) -> Result<(), Error> {
 }
 
 /// The default client: the one given to [`set_default`], else resolved on first use by
-/// [`Client::from_env`] (`REDIS_URL`, else in process). Call inside a Tokio runtime.
+/// [`Client::from_env`] (`REDIS_URL`, else in process).
 pub fn default_client() -> Result<&'static Client, Error> {
     DEFAULT.get_or_try_init(Client::from_env)
 }

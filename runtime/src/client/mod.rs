@@ -130,7 +130,6 @@ impl Client {
 
     /// `REDIS_URL` from the environment (connecting lazily), else the in-process
     /// backend, with one warning per process that limits are then per process.
-    /// With `REDIS_URL` set it must be called inside a Tokio runtime.
     pub fn from_env() -> Result<Client, Error> {
         match std::env::var("REDIS_URL") {
             Ok(url) if !url.trim().is_empty() => Client::builder().connect_lazy(url.trim()),

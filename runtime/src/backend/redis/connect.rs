@@ -142,8 +142,14 @@ impl Settings {
         Ok((Conn::Cluster(conn), eviction, client))
     }
 
-    /// A connection made on first use, and made again by itself.
+    /// A connection made on first use, and made again by itself. Outside a runtime,
+    /// what it starts now starts on the library's.
     pub(crate) fn connect_lazy(&self, url: &str) -> Result<Connected, Error> {
+        let outside = tokio::runtime::Handle::try_current()
+            .is_err()
+            .then(super::carrier::carrier)
+            .flatten();
+        let _entered = outside.as_ref().map(tokio::runtime::Handle::enter);
         let target = Target::new(url);
         let lazy = |conn, target, client| Connected {
             conn,

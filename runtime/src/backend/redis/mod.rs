@@ -455,6 +455,25 @@ impl RedisBackend {
         }
     }
 
+    /// A connection to one server, or through Sentinel, that has not answered yet
+    /// (made lazily, or being made again), used by a caller not on a runtime that
+    /// lasts ([`lasting`](RedisBackend::lasting)): the command is sent from a task of
+    /// that runtime, so that the tasks the connecting starts (the connection's own,
+    /// a search for the master) are that runtime's. Started from the caller's, they
+    /// would end with it, and a runtime made for one call ends right after it.
+    #[cold]
+    fn sent_where_it_lasts(&self, conn: Conn) -> Conn {
+        if !matches!(conn, Conn::Single(_) | Conn::Sentinel(_)) {
+            return conn;
+        }
+        match (self.lasting(), tokio::runtime::Handle::try_current()) {
+            (Some(lasting), Ok(current)) if lasting.id() != current.id() => {
+                Conn::Carried(Box::new(conn), lasting)
+            }
+            _ => conn,
+        }
+    }
+
     /// The client's runtime has ended, and with it the tasks of its connections made
     /// there (or on a caller's runtime since): a command handed to one now would never
     /// be sent, and fail as a broken pipe. Or it is a current-thread runtime a caller
@@ -760,7 +779,13 @@ impl RedisBackend {
         // (the connection made again within the call's timeout)
         let call = async {
             self.carry_if_needed().await;
-            request(self.conn()).await
+            let conn = self.conn();
+            request(if connecting {
+                self.sent_where_it_lasts(conn)
+            } else {
+                conn
+            })
+            .await
         };
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => {
