@@ -577,3 +577,123 @@ fn a_lazy_cluster_client_called_only_from_others() {
     let outside = Client::builder().connect_lazy(&cluster.url()).unwrap();
     lazy_calls_from_runtimes_of_their_own(&outside, "lazy-outside");
 }
+
+/// The client's background task (the overrides read every second, the refusals
+/// reported, the rules published) started by a call from a runtime made for that
+/// call: an override set later reaches the layer's requests within a few seconds.
+#[test]
+fn an_override_reaches_a_client_called_only_from_runtimes_of_their_own() {
+    // the client's runtime one that runs, first called from another; or a
+    // current-thread one, first called on it, then kept and not run again
+    override_reaches(multi_thread(), false);
+    override_reaches(current_thread(), true);
+}
+
+fn override_reaches(made_on: tokio::runtime::Runtime, first_on_its_own: bool) {
+    use redlimit::tower::{LayerRule, RateLimitLayer};
+    let server = RedisServer::start();
+    let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+    let operator_on = multi_thread();
+    let operator = operator_on.block_on(Client::connect(&server.url())).unwrap();
+    let layer = RateLimitLayer::builder()
+        .client(client)
+        .rule(LayerRule::new("overridden", 1_000, Duration::from_secs(60)))
+        .build()
+        .unwrap();
+    let router = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(layer);
+    let status_on = |on: &tokio::runtime::Runtime| {
+        let request = axum::http::Request::new(axum::body::Body::empty());
+        let called = tower_service::Service::call(&mut router.clone(), request);
+        on.block_on(called).unwrap().status().as_u16()
+    };
+    let status = || status_on(&current_thread());
+    match first_on_its_own {
+        true => assert_eq!(status_on(&made_on), 200),
+        false => assert_eq!(status(), 200),
+    }
+    let override_ = redlimit::RateOverride {
+        of: redlimit::OverrideOf::Rule("overridden".into()),
+        rate: 2,
+        interval: Duration::from_secs(60),
+    };
+    current_thread()
+        .block_on(operator.set_override(&override_))
+        .unwrap();
+    let set = std::time::Instant::now();
+    while status() == 200 {
+        assert!(
+            set.elapsed() < Duration::from_secs(4),
+            "an override of 2 a minute not applied 4 s after it was set"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Lazy clients whose first call is an acquire (the limiter set by another client),
+/// each call from a runtime of its own: the server's check, due at the first call, is
+/// made on a runtime that lasts too, so it does not make the connection on the
+/// caller's runtime (before, the next call failed in about 2 rounds of 3).
+#[test]
+fn lazy_clients_whose_first_call_acquires() {
+    let server = RedisServer::start();
+    let setter_on = multi_thread();
+    let setter = setter_on.block_on(Client::connect(&server.url())).unwrap();
+    let setting = setter.rate_limiter("first-acquire");
+    let set = setting.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
+    assert!(setter_on.block_on(set).unwrap());
+    let made_on = multi_thread();
+    let mut failed = Vec::new();
+    for round in 0..10 {
+        let lazy = match round % 2 {
+            0 => made_on.block_on(async { Client::builder().connect_lazy(&server.url()) }),
+            _ => Client::builder().connect_lazy(&server.url()),
+        };
+        let limiter = lazy.unwrap().rate_limiter("first-acquire");
+        for call in 0..5 {
+            if let Err(error) = current_thread().block_on(limiter.try_acquire(1)) {
+                failed.push(format!("round {round}, call {call}: {error}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
+    let left = setter_on.block_on(setting.available_permits());
+    assert_eq!(left.unwrap(), 950);
+}
+
+/// A batch taken by a call from a runtime made for that call, no call after: the
+/// sweeper gives back what it did not use once its lease ends. It runs on a runtime
+/// that lasts, and is started again when the one it ran on ended.
+#[test]
+fn a_batch_taken_from_a_runtime_of_its_own_is_given_back() {
+    let server = RedisServer::start();
+    let mut made_on = Some(multi_thread());
+    let client = made_on.as_ref().unwrap().block_on(Client::connect(&server.url()));
+    let client = client.unwrap();
+    let value = || -> Option<u64> {
+        let mut raw = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("GET").arg("{swept}:value").query(&mut raw).unwrap()
+    };
+    let rules = [Rule::new("swept", 100, Duration::from_secs(60))
+        .batch(10)
+        .batch_lease(Duration::from_millis(300))];
+    // the client's runtime runs; then the runtime the sweeper ran on ends
+    for round in 1..=2u64 {
+        let call = client.check_rules(&rules);
+        assert!(current_thread().block_on(call).unwrap().allowed);
+        let taken = std::time::Instant::now();
+        while value() != Some(100 - round) {
+            assert!(
+                taken.elapsed() < Duration::from_secs(3),
+                "round {round}: 9 permits not given back 3 s after a lease of 0.3 s ({:?} left)",
+                value()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(made_on.take());
+    }
+}

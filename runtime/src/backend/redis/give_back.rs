@@ -97,7 +97,8 @@ impl RedisBackend {
     /// the call was sent on is let go, rather than kept, and connected again, by the
     /// refund), unless nothing has answered since a timeout.
     pub(crate) fn spawn_refund(&self, calls: &[RuleCall<'_>], members: Vec<[u8; member::MEMBER_LEN]>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // (on a runtime that lasts: a caller's made for its call would drop it)
+        let Some(runtime) = self.lasting() else {
             return;
         };
         let keys = refund_keys(calls);

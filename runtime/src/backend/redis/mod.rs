@@ -26,6 +26,7 @@ mod layout;
 mod limiter;
 mod lua;
 mod nodes;
+mod ongoing;
 mod reach;
 mod reconnects;
 pub(crate) mod replicas;
@@ -428,6 +429,24 @@ impl RedisBackend {
         })
     }
 
+    /// Starts `task` through `ongoing` when one is needed there, on a runtime that
+    /// lasts: the library's once the connection was carried there (the client's
+    /// runtime ended, or is a current-thread one not driven), else
+    /// [`lasting`](RedisBackend::lasting)'s.
+    fn keep_going<F>(&self, ongoing: &ongoing::Ongoing, task: impl FnOnce(ongoing::Turn) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let moved = self.moved.load(Ordering::Relaxed);
+        let runtime = match moved {
+            true => carrier::carrier().or_else(|| self.lasting()),
+            false => self.lasting(),
+        };
+        if let Some(runtime) = runtime {
+            ongoing.start(&runtime, carrier::is_carrier(&runtime), moved, task);
+        }
+    }
+
     /// Whether the runtime the client was made on has ended.
     fn ended(&self) -> bool {
         self.outlived.as_ref().is_some_and(carrier::Outlived::ended)
@@ -665,7 +684,9 @@ impl RedisBackend {
         if self.reconnects.paused() || (self.cluster && self.nodes.any_pausing()) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // (on a runtime that lasts: the check's command may be the one that makes a
+        // lazy connection, whose tasks would end with a caller's runtime)
+        let Some(runtime) = self.lasting() else {
             return;
         };
         if !self.health.begin(now) {

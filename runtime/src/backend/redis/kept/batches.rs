@@ -15,11 +15,12 @@
 //! that many batches open, a call on another limiter goes to Redis unbatched.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::decisions::one_rule_decision;
+use crate::backend::redis::ongoing::Ongoing;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{Outcome, RuleCall};
 use crate::keys::Keys;
@@ -95,7 +96,7 @@ type Slot = tokio::sync::Mutex<State>;
 #[derive(Default)]
 pub(crate) struct Batches {
     on: bool,
-    sweeping: AtomicBool,
+    sweeping: Ongoing,
     /// With `MAX_ENTRIES` slots, when the next lease ends or a second passed, whichever
     /// is first (no room is looked for before: a caller naming a new limiter every call
     /// costs one scan of the slots then, not one per call).
@@ -223,6 +224,10 @@ impl RedisBackend {
         }
         let taken = self.take_batch(rule, keys, permits).await;
         Some(taken.map(|(decision, batch)| {
+            if batch.is_some() {
+                // (again if the one sweeping ran on a runtime that ended)
+                self.start_sweeper();
+            }
             state.batch = batch;
             decision
         }))
@@ -254,8 +259,6 @@ impl RedisBackend {
             return None;
         }
         let slot = slots.entry(name.to_owned()).or_default().clone();
-        drop(slots);
-        self.start_sweeper();
         Some(slot)
     }
 
@@ -353,17 +356,19 @@ impl RedisBackend {
 
     /// Starts, once per client, the task that gives back batches whose lease ended
     /// while no call came for them.
+    /// Started again when the runtime it ran on ended, or the connection moved.
     fn start_sweeper(self: &Arc<Self>) {
-        if self.kept.batches.sweeping.swap(true, Ordering::Relaxed) {
+        if !self
+            .kept
+            .batches
+            .sweeping
+            .needed(self.moved.load(Ordering::Relaxed))
+        {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.kept.batches.sweeping.store(false, Ordering::Relaxed);
-            return;
-        };
         let weak = Arc::downgrade(self);
-        runtime.spawn(async move {
-            loop {
+        self.keep_going(&self.kept.batches.sweeping, |turn| async move {
+            while turn.still() {
                 let next = {
                     let Some(redis) = weak.upgrade() else {
                         return;

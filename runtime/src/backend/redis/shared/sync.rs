@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use super::{overrides_key, refusals_key, rules_key};
+use crate::backend::redis::ongoing::Ongoing;
 use crate::backend::redis::RedisBackend;
 use crate::observe::refusal_reports::REPORT_TTL_MS;
 use crate::rules::overrides::{RateOverride, Table};
@@ -31,6 +32,8 @@ pub(crate) struct Background {
     started: OnceCell<Option<(Duration, bool)>>,
     /// Set when a task was spawned to start it ([`RedisBackend::start_background`]).
     spawned: AtomicBool,
+    /// The task that refreshes, started again when its runtime ended.
+    task: Ongoing,
     /// The registry's generation (plus one) last published, and when.
     published: AtomicU64,
     published_ms: AtomicU64,
@@ -75,6 +78,9 @@ impl RedisBackend {
         let state = &self.shared.background;
         let overrides = &self.owner.overrides;
         if state.started.initialized() {
+            if state.task.needed(self.moved.load(Ordering::Relaxed)) {
+                self.keep_refreshing();
+            }
             return Ok(overrides.table());
         }
         let timed_out = state
@@ -88,23 +94,7 @@ impl RedisBackend {
                     Err(Error::Timeout { after, connecting }) => Some((after, connecting)),
                     Err(_) => None,
                 };
-                let weak = Arc::downgrade(self);
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(REFRESH).await;
-                        let Some(redis) = weak.upgrade() else {
-                            return;
-                        };
-                        // A failed read keeps the table it has: the backend failing is
-                        // on_error's business, not a reason to drop the overrides.
-                        if let Ok(list) = redis.read_overrides().await {
-                            redis.owner.overrides.replace(Table::from_list(&list));
-                        }
-                        redis.read_announcements().await;
-                        redis.report_refusals().await;
-                        redis.publish_rules().await;
-                    }
-                });
+                self.keep_refreshing();
                 timed_out
             })
             .await;
@@ -112,6 +102,29 @@ impl RedisBackend {
             Some((after, connecting)) => Err(Error::Timeout { after, connecting }),
             None => Ok(overrides.table()),
         }
+    }
+
+    /// Starts the task that refreshes every [`REFRESH`], on a runtime that lasts (a
+    /// caller's made for its call would end it at once, and no override set after
+    /// would be read), when it does not run there.
+    fn keep_refreshing(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        self.keep_going(&self.shared.background.task, |turn| async move {
+            loop {
+                tokio::time::sleep(REFRESH).await;
+                let Some(redis) = weak.upgrade().filter(|_| turn.still()) else {
+                    return;
+                };
+                // A failed read keeps the table it has: the backend failing is
+                // on_error's business, not a reason to drop the overrides.
+                if let Ok(list) = redis.read_overrides().await {
+                    redis.owner.overrides.replace(Table::from_list(&list));
+                }
+                redis.read_announcements().await;
+                redis.report_refusals().await;
+                redis.publish_rules().await;
+            }
+        });
     }
 
     /// Starts the background task without waiting for it, when it does not run yet
