@@ -585,11 +585,16 @@ fn a_lazy_cluster_client_called_only_from_others() {
 fn an_override_reaches_a_client_called_only_from_runtimes_of_their_own() {
     // the client's runtime one that runs, first called from another; or a
     // current-thread one, first called on it, then kept and not run again
-    override_reaches(multi_thread(), false);
-    override_reaches(current_thread(), true);
+    override_reaches(multi_thread(), false, (1_000, 2));
+    override_reaches(current_thread(), true, (1_000, 2));
+    // refused on it, and the refusal kept: later calls are answered in process
+    override_reaches(current_thread(), true, (2, 1_000));
 }
 
-fn override_reaches(made_on: tokio::runtime::Runtime, first_on_its_own: bool) {
+/// A layer of one rule of `rates.0` a minute on a client made on `made_on`, called
+/// first on it or not: an override to `rates.1` set by another client changes the
+/// answer of calls from runtimes of their own within 4 s.
+fn override_reaches(made_on: tokio::runtime::Runtime, first_on_its_own: bool, rates: (u64, u64)) {
     use redlimit::tower::{LayerRule, RateLimitLayer};
     let server = RedisServer::start();
     let client = made_on.block_on(Client::connect(&server.url())).unwrap();
@@ -597,7 +602,7 @@ fn override_reaches(made_on: tokio::runtime::Runtime, first_on_its_own: bool) {
     let operator = operator_on.block_on(Client::connect(&server.url())).unwrap();
     let layer = RateLimitLayer::builder()
         .client(client)
-        .rule(LayerRule::new("overridden", 1_000, Duration::from_secs(60)))
+        .rule(LayerRule::new("overridden", rates.0, Duration::from_secs(60)))
         .build()
         .unwrap();
     let router = axum::Router::new()
@@ -609,23 +614,38 @@ fn override_reaches(made_on: tokio::runtime::Runtime, first_on_its_own: bool) {
         on.block_on(called).unwrap().status().as_u16()
     };
     let status = || status_on(&current_thread());
-    match first_on_its_own {
-        true => assert_eq!(status_on(&made_on), 200),
-        false => assert_eq!(status(), 200),
-    }
+    let first = |n| {
+        for _ in 0..n {
+            match first_on_its_own {
+                true => status_on(&made_on),
+                false => status(),
+            };
+        }
+    };
+    // granted before the override lowers the rate; refused before it raises it
+    let before = match rates.0 > rates.1 {
+        true => {
+            first(1);
+            200
+        }
+        false => {
+            first(rates.0 + 1);
+            429
+        }
+    };
+    assert_eq!(status(), before);
     let override_ = redlimit::RateOverride {
         of: redlimit::OverrideOf::Rule("overridden".into()),
-        rate: 2,
+        rate: rates.1,
         interval: Duration::from_secs(60),
     };
-    current_thread()
-        .block_on(operator.set_override(&override_))
-        .unwrap();
+    operator_on.block_on(operator.set_override(&override_)).unwrap();
     let set = std::time::Instant::now();
-    while status() == 200 {
+    while status() == before {
         assert!(
             set.elapsed() < Duration::from_secs(4),
-            "an override of 2 a minute not applied 4 s after it was set"
+            "an override of {} a minute not applied 4 s after it was set",
+            rates.1
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -662,6 +682,38 @@ fn lazy_clients_whose_first_call_acquires() {
     assert_eq!(left.unwrap(), 950);
 }
 
+/// The value of the limiter `name` on `server`, read without a client.
+fn value_of(server: &RedisServer, name: &str) -> Option<u64> {
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("GET")
+        .arg(format!("{{{name}}}:value"))
+        .query(&mut raw)
+        .unwrap()
+}
+
+/// Waits up to 3 s for the limiter `name` to hold `value`.
+fn value_reaches(server: &RedisServer, name: &str, value: u64, what: &str) {
+    let since = std::time::Instant::now();
+    while value_of(server, name) != Some(value) {
+        assert!(
+            since.elapsed() < Duration::from_secs(3),
+            "{what}: {value} not reached in 3 s ({:?})",
+            value_of(server, name)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A batch of 10 a minute at 100, leased 0.3 s, for the limiter `name`.
+fn batched(name: &str) -> [Rule; 1] {
+    [Rule::new(name, 100, Duration::from_secs(60))
+        .batch(10)
+        .batch_lease(Duration::from_millis(300))]
+}
+
 /// A batch taken by a call from a runtime made for that call, no call after: the
 /// sweeper gives back what it did not use once its lease ends. It runs on a runtime
 /// that lasts, and is started again when the one it ran on ended.
@@ -671,29 +723,81 @@ fn a_batch_taken_from_a_runtime_of_its_own_is_given_back() {
     let mut made_on = Some(multi_thread());
     let client = made_on.as_ref().unwrap().block_on(Client::connect(&server.url()));
     let client = client.unwrap();
-    let value = || -> Option<u64> {
-        let mut raw = redis::Client::open(server.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        redis::cmd("GET").arg("{swept}:value").query(&mut raw).unwrap()
-    };
-    let rules = [Rule::new("swept", 100, Duration::from_secs(60))
-        .batch(10)
-        .batch_lease(Duration::from_millis(300))];
+    let rules = batched("swept");
     // the client's runtime runs; then the runtime the sweeper ran on ends
     for round in 1..=2u64 {
         let call = client.check_rules(&rules);
         assert!(current_thread().block_on(call).unwrap().allowed);
-        let taken = std::time::Instant::now();
-        while value() != Some(100 - round) {
-            assert!(
-                taken.elapsed() < Duration::from_secs(3),
-                "round {round}: 9 permits not given back 3 s after a lease of 0.3 s ({:?} left)",
-                value()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        value_reaches(&server, "swept", 100 - round, &format!("round {round}"));
         drop(made_on.take());
+    }
+}
+
+/// A batch taken on the client's runtime, which then ends during the lease: a call
+/// served from the batch after starts the sweeper again, and a client dropped after
+/// gives back what a batch did not use, though no call carried the connection.
+#[test]
+fn a_batch_outliving_the_client_s_runtime_is_given_back() {
+    let server = RedisServer::start();
+    for dropped in [false, true] {
+        let name = if dropped { "dropped" } else { "served" };
+        let made_on = multi_thread();
+        let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+        let rules = batched(name);
+        assert!(made_on.block_on(client.check_rules(&rules)).unwrap().allowed);
+        drop(made_on);
+        let value = match dropped {
+            // dropped inside a runtime, which the give-backs start from
+            true => {
+                current_thread().block_on(async { drop(client) });
+                99
+            }
+            false => {
+                let served = current_thread().block_on(client.check_rules(&rules));
+                assert!(served.unwrap().allowed);
+                98
+            }
+        };
+        value_reaches(&server, name, value, name);
+    }
+}
+
+/// A refusal kept in process ends when another client resets the limiter: the
+/// background task that reads the announcements runs, though every call of the client
+/// is on a runtime made for it, or its own runtime, where the task started, ended
+/// after the refusal was kept.
+#[test]
+fn a_kept_refusal_ends_with_a_reset_announced_elsewhere() {
+    let server = RedisServer::start();
+    let operator_on = multi_thread();
+    let operator = operator_on.block_on(Client::connect(&server.url())).unwrap();
+    for how in ["lazy", "ended"] {
+        let name = format!("kept-{how}");
+        let rules = [Rule::new(name.clone(), 2, Duration::from_secs(60))];
+        let client = match how {
+            "lazy" => Client::builder().connect_lazy(&server.url()).unwrap(),
+            _ => {
+                // refused on its runtime, the background task started there; then
+                // that runtime ends
+                let made_on = multi_thread();
+                let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+                while made_on.block_on(client.check_rules(&rules)).unwrap().allowed {}
+                std::thread::sleep(Duration::from_millis(300));
+                client
+            }
+        };
+        let call = || current_thread().block_on(client.check_rules(&rules)).unwrap();
+        while call().allowed {}
+        assert!(!call().allowed, "{how}: refused, and kept");
+        let limiter = operator.rate_limiter(&name);
+        assert!(operator_on.block_on(limiter.delete()).unwrap());
+        let since = std::time::Instant::now();
+        while !call().allowed {
+            assert!(
+                since.elapsed() < Duration::from_secs(4),
+                "{how}: the reset not heard 4 s after it"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }

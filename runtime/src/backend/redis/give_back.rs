@@ -184,6 +184,7 @@ impl RedisBackend {
         let Some(runtime) = self.lasting() else {
             return;
         };
+        self.carry_at_once();
         let Some(queued) = Queued::new(&self.giving_back) else {
             tracing::debug!(
                 "a batch's unused permits were not given back ({MOST_QUEUED} give-backs wait \
@@ -208,6 +209,8 @@ impl RedisBackend {
     /// [`spawn_give_back`](RedisBackend::spawn_give_back) on the caller's path: done (or
     /// failed, within the command timeout) when it returns.
     pub(crate) async fn give_back(&self, keys: &LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
+        // (sent without a call: carried first when the connection's runtime ended)
+        let _ = tokio::time::timeout(self.timeout, self.carry_if_needed()).await;
         give_back(
             &mut self.conn(),
             self.slot_map(),

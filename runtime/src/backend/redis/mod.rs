@@ -430,20 +430,52 @@ impl RedisBackend {
     }
 
     /// Starts `task` through `ongoing` when one is needed there, on a runtime that
-    /// lasts: the library's once the connection was carried there (the client's
-    /// runtime ended, or is a current-thread one not driven), else
-    /// [`lasting`](RedisBackend::lasting)'s.
+    /// lasts: the library's once the client's tasks are [`moving`](RedisBackend::moving)
+    /// there, else [`lasting`](RedisBackend::lasting)'s.
     fn keep_going<F>(&self, ongoing: &ongoing::Ongoing, task: impl FnOnce(ongoing::Turn) -> F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let moved = self.moved.load(Ordering::Relaxed);
-        let runtime = match moved {
+        let moving = self.moving();
+        let runtime = match moving {
             true => carrier::carrier().or_else(|| self.lasting()),
             false => self.lasting(),
         };
         if let Some(runtime) = runtime {
-            ongoing.start(&runtime, carrier::is_carrier(&runtime), moved, task);
+            ongoing.start(&runtime, carrier::is_carrier(&runtime), moving, task);
+        }
+    }
+
+    /// Whether the client's own tasks belong on the library's runtime: the connection
+    /// was carried there, or the caller is off the client's current-thread runtime,
+    /// which runs only while its own callers run it (a call answered here, from a kept
+    /// refusal or a batch, sends nothing that would carry the connection).
+    fn moving(&self) -> bool {
+        self.moved.load(Ordering::Relaxed) || self.off_its_current_thread_runtime()
+    }
+
+    /// Before a give-back sent from a task of its own (a client dropped, a batch
+    /// closed) once the client's runtime ended, or off its current-thread runtime,
+    /// with no call since that carried the connection: it is carried on the library's
+    /// runtime now, as the next call would have had it (without waiting: a client
+    /// being dropped cannot), or the give-back would wait on the tasks that ended with
+    /// that runtime.
+    pub(crate) fn carry_at_once(&self) {
+        if self.moved.load(Ordering::Relaxed) || !(self.ended() || self.off_its_current_thread_runtime()) {
+            return;
+        }
+        let (Some(remake), Some(carrier)) = (self.remake.as_deref(), carrier::carrier()) else {
+            return;
+        };
+        // (made there: the tasks it starts are that runtime's)
+        let _entered = carrier.enter();
+        let remade = match remake {
+            Remake::Cluster(_) => remake.cluster_pending(),
+            _ => remake.carried(&self.conn(), carrier.clone()),
+        };
+        if let Some(remade) = remade {
+            *self.conn.write().unwrap_or_else(PoisonError::into_inner) = remade;
+            self.moved.store(true, Ordering::Relaxed);
         }
     }
 

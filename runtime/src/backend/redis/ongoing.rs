@@ -1,8 +1,9 @@
 //! A client's task that runs for as long as the client does (the background task that
 //! reads the overrides, the sweeper of kept batches): started on a runtime that lasts,
 //! and started again when the runtime it ran on ended (its task dropped with it), or
-//! when the connection was carried to the library's runtime, leaving it on one that
-//! may no longer be driven. The task it replaces ends at its next turn.
+//! on the library's runtime once the client's tasks move there (the connection was
+//! carried there, or the caller is off the client's current-thread runtime, which
+//! may no longer be driven). The task it replaces ends at its next turn.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,11 +28,11 @@ pub(crate) struct Turn {
 
 impl Ongoing {
     /// Whether a task is to be started: none runs, or it runs off the library's
-    /// runtime while the connection was carried there (`moved`).
+    /// runtime while the client's tasks are `moving` there (asked only then).
     #[inline]
-    pub(crate) fn needed(&self, moved: bool) -> bool {
+    pub(crate) fn needed(&self, moving: impl FnOnce() -> bool) -> bool {
         let running = self.running.load(Ordering::Relaxed);
-        running == 0 || (moved && running % 2 == 0)
+        running == 0 || (running % 2 == 0 && moving())
     }
 
     /// Starts `task` on `runtime` when one is [`needed`](Ongoing::needed), one
@@ -40,13 +41,13 @@ impl Ongoing {
         &self,
         runtime: &Handle,
         on_library: bool,
-        moved: bool,
+        moving: bool,
         task: impl FnOnce(Turn) -> F,
     ) where
         F: Future<Output = ()> + Send + 'static,
     {
         let seen = self.running.load(Ordering::Relaxed);
-        if !(seen == 0 || (moved && seen % 2 == 0)) {
+        if !(seen == 0 || (moving && seen % 2 == 0)) {
             return;
         }
         let number = (self.started.fetch_add(1, Ordering::Relaxed) + 1) * 2 + u64::from(on_library);
@@ -95,23 +96,23 @@ mod tests {
     #[test]
     fn a_task_dropped_with_its_runtime_is_started_again() {
         let ongoing = Ongoing::default();
-        assert!(ongoing.needed(false));
+        assert!(ongoing.needed(|| false));
         let first = runtime();
         ongoing.start(first.handle(), false, false, |turn| async move {
             let _turn = turn;
             std::future::pending::<()>().await;
         });
-        assert!(!ongoing.needed(false), "one runs");
+        assert!(!ongoing.needed(|| false), "one runs");
         // a second start while it runs starts nothing
         ongoing.start(first.handle(), false, false, |_| async { unreachable!() });
         drop(first);
-        assert!(ongoing.needed(false), "dropped with its runtime");
+        assert!(ongoing.needed(|| false), "dropped with its runtime");
         let second = runtime();
         ongoing.start(second.handle(), false, false, |turn| async move {
             let _turn = turn;
             std::future::pending::<()>().await;
         });
-        assert!(!ongoing.needed(false));
+        assert!(!ongoing.needed(|| false));
     }
 
     #[test]
@@ -125,9 +126,9 @@ mod tests {
         client_s.block_on(tokio::task::yield_now());
         let old = rx.recv().unwrap();
         assert!(old.still());
-        assert!(!ongoing.needed(false));
+        assert!(!ongoing.needed(|| false));
         assert!(
-            ongoing.needed(true),
+            ongoing.needed(|| true),
             "the connection moved to the library's runtime"
         );
         ongoing.start(library_s.handle(), true, true, |turn| async move {
@@ -135,10 +136,13 @@ mod tests {
             std::future::pending::<()>().await;
         });
         assert!(!old.still(), "replaced");
-        assert!(!ongoing.needed(true), "the new one runs where the connection is");
+        assert!(
+            !ongoing.needed(|| true),
+            "the new one runs where the connection is"
+        );
         drop(old);
         assert!(
-            !ongoing.needed(true),
+            !ongoing.needed(|| true),
             "the old one's end leaves the new one running"
         );
     }

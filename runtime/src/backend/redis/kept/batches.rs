@@ -357,13 +357,8 @@ impl RedisBackend {
     /// Starts, once per client, the task that gives back batches whose lease ended
     /// while no call came for them.
     /// Started again when the runtime it ran on ended, or the connection moved.
-    fn start_sweeper(self: &Arc<Self>) {
-        if !self
-            .kept
-            .batches
-            .sweeping
-            .needed(self.moved.load(Ordering::Relaxed))
-        {
+    pub(super) fn start_sweeper(self: &Arc<Self>) {
+        if !self.kept.batches.sweeping.needed(|| self.moving()) {
             return;
         }
         let weak = Arc::downgrade(self);
@@ -417,6 +412,7 @@ impl RedisBackend {
     /// own.
     pub(crate) fn give_back_all(&self) {
         let (closed, _) = self.kept.batches.close(0, true, true);
+
         for (name, batch) in closed {
             if let Some(keys) = self.unused(&name, &batch) {
                 self.spawn_give_back(keys, batch.member, batch.used);

@@ -33,15 +33,21 @@ impl Kept {
 impl RedisBackend {
     /// A call of one rule answered from what this client keeps, at `now`: granted
     /// from an open batch, or refused again as Redis refused it.
-    pub(crate) fn answered_here(&self, rules: &[Rule], now: u64) -> Option<Decision> {
+    /// Such a call sends nothing: the task it needs (the sweeper of its batch, the
+    /// background task that ends kept refusals) is started again here when it ran on a
+    /// runtime that ended, or is not driven.
+    pub(crate) fn answered_here(self: &Arc<Self>, rules: &[Rule], now: u64) -> Option<Decision> {
         let [rule] = rules else { return None };
         let permits = rule.permits_per_call().min(rule.most_permits());
         if rule.batch_size() > 1 {
             if let Some(served) = self.serve_batched(rule, permits) {
+                self.start_sweeper();
                 return Some(served);
             }
         }
-        self.kept.refusals.answer(rule, permits, now)
+        let refused = self.kept.refusals.answer(rule, permits, now)?;
+        self.start_background();
+        Some(refused)
     }
 
     /// `Client::check_rules` on Redis, at `now`, for a call not answered here.

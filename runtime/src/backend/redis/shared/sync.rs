@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 
 use super::{overrides_key, refusals_key, rules_key};
 use crate::backend::redis::ongoing::Ongoing;
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{Done, RedisBackend};
 use crate::observe::refusal_reports::REPORT_TTL_MS;
 use crate::rules::overrides::{RateOverride, Table};
 use crate::Error;
@@ -30,8 +30,8 @@ pub(crate) struct Background {
     /// Set once the first read is done (or failed) and the task runs: the first
     /// read's timeout (its `after` and `connecting`) when it timed out.
     started: OnceCell<Option<(Duration, bool)>>,
-    /// Set when a task was spawned to start it ([`RedisBackend::start_background`]).
-    spawned: AtomicBool,
+    /// Set while a task spawned to start it runs ([`RedisBackend::start_background`]).
+    spawned: Arc<AtomicBool>,
     /// The task that refreshes, started again when its runtime ended.
     task: Ongoing,
     /// The registry's generation (plus one) last published, and when.
@@ -78,7 +78,7 @@ impl RedisBackend {
         let state = &self.shared.background;
         let overrides = &self.owner.overrides;
         if state.started.initialized() {
-            if state.task.needed(self.moved.load(Ordering::Relaxed)) {
+            if state.task.needed(|| self.moving()) {
                 self.keep_refreshing();
             }
             return Ok(overrides.table());
@@ -129,14 +129,28 @@ impl RedisBackend {
 
     /// Starts the background task without waiting for it, when it does not run yet
     /// (a client deciding by hand keeps refusals: the task reads the announcements
-    /// that end them).
+    /// that end them), or again when it ran on a runtime that ended or is not driven.
+    /// The start runs on a runtime that lasts; dropped unfinished with its runtime, a
+    /// later call starts it again.
     pub(crate) fn start_background(self: &Arc<Self>) {
         let state = &self.shared.background;
-        if state.started.initialized() || state.spawned.swap(true, Ordering::Relaxed) {
+        if state.started.initialized() {
+            if state.task.needed(|| self.moving()) {
+                self.keep_refreshing();
+            }
             return;
         }
+        if state.spawned.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Some(runtime) = self.lasting() else {
+            state.spawned.store(false, Ordering::Relaxed);
+            return;
+        };
+        let spawned = Done(Arc::clone(&state.spawned));
         let redis = self.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
+            let _spawned = spawned;
             let _ = redis.background_ready().await;
         });
     }
