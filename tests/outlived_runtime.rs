@@ -735,30 +735,49 @@ fn a_batch_taken_from_a_runtime_of_its_own_is_given_back() {
 
 /// A batch taken on the client's runtime, which then ends during the lease: a call
 /// served from the batch after starts the sweeper again, and a client dropped after
-/// gives back what a batch did not use, though no call carried the connection.
+/// gives back what a batch did not use, though no call carried the connection. So
+/// does a client dropped outside any runtime while its own runs, and one dropped
+/// with a task of its current-thread runtime as that runtime shuts down.
 #[test]
 fn a_batch_outliving_the_client_s_runtime_is_given_back() {
     let server = RedisServer::start();
-    for dropped in [false, true] {
-        let name = if dropped { "dropped" } else { "served" };
-        let made_on = multi_thread();
+    for how in ["served", "dropped", "outside", "shutdown"] {
+        let made_on = match how {
+            "shutdown" => current_thread(),
+            _ => multi_thread(),
+        };
         let client = made_on.block_on(Client::connect(&server.url())).unwrap();
-        let rules = batched(name);
+        let rules = batched(how);
         assert!(made_on.block_on(client.check_rules(&rules)).unwrap().allowed);
-        drop(made_on);
-        let value = match dropped {
-            // dropped inside a runtime, which the give-backs start from
-            true => {
-                current_thread().block_on(async { drop(client) });
-                99
-            }
-            false => {
+        let value = match how {
+            "served" => {
+                drop(made_on);
                 let served = current_thread().block_on(client.check_rules(&rules));
                 assert!(served.unwrap().allowed);
                 98
             }
+            // dropped inside a runtime, which the give-backs start from
+            "dropped" => {
+                drop(made_on);
+                current_thread().block_on(async { drop(client) });
+                99
+            }
+            "outside" => {
+                drop(client);
+                value_reaches(&server, how, 99, how);
+                drop(made_on);
+                99
+            }
+            _ => {
+                made_on.spawn(async move {
+                    let _held = client;
+                    std::future::pending::<()>().await;
+                });
+                drop(made_on);
+                99
+            }
         };
-        value_reaches(&server, name, value, name);
+        value_reaches(&server, how, value, how);
     }
 }
 
@@ -771,11 +790,20 @@ fn a_kept_refusal_ends_with_a_reset_announced_elsewhere() {
     let server = RedisServer::start();
     let operator_on = multi_thread();
     let operator = operator_on.block_on(Client::connect(&server.url())).unwrap();
-    for how in ["lazy", "ended"] {
+    // a client connecting lazily; one whose runtime ended; one whose current-thread
+    // runtime is kept and no longer run, the start of the task left there unrun
+    let mut idle = None;
+    for how in ["lazy", "ended", "idle"] {
         let name = format!("kept-{how}");
         let rules = [Rule::new(name.clone(), 2, Duration::from_secs(60))];
         let client = match how {
             "lazy" => Client::builder().connect_lazy(&server.url()).unwrap(),
+            "idle" => {
+                let made_on = idle.insert(current_thread());
+                let client = made_on.block_on(Client::connect(&server.url())).unwrap();
+                while made_on.block_on(client.check_rules(&rules)).unwrap().allowed {}
+                client
+            }
             _ => {
                 // refused on its runtime, the background task started there; then
                 // that runtime ends

@@ -302,7 +302,11 @@ impl Reservation {
         // caller's, which may end first; a task ended unanswered with its runtime
         // counts its settle abandoned. The caller's
         // wait is timed on its own runtime: the client's may be held up.
-        if let Some(runtime) = self.client.backend().lasting() {
+        // (polled in a runtime: the wait is timed on it)
+        let lasting = tokio::runtime::Handle::try_current()
+            .ok()
+            .and_then(|_| self.client.backend().lasting());
+        if let Some(runtime) = lasting {
             let wait = self.client.command_timeout() * SETTLE_WAIT_TIMEOUTS;
             let unsent = retry::Unsent::new(labels);
             let task = runtime.spawn(async move {

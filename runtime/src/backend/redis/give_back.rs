@@ -174,17 +174,42 @@ impl RedisBackend {
     }
 
     /// Gives back what a batch taken under `member` did not use (`used` of its permits
-    /// were), see `lua/give_back.lua`: in a task of its own, off the caller's path (or
-    /// not at all outside a Tokio runtime). A give-back that fails or never runs leaves
-    /// the permits counted until they leave the window: stricter, never looser.
+    /// were), see `lua/give_back.lua`: in a task of its own, off the caller's path, on
+    /// a runtime that lasts (a caller's current-thread one left undriven would hold its
+    /// turns, and every give-back would wait; a caller's made for its call would drop
+    /// it). A give-back that fails or never runs leaves the permits counted until they
+    /// leave the window: stricter, never looser.
     pub(crate) fn spawn_give_back(&self, keys: LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
-        // (on a runtime that lasts: a caller's current-thread one left undriven would
-        // hold its turns, and every give-back would wait; a caller's made for its call
-        // would drop it)
-        let Some(runtime) = self.lasting() else {
+        self.carry_at_once(false);
+        self.spawn_give_back_on(self.lasting(), keys, member, used);
+    }
+
+    /// The runtime a client being dropped gives its batches back on: a runtime that
+    /// lasts, but the library's when that one is shutting down (a client dropped with
+    /// a task of its runtime as it shuts down: that runtime drops what is spawned on
+    /// it), the connection carried there first when needed.
+    pub(crate) fn dropping_runtime(&self) -> Option<tokio::runtime::Handle> {
+        let runtime = self.lasting()?;
+        let shutting_down = !super::alive(&runtime);
+        self.carry_at_once(shutting_down);
+        match shutting_down {
+            true => super::carrier::carrier(),
+            false => Some(runtime),
+        }
+    }
+
+    /// [`spawn_give_back`](RedisBackend::spawn_give_back) on `runtime` (not at all
+    /// without one).
+    pub(crate) fn spawn_give_back_on(
+        &self,
+        runtime: Option<tokio::runtime::Handle>,
+        keys: LimiterKeys,
+        member: [u8; member::MEMBER_LEN],
+        used: u64,
+    ) {
+        let Some(runtime) = runtime else {
             return;
         };
-        self.carry_at_once();
         let Some(queued) = Queued::new(&self.giving_back) else {
             tracing::debug!(
                 "a batch's unused permits were not given back ({MOST_QUEUED} give-backs wait \

@@ -415,18 +415,25 @@ impl RedisBackend {
     /// connection made again): the client's own while it is a multi-thread runtime
     /// still running; the caller's when that is the client's own; else the library's
     /// ([`carrier`]), as a caller's runtime, of either kind, may end right after its
-    /// call (a runtime made for each call). The caller's if that cannot be made;
-    /// none outside a runtime.
+    /// call (a runtime made for each call). The caller's if that cannot be made.
+    /// Outside a runtime (a client dropped after its own ended, a settle dropped
+    /// there), the client's while it runs, else the library's.
     pub(crate) fn lasting(&self) -> Option<tokio::runtime::Handle> {
-        let current = tokio::runtime::Handle::try_current().ok()?;
-        Some(match &self.runtime {
+        let current = tokio::runtime::Handle::try_current().ok();
+        match &self.runtime {
             // (looked at first: it runs, and spawns no probe to say so)
-            Some(made_on) if made_on.id() == current.id() => current,
-            Some(made_on) if made_on.runtime_flavor() == RuntimeFlavor::MultiThread && alive(made_on) => {
-                made_on.clone()
+            Some(made_on)
+                if current
+                    .as_ref()
+                    .is_some_and(|current| made_on.id() == current.id()) =>
+            {
+                current
             }
-            _ => carrier::carrier().unwrap_or(current),
-        })
+            Some(made_on) if made_on.runtime_flavor() == RuntimeFlavor::MultiThread && alive(made_on) => {
+                Some(made_on.clone())
+            }
+            _ => carrier::carrier().or(current),
+        }
     }
 
     /// Starts `task` through `ongoing` when one is needed there, on a runtime that
@@ -460,8 +467,12 @@ impl RedisBackend {
     /// runtime now, as the next call would have had it (without waiting: a client
     /// being dropped cannot), or the give-back would wait on the tasks that ended with
     /// that runtime.
-    pub(crate) fn carry_at_once(&self) {
-        if self.moved.load(Ordering::Relaxed) || !(self.ended() || self.off_its_current_thread_runtime()) {
+    /// `anyway`: the give-back goes to the library's runtime because the one it would
+    /// have run on is shutting down, taking the connection's tasks with it.
+    pub(crate) fn carry_at_once(&self, anyway: bool) {
+        if self.moved.load(Ordering::Relaxed)
+            || !(anyway || self.ended() || self.off_its_current_thread_runtime())
+        {
             return;
         }
         let (Some(remake), Some(carrier)) = (self.remake.as_deref(), carrier::carrier()) else {

@@ -412,10 +412,11 @@ impl RedisBackend {
     /// own.
     pub(crate) fn give_back_all(&self) {
         let (closed, _) = self.kept.batches.close(0, true, true);
-
+        let mut on = None;
         for (name, batch) in closed {
             if let Some(keys) = self.unused(&name, &batch) {
-                self.spawn_give_back(keys, batch.member, batch.used);
+                let runtime = on.get_or_insert_with(|| self.dropping_runtime());
+                self.spawn_give_back_on(runtime.clone(), keys, batch.member, batch.used);
             }
         }
     }

@@ -3,7 +3,7 @@
 //! publishes the process's rules (when they changed, or a minute passed). Started by
 //! the first decision; no decision waits for it after that.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 
 use super::{overrides_key, refusals_key, rules_key};
 use crate::backend::redis::ongoing::Ongoing;
-use crate::backend::redis::{Done, RedisBackend};
+use crate::backend::redis::RedisBackend;
 use crate::observe::refusal_reports::REPORT_TTL_MS;
 use crate::rules::overrides::{RateOverride, Table};
 use crate::Error;
@@ -30,8 +30,8 @@ pub(crate) struct Background {
     /// Set once the first read is done (or failed) and the task runs: the first
     /// read's timeout (its `after` and `connecting`) when it timed out.
     started: OnceCell<Option<(Duration, bool)>>,
-    /// Set while a task spawned to start it runs ([`RedisBackend::start_background`]).
-    spawned: Arc<AtomicBool>,
+    /// The task spawned to start it, while it runs ([`RedisBackend::start_background`]).
+    starting: Ongoing,
     /// The task that refreshes, started again when its runtime ended.
     task: Ongoing,
     /// The registry's generation (plus one) last published, and when.
@@ -140,17 +140,14 @@ impl RedisBackend {
             }
             return;
         }
-        if state.spawned.swap(true, Ordering::Relaxed) {
+        // (a start left on the client's current-thread runtime, which its callers no
+        // longer run, is made again on the library's)
+        if !state.starting.needed(|| self.moving()) {
             return;
         }
-        let Some(runtime) = self.lasting() else {
-            state.spawned.store(false, Ordering::Relaxed);
-            return;
-        };
-        let spawned = Done(Arc::clone(&state.spawned));
         let redis = self.clone();
-        runtime.spawn(async move {
-            let _spawned = spawned;
+        self.keep_going(&state.starting, |turn| async move {
+            let _turn = turn;
             let _ = redis.background_ready().await;
         });
     }
