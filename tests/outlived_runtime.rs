@@ -206,8 +206,23 @@ fn a_settle_from_a_caller_whose_runtime_ends_lands() {
         });
         drop(runtime);
     }
+    // Reserved on a runtime, settled by a future polled once outside any: it goes to
+    // the library's runtime (it panicked, its timer wanting a runtime).
+    let reservation = current_thread().block_on(async {
+        let rules = [Rule::new(name(5), 10_000, Duration::from_secs(60))
+            .settled()
+            .permits(10)];
+        match client.reserve(&rules).await.unwrap() {
+            Reserved::Granted(reservation) => reservation,
+            _ => panic!("refused"),
+        }
+    });
+    let mut settle = Box::pin(reservation.settle(900));
+    let waker = std::task::Waker::noop();
+    let _ = settle.as_mut().poll(&mut std::task::Context::from_waker(waker));
+    drop(settle);
     let reader = current_thread();
-    for user in 0..5 {
+    for user in 0..6 {
         let limiter = client.rate_limiter(name(user));
         let landed = reader.block_on(async {
             let started = std::time::Instant::now();
@@ -382,16 +397,7 @@ fn a_client_waiting_for_replicas_whose_runtime_ended() {
     assert!(made_on.block_on(set).unwrap());
     assert!(made_on.block_on(limiter.try_acquire(1)).unwrap());
     drop(made_on);
-    let mut failed = Vec::new();
-    for call in 0..50 {
-        match current_thread().block_on(limiter.try_acquire(1)) {
-            Ok(granted) => assert!(granted, "call {call}"),
-            Err(error) => failed.push(format!("call {call}: {error}")),
-        }
-    }
-    assert!(failed.is_empty(), "{} of 50 failed: {failed:?}", failed.len());
-    let left = current_thread().block_on(limiter.available_permits());
-    assert_eq!(left.unwrap(), 949);
+    fifty_granted(&limiter, 949);
     // One connecting lazily, made outside any runtime, called from runtimes of their own.
     let builder = Client::builder().wait_for_replicas(1, Duration::from_millis(100));
     let lazy = builder.connect_lazy(&master.url()).unwrap();
@@ -520,6 +526,12 @@ fn lazy_calls_from_runtimes_of_their_own(client: &Client, name: &str) {
     let limiter = client.rate_limiter(name);
     let set = limiter.try_set_rate(RateType::Overall, 1_000, Duration::from_secs(60));
     assert!(current_thread().block_on(set).unwrap());
+    fifty_granted(&limiter, 950);
+}
+
+/// Fifty acquires of `limiter`, each from a runtime of its own: each granted, none
+/// failing, and `left` permits left after.
+fn fifty_granted(limiter: &redlimit::RateLimiter, left: u64) {
     let mut failed = Vec::new();
     for call in 0..50 {
         match current_thread().block_on(limiter.try_acquire(1)) {
@@ -528,10 +540,8 @@ fn lazy_calls_from_runtimes_of_their_own(client: &Client, name: &str) {
         }
     }
     assert!(failed.is_empty(), "{} of 50 failed: {failed:?}", failed.len());
-    assert_eq!(
-        current_thread().block_on(limiter.available_permits()).unwrap(),
-        950
-    );
+    let after = current_thread().block_on(limiter.available_permits());
+    assert_eq!(after.unwrap(), left);
 }
 
 /// Connected lazily on a multi-thread runtime that runs on: the first connection is
@@ -554,28 +564,29 @@ fn a_lazy_client_made_outside_a_runtime_called_only_from_others() {
     lazy_calls_from_runtimes_of_their_own(&client, "lazy");
 }
 
+/// Lazy clients of `url`, one made on a live multi-thread runtime and one outside
+/// any, each called only from runtimes of their own.
+fn lazy_on_a_live_runtime_and_outside(url: &str) {
+    let made_on = multi_thread();
+    let client = made_on.block_on(async { Client::builder().connect_lazy(url) });
+    lazy_calls_from_runtimes_of_their_own(&client.unwrap(), "lazy");
+    drop(made_on);
+    let outside = Client::builder().connect_lazy(url).unwrap();
+    lazy_calls_from_runtimes_of_their_own(&outside, "lazy-outside");
+}
+
 /// The same through Sentinel, on a live runtime and outside any.
 #[test]
 fn a_lazy_sentinel_client_called_only_from_others() {
     let set = support::sentinel::RedisSentinel::start();
-    let made_on = multi_thread();
-    let client = made_on.block_on(async { Client::builder().connect_lazy(&set.url()) });
-    lazy_calls_from_runtimes_of_their_own(&client.unwrap(), "lazy");
-    drop(made_on);
-    let outside = Client::builder().connect_lazy(&set.url()).unwrap();
-    lazy_calls_from_runtimes_of_their_own(&outside, "lazy-outside");
+    lazy_on_a_live_runtime_and_outside(&set.url());
 }
 
 /// A Redis Cluster's, on a live runtime and outside any.
 #[test]
 fn a_lazy_cluster_client_called_only_from_others() {
     let cluster = support::cluster::RedisCluster::start(3, 0);
-    let made_on = multi_thread();
-    let client = made_on.block_on(async { Client::builder().connect_lazy(&cluster.url()) });
-    lazy_calls_from_runtimes_of_their_own(&client.unwrap(), "lazy");
-    drop(made_on);
-    let outside = Client::builder().connect_lazy(&cluster.url()).unwrap();
-    lazy_calls_from_runtimes_of_their_own(&outside, "lazy-outside");
+    lazy_on_a_live_runtime_and_outside(&cluster.url());
 }
 
 /// The client's background task (the overrides read every second, the refusals
@@ -736,14 +747,15 @@ fn a_batch_taken_from_a_runtime_of_its_own_is_given_back() {
 /// A batch taken on the client's runtime, which then ends during the lease: a call
 /// served from the batch after starts the sweeper again, and a client dropped after
 /// gives back what a batch did not use, though no call carried the connection. So
-/// does a client dropped outside any runtime while its own runs, and one dropped
-/// with a task of its current-thread runtime as that runtime shuts down.
+/// does a client dropped outside any runtime while its own runs, one on a
+/// current-thread runtime kept and no longer run, dropped outside any, and one
+/// dropped with a task of its current-thread runtime as that runtime shuts down.
 #[test]
 fn a_batch_outliving_the_client_s_runtime_is_given_back() {
     let server = RedisServer::start();
-    for how in ["served", "dropped", "outside", "shutdown"] {
+    for how in ["served", "dropped", "outside", "idle", "shutdown"] {
         let made_on = match how {
-            "shutdown" => current_thread(),
+            "idle" | "shutdown" => current_thread(),
             _ => multi_thread(),
         };
         let client = made_on.block_on(Client::connect(&server.url())).unwrap();
@@ -762,7 +774,7 @@ fn a_batch_outliving_the_client_s_runtime_is_given_back() {
                 current_thread().block_on(async { drop(client) });
                 99
             }
-            "outside" => {
+            "outside" | "idle" => {
                 drop(client);
                 value_reaches(&server, how, 99, how);
                 drop(made_on);

@@ -284,8 +284,9 @@ impl Reservation {
     /// takes it), before anything is awaited: in Redis, on a task of its own, which
     /// runs to the end (sending it again in the background when the server does not
     /// take it) even once the returned future is dropped, on the client's own
-    /// multi-thread runtime while it runs (a caller's may end first); in process (or
-    /// outside a Tokio runtime), here and now as far as it goes without waiting.
+    /// multi-thread runtime while it runs (a caller's may end first), else the
+    /// library's, polled in a runtime or outside any; in process, here and now as far
+    /// as it goes without waiting.
     pub(crate) fn start_settle(self, actual: Vec<u64>) -> Settling {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let labels = self.sent_labels(&actual);
@@ -302,12 +303,12 @@ impl Reservation {
         // caller's, which may end first; a task ended unanswered with its runtime
         // counts its settle abandoned. The caller's
         // wait is timed on its own runtime: the client's may be held up.
-        // (polled in a runtime: the wait is timed on it)
-        let lasting = tokio::runtime::Handle::try_current()
-            .ok()
-            .and_then(|_| self.client.backend().lasting());
-        if let Some(runtime) = lasting {
+        if let Some(runtime) = self.client.backend().lasting() {
             let wait = self.client.command_timeout() * SETTLE_WAIT_TIMEOUTS;
+            // (polled outside a runtime, the caller's wait is timed on that one's clock)
+            let _entered = tokio::runtime::Handle::try_current()
+                .is_err()
+                .then(|| runtime.enter());
             let unsent = retry::Unsent::new(labels);
             let task = runtime.spawn(async move {
                 let settled = self.settle_here(&actual).await;

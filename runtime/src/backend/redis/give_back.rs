@@ -180,8 +180,9 @@ impl RedisBackend {
     /// it). A give-back that fails or never runs leaves the permits counted until they
     /// leave the window: stricter, never looser.
     pub(crate) fn spawn_give_back(&self, keys: LimiterKeys, member: [u8; member::MEMBER_LEN], used: u64) {
-        self.carry_at_once(false);
-        self.spawn_give_back_on(self.lasting(), keys, member, used);
+        let runtime = self.lasting();
+        self.carry_at_once(runtime.as_ref(), false);
+        self.spawn_give_back_on(runtime, keys, member, used);
     }
 
     /// The runtime a client being dropped gives its batches back on: a runtime that
@@ -191,11 +192,12 @@ impl RedisBackend {
     pub(crate) fn dropping_runtime(&self) -> Option<tokio::runtime::Handle> {
         let runtime = self.lasting()?;
         let shutting_down = !super::alive(&runtime);
-        self.carry_at_once(shutting_down);
-        match shutting_down {
+        let to = match shutting_down {
             true => super::carrier::carrier(),
             false => Some(runtime),
-        }
+        };
+        self.carry_at_once(to.as_ref(), shutting_down);
+        to
     }
 
     /// [`spawn_give_back`](RedisBackend::spawn_give_back) on `runtime` (not at all

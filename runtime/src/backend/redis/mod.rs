@@ -461,18 +461,22 @@ impl RedisBackend {
         self.moved.load(Ordering::Relaxed) || self.off_its_current_thread_runtime()
     }
 
-    /// Before a give-back sent from a task of its own (a client dropped, a batch
-    /// closed) once the client's runtime ended, or off its current-thread runtime,
-    /// with no call since that carried the connection: it is carried on the library's
-    /// runtime now, as the next call would have had it (without waiting: a client
-    /// being dropped cannot), or the give-back would wait on the tasks that ended with
-    /// that runtime.
-    /// `anyway`: the give-back goes to the library's runtime because the one it would
-    /// have run on is shutting down, taking the connection's tasks with it.
-    pub(crate) fn carry_at_once(&self, anyway: bool) {
-        if self.moved.load(Ordering::Relaxed)
-            || !(anyway || self.ended() || self.off_its_current_thread_runtime())
-        {
+    /// Before a give-back sent from a task of its own on `to` (a client dropped, a
+    /// batch closed) once the client's runtime ended, or when `to` is not the
+    /// client's current-thread runtime, with no call since that carried the
+    /// connection: it is carried on the library's runtime now, as the next call would
+    /// have had it (without waiting: a client being dropped cannot), or the give-back
+    /// would wait on tasks that ended with that runtime, or that run only while it
+    /// does. `anyway`: `to` is the library's runtime because the one the give-back
+    /// would have run on is shutting down, taking the connection's tasks with it.
+    pub(crate) fn carry_at_once(&self, to: Option<&tokio::runtime::Handle>, anyway: bool) {
+        let off_its_own = match (&self.runtime, to) {
+            (Some(made_on), Some(to)) => {
+                made_on.runtime_flavor() == RuntimeFlavor::CurrentThread && to.id() != made_on.id()
+            }
+            _ => false,
+        };
+        if self.moved.load(Ordering::Relaxed) || !(anyway || off_its_own || self.ended()) {
             return;
         }
         let (Some(remake), Some(carrier)) = (self.remake.as_deref(), carrier::carrier()) else {
