@@ -803,17 +803,22 @@ fn a_kept_refusal_ends_with_a_reset_announced_elsewhere() {
     let operator_on = multi_thread();
     let operator = operator_on.block_on(Client::connect(&server.url())).unwrap();
     // a client connecting lazily; one whose runtime ended; one whose current-thread
-    // runtime is kept and no longer run, the start of the task left there unrun
+    // runtime is kept and no longer run, the start of the task left there unrun, or
+    // polled once, its first read left waiting there
     let mut idle = None;
-    for how in ["lazy", "ended", "idle"] {
+    for how in ["lazy", "ended", "idle", "polled"] {
         let name = format!("kept-{how}");
         let rules = [Rule::new(name.clone(), 2, Duration::from_secs(60))];
         let client = match how {
             "lazy" => Client::builder().connect_lazy(&server.url()).unwrap(),
-            "idle" => {
+            "idle" | "polled" => {
                 let made_on = idle.insert(current_thread());
                 let client = made_on.block_on(Client::connect(&server.url())).unwrap();
                 while made_on.block_on(client.check_rules(&rules)).unwrap().allowed {}
+                if how == "polled" {
+                    // the start polled once, its read sent, then that runtime stops
+                    made_on.block_on(tokio::task::yield_now());
+                }
                 client
             }
             _ => {

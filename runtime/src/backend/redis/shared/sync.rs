@@ -7,8 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OnceCell;
-
 use super::{overrides_key, refusals_key, rules_key};
 use crate::backend::redis::ongoing::Ongoing;
 use crate::backend::redis::RedisBackend;
@@ -29,7 +27,9 @@ const RULES_TTL_MS: u64 = 3_600_000;
 pub(crate) struct Background {
     /// Set once the first read is done (or failed) and the task runs: the first
     /// read's timeout (its `after` and `connecting`) when it timed out.
-    started: OnceCell<Option<(Duration, bool)>>,
+    started: std::sync::OnceLock<Option<(Duration, bool)>>,
+    /// Told when `started` is set.
+    ready: tokio::sync::Notify,
     /// The task spawned to start it, while it runs ([`RedisBackend::start_background`]).
     starting: Ongoing,
     /// The task that refreshes, started again when its runtime ended.
@@ -68,40 +68,53 @@ impl RedisBackend {
         }
     }
 
-    /// Makes sure this client's background task runs: the first call reads the
-    /// overrides (one round trip, once per client) and starts the task that refreshes
-    /// them and reports refusals every second; later calls return at once. When that
-    /// first read timed out, the calls that waited on it answer its timeout: the
-    /// server does not answer, and a decision sent after it would wait a second
-    /// timeout.
+    /// Makes sure this client's background task runs: the first call has the
+    /// overrides read (one round trip, once per client) and the task started that
+    /// refreshes them and reports refusals every second; later calls return at once.
+    /// When that first read timed out, the calls that waited on it answer its
+    /// timeout: the server does not answer, and a decision sent after it would wait a
+    /// second timeout. The read runs in a task of its own ([`start_background`]): one
+    /// left on a runtime that stopped, or dropped with one, is made again at the next
+    /// turn of the wait, which no caller then waits on for good.
+    ///
+    /// [`start_background`]: RedisBackend::start_background
     pub(crate) async fn background_ready(self: &Arc<Self>) -> Result<Arc<Table>, Error> {
         let state = &self.shared.background;
         let overrides = &self.owner.overrides;
-        if state.started.initialized() {
-            if state.task.needed(|| self.moving()) {
-                self.keep_refreshing();
-            }
-            return Ok(overrides.table());
-        }
-        let timed_out = state
-            .started
-            .get_or_init(|| async {
-                let timed_out = match self.read_overrides().await {
-                    Ok(list) => {
-                        overrides.replace(Table::from_list(&list));
-                        None
-                    }
-                    Err(Error::Timeout { after, connecting }) => Some((after, connecting)),
-                    Err(_) => None,
+        loop {
+            let ready = state.ready.notified();
+            let mut ready = std::pin::pin!(ready);
+            ready.as_mut().enable();
+            if let Some(timed_out) = state.started.get() {
+                if state.task.needed(|| self.moving()) {
+                    self.keep_refreshing();
+                }
+                return match *timed_out {
+                    Some((after, connecting)) => Err(Error::Timeout { after, connecting }),
+                    None => Ok(overrides.table()),
                 };
-                self.keep_refreshing();
-                timed_out
-            })
-            .await;
-        match *timed_out {
-            Some((after, connecting)) => Err(Error::Timeout { after, connecting }),
-            None => Ok(overrides.table()),
+            }
+            self.start_background();
+            let _ = tokio::time::timeout(self.timeout, ready).await;
         }
+    }
+
+    /// The first read of the overrides, and the refreshing task started, once; the
+    /// calls waiting for it told.
+    async fn first_read(self: &Arc<Self>) {
+        let timed_out = match self.read_overrides().await {
+            Ok(list) => {
+                self.owner.overrides.replace(Table::from_list(&list));
+                None
+            }
+            Err(Error::Timeout { after, connecting }) => Some((after, connecting)),
+            Err(_) => None,
+        };
+        let state = &self.shared.background;
+        if state.started.set(timed_out).is_ok() {
+            self.keep_refreshing();
+        }
+        state.ready.notify_waiters();
     }
 
     /// Starts the task that refreshes every [`REFRESH`], on a runtime that lasts (a
@@ -130,25 +143,24 @@ impl RedisBackend {
     /// Starts the background task without waiting for it, when it does not run yet
     /// (a client deciding by hand keeps refusals: the task reads the announcements
     /// that end them), or again when it ran on a runtime that ended or is not driven.
-    /// The start runs on a runtime that lasts; dropped unfinished with its runtime, a
-    /// later call starts it again.
+    /// The first read runs on a runtime that lasts; left on the client's
+    /// current-thread runtime, which its callers no longer run, or dropped with its
+    /// runtime, it is made again (on the library's runtime) at the next call.
     pub(crate) fn start_background(self: &Arc<Self>) {
         let state = &self.shared.background;
-        if state.started.initialized() {
+        if state.started.get().is_some() {
             if state.task.needed(|| self.moving()) {
                 self.keep_refreshing();
             }
             return;
         }
-        // (a start left on the client's current-thread runtime, which its callers no
-        // longer run, is made again on the library's)
         if !state.starting.needed(|| self.moving()) {
             return;
         }
         let redis = self.clone();
         self.keep_going(&state.starting, |turn| async move {
             let _turn = turn;
-            let _ = redis.background_ready().await;
+            redis.first_read().await;
         });
     }
 
