@@ -80,22 +80,24 @@ impl RedisBackend {
     /// [`start_background`]: RedisBackend::start_background
     pub(crate) async fn background_ready(self: &Arc<Self>) -> Result<Arc<Table>, Error> {
         let state = &self.shared.background;
-        let overrides = &self.owner.overrides;
         loop {
-            let ready = state.ready.notified();
-            let mut ready = std::pin::pin!(ready);
-            ready.as_mut().enable();
             if let Some(timed_out) = state.started.get() {
                 if state.task.needed(|| self.moving()) {
                     self.keep_refreshing();
                 }
                 return match *timed_out {
                     Some((after, connecting)) => Err(Error::Timeout { after, connecting }),
-                    None => Ok(overrides.table()),
+                    None => Ok(self.owner.overrides.table()),
                 };
             }
-            self.start_background();
-            let _ = tokio::time::timeout(self.timeout, ready).await;
+            // (told from here on, then looked at again: a read set in between is seen)
+            let ready = state.ready.notified();
+            let mut ready = std::pin::pin!(ready);
+            ready.as_mut().enable();
+            if state.started.get().is_none() {
+                self.start_background();
+                let _ = tokio::time::timeout(self.timeout, ready).await;
+            }
         }
     }
 
