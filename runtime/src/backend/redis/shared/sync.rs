@@ -80,24 +80,26 @@ impl RedisBackend {
     /// [`start_background`]: RedisBackend::start_background
     pub(crate) async fn background_ready(self: &Arc<Self>) -> Result<Arc<Table>, Error> {
         let state = &self.shared.background;
+        if state.started.get().is_some() {
+            if state.task.needed(|| self.moving()) {
+                self.keep_refreshing();
+            }
+            return Ok(self.owner.overrides.table());
+        }
         loop {
+            // (told from here on, then looked at: a read set in between is seen)
+            let ready = state.ready.notified();
+            let mut ready = std::pin::pin!(ready);
+            ready.as_mut().enable();
+            // A call that waited for the first read answers what it found.
             if let Some(timed_out) = state.started.get() {
-                if state.task.needed(|| self.moving()) {
-                    self.keep_refreshing();
-                }
                 return match *timed_out {
                     Some((after, connecting)) => Err(Error::Timeout { after, connecting }),
                     None => Ok(self.owner.overrides.table()),
                 };
             }
-            // (told from here on, then looked at again: a read set in between is seen)
-            let ready = state.ready.notified();
-            let mut ready = std::pin::pin!(ready);
-            ready.as_mut().enable();
-            if state.started.get().is_none() {
-                self.start_background();
-                let _ = tokio::time::timeout(self.timeout, ready).await;
-            }
+            self.start_background();
+            let _ = tokio::time::timeout(self.timeout, ready).await;
         }
     }
 
