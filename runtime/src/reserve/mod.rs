@@ -13,13 +13,18 @@
 //! calls wait until there is room again. So every window of a sliding-window rule
 //! holds at most its rate plus the excess of the grants in it that overdrew (each at
 //! most the rule's [`max_overdraft`](Rule::max_overdraft) when it has one).
+//!
+//! Here the reservation and its settle's steps; what a settle did in `settled.rs`,
+//! where it runs and how long its caller waits in `settling.rs`, a settle sent again
+//! in the background in `retry.rs`.
 
 mod retry;
+mod settled;
+mod settling;
+
+pub use settled::{RuleSettled, Settled};
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::backend::{Members, RuleOutcome, SettleCall};
@@ -68,62 +73,6 @@ struct Grant {
     max_overdraft: Option<u64>,
     /// The `rule` label of its metrics: a rule's template, or `by_hand`.
     label: Cow<'static, str>,
-}
-
-/// What a settle did, rule by rule (the settled rules, in their order).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settled {
-    /// One per settled rule.
-    pub rules: Vec<RuleSettled>,
-}
-
-/// What a settle did to one rule's grant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleSettled {
-    /// The rule's index among the reservation's rules.
-    pub rule: usize,
-    /// The limiter's name.
-    pub name: String,
-    /// The permits the reservation took.
-    pub estimate: u64,
-    /// The permits now counted for the call: the actual amount, at most the estimate
-    /// plus the rule's [`max_overdraft`](Rule::max_overdraft) (and at most
-    /// [`MAX_PERMITS`]); for a token bucket, at least 1.
-    pub counted: u64,
-    /// What the call used beyond what is counted (0 without a cap reached).
-    pub uncharged: u64,
-    /// False when there was nothing left to settle: a refund for a grant that had
-    /// already left its window, a settle already made, or a limiter deleted or reset.
-    /// (A grant that left its window has its excess charged at the settle's time.)
-    pub applied: bool,
-    /// The permits the limiter has left after the settle (0 in debt): as the backend
-    /// read them when it settled (a window's value, which counts grants that left the
-    /// window since the last decision back only at the next one, so it may be below
-    /// what that decision finds), or, where it could not (a window without its value,
-    /// a settle that changed nothing), what the grant left, plus what went back (up to
-    /// the rate, or a bucket's burst), less the excess.
-    pub remaining: u64,
-}
-
-impl Settled {
-    /// Permits given back, over every rule.
-    pub fn refunded(&self) -> u64 {
-        self.applied().map(|r| r.estimate.saturating_sub(r.counted)).sum()
-    }
-
-    /// Permits charged beyond the estimates, over every rule.
-    pub fn overdrawn(&self) -> u64 {
-        self.applied().map(|r| r.counted.saturating_sub(r.estimate)).sum()
-    }
-
-    /// Permits used beyond every cap, not counted, over every rule.
-    pub fn uncharged(&self) -> u64 {
-        self.rules.iter().map(|r| r.uncharged).sum()
-    }
-
-    fn applied(&self) -> impl Iterator<Item = &RuleSettled> {
-        self.rules.iter().filter(|r| r.applied)
-    }
 }
 
 impl Client {
@@ -280,50 +229,6 @@ impl Reservation {
         self.start_settle(actual.to_vec()).await
     }
 
-    /// Starts the settle with `actual` (as [`settle_each`](Reservation::settle_each)
-    /// takes it), before anything is awaited: in Redis, on a task of its own, which
-    /// runs to the end (sending it again in the background when the server does not
-    /// take it) even once the returned future is dropped, on the client's own
-    /// multi-thread runtime while it runs (a caller's may end first), else the
-    /// library's, polled in a runtime or outside any; in process, here and now as far
-    /// as it goes without waiting.
-    pub(crate) fn start_settle(self, actual: Vec<u64>) -> Settling {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let labels = self.sent_labels(&actual);
-        if self.client.backend().in_process().is_some() || labels.is_empty() {
-            // Nothing an in-process settle awaits waits, and one with nothing to send
-            // awaits nothing: it is answered here.
-            let here = std::pin::pin!(self.settle_here(&actual));
-            return Settling::Done(Some(match here.poll(&mut cx) {
-                Poll::Ready(settled) => settled,
-                Poll::Pending => unreachable!("a settle with nothing to wait for waited"),
-            }));
-        }
-        // A runtime that lasts (the client's, or the library's own) rather than the
-        // caller's, which may end first; a task ended unanswered with its runtime
-        // counts its settle abandoned. The caller's
-        // wait is timed on its own runtime: the client's may be held up.
-        if let Some(runtime) = self.client.backend().lasting() {
-            let wait = self.client.command_timeout() * SETTLE_WAIT_TIMEOUTS;
-            // (polled outside a runtime, the caller's wait is timed on that one's clock)
-            let _entered = tokio::runtime::Handle::try_current()
-                .is_err()
-                .then(|| runtime.enter());
-            let unsent = retry::Unsent::new(labels);
-            let task = runtime.spawn(async move {
-                let settled = self.settle_here(&actual).await;
-                unsent.sent();
-                settled
-            });
-            return Settling::Sent(task, Box::pin(tokio::time::sleep(wait)), wait);
-        }
-        let mut here = Box::pin(async move { self.settle_here(&actual).await });
-        match here.as_mut().poll(&mut cx) {
-            Poll::Ready(settled) => Settling::Done(Some(settled)),
-            Poll::Pending => Settling::Here(here),
-        }
-    }
-
     /// The settle itself, where it is polled: see [`start_settle`](Reservation::start_settle).
     async fn settle_here(self, actual: &[u64]) -> Result<Settled, Error> {
         let settled: Vec<&Grant> = self.grants.iter().filter(|g| g.settled.is_some()).collect();
@@ -433,60 +338,6 @@ impl Reservation {
         let longest = self.grants.iter().map(|g| g.config.interval).max();
         let longest = longest.unwrap_or(Duration::ZERO).as_millis() as u64;
         (self.decision.at_ms + longest).max(self.client.now_ms() + longest)
-    }
-}
-
-/// A settle under way ([`Reservation::start_settle`]): awaited for its answer, and
-/// left to finish on its own when dropped.
-pub(crate) enum Settling {
-    /// Answered where it was started.
-    Done(Option<Result<Settled, Error>>),
-    /// Polled where it is awaited: in Redis outside a Tokio runtime, where no task
-    /// can carry it.
-    Here(Pin<Box<dyn Future<Output = Result<Settled, Error>> + Send>>),
-    /// Sent from a task of its own.
-    /// Sent from a task of its own, its answer awaited until the timer, on the
-    /// caller's runtime, ends after the given time (the task goes on).
-    Sent(
-        tokio::task::JoinHandle<Result<Settled, Error>>,
-        Pin<Box<tokio::time::Sleep>>,
-        Duration,
-    ),
-}
-
-/// How many command timeouts a caller waits for its settle's answer at most: a
-/// settle is one script call, or three when the server has lost the script (the call,
-/// its load, the call again). Past them the caller is answered `Timeout`, and the
-/// settle goes on in its task, counted abandoned if the task ends unanswered.
-const SETTLE_WAIT_TIMEOUTS: u32 = 4;
-
-impl Future for Settling {
-    type Output = Result<Settled, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut *self {
-            Settling::Done(settled) => Poll::Ready(settled.take().expect("a settle is answered once")),
-            Settling::Here(here) => here.as_mut().poll(cx),
-            Settling::Sent(task, timer, wait) => {
-                if let Poll::Ready(joined) = Pin::new(task).poll(cx) {
-                    return Poll::Ready(match joined {
-                        Ok(settled) => settled,
-                        // A panic is the caller's, as it was when the settle ran in
-                        // its task.
-                        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
-                        Err(_) => Err(Error::Backend {
-                            detail: "the runtime shut down before the settle was answered".to_owned(),
-                        }),
-                    });
-                }
-                timer.as_mut().poll(cx).map(|()| {
-                    Err(Error::Timeout {
-                        after: *wait,
-                        connecting: false,
-                    })
-                })
-            }
-        }
     }
 }
 

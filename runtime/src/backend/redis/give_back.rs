@@ -191,7 +191,7 @@ impl RedisBackend {
     /// it), the connection carried there first when needed.
     pub(crate) fn dropping_runtime(&self) -> Option<tokio::runtime::Handle> {
         let runtime = self.lasting()?;
-        let shutting_down = !super::alive(&runtime);
+        let shutting_down = !super::lasting::alive(&runtime);
         let to = match shutting_down {
             true => super::carrier::carrier(),
             false => Some(runtime),
