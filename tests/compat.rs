@@ -213,6 +213,53 @@ async fn a_deleted_value_is_rebuilt_from_the_log_without_over_granting() {
     assert_eq!(limiter.available_permits().await.unwrap(), 3);
 }
 
+/// A value above the rate, which no grant, give-back or settle leaves (Redisson caps
+/// its value at the rate too), is rebuilt from the log at the next call, whether or
+/// not a grant left the window: one rule (the usual call's script), two rules (the
+/// general one) and Redisson's own `try_acquire` each grant what the log leaves, never
+/// the inflated value (1 001 of 2 001 calls granted with `1000`, every call with
+/// `99999999999999999`, before).
+#[tokio::test]
+async fn a_value_above_the_rate_is_rebuilt_from_the_log() {
+    let (server, _, clock, mut raw) = setup().await;
+    // every call asked of Redis: no refusal answered again in process
+    let client = Client::builder()
+        .clock(clock.clone())
+        .local_refusals(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let minute = Duration::from_secs(60);
+    for (case, inflated) in [("one", "1000"), ("two", "1000"), ("handle", "99999999999999999")] {
+        let name = format!("rate_limit:inflated:{case}");
+        let value_key = format!("{{{name}}}:value");
+        let rule = Rule::new(&name, 10, minute);
+        let other = Rule::new(format!("rate_limit:inflated:{case}:wide"), 1_000_000, minute);
+        let rules: Vec<Rule> = match case {
+            "two" => vec![rule, other],
+            _ => vec![rule],
+        };
+        for _ in 0..3 {
+            assert!(client.check_rules(&rules).await.unwrap().allowed);
+        }
+        // 3 in the log before the first value, all 10 after it
+        for (value, left) in [(inflated, 7), ("99999999999999999", 0)] {
+            let _: () = raw.set(&value_key, value).await.unwrap();
+            let mut granted = 0;
+            for _ in 0..50 {
+                let allowed = match case {
+                    "handle" => client.rate_limiter(&name).try_acquire(1).await.unwrap(),
+                    _ => client.check_rules(&rules).await.unwrap().allowed,
+                };
+                granted += u32::from(allowed);
+            }
+            assert_eq!(granted, left, "{case}, value {value}");
+        }
+        let value: String = raw.get(&value_key).await.unwrap();
+        assert_eq!(value, "0", "{case}: value + permits in the log = rate");
+    }
+}
+
 /// Every key of limiter `name` as this client sees it, serialised (DUMP), to show an
 /// error left them exactly as they were.
 async fn snapshot(raw: &mut MultiplexedConnection, client: &Client, name: &str) -> Vec<Option<Vec<u8>>> {

@@ -243,6 +243,9 @@ async fn foreign_state_and_impossible_requests_are_clear_errors() {
         ("tb:bad", "lots"),
         ("tb:zero", "0:1000:1:0:0"),
         ("tb:short", "1:1000:1:5"),
+        // Five tokens in a bucket of one, the rule's own config: no code of the library
+        // stores more than a bucket holds (before, the one-rule call granted them).
+        ("tb:full", "1:1000:1:5000:0"),
     ] {
         let key = format!("{{{name}}}:bucket");
         let _: () = raw.set(&key, state).await.unwrap();

@@ -90,12 +90,12 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
     let held: i64 = grants.iter().filter(|(t, _)| in_window(*t)).map(|(_, p)| p).sum();
     // As the next call would find it: a missing value rebuilt from the log; what left
     // the window given back, or the value rebuilt from the log when that would pass
-    // the rate (one inflated by hand, or read before a grant released more); else the
-    // value as it is.
+    // the rate (one inflated by hand, or read before a grant released more; above the
+    // rate with nothing released too); else the value as it is.
     let room = config.rate.saturating_sub(held);
     let available = match value {
         None => room,
-        Some(v) if expired > 0 && v.saturating_add(expired) > config.rate => room,
+        Some(v) if v.saturating_add(expired) > config.rate => room,
         Some(v) => v.saturating_add(expired),
     };
     let permits = permits as i64;

@@ -485,4 +485,14 @@ async fn values_are_read_as_the_scripts_read_them() {
         !limiter.try_acquire(8).await.unwrap(),
         "the call refuses as check said"
     );
+    // 1 000 stored again, nothing left the window since: rebuilt from the log too, as
+    // the next call rebuilds a value above the rate (7 available, not 1 000).
+    let _: () = raw.set("{w}:value", 1_000).await.unwrap();
+    let out = redlimit(&url, &["check", "w", "--permits", "8"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("7 available"), "{}", text(&out));
+    assert!(
+        !limiter.try_acquire(8).await.unwrap(),
+        "the call refuses as check said"
+    );
 }

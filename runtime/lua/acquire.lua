@@ -263,8 +263,9 @@ for i = 1, nrules do
             helpers()
             fail('bad_value', i, (r.kind == '1' and 'client_value' or 'value') .. ' ' .. raw)
           end
-          if r.changed or (released > 0 and value + released > r.rate) then
-            -- a changed config, or a value inflated by hand: the log is the authority
+          if r.changed or value + released > r.rate then
+            -- a changed config, or a value inflated by hand (above the rate, which no
+            -- grant, give-back or settle leaves): the log is the authority
             if rebuild_from_log == nil then helpers() end
             b.value = r.rate - rebuild_from_log(i, r.kind, r.pkey, b.skip)
           elseif released > 0 then

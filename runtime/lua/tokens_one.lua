@@ -36,7 +36,8 @@ do
     local u, last
     if raw and string.find(raw, config, 1, true) == 1 then
       local tokens, at = string.match(raw, '^(%d+):(%d+)$', #config + 1)
-      if at and #at <= 15 then
+      -- (more tokens than the bucket holds: none this code stored, which tokens.lua says)
+      if at and #at <= 15 and tokens + 0 <= burst_s * interval_s then
         u, last = tokens + 0, at + 0
       end
     end

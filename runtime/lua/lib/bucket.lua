@@ -49,7 +49,7 @@ local function bucket_helpers()
     if s.rate < 1 or s.interval < 1 or s.burst < 1 or cap > 9007199254740992
         or s.at > 9007199254740992 or s.warmup * s.rate > 35184372088832 or s.cold > s.warmup * s.rate
         or (s.warmup > 0 and 4 * cap > 9007199254740992)
-        or s.units < DEBT_FLOOR then
+        or s.units < DEBT_FLOOR or s.units > cap then
       return nil
     end
     return s

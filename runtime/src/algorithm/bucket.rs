@@ -126,7 +126,8 @@ pub fn read_bucket(raw: &str) -> Option<Stored> {
         && coldest <= 1 << 45
         && i128::from(cold) <= coldest
         && (warmup == 0 || 4 * cap <= MAX_EXACT)
-        && units >= DEBT_FLOOR;
+        && units >= DEBT_FLOOR
+        && i128::from(units) <= cap;
     // Every number but `units` is at least 0 once the checks pass.
     valid.then_some(Stored {
         rate: rate as u64,

@@ -51,20 +51,15 @@ fn stale_many(log: &Log, cutoff: i64) -> (usize, u64) {
 /// whole: the stored `value` (`None`: missing) plus the permits `released` from the
 /// window, or rebuilt from the log (the rate less the `live` permits it still holds)
 /// when it is missing, when the config `changed`, or when the sum passes the rate (a
-/// value inflated by hand: the log is the authority).
+/// value inflated by hand, released permits or not: no grant, give-back or settle
+/// leaves one above the rate, and the log is the authority).
 #[inline]
 pub fn plan_value(value: Option<i64>, changed: bool, released: u64, live: i64, rate: i64) -> (i64, bool) {
     match value {
         None => (rate - live, true),
         Some(_) if changed => (rate - live, true),
-        Some(value) if released > 0 => {
-            let released = released as i64;
-            if value + released > rate {
-                (rate - live, true)
-            } else {
-                (value + released, true)
-            }
-        }
+        Some(value) if value + released as i64 > rate => (rate - live, true),
+        Some(value) if released > 0 => (value + released as i64, true),
         Some(value) => (value, false),
     }
 }
@@ -74,7 +69,7 @@ pub fn plan_value(value: Option<i64>, changed: bool, released: u64, live: i64, r
 /// the log.
 #[inline]
 pub fn plain_value(value: i64, released: u64, rate: i64) -> Option<i64> {
-    if released > 0 && value + released as i64 > rate {
+    if value + released as i64 > rate {
         return None;
     }
     Some(value + released as i64)
@@ -193,7 +188,13 @@ mod tests {
         assert_eq!(plan_value(Some(2), false, 0, 3, 10), (2, false), "as stored");
         assert_eq!(plain_value(2, 4, 10), Some(6));
         assert_eq!(plain_value(9, 4, 10), None);
-        assert_eq!(plain_value(12, 0, 10), Some(12), "nothing released: as stored");
+        assert_eq!(
+            plan_value(Some(12), false, 0, 3, 10),
+            (7, true),
+            "inflated, nothing released"
+        );
+        assert_eq!(plain_value(12, 0, 10), None, "inflated, nothing released");
+        assert_eq!(plain_value(10, 0, 10), Some(10), "full: as stored");
     }
 
     #[test]

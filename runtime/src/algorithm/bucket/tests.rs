@@ -245,6 +245,8 @@ fn reads_what_the_scripts_store_and_refuses_the_rest() {
         "1:1:1:1:1:1",
         "10:1000:20:0:0:2000:20001",
         "1:9007199254740993:1:0:0",
+        // more tokens than it holds: no code of the library stores one so
+        "10:1000:20:20001:0",
     ] {
         assert_eq!(read_bucket(bad), None, "{bad}");
     }
