@@ -575,3 +575,68 @@ async fn attack_a_call_of_too_many_rules_is_refused_before_redis_runs_it() {
         }
     }
 }
+
+/// Names `{N}` and `N` keep their permits in the same keys (Redisson's layout): in
+/// one call, each rule was counted from the one state and only the last written, so
+/// a token bucket of 10 gave 34 tokens (6 calls of `{b}` for 5 beside `b` for 1, then
+/// `{b}` alone) and a window of 10 took 20 in one call. Such a call is refused as
+/// misuse, on both backends, with nothing spent, in whatever order the names come;
+/// either name alone, or beside an unrelated one, is decided as before.
+#[tokio::test]
+async fn attack_names_that_share_keys_are_refused_in_one_call() {
+    let server = RedisServer::start();
+    let redis = Client::builder().prefix("").connect(&server.url()).await.unwrap();
+    let minute = Duration::from_secs(60);
+    let bucket = |name: &str, permits: u64| {
+        Rule::new(name, 10, minute)
+            .algorithm(redlimit::Algorithm::TokenBucket)
+            .burst(10)
+            .permits(permits)
+    };
+    let window = |name: &str| Rule::new(name, 10, minute).permits(10);
+    for client in [redis, Client::builder().prefix("").memory()] {
+        for (rules, braced, plain) in [
+            (vec![bucket("{b}", 5), bucket("b", 1)], "{b}", "b"),
+            (vec![bucket("b", 1), bucket("{b}", 5)], "{b}", "b"),
+            (vec![window("a"), window("{a}")], "{a}", "a"),
+            (vec![window("x"), window("{a}"), window("a")], "{a}", "a"),
+        ] {
+            for _ in 0..6 {
+                let refused = [
+                    client.check_rules(&rules).await.map(|_| ()),
+                    client.reserve(&rules).await.map(|_| ()),
+                ];
+                for err in refused {
+                    let err = err.unwrap_err();
+                    assert!(
+                        matches!(&err, redlimit::Error::SharedKeys { name, other } if name == braced && other == plain),
+                        "{err:?}"
+                    );
+                    assert!(!err.is_backend_failure(), "misuse, not an outage: {err}");
+                    assert!(err.to_string().contains(&format!("`{braced}:value`")), "{err}");
+                }
+            }
+        }
+        // Nothing spent: each name alone has its whole rate. On Redis one call of ten
+        // on `{b}` empties the bucket `b` reads too; in process they are two limiters.
+        assert!(client.check_rules(&[bucket("{b}", 10)]).await.unwrap().allowed);
+        let b_after = client.check_rules(&[bucket("b", 1)]).await.unwrap().allowed;
+        assert_eq!(b_after, client.is_memory(), "`b` after `{{b}}` took ten");
+        assert!(client.check_rules(&[window("a")]).await.unwrap().allowed);
+        assert!(
+            client
+                .check_rules(&[window("x"), bucket("{y}", 1)])
+                .await
+                .unwrap()
+                .allowed
+        );
+        // A bucket and a window of one name keep their permits apart, as ever.
+        assert!(
+            client
+                .check_rules(&[bucket("c", 1), window("{c}")])
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+}

@@ -5,7 +5,9 @@
 //! same reason, on every name of up to seven characters over `{`, `}`, `a`, `:`, `é`,
 //! and on random longer ones, and every accepted name's five keys to one slot.
 
-use redlimit_runtime::keys::{check_name, hash_slot};
+use std::collections::HashMap;
+
+use redlimit_runtime::keys::{check_name, hash_slot, shares_keys_with};
 use redlimit_runtime::{Error, LimiterKeys};
 use redlimit_syntax::hash_tag::{self, Split};
 
@@ -55,6 +57,50 @@ fn every_short_name() {
         agree(name);
     }
     assert_eq!(checked, (1..=7).map(|n| 5usize.pow(n)).sum::<usize>());
+}
+
+/// Two names keep their permits in the same keys exactly when `shares_keys_with` pairs
+/// them (`{N}` and `N`), over every accepted name of up to seven characters: the
+/// names grouped by their value key, each group one name or such a pair.
+#[test]
+fn names_share_keys_only_as_shares_keys_with_says() {
+    let alphabet = ['{', '}', 'a', ':', 'é'];
+    let mut names = vec![String::new()];
+    let mut by_value: HashMap<String, Vec<String>> = HashMap::new();
+    for _ in 0..7 {
+        names = names
+            .iter()
+            .flat_map(|name| alphabet.iter().map(move |c| format!("{name}{c}")))
+            .collect();
+        for name in names.iter().filter(|name| check_name(name).is_ok()) {
+            let keys = LimiterKeys::new(name, "id").unwrap();
+            assert_eq!(
+                keys.value().replace(":value", ":permits"),
+                keys.permits(),
+                "{name}"
+            );
+            by_value.entry(keys.value()).or_default().push(name.clone());
+        }
+    }
+    let mut pairs = 0;
+    for (value, group) in &by_value {
+        match &group[..] {
+            [one] => assert_eq!(
+                shares_keys_with(one)
+                    .and_then(|other| by_value.get(&LimiterKeys::new(other, "id").unwrap().value())),
+                None,
+                "{one}"
+            ),
+            [a, b] => {
+                let (braced, plain) = if a.starts_with('{') { (a, b) } else { (b, a) };
+                assert_eq!(shares_keys_with(braced), Some(plain.as_str()), "{value}");
+                assert_eq!(shares_keys_with(plain), None, "{value}");
+                pairs += 1;
+            }
+            more => panic!("{value}: {more:?}"),
+        }
+    }
+    assert!(pairs > 100, "{pairs} pairs");
 }
 
 #[test]

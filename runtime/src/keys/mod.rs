@@ -273,6 +273,17 @@ pub(crate) fn name_hasher() -> std::hash::DefaultHasher {
     std::hash::BuildHasher::build_hasher(KEY.get_or_init(Default::default))
 }
 
+/// The other name whose limiter keeps its permits in `name`'s keys, when there is one:
+/// for a name that is one hash tag and nothing else, `{N}` with no brace in `N`, the
+/// name `N`. Redisson's layout puts `{N}`'s value, log and bucket at `{N}:value` and
+/// so on (a name with braces is written as it is), and `N`'s at the same keys (a name
+/// without braces is put in one); only their configs, `{N}` and `N`, differ. Every
+/// other name's keys are its own.
+pub fn shares_keys_with(name: &str) -> Option<&str> {
+    let inner = name.strip_prefix('{')?.strip_suffix('}')?;
+    (!inner.is_empty() && !inner.contains(['{', '}'])).then_some(inner)
+}
+
 /// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
 pub fn hash_slot(key: &[u8]) -> u16 {
     crc16(hash_tag::hashed_part(key)) % 16384

@@ -64,6 +64,23 @@ pub enum Error {
         most: usize,
     },
 
+    /// Two rules of one call on limiters whose permits Redisson's layout keeps in the
+    /// same keys: a name that is one hash tag and nothing else, `{N}`, and the name
+    /// `N` (each with a config of its own, `{N}` and `N`, and one value, log or bucket
+    /// between them, at `{N}:value` and so on). Decided in one call, each would be
+    /// counted from the same state and only the last written, so the call is refused.
+    #[error(
+        "rules `{name}` and `{other}` of one call keep their permits in the same keys (`{name}:value` and \
+         the rest, in Redisson's layout for both names), each under a config of its own; name them alike \
+         to decide them as one limiter, or apart"
+    )]
+    SharedKeys {
+        /// The name that is one hash tag.
+        name: String,
+        /// The name without it.
+        other: String,
+    },
+
     /// Zero permits were asked for.
     #[error("rate limiter `{name}`: 0 permits requested; ask for at least 1")]
     ZeroPermits {
