@@ -389,7 +389,9 @@ fn a_client_waiting_for_replicas_whose_runtime_ended() {
     }
     let made_on = current_thread();
     let client = made_on.block_on(async {
-        let builder = Client::builder().wait_for_replicas(1, Duration::from_secs(1));
+        let builder = Client::builder()
+            .command_timeout(Duration::from_secs(2))
+            .wait_for_replicas(1, Duration::from_secs(1));
         builder.connect(&master.url()).await.unwrap()
     });
     let limiter = client.rate_limiter("replicated");
@@ -399,7 +401,9 @@ fn a_client_waiting_for_replicas_whose_runtime_ended() {
     drop(made_on);
     fifty_granted(&limiter, 949);
     // One connecting lazily, made outside any runtime, called from runtimes of their own.
-    let builder = Client::builder().wait_for_replicas(1, Duration::from_secs(1));
+    let builder = Client::builder()
+        .command_timeout(Duration::from_secs(2))
+        .wait_for_replicas(1, Duration::from_secs(1));
     let lazy = builder.connect_lazy(&master.url()).unwrap();
     lazy_calls_from_runtimes_of_their_own(&lazy, "replicated-lazy");
 }
