@@ -681,64 +681,77 @@ async fn a_settle_on_a_foreign_bucket_fails_and_writes_nothing() {
 }
 
 /// A settle whose grant left its window, its limiter expired since and its name now
-/// another program's hash, fails with `NotALimiter` and writes nothing: neither the
-/// config it would have written again into that hash (with the hash's expiry set, so
-/// that it was gone a second later) nor the settle's mark.
+/// another program's hash, fails and writes nothing: neither the config it would have
+/// written again into that hash (with the hash's expiry set, so that it was gone a
+/// second later), nor, when the hash has a `rate` and an `interval` of its own, the
+/// log, the value and the expiry a limiter's config would have had, nor the settle's
+/// mark.
 #[tokio::test]
 async fn a_late_settle_writes_no_config_into_another_programs_hash() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let mut raw = server.raw().await;
-    let name = "shared:profile";
-    let rule = Rule::new(name, 10, Duration::from_millis(300))
-        .settled()
-        .permits(5);
-    let reservation = granted(&client, &[rule]).await;
-    let _: () = redis::cmd("DEL")
-        .arg(name)
-        .arg("{shared:profile}:value")
-        .arg("{shared:profile}:permits")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg(name)
-        .arg("email")
-        .arg("ada@example.com")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let state = |raw: &mut redis::aio::MultiplexedConnection| {
-        let mut raw = raw.clone();
-        async move {
-            let ttl: i64 = redis::cmd("PTTL").arg(name).query_async(&mut raw).await.unwrap();
-            let dump: Vec<u8> = redis::cmd("DUMP").arg(name).query_async(&mut raw).await.unwrap();
-            (ttl, dump)
-        }
-    };
-    let before = state(&mut raw).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let failed = reservation.settle(50).await;
-    assert!(
-        matches!(&failed, Err(Error::NotALimiter { key, .. }) if key == name),
-        "{failed:?}"
-    );
-    // (and nothing written by a settle sent again in the background meanwhile)
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(
-        state(&mut raw).await,
-        before,
-        "the hash as it was, with no expiry"
-    );
-    let marks: Vec<String> = redis::cmd("KEYS")
-        .arg("{shared:profile}:settled:*")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert!(
-        marks.is_empty(),
-        "no mark for a settle that did nothing: {marks:?}"
-    );
+    let foreign: [&[(&str, &str)]; 2] = [
+        &[("email", "ada@example.com")],
+        &[
+            ("rate", "0.05"),
+            ("interval", "month"),
+            ("keepAliveTime", "2000"),
+            ("owner", "billing"),
+        ],
+    ];
+    for (i, fields) in foreign.into_iter().enumerate() {
+        let name = format!("shared:profile:{i}");
+        let rule = Rule::new(&name, 10, Duration::from_millis(300))
+            .settled()
+            .permits(5);
+        let reservation = granted(&client, &[rule]).await;
+        let (value, log) = (format!("{{{name}}}:value"), format!("{{{name}}}:permits"));
+        let _: () = redis::cmd("DEL")
+            .arg(&name)
+            .arg(&value)
+            .arg(&log)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(&name)
+            .arg(fields)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("EXPIRE")
+            .arg(&name)
+            .arg(3_600)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let dump = |raw: &mut redis::aio::MultiplexedConnection| {
+            let (mut raw, name) = (raw.clone(), name.clone());
+            async move {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&name).query_async(&mut raw).await.unwrap();
+                dump
+            }
+        };
+        let before = dump(&mut raw).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let failed = reservation.settle(50).await;
+        assert!(
+            matches!(&failed, Err(Error::NotALimiter { key, .. }) if *key == name),
+            "{name}: {failed:?}"
+        );
+        // (and nothing written by a settle sent again in the background meanwhile)
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(dump(&mut raw).await, before, "{name}: the hash as it was");
+        let ttl: i64 = redis::cmd("PTTL").arg(&name).query_async(&mut raw).await.unwrap();
+        assert!(ttl > 3_500_000, "{name}: its own expiry kept, {ttl} ms left");
+        let written: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{{name}}}:*"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(written.is_empty(), "{name}: no mark, log or value: {written:?}");
+    }
 }
 
 /// A caller's wait for its settle is timed on its own runtime: with the client's

@@ -116,26 +116,35 @@ end
 
 -- Late: the grant has left its window (or the log, or its limiter expired). Nothing
 -- goes back; an excess is charged now, once.
-local function late_window(i, k, a, member, len, estimate, actual, config, now)
+local function late_window(i, k, a, member, len, estimate, actual, now)
   if actual <= estimate then
     return -2
   end
   local mark_ms, rate, interval, _, _, granted_mode, granted_keep = terms(a)
-  local expired = config[1] == false or config[2] == false
-  if expired and redis.call('exists', KEYS[k + 1]) == 1 then
-    -- another program's hash under the limiter's name: refused before anything is
-    -- written (the mark included, so that a settle sent again once it is mended applies)
-    local fields, missing = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type'), {}
+  -- Read before anything is written (the mark included, so that a settle sent again
+  -- once it is mended applies): a name that exists must hold a limiter's config, as the
+  -- acquire scripts read one; another program's hash is refused, never written into.
+  local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
+  local expired = redis.call('exists', KEYS[k + 1]) == 0
+  if not expired then
+    local missing = {}
     for j, field in ipairs({ 'rate', 'interval', 'type' }) do
-      if fields[j] == false then missing[#missing + 1] = field end
+      if stored[j] == false then missing[#missing + 1] = field end
     end
-    error('redlimit:not_limiter:' .. i .. ' config holds a hash without ' .. table.concat(missing, ', '), 0)
+    if #missing > 0 then
+      error('redlimit:not_limiter:' .. i .. ' config holds a hash without ' .. table.concat(missing, ', '), 0)
+    end
+    for j, field in ipairs({ 'rate', 'interval', 'type', 'keepAliveTime' }) do
+      local text = stored[j]
+      if text and not (string.find(text, '^%d+$') and (j ~= 3 or text == '0' or text == '1')) then
+        error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. text, 0)
+      end
+    end
   end
   if redis.call('set', KEYS[k + 6], '1', 'nx', 'px', mark_ms) == false then
     return -2
   end
-  local mode_keep = redis.call('hmget', KEYS[k + 1], 'type', 'keepAliveTime')
-  local mode, keep = mode_keep[1], mode_keep[2]
+  local mode, keep = stored[3], stored[4]
   if expired then
     -- expired since the grant: written again as the grant decided it
     mode, keep = granted_mode, granted_keep
@@ -234,7 +243,7 @@ for i = 1, n do
     -- (the mode and keep-alive read only when late: two fields fewer on the usual path)
     local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval')
     outcome = settle_window(k, a, member, len, estimate, actual, config, now)
-      or late_window(i, k, a, member, len, estimate, actual, config, now)
+      or late_window(i, k, a, member, len, estimate, actual, now)
   elseif kind == 'b' then
     outcome = settle_tokens(i, k, a, estimate, actual, now)
   else
