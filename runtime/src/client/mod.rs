@@ -269,7 +269,7 @@ impl Client {
         rules: &[Rule],
         now: u64,
     ) -> Result<Decision, Error> {
-        crate::rules::rule::check_call_rules(rules)?;
+        crate::rules::rule::check_rule_count(rules)?;
         let keys = self.rules_keys(rules)?;
         let merged = crate::rules::rule::merge(rules);
         // (each limiter's name hashed as its first rule keeps it, not again)

@@ -64,15 +64,17 @@ pub enum Error {
         most: usize,
     },
 
-    /// Two rules of one call on limiters whose permits Redisson's layout keeps in the
-    /// same keys: a name that is one hash tag and nothing else, `{N}`, and the name
-    /// `N` (each with a config of its own, `{N}` and `N`, and one value, log or bucket
-    /// between them, at `{N}:value` and so on). Decided in one call, each would be
-    /// counted from the same state and only the last written, so the call is refused.
+    /// A rule on a name that is one hash tag and nothing else, `{N}`: Redisson's layout
+    /// keeps its value, log and bucket in the keys of the name `N` (`{N}:value` and so
+    /// on; only the configs differ, `{N}` and `N`), so that a rule on `N`, under a config
+    /// of its own, would count the same permits: called on either, it spent or gave back
+    /// the other's. Refused for rules (the attribute's, the layer's, `check_rules`,
+    /// `reserve`); the handles (`RateLimiter`, `TokenBucket`) take such a name, as
+    /// Redisson does.
     #[error(
-        "rules `{name}` and `{other}` of one call keep their permits in the same keys (`{name}:value` and \
-         the rest, in Redisson's layout for both names), each under a config of its own; name them alike \
-         to decide them as one limiter, or apart"
+        "rate limiter `{name}`: a name that is one hash tag and nothing else keeps its permits in the keys \
+         of `{other}` (`{name}:value` and the rest, in Redisson's layout), which a rule on `{other}` would \
+         count under a config of its own; name it `{other}`: the same keys, in the same cluster slot"
     )]
     SharedKeys {
         /// The name that is one hash tag.

@@ -96,7 +96,7 @@ impl Client {
         rules: &[Rule],
         labels: Option<&[Cow<'static, str>]>,
     ) -> Result<Reserved, Error> {
-        crate::rules::rule::check_call_rules(rules)?;
+        crate::rules::rule::check_rule_count(rules)?;
         let merged = merge(rules);
         check_reservable(rules, &merged)?;
         let keys = rules

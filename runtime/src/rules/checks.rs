@@ -79,11 +79,14 @@ pub(crate) fn rule_keys<'r>(rule: &'r Rule, prefix: &str, client_id: &'r str) ->
 /// after a name changes neither its hash tag nor whether it has a good one; and the
 /// library's keys are `<prefix>redlimit` and what follows it after `:`, so `:` and
 /// anything after a name that is none of them (neither `redlimit`, nor `redlimit:`
-/// and more, nor a shorter start of `redlimit`, which `:` does not go on) make none.
-/// So when `prefix` and `name` pass, every such limiter does.
+/// and more, nor a shorter start of `redlimit`, which `:` does not go on) make none;
+/// and a name followed by `:` is not one hash tag and nothing else. So when `prefix`
+/// and `name` pass, every such limiter does.
 pub(crate) fn escaped_names_pass(prefix: &str, name: &str) -> bool {
     let limiter = format!("{prefix}{name}");
-    crate::keys::check_name(&limiter).is_ok() && crate::keys::library_key(prefix, &limiter).is_none()
+    crate::keys::check_name(&limiter).is_ok()
+        && crate::keys::library_key(prefix, &limiter).is_none()
+        && crate::keys::shares_keys_with(&limiter).is_none()
 }
 
 fn first_rule_keys<'r>(rule: &'r Rule, prefix: &str, client_id: &'r str) -> Result<Keys<'r>, Error> {
@@ -97,6 +100,14 @@ fn first_rule_keys<'r>(rule: &'r Rule, prefix: &str, client_id: &'r str) -> Resu
             found: format!("is {what} of the clients with the key prefix `{prefix}`"),
         });
     }
+    // A name that is one hash tag keeps its permits in the keys of the name without it
+    // (`{N}` and `N`): a rule on either, under its own config, would count the other's.
+    if let Some(other) = crate::keys::shares_keys_with(rule.name()) {
+        return Err(Error::SharedKeys {
+            name: rule.name().to_owned(),
+            other: other.to_owned(),
+        });
+    }
     if !rule.settings_checked() {
         check_settings(rule)?;
     }
@@ -108,7 +119,7 @@ fn first_rule_keys<'r>(rule: &'r Rule, prefix: &str, client_id: &'r str) -> Resu
 mod tests {
     use super::escaped_names_pass;
     use crate::keys::key_buf::KeyBuf;
-    use crate::keys::{check_name, library_key};
+    use crate::keys::{check_name, library_key, shares_keys_with};
 
     /// Every limiter a layer writes for a rule whose name passes under a prefix passes
     /// the checks of a name, over hostile prefixes, names and values; and the names
@@ -153,7 +164,9 @@ mod tests {
         for prefix in prefixes {
             for name in names {
                 let base = format!("{prefix}{name}");
-                let alone_passes = check_name(&base).is_ok() && library_key(prefix, &base).is_none();
+                let alone_passes = check_name(&base).is_ok()
+                    && library_key(prefix, &base).is_none()
+                    && shares_keys_with(&base).is_none();
                 if !escaped_names_pass(prefix, name) {
                     assert!(!alone_passes, "{prefix:?} {name:?}: its name alone passes");
                     continue;
@@ -168,6 +181,7 @@ mod tests {
                     let limiter = key.finish();
                     assert!(check_name(&limiter).is_ok(), "{limiter}");
                     assert_eq!(library_key(prefix, &limiter), None, "{limiter}");
+                    assert_eq!(shares_keys_with(&limiter), None, "{limiter}");
                 }
             }
         }

@@ -521,32 +521,15 @@ pub(crate) struct Merged {
 /// one per slot), which holds the server while it runs, longer the more rules.
 pub const MAX_RULES_PER_CALL: usize = 256;
 
-/// `rules` of one call refused when they are more than one call decides, or when two
-/// of them, of one algorithm, name limiters whose permits share keys (`{N}` and `N`,
-/// [`shares_keys_with`](crate::keys::shares_keys_with)): decided in one script, each
-/// would be counted from the one state and only the last written.
-pub(crate) fn check_call_rules(rules: &[Rule]) -> Result<(), Error> {
-    if rules.len() > MAX_RULES_PER_CALL {
-        return Err(Error::TooManyRules {
-            rules: rules.len(),
+/// `rules` refused when they are more than one call decides.
+pub(crate) fn check_rule_count(rules: &[Rule]) -> Result<(), Error> {
+    match rules.len() {
+        0..=MAX_RULES_PER_CALL => Ok(()),
+        n => Err(Error::TooManyRules {
+            rules: n,
             most: MAX_RULES_PER_CALL,
-        });
+        }),
     }
-    for rule in rules {
-        let Some(other) = crate::keys::shares_keys_with(&rule.name) else {
-            continue;
-        };
-        if let Some(other) = rules
-            .iter()
-            .find(|r| r.name == other && r.algorithm == rule.algorithm)
-        {
-            return Err(Error::SharedKeys {
-                name: rule.name.to_string(),
-                other: other.name.to_string(),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// One [`Merged`] per distinct limiter name, in order of first appearance.

@@ -55,7 +55,7 @@ impl RedisBackend {
         if let [rule] = rules {
             return self.check_rule(rule, now).await;
         }
-        crate::rules::rule::check_call_rules(rules)?;
+        crate::rules::rule::check_rule_count(rules)?;
         let keys = rules
             .iter()
             .map(|rule| self.rule_keys(rule))
