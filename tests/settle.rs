@@ -754,6 +754,132 @@ async fn a_late_settle_writes_no_config_into_another_programs_hash() {
     }
 }
 
+/// A settle meeting state a call refuses (a config whose numbers a call refuses, a
+/// value that is not a decimal integer, a value key of another type) fails as the call
+/// would, before writing anything: no mark, so that the settle sent again once the
+/// state is mended applies. Before, a late settle set its mark and then failed on the
+/// value (the excess never charged), wrote into configs a call refuses (`rate=0`, a
+/// `keepAliveTime` past 64 bits, failing only after its writes), and a settle in the
+/// window rewrote a value of `0x10` as the rate.
+#[tokio::test]
+async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let interval = Duration::from_millis(300);
+    type Spoil = fn(&str) -> Vec<redis::Cmd>;
+    let cases: [(&str, bool, Spoil, fn(&Error) -> bool); 4] = [
+        (
+            "late:value-hash",
+            true,
+            |name| {
+                vec![
+                    redis::cmd("DEL").arg(format!("{{{name}}}:value")).clone(),
+                    redis::cmd("HSET")
+                        .arg(format!("{{{name}}}:value"))
+                        .arg("x")
+                        .arg("y")
+                        .clone(),
+                ]
+            },
+            |e| matches!(e, Error::WrongType { role: "value", .. }),
+        ),
+        (
+            "late:rate-zero",
+            true,
+            |name| vec![redis::cmd("HSET").arg(name).arg("rate").arg("0").clone()],
+            |e| matches!(e, Error::CorruptConfig { field: "rate", .. }),
+        ),
+        (
+            "late:keep-past-64-bits",
+            true,
+            |name| {
+                vec![redis::cmd("HSET")
+                    .arg(name)
+                    .arg("keepAliveTime")
+                    .arg("18446744073709551616")
+                    .clone()]
+            },
+            |e| {
+                matches!(
+                    e,
+                    Error::CorruptConfig {
+                        field: "keepAliveTime",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "window:value-hex",
+            false,
+            |name| {
+                vec![redis::cmd("SET")
+                    .arg(format!("{{{name}}}:value"))
+                    .arg("0x10")
+                    .clone()]
+            },
+            |e| matches!(e, Error::CorruptValue { .. }),
+        ),
+    ];
+    for (name, late, spoil, expected) in cases {
+        let rule = Rule::new(name, 10, if late { interval } else { MINUTE })
+            .keep_alive(Some(HOUR))
+            .settled()
+            .permits(5);
+        let reservation = granted(&client, &[rule]).await;
+        let spoiled = spoil(name);
+        for cmd in &spoiled {
+            let _: () = cmd.query_async(&mut raw).await.unwrap();
+        }
+        let keys = [
+            name.to_owned(),
+            format!("{{{name}}}:value"),
+            format!("{{{name}}}:permits"),
+        ];
+        let dumps = |raw: &mut redis::aio::MultiplexedConnection| {
+            let (mut raw, keys) = (raw.clone(), keys.clone());
+            async move {
+                let mut dumps = Vec::new();
+                for key in &keys {
+                    let dump: Option<Vec<u8>> =
+                        redis::cmd("DUMP").arg(key).query_async(&mut raw).await.unwrap();
+                    dumps.push(dump);
+                }
+                dumps
+            }
+        };
+        if late {
+            tokio::time::sleep(interval + Duration::from_millis(100)).await;
+        }
+        let before = dumps(&mut raw).await;
+        let failed = reservation.settle(if late { 50 } else { 2 }).await;
+        assert!(failed.as_ref().is_err_and(expected), "{name}: {failed:?}");
+        let marks = |raw: &mut redis::aio::MultiplexedConnection| {
+            let mut raw = raw.clone();
+            async move {
+                let marks: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("{{{name}}}:settled:*"))
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                marks
+            }
+        };
+        assert_eq!(dumps(&mut raw).await, before, "{name}: nothing written");
+        assert!(marks(&mut raw).await.is_empty(), "{name}: no mark");
+        // Mended: the limiter's keys deleted; the settle sent again in the background
+        // lands, once.
+        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut raw).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert_eq!(
+            marks(&mut raw).await.len(),
+            usize::from(late),
+            "{name}: landed once"
+        );
+    }
+}
+
 /// A caller's wait for its settle is timed on its own runtime: with the client's
 /// runtime held up (its one worker blocked for 4 s), the settle answers `Timeout`
 /// within four command timeouts (500 ms each: long enough for the reservation before

@@ -77,7 +77,26 @@ end
 -- A grant still in its window (config: the rate and interval read): its member
 -- rewritten, its value moved. Nothing (nil) when the grant has left its window or the
 -- log.
-local function settle_window(k, a, member, len, estimate, actual, config, now)
+-- The count in rule i's value key `vkey` (mode 1: a client's), nil when missing, read
+-- as the acquire scripts read it: anything but a decimal integer fails the script,
+-- before the settle writes anything.
+local function read_value(i, vkey, mode)
+  local role = mode == 1 and 'client_value' or 'value'
+  local raw = redis.pcall('get', vkey)
+  if type(raw) == 'table' and raw.err then
+    error('redlimit:wrong_type:' .. i .. ' ' .. role .. ' holds a ' .. redis.call('type', vkey).ok, 0)
+  end
+  if raw == false then
+    return nil
+  end
+  local value = tonumber(raw)
+  if value == nil or not string.find(raw, '^%-?%d+$') then
+    error('redlimit:bad_value:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+  end
+  return value
+end
+
+local function settle_window(i, k, a, member, len, estimate, actual, config, now)
   local rate, interval = tonumber(config[1]), tonumber(config[2])
   if rate == nil or interval == nil then
     return nil
@@ -88,7 +107,7 @@ local function settle_window(k, a, member, len, estimate, actual, config, now)
     -- with nothing changed.
     local score = redis.call('zscore', pkey, member)
     if score and tonumber(score) > now - interval then
-      local value = tonumber(redis.call('get', vkey))
+      local value = read_value(i, vkey, mode)
       if actual > estimate then
         redis.call('set', KEYS[k + 6], '1', 'px', (terms(a, true)))
       end
@@ -123,7 +142,8 @@ local function late_window(i, k, a, member, len, estimate, actual, now)
   local mark_ms, rate, interval, _, _, granted_mode, granted_keep = terms(a)
   -- Read before anything is written (the mark included, so that a settle sent again
   -- once it is mended applies): a name that exists must hold a limiter's config, as the
-  -- acquire scripts read one; another program's hash is refused, never written into.
+  -- acquire scripts read one (another program's hash is refused, never written into),
+  -- and the value and log must be what a limiter keeps there.
   local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
   local expired = redis.call('exists', KEYS[k + 1]) == 0
   if not expired then
@@ -134,25 +154,36 @@ local function late_window(i, k, a, member, len, estimate, actual, now)
     if #missing > 0 then
       error('redlimit:not_limiter:' .. i .. ' config holds a hash without ' .. table.concat(missing, ', '), 0)
     end
+    -- rate and interval from 1, keepAliveTime from 0, each up to 2^53; type 0 or 1
     for j, field in ipairs({ 'rate', 'interval', 'type', 'keepAliveTime' }) do
       local text = stored[j]
-      if text and not (string.find(text, '^%d+$') and (j ~= 3 or text == '0' or text == '1')) then
+      local n = text and string.find(text, '^%d+$') and tonumber(text)
+      if text and not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992
+          and (j ~= 3 or text == '0' or text == '1')) then
         error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. text, 0)
       end
     end
   end
-  if redis.call('set', KEYS[k + 6], '1', 'nx', 'px', mark_ms) == false then
-    return -2
-  end
   local mode, keep = stored[3], stored[4]
   if expired then
-    -- expired since the grant: written again as the grant decided it
     mode, keep = granted_mode, granted_keep
-    redis.call('hset', KEYS[k + 1], 'rate', rate, 'interval', interval, 'type', mode, 'keepAliveTime', keep)
   end
   mode = mode == '1' and 1 or 0
   local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
-  local value = tonumber(redis.call('get', vkey))
+  local value = read_value(i, vkey, mode)
+  local log_type = redis.call('type', pkey).ok
+  if log_type ~= 'zset' and log_type ~= 'none' then
+    error('redlimit:wrong_type:' .. i .. ' ' .. (mode == 1 and 'client_permits' or 'permits') .. ' holds a '
+      .. log_type, 0)
+  end
+  if redis.call('set', KEYS[k + 6], '1', 'nx', 'px', mark_ms) == false then
+    return -2
+  end
+  if expired then
+    -- expired since the grant: written again as the grant decided it
+    redis.call('hset', KEYS[k + 1], 'rate', rate, 'interval', interval, 'type', granted_mode,
+      'keepAliveTime', keep)
+  end
   local excess = actual - estimate
   redis.call('zadd', pkey, string.format('%d', now), log_member(member, len, 'L', excess))
   if value ~= nil then
@@ -242,7 +273,7 @@ for i = 1, n do
     end
     -- (the mode and keep-alive read only when late: two fields fewer on the usual path)
     local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval')
-    outcome = settle_window(k, a, member, len, estimate, actual, config, now)
+    outcome = settle_window(i, k, a, member, len, estimate, actual, config, now)
       or late_window(i, k, a, member, len, estimate, actual, now)
   elseif kind == 'b' then
     outcome = settle_tokens(i, k, a, estimate, actual, now)
