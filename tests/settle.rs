@@ -767,8 +767,14 @@ async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended()
     let client = Client::connect(&server.url()).await.unwrap();
     let mut raw = server.raw().await;
     let interval = Duration::from_millis(300);
-    type Spoil = fn(&str) -> Vec<redis::Cmd>;
-    let cases: [(&str, bool, Spoil, fn(&Error) -> bool); 4] = [
+    // (a name, whether the grant has left its window, the state spoiled, the error)
+    type Case = (
+        &'static str,
+        bool,
+        fn(&str) -> Vec<redis::Cmd>,
+        fn(&Error) -> bool,
+    );
+    let cases: [Case; 4] = [
         (
             "late:value-hash",
             true,
