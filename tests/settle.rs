@@ -680,6 +680,52 @@ async fn a_settle_on_a_foreign_bucket_fails_and_writes_nothing() {
     assert!((600..=601).contains(&left), "400 counted once: {left} left");
 }
 
+/// A window's excess settled late (its mark set, the excess charged at the settle's
+/// time), then the same settle sent at a time within the grant's window (a clock that
+/// stepped back, a failover to a server whose clock is behind): counted once. Before,
+/// the settle in the window did not look at the mark and charged the excess again.
+#[tokio::test]
+async fn a_late_settle_sent_again_at_an_earlier_time_counts_once() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    drop(granted(&client, &[tokens("back:window").permits(100)]).await);
+    let logged: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg("{back:window}:permits")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut outcomes = Vec::new();
+    for at in [now + 60_001, now] {
+        let settled: i64 = redis::Script::new(redlimit::SETTLE_SCRIPT)
+            .key("back:window")
+            .key("{back:window}:value")
+            .key("{back:window}:value:x")
+            .key("{back:window}:permits")
+            .key("{back:window}:permits:x")
+            .key("{back:window}:settled:mark")
+            .arg(at)
+            .arg("w")
+            .arg(&logged[0][..])
+            .arg(100)
+            .arg(400)
+            // mark_ms:rate:interval:burst:warmup:type:keep_alive
+            .arg("120000:1000:60000:0:0:0:3600000")
+            .invoke_async(&mut raw)
+            .await
+            .unwrap();
+        outcomes.push(settled);
+    }
+    assert_eq!(outcomes[1], -2, "the second finds the mark: {outcomes:?}");
+    assert_eq!(available(&client, "back:window").await, 600, "300 charged once");
+}
+
 /// A settle whose grant left its window, its limiter expired since and its name now
 /// another program's hash, fails and writes nothing: neither the config it would have
 /// written again into that hash (with the hash's expiry set, so that it was gone a
@@ -760,7 +806,8 @@ async fn a_late_settle_writes_no_config_into_another_programs_hash() {
 /// state is mended applies. Before, a late settle set its mark and then failed on the
 /// value (the excess never charged), wrote into configs a call refuses (`rate=0`, a
 /// `keepAliveTime` past 64 bits, failing only after its writes), and a settle in the
-/// window rewrote a value of `0x10` as the rate.
+/// window turned a refund into a charge under a rate of -5 and rewrote a value of
+/// `0x10` as the rate.
 #[tokio::test]
 async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended() {
     let server = RedisServer::start();
@@ -774,7 +821,7 @@ async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended()
         fn(&str) -> Vec<redis::Cmd>,
         fn(&Error) -> bool,
     );
-    let cases: [Case; 4] = [
+    let cases: [Case; 5] = [
         (
             "late:value-hash",
             true,
@@ -815,6 +862,12 @@ async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended()
                     }
                 )
             },
+        ),
+        (
+            "window:rate-negative",
+            false,
+            |name| vec![redis::cmd("HSET").arg(name).arg("rate").arg("-5").clone()],
+            |e| matches!(e, Error::CorruptConfig { field: "rate", .. }),
         ),
         (
             "window:value-hex",
@@ -884,6 +937,57 @@ async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended()
             "{name}: landed once"
         );
     }
+}
+
+/// State a call reads as it is, a settle reads alike and lands: a `keepAliveTime`
+/// written with a leading zero (`060000`, which Redis refuses as an expiry: the late
+/// settle failed after its writes, and an acquire or a release on a config it does not
+/// own too),
+/// and another type at the log of the mode the limiter is not in (which calls never
+/// read: every settle of a per-client limiter failed on it, its excess never charged).
+#[tokio::test]
+async fn a_settle_reads_what_a_call_reads_and_lands() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    // A late excess under a keepAliveTime of `060000`.
+    let name = "lands:keep";
+    let rule = Rule::new(name, 10, Duration::from_millis(300))
+        .keep_alive(Some(HOUR))
+        .settled()
+        .permits(5);
+    let reservation = granted(&client, &[rule]).await;
+    let _: () = redis::cmd("HSET")
+        .arg(name)
+        .arg("keepAliveTime")
+        .arg("060000")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let settled = reservation.settle(50).await.unwrap();
+    assert!(settled.rules[0].applied, "{settled:?}");
+    let ttl: i64 = redis::cmd("PTTL").arg(name).query_async(&mut raw).await.unwrap();
+    assert!((50_000..=60_000).contains(&ttl), "{name}: 60 s, {ttl} ms left");
+    let limiter = client.rate_limiter(name);
+    assert!(limiter.try_acquire(1).await.is_ok(), "a call reads it too");
+    assert!(limiter.release(1).await.is_ok(), "and a release");
+    // A per-client limiter beside a string at the overall log.
+    let name = "lands:mode";
+    let rule = Rule::new(name, 10, MINUTE)
+        .mode(redlimit::RateType::PerClient)
+        .settled()
+        .permits(5);
+    let reservation = granted(&client, &[rule]).await;
+    let _: () = redis::cmd("SET")
+        .arg("{lands:mode}:permits")
+        .arg("another program's")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let settled = reservation.settle(8).await.unwrap();
+    assert!(settled.rules[0].applied, "{settled:?}");
+    assert_eq!(settled.rules[0].counted, 8);
 }
 
 /// A caller's wait for its settle is timed on its own runtime: with the client's

@@ -170,7 +170,8 @@ for i = 1, nrules do
         if not string.find(interval, '^%d+$') or r.interval < 1 or r.interval > LIMIT then helpers() fail('bad_config', i, 'interval=' .. interval) end
         if kind ~= '0' and kind ~= '1' then helpers() fail('bad_config', i, 'type=' .. kind) end
         if not string.find(keep, '^%d+$') or r.keep > LIMIT then helpers() fail('bad_config', i, 'keepAliveTime=' .. keep) end
-        r.kind, r.old_kind, r.keep_text = kind, kind, keep
+        -- (the expiry written as Redis reads one: `060000` is not one)
+        r.kind, r.old_kind, r.keep_text = kind, kind, string.format('%d', r.keep)
       end
       if owns and not initialized and redis.call('exists', r.name) == 1 then
         -- another program's hash under the limiter's name: the rule writes nothing to it

@@ -120,5 +120,9 @@ end
 redis.call('set', vkey, string.format('%d', value), 'keepttl')
 
 local keep = redis.call('hget', KEYS[1], 'keepAliveTime')
-ttl_rule(KEYS[1], vkey, pkey, tonumber(keep or '0') and keep or '0')
+-- (written as Redis reads an expiry: `060000` is not one; a keepAliveTime that is no
+-- number keeps the TTLs as they are)
+local keep_ms = tonumber(keep or '0')
+ttl_rule(KEYS[1], vkey, pkey, keep_ms and keep_ms >= 0 and keep_ms <= 9007199254740992
+  and string.format('%d', keep_ms) or '0')
 return value

@@ -74,9 +74,29 @@ local function terms(a, mark_only)
   return mark_ms, rate, interval, burst, warmup, mode, keep
 end
 
--- A grant still in its window (config: the rate and interval read): its member
+-- A grant still in its window (config: as read and checked): its member
 -- rewritten, its value moved. Nothing (nil) when the grant has left its window or the
 -- log.
+-- Rule i's config as read (rate, interval, type, keepAliveTime), checked as the
+-- acquire scripts check a stored one before anything is written: each field present a
+-- decimal integer, rate and interval from 1, keepAliveTime from 0, each up to 2^53,
+-- type 0 or 1. A config missing rate, interval or type is the late path's to judge
+-- (a limiter expired, or another program's hash).
+local function check_config(i, config)
+  if config[1] == false or config[2] == false or config[3] == false then
+    return
+  end
+  for j, field in ipairs({ 'rate', 'interval', 'type', 'keepAliveTime' }) do
+    local text = config[j]
+    if text then
+      local n = string.find(text, '^%d+$') and tonumber(text)
+      if not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992 and (j ~= 3 or n <= 1)) then
+        error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. text, 0)
+      end
+    end
+  end
+end
+
 -- The count in rule i's value key `vkey` (mode 1: a client's), nil when missing, read
 -- as the acquire scripts read it: anything but a decimal integer fails the script,
 -- before the settle writes anything.
@@ -98,18 +118,27 @@ end
 
 local function settle_window(i, k, a, member, len, estimate, actual, config, now)
   local rate, interval = tonumber(config[1]), tonumber(config[2])
-  if rate == nil or interval == nil then
+  if rate == nil or interval == nil or config[3] == false then
     return nil
   end
-  for mode = 0, 1 do
+  -- The log of the limiter's mode only, as a call reads it (the other mode's keys are
+  -- not the limiter's now, whatever they hold).
+  local mode = config[3] == '1' and 1 or 0
+  do
     local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
     -- Read before anything is written: a key of another type fails the script here,
     -- with nothing changed.
-    local score = redis.call('zscore', pkey, member)
+    local score = redis.pcall('zscore', pkey, member)
+    if type(score) == 'table' and score.err then
+      error('redlimit:wrong_type:' .. i .. ' ' .. (mode == 1 and 'client_permits' or 'permits') .. ' holds a '
+        .. redis.call('type', pkey).ok, 0)
+    end
     if score and tonumber(score) > now - interval then
       local value = read_value(i, vkey, mode)
-      if actual > estimate then
-        redis.call('set', KEYS[k + 6], '1', 'px', (terms(a, true)))
+      -- An excess is charged once: a settle already made (late, at a clock that then
+      -- stepped back) leaves its mark.
+      if actual > estimate and redis.call('set', KEYS[k + 6], '1', 'nx', 'px', (terms(a, true))) == false then
+        return -2
       end
       -- The settled member first: removing the grant's own while it is the log's
       -- only one would delete the key, and the member added after would make it
@@ -126,8 +155,6 @@ local function settle_window(i, k, a, member, len, estimate, actual, config, now
         redis.call('set', vkey, string.format('%d', value), 'keepttl')
       end
       return value and math.max(value, 0) or -1
-    elseif score then
-      return nil
     end
   end
   return nil
@@ -135,7 +162,7 @@ end
 
 -- Late: the grant has left its window (or the log, or its limiter expired). Nothing
 -- goes back; an excess is charged now, once.
-local function late_window(i, k, a, member, len, estimate, actual, now)
+local function late_window(i, k, a, member, len, estimate, actual, config, now)
   if actual <= estimate then
     return -2
   end
@@ -144,7 +171,7 @@ local function late_window(i, k, a, member, len, estimate, actual, now)
   -- once it is mended applies): a name that exists must hold a limiter's config, as the
   -- acquire scripts read one (another program's hash is refused, never written into),
   -- and the value and log must be what a limiter keeps there.
-  local stored = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
+  local stored = config
   local expired = redis.call('exists', KEYS[k + 1]) == 0
   if not expired then
     local missing = {}
@@ -153,15 +180,6 @@ local function late_window(i, k, a, member, len, estimate, actual, now)
     end
     if #missing > 0 then
       error('redlimit:not_limiter:' .. i .. ' config holds a hash without ' .. table.concat(missing, ', '), 0)
-    end
-    -- rate and interval from 1, keepAliveTime from 0, each up to 2^53; type 0 or 1
-    for j, field in ipairs({ 'rate', 'interval', 'type', 'keepAliveTime' }) do
-      local text = stored[j]
-      local n = text and string.find(text, '^%d+$') and tonumber(text)
-      if text and not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992
-          and (j ~= 3 or text == '0' or text == '1')) then
-        error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. text, 0)
-      end
     end
   end
   local mode, keep = stored[3], stored[4]
@@ -190,7 +208,8 @@ local function late_window(i, k, a, member, len, estimate, actual, now)
     value = value - excess
     redis.call('set', vkey, string.format('%d', value), 'keepttl')
   end
-  ttl_rule(KEYS[k + 1], vkey, pkey, tonumber(keep) and keep or '0')
+  -- (written as Redis reads an expiry: `060000` is not one)
+  ttl_rule(KEYS[k + 1], vkey, pkey, keep and string.format('%d', tonumber(keep)) or '0')
   return value and math.max(value, 0) or -1
 end
 
@@ -271,10 +290,10 @@ for i = 1, n do
     if len == nil or #member ~= len + 5 then
       error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
     end
-    -- (the mode and keep-alive read only when late: two fields fewer on the usual path)
-    local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval')
+    local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
+    check_config(i, config)
     outcome = settle_window(i, k, a, member, len, estimate, actual, config, now)
-      or late_window(i, k, a, member, len, estimate, actual, now)
+      or late_window(i, k, a, member, len, estimate, actual, config, now)
   elseif kind == 'b' then
     outcome = settle_tokens(i, k, a, estimate, actual, now)
   else
