@@ -939,6 +939,61 @@ async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended()
     }
 }
 
+/// A settle of several rules reads every rule's state before its first write: a later
+/// rule's config a call refuses fails the settle with the earlier rules untouched (no
+/// mark, no member rewritten), where the earlier rules were settled and the caller told
+/// it failed; mended, the settle sent again lands each rule once.
+#[tokio::test]
+async fn a_settle_of_several_rules_fails_whole_and_lands_once_mended() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let rule = |name: &str| {
+        Rule::new(name, 10, MINUTE)
+            .keep_alive(Some(HOUR))
+            .settled()
+            .permits(3)
+    };
+    let reservation = granted(&client, &[rule("several:a"), rule("several:b")]).await;
+    let _: () = redis::cmd("HSET")
+        .arg("several:b")
+        .arg("rate")
+        .arg("0")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let keys = ["several:a", "{several:a}:value", "{several:a}:permits"];
+    let dumps = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let mut dumps = Vec::new();
+            for key in keys {
+                let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query_async(&mut raw).await.unwrap();
+                dumps.push(dump);
+            }
+            dumps
+        }
+    };
+    let before = dumps(&mut raw).await;
+    let failed = reservation.settle(8).await;
+    assert!(
+        matches!(&failed, Err(Error::CorruptConfig { key, field: "rate", .. }) if key == "several:b"),
+        "{failed:?}"
+    );
+    assert_eq!(dumps(&mut raw).await, before, "the first rule untouched");
+    // Mended: the settle sent again in the background lands, each rule once.
+    let _: () = redis::cmd("HSET")
+        .arg("several:b")
+        .arg("rate")
+        .arg("10")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(available(&client, "several:a").await, 2, "8 counted once");
+    assert_eq!(available(&client, "several:b").await, 2, "8 counted once");
+}
+
 /// State a call reads as it is, a settle reads alike and lands: a `keepAliveTime`
 /// written with a leading zero (`060000`, which Redis refuses as an expiry: the late
 /// settle failed after its writes, and an acquire or a release on a config it does not
@@ -972,6 +1027,31 @@ async fn a_settle_reads_what_a_call_reads_and_lands() {
     let limiter = client.rate_limiter(name);
     assert!(limiter.try_acquire(1).await.is_ok(), "a call reads it too");
     assert!(limiter.release(1).await.is_ok(), "and a release");
+    // A release refuses a config a call refuses, before it writes: a rate of -5 took
+    // permits away where it gives them back.
+    let _: () = redis::cmd("HSET")
+        .arg(name)
+        .arg("rate")
+        .arg("-5")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let value: Option<String> = redis::cmd("GET")
+        .arg("{lands:keep}:value")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let failed = limiter.release(2).await;
+    assert!(
+        matches!(failed, Err(Error::CorruptConfig { field: "rate", .. })),
+        "{failed:?}"
+    );
+    let after: Option<String> = redis::cmd("GET")
+        .arg("{lands:keep}:value")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(after, value, "nothing written");
     // A per-client limiter beside a string at the overall log.
     let name = "lands:mode";
     let rule = Rule::new(name, 10, MINUTE)

@@ -22,17 +22,26 @@
 -- it would have, had those grants not been made, and value + log = rate still holds.
 -- With that sum intact the value is min(rate, value + permits), as Redisson's.
 
-local cfg = redis.pcall('hmget', KEYS[1], 'rate', 'interval', 'type')
+local cfg = redis.pcall('hmget', KEYS[1], 'rate', 'interval', 'type', 'keepAliveTime')
 if type(cfg) == 'table' and cfg.err then
   error('redlimit:wrong_type:1 config ' .. cfg.err, 0)
 end
 if cfg[1] == false or cfg[2] == false or cfg[3] == false then
   error('redlimit:not_initialized:1 RateLimiter is not initialized', 0)
 end
-local rate, interval = tonumber(cfg[1]), tonumber(cfg[2])
-if rate == nil or interval == nil then
-  error('redlimit:bad_config:1 rate=' .. tostring(cfg[1]), 0)
+-- The config checked as the acquire scripts check a stored one, before anything is
+-- written: rate and interval decimal integers from 1, keepAliveTime from 0, each up
+-- to 2^53, type 0 or 1.
+for j, field in ipairs({ 'rate', 'interval', 'type', 'keepAliveTime' }) do
+  local text = cfg[j]
+  if text then
+    local n = string.find(text, '^%d+$') and tonumber(text)
+    if not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992 and (j ~= 3 or text == '0' or text == '1')) then
+      error('redlimit:bad_config:1 ' .. field .. '=' .. text, 0)
+    end
+  end
 end
+local rate, interval = tonumber(cfg[1]), tonumber(cfg[2])
 local now = clock(ARGV[2])
 local vkey, pkey, vrole, prole = KEYS[2], KEYS[4], 'value', 'permits'
 if cfg[3] == '1' then
@@ -119,10 +128,6 @@ if value > rate then
 end
 redis.call('set', vkey, string.format('%d', value), 'keepttl')
 
-local keep = redis.call('hget', KEYS[1], 'keepAliveTime')
--- (written as Redis reads an expiry: `060000` is not one; a keepAliveTime that is no
--- number keeps the TTLs as they are)
-local keep_ms = tonumber(keep or '0')
-ttl_rule(KEYS[1], vkey, pkey, keep_ms and keep_ms >= 0 and keep_ms <= 9007199254740992
-  and string.format('%d', keep_ms) or '0')
+-- (the expiry written as Redis reads one: `060000` is not one)
+ttl_rule(KEYS[1], vkey, pkey, string.format('%d', tonumber(cfg[4] or '0')))
 return value

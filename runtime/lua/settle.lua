@@ -90,10 +90,29 @@ local function check_config(i, config)
     local text = config[j]
     if text then
       local n = string.find(text, '^%d+$') and tonumber(text)
-      if not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992 and (j ~= 3 or n <= 1)) then
+      if not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992 and (j ~= 3 or text == '0' or text == '1')) then
         error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. text, 0)
       end
     end
+  end
+end
+
+-- Rule i's config key exists without rate, interval or type: another program's hash,
+-- which a settle that would write there refuses.
+local function not_limiter(i, config)
+  local missing = {}
+  for j, field in ipairs({ 'rate', 'interval', 'type' }) do
+    if config[j] == false then missing[#missing + 1] = field end
+  end
+  error('redlimit:not_limiter:' .. i .. ' config holds a hash without ' .. table.concat(missing, ', '), 0)
+end
+
+-- Rule i's log `pkey` (mode 1: a client's) is a sorted set, or missing.
+local function check_log(i, pkey, mode)
+  local log_type = redis.call('type', pkey).ok
+  if log_type ~= 'zset' and log_type ~= 'none' then
+    error('redlimit:wrong_type:' .. i .. ' ' .. (mode == 1 and 'client_permits' or 'permits') .. ' holds a '
+      .. log_type, 0)
   end
 end
 
@@ -173,14 +192,8 @@ local function late_window(i, k, a, member, len, estimate, actual, config, now)
   -- and the value and log must be what a limiter keeps there.
   local stored = config
   local expired = redis.call('exists', KEYS[k + 1]) == 0
-  if not expired then
-    local missing = {}
-    for j, field in ipairs({ 'rate', 'interval', 'type' }) do
-      if stored[j] == false then missing[#missing + 1] = field end
-    end
-    if #missing > 0 then
-      error('redlimit:not_limiter:' .. i .. ' config holds a hash without ' .. table.concat(missing, ', '), 0)
-    end
+  if not expired and (stored[1] == false or stored[2] == false or stored[3] == false) then
+    not_limiter(i, stored)
   end
   local mode, keep = stored[3], stored[4]
   if expired then
@@ -189,11 +202,7 @@ local function late_window(i, k, a, member, len, estimate, actual, config, now)
   mode = mode == '1' and 1 or 0
   local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
   local value = read_value(i, vkey, mode)
-  local log_type = redis.call('type', pkey).ok
-  if log_type ~= 'zset' and log_type ~= 'none' then
-    error('redlimit:wrong_type:' .. i .. ' ' .. (mode == 1 and 'client_permits' or 'permits') .. ' holds a '
-      .. log_type, 0)
-  end
+  check_log(i, pkey, mode)
   if redis.call('set', KEYS[k + 6], '1', 'nx', 'px', mark_ms) == false then
     return -2
   end
@@ -269,7 +278,10 @@ for j = 1, #KEYS / 6 do
 end
 
 local n = #KEYS / 6
-local settled = {}
+-- Every rule's arguments checked before anything is written; with several rules, every
+-- rule's state too, read as a call reads it (its config, and the value, log or bucket
+-- the settle would write): a later rule failing after an earlier one was settled would
+-- answer an error for a settle half made. (One rule's own path reads before it writes.)
 for i = 1, n do
   local k, a = 6 * (i - 1), 1 + 5 * (i - 1)
   local kind, member = ARGV[a + 1], ARGV[a + 2]
@@ -280,24 +292,62 @@ for i = 1, n do
   if actual == nil or actual < 0 or actual > 4294967295 or actual ~= math.floor(actual) then
     error('redlimit:bad_argument:' .. (a + 4) .. ' actual ' .. tostring(ARGV[a + 4]), 0)
   end
+  if kind == 'w' then
+    -- The member's id length, checked as lib/member.lua's decode_member checks it (its
+    -- permits are not needed here, nor that file's function made on every call); an
+    -- id of 255 bytes would leave no room for a late settle's suffix.
+    local len = string.byte(member, 1)
+    if actual ~= estimate and (len == nil or len > 254 or #member ~= len + 5) then
+      error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
+    end
+    if n > 1 and actual ~= estimate then
+      local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
+      check_config(i, config)
+      local _, _, _, _, _, granted_mode = terms(a)
+      local mode = config[3]
+      if config[1] == false or config[2] == false or config[3] == false then
+        mode = granted_mode
+        if redis.call('exists', KEYS[k + 1]) == 1 then
+          -- (a refund writes nothing there: nothing goes back late)
+          if actual > estimate then not_limiter(i, config) end
+          mode = nil
+        end
+      end
+      if mode then
+        mode = mode == '1' and 1 or 0
+        read_value(i, KEYS[k + 2 + mode], mode)
+        check_log(i, KEYS[k + 4 + mode], mode)
+      end
+    end
+  elseif kind == 'b' then
+    if n > 1 and actual ~= estimate then
+      terms(a)
+      local raw = redis.call('get', KEYS[k + 2])
+      if raw and read_bucket(raw) == nil then
+        local role = string.sub(KEYS[k + 2], -7) == ':bucket' and 'bucket' or 'client_bucket'
+        error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+      end
+    end
+  else
+    error('redlimit:bad_argument:' .. (a + 1) .. ' kind ' .. tostring(kind), 0)
+  end
+end
+
+local settled = {}
+for i = 1, n do
+  local k, a = 6 * (i - 1), 1 + 5 * (i - 1)
+  local kind, member = ARGV[a + 1], ARGV[a + 2]
+  local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local outcome
   if actual == estimate then
     outcome = -1
   elseif kind == 'w' then
-    -- The member's id length, checked as lib/member.lua's decode_member checks it (its
-    -- permits are not needed here, nor that file's function made on every call).
-    local len = string.byte(member, 1)
-    if len == nil or #member ~= len + 5 then
-      error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
-    end
     local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
     check_config(i, config)
-    outcome = settle_window(i, k, a, member, len, estimate, actual, config, now)
-      or late_window(i, k, a, member, len, estimate, actual, config, now)
-  elseif kind == 'b' then
-    outcome = settle_tokens(i, k, a, estimate, actual, now)
+    outcome = settle_window(i, k, a, member, string.byte(member, 1), estimate, actual, config, now)
+      or late_window(i, k, a, member, string.byte(member, 1), estimate, actual, config, now)
   else
-    error('redlimit:bad_argument:' .. (a + 1) .. ' kind ' .. tostring(kind), 0)
+    outcome = settle_tokens(i, k, a, estimate, actual, now)
   end
   if n == 1 then
     return outcome
