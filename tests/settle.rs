@@ -821,7 +821,7 @@ async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended()
         fn(&str) -> Vec<redis::Cmd>,
         fn(&Error) -> bool,
     );
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
         (
             "late:value-hash",
             true,
@@ -862,6 +862,12 @@ async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended()
                     }
                 )
             },
+        ),
+        (
+            "late:type-01",
+            true,
+            |name| vec![redis::cmd("HSET").arg(name).arg("type").arg("01").clone()],
+            |e| matches!(e, Error::CorruptConfig { field: "type", .. }),
         ),
         (
             "window:rate-negative",
