@@ -1000,6 +1000,55 @@ async fn a_settle_of_several_rules_fails_whole_and_lands_once_mended() {
     assert_eq!(available(&client, "several:b").await, 2, "8 counted once");
 }
 
+/// A value above the rate (inflated by hand), which a call rebuilds from the log, is
+/// left for the next call to rebuild, the settled grant or the excess's entry in the
+/// log: before, a settle in the window took it as the rate and wrote it (the grant and
+/// its excess never counted: a call of 10 was granted beside a grant settled at 5), and
+/// a late one wrote it less the excess, past 64 bits as -2^63.
+#[tokio::test]
+async fn a_settle_leaves_a_value_above_the_rate_for_the_log_to_rebuild() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    for (name, interval, inflated) in [
+        ("above:window", MINUTE, "1000"),
+        ("above:late", Duration::from_millis(300), "99999999999999999999"),
+    ] {
+        let rule = Rule::new(name, 10, interval)
+            .keep_alive(Some(HOUR))
+            .settled()
+            .permits(2);
+        let reservation = granted(&client, &[rule]).await;
+        let _: () = redis::cmd("SET")
+            .arg(format!("{{{name}}}:value"))
+            .arg(inflated)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if interval < MINUTE {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        let settled = reservation.settle(5).await.unwrap();
+        assert!(settled.rules[0].applied, "{name}: {settled:?}");
+        let value: String = redis::cmd("GET")
+            .arg(format!("{{{name}}}:value"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(value, inflated, "{name}: left for the next call");
+        // The next call rebuilds it: 10 less the 5 the log holds (the window), or less
+        // the excess of 3 (late: the grant has left the window).
+        let left = if interval == MINUTE { 5 } else { 7 };
+        let limiter = client.rate_limiter(name);
+        assert!(
+            !limiter.try_acquire(left + 1).await.unwrap(),
+            "{name}: {} refused",
+            left + 1
+        );
+        assert!(limiter.try_acquire(left).await.unwrap(), "{name}: {left} granted");
+    }
+}
+
 /// State a call reads as it is, a settle reads alike and lands: a `keepAliveTime`
 /// written with a leading zero (`060000`, which Redis refuses as an expiry: the late
 /// settle failed after its writes, and an acquire or a release on a config it does not

@@ -166,12 +166,16 @@ local function settle_window(i, k, a, member, len, estimate, actual, config, now
         redis.call('zadd', pkey, score, log_member(member, len, '', actual))
       end
       redis.call('zrem', pkey, member)
-      if value ~= nil then
+      -- A value above the rate (inflated by hand) is left as it is: the next call
+      -- rebuilds it from the log, which holds the settled grant.
+      if value ~= nil and value <= rate then
         value = value + estimate - actual
         if value > rate then
           value = rate
         end
         redis.call('set', vkey, string.format('%d', value), 'keepttl')
+      else
+        value = nil
       end
       return value and math.max(value, 0) or -1
     end
@@ -213,9 +217,13 @@ local function late_window(i, k, a, member, len, estimate, actual, config, now)
   end
   local excess = actual - estimate
   redis.call('zadd', pkey, string.format('%d', now), log_member(member, len, 'L', excess))
-  if value ~= nil then
+  -- (a value above the rate, inflated by hand, left for the next call to rebuild from
+  -- the log, the excess's entry in it)
+  if value ~= nil and value <= tonumber(stored[1] or rate) then
     value = value - excess
     redis.call('set', vkey, string.format('%d', value), 'keepttl')
+  else
+    value = nil
   end
   -- (written as Redis reads an expiry: `060000` is not one)
   ttl_rule(KEYS[k + 1], vkey, pkey, keep and string.format('%d', tonumber(keep)) or '0')
