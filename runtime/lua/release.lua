@@ -1,6 +1,6 @@
 -- release.lua: give permits back to a limiter (Redisson 3.52's release), keeping
 -- value + permits in the log = rate.
--- Recipe: lib/clock.lua, lib/member.lua, lib/ttl_rule.lua, release.lua
+-- Recipe: lib/clock.lua, lib/member.lua, lib/ttl_rule.lua, lib/stored_config.lua, release.lua
 -- Twin in Rust: runtime/src/backend/memory/manage.rs (release)
 --
 -- KEYS:
@@ -29,18 +29,7 @@ end
 if cfg[1] == false or cfg[2] == false or cfg[3] == false then
   error('redlimit:not_initialized:1 RateLimiter is not initialized', 0)
 end
--- The config checked as the acquire scripts check a stored one, before anything is
--- written: rate and interval decimal integers from 1, keepAliveTime from 0, each up
--- to 2^53, type 0 or 1.
-for j, field in ipairs({ 'rate', 'interval', 'type', 'keepAliveTime' }) do
-  local text = cfg[j]
-  if text then
-    local n = string.find(text, '^%d+$') and tonumber(text)
-    if not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992 and (j ~= 3 or text == '0' or text == '1')) then
-      error('redlimit:bad_config:1 ' .. field .. '=' .. text, 0)
-    end
-  end
-end
+check_config(1, cfg)
 local rate, interval = tonumber(cfg[1]), tonumber(cfg[2])
 local now = clock(ARGV[2])
 local vkey, pkey, vrole, prole = KEYS[2], KEYS[4], 'value', 'permits'

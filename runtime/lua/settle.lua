@@ -1,7 +1,7 @@
 -- settle.lua: settle the grants of a reservation with the amounts actually used: what
 -- was not used goes back, what was used beyond the estimate is charged, even past the
 -- limit (a debt later calls wait out).
--- Recipe: lib/clock.lua, lib/bucket.lua, lib/ttl_rule.lua, settle.lua
+-- Recipe: lib/clock.lua, lib/bucket.lua, lib/ttl_rule.lua, lib/stored_config.lua, settle.lua
 -- Twin in Rust: runtime/src/backend/memory/settle.rs (settle_window, settle_tokens)
 --
 -- KEYS, per rule: rule i's key j is KEYS[6*(i-1)+j]:
@@ -77,26 +77,6 @@ end
 -- A grant still in its window (config: as read and checked): its member
 -- rewritten, its value moved. Nothing (nil) when the grant has left its window or the
 -- log.
--- Rule i's config as read (rate, interval, type, keepAliveTime), checked as the
--- acquire scripts check a stored one before anything is written: each field present a
--- decimal integer, rate and interval from 1, keepAliveTime from 0, each up to 2^53,
--- type 0 or 1. A config missing rate, interval or type is the late path's to judge
--- (a limiter expired, or another program's hash).
-local function check_config(i, config)
-  if config[1] == false or config[2] == false or config[3] == false then
-    return
-  end
-  for j, field in ipairs({ 'rate', 'interval', 'type', 'keepAliveTime' }) do
-    local text = config[j]
-    if text then
-      local n = string.find(text, '^%d+$') and tonumber(text)
-      if not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992 and (j ~= 3 or text == '0' or text == '1')) then
-        error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. text, 0)
-      end
-    end
-  end
-end
-
 -- Rule i's config key exists without rate, interval or type: another program's hash,
 -- which a settle that would write there refuses.
 local function not_limiter(i, config)
@@ -310,7 +290,7 @@ for i = 1, n do
     end
     if n > 1 and actual ~= estimate then
       local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
-      check_config(i, config)
+      if config[1] and config[2] and config[3] then check_config(i, config) end
       local _, _, _, _, _, granted_mode = terms(a)
       local mode = config[3]
       if config[1] == false or config[2] == false or config[3] == false then
@@ -351,7 +331,7 @@ for i = 1, n do
     outcome = -1
   elseif kind == 'w' then
     local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
-    check_config(i, config)
+    if config[1] and config[2] and config[3] then check_config(i, config) end
     outcome = settle_window(i, k, a, member, string.byte(member, 1), estimate, actual, config, now)
       or late_window(i, k, a, member, string.byte(member, 1), estimate, actual, config, now)
   else

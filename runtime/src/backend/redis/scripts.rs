@@ -57,6 +57,7 @@ pub(crate) const RELEASE: Recipe = recipe!("release":
     "lib/clock.lua",
     "lib/member.lua",
     "lib/ttl_rule.lua",
+    "lib/stored_config.lua",
     "release.lua",
 );
 pub(crate) const KEEP_ALIVE: Recipe =
@@ -68,8 +69,7 @@ pub(crate) const RESET: Recipe = recipe!("reset": "lib/limiter.lua", "lib/bucket
 /// Gives a batch's unused permits back through its own log member.
 pub(crate) const GIVE_BACK: Recipe = recipe!("give_back": "lib/member.lua", "give_back.lua");
 /// Settles a reservation's grants with the amounts actually used.
-pub(crate) const SETTLE: Recipe =
-    recipe!("settle": "lib/clock.lua", "lib/bucket.lua", "lib/ttl_rule.lua", "settle.lua");
+pub(crate) const SETTLE: Recipe = recipe!("settle": "lib/clock.lua", "lib/bucket.lua", "lib/ttl_rule.lua", "lib/stored_config.lua", "settle.lua");
 
 /// Every script.
 #[cfg(test)]
