@@ -116,13 +116,26 @@ local function read_value(i, vkey, mode)
 end
 
 local function settle_window(i, k, a, member, len, estimate, actual, config, now)
-  local rate, interval = tonumber(config[1]), tonumber(config[2])
-  if rate == nil or interval == nil or config[3] == false then
+  local rate_text, interval_text, mode_text = config[1], config[2], config[3]
+  if rate_text == false or interval_text == false or mode_text == false then
     return nil
+  end
+  -- The config checked as lib/stored_config.lua checks one, written out: the usual
+  -- settle makes no table for it and reads each number once.
+  local rate = string.find(rate_text, '^%d+$') and tonumber(rate_text)
+  if not rate or rate < 1 or rate > 9007199254740992 then
+    error('redlimit:bad_config:' .. i .. ' rate=' .. rate_text, 0)
+  end
+  local interval = string.find(interval_text, '^%d+$') and tonumber(interval_text)
+  if not interval or interval < 1 or interval > 9007199254740992 then
+    error('redlimit:bad_config:' .. i .. ' interval=' .. interval_text, 0)
+  end
+  if mode_text ~= '0' and mode_text ~= '1' then
+    error('redlimit:bad_config:' .. i .. ' type=' .. mode_text, 0)
   end
   -- The log of the limiter's mode only, as a call reads it (the other mode's keys are
   -- not the limiter's now, whatever they hold).
-  local mode = config[3] == '1' and 1 or 0
+  local mode = mode_text == '1' and 1 or 0
   do
     local vkey, pkey = KEYS[k + 2 + mode], KEYS[k + 4 + mode]
     -- Read before anything is written: a key of another type fails the script here,
@@ -179,7 +192,12 @@ local function late_window(i, k, a, member, len, estimate, actual, config, now)
   if not expired and (stored[1] == false or stored[2] == false or stored[3] == false) then
     not_limiter(i, stored)
   end
-  local mode, keep = stored[3], stored[4]
+  local mode, keep = stored[3], nil
+  if not expired then
+    -- (read only when late: one field fewer on the usual settle)
+    keep = redis.call('hget', KEYS[k + 1], 'keepAliveTime') or nil
+    check_config(i, { false, false, false, keep })
+  end
   if expired then
     mode, keep = granted_mode, granted_keep
   end
@@ -266,11 +284,12 @@ for j = 1, #KEYS / 6 do
 end
 
 local n = #KEYS / 6
--- Every rule's arguments checked before anything is written; with several rules, every
--- rule's state too, read as a call reads it (its config, and the value, log or bucket
--- the settle would write): a later rule failing after an earlier one was settled would
--- answer an error for a settle half made. (One rule's own path reads before it writes.)
-for i = 1, n do
+-- With several rules, every rule's arguments and state read and checked as a call
+-- reads them (its config, and the value, log or bucket the settle would write) before
+-- anything is written: a later rule failing after an earlier one was settled would
+-- answer an error for a settle half made. (One rule's own path reads before it
+-- writes.)
+for i = 1, n > 1 and n or 0 do
   local k, a = 6 * (i - 1), 1 + 5 * (i - 1)
   local kind, member = ARGV[a + 1], ARGV[a + 2]
   local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
@@ -288,7 +307,7 @@ for i = 1, n do
     if actual ~= estimate and (len == nil or len > 254 or #member ~= len + 5) then
       error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
     end
-    if n > 1 and actual ~= estimate then
+    if actual ~= estimate then
       local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
       if config[1] and config[2] and config[3] then check_config(i, config) end
       local _, _, _, _, _, granted_mode = terms(a)
@@ -308,7 +327,7 @@ for i = 1, n do
       end
     end
   elseif kind == 'b' then
-    if n > 1 and actual ~= estimate then
+    if actual ~= estimate then
       terms(a)
       local raw = redis.call('get', KEYS[k + 2])
       if raw and read_bucket(raw) == nil then
@@ -326,16 +345,27 @@ for i = 1, n do
   local k, a = 6 * (i - 1), 1 + 5 * (i - 1)
   local kind, member = ARGV[a + 1], ARGV[a + 2]
   local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  if estimate == nil or estimate < 0 or estimate ~= math.floor(estimate) then
+    error('redlimit:bad_argument:' .. (a + 3) .. ' estimate ' .. tostring(ARGV[a + 3]), 0)
+  end
+  if actual == nil or actual < 0 or actual > 4294967295 or actual ~= math.floor(actual) then
+    error('redlimit:bad_argument:' .. (a + 4) .. ' actual ' .. tostring(ARGV[a + 4]), 0)
+  end
   local outcome
   if actual == estimate then
     outcome = -1
   elseif kind == 'w' then
-    local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
-    if config[1] and config[2] and config[3] then check_config(i, config) end
-    outcome = settle_window(i, k, a, member, string.byte(member, 1), estimate, actual, config, now)
-      or late_window(i, k, a, member, string.byte(member, 1), estimate, actual, config, now)
-  else
+    local len = string.byte(member, 1)
+    if len == nil or len > 254 or #member ~= len + 5 then
+      error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
+    end
+    local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type')
+    outcome = settle_window(i, k, a, member, len, estimate, actual, config, now)
+      or late_window(i, k, a, member, len, estimate, actual, config, now)
+  elseif kind == 'b' then
     outcome = settle_tokens(i, k, a, estimate, actual, now)
+  else
+    error('redlimit:bad_argument:' .. (a + 1) .. ' kind ' .. tostring(kind), 0)
   end
   if n == 1 then
     return outcome
