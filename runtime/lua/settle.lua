@@ -196,7 +196,10 @@ local function late_window(i, k, a, member, len, estimate, actual, config, now)
   if not expired then
     -- (read only when late: one field fewer on the usual settle)
     keep = redis.call('hget', KEYS[k + 1], 'keepAliveTime') or nil
-    check_config(i, { false, false, false, keep })
+    local keep_ms = keep and string.find(keep, '^%d+$') and tonumber(keep)
+    if keep and not (keep_ms and keep_ms <= 9007199254740992) then
+      error('redlimit:bad_config:' .. i .. ' keepAliveTime=' .. keep, 0)
+    end
   end
   if expired then
     mode, keep = granted_mode, granted_keep
@@ -284,6 +287,31 @@ for j = 1, #KEYS / 6 do
 end
 
 local n = #KEYS / 6
+
+-- Rule i's arguments (they start after a), checked: its kind, its member and the
+-- member's id length (checked as lib/member.lua's decode_member checks it when the
+-- settle changes anything: its permits are not needed here, nor that file's function
+-- made on every call; an id of 255 bytes would leave no room for a late settle's
+-- suffix), its estimate and its actual.
+local function rule_arguments(i, a)
+  local kind, member = ARGV[a + 1], ARGV[a + 2]
+  local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  if estimate == nil or estimate < 0 or estimate ~= math.floor(estimate) then
+    error('redlimit:bad_argument:' .. (a + 3) .. ' estimate ' .. tostring(ARGV[a + 3]), 0)
+  end
+  if actual == nil or actual < 0 or actual > 4294967295 or actual ~= math.floor(actual) then
+    error('redlimit:bad_argument:' .. (a + 4) .. ' actual ' .. tostring(ARGV[a + 4]), 0)
+  end
+  if kind ~= 'w' and kind ~= 'b' then
+    error('redlimit:bad_argument:' .. (a + 1) .. ' kind ' .. tostring(kind), 0)
+  end
+  local len = string.byte(member, 1)
+  if kind == 'w' and actual ~= estimate and (len == nil or len > 254 or #member ~= len + 5) then
+    error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
+  end
+  return kind, member, len, estimate, actual
+end
+
 -- With several rules, every rule's arguments and state read and checked as a call
 -- reads them (its config, and the value, log or bucket the settle would write) before
 -- anything is written: a later rule failing after an earlier one was settled would
@@ -291,81 +319,48 @@ local n = #KEYS / 6
 -- writes.)
 for i = 1, n > 1 and n or 0 do
   local k, a = 6 * (i - 1), 1 + 5 * (i - 1)
-  local kind, member = ARGV[a + 1], ARGV[a + 2]
-  local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  if estimate == nil or estimate < 0 or estimate ~= math.floor(estimate) then
-    error('redlimit:bad_argument:' .. (a + 3) .. ' estimate ' .. tostring(ARGV[a + 3]), 0)
-  end
-  if actual == nil or actual < 0 or actual > 4294967295 or actual ~= math.floor(actual) then
-    error('redlimit:bad_argument:' .. (a + 4) .. ' actual ' .. tostring(ARGV[a + 4]), 0)
-  end
-  if kind == 'w' then
-    -- The member's id length, checked as lib/member.lua's decode_member checks it (its
-    -- permits are not needed here, nor that file's function made on every call); an
-    -- id of 255 bytes would leave no room for a late settle's suffix.
-    local len = string.byte(member, 1)
-    if actual ~= estimate and (len == nil or len > 254 or #member ~= len + 5) then
-      error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
-    end
-    if actual ~= estimate then
-      local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
-      if config[1] and config[2] and config[3] then check_config(i, config) end
-      local _, _, _, _, _, granted_mode = terms(a)
-      local mode = config[3]
-      if config[1] == false or config[2] == false or config[3] == false then
-        mode = granted_mode
-        if redis.call('exists', KEYS[k + 1]) == 1 then
-          -- (a refund writes nothing there: nothing goes back late)
-          if actual > estimate then not_limiter(i, config) end
-          mode = nil
-        end
-      end
-      if mode then
-        mode = mode == '1' and 1 or 0
-        read_value(i, KEYS[k + 2 + mode], mode)
-        check_log(i, KEYS[k + 4 + mode], mode)
+  local kind, _, _, estimate, actual = rule_arguments(i, a)
+  if kind == 'w' and actual ~= estimate then
+    local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type', 'keepAliveTime')
+    if config[1] and config[2] and config[3] then check_config(i, config) end
+    local _, _, _, _, _, granted_mode = terms(a)
+    local mode = config[3]
+    if config[1] == false or config[2] == false or config[3] == false then
+      mode = granted_mode
+      if redis.call('exists', KEYS[k + 1]) == 1 then
+        -- (a refund writes nothing there: nothing goes back late)
+        if actual > estimate then not_limiter(i, config) end
+        mode = nil
       end
     end
-  elseif kind == 'b' then
-    if actual ~= estimate then
-      terms(a)
-      local raw = redis.call('get', KEYS[k + 2])
-      if raw and read_bucket(raw) == nil then
-        local role = string.sub(KEYS[k + 2], -7) == ':bucket' and 'bucket' or 'client_bucket'
-        error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
-      end
+    if mode then
+      mode = mode == '1' and 1 or 0
+      read_value(i, KEYS[k + 2 + mode], mode)
+      check_log(i, KEYS[k + 4 + mode], mode)
     end
-  else
-    error('redlimit:bad_argument:' .. (a + 1) .. ' kind ' .. tostring(kind), 0)
+  elseif kind == 'b' and actual ~= estimate then
+    terms(a)
+    local raw = redis.call('get', KEYS[k + 2])
+    if raw and read_bucket(raw) == nil then
+      local role = string.sub(KEYS[k + 2], -7) == ':bucket' and 'bucket' or 'client_bucket'
+      error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+    end
   end
 end
 
 local settled = {}
 for i = 1, n do
   local k, a = 6 * (i - 1), 1 + 5 * (i - 1)
-  local kind, member = ARGV[a + 1], ARGV[a + 2]
-  local estimate, actual = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  if estimate == nil or estimate < 0 or estimate ~= math.floor(estimate) then
-    error('redlimit:bad_argument:' .. (a + 3) .. ' estimate ' .. tostring(ARGV[a + 3]), 0)
-  end
-  if actual == nil or actual < 0 or actual > 4294967295 or actual ~= math.floor(actual) then
-    error('redlimit:bad_argument:' .. (a + 4) .. ' actual ' .. tostring(ARGV[a + 4]), 0)
-  end
+  local kind, member, len, estimate, actual = rule_arguments(i, a)
   local outcome
   if actual == estimate then
     outcome = -1
   elseif kind == 'w' then
-    local len = string.byte(member, 1)
-    if len == nil or len > 254 or #member ~= len + 5 then
-      error('redlimit:bad_member:' .. i .. ' permits member of ' .. #member .. ' bytes does not decode', 0)
-    end
     local config = redis.call('hmget', KEYS[k + 1], 'rate', 'interval', 'type')
     outcome = settle_window(i, k, a, member, len, estimate, actual, config, now)
       or late_window(i, k, a, member, len, estimate, actual, config, now)
-  elseif kind == 'b' then
-    outcome = settle_tokens(i, k, a, estimate, actual, now)
   else
-    error('redlimit:bad_argument:' .. (a + 1) .. ' kind ' .. tostring(kind), 0)
+    outcome = settle_tokens(i, k, a, estimate, actual, now)
   end
   if n == 1 then
     return outcome
