@@ -186,6 +186,9 @@ mod tests {
             }
         }
         assert!(passed > 40, "{passed}");
+        // A name that is one hash tag shares its keys with the name without it.
+        assert!(!escaped_names_pass("", "{t}"));
+        assert!(escaped_names_pass("rate_limit:", "{t}"));
         assert!(escaped_names_pass("rate_limit:", "redlimitx"));
         assert!(!escaped_names_pass("rate_limit:", "redlimit"));
         assert!(!escaped_names_pass("rate_limit:", "redlimit:x"));
