@@ -8,7 +8,7 @@ use redlimit_runtime::Error;
 
 use crate::inspect::{read_config, token_keys};
 use crate::shown::shown;
-use crate::store::{limiter_value, server_now, unread_value, Store};
+use crate::store::{server_now, unread_value, value_for_call, Store};
 use crate::words::{not_found, per_client};
 
 /// Whether `permits` would be granted now, read from the stored state (nothing is
@@ -59,7 +59,7 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
     let value_key = suffix(name, "value");
     let value = match store.short_string(&value_key).await? {
         None => None,
-        Some(text) => match limiter_value(&text) {
+        Some(text) => match value_for_call(&text) {
             Some(value) => Some(value),
             None => {
                 return Ok(Err(format!(
@@ -93,34 +93,36 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
     // the rate (one inflated by hand, or read before a grant released more; above the
     // rate with nothing released too); else the value as it is.
     let room = config.rate.saturating_sub(held);
-    let available = match value {
+    let mut available = match value {
         None => room,
         Some(v) if v.saturating_add(expired) > config.rate => room,
         Some(v) => v.saturating_add(expired),
     };
     let permits = permits as i64;
-    if available >= permits {
-        return Ok(Ok(Peek {
-            allowed: true,
-            available,
-            retry_after_ms: None,
-        }));
-    }
+    let mut window: Vec<&(i64, i64)> = grants.iter().filter(|(t, _)| in_window(*t)).collect();
+    window.sort();
+    // When the grants in the window will have given back enough for `permits` on top
+    // of `available`: `None` when they hold too few.
+    let wait_for = |available: i64| {
+        let mut returned = 0i64;
+        window.iter().find_map(|(t, p)| {
+            returned = returned.saturating_add(*p);
+            (available.saturating_add(returned) >= permits)
+                .then(|| t.saturating_add(config.interval_ms).saturating_sub(now))
+        })
+    };
     let mut retry_after_ms = None;
-    if permits <= config.rate {
-        let mut returned = 0;
-        let mut window: Vec<&(i64, i64)> = grants.iter().filter(|(t, _)| in_window(*t)).collect();
-        window.sort();
-        for (t, p) in window {
-            returned += p;
-            if available.saturating_add(returned) >= permits {
-                retry_after_ms = Some(t.saturating_add(config.interval_ms).saturating_sub(now));
-                break;
-            }
+    if available < permits && permits <= config.rate {
+        retry_after_ms = wait_for(available);
+        if retry_after_ms.is_none() {
+            // A debt deeper than the log holds (permits lost): as the call does, the
+            // value is rebuilt from the log, the authority.
+            available = room;
+            retry_after_ms = (available < permits).then(|| wait_for(available).unwrap_or(config.interval_ms));
         }
     }
     Ok(Ok(Peek {
-        allowed: false,
+        allowed: available >= permits,
         available,
         retry_after_ms,
     }))

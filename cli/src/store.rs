@@ -31,13 +31,24 @@ pub fn limiter_value(text: &str) -> Option<i64> {
     scripts_read(text).then(|| text.parse().ok()).flatten()
 }
 
+/// A limiter's value as the next call uses it, when the scripts read it and it was read
+/// whole: a number past 64 bits (which the scripts read as a float) is beyond what any
+/// rate and its log hold, which the call rebuilds from the log, so it is `i64::MAX` or
+/// `i64::MIN` here.
+pub fn value_for_call(text: &str) -> Option<i64> {
+    match limiter_value(text) {
+        None if scripts_read(text) => Some(if text.starts_with('-') { i64::MIN } else { i64::MAX }),
+        read => read,
+    }
+}
+
 /// Why a limiter's value that is there is not read as one: what the CLI says of it.
 pub fn unread_value(text: &str) -> &'static str {
     if text.ends_with('…') {
         "a value longer than the CLI reads: what a call would do is not said here"
     } else if scripts_read(text) {
-        "a number past 64 bits, which the scripts read as a float: what a call would do is \
-         not said here"
+        "a number past 64 bits, beyond what any rate and its log hold: the next call \
+         rebuilds it from the log"
     } else {
         "not a number: every call of the limiter fails until it is reset"
     }

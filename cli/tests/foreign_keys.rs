@@ -436,12 +436,13 @@ async fn a_huge_string_under_a_limiter_s_name_is_not_read_whole() {
 }
 
 /// A limiter's value is read as the scripts read it, or not at all: `+0`, ` 0` and
-/// `0 ` are "not a number" (every call fails on them), a number past 64 bits and a
-/// value longer than the CLI reads (257 bytes of `-000…05`) are said to be beyond it.
-/// `check` answers none of them (exit 1) where it said "would be granted", and
-/// `inspect` names each a problem rather than "missing"; a value of `i64::MAX` is
-/// inspected without a panic. An inflated value beside entries that left the window
-/// is rebuilt from the log, as the next call rebuilds it.
+/// `0 ` are "not a number" (every call fails on them), and a value longer than the CLI
+/// reads (257 bytes of `-000…05`) is said to be beyond it. `check` answers none of
+/// them (exit 1) where it said "would be granted", and `inspect` names each a problem
+/// rather than "missing"; a value of `i64::MAX` is inspected without a panic. An
+/// inflated value, beside entries that left the window or not, and a debt deeper than
+/// the log holds (past 64 bits either) are rebuilt from the log, as the next call
+/// rebuilds them.
 #[tokio::test]
 async fn values_are_read_as_the_scripts_read_them() {
     let server = RedisServer::start();
@@ -456,7 +457,6 @@ async fn values_are_read_as_the_scripts_read_them() {
         ("+0", "not a number"),
         (" 0", "not a number"),
         ("0 ", "not a number"),
-        ("9223372036854775808", "past 64 bits"),
         (long.as_str(), "longer than the CLI reads"),
     ] {
         let _: () = raw.set("{w}:value", value).await.unwrap();
@@ -474,18 +474,40 @@ async fn values_are_read_as_the_scripts_read_them() {
     // 1 000 stored, 2 permits left the window: rebuilt from the log (10 less the 3
     // held), as the next call rebuilds it, so 8 would be refused (7 available). Then
     // 1 000 stored again, nothing left the window since: rebuilt from the log too, as
-    // the next call rebuilds a value above the rate.
-    for stale in [true, false] {
+    // the next call rebuilds a value above the rate; so are a debt deeper than the log
+    // holds and numbers past 64 bits, which the scripts read as floats beyond any rate
+    // and log.
+    for (stale, inflated) in [
+        (true, "1000"),
+        (false, "1000"),
+        (false, "-1000"),
+        (false, "9223372036854775808"),
+        (false, "99999999999999999999"),
+        (false, "-9223372036854775809"),
+    ] {
         if stale {
             let now: (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
             let left_ms = now.0 * 1_000 - 120_000;
             let member = support::redisson_member(b"12345678", 2);
             let _: () = raw.zadd("{w}:permits", member, left_ms).await.unwrap();
         }
-        let _: () = raw.set("{w}:value", 1_000).await.unwrap();
+        let _: () = raw.set("{w}:value", inflated).await.unwrap();
         let out = redlimit(&url, &["check", "w", "--permits", "8"]);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-        assert!(text(&out).contains("7 available"), "{stale}: {}", text(&out));
+        assert!(
+            text(&out).contains("7 available"),
+            "{stale} {inflated}: {}",
+            text(&out)
+        );
+        let said = if inflated.len() > 18 {
+            "past 64 bits"
+        } else if inflated.starts_with('-') {
+            "deeper than the log"
+        } else {
+            "not the rate"
+        };
+        let shown = text(&redlimit(&url, &["inspect", "w"]));
+        assert!(shown.contains(said), "{inflated}: {shown}");
         assert!(
             !limiter.try_acquire(8).await.unwrap(),
             "the call refuses as check said"

@@ -108,7 +108,14 @@ fn diagnose_window(i: &mut Inspection, b: usize, config: &Config) {
         }
     }
     if let Some(value) = b.value {
-        if value < 0 {
+        if value < 0 && value.unsigned_abs() >= b.log.permits {
+            // Deeper than every grant in the log gives back: no wait ends it.
+            problems.push(format!(
+                "`{}` is {value}: a debt deeper than the log's {} can repay (permits lost); the next call rebuilds the value from the log",
+                b.value_key.key,
+                count(b.log.permits, "permit", "permits"),
+            ));
+        } else if value < 0 {
             // A debt, not damage (the sum below says whether the state is whole).
             notes.push(format!(
                 "`{}` is {value}: a debt of {} (grants settled beyond their estimates, or a rate lowered below what the window holds); calls are refused until grants holding {} more leave the window",
