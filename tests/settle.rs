@@ -942,6 +942,24 @@ async fn a_settle_on_state_a_call_refuses_writes_nothing_and_lands_once_mended()
             usize::from(late),
             "{name}: landed once"
         );
+        // A late excess is charged as one entry of its own, of the 45 beyond the
+        // estimate; a refund in the window, its grant gone with the keys, nothing.
+        let log: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg(format!("{{{name}}}:permits"))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let charged: Vec<(u8, u32)> = log
+            .iter()
+            .map(|m| {
+                let (id, permits) = m.split_at(m.len() - 4);
+                (id[id.len() - 1], u32::from_le_bytes(permits.try_into().unwrap()))
+            })
+            .collect();
+        let expected_log = if late { vec![(b'L', 45)] } else { Vec::new() };
+        assert_eq!(charged, expected_log, "{name}: charged once");
     }
 }
 
