@@ -1,10 +1,17 @@
 //! Rules: a limiter name with the configuration a call enforces on it.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::{Error, RateLimiterConfig, RateType, MAX_PERMITS};
+use crate::{RateLimiterConfig, RateType, MAX_PERMITS};
+
+mod memo;
+mod merge;
+
+use memo::{Memo, NAME, OVERRIDDEN, SETTINGS};
+pub use merge::MAX_RULES_PER_CALL;
+pub(crate) use merge::{check_rule_count, merge, Merged};
 
 /// One limit of a multi-rule decision ([`Client::check_rules`](crate::Client::check_rules)).
 ///
@@ -63,50 +70,6 @@ impl fmt::Debug for Rule {
             .finish()
     }
 }
-
-/// What a client learns of a rule on its first call and keeps for the next ones, so
-/// that a rule built once and called many times is checked and hashed once: that its
-/// name passed [`check_name`](crate::keys::check_name) ([`NAME`]) and its settings
-/// every check of them ([`SETTINGS`]), and its name's hash
-/// ([`name_hash`](crate::keys::name_hash); 0: not computed yet). Every setter clears
-/// [`SETTINGS`]; the name never changes. With the settings, their window and
-/// keep-alive in whole ms, which every decision reads. Not part of what a rule is: two
-/// rules that differ only here are equal.
-#[derive(Default)]
-struct Memo {
-    checked: AtomicU8,
-    hash: AtomicU64,
-    window_ms: [AtomicU64; 2],
-}
-
-/// [`Memo`]'s bit for a name found good.
-const NAME: u8 = 1;
-/// [`Memo`]'s bit for a rate and window taken from an override.
-const OVERRIDDEN: u8 = 4;
-/// [`Memo`]'s bit for settings found good.
-const SETTINGS: u8 = 2;
-
-impl Clone for Memo {
-    fn clone(&self) -> Self {
-        Memo {
-            // (Acquire: the window kept before the bits were set comes with them)
-            checked: AtomicU8::new(self.checked.load(Ordering::Acquire)),
-            hash: AtomicU64::new(self.hash.load(Ordering::Relaxed)),
-            window_ms: self
-                .window_ms
-                .each_ref()
-                .map(|ms| AtomicU64::new(ms.load(Ordering::Relaxed))),
-        }
-    }
-}
-
-impl PartialEq for Memo {
-    fn eq(&self, _: &Memo) -> bool {
-        true
-    }
-}
-
-impl Eq for Memo {}
 
 /// A token bucket's shape: the most tokens it holds, and its warm-up in milliseconds
 /// (0: none): what a token-bucket rule and its decision carry.
@@ -502,84 +465,6 @@ impl Rule {
     pub fn overdraft_cap(&self) -> Option<u64> {
         self.max_overdraft
     }
-}
-
-/// Rules of one call that name the same limiter, decided as one: a limiter has one
-/// config, and a caller choosing equal values for two templates must not get
-/// either rule switched off, nor every call refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Merged {
-    /// The first of the rules (its index is the one reported as refusing).
-    pub first: usize,
-    /// The rule whose config is enforced: the strictest of them.
-    pub config: usize,
-    /// Permits taken: the largest of the rules', at most the enforced rate.
-    pub permits: u64,
-}
-
-/// The most rules one call decides: in Redis a call is one script run (on a cluster,
-/// one per slot), which holds the server while it runs, longer the more rules.
-pub const MAX_RULES_PER_CALL: usize = 256;
-
-/// `rules` refused when they are more than one call decides.
-pub(crate) fn check_rule_count(rules: &[Rule]) -> Result<(), Error> {
-    match rules.len() {
-        0..=MAX_RULES_PER_CALL => Ok(()),
-        n => Err(Error::TooManyRules {
-            rules: n,
-            most: MAX_RULES_PER_CALL,
-        }),
-    }
-}
-
-/// One [`Merged`] per distinct limiter name, in order of first appearance.
-pub(crate) fn merge(rules: &[Rule]) -> Vec<Merged> {
-    let mut merged: Vec<Merged> = Vec::with_capacity(rules.len());
-    for (i, rule) in rules.iter().enumerate() {
-        let same =
-            |m: &Merged| rules[m.first].name == rule.name && rules[m.first].algorithm == rule.algorithm;
-        match merged.iter_mut().find(|m| same(m)) {
-            None => merged.push(Merged {
-                first: i,
-                config: i,
-                permits: rule.permits,
-            }),
-            Some(m) => {
-                if stricter(rule, &rules[m.config]) {
-                    m.config = i;
-                }
-                m.permits = m.permits.max(rule.permits);
-            }
-        }
-    }
-    for m in &mut merged {
-        m.permits = m.permits.min(rules[m.config].most_permits());
-    }
-    merged
-}
-
-/// Whether `a` grants less than `b`: shared by every client rather than per client,
-/// then a lower long-run rate (rate / interval), then a smaller rate (burst), then (for
-/// token buckets) a smaller capacity.
-fn stricter(a: &Rule, b: &Rule) -> bool {
-    let (ca, cb) = (&a.config, &b.config);
-    if stricter_config(ca, cb) || stricter_config(cb, ca) {
-        return stricter_config(ca, cb);
-    }
-    a.most_permits() < b.most_permits()
-}
-
-fn stricter_config(a: &RateLimiterConfig, b: &RateLimiterConfig) -> bool {
-    let shared = |c: &RateLimiterConfig| c.rate_type == RateType::Overall;
-    if shared(a) != shared(b) {
-        return shared(a);
-    }
-    let long_run = |x: &RateLimiterConfig, y: &RateLimiterConfig| u128::from(x.rate) * y.interval.as_millis();
-    let (ab, ba) = (long_run(a, b), long_run(b, a));
-    if ab != ba {
-        return ab < ba;
-    }
-    a.rate < b.rate
 }
 
 #[cfg(test)]

@@ -1,0 +1,84 @@
+//! A call's rules merged by the limiter they name: rules naming one limiter are decided
+//! as one, on the strictest of their configs, and a call holds at most
+//! [`MAX_RULES_PER_CALL`] rules.
+
+use super::Rule;
+use crate::{Error, RateLimiterConfig, RateType};
+
+/// Rules of one call that name the same limiter, decided as one: a limiter has one
+/// config, and a caller choosing equal values for two templates must not get
+/// either rule switched off, nor every call refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Merged {
+    /// The first of the rules (its index is the one reported as refusing).
+    pub first: usize,
+    /// The rule whose config is enforced: the strictest of them.
+    pub config: usize,
+    /// Permits taken: the largest of the rules', at most the enforced rate.
+    pub permits: u64,
+}
+
+/// The most rules one call decides: in Redis a call is one script run (on a cluster,
+/// one per slot), which holds the server while it runs, longer the more rules.
+pub const MAX_RULES_PER_CALL: usize = 256;
+
+/// `rules` refused when they are more than one call decides.
+pub(crate) fn check_rule_count(rules: &[Rule]) -> Result<(), Error> {
+    match rules.len() {
+        0..=MAX_RULES_PER_CALL => Ok(()),
+        n => Err(Error::TooManyRules {
+            rules: n,
+            most: MAX_RULES_PER_CALL,
+        }),
+    }
+}
+
+/// One [`Merged`] per distinct limiter name, in order of first appearance.
+pub(crate) fn merge(rules: &[Rule]) -> Vec<Merged> {
+    let mut merged: Vec<Merged> = Vec::with_capacity(rules.len());
+    for (i, rule) in rules.iter().enumerate() {
+        let same =
+            |m: &Merged| rules[m.first].name == rule.name && rules[m.first].algorithm == rule.algorithm;
+        match merged.iter_mut().find(|m| same(m)) {
+            None => merged.push(Merged {
+                first: i,
+                config: i,
+                permits: rule.permits,
+            }),
+            Some(m) => {
+                if stricter(rule, &rules[m.config]) {
+                    m.config = i;
+                }
+                m.permits = m.permits.max(rule.permits);
+            }
+        }
+    }
+    for m in &mut merged {
+        m.permits = m.permits.min(rules[m.config].most_permits());
+    }
+    merged
+}
+
+/// Whether `a` grants less than `b`: shared by every client rather than per client,
+/// then a lower long-run rate (rate / interval), then a smaller rate (burst), then (for
+/// token buckets) a smaller capacity.
+fn stricter(a: &Rule, b: &Rule) -> bool {
+    let (ca, cb) = (&a.config, &b.config);
+    if stricter_config(ca, cb) || stricter_config(cb, ca) {
+        return stricter_config(ca, cb);
+    }
+    a.most_permits() < b.most_permits()
+}
+
+fn stricter_config(a: &RateLimiterConfig, b: &RateLimiterConfig) -> bool {
+    let shared = |c: &RateLimiterConfig| c.rate_type == RateType::Overall;
+    if shared(a) != shared(b) {
+        return shared(a);
+    }
+    let long_run = |x: &RateLimiterConfig, y: &RateLimiterConfig| u128::from(x.rate) * y.interval.as_millis();
+    let (ab, ba) = (long_run(a, b), long_run(b, a));
+    if ab != ba {
+        return ab < ba;
+    }
+    a.rate < b.rate
+}
