@@ -331,6 +331,43 @@ async fn release_gives_back_from_the_newest_grants_and_keeps_the_sum() {
     assert_eq!(limiter.available_permits().await.unwrap(), 10);
 }
 
+/// Members of 0 permits (Redisson's `tryAcquire(0)` logs one when the value is not
+/// negative) hold none: a release passes them to the grants that hold its permits, and
+/// removes them, as Redisson's release does. Before, it read as many of the newest
+/// members as the permits it gave back: 7 of 8 past one of 0 permits, 0 of 8 past
+/// eight.
+#[tokio::test]
+async fn release_passes_members_of_no_permits() {
+    let (_server, client, clock, mut raw) = setup().await;
+    for zeros in [1u8, 8, 40] {
+        let name = format!("zeros:{zeros}");
+        let limiter = client.rate_limiter(&name);
+        limiter.try_set_rate(RateType::Overall, 10, MIN).await.unwrap();
+        for _ in 0..8 {
+            assert!(limiter.try_acquire(1).await.unwrap());
+        }
+        clock.advance(Duration::from_secs(1));
+        for id in 0..zeros {
+            let _: () = raw
+                .zadd(format!("{{{name}}}:permits"), member(id, 0), clock.now_ms())
+                .await
+                .unwrap();
+        }
+        limiter.release(8).await.unwrap();
+        let value: String = raw.get(format!("{{{name}}}:value")).await.unwrap();
+        assert_eq!(value, "10", "{zeros}: min(rate, 2 + 8), as Redisson's formula");
+        let log: Vec<Vec<u8>> = raw.zrange(format!("{{{name}}}:permits"), 0, -1).await.unwrap();
+        assert!(
+            log.is_empty(),
+            "{zeros}: the grants taken and the empty members gone: {log:?}"
+        );
+        assert_eq!(java_available_permits(&mut raw, &name, clock.now_ms()).await, 10);
+        // Nothing comes back twice when the window passes.
+        clock.advance(MIN);
+        assert_eq!(limiter.available_permits().await.unwrap(), 10, "{zeros}");
+    }
+}
+
 #[tokio::test]
 async fn release_on_the_in_process_backend_matches() {
     let clock = ManualClock::new(T0);

@@ -79,26 +79,35 @@ else
     value = rate - live_permits()
   end
 end
--- the newest grants the permits are taken from, checked before any write
+-- The newest grants the permits are taken from, read and checked before any write:
+-- as many as may hold them, then more while they hold too few. A member of 0 permits
+-- (Redisson's tryAcquire(0) logs one) holds none: it is passed, and removed with the
+-- grants taken from, as Redisson's release removes it; each is read once so.
 local left = tonumber(ARGV[1])
-local newest = redis.call('zrevrange', pkey, 0, left - 1, 'withscores')
-local log = {}
-for j = 1, #newest, 2 do
-  if tonumber(newest[j + 1]) <= cutoff then break end
-  permits_of(newest[j])
-  log[#log + 1] = { newest[j], newest[j + 1] }
+local log, held, start = {}, 0, 0
+while held < left do
+  local want = left - held
+  local page = redis.call('zrevrange', pkey, start, start + want - 1, 'withscores')
+  for j = 1, #page, 2 do
+    if tonumber(page[j + 1]) <= cutoff then
+      page = {}
+      break
+    end
+    local permits, len = permits_of(page[j])
+    log[#log + 1] = { page[j], page[j + 1], permits, len }
+    held = held + permits
+  end
+  if #page < 2 * want then break end
+  start = start + want
 end
 if stale > 0 then
   redis.call('zremrangebyrank', pkey, 0, stale - 1)
 end
 
--- Take the permits out of the newest grants (each holds at least one permit, so the
--- `left` newest hold enough).
 local taken = 0
 for _, entry in ipairs(log) do
   if left <= 0 then break end
-  local member, score = entry[1], entry[2]
-  local permits, len = permits_of(member)
+  local member, score, permits, len = entry[1], entry[2], entry[3], entry[4]
   redis.call('zrem', pkey, member)
   if permits > left then
     local rest = permits - left
