@@ -41,10 +41,19 @@ pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<I
     } else {
         None
     };
-    let interval_ms = config.as_ref().map_or(0, |c| c.interval_ms);
     let value_key = suffix(name, "value");
     let log_key = suffix(name, "permits");
-    let mut buckets = vec![bucket(store, None, value_key.clone(), log_key.clone(), now, interval_ms).await?];
+    let mut buckets = vec![
+        bucket(
+            store,
+            None,
+            value_key.clone(),
+            log_key.clone(),
+            now,
+            config.as_ref(),
+        )
+        .await?,
+    ];
     let (clients, window_client_keys) = window_clients(store, &value_key, &log_key).await?;
     let (token_buckets, token_clients) = token_keys(store, name, now, client_limit).await?;
     let client_keys = window_client_keys + token_clients;
@@ -56,7 +65,7 @@ pub async fn inspect(store: &Store, name: &str, client_limit: usize) -> Result<I
                 format!("{value_key}:{client}"),
                 format!("{log_key}:{client}"),
                 now,
-                interval_ms,
+                config.as_ref(),
             )
             .await?,
         );

@@ -2,14 +2,16 @@
 //! from a limiter's stored state (a window's value and log, a bucket's tokens).
 //! Read-only: nothing is taken or released.
 
+use redlimit_runtime::algorithm::call_time::settle_time;
+use redlimit_runtime::algorithm::window::{self, Log};
 use redlimit_runtime::keys::suffix;
 use redlimit_runtime::member::decode_permits;
 use redlimit_runtime::Error;
 
-use crate::inspect::{read_config, token_keys};
+use crate::inspect::{read_config, token_keys, Config};
 use crate::shown::shown;
 use crate::store::{server_now, unread_value, value_for_call, Store};
-use crate::words::{not_found, per_client};
+use crate::words::{count, not_found, per_client};
 
 /// Whether `permits` would be granted now, read from the stored state (nothing is
 /// taken or released), and when they would be when not.
@@ -73,57 +75,94 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         },
     };
     let log_key = suffix(name, "permits");
-    let mut grants: Vec<(i64, i64)> = Vec::new();
+    let mut log = Log::new();
+    let mut unread = 0u64;
     store
-        .each_in_log(&log_key, |member, score| {
-            if let Some(permits) = decode_permits(member) {
-                grants.push((score as i64, i64::from(permits)));
-            }
+        .each_in_log(&log_key, |member, score| match grant(member, score) {
+            Some(grant) => log.push_back(grant),
+            None => unread += 1,
         })
         .await?;
-    let in_window = |t: i64| t > now.saturating_sub(config.interval_ms);
-    let expired: i64 = grants
-        .iter()
-        .filter(|(t, _)| !in_window(*t))
-        .map(|(_, p)| p)
-        .sum();
-    let held: i64 = grants.iter().filter(|(t, _)| in_window(*t)).map(|(_, p)| p).sum();
-    // As the next call would find it: a missing value rebuilt from the log; what left
-    // the window given back, or the value rebuilt from the log when that would pass
-    // the rate (one inflated by hand, or read before a grant released more; above the
-    // rate with nothing released too); else the value as it is.
-    let room = config.rate.saturating_sub(held);
-    let mut available = match value {
-        None => room,
-        Some(v) if v.saturating_add(expired) > config.rate => room,
-        Some(v) => v.saturating_add(expired),
-    };
-    let permits = permits as i64;
-    let mut window: Vec<&(i64, i64)> = grants.iter().filter(|(t, _)| in_window(*t)).collect();
-    window.sort();
-    // When the grants in the window will have given back enough for `permits` on top
-    // of `available`: `None` when they hold too few.
-    let wait_for = |available: i64| {
-        let mut returned = 0i64;
-        window.iter().find_map(|(t, p)| {
-            returned = returned.saturating_add(*p);
-            (available.saturating_add(returned) >= permits)
-                .then(|| t.saturating_add(config.interval_ms).saturating_sub(now))
-        })
-    };
+    if unread > 0 {
+        return Ok(Err(format!(
+            "`{}` holds {} (`inspect {}` shows what is wrong)",
+            shown(&log_key),
+            count(
+                unread,
+                "member that does not decode (a call fails on it) or a score that is no time",
+                "members that do not decode (a call fails on them) or scores that are no time"
+            ),
+            shown(name)
+        )));
+    }
+    if let Some(problem) = config_refused(&config) {
+        return Ok(Err(format!("`{}`: {problem}", shown(name))));
+    }
+    let permits = i64::try_from(permits).unwrap_or(i64::MAX);
+    if permits > config.rate {
+        return Ok(Err(format!(
+            "{permits} permits are more than `{}`'s rate of {}: a call of them fails",
+            shown(name),
+            config.rate
+        )));
+    }
+    Ok(Ok(next_call(&log, value, &config, now, permits)))
+}
+
+/// A log member and its score as a call reads them: `(score, permits)`, a score
+/// before 1970 as 0 and a fraction of a ms as the next ms (each leaves the window when
+/// a call finds it left); `None` for a member that does not decode, which fails a
+/// call, or a score this tool does not count from (infinite, where a call's wait is
+/// no number its reply holds, or past 2^62 ms).
+pub fn grant(member: &[u8], score: f64) -> Option<(u64, u32)> {
+    let permits = decode_permits(member)?;
+    (score.is_finite() && score <= (1u64 << 62) as f64).then_some((score.ceil().max(0.0) as u64, permits))
+}
+
+/// Why a call refuses the stored config, as the scripts check it; `None` when it
+/// does not.
+pub fn config_refused(config: &Config) -> Option<String> {
+    let exact = 1..=MAX_EXACT as i64;
+    if !exact.contains(&config.rate)
+        || !exact.contains(&config.interval_ms)
+        || !(0..=1).contains(&config.mode)
+    {
+        return Some(format!(
+            "a config every call refuses (rate {}, interval {} ms, type {}: rate and interval 1 to 2^53, type 0 or 1)",
+            config.rate, config.interval_ms, config.mode
+        ));
+    }
+    None
+}
+
+/// 2^53: the scripts' doubles count exactly up to here.
+const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
+
+/// What a call of `permits` finds in a sliding window's `value` and `log` at `now`
+/// (its config as [`config_refused`] accepts it): the scripts' steps, in the Rust twin
+/// they are held equal to (the in-process backend's), writing nothing.
+pub fn next_call(log: &Log, value: Option<i64>, config: &Config, now: i64, permits: i64) -> Peek {
+    let (rate, interval) = (config.rate, config.interval_ms);
+    // settle_time: a grant up to REORDER_MS ahead of the clock moves the call's time to it
+    let now = u64::try_from(now).unwrap_or(0);
+    let newest = log.back().map_or(now, |&(score, _)| score.max(now));
+    let now = settle_time(newest, now) as i64;
+    let (skip, released) = window::stale(log, now - interval);
+    let live = log.iter().skip(skip).map(|&(_, p)| i64::from(p)).sum::<i64>();
+    let (mut available, _) = window::plan_value(value, false, released, live, rate);
     let mut retry_after_ms = None;
-    if available < permits && permits <= config.rate {
-        retry_after_ms = wait_for(available);
+    if let Some(need) = window::lacking(available, 0, permits) {
+        retry_after_ms = window::wait_for(log, skip, need, interval, now, 0);
         if retry_after_ms.is_none() {
-            // A debt deeper than the log holds (permits lost): as the call does, the
-            // value is rebuilt from the log, the authority.
-            available = room;
-            retry_after_ms = (available < permits).then(|| wait_for(available).unwrap_or(config.interval_ms));
+            // Value and log disagree (permits lost): the log is the authority.
+            available = rate - live;
+            retry_after_ms = window::lacking(available, 0, permits)
+                .map(|need| window::wait_for(log, skip, need, interval, now, 0).unwrap_or(interval));
         }
     }
-    Ok(Ok(Peek {
-        allowed: available >= permits,
+    Peek {
+        allowed: retry_after_ms.is_none(),
         available,
         retry_after_ms,
-    }))
+    }
 }

@@ -32,14 +32,28 @@ pub fn limiter_value(text: &str) -> Option<i64> {
 }
 
 /// A limiter's value as the next call uses it, when the scripts read it and it was read
-/// whole: a number past 64 bits (which the scripts read as a float) is beyond what any
-/// rate and its log hold, which the call rebuilds from the log, so it is `i64::MAX` or
-/// `i64::MIN` here.
+/// whole: past 2^53 as the scripts read it, a double, and past 2^62 (beyond any rate
+/// and any log, 2^53 at most) as 2^62, so that the call's arithmetic stays in 64 bits.
 pub fn value_for_call(text: &str) -> Option<i64> {
-    match limiter_value(text) {
-        None if scripts_read(text) => Some(if text.starts_with('-') { i64::MIN } else { i64::MAX }),
-        read => read,
-    }
+    const BEYOND: i64 = 1 << 62;
+    let negative = text.starts_with('-');
+    let read = match limiter_value(text) {
+        Some(read) => read,
+        None if scripts_read(text) => {
+            if negative {
+                i64::MIN
+            } else {
+                i64::MAX
+            }
+        }
+        None => return None,
+    };
+    let read = if read.unsigned_abs() > 1 << 53 {
+        read as f64 as i64
+    } else {
+        read
+    };
+    Some(read.clamp(-BEYOND, BEYOND))
 }
 
 /// Why a limiter's value that is there is not read as one: what the CLI says of it.
@@ -47,8 +61,8 @@ pub fn unread_value(text: &str) -> &'static str {
     if text.ends_with('…') {
         "a value longer than the CLI reads: what a call would do is not said here"
     } else if scripts_read(text) {
-        "a number past 64 bits, beyond what any rate and its log hold: the next call \
-         rebuilds it from the log"
+        "a number past 64 bits, which the scripts read as a float: `available now` is what \
+         a call finds"
     } else {
         "not a number: every call of the limiter fails until it is reset"
     }

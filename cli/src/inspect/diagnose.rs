@@ -108,20 +108,13 @@ fn diagnose_window(i: &mut Inspection, b: usize, config: &Config) {
         }
     }
     if let Some(value) = b.value {
-        if value < 0 && value.unsigned_abs() >= b.log.permits {
-            // Deeper than every grant in the log gives back: no wait ends it.
-            problems.push(format!(
-                "`{}` is {value}: a debt deeper than the log's {} can repay (permits lost); the next call rebuilds the value from the log",
-                b.value_key.key,
-                count(b.log.permits, "permit", "permits"),
-            ));
-        } else if value < 0 {
-            // A debt, not damage (the sum below says whether the state is whole).
+        if value < 0 {
+            // A debt, not damage (the sum below says whether the state is whole; what a
+            // call finds is `available now`, and `check` says when one is granted).
             notes.push(format!(
-                "`{}` is {value}: a debt of {} (grants settled beyond their estimates, or a rate lowered below what the window holds); calls are refused until grants holding {} more leave the window",
+                "`{}` is {value}: a debt of {} (grants settled beyond their estimates, or a rate lowered below what the window holds); `check` says when a call is granted again",
                 b.value_key.key,
                 count(value.unsigned_abs(), "permit", "permits"),
-                value.unsigned_abs() + 1
             ));
         }
         let sum = value.saturating_add(i64::try_from(b.log.permits).unwrap_or(i64::MAX));
@@ -145,7 +138,7 @@ fn diagnose_window(i: &mut Inspection, b: usize, config: &Config) {
     }
     if b.log.undecodable > 0 {
         problems.push(format!(
-            "{} members of `{}` do not decode as grants",
+            "{} members of `{}` do not decode as grants or have scores that are no time",
             b.log.undecodable, b.log_key.key
         ));
     }

@@ -3,8 +3,8 @@
 //! and state. Read-only: nothing is written or released.
 
 use redis::AsyncCommands;
+use redlimit_runtime::algorithm::window;
 use redlimit_runtime::keys::suffix;
-use redlimit_runtime::member::decode_permits;
 use redlimit_runtime::Error;
 
 use crate::store::{glob_escape, Store};
@@ -107,18 +107,21 @@ pub struct Log {
     pub newest_ms: Option<i64>,
     /// When the oldest grant still in the window leaves it.
     pub next_release_ms: Option<i64>,
+    /// The grants as a call reads them, oldest first (those that decode).
+    pub grants: window::Log,
 }
 
 async fn read_log(store: &Store, key: &str, now: i64, interval_ms: i64) -> Result<Log, Error> {
     let mut log = Log::default();
     store
         .each_in_log(key, |member, score| {
-            let score = score as i64;
             log.entries += 1;
-            let Some(permits) = decode_permits(member) else {
+            let Some(grant) = crate::peek::grant(member, score) else {
                 log.undecodable += 1;
                 return;
             };
+            log.grants.push_back(grant);
+            let (score, permits) = (grant.0 as i64, grant.1);
             let permits = u64::from(permits);
             log.permits += permits;
             log.oldest_ms = Some(log.oldest_ms.map_or(score, |o| o.min(score)));
@@ -145,6 +148,9 @@ pub struct Bucket {
     pub unread: Option<String>,
     pub log_key: KeyState,
     pub log: Log,
+    /// The permits a call finds available now (`crate::peek::next_call`); `None` when a
+    /// call fails on the state, or there is no config.
+    pub available_now: Option<i64>,
 }
 
 /// One token bucket's key and state (overall, or one client's).
@@ -209,8 +215,9 @@ pub(super) async fn bucket(
     value_key: String,
     log_key: String,
     now: i64,
-    interval_ms: i64,
+    config: Option<&Config>,
 ) -> Result<Bucket, Error> {
+    let interval_ms = config.map_or(0, |c| c.interval_ms);
     let value_state = key_state(store, &value_key).await?;
     let value: Option<String> = if value_state.kind == "string" {
         store.short_string(&value_key).await?
@@ -223,6 +230,20 @@ pub(super) async fn bucket(
     } else {
         Log::default()
     };
+    // (a key of another type fails a call too)
+    let readable = log.undecodable == 0
+        && matches!(value_state.kind.as_str(), "string" | "none")
+        && matches!(log_state.kind.as_str(), "zset" | "none");
+    let for_call = match &value {
+        None => Some(None),
+        Some(text) => crate::store::value_for_call(text).map(Some),
+    };
+    let available_now = match (config, for_call) {
+        (Some(config), Some(for_call)) if readable && crate::peek::config_refused(config).is_none() => {
+            Some(crate::peek::next_call(&log.grants, for_call, config, now, 1).available)
+        }
+        _ => None,
+    };
     Ok(Bucket {
         client,
         value_key: value_state,
@@ -230,6 +251,7 @@ pub(super) async fn bucket(
         unread: value.filter(|text| crate::store::limiter_value(text).is_none()),
         log_key: log_state,
         log,
+        available_now,
     })
 }
 

@@ -189,17 +189,17 @@ impl Inspection {
                 out.line("client", client.clone());
             }
             let who = if b.client.is_some() { "" } else { "overall" };
-            let available = b.value.map_or("-".to_owned(), |v| {
-                (v + (b.log.permits - b.log.in_window_permits) as i64).to_string()
-            });
+            let available = b.available_now.map_or("-".to_owned(), |v| v.to_string());
             out.line(
                 who,
                 format!(
                     "value {}, available now {available}; log {}, {} in the window ({})",
-                    b.value.map_or("missing".to_owned(), |v| match v {
-                        v if v < 0 => format!("{v} (a debt)"),
-                        v => v.to_string(),
-                    }),
+                    match (b.value, &b.unread) {
+                        (Some(v), _) if v < 0 => format!("{v} (a debt)"),
+                        (Some(v), _) => v.to_string(),
+                        (None, Some(text)) => format!("{text:?} (not read as a value)"),
+                        (None, None) => "missing".to_owned(),
+                    },
                     count(b.log.entries, "entry", "entries"),
                     count(b.log.in_window_permits, "permit", "permits"),
                     count(b.log.in_window_entries, "entry", "entries")
