@@ -82,8 +82,13 @@ end
 -- The newest grants the permits are taken from, read and checked before any write:
 -- as many as may hold them, then more while they hold too few. A member of 0 permits
 -- (Redisson's tryAcquire(0) logs one) holds none: it is passed, and removed with the
--- grants taken from, as Redisson's release removes it; each is read once so.
+-- grants taken from, so that each is read once. No more than the rate is taken (the
+-- log holds no more): a count past it reads as the rate.
+if not string.find(ARGV[1], '^[1-9]%d*$') then
+  error('redlimit:bad_argument:1 permits ' .. ARGV[1], 0)
+end
 local left = tonumber(ARGV[1])
+if left > rate then left = rate end
 local log, held, start = {}, 0, 0
 while held < left do
   local want = left - held
@@ -108,8 +113,9 @@ local taken = 0
 for _, entry in ipairs(log) do
   if left <= 0 then break end
   local member, score, permits, len = entry[1], entry[2], entry[3], entry[4]
-  redis.call('zrem', pkey, member)
   if permits > left then
+    -- the shrunk member first: removing the log's only member first would delete the
+    -- key, and the member added after would make it again without its expiry
     local rest = permits - left
     local shrunk = string.sub(member, 1, len + 1)
       .. string.char(rest % 256, math.floor(rest / 256) % 256, math.floor(rest / 65536) % 256,
@@ -117,6 +123,7 @@ for _, entry in ipairs(log) do
     redis.call('zadd', pkey, score, shrunk)
     permits = left
   end
+  redis.call('zrem', pkey, member)
   taken = taken + permits
   left = left - permits
 end
