@@ -56,48 +56,11 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
         return Ok(Err(per_client(name)));
     }
     let now = server_now(store).await?;
-    // The value first, then the log: a grant made while the log is read moves what
-    // left the window into the value, where it is not counted twice.
-    let value_key = suffix(name, "value");
-    let value = match store.short_string(&value_key).await? {
-        None => None,
-        Some(text) => match value_for_call(&text) {
-            Some(value) => Some(value),
-            None => {
-                return Ok(Err(format!(
-                    "`{}` holds {:?}, {} (`inspect {}` shows what is wrong)",
-                    shown(&value_key),
-                    text,
-                    unread_value(&text),
-                    shown(name)
-                )))
-            }
-        },
+    let (value_key, log_key) = (suffix(name, "value"), suffix(name, "permits"));
+    let read = match read_window(store, name, &config, &value_key, &log_key).await? {
+        Ok(read) => read,
+        Err(problem) => return Ok(Err(problem)),
     };
-    let log_key = suffix(name, "permits");
-    let mut log = Log::new();
-    let mut unread = 0u64;
-    store
-        .each_in_log(&log_key, |member, score| match grant(member, score) {
-            Some(grant) => log.push_back(grant),
-            None => unread += 1,
-        })
-        .await?;
-    if unread > 0 {
-        return Ok(Err(format!(
-            "`{}` holds {} (`inspect {}` shows what is wrong)",
-            shown(&log_key),
-            count(
-                unread,
-                "member that does not decode (a call fails on it) or a score that is no time",
-                "members that do not decode (a call fails on them) or scores that are no time"
-            ),
-            shown(name)
-        )));
-    }
-    if let Some(problem) = config_refused(&config) {
-        return Ok(Err(format!("`{}`: {problem}", shown(name))));
-    }
     let permits = i64::try_from(permits).unwrap_or(i64::MAX);
     if permits > config.rate {
         return Ok(Err(format!(
@@ -106,40 +69,101 @@ pub async fn peek(store: &Store, name: &str, permits: u64) -> Result<Result<Peek
             config.rate
         )));
     }
-    Ok(Ok(next_call(&log, value, &config, now, permits)))
+    Ok(Ok(next_call(&read.1, read.0, &config, now, permits)))
 }
 
-/// A log member and its score as a call reads them: `(score, permits)`, a score
-/// before 1970 as 0 and a fraction of a ms as the next ms (each leaves the window when
-/// a call finds it left); `None` for a member that does not decode, which fails a
-/// call, or a score this tool does not count from (infinite, where a call's wait is
-/// no number its reply holds, or past 2^62 ms).
-pub fn grant(member: &[u8], score: f64) -> Option<(u64, u32)> {
-    let permits = decode_permits(member)?;
-    (score.is_finite() && score <= (1u64 << 62) as f64).then_some((score.ceil().max(0.0) as u64, permits))
-}
-
-/// Why a call refuses the stored config, as the scripts check it; `None` when it
-/// does not.
-pub fn config_refused(config: &Config) -> Option<String> {
-    let exact = 1..=MAX_EXACT as i64;
-    if !exact.contains(&config.rate)
-        || !exact.contains(&config.interval_ms)
-        || !(0..=1).contains(&config.mode)
-    {
-        return Some(format!(
-            "a config every call refuses (rate {}, interval {} ms, type {}: rate and interval 1 to 2^53, type 0 or 1)",
-            config.rate, config.interval_ms, config.mode
+/// A window's value and log as a call reads them (value_for_call, grant), read as one
+/// moment holds them ([`Store::window`]); `Err` with what to say when a call fails on
+/// them, or when they are past what this tool counts as the scripts do.
+pub async fn read_window(
+    store: &Store,
+    name: &str,
+    config: &Config,
+    value_key: &str,
+    log_key: &str,
+) -> Result<Result<(Option<i64>, Log), String>, Error> {
+    let see = |what: String| {
+        Ok(Err(format!(
+            "{what} (`inspect {}` shows what is wrong)",
+            shown(name)
+        )))
+    };
+    if let Some(problem) = &config.call_refuses {
+        return see(format!(
+            "`{}` is a config every call refuses: {problem}",
+            shown(name)
         ));
     }
-    None
+    if config.rate > 1 << 52 {
+        return see(format!(
+            "`{}` has a rate past 2^52, where the scripts' doubles round: what a call finds is not said here",
+            shown(name)
+        ));
+    }
+    let kinds: (String, String) = store.types(value_key, log_key).await?;
+    for (key, kind, expected) in [(value_key, &kinds.0, "string"), (log_key, &kinds.1, "zset")] {
+        if kind != "none" && kind != expected {
+            return see(format!(
+                "`{}` is a {kind}, not a {expected}: every call of the limiter fails on it",
+                shown(key)
+            ));
+        }
+    }
+    let window = store.window(value_key, log_key).await?;
+    let value = match window.value {
+        None => None,
+        Some(text) => match value_for_call(&text) {
+            Some(value) => Some(value),
+            None => {
+                return see(format!(
+                    "`{}` holds {text:?}, {}",
+                    shown(value_key),
+                    unread_value(&text)
+                ))
+            }
+        },
+    };
+    let mut log = Log::new();
+    let (mut undecodable, mut untimed) = (0u64, 0u64);
+    for (member, score) in &window.log {
+        match (decode_permits(member), timed(*score)) {
+            (None, _) => undecodable += 1,
+            (_, None) => untimed += 1,
+            (Some(permits), Some(score)) => log.push_back((score, permits)),
+        }
+    }
+    if undecodable > 0 {
+        return see(format!(
+            "`{}` holds {} (a call that reads one fails)",
+            shown(log_key),
+            count(
+                undecodable,
+                "member that does not decode",
+                "members that do not decode"
+            )
+        ));
+    }
+    if untimed > 0 || log.iter().map(|&(_, p)| u64::from(p)).sum::<u64>() > 1 << 52 {
+        return see(format!(
+            "`{}` holds scores that are no time in ms, or more permits than 2^52, which no limiter writes: what a call finds is not said here",
+            shown(log_key)
+        ));
+    }
+    Ok(Ok((value, log)))
+}
+
+/// A log score as the scripts write one, a whole ms from 0 to 2^53; `None` for any
+/// other (a fraction, a negative, an infinite one), which no limiter writes and whose
+/// arithmetic in the scripts' doubles this tool does not follow.
+fn timed(score: f64) -> Option<u64> {
+    (score.fract() == 0.0 && (0.0..=MAX_EXACT).contains(&score)).then_some(score as u64)
 }
 
 /// 2^53: the scripts' doubles count exactly up to here.
 const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
 
 /// What a call of `permits` finds in a sliding window's `value` and `log` at `now`
-/// (its config as [`config_refused`] accepts it): the scripts' steps, in the Rust twin
+/// (as [`read_window`] reads them): the scripts' steps, in the Rust twin
 /// they are held equal to (the in-process backend's), writing nothing.
 pub fn next_call(log: &Log, value: Option<i64>, config: &Config, now: i64, permits: i64) -> Peek {
     let (rate, interval) = (config.rate, config.interval_ms);

@@ -17,6 +17,16 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of a string key the CLI reads: a limiter's value or a bucket's state fits.
 pub const SHORT_VALUE: isize = 256;
 
+/// The first [`SHORT_VALUE`] bytes of a string read with one more, as text (each byte
+/// that is not UTF-8 replaced), `…` after them when there was more.
+fn shortened(head: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(&head[..head.len().min(SHORT_VALUE as usize)]).into_owned();
+    if head.len() > SHORT_VALUE as usize {
+        text.push('…');
+    }
+    text
+}
+
 /// Whether the scripts read `text` as a limiter's value: an optional `-` and digits,
 /// nothing else (no `+`, no spaces). On anything else every call of the limiter
 /// fails until it is reset.
@@ -70,6 +80,20 @@ pub fn unread_value(text: &str) -> &'static str {
 
 /// How many entries of a limiter's log one command reads.
 pub const LOG_RANGE: isize = 1_000;
+
+/// The most entries of a log read with its value in one transaction
+/// ([`Store::window`]); a longer log is read in ranges after the value.
+pub const SNAPSHOT_LOG: isize = 10_000;
+
+/// A sliding window's value (as [`Store::short_string`] reads it) and its log, read
+/// together.
+pub struct Window {
+    pub value: Option<String>,
+    pub log: Entries,
+}
+
+/// A log's members and their scores, oldest first.
+pub type Entries = Vec<(Vec<u8>, f64)>;
 
 /// The settings every command connects with.
 pub fn builder() -> ClientBuilder {
@@ -186,12 +210,47 @@ impl Store {
         if head.is_empty() && !conn.exists::<_, bool>(key).await.map_err(|e| self.fail(e))? {
             return Ok(None);
         }
-        let cut = head.len() > SHORT_VALUE as usize;
-        let mut text = String::from_utf8_lossy(&head[..head.len().min(SHORT_VALUE as usize)]).into_owned();
-        if cut {
-            text.push('…');
+        Ok(Some(shortened(&head)))
+    }
+
+    /// The value `value_key` and the log `log_key` of one window (both keys of one
+    /// limiter, in one cluster slot) as one moment holds them: in one transaction when
+    /// the log holds at most [`SNAPSHOT_LOG`] entries, so that no call lands between
+    /// the reads (a call moving what left the window from the log into the value would
+    /// otherwise be seen in neither); a longer log is read in ranges after the value
+    /// ([`Store::each_in_log`]). Either key of another type is an error.
+    pub async fn window(&self, value_key: &str, log_key: &str) -> Result<Window, Error> {
+        let mut conn = self.conn.clone();
+        let (head, exists, held, log): (Vec<u8>, bool, isize, Entries) = redis::pipe()
+            .atomic()
+            .getrange(value_key, 0, SHORT_VALUE)
+            .exists(value_key)
+            .zcard(log_key)
+            .zrange_withscores(log_key, 0, SNAPSHOT_LOG - 1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.fail(e))?;
+        let value = exists.then(|| shortened(&head));
+        if held <= SNAPSHOT_LOG {
+            return Ok(Window { value, log });
         }
-        Ok(Some(text))
+        let mut log = Vec::new();
+        self.each_in_log(log_key, |member, score| log.push((member.to_vec(), score)))
+            .await?;
+        Ok(Window { value, log })
+    }
+
+    /// The types of two keys (`none` for a missing one).
+    pub async fn types(&self, a: &str, b: &str) -> Result<(String, String), Error> {
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .cmd("TYPE")
+            .arg(a)
+            .cmd("TYPE")
+            .arg(b)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.fail(e))
     }
 
     /// The error a client would answer for `err`, a failure of a command sent here.

@@ -521,18 +521,29 @@ async fn values_are_read_as_the_scripts_read_them() {
     }
 }
 
+/// What `check` says of a state written by hand, against a real call on it.
+#[derive(Clone, Copy, Debug)]
+enum Said {
+    /// Granted or refused as the call is, with this many available.
+    Answer(bool, i64),
+    /// An error (exit 1, nothing on stdout), as the call fails.
+    CallFails,
+    /// An error saying what a call finds is not said here: state no limiter writes,
+    /// whose arithmetic in the scripts' doubles `check` does not follow.
+    Untold,
+}
+
 /// One state written by hand for `check_answers_as_the_next_call_does`: its name, the
-/// rate, the value (`None`: missing), the log as (ms from now, permits), the permits
-/// asked, and what a call answers: granted, and the available `check` prints (`None`:
-/// `check` answers with an error, as the call does).
+/// config fields written over a rate of 10 a minute (a `None` field deleted), the
+/// value (`None`: missing), the log as (ms from now, permits; `u32::MAX`: a member that
+/// does not decode), the permits asked, and what `check` says.
 type Written = (
     &'static str,
-    u64,
+    Vec<(&'static str, Option<&'static str>)>,
     Option<&'static str>,
-    Vec<(i64, u32)>,
+    Vec<(f64, u32)>,
     u64,
-    bool,
-    Option<i64>,
+    Said,
 );
 
 /// `check` answers as the next call does, read through the scripts' own steps (the Rust
@@ -541,9 +552,13 @@ type Written = (
 /// the log cannot repay, with more entries past them, is waited out (the wait until
 /// the newest leaves), not rebuilt: check rebuilt it; so are entries of 0 permits
 /// (Redisson's `tryAcquire(0)` logs them); a grant up to 1 s ahead of the clock moves
-/// the call's time to it (an older grant then leaves the window): check refused; a
-/// value of 2^53 + 1 is read as the scripts read it, 2^53: check rebuilt it; a member
-/// that does not decode and permits above the rate fail the call: check answered.
+/// the call's time to it (an older grant then leaves the window): check refused. A
+/// member that does not decode, permits above the rate, configs the scripts refuse
+/// (`+10`, no type, a keep-alive of `abc`) and a value key of another type fail the
+/// call, and check answers none of them (it answered them all). State no limiter
+/// writes and whose doubles check does not follow (a rate past 2^52, a score that is
+/// a fraction or negative) is said to be so, where check answered otherwise than the
+/// call.
 #[tokio::test]
 async fn check_answers_as_the_next_call_does() {
     let server = RedisServer::start();
@@ -552,58 +567,119 @@ async fn check_answers_as_the_next_call_does() {
     let client = Client::connect(&url).await.unwrap();
     let live = |n: u32, permits: u32| {
         (0..n)
-            .map(|i| (-30_000 + i64::from(i), permits))
+            .map(|i| (-30_000.0 + f64::from(i), permits))
             .collect::<Vec<_>>()
     };
+    let rate = |text| vec![("rate", Some(text))];
     let cases: Vec<Written> = vec![
-        ("walk:65", 100, Some("-100"), live(65, 1), 1, false, Some(-100)),
-        ("walk:64", 100, Some("-100"), live(64, 1), 1, true, Some(36)),
-        ("zeros:3", 10, Some("-1"), live(3, 0), 1, false, Some(-1)),
-        ("zeros:2", 10, Some("-1"), live(2, 0), 1, true, Some(10)),
         (
-            "reorder",
-            2,
-            Some("0"),
-            vec![(-59_100, 1), (990, 1)],
+            "walk:65",
+            rate("100"),
+            Some("-100"),
+            live(65, 1),
             1,
-            true,
-            Some(1),
+            Said::Answer(false, -100),
         ),
         (
-            "exact",
-            1 << 53,
-            Some("9007199254740993"),
-            live(1, 1),
+            "walk:64",
+            rate("100"),
+            Some("-100"),
+            live(64, 1),
             1,
-            true,
-            Some(1 << 53),
+            Said::Answer(true, 36),
+        ),
+        (
+            "zeros:3",
+            vec![],
+            Some("-1"),
+            live(3, 0),
+            1,
+            Said::Answer(false, -1),
+        ),
+        (
+            "zeros:2",
+            vec![],
+            Some("-1"),
+            live(2, 0),
+            1,
+            Said::Answer(true, 10),
+        ),
+        (
+            "reorder",
+            rate("2"),
+            Some("0"),
+            vec![(-59_100.0, 1), (990.0, 1)],
+            1,
+            Said::Answer(true, 1),
         ),
         (
             "undecodable",
-            10,
+            vec![],
             Some("-1000"),
-            vec![(-30_000, 3), (-20_000, u32::MAX)],
+            vec![(-30_000.0, 3), (-20_000.0, u32::MAX)],
             1,
-            false,
-            None,
+            Said::CallFails,
         ),
-        ("above-rate", 10, Some("10"), Vec::new(), 11, false, None),
+        ("above-rate", vec![], Some("10"), Vec::new(), 11, Said::CallFails),
+        ("plus-rate", rate("+10"), None, Vec::new(), 1, Said::CallFails),
+        (
+            "no-type",
+            vec![("type", None)],
+            None,
+            Vec::new(),
+            1,
+            Said::CallFails,
+        ),
+        (
+            "keep-abc",
+            vec![("keepAliveTime", Some("abc"))],
+            None,
+            Vec::new(),
+            1,
+            Said::CallFails,
+        ),
+        (
+            "past-2^52",
+            rate("9007199254740992"),
+            Some("9007199254740993"),
+            live(1, 1),
+            1,
+            Said::Untold,
+        ),
+        (
+            "fraction",
+            vec![],
+            Some("0"),
+            vec![(-59_499.5, 5), (500.5, 1)],
+            1,
+            Said::Untold,
+        ),
+        ("negative", vec![], Some("5"), vec![(-2e13, 5)], 1, Said::Untold),
     ];
-    for (name, rate, value, log, permits, granted, available) in cases {
+    for (name, config, value, log, permits, said) in cases {
         let now: (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-        let now = (now.0 * 1_000 + now.1 / 1_000) as i64;
+        let now = (now.0 * 1_000 + now.1 / 1_000) as f64;
         let _: () = redis::cmd("HSET")
             .arg(name)
-            .arg(&[("rate", rate.to_string()), ("interval", "60000".to_owned())])
-            .arg(&[("type", "0"), ("keepAliveTime", "0")])
+            .arg(&[
+                ("rate", "10"),
+                ("interval", "60000"),
+                ("type", "0"),
+                ("keepAliveTime", "0"),
+            ])
             .query_async(&mut raw)
             .await
             .unwrap();
+        for (field, text) in config {
+            let _: () = match text {
+                Some(text) => raw.hset(name, field, text).await.unwrap(),
+                None => raw.hdel(name, field).await.unwrap(),
+            };
+        }
         if let Some(value) = value {
             let _: () = raw.set(format!("{{{name}}}:value"), value).await.unwrap();
         }
         for (i, &(at, held)) in log.iter().enumerate() {
-            // (u32::MAX permits stands for a member that does not decode: 3 bytes)
             let member = if held == u32::MAX {
                 b"bad".to_vec()
             } else {
@@ -618,24 +694,40 @@ async fn check_answers_as_the_next_call_does() {
             &url,
             &["check", name, "--permits", &permits.to_string(), "--json"],
         );
-        assert_eq!(
-            out.status.code(),
-            Some(if granted { 0 } else { 1 }),
-            "{name}: {}",
-            text(&out)
-        );
-        match available {
-            Some(available) => {
+        let call = client.rate_limiter(name).try_acquire(permits).await;
+        match said {
+            Said::Answer(granted, available) => {
+                assert_eq!(
+                    out.status.code(),
+                    Some(if granted { 0 } else { 1 }),
+                    "{name}: {}",
+                    text(&out)
+                );
                 let read = binary::json(&out);
                 assert_eq!(read["allowed"], granted, "{name}: {read}");
                 assert_eq!(read["available"], available, "{name}: {read}");
+                assert_eq!(call.unwrap(), granted, "{name}: the call");
             }
-            None => assert!(out.stdout.is_empty(), "{name}: answered {}", text(&out)),
-        }
-        let call = client.rate_limiter(name).try_acquire(permits).await;
-        match available {
-            Some(_) => assert_eq!(call.unwrap(), granted, "{name}: the call"),
-            None => assert!(call.is_err(), "{name}: the call fails: {call:?}"),
+            Said::CallFails => {
+                assert_eq!(out.status.code(), Some(1), "{name}: {}", text(&out));
+                assert!(out.stdout.is_empty(), "{name}: answered {}", text(&out));
+                assert!(call.is_err(), "{name}: the call fails: {call:?}");
+            }
+            Said::Untold => {
+                assert_eq!(out.status.code(), Some(1), "{name}: {}", text(&out));
+                assert!(text(&out).contains("not said here"), "{name}: {}", text(&out));
+            }
         }
     }
+    // A value key of another type: named, not taken for an outage.
+    let _: () = raw.hset("wrong", "rate", "10").await.unwrap();
+    let _: () = raw.hset("wrong", "interval", "60000").await.unwrap();
+    let _: () = raw.hset("wrong", "type", "0").await.unwrap();
+    let _: () = raw.rpush("{wrong}:value", "1").await.unwrap();
+    let out = redlimit(&url, &["check", "wrong"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("is a list, not a string"), "{}", text(&out));
+    assert!(client.rate_limiter("wrong").try_acquire(1).await.is_err());
+    let shown = text(&redlimit(&url, &["inspect", "wrong"]));
+    assert!(!shown.contains("rebuilds it from the log"), "{shown}");
 }

@@ -51,6 +51,10 @@ pub(super) fn diagnose(i: &mut Inspection) {
     let Some(config) = i.config.clone() else {
         return;
     };
+    if let Some(problem) = &config.call_refuses {
+        i.problems
+            .push(format!("`{}` is a config every call refuses: {problem}", i.name));
+    }
     diagnose_expiry(i, &config);
     for b in 0..i.buckets.len() {
         diagnose_window(i, b, &config);
@@ -130,7 +134,7 @@ fn diagnose_window(i: &mut Inspection, b: usize, config: &Config) {
             b.value_key.key,
             crate::store::unread_value(text)
         ));
-    } else if exists(&b.log_key) {
+    } else if !exists(&b.value_key) && exists(&b.log_key) {
         notes.push(format!(
             "`{}` is missing: the next call rebuilds it from the log",
             b.value_key.key

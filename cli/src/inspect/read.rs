@@ -3,8 +3,8 @@
 //! and state. Read-only: nothing is written or released.
 
 use redis::AsyncCommands;
-use redlimit_runtime::algorithm::window;
 use redlimit_runtime::keys::suffix;
+use redlimit_runtime::member::decode_permits;
 use redlimit_runtime::Error;
 
 use crate::store::{glob_escape, Store};
@@ -19,6 +19,9 @@ pub struct Config {
     pub mode: i64,
     /// `None`: no `keepAliveTime` field (written by Redisson before 4.4).
     pub keep_alive_ms: Option<i64>,
+    /// Why a call refuses this config, as the scripts read its text (`rate="+10"`,
+    /// no `type`); `None` when it does not.
+    pub call_refuses: Option<String>,
 }
 
 impl Config {
@@ -67,9 +70,38 @@ pub async fn read_config(store: &Store, name: &str) -> Result<Option<Config>, Er
             interval_ms,
             mode: number(2).unwrap_or(0),
             keep_alive_ms: number(3),
+            call_refuses: call_refuses(&fields),
         }),
         _ => None,
     })
+}
+
+/// Why a call refuses the config fields `rate`, `interval`, `type`, `keepAliveTime`, as
+/// the scripts check their text: decimal digits, rate and interval 1 to 2^53, the
+/// keep-alive at most 2^53, type `0` or `1`.
+fn call_refuses(fields: &[Option<String>]) -> Option<String> {
+    let field = |i: usize| fields.get(i).cloned().flatten();
+    let decimal = |text: &str, least: u64| {
+        !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && text.parse::<u64>().is_ok_and(|n| (least..=1 << 53).contains(&n))
+    };
+    for (i, name, least) in [(0, "rate", 1), (1, "interval", 1)] {
+        match field(i) {
+            Some(text) if decimal(&text, least) => {}
+            Some(text) => return Some(format!("{name}={text:?}")),
+            None => return Some(format!("no {name}")),
+        }
+    }
+    match field(2).as_deref() {
+        Some("0" | "1") => {}
+        Some(text) => return Some(format!("type={text:?}")),
+        None => return Some("no type".to_owned()),
+    }
+    match field(3) {
+        Some(text) if !decimal(&text, 0) => Some(format!("keepAliveTime={text:?}")),
+        _ => None,
+    }
 }
 
 /// One key: its type and TTL (`-2` missing, `-1` none, else milliseconds).
@@ -107,21 +139,18 @@ pub struct Log {
     pub newest_ms: Option<i64>,
     /// When the oldest grant still in the window leaves it.
     pub next_release_ms: Option<i64>,
-    /// The grants as a call reads them, oldest first (those that decode).
-    pub grants: window::Log,
 }
 
 async fn read_log(store: &Store, key: &str, now: i64, interval_ms: i64) -> Result<Log, Error> {
     let mut log = Log::default();
     store
         .each_in_log(key, |member, score| {
+            let score = score as i64;
             log.entries += 1;
-            let Some(grant) = crate::peek::grant(member, score) else {
+            let Some(permits) = decode_permits(member) else {
                 log.undecodable += 1;
                 return;
             };
-            log.grants.push_back(grant);
-            let (score, permits) = (grant.0 as i64, grant.1);
             let permits = u64::from(permits);
             log.permits += permits;
             log.oldest_ms = Some(log.oldest_ms.map_or(score, |o| o.min(score)));
@@ -230,20 +259,17 @@ pub(super) async fn bucket(
     } else {
         Log::default()
     };
-    // (a key of another type fails a call too)
-    let readable = log.undecodable == 0
-        && matches!(value_state.kind.as_str(), "string" | "none")
-        && matches!(log_state.kind.as_str(), "zset" | "none");
-    let for_call = match &value {
-        None => Some(None),
-        Some(text) => crate::store::value_for_call(text).map(Some),
+    // What a call of 1 finds, read again as one moment holds it, for the keys a call
+    // of the config's mode reads (the overall keys, or a client's); none when a call
+    // fails on them or this tool does not follow its arithmetic there.
+    let read = match config.filter(|c| (c.mode == 1) == client.is_some()) {
+        Some(config) => crate::peek::read_window(store, &value_key, config, &value_key, &log_key)
+            .await?
+            .ok()
+            .map(|(value, log)| crate::peek::next_call(&log, value, config, now, 1).available),
+        None => None,
     };
-    let available_now = match (config, for_call) {
-        (Some(config), Some(for_call)) if readable && crate::peek::config_refused(config).is_none() => {
-            Some(crate::peek::next_call(&log.grants, for_call, config, now, 1).available)
-        }
-        _ => None,
-    };
+    let available_now = read;
     Ok(Bucket {
         client,
         value_key: value_state,
