@@ -82,13 +82,13 @@ end
 -- The newest grants the permits are taken from, read and checked before any write:
 -- as many as may hold them, then more while they hold too few. A member of 0 permits
 -- (Redisson's tryAcquire(0) logs one) holds none: it is passed, and removed with the
--- grants taken from, so that each is read once. No more than the rate is taken (the
--- log holds no more): a count past it reads as the rate.
+-- grants taken from, so that each is read once. A count past 2^53 reads as 2^53 (no
+-- log holds as many entries; a range of more would reach Redis as a float's text).
 if not string.find(ARGV[1], '^[1-9]%d*$') then
   error('redlimit:bad_argument:1 permits ' .. ARGV[1], 0)
 end
 local left = tonumber(ARGV[1])
-if left > rate then left = rate end
+if left > 9007199254740992 then left = 9007199254740992 end
 local log, held, start = {}, 0, 0
 while held < left do
   local want = left - held
