@@ -96,7 +96,7 @@ fn a_sentinel_client_whose_runtime_ended() {
     let set = support::sentinel::RedisSentinel::start();
     let client = calls_at(&set.url(), multi_thread());
     let (_, replica) = set.data_ports();
-    set.sentinel_cli(set.sentinel_ports()[0], &["sentinel", "failover", "mymaster"]);
+    set.failover(set.sentinel_ports()[0]);
     let started = std::time::Instant::now();
     while set.master_port() != replica {
         assert!(

@@ -412,7 +412,7 @@ async fn a_manual_failover_is_followed_too() {
     let limiter = hot_limiter(&set, "rate_limit:sentinel:manual").await;
     let (old_master, replica) = set.data_ports();
     let port = set.sentinel_ports()[0];
-    support::sentinel::sentinel_cli(port, &["sentinel", "failover", "mymaster"]);
+    support::sentinel::failover(port);
     let waited = wait_for_master(&set, replica).await;
     let started = Instant::now();
     let (mut failed, mut last_error) = (0, None);
@@ -724,7 +724,7 @@ async fn a_hung_sentinel_does_not_deafen_the_listener() {
     // Time for a listener that checks its sentinel to notice and move.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (old_master, replica) = set.data_ports();
-    set.sentinel_cli(ports[1], &["sentinel", "failover", "mymaster"]);
+    set.failover(ports[1]);
     wait_for_master(&set, replica).await;
     let announced = Instant::now();
     let count = |port: u16| -> u64 {
@@ -1101,7 +1101,7 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    support::sentinel::sentinel_cli(first, &["sentinel", "failover", "mymaster"]);
+    support::sentinel::failover(first);
     let announced = tokio::time::timeout(
         Duration::from_secs(30),
         tokio_stream::StreamExt::next(&mut announcements.on_message()),

@@ -476,7 +476,7 @@ async fn rediss_sentinel_follows_failovers_over_tls() {
     // A manual failover leaves the old master up (it turns replica seconds later):
     // followed at once only through `+switch-master`, heard over TLS.
     let sentinel = set.sentinel_ports()[0];
-    set.sentinel_cli(sentinel, &["sentinel", "failover", "mymaster"]);
+    set.failover(sentinel);
     wait_for_master(&set, second).await;
     let started = Instant::now();
     loop {
@@ -494,12 +494,18 @@ async fn rediss_sentinel_follows_failovers_over_tls() {
     }
 
     // The old master, now a replica in sync, is promoted when the new one is killed.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !set
-        .node_cli(first, &["info", "replication"])
-        .contains("master_link_status:up")
-    {
-        assert!(Instant::now() < deadline, "the old master never replicated");
+    // (up to 60 s: the sentinels turn it into a replica once they see it back, and the
+    // suites run side by side on two cores)
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let replication = set.node_cli(first, &["info", "replication"]);
+        if replication.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old master never replicated: {replication}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     set.kill(second);

@@ -213,6 +213,11 @@ impl RedisSentinel {
         sentinel_cli(port, &all)
     }
 
+    /// [`failover`] through the sentinel on `port` (over TLS for a TLS set).
+    pub fn failover(&self, port: u16) {
+        failover_with(|args| self.sentinel_cli(port, args));
+    }
+
     fn cli_tls(&self) -> Vec<&str> {
         match &self.tls {
             None => Vec::new(),
@@ -297,6 +302,29 @@ fn data_node(dir: &std::path::Path, extra: &[&str], tls: Option<&Tls>) -> (u16, 
         }
     }
     panic!("redis-server could not listen on a free port in 5 attempts");
+}
+
+/// Asks the sentinel on `port` for a failover of the set, again while it answers with
+/// anything but `OK` (`NOGOODSLAVE` while its view of the replica is stale, which the
+/// suites running side by side on two cores make seconds old), for up to 30 s; panics
+/// with its last answer.
+pub fn failover(port: u16) {
+    failover_with(|args| sentinel_cli(port, args));
+}
+
+fn failover_with(cli: impl Fn(&[&str]) -> String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = cli(&["sentinel", "failover", MASTER_NAME]);
+        if reply.trim() == "OK" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no failover within 30 s: the sentinel said {reply:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Runs a command on a sentinel (with the sentinels' password).
