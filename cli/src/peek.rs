@@ -94,9 +94,9 @@ pub async fn read_window(
             shown(name)
         ));
     }
-    if config.rate > 1 << 52 {
+    if config.rate > 1 << 52 || config.interval_ms > 1 << 52 {
         return see(format!(
-            "`{}` has a rate past 2^52, where the scripts' doubles round: what a call finds is not said here",
+            "`{}` has a rate or interval past 2^52, where the scripts' doubles round: what a call finds is not said here",
             shown(name)
         ));
     }
@@ -110,6 +110,13 @@ pub async fn read_window(
         }
     }
     let window = store.window(value_key, log_key).await?;
+    if window.changed {
+        return see(format!(
+            "`{}` changed while its {} entries were read (calls landed between the reads): what a call finds is not said here; ask again",
+            shown(log_key),
+            window.log.len()
+        ));
+    }
     let value = match window.value {
         None => None,
         Some(text) => match value_for_call(&text) {
@@ -152,11 +159,12 @@ pub async fn read_window(
     Ok(Ok((value, log)))
 }
 
-/// A log score as the scripts write one, a whole ms from 0 to 2^53; `None` for any
-/// other (a fraction, a negative, an infinite one), which no limiter writes and whose
-/// arithmetic in the scripts' doubles this tool does not follow.
+/// A log score as the scripts write one, a whole ms from 0 to 2^52 (the year 144 683);
+/// `None` for any other (a fraction, a negative, an infinite one, or one whose sum with
+/// an interval the scripts' doubles round), which no limiter writes and whose
+/// arithmetic in those doubles this tool does not follow.
 fn timed(score: f64) -> Option<u64> {
-    (score.fract() == 0.0 && (0.0..=MAX_EXACT).contains(&score)).then_some(score as u64)
+    (score.fract() == 0.0 && (0.0..=MAX_EXACT / 2.0).contains(&score)).then_some(score as u64)
 }
 
 /// 2^53: the scripts' doubles count exactly up to here.
@@ -173,6 +181,11 @@ pub fn next_call(log: &Log, value: Option<i64>, config: &Config, now: i64, permi
     let now = settle_time(newest, now) as i64;
     let (skip, released) = window::stale(log, now - interval);
     let live = log.iter().skip(skip).map(|&(_, p)| i64::from(p)).sum::<i64>();
+    // A value past 2^53 plus what left the window is a double's sum in the scripts.
+    let value = value.map(|v| match v.unsigned_abs() > 1 << 53 {
+        true => (v as f64 + released as f64) as i64 - released as i64,
+        false => v,
+    });
     let (mut available, _) = window::plan_value(value, false, released, live, rate);
     let mut retry_after_ms = None;
     if let Some(need) = window::lacking(available, 0, permits) {

@@ -731,3 +731,56 @@ async fn check_answers_as_the_next_call_does() {
     let shown = text(&redlimit(&url, &["inspect", "wrong"]));
     assert!(!shown.contains("rebuilds it from the log"), "{shown}");
 }
+
+/// A log longer than one transaction reads (10 000 entries) is read in ranges after
+/// the value; a call landing between the reads (moving what left the window out of
+/// the log into the value) is seen, and `check` says it cannot tell rather than answer
+/// from neither state: without the check it said "refused; 0 available" where 1 000
+/// and then 999 were available (value 0, 1 000 grants gone from the window, 20 000 in
+/// it).
+#[tokio::test]
+async fn check_sees_a_call_land_while_a_long_log_is_read() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("HSET")
+        .arg("long")
+        .arg(&[
+            ("rate", "21000"),
+            ("interval", "600000"),
+            ("type", "0"),
+            ("keepAliveTime", "0"),
+        ])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let now: (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let now = now.0 * 1_000;
+    let gone: Vec<(u64, Vec<u8>)> = (0..1_000u64)
+        .map(|i| (now - 605_000, support::redisson_member(&i.to_le_bytes(), 1)))
+        .collect();
+    for chunk in (1_000..21_000u64).collect::<Vec<_>>().chunks(10_000) {
+        let members: Vec<(u64, Vec<u8>)> = chunk
+            .iter()
+            .map(|&i| (now - 300_000, support::redisson_member(&i.to_le_bytes(), 1)))
+            .collect();
+        let _: () = raw.zadd_multiple("{long}:permits", &members).await.unwrap();
+    }
+    let client = Client::connect(&url).await.unwrap();
+    let limiter = client.rate_limiter("long");
+    for delay in [0u64, 20, 40, 60, 80, 100, 150, 200] {
+        let _: () = raw.zadd_multiple("{long}:permits", &gone).await.unwrap();
+        let _: () = raw.set("{long}:value", 0).await.unwrap();
+        let url = url.clone();
+        let check = std::thread::spawn(move || redlimit(&url, &["check", "long"]));
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        assert!(limiter.try_acquire(1).await.unwrap());
+        let out = check.join().unwrap();
+        let said = text(&out);
+        // Either state (1 000 available, then 999) grants; or the call is seen.
+        assert!(
+            said.contains("would be granted") || said.contains("changed while"),
+            "after {delay} ms: {said}"
+        );
+    }
+}
