@@ -404,6 +404,57 @@ async fn a_release_past_the_rate_and_of_the_only_grant() {
     );
 }
 
+/// release.lua joined from the files its `-- Recipe:` line names (the runtime's own
+/// tests hold that line to the recipe it sends), to call with what no client sends.
+fn release_by_hand() -> redis::Script {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/lua");
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
+    let own = read("release.lua");
+    let recipe = own
+        .lines()
+        .find_map(|line| line.strip_prefix("-- Recipe: "))
+        .unwrap();
+    redis::Script::new(&recipe.split(", ").map(read).collect::<String>())
+}
+
+#[tokio::test]
+async fn a_release_of_a_count_that_is_not_one_is_refused_before_writing() {
+    let (_server, client, clock, mut raw) = setup().await;
+    let limiter = client.rate_limiter("hand");
+    limiter.try_set_rate(RateType::Overall, 10, MIN).await.unwrap();
+    assert!(limiter.try_acquire(4).await.unwrap());
+    // A grant of 1 gone from the window: a release removes it, once its count is read.
+    let _: () = raw
+        .zadd("{hand}:permits", member(3, 1), T0 - 120_000)
+        .await
+        .unwrap();
+    let now = clock.now_ms().to_string();
+    let script = release_by_hand();
+    let release = |count: &str| {
+        let mut call = script.key("hand");
+        call.key("{hand}:value")
+            .key("{hand}:value:x")
+            .key("{hand}:permits");
+        call.key("{hand}:permits:x").arg(count).arg(&now);
+        call
+    };
+    let before = dumps(&mut raw, "hand").await;
+    // Counts Redis would read as ranges of floats, of none or of the whole log, or as
+    // a negative release that takes permits; a count the client sends is a decimal
+    // above 0, without sign or leading zero.
+    for count in [
+        "0", "-1", "-0", "00", "01", "+1", "1.5", "1e17", "0x10", "inf", "-inf", "nan", " 1", "1 ", "abc", "",
+    ] {
+        let failed = release(count).invoke_async::<i64>(&mut raw).await.unwrap_err();
+        assert!(
+            failed.to_string().contains("bad_argument:1 permits"),
+            "{count:?}: {failed}"
+        );
+        assert_eq!(dumps(&mut raw, "hand").await, before, "{count:?} wrote");
+    }
+    assert_eq!(release("3").invoke_async::<i64>(&mut raw).await.unwrap(), 10);
+}
+
 #[tokio::test]
 async fn release_on_the_in_process_backend_matches() {
     let clock = ManualClock::new(T0);
