@@ -20,7 +20,7 @@ use axum::routing::get;
 use axum::Router;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redlimit::tower::{Key, LayerRule, RateLimitLayer};
-use redlimit::{rate_limit, Client, OnError, RateLimited, Rule};
+use redlimit::{rate_limit, Algorithm, Client, ManualClock, OnError, RateLimited, Rule};
 use support::capture::Capture;
 use support::http::{send, serve};
 use support::RedisServer;
@@ -184,6 +184,58 @@ async fn a_spray_of_new_keys_during_an_outage_neither_resets_a_key_nor_locks_use
 async fn local(user: u64) -> Result<(), RateLimited> {
     let _ = user;
     Ok(())
+}
+
+/// A token bucket let go between its user's calls by a spray of new keys, and made
+/// again from its trace at each: it keeps the part of a token it refilled, so its user
+/// is granted as often as with no spray (the tokens rounded to whole ones at each
+/// recall, a user calling every 5 s on 5 a minute, a token every 12 s, was never
+/// granted again), and never more.
+#[tokio::test]
+async fn a_bucket_let_go_between_calls_keeps_what_it_refilled() {
+    const MAX: usize = 8;
+    let _serial = SERIAL.lock().await;
+    let granted = |spray: usize| async move {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let memory = Client::builder().clock(clock.clone()).max_limiters(MAX).memory();
+        let layer = RateLimitLayer::builder()
+            .client(memory)
+            .rule(
+                LayerRule::new("tokens", 5, MINUTE)
+                    .algorithm(Algorithm::TokenBucket)
+                    .key(Key::header("x-api-key")),
+            )
+            .build()
+            .unwrap();
+        let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+        for _ in 0..5 {
+            assert_eq!(status(addr, "user").await, 200);
+        }
+        assert_eq!(status(addr, "user").await, 429, "the burst spent");
+        let mut granted = 0;
+        for round in 0..40 {
+            for i in 0..spray {
+                assert_eq!(status(addr, &format!("spray:{round}:{i}")).await, 200);
+            }
+            clock.advance(Duration::from_secs(5));
+            if status(addr, "user").await == 200 {
+                granted += 1;
+            }
+        }
+        granted
+    };
+    let alone = granted(0).await;
+    // 200 s at a token every 12 s: 16 tokens
+    assert_eq!(alone, 16);
+    evicted();
+    for spray in [MAX, 2 * MAX] {
+        assert_eq!(
+            granted(spray).await,
+            alone,
+            "a spray of {spray} keys between calls"
+        );
+    }
+    assert!(evicted() >= 40 * 3 * MAX as u64, "the spray made room");
 }
 
 /// The attribute under `on_error = "local"` during an outage and the layer on a memory

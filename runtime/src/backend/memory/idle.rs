@@ -151,7 +151,7 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::memory::summary::RecalledTokens;
+    use crate::backend::memory::summary::{RecalledTokens, TOKEN_PARTS};
     use crate::RateType;
     use std::time::Duration;
 
@@ -251,7 +251,7 @@ mod tests {
                 Limiter {
                     recalled: [
                         Some(RecalledTokens {
-                            tokens: 3,
+                            tokens: 3 << TOKEN_PARTS,
                             until: now + 1,
                         }),
                         None,
@@ -265,7 +265,7 @@ mod tests {
                 Limiter {
                     recalled: [
                         Some(RecalledTokens {
-                            tokens: 3,
+                            tokens: 3 << TOKEN_PARTS,
                             until: now,
                         }),
                         None,

@@ -308,13 +308,12 @@ impl Limiter {
         if self.tokens[at].is_none() {
             if let Some(recalled) = self.recalled[at].take().filter(|r| r.until > now) {
                 let (rate, interval) = (rule.rate, rule.interval_ms());
-                let tokens = recalled.tokens.min(i128::from(burst));
                 let state = Stored {
                     rate,
                     interval,
                     burst,
                     warmup,
-                    units: (tokens * i128::from(interval)) as i64,
+                    units: recalled.units(burst, interval),
                     at: now,
                     cold: warmup * rate,
                 };

@@ -98,7 +98,10 @@ impl Cell {
 }
 
 /// A token bucket to keep: `short` whole tokens of full at `at` (short of its `burst`;
-/// above it: a debt), full and cold by `until`.
+/// above it: a debt), refilling at least as fast as a straight line to full and cold by
+/// `until`. `at` may be before the bucket's last refill: the time its refill had it
+/// short by those whole tokens, so that rounding up to a whole token takes no refill
+/// from the bucket.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BucketTrace {
     pub short: u64,
@@ -127,13 +130,32 @@ impl Recalled {
     }
 }
 
-/// A token bucket as recalled: it holds at most `tokens` whole tokens now (below zero:
-/// a debt), and is full and cold again by `until`.
+/// A token bucket as recalled: it holds at most `tokens` now, counted in 2^-[`TOKEN_PARTS`]
+/// of a token (below zero: a debt), and is full and cold again by `until`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RecalledTokens {
     pub tokens: i128,
     pub until: u64,
 }
+
+impl RecalledTokens {
+    /// The units (1/`interval` of a token) a bucket of `burst` made from this recall
+    /// holds: at most its burst, rounded down.
+    pub fn units(&self, burst: u64, interval: u64) -> i64 {
+        let parts = self.tokens.min(i128::from(burst) << TOKEN_PARTS);
+        // parts * interval / 2^TOKEN_PARTS, the whole tokens and the rest apart
+        let fraction = parts & ((1 << TOKEN_PARTS) - 1);
+        let units = (parts >> TOKEN_PARTS) * i128::from(interval)
+            + ((fraction * i128::from(interval)) >> TOKEN_PARTS);
+        units as i64
+    }
+}
+
+/// A recalled bucket's tokens are counted in 2^-32 of a token, this exponent: a bucket let go and made
+/// again between two calls keeps the part of a token it refilled (in whole tokens, a
+/// caller calling more often than a token comes, and let go between calls, would never
+/// see one).
+pub(crate) const TOKEN_PARTS: u32 = 32;
 
 /// The traces of the limiters a shard let go: sliding windows' and token buckets'
 /// apart (a cell's slots mean one or the other), each table allocated when its first
@@ -373,7 +395,7 @@ impl Summary {
             .flat_map(|c| c.slots.iter())
             .filter(|s| s.live(now))
             .map(|s| RecalledTokens {
-                tokens: i128::from(s.burst) - i128::from(short_at(s, now)),
+                tokens: (i128::from(s.burst) << TOKEN_PARTS) - short_at(s, now),
                 until: s.until,
             })
             .reduce(|a, b| RecalledTokens {
@@ -383,15 +405,21 @@ impl Summary {
     }
 }
 
-/// Tokens a bucket slot is still short at `now`: its amount at its end (or before),
-/// falling in a straight line to none at its `until`, rounded up.
-fn short_at(slot: &Slot, now: u64) -> u64 {
+/// What a bucket slot is still short at `now`, in 2^-[`TOKEN_PARTS`] of a token rounded
+/// up: its amount at its end (or before), falling in a straight line to none at its
+/// `until`.
+fn short_at(slot: &Slot, now: u64) -> i128 {
+    let amount = u128::from(slot.amount);
     if now <= slot.end {
-        return slot.amount;
+        return (amount << TOKEN_PARTS) as i128;
     }
     let left = u128::from(slot.until - now);
     let span = u128::from(slot.until - slot.end);
-    (u128::from(slot.amount) * left).div_ceil(span) as u64
+    // (amount * left / span) in parts, the whole tokens and the rest apart: amount times
+    // left fits 128 bits, shifted by the parts it may not
+    let scaled = amount * left;
+    let parts = ((scaled / span) << TOKEN_PARTS) + ((scaled % span) << TOKEN_PARTS).div_ceil(span);
+    parts as i128
 }
 
 /// Adds a token bucket's slot to a mixed cell's, each slot a bound of its own: into a

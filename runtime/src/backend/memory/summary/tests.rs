@@ -114,9 +114,15 @@ fn model_every_recall_covers_its_own() {
                     let recalled = s.recall_bucket(hash, Part::Bucket(0), now);
                     if let Some((short, burst, at, until)) = buckets[k] {
                         if until > now {
-                            let held = burst as i128 - short_line(short, at, until, now) as i128;
-                            let got = recalled.map_or(burst as i128, |r| r.tokens.min(burst as i128));
-                            assert!(got <= held, "seed {seed}: bucket recalled {got} > held {held}");
+                            // in parts of a token: got <= burst - short * (until - now) / (until - at)
+                            let full = (burst as i128) << TOKEN_PARTS;
+                            let got = recalled.map_or(full, |r| r.tokens.min(full));
+                            let (left, span) = ((until - now.max(at)) as i128, (until - at) as i128);
+                            assert!(
+                                got * span <= full * span - ((short as i128) << TOKEN_PARTS) * left,
+                                "seed {seed}: bucket recalled {got} parts, above {burst} less {short} \
+                                 falling from {at} to none at {until}, at {now}"
+                            );
                         }
                     }
                     let burst = 10 + (k as u64 % 3);
@@ -124,7 +130,10 @@ fn model_every_recall_covers_its_own() {
                     let until = now + 1 + rng.below(20_000);
                     // The new state is no fuller than the recalled one.
                     let short = match recalled {
-                        Some(r) => short.max((burst as i128 - r.tokens).max(0) as u64),
+                        Some(r) => short.max(
+                            ((((burst as i128) << TOKEN_PARTS) - r.tokens).max(0) as u128)
+                                .div_ceil(1 << TOKEN_PARTS) as u64,
+                        ),
                         None => short,
                     };
                     buckets[k] = Some((short, burst, now, until));
@@ -150,14 +159,6 @@ fn model_every_recall_covers_its_own() {
 }
 
 const KDBG: usize = usize::MAX;
-fn short_line(short: u64, at: u64, until: u64, now: u64) -> u64 {
-    if now <= at {
-        return short;
-    }
-    // the truth refills at least as fast as the straight line to until
-    ((short as u128 * (until - now) as u128) / (until - at) as u128) as u64
-}
-
 fn check(recalled: &[(u64, u64)], truth: &[(u64, u64)], now: u64, until: u64, seed: u64, interval: u64) {
     if until <= now {
         return;
