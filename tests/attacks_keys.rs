@@ -46,6 +46,33 @@ async fn tenant_route(t: &str, route: &str) -> Result<(), RateLimited> {
     Ok(())
 }
 
+/// A token bucket per client on a name with a hash tag keeps it at
+/// `NAME:bucket:<client id>`, and a settle's mark at `NAME:settled:<grant id>`: rules
+/// whose names could be either.
+#[rate_limit(
+    key = "{{seat:{t}}}",
+    rate = 5,
+    interval = "60s",
+    algorithm = "token_bucket",
+    mode = "per_client"
+)]
+async fn seat(t: &str) -> Result<(), RateLimited> {
+    let _ = t;
+    Ok(())
+}
+
+#[rate_limit(key = "{{seat:{t}}}:bucket:{id}", rate = 5, interval = "60s")]
+async fn seat_bucket(t: &str, id: &str) -> Result<(), RateLimited> {
+    let _ = (t, id);
+    Ok(())
+}
+
+#[rate_limit(key = "{{seat:{t}}}:settled:{id}", rate = 5, interval = "60s")]
+async fn seat_mark(t: &str, id: &str) -> Result<(), RateLimited> {
+    let _ = (t, id);
+    Ok(())
+}
+
 /// A rule whose value follows a name with a hash tag, used alone in this process: the
 /// other rule of its shape (`{{plan:{p}}}`) stands for another service's.
 #[rate_limit(key = "{{plan:{p}}}:{what}", rate = 5, interval = "60s")]
@@ -181,6 +208,31 @@ async fn a_value_reaches_neither_another_rules_limiters_nor_the_librarys_keys() 
         .await
         .unwrap();
     assert_eq!(kind, "string", "the value key is still the first rule's");
+    seat("acme").await.unwrap();
+    let bucket = format!("rate_limit:{{seat:acme}}:bucket:{}", client.client_id());
+    let before: Vec<u8> = redis::cmd("DUMP")
+        .arg(&bucket)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for refused in [
+        seat_bucket("acme", client.client_id()).await.unwrap_err(),
+        seat_mark("acme", "00112233445566778899aabbccddeeff")
+            .await
+            .unwrap_err(),
+        seat("acme").await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(refused.cause(), Some(Error::OverlappingRules { .. })),
+            "{refused:?}"
+        );
+    }
+    let after: Vec<u8> = redis::cmd("DUMP")
+        .arg(&bucket)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(before, after, "the bucket is the first rule's, as it was");
 
     // The same with the other rule in another process (here Redisson's API by hand,
     // which no registry of this one knows): a value that is a word of the key layout

@@ -227,9 +227,9 @@ impl Shape {
     }
 
     /// The keys a limiter of this name keeps beside its config (Redisson's layout): its
-    /// value and log, per client too, and a token bucket's state, each `NAME:<role>` when
-    /// the name has a hash tag, else `{NAME}:<role>`. A name another rule produces must
-    /// be none of these either.
+    /// value and log, a token bucket's state, each per client too, and a settle's mark,
+    /// each `NAME:<role>` when the name has a hash tag, else `{NAME}:<role>`. A name
+    /// another rule produces must be none of these either.
     fn stored_keys(&self) -> Vec<Shape> {
         let wrapped = !self.separators.contains(&'{');
         let base = if wrapped {
@@ -245,6 +245,8 @@ impl Shape {
             ":bucket",
             ":value:{client}",
             ":permits:{client}",
+            ":bucket:{client}",
+            ":settled:{grant}",
         ]
         .iter()
         .map(|suffix| base.clone().then(&Shape::of_template("", suffix)))

@@ -99,6 +99,14 @@ fn a_name_that_is_another_rules_stored_key_overlaps_it() {
     );
     assert!(conflict_of(b).is_some());
     forget(b);
+    // a per-client bucket's key and a settle's mark
+    for other in ["{{st}}:bucket:{c}", "{{st}}:settled:{g}"] {
+        place(a, &[("{{st}}".into(), shape("{{st}}"))]);
+        place(b, &[(other.into(), shape(other))]);
+        assert!(conflict_of(a).is_some() && conflict_of(b).is_some(), "{other}");
+        forget(a);
+        forget(b);
+    }
     // without a hash tag the keys are {NAME}:..., which no name under a prefix is
     place(a, &[("sk:{x}".into(), shape("sk:{x}"))]);
     place(b, &[("sk:{x}:{y}".into(), shape("sk:{x}:{y}"))]);
