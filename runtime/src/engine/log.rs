@@ -48,6 +48,8 @@ impl FailureLog {
                 suppressed,
                 "rate limiter backend failed, applying on_error: {error}"
             );
+        } else if matches!(error, Error::MemoryFull { .. }) {
+            tracing::error!(function, suppressed, "refusing the call: {error}");
         } else {
             tracing::error!(
                 function,

@@ -2,6 +2,9 @@
 
 pub(crate) mod key_buf;
 pub mod member;
+mod shown;
+
+pub use shown::shown;
 
 use std::sync::Arc;
 

@@ -16,7 +16,8 @@ pub enum Error {
     /// The limiter has no config: Redisson's `RateLimiter is not initialized`.
     #[error(
         "rate limiter `{name}` is not initialized (RateLimiter is not initialized): \
-         call try_set_rate or set_rate first, or decide it with a Rule, which creates the config"
+         call try_set_rate or set_rate first, or decide it with a Rule, which creates the config",
+        name = crate::keys::shown(.name)
     )]
     NotInitialized {
         /// The limiter's name (its config key).
@@ -26,7 +27,8 @@ pub enum Error {
     /// More permits were asked for than the limiter's rate can ever grant.
     #[error(
         "rate limiter `{name}`: {permits} permits requested but the rate is {rate} \
-         (Requested permits amount cannot exceed defined rate); ask for at most {rate}"
+         (Requested permits amount cannot exceed defined rate); ask for at most {rate}",
+        name = crate::keys::shown(.name)
     )]
     PermitsExceedRate {
         /// The limiter's name.
@@ -39,7 +41,8 @@ pub enum Error {
 
     /// More permits were asked for than a token bucket can ever hold.
     #[error(
-        "token bucket `{name}`: {permits} permits requested but it holds at most {burst} tokens; ask for at most {burst}, or give it a larger burst"
+        "token bucket `{name}`: {permits} permits requested but it holds at most {burst} tokens; ask for at most {burst}, or give it a larger burst",
+        name = crate::keys::shown(.name)
     )]
     PermitsExceedBurst {
         /// The limiter's name.
@@ -74,7 +77,8 @@ pub enum Error {
     #[error(
         "rate limiter `{name}`: a name that is one hash tag and nothing else keeps its permits in the keys \
          of `{other}` (`{name}:value` and the rest, in Redisson's layout), which a rule on `{other}` would \
-         count under a config of its own; name it `{other}`: the same keys, in the same cluster slot"
+         count under a config of its own; name it `{other}`: the same keys, in the same cluster slot",
+        name = crate::keys::shown(.name), other = crate::keys::shown(.other)
     )]
     SharedKeys {
         /// The name that is one hash tag.
@@ -84,14 +88,14 @@ pub enum Error {
     },
 
     /// Zero permits were asked for.
-    #[error("rate limiter `{name}`: 0 permits requested; ask for at least 1")]
+    #[error("rate limiter `{name}`: 0 permits requested; ask for at least 1", name = crate::keys::shown(.name))]
     ZeroPermits {
         /// The limiter's name.
         name: String,
     },
 
     /// A rate, interval or keep-alive out of range.
-    #[error("rate limiter `{name}`: invalid configuration: {problem}")]
+    #[error("rate limiter `{name}`: invalid configuration: {problem}", name = crate::keys::shown(.name), problem = crate::keys::shown(.problem))]
     InvalidConfig {
         /// The limiter's name.
         name: String,
@@ -102,7 +106,8 @@ pub enum Error {
     /// A limiter name whose keys would fall into different Redis Cluster slots.
     #[error(
         "rate limiter name `{name}` would split its keys across cluster slots ({reason}); \
-         use a name without braces, or one with a non-empty {{hash tag}} such as `{{user:42}}:orders`"
+         use a name without braces, or one with a non-empty {{hash tag}} such as `{{user:42}}:orders`",
+        name = crate::keys::shown(.name), reason = crate::keys::shown(.reason)
     )]
     CrossSlotName {
         /// The rejected name.
@@ -114,7 +119,8 @@ pub enum Error {
     /// A key exists with a type the layout does not use there.
     #[error(
         "key `{key}` holds the wrong Redis type for a rate limiter's {role} ({detail}); \
-         another program wrote it: delete it or choose another limiter name"
+         another program wrote it: delete it or choose another limiter name",
+        key = crate::keys::shown(.key), detail = crate::keys::shown(.detail)
     )]
     WrongType {
         /// The key.
@@ -131,7 +137,8 @@ pub enum Error {
     #[error(
         "key `{key}` is not a rate limiter's {role}: it {found}; nothing was written \
          (a limiter's config is a hash with fields rate, interval and type, a token \
-         bucket's state a string rate:interval:burst:tokens:at); choose another limiter name"
+         bucket's state a string rate:interval:burst:tokens:at); choose another limiter name",
+        key = crate::keys::shown(.key), found = crate::keys::shown(.found)
     )]
     NotALimiter {
         /// The key.
@@ -146,7 +153,8 @@ pub enum Error {
     #[error(
         "config `{key}` has field `{field}` = {value:?}, which is not valid \
          (rate and interval: integers >= 1, type: 0 or 1, keepAliveTime: integer >= 0); \
-         fix it with set_rate or delete the limiter"
+         fix it with set_rate or delete the limiter",
+        key = crate::keys::shown(.key)
     )]
     CorruptConfig {
         /// The config key.
@@ -160,7 +168,8 @@ pub enum Error {
     /// The available-permits key holds something that is not an integer.
     #[error(
         "key `{key}` should hold the available permits as an integer but holds {value:?}; \
-         delete it (the log rebuilds it) or call set_rate"
+         delete it (the log rebuilds it) or call set_rate",
+        key = crate::keys::shown(.key)
     )]
     CorruptValue {
         /// The value key.
@@ -172,7 +181,8 @@ pub enum Error {
     /// A token bucket's key does not hold `rate:interval:burst:tokens:at`.
     #[error(
         "token bucket key `{key}` holds {detail:?}, not a token bucket's state \
-         (rate:interval:burst:tokens:at); delete it (a missing bucket is a full one)"
+         (rate:interval:burst:tokens:at); delete it (a missing bucket is a full one)",
+        key = crate::keys::shown(.key)
     )]
     CorruptBucket {
         /// The bucket key.
@@ -184,7 +194,8 @@ pub enum Error {
     /// A permits log member does not decode (for example a Redisson 3.13-3.16 member).
     #[error(
         "permits log `{key}` holds a member that does not decode ({detail}); it was written \
-         by an incompatible client (Redisson before 3.17?): delete the limiter or call set_rate"
+         by an incompatible client (Redisson before 3.17?): delete the limiter or call set_rate",
+        key = crate::keys::shown(.key), detail = crate::keys::shown(.detail)
     )]
     CorruptMember {
         /// The log key.
@@ -224,7 +235,8 @@ pub enum Error {
     /// not resolve.
     #[error(
         "cannot reach Redis at `{target}`: {detail}; check the host and port in the URL \
-         and that redis-server is running and reachable there"
+         and that redis-server is running and reachable there",
+        detail = crate::keys::shown(.detail)
     )]
     Unreachable {
         /// The server, password hidden.
@@ -236,7 +248,8 @@ pub enum Error {
     /// The server refused the credentials, or requires some and none were given.
     #[error(
         "Redis at `{target}` refused the connection's credentials ({detail}); put the right \
-         user and password in the URL: redis://[user]:password@host:port/"
+         user and password in the URL: redis://[user]:password@host:port/",
+        detail = crate::keys::shown(.detail)
     )]
     AuthFailed {
         /// The server, password hidden.
@@ -248,7 +261,8 @@ pub enum Error {
     /// The URL names a database the server does not have.
     #[error(
         "Redis at `{target}` has no such database ({detail}); use a database number \
-         below the server's `databases` setting (16 by default) in the URL's path"
+         below the server's `databases` setting (16 by default) in the URL's path",
+        detail = crate::keys::shown(.detail)
     )]
     UnknownDatabase {
         /// The server, password hidden.
@@ -262,7 +276,8 @@ pub enum Error {
     #[error(
         "TLS handshake with Redis at `{target}` failed: {detail}; check that the port \
          serves TLS, trust its CA with ClientBuilder::tls_ca_cert, or for a development \
-         server with a self-signed certificate append #insecure to the URL"
+         server with a self-signed certificate append #insecure to the URL",
+        detail = crate::keys::shown(.detail)
     )]
     Tls {
         /// The server, password hidden.
@@ -275,7 +290,8 @@ pub enum Error {
     /// that another kind of server listens on (HTTP, say).
     #[error(
         "the server at `{target}` is not a Redis server: it does not answer in Redis's \
-         protocol ({detail}); check the host and port in the URL"
+         protocol ({detail}); check the host and port in the URL",
+        detail = crate::keys::shown(.detail)
     )]
     NotRedis {
         /// The server, password hidden.
@@ -289,7 +305,8 @@ pub enum Error {
     /// the URL is changed: not transient, so `on_error = "allow"` decides in process.
     #[error(
         "the server at `{target}` is not the kind its URL names: {detail}; check the URL's \
-         scheme and addresses"
+         scheme and addresses",
+        detail = crate::keys::shown(.detail)
     )]
     WrongServer {
         /// The server, password hidden.
@@ -299,14 +316,14 @@ pub enum Error {
     },
 
     /// The backend failed in another way (an error reply, a protocol error, ...).
-    #[error("Redis backend failed: {detail}; check that the server is reachable and healthy")]
+    #[error("Redis backend failed: {detail}; check that the server is reachable and healthy", detail = crate::keys::shown(.detail))]
     Backend {
         /// What redis-rs reported, any password removed.
         detail: String,
     },
 
     /// A client setting out of range (what is wrong and what is accepted).
-    #[error("ClientBuilder::{setting}: {problem}")]
+    #[error("ClientBuilder::{setting}: {problem}", problem = crate::keys::shown(.problem))]
     InvalidSetting {
         /// The builder's method.
         setting: &'static str,
@@ -358,7 +375,8 @@ pub enum Error {
     #[error(
         "Redis at `{target}` is out of memory and refuses writes ({detail}): no grant can be \
          recorded; add memory or raise maxmemory, keeping maxmemory-policy noeviction \
-         (an evicting policy would forget limits instead; see RELIABILITY.md)"
+         (an evicting policy would forget limits instead; see RELIABILITY.md)",
+        detail = crate::keys::shown(.detail)
     )]
     OutOfMemory {
         /// The server, password hidden.
@@ -386,7 +404,8 @@ pub enum Error {
         "Redis at `{target}` refused a command for the connection's user ({detail}); give the \
          user the commands the scripts run and the limiter's keys, for example \
          `ACL SETUSER <user> ~rate_limit:* ~{{rate_limit:* +@read +@write +@scripting +ping +time +info +config|get +client|setname` \
-         for the default prefix (docs/operating.md explains it)"
+         for the default prefix (docs/operating.md explains it)",
+        detail = crate::keys::shown(.detail)
     )]
     NoPermission {
         /// The server, password hidden.
@@ -399,7 +418,8 @@ pub enum Error {
     #[error(
         "Redis at `{target}` is {found}, and redlimit needs {needed}; upgrade the server \
          (the README's compatibility table lists the servers tested)",
-        needed = SUPPORTED_SERVERS
+        needed = SUPPORTED_SERVERS,
+        found = crate::keys::shown(.found)
     )]
     UnsupportedServer {
         /// The server, password hidden.
@@ -413,7 +433,8 @@ pub enum Error {
     /// out of step hands each command another's reply.
     #[error(
         "{script} answered an unexpected reply ({reply}); another program may have \
-         loaded a different script under the same SHA, or the server is not Redis-compatible"
+         loaded a different script under the same SHA, or the server is not Redis-compatible",
+        reply = crate::keys::shown(.reply)
     )]
     UnexpectedReply {
         /// The script.
@@ -426,7 +447,8 @@ pub enum Error {
     /// permits the rule takes per call, or outside what its token bucket counts).
     #[error(
         "the override {of} cannot apply to rule `{rule}`: {reason}; set a rate and interval the rule can \
-         take (the rule's own checks), or remove the override"
+         take (the rule's own checks), or remove the override",
+        reason = crate::keys::shown(.reason)
     )]
     UnusableOverride {
         /// The override: `rule:<name>` or `key:<limiter>`.
@@ -444,7 +466,8 @@ pub enum Error {
          Redis key from different values (one's limiter name, or a key a limiter keeps beside its config), \
          so a value passed to one reaches the keys of the other; \
          give one of them a literal segment of its own (`login:user:{{user}}`), or name the values alike if \
-         they are the same value; both refuse every call until then"
+         they are the same value; both refuse every call until then",
+        other = crate::keys::shown(.other)
     )]
     OverlappingRules {
         /// The rule refused (the other is refused too).
@@ -461,7 +484,8 @@ pub enum Error {
     #[error(
         "invalid Redis URL `{url}`: {detail}; expected redis://[user:password@]host[:port][/db], \
          rediss://... for TLS, redis+cluster://host:port,host:port/, or \
-         redis+sentinel://[user:password@]host:port[,host:port...]/master_name[/db]"
+         redis+sentinel://[user:password@]host:port[,host:port...]/master_name[/db]",
+        detail = crate::keys::shown(.detail)
     )]
     InvalidUrl {
         /// The URL given, password hidden.
@@ -477,7 +501,8 @@ pub enum Error {
     #[error(
         "in-process rate limiter full: it holds its maximum of {max} live limiters, so the new \
          limiter `{name}` is refused until idle ones expire; raise ClientBuilder::max_limiters \
-         if this many keys are expected"
+         if this many keys are expected",
+        name = crate::keys::shown(.name)
     )]
     MemoryFull {
         /// The limiter that could not be created.
@@ -496,7 +521,7 @@ pub enum Error {
     /// A request without a value for a layer rule's key, under a rule that refuses
     /// such requests rather than sharing one limiter among them. Not a backend
     /// failure: answered 400 (or 401) with `what` in the body.
-    #[error("rule `{rule}` refuses requests without {what}")]
+    #[error("rule `{rule}` refuses requests without {what}", what = crate::keys::shown(.what))]
     MissingKey {
         /// The rule.
         rule: String,
@@ -511,7 +536,7 @@ pub enum Error {
     /// outside any request, a request without an identity, a server without the
     /// peer's address. Not a backend failure: the call is refused, never given a
     /// shared key.
-    #[error("rule `{rule}` keys by {value}, which this call does not have: {reason}")]
+    #[error("rule `{rule}` keys by {value}, which this call does not have: {reason}", value = crate::keys::shown(.value), reason = crate::keys::shown(.reason))]
     MissingRequestValue {
         /// The rule (its key template).
         rule: String,
@@ -525,7 +550,7 @@ pub enum Error {
     /// value (keying by the first line would let the client choose which value is
     /// limited, where the application may read another). Not a backend failure:
     /// answered 400 with `what` in the body; nothing is spent.
-    #[error("rule `{rule}` refuses requests that send {what} more than once")]
+    #[error("rule `{rule}` refuses requests that send {what} more than once", what = crate::keys::shown(.what))]
     RepeatedKey {
         /// The rule.
         rule: String,
@@ -536,7 +561,7 @@ pub enum Error {
     /// A reservation asked or settled with what it cannot take (what is wrong and
     /// what is accepted): a rule that batches, two rules on one limiter of which one
     /// is settled, a settle with one amount too many or too few. Nothing is spent.
-    #[error("reservation on `{name}`: {problem}")]
+    #[error("reservation on `{name}`: {problem}", name = crate::keys::shown(.name), problem = crate::keys::shown(.problem))]
     InvalidReservation {
         /// The limiter concerned.
         name: String,

@@ -170,7 +170,7 @@ impl fmt::Display for RateLimited {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.message {
             Some(message) => f.write_str(message)?,
-            None => write!(f, "rate limit exceeded for `{}`", self.key)?,
+            None => write!(f, "rate limit exceeded for `{}`", crate::keys::shown(&self.key))?,
         }
         if let Some(wait) = self.retry_after {
             write!(f, "; retry after {} ms", wait.as_millis())?;
