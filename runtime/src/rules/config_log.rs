@@ -1,10 +1,13 @@
-//! Logging a stored config that a rule rewrote: each rewrite, throttled per limiter.
+//! Logging a stored config that a rule rewrote: each rewrite, throttled per limiter and
+//! over all limiters.
 //!
 //! All a rule knows is that the stored config differs from its own: something else
 //! wrote it (the CLI's `set-rate`, the runtime API, Redisson, another rule). A config
 //! that keeps changing means two writers disagree about one limiter; each rewrites it
-//! in turn and neither limit holds as written. Every rewrite is reported, at most one line per limiter per period, with
-//! the number of rewrites the period left out.
+//! in turn and neither limit holds as written. Every rewrite is reported, at most one
+//! line per limiter per period and [`MOST_LINES`] over all limiters (two configs of a
+//! rule keyed by a caller's value rewrite a limiter for each value sent), with the
+//! number of rewrites the period left out.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,6 +18,8 @@ use crate::RateLimiterConfig;
 
 /// At most one line per limiter this often.
 const PERIOD_MS: u64 = 10_000;
+/// At most this many lines per period over all limiters.
+const MOST_LINES: u32 = 20;
 /// Limiters remembered at once, so per-user limiters cannot grow the map unbounded.
 const CAP: usize = 4096;
 
@@ -23,20 +28,52 @@ struct Seen {
     left_out: u64,
 }
 
-static SEEN: Lazy<Mutex<HashMap<String, Seen>>> = Lazy::new(Default::default);
+/// The lines of the current period over all limiters.
+#[derive(Default)]
+struct Period {
+    start: u64,
+    lines: u32,
+    /// Rewrites left out because the period's lines were spent.
+    left_out: u64,
+}
+
+#[derive(Default)]
+struct Log {
+    seen: HashMap<String, Seen>,
+    period: Period,
+}
+
+static LOG: Lazy<Mutex<Log>> = Lazy::new(Default::default);
 
 /// Reports that `rule` replaced its limiter's stored config `old` with its own at
 /// `now` (ms).
 pub(crate) fn changed(rule: &crate::Rule, old: &RateLimiterConfig, now: u64) {
     let (name, new) = (rule.name(), rule.config());
     crate::observe::config_changed();
-    let left_out = {
-        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let (left_out, others_left_out) = {
+        let mut log = LOG.lock().unwrap_or_else(|e| e.into_inner());
+        let Log { seen, period } = &mut *log;
         if let Some(entry) = seen.get_mut(name) {
             if now.saturating_sub(entry.logged_at) < PERIOD_MS {
                 entry.left_out += 1;
                 return;
             }
+        }
+        // (a clock behind the period's start starts another)
+        if now < period.start || now - period.start >= PERIOD_MS {
+            *period = Period {
+                start: now,
+                lines: 0,
+                left_out: period.left_out,
+            };
+        }
+        if period.lines >= MOST_LINES {
+            period.left_out += 1;
+            return;
+        }
+        period.lines += 1;
+        let others_left_out = std::mem::take(&mut period.left_out);
+        let left_out = if let Some(entry) = seen.get_mut(name) {
             entry.logged_at = now;
             std::mem::take(&mut entry.left_out)
         } else {
@@ -54,7 +91,8 @@ pub(crate) fn changed(rule: &crate::Rule, old: &RateLimiterConfig, now: u64) {
                 },
             );
             0
-        }
+        };
+        (left_out, others_left_out)
     };
     if rule.is_overridden() {
         tracing::info!(
@@ -62,6 +100,7 @@ pub(crate) fn changed(rule: &crate::Rule, old: &RateLimiterConfig, now: u64) {
             from = %Shown(old),
             to = %Shown(new),
             rewrites_left_out = left_out,
+            rewrites_left_out_overall = others_left_out,
             "the rule's rate is overridden at run time (`redlimit override`), so the rule wrote \
              the override's config over the stored one, keeping the window"
         );
@@ -72,6 +111,7 @@ pub(crate) fn changed(rule: &crate::Rule, old: &RateLimiterConfig, now: u64) {
         from = %Shown(old),
         to = %Shown(new),
         rewrites_left_out = left_out,
+        rewrites_left_out_overall = others_left_out,
         "the stored rate limiter config differs from the rule's, so the rule wrote its own \
          back, keeping the window; something else wrote the stored one (an override removed \
          since, `redlimit set-rate`, the runtime's set_rate, a Redisson client, or a rule of \
@@ -134,11 +174,11 @@ mod tests {
                 1,
                 "within the period: counted, not logged"
             );
-            assert_eq!(SEEN.lock().unwrap()[name.as_str()].left_out, 2);
+            assert_eq!(LOG.lock().unwrap().seen[name.as_str()].left_out, 2);
             clock.advance(Duration::from_millis(PERIOD_MS));
             client.check_rules(std::slice::from_ref(&a)).await.unwrap();
             assert_eq!(count.load(Ordering::SeqCst), 2, "the flip back, after the period");
-            assert_eq!(SEEN.lock().unwrap()[name.as_str()].left_out, 0);
+            assert_eq!(LOG.lock().unwrap().seen[name.as_str()].left_out, 0);
             client.check_rules(&[a.clone().permits(2)]).await.unwrap();
             assert_eq!(count.load(Ordering::SeqCst), 2, "permits per call are not config");
             // Another limiter has its own period.

@@ -1,0 +1,59 @@
+//! The log of configs a rule rewrote, under a spray of keys: two services deciding one
+//! rule keyed by a caller's value at two rates (as during a rolling deploy that changes
+//! it) rewrite a limiter's config for every value sent. The log holds at most 20 lines a
+//! period over all limiters, and says how many it left out. (A file of its own: a test
+//! running beside it without a subscriber could leave the log's call sites disabled.)
+#![cfg(feature = "axum")]
+
+use redlimit_test_support as support;
+
+use std::time::Duration;
+
+use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+use redlimit::{Client, ManualClock};
+use support::http::{send, serve_route};
+use support::RedisServer;
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_spray_of_keys_across_two_configs_is_logged_in_a_bounded_number_of_lines() {
+    let capture = support::capture::Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let mut addrs = Vec::new();
+    for rate in [100, 120] {
+        let client = Client::builder()
+            .clock(clock.clone())
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let layer = RateLimitLayer::builder()
+            .client(client)
+            .rule(LayerRule::new("api", rate, Duration::from_secs(60)).key(Key::header("x-api-key")))
+            .build()
+            .unwrap();
+        addrs.push(serve_route("/", |app| app.layer(layer)).await);
+    }
+    let lines = || capture.text().matches("differs from the rule's").count();
+    let spray = |from: usize, to: usize| {
+        let addrs = addrs.clone();
+        async move {
+            for key in from..to {
+                for &addr in &addrs {
+                    let key = format!("sprayed-{key}");
+                    assert_eq!(send(addr, "GET", "/", &[("x-api-key", &key)]).await.status, 200);
+                }
+            }
+        }
+    };
+    spray(0, 500).await;
+    assert_eq!(lines(), 20, "500 limiters rewritten in one period");
+    clock.advance(Duration::from_secs(10));
+    spray(500, 501).await;
+    assert_eq!(lines(), 21);
+    assert!(
+        capture.text().contains("rewrites_left_out_overall=480"),
+        "{}",
+        capture.text().lines().last().unwrap_or_default()
+    );
+}
