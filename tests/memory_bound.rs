@@ -6,8 +6,9 @@
 //! (`redlimit_memory_evicted_total`): a spray is served, never resets an exhausted key,
 //! never locks a new user out, and the limiters held (`redlimit_memory_limiters`) stop at
 //! the bound. Only a
-//! bound held by limiters configured by hand refuses (`Error::MemoryFull`, 503 at the
-//! edge), counted in `redlimit_memory_full_total` and logged once.
+//! bound held by limiters configured by hand, or by requests in flight on settled rules,
+//! refuses (`Error::MemoryFull`, 503 at the edge), counted in
+//! `redlimit_memory_full_total` and logged once.
 #![cfg(feature = "axum")]
 
 use redlimit_test_support as support;
@@ -19,7 +20,7 @@ use std::time::Duration;
 use axum::routing::get;
 use axum::Router;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redlimit::tower::{Key, LayerRule, RateLimitLayer};
+use redlimit::tower::{Key, LayerRule, RateLimitLayer, Settle};
 use redlimit::{rate_limit, Algorithm, Client, ManualClock, OnError, RateLimited, Rule};
 use support::capture::Capture;
 use support::http::{send, serve};
@@ -236,6 +237,54 @@ async fn a_bucket_let_go_between_calls_keeps_what_it_refilled() {
         );
     }
     assert!(evicted() >= 40 * 3 * MAX as u64, "the spray made room");
+}
+
+/// A settled rule's limiter is held while its reservation waits to be settled (let go,
+/// the settle's excess would be lost): requests in flight on as many keys as the bound
+/// hold it, and a new key is refused with 503 until one of them ends; then it is served.
+#[tokio::test]
+async fn requests_in_flight_on_settled_rules_hold_the_bound_until_they_end() {
+    const MAX: usize = 4;
+    let _serial = SERIAL.lock().await;
+    memory_full();
+    let memory = Client::builder().max_limiters(MAX).memory();
+    let layer = RateLimitLayer::builder()
+        .client(memory)
+        .rule(
+            LayerRule::new("metered", 1_000, MINUTE)
+                .key(Key::header("x-api-key"))
+                .settle(Settle::header("x-used")),
+        )
+        .build()
+        .unwrap();
+    let (open, opened) = tokio::sync::watch::channel(false);
+    // the requests of keys `slow..` wait until `open`
+    let handler = move |headers: axum::http::HeaderMap| {
+        let mut opened = opened.clone();
+        async move {
+            if headers["x-api-key"].as_bytes().starts_with(b"slow") {
+                let _ = opened.wait_for(|open| *open).await;
+            }
+            ([("x-used", "1")], "ok")
+        }
+    };
+    let addr = serve(Router::new().route("/", get(handler)).layer(layer)).await;
+    let in_flight: Vec<_> = (0..MAX)
+        .map(|i| tokio::spawn(async move { status(addr, &format!("slow{i}")).await }))
+        .collect();
+    // each reservation made and waiting in its handler
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        status(addr, "new").await,
+        503,
+        "the bound held by requests in flight"
+    );
+    assert_eq!(memory_full(), 1);
+    open.send(true).unwrap();
+    for request in in_flight {
+        assert_eq!(request.await.unwrap(), 200);
+    }
+    assert_eq!(status(addr, "new").await, 200, "served once they ended");
 }
 
 /// The attribute under `on_error = "local"` during an outage and the layer on a memory
