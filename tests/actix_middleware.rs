@@ -38,6 +38,35 @@ async fn status(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> u16 {
     send(addr, "GET", path, headers).await.status
 }
 
+/// A key whose values are secrets, on actix-web and Redis: limited per value, and
+/// stored as their digest only.
+#[tokio::test]
+async fn a_secret_key_is_stored_as_its_digest() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let layer = RateLimitLayer::builder()
+        .client(client)
+        .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("authorization").secret()))
+        .build()
+        .unwrap();
+    let addr = serve(layer);
+    let token = [("authorization", "Bearer tok-secret-1")];
+    let statuses = [
+        status(addr, "/api/a", &token).await,
+        status(addr, "/api/b", &token).await,
+        status(addr, "/api/a", &token).await,
+        status(addr, "/api/a", &[("authorization", "Bearer tok-secret-2")]).await,
+    ];
+    assert_eq!(statuses, [200, 200, 429, 200]);
+    let mut raw = server.raw().await;
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut raw).await.unwrap();
+    assert!(
+        keys.iter().any(|k| k.starts_with("rate_limit:api:%#")),
+        "{keys:?}"
+    );
+    assert!(!keys.iter().any(|k| k.contains("tok-secret")), "{keys:?}");
+}
+
 /// The tower layer's test of its client's prefix, on actix-web: the limiters are under
 /// it on the path deciding where the middleware is called and on the general one.
 #[tokio::test]

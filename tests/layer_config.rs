@@ -363,6 +363,36 @@ fn attack_a_rule_named_twice_in_json_is_refused() {
     assert!(error.contains("rule `a`: field `rate`: given twice"), "{error}");
 }
 
+/// A key whose values are secrets, from the file: written as their digest.
+#[test]
+fn secret_keys_from_the_file() {
+    let config: LayerConfig = toml::from_str(
+        r#"
+        [rules.api]
+        rate = 1
+        interval = "1m"
+        key = { secret_header = "authorization" }
+        [rules.user]
+        rate = 1
+        interval = "1m"
+        key = { secret_path_param = "token" }
+        "#,
+    )
+    .unwrap();
+    let rules: Vec<String> = config.rules().iter().map(|r| format!("{r:?}")).collect();
+    assert!(
+        rules[0].contains("Key::header(\"authorization\").secret()"),
+        "{}",
+        rules[0]
+    );
+    assert!(
+        rules[1].contains("Key::path_param(\"token\").secret()"),
+        "{}",
+        rules[1]
+    );
+    config.builder().build().unwrap();
+}
+
 /// One rule on its own, its name among its fields.
 #[test]
 fn one_rule_with_its_name() {

@@ -38,7 +38,8 @@ use super::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, RateLimi
 /// [rules.api]
 /// rate = 100
 /// interval = "1s"
-/// key = { header = "x-api-key" }
+/// key = { header = "x-api-key" }  # { secret_header = ".." }: a credential, written as
+///                              # its digest (Key::secret); also { secret_path_param = ".." }
 /// missing_key = "unauthorized" # "share" (default), "bad_request", "unauthorized"
 /// message = "API quota exceeded"
 /// exempt = ["partner-key"]
@@ -155,6 +156,10 @@ enum KeySpec {
     Header(String),
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     PathParam(String),
+    /// A header whose values are secrets ([`Key::secret`]).
+    SecretHeader(String),
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    SecretPathParam(String),
 }
 
 impl KeySpec {
@@ -164,10 +169,13 @@ impl KeySpec {
             KeySpec::Global => Key::global(),
             KeySpec::ClientIp => Key::client_ip(),
             KeySpec::Header(header) => Key::header(&header),
+            KeySpec::SecretHeader(header) => Key::header(&header).secret(),
             #[cfg(feature = "axum")]
             KeySpec::PathParam(param) => Key::path_param(&param),
+            #[cfg(feature = "axum")]
+            KeySpec::SecretPathParam(param) => Key::path_param(&param).secret(),
             #[cfg(not(feature = "axum"))]
-            KeySpec::PathParam(_) => {
+            KeySpec::PathParam(_) | KeySpec::SecretPathParam(_) => {
                 return Err(Ok(
                     "field `key`: path_param keys are axum's: enable the `axum` feature".into(),
                 ))

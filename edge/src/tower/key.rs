@@ -11,7 +11,11 @@ pub(super) type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 
 /// Where a rule's key comes from.
 #[derive(Clone)]
-pub struct Key(pub(super) KeyKind);
+pub struct Key(pub(super) KeyKind, pub(super) Secret);
+
+/// Whether a key's values are secrets, written as their digest.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Secret(pub(super) bool);
 
 #[derive(Clone)]
 pub(super) enum KeyKind {
@@ -27,7 +31,7 @@ pub(super) enum KeyKind {
 impl Key {
     /// One limiter for every request.
     pub fn global() -> Key {
-        Key(KeyKind::Global)
+        Key(KeyKind::Global, Secret(false))
     }
 
     /// The client's address (without port; IPv6 grouped by prefix), from the peer and
@@ -40,7 +44,7 @@ impl Key {
     /// as misconfigured (500). The handler's [`ClientIp`](crate::ClientIp) is the
     /// address the layer keyed by.
     pub fn client_ip() -> Key {
-        Key(KeyKind::ClientIp)
+        Key(KeyKind::ClientIp, Secret(false))
     }
 
     /// A request header's value, such as `x-api-key`. Requests without it share one
@@ -51,7 +55,7 @@ impl Key {
     /// them, HTTP/2 passes them on), and a gRPC binary header's value (a name ending
     /// `-bin`) is keyed without its base64 padding, which tonic reads or not alike.
     pub fn header(name: &str) -> Key {
-        Key(KeyKind::Header(name.to_owned()))
+        Key(KeyKind::Header(name.to_owned()), Secret(false))
     }
 
     /// A matched path parameter, such as `user_id` in `/users/{user_id}` (axum,
@@ -70,7 +74,7 @@ impl Key {
     /// [`Key::with`], parsing it as the handler does.
     #[cfg(any(feature = "axum", feature = "actix"))]
     pub fn path_param(name: &str) -> Key {
-        Key(KeyKind::PathParam(name.to_owned()))
+        Key(KeyKind::PathParam(name.to_owned()), Secret(false))
     }
 
     /// A value computed from the request's head; `None` when it has none (those
@@ -81,7 +85,32 @@ impl Key {
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
-        Key(KeyKind::With(Arc::new(key), std::any::TypeId::of::<F>()))
+        Key(
+            KeyKind::With(Arc::new(key), std::any::TypeId::of::<F>()),
+            Secret(false),
+        )
+    }
+
+    /// This key's values are secrets (an API key, a bearer token): each is written as
+    /// `%#` and 32 hex digits of its SHA-256 (`api:%#9f86d0...`), so the limiters'
+    /// names, their keys in Redis, the refusal reports `redlimit watch` reads and every
+    /// message or log line quoting them hold no part of it. Values differ as their
+    /// digests do (128 bits), and a value no request sends (none, or only whitespace)
+    /// shares the rule's one limiter of no value as before. A digest hides a value
+    /// that cannot be guessed, not one drawn from few (a PIN): it is the same in every
+    /// process, so that they share limiters. A [`Key::global`] has no value to keep
+    /// secret: its rule does not build.
+    ///
+    /// ```
+    /// # use redlimit_edge as redlimit;
+    /// use redlimit::tower::{Key, LayerRule};
+    /// use std::time::Duration;
+    ///
+    /// let rule = LayerRule::new("api", 100, Duration::from_secs(1))
+    ///     .key(Key::header("authorization").secret());
+    /// ```
+    pub fn secret(self) -> Key {
+        Key(self.0, Secret(true))
     }
 
     /// Whether every request has a value for this key (a client address always has one).
@@ -96,6 +125,15 @@ impl Key {
     /// never counted as the address the layer read); `None` for [`Key::global`],
     /// whose limiter has no value.
     pub(super) fn template_value(&self) -> Option<String> {
+        let value = self.source_value()?;
+        // (a secret's values are its digests: a source of its own)
+        Some(match self.1 {
+            Secret(true) => format!("{value} secret"),
+            Secret(false) => value,
+        })
+    }
+
+    fn source_value(&self) -> Option<String> {
         Some(match &self.0 {
             KeyKind::Global => return None,
             KeyKind::ClientIp => "ip".to_owned(),
@@ -116,6 +154,16 @@ impl Key {
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.source(f)?;
+        match self.1 {
+            Secret(true) => f.write_str(".secret()"),
+            Secret(false) => Ok(()),
+        }
+    }
+}
+
+impl Key {
+    fn source(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             KeyKind::Global => f.write_str("Key::global()"),
             KeyKind::ClientIp => f.write_str("Key::client_ip()"),

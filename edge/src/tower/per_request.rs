@@ -343,10 +343,11 @@ impl Shared {
             Some(value) => {
                 key.text(keyed_start);
                 match raw {
-                    Some(bytes) => key.value_bytes(bytes),
                     // No value: every such request shares the rule's one limiter of
                     // the empty value, however it is spelled.
                     None if blank(value) => key.value_str(""),
+                    _ if rule.secret => key.value_digest(raw.unwrap_or(value.as_bytes())),
+                    Some(bytes) => key.value_bytes(bytes),
                     None => key.value_str(value),
                 }
             }

@@ -34,6 +34,8 @@ pub(super) struct Keyed {
     /// The start of its `RateLimit` field, up to the remaining permits.
     pub(super) state: String,
     pub(super) key: Extract,
+    /// Its values are secrets, written as their digest ([`Key::secret`](super::Key::secret)).
+    pub(super) secret: bool,
     pub(super) cost: Option<Arc<CostFn>>,
     pub(super) exempt: HashSet<String>,
     /// Where a settled rule's actual amount comes from.
@@ -175,6 +177,14 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
         settle,
         ..
     } = rule;
+    let secret = key.1 .0;
+    if secret && matches!(key.0, KeyKind::Global) {
+        return Err(InvalidLayer(format!(
+            "rule `{}`: Key::global() has no value to keep secret: key it by the value that is \
+             a secret (Key::header(\"authorization\").secret())",
+            spec.name
+        )));
+    }
     let key = match key.0 {
         KeyKind::Global => Extract::Global,
         KeyKind::ClientIp => Extract::ClientIp,
@@ -223,6 +233,7 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
         missing,
         state,
         key,
+        secret,
         cost,
         exempt,
         settle: settle.as_ref().and_then(Settle::source),

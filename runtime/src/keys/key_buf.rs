@@ -82,6 +82,18 @@ impl KeyBuf {
         self.end_value(start);
     }
 
+    /// A value that is a secret (a credential a limiter is keyed by), written as `%#`
+    /// and 32 hex digits of its SHA-256: the limiter's name, its keys in Redis and every
+    /// message quoting them hold no part of it. Escaped values never contain `%#`, and
+    /// a long value's digest follows 64 bytes of it, so no other value is written so.
+    pub fn value_digest(&mut self, value: &[u8]) {
+        let digest = Sha256::digest(value);
+        self.0.push_str("%#");
+        for byte in &digest[..16] {
+            let _ = write!(self.0, "{byte:02x}");
+        }
+    }
+
     /// The empty value's and the long value's forms, for the value written from `start`.
     #[inline]
     fn end_value(&mut self, start: usize) {
