@@ -204,7 +204,13 @@ mod tests {
             };
             let until = at + state.rest_in().max(1);
             let let_go = at + below(until - at + 2);
-            let now = let_go + below(until + 10 - let_go);
+            // made again later, or, a clock having stepped back, before it refilled
+            let now = match below(4) {
+                0 => at - below(5_000),
+                _ => let_go + below(until + 10 - let_go),
+            };
+            // compared where both count from: the later of the two times, or after
+            let then = now.max(at) + below(2) * below(until - at + 10);
             let (short, point) = trace_point(&state);
             let mut summary = Summary::new(4);
             let trace = BucketTrace {
@@ -214,15 +220,19 @@ mod tests {
                 until,
             };
             summary.keep_bucket(case, Part::Bucket(0), trace, let_go);
-            let held = i128::from(refill(&state, now).0);
+            let held = i128::from(refill(&state, then).0);
             let made = match summary.recall_bucket(case, Part::Bucket(0), now) {
                 Some(recalled) => {
                     traced += 1;
-                    i128::from(recalled.units(burst, interval))
+                    let made = recalled.bucket(rate, interval, burst, 0, now);
+                    i128::from(refill(&made, then).0)
                 }
+                // let go full, no trace kept: made again full, as Redis, whose key
+                // expired then, does whatever a client's clock says later
+                None if let_go >= until => continue,
                 None => i128::from(capacity),
             };
-            let case = format!("{state:?} let go at {let_go}, made again at {now}");
+            let case = format!("{state:?} let go at {let_go}, made again at {now}, read at {then}");
             assert!(made <= held, "{case}: {made} units, above the {held} held");
             assert!(
                 held - made <= i128::from(rate) + 1,

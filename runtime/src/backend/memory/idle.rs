@@ -253,6 +253,7 @@ mod tests {
                         Some(RecalledTokens {
                             tokens: 3 << TOKEN_PARTS,
                             until: now + 1,
+                            at: now,
                         }),
                         None,
                     ],
@@ -267,6 +268,7 @@ mod tests {
                         Some(RecalledTokens {
                             tokens: 3 << TOKEN_PARTS,
                             until: now,
+                            at: now,
                         }),
                         None,
                     ],

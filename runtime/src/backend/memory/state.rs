@@ -307,17 +307,8 @@ impl Limiter {
         let at = slot(rule.rate_type);
         if self.tokens[at].is_none() {
             if let Some(recalled) = self.recalled[at].take().filter(|r| r.until > now) {
-                let (rate, interval) = (rule.rate, rule.interval_ms());
-                let state = Stored {
-                    rate,
-                    interval,
-                    burst,
-                    warmup,
-                    units: recalled.units(burst, interval),
-                    at: now,
-                    cold: warmup * rate,
-                };
-                let expires = now + state.rest_in().max(1);
+                let state = recalled.bucket(rule.rate, rule.interval_ms(), burst, warmup, now);
+                let expires = state.at + state.rest_in().max(1);
                 self.tokens[at] = Some(Tokens { state, expires });
             }
         }

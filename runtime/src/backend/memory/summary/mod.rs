@@ -25,6 +25,8 @@
 //! what each trace merged into it counts. Nothing here reads a clock or allocates after
 //! the table is made.
 
+use crate::algorithm::bucket::Stored;
+
 /// Slots per cell: a sliding window's live grants fall into at most three slots of
 /// half its interval.
 pub(super) const SLOTS: usize = 3;
@@ -136,9 +138,27 @@ impl Recalled {
 pub(crate) struct RecalledTokens {
     pub tokens: i128,
     pub until: u64,
+    /// The time they are held at: the recall's, or a trace's if later (a clock that
+    /// stepped back since: refill counts from there, as a bucket's own does).
+    pub at: u64,
 }
 
 impl RecalledTokens {
+    /// The bucket made from this recall at `now`, of the config given: the units it
+    /// holds, from the later of `now` and [`at`](RecalledTokens::at), cold (the trace
+    /// keeps no coldness).
+    pub fn bucket(&self, rate: u64, interval: u64, burst: u64, warmup: u64, now: u64) -> Stored {
+        Stored {
+            rate,
+            interval,
+            burst,
+            warmup,
+            units: self.units(burst, interval),
+            at: self.at.max(now),
+            cold: warmup * rate,
+        }
+    }
+
     /// The units (1/`interval` of a token) a bucket of `burst` made from this recall
     /// holds: at most its burst, rounded down.
     pub fn units(&self, burst: u64, interval: u64) -> i64 {
@@ -397,10 +417,12 @@ impl Summary {
             .map(|s| RecalledTokens {
                 tokens: (i128::from(s.burst) << TOKEN_PARTS) - short_at(s, now),
                 until: s.until,
+                at: s.end.max(now),
             })
             .reduce(|a, b| RecalledTokens {
                 tokens: a.tokens.min(b.tokens),
                 until: a.until.max(b.until),
+                at: a.at.max(b.at),
             })
     }
 }
