@@ -46,7 +46,7 @@ async fn a_secret_key_is_stored_as_its_digest() {
     let client = Client::connect(&server.url()).await.unwrap();
     let layer = RateLimitLayer::builder()
         .client(client)
-        .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("authorization").secret()))
+        .rule(LayerRule::new("token", 2, MINUTE).key(Key::header("authorization").secret()))
         .build()
         .unwrap();
     let addr = serve(layer);
@@ -61,7 +61,7 @@ async fn a_secret_key_is_stored_as_its_digest() {
     let mut raw = server.raw().await;
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut raw).await.unwrap();
     assert!(
-        keys.iter().any(|k| k.starts_with("rate_limit:api:%#")),
+        keys.iter().any(|k| k.starts_with("rate_limit:token:%#")),
         "{keys:?}"
     );
     assert!(!keys.iter().any(|k| k.contains("tok-secret")), "{keys:?}");

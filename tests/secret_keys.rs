@@ -44,6 +44,18 @@ async fn a_secret_key_reaches_no_key_report_or_log_and_still_limits() {
     }
     let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [200, 200, 429, 200, 200], "2 a minute per credential");
+    // One token however its scheme is spelled: schemes are case-insensitive, and the
+    // space before the token is one to the application.
+    let mut spelled = Vec::new();
+    for scheme in ["Bearer ", "bearer ", "BEARER  ", "BeArEr\t", "bEARER \t "] {
+        let credential = format!("{scheme}{SECRET}-2");
+        spelled.push(
+            send(addr, "GET", "/", &[("authorization", &credential)])
+                .await
+                .status,
+        );
+    }
+    assert_eq!(spelled, [200, 200, 429, 429, 429], "one token, five spellings");
     assert_eq!(
         send(addr, "GET", "/", &[]).await.status,
         401,
@@ -80,6 +92,23 @@ async fn a_secret_key_reaches_no_key_report_or_log_and_still_limits() {
     for piece in [SECRET, "sk-live", "another"] {
         assert!(!seen.contains(piece), "{piece} in: {seen}");
     }
+}
+
+/// A secret key's exempt values are credentials too: `Debug` counts them.
+#[test]
+fn a_secret_keys_exempt_values_are_not_shown() {
+    let rule = LayerRule::new("partners", 2, Duration::from_secs(60))
+        .key(Key::header("x-api-key").secret())
+        .exempt(["partnerSECRET-999"]);
+    let shown = format!("{rule:?}");
+    assert!(
+        !shown.contains("partnerSECRET") && shown.contains("1 secret values"),
+        "{shown}"
+    );
+    let layer = RateLimitLayer::builder().rule(rule).build().unwrap();
+    assert!(!format!("{layer:?}").contains("partnerSECRET"));
+    let plain = LayerRule::new("partners", 2, Duration::from_secs(60)).exempt(["partner"]);
+    assert!(format!("{plain:?}").contains("\"partner\""));
 }
 
 #[test]

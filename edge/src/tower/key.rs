@@ -54,6 +54,10 @@ impl Key {
     /// Spaces and tabs around the value are not part of it (an HTTP/1 server drops
     /// them, HTTP/2 passes them on), and a gRPC binary header's value (a name ending
     /// `-bin`) is keyed without its base64 padding, which tonic reads or not alike.
+    /// An `Authorization` or `Proxy-Authorization` value is keyed as one credential:
+    /// its scheme in lower case and one space before the rest (`Bearer t`, `bearer t`
+    /// and `BEARER  t` are one value, as schemes are case-insensitive); for a credential
+    /// the application reads otherwise, key by it with [`Key::with`].
     pub fn header(name: &str) -> Key {
         Key(KeyKind::Header(name.to_owned()), Secret(false))
     }

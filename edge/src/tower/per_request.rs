@@ -408,6 +408,29 @@ pub(super) fn unpadded<'a>(name: &HeaderName, text: &'a str) -> &'a str {
     }
 }
 
+/// An `Authorization` or `Proxy-Authorization` value as one credential: its scheme in
+/// lower case (schemes are case-insensitive) and one space before the rest, however
+/// many spaces or tabs came there, so that `Bearer t`, `bearer t` and `BEARER\tt`, one
+/// token to the application reading it, are one value. Other headers' values, and a
+/// value without a space, as they are.
+#[inline]
+pub(super) fn credentials<'a>(name: &HeaderName, text: &'a str) -> Cow<'a, str> {
+    if name != http::header::AUTHORIZATION && name != http::header::PROXY_AUTHORIZATION {
+        return Cow::Borrowed(text);
+    }
+    let Some(gap) = text.find([' ', '\t']) else {
+        return Cow::Borrowed(text);
+    };
+    let (scheme, rest) = (&text[..gap], text[gap..].trim_start_matches([' ', '\t']));
+    if !scheme.bytes().any(|b| b.is_ascii_uppercase())
+        && text.len() - gap - rest.len() == 1
+        && text.as_bytes()[gap] == b' '
+    {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(format!("{} {rest}", scheme.to_ascii_lowercase()))
+}
+
 impl Extract {
     /// The bytes of a header this key reads when they are not UTF-8.
     fn not_utf8<'a, Q: Incoming>(&self, request: &'a Q) -> Option<&'a [u8]> {
@@ -442,7 +465,7 @@ impl Extract {
                 Ok(Some(
                     first
                         .map(|line| match line.text() {
-                            Some(text) => Cow::Borrowed(unpadded(name, text)),
+                            Some(text) => credentials(name, unpadded(name, text)),
                             None => String::from_utf8_lossy(line.bytes),
                         })
                         .unwrap_or_default(),

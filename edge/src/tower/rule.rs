@@ -258,12 +258,25 @@ impl fmt::Debug for LayerRule {
             .field("local_refusals", &spec.local_refusals)
             .field("batch", &spec.batch)
             .field("batch_lease", &spec.batch_lease)
-            .field("exempt", &self.exempt)
+            .field("exempt", &Exempt(&self.exempt, self.key.1 .0))
             .field("algorithm", &self.algorithm_of())
             .field("burst", &self.burst)
             .field("warmup", &self.warmup)
             .field("settle", &self.settle)
             .field("max_overdraft", &spec.max_overdraft)
             .finish()
+    }
+}
+
+/// A rule's exempt values as `Debug` shows them: a secret key's as their number only
+/// (each is a credential).
+struct Exempt<'a>(&'a HashSet<String>, bool);
+
+impl fmt::Debug for Exempt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            true => write!(f, "{} secret values", self.0.len()),
+            false => self.0.fmt(f),
+        }
     }
 }

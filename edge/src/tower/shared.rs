@@ -212,7 +212,8 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
         .into_iter()
         .map(|value| match &key {
             Extract::Header(name) => {
-                super::per_request::unpadded(name, value.trim_matches([' ', '\t'])).to_owned()
+                let value = super::per_request::unpadded(name, value.trim_matches([' ', '\t']));
+                super::per_request::credentials(name, value).into_owned()
             }
             _ => value,
         })
