@@ -48,12 +48,29 @@ async fn a_spray_of_keys_across_two_configs_is_logged_in_a_bounded_number_of_lin
     };
     spray(0, 500).await;
     assert_eq!(lines(), 20, "500 limiters rewritten in one period");
+    // An operator's limiter rewritten while the spray spent the period's lines: not
+    // named then, and its next line counts it.
+    let operator = Client::builder()
+        .clock(clock.clone())
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let orders = |rate| [redlimit::Rule::new("orders", rate, Duration::from_secs(60))];
+    operator.check_rules(&orders(5)).await.unwrap();
+    operator.check_rules(&orders(6)).await.unwrap();
+    assert_eq!(lines(), 20);
     clock.advance(Duration::from_secs(10));
     spray(500, 501).await;
     assert_eq!(lines(), 21);
     assert!(
-        capture.text().contains("rewrites_left_out_overall=480"),
+        capture.text().contains("rewrites_left_out_overall=481"),
         "{}",
         capture.text().lines().last().unwrap_or_default()
+    );
+    operator.check_rules(&orders(5)).await.unwrap();
+    let last = capture.text().lines().last().unwrap_or_default().to_owned();
+    assert!(
+        last.contains("orders") && last.contains("rewrites_left_out=1 "),
+        "{last}"
     );
 }

@@ -67,32 +67,29 @@ pub(crate) fn changed(rule: &crate::Rule, old: &RateLimiterConfig, now: u64) {
                 left_out: period.left_out,
             };
         }
+        if seen.len() >= CAP && !seen.contains_key(name) {
+            seen.retain(|_, s| now.saturating_sub(s.logged_at) < PERIOD_MS);
+            if seen.len() >= CAP {
+                seen.clear();
+            }
+        }
+        // (never logged: its first line may come at once)
+        let entry = seen.entry(name.to_owned()).or_insert(Seen {
+            logged_at: 0,
+            left_out: 0,
+        });
         if period.lines >= MOST_LINES {
+            // counted against the limiter too: its next line says so
             period.left_out += 1;
+            entry.left_out += 1;
             return;
         }
         period.lines += 1;
-        let others_left_out = std::mem::take(&mut period.left_out);
-        let left_out = if let Some(entry) = seen.get_mut(name) {
-            entry.logged_at = now;
-            std::mem::take(&mut entry.left_out)
-        } else {
-            if seen.len() >= CAP {
-                seen.retain(|_, s| now.saturating_sub(s.logged_at) < PERIOD_MS);
-                if seen.len() >= CAP {
-                    seen.clear();
-                }
-            }
-            seen.insert(
-                name.to_owned(),
-                Seen {
-                    logged_at: now,
-                    left_out: 0,
-                },
-            );
-            0
-        };
-        (left_out, others_left_out)
+        entry.logged_at = now;
+        (
+            std::mem::take(&mut entry.left_out),
+            std::mem::take(&mut period.left_out),
+        )
     };
     if rule.is_overridden() {
         tracing::info!(
