@@ -25,7 +25,7 @@ use redlimit_runtime::Error;
 
 use crate::args::{Cli, Command};
 use crate::commands::{acquire, check, inspect_one, ls, overrides, reset, set_rate, watch, SetRate};
-use crate::shown::shown;
+use crate::shown::shown_message;
 
 /// A command's failure and its exit code.
 enum Failure {
@@ -78,7 +78,7 @@ fn main() -> ExitCode {
         // The URL's passwords, if any, replaced as the runtime hides them everywhere.
         // (and whatever it quotes of names and stored values, escaped)
         let message = redlimit_runtime::scrub_url_secrets(&message, &url);
-        eprintln!("redlimit: {}", shown(&message));
+        eprintln!("redlimit: {}", shown_message(&message));
     }
     ExitCode::from(code)
 }
