@@ -32,7 +32,8 @@ async fn a_secret_key_reaches_no_key_report_or_log_and_still_limits() {
         .rule(
             LayerRule::new("api", 2, Duration::from_secs(60))
                 .key(Key::header("authorization").secret())
-                .missing_key(MissingKey::Unauthorized),
+                .missing_key(MissingKey::Unauthorized)
+                .exempt(["Bearer partner-token"]),
         )
         .build()
         .unwrap();
@@ -56,6 +57,11 @@ async fn a_secret_key_reaches_no_key_report_or_log_and_still_limits() {
         );
     }
     assert_eq!(spelled, [200, 200, 429, 429, 429], "one token, five spellings");
+    // An exempt credential, listed in one spelling, sent in another.
+    for _ in 0..5 {
+        let exempt = send(addr, "GET", "/", &[("authorization", "bearer\tpartner-token")]).await;
+        assert_eq!(exempt.status, 200);
+    }
     assert_eq!(
         send(addr, "GET", "/", &[]).await.status,
         401,
@@ -89,7 +95,7 @@ async fn a_secret_key_reaches_no_key_report_or_log_and_still_limits() {
     assert!(stored.contains("refused"), "the refusal is reported: {stored}");
     assert!(stored.contains("api:%#"), "limiters named by digest: {stored}");
     let seen = format!("{stored}{}{replies:?}", capture.text());
-    for piece in [SECRET, "sk-live", "another"] {
+    for piece in [SECRET, "sk-live", "another", "partner-token"] {
         assert!(!seen.contains(piece), "{piece} in: {seen}");
     }
 }

@@ -311,7 +311,7 @@ impl Shared {
                 let error = Error::RepeatedKey {
                     rule: rule.name.to_string(),
                     what: match &rule.key {
-                        Extract::Header(name) => format!("the {name} header"),
+                        Extract::Header(name) | Extract::Credential(name) => format!("the {name} header"),
                         _ => "its key".to_owned(),
                     },
                 };
@@ -408,16 +408,12 @@ pub(super) fn unpadded<'a>(name: &HeaderName, text: &'a str) -> &'a str {
     }
 }
 
-/// An `Authorization` or `Proxy-Authorization` value as one credential: its scheme in
-/// lower case (schemes are case-insensitive) and one space before the rest, however
-/// many spaces or tabs came there, so that `Bearer t`, `bearer t` and `BEARER\tt`, one
-/// token to the application reading it, are one value. Other headers' values, and a
-/// value without a space, as they are.
-#[inline]
-pub(super) fn credentials<'a>(name: &HeaderName, text: &'a str) -> Cow<'a, str> {
-    if name != http::header::AUTHORIZATION && name != http::header::PROXY_AUTHORIZATION {
-        return Cow::Borrowed(text);
-    }
+/// An `Authorization` or `Proxy-Authorization` value ([`Extract::Credential`]) as one
+/// credential: its scheme in lower case (schemes are case-insensitive) and one space
+/// before the rest, however many spaces or tabs came there, so that `Bearer t`,
+/// `bearer t` and `BEARER\tt`, one token to the application reading it, are one value.
+/// A value without a space as it is.
+pub(super) fn credentials(text: &str) -> Cow<'_, str> {
     let Some(gap) = text.find([' ', '\t']) else {
         return Cow::Borrowed(text);
     };
@@ -431,11 +427,36 @@ pub(super) fn credentials<'a>(name: &HeaderName, text: &'a str) -> Cow<'a, str> 
     Cow::Owned(format!("{} {rest}", scheme.to_ascii_lowercase()))
 }
 
+/// The one line of header `name` a request sends (empty when none), read by `read`
+/// when it is text; a header sent twice has no one value: keying by either line would
+/// let a client choose, among values an application may read the other way, the one
+/// that is limited.
+#[inline]
+fn header_value<'a, Q: Incoming>(
+    request: &'a Q,
+    name: &HeaderName,
+    read: impl FnOnce(&'a str) -> Cow<'a, str>,
+) -> Value<'a> {
+    let mut lines = request.lines(name);
+    let first = lines.next();
+    if lines.next().is_some() {
+        return Err(NoValue::Repeated);
+    }
+    Ok(Some(
+        first
+            .map(|line| match line.text() {
+                Some(text) => read(text),
+                None => String::from_utf8_lossy(line.bytes),
+            })
+            .unwrap_or_default(),
+    ))
+}
+
 impl Extract {
     /// The bytes of a header this key reads when they are not UTF-8.
     fn not_utf8<'a, Q: Incoming>(&self, request: &'a Q) -> Option<&'a [u8]> {
         match self {
-            Extract::Header(name) => request
+            Extract::Header(name) | Extract::Credential(name) => request
                 .lines(name)
                 .next()
                 .filter(|line| line.text().is_none())
@@ -453,24 +474,8 @@ impl Extract {
                 Some(Err(problem)) => Err(NoValue::Misconfigured(problem)),
                 None => Err(NoValue::Misconfigured(Q::NO_PEER)),
             },
-            Extract::Header(name) => {
-                // A header sent twice has no one value: keying by either line would
-                // let a client choose, among values an application may read the other
-                // way, the one that is limited.
-                let mut lines = request.lines(name);
-                let first = lines.next();
-                if lines.next().is_some() {
-                    return Err(NoValue::Repeated);
-                }
-                Ok(Some(
-                    first
-                        .map(|line| match line.text() {
-                            Some(text) => credentials(name, unpadded(name, text)),
-                            None => String::from_utf8_lossy(line.bytes),
-                        })
-                        .unwrap_or_default(),
-                ))
-            }
+            Extract::Header(name) => header_value(request, name, |text| Cow::Borrowed(unpadded(name, text))),
+            Extract::Credential(name) => header_value(request, name, credentials),
             #[cfg(any(feature = "axum", feature = "actix"))]
             Extract::PathParam(name) => request.path_param(name),
             Extract::With(f) => Ok(Some(Cow::Owned(f(request.head()).unwrap_or_default()))),

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::header::{AUTHORIZATION, PROXY_AUTHORIZATION};
 use http::{HeaderName, HeaderValue};
 use redlimit_runtime::engine::Engine;
 use redlimit_runtime::Client;
@@ -47,6 +48,9 @@ pub(super) enum Extract {
     Global,
     ClientIp,
     Header(HeaderName),
+    /// `Authorization` or `Proxy-Authorization`: read as one credential however its
+    /// scheme is spelled.
+    Credential(HeaderName),
     #[cfg(any(feature = "axum", feature = "actix"))]
     PathParam(String),
     With(Arc<KeyFn>),
@@ -188,7 +192,10 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     let key = match key.0 {
         KeyKind::Global => Extract::Global,
         KeyKind::ClientIp => Extract::ClientIp,
-        KeyKind::Header(name) => Extract::Header(header_name(&spec.name, &name)?),
+        KeyKind::Header(name) => match header_name(&spec.name, &name)? {
+            name if name == AUTHORIZATION || name == PROXY_AUTHORIZATION => Extract::Credential(name),
+            name => Extract::Header(name),
+        },
         #[cfg(any(feature = "axum", feature = "actix"))]
         KeyKind::PathParam(name) => Extract::PathParam(name),
         KeyKind::With(f, _) => Extract::With(f),
@@ -197,7 +204,9 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
     let policy = HeaderValue::from_str(&limit.policy_field()).ok();
     let missing = match (missing_key, &key) {
         (MissingKey::Share, _) => None,
-        (refuse, Extract::Header(header)) => Some((format!("the {header} header"), refuse)),
+        (refuse, Extract::Header(header) | Extract::Credential(header)) => {
+            Some((format!("the {header} header"), refuse))
+        }
         #[cfg(any(feature = "axum", feature = "actix"))]
         (refuse, Extract::PathParam(param)) => Some((format!("the path parameter {param}"), refuse)),
         (refuse, Extract::With(_)) => Some(("a value for its key".to_owned(), refuse)),
@@ -212,8 +221,10 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
         .into_iter()
         .map(|value| match &key {
             Extract::Header(name) => {
-                let value = super::per_request::unpadded(name, value.trim_matches([' ', '\t']));
-                super::per_request::credentials(name, value).into_owned()
+                super::per_request::unpadded(name, value.trim_matches([' ', '\t'])).to_owned()
+            }
+            Extract::Credential(_) => {
+                super::per_request::credentials(value.trim_matches([' ', '\t'])).into_owned()
             }
             _ => value,
         })
