@@ -236,7 +236,9 @@ async fn a_bucket_let_go_between_calls_keeps_what_it_refilled() {
             "a spray of {spray} keys between calls"
         );
     }
-    assert!(evicted() >= 40 * 3 * MAX as u64, "the spray made room");
+    let evicted = evicted();
+    // (at least a table a round: each round sends MAX keys or more into a full one)
+    assert!(evicted >= 40 * MAX as u64, "the spray made room: {evicted}");
 }
 
 /// A settled rule's limiter is held while its reservation waits to be settled (let go,
