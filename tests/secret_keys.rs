@@ -38,6 +38,23 @@ async fn a_secret_key_reaches_no_key_report_or_log_and_still_limits() {
         .build()
         .unwrap();
     let addr = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+    // The same reading on a plain key.
+    let plain = RateLimitLayer::builder()
+        .client(Client::connect(&server.url()).await.unwrap())
+        .rule(LayerRule::new("plain-auth", 2, Duration::from_secs(60)).key(Key::header("authorization")))
+        .build()
+        .unwrap();
+    let plain = serve(Router::new().route("/", get(|| async { "ok" })).layer(plain)).await;
+    let mut spelled = Vec::new();
+    for scheme in ["Bearer ", "bearer  ", "BEARER\t"] {
+        let credential = format!("{scheme}plain-token");
+        spelled.push(
+            send(plain, "GET", "/", &[("authorization", &credential)])
+                .await
+                .status,
+        );
+    }
+    assert_eq!(spelled, [200, 200, 429], "one plain token, three spellings");
     let bearer = format!("Bearer {SECRET}");
     let mut replies = Vec::new();
     for credential in [&bearer, &bearer, &bearer, "Bearer another", " Bearer another\t"] {
@@ -95,6 +112,7 @@ async fn a_secret_key_reaches_no_key_report_or_log_and_still_limits() {
     assert!(stored.contains("refused"), "the refusal is reported: {stored}");
     assert!(stored.contains("api:%#"), "limiters named by digest: {stored}");
     let seen = format!("{stored}{}{replies:?}", capture.text());
+    // (the plain key's token is in its key names, as a plain key's values are)
     for piece in [SECRET, "sk-live", "another", "partner-token"] {
         assert!(!seen.contains(piece), "{piece} in: {seen}");
     }

@@ -103,7 +103,7 @@ impl Key {
     /// shares the rule's one limiter of no value as before. A digest hides a value
     /// that cannot be guessed, not one drawn from few (a PIN): it is the same in every
     /// process, so that they share limiters. A [`Key::global`] has no value to keep
-    /// secret: its rule does not build.
+    /// secret: a layer with such a rule does not build (`InvalidLayer`).
     ///
     /// ```
     /// # use redlimit_edge as redlimit;

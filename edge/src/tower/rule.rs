@@ -206,7 +206,9 @@ impl LayerRule {
     }
 
     /// Key values this rule does not apply to (an internal address, a partner's API
-    /// key), compared with the value as read (a client address as its `Display`).
+    /// key), compared with the value as read (a client address as its `Display`; an
+    /// `Authorization` or `Proxy-Authorization` value as [`Key::header`](super::Key::header)
+    /// reads it). A secret key's exempt values are shown by `Debug` as their number only.
     pub fn exempt<I, S>(mut self, values: I) -> Self
     where
         I: IntoIterator<Item = S>,

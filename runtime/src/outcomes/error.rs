@@ -447,15 +447,14 @@ pub enum Error {
     /// permits the rule takes per call, or outside what its token bucket counts).
     #[error(
         "the override {of} cannot apply to rule `{rule}`: {reason}; set a rate and interval the rule can \
-         take (the rule's own checks), or remove the override",
-        reason = crate::keys::shown(.reason)
+         take (the rule's own checks), or remove the override"
     )]
     UnusableOverride {
         /// The override: `rule:<name>` or `key:<limiter>`.
         of: String,
         /// The rule it reaches.
         rule: String,
-        /// The rule's check that fails.
+        /// The rule's check that fails (its message, which shows names escaped already).
         reason: String,
     },
 
