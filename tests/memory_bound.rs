@@ -260,11 +260,14 @@ async fn requests_in_flight_on_settled_rules_hold_the_bound_until_they_end() {
         .build()
         .unwrap();
     let (open, opened) = tokio::sync::watch::channel(false);
-    // the requests of keys `slow..` wait until `open`
+    let entered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let inside = entered.clone();
+    // the requests of keys `slow..`, counted in, wait until `open`
     let handler = move |headers: axum::http::HeaderMap| {
-        let mut opened = opened.clone();
+        let (mut opened, inside) = (opened.clone(), inside.clone());
         async move {
             if headers["x-api-key"].as_bytes().starts_with(b"slow") {
+                inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let _ = opened.wait_for(|open| *open).await;
             }
             ([("x-used", "1")], "ok")
@@ -274,8 +277,15 @@ async fn requests_in_flight_on_settled_rules_hold_the_bound_until_they_end() {
     let in_flight: Vec<_> = (0..MAX)
         .map(|i| tokio::spawn(async move { status(addr, &format!("slow{i}")).await }))
         .collect();
-    // each reservation made and waiting in its handler
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // each reservation made and waiting in its handler, however slow the machine
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while entered.load(std::sync::atomic::Ordering::SeqCst) < MAX {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the requests never reached their handler"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         status(addr, "new").await,
         503,
