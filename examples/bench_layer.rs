@@ -24,7 +24,11 @@
 //! per request): `bare`, the
 //! router alone; `redlimit-headers` and `redlimit-plain`, with the in-process layer,
 //! its success fields on and off; `governor-headers` and `governor-plain`, with
-//! tower_governor keyed by the same header, its `x-ratelimit-*` headers on and off.
+//! tower_governor keyed by the same header, its `x-ratelimit-*` headers on and off;
+//! `bare-ip`, the router alone with the next rows' requests; `redlimit-ip` and
+//! `governor-ip`, each keyed by the peer's address (`Key::client_ip()`,
+//! tower_governor's `PeerIpKeyExtractor`), headers off, every request from one of two
+//! IPv4 peers given as axum's `ConnectInfo`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,6 +49,9 @@ const RUN: Duration = Duration::from_secs(3);
 const ROUNDS: usize = 3;
 const HUGE_RATE: u64 = 1_000_000_000;
 const MINUTE: Duration = Duration::from_secs(60);
+
+/// Whether the counted requests come from peers rather than carry API keys.
+static PEERS: AtomicBool = AtomicBool::new(false);
 
 fn router() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
@@ -265,17 +272,23 @@ where
 }
 
 /// `n` calls of `service`, each polled once where it is made (none of the rows
-/// waits: the router's handler, and both layers in process).
+/// waits: the router's handler, and both layers in process). Each request carries
+/// one of two API keys, or with `PEERS` set comes from one of two peers instead.
 fn calls<S>(service: &mut S, n: u32)
 where
     S: tower_service::Service<Request<axum::body::Body>>,
 {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let peers = PEERS.load(Ordering::Relaxed);
     for i in 0..n {
-        let request = Request::get("/")
-            .header("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" })
-            .body(axum::body::Body::empty())
-            .unwrap();
+        let request = match peers {
+            false => Request::get("/").header("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" }),
+            true => Request::get("/").extension(axum::extract::ConnectInfo(SocketAddr::from((
+                [192, 0, 2, 1 + (i % 2) as u8],
+                40_000,
+            )))),
+        };
+        let request = request.body(axum::body::Body::empty()).unwrap();
         let response = std::pin::pin!(service.call(request));
         assert!(
             std::future::Future::poll(response, &mut cx).is_ready(),
@@ -340,6 +353,10 @@ fn count_row(row: &str, n: u32) {
     let mut config = config.key_extractor(ApiKey);
     match row {
         "bare" => warmed_calls(&mut router(), n),
+        "bare-ip" => {
+            PEERS.store(true, Ordering::Relaxed);
+            warmed_calls(&mut router(), n)
+        }
         "redlimit-headers" => warmed_calls(&mut router().layer(quiet(true)), n),
         "redlimit-plain" => warmed_calls(&mut router().layer(quiet(false)), n),
         "governor-headers" => {
@@ -350,9 +367,26 @@ fn count_row(row: &str, n: u32) {
             let config = Arc::new(config.finish().unwrap());
             warmed_calls(&mut router().layer(tower_governor::GovernorLayer::new(config)), n)
         }
+        "redlimit-ip" => {
+            PEERS.store(true, Ordering::Relaxed);
+            let layer = RateLimitLayer::builder()
+                .client(Client::memory())
+                .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::client_ip()))
+                .success_fields(false)
+                .build()
+                .unwrap();
+            warmed_calls(&mut router().layer(layer), n)
+        }
+        "governor-ip" => {
+            PEERS.store(true, Ordering::Relaxed);
+            let mut config = tower_governor::governor::GovernorConfigBuilder::default();
+            config.per_nanosecond(1).burst_size(u32::MAX);
+            let config = Arc::new(config.finish().unwrap());
+            warmed_calls(&mut router().layer(tower_governor::GovernorLayer::new(config)), n)
+        }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected bare, redlimit-headers, redlimit-plain, \
-             governor-headers or governor-plain"
+             governor-headers, governor-plain, bare-ip, redlimit-ip or governor-ip"
         ),
     };
 }

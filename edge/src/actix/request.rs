@@ -100,8 +100,10 @@ pub(super) fn client_ip(
     trusted: &TrustedProxies,
     peer: IpAddr,
 ) -> ClientIp {
-    let lines = headers.get_all(trusted.forwarding_header().name());
-    trusted.client_ip_from(peer, lines.map(|value| value.as_bytes()))
+    trusted.client_ip_from(peer, || {
+        let lines = headers.get_all(trusted.forwarding_header().name());
+        lines.map(|value| value.as_bytes())
+    })
 }
 
 /// The request's head as `http` 1's: method, URI, version and headers.

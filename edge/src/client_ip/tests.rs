@@ -304,3 +304,66 @@ fn proxies_that_do_not_parse_are_refused_with_the_forms_accepted() {
     );
     assert!(shown.len() < 300, "{}", shown.len());
 }
+
+/// The key's text of a client address is its `Display`, for every IPv4 address's
+/// digits and every IPv6 form and prefix: keys written before stay the same limiter.
+#[test]
+fn a_client_address_text_is_its_display() {
+    let mut seen = 0;
+    let mut check = |client: ClientIp| {
+        let text = client.text();
+        assert!(
+            matches!(text, IpText::Short { .. }),
+            "{client} not written on the stack"
+        );
+        assert_eq!(text.as_str(), client.to_string());
+        seen += 1;
+    };
+    for octet in 0..=255u8 {
+        for at in 0..4 {
+            let mut octets = [1, 22, 133, 4];
+            octets[at] = octet;
+            check(ClientIp::grouped(IpAddr::from(octets), 64));
+        }
+    }
+    let v6 = [
+        "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        "2001:db8:1:2:3:4:5:6",
+        "2001:db8::1",
+        "::",
+        "::1",
+        "fe80::1:0:0:0",
+        "1:0:0:2:0:0:0:3",
+        "::ffff:192.0.2.1",
+        "64:ff9b::203.0.113.7",
+        "2002:c000:0201::1",
+    ];
+    for text in v6 {
+        for prefix in [0, 1, 7, 16, 48, 63, 64, 65, 99, 127, 128] {
+            check(ClientIp::grouped(ip(text), prefix));
+        }
+    }
+    // The longest text there is: eight full groups and a prefix of three digits.
+    check(ClientIp {
+        ip: ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+        prefix: 127,
+    });
+    // And addresses drawn at random (xorshift), each grouped at a random prefix.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..20_000 {
+        let (high, low, prefix) = (next(), next(), (next() % 129) as u8);
+        check(ClientIp::grouped(IpAddr::from(Ipv4Addr::from(low as u32)), prefix));
+        let v6 = Ipv6Addr::from(u128::from(high) << 64 | u128::from(low));
+        check(ClientIp::grouped(IpAddr::from(v6), prefix));
+        // With zero groups, for the shortened forms.
+        let sparse = u128::from(high & 0xffff_0000_ffff_0000) << 64 | u128::from(low & 0x0000_ffff_0000_0000);
+        check(ClientIp::grouped(IpAddr::from(Ipv6Addr::from(sparse)), prefix));
+    }
+    assert_eq!(seen, 1024 + 110 + 1 + 60_000);
+}

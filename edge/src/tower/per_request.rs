@@ -15,12 +15,13 @@ use super::incoming::{Incoming, TowerRequest};
 use super::key::MissingKey;
 use super::request::{NoValue, PathParams, Value, OUTSIDE_ROUTER};
 use super::shared::{Extract, Keyed, Shared};
-use crate::client_ip::{one_setting, ReadBy};
+use crate::client_ip::{one_setting, IpText, ReadBy};
 use crate::request::{Outer, Scope};
 use crate::{ClientIp, TrustedProxies};
 
-/// The client address when a rule is keyed by it: `Err` when the peer's is missing.
-type ReadClient = Option<Result<ClientIp, &'static str>>;
+/// The client address's text when a rule is keyed by it: `Err` when the peer's is
+/// missing.
+type ReadClient = Option<Result<IpText, &'static str>>;
 
 /// A request's limiters, and its permits per rule when they are per request.
 pub(crate) type Keys = (SmallVec<[String; 2]>, Vec<u64>);
@@ -200,7 +201,7 @@ impl Shared {
     /// The client address for the rules' keys: when a rule is keyed by it.
     #[inline]
     fn keyed(&self, client: Result<ClientIp, &'static str>) -> ReadClient {
-        self.keys_client_ip.then_some(client)
+        self.keys_client_ip.then(|| client.map(|client| client.text()))
     }
 
     /// The scope of a request whose keys are read: the trusted-proxy setting left on
@@ -466,11 +467,11 @@ impl Extract {
     }
 
     /// This key's value for the request.
-    fn value<'a, Q: Incoming>(&self, request: &'a Q, client: &ReadClient) -> Value<'a> {
+    fn value<'a, Q: Incoming>(&self, request: &'a Q, client: &'a ReadClient) -> Value<'a> {
         match self {
             Extract::Global => Ok(None),
             Extract::ClientIp => match client {
-                Some(Ok(client)) => Ok(Some(Cow::Owned(client.to_string()))),
+                Some(Ok(client)) => Ok(Some(Cow::Borrowed(client.as_str()))),
                 Some(Err(problem)) => Err(NoValue::Misconfigured(problem)),
                 None => Err(NoValue::Misconfigured(Q::NO_PEER)),
             },
