@@ -6,8 +6,13 @@
 //! `actix-bare`, the app alone; `actix-redlimit-headers` and `actix-redlimit-plain`,
 //! with the in-process middleware keyed by `x-api-key`, its success fields on and off;
 //! `actix-governor-headers` and `actix-governor-plain`, with actix-governor keyed by
-//! the same header, its `x-ratelimit-*` headers on and off.
+//! the same header, its `x-ratelimit-*` headers on and off; `actix-bare-ip`, the app
+//! alone with the next rows' requests, each from one of two IPv4 peers, and
+//! `actix-redlimit-ip` and `actix-governor-ip`, each keyed by the peer's address
+//! (`Key::client_ip()`, actix-governor's `PeerIpKeyExtractor`), headers off.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
@@ -36,11 +41,16 @@ impl actix_governor::KeyExtractor for ApiKey {
     }
 }
 
-/// The `i`th request: keyed by one of two API keys in turn.
+/// Whether the requests come from peers rather than carry API keys.
+static PEERS: AtomicBool = AtomicBool::new(false);
+
+/// The `i`th request: keyed by one of two API keys in turn, or from one of two peers.
 fn request(i: u32) -> test::TestRequest {
-    test::TestRequest::get()
-        .uri("/")
-        .insert_header(("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" }))
+    let request = test::TestRequest::get().uri("/");
+    match PEERS.load(Ordering::Relaxed) {
+        false => request.insert_header(("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" })),
+        true => request.peer_addr(SocketAddr::from(([192, 0, 2, 1 + (i % 2) as u8], 40_000))),
+    }
 }
 
 /// `n` requests through `service`, each awaited where it is made (none of the rows
@@ -107,8 +117,9 @@ fn main() {
             warmed_calls(&runtime, service, |r| r.to_request(), n)
         }};
     }
+    PEERS.store(row.ends_with("-ip"), Ordering::Relaxed);
     match row.as_str() {
-        "actix-bare" => row!(App::new().route("/", route())),
+        "actix-bare" | "actix-bare-ip" => row!(App::new().route("/", route())),
         "actix-redlimit-headers" => row!(App::new().wrap(layer(true)).route("/", route())),
         "actix-redlimit-plain" => row!(App::new().wrap(layer(false)).route("/", route())),
         "actix-governor-headers" => {
@@ -123,9 +134,27 @@ fn main() {
                 .wrap(actix_governor::Governor::new(&config))
                 .route("/", route()))
         }
+        "actix-redlimit-ip" => {
+            let layer = RateLimitLayer::builder()
+                .client(Client::memory())
+                .rule(LayerRule::new("bench", HUGE_RATE, Duration::from_secs(60)).key(Key::client_ip()))
+                .success_fields(false)
+                .build()
+                .unwrap();
+            row!(App::new().wrap(layer).route("/", route()))
+        }
+        "actix-governor-ip" => {
+            let mut config = actix_governor::GovernorConfigBuilder::default();
+            config.nanoseconds_per_request(1).burst_size(u32::MAX);
+            let config = config.finish().unwrap();
+            row!(App::new()
+                .wrap(actix_governor::Governor::new(&config))
+                .route("/", route()))
+        }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected actix-bare, actix-redlimit-headers, \
-             actix-redlimit-plain, actix-governor-headers or actix-governor-plain"
+             actix-redlimit-plain, actix-governor-headers, actix-governor-plain, \
+             actix-bare-ip, actix-redlimit-ip or actix-governor-ip"
         ),
     }
 }

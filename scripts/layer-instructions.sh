@@ -37,3 +37,4 @@ rows() {
 rows bench_layer bare redlimit-headers governor-headers redlimit-plain governor-plain
 rows bench_layer bare-ip redlimit-ip governor-ip
 rows bench_actix actix-bare actix-redlimit-headers actix-governor-headers actix-redlimit-plain actix-governor-plain
+rows bench_actix actix-bare-ip actix-redlimit-ip actix-governor-ip

@@ -358,7 +358,10 @@ fn a_client_address_text_is_its_display() {
     };
     for _ in 0..20_000 {
         let (high, low, prefix) = (next(), next(), (next() % 129) as u8);
-        check(ClientIp::grouped(IpAddr::from(Ipv4Addr::from(low as u32)), prefix));
+        check(ClientIp::grouped(
+            IpAddr::from(Ipv4Addr::from(low as u32)),
+            prefix,
+        ));
         let v6 = Ipv6Addr::from(u128::from(high) << 64 | u128::from(low));
         check(ClientIp::grouped(IpAddr::from(v6), prefix));
         // With zero groups, for the shortened forms.
