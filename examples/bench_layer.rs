@@ -28,10 +28,12 @@
 //! `bare-ip`, the router alone with the next rows' requests; `redlimit-ip` and
 //! `governor-ip`, each keyed by the peer's address (`Key::client_ip()`,
 //! tower_governor's `PeerIpKeyExtractor`), headers off, every request from one of two
-//! IPv4 peers given as axum's `ConnectInfo`.
+//! IPv4 peers given as axum's `ConnectInfo`; `bare-bearer`, `redlimit-bearer` and
+//! `governor-bearer`, the same for requests carrying one of two bearer tokens in
+//! `Authorization`, each layer keyed by that header.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,8 +52,14 @@ const ROUNDS: usize = 3;
 const HUGE_RATE: u64 = 1_000_000_000;
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// Whether the counted requests come from peers rather than carry API keys.
-static PEERS: AtomicBool = AtomicBool::new(false);
+/// What the counted requests carry: `API_KEYS`, `PEERS` or `BEARERS`.
+static SHAPE: AtomicU8 = AtomicU8::new(API_KEYS);
+/// One of two `x-api-key` values.
+const API_KEYS: u8 = 0;
+/// No header: from one of two IPv4 peers.
+const PEERS: u8 = 1;
+/// One of two bearer tokens in `Authorization`.
+const BEARERS: u8 = 2;
 
 fn router() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
@@ -273,20 +281,21 @@ where
 
 /// `n` calls of `service`, each polled once where it is made (none of the rows
 /// waits: the router's handler, and both layers in process). Each request carries
-/// one of two API keys, or with `PEERS` set comes from one of two peers instead.
+/// what [`SHAPE`] says: one of two API keys, one of two peers or one of two tokens.
 fn calls<S>(service: &mut S, n: u32)
 where
     S: tower_service::Service<Request<axum::body::Body>>,
 {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    let peers = PEERS.load(Ordering::Relaxed);
+    let shape = SHAPE.load(Ordering::Relaxed);
     for i in 0..n {
-        let request = match peers {
-            false => Request::get("/").header("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" }),
-            true => Request::get("/").extension(axum::extract::ConnectInfo(SocketAddr::from((
+        let request = match shape {
+            PEERS => Request::get("/").extension(axum::extract::ConnectInfo(SocketAddr::from((
                 [192, 0, 2, 1 + (i % 2) as u8],
                 40_000,
             )))),
+            BEARERS => Request::get("/").header("authorization", BEARER_TOKENS[i as usize % 2]),
+            _ => Request::get("/").header("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" }),
         };
         let request = request.body(axum::body::Body::empty()).unwrap();
         let response = std::pin::pin!(service.call(request));
@@ -323,20 +332,26 @@ async fn direct() {
 
 /// tower_governor's key: the same header the layer's rule is keyed by.
 #[derive(Clone)]
-struct ApiKey;
+struct HeaderKey(&'static str);
 
-impl tower_governor::key_extractor::KeyExtractor for ApiKey {
+impl tower_governor::key_extractor::KeyExtractor for HeaderKey {
     type Key = String;
 
     fn extract<T>(&self, request: &Request<T>) -> Result<String, tower_governor::GovernorError> {
         request
             .headers()
-            .get("x-api-key")
+            .get(self.0)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
             .ok_or(tower_governor::GovernorError::UnableToExtractKey)
     }
 }
+
+/// Two bearer tokens, of the length API keys usually have.
+const BEARER_TOKENS: [&str; 2] = [
+    "Bearer sk-live-4f9a1c7e2b8d4e6f9a0b1c2d3e4f5a6b",
+    "Bearer sk-live-8e2d6b1f4a9c3e7d5b0a2c4e6f8a1b3d",
+];
 
 /// `n` calls of one row's router (see the file's header).
 fn count_row(row: &str, n: u32) {
@@ -350,11 +365,11 @@ fn count_row(row: &str, n: u32) {
     };
     let mut config = tower_governor::governor::GovernorConfigBuilder::default();
     config.per_nanosecond(1).burst_size(u32::MAX);
-    let mut config = config.key_extractor(ApiKey);
+    let mut config = config.key_extractor(HeaderKey("x-api-key"));
     match row {
         "bare" => warmed_calls(&mut router(), n),
         "bare-ip" => {
-            PEERS.store(true, Ordering::Relaxed);
+            SHAPE.store(PEERS, Ordering::Relaxed);
             warmed_calls(&mut router(), n)
         }
         "redlimit-headers" => warmed_calls(&mut router().layer(quiet(true)), n),
@@ -368,7 +383,7 @@ fn count_row(row: &str, n: u32) {
             warmed_calls(&mut router().layer(tower_governor::GovernorLayer::new(config)), n)
         }
         "redlimit-ip" => {
-            PEERS.store(true, Ordering::Relaxed);
+            SHAPE.store(PEERS, Ordering::Relaxed);
             let layer = RateLimitLayer::builder()
                 .client(Client::memory())
                 .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::client_ip()))
@@ -378,15 +393,38 @@ fn count_row(row: &str, n: u32) {
             warmed_calls(&mut router().layer(layer), n)
         }
         "governor-ip" => {
-            PEERS.store(true, Ordering::Relaxed);
+            SHAPE.store(PEERS, Ordering::Relaxed);
             let mut config = tower_governor::governor::GovernorConfigBuilder::default();
             config.per_nanosecond(1).burst_size(u32::MAX);
             let config = Arc::new(config.finish().unwrap());
             warmed_calls(&mut router().layer(tower_governor::GovernorLayer::new(config)), n)
         }
+        "bare-bearer" => {
+            SHAPE.store(BEARERS, Ordering::Relaxed);
+            warmed_calls(&mut router(), n)
+        }
+        "redlimit-bearer" => {
+            SHAPE.store(BEARERS, Ordering::Relaxed);
+            let layer = RateLimitLayer::builder()
+                .client(Client::memory())
+                .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::header("authorization")))
+                .success_fields(false)
+                .build()
+                .unwrap();
+            warmed_calls(&mut router().layer(layer), n)
+        }
+        "governor-bearer" => {
+            SHAPE.store(BEARERS, Ordering::Relaxed);
+            let mut config = tower_governor::governor::GovernorConfigBuilder::default();
+            config.per_nanosecond(1).burst_size(u32::MAX);
+            let mut config = config.key_extractor(HeaderKey("authorization"));
+            let config = Arc::new(config.finish().unwrap());
+            warmed_calls(&mut router().layer(tower_governor::GovernorLayer::new(config)), n)
+        }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected bare, redlimit-headers, redlimit-plain, \
-             governor-headers, governor-plain, bare-ip, redlimit-ip or governor-ip"
+             governor-headers, governor-plain, bare-ip, redlimit-ip, governor-ip, \
+             bare-bearer, redlimit-bearer or governor-bearer"
         ),
     };
 }

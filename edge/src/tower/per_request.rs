@@ -31,6 +31,10 @@ thread_local! {
     /// back by the engine: the next request's first key is written into it rather than
     /// into a new allocation.
     static NAME_BUFFER: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+    /// The text of this thread's last key value that was not the request's own bytes
+    /// (a credential with its scheme in lower case, a lossy reading), given back once
+    /// its key is written: the next one is written into it.
+    static VALUE_BUFFER: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
 }
 
 /// The buffer for rule `i`'s key: this thread's kept one for the first.
@@ -336,8 +340,11 @@ impl Shared {
         // the missing-value check only): two such values never share a limiter, nor
         // one with a value that is UTF-8.
         let raw = match &value {
-            // Only a lossy reading is owned among a header's.
-            Some(Cow::Owned(_)) => rule.key.not_utf8(request),
+            // Only an owned value may be a lossy reading, which holds U+FFFD where
+            // the bytes were not UTF-8 (an owned credential's text is the header's).
+            Some(Cow::Owned(text)) if text.contains(char::REPLACEMENT_CHARACTER) => {
+                rule.key.not_utf8(request)
+            }
             _ => None,
         };
         match &value {
@@ -355,9 +362,11 @@ impl Shared {
             None => key.text(alone),
         }
         if !self.per_request {
+            recycle(value);
             return Ok(Some(spec.permits));
         }
-        let exempt = raw.is_none() && value.is_some_and(|v| rule.exempt.contains(&*v));
+        let exempt = raw.is_none() && value.as_ref().is_some_and(|v| rule.exempt.contains(&**v));
+        recycle(value);
         Ok(Some(match (&rule.cost, exempt) {
             (_, true) => 0,
             (Some(cost), false) => cost(request.head()).max(1),
@@ -415,17 +424,41 @@ pub(super) fn unpadded<'a>(name: &HeaderName, text: &'a str) -> &'a str {
 /// `bearer t` and `BEARER\tt`, one token to the application reading it, are one value.
 /// A value without a space as it is.
 pub(super) fn credentials(text: &str) -> Cow<'_, str> {
-    let Some(gap) = text.find([' ', '\t']) else {
+    let gap_byte = |b: &u8| *b == b' ' || *b == b'\t';
+    let Some(gap) = text.bytes().position(|b| gap_byte(&b)) else {
         return Cow::Borrowed(text);
     };
-    let (scheme, rest) = (&text[..gap], text[gap..].trim_start_matches([' ', '\t']));
+    // (spaces and tabs are ASCII: the text is cut where the bytes are)
+    let after = text.as_bytes()[gap..]
+        .iter()
+        .position(|b| !gap_byte(b))
+        .map_or(text.len(), |n| gap + n);
+    let (scheme, rest) = (&text[..gap], &text[after..]);
     if !scheme.bytes().any(|b| b.is_ascii_uppercase())
         && text.len() - gap - rest.len() == 1
         && text.as_bytes()[gap] == b' '
     {
         return Cow::Borrowed(text);
     }
-    Cow::Owned(format!("{} {rest}", scheme.to_ascii_lowercase()))
+    // Usually `Bearer`: written into this thread's buffer, given back once the key is.
+    let mut credential = VALUE_BUFFER.take();
+    credential.clear();
+    credential.push_str(scheme);
+    credential.make_ascii_lowercase();
+    credential.push(' ');
+    credential.push_str(rest);
+    Cow::Owned(credential)
+}
+
+/// A key's value once its key is written: an owned one's room kept for the next,
+/// unless a long header made it large.
+#[inline]
+fn recycle(value: Option<Cow<'_, str>>) {
+    if let Some(Cow::Owned(text)) = value {
+        if text.capacity() <= 1024 {
+            VALUE_BUFFER.set(text);
+        }
+    }
 }
 
 /// The one line of header `name` a request sends (empty when none), read by `read`
@@ -480,6 +513,40 @@ impl Extract {
             #[cfg(any(feature = "axum", feature = "actix"))]
             Extract::PathParam(name) => request.path_param(name),
             Extract::With(f) => Ok(Some(Cow::Owned(f(request.head()).unwrap_or_default()))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A credential's scheme in lower case and one space before the rest, written
+    /// into this thread's buffer one after another: each as if it were the first.
+    #[test]
+    fn credentials_read_one_spelling_each_whatever_came_before() {
+        let cases = [
+            ("Bearer tok", "bearer tok"),
+            ("bearer tok", "bearer tok"),
+            ("BEARER \t  tok", "bearer tok"),
+            ("Basic\tdXNlcjpwYXNz", "basic dXNlcjpwYXNz"),
+            ("token", "token"),
+            ("Token", "Token"),
+            ("Bearer", "Bearer"),
+            ("Bearer ", "bearer "),
+            ("Bearer TOK with Spaces", "bearer TOK with Spaces"),
+            ("Négociation jeton", "négociation jeton"),
+            (
+                "AWS4-HMAC-SHA256 Credential=AKIA/x, Signature=Ab",
+                "aws4-hmac-sha256 Credential=AKIA/x, Signature=Ab",
+            ),
+        ];
+        for _ in 0..2 {
+            for (sent, read) in cases {
+                let value = credentials(sent);
+                assert_eq!(value, read, "{sent:?}");
+                recycle(Some(value));
+            }
         }
     }
 }
