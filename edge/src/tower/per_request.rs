@@ -15,13 +15,12 @@ use super::incoming::{Incoming, TowerRequest};
 use super::key::MissingKey;
 use super::request::{NoValue, PathParams, Value, OUTSIDE_ROUTER};
 use super::shared::{Extract, Keyed, Shared};
-use crate::client_ip::{one_setting, IpText, ReadBy};
+use crate::client_ip::{one_setting, ReadBy};
 use crate::request::{Outer, Scope};
 use crate::{ClientIp, TrustedProxies};
 
-/// The client address's text when a rule is keyed by it: `Err` when the peer's is
-/// missing.
-type ReadClient = Option<Result<IpText, &'static str>>;
+/// The client address when a rule is keyed by it: `Err` when the peer's is missing.
+type ReadClient = Option<Result<ClientIp, &'static str>>;
 
 /// A request's limiters, and its permits per rule when they are per request.
 pub(crate) type Keys = (SmallVec<[String; 2]>, Vec<u64>);
@@ -32,8 +31,8 @@ thread_local! {
     /// into a new allocation.
     static NAME_BUFFER: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
     /// The text of this thread's last key value that was not the request's own bytes
-    /// (a credential with its scheme in lower case, a lossy reading), given back once
-    /// its key is written: the next one is written into it.
+    /// (a client address, a credential with its scheme in lower case, a lossy
+    /// reading), given back once its key is written: the next one is written into it.
     static VALUE_BUFFER: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
 }
 
@@ -205,7 +204,7 @@ impl Shared {
     /// The client address for the rules' keys: when a rule is keyed by it.
     #[inline]
     fn keyed(&self, client: Result<ClientIp, &'static str>) -> ReadClient {
-        self.keys_client_ip.then(|| client.map(|client| client.text()))
+        self.keys_client_ip.then_some(client)
     }
 
     /// The scope of a request whose keys are read: the trusted-proxy setting left on
@@ -341,8 +340,9 @@ impl Shared {
         // one with a value that is UTF-8.
         let raw = match &value {
             // Only an owned value may be a lossy reading, which holds U+FFFD where
-            // the bytes were not UTF-8 (an owned credential's text is the header's).
-            Some(Cow::Owned(text)) if text.contains(char::REPLACEMENT_CHARACTER) => {
+            // the bytes were not UTF-8 (an owned credential's text is the header's, a
+            // client address's ASCII).
+            Some(Cow::Owned(text)) if !text.is_ascii() && text.contains(char::REPLACEMENT_CHARACTER) => {
                 rule.key.not_utf8(request)
             }
             _ => None,
@@ -500,11 +500,16 @@ impl Extract {
     }
 
     /// This key's value for the request.
-    fn value<'a, Q: Incoming>(&self, request: &'a Q, client: &'a ReadClient) -> Value<'a> {
+    fn value<'a, Q: Incoming>(&self, request: &'a Q, client: &ReadClient) -> Value<'a> {
         match self {
             Extract::Global => Ok(None),
             Extract::ClientIp => match client {
-                Some(Ok(client)) => Ok(Some(Cow::Borrowed(client.as_str()))),
+                Some(Ok(client)) => {
+                    let mut text = VALUE_BUFFER.take();
+                    text.clear();
+                    client.write_text(&mut text);
+                    Ok(Some(Cow::Owned(text)))
+                }
                 Some(Err(problem)) => Err(NoValue::Misconfigured(problem)),
                 None => Err(NoValue::Misconfigured(Q::NO_PEER)),
             },
