@@ -1175,6 +1175,34 @@ async fn attack_header_values_that_are_not_utf8_reach_no_other_value_s_limiter()
     }
 }
 
+/// An `Authorization` value that is not UTF-8 is one credential however its scheme is
+/// spelled, as a UTF-8 one is (`Bearer`, `BEARER`, spaces and tabs between): three
+/// spellings of one token at a rate of 2 get 200, 200, 429, a secret key's too, and
+/// another token its own limiter.
+#[tokio::test]
+async fn attack_spellings_of_a_credential_that_is_not_utf8_share_its_limiter() {
+    for (name, secret) in [("bytes-credential", false), ("bytes-credential-secret", true)] {
+        let key = Key::header("authorization");
+        let layer = RateLimitLayer::builder()
+            .client(Client::memory())
+            .rule(LayerRule::new(name, 2, MINUTE).key(if secret { key.secret() } else { key }))
+            .build()
+            .unwrap();
+        let addr = serve(app(layer)).await;
+        let mut statuses = Vec::new();
+        for value in [
+            &b"Bearer caf\xff"[..],
+            b"BEARER caf\xff",
+            b"bearer \t caf\xff",
+            b"Bearer caf\xfe",
+        ] {
+            let sent = send_from(None, addr, "GET", "/a", &[("authorization", value)]).await;
+            statuses.push(sent.status);
+        }
+        assert_eq!(statuses, [200, 200, 429, 200], "secret: {secret}");
+    }
+}
+
 /// A key header without a value, however it is spelled (absent, empty, or whitespace
 /// of any kind: a no-break space, an ideographic or an em space), is one value: under
 /// `MissingKey::Share` every such request shares the rule's one limiter, on both

@@ -350,11 +350,12 @@ impl Shared {
         match &value {
             Some(value) => {
                 key.text(keyed_start);
-                match raw {
+                match &raw {
                     // No value: every such request shares the rule's one limiter of
                     // the empty value, however it is spelled.
                     None if blank(value) => key.value_str(""),
-                    _ if rule.secret => key.value_digest(raw.unwrap_or(value.as_bytes())),
+                    Some(bytes) if rule.secret => key.value_digest(bytes),
+                    None if rule.secret => key.value_digest(value.as_bytes()),
                     Some(bytes) => key.value_bytes(bytes),
                     None => key.value_str(value),
                 }
@@ -424,30 +425,43 @@ pub(super) fn unpadded<'a>(name: &HeaderName, text: &'a str) -> &'a str {
 /// `bearer t` and `BEARER\tt`, one token to the application reading it, are one value.
 /// A value without a space as it is.
 pub(super) fn credentials(text: &str) -> Cow<'_, str> {
-    let gap_byte = |b: &u8| *b == b' ' || *b == b'\t';
-    let Some(gap) = text.bytes().position(|b| gap_byte(&b)) else {
+    let Some((gap, after)) = credential_gap(text.as_bytes()) else {
         return Cow::Borrowed(text);
     };
-    // (spaces and tabs are ASCII: the text is cut where the bytes are)
-    let after = text.as_bytes()[gap..]
-        .iter()
-        .position(|b| !gap_byte(b))
-        .map_or(text.len(), |n| gap + n);
-    let (scheme, rest) = (&text[..gap], &text[after..]);
-    if !scheme.bytes().any(|b| b.is_ascii_uppercase())
-        && text.len() - gap - rest.len() == 1
-        && text.as_bytes()[gap] == b' '
-    {
-        return Cow::Borrowed(text);
-    }
     // Usually `Bearer`: written into this thread's buffer, given back once the key is.
+    // (Spaces and tabs are ASCII: the text is cut where the bytes are.)
     let mut credential = VALUE_BUFFER.take();
     credential.clear();
-    credential.push_str(scheme);
+    credential.push_str(&text[..gap]);
     credential.make_ascii_lowercase();
     credential.push(' ');
-    credential.push_str(rest);
+    credential.push_str(&text[after..]);
     Cow::Owned(credential)
+}
+
+/// [`credentials`] for a value that is not UTF-8, read as its bytes.
+fn credential_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
+    let Some((gap, after)) = credential_gap(bytes) else {
+        return Cow::Borrowed(bytes);
+    };
+    let mut credential = bytes[..gap].to_ascii_lowercase();
+    credential.push(b' ');
+    credential.extend_from_slice(&bytes[after..]);
+    Cow::Owned(credential)
+}
+
+/// Where a credential's scheme ends and its rest starts (the spaces and tabs between),
+/// when it is not already written with its scheme in lower case and one space.
+#[inline]
+fn credential_gap(bytes: &[u8]) -> Option<(usize, usize)> {
+    let gap_byte = |b: &u8| *b == b' ' || *b == b'\t';
+    let gap = bytes.iter().position(gap_byte)?;
+    let after = bytes[gap..]
+        .iter()
+        .position(|b| !gap_byte(b))
+        .map_or(bytes.len(), |n| gap + n);
+    let spelled = !bytes[..gap].iter().any(u8::is_ascii_uppercase) && after - gap == 1 && bytes[gap] == b' ';
+    (!spelled).then_some((gap, after))
 }
 
 /// A key's value once its key is written: an owned one's room kept for the next,
@@ -487,16 +501,17 @@ fn header_value<'a, Q: Incoming>(
 }
 
 impl Extract {
-    /// The bytes of a header this key reads when they are not UTF-8.
-    fn not_utf8<'a, Q: Incoming>(&self, request: &'a Q) -> Option<&'a [u8]> {
-        match self {
-            Extract::Header(name) | Extract::Credential(name) => request
-                .lines(name)
-                .next()
-                .filter(|line| line.text().is_none())
-                .map(|line| line.bytes),
-            _ => None,
-        }
+    /// The bytes of a header this key reads when they are not UTF-8 (a credential's
+    /// read as [`credentials`] reads text).
+    fn not_utf8<'a, Q: Incoming>(&self, request: &'a Q) -> Option<Cow<'a, [u8]>> {
+        let (Extract::Header(name) | Extract::Credential(name)) = self else {
+            return None;
+        };
+        let line = request.lines(name).next().filter(|line| line.text().is_none())?;
+        Some(match self {
+            Extract::Credential(_) => credential_bytes(line.bytes),
+            _ => Cow::Borrowed(line.bytes),
+        })
     }
 
     /// This key's value for the request.
@@ -550,6 +565,8 @@ mod tests {
             for (sent, read) in cases {
                 let value = credentials(sent);
                 assert_eq!(value, read, "{sent:?}");
+                // A value that is not UTF-8 is read the same way, as bytes.
+                assert_eq!(credential_bytes(sent.as_bytes()), read.as_bytes(), "{sent:?}");
                 recycle(Some(value));
             }
         }
