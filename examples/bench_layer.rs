@@ -30,7 +30,10 @@
 //! tower_governor's `PeerIpKeyExtractor`), headers off, every request from one of two
 //! IPv4 peers given as axum's `ConnectInfo`; `bare-bearer`, `redlimit-bearer` and
 //! `governor-bearer`, the same for requests carrying one of two bearer tokens in
-//! `Authorization`, each layer keyed by that header.
+//! `Authorization`, each layer keyed by that header; `bare-path`, `redlimit-path` and
+//! `governor-path`, a router of one route `/users/{id}` called for one of two users,
+//! the layer keyed by `Key::path_param("id")` and tower_governor by the path after
+//! `/users/`, each added with `route_layer`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -52,7 +55,7 @@ const ROUNDS: usize = 3;
 const HUGE_RATE: u64 = 1_000_000_000;
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// What the counted requests carry: `API_KEYS`, `PEERS` or `BEARERS`.
+/// What the counted requests carry: `API_KEYS`, `PEERS`, `BEARERS` or `PATHS`.
 static SHAPE: AtomicU8 = AtomicU8::new(API_KEYS);
 /// One of two `x-api-key` values.
 const API_KEYS: u8 = 0;
@@ -60,9 +63,16 @@ const API_KEYS: u8 = 0;
 const PEERS: u8 = 1;
 /// One of two bearer tokens in `Authorization`.
 const BEARERS: u8 = 2;
+/// No header: one of two users' paths, `/users/{id}`.
+const PATHS: u8 = 3;
 
 fn router() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
+}
+
+/// A router with one route of a path parameter, `/users/{id}`.
+fn users_router() -> Router {
+    Router::new().route("/users/{id}", get(|| async { "ok" }))
 }
 
 fn layer(client: &Client) -> RateLimitLayer {
@@ -295,6 +305,7 @@ where
                 40_000,
             )))),
             BEARERS => Request::get("/").header("authorization", BEARER_TOKENS[i as usize % 2]),
+            PATHS => Request::get(if i % 2 == 0 { "/users/alice" } else { "/users/bob" }),
             _ => Request::get("/").header("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" }),
         };
         let request = request.body(axum::body::Body::empty()).unwrap();
@@ -342,6 +353,21 @@ impl tower_governor::key_extractor::KeyExtractor for HeaderKey {
             .headers()
             .get(self.0)
             .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(tower_governor::GovernorError::UnableToExtractKey)
+    }
+}
+
+/// tower_governor's key for `/users/{id}`: the path after `/users/`, as a key
+/// extractor of its own reads it (tower_governor has none for axum's path parameters).
+#[derive(Clone)]
+struct UserInPath;
+
+impl tower_governor::key_extractor::KeyExtractor for UserInPath {
+    type Key = String;
+
+    fn extract<T>(&self, request: &Request<T>) -> Result<String, tower_governor::GovernorError> {
+        (request.uri().path().strip_prefix("/users/"))
             .map(str::to_owned)
             .ok_or(tower_governor::GovernorError::UnableToExtractKey)
     }
@@ -399,6 +425,29 @@ fn count_row(row: &str, n: u32) {
             let config = Arc::new(config.finish().unwrap());
             warmed_calls(&mut router().layer(tower_governor::GovernorLayer::new(config)), n)
         }
+        "bare-path" => {
+            SHAPE.store(PATHS, Ordering::Relaxed);
+            warmed_calls(&mut users_router(), n)
+        }
+        "redlimit-path" => {
+            SHAPE.store(PATHS, Ordering::Relaxed);
+            let layer = RateLimitLayer::builder()
+                .client(Client::memory())
+                .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::path_param("id")))
+                .success_fields(false)
+                .build()
+                .unwrap();
+            warmed_calls(&mut users_router().route_layer(layer), n)
+        }
+        "governor-path" => {
+            SHAPE.store(PATHS, Ordering::Relaxed);
+            let mut config = tower_governor::governor::GovernorConfigBuilder::default();
+            config.per_nanosecond(1).burst_size(u32::MAX);
+            let mut config = config.key_extractor(UserInPath);
+            let config = Arc::new(config.finish().unwrap());
+            let layer = tower_governor::GovernorLayer::new(config);
+            warmed_calls(&mut users_router().route_layer(layer), n)
+        }
         "bare-bearer" => {
             SHAPE.store(BEARERS, Ordering::Relaxed);
             warmed_calls(&mut router(), n)
@@ -424,7 +473,8 @@ fn count_row(row: &str, n: u32) {
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected bare, redlimit-headers, redlimit-plain, \
              governor-headers, governor-plain, bare-ip, redlimit-ip, governor-ip, \
-             bare-bearer, redlimit-bearer or governor-bearer"
+             bare-bearer, redlimit-bearer, governor-bearer, bare-path, redlimit-path or \
+             governor-path"
         ),
     };
 }

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Instructions per request the tower layers add to a bare axum router, redlimit's
 # in-process layer next to tower_governor (keyed by a header, by the peer's address,
-# then by a bearer token), and the same for actix-web (the layer as
+# by a bearer token, then by a path parameter), and the same for actix-web (the layer as
 # middleware next to actix-governor, on a bare actix-web app), measured in one run:
 # each row of examples/bench_layer.rs's count mode and of examples/bench_actix.rs runs
 # under callgrind, which counts only the function making the REDLIMIT_BENCH_CALLS
@@ -37,5 +37,6 @@ rows() {
 rows bench_layer bare redlimit-headers governor-headers redlimit-plain governor-plain
 rows bench_layer bare-ip redlimit-ip governor-ip
 rows bench_layer bare-bearer redlimit-bearer governor-bearer
+rows bench_layer bare-path redlimit-path governor-path
 rows bench_actix actix-bare actix-redlimit-headers actix-governor-headers actix-redlimit-plain actix-governor-plain
 rows bench_actix actix-bare-ip actix-redlimit-ip actix-governor-ip

@@ -1008,6 +1008,75 @@ async fn the_in_process_path_answers_as_the_general_path() {
     assert!((5..35).contains(&refused), "{refused} of 40 refused: {at_once:?}");
 }
 
+/// A layer of one rule keyed by a path parameter reads the parameters where it is
+/// called and decides there too; it answers as the general path (a timeout) does,
+/// request for request: under `route_layer`, and under `Router::layer`, where a request
+/// no route matched passes on to the fallback (404) and takes nothing of the rule, with
+/// values that try to reach another key (`{a}`, `a:b`, their escapes, bytes that are
+/// not UTF-8), a window that turns, and the X-RateLimit fields.
+#[tokio::test]
+async fn a_path_parameter_rule_answers_where_it_is_called_as_the_general_path() {
+    type Seen = Vec<(u16, Option<String>, Option<String>, Option<String>)>;
+    async fn run(route_layer: bool, timeout: Option<Duration>) -> Seen {
+        let clock = redlimit::ManualClock::new(1_000_000);
+        let client = Client::builder().clock(clock.clone()).memory();
+        let mut layer = RateLimitLayer::builder()
+            .client(client)
+            .x_ratelimit_headers(true)
+            .rule(LayerRule::new("user", 3, MINUTE).key(Key::path_param("id")));
+        if let Some(timeout) = timeout {
+            layer = layer.timeout(timeout);
+        }
+        let layer = layer.build().unwrap();
+        let router = Router::new().route("/users/{id}", get(|| async { "user" }));
+        let router = match route_layer {
+            true => router.route_layer(layer),
+            false => router.layer(layer),
+        };
+        let addr = serve(router).await;
+        let paths = [
+            "/users/a",
+            "/users/a",
+            "/nowhere",
+            "/users/%7Ba%7D",
+            "/users/a:b",
+            "/users/a%3Ab",
+            "/nowhere",
+            "/users/%FF",
+            "/users/%FE",
+            "/users/b",
+            "/users/%20",
+        ];
+        let mut seen = Vec::new();
+        for (i, path) in paths.iter().cycle().take(44).enumerate() {
+            if i % 10 == 9 {
+                clock.advance(Duration::from_secs(25));
+            }
+            let response = send(addr, "GET", path, &[]).await;
+            let field = |name| response.header(name).map(str::to_owned);
+            seen.push((
+                response.status,
+                field("ratelimit"),
+                field("retry-after"),
+                field("x-ratelimit-remaining"),
+            ));
+        }
+        seen
+    }
+    for route_layer in [true, false] {
+        let at_once = run(route_layer, None).await;
+        let general = run(route_layer, Some(Duration::from_millis(1))).await;
+        assert_eq!(at_once, general, "route_layer: {route_layer}");
+        let count = |status| at_once.iter().filter(|seen| seen.0 == status).count();
+        assert_eq!(count(404), 8, "{at_once:?}");
+        assert!(
+            (5..30).contains(&count(429)),
+            "{} of 44 refused: {at_once:?}",
+            count(429)
+        );
+    }
+}
+
 /// A server whose layer on `client` has one rule `api` of 2 a minute keyed by the
 /// `x-user` header, with `timeout` when given (the engine's general path).
 async fn serve_keyed_by_user(client: Client, timeout: Option<Duration>) -> SocketAddr {

@@ -65,6 +65,10 @@ impl Incoming for ActixRequest<'_> {
         }
     }
 
+    fn path_read(&self) -> bool {
+        true
+    }
+
     fn settings<T>(&self, f: impl FnOnce(Option<&TrustedProxies>, Option<&ReadBy>) -> T) -> T {
         let extensions = self.request.extensions();
         f(

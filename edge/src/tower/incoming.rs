@@ -33,6 +33,10 @@ pub(crate) trait Incoming {
     #[cfg(any(feature = "axum", feature = "actix"))]
     fn path_param(&self, name: &str) -> Value<'_>;
 
+    /// Whether the path parameters are at hand for [`path_param`](Incoming::path_param)
+    /// (a tower request's are read beforehand, when a rule is keyed by one).
+    fn path_read(&self) -> bool;
+
     /// `f` given the trusted proxies the request carries (an extension, application
     /// data) and what an outer layer read.
     fn settings<T>(&self, f: impl FnOnce(Option<&TrustedProxies>, Option<&ReadBy>) -> T) -> T;
@@ -125,6 +129,10 @@ impl Incoming for TowerRequest<'_> {
         self.path.get(name)
     }
 
+    fn path_read(&self) -> bool {
+        !matches!(self.path, PathParams::Unread)
+    }
+
     fn settings<T>(&self, f: impl FnOnce(Option<&TrustedProxies>, Option<&ReadBy>) -> T) -> T {
         let extensions = &self.parts.extensions;
         f(extensions.get::<TrustedProxies>(), extensions.get::<ReadBy>())
@@ -163,6 +171,10 @@ impl<B> Incoming for WholeRequest<'_, B> {
     #[cfg(any(feature = "axum", feature = "actix"))]
     fn path_param(&self, _: &str) -> Value<'_> {
         PathParams::Unread.get("")
+    }
+
+    fn path_read(&self) -> bool {
+        false
     }
 
     fn settings<T>(&self, f: impl FnOnce(Option<&TrustedProxies>, Option<&ReadBy>) -> T) -> T {

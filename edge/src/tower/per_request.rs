@@ -79,7 +79,10 @@ impl Shared {
         request: &mut Q,
         routed: bool,
     ) -> Option<Result<(Granted, Scope), RateLimited>> {
-        let client = self.client.as_ref().filter(|_| !self.needs_path)?;
+        let client = self
+            .client
+            .as_ref()
+            .filter(|_| !self.needs_path || request.path_read())?;
         self.decide_on_now(client, request, routed)
     }
 
@@ -93,7 +96,7 @@ impl Shared {
         request: &mut Q,
         routed: bool,
     ) -> Option<Result<(Granted, Scope), RateLimited>> {
-        if self.rules.len() == 1 && !self.per_request {
+        if self.rules.len() == 1 && self.permits_own {
             return self.decide_one_now(client, request, routed);
         }
         match self.read(request, routed, self.reads_prefixed(), Outer::Current) {
@@ -120,9 +123,13 @@ impl Shared {
             Err(refused) => return Some(Err(refused)),
         };
         let mut key = key_buf(0);
-        if let Err(refused) = self.write_key(0, request, &self.keyed(client_ip), routed, true, &mut key) {
-            return Some(Err(refused));
-        }
+        let permits = match self.write_key(0, request, &self.keyed(client_ip), routed, true, &mut key) {
+            Ok(Some(permits)) => permits,
+            // A path parameter's rule on a request no route matched: it does not apply,
+            // which the general path decides (the request goes on to the fallback).
+            Ok(None) => return None,
+            Err(refused) => return Some(Err(refused)),
+        };
         let scope = self.scope(request, client_ip, trusted, Outer::Current);
         let mut keys = [key.finish()];
         let decided = match self.engine.decide_now(client, &mut keys, None) {
@@ -130,7 +137,7 @@ impl Shared {
                 NAME_BUFFER.set(std::mem::take(&mut keys[0]));
                 decided
             }
-            None => self.decide_keys_polled(client, (keys.into_iter().collect(), Vec::new()))?,
+            None => self.decide_keys_polled(client, (keys.into_iter().collect(), vec![permits]))?,
         };
         Some(decided.map(|granted| (granted, scope)))
     }

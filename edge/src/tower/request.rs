@@ -4,6 +4,7 @@
 //! route has matched.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::net::SocketAddr;
 
 use http::request::Parts;
@@ -74,6 +75,17 @@ impl PathParams {
     #[cfg(not(feature = "axum"))]
     pub(super) async fn read(_: bool, _: &mut Parts) -> PathParams {
         PathParams::Unread
+    }
+
+    /// [`read`](PathParams::read) where it is called: axum's extractor reads the
+    /// request's extensions and never waits. `Unread` were it to wait (the request then
+    /// takes the general path, which reads them again).
+    pub(super) fn read_now(needed: bool, parts: &mut Parts) -> PathParams {
+        let read = std::pin::pin!(PathParams::read(needed, parts));
+        match read.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(path) => path,
+            std::task::Poll::Pending => PathParams::Unread,
+        }
     }
 
     #[cfg(feature = "axum")]

@@ -74,7 +74,7 @@ where
                 }
             }
             let (mut parts, body) = request.into_parts();
-            let path = PathParams::Unread;
+            let path = PathParams::read_now(self.shared.needs_path, &mut parts);
             let mut head = TowerRequest {
                 parts: &mut parts,
                 path: &path,

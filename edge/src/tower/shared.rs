@@ -60,9 +60,13 @@ pub(super) enum Extract {
 pub(crate) struct Shared {
     pub(super) engine: Engine,
     pub(super) rules: Vec<Keyed>,
-    /// Some rule has a cost or exempt values, or is settled: permits are computed per
-    /// request.
+    /// Some rule has a cost or exempt values, or is settled, or is keyed by a path
+    /// parameter: permits are computed per request.
     pub(super) per_request: bool,
+    /// Each rule takes its own permits whenever it applies (no cost, exempt value or
+    /// settle): permits are per request only where a path parameter's rule does not
+    /// apply, to a request no route matched.
+    pub(super) permits_own: bool,
     /// Some rule is settled: a request's rules are reserved, then settled.
     pub(crate) settles: bool,
     /// Some rule is settled by the handler's [`Usage`](super::Usage).
@@ -142,8 +146,8 @@ impl Shared {
         let reads_head = (rules.iter()).any(|r| r.cost.is_some() || matches!(r.key, Extract::With(_)));
         let settles = rules.iter().any(|r| r.settle.is_some());
         let records_usage = rules.iter().any(|r| matches!(r.settle, Some(Source::Usage)));
-        let per_request =
-            settles || needs_path || rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        let permits_own = !settles && !rules.iter().any(|r| r.cost.is_some() || !r.exempt.is_empty());
+        let per_request = !permits_own || needs_path;
         // A reservation is held until the response is back: it takes the general path.
         let decides_at_once =
             !settles && settings.timeout.is_none() && settings.client.as_ref().is_some_and(Client::is_memory);
@@ -152,6 +156,7 @@ impl Shared {
             engine: Engine::with_rules(specs, settings.timeout, "RateLimitLayer").with_templates(templates),
             rules,
             per_request,
+            permits_own,
             settles,
             records_usage,
             needs_path,
