@@ -1077,6 +1077,58 @@ async fn a_path_parameter_rule_answers_where_it_is_called_as_the_general_path() 
     }
 }
 
+/// Under `Router::layer`, a router given to `fallback_service` or `nest_service` routes
+/// requests the layer sees unmatched (no route of the outer router matched), whose path
+/// parameters a rule cannot read. Each was let through unlimited: 8 of 8 at a rate of
+/// 3. The first such request the fallback serves is let through (its answer is how the
+/// layer learns it), and every request no route matches is refused as misconfigured
+/// from then on (500, saying what to change), on the path deciding where the layer is
+/// called and on the general one (a timeout). A router whose fallback answers 404 keeps
+/// answering 404 (`unmatched_paths_pass_a_path_parameter_rule_under_router_layer`).
+#[tokio::test]
+async fn attack_a_fallback_serving_routes_does_not_switch_a_path_parameter_rule_off() {
+    let inner = || Router::new().route("/users/{id}", get(|| async { "user" }));
+    for timeout in [None, Some(Duration::from_secs(1))] {
+        let layer = || {
+            let mut layer = RateLimitLayer::builder()
+                .client(Client::memory())
+                .rule(LayerRule::new("fallback-user", 3, MINUTE).key(Key::path_param("id")));
+            if let Some(timeout) = timeout {
+                layer = layer.timeout(timeout);
+            }
+            layer.build().unwrap()
+        };
+        let apps = [
+            (
+                Router::new()
+                    .route("/other", get(|| async { "other" }))
+                    .fallback_service(inner())
+                    .layer(layer()),
+                "/users/a",
+            ),
+            (
+                Router::new().nest_service("/api", inner()).layer(layer()),
+                "/api/users/a",
+            ),
+        ];
+        for (app, path) in apps {
+            let addr = serve(app).await;
+            let mut statuses = Vec::new();
+            for _ in 0..8 {
+                statuses.push(send(addr, "GET", path, &[]).await.status);
+            }
+            assert_eq!(
+                statuses,
+                [200, 500, 500, 500, 500, 500, 500, 500],
+                "{path}, {timeout:?}"
+            );
+            let refused = send(addr, "GET", "/users/b", &[]).await;
+            assert_eq!(refused.status, 500);
+            assert!(refused.body.contains("route_layer"), "{}", refused.body);
+        }
+    }
+}
+
 /// A server whose layer on `client` has one rule `api` of 2 a minute keyed by the
 /// `x-user` header, with `timeout` when given (the engine's general path).
 async fn serve_keyed_by_user(client: Client, timeout: Option<Duration>) -> SocketAddr {
