@@ -66,12 +66,11 @@ impl Key {
     /// actix-web). Path parameters exist once a route matched: in axum, add the layer
     /// with `Router::route_layer`, `Router::layer` or on the route itself. Under
     /// `Router::layer`, a request no route matches goes on to the router's fallback
-    /// (404) without this rule, the other rules still deciding; a fallback that serves
-    /// it instead (a router given to `fallback_service` or `nest_service`, whose path
-    /// parameters the layer cannot read) is misconfiguration: the first request it
-    /// serves is let through, and every request no route matches is refused (500) from
-    /// then on, and said once in the log. Add the layer inside such a router. In
-    /// actix-web, wrap the
+    /// (404) without this rule, the other rules still deciding; so does one the
+    /// fallback serves (static files, a router given to `fallback_service`) and one
+    /// for a service given to `nest_service`: no route of the router matched it, and
+    /// its path parameters are the inner router's. Nest a router with `nest`, or add
+    /// the layer inside the inner router. In actix-web, wrap the
     /// resource, or a scope whose own path has the parameter
     /// (`web::scope("/users/{user_id}")`): the middleware sees the parameters matched
     /// where it is. A matched route without the parameter (a misspelt name), and a

@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use super::incoming::{Incoming, TowerRequest};
 use super::key::MissingKey;
-use super::request::{NoValue, PathParams, Value, FALLBACK_SERVES, OUTSIDE_ROUTER};
+use super::request::{NoValue, PathParams, Value, OUTSIDE_ROUTER};
 use super::shared::{Extract, Keyed, Shared};
 use crate::client_ip::{one_setting, ReadBy};
 use crate::request::{Outer, Scope};
@@ -45,13 +45,6 @@ fn key_buf(i: usize) -> KeyBuf {
 }
 
 impl Shared {
-    /// Whether the router's fallback served a request no route matched, under a path
-    /// parameter's rule ([`FALLBACK_SERVES`]).
-    #[inline]
-    pub(super) fn fallback_serves(&self) -> bool {
-        self.fallback_served.load(std::sync::atomic::Ordering::Relaxed) != 0
-    }
-
     /// `routed`: the layer is inside an axum `Router` (it wraps a route or the
     /// fallback), where a request without matched path parameters matched no route.
     /// A grant comes with the request's scope, for the inner service to run in.
@@ -318,9 +311,7 @@ impl Shared {
         let problem = match rule.key.value(request, client) {
             Ok(value) => Ok(value),
             // No route matched: the request goes on to the router's fallback (404),
-            // as without the layer; the other rules still apply. Unless a fallback
-            // served such a request: it routes what this rule cannot read.
-            Err(NoValue::NotRouted) if routed && self.fallback_serves() => Err(FALLBACK_SERVES),
+            // as without the layer; the other rules still apply.
             Err(NoValue::NotRouted) if routed => {
                 key.text(alone);
                 return Ok(None);

@@ -15,14 +15,6 @@ pub(super) const OUTSIDE_ROUTER: &str =
                                          the Router; add the layer with Router::route_layer or Router::layer \
                                          (directly, not inside another layer), or on a route";
 
-/// A path parameter's rule under `Router::layer` once the router's fallback served a
-/// request no route matched.
-pub(super) const FALLBACK_SERVES: &str =
-    "the router's fallback served a request no route matched, which a rule keyed by a path \
-     parameter cannot limit (a router given to fallback_service or nest_service routes \
-     what the layer sees unmatched): add the layer inside that router (route_layer), or key \
-     the rule otherwise; requests no route matches are refused until then";
-
 /// The missing peer address, said to whoever runs the server.
 pub(super) const NO_PEER: &str = "the client address needs the peer's: serve axum with \
                                   into_make_service_with_connect_info::<SocketAddr>(), or insert a \
@@ -96,14 +88,6 @@ impl PathParams {
         }
     }
 
-    /// Whether no route matched the request (read: the router's fallback takes it).
-    pub(super) fn unmatched(&self) -> bool {
-        #[cfg(feature = "axum")]
-        return matches!(self, PathParams::Missing);
-        #[cfg(not(feature = "axum"))]
-        false
-    }
-
     #[cfg(feature = "axum")]
     pub(super) fn get(&self, name: &str) -> Value<'_> {
         let missing = "the path parameter is not in the route that matched: add the layer with \
@@ -142,18 +126,6 @@ pub(super) fn peer_addr(extensions: &http::Extensions) -> Option<SocketAddr> {
         }
     }
     extensions.get::<SocketAddr>().copied()
-}
-
-/// Whether no route matched the request, where a layer inside a `Router` sees it: it
-/// goes to the router's fallback.
-pub(super) fn unmatched(parts: &Parts) -> bool {
-    #[cfg(feature = "axum")]
-    return parts.extensions.get::<axum::extract::MatchedPath>().is_none();
-    #[cfg(not(feature = "axum"))]
-    {
-        let _ = parts;
-        false
-    }
 }
 
 /// Whether the layer wraps what an axum `Router` routes to (`Router::layer`,

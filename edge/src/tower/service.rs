@@ -8,7 +8,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -19,7 +18,7 @@ use redlimit_runtime::engine::Granted;
 use redlimit_runtime::RateLimited;
 
 use super::incoming::{TowerRequest, WholeRequest};
-use super::request::{behind_router, calls_in_its_future, unmatched, PathParams, FALLBACK_SERVES};
+use super::request::{behind_router, calls_in_its_future, PathParams};
 use super::respond::{decided_inside, PlainText, Respond};
 use super::settle::{Held, Usage};
 use super::shared::Shared;
@@ -76,10 +75,6 @@ where
             }
             let (mut parts, body) = request.into_parts();
             let path = PathParams::read_now(self.shared.needs_path, &mut parts);
-            if routed && path.unmatched() {
-                // On its way to the router's fallback: its answer is looked at.
-                return self.waiting(Request::from_parts(parts, body));
-            }
             let mut head = TowerRequest {
                 parts: &mut parts,
                 path: &path,
@@ -179,15 +174,11 @@ where
         }
         let waiting = Box::pin(async move {
             let (mut parts, body) = request.into_parts();
-            let unmatched = shared.needs_path && behind_router::<S>() && unmatched(&parts);
             match shared.decide(&mut parts, behind_router::<S>(), outer).await {
                 Ok((granted, scope)) => {
                     let in_scope = !calls_in_its_future::<S>();
                     let request = Request::from_parts(parts, body);
                     let mut response = scope.call(in_scope, || inner.call(request)).await?;
-                    if unmatched {
-                        shared.answered_unmatched(response.status());
-                    }
                     shared.add_success_fields(&granted, &mut response);
                     Ok(response)
                 }
@@ -217,7 +208,6 @@ where
 {
     let (mut parts, body) = request.into_parts();
     let path = PathParams::read(shared.needs_path, &mut parts).await;
-    let unmatched = behind_router::<S>() && path.unmatched();
     let read = shared.read(
         &mut TowerRequest {
             parts: &mut parts,
@@ -246,9 +236,6 @@ where
     let response = scope
         .call(!calls_in_its_future::<S>(), || inner.call(request))
         .await?;
-    if unmatched {
-        shared.answered_unmatched(response.status());
-    }
     Ok(Reserved::Granted(response, held))
 }
 
@@ -262,28 +249,6 @@ enum Reserved<ResBody> {
 type Decided = Result<(Granted, Scope), RateLimited>;
 
 impl Shared {
-    /// The inner service's answer to a request no route matched, under a path
-    /// parameter's rule: axum's fallback answers 404 (405 for a method a route lacks);
-    /// any other status means a fallback served the request (a router given to
-    /// `fallback_service` or `nest_service`), whose path parameters the rule cannot
-    /// read. Such requests are refused as misconfigured from then on, and it is said
-    /// once, in the log.
-    fn answered_unmatched(&self, status: http::StatusCode) {
-        if matches!(
-            status,
-            http::StatusCode::NOT_FOUND | http::StatusCode::METHOD_NOT_ALLOWED
-        ) {
-            return;
-        }
-        if self.fallback_served.swap(status.as_u16(), Ordering::Relaxed) == 0 {
-            tracing::error!(
-                rules = ?self.rules.iter().map(|rule| &*rule.name).collect::<Vec<_>>(),
-                status = status.as_u16(),
-                "{FALLBACK_SERVES}"
-            );
-        }
-    }
-
     /// The RateLimit fields of a granted response, when the layer adds them and the
     /// response was not decided inside ([`decided_inside`]).
     fn add_success_fields<B>(&self, granted: &Granted, response: &mut Response<B>) {

@@ -73,10 +73,6 @@ pub(crate) struct Shared {
     pub(super) records_usage: bool,
     /// Some rule is keyed by a path parameter.
     pub(super) needs_path: bool,
-    /// The status with which the router's fallback served a request no route matched,
-    /// under a path parameter's rule (0 until one does): such requests are refused
-    /// from then on ([`FALLBACK_SERVES`](super::request::FALLBACK_SERVES)).
-    pub(super) fallback_served: std::sync::atomic::AtomicU16,
     /// Some rule's key or cost is a function of the request's head (`Parts`).
     pub(super) reads_head: bool,
     pub(crate) client: Option<Client>,
@@ -164,7 +160,6 @@ impl Shared {
             settles,
             records_usage,
             needs_path,
-            fallback_served: Default::default(),
             reads_head,
             client: settings.client,
             reads_trust: keys_client_ip.is_some() || settings.trusted.is_some(),
