@@ -9,7 +9,10 @@
 //! the same header, its `x-ratelimit-*` headers on and off; `actix-bare-ip`, the app
 //! alone with the next rows' requests, each from one of two IPv4 peers, and
 //! `actix-redlimit-ip` and `actix-governor-ip`, each keyed by the peer's address
-//! (`Key::client_ip()`, actix-governor's `PeerIpKeyExtractor`), headers off.
+//! (`Key::client_ip()`, actix-governor's `PeerIpKeyExtractor`), headers off; and
+//! `actix-bare-path`, `actix-redlimit-path` and `actix-governor-path`, a resource
+//! `/users/{id}` called for one of two users, each middleware wrapping the resource and
+//! keyed by the parameter `id`, headers off.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,13 +46,34 @@ impl actix_governor::KeyExtractor for ApiKey {
 
 /// Whether the requests come from peers rather than carry API keys.
 static PEERS: AtomicBool = AtomicBool::new(false);
+/// Whether the requests are to one of two users' paths, `/users/{id}`.
+static PATHS: AtomicBool = AtomicBool::new(false);
 
-/// The `i`th request: keyed by one of two API keys in turn, or from one of two peers.
+/// The `i`th request: keyed by one of two API keys in turn, or from one of two peers,
+/// or to one of two users' paths.
 fn request(i: u32) -> test::TestRequest {
+    if PATHS.load(Ordering::Relaxed) {
+        return test::TestRequest::get().uri(if i % 2 == 0 { "/users/alice" } else { "/users/bob" });
+    }
     let request = test::TestRequest::get().uri("/");
     match PEERS.load(Ordering::Relaxed) {
         false => request.insert_header(("x-api-key", if i % 2 == 0 { "key-a" } else { "key-b" })),
         true => request.peer_addr(SocketAddr::from(([192, 0, 2, 1 + (i % 2) as u8], 40_000))),
+    }
+}
+
+/// actix-governor's key for `/users/{id}`: the matched parameter.
+#[derive(Clone)]
+struct UserParam;
+
+impl actix_governor::KeyExtractor for UserParam {
+    type Key = String;
+    type KeyExtractionError = actix_governor::SimpleKeyExtractionError<&'static str>;
+
+    fn extract(&self, request: &ServiceRequest) -> Result<String, Self::KeyExtractionError> {
+        (request.match_info().get("id"))
+            .map(str::to_owned)
+            .ok_or_else(|| actix_governor::SimpleKeyExtractionError::new("no id"))
     }
 }
 
@@ -118,6 +142,8 @@ fn main() {
         }};
     }
     PEERS.store(row.ends_with("-ip"), Ordering::Relaxed);
+    PATHS.store(row.ends_with("-path"), Ordering::Relaxed);
+    let users = || web::resource("/users/{id}").route(route());
     match row.as_str() {
         "actix-bare" | "actix-bare-ip" => row!(App::new().route("/", route())),
         "actix-redlimit-headers" => row!(App::new().wrap(layer(true)).route("/", route())),
@@ -151,10 +177,27 @@ fn main() {
                 .wrap(actix_governor::Governor::new(&config))
                 .route("/", route()))
         }
+        "actix-bare-path" => row!(App::new().service(users())),
+        "actix-redlimit-path" => {
+            let layer = RateLimitLayer::builder()
+                .client(Client::memory())
+                .rule(LayerRule::new("bench", HUGE_RATE, Duration::from_secs(60)).key(Key::path_param("id")))
+                .success_fields(false)
+                .build()
+                .unwrap();
+            row!(App::new().service(users().wrap(layer)))
+        }
+        "actix-governor-path" => {
+            let mut config = actix_governor::GovernorConfigBuilder::default();
+            config.nanoseconds_per_request(1).burst_size(u32::MAX);
+            let config = config.key_extractor(UserParam).finish().unwrap();
+            row!(App::new().service(users().wrap(actix_governor::Governor::new(&config))))
+        }
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected actix-bare, actix-redlimit-headers, \
              actix-redlimit-plain, actix-governor-headers, actix-governor-plain, \
-             actix-bare-ip, actix-redlimit-ip or actix-governor-ip"
+             actix-bare-ip, actix-redlimit-ip, actix-governor-ip, actix-bare-path, \
+             actix-redlimit-path or actix-governor-path"
         ),
     }
 }

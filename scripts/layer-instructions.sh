@@ -40,3 +40,4 @@ rows bench_layer bare-bearer redlimit-bearer governor-bearer
 rows bench_layer bare-path redlimit-path governor-path
 rows bench_actix actix-bare actix-redlimit-headers actix-governor-headers actix-redlimit-plain actix-governor-plain
 rows bench_actix actix-bare-ip actix-redlimit-ip actix-governor-ip
+rows bench_actix actix-bare-path actix-redlimit-path actix-governor-path
