@@ -70,6 +70,16 @@ fn router() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
 }
 
+/// The in-process layer of one rule keyed by `key`, without its success fields.
+fn plain_layer(key: Key) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(key))
+        .success_fields(false)
+        .build()
+        .unwrap()
+}
+
 /// A router with one route of a path parameter, `/users/{id}`.
 fn users_router() -> Router {
     Router::new().route("/users/{id}", get(|| async { "ok" }))
@@ -410,12 +420,7 @@ fn count_row(row: &str, n: u32) {
         }
         "redlimit-ip" => {
             SHAPE.store(PEERS, Ordering::Relaxed);
-            let layer = RateLimitLayer::builder()
-                .client(Client::memory())
-                .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::client_ip()))
-                .success_fields(false)
-                .build()
-                .unwrap();
+            let layer = plain_layer(Key::client_ip());
             warmed_calls(&mut router().layer(layer), n)
         }
         "governor-ip" => {
@@ -431,12 +436,7 @@ fn count_row(row: &str, n: u32) {
         }
         "redlimit-path" => {
             SHAPE.store(PATHS, Ordering::Relaxed);
-            let layer = RateLimitLayer::builder()
-                .client(Client::memory())
-                .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::path_param("id")))
-                .success_fields(false)
-                .build()
-                .unwrap();
+            let layer = plain_layer(Key::path_param("id"));
             warmed_calls(&mut users_router().route_layer(layer), n)
         }
         "governor-path" => {
@@ -454,12 +454,7 @@ fn count_row(row: &str, n: u32) {
         }
         "redlimit-bearer" => {
             SHAPE.store(BEARERS, Ordering::Relaxed);
-            let layer = RateLimitLayer::builder()
-                .client(Client::memory())
-                .rule(LayerRule::new("bench", HUGE_RATE, MINUTE).key(Key::header("authorization")))
-                .success_fields(false)
-                .build()
-                .unwrap();
+            let layer = plain_layer(Key::header("authorization"));
             warmed_calls(&mut router().layer(layer), n)
         }
         "governor-bearer" => {

@@ -958,6 +958,19 @@ async fn in_process_requests_are_decided_where_called_and_once() {
     }
 }
 
+/// A response's status and the fields the paths are held to agree on.
+type Answer = (u16, Option<String>, Option<String>, Option<String>);
+
+fn answer(response: &support::http::Reply) -> Answer {
+    let field = |name| response.header(name).map(str::to_owned);
+    (
+        response.status,
+        field("ratelimit"),
+        field("retry-after"),
+        field("x-ratelimit-remaining"),
+    )
+}
+
 /// An in-process layer without a timeout decides a request where it is called, on the
 /// engine's path for calls that nothing can make wait; with a timeout (1 ms, shorter
 /// than any wait here: a refusal is answered at once) the request takes the boxed path
@@ -969,7 +982,7 @@ async fn in_process_requests_are_decided_where_called_and_once() {
 /// in-process layer of this binary would take the general path.)
 #[tokio::test]
 async fn the_in_process_path_answers_as_the_general_path() {
-    type Seen = Vec<(u16, Option<String>, Option<String>, Option<String>)>;
+    type Seen = Vec<Answer>;
     async fn run(timeout: Option<Duration>) -> Seen {
         let clock = redlimit::ManualClock::new(1_000_000);
         let client = Client::builder().clock(clock.clone()).memory();
@@ -988,13 +1001,7 @@ async fn the_in_process_path_answers_as_the_general_path() {
                 clock.advance(Duration::from_secs(25));
             }
             let response = send(addr, "GET", "/a", &[("x-user", user)]).await;
-            let field = |name| response.header(name).map(str::to_owned);
-            seen.push((
-                response.status,
-                field("ratelimit"),
-                field("retry-after"),
-                field("x-ratelimit-remaining"),
-            ));
+            seen.push(answer(&response));
         }
         seen
     }
@@ -1016,7 +1023,7 @@ async fn the_in_process_path_answers_as_the_general_path() {
 /// not UTF-8), a window that turns, and the X-RateLimit fields.
 #[tokio::test]
 async fn a_path_parameter_rule_answers_where_it_is_called_as_the_general_path() {
-    type Seen = Vec<(u16, Option<String>, Option<String>, Option<String>)>;
+    type Seen = Vec<Answer>;
     async fn run(route_layer: bool, timeout: Option<Duration>) -> Seen {
         let clock = redlimit::ManualClock::new(1_000_000);
         let client = Client::builder().clock(clock.clone()).memory();
@@ -1053,13 +1060,7 @@ async fn a_path_parameter_rule_answers_where_it_is_called_as_the_general_path() 
                 clock.advance(Duration::from_secs(25));
             }
             let response = send(addr, "GET", path, &[]).await;
-            let field = |name| response.header(name).map(str::to_owned);
-            seen.push((
-                response.status,
-                field("ratelimit"),
-                field("retry-after"),
-                field("x-ratelimit-remaining"),
-            ));
+            seen.push(answer(&response));
         }
         seen
     }
