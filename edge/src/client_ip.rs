@@ -84,6 +84,22 @@ impl ForwardedHeader {
         }
     }
 
+    /// [`header_name`](ForwardedHeader::header_name) as actix-web's header map takes
+    /// it (`http` 0.2's type), made once: looked up by its text, the name would be
+    /// copied into a new allocation on every lookup.
+    #[cfg(feature = "actix")]
+    pub(crate) fn actix_name(self) -> &'static actix_web::http::header::HeaderName {
+        use actix_web::http::header::HeaderName;
+        static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+        static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+        static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+        match self {
+            ForwardedHeader::XForwardedFor => &X_FORWARDED_FOR,
+            ForwardedHeader::Forwarded => &FORWARDED,
+            ForwardedHeader::XRealIp => &X_REAL_IP,
+        }
+    }
+
     /// One entry of the header (an element between commas; for `X-Real-IP` a whole
     /// line) as an address, or `None` when it does not parse.
     fn parse(self, entry: &[u8]) -> Option<IpAddr> {

@@ -190,7 +190,7 @@ where
     // so that a handler done with its `Usage` is settled before the head goes out.
     response.request().extensions_mut().remove::<Usage>();
     let headers = response.headers();
-    held.read_head(|name| headers.get_all(name.as_str()).map(|value| value.as_bytes()));
+    held.read_head(|name| name.lines_in(headers).map(|value| value.as_bytes()));
     let granted = held.finish().await;
     shared.add_fields(&granted, &mut response);
     Ok(response.map_into_left_body())

@@ -16,7 +16,7 @@ use actix_web::HttpMessage;
 use http::request::Parts;
 
 use crate::client_ip::ReadBy;
-use crate::tower::{Incoming, Line, NoValue, Value};
+use crate::tower::{Incoming, KeyHeader, Line, NoValue, Value};
 use crate::{ClientIp, TrustedProxies};
 
 /// A path parameter missing where the middleware is: what to change.
@@ -45,8 +45,8 @@ impl<'a> ActixRequest<'a> {
 impl Incoming for ActixRequest<'_> {
     const NO_PEER: &'static str = NO_PEER;
 
-    fn lines(&self, name: &http::HeaderName) -> impl DoubleEndedIterator<Item = Line<'_>> {
-        let lines = self.request.headers().get_all(name.as_str());
+    fn lines(&self, name: &KeyHeader) -> impl DoubleEndedIterator<Item = Line<'_>> {
+        let lines = name.lines_in(self.request.headers());
         lines.map(|value| Line::new(value.as_bytes(), value.to_str().ok()))
     }
 
@@ -105,7 +105,7 @@ pub(super) fn client_ip(
     peer: IpAddr,
 ) -> ClientIp {
     trusted.client_ip_from(peer, || {
-        let lines = headers.get_all(trusted.forwarding_header().name());
+        let lines = headers.get_all(trusted.forwarding_header().actix_name());
         lines.map(|value| value.as_bytes())
     })
 }

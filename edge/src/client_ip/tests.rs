@@ -368,3 +368,19 @@ fn a_client_address_text_is_its_display() {
     }
     assert_eq!(seen, 1024 + 110 + 1 + 60_000);
 }
+
+/// Each forwarding header's name made once for each server's header map is the name
+/// the header is documented by: a request behind a proxy is read by the same header
+/// in axum and in actix-web.
+#[test]
+fn each_forwarding_header_is_looked_up_by_its_own_name() {
+    for header in [
+        ForwardedHeader::XForwardedFor,
+        ForwardedHeader::Forwarded,
+        ForwardedHeader::XRealIp,
+    ] {
+        assert_eq!(header.header_name().as_str(), header.name());
+        #[cfg(feature = "actix")]
+        assert_eq!(header.actix_name().as_str(), header.name());
+    }
+}

@@ -5,8 +5,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use super::shared::KeyHeader;
 use http::request::Parts;
-use http::HeaderName;
 
 #[cfg(any(feature = "axum", feature = "actix"))]
 use super::request::Value;
@@ -21,7 +21,7 @@ pub(crate) trait Incoming {
     const NO_PEER: &'static str;
 
     /// Every line of header `name` as received, in order (`get_all`).
-    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = Line<'_>>;
+    fn lines(&self, name: &KeyHeader) -> impl DoubleEndedIterator<Item = Line<'_>>;
 
     /// The address that connected.
     fn peer(&self) -> Option<SocketAddr>;
@@ -112,8 +112,8 @@ pub(super) struct TowerRequest<'a> {
 impl Incoming for TowerRequest<'_> {
     const NO_PEER: &'static str = NO_PEER;
 
-    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = Line<'_>> {
-        self.parts.headers.get_all(name).iter().map(Line::of)
+    fn lines(&self, name: &KeyHeader) -> impl DoubleEndedIterator<Item = Line<'_>> {
+        self.parts.headers.get_all(&**name).iter().map(Line::of)
     }
 
     fn peer(&self) -> Option<SocketAddr> {
@@ -156,8 +156,8 @@ pub(super) struct WholeRequest<'a, B>(pub(super) &'a mut http::Request<B>);
 impl<B> Incoming for WholeRequest<'_, B> {
     const NO_PEER: &'static str = NO_PEER;
 
-    fn lines(&self, name: &HeaderName) -> impl DoubleEndedIterator<Item = Line<'_>> {
-        self.0.headers().get_all(name).iter().map(Line::of)
+    fn lines(&self, name: &KeyHeader) -> impl DoubleEndedIterator<Item = Line<'_>> {
+        self.0.headers().get_all(&**name).iter().map(Line::of)
     }
 
     fn peer(&self) -> Option<SocketAddr> {

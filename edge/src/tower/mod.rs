@@ -76,6 +76,6 @@ pub(crate) use per_request::Keys;
 #[cfg(feature = "actix")]
 pub(crate) use request::{NoValue, Value};
 #[cfg(feature = "actix")]
-pub(crate) use shared::Shared;
+pub(crate) use shared::{KeyHeader, Shared};
 #[cfg(feature = "serde")]
 use validate::check_rule_fully;

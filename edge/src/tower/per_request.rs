@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use super::incoming::{Incoming, TowerRequest};
 use super::key::MissingKey;
 use super::request::{NoValue, PathParams, Value, OUTSIDE_ROUTER};
-use super::shared::{Extract, Keyed, Shared};
+use super::shared::{Extract, KeyHeader, Keyed, Shared};
 use crate::client_ip::{one_setting, ReadBy};
 use crate::request::{Outer, Scope};
 use crate::{ClientIp, TrustedProxies};
@@ -489,7 +489,7 @@ fn recycle(value: Option<Cow<'_, str>>) {
 #[inline]
 fn header_value<'a, Q: Incoming>(
     request: &'a Q,
-    name: &HeaderName,
+    name: &KeyHeader,
     read: impl FnOnce(&'a str) -> Cow<'a, str>,
 ) -> Value<'a> {
     let mut lines = request.lines(name);

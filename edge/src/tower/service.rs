@@ -328,7 +328,7 @@ where
                 Reserved::Granted(response, held) => (response, held),
             };
             let headers = response.headers();
-            held.read_head(|name| headers.get_all(name).iter().map(http::HeaderValue::as_bytes));
+            held.read_head(|name| headers.get_all(&**name).iter().map(http::HeaderValue::as_bytes));
             let shared = shared.clone();
             kind.set(Kind::Settling {
                 response: Some(response),

@@ -19,7 +19,7 @@ use redlimit_runtime::engine::{Granted, Pending};
 use redlimit_runtime::RateLimited;
 
 use super::per_request::Keys;
-use super::shared::Shared;
+use super::shared::{KeyHeader, Shared};
 
 /// Where a settled rule's actual amount comes from ([`LayerRule::settle`](super::LayerRule::settle)).
 #[derive(Clone, Debug)]
@@ -65,7 +65,9 @@ impl Settle {
     /// As the layer reads it: the header's name parsed (checked when the layer is built).
     pub(super) fn source(&self) -> Option<Source> {
         Some(match &self.0 {
-            From::Header(name) => Source::Header(HeaderName::from_bytes(name.as_bytes()).ok()?),
+            From::Header(name) => {
+                Source::Header(KeyHeader::new(HeaderName::from_bytes(name.as_bytes()).ok()?))
+            }
             From::Usage => Source::Usage,
         })
     }
@@ -73,7 +75,7 @@ impl Settle {
 
 /// A settled rule's source, as the layer reads it.
 pub(super) enum Source {
-    Header(HeaderName),
+    Header(KeyHeader),
     Usage,
 }
 
@@ -207,7 +209,7 @@ impl Settling {
     }
 
     /// Reads each header-settled rule's amount with `values` (a header's values).
-    fn read_headers<'a, I>(&mut self, values: impl Fn(&HeaderName) -> I)
+    fn read_headers<'a, I>(&mut self, values: impl Fn(&KeyHeader) -> I)
     where
         I: Iterator<Item = &'a [u8]>,
     {
@@ -382,7 +384,7 @@ impl Held {
 
     /// The response's head is back: each header-settled rule's amount read with
     /// `values` (a header's values).
-    pub(crate) fn read_head<'a, I>(&mut self, values: impl Fn(&HeaderName) -> I)
+    pub(crate) fn read_head<'a, I>(&mut self, values: impl Fn(&KeyHeader) -> I)
     where
         I: Iterator<Item = &'a [u8]>,
     {

@@ -47,13 +47,60 @@ pub(super) struct Keyed {
 pub(super) enum Extract {
     Global,
     ClientIp,
-    Header(HeaderName),
+    Header(KeyHeader),
     /// `Authorization` or `Proxy-Authorization`: read as one credential however its
     /// scheme is spelled.
-    Credential(HeaderName),
+    Credential(KeyHeader),
     #[cfg(any(feature = "axum", feature = "actix"))]
     PathParam(String),
     With(Arc<KeyFn>),
+}
+
+/// The header a key reads, its name made once for each server's header map: a name
+/// looked up by its text is parsed on every lookup, and where `http` has no constant
+/// of its own for it (`x-api-key`), copied into a new allocation by actix-web's.
+pub(crate) struct KeyHeader {
+    name: HeaderName,
+    /// The name as actix-web's header map takes it (`http` 0.2's type), when that
+    /// parses it (it parses every name `http` 1 does).
+    #[cfg(feature = "actix")]
+    actix: Option<actix_web::http::header::HeaderName>,
+}
+
+impl KeyHeader {
+    pub(super) fn new(name: HeaderName) -> Self {
+        KeyHeader {
+            #[cfg(feature = "actix")]
+            actix: actix_web::http::header::HeaderName::from_bytes(name.as_str().as_bytes()).ok(),
+            name,
+        }
+    }
+
+    /// The lines of this header in actix-web's `headers`.
+    #[cfg(feature = "actix")]
+    pub(crate) fn lines_in<'h>(
+        &self,
+        headers: &'h actix_web::http::header::HeaderMap,
+    ) -> impl DoubleEndedIterator<Item = &'h actix_web::http::header::HeaderValue> {
+        match &self.actix {
+            Some(name) => headers.get_all(name),
+            None => headers.get_all(self.name.as_str()),
+        }
+    }
+}
+
+impl std::fmt::Display for KeyHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.name.fmt(f)
+    }
+}
+
+impl std::ops::Deref for KeyHeader {
+    type Target = HeaderName;
+
+    fn deref(&self) -> &HeaderName {
+        &self.name
+    }
 }
 
 /// What every clone of a layer and its services shares.
@@ -198,8 +245,10 @@ fn compile(rule: LayerRule) -> Result<(RuleSpec, Keyed), InvalidLayer> {
         KeyKind::Global => Extract::Global,
         KeyKind::ClientIp => Extract::ClientIp,
         KeyKind::Header(name) => match header_name(&spec.name, &name)? {
-            name if name == AUTHORIZATION || name == PROXY_AUTHORIZATION => Extract::Credential(name),
-            name => Extract::Header(name),
+            name if name == AUTHORIZATION || name == PROXY_AUTHORIZATION => {
+                Extract::Credential(KeyHeader::new(name))
+            }
+            name => Extract::Header(KeyHeader::new(name)),
         },
         #[cfg(any(feature = "axum", feature = "actix"))]
         KeyKind::PathParam(name) => Extract::PathParam(name),
