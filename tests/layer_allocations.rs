@@ -70,17 +70,41 @@ where
     counts
 }
 
+/// Holds `limited`, each request's allocations through the rate limiter's layer, to
+/// `expected`: exactly, or at most for a layer of two rules (the second rule's key is
+/// written into a new buffer, which grows more for the longer value); and below
+/// `general`, the same layer's on the engine's general path, request for request.
+fn check(case: &str, limited: &[u64], expected: &[u64], general: &[u64]) {
+    match case.contains("beside") {
+        true => assert!(
+            limited
+                .iter()
+                .zip(expected)
+                .all(|(limited, most)| limited <= most),
+            "{case}: {limited:?} against at most {expected:?}"
+        ),
+        false => assert_eq!(limited, expected, "{case}"),
+    }
+    assert!(
+        general.iter().zip(limited).all(|(general, fast)| general > fast),
+        "{case}: {:?} on the general path against {:?}",
+        &general[..4],
+        &limited[..4]
+    );
+}
+
 /// What a rule is keyed by, the requests (`i` gives the i-th) and the allocations the
 /// layer makes for each.
 type Shape<R> = (&'static str, Key, R, u64);
 
-/// An in-process layer of one rule keyed by `key`, on `clock`, without its success
-/// fields, trusting proxies in 10.0.0.0/8 when keyed by the client's address (a layer
-/// with trusted proxies leaves them on every request for the handler's `ClientIp`);
-/// `timeout` sends each request on the engine's general path.
+/// An in-process layer of one rule keyed by `key` (beside a rule of every request for
+/// a shape so named), on `clock`, without its success fields, trusting proxies in
+/// 10.0.0.0/8 when keyed by the client's address (a layer with trusted proxies leaves
+/// them on every request for the handler's `ClientIp`); `timeout` sends each request
+/// on the engine's general path.
 fn layer(name: &str, algorithm: Algorithm, key: Key, clock: &ManualClock, timeout: bool) -> RateLimitLayer {
     let by_address = name.contains("address");
-    let builder = RateLimitLayer::builder()
+    let mut builder = RateLimitLayer::builder()
         .client(Client::builder().clock(clock.clone()).memory())
         .rule(
             LayerRule::new(name.to_owned(), 1_000, Duration::from_secs(60))
@@ -88,6 +112,13 @@ fn layer(name: &str, algorithm: Algorithm, key: Key, clock: &ManualClock, timeou
                 .key(key),
         )
         .success_fields(false);
+    if name.contains("beside") {
+        builder = builder.rule(LayerRule::new(
+            format!("{name}-every-request"),
+            1_000,
+            Duration::from_secs(60),
+        ));
+    }
     let builder = match by_address {
         true => builder.trusted_proxies(TrustedProxies::new(["10.0.0.0/8"]).unwrap()),
         false => builder,
@@ -145,10 +176,16 @@ fn a_granted_request_allocates_nothing_in_the_layer_but_a_client_address_reading
             .body(Body::empty())
             .unwrap()
     };
-    let shapes: [Shape<&dyn Fn(u32) -> Request<Body>>; 5] = [
+    let shapes: [Shape<&dyn Fn(u32) -> Request<Body>>; 6] = [
         ("header", Key::header("x-api-key"), &header, 0),
         ("bearer", Key::header("authorization"), &bearer, 0),
         ("path", Key::path_param("id"), &path, 1),
+        (
+            "path beside a rule of every request",
+            Key::path_param("id"),
+            &path,
+            11,
+        ),
         ("address", Key::client_ip(), &peer, 1),
         ("address behind a proxy", Key::client_ip(), &proxied, 1),
     ];
@@ -158,8 +195,8 @@ fn a_granted_request_allocates_nothing_in_the_layer_but_a_client_address_reading
             let clock = ManualClock::new(1_000_000_000);
             let name = format!("allocations-{}-{algorithm:?}", shape.replace(' ', "-"));
             let rate_limited = layer(&name, *algorithm, key.clone(), &clock, false);
-            let (limited, anchor) = match *shape {
-                "path" => (
+            let (limited, anchor) = match shape.starts_with("path") {
+                true => (
                     allocations(&mut users().route_layer(rate_limited), Some(&clock), requests),
                     allocations(
                         &mut users().route_layer(PassThrough(Arc::new(()))),
@@ -167,28 +204,22 @@ fn a_granted_request_allocates_nothing_in_the_layer_but_a_client_address_reading
                         requests,
                     ),
                 ),
-                _ => (
+                false => (
                     allocations(&mut root().layer(rate_limited), Some(&clock), requests),
                     allocations(&mut root().layer(PassThrough(Arc::new(()))), None, requests),
                 ),
             };
             let expected: Vec<u64> = anchor.iter().map(|n| n + own).collect();
-            assert_eq!(limited, expected, "{algorithm:?} keyed by {shape}");
-            // The same layer on the engine's general path allocates more: the test
-            // tells the two apart.
             let general = layer(&format!("{name}-general"), *algorithm, key.clone(), &clock, true);
-            let general = match *shape {
-                "path" => allocations(&mut users().route_layer(general), Some(&clock), requests),
-                _ => allocations(&mut root().layer(general), Some(&clock), requests),
+            let general = match shape.starts_with("path") {
+                true => allocations(&mut users().route_layer(general), Some(&clock), requests),
+                false => allocations(&mut root().layer(general), Some(&clock), requests),
             };
-            assert!(
-                general
-                    .iter()
-                    .zip(&expected)
-                    .all(|(general, fast)| general > fast),
-                "{algorithm:?} keyed by {shape}: {:?} against {:?}",
-                &general[..4],
-                &expected[..4]
+            check(
+                &format!("{algorithm:?} keyed by {shape}"),
+                &limited,
+                &expected,
+                &general,
             );
         }
     }
@@ -241,7 +272,7 @@ fn actix_allocations() {
     let users = || web::resource("/users/{id}").route(web::get().to(|| async { "ok" }));
     let make = |request: TestRequest| request.to_request();
     type Requests = fn(u32) -> TestRequest;
-    let shapes: [Shape<Requests>; 5] = [
+    let shapes: [Shape<Requests>; 6] = [
         (
             "header",
             Key::header("x-api-key"),
@@ -273,6 +304,12 @@ fn actix_allocations() {
             0,
         ),
         (
+            "path beside a rule of every request",
+            Key::path_param("id"),
+            |i| TestRequest::get().uri(if i % 2 == 0 { "/users/alice" } else { "/users/bob" }),
+            10,
+        ),
+        (
             "address",
             Key::client_ip(),
             |i| {
@@ -298,20 +335,20 @@ fn actix_allocations() {
             let name = format!("actix-allocations-{}-{algorithm:?}", shape.replace(' ', "-"));
             let count = |layer: Option<RateLimitLayer>, clock: Option<&ManualClock>| {
                 runtime.block_on(async {
-                    match (*shape, layer) {
-                        ("path", Some(layer)) => {
+                    match (shape.starts_with("path"), layer) {
+                        (true, Some(layer)) => {
                             let app = test::init_service(App::new().service(users().wrap(layer))).await;
                             counted(&app, clock, make, *requests).await
                         }
-                        ("path", None) => {
+                        (true, None) => {
                             let app = test::init_service(App::new().service(users())).await;
                             counted(&app, clock, make, *requests).await
                         }
-                        (_, Some(layer)) => {
+                        (false, Some(layer)) => {
                             let app = test::init_service(App::new().wrap(layer).route("/", route())).await;
                             counted(&app, clock, make, *requests).await
                         }
-                        (_, None) => {
+                        (false, None) => {
                             let app = test::init_service(App::new().route("/", route())).await;
                             counted(&app, clock, make, *requests).await
                         }
@@ -323,18 +360,10 @@ fn actix_allocations() {
                 Some(&clock),
             );
             let expected: Vec<u64> = count(None, None).iter().map(|n| n + own).collect();
-            assert_eq!(limited, expected, "actix-web, {algorithm:?} keyed by {shape}");
             let general = layer(&format!("{name}-general"), algorithm, key.clone(), &clock, true);
             let general = count(Some(general), Some(&clock));
-            assert!(
-                general
-                    .iter()
-                    .zip(&expected)
-                    .all(|(general, fast)| general > fast),
-                "actix-web, {algorithm:?} keyed by {shape}: {:?} against {:?}",
-                &general[..4],
-                &expected[..4]
-            );
+            let case = format!("actix-web, {algorithm:?} keyed by {shape}");
+            check(&case, &limited, &expected, &general);
         }
     }
 }

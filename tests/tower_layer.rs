@@ -1015,22 +1015,26 @@ async fn the_in_process_path_answers_as_the_general_path() {
     assert!((5..35).contains(&refused), "{refused} of 40 refused: {at_once:?}");
 }
 
-/// A layer of one rule keyed by a path parameter reads the parameters where it is
-/// called and decides there too; it answers as the general path (a timeout) does,
-/// request for request: under `route_layer`, and under `Router::layer`, where a request
-/// no route matched passes on to the fallback (404) and takes nothing of the rule, with
-/// values that try to reach another key (`{a}`, `a:b`, their escapes, bytes that are
-/// not UTF-8), a window that turns, and the X-RateLimit fields.
+/// A layer of a rule keyed by a path parameter, alone or beside a rule of every
+/// request, reads the parameters where it is called and decides there too; it answers
+/// as the general path (a timeout) does, request for request: under `route_layer`, and
+/// under `Router::layer`, where a request no route matched passes on to the fallback
+/// (404) and takes nothing of the path's rule (the other's counts it), with values that
+/// try to reach another key (`{a}`, `a:b`, their escapes, bytes that are not UTF-8), a
+/// window that turns, and the X-RateLimit fields.
 #[tokio::test]
 async fn a_path_parameter_rule_answers_where_it_is_called_as_the_general_path() {
     type Seen = Vec<Answer>;
-    async fn run(route_layer: bool, timeout: Option<Duration>) -> Seen {
+    async fn run(route_layer: bool, every_request: bool, timeout: Option<Duration>) -> Seen {
         let clock = redlimit::ManualClock::new(1_000_000);
         let client = Client::builder().clock(clock.clone()).memory();
         let mut layer = RateLimitLayer::builder()
             .client(client)
             .x_ratelimit_headers(true)
             .rule(LayerRule::new("user", 3, MINUTE).key(Key::path_param("id")));
+        if every_request {
+            layer = layer.rule(LayerRule::new("user-every-request", 9, MINUTE));
+        }
         if let Some(timeout) = timeout {
             layer = layer.timeout(timeout);
         }
@@ -1064,15 +1068,21 @@ async fn a_path_parameter_rule_answers_where_it_is_called_as_the_general_path() 
         }
         seen
     }
-    for route_layer in [true, false] {
-        let at_once = run(route_layer, None).await;
-        let general = run(route_layer, Some(Duration::from_millis(1))).await;
-        assert_eq!(at_once, general, "route_layer: {route_layer}");
+    for (route_layer, every_request) in [(true, false), (false, false), (true, true), (false, true)] {
+        let at_once = run(route_layer, every_request, None).await;
+        let general = run(route_layer, every_request, Some(Duration::from_millis(1))).await;
+        let case = format!("route_layer: {route_layer}, a rule of every request: {every_request}");
+        assert_eq!(at_once, general, "{case}");
         let count = |status| at_once.iter().filter(|seen| seen.0 == status).count();
-        assert_eq!(count(404), 8, "{at_once:?}");
+        // Under `Router::layer` the rule of every request refuses some of the 8
+        // requests no route matched, and answers the others' 404.
+        match every_request && !route_layer {
+            true => assert!((1..8).contains(&count(404)), "{case}: {at_once:?}"),
+            false => assert_eq!(count(404), 8, "{case}: {at_once:?}"),
+        }
         assert!(
-            (5..30).contains(&count(429)),
-            "{} of 44 refused: {at_once:?}",
+            (5..36).contains(&count(429)),
+            "{case}: {} of 44 refused: {at_once:?}",
             count(429)
         );
     }

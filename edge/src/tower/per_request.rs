@@ -143,10 +143,11 @@ impl Shared {
     }
 
     /// Whether [`decide_keys_now`](Shared::decide_keys_now)'s keys are read after the
-    /// prefix of the layer's client: not when the engine's general path decides them
-    /// (permits per request), which puts it in front itself.
+    /// prefix of the layer's client: when each rule takes its own permits wherever it
+    /// applies, so that the engine's path where it is called may decide them. (The
+    /// engine's general path puts the prefix in front itself.)
     fn reads_prefixed(&self) -> bool {
-        self.client.is_some() && !self.per_request
+        self.client.is_some() && self.permits_own
     }
 
     /// [`decide_keys`](Shared::decide_keys) where it is called, on `client`, in
@@ -159,12 +160,25 @@ impl Shared {
         client: &Client,
         (mut keys, permits): Keys,
     ) -> Option<Result<Granted, RateLimited>> {
-        if !self.per_request {
-            if let Some(decided) = self.engine.decide_now(client, &mut keys, None) {
-                if let Some(first) = keys.first_mut() {
-                    NAME_BUFFER.set(std::mem::take(first));
+        if self.permits_own {
+            // Every rule at its own permits (a path parameter's wherever a route
+            // matched, which `permits` says when they are per request): decided where
+            // it is called, or the keys given back without the prefix.
+            let own = !self.per_request
+                || (permits.iter().zip(self.engine.rules())).all(|(&spent, spec)| spent == spec.permits);
+            if own {
+                if let Some(decided) = self.engine.decide_now(client, &mut keys, None) {
+                    if let Some(first) = keys.first_mut() {
+                        NAME_BUFFER.set(std::mem::take(first));
+                    }
+                    return Some(decided);
                 }
-                return Some(decided);
+            } else {
+                // A path parameter's rule on a request no route matched takes nothing
+                // of it: the general path, which puts the prefix in front itself.
+                for key in keys.iter_mut() {
+                    key.drain(..client.prefix().len());
+                }
             }
         }
         self.decide_keys_polled(client, (keys, permits))
