@@ -380,7 +380,22 @@ fn each_forwarding_header_is_looked_up_by_its_own_name() {
         ForwardedHeader::XRealIp,
     ] {
         assert_eq!(header.header_name().as_str(), header.name());
+        // The name as each map's parser makes it (a name `http` knows is kept as
+        // its constant, and hashed as one), and found where a request's header is.
+        let parsed = http::header::HeaderName::from_bytes(header.name().as_bytes()).unwrap();
+        assert_eq!(header.header_name(), &parsed);
+        let mut map = HeaderMap::new();
+        map.insert(parsed, HeaderValue::from_static("192.0.2.1"));
+        assert_eq!(map.get_all(header.header_name()).iter().count(), 1);
         #[cfg(feature = "actix")]
-        assert_eq!(header.actix_name().as_str(), header.name());
+        {
+            use actix_web::http::header as actix;
+            assert_eq!(header.actix_name().as_str(), header.name());
+            let parsed = actix::HeaderName::from_bytes(header.name().as_bytes()).unwrap();
+            assert_eq!(header.actix_name(), &parsed);
+            let mut map = actix::HeaderMap::new();
+            map.insert(parsed, actix::HeaderValue::from_static("192.0.2.1"));
+            assert_eq!(map.get_all(header.actix_name()).count(), 1);
+        }
     }
 }
