@@ -177,6 +177,7 @@ impl Shared {
                 // A path parameter's rule on a request no route matched takes nothing
                 // of it: the general path, which puts the prefix in front itself.
                 for key in keys.iter_mut() {
+                    debug_assert!(key.starts_with(client.prefix()), "{key} was read prefixed");
                     key.drain(..client.prefix().len());
                 }
             }

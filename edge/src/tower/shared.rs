@@ -56,9 +56,10 @@ pub(super) enum Extract {
     With(Arc<KeyFn>),
 }
 
-/// The header a key reads, its name made once for each server's header map: a name
-/// looked up by its text is parsed on every lookup, and where `http` has no constant
-/// of its own for it (`x-api-key`), copied into a new allocation by actix-web's.
+/// The header a key (or a settle) reads, its name made once for each server's header
+/// map: a name looked up by its text is parsed on every lookup, and where `http` has
+/// no constant of its own for it (`x-api-key`), copied into a new allocation by
+/// actix-web's.
 pub(crate) struct KeyHeader {
     name: HeaderName,
     /// The name as actix-web's header map takes it (`http` 0.2's type), when that
