@@ -86,7 +86,8 @@ impl ForwardedHeader {
 
     /// [`header_name`](ForwardedHeader::header_name) as actix-web's header map takes
     /// it (`http` 0.2's type), made once: looked up by its text, the name would be
-    /// copied into a new allocation on every lookup.
+    /// parsed on every lookup, and `x-forwarded-for` and `x-real-ip`, which `http` 0.2
+    /// has no constants for, copied into a new allocation.
     #[cfg(feature = "actix")]
     pub(crate) fn actix_name(self) -> &'static actix_web::http::header::HeaderName {
         use actix_web::http::header::HeaderName;

@@ -161,34 +161,28 @@ impl Shared {
         (mut keys, permits): Keys,
     ) -> Option<Result<Granted, RateLimited>> {
         if self.permits_own {
-            // Every rule at its own permits (a path parameter's wherever a route
-            // matched, which `permits` says when they are per request): decided where
-            // it is called, or the keys given back without the prefix.
+            // Every rule at its own permits: decided where it is called. Not so a path
+            // parameter's rule on a request no route matched, which takes nothing of
+            // it (0 permits, which no rule takes of its own): the engine gives the keys
+            // back without the prefix, for its general path.
             let own = !self.per_request
                 || (permits.iter().zip(self.engine.rules())).all(|(&spent, spec)| spent == spec.permits);
-            if own {
-                if let Some(decided) = self.engine.decide_now(client, &mut keys, None) {
-                    if let Some(first) = keys.first_mut() {
-                        NAME_BUFFER.set(std::mem::take(first));
-                    }
-                    return Some(decided);
+            let per_request = (!own).then_some(permits.as_slice());
+            if let Some(decided) = self.engine.decide_now(client, &mut keys, per_request) {
+                if let Some(first) = keys.first_mut() {
+                    NAME_BUFFER.set(std::mem::take(first));
                 }
-            } else {
-                // A path parameter's rule on a request no route matched takes nothing
-                // of it: the general path, which puts the prefix in front itself.
-                for key in keys.iter_mut() {
-                    debug_assert!(key.starts_with(client.prefix()), "{key} was read prefixed");
-                    key.drain(..client.prefix().len());
-                }
+                return Some(decided);
             }
         }
         self.decide_keys_polled(client, (keys, permits))
     }
 
-    /// A call the engine's general path decides (costs, shadow rules, a debug span),
-    /// the keys given back without the prefix, polled here, out of line: in process without a
-    /// timeout nothing it awaits waits. (Were it to, the request would be read and
-    /// decided again on the boxed path.)
+    /// A call the engine's general path decides (costs, shadow rules, a debug span, a
+    /// path parameter's rule where no route matched), the keys given back without the
+    /// prefix, polled here, out of line: in process without a timeout nothing it awaits
+    /// waits. (Were it to, the request would be read and decided again on the boxed
+    /// path.)
     #[inline(never)]
     fn decide_keys_polled(
         &self,

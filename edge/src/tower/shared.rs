@@ -63,7 +63,8 @@ pub(super) enum Extract {
 pub(crate) struct KeyHeader {
     name: HeaderName,
     /// The name as actix-web's header map takes it (`http` 0.2's type), when that
-    /// parses it (it parses every name `http` 1 does).
+    /// parses it (it parses every name `http` 1 does; were one refused, the name is
+    /// looked up by its text, as before, which finds what actix-web makes of it).
     #[cfg(feature = "actix")]
     actix: Option<actix_web::http::header::HeaderName>,
 }
