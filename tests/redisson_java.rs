@@ -14,6 +14,7 @@ use redlimit_test_support as support;
 mod driver;
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -954,16 +955,17 @@ fn contended_rules(scenario: &str, name: &str) -> Vec<Rule> {
     }
 }
 
-/// A Rust worker process: `THREADS` tasks decide the scenario's rules from the epoch
-/// millisecond START until START + CONTENTION_MS, waiting out each refusal (or, with a
-/// PERIOD, deciding once every PERIOD ms without waiting), and print each grant's time.
+/// A Rust worker process: once connected it prints `READY` and reads the epoch
+/// millisecond START from its stdin; then `THREADS` tasks decide the scenario's rules
+/// from START until START + CONTENTION_MS, waiting out each refusal (or, with a PERIOD,
+/// deciding once every PERIOD ms without waiting), and it prints each grant's time and
+/// how late its latest task asked first (`LATE ms`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by the contention tests in worker processes"]
 async fn worker() {
     let url = std::env::var("INTEROP_URL").expect("INTEROP_URL");
     let scenario = std::env::var("INTEROP_SCENARIO").unwrap();
     let name = std::env::var("INTEROP_NAME").unwrap();
-    let start: u64 = std::env::var("INTEROP_START").unwrap().parse().unwrap();
     let period: u64 = std::env::var("INTEROP_PERIOD").unwrap().parse().unwrap();
     let offset: u64 = std::env::var("INTEROP_OFFSET").unwrap().parse().unwrap();
     // Four processes of 16 tasks and two JVMs share 2 cores: a command may wait its
@@ -973,6 +975,10 @@ async fn worker() {
         .connect(&url)
         .await
         .unwrap();
+    println!("READY");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let start: u64 = line.trim().parse().expect("START on stdin");
     tokio::time::sleep(Duration::from_millis(start.saturating_sub(now_ms()))).await;
     let until = Instant::now() + Duration::from_millis((start + CONTENTION_MS).saturating_sub(now_ms()));
     let tasks: Vec<_> = (0..THREADS)
@@ -986,10 +992,11 @@ async fn worker() {
                 let mut grants = Vec::new();
                 let mut next = tokio::time::Instant::now() + Duration::from_micros(offset);
                 tokio::time::sleep_until(next).await;
+                let late = now_ms().saturating_sub(start + offset / 1000);
                 loop {
                     let left = until.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return grants;
+                        return (grants, late);
                     }
                     let decision = if period > 0 {
                         client.check_rules(&rules).await.unwrap()
@@ -1008,16 +1015,23 @@ async fn worker() {
         })
         .collect();
     let mut out = String::from("\n");
+    let mut latest = 0;
     for task in tasks {
-        for at in task.await.unwrap() {
+        let (grants, late) = task.await.unwrap();
+        latest = latest.max(late);
+        for at in grants {
             out.push_str(&format!("GRANT {at}\n"));
         }
     }
-    print!("{out}");
+    println!("{out}LATE {latest}");
 }
 
-/// Every caller asks once every this many ms, in the scenarios that do not wait.
-const PERIOD_MS: u64 = 20;
+/// Every caller asks once every this many ms, in the scenarios that do not wait. Not
+/// a divisor of the interval: a grant leaves the window a whole interval after it was
+/// made, and at a divisor the caller it went to asks again at that moment and takes it
+/// back, so the callers that won the first window's grants keep them (a worker 50 ms
+/// late to its first asks kept 28% of the grants at 20 ms; at 23 ms, over 50%).
+const PERIOD_MS: u64 = 23;
 
 /// Runs `scenario` (`one` or `stacked`), each caller waiting out its refusals or, when
 /// `paced`, asking once every `PERIOD_MS` without waiting.
@@ -1034,9 +1048,8 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
             .boolean("trySetRate", &name, &[&"OVERALL", &CONTENDED_RATE, &1000])
             .await
     );
-    let start = now_ms() + 1500;
     let exe = std::env::current_exe().unwrap();
-    let workers: Vec<_> = (0..2u64)
+    let mut workers: Vec<_> = (0..2u64)
         .map(|process| {
             std::process::Command::new(&exe)
                 .args([
@@ -1049,15 +1062,34 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
                 .env("INTEROP_URL", server.url())
                 .env("INTEROP_SCENARIO", scenario)
                 .env("INTEROP_NAME", &name)
-                .env("INTEROP_START", start.to_string())
                 .env("INTEROP_PERIOD", period.to_string())
                 .env("INTEROP_OFFSET", (1 + 2 * process).to_string())
+                .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::inherit())
                 .spawn()
                 .unwrap()
         })
         .collect();
+    // The start is picked once both workers are connected: a worker slow to start
+    // would miss the first window, and paced callers keep the phases its grants had.
+    let mut outputs: Vec<_> = workers
+        .iter_mut()
+        .map(|child| BufReader::new(child.stdout.take().unwrap()))
+        .collect();
+    tokio::task::block_in_place(|| {
+        for output in &mut outputs {
+            // (after the test harness's "test worker ... " on the same line)
+            let ready = BufRead::lines(&mut *output)
+                .map(Result::unwrap)
+                .any(|l| l.ends_with("READY"));
+            assert!(ready, "a Rust worker ended before it was ready");
+        }
+    });
+    let start = now_ms() + 500;
+    for child in &mut workers {
+        writeln!(child.stdin.take().unwrap(), "{start}").unwrap();
+    }
     let running = Arc::new(AtomicBool::new(true));
     let mut captures = vec![capture_log(
         server.url(),
@@ -1076,19 +1108,23 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
     let args: [&dyn std::fmt::Display; 4] = [&THREADS, &CONTENTION_MS, &start, &period];
     let (a, b) = tokio::join!(java[0].ok("run", &name, &args), java[1].ok("run", &name, &args));
     let java_counts = [java_grants(&a).0, java_grants(&b).0];
-    let rust_counts: Vec<usize> = tokio::task::spawn_blocking(move || {
+    let (rust_counts, rust_late): (Vec<usize>, Vec<u64>) = tokio::task::spawn_blocking(move || {
         workers
             .into_iter()
-            .map(|child| {
-                let output = child.wait_with_output().unwrap();
-                assert!(output.status.success(), "a Rust worker failed");
-                String::from_utf8(output.stdout)
-                    .unwrap()
-                    .lines()
-                    .filter(|l| l.starts_with("GRANT "))
-                    .count()
+            .zip(outputs)
+            .map(|(mut child, output)| {
+                let lines: Vec<String> = output.lines().map(Result::unwrap).collect();
+                assert!(child.wait().unwrap().success(), "a Rust worker failed");
+                let grants = lines.iter().filter(|l| l.starts_with("GRANT ")).count();
+                let late: u64 = lines
+                    .iter()
+                    .find_map(|l| l.strip_prefix("LATE "))
+                    .expect("a worker's LATE line")
+                    .parse()
+                    .unwrap();
+                (grants, late)
             })
-            .collect()
+            .unzip()
     })
     .await
     .unwrap();
@@ -1108,8 +1144,9 @@ async fn contend(version: Version, scenario: &str, paced: bool) {
         .find(|&d| busiest(shared, 1000 - d) as u64 <= CONTENDED_RATE)
         .unwrap();
     println!(
-        "{} {scenario}{}: Java {java_counts:?}, Rust {rust_counts:?}, {} in the log, busiest window {}, \
-         at most the rate in every window of 1000 - {skew} ms",
+        "{} {scenario}{}: Java {java_counts:?}, Rust {rust_counts:?} (first asks at most \
+         {rust_late:?} ms late), {} in the log, busiest window {}, at most the rate in every \
+         window of 1000 - {skew} ms",
         version.name(),
         if paced { ", paced" } else { ", waiting" },
         shared.len(),
