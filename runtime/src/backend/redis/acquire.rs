@@ -71,9 +71,10 @@ impl RedisBackend {
             cancelled.disarm();
             return Ok((outcome?, members));
         }
+        let cmd = &cmd;
         let reply: Result<redis::Value, Error> = self
             .send(failed_before, &pace, &keys, |mut conn| async move {
-                eval_sha(script, &cmd, &mut conn, self.slot_map()).await
+                eval_sha(script, cmd, &mut conn, self.slot_map()).await
             })
             .await;
         cancelled.disarm();

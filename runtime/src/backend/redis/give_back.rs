@@ -78,7 +78,7 @@ impl RedisBackend {
     ) -> Result<i64, Error> {
         let keys = refund_keys(calls);
         let all: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
-        let slots = self.slot_map();
+        let (keys, slots) = (&keys, self.slot_map());
         self.run(&all, |mut conn| async move {
             let mut invocation = SCRIPTS.refund.prepare_invoke();
             invocation.key(&keys[..]);
@@ -166,7 +166,7 @@ impl RedisBackend {
             return Ok(());
         }
         let keys: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
-        let slots = self.slot_map();
+        let (invocation, slots) = (&invocation, self.slot_map());
         self.run(&keys, |mut conn| async move {
             invocation.invoke::<u64>(&mut conn, slots).await.map(|_| ())
         })

@@ -89,8 +89,9 @@ impl RedisBackend {
             RateType::PerClient => keys.client_bucket(),
         };
         let keys_and_roles = [(key, "bucket")];
+        let keys_and_roles = &keys_and_roles[..];
         self.run(&[keys.borrowed()], |mut conn| async move {
-            delete_limiter_keys(&mut conn, &keys_and_roles).await
+            delete_limiter_keys(&mut conn, keys_and_roles).await
         })
         .await?
         .map(|n| n > 0)
@@ -126,8 +127,9 @@ impl RedisBackend {
             (permits, "permits"),
             (client_permits, "permits"),
         ];
+        let keys_and_roles = &keys_and_roles[..];
         self.run(&[keys.borrowed()], |mut conn| async move {
-            delete_limiter_keys(&mut conn, &keys_and_roles).await
+            delete_limiter_keys(&mut conn, keys_and_roles).await
         })
         .await?
         .map(|n| n > 0)

@@ -24,6 +24,7 @@ mod lasting;
 mod layout;
 mod limiter;
 mod lua;
+mod moves;
 mod nodes;
 mod ongoing;
 mod reach;
@@ -159,6 +160,8 @@ pub(crate) struct RedisBackend {
     reconnects: Arc<Reconnects>,
     /// The same for each node of a Redis Cluster.
     nodes: Arc<Nodes>,
+    /// A cluster's calls to a slot being moved, tried again from this reserve.
+    moves: moves::MoveRetries,
     /// The server's version, eviction policy and the connection's name, checked about
     /// once a minute off the deciding path.
     health: std::sync::Arc<Health>,
@@ -223,6 +226,7 @@ impl RedisBackend {
             answered: AtomicBool::new(connected),
             reconnects: Arc::default(),
             nodes: Arc::default(),
+            moves: moves::MoveRetries::default(),
             // An eager connect read the version already.
             health: std::sync::Arc::new(Health::new(connected, cluster)),
             runtime: tokio::runtime::Handle::try_current().ok(),

@@ -11,6 +11,7 @@ use redis::RedisError;
 
 use super::connection::Conn;
 use super::failure::classify;
+use super::moves::slot_moving;
 use super::reconnects::{Failure, Reconnects};
 use super::replies::{about_the_server, script_error, unfit};
 use super::{RedisBackend, REMAKE_EVERY};
@@ -19,11 +20,7 @@ use crate::Error;
 
 impl RedisBackend {
     /// Runs one request under the command timeout; script errors name their key.
-    pub(super) async fn run<T, F>(
-        &self,
-        calls: &[Keys<'_>],
-        request: impl FnOnce(Conn) -> F,
-    ) -> Result<T, Error>
+    pub(super) async fn run<T, F>(&self, calls: &[Keys<'_>], request: impl Fn(Conn) -> F) -> Result<T, Error>
     where
         F: Future<Output = Result<T, RedisError>>,
     {
@@ -78,7 +75,7 @@ impl RedisBackend {
         failed_before: u32,
         pace: &Reconnects,
         calls: &[Keys<'_>],
-        request: impl FnOnce(Conn) -> F,
+        request: impl Fn(Conn) -> F,
     ) -> Result<T, Error>
     where
         F: Future<Output = Result<T, RedisError>>,
@@ -86,18 +83,34 @@ impl RedisBackend {
         // Read before the command: a sibling's timeout may have the connection made
         // again while this one waits on the old one.
         let connecting = !self.answered.load(Ordering::Relaxed);
-        // (A cluster's only: whether a call that found no node failed at once.)
+        // (A cluster's only: whether a call that found no node failed at once, and
+        // how long a call to a slot being moved has been tried.)
         let sent = self.cluster.then(Instant::now);
-        // (the connection made again within the call's timeout)
+        // (the connection made again within the call's timeout; a cluster's call to a
+        // slot being moved sent again within it, `moves.rs`)
         let call = async {
             self.carry_if_needed().await;
-            let conn = self.conn();
-            request(if connecting {
-                self.sent_where_it_lasts(conn)
-            } else {
-                conn
-            })
-            .await
+            let mut tries = 0;
+            loop {
+                let conn = self.conn();
+                let reply = request(if connecting {
+                    self.sent_where_it_lasts(conn)
+                } else {
+                    conn
+                })
+                .await;
+                let wait = match (&reply, sent) {
+                    (Err(err), Some(sent)) if failed_before == 0 && slot_moving(err) => {
+                        self.moves.wait(tries, sent.elapsed(), self.timeout)
+                    }
+                    _ => None,
+                };
+                match wait {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => return reply,
+                }
+                tries += 1;
+            }
         };
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => {
@@ -109,6 +122,7 @@ impl RedisBackend {
                 pace.answered();
                 if self.cluster {
                     self.nodes.served(calls);
+                    self.moves.served();
                 }
                 Ok(value)
             }

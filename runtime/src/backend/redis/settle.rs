@@ -23,6 +23,7 @@ impl RedisBackend {
             args.extend(settle_args(call, terms));
         }
         let all: Vec<Keys<'_>> = calls.iter().map(|c| c.keys).collect();
+        let (keys, args) = (&keys, &args);
         let reply: redis::Value = self
             .run(&all, |mut conn| async move {
                 let mut invocation = SCRIPTS.settle.prepare_invoke();
