@@ -1,6 +1,8 @@
 //! A decision's script call: acquire.lua, or tokens.lua when every rule is a token
 //! bucket, its command written straight into one buffer, its reply read back.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use super::lua::{eval_sha, Lua};
 
 use super::give_back::{may_have_run, RefundIfDropped};
@@ -71,12 +73,24 @@ impl RedisBackend {
             cancelled.disarm();
             return Ok((outcome?, members));
         }
-        let cmd = &cmd;
+        // A try sent again (its slot being moved, `moves.rs`) is written at the time it
+        // is sent: no try before it ran, and the first's time would date its grant
+        // back by the waits between, letting a later call's window miss it.
+        let (cmd, tries, sent_at) = (&cmd, AtomicBool::new(false), AtomicU64::new(now));
+        let (tries, sent_at, members_sent) = (&tries, &sent_at, &members);
         let reply: Result<redis::Value, Error> = self
-            .send(failed_before, &pace, &keys, |mut conn| async move {
-                eval_sha(script, cmd, &mut conn, self.slot_map()).await
+            .send(failed_before, &pace, &keys, true, |mut conn| async move {
+                if tries.swap(true, Ordering::Relaxed) {
+                    let at = now.max(self.now_ms());
+                    sent_at.store(at, Ordering::Relaxed);
+                    let cmd = self.acquire_command(script, calls, members_sent, only_buckets, at, tag);
+                    eval_sha(script, &cmd, &mut conn, self.slot_map()).await
+                } else {
+                    eval_sha(script, cmd, &mut conn, self.slot_map()).await
+                }
             })
             .await;
+        let now = sent_at.load(Ordering::Relaxed);
         cancelled.disarm();
         let reply = match reply {
             Ok(reply) => reply,

@@ -1,18 +1,20 @@
-//! A cluster's call to a slot being moved between nodes, tried again within its own
-//! timeout. While a slot moves, its calls are answered `TRYAGAIN` (some of a call's
-//! keys moved, some not), `ASK` or `MOVED` (the nodes not yet agreeing which one
-//! serves it): none of them ran the call, and the cluster client tries again at once
-//! or after a few milliseconds, four times. A move that lasts longer (its tool
+//! A cluster's decision on a slot being moved between nodes, tried again within its
+//! own timeout. While a slot moves, its calls are answered `TRYAGAIN` (some of a
+//! call's keys moved, some not), `ASK` or `MOVED` (the nodes not yet agreeing which
+//! one serves it): none of them ran the call, and the cluster client tries again at
+//! once or after a few milliseconds, four times. A move that lasts longer (its tool
 //! descheduled on a busy host, keys still being migrated) outlasts those tries, and
-//! the call would fail where waiting a little longer serves it. So such a call is sent
-//! again after 10 ms, then 30, 90 and so on, while the wait ends within half the
-//! command timeout (the rest left for the last try). Not a call whose node's pace has
-//! failures in a row: a redirect to a node no connection reaches ends in `MOVED` too,
-//! and each try again would connect to it (a cut primary took twice the connections).
-//! Tries again are paid for from a reserve that each served call adds a tenth of a
-//! try to, and time [`TRIES_A_SECOND`] (at most [`MOST_SAVED`] in all): a node that
-//! redirects every call, for good, is sent at most that reserve more and that many a
-//! second, not a multiple of every call.
+//! the call would fail where waiting a little longer serves it. So a decision's
+//! script call is sent again after 10 ms, then 30, 90 and so on, while the wait ends
+//! within half the command timeout (the rest left for the last try), each try
+//! written at the time it is sent (`acquire.rs`). Only decisions: a refund or a
+//! settle is not sent again (a proxy that ran one and answered `TRYAGAIN` would have
+//! it run twice). Not a call whose node's pace had failures in a row when it began.
+//! Tries again are paid for from the client's reserve of [`MOST_SAVED`], which time
+//! refills by [`TRIES_A_SECOND`] whatever else the client serves: a node that
+//! redirects for good, or redirects to a node no connection reaches, is sent at most
+//! that many tries more (each up to five commands: the cluster client's own tries),
+//! however many calls are made.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -23,14 +25,14 @@ use redis::RedisError;
 /// The first wait before a call is sent again; each next is three times the last.
 const FIRST_WAIT: Duration = Duration::from_millis(10);
 
-/// A try again, in the reserve's units (a served call adds one).
+/// A try again, in the reserve's units.
 const TRY: u32 = 10;
 
-/// The most tries again held in reserve, in the reserve's units: 40 tries.
-pub(super) const MOST_SAVED: u32 = 40 * TRY;
+/// The most tries again held in reserve, in the reserve's units: 20 tries.
+pub(super) const MOST_SAVED: u32 = 20 * TRY;
 
 /// The tries again time adds to the reserve, a second.
-pub(super) const TRIES_A_SECOND: u32 = 10;
+pub(super) const TRIES_A_SECOND: u32 = 5;
 
 /// The time that adds one unit to the reserve.
 const UNIT_EVERY: Duration = Duration::from_millis(1000 / (TRIES_A_SECOND * TRY) as u64);
@@ -53,12 +55,6 @@ impl Default for MoveRetries {
 }
 
 impl MoveRetries {
-    /// A cluster call was served: a tenth of a try again saved, up to the most.
-    #[inline]
-    pub fn served(&self) {
-        self.save(1);
-    }
-
     fn save(&self, units: u32) {
         if self.saved.load(Ordering::Relaxed) < MOST_SAVED {
             let _ = self
@@ -135,35 +131,28 @@ mod tests {
         assert_eq!(retries.wait(u32::MAX, Duration::ZERO, Duration::MAX), None);
     }
 
-    /// The reserve holds 40 tries; once spent, a try again takes ten served calls or
-    /// a tenth of a second, and neither adds past the most.
+    /// The reserve holds 20 tries; once spent, time adds one a fifth of a second, never
+    /// past the most.
     #[test]
-    fn tries_again_are_paid_for_by_served_calls_and_time() {
+    fn tries_again_are_paid_for_by_time() {
         let retries = MoveRetries::default();
         let start = Instant::now();
         // (no time added while the reserve is spent)
         *retries.refilled.lock().unwrap() = start + Duration::from_secs(3600);
-        for _ in 0..40 {
+        for _ in 0..20 {
             assert!(retries.wait(0, Duration::ZERO, TIMEOUT).is_some());
         }
         assert_eq!(retries.wait(0, Duration::ZERO, TIMEOUT), None);
-        for _ in 0..9 {
-            retries.served();
-        }
-        assert_eq!(retries.wait(0, Duration::ZERO, TIMEOUT), None);
-        retries.served();
-        assert!(retries.wait(0, Duration::ZERO, TIMEOUT).is_some());
-        for _ in 0..1_000 {
-            retries.served();
-        }
-        assert_eq!(retries.saved.load(Ordering::Relaxed), MOST_SAVED);
-        // Time: 10 tries a second, from where the last refill left off.
-        retries.saved.store(0, Ordering::Relaxed);
         *retries.refilled.lock().unwrap() = start;
-        retries.refill(start + Duration::from_millis(99));
+        retries.refill(start + Duration::from_millis(199));
         assert_eq!(retries.saved.load(Ordering::Relaxed), 9);
-        retries.refill(start + Duration::from_millis(250));
+        retries.refill(start + Duration::from_millis(500));
         assert_eq!(retries.saved.load(Ordering::Relaxed), 25);
+        *retries.refilled.lock().unwrap() = start + Duration::from_secs(3600);
+        assert!(retries.wait(0, Duration::ZERO, TIMEOUT).is_some());
+        assert!(retries.wait(0, Duration::ZERO, TIMEOUT).is_some());
+        assert_eq!(retries.wait(0, Duration::ZERO, TIMEOUT), None);
+        *retries.refilled.lock().unwrap() = start;
         retries.refill(start + Duration::from_secs(3600));
         assert_eq!(retries.saved.load(Ordering::Relaxed), MOST_SAVED);
         assert_eq!(

@@ -25,7 +25,7 @@ impl RedisBackend {
         F: Future<Output = Result<T, RedisError>>,
     {
         let (failed_before, pace) = self.sendable(calls)?;
-        self.send(failed_before, &pace, calls, request).await
+        self.send(failed_before, &pace, calls, false, request).await
     }
 
     /// The pace the call on `calls` follows while no connection reaches its server:
@@ -69,12 +69,16 @@ impl RedisBackend {
     }
 
     /// [`run`](RedisBackend::run) once [`sendable`](RedisBackend::sendable) said it
-    /// may, after `failed_before` failures in a row.
+    /// may, after `failed_before` failures in a row; `again`: on a cluster, a call to
+    /// a slot being moved is sent again within the timeout (`moves.rs`), by calling
+    /// `request` again (the decisions only: a request sent again must be one that
+    /// none of those answers ran and that is written anew at each try).
     pub(super) async fn send<T, F>(
         &self,
         failed_before: u32,
         pace: &Reconnects,
         calls: &[Keys<'_>],
+        again: bool,
         request: impl Fn(Conn) -> F,
     ) -> Result<T, Error>
     where
@@ -100,7 +104,7 @@ impl RedisBackend {
                 })
                 .await;
                 let wait = match (&reply, sent) {
-                    (Err(err), Some(sent)) if failed_before == 0 && slot_moving(err) => {
+                    (Err(err), Some(sent)) if again && failed_before == 0 && slot_moving(err) => {
                         self.moves.wait(tries, sent.elapsed(), self.timeout)
                     }
                     _ => None,
@@ -122,7 +126,6 @@ impl RedisBackend {
                 pace.answered();
                 if self.cluster {
                     self.nodes.served(calls);
-                    self.moves.served();
                 }
                 Ok(value)
             }
