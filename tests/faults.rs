@@ -1094,7 +1094,8 @@ async fn a_slot_being_moved_pauses_no_other_call() {
 /// once the moment ends, each stamped at the try that ran (stamped when first sent,
 /// a grant was dated back by the waits, 0.3 to 0.55 s, and a rate's next window let
 /// as many again through that soon): none fails. Sent again only as the cluster client
-/// does (four tries within about 30 ms), each failed in both.
+/// does (four tries within about 30 ms), each failed in the first, and in the second
+/// on Redis 6.2 and 7.0 (Valkey 8's nodes may agree by themselves within 15 to 145 ms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
     let cluster = RedisCluster::start(3, 0);
@@ -1121,7 +1122,7 @@ async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
     };
     // Each moment's calls: two callers, each answered once the moment ends, and
     // stamped no earlier than the try that ran.
-    let during = |moment: &'static str| {
+    let during = |moment: &'static str, sent_again: bool| {
         let began = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -1143,10 +1144,10 @@ async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
                 let (allowed, at_ms) = decided.unwrap();
                 assert!(allowed, "{moment}: granted");
                 // (longer than the cluster client's own tries can take, at most 60 ms:
-                // the call was sent again; on Valkey 8 the nodes may agree before the
-                // 300 ms are up, by their own messages)
+                // the call was sent again. On Valkey 8 the nodes of the second moment
+                // may agree by their own messages, after 15 to 145 ms.)
                 assert!(
-                    took >= Duration::from_millis(120),
+                    !sent_again || took >= Duration::from_millis(120),
                     "{moment}: answered after {took:?}: not sent again, the test holds nothing"
                 );
                 let answered = began + took.as_millis() as u64;
@@ -1159,7 +1160,7 @@ async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
         }
     };
     being_moved(&slot, (from, &from_id), (to, &to_id));
-    let answered = during("keys not moved");
+    let answered = during("keys not moved", true);
     tokio::time::sleep(Duration::from_millis(300)).await;
     for port in [to, from] {
         setslot(port, &["stable"]);
@@ -1180,7 +1181,8 @@ async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
         ]);
     }
     setslot(from, &["node", &to_id]);
-    let answered = during("nodes disagreeing");
+    // (on Redis 6.2 and 7.0 they do not: not sent again, these calls failed `MOVED`)
+    let answered = during("nodes disagreeing", false);
     tokio::time::sleep(Duration::from_millis(300)).await;
     for (port, _) in &primaries {
         setslot(*port, &["node", &to_id]);
