@@ -1257,7 +1257,7 @@ async fn one_limiter_on_a_cluster(version: Version) {
         running.clone(),
     );
     let until = Instant::now() + Duration::from_millis(2000);
-    // Each side asks at the same pace: 6 callers each every 20 ms.
+    // Each side asks at the same pace: 6 callers each every `PERIOD_MS`.
     let rust_tasks = deciders(&rust, name, 6, until, Some(Duration::from_millis(PERIOD_MS)));
     let start = now_ms();
     let args: [&dyn std::fmt::Display; 4] = [&6, &2000, &start, &PERIOD_MS];

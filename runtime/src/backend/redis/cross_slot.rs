@@ -59,7 +59,9 @@ pub(crate) async fn acquire_members(
     let mut at_ms = now;
     for group in groups(calls) {
         let sub: Vec<RuleCall<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
-        let (outcome, members) = match backend.acquire_group(&sub, now).await {
+        // (at the latest time an earlier slot's call was decided at: one sent again
+        // while its slot was moved would otherwise date the later slots' back)
+        let (outcome, members) = match backend.acquire_group(&sub, at_ms).await {
             Ok(answer) => answer,
             Err(err) => {
                 give_back(backend, calls, &taken).await;

@@ -1,7 +1,7 @@
 //! A cluster's decision on a slot being moved between nodes, tried again within its
 //! own timeout. While a slot moves, its calls are answered `TRYAGAIN` (some of a
 //! call's keys moved, some not), `ASK` or `MOVED` (the nodes not yet agreeing which
-//! one serves it): none of them ran the call, and the cluster client tries again at
+//! one serves it): the try they answer did not run, and the cluster client tries again at
 //! once or after a few milliseconds, four times. A move that lasts longer (its tool
 //! descheduled on a busy host, keys still being migrated) outlasts those tries, and
 //! the call would fail where waiting a little longer serves it. So a decision's
@@ -9,7 +9,10 @@
 //! within half the command timeout (the rest left for the last try), each try
 //! written at the time it is sent (`acquire.rs`). Only decisions: a refund or a
 //! settle is not sent again (a proxy that ran one and answered `TRYAGAIN` would have
-//! it run twice). Not a call whose node's pace had failures in a row when it began.
+//! it run again at each try). Not a call whose pace (its slot's own after a redirect,
+//! else its node's) had failures in a row when it began. (A try of the cluster
+//! client's lost with its connection before such an answer may have run: the
+//! decision then runs again, counting its permits twice: stricter, never more.)
 //! Tries again are paid for from the client's reserve of [`MOST_SAVED`], which time
 //! refills by [`TRIES_A_SECOND`] whatever else the client serves: a node that
 //! redirects for good, or redirects to a node no connection reaches, is sent at most
