@@ -10,7 +10,7 @@ use crate::rules::rule::Merged;
 use crate::{Decision, Rule};
 
 /// One call per distinct limiter of `rules` ([`Merged`]).
-pub(crate) fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[Merged]) -> Vec<RuleCall<'r>> {
+pub(crate) fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[Merged]) -> MergedCalls<'r> {
     merged
         .iter()
         .map(|m| RuleCall {
@@ -21,6 +21,9 @@ pub(crate) fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[M
         })
         .collect()
 }
+
+/// A decision's calls, inline for a few.
+pub(crate) type MergedCalls<'r> = smallvec::SmallVec<[RuleCall<'r>; 4]>;
 
 /// The decision of `rule` alone from its outcome, a change of its stored config
 /// logged at the time `now` reads.

@@ -90,8 +90,11 @@ pub(crate) struct Outcome {
     /// The time the call was decided at: the caller's, or a slightly later grant's.
     pub at_ms: u64,
     /// Per rule, in the order of the calls.
-    pub rules: SmallVec<[RuleOutcome; 1]>,
+    pub rules: RuleOutcomes,
 }
+
+/// Each rule's outcome of a decision, inline for a few.
+pub(crate) type RuleOutcomes = SmallVec<[RuleOutcome; 2]>;
 
 /// How a config is written: Redisson 4.4's `keepState` and "require exist".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,9 +3,9 @@
 //! its order: Phase 1 `load_rule` (`load.rs`), `settle_time`, Phase 2 `plan_bucket`
 //! and `take` (`plan.rs`), Phase 3 `commit` (`commit.rs`) and Phase 4 `reply` (here).
 //! The arithmetic of each step is `crate::algorithm`'s. This file holds the entry
-//! points: the usual call of one rule is decided first by `usual.rs`, which leaves
-//! every other case to the phases, and a decision that creates limiters takes room
-//! for them from the bound first.
+//! points: the usual call of one rule, and of several sliding windows, is decided
+//! first by `usual.rs`, which leaves every other case to the phases, and a decision
+//! that creates limiters takes room for them from the bound first.
 
 use std::sync::MutexGuard;
 
@@ -14,7 +14,7 @@ use super::idle::Idle;
 use super::load::{load_rules, Resolved};
 use super::plan::{plan_and_take, BucketPlan};
 use super::state::Store;
-use super::usual::{decide_one, decide_tokens_one, RuleDecision};
+use super::usual::{decide_one, decide_several, decide_tokens_one, RuleDecision};
 use super::{shard_of, Locked, MemoryBackend, AT_BOUND, PER_NEW};
 use crate::algorithm::call_time::settle_time;
 use crate::algorithm::window;
@@ -47,8 +47,24 @@ impl MemoryBackend {
             return self.decide_rule(call, *hash, clock_now);
         }
         self.sweep_in_turn(clock_now);
-        let locked = self.lock_all(hashes);
+        let mut locked = self.lock_all(hashes);
+        if let Some(outcome) = decide_several(&mut locked, calls, hashes, clock_now) {
+            return Ok(outcome);
+        }
         decide(self, locked, calls, hashes, clock_now)
+    }
+
+    /// [`decide_hashed`](MemoryBackend::decide_hashed) always through the phases: what
+    /// the usual calls are held to.
+    #[cfg(test)]
+    pub(super) fn decide_phased(
+        &self,
+        calls: &[RuleCall<'_>],
+        hashes: &[u64],
+        clock_now: u64,
+    ) -> Result<Outcome, Error> {
+        self.sweep_in_turn(clock_now);
+        decide(self, self.lock_all(hashes), calls, hashes, clock_now)
     }
 
     /// The decision of one rule, whose name hashes to `hash`.
@@ -235,7 +251,7 @@ fn reply(
     resolved: &[Resolved],
     plans: &[BucketPlan],
     granted: bool,
-) -> smallvec::SmallVec<[RuleOutcome; 1]> {
+) -> crate::backend::RuleOutcomes {
     resolved
         .iter()
         .zip(calls)

@@ -189,7 +189,7 @@ fn shard_of(hash: u64) -> usize {
 /// over the same shards cannot deadlock. One shard (the usual call) needs no list.
 enum Locked<'a> {
     One(MutexGuard<'a, Store>),
-    Many(Vec<(usize, MutexGuard<'a, Store>)>),
+    Many(smallvec::SmallVec<[(usize, MutexGuard<'a, Store>); 4]>),
 }
 
 impl Locked<'_> {

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::usual::SEVERAL;
 use super::*;
 use crate::backend::{ConfigChange, Configure, RuleCall};
 use crate::{LimiterKeys, RateLimiterConfig, RateType};
@@ -513,4 +514,93 @@ fn a_reset_window_forgets_what_a_shared_cell_added() {
         }
         assert!(limiter.foreign[0].is_none(), "reset {reset}");
     }
+}
+
+/// Calls of several sliding-window rules decided on their usual path answer, call for
+/// call, as the phases answer them on a backend given the same calls: grants,
+/// refusals and their waits, clocks moving back, limiters going idle, configs
+/// changed, a limiter named twice, calls asking no permit or more than the rate.
+#[test]
+fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
+    let (usual, phased) = (MemoryBackend::default(), MemoryBackend::default());
+    let names = ["several:a", "several:b", "{several}:c", "several:d"];
+    let keys: Vec<LimiterKeys> = names
+        .iter()
+        .map(|n| LimiterKeys::new(n, "client").unwrap())
+        .collect();
+    let hashes: Vec<u64> = names.iter().map(|n| crate::keys::name_hash(n)).collect();
+    let config = |rate: u64, ms: u64, kind: RateType| {
+        RateLimiterConfig::new(kind, rate, Duration::from_millis(ms))
+            .with_keep_alive(Duration::from_millis(3 * ms))
+    };
+    let mut configs = [
+        config(3, 1_000, RateType::Overall),
+        config(5, 300, RateType::Overall),
+        config(2, 700, RateType::PerClient),
+        config(4, 450, RateType::Overall),
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut now, before) = (1_000_000u64, SEVERAL.with(|n| n.get()));
+    let (mut grants, mut refusals) = (0, 0);
+    for step in 0..20_000 {
+        now = match next(20) {
+            0 => now - next(60),
+            1 => now + 2_000 + next(2_000),
+            _ => now + next(120),
+        };
+        if next(400) == 0 {
+            let i = next(4) as usize;
+            let kind = if next(2) == 0 {
+                RateType::Overall
+            } else {
+                RateType::PerClient
+            };
+            configs[i] = config(1 + next(6), 100 + next(900), kind);
+        }
+        let count = 2 + next(3) as usize;
+        let mut picked: Vec<usize> = Vec::new();
+        for _ in 0..count {
+            let i = next(4) as usize;
+            // (now and then a limiter named twice in one call)
+            if next(30) == 0 || !picked.contains(&i) {
+                picked.push(i);
+            }
+        }
+        if picked.len() < 2 {
+            // (one rule takes its own usual path, which the phases are not held to here)
+            continue;
+        }
+        let calls: Vec<RuleCall<'_>> = picked
+            .iter()
+            .map(|&i| RuleCall {
+                keys: keys[i].borrowed(),
+                permits: match next(40) {
+                    0 => 0,
+                    1 => configs[i].rate + 1,
+                    _ => 1 + next(configs[i].rate.min(3)),
+                },
+                rule: Some(&configs[i]),
+                bucket: None,
+            })
+            .collect();
+        let called: Vec<u64> = picked.iter().map(|&i| hashes[i]).collect();
+        let answer = format!("{:?}", usual.decide_hashed(&calls, &called, now));
+        let expected = format!("{:?}", phased.decide_phased(&calls, &called, now));
+        let asked: Vec<(usize, u64)> = picked.iter().zip(&calls).map(|(&i, c)| (i, c.permits)).collect();
+        assert_eq!(answer, expected, "step {step} at {now}: {asked:?}");
+        grants += usize::from(answer.contains("granted: true"));
+        refusals += usize::from(answer.contains("granted: false"));
+    }
+    let several = SEVERAL.with(|n| n.get()) - before;
+    println!("{several} usual, {grants} grants, {refusals} refusals");
+    assert!(
+        several > 8_000 && grants > 4_000 && refusals > 2_000,
+        "{several} usual, {grants} grants, {refusals} refusals"
+    );
 }

@@ -1,6 +1,7 @@
-//! The usual call of one rule, decided on its own, without the phases' lists: the
-//! twin of `lua/acquire_plain.lua` for one sliding-window rule (read config,
-//! load_rule, settle_time, plan_bucket, take, commit, reply) and of
+//! The usual calls, decided without the phases' lists: the twin of
+//! `lua/acquire_plain.lua` for one sliding-window rule (read config, load_rule,
+//! settle_time, plan_bucket, take, commit, reply) and for several on limiters held
+//! with their rules' configs (each step for every rule before the next), and of
 //! `lua/tokens_one.lua` for one token bucket (load_tokens, settle_time, plan_tokens,
 //! take, commit, reply). Each answers `None`, before anything is written, for every case it
 //! does not cover; `decide.rs` then decides the call by the phases.
@@ -8,6 +9,7 @@
 use super::commit::ttl_rule_live;
 use super::name::same_name;
 use super::state::{Store, Tokens};
+use super::Locked;
 use crate::algorithm::bucket::Plan;
 use crate::algorithm::call_time::settle_time;
 use crate::algorithm::window;
@@ -47,10 +49,10 @@ impl Usual {
             refused: (!self.granted).then_some(0),
             retry_ms: self.retry_ms,
             at_ms: self.at_ms,
-            rules: smallvec::SmallVec::from_buf([RuleOutcome {
+            rules: smallvec::smallvec![RuleOutcome {
                 left: self.left,
                 config: ConfigChange::Kept,
-            }]),
+            }],
         }
     }
 }
@@ -178,5 +180,130 @@ pub(super) fn decide_tokens_one(
         retry_ms: wait.unwrap_or(0),
         at_ms: now,
         left: plan.whole(units),
+    })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Calls of several rules this thread decided on their usual path.
+    pub(super) static SEVERAL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// What the usual call of several rules found of one rule's bucket before writing:
+/// its newest grant, what left the window, the value and the wait.
+#[derive(Clone, Copy, Default)]
+struct Step {
+    logged: Option<u64>,
+    skip: usize,
+    released: u64,
+    value: i64,
+    wait: Option<i64>,
+}
+
+/// The usual call of several sliding-window rules on their locked shards: each limiter
+/// held with its rule's config and a value, asking permits of its own (distinct
+/// names), decided without the phases' lists, as the phases decide it: load_rule (the
+/// newest grant of all), settle_time, plan_bucket and take for each, then commit for
+/// each, once every rule is planned. `None`, before anything is written, for every
+/// other call (a limiter missing, idle, or of another config, a call asking no permit,
+/// a token bucket, two calls on one limiter, a value the log must correct): `decide`
+/// then decides it from the start.
+pub(super) fn decide_several(
+    locked: &mut Locked<'_>,
+    calls: &[RuleCall<'_>],
+    hashes: &[u64],
+    clock_now: u64,
+) -> Option<Outcome> {
+    let mut steps: smallvec::SmallVec<[Step; 4]> = smallvec::smallvec![Step::default(); calls.len()];
+    // read config and load_rule, for every call: the newest grant among them
+    let mut newest = clock_now;
+    for (i, (call, &hash)) in calls.iter().zip(hashes).enumerate() {
+        let name = call.keys.config();
+        let rule = call
+            .rule
+            .filter(|r| call.bucket.is_none() && call.permits > 0 && call.permits <= r.rate)?;
+        if calls[..i]
+            .iter()
+            .zip(hashes)
+            .any(|(c, &h)| h == hash && c.keys.config() == name)
+        {
+            return None;
+        }
+        let limiter = locked
+            .store(hash)
+            .limiters
+            .get_with(hash, |(n, _)| same_name(n, name))?;
+        if limiter.live_config_ref(clock_now).as_ref() != Some(rule) {
+            return None;
+        }
+        let bucket = limiter.bucket(rule.rate_type, clock_now)?;
+        bucket.value?;
+        steps[i].logged = bucket.newest();
+        newest = newest.max(steps[i].logged.unwrap_or(0));
+    }
+    let now = settle_time(newest, clock_now);
+    // plan_bucket and take, for every call, writing nothing
+    for (i, (call, &hash)) in calls.iter().zip(hashes).enumerate() {
+        let rule = call.rule?;
+        let bucket = locked
+            .store(hash)
+            .limiters
+            .get_with(hash, |(n, _)| same_name(n, call.keys.config()))?
+            .bucket(rule.rate_type, clock_now)?;
+        let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, rule.interval_ms() as i64);
+        let (skip, released) = bucket.stale(now as i64 - interval);
+        let value = window::plain_value(bucket.value?, released, rate)?;
+        let wait = match window::lacking(value, 0, permits) {
+            Some(need) => Some(bucket.wait_for(skip, need, interval, now as i64, 0)?),
+            None => None,
+        };
+        steps[i] = Step {
+            skip,
+            released,
+            value,
+            wait,
+            ..steps[i]
+        };
+    }
+    let refused = steps.iter().position(|s| s.wait.is_some());
+    let granted = refused.is_none();
+    // commit, for every call
+    let mut rules = smallvec::SmallVec::with_capacity(calls.len());
+    for ((call, &hash), step) in calls.iter().zip(hashes).zip(&steps) {
+        let rule = call.rule.expect("read in load_rule");
+        let limiter = locked
+            .store(hash)
+            .limiters
+            .get_with(hash, |(n, _)| same_name(n, call.keys.config()))
+            .expect("found in load_rule");
+        let bucket = limiter
+            .bucket(rule.rate_type, clock_now)
+            .expect("live in load_rule");
+        bucket.remove_first(step.skip, step.released);
+        let mut value = step.value;
+        if granted {
+            value -= call.permits as i64;
+            // (entries were dropped from the front only: the newest is as read)
+            bucket.push_after(step.logged, now, call.permits as u32);
+        }
+        if granted || step.released > 0 {
+            bucket.value = Some(value);
+        }
+        ttl_rule_live(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
+        rules.push(RuleOutcome {
+            left: value.max(0) as u64,
+            config: ConfigChange::Kept,
+        });
+    }
+    #[cfg(test)]
+    SEVERAL.with(|n| n.set(n.get() + 1));
+    // reply
+    let retry = steps.iter().filter_map(|s| s.wait).max().unwrap_or(0);
+    Some(Outcome {
+        granted,
+        refused,
+        retry_ms: if granted { 0 } else { retry.max(0) as u64 },
+        at_ms: now,
+        rules,
     })
 }

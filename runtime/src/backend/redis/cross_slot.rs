@@ -55,7 +55,7 @@ pub(crate) async fn acquire_members(
         left: 0,
         config: ConfigChange::Kept,
     };
-    let mut rules: smallvec::SmallVec<[RuleOutcome; 1]> = smallvec::smallvec![kept; calls.len()];
+    let mut rules: crate::backend::RuleOutcomes = smallvec::smallvec![kept; calls.len()];
     let mut at_ms = now;
     for group in groups(calls) {
         let sub: Vec<RuleCall<'_>> = group.iter().map(|&i| calls[i].clone()).collect();

@@ -33,9 +33,12 @@ pub(crate) fn check_rule_count(rules: &[Rule]) -> Result<(), Error> {
     }
 }
 
+/// The merged calls of a decision, inline for a few.
+pub(crate) type Merges = smallvec::SmallVec<[Merged; 4]>;
+
 /// One [`Merged`] per distinct limiter name, in order of first appearance.
-pub(crate) fn merge(rules: &[Rule]) -> Vec<Merged> {
-    let mut merged: Vec<Merged> = Vec::with_capacity(rules.len());
+pub(crate) fn merge(rules: &[Rule]) -> Merges {
+    let mut merged = Merges::new();
     for (i, rule) in rules.iter().enumerate() {
         let same =
             |m: &Merged| rules[m.first].name == rule.name && rules[m.first].algorithm == rule.algorithm;

@@ -38,7 +38,7 @@ fn a_warm_up_counts_in_whole_milliseconds_rounded_up() {
 fn distinct_limiters_stay_apart() {
     let rules = [Rule::new("a", 3, MIN), Rule::new("b", 10, MIN)];
     assert_eq!(
-        merge(&rules),
+        merge(&rules).to_vec(),
         [
             Merged {
                 first: 0,
@@ -62,7 +62,7 @@ fn coinciding_rules_take_the_strictest_config_once() {
         Rule::new("k", 3, MIN),
     ];
     assert_eq!(
-        merge(&rules),
+        merge(&rules).to_vec(),
         [
             Merged {
                 first: 0,
