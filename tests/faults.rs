@@ -1167,19 +1167,7 @@ async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
     }
     answered.await;
     being_moved(&slot, (from, &from_id), (to, &to_id));
-    let from_port = from.to_string();
-    for key in cli(&["-p", &from_port, "cluster", "getkeysinslot", &slot, "100"]).lines() {
-        cli(&[
-            "-p",
-            &from_port,
-            "migrate",
-            "127.0.0.1",
-            &to.to_string(),
-            key,
-            "0",
-            "5000",
-        ]);
-    }
+    keys_moved(&slot, from, to);
     setslot(from, &["node", &to_id]);
     // (on Redis 6.2 and 7.0 they do not: not sent again, these calls failed `MOVED`)
     let answered = during("nodes disagreeing", false);
@@ -1331,19 +1319,7 @@ async fn a_slot_moved_off_a_busy_node_is_found_soon() {
     // The slot moved, its limiter's keys with it.
     let slot = hash_slot(moving[0].name().as_bytes()).to_string();
     being_moved(&slot, (busy, &busy_id), (to, &to_id));
-    let from = busy.to_string();
-    for key in cli(&["-p", &from, "cluster", "getkeysinslot", &slot, "100"]).lines() {
-        cli(&[
-            "-p",
-            &from,
-            "migrate",
-            "127.0.0.1",
-            &to.to_string(),
-            key,
-            "0",
-            "5000",
-        ]);
-    }
+    keys_moved(&slot, busy, to);
     for (port, _) in &primaries {
         cli(&[
             "-p",
@@ -1674,6 +1650,15 @@ fn being_moved(slot: &str, (from, from_id): (u16, &str), (to, to_id): (u16, &str
         "migrating",
         to_id,
     ]);
+}
+
+/// The keys of `slot` (at most 100) moved from the primary `from` to `to`, as a
+/// resharding moves them once the slot is marked (`being_moved`).
+fn keys_moved(slot: &str, from: u16, to: u16) {
+    let (from, to) = (from.to_string(), to.to_string());
+    for key in cli(&["-p", &from, "cluster", "getkeysinslot", slot, "100"]).lines() {
+        cli(&["-p", &from, "migrate", "127.0.0.1", &to, key, "0", "5000"]);
+    }
 }
 
 /// A rule named `rate_limit:<prefix>:<i>` whose slot's primary is (`on_linked`), or is
