@@ -1159,13 +1159,59 @@ async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
             }
         }
     };
+    // A call whose first rule is on the moving slot and its second on another
+    // primary's: the second slot's grant is logged at the time the first slot's try
+    // that ran was sent, not when the call began.
+    let (third, _) = primaries[2].clone();
+    let later = rule_on(&cluster, third, "after-the-moment", true, 1_000_000);
+    let across = [moving[0].clone(), later.clone()];
     being_moved(&slot, (from, &from_id), (to, &to_id));
     let answered = during("keys not moved", true);
+    let across_call = {
+        let client = client.clone();
+        let began = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let decided = client.check_rules(&across).await;
+            (began, started.elapsed(), decided.map(|d| d.allowed))
+        })
+    };
     tokio::time::sleep(Duration::from_millis(300)).await;
     for port in [to, from] {
         setslot(port, &["stable"]);
     }
     answered.await;
+    let (began, took, decided) = across_call.await.unwrap();
+    let log = cli(&[
+        "-p",
+        &third.to_string(),
+        "zrange",
+        &format!("{{{}}}:permits", later.name()),
+        "0",
+        "-1",
+        "withscores",
+    ]);
+    // (the member's bytes, then its score)
+    let logged: u64 = log
+        .lines()
+        .last()
+        .and_then(|score| score.trim().parse().ok())
+        .unwrap();
+    println!("across two slots: {decided:?} after {took:?} (began at {began}), logged at {logged}");
+    assert!(decided.unwrap(), "across two slots: granted");
+    assert!(
+        took >= Duration::from_millis(120),
+        "across two slots: answered after {took:?}: not sent again"
+    );
+    let answered = began + took.as_millis() as u64;
+    assert!(
+        logged + 100 >= answered,
+        "the later slot's grant logged at {logged}, {} ms before the call was answered: dated back",
+        answered - logged
+    );
     being_moved(&slot, (from, &from_id), (to, &to_id));
     keys_moved(&slot, from, to);
     setslot(from, &["node", &to_id]);
