@@ -800,3 +800,56 @@ fn an_in_process_limit_holds_across_threads() {
         assert_eq!(granted.into_inner(), 1_000, "{rule:?}");
     }
 }
+
+/// Calls of two rules sharing one limiter, decided from 8 threads at once in
+/// process, the shared one second and first ([A, B] and [B, C]): B's 1 500 are
+/// granted exactly, each call all or nothing, and A's and C's state is what their
+/// grants took.
+#[test]
+fn several_rules_in_process_hold_across_threads() {
+    let hour = Duration::from_secs(3600);
+    let (a, b, c) = (
+        Rule::new("rate_limit:threads:a", 1_000, hour),
+        Rule::new("rate_limit:threads:b", 1_500, hour),
+        Rule::new("rate_limit:threads:c", 1_000, hour),
+    );
+    let client = Client::memory();
+    let granted = [
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicU64::new(0),
+    ];
+    let start = std::sync::Barrier::new(8);
+    std::thread::scope(|threads| {
+        for thread in 0..8 {
+            let (client, start, granted) = (&client, &start, &granted);
+            let rules = if thread % 2 == 0 {
+                [a.clone(), b.clone()]
+            } else {
+                [b.clone(), c.clone()]
+            };
+            threads.spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                start.wait();
+                for _ in 0..500 {
+                    if runtime.block_on(client.check_rules(&rules)).unwrap().allowed {
+                        granted[thread % 2].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let [with_a, with_c] = granted.map(|g| g.into_inner());
+    println!("[A, B] granted {with_a}, [B, C] granted {with_c}");
+    assert_eq!(with_a + with_c, 1_500, "B's grants");
+    assert!(with_a <= 1_000 && with_c <= 1_000);
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let left = |rule: &Rule| {
+        let decision = runtime
+            .block_on(client.check_rules(std::slice::from_ref(rule)))
+            .unwrap();
+        decision.remaining + u64::from(decision.allowed)
+    };
+    assert_eq!(left(&a), 1_000 - with_a, "A's permits left");
+    assert_eq!(left(&c), 1_000 - with_c, "C's permits left");
+    assert_eq!(left(&b), 0, "B's permits left");
+}
