@@ -326,22 +326,24 @@ impl Client {
         )
     }
 
-    /// A layer's one rule decided in process, on the limiter `name` whose hash is
-    /// `hash`, at the settings of `settings`: a rule whose settings passed the checks,
-    /// as every name of its shape did. Spares a request the rule built for it alone.
-    /// `None` for a client not in process. Out of line, as
+    /// A layer's one rule decided on this client's in-process backend `memory`, on
+    /// the limiter `name` whose hash is `hash`, at the settings of `settings`: a rule
+    /// whose settings passed the checks, as every name of its shape did. Spares a
+    /// request the rule built for it alone. Out of line, as
     /// [`poll_in_process`](Client::poll_in_process) is: in a function of its own the
     /// decision's steps are inlined, where the caller's would call several of them.
+    /// (The backend is found by the caller: a decision wrapped in an `Option` here
+    /// was copied whole on its way out.)
     #[inline(never)]
     pub(crate) fn decide_named_in_process(
         &self,
+        memory: &crate::backend::memory::MemoryBackend,
         settings: &Rule,
         name: &str,
         hash: u64,
-    ) -> Option<Result<RuleDecision, Error>> {
-        let memory = self.backend().in_process()?;
+    ) -> Result<RuleDecision, Error> {
         let call = rule_call(settings, Keys::checked_before(name, &self.inner.client_id));
-        Some(memory.decide_one_rule(&call, hash, Some(settings.window_ms()), self.now_ms()))
+        memory.decide_one_rule(&call, hash, Some(settings.window_ms()), self.now_ms())
     }
 
     /// The keys of a rule on its first call (or its first since a setter changed

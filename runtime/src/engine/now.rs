@@ -96,7 +96,8 @@ impl Engine {
             crate::keys::check_name(key).is_ok() && crate::keys::library_key(client.prefix(), key).is_none(),
             "{key} is not a name a layer writes"
         );
-        match client.decide_named_in_process(settings, key, hash)? {
+        let memory = client.backend().in_process()?;
+        match client.decide_named_in_process(memory, settings, key, hash) {
             Ok(RuleDecision::Usual(usual)) if usual.granted => {
                 self.failures.succeeded(self.function);
                 self.count(0, Counted::Allowed);
