@@ -336,6 +336,69 @@ async fn plain_rule_calls_agree_step_for_step() {
     );
 }
 
+/// Calls of several rules mixing a sliding window and token buckets (with and without
+/// a warm-up, in both modes), many times on limiters held with their rules' configs
+/// (the in-process backend's path for several held rules): tokens refilling and
+/// grants leaving the window between calls, refusals waiting on either, the clock now
+/// and then behind the last call's.
+#[tokio::test]
+async fn several_rules_with_token_buckets_agree_step_for_step() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let (mut grants, mut refusals) = (0, 0);
+    for seed in 0..20u64 {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
+        let clock = ManualClock::new(1_700_000_000_000 + seed * 17);
+        let (memory, redis) = both_backends(&server, &clock).await;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mode = [RateType::Overall, RateType::PerClient][(seed % 3 == 0) as usize];
+        let warmup = [0, 500, 0, 3_000][(seed % 4) as usize];
+        let mut history = Vec::new();
+        for step in 0..300 {
+            let mut rules = vec![
+                Rule::new("mixed:w", 4, Duration::from_millis(1_000))
+                    .mode(mode)
+                    .permits(rng.random_range(1..=2)),
+                Rule::new("mixed:tb", 3, Duration::from_millis(900))
+                    .mode(mode)
+                    .algorithm(Algorithm::TokenBucket)
+                    .burst(4)
+                    .warmup(Duration::from_millis(warmup))
+                    .permits(rng.random_range(1..=3)),
+            ];
+            if rng.random_range(0..2) == 0 {
+                rules.push(
+                    Rule::new("{mixed}:tb2", 2, Duration::from_millis(600))
+                        .algorithm(Algorithm::TokenBucket)
+                        .burst(3)
+                        .permits(rng.random_range(1..=2)),
+                );
+            }
+            if rng.random_range(0..2) == 0 {
+                rules.reverse();
+            }
+            let permits: Vec<u64> = rules.iter().map(Rule::permits_per_call).collect();
+            let asked = format!("seed {seed}, step {step}: {permits:?}");
+            let on_redis = agree(&memory, &redis, &rules, asked, &mut history).await;
+            grants += usize::from(on_redis.contains("allowed: true"));
+            refusals += usize::from(on_redis.contains("allowed: false"));
+            let advance = rng.random_range(0..=500);
+            clock.advance(Duration::from_millis(advance));
+            history.push(format!("advance {advance}"));
+            if rng.random_range(0..12) == 0 {
+                let back = rng.random_range(1..=400);
+                clock.set(clock.now_ms() - back);
+                history.push(format!("back {back}"));
+            }
+        }
+    }
+    println!("{grants} grants, {refusals} refusals compared");
+    assert!(
+        grants > 1_000 && refusals > 1_000,
+        "{grants} grants, {refusals} refusals"
+    );
+}
+
 /// The usual token-bucket call, many times: one rule whose bucket is held with its
 /// config (the in-process backend's one-rule path), with and without a warm-up, in
 /// both modes, tokens refilling between calls and refusals waiting on them; now and

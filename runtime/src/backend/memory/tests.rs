@@ -516,14 +516,22 @@ fn a_reset_window_forgets_what_a_shared_cell_added() {
     }
 }
 
-/// Calls of several sliding-window rules decided on their usual path answer, call for
-/// call, as the phases answer them on a backend given the same calls: grants,
-/// refusals and their waits, clocks moving back, limiters going idle, configs
-/// changed, a limiter named twice, calls asking no permit or more than the rate.
+/// Calls of several rules (sliding windows and token buckets, with and without a
+/// warm-up) decided on their usual path answer, call for call, as the phases answer
+/// them on a backend given the same calls: grants, refusals and their waits, clocks
+/// moving back, limiters going idle, configs and bursts changed, a limiter named
+/// twice, calls asking no permit or more than the rate.
 #[test]
 fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
     let (usual, phased) = (MemoryBackend::default(), MemoryBackend::default());
-    let names = ["several:a", "several:b", "{several}:c", "several:d"];
+    let names = [
+        "several:a",
+        "several:b",
+        "{several}:c",
+        "several:d",
+        "several:e",
+        "{several}:f",
+    ];
     let keys: Vec<LimiterKeys> = names
         .iter()
         .map(|n| LimiterKeys::new(n, "client").unwrap())
@@ -538,6 +546,19 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
         config(5, 300, RateType::Overall),
         config(2, 700, RateType::PerClient),
         config(4, 450, RateType::Overall),
+        config(2, 400, RateType::Overall),
+        config(3, 900, RateType::PerClient),
+    ];
+    // (the last two are token buckets)
+    let mut shapes = [
+        crate::BucketShape {
+            burst: 4,
+            warmup_ms: 0,
+        },
+        crate::BucketShape {
+            burst: 3,
+            warmup_ms: 1_500,
+        },
     ];
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
     let mut next = |n: u64| {
@@ -555,7 +576,7 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
             _ => now + next(120),
         };
         if next(400) == 0 {
-            let i = next(4) as usize;
+            let i = next(6) as usize;
             let kind = if next(2) == 0 {
                 RateType::Overall
             } else {
@@ -563,10 +584,13 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
             };
             configs[i] = config(1 + next(6), 100 + next(900), kind);
         }
+        if next(300) == 0 {
+            shapes[next(2) as usize].burst = 2 + next(4);
+        }
         let count = 2 + next(3) as usize;
         let mut picked: Vec<usize> = Vec::new();
         for _ in 0..count {
-            let i = next(4) as usize;
+            let i = next(6) as usize;
             // (now and then a limiter named twice in one call)
             if next(30) == 0 || !picked.contains(&i) {
                 picked.push(i);
@@ -586,7 +610,7 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
                     _ => 1 + next(configs[i].rate.min(3)),
                 },
                 rule: Some(&configs[i]),
-                bucket: None,
+                bucket: (i >= 4).then(|| shapes[i - 4]),
             })
             .collect();
         let called: Vec<u64> = picked.iter().map(|&i| hashes[i]).collect();

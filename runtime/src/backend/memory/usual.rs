@@ -8,7 +8,7 @@
 
 use super::commit::ttl_rule_live;
 use super::name::same_name;
-use super::state::{Store, Tokens};
+use super::state::{slot, Limiter, Store, Tokens};
 use super::Locked;
 use crate::algorithm::bucket::Plan;
 use crate::algorithm::call_time::settle_time;
@@ -189,25 +189,28 @@ thread_local! {
     pub(super) static SEVERAL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// What the usual call of several rules found of one rule's bucket before writing:
-/// its newest grant, what left the window, the value and the wait.
+/// What the usual call of several rules found of one rule's limiter before writing: a
+/// sliding window's newest grant, what left the window and the value, or a token
+/// bucket's plan; and the wait.
 #[derive(Clone, Copy, Default)]
 struct Step {
     logged: Option<u64>,
     skip: usize,
     released: u64,
     value: i64,
+    tokens: Option<Plan>,
     wait: Option<i64>,
 }
 
-/// The usual call of several sliding-window rules on their locked shards: each limiter
-/// held with its rule's config and a value, asking permits of its own (distinct
-/// names), decided without the phases' lists, as the phases decide it: load_rule (the
-/// newest grant of all), settle_time, plan_bucket and take for each, then commit for
-/// each, once every rule is planned. `None`, before anything is written, for every
-/// other call (a limiter missing, idle, or of another config, a call asking no permit,
-/// a token bucket, two calls on one limiter, a value the log must correct): `decide`
-/// then decides it from the start.
+/// The usual call of several rules on their locked shards: each limiter held with its
+/// rule's config (a sliding window's stored with a value, a token bucket's live),
+/// each call asking permits of its own limiter (distinct names), decided without the
+/// phases' lists, as the phases decide it: load_rule and load_tokens (the newest
+/// grant or refill of all), settle_time, plan_bucket, plan_tokens and take for each,
+/// then commit for each, once every rule is planned. `None`, before anything is
+/// written, for every other call (a limiter missing, idle, or of another config, a
+/// call asking no permit, two calls on one limiter, a value the log must correct):
+/// `decide` then decides it from the start.
 pub(super) fn decide_several(
     locked: &mut Locked<'_>,
     calls: &[RuleCall<'_>],
@@ -215,13 +218,12 @@ pub(super) fn decide_several(
     clock_now: u64,
 ) -> Option<Outcome> {
     let mut steps: smallvec::SmallVec<[Step; 4]> = smallvec::smallvec![Step::default(); calls.len()];
-    // read config and load_rule, for every call: the newest grant among them
+    // read config, load_rule and load_tokens, for every call: the newest grant or
+    // refill among them
     let mut newest = clock_now;
     for (i, (call, &hash)) in calls.iter().zip(hashes).enumerate() {
         let name = call.keys.config();
-        let rule = call
-            .rule
-            .filter(|r| call.bucket.is_none() && call.permits > 0 && call.permits <= r.rate)?;
+        let rule = call.rule.filter(|_| call.permits > 0)?;
         if calls[..i]
             .iter()
             .zip(hashes)
@@ -233,23 +235,46 @@ pub(super) fn decide_several(
             .store(hash)
             .limiters
             .get_with(hash, |(n, _)| same_name(n, name))?;
-        if limiter.live_config_ref(clock_now).as_ref() != Some(rule) {
-            return None;
-        }
-        let bucket = limiter.bucket(rule.rate_type, clock_now)?;
-        bucket.value?;
-        steps[i].logged = bucket.newest();
-        newest = newest.max(steps[i].logged.unwrap_or(0));
+        let at = match call.bucket {
+            Some(shape) => {
+                // (an expired bucket left as it is: the phases read it, or one
+                // recalled in its place, themselves)
+                let tokens = live_tokens(limiter, rule.rate_type, clock_now)?;
+                if !tokens
+                    .state
+                    .holds(rule.rate, rule.interval_ms(), shape.burst, shape.warmup_ms)
+                {
+                    return None;
+                }
+                tokens.state.at
+            }
+            None => {
+                if call.permits > rule.rate || limiter.live_config_ref(clock_now).as_ref() != Some(rule) {
+                    return None;
+                }
+                let bucket = limiter.bucket(rule.rate_type, clock_now)?;
+                bucket.value?;
+                steps[i].logged = bucket.newest();
+                steps[i].logged.unwrap_or(0)
+            }
+        };
+        newest = newest.max(at);
     }
     let now = settle_time(newest, clock_now);
-    // plan_bucket and take, for every call, writing nothing
+    // plan_bucket, plan_tokens and take, for every call, writing nothing
     for (i, (call, &hash)) in calls.iter().zip(hashes).enumerate() {
         let rule = call.rule?;
-        let bucket = locked
+        let limiter = locked
             .store(hash)
             .limiters
-            .get_with(hash, |(n, _)| same_name(n, call.keys.config()))?
-            .bucket(rule.rate_type, clock_now)?;
+            .get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
+        if call.bucket.is_some() {
+            let plan = Plan::refilled(&live_tokens(limiter, rule.rate_type, clock_now)?.state, now);
+            steps[i].wait = plan.wait(call.permits).map(|wait| wait as i64);
+            steps[i].tokens = Some(plan);
+            continue;
+        }
+        let bucket = limiter.bucket(rule.rate_type, clock_now)?;
         let (permits, rate, interval) = (call.permits as i64, rule.rate as i64, rule.interval_ms() as i64);
         let (skip, released) = bucket.stale(now as i64 - interval);
         let value = window::plain_value(bucket.value?, released, rate)?;
@@ -268,7 +293,7 @@ pub(super) fn decide_several(
     let refused = steps.iter().position(|s| s.wait.is_some());
     let granted = refused.is_none();
     // commit, for every call
-    let mut rules = smallvec::SmallVec::with_capacity(calls.len());
+    let mut rules = crate::backend::RuleOutcomes::with_capacity(calls.len());
     for ((call, &hash), step) in calls.iter().zip(hashes).zip(&steps) {
         let rule = call.rule.expect("read in load_rule");
         let limiter = locked
@@ -276,22 +301,33 @@ pub(super) fn decide_several(
             .limiters
             .get_with(hash, |(n, _)| same_name(n, call.keys.config()))
             .expect("found in load_rule");
-        let bucket = limiter
-            .bucket(rule.rate_type, clock_now)
-            .expect("live in load_rule");
-        bucket.remove_first(step.skip, step.released);
-        let mut value = step.value;
-        if granted {
-            value -= call.permits as i64;
-            // (entries were dropped from the front only: the newest is as read)
-            bucket.push_after(step.logged, now, call.permits as u32);
-        }
-        if granted || step.released > 0 {
-            bucket.value = Some(value);
-        }
-        ttl_rule_live(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
+        let left = match &step.tokens {
+            Some(plan) => {
+                // (a refusal stores the refill, as the phases store it)
+                let (units, cold) = plan.take_tokens(if granted { call.permits } else { 0 });
+                limiter.set_tokens(rule.rate_type, Tokens::stored(plan, units, cold));
+                plan.whole(units)
+            }
+            None => {
+                let bucket = limiter
+                    .bucket(rule.rate_type, clock_now)
+                    .expect("live in load_rule");
+                bucket.remove_first(step.skip, step.released);
+                let mut value = step.value;
+                if granted {
+                    value -= call.permits as i64;
+                    // (entries were dropped from the front only: the newest is as read)
+                    bucket.push_after(step.logged, now, call.permits as u32);
+                }
+                if granted || step.released > 0 {
+                    bucket.value = Some(value);
+                }
+                ttl_rule_live(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
+                value.max(0) as u64
+            }
+        };
         rules.push(RuleOutcome {
-            left: value.max(0) as u64,
+            left,
             config: ConfigChange::Kept,
         });
     }
@@ -306,4 +342,9 @@ pub(super) fn decide_several(
         at_ms: now,
         rules,
     })
+}
+
+/// The token bucket of `kind`, unless missing or expired, changing nothing.
+fn live_tokens(limiter: &Limiter, kind: crate::RateType, now: u64) -> Option<&Tokens> {
+    limiter.tokens[slot(kind)].as_ref().filter(|t| t.expires > now)
 }
