@@ -3,8 +3,8 @@
 //! its order: Phase 1 `load_rule` (`load.rs`), `settle_time`, Phase 2 `plan_bucket`
 //! and `take` (`plan.rs`), Phase 3 `commit` (`commit.rs`) and Phase 4 `reply` (here).
 //! The arithmetic of each step is `crate::algorithm`'s. This file holds the entry
-//! points: the usual call of one rule, and of several sliding windows, is decided
-//! first by `usual.rs`, which leaves every other case to the phases, and a decision
+//! points: the usual call of one rule, and of several on limiters held with their
+//! rules' configs, is decided first by `usual.rs`, which leaves every other case to the phases, and a decision
 //! that creates limiters takes room for them from the bound first.
 
 use std::sync::MutexGuard;

@@ -1,9 +1,9 @@
 //! The usual calls, decided without the phases' lists: the twin of
 //! `lua/acquire_plain.lua` for one sliding-window rule (read config, load_rule,
-//! settle_time, plan_bucket, take, commit, reply) and for several on limiters held
-//! with their rules' configs (each step for every rule before the next), and of
-//! `lua/tokens_one.lua` for one token bucket (load_tokens, settle_time, plan_tokens,
-//! take, commit, reply). Each answers `None`, before anything is written, for every case it
+//! settle_time, plan_bucket, take, commit, reply), of `lua/tokens_one.lua` for one
+//! token bucket (load_tokens, settle_time, plan_tokens, take, commit, reply), and of
+//! `lua/acquire.lua`'s phases for several rules on limiters held with their rules'
+//! configs (each step for every rule before the next). Each answers `None`, before anything is written, for every case it
 //! does not cover; `decide.rs` then decides the call by the phases.
 
 use super::commit::ttl_rule_live;
