@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::usual::SEVERAL;
+use super::usual::{decide_several, SEVERAL};
 use super::*;
 use crate::backend::{ConfigChange, Configure, RuleCall};
 use crate::{LimiterKeys, RateLimiterConfig, RateType};
@@ -626,5 +626,37 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
     assert!(
         several > 8_000 && grants > 4_000 && refusals > 2_000,
         "{several} usual, {grants} grants, {refusals} refusals"
+    );
+}
+
+/// A call of several rules the usual path leaves to the phases finds its limiters as
+/// they were: what expired is not dropped before the phases run (they may refuse the
+/// call first, at the bound, and leave it).
+#[test]
+fn several_rules_left_to_the_phases_find_their_limiters_as_they_were() {
+    let backend = MemoryBackend::default();
+    let x = LimiterKeys::new("left:x", "client").unwrap();
+    let w = LimiterKeys::new("left:w", "client").unwrap();
+    let config = RateLimiterConfig::new(RateType::Overall, 2, Duration::from_secs(1))
+        .with_keep_alive(Duration::from_millis(500));
+    let ([on_x], [on_w]) = (call_on(&x, &config), call_on(&w, &config));
+    // x granted: its config and bucket live until 1 000 500
+    assert!(
+        block_on(backend.acquire(std::slice::from_ref(&on_x), 1_000_000))
+            .unwrap()
+            .granted
+    );
+    let hashes = [crate::keys::name_hash("left:x"), crate::keys::name_hash("left:w")];
+    let calls = [on_x, on_w];
+    let mut locked = backend.lock_all(&hashes);
+    assert!(decide_several(&mut locked, &calls, &hashes, 1_002_000).is_none());
+    let limiter = locked
+        .store(hashes[0])
+        .limiters
+        .get_hashed(hashes[0], "left:x")
+        .unwrap();
+    assert!(
+        limiter.config.is_some() && limiter.buckets.iter().any(Option::is_some),
+        "the expired config and bucket of x were dropped before the phases ran"
     );
 }

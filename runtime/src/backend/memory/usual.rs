@@ -219,7 +219,10 @@ pub(super) fn decide_several(
 ) -> Option<Outcome> {
     let mut steps: smallvec::SmallVec<[Step; 4]> = smallvec::smallvec![Step::default(); calls.len()];
     // read config, load_rule and load_tokens, for every call: the newest grant or
-    // refill among them
+    // refill among them. Read only: what expired is left for the phases to drop (a
+    // call they refuse before they read it, a limiter they cannot recall at the
+    // bound, leaves it as it was), and an expired token bucket for them to read, or
+    // one recalled in its place.
     let mut newest = clock_now;
     for (i, (call, &hash)) in calls.iter().zip(hashes).enumerate() {
         let name = call.keys.config();
@@ -237,8 +240,6 @@ pub(super) fn decide_several(
             .get_with(hash, |(n, _)| same_name(n, name))?;
         let at = match call.bucket {
             Some(shape) => {
-                // (an expired bucket left as it is: the phases read it, or one
-                // recalled in its place, themselves)
                 let tokens = live_tokens(limiter, rule.rate_type, clock_now)?;
                 if !tokens
                     .state
@@ -249,10 +250,16 @@ pub(super) fn decide_several(
                 tokens.state.at
             }
             None => {
-                if call.permits > rule.rate || limiter.live_config_ref(clock_now).as_ref() != Some(rule) {
+                let live = |expires: Option<u64>| expires.is_none_or(|t| t > clock_now);
+                if call.permits > rule.rate
+                    || !live(limiter.config_expires)
+                    || limiter.config.as_ref() != Some(rule)
+                {
                     return None;
                 }
-                let bucket = limiter.bucket(rule.rate_type, clock_now)?;
+                let bucket = limiter.buckets[slot(rule.rate_type)]
+                    .as_ref()
+                    .filter(|b| live(b.expires))?;
                 bucket.value?;
                 steps[i].logged = bucket.newest();
                 steps[i].logged.unwrap_or(0)
