@@ -376,6 +376,57 @@ async fn a_settle_sent_twice_counts_once() {
 
 /// Random reservations, settles, plain calls and waits on both backends give the same
 /// answers, step for step.
+/// A grant's log made again before its settle (a change of mode, a rate set by hand)
+/// takes the grant with it: the settle gives nothing back, even when another call's
+/// grant of the same time and size is in the new log (in process it was taken for the
+/// reservation's, and refunded: 6 permits granted in one window of 3).
+#[tokio::test]
+async fn a_settle_after_its_log_was_made_again_takes_no_other_grant() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    let rule = |name: &str| {
+        Rule::new(name, 3, Duration::from_millis(1_500))
+            .keep_alive(Some(HOUR))
+            .permits(3)
+    };
+    for (i, client) in clients.iter().enumerate() {
+        for made_again in ["mode", "rate"] {
+            let name = format!("again:{made_again}:{i}");
+            clock.set(START + 10_000 * (2 * i as u64 + u64::from(made_again == "rate")));
+            let reservation = granted(client, &[rule(&name).settled()]).await;
+            let other = if made_again == "mode" {
+                rule(&name).mode(redlimit::RateType::PerClient)
+            } else {
+                client
+                    .rate_limiter(&name)
+                    .set_rate(redlimit::RateType::Overall, 3, Duration::from_millis(1_500))
+                    .await
+                    .unwrap();
+                rule(&name)
+            };
+            // another call's grant, of the reservation's time and size, in the new log
+            assert!(
+                client
+                    .check_rules(std::slice::from_ref(&other))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            clock.advance(Duration::from_millis(1));
+            let settled = reservation.settle(0).await.unwrap();
+            assert!(
+                !settled.rules[0].applied,
+                "{made_again} on {i}: nothing given back, the grant went with its log"
+            );
+            let next = client.check_rules(std::slice::from_ref(&other)).await.unwrap();
+            assert!(
+                !next.allowed,
+                "{made_again} on {i}: granted past the rate: {next:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn memory_and_redis_agree_on_reservations() {
     let server = RedisServer::start();

@@ -174,8 +174,8 @@ impl Backend {
     pub async fn reserve(&self, calls: &[RuleCall<'_>], now: u64) -> Result<(Outcome, Members), Error> {
         match self {
             Backend::Memory(b) => {
-                let outcome = b.acquire(calls, now).await?;
-                let members = calls.iter().map(|_| crate::member::new_member(0)).collect();
+                let (outcome, epochs) = b.reserve(calls, now)?;
+                let members = epochs.into_iter().map(memory::epoch_member).collect();
                 Ok((outcome, members))
             }
             Backend::Redis(b) => {

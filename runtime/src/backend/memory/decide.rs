@@ -51,7 +51,33 @@ impl MemoryBackend {
         if let Some(outcome) = decide_several(&mut locked, calls, hashes, clock_now) {
             return Ok(outcome);
         }
-        decide(self, locked, calls, hashes, clock_now)
+        decide(self, &mut locked, calls, hashes, clock_now)
+    }
+
+    /// A reservation's decision of `calls`: the outcome, and for each call the epoch
+    /// of the sliding-window log its grant was written to (0 for a token bucket, or
+    /// none written), read before the shards are let go: a settle finds the grant in
+    /// that log only. Through the phases, whatever the calls.
+    pub fn reserve(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<(Outcome, Vec<u32>), Error> {
+        let hashes: Hashes = calls.iter().map(|c| self.hash(c.keys.config())).collect();
+        self.sweep_in_turn(clock_now);
+        let mut locked = self.lock_all(&hashes);
+        let outcome = decide(self, &mut locked, calls, &hashes, clock_now)?;
+        let epochs = calls
+            .iter()
+            .zip(&hashes)
+            .map(|(call, &hash)| {
+                let kind = match (call.bucket, call.rule) {
+                    (None, Some(rule)) => rule.rate_type,
+                    _ => return 0,
+                };
+                let limiter = locked.store(hash).limiters.get_hashed(hash, call.keys.config());
+                limiter
+                    .and_then(|l| l.bucket(kind, clock_now))
+                    .map_or(0, |b| b.epoch)
+            })
+            .collect();
+        Ok((outcome, epochs))
     }
 
     /// [`decide_hashed`](MemoryBackend::decide_hashed) always through the phases: what
@@ -64,7 +90,7 @@ impl MemoryBackend {
         clock_now: u64,
     ) -> Result<Outcome, Error> {
         self.sweep_in_turn(clock_now);
-        decide(self, self.lock_all(hashes), calls, hashes, clock_now)
+        decide(self, &mut self.lock_all(hashes), calls, hashes, clock_now)
     }
 
     /// The decision of one rule, whose name hashes to `hash`.
@@ -115,7 +141,7 @@ impl MemoryBackend {
     ) -> Result<Outcome, Error> {
         decide(
             self,
-            Locked::One(store),
+            &mut Locked::One(store),
             std::slice::from_ref(&call),
             &[hash],
             now,
@@ -192,20 +218,20 @@ impl MemoryBackend {
 /// acquire.lua's phases, in its order.
 pub(super) fn decide(
     backend: &MemoryBackend,
-    mut locked: Locked<'_>,
+    locked: &mut Locked<'_>,
     calls: &[RuleCall<'_>],
     hashes: &[u64],
     clock_now: u64,
 ) -> Result<Outcome, Error> {
     // Limiters let go at the bound come back from their traces first: the decision
     // then reads them as held.
-    backend.recall_calls(&mut locked, calls, hashes, clock_now)?;
+    backend.recall_calls(locked, calls, hashes, clock_now)?;
     // Phase 1, load_rule: each call's config, and the newest grant of its bucket.
-    let (mut resolved, newest) = load_rules(&mut locked, calls, hashes, clock_now)?;
+    let (mut resolved, newest) = load_rules(locked, calls, hashes, clock_now)?;
     let now = settle_time(newest, clock_now);
     // Phase 2, plan_bucket and take: each bucket once, then each call's permits,
     // writing nothing.
-    let (plans, refused, retry) = plan_and_take(&mut locked, calls, &mut resolved, now, clock_now);
+    let (plans, refused, retry) = plan_and_take(locked, calls, &mut resolved, now, clock_now);
     let granted = refused.is_none();
     // Phase 3, commit (a call that only asks what is available writes nothing).
     if calls.iter().any(|c| c.permits > 0) {
@@ -216,8 +242,8 @@ pub(super) fn decide(
             now,
             clock_now,
         };
-        let fresh = backend.make_room(&mut locked, calls, hashes, clock_now)?;
-        commit(&mut locked, calls, &decided);
+        let fresh = backend.make_room(locked, calls, hashes, clock_now)?;
+        commit(locked, calls, &decided);
         for &i in &fresh {
             // Made by this call: a rule's may be let go at the bound.
             if let Some(limiter) = locked

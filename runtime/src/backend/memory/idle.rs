@@ -103,6 +103,7 @@ impl Limiter {
             log: bucket.log,
             total: 0,
             expires: None,
+            epoch: super::state::new_epoch(),
         });
         true
     }
@@ -179,6 +180,7 @@ mod tests {
             },
             total: u64::from(logged),
             expires,
+            ..Bucket::default()
         };
         let tokens = |expires: u64| Tokens {
             state: Stored {

@@ -39,6 +39,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub(crate) use self::decide::Hashes;
 use self::idle::Idle;
+pub(crate) use self::settle::epoch_member;
 use self::state::Store;
 pub(crate) use self::usual::RuleDecision;
 use crate::Error;

@@ -128,8 +128,22 @@ impl MemoryBackend {
     }
 }
 
+/// A reservation's log member in process: the epoch of the log its grant was written
+/// to (see [`Bucket`]'s `epoch`; 0 for none) in its id's first four bytes, the rest as
+/// [`new_member`](crate::member::new_member) makes it.
+pub(crate) fn epoch_member(epoch: u32) -> [u8; crate::member::MEMBER_LEN] {
+    let mut member = crate::member::new_member(0);
+    member[1..5].copy_from_slice(&epoch.to_le_bytes());
+    member
+}
+
+/// The epoch [`epoch_member`] wrote into `member`.
+fn member_epoch(member: &[u8; crate::member::MEMBER_LEN]) -> u32 {
+    u32::from_le_bytes([member[1], member[2], member[3], member[4]])
+}
+
 /// Where in `bucket`'s log the grant of `permits` at `at` is: any of the entries of
-/// that time and size (they are alike).
+/// that time and size (in the grant's own log they are alike).
 fn grant_in(bucket: &Bucket, at: u64, permits: u64) -> Option<usize> {
     let first = bucket.log.partition_point(|&(score, _)| score < at);
     (first..bucket.log.len())
@@ -149,9 +163,12 @@ fn settle_in_window(
     if call.at as i64 <= now as i64 - interval as i64 {
         return None;
     }
-    // The grant's own log, of whichever mode it was made in.
+    // The grant's own log, of whichever mode it was made in, unless made again or
+    // emptied since (a change of mode or of rate, an expiry): another grant of its time
+    // and size there is not it.
+    let epoch = member_epoch(call.member);
     for kind in [crate::RateType::Overall, crate::RateType::PerClient] {
-        let Some(bucket) = limiter.bucket(kind, now) else {
+        let Some(bucket) = limiter.bucket(kind, now).filter(|b| b.epoch == epoch) else {
             continue;
         };
         let Some(at) = grant_in(bucket, call.at, call.estimate) else {

@@ -152,7 +152,6 @@ impl Tokens {
     }
 }
 
-#[derive(Default)]
 pub(super) struct Bucket {
     pub value: Option<i64>,
     /// (score, permits) of each grant, oldest first, as Redis orders the sorted set
@@ -162,6 +161,31 @@ pub(super) struct Bucket {
     /// Sum of the permits in `log`.
     pub total: u64,
     pub expires: Option<u64>,
+    /// This log's own number in the process, new whenever a log is made or emptied:
+    /// a reservation's settle finds its grant in the log it was made in, and in no
+    /// later one holding another grant of its time and size (Redis finds it by its
+    /// member).
+    pub epoch: u32,
+}
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Bucket {
+            value: None,
+            log: Log::default(),
+            total: 0,
+            expires: None,
+            epoch: new_epoch(),
+        }
+    }
+}
+
+/// A number for a new or emptied log (wrapping after 2^32 of them: a settle would
+/// need its grant's log made again 2^32 times before it, and a grant of its time and
+/// size in it, to take the wrong one).
+pub(super) fn new_epoch() -> u32 {
+    static EPOCHS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 pub(super) fn slot(kind: RateType) -> usize {
