@@ -57,12 +57,16 @@ impl MemoryBackend {
     /// A reservation's decision of `calls`: the outcome, and for each call the epoch
     /// of the sliding-window log its grant was written to (0 for a token bucket, or
     /// none written), read before the shards are let go: a settle finds the grant in
-    /// that log only. Through the phases, whatever the calls.
+    /// that log only. On limiters held with their rules' configs the usual path of
+    /// several rules decides it (one rule too), the phases otherwise.
     pub fn reserve(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<(Outcome, Vec<u32>), Error> {
         let hashes: Hashes = calls.iter().map(|c| self.hash(c.keys.config())).collect();
         self.sweep_in_turn(clock_now);
         let mut locked = self.lock_all(&hashes);
-        let outcome = decide(self, &mut locked, calls, &hashes, clock_now)?;
+        let outcome = match decide_several(&mut locked, calls, &hashes, clock_now) {
+            Some(outcome) => outcome,
+            None => decide(self, &mut locked, calls, &hashes, clock_now)?,
+        };
         let epochs = calls
             .iter()
             .zip(&hashes)
