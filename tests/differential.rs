@@ -336,6 +336,19 @@ async fn plain_rule_calls_agree_step_for_step() {
     );
 }
 
+/// The clock moved on by up to `most` ms, and now and then set behind the last call's,
+/// within the reorder bound: a refusal must have written nothing a later call reads.
+fn moves_on(rng: &mut StdRng, clock: &ManualClock, most: u64, history: &mut Vec<String>) {
+    let advance = rng.random_range(0..=most);
+    clock.advance(Duration::from_millis(advance));
+    history.push(format!("advance {advance}"));
+    if rng.random_range(0..12) == 0 {
+        let back = rng.random_range(1..=400);
+        clock.set(clock.now_ms() - back);
+        history.push(format!("back {back}"));
+    }
+}
+
 /// Calls of several rules mixing a sliding window and token buckets (with and without
 /// a warm-up, in both modes), many times on limiters held with their rules' configs
 /// (the in-process backend's path for several held rules): tokens refilling and
@@ -382,14 +395,7 @@ async fn several_rules_with_token_buckets_agree_step_for_step() {
             let on_redis = agree(&memory, &redis, &rules, asked, &mut history).await;
             grants += usize::from(on_redis.contains("allowed: true"));
             refusals += usize::from(on_redis.contains("allowed: false"));
-            let advance = rng.random_range(0..=500);
-            clock.advance(Duration::from_millis(advance));
-            history.push(format!("advance {advance}"));
-            if rng.random_range(0..12) == 0 {
-                let back = rng.random_range(1..=400);
-                clock.set(clock.now_ms() - back);
-                history.push(format!("back {back}"));
-            }
+            moves_on(&mut rng, &clock, 500, &mut history);
         }
     }
     println!("{grants} grants, {refusals} refusals compared");
@@ -432,16 +438,7 @@ async fn token_bucket_calls_agree_step_for_step() {
             let on_redis = agree(&memory, &redis, &[rule], asked, &mut history).await;
             grants += usize::from(on_redis.contains("allowed: true"));
             refusals += usize::from(on_redis.contains("allowed: false"));
-            let advance = rng.random_range(0..=600);
-            clock.advance(Duration::from_millis(advance));
-            history.push(format!("advance {advance}"));
-            // Now and then a clock behind the last call's, within the reorder bound:
-            // a refusal must have written nothing a later call reads.
-            if rng.random_range(0..12) == 0 {
-                let back = rng.random_range(1..=400);
-                clock.set(clock.now_ms() - back);
-                history.push(format!("back {back}"));
-            }
+            moves_on(&mut rng, &clock, 600, &mut history);
         }
     }
     println!("{grants} grants, {refusals} refusals compared");

@@ -1123,10 +1123,7 @@ async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
     // Each moment's calls: two callers, each answered once the moment ends, and
     // stamped no earlier than the try that ran.
     let during = |moment: &'static str, sent_again: bool| {
-        let began = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
+        let began = now_ms();
         let callers: Vec<_> = (0..2)
             .map(|_| {
                 let (client, moving) = (client.clone(), moving.clone());
@@ -1169,10 +1166,7 @@ async fn calls_to_a_slot_moved_for_a_moment_are_served_within_their_timeout() {
     let answered = during("keys not moved", true);
     let across_call = {
         let client = client.clone();
-        let began = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
+        let began = now_ms();
         tokio::spawn(async move {
             let started = Instant::now();
             let decided = client.check_rules(&across).await;
