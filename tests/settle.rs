@@ -427,6 +427,95 @@ async fn a_settle_after_its_log_was_made_again_takes_no_other_grant() {
     }
 }
 
+/// A release takes permits out of the newest grants: when it took a reservation's
+/// grant, or shrank it, the settle finds nothing to give back, even beside another
+/// call's grant of the same time and size (in process that one was taken for the
+/// reservation's and refunded: 4 permits granted after it on a rule of 5 with 3 in
+/// use); when the release took the other, the settle finds its own. Redis orders
+/// grants of one millisecond by their members, so which one a release takes there is
+/// read from the log.
+#[tokio::test]
+async fn a_settle_after_a_release_took_its_grant_takes_no_other_grant() {
+    let clock = ManualClock::new(START);
+    let (server, clients) = clients(&clock).await;
+    let mut raw = server.raw().await;
+    let rule = |name: &str| Rule::new(name, 5, MINUTE).keep_alive(Some(HOUR)).permits(2);
+    // (id, permits) of each member of the limiter's log on Redis
+    async fn log(raw: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<(Vec<u8>, u32)> {
+        let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg(format!("{{{name}}}:permits"))
+            .arg(0)
+            .arg(-1)
+            .query_async(raw)
+            .await
+            .unwrap();
+        members
+            .into_iter()
+            .map(|m| {
+                let len = usize::from(m[0]);
+                let permits = u32::from_le_bytes(m[1 + len..].try_into().unwrap());
+                (m[1..=len].to_vec(), permits)
+            })
+            .collect()
+    }
+    let mut cases = 0;
+    for (i, client) in clients.iter().enumerate() {
+        for reservation_first in [false, true] {
+            for released in [1, 2] {
+                let name = format!("release:{i}:{reservation_first}:{released}");
+                let case = format!(
+                    "{} client, reservation first {reservation_first}, {released} released",
+                    ["memory", "redis"][i]
+                );
+                clock.set(START + 10_000 * cases);
+                cases += 1;
+                let other = || async { assert!(client.check_rules(&[rule(&name)]).await.unwrap().allowed) };
+                if !reservation_first {
+                    other().await;
+                }
+                let before: Vec<Vec<u8>> = log(&mut raw, &name).await.into_iter().map(|(id, _)| id).collect();
+                let reservation = granted(client, &[rule(&name).settled()]).await;
+                let own = log(&mut raw, &name)
+                    .await
+                    .into_iter()
+                    .find(|(id, _)| !before.contains(id));
+                if reservation_first {
+                    other().await;
+                }
+                client.rate_limiter(&name).release(released).await.unwrap();
+                // Was the reservation's grant left whole? In process the newest grant
+                // is the last logged; on Redis, read from the log.
+                let whole = if i == 0 {
+                    reservation_first
+                } else {
+                    let (own, _) = own.clone().expect("the reservation's member in the log");
+                    log(&mut raw, &name).await.contains(&(own, 2))
+                };
+                clock.advance(Duration::from_millis(1));
+                let settled = reservation.settle(0).await.unwrap();
+                assert_eq!(
+                    settled.rules[0].applied, whole,
+                    "{case}: settled only when its grant was whole"
+                );
+                // 4 permits taken, `released` given back, and the reservation's 2 when
+                // its own grant was there to settle
+                let left = 1 + released + if whole { 2 } else { 0 };
+                let mut granted_after = 0;
+                while client
+                    .check_rules(&[Rule::new(&name, 5, MINUTE).keep_alive(Some(HOUR))])
+                    .await
+                    .unwrap()
+                    .allowed
+                {
+                    granted_after += 1;
+                    assert!(granted_after <= 5, "{case}: granted past the rate");
+                }
+                assert_eq!(granted_after, left, "{case}: granted after the settle");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn memory_and_redis_agree_on_reservations() {
     let server = RedisServer::start();

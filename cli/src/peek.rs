@@ -136,7 +136,7 @@ pub async fn read_window(
         match (decode_permits(member), timed(*score)) {
             (None, _) => undecodable += 1,
             (_, None) => untimed += 1,
-            (Some(permits), Some(score)) => log.push_back((score, permits)),
+            (Some(permits), Some(score)) => log.push_back((score, permits, 0)),
         }
     }
     if undecodable > 0 {
@@ -150,7 +150,7 @@ pub async fn read_window(
             )
         ));
     }
-    if untimed > 0 || log.iter().map(|&(_, p)| u64::from(p)).sum::<u64>() > 1 << 52 {
+    if untimed > 0 || log.iter().map(|&(_, p, _)| u64::from(p)).sum::<u64>() > 1 << 52 {
         return see(format!(
             "`{}` holds scores that are no time in ms, or more permits than 2^52, which no limiter writes: what a call finds is not said here",
             shown(log_key)
@@ -177,10 +177,10 @@ pub fn next_call(log: &Log, value: Option<i64>, config: &Config, now: i64, permi
     let (rate, interval) = (config.rate, config.interval_ms);
     // settle_time: a grant up to REORDER_MS ahead of the clock moves the call's time to it
     let now = u64::try_from(now).unwrap_or(0);
-    let newest = log.back().map_or(now, |&(score, _)| score.max(now));
+    let newest = log.back().map_or(now, |&(score, _, _)| score.max(now));
     let now = settle_time(newest, now) as i64;
     let (skip, released) = window::stale(log, now - interval);
-    let live = log.iter().skip(skip).map(|&(_, p)| i64::from(p)).sum::<i64>();
+    let live = log.iter().skip(skip).map(|&(_, p, _)| i64::from(p)).sum::<i64>();
     // A value past 2^53 plus what left the window is a double's sum in the scripts.
     let value = value.map(|v| match v.unsigned_abs() > 1 << 53 {
         true => (v as f64 + released as f64) as i64 - released as i64,

@@ -14,20 +14,22 @@ use std::collections::VecDeque;
 
 use super::call_time::WALK;
 
-/// A grant log: `(score, permits)` of each grant, oldest first, as Redis orders the
-/// sorted set (grants of one millisecond in the order they were made).
-pub type Log = VecDeque<(u64, u32)>;
+/// A grant log: `(score, permits, tag)` of each grant, oldest first, as Redis orders
+/// the sorted set (grants of one millisecond in the order they were made). The tag
+/// names a reservation's grant for its settle, as a member's id does in Redis (0:
+/// none); it takes the tuple's padding, so an entry is 16 bytes with or without it.
+pub type Log = VecDeque<(u64, u32, u32)>;
 
 /// plan_bucket, what left the window: the first entries of `log` with a score up to
 /// `cutoff` (the decided time less the interval), and their permits.
 #[inline]
 pub fn stale(log: &Log, cutoff: i64) -> (usize, u64) {
     // Usually nothing has left: the oldest grant is still in the window.
-    if cutoff < 0 || log.front().is_none_or(|&(score, _)| score > cutoff as u64) {
+    if cutoff < 0 || log.front().is_none_or(|&(score, _, _)| score > cutoff as u64) {
         return (0, 0);
     }
     // Then usually one: a grant of the window before, the next still in the window.
-    if log.get(1).is_none_or(|&(score, _)| score > cutoff as u64) {
+    if log.get(1).is_none_or(|&(score, _, _)| score > cutoff as u64) {
         #[cfg(test)]
         read::counted(1, 1);
         return (1, u64::from(log[0].1));
@@ -40,8 +42,8 @@ pub fn stale(log: &Log, cutoff: i64) -> (usize, u64) {
 fn stale_many(log: &Log, cutoff: i64) -> (usize, u64) {
     let (n, released) = log
         .iter()
-        .take_while(|&&(score, _)| score <= cutoff as u64)
-        .fold((0, 0), |(n, sum), &(_, p)| (n + 1, sum + u64::from(p)));
+        .take_while(|&&(score, _, _)| score <= cutoff as u64)
+        .fold((0, 0), |(n, sum), &(_, p, _)| (n + 1, sum + u64::from(p)));
     #[cfg(test)]
     read::counted(n, n);
     (n, released)
@@ -90,7 +92,7 @@ pub fn lacking(value: i64, spent: i64, permits: i64) -> Option<i64> {
 #[inline]
 pub fn wait_for(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
     // Usually the oldest grant still in the window holds what is lacking.
-    if let Some(&(score, p)) = log.get(skip) {
+    if let Some(&(score, p, _)) = log.get(skip) {
         if i64::from(p) >= need {
             #[cfg(test)]
             read::counted(1, 0);
@@ -105,7 +107,7 @@ pub fn wait_for(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pend
 fn wait_walk(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
     let walk = need.clamp(1, WALK as i64) as usize;
     let mut acc = 0i64;
-    for &(score, p) in log.iter().skip(skip).take(walk) {
+    for &(score, p, _) in log.iter().skip(skip).take(walk) {
         #[cfg(test)]
         read::counted(1, 0);
         acc += i64::from(p);
@@ -116,7 +118,7 @@ fn wait_walk(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pending
     if log.len() > skip + walk {
         #[cfg(test)]
         read::counted(1, 0);
-        let newest = log.back().map_or(now, |&(score, _)| score as i64);
+        let newest = log.back().map_or(now, |&(score, _, _)| score as i64);
         let wait = newest + interval - now;
         return Some(if pending > 0 { wait.max(interval) } else { wait });
     }
@@ -160,7 +162,10 @@ mod tests {
     use super::*;
 
     fn log(entries: &[(u64, u32)]) -> Log {
-        entries.iter().copied().collect()
+        entries
+            .iter()
+            .map(|&(score, permits)| (score, permits, 0))
+            .collect()
     }
 
     #[test]
@@ -223,7 +228,7 @@ mod tests {
             "with a pending permit"
         );
         // Past WALK entries: the time until the newest leaves.
-        let long: Log = (0..100).map(|i| (i, 1)).collect();
+        let long: Log = (0..100).map(|i| (i, 1, 0)).collect();
         assert_eq!(wait_for(&long, 0, 80, 1_000, 500, 0), Some(99 + 1_000 - 500));
         assert_eq!(left(5, 3, true), 2);
         assert_eq!(left(5, 3, false), 5);

@@ -173,11 +173,7 @@ impl Backend {
     /// reservation to settle.
     pub async fn reserve(&self, calls: &[RuleCall<'_>], now: u64) -> Result<(Outcome, Members), Error> {
         match self {
-            Backend::Memory(b) => {
-                let (outcome, epochs) = b.reserve(calls, now)?;
-                let members = epochs.into_iter().map(memory::epoch_member).collect();
-                Ok((outcome, members))
-            }
+            Backend::Memory(b) => b.reserve(calls, now),
             Backend::Redis(b) => {
                 let decided = async {
                     if b.is_cluster() && !redis::cross_slot::one_slot(calls) {

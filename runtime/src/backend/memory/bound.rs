@@ -136,7 +136,7 @@ fn keep_traces(summary: &mut Summary, hash: u64, limiter: &Limiter, now: u64) {
     for slot in 0..2 {
         if let Some(bucket) = &limiter.buckets[slot] {
             let until = bucket.expires.unwrap_or(now);
-            let mut grants: Vec<(u64, u64)> = bucket.log.iter().map(|&(t, p)| (t, u64::from(p))).collect();
+            let mut grants: Vec<(u64, u64)> = bucket.log.iter().map(|&(t, p, _)| (t, u64::from(p))).collect();
             for &(time, mut permits) in limiter.foreign[slot].iter().flatten() {
                 for grant in grants.iter_mut().filter(|g| g.0 == time) {
                     let off = grant.1.min(permits);

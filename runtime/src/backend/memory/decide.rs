@@ -18,6 +18,7 @@ use super::usual::{decide_one, decide_several, decide_tokens_one, RuleDecision};
 use super::{shard_of, Locked, MemoryBackend, AT_BOUND, PER_NEW};
 use crate::algorithm::call_time::settle_time;
 use crate::algorithm::window;
+use crate::backend::Members;
 use crate::backend::{Outcome, RuleCall, RuleOutcome};
 use crate::Error;
 
@@ -54,12 +55,14 @@ impl MemoryBackend {
         decide(self, &mut locked, calls, hashes, clock_now)
     }
 
-    /// A reservation's decision of `calls`: the outcome, and for each call the epoch
-    /// of the sliding-window log its grant was written to (0 for a token bucket, or
-    /// none written), read before the shards are let go: a settle finds the grant in
-    /// that log only. On limiters held with their rules' configs the usual path of
-    /// several rules decides it (one rule too), the phases otherwise.
-    pub fn reserve(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<(Outcome, Vec<u32>), Error> {
+    /// A reservation's decision of `calls`: the outcome, and for each call the log
+    /// member its settle finds the grant by, made under the shards' locks: for a
+    /// sliding window's grant, the epoch of the log it was written to and the tag now
+    /// written on its entry (see [`epoch_member`](super::epoch_member)); for a token
+    /// bucket's, or none written, a member of neither. On limiters held with their
+    /// rules' configs the usual path of several rules decides it (one rule too), the
+    /// phases otherwise.
+    pub fn reserve(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<(Outcome, Members), Error> {
         let hashes: Hashes = calls.iter().map(|c| self.hash(c.keys.config())).collect();
         self.sweep_in_turn(clock_now);
         let mut locked = self.lock_all(&hashes);
@@ -67,21 +70,26 @@ impl MemoryBackend {
             Some(outcome) => outcome,
             None => decide(self, &mut locked, calls, &hashes, clock_now)?,
         };
-        let epochs = calls
+        let members = calls
             .iter()
             .zip(&hashes)
             .map(|(call, &hash)| {
                 let kind = match (call.bucket, call.rule) {
-                    (None, Some(rule)) => rule.rate_type,
-                    _ => return 0,
+                    (None, Some(rule)) if outcome.granted && call.permits > 0 => rule.rate_type,
+                    _ => return super::epoch_member(0, 0),
                 };
                 let limiter = locked.store(hash).limiters.get_hashed(hash, call.keys.config());
-                limiter
-                    .and_then(|l| l.bucket(kind, clock_now))
-                    .map_or(0, |b| b.epoch)
+                match limiter.and_then(|l| l.bucket(kind, clock_now)) {
+                    Some(bucket) => {
+                        let tag = rand::random::<u32>().max(1);
+                        let tagged = bucket.tag_grant(outcome.at_ms, call.permits, tag);
+                        super::epoch_member(bucket.epoch, if tagged { tag } else { 0 })
+                    }
+                    None => super::epoch_member(0, 0),
+                }
             })
             .collect();
-        Ok((outcome, epochs))
+        Ok((outcome, members))
     }
 
     /// [`decide_hashed`](MemoryBackend::decide_hashed) always through the phases: what

@@ -174,7 +174,7 @@ mod tests {
         let bucket = |expires: Option<u64>, logged: bool| Bucket {
             value: Some(4),
             log: if logged {
-                [(990, 1)].into_iter().collect()
+                [(990, 1, 0)].into_iter().collect()
             } else {
                 Default::default()
             },

@@ -129,26 +129,34 @@ impl MemoryBackend {
 }
 
 /// A reservation's log member in process: the epoch of the log its grant was written
-/// to (see [`Bucket`]'s `epoch`; 0 for none) in its id's first four bytes, the rest as
-/// [`new_member`](crate::member::new_member) makes it.
-pub(crate) fn epoch_member(epoch: u32) -> [u8; crate::member::MEMBER_LEN] {
+/// to (see [`Bucket`]'s `epoch`) in its id's first four bytes, and the tag written on
+/// the grant's entry in the next four (0 for neither: a member no log entry answers),
+/// the rest as [`new_member`](crate::member::new_member) makes it.
+pub(crate) fn epoch_member(epoch: u32, tag: u32) -> [u8; crate::member::MEMBER_LEN] {
     let mut member = crate::member::new_member(0);
     member[1..5].copy_from_slice(&epoch.to_le_bytes());
+    member[5..9].copy_from_slice(&tag.to_le_bytes());
     member
 }
 
-/// The epoch [`epoch_member`] wrote into `member`.
-fn member_epoch(member: &[u8; crate::member::MEMBER_LEN]) -> u32 {
-    u32::from_le_bytes([member[1], member[2], member[3], member[4]])
+/// The epoch and the tag [`epoch_member`] wrote into `member`.
+fn member_marks(member: &[u8; crate::member::MEMBER_LEN]) -> (u32, u32) {
+    let word = |at: usize| u32::from_le_bytes([member[at], member[at + 1], member[at + 2], member[at + 3]]);
+    (word(1), word(5))
 }
 
-/// Where in `bucket`'s log the grant of `permits` at `at` is: any of the entries of
-/// that time and size (in the grant's own log they are alike).
-fn grant_in(bucket: &Bucket, at: u64, permits: u64) -> Option<usize> {
-    let first = bucket.log.partition_point(|&(score, _)| score < at);
+/// Where in `bucket`'s log the grant of `permits` at `at` tagged `tag` is: the entry
+/// of that time, size and tag, none once a release took the grant or shrank it (as
+/// Redis finds no member of its id and size then), nor for the tag 0 of grants no
+/// reservation made.
+fn grant_in(bucket: &Bucket, at: u64, permits: u64, tag: u32) -> Option<usize> {
+    if tag == 0 {
+        return None;
+    }
+    let first = bucket.log.partition_point(|&(score, _, _)| score < at);
     (first..bucket.log.len())
         .take_while(|&i| bucket.log[i].0 == at)
-        .find(|&i| u64::from(bucket.log[i].1) == permits)
+        .find(|&i| u64::from(bucket.log[i].1) == permits && bucket.log[i].2 == tag)
 }
 
 /// The in-window settle of `call` on `limiter` (its live `config`): `None` when its
@@ -166,12 +174,12 @@ fn settle_in_window(
     // The grant's own log, of whichever mode it was made in, unless made again or
     // emptied since (a change of mode or of rate, an expiry): another grant of its time
     // and size there is not it.
-    let epoch = member_epoch(call.member);
+    let (epoch, tag) = member_marks(call.member);
     for kind in [crate::RateType::Overall, crate::RateType::PerClient] {
         let Some(bucket) = limiter.bucket(kind, now).filter(|b| b.epoch == epoch) else {
             continue;
         };
-        let Some(at) = grant_in(bucket, call.at, call.estimate) else {
+        let Some(at) = grant_in(bucket, call.at, call.estimate, tag) else {
             continue;
         };
         if call.actual == 0 {

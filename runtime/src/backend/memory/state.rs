@@ -154,9 +154,10 @@ impl Tokens {
 
 pub(super) struct Bucket {
     pub value: Option<i64>,
-    /// (score, permits) of each grant, oldest first, as Redis orders the sorted set
-    /// (grants of one millisecond in the order they were made). Contiguous: a
-    /// decision touches only its two ends.
+    /// (score, permits, tag) of each grant, oldest first, as Redis orders the sorted
+    /// set (grants of one millisecond in the order they were made); the tag names a
+    /// reservation's grant for its settle. Contiguous: a decision touches only its two
+    /// ends.
     pub log: Log,
     /// Sum of the permits in `log`.
     pub total: u64,
@@ -422,7 +423,7 @@ impl Bucket {
     #[inline(always)]
     pub fn push_after(&mut self, newest: Option<u64>, score: u64, permits: u32) {
         if newest.is_none_or(|newest| newest <= score) {
-            self.log.push_back((score, permits));
+            self.log.push_back((score, permits, 0));
         } else {
             self.insert(score, permits);
         }
@@ -432,8 +433,8 @@ impl Bucket {
     /// A grant older than the newest (a clock far behind), logged in score order.
     #[cold]
     fn insert(&mut self, score: u64, permits: u32) {
-        let at = self.log.partition_point(|&(s, _)| s <= score);
-        self.log.insert(at, (score, permits));
+        let at = self.log.partition_point(|&(s, _, _)| s <= score);
+        self.log.insert(at, (score, permits, 0));
     }
 
     /// Takes up to `permits` out of the newest entries (the last one shrinks when it
@@ -457,8 +458,22 @@ impl Bucket {
         taken
     }
 
+    /// Tags a reservation's grant of `permits` at `score`, just logged, with `tag`
+    /// for its settle: the newest such entry not tagged yet (entries of one time and
+    /// size are alike until tagged). False when no entry is left to tag.
+    pub fn tag_grant(&mut self, score: u64, permits: u64, tag: u32) -> bool {
+        let entry = self
+            .log
+            .iter_mut()
+            .rev()
+            .skip_while(|e| e.0 > score)
+            .take_while(|e| e.0 == score)
+            .find(|e| u64::from(e.1) == permits && e.2 == 0);
+        entry.map(|e| e.2 = tag).is_some()
+    }
+
     #[inline]
     pub fn newest(&self) -> Option<u64> {
-        self.log.back().map(|&(score, _)| score)
+        self.log.back().map(|&(score, _, _)| score)
     }
 }
