@@ -33,6 +33,11 @@
 //! window (each counted decision after N uncounted grants: run it with a few calls);
 //! `growth-held-N` (N = 1, 1000, 1000000), one limiter decided with N - 1 others held.
 //!
+//! Reservations: `reserve-window` and `reserve-bucket` reserve 2 permits of one
+//! settled rule (a sliding window and a token bucket as in the `-hot` rows) and settle
+//! the reservation with 1, one reservation and its settle a step; `reserve-window-2`
+//! reserves on two settled sliding windows, each settled with 1.
+//!
 //! The floor: `floor-hot` and `floor-keys` (one key, 100 000 in turn) are the least a
 //! keyed decision in process does, written here to be counted beside the others: the
 //! wall clock read in epoch ms, a lock taken, the key's entry found in a hash table by
@@ -81,6 +86,26 @@ fn redlimit_row(algorithm: Algorithm, keys: usize, calls: usize) {
         assert!(decision.unwrap().allowed);
     };
     (0..keys.max(1_000)).for_each(decide);
+    counted(calls, decide);
+}
+
+/// The `reserve-` rows: 2 permits of `n` settled rules of the `-hot` rows' kind
+/// reserved, then settled with 1.
+fn reserve_row(algorithm: Algorithm, n: usize, calls: usize) {
+    let client = Client::builder().max_limiters(KEYS + 1).memory();
+    let rules: Vec<Rule> = rules(algorithm, n)
+        .into_iter()
+        .map(|[rule]| rule.permits(2).settled())
+        .collect();
+    let decide = |_| {
+        let reserved = poll_once(client.reserve(black_box(&rules))).unwrap();
+        let redlimit::Reserved::Granted(reservation) = reserved else {
+            panic!("refused: {reserved:?}")
+        };
+        let settled = poll_once(reservation.settle(black_box(1))).unwrap();
+        assert!(settled.rules.iter().all(|r| r.applied));
+    };
+    (0..1_000).for_each(decide);
     counted(calls, decide);
 }
 
@@ -283,6 +308,9 @@ fn main() {
         "floor-hot" => floor_row(1, calls),
         "floor-keys" => floor_row(KEYS, calls),
         "floor-named" => floor_named_row(calls),
+        "reserve-window" => reserve_row(Algorithm::SlidingWindow, 1, calls),
+        "reserve-bucket" => reserve_row(Algorithm::TokenBucket, 1, calls),
+        "reserve-window-2" => reserve_row(Algorithm::SlidingWindow, 2, calls),
         "window-refused" => {
             let client = Client::memory();
             let rules = [Rule::new(
@@ -307,7 +335,8 @@ fn main() {
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected a growth- row, window-hot, window-keys, bucket-hot, bucket-keys, \
              governor-hot, governor-keys, window-refused, governor-refused, window-stayed, \
-             window-returning, bucket-stayed, bucket-returning, governor-returning, floor-hot, floor-keys or floor-named"
+             window-returning, bucket-stayed, bucket-returning, governor-returning, floor-hot, floor-keys, \
+             floor-named, reserve-window, reserve-bucket or reserve-window-2"
         ),
     }
 }

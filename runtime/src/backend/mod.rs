@@ -169,11 +169,17 @@ impl Backend {
     }
 
     /// Decides `calls` as [`acquire`](Backend::acquire) does, answering the log
-    /// members their grants were made under (in process: new ones, unused), for a
-    /// reservation to settle.
-    pub async fn reserve(&self, calls: &[RuleCall<'_>], now: u64) -> Result<(Outcome, Members), Error> {
+    /// members their grants were made under, for a reservation to settle; in process,
+    /// a granted call whose `pinned` is true holds its limiter until the reservation
+    /// lets it go.
+    pub async fn reserve(
+        &self,
+        calls: &[RuleCall<'_>],
+        pinned: &[bool],
+        now: u64,
+    ) -> Result<(Outcome, Members), Error> {
         match self {
-            Backend::Memory(b) => b.reserve(calls, now),
+            Backend::Memory(b) => b.reserve(calls, pinned, now),
             Backend::Redis(b) => {
                 let decided = async {
                     if b.is_cluster() && !redis::cross_slot::one_slot(calls) {

@@ -27,6 +27,8 @@ pub use settled::{RuleSettled, Settled};
 use std::borrow::Cow;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::backend::{Members, RuleOutcome, SettleCall};
 use crate::keys::LimiterKeys;
 use crate::rules::rule::{merge, Merged};
@@ -108,21 +110,28 @@ impl Client {
             return Ok(Reserved::Refused(kept));
         }
         let calls = crate::backend::decisions::merged_calls(rules, &keys, &merged);
-        let (outcome, members) = self.backend().reserve(&calls, now).await?;
+        let pinned: SmallVec<[bool; 4]> = merged.iter().map(|m| rules[m.config].is_settled()).collect();
+        // (in process, the settled grants' limiters held as they are decided)
+        let (outcome, members) = self.backend().reserve(&calls, &pinned, now).await?;
         let decision = crate::backend::decisions::merged_decision(rules, &merged, &outcome, || self.now_ms());
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
         }
-        let grants = self.grants(rules, &merged, (&members, &outcome.rules), labels)?;
-        for grant in grants.iter().filter(|g| g.settled.is_some()) {
+        let reservation = self
+            .grants(rules, &merged, (&members, &outcome.rules), labels)
+            .map(|grants| Reservation {
+                client: self.clone(),
+                decision,
+                grants,
+            });
+        if let Some(memory) = self.backend().in_process().filter(|_| reservation.is_err()) {
+            let names = merged.iter().zip(&pinned).filter(|(_, &p)| p);
+            memory.pin(names.map(|(m, _)| rules[m.config].name()), -1);
+        }
+        let reservation = reservation?;
+        for grant in reservation.grants.iter().filter(|g| g.settled.is_some()) {
             crate::observe::reserved(grant.label.clone(), grant.estimate);
         }
-        let reservation = Reservation {
-            client: self.clone(),
-            decision,
-            grants,
-        };
-        reservation.pin(1);
         Ok(Reserved::Granted(reservation))
     }
 
@@ -342,24 +351,12 @@ impl Reservation {
 }
 
 impl Drop for Reservation {
-    /// Settled or not, its grants no longer hold their limiters in process.
+    /// Settled or not, its grants no longer hold their limiters in process (held as
+    /// they were decided, so that none was let go at the bound before its settle).
     fn drop(&mut self) {
-        self.pin(-1);
-    }
-}
-
-impl Reservation {
-    /// In process, holds the limiters of the settled grants (`by` 1) so that none is
-    /// let go at the bound before its settle, or lets them go (`by` -1).
-    fn pin(&self, by: i32) {
         if let Some(memory) = self.client.backend().in_process() {
-            let names: Vec<&str> = self
-                .grants
-                .iter()
-                .filter(|g| g.settled.is_some())
-                .map(|g| g.keys.config())
-                .collect();
-            memory.pin(&names, by);
+            let settled = self.grants.iter().filter(|g| g.settled.is_some());
+            memory.pin(settled.map(|g| g.keys.config()), -1);
         }
     }
 }

@@ -59,10 +59,16 @@ impl MemoryBackend {
     /// member its settle finds the grant by, made under the shards' locks: for a
     /// sliding window's grant, the epoch of the log it was written to and the tag now
     /// written on its entry (see [`epoch_member`](super::epoch_member)); for a token
-    /// bucket's, or none written, a member of neither. On limiters held with their
-    /// rules' configs the usual path of several rules decides it (one rule too), the
-    /// phases otherwise.
-    pub fn reserve(&self, calls: &[RuleCall<'_>], clock_now: u64) -> Result<(Outcome, Members), Error> {
+    /// bucket's, or none written, a member of neither. A granted call whose `pinned` is
+    /// true holds its limiter until [`pin`](MemoryBackend::pin) lets it go. On limiters
+    /// held with their rules' configs the usual path of several rules decides it (one
+    /// rule too), the phases otherwise.
+    pub fn reserve(
+        &self,
+        calls: &[RuleCall<'_>],
+        pinned: &[bool],
+        clock_now: u64,
+    ) -> Result<(Outcome, Members), Error> {
         let hashes: Hashes = calls.iter().map(|c| self.hash(c.keys.config())).collect();
         self.sweep_in_turn(clock_now);
         let mut locked = self.lock_all(&hashes);
@@ -73,19 +79,29 @@ impl MemoryBackend {
         let members = calls
             .iter()
             .zip(&hashes)
-            .map(|(call, &hash)| {
-                let kind = match (call.bucket, call.rule) {
-                    (None, Some(rule)) if outcome.granted && call.permits > 0 => rule.rate_type,
-                    _ => return super::epoch_member(0, 0),
+            .zip(pinned.iter().chain(std::iter::repeat(&false)))
+            .map(|((call, &hash), &pin)| {
+                let unmarked = super::epoch_member(0, 0);
+                if !outcome.granted {
+                    return unmarked;
+                }
+                let Some(limiter) = locked.store(hash).limiters.get_hashed(hash, call.keys.config()) else {
+                    return unmarked;
                 };
-                let limiter = locked.store(hash).limiters.get_hashed(hash, call.keys.config());
-                match limiter.and_then(|l| l.bucket(kind, clock_now)) {
+                if pin {
+                    limiter.pins = limiter.pins.saturating_add(1);
+                }
+                let kind = match (call.bucket, call.rule) {
+                    (None, Some(rule)) if call.permits > 0 => rule.rate_type,
+                    _ => return unmarked,
+                };
+                match limiter.bucket(kind, clock_now) {
                     Some(bucket) => {
                         let tag = rand::random::<u32>().max(1);
                         let tagged = bucket.tag_grant(outcome.at_ms, call.permits, tag);
                         super::epoch_member(bucket.epoch, if tagged { tag } else { 0 })
                     }
-                    None => super::epoch_member(0, 0),
+                    None => unmarked,
                 }
             })
             .collect();

@@ -9,11 +9,14 @@ use crate::Error;
 
 impl MemoryBackend {
     /// Holds the limiters `names` while a reservation of their grants is not settled
-    /// (`by` 1), or lets them go (`by` -1): a limiter held is never let go at the bound.
-    pub fn pin(&self, names: &[&str], by: i32) {
+    /// (`by` 1; a reservation is held as it is decided, see
+    /// [`reserve`](MemoryBackend::reserve)), or lets them go (`by` -1): a limiter held
+    /// is never let go at the bound.
+    pub fn pin<'a>(&self, names: impl IntoIterator<Item = &'a str>, by: i32) {
         for name in names {
-            let mut store = self.lock(name);
-            if let Some(limiter) = store.limiters.get_mut(name) {
+            let hash = self.hash(name);
+            let mut store = self.lock_shard(shard_of(hash));
+            if let Some(limiter) = store.limiters.get_hashed(hash, name) {
                 limiter.pins = limiter.pins.saturating_add_signed(by);
             }
         }

@@ -612,7 +612,10 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
         let called: Vec<u64> = picked.iter().map(|&i| hashes[i]).collect();
         // (one rule decided as a reservation: its check takes the one-rule path)
         let answer = match calls.len() {
-            1 => format!("{:?}", usual.reserve(&calls, now).map(|(outcome, _)| outcome)),
+            1 => format!(
+                "{:?}",
+                usual.reserve(&calls, &[], now).map(|(outcome, _)| outcome)
+            ),
             _ => format!("{:?}", usual.decide_hashed(&calls, &called, now)),
         };
         let expected = format!("{:?}", phased.decide_phased(&calls, &called, now));
