@@ -104,7 +104,7 @@ impl Client {
         let keys = rules
             .iter()
             .map(|rule| self.rule_keys(rule))
-            .collect::<Result<Vec<_>, Error>>()?;
+            .collect::<Result<SmallVec<[_; 4]>, Error>>()?;
         let now = self.now_ms();
         if let Some(kept) = self.backend().kept_refusal(rules, now) {
             return Ok(Reserved::Refused(kept));
@@ -150,7 +150,7 @@ impl Client {
             .map(|((m, member), outcome)| {
                 let rule = &rules[m.config];
                 Ok(Grant {
-                    keys: LimiterKeys::new(rule.name(), self.client_id())?,
+                    keys: LimiterKeys::with_client(rule.name().to_owned(), self.shared_client_id())?,
                     config: *rule.config(),
                     bucket: rule.shape(),
                     member: *member,
@@ -228,7 +228,7 @@ impl Reservation {
     /// disconnected, a `select!` branch taken, a timeout) leaves it to land.
     pub async fn settle(self, actual: u64) -> Result<Settled, Error> {
         let count = self.grants.iter().filter(|g| g.settled.is_some()).count();
-        self.settle_each(&vec![actual; count]).await
+        self.start_settle(vec![actual; count]).await
     }
 
     /// Settles each settled rule with its own amount: `actual` holds one per settled
@@ -240,7 +240,7 @@ impl Reservation {
 
     /// The settle itself, where it is polled: see [`start_settle`](Reservation::start_settle).
     async fn settle_here(self, actual: &[u64]) -> Result<Settled, Error> {
-        let settled: Vec<&Grant> = self.grants.iter().filter(|g| g.settled.is_some()).collect();
+        let settled: SmallVec<[&Grant; 4]> = self.grants.iter().filter(|g| g.settled.is_some()).collect();
         if actual.len() != settled.len() {
             let name = settled.first().map_or("", |g| g.keys.config()).to_owned();
             return Err(Error::InvalidReservation {
@@ -266,7 +266,7 @@ impl Reservation {
                 remaining: grant.left,
             });
         }
-        let calls: Vec<SettleCall<'_>> = settled
+        let calls: SmallVec<[SettleCall<'_>; 2]> = settled
             .iter()
             .zip(&report.rules)
             .filter(|(_, r)| r.counted != r.estimate)
@@ -276,12 +276,12 @@ impl Reservation {
             self.observe(&report);
             return Ok(report);
         }
-        let changed: Vec<usize> = (0..report.rules.len())
+        let changed: SmallVec<[usize; 4]> = (0..report.rules.len())
             .filter(|&i| report.rules[i].counted != report.rules[i].estimate)
             .collect();
         match self.client.backend().settle(&calls, self.client.now_ms()).await {
             Ok(outcomes) => {
-                let mut left = vec![None; report.rules.len()];
+                let mut left: SmallVec<[Option<u64>; 4]> = smallvec::smallvec![None; report.rules.len()];
                 for (i, outcome) in changed.into_iter().zip(outcomes) {
                     report.rules[i].applied = outcome.applied;
                     left[i] = outcome.left;
@@ -310,7 +310,7 @@ impl Reservation {
     /// is not their estimate), each once, as a settle abandoned counts them; none when
     /// `actual` is not one amount per settled rule (refused before anything is sent).
     fn sent_labels(&self, actual: &[u64]) -> Vec<Cow<'static, str>> {
-        let settled: Vec<&Grant> = self.grants.iter().filter(|g| g.settled.is_some()).collect();
+        let settled: SmallVec<[&Grant; 4]> = self.grants.iter().filter(|g| g.settled.is_some()).collect();
         if settled.len() != actual.len() {
             return Vec::new();
         }

@@ -19,8 +19,13 @@ impl Reservation {
     /// as it goes without waiting.
     pub(crate) fn start_settle(self, actual: Vec<u64>) -> Settling {
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let labels = self.sent_labels(&actual);
-        if self.client.backend().in_process().is_some() || labels.is_empty() {
+        let in_process = self.client.backend().in_process().is_some();
+        let labels = if in_process {
+            Vec::new()
+        } else {
+            self.sent_labels(&actual)
+        };
+        if in_process || labels.is_empty() {
             // Nothing an in-process settle awaits waits, and one with nothing to send
             // awaits nothing: it is answered here.
             let here = std::pin::pin!(self.settle_here(&actual));
