@@ -235,37 +235,76 @@ pub(crate) fn refunded() {
     metrics::counter!("redlimit_refunds_total").increment(1);
 }
 
-/// Counts the estimates a reservation took, per settled rule labelled `rule`.
-pub(crate) fn reserved(rule: std::borrow::Cow<'static, str>, permits: u64) {
+/// The counters of the reservations and settles of one `rule` label, registered
+/// with the recorder on the label's first reservation and kept: a reservation then
+/// costs a lookup of its label, not a registration per counter.
+#[derive(Debug)]
+pub(crate) struct SettleCounters {
+    /// The `rule` label: a rule's template, or `by_hand`.
+    pub(crate) label: std::borrow::Cow<'static, str>,
+    /// Reserved, settled, refunded, overdrawn and uncharged permits.
     #[cfg(feature = "metrics")]
-    metrics::counter!("redlimit_reserved_permits_total", "rule" => rule).increment(permits);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (rule, permits);
+    counters: [metrics::Counter; 5],
 }
 
-/// Counts what a settle did to one rule's grant, labelled `rule`.
-pub(crate) fn settled(rule: std::borrow::Cow<'static, str>, settled: &crate::RuleSettled) {
-    #[cfg(feature = "metrics")]
-    {
-        let count = |name: &'static str, n: u64| {
-            if n > 0 {
-                metrics::counter!(name, "rule" => rule.clone()).increment(n);
-            }
-        };
-        let applied = |n: u64| if settled.applied { n } else { 0 };
-        count("redlimit_settled_permits_total", settled.counted);
-        count(
-            "redlimit_refunded_permits_total",
-            applied(settled.estimate.saturating_sub(settled.counted)),
-        );
-        count(
-            "redlimit_overdrawn_permits_total",
-            applied(settled.counted.saturating_sub(settled.estimate)),
-        );
-        count("redlimit_uncharged_permits_total", settled.uncharged);
+impl SettleCounters {
+    /// Counts the estimate a reservation took.
+    pub(crate) fn reserved(&self, permits: u64) {
+        #[cfg(feature = "metrics")]
+        self.counters[0].increment(permits);
+        #[cfg(not(feature = "metrics"))]
+        let _ = permits;
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (rule, settled);
+
+    /// Counts what a settle did to one rule's grant.
+    pub(crate) fn settled(&self, settled: &crate::RuleSettled) {
+        #[cfg(feature = "metrics")]
+        {
+            let applied = |n: u64| if settled.applied { n } else { 0 };
+            let counts = [
+                settled.counted,
+                applied(settled.estimate.saturating_sub(settled.counted)),
+                applied(settled.counted.saturating_sub(settled.estimate)),
+                settled.uncharged,
+            ];
+            for (counter, n) in self.counters[1..].iter().zip(counts) {
+                if n > 0 {
+                    counter.increment(n);
+                }
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = settled;
+    }
+}
+
+/// The kept counters of `label` (labels are rule templates and `by_hand`: as many
+/// as the process has rules).
+pub(crate) fn settle_counters(label: std::borrow::Cow<'static, str>) -> std::sync::Arc<SettleCounters> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+    static KEPT: LazyLock<Mutex<HashMap<std::borrow::Cow<'static, str>, Arc<SettleCounters>>>> =
+        LazyLock::new(Mutex::default);
+    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(counters) = kept.get(&label) {
+        return counters.clone();
+    }
+    #[cfg(feature = "metrics")]
+    let counters = [
+        "redlimit_reserved_permits_total",
+        "redlimit_settled_permits_total",
+        "redlimit_refunded_permits_total",
+        "redlimit_overdrawn_permits_total",
+        "redlimit_uncharged_permits_total",
+    ]
+    .map(|name| metrics::counter!(name, "rule" => label.clone()));
+    let counters = Arc::new(SettleCounters {
+        label: label.clone(),
+        #[cfg(feature = "metrics")]
+        counters,
+    });
+    kept.insert(label, counters.clone());
+    counters
 }
 
 /// Counts a settle given up, labelled `rule`.

@@ -25,12 +25,14 @@ mod settling;
 pub use settled::{RuleSettled, Settled};
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use smallvec::SmallVec;
 
 use crate::backend::{Members, RuleOutcome, SettleCall};
 use crate::keys::LimiterKeys;
+use crate::observe::{settle_counters, SettleCounters};
 use crate::rules::rule::{merge, Merged};
 use crate::{BucketShape, Client, Decision, Error, RateLimiterConfig, Rule, MAX_PERMITS};
 
@@ -73,8 +75,9 @@ struct Grant {
     /// The rule's index when it is settled (`None`: it counts its permits as taken).
     settled: Option<usize>,
     max_overdraft: Option<u64>,
-    /// The `rule` label of its metrics: a rule's template, or `by_hand`.
-    label: Cow<'static, str>,
+    /// A settled grant's metrics, under the `rule` label of a rule's template, or
+    /// `by_hand` (`None`: not settled, so not counted).
+    counters: Option<Arc<SettleCounters>>,
 }
 
 impl Client {
@@ -129,8 +132,10 @@ impl Client {
             memory.pin(names.map(|(m, _)| rules[m.config].name()), -1);
         }
         let reservation = reservation?;
-        for grant in reservation.grants.iter().filter(|g| g.settled.is_some()) {
-            crate::observe::reserved(grant.label.clone(), grant.estimate);
+        for grant in &reservation.grants {
+            if let Some(counters) = &grant.counters {
+                counters.reserved(grant.estimate);
+            }
         }
         Ok(Reserved::Granted(reservation))
     }
@@ -159,9 +164,13 @@ impl Client {
                     first: m.first,
                     settled: rule.is_settled().then_some(m.first),
                     max_overdraft: rule.overdraft_cap(),
-                    label: labels
-                        .and_then(|labels| labels.get(m.first).cloned())
-                        .unwrap_or(Cow::Borrowed(BY_HAND)),
+                    counters: rule.is_settled().then(|| {
+                        settle_counters(
+                            labels
+                                .and_then(|labels| labels.get(m.first).cloned())
+                                .unwrap_or(Cow::Borrowed(BY_HAND)),
+                        )
+                    }),
                 })
             })
             .collect()
@@ -298,7 +307,7 @@ impl Reservation {
                         .iter()
                         .zip(&report.rules)
                         .filter(|(_, r)| r.counted != r.estimate)
-                        .map(|(grant, _)| grant.label.clone());
+                        .filter_map(|(grant, _)| grant.label());
                     retry::spawn(&self.client, &calls, labels.collect(), self.retried_until());
                 }
                 Err(error)
@@ -318,7 +327,7 @@ impl Reservation {
             .iter()
             .zip(actual)
             .filter(|(g, &used)| g.counted(used) != g.estimate);
-        let mut labels: Vec<Cow<'static, str>> = sent.map(|(g, _)| g.label.clone()).collect();
+        let mut labels: Vec<Cow<'static, str>> = sent.filter_map(|(g, _)| g.label()).collect();
         labels.sort();
         labels.dedup();
         labels
@@ -328,7 +337,9 @@ impl Reservation {
     fn observe(&self, report: &Settled) {
         let settled = self.grants.iter().filter(|g| g.settled.is_some());
         for (grant, rule) in settled.zip(&report.rules) {
-            crate::observe::settled(grant.label.clone(), rule);
+            if let Some(counters) = &grant.counters {
+                counters.settled(rule);
+            }
         }
     }
 
@@ -362,6 +373,11 @@ impl Drop for Reservation {
 }
 
 impl Grant {
+    /// A settled grant's `rule` label.
+    fn label(&self) -> Option<Cow<'static, str>> {
+        self.counters.as_ref().map(|c| c.label.clone())
+    }
+
     /// What a settle of `used` counts for this grant: at most its estimate and its
     /// overdraft cap, and at most `MAX_PERMITS`; a token bucket's, at least 1. (Each
     /// settle of a bucket leaves a mark in Redis for as long as it may be sent again,
