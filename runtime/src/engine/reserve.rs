@@ -83,7 +83,7 @@ impl Pending {
                     .left()
                     .map(|(first, n, rate, window)| (held.index[first], n, (rate, window)))
                     .collect();
-                let amounts: Vec<u64> = held.settled.iter().map(|&i| actual[i]).collect();
+                let amounts: crate::reserve::Amounts = held.settled.iter().map(|&i| actual[i]).collect();
                 let settling = (!amounts.is_empty()).then(|| held.reservation.start_settle(amounts));
                 (held.index, held.shadow, held_left, settling)
             })

@@ -60,6 +60,9 @@ pub struct Reservation {
     grants: Vec<Grant>,
 }
 
+/// The amounts a settle counts, one per settled rule, inline for a few.
+pub(crate) type Amounts = SmallVec<[u64; 4]>;
+
 /// One limiter's grant in a reservation.
 #[derive(Debug)]
 struct Grant {
@@ -237,14 +240,14 @@ impl Reservation {
     /// disconnected, a `select!` branch taken, a timeout) leaves it to land.
     pub async fn settle(self, actual: u64) -> Result<Settled, Error> {
         let count = self.grants.iter().filter(|g| g.settled.is_some()).count();
-        self.start_settle(vec![actual; count]).await
+        self.start_settle(smallvec::smallvec![actual; count]).await
     }
 
     /// Settles each settled rule with its own amount: `actual` holds one per settled
     /// rule, in the order of the rules (refused as misuse, settling nothing,
     /// otherwise). Under way once first polled, as [`settle`](Reservation::settle) is.
     pub async fn settle_each(self, actual: &[u64]) -> Result<Settled, Error> {
-        self.start_settle(actual.to_vec()).await
+        self.start_settle(Amounts::from_slice(actual)).await
     }
 
     /// The settle itself, where it is polled: see [`start_settle`](Reservation::start_settle).

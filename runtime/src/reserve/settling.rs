@@ -17,7 +17,7 @@ impl Reservation {
     /// multi-thread runtime while it runs (a caller's may end first), else the
     /// library's, polled in a runtime or outside any; in process, here and now as far
     /// as it goes without waiting.
-    pub(crate) fn start_settle(self, actual: Vec<u64>) -> Settling {
+    pub(crate) fn start_settle(self, actual: super::Amounts) -> Settling {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let in_process = self.client.backend().in_process().is_some();
         let labels = if in_process {
