@@ -320,6 +320,60 @@ async fn requests_in_flight_on_settled_rules_hold_the_bound_until_they_end() {
     assert_eq!(status(addr, "new").await, 200, "served once they ended");
 }
 
+/// A reservation's limiter whose state all expired while it waited (swept) or was
+/// deleted by hand stays held for it, empty: a later reservation of the name holds
+/// the same limiter, and the first one, let go, takes away only its own hold. So the
+/// later one's limiter is not let go at the bound while it waits (a new key is refused
+/// `MemoryFull`), and is once it is settled. (Before, the first one's drop took the
+/// later one's hold, and the new key was served by letting its limiter go.)
+#[tokio::test]
+async fn a_reservation_let_go_takes_no_later_reservations_hold() {
+    let _serial = SERIAL.lock().await;
+    memory_full();
+    let second = Duration::from_secs(1);
+    let settled = |name: &str| Rule::new(name, 10, second).keep_alive(Some(second)).settled();
+    let reserve = |client: Client, name: &'static str| async move {
+        match client.reserve(&[settled(name)]).await.unwrap() {
+            redlimit::Reserved::Granted(reservation) => reservation,
+            refused => panic!("{name} refused: {refused:?}"),
+        }
+    };
+    for how in ["swept", "deleted"] {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let client = Client::builder().max_limiters(2).clock(clock.clone()).memory();
+        let first = reserve(client.clone(), "a").await;
+        clock.advance(Duration::from_secs(10));
+        if how == "swept" {
+            // every part of `a` expired, and swept in turn by the calls on `b`
+            let busy = [Rule::new("b", 1_000_000, second)];
+            for _ in 0..3_000 {
+                assert!(client.check_rules(&busy).await.unwrap().allowed);
+            }
+        } else {
+            client.rate_limiter("a").delete().await.unwrap();
+        }
+        clock.advance(Duration::from_secs(10));
+        let later = reserve(client.clone(), "a").await;
+        drop(first);
+        let other = reserve(client.clone(), "b").await;
+        let new = client.reserve(&[settled("c")]).await;
+        assert!(
+            matches!(new, Err(redlimit::Error::MemoryFull { .. })),
+            "{how}: a new key with both limiters held: {new:?}"
+        );
+        later.settle(1).await.unwrap();
+        drop(other);
+        assert!(
+            matches!(
+                client.reserve(&[settled("c")]).await,
+                Ok(redlimit::Reserved::Granted(_))
+            ),
+            "{how}: served once they were settled"
+        );
+    }
+    assert_eq!(memory_full(), 2);
+}
+
 /// The attribute under `on_error = "local"` during an outage and the layer on a memory
 /// client serve new keys past the bound; a bound held by limiters configured by hand
 /// refuses them, with the cause.

@@ -192,7 +192,7 @@ impl MemoryBackend {
         };
         limiter.expire_all(now);
         let existed = limiter.remove_window();
-        if limiter.is_empty() && store.limiters.remove(keys.config()) {
+        if limiter.removable() && store.limiters.remove(keys.config()) {
             self.room.give_back(1);
         }
         Ok(existed)

@@ -237,7 +237,7 @@ impl Store {
                     continue;
                 }
                 limiter.expire_all(now);
-                if limiter.is_empty() {
+                if limiter.removable() {
                     entry.remove();
                     dropped += 1;
                 }
@@ -307,6 +307,13 @@ impl Limiter {
             && self.buckets.iter().all(Option::is_none)
             && self.tokens.iter().all(Option::is_none)
             && self.recalled.iter().all(Option::is_none)
+    }
+
+    /// Whether it may leave the table: empty, and held by no reservation. A held one
+    /// stays, empty, so that its reservations let go of this entry and of no later
+    /// limiter of its name (they let go by name).
+    pub fn removable(&self) -> bool {
+        self.is_empty() && self.pins == 0
     }
 
     /// The token bucket of `kind`, unless missing or full again (then dropped).
