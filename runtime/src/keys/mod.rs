@@ -36,6 +36,11 @@ impl LimiterKeys {
         Ok(LimiterKeys { name, client_id })
     }
 
+    /// The keys of a name [`check_name`] accepted before (a rule's, kept checked).
+    pub(crate) fn checked_before(name: String, client_id: Arc<str>) -> Self {
+        LimiterKeys { name, client_id }
+    }
+
     /// The same keys, borrowed.
     pub(crate) fn borrowed(&self) -> Keys<'_> {
         Keys {

@@ -123,18 +123,11 @@ impl Client {
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
         }
-        let reservation = self
-            .grants(rules, &merged, (&members, &outcome.rules), labels)
-            .map(|grants| Reservation {
-                client: self.clone(),
-                decision,
-                grants,
-            });
-        if let Some(memory) = self.backend().in_process().filter(|_| reservation.is_err()) {
-            let names = merged.iter().zip(&pinned).filter(|(_, &p)| p);
-            memory.pin(names.map(|(m, _)| rules[m.config].name()), -1);
-        }
-        let reservation = reservation?;
+        let reservation = Reservation {
+            client: self.clone(),
+            decision,
+            grants: self.grants(rules, &merged, (&members, &outcome.rules), labels),
+        };
         for grant in &reservation.grants {
             if let Some(counters) = &grant.counters {
                 counters.reserved(grant.estimate);
@@ -150,15 +143,16 @@ impl Client {
         merged: &[Merged],
         (members, outcomes): (&Members, &[RuleOutcome]),
         labels: Option<&[Cow<'static, str>]>,
-    ) -> Result<Vec<Grant>, Error> {
+    ) -> Vec<Grant> {
         merged
             .iter()
             .zip(members)
             .zip(outcomes)
             .map(|((m, member), outcome)| {
                 let rule = &rules[m.config];
-                Ok(Grant {
-                    keys: LimiterKeys::with_client(rule.name().to_owned(), self.shared_client_id())?,
+                Grant {
+                    // (the rule's name checked with the call's keys)
+                    keys: LimiterKeys::checked_before(rule.name().to_owned(), self.shared_client_id()),
                     config: *rule.config(),
                     bucket: rule.shape(),
                     member: *member,
@@ -174,7 +168,7 @@ impl Client {
                                 .unwrap_or(Cow::Borrowed(BY_HAND)),
                         )
                     }),
-                })
+                }
             })
             .collect()
     }
