@@ -47,6 +47,9 @@ pub(crate) struct SettleCall<'a> {
     pub actual: u64,
     /// How long the settle mark is kept (ms): as long as the settle may be sent again.
     pub mark_ms: u64,
+    /// The limiter's name hashed as its rule keeps it, when the caller has it (in
+    /// process: the table is probed with it, the name not hashed again).
+    pub name_hash: Option<u64>,
 }
 
 /// What a settle did to one grant.
@@ -170,16 +173,16 @@ impl Backend {
 
     /// Decides `calls` as [`acquire`](Backend::acquire) does, answering the log
     /// members their grants were made under, for a reservation to settle; in process,
-    /// a granted call whose `pinned` is true holds its limiter until the reservation
-    /// lets it go.
+    /// with the calls' names hashed as their rules keep them (`hashes`), a granted call
+    /// whose `pinned` is true holds its limiter until the reservation lets it go.
     pub async fn reserve(
         &self,
         calls: &[RuleCall<'_>],
-        pinned: &[bool],
+        (hashes, pinned): (&[u64], &[bool]),
         now: u64,
     ) -> Result<(Outcome, Members), Error> {
         match self {
-            Backend::Memory(b) => b.reserve(calls, pinned, now),
+            Backend::Memory(b) => b.reserve(calls, hashes, pinned, now),
             Backend::Redis(b) => {
                 let decided = async {
                     if b.is_cluster() && !redis::cross_slot::one_slot(calls) {

@@ -278,7 +278,11 @@ impl Client {
         Ok(merged_decision(rules, &merged, &outcome, || self.now_ms()))
     }
 
-    fn rules_keys<'r>(&'r self, rules: &'r [Rule]) -> Result<smallvec::SmallVec<[Keys<'r>; 4]>, Error> {
+    /// The keys of each of `rules`, checked as [`rule_keys`](Client::rule_keys) checks one.
+    pub(crate) fn rules_keys<'r>(
+        &'r self,
+        rules: &'r [Rule],
+    ) -> Result<smallvec::SmallVec<[Keys<'r>; 4]>, Error> {
         // (pushed one by one: a `collect` of results through `try_process` cost
         // about 300 instructions at two rules, the keys themselves a few)
         let mut keys = smallvec::SmallVec::with_capacity(rules.len());

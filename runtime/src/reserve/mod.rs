@@ -67,6 +67,8 @@ pub(crate) type Amounts = SmallVec<[u64; 4]>;
 #[derive(Debug)]
 struct Grant {
     keys: LimiterKeys,
+    /// Its limiter's name hashed as its rule keeps it.
+    name_hash: u64,
     config: RateLimiterConfig,
     bucket: Option<BucketShape>,
     member: [u8; crate::member::MEMBER_LEN],
@@ -107,18 +109,17 @@ impl Client {
         crate::rules::rule::check_rule_count(rules)?;
         let merged = merge(rules);
         check_reservable(rules, &merged)?;
-        let keys = rules
-            .iter()
-            .map(|rule| self.rule_keys(rule))
-            .collect::<Result<SmallVec<[_; 4]>, Error>>()?;
+        let keys = self.rules_keys(rules)?;
         let now = self.now_ms();
         if let Some(kept) = self.backend().kept_refusal(rules, now) {
             return Ok(Reserved::Refused(kept));
         }
         let calls = crate::backend::decisions::merged_calls(rules, &keys, &merged);
+        // (in process, each limiter's name hashed as its first rule keeps it, and the
+        // settled grants' limiters held as they are decided)
+        let hashes: SmallVec<[u64; 4]> = merged.iter().map(|m| rules[m.first].name_hash()).collect();
         let pinned: SmallVec<[bool; 4]> = merged.iter().map(|m| rules[m.config].is_settled()).collect();
-        // (in process, the settled grants' limiters held as they are decided)
-        let (outcome, members) = self.backend().reserve(&calls, &pinned, now).await?;
+        let (outcome, members) = self.backend().reserve(&calls, (&hashes, &pinned), now).await?;
         let decision = crate::backend::decisions::merged_decision(rules, &merged, &outcome, || self.now_ms());
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
@@ -126,7 +127,7 @@ impl Client {
         let reservation = Reservation {
             client: self.clone(),
             decision,
-            grants: self.grants(rules, &merged, (&members, &outcome.rules), labels),
+            grants: self.grants(rules, &merged, (&members, &hashes, &outcome.rules), labels),
         };
         for grant in &reservation.grants {
             if let Some(counters) = &grant.counters {
@@ -141,18 +142,20 @@ impl Client {
         &self,
         rules: &[Rule],
         merged: &[Merged],
-        (members, outcomes): (&Members, &[RuleOutcome]),
+        (members, hashes, outcomes): (&Members, &[u64], &[RuleOutcome]),
         labels: Option<&[Cow<'static, str>]>,
     ) -> Vec<Grant> {
         merged
             .iter()
             .zip(members)
+            .zip(hashes)
             .zip(outcomes)
-            .map(|((m, member), outcome)| {
+            .map(|(((m, member), &name_hash), outcome)| {
                 let rule = &rules[m.config];
                 Grant {
                     // (the rule's name checked with the call's keys)
                     keys: LimiterKeys::checked_before(rule.name().to_owned(), self.shared_client_id()),
+                    name_hash,
                     config: *rule.config(),
                     bucket: rule.shape(),
                     member: *member,
@@ -364,7 +367,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(memory) = self.client.backend().in_process() {
             let settled = self.grants.iter().filter(|g| g.settled.is_some());
-            memory.pin(settled.map(|g| g.keys.config()), -1);
+            memory.pin(settled.map(|g| (g.keys.config(), g.name_hash)), -1);
         }
     }
 }
@@ -413,6 +416,7 @@ impl Grant {
             estimate: self.estimate,
             actual: counted,
             mark_ms,
+            name_hash: Some(self.name_hash),
         }
     }
 }

@@ -39,6 +39,7 @@ impl Owned {
             estimate: self.estimate,
             actual: self.actual,
             mark_ms: self.mark_ms,
+            name_hash: None,
         }
     }
 }

@@ -59,26 +59,31 @@ impl MemoryBackend {
     /// member its settle finds the grant by, made under the shards' locks: for a
     /// sliding window's grant, the epoch of the log it was written to and the tag now
     /// written on its entry (see [`epoch_member`](super::epoch_member)); for a token
-    /// bucket's, or none written, a member of neither. A granted call whose `pinned` is
-    /// true holds its limiter until [`pin`](MemoryBackend::pin) lets it go. On limiters
-    /// held with their rules' configs the usual path of several rules decides it (one
-    /// rule too), the phases otherwise.
+    /// bucket's, or none written, a member of neither. `hashes`: each call's name's
+    /// hash ([`hash`](MemoryBackend::hash)). A granted call whose `pinned` is true holds
+    /// its limiter until [`pin`](MemoryBackend::pin) lets it go. On limiters held with
+    /// their rules' configs the usual path of several rules decides it (one rule too),
+    /// the phases otherwise.
     pub fn reserve(
         &self,
         calls: &[RuleCall<'_>],
+        hashes: &[u64],
         pinned: &[bool],
         clock_now: u64,
     ) -> Result<(Outcome, Members), Error> {
-        let hashes: Hashes = calls.iter().map(|c| self.hash(c.keys.config())).collect();
+        debug_assert!(calls
+            .iter()
+            .zip(hashes)
+            .all(|(c, &h)| h == self.hash(c.keys.config())));
         self.sweep_in_turn(clock_now);
-        let mut locked = self.lock_all(&hashes);
-        let outcome = match decide_several(&mut locked, calls, &hashes, clock_now) {
+        let mut locked = self.lock_all(hashes);
+        let outcome = match decide_several(&mut locked, calls, hashes, clock_now) {
             Some(outcome) => outcome,
-            None => decide(self, &mut locked, calls, &hashes, clock_now)?,
+            None => decide(self, &mut locked, calls, hashes, clock_now)?,
         };
         let members = calls
             .iter()
-            .zip(&hashes)
+            .zip(hashes)
             .zip(pinned.iter().chain(std::iter::repeat(&false)))
             .map(|((call, &hash), &pin)| {
                 let unmarked = super::epoch_member(0, 0);

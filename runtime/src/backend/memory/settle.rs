@@ -8,13 +8,13 @@ use crate::backend::{SettleCall, SettleOutcome};
 use crate::Error;
 
 impl MemoryBackend {
-    /// Holds the limiters `names` while a reservation of their grants is not settled
-    /// (`by` 1; a reservation is held as it is decided, see
-    /// [`reserve`](MemoryBackend::reserve)), or lets them go (`by` -1): a limiter held
-    /// is never let go at the bound.
-    pub fn pin<'a>(&self, names: impl IntoIterator<Item = &'a str>, by: i32) {
-        for name in names {
-            let hash = self.hash(name);
+    /// Holds the limiters `names`, each with its [`hash`](MemoryBackend::hash), while a
+    /// reservation of their grants is not settled (`by` 1; a reservation is held as it
+    /// is decided, see [`reserve`](MemoryBackend::reserve)), or lets them go (`by` -1):
+    /// a limiter held is never let go at the bound.
+    pub fn pin<'a>(&self, names: impl IntoIterator<Item = (&'a str, u64)>, by: i32) {
+        for (name, hash) in names {
+            debug_assert_eq!(hash, self.hash(name));
             let mut store = self.lock_shard(shard_of(hash));
             if let Some(limiter) = store.limiters.get_hashed(hash, name) {
                 limiter.pins = limiter.pins.saturating_add_signed(by);
@@ -47,7 +47,7 @@ impl MemoryBackend {
     /// its excess is charged now, as a grant of its own in the rule's mode.
     fn settle_window(&self, call: &SettleCall<'_>, now: u64) -> Result<SettleOutcome, Error> {
         let name = call.keys.config();
-        let hash = self.hash(name);
+        let hash = self.call_hash(call);
         let mut store = self.lock_shard(shard_of(hash));
         if let Some(limiter) = store.limiters.get_hashed(hash, name) {
             if let Some(config) = limiter.live_config(now) {
@@ -87,13 +87,20 @@ impl MemoryBackend {
         Ok(SettleOutcome { applied: true, left })
     }
 
+    /// The hash of `call`'s limiter name: the one its rule keeps, else hashed now.
+    fn call_hash(&self, call: &SettleCall<'_>) -> u64 {
+        let hash = call.name_hash.unwrap_or_else(|| self.hash(call.keys.config()));
+        debug_assert_eq!(hash, self.hash(call.keys.config()));
+        hash
+    }
+
     /// settle_tokens: the bucket refilled to now gets back the tokens not used, up to
     /// its burst, or pays the excess as taking it would. A missing bucket is full: a
     /// refund leaves it so, an excess makes it.
     fn settle_tokens(&self, call: &SettleCall<'_>, now: u64) -> Result<SettleOutcome, Error> {
         let name = call.keys.config();
         let shape = call.bucket.expect("a token bucket's settle");
-        let hash = self.hash(name);
+        let hash = self.call_hash(call);
         let mut store = self.lock_shard(shard_of(hash));
         let held = store.limiters.get_hashed(hash, name).and_then(|l| {
             l.tokens_or_recalled(call.rule, shape.burst, shape.warmup_ms, now)

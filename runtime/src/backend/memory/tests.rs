@@ -614,7 +614,9 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
         let answer = match calls.len() {
             1 => format!(
                 "{:?}",
-                usual.reserve(&calls, &[], now).map(|(outcome, _)| outcome)
+                usual
+                    .reserve(&calls, &called, &[], now)
+                    .map(|(outcome, _)| outcome)
             ),
             _ => format!("{:?}", usual.decide_hashed(&calls, &called, now)),
         };
