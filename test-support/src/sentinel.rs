@@ -98,31 +98,52 @@ impl RedisSentinel {
             tls,
         };
         for _ in 0..3 {
-            let port = super::free_port();
-            let conf = set.dir.join(format!("sentinel-{port}.conf"));
-            let listen = match &set.tls {
-                None => format!("port {port}\n"),
-                Some(tls) => format!("port 0\ntls-port {port}\n{}", tls.lines()),
-            };
-            std::fs::write(
-                &conf,
-                format!(
-                    "{listen}bind 127.0.0.1\ndir {dir}\nrequirepass {SENTINEL_PASSWORD}\n\
-                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
-                     sentinel auth-pass {MASTER_NAME} {MASTER_PASSWORD}\n\
-                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                     sentinel failover-timeout {MASTER_NAME} 10000\n\
-                     sentinel parallel-syncs {MASTER_NAME} 1\n",
-                    dir = set.dir.display()
-                ),
-            )
-            .unwrap();
-            let child = super::spawn_redis(&[conf.to_str().unwrap(), "--sentinel"]);
-            super::wait_for_port(port);
-            set.sentinels.push((port, child));
+            let sentinel = (0..5)
+                .find_map(|_| set.start_sentinel(master_port))
+                .expect("a sentinel could not listen on a free port in 5 attempts");
+            set.sentinels.push(sentinel);
         }
         set.wait_until_ready();
         set
+    }
+
+    /// A sentinel of the set, monitoring the master on `master_port`, on a free port;
+    /// `None` when the port was taken first (a suite running beside this one starts
+    /// servers of its own), what answered there being another server.
+    fn start_sentinel(&self, master_port: u16) -> Option<(u16, Child)> {
+        let port = super::free_port();
+        let conf = self.dir.join(format!("sentinel-{port}.conf"));
+        let listen = match &self.tls {
+            None => format!("port {port}\n"),
+            Some(tls) => format!("port 0\ntls-port {port}\n{}", tls.lines()),
+        };
+        std::fs::write(
+            &conf,
+            format!(
+                "{listen}bind 127.0.0.1\ndir {dir}\nrequirepass {SENTINEL_PASSWORD}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                 sentinel auth-pass {MASTER_NAME} {MASTER_PASSWORD}\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel failover-timeout {MASTER_NAME} 10000\n\
+                 sentinel parallel-syncs {MASTER_NAME} 1\n",
+                dir = self.dir.display()
+            ),
+        )
+        .unwrap();
+        let mut child = super::spawn_redis(&[conf.to_str().unwrap(), "--sentinel"]);
+        super::wait_for_port(port);
+        // Ours: the process answering there with the sentinels' password is this one.
+        let info = self.sentinel_cli(port, &["info", "server"]);
+        let id = info
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("process_id:"))
+            .and_then(|id| id.parse::<u32>().ok());
+        if id == Some(child.id()) && matches!(child.try_wait(), Ok(None)) {
+            return Some((port, child));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// `redis+sentinel://` (`rediss+sentinel://` for a TLS set) with both passwords,
