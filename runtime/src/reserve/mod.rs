@@ -367,7 +367,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(memory) = self.client.backend().in_process() {
             let settled = self.grants.iter().filter(|g| g.settled.is_some());
-            memory.pin(settled.map(|g| (g.keys.config(), g.name_hash)), -1);
+            memory.let_go(settled.map(|g| (g.keys.config(), g.name_hash)));
         }
     }
 }

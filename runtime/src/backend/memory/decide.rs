@@ -61,7 +61,7 @@ impl MemoryBackend {
     /// written on its entry (see [`epoch_member`](super::epoch_member)); for a token
     /// bucket's, or none written, a member of neither. `hashes`: each call's name's
     /// hash ([`hash`](MemoryBackend::hash)). A granted call whose `pinned` is true holds
-    /// its limiter until [`pin`](MemoryBackend::pin) lets it go. On limiters held with
+    /// its limiter until [`let_go`](MemoryBackend::let_go) lets it go. On limiters held with
     /// their rules' configs the usual path of several rules decides it (one rule too),
     /// the phases otherwise.
     pub fn reserve(
@@ -75,6 +75,7 @@ impl MemoryBackend {
             .iter()
             .zip(hashes)
             .all(|(c, &h)| h == self.hash(c.keys.config())));
+        debug_assert_eq!(pinned.len(), calls.len());
         self.sweep_in_turn(clock_now);
         let mut locked = self.lock_all(hashes);
         let outcome = match decide_several(&mut locked, calls, hashes, clock_now) {
@@ -84,7 +85,7 @@ impl MemoryBackend {
         let members = calls
             .iter()
             .zip(hashes)
-            .zip(pinned.iter().chain(std::iter::repeat(&false)))
+            .zip(pinned)
             .map(|((call, &hash), &pin)| {
                 let unmarked = super::epoch_member(0, 0);
                 if !outcome.granted {

@@ -8,16 +8,15 @@ use crate::backend::{SettleCall, SettleOutcome};
 use crate::Error;
 
 impl MemoryBackend {
-    /// Holds the limiters `names`, each with its [`hash`](MemoryBackend::hash), while a
-    /// reservation of their grants is not settled (`by` 1; a reservation is held as it
-    /// is decided, see [`reserve`](MemoryBackend::reserve)), or lets them go (`by` -1):
+    /// Lets go of the limiters `names`, each with its [`hash`](MemoryBackend::hash),
+    /// which a reservation held as it was decided ([`reserve`](MemoryBackend::reserve)):
     /// a limiter held is never let go at the bound.
-    pub fn pin<'a>(&self, names: impl IntoIterator<Item = (&'a str, u64)>, by: i32) {
+    pub fn let_go<'a>(&self, names: impl IntoIterator<Item = (&'a str, u64)>) {
         for (name, hash) in names {
             debug_assert_eq!(hash, self.hash(name));
             let mut store = self.lock_shard(shard_of(hash));
             if let Some(limiter) = store.limiters.get_hashed(hash, name) {
-                limiter.pins = limiter.pins.saturating_add_signed(by);
+                limiter.pins = limiter.pins.saturating_sub(1);
             }
         }
     }

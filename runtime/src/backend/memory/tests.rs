@@ -615,7 +615,7 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
             1 => format!(
                 "{:?}",
                 usual
-                    .reserve(&calls, &called, &[], now)
+                    .reserve(&calls, &called, &[false], now)
                     .map(|(outcome, _)| outcome)
             ),
             _ => format!("{:?}", usual.decide_hashed(&calls, &called, now)),
