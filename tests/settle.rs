@@ -331,13 +331,13 @@ async fn a_settle_sent_twice_counts_once() {
             .arg(&window_member[..])
             .arg(100)
             .arg(400)
-            // mark_ms:rate:interval:burst:warmup:type:keep_alive
-            .arg("120000:1000:60000:0:0:0:60000")
+            // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room
+            .arg("120000:1000:60000:0:0:0:60000:0:0")
             .arg("b")
             .arg(&bucket_member[..])
             .arg(100)
             .arg(400)
-            .arg("120000:1000:3600000:1000:0:0:0")
+            .arg(format!("120000:1000:3600000:1000:0:0:0:{now}:0"))
             .invoke_async(&mut raw)
             .await
             .unwrap();
@@ -364,7 +364,7 @@ async fn a_settle_sent_twice_counts_once() {
         .arg(&window_member[..])
         .arg(100)
         .arg(400)
-        .arg("120000:1000:60000:0:0:2:60000")
+        .arg("120000:1000:60000:0:0:2:60000:0:0")
         .invoke_async::<i64>(&mut raw)
         .await
         .unwrap_err();
@@ -424,6 +424,49 @@ async fn a_settle_after_its_log_was_made_again_takes_no_other_grant() {
                 "{made_again} on {i}: granted past the rate: {next:?}"
             );
         }
+    }
+}
+
+/// A bucket's settle gives back only what the bucket would still hold had the grant
+/// taken only what it used: tokens it refilled since, which that bucket would have
+/// refilled past its burst, do not come back. Given back whole, a bucket of 10 a
+/// minute emptied by a reservation, refilled a minute later and emptied again, took 9
+/// more at that instant (19 at once); refilled half, 14.
+#[tokio::test]
+async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for (i, client) in clients.iter().enumerate() {
+        for (case, waited, then_granted) in [("full", 60, 10), ("half", 30, 5), ("at once", 0, 0)] {
+            let name = format!("refilled:{case}:{i}");
+            let rule = || Rule::new(&name, 10, MINUTE).algorithm(Algorithm::TokenBucket);
+            let reservation = granted(client, &[rule().settled().permits(10)]).await;
+            clock.advance(Duration::from_secs(waited));
+            let granted_now = |permits| {
+                let rules = [rule().permits(permits)];
+                async move { client.check_rules(&rules).await.unwrap().allowed }
+            };
+            if then_granted > 0 {
+                assert!(granted_now(then_granted).await, "{case} on {i}: refilled");
+            }
+            // A settle of 0 counts 1 token: 9 not used.
+            let settled = reservation.settle(0).await.unwrap();
+            // Had the grant taken 1: 9 left at once, then refilled up to the burst.
+            let owed = (9 + waited / 6).min(10) - then_granted;
+            assert_eq!(settled.rules[0].remaining, owed, "{case} on {i}");
+            if owed > 0 {
+                assert!(granted_now(owed).await, "{case} on {i}: given back");
+            }
+            assert!(!granted_now(1).await, "{case} on {i}: past the burst");
+            clock.advance(HOUR);
+        }
+        // A config changed since the grant (its tokens carried over): nothing back.
+        let name = format!("refilled:config:{i}");
+        let rule = || Rule::new(&name, 10, MINUTE).algorithm(Algorithm::TokenBucket);
+        let reservation = granted(client, &[rule().settled().permits(5)]).await;
+        assert!(client.check_rules(&[rule().burst(20)]).await.unwrap().allowed);
+        let settled = reservation.settle(0).await.unwrap();
+        assert_eq!(settled.rules[0].remaining, 4, "config on {i}: nothing given back");
     }
 }
 
@@ -855,8 +898,8 @@ async fn a_late_settle_sent_again_at_an_earlier_time_counts_once() {
             .arg(&logged[0][..])
             .arg(100)
             .arg(400)
-            // mark_ms:rate:interval:burst:warmup:type:keep_alive
-            .arg("120000:1000:60000:0:0:0:3600000")
+            // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room
+            .arg("120000:1000:60000:0:0:0:3600000:0:0")
             .invoke_async(&mut raw)
             .await
             .unwrap();

@@ -19,13 +19,15 @@
 --   2 member: the log member the grant was made under (its id names the settle mark)
 --   3 estimate: the permits the grant took
 --   4 actual: the permits to count instead, from 0 to 4294967295
---   5 terms: "mark_ms:rate:interval:burst:warmup:type:keep_alive", read only on the
---     paths that use them (each argument costs Redis as much before the script runs):
---     how long the settle mark is kept in ms (as long as the settle may be sent
+--   5 terms: "mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room", read only
+--     on the paths that use them (each argument costs Redis as much before the script
+--     runs): how long the settle mark is kept in ms (as long as the settle may be sent
 --     again), the rule's rate and interval in ms (for a token bucket missing, so full,
 --     or a window's config written again), a token bucket's burst and warm-up in ms (0
---     for a window), and a window's mode and keepAliveTime in ms as the grant decided
---     them (type 0 overall, 1 per client; keep-alive 0: none)
+--     for a window), a window's mode and keepAliveTime in ms as the grant decided
+--     them (type 0 overall, 1 per client; keep-alive 0: none), and a token bucket's
+--     grant time (epoch ms) and room: the most its settle may give back right after
+--     the grant, in units (0 for a window)
 -- Returns one integer per rule, alone for one rule (a table costs more than its
 -- integers), else in a table: -2 when there was nothing to settle (a refund for a
 -- grant out of its window or no longer in its log, a settle already made, a limiter
@@ -44,10 +46,12 @@
 -- grant's id and an "L"), its config written again as the grant decided it when it
 -- has expired meanwhile (a limiter idle for its keep-alive). An excess sets the mark, so that a settle sent again
 -- after the window has passed charges nothing twice. A token bucket is refilled to
--- now, then gets back the tokens not used (up to its burst) or pays the excess as
--- taking it would, below zero down to its rate (one interval's refill, as a window's
--- excess leaves it within one interval); its settle mark makes a settle sent again a
--- no-op.
+-- now, then gets back the tokens not used (up to its burst, and up to the room the
+-- grant left less what refilled since: tokens the bucket would have refilled past its
+-- burst, had the grant taken only what it used, do not come back; nothing comes back
+-- into a bucket whose config changed since) or pays the excess as taking it would,
+-- below zero down to its rate (one interval's refill, as a window's excess leaves it
+-- within one interval); its settle mark makes a settle sent again a no-op.
 
 local now = clock(ARGV[1])
 
@@ -63,15 +67,15 @@ local function log_member(member, id_len, suffix, permits)
 end
 
 -- The terms of the rule whose arguments start after a: mark_ms, rate, interval,
--- burst, warmup, type and keep_alive, as text; with `mark_only`, mark_ms alone (the
--- rest not read: a pattern's captures cost).
+-- burst, warmup, type, keep_alive, at and room, as text; with `mark_only`, mark_ms
+-- alone (the rest not read: a pattern's captures cost).
 local function terms(a, mark_only)
-  local pattern = mark_only and '^(%d+):' or '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):(%d+)$'
-  local mark_ms, rate, interval, burst, warmup, mode, keep = string.match(ARGV[a + 5], pattern)
+  local pattern = mark_only and '^(%d+):' or '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):(%d+):(%d+):(%d+)$'
+  local mark_ms, rate, interval, burst, warmup, mode, keep, at, room = string.match(ARGV[a + 5], pattern)
   if mark_ms == nil then
     error('redlimit:bad_argument:' .. (a + 5) .. ' terms ' .. tostring(ARGV[a + 5]), 0)
   end
-  return mark_ms, rate, interval, burst, warmup, mode, keep
+  return mark_ms, rate, interval, burst, warmup, mode, keep, at, room
 end
 
 -- A grant still in its window (config: as read and checked): its member
@@ -238,7 +242,7 @@ for j = 1, #KEYS / 6 do
   if ARGV[2 + 5 * (j - 1)] == 'b' then
     bucket_helpers()
     settle_tokens = function(i, k, a, estimate, actual, now)
-      local mark_ms, rate, interval, burst, warmup = terms(a)
+      local mark_ms, rate, interval, burst, warmup, _, _, at, room = terms(a)
       local r = { rate = tonumber(rate), interval = tonumber(interval), burst = tonumber(burst),
         warmup = tonumber(warmup) }
       local key, mark = KEYS[k + 2], KEYS[k + 6]
@@ -257,7 +261,14 @@ for j = 1, #KEYS / 6 do
         return r.burst -- a missing bucket is full: nothing to give back
       end
       if raw then
-        -- refilled on its own config, and stored with it
+        -- refilled on its own config, and stored with it; given back only as far as
+        -- what refilled since the grant left it room, and nothing into a config
+        -- changed since (its tokens carried over, its fraction dropped)
+        if s.rate ~= r.rate or s.interval ~= r.interval or s.burst ~= r.burst or s.warmup ~= r.warmup then
+          room = 0
+        else
+          room = math.max(tonumber(room) - r.rate * math.max(now - tonumber(at), 0), 0)
+        end
         r.rate, r.interval, r.burst, r.warmup = s.rate, s.interval, s.burst, s.warmup
         r.stored = s
       else
@@ -265,7 +276,8 @@ for j = 1, #KEYS / 6 do
       end
       plan_tokens(r, now)
       if actual < estimate then
-        r.units = math.min(r.units + (estimate - actual) * r.interval, r.burst * r.interval)
+        local back = math.min((estimate - actual) * r.interval, room)
+        r.units = math.min(r.units + back, r.burst * r.interval)
       else
         -- an excess whose plain tokens reach the floor, the rate below zero: the floor
         -- (its units may be past what a double holds exactly)

@@ -282,11 +282,12 @@ impl Plan {
 
     /// The settle of a grant of `estimate` permits that used `actual` (settle.lua's
     /// `settle_tokens`, after the refill): units and coldness with the tokens not used
-    /// given back, up to the capacity, or the excess taken as taking it would, down to
-    /// the rate below zero (one interval's refill; [`DEBT_FLOOR`] at the lowest).
-    pub fn settle_tokens(&self, estimate: u64, actual: u64) -> (i64, u64) {
+    /// given back, at most `room` units (see [`grant_room`] and [`room_at`]) and up to
+    /// the capacity, or the excess taken as taking it would, down to the rate below
+    /// zero (one interval's refill; [`DEBT_FLOOR`] at the lowest).
+    pub fn settle_tokens(&self, estimate: u64, actual: u64, room: u64) -> (i64, u64) {
         if actual < estimate {
-            let back = u128::from(estimate - actual) * u128::from(self.interval);
+            let back = (u128::from(estimate - actual) * u128::from(self.interval)).min(u128::from(room));
             let units = (i128::from(self.units) + back as i128).min(i128::from(self.capacity()));
             return (units as i64, self.cold);
         }
@@ -348,6 +349,28 @@ pub fn refill(old: &Stored, now: u64) -> (i64, u64) {
     let coldest = i128::from(old.warmup * old.rate);
     let cold = (i128::from(old.cold) + added - room.max(0)).min(coldest);
     (old.units.max(capacity as i64), cold as u64)
+}
+
+/// The units a settle may give back of a grant of `estimate` permits that left `left`
+/// whole tokens in a bucket of `burst` refilled at `interval` units a token: the room
+/// above the bucket's units right after the grant, at most. Those units were at most
+/// the capacity less the estimate's tokens (the bucket held at most its capacity) and
+/// less than `left + 1` tokens. Tokens given back beyond that room would have been
+/// refilled past the capacity, had the grant taken only what it used.
+pub fn grant_room(burst: u64, interval: u64, estimate: u64, left: u64) -> u64 {
+    let (interval, capacity) = (u128::from(interval), u128::from(burst) * u128::from(interval));
+    let after = (capacity.saturating_sub(u128::from(estimate) * interval))
+        .min(u128::from(left) * interval + interval - 1);
+    (capacity - after.min(capacity)) as u64
+}
+
+/// The part of a grant's `room` (its [`grant_room`], at `at`) left at `now` by a
+/// bucket refilled at `rate` units a ms: what refilled since filled the room first.
+/// A settle giving back no more than this never lets a bucket hold more than it would
+/// had the grant taken only what it used.
+pub fn room_at(room: u64, rate: u64, at: u64, now: u64) -> u64 {
+    let refilled = u128::from(rate) * u128::from(now.saturating_sub(at));
+    u128::from(room).saturating_sub(refilled) as u64
 }
 
 #[cfg(test)]

@@ -45,6 +45,12 @@ pub(crate) struct SettleCall<'a> {
     pub estimate: u64,
     /// The permits to count instead.
     pub actual: u64,
+    /// A token bucket's: the most its settle may give back right after the grant, in
+    /// units of the rule's interval ([`grant_room`](crate::algorithm::bucket::grant_room));
+    /// the settle takes off what refilled since
+    /// ([`room_at`](crate::algorithm::bucket::room_at)). 0 for a sliding window, whose
+    /// log holds its grant.
+    pub room: u64,
     /// How long the settle mark is kept (ms): as long as the settle may be sent again.
     pub mark_ms: u64,
     /// The limiter's name hashed as its rule keeps it, when the caller has it (in

@@ -415,6 +415,14 @@ impl Grant {
             at,
             estimate: self.estimate,
             actual: counted,
+            room: self.bucket.map_or(0, |shape| {
+                crate::algorithm::bucket::grant_room(
+                    shape.burst,
+                    self.config.interval_ms(),
+                    self.estimate,
+                    self.left,
+                )
+            }),
             mark_ms,
             name_hash: Some(self.name_hash),
         }

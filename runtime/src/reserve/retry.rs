@@ -25,6 +25,7 @@ struct Owned {
     at: u64,
     estimate: u64,
     actual: u64,
+    room: u64,
     mark_ms: u64,
 }
 
@@ -38,6 +39,7 @@ impl Owned {
             at: self.at,
             estimate: self.estimate,
             actual: self.actual,
+            room: self.room,
             mark_ms: self.mark_ms,
             name_hash: None,
         }
@@ -66,6 +68,7 @@ pub(super) fn spawn(
                 at: c.at,
                 estimate: c.estimate,
                 actual: c.actual,
+                room: c.room,
                 mark_ms: c.mark_ms,
             })
         })

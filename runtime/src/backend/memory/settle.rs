@@ -105,8 +105,26 @@ impl MemoryBackend {
             l.tokens_or_recalled(call.rule, shape.burst, shape.warmup_ms, now)
                 .copied()
         });
-        let plan = match held {
-            Some(tokens) => Plan::refilled(&tokens.state, now),
+        let (plan, room) = match held {
+            Some(tokens) => {
+                let plan = Plan::refilled(&tokens.state, now);
+                // Given back only into the bucket the grant took from, as far as what
+                // refilled since left it room; a config changed since (its tokens
+                // carried over, its fraction dropped) gets nothing back.
+                let same = (plan.rate, plan.interval, plan.burst, plan.warmup)
+                    == (
+                        call.rule.rate,
+                        call.rule.interval_ms(),
+                        shape.burst,
+                        shape.warmup_ms,
+                    );
+                let room = if same {
+                    crate::algorithm::bucket::room_at(call.room, plan.rate, call.at, now)
+                } else {
+                    0
+                };
+                (plan, room)
+            }
             None if call.actual <= call.estimate => {
                 return Ok(SettleOutcome {
                     applied: true,
@@ -123,10 +141,10 @@ impl MemoryBackend {
                     None,
                     now,
                 );
-                plan
+                (plan, 0)
             }
         };
-        let (units, cold) = plan.settle_tokens(call.estimate, call.actual);
+        let (units, cold) = plan.settle_tokens(call.estimate, call.actual, room);
         self.room_for(&mut store, hash, name, now, &[hash])?;
         let limiter = store.limiters.get_or_insert(hash, name);
         limiter.set_tokens(call.rule.rate_type, Tokens::stored(&plan, units, cold));

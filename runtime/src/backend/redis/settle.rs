@@ -108,8 +108,9 @@ fn settle_args<'a>(call: &SettleCall<'a>, terms: &'a str) -> [Arg<'a>; layout::s
 
 /// A rule's terms for settle.lua, in one argument the script reads only on the paths
 /// that use them (each argument costs Redis as much before the script runs):
-/// `mark_ms:rate:interval:burst:warmup:type:keep_alive`, the mark, interval, warm-up
-/// and keep-alive in ms, type 0 overall or 1 per client, burst and warm-up 0 for a
+/// `mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room`, the mark, interval,
+/// warm-up and keep-alive in ms, type 0 overall or 1 per client, the grant's time and
+/// a token bucket's room (see [`SettleCall::room`]), burst, warm-up and room 0 for a
 /// sliding window (the mark first: an excess in its window reads it alone).
 fn settle_terms(call: &SettleCall<'_>) -> String {
     let shape = call.bucket.unwrap_or(crate::BucketShape {
@@ -121,13 +122,15 @@ fn settle_terms(call: &SettleCall<'_>) -> String {
         RateType::PerClient => 1,
     };
     format!(
-        "{}:{}:{}:{}:{}:{mode}:{}",
+        "{}:{}:{}:{}:{}:{mode}:{}:{}:{}",
         call.mark_ms.max(1),
         call.rule.rate,
         call.rule.interval_ms(),
         shape.burst,
         shape.warmup_ms,
-        call.rule.keep_alive_ms()
+        call.rule.keep_alive_ms(),
+        call.at,
+        call.room
     )
 }
 
