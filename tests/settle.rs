@@ -467,6 +467,54 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
         assert!(client.check_rules(&[rule().burst(20)]).await.unwrap().allowed);
         let settled = reservation.settle(0).await.unwrap();
         assert_eq!(settled.rules[0].remaining, 4, "config on {i}: nothing given back");
+        // A clock set back after the bucket refilled: what refilled counts up to the
+        // bucket's own refill time (given back whole: 9 more at once).
+        let name = format!("refilled:clock:{i}");
+        let rule = || Rule::new(&name, 10, MINUTE).algorithm(Algorithm::TokenBucket);
+        let back_to = START + 100 * HOUR.as_millis() as u64 * (i as u64 + 1);
+        clock.set(back_to);
+        let reservation = granted(client, &[rule().settled().permits(10)]).await;
+        clock.advance(MINUTE);
+        assert!(client.check_rules(&[rule().permits(10)]).await.unwrap().allowed);
+        clock.set(back_to);
+        let settled = reservation.settle(0).await.unwrap();
+        assert_eq!(settled.rules[0].remaining, 0, "clock on {i}: nothing given back");
+        assert!(
+            !client.check_rules(&[rule()]).await.unwrap().allowed,
+            "clock on {i}"
+        );
+        clock.set(back_to + HOUR.as_millis() as u64);
+    }
+}
+
+/// A cold bucket's grant costs up to three tokens a permit, which may leave it further
+/// below zero than a settle's excess may take it (its rate below zero): an excess
+/// keeps it there, where it was raised to that floor (a reservation of 9 on a cold
+/// bucket of 10 a minute settled 10 left 10 tokens two minutes later, the honest
+/// settle of 9 left 3).
+#[tokio::test]
+async fn an_excess_keeps_a_warm_up_debt_below_the_floor() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for (i, client) in clients.iter().enumerate() {
+        let mut after = Vec::new();
+        for actual in [9, 10, u64::MAX] {
+            let name = format!("cold:{actual}:{i}");
+            let rule = || {
+                Rule::new(&name, 10, MINUTE)
+                    .algorithm(Algorithm::TokenBucket)
+                    .warmup(MINUTE)
+            };
+            granted(client, &[rule().settled().permits(9)])
+                .await
+                .settle(actual)
+                .await
+                .unwrap();
+            clock.advance(Duration::from_secs(120));
+            let bucket = client.token_bucket(&name, 10, MINUTE).warmup(MINUTE);
+            after.push(bucket.available().await.unwrap());
+        }
+        assert_eq!(after, [3, 3, 3], "on {i}");
     }
 }
 

@@ -47,11 +47,12 @@
 -- has expired meanwhile (a limiter idle for its keep-alive). An excess sets the mark, so that a settle sent again
 -- after the window has passed charges nothing twice. A token bucket is refilled to
 -- now, then gets back the tokens not used (up to its burst, and up to the room the
--- grant left less what refilled since: tokens the bucket would have refilled past its
--- burst, had the grant taken only what it used, do not come back; nothing comes back
--- into a bucket whose config changed since) or pays the excess as taking it would,
--- below zero down to its rate (one interval's refill, as a window's excess leaves it
--- within one interval); its settle mark makes a settle sent again a no-op.
+-- grant left less what refilled since, to the bucket's own refill time: tokens the
+-- bucket would have refilled past its burst, had the grant taken only what it used,
+-- do not come back; nothing comes back into a bucket whose config changed since) or
+-- pays the excess as taking it would, below zero down to its rate (one interval's
+-- refill, as a window's excess leaves it within one interval; a cold bucket's debt
+-- already below that stays there); its settle mark makes a settle sent again a no-op.
 
 local now = clock(ARGV[1])
 
@@ -260,21 +261,25 @@ for j = 1, #KEYS / 6 do
       if raw == false and actual <= estimate then
         return r.burst -- a missing bucket is full: nothing to give back
       end
+      local same = false
       if raw then
-        -- refilled on its own config, and stored with it; given back only as far as
-        -- what refilled since the grant left it room, and nothing into a config
-        -- changed since (its tokens carried over, its fraction dropped)
-        if s.rate ~= r.rate or s.interval ~= r.interval or s.burst ~= r.burst or s.warmup ~= r.warmup then
-          room = 0
-        else
-          room = math.max(tonumber(room) - r.rate * math.max(now - tonumber(at), 0), 0)
-        end
+        -- refilled on its own config, and stored with it
+        same = s.rate == r.rate and s.interval == r.interval and s.burst == r.burst and s.warmup == r.warmup
         r.rate, r.interval, r.burst, r.warmup = s.rate, s.interval, s.burst, s.warmup
         r.stored = s
       else
         r.stored = false
       end
       plan_tokens(r, now)
+      -- Given back only as far as what refilled since the grant, up to the bucket's
+      -- own refill time (r.at: a clock behind it refilled nothing), left it room, and
+      -- nothing into a config changed since (its tokens carried over, its fraction
+      -- dropped).
+      if same then
+        room = math.max(tonumber(room) - r.rate * math.max(r.at - tonumber(at), 0), 0)
+      else
+        room = 0
+      end
       if actual < estimate then
         local back = math.min((estimate - actual) * r.interval, room)
         r.units = math.min(r.units + back, r.burst * r.interval)
@@ -284,7 +289,8 @@ for j = 1, #KEYS / 6 do
         local floor = math.max(DEBT_FLOOR, -r.rate * r.interval)
         local need = (actual - estimate) * r.interval
         if need >= r.units - floor then
-          r.units, r.cold = floor, math.max(r.cold - need, 0)
+          -- (a warm-up's extra cost may have left it below the floor: kept there)
+          r.units, r.cold = math.min(floor, r.units), math.max(r.cold - need, 0)
         else
           take_tokens(r, actual - estimate)
           if r.units < floor then r.units = floor end

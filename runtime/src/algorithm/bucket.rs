@@ -297,8 +297,12 @@ impl Plan {
         let floor = (-(i128::from(self.rate) * i128::from(self.interval))).max(i128::from(DEBT_FLOOR)) as i64;
         let excess = actual - estimate;
         let need = u128::from(excess) * u128::from(self.interval);
-        if need >= (i128::from(self.units) - i128::from(floor)) as u128 {
-            return (floor, u128::from(self.cold).saturating_sub(need) as u64);
+        // (a warm-up's extra cost may have left the units below the floor: kept there)
+        if need as i128 >= i128::from(self.units) - i128::from(floor) {
+            return (
+                floor.min(self.units),
+                u128::from(self.cold).saturating_sub(need) as u64,
+            );
         }
         let (units, cold) = self.take_tokens(excess);
         (units.max(floor), cold)
@@ -364,10 +368,11 @@ pub fn grant_room(burst: u64, interval: u64, estimate: u64, left: u64) -> u64 {
     (capacity - after.min(capacity)) as u64
 }
 
-/// The part of a grant's `room` (its [`grant_room`], at `at`) left at `now` by a
-/// bucket refilled at `rate` units a ms: what refilled since filled the room first.
-/// A settle giving back no more than this never lets a bucket hold more than it would
-/// had the grant taken only what it used.
+/// The part of a grant's `room` (its [`grant_room`], at `at`) left at `now`, the
+/// bucket's refill time, by a bucket refilled at `rate` units a ms: what refilled
+/// since filled the room first. A settle giving back no more than this never lets a
+/// bucket hold more than it would had the grant taken only what it used, while no
+/// other settle gave back into it since the grant.
 pub fn room_at(room: u64, rate: u64, at: u64, now: u64) -> u64 {
     let refilled = u128::from(rate) * u128::from(now.saturating_sub(at));
     u128::from(room).saturating_sub(refilled) as u64

@@ -108,9 +108,10 @@ impl MemoryBackend {
         let (plan, room) = match held {
             Some(tokens) => {
                 let plan = Plan::refilled(&tokens.state, now);
-                // Given back only into the bucket the grant took from, as far as what
-                // refilled since left it room; a config changed since (its tokens
-                // carried over, its fraction dropped) gets nothing back.
+                // Given back only as far as what refilled since the grant, up to the
+                // bucket's own refill time (`plan.at`: a clock behind it refilled
+                // nothing), left it room; a config changed since (its tokens carried
+                // over, its fraction dropped) gets nothing back.
                 let same = (plan.rate, plan.interval, plan.burst, plan.warmup)
                     == (
                         call.rule.rate,
@@ -119,7 +120,7 @@ impl MemoryBackend {
                         shape.warmup_ms,
                     );
                 let room = if same {
-                    crate::algorithm::bucket::room_at(call.room, plan.rate, call.at, now)
+                    crate::algorithm::bucket::room_at(call.room, plan.rate, call.at, plan.at)
                 } else {
                     0
                 };
