@@ -414,3 +414,47 @@ async fn a_settle_across_slots_dropped_after_its_first_poll_lands_in_each() {
         }
     }
 }
+
+/// A reservation across slots decides each slot in turn, a later one at a later time
+/// when its limiter was written then (by a client whose clock is ahead, within the
+/// reordering margin): a token bucket in an earlier slot was refilled at the earlier
+/// time, and its settle counts what refilled since from then. Counted from the later
+/// time, a bucket of 1 000 every 10 s emptied by the reservation, refilled 90 over the
+/// 900 ms and emptied again, was given back 999 where it would hold 910.
+#[tokio::test]
+async fn a_settle_across_slots_counts_a_bucket_s_refill_from_its_own_slot_s_time() {
+    let cluster = RedisCluster::start(3, 0);
+    let start = 1_700_000_000_000;
+    let clock = redlimit::ManualClock::new(start);
+    let url = cluster.url();
+    let connect = |clock: redlimit::ManualClock| Client::builder().clock(clock).connect(&url);
+    let client = connect(clock.clone()).await.unwrap();
+    let ahead = connect(redlimit::ManualClock::new(start + 900)).await.unwrap();
+    let first = name_in("rate_limit:bucket:a:", |s| s < 5000);
+    let second = name_in("rate_limit:bucket:b:", |s| s > 11_000);
+    let rule = |name: &str| Rule::new(name, 1_000, 10 * SEC).algorithm(redlimit::Algorithm::TokenBucket);
+    assert!(ahead.check_rules(&[rule(&second)]).await.unwrap().allowed);
+    let rules = [rule(&first).settled().permits(1_000), rule(&second)];
+    let reservation = match client.reserve(&rules).await.unwrap() {
+        redlimit::Reserved::Granted(reservation) => reservation,
+        redlimit::Reserved::Refused(refused) => panic!("refused: {refused:?}"),
+    };
+    assert_eq!(
+        reservation.decision().at_ms,
+        start + 900,
+        "the second slot's time"
+    );
+    clock.set(start + 900);
+    assert!(
+        client
+            .check_rules(&[rule(&first).permits(90)])
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(!client.check_rules(&[rule(&first)]).await.unwrap().allowed);
+    // A settle of 0 counts 1: had the grant taken 1, 999 left, refilled to 1 000 (89
+    // past the burst), 90 taken since.
+    let settled = reservation.settle(0).await.unwrap();
+    assert_eq!(settled.rules[0].remaining, 910);
+}

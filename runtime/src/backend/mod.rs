@@ -39,7 +39,9 @@ pub(crate) struct SettleCall<'a> {
     pub bucket: Option<crate::BucketShape>,
     /// The log member the grant was made under (Redis: found by it).
     pub member: &'a [u8; crate::member::MEMBER_LEN],
-    /// The grant's time (in process: found by it and its permits).
+    /// The grant's time (in process: found by it and its permits); a token bucket's:
+    /// no later than its bucket's refill at the grant (a call across a cluster's slots
+    /// decides each in turn: the earliest of their times).
     pub at: u64,
     /// The permits the grant took.
     pub estimate: u64,
@@ -178,7 +180,9 @@ impl Backend {
     }
 
     /// Decides `calls` as [`acquire`](Backend::acquire) does, answering the log
-    /// members their grants were made under, for a reservation to settle; in process,
+    /// members their grants were made under, for a reservation to settle, and the
+    /// earliest time any of them was decided at (the decision's own time but across
+    /// a cluster's slots, each decided in turn); in process,
     /// with the calls' names hashed as their rules keep them (`hashes`), a granted call
     /// whose `pinned` is true holds its limiter until the reservation lets it go.
     pub async fn reserve(
@@ -186,15 +190,21 @@ impl Backend {
         calls: &[RuleCall<'_>],
         (hashes, pinned): (&[u64], &[bool]),
         now: u64,
-    ) -> Result<(Outcome, Members), Error> {
+    ) -> Result<(Outcome, Members, u64), Error> {
         match self {
-            Backend::Memory(b) => b.reserve(calls, hashes, pinned, now),
+            Backend::Memory(b) => {
+                let (outcome, members) = b.reserve(calls, hashes, pinned, now)?;
+                let at = outcome.at_ms;
+                Ok((outcome, members, at))
+            }
             Backend::Redis(b) => {
                 let decided = async {
                     if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
                         redis::cross_slot::acquire_members(b, calls, now).await
                     } else {
-                        b.acquire_group(calls, now).await
+                        let (outcome, members) = b.acquire_group(calls, now).await?;
+                        let at = outcome.at_ms;
+                        Ok((outcome, members, at))
                     }
                 };
                 let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);

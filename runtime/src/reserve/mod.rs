@@ -75,6 +75,9 @@ struct Grant {
     estimate: u64,
     /// The permits the grant left the limiter.
     left: u64,
+    /// No later than a token bucket's refill at the grant: the earliest time the
+    /// call's slots decided at.
+    refilled_at: u64,
     /// The index of the grant's (first) rule among the reservation's rules.
     first: usize,
     /// The rule's index when it is settled (`None`: it counts its permits as taken).
@@ -119,7 +122,7 @@ impl Client {
         // settled grants' limiters held as they are decided)
         let hashes: SmallVec<[u64; 4]> = merged.iter().map(|m| rules[m.first].name_hash()).collect();
         let pinned: SmallVec<[bool; 4]> = merged.iter().map(|m| rules[m.config].is_settled()).collect();
-        let (outcome, members) = self.backend().reserve(&calls, (&hashes, &pinned), now).await?;
+        let (outcome, members, earliest) = self.backend().reserve(&calls, (&hashes, &pinned), now).await?;
         let decision = crate::backend::decisions::merged_decision(rules, &merged, &outcome, || self.now_ms());
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
@@ -127,7 +130,12 @@ impl Client {
         let reservation = Reservation {
             client: self.clone(),
             decision,
-            grants: self.grants(rules, &merged, (&members, &hashes, &outcome.rules), labels),
+            grants: self.grants(
+                rules,
+                &merged,
+                (&members, &hashes, &outcome.rules, earliest),
+                labels,
+            ),
         };
         for grant in &reservation.grants {
             if let Some(counters) = &grant.counters {
@@ -142,7 +150,7 @@ impl Client {
         &self,
         rules: &[Rule],
         merged: &[Merged],
-        (members, hashes, outcomes): (&Members, &[u64], &[RuleOutcome]),
+        (members, hashes, outcomes, earliest): (&Members, &[u64], &[RuleOutcome], u64),
         labels: Option<&[Cow<'static, str>]>,
     ) -> Vec<Grant> {
         merged
@@ -161,6 +169,7 @@ impl Client {
                     member: *member,
                     estimate: m.permits,
                     left: outcome.left,
+                    refilled_at: earliest,
                     first: m.first,
                     settled: rule.is_settled().then_some(m.first),
                     max_overdraft: rule.overdraft_cap(),
@@ -412,7 +421,13 @@ impl Grant {
             rule: &self.config,
             bucket: self.bucket,
             member: &self.member,
-            at,
+            // (a window's grant is found at its time; a bucket's room counts the
+            // refill from its bucket's)
+            at: if self.bucket.is_some() {
+                self.refilled_at
+            } else {
+                at
+            },
             estimate: self.estimate,
             actual: counted,
             room: self.bucket.map_or(0, |shape| {

@@ -43,12 +43,15 @@ pub(crate) async fn acquire(
     Ok(acquire_members(backend, calls, now).await?.0)
 }
 
-/// [`acquire`], answering the log members each call's grant was made under.
+/// [`acquire`], answering the log members each call's grant was made under, and the
+/// earliest time a slot's call was decided at (each slot's script may decide a little
+/// later than the one before: a token bucket in an earlier slot was refilled to that
+/// earlier time).
 pub(crate) async fn acquire_members(
     backend: &RedisBackend,
     calls: &[RuleCall<'_>],
     now: u64,
-) -> Result<(Outcome, Members), Error> {
+) -> Result<(Outcome, Members, u64), Error> {
     let mut sent: Members = vec![[0; member::MEMBER_LEN]; calls.len()];
     let mut taken: Vec<(Vec<usize>, Members)> = Vec::new();
     let kept = RuleOutcome {
@@ -57,6 +60,7 @@ pub(crate) async fn acquire_members(
     };
     let mut rules: crate::backend::RuleOutcomes = smallvec::smallvec![kept; calls.len()];
     let mut at_ms = now;
+    let mut earliest = u64::MAX;
     for group in groups(calls) {
         let sub: Vec<RuleCall<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
         // (at the latest time an earlier slot's call was decided at: one sent again
@@ -69,6 +73,7 @@ pub(crate) async fn acquire_members(
             }
         };
         at_ms = at_ms.max(outcome.at_ms);
+        earliest = earliest.min(outcome.at_ms);
         for (&i, rule) in group.iter().zip(&outcome.rules) {
             rules[i] = *rule;
         }
@@ -87,7 +92,7 @@ pub(crate) async fn acquire_members(
                 at_ms,
                 rules,
             };
-            return Ok((refused, sent));
+            return Ok((refused, sent, earliest));
         }
         for (&i, member) in group.iter().zip(&members) {
             sent[i] = *member;
@@ -101,7 +106,7 @@ pub(crate) async fn acquire_members(
         at_ms,
         rules,
     };
-    Ok((granted, sent))
+    Ok((granted, sent, earliest.min(at_ms)))
 }
 
 /// Settles `calls` on `backend`, one script call per slot (one in all off a cluster).
