@@ -40,8 +40,8 @@ pub(crate) struct SettleCall<'a> {
     /// The log member the grant was made under (Redis: found by it).
     pub member: &'a [u8; crate::member::MEMBER_LEN],
     /// The grant's time (in process: found by it and its permits); a token bucket's:
-    /// no later than its bucket's refill at the grant (a call across a cluster's slots
-    /// decides each in turn: the earliest of their times).
+    /// its bucket's refill at the grant (a call across a cluster's slots decides each
+    /// in turn: its own slot's time).
     pub at: u64,
     /// The permits the grant took.
     pub estimate: u64,
@@ -180,9 +180,9 @@ impl Backend {
     }
 
     /// Decides `calls` as [`acquire`](Backend::acquire) does, answering the log
-    /// members their grants were made under, for a reservation to settle, and the
-    /// earliest time any of them was decided at (the decision's own time but across
-    /// a cluster's slots, each decided in turn); in process,
+    /// members their grants were made under, for a reservation to settle, and across a
+    /// cluster's slots, each decided in turn, the time each call's slot was decided at
+    /// (`None`: all at the decision's own time); in process,
     /// with the calls' names hashed as their rules keep them (`hashes`), a granted call
     /// whose `pinned` is true holds its limiter until the reservation lets it go.
     pub async fn reserve(
@@ -190,21 +190,21 @@ impl Backend {
         calls: &[RuleCall<'_>],
         (hashes, pinned): (&[u64], &[bool]),
         now: u64,
-    ) -> Result<(Outcome, Members, u64), Error> {
+    ) -> Result<(Outcome, Members, Option<Vec<u64>>), Error> {
         match self {
             Backend::Memory(b) => {
                 let (outcome, members) = b.reserve(calls, hashes, pinned, now)?;
-                let at = outcome.at_ms;
-                Ok((outcome, members, at))
+                Ok((outcome, members, None))
             }
             Backend::Redis(b) => {
                 let decided = async {
                     if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
-                        redis::cross_slot::acquire_members(b, calls, now).await
+                        let (outcome, members, times) =
+                            redis::cross_slot::acquire_members(b, calls, now).await?;
+                        Ok((outcome, members, Some(times)))
                     } else {
                         let (outcome, members) = b.acquire_group(calls, now).await?;
-                        let at = outcome.at_ms;
-                        Ok((outcome, members, at))
+                        Ok((outcome, members, None))
                     }
                 };
                 let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);

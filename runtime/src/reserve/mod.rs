@@ -75,8 +75,8 @@ struct Grant {
     estimate: u64,
     /// The permits the grant left the limiter.
     left: u64,
-    /// No later than a token bucket's refill at the grant: the earliest time the
-    /// call's slots decided at.
+    /// A token bucket's refill at the grant: the decision's time, or across a
+    /// cluster's slots, its own slot's.
     refilled_at: u64,
     /// The index of the grant's (first) rule among the reservation's rules.
     first: usize,
@@ -122,7 +122,7 @@ impl Client {
         // settled grants' limiters held as they are decided)
         let hashes: SmallVec<[u64; 4]> = merged.iter().map(|m| rules[m.first].name_hash()).collect();
         let pinned: SmallVec<[bool; 4]> = merged.iter().map(|m| rules[m.config].is_settled()).collect();
-        let (outcome, members, earliest) = self.backend().reserve(&calls, (&hashes, &pinned), now).await?;
+        let (outcome, members, times) = self.backend().reserve(&calls, (&hashes, &pinned), now).await?;
         let decision = crate::backend::decisions::merged_decision(rules, &merged, &outcome, || self.now_ms());
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
@@ -133,7 +133,8 @@ impl Client {
             grants: self.grants(
                 rules,
                 &merged,
-                (&members, &hashes, &outcome.rules, earliest),
+                (&members, &hashes, &outcome.rules),
+                (times.as_deref(), outcome.at_ms),
                 labels,
             ),
         };
@@ -145,12 +146,14 @@ impl Client {
         Ok(Reserved::Granted(reservation))
     }
 
-    /// A reservation's grants, one per merged call.
+    /// A reservation's grants, one per merged call; `times`, each call's decided time
+    /// when not all were decided at `at_ms` (across a cluster's slots).
     fn grants(
         &self,
         rules: &[Rule],
         merged: &[Merged],
-        (members, hashes, outcomes, earliest): (&Members, &[u64], &[RuleOutcome], u64),
+        (members, hashes, outcomes): (&Members, &[u64], &[RuleOutcome]),
+        (times, at_ms): (Option<&[u64]>, u64),
         labels: Option<&[Cow<'static, str>]>,
     ) -> Vec<Grant> {
         merged
@@ -158,7 +161,8 @@ impl Client {
             .zip(members)
             .zip(hashes)
             .zip(outcomes)
-            .map(|(((m, member), &name_hash), outcome)| {
+            .enumerate()
+            .map(|(i, (((m, member), &name_hash), outcome))| {
                 let rule = &rules[m.config];
                 Grant {
                     // (the rule's name checked with the call's keys)
@@ -169,7 +173,7 @@ impl Client {
                     member: *member,
                     estimate: m.permits,
                     left: outcome.left,
-                    refilled_at: earliest,
+                    refilled_at: times.map_or(at_ms, |times| times[i]),
                     first: m.first,
                     settled: rule.is_settled().then_some(m.first),
                     max_overdraft: rule.overdraft_cap(),

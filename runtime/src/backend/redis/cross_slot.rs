@@ -44,14 +44,14 @@ pub(crate) async fn acquire(
 }
 
 /// [`acquire`], answering the log members each call's grant was made under, and the
-/// earliest time a slot's call was decided at (each slot's script may decide a little
-/// later than the one before: a token bucket in an earlier slot was refilled to that
-/// earlier time).
+/// time each call's slot was decided at (each slot's script may decide a little later
+/// than the one before: a token bucket in an earlier slot was refilled at its own
+/// slot's time).
 pub(crate) async fn acquire_members(
     backend: &RedisBackend,
     calls: &[RuleCall<'_>],
     now: u64,
-) -> Result<(Outcome, Members, u64), Error> {
+) -> Result<(Outcome, Members, Vec<u64>), Error> {
     let mut sent: Members = vec![[0; member::MEMBER_LEN]; calls.len()];
     let mut taken: Vec<(Vec<usize>, Members)> = Vec::new();
     let kept = RuleOutcome {
@@ -60,7 +60,7 @@ pub(crate) async fn acquire_members(
     };
     let mut rules: crate::backend::RuleOutcomes = smallvec::smallvec![kept; calls.len()];
     let mut at_ms = now;
-    let mut earliest = u64::MAX;
+    let mut times = vec![now; calls.len()];
     for group in groups(calls) {
         let sub: Vec<RuleCall<'_>> = group.iter().map(|&i| calls[i].clone()).collect();
         // (at the latest time an earlier slot's call was decided at: one sent again
@@ -73,9 +73,9 @@ pub(crate) async fn acquire_members(
             }
         };
         at_ms = at_ms.max(outcome.at_ms);
-        earliest = earliest.min(outcome.at_ms);
         for (&i, rule) in group.iter().zip(&outcome.rules) {
             rules[i] = *rule;
+            times[i] = outcome.at_ms;
         }
         if !outcome.granted {
             give_back(backend, calls, &taken).await;
@@ -92,7 +92,7 @@ pub(crate) async fn acquire_members(
                 at_ms,
                 rules,
             };
-            return Ok((refused, sent, earliest));
+            return Ok((refused, sent, times));
         }
         for (&i, member) in group.iter().zip(&members) {
             sent[i] = *member;
@@ -106,7 +106,7 @@ pub(crate) async fn acquire_members(
         at_ms,
         rules,
     };
-    Ok((granted, sent, earliest.min(at_ms)))
+    Ok((granted, sent, times))
 }
 
 /// Settles `calls` on `backend`, one script call per slot (one in all off a cluster).
