@@ -862,53 +862,57 @@ async fn a_spray_of_new_keys_does_not_erase_a_pending_excess() {
 }
 
 /// A bucket another program wrote, not one the scripts read, fails the settle with
-/// nothing written (no mark either): once it is mended, the settle sent again applies.
+/// nothing written (no mark either): once it is mended, the settle sent again applies,
+/// an excess charged once, and a refund given back as far as its grant's room, which
+/// the settle sent again carries (with none, 300 not given back).
 #[tokio::test]
 async fn a_settle_on_a_foreign_bucket_fails_and_writes_nothing() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let mut raw = server.raw().await;
-    let rule = Rule::new("foreign:bucket", 1_000, HOUR)
-        .algorithm(Algorithm::TokenBucket)
-        .settled()
-        .permits(100);
-    let reservation = granted(&client, &[rule]).await;
-    let stored: String = redis::cmd("GET")
-        .arg("{foreign:bucket}:bucket")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("{foreign:bucket}:bucket")
-        .arg("not a bucket")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let failed = reservation.settle(400).await;
-    assert!(matches!(failed, Err(Error::CorruptBucket { .. })), "{failed:?}");
-    let marks: Vec<String> = redis::cmd("KEYS")
-        .arg("{foreign:bucket}:settled:*")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert!(
-        marks.is_empty(),
-        "no mark for a settle that did nothing: {marks:?}"
-    );
-    // Mended: the retry sent in the background now lands, once.
-    let _: () = redis::cmd("SET")
-        .arg("{foreign:bucket}:bucket")
-        .arg(&stored)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let left = client
-        .token_bucket("foreign:bucket", 1_000, HOUR)
-        .available()
-        .await
-        .unwrap();
-    assert!((600..=601).contains(&left), "400 counted once: {left} left");
+    // (the name, the permits reserved, the amount settled, what is left once it lands)
+    for (name, reserved, used, left_after) in [
+        ("foreign:bucket", 100, 400, 600..=601),
+        ("foreign:refund", 400, 100, 900..=901),
+    ] {
+        let rule = Rule::new(name, 1_000, HOUR)
+            .algorithm(Algorithm::TokenBucket)
+            .settled()
+            .permits(reserved);
+        let key = format!("{{{name}}}:bucket");
+        let reservation = granted(&client, &[rule]).await;
+        let stored: String = redis::cmd("GET").arg(&key).query_async(&mut raw).await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("not a bucket")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let failed = reservation.settle(used).await;
+        assert!(matches!(failed, Err(Error::CorruptBucket { .. })), "{failed:?}");
+        let marks: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{{name}}}:settled:*"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(
+            marks.is_empty(),
+            "no mark for a settle that did nothing: {marks:?}"
+        );
+        // Mended: the retry sent in the background now lands, once.
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&stored)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let left = client.token_bucket(name, 1_000, HOUR).available().await.unwrap();
+        assert!(
+            left_after.contains(&left),
+            "{name}: {used} counted once: {left} left"
+        );
+    }
 }
 
 /// A window's excess settled late (its mark set, the excess charged at the settle's
