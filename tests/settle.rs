@@ -483,7 +483,26 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
             !client.check_rules(&[rule()]).await.unwrap().allowed,
             "clock on {i}"
         );
-        clock.set(back_to + HOUR.as_millis() as u64);
+        // A bucket made again since the grant on a clock behind it (the one the grant
+        // emptied refilled and expired, here deleted, then a call 1.5 s behind made a
+        // full one and emptied it): nothing back (given back whole: 9 more at once).
+        let name = format!("refilled:again:{i}");
+        let rule = || Rule::new(&name, 10, MINUTE).algorithm(Algorithm::TokenBucket);
+        let grant_at = back_to + HOUR.as_millis() as u64;
+        clock.set(grant_at);
+        let reservation = granted(client, &[rule().settled().permits(10)]).await;
+        clock.advance(MINUTE);
+        // (in process a full bucket counts as none: deleted or not, `false`)
+        client.token_bucket(&name, 10, MINUTE).delete().await.unwrap();
+        clock.set(grant_at - 1_500);
+        assert!(client.check_rules(&[rule().permits(10)]).await.unwrap().allowed);
+        let settled = reservation.settle(0).await.unwrap();
+        assert_eq!(settled.rules[0].remaining, 0, "again on {i}: nothing given back");
+        assert!(
+            !client.check_rules(&[rule()]).await.unwrap().allowed,
+            "again on {i}"
+        );
+        clock.set(back_to + 2 * HOUR.as_millis() as u64);
     }
 }
 

@@ -274,8 +274,10 @@ for j = 1, #KEYS / 6 do
       -- Given back only as far as what refilled since the grant, up to the bucket's
       -- own refill time (r.at: a clock behind it refilled nothing), left it room, and
       -- nothing into a config changed since (its tokens carried over, its fraction
-      -- dropped).
-      if same then
+      -- dropped) nor into a bucket made again since on a clock behind the grant's (its
+      -- stored refill time before the grant's, which a bucket's writes never move
+      -- back: the one the grant left expired full, or was deleted).
+      if same and s.at >= tonumber(at) then
         room = math.max(tonumber(room) - r.rate * math.max(r.at - tonumber(at), 0), 0)
       else
         room = 0

@@ -111,14 +111,18 @@ impl MemoryBackend {
                 // Given back only as far as what refilled since the grant, up to the
                 // bucket's own refill time (`plan.at`: a clock behind it refilled
                 // nothing), left it room; a config changed since (its tokens carried
-                // over, its fraction dropped) gets nothing back.
+                // over, its fraction dropped) gets nothing back, nor a bucket made again
+                // since on a clock behind the grant's (its stored refill time before the
+                // grant's, which a bucket's writes never move back: the one the grant
+                // left was let go full, or deleted).
                 let same = (plan.rate, plan.interval, plan.burst, plan.warmup)
                     == (
                         call.rule.rate,
                         call.rule.interval_ms(),
                         shape.burst,
                         shape.warmup_ms,
-                    );
+                    )
+                    && tokens.state.at >= call.at;
                 let room = if same {
                     crate::algorithm::bucket::room_at(call.room, plan.rate, call.at, plan.at)
                 } else {
