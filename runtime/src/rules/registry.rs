@@ -247,6 +247,7 @@ impl Shape {
             ":permits:{client}",
             ":bucket:{client}",
             ":settled:{grant}",
+            ":settled:given:{client}",
         ]
         .iter()
         .map(|suffix| base.clone().then(&Shape::of_template("", suffix)))
