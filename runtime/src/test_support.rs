@@ -52,3 +52,14 @@ impl Subscriber for CountEvents {
     fn enter(&self, _: &Id) {}
     fn exit(&self, _: &Id) {}
 }
+
+/// Numbers below a bound from a xorshift generator started at `seed` (nonzero): the
+/// random tests' draws, the same on every run.
+pub(crate) fn draws(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |below| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    }
+}

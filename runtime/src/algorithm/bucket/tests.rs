@@ -174,16 +174,11 @@ fn the_refill_agrees_with_its_definition() {
         let cold = (i128::from(old.cold) + total - base).min(i128::from(old.warmup * old.rate));
         (base as i64, cold as u64)
     }
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = |below: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        match seed % 4 {
-            0 => 0,
-            1 => below - 1,
-            _ => seed % below,
-        }
+    let mut draw = crate::test_support::draws(0x2545_f491_4f6c_dd1d_u64);
+    let mut next = |below: u64| match draw(4) {
+        0 => 0,
+        1 => below - 1,
+        _ => draw(below),
     };
     for _ in 0..200_000 {
         let (rate, interval, burst, warmup) = (
@@ -270,13 +265,7 @@ fn a_stored_bucket_rests_when_rest_in_says() {
 /// over random buckets (in debt too), grants, refills and another call between.
 #[test]
 fn a_settle_gives_back_at_most_what_the_grant_would_have_left() {
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = |below: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % below
-    };
+    let mut next = crate::test_support::draws(0x9e37_79b9_7f4a_7c15_u64);
     let mut settled_short = 0;
     for _ in 0..100_000 {
         let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
@@ -347,13 +336,7 @@ fn a_settle_gives_back_at_most_what_the_grant_would_have_left() {
 /// the last give-back's number each grant read), in the same millisecond too.
 #[test]
 fn settles_of_several_reservations_give_back_at_most_what_their_grants_would_have_left() {
-    let mut seed = 0x2f8e_1c5a_9b3d_7e41_u64;
-    let mut next = |below: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % below
-    };
+    let mut next = crate::test_support::draws(0x2f8e_1c5a_9b3d_7e41_u64);
     let mut given_back = 0_u64;
     for _ in 0..30_000 {
         let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);

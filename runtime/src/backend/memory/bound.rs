@@ -177,13 +177,7 @@ mod tests {
     /// buckets, in debt or not, let go and made again at random times.
     #[test]
     fn a_bucket_made_again_from_its_trace_holds_what_it_held_or_a_ms_less() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut below = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut below = crate::test_support::draws(0x9e37_79b9_7f4a_7c15_u64);
         let (mut traced, mut short_of_held) = (0, 0);
         for case in 0..50_000 {
             let rate = 1 + below(if case % 2 == 0 { 10 } else { 100_000 });

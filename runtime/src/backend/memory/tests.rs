@@ -560,13 +560,7 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
             warmup_ms: 1_500,
         },
     ];
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = crate::test_support::draws(0x9e37_79b9_7f4a_7c15_u64);
     let (mut now, before) = (1_000_000u64, SEVERAL.with(|n| n.get()));
     let (mut grants, mut refusals) = (0, 0);
     for step in 0..20_000 {
