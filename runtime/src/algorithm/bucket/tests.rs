@@ -260,6 +260,27 @@ fn a_stored_bucket_rests_when_rest_in_says() {
     }
 }
 
+/// A small bucket's rate, interval and burst drawn by `next`, with its capacity and
+/// the ms it takes to fill.
+fn small_bucket(next: &mut impl FnMut(u64) -> u64) -> (u64, u64, u64, u64, u64) {
+    let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
+    let capacity = burst * interval;
+    (rate, interval, burst, capacity, capacity.div_ceil(rate))
+}
+
+/// That bucket, without a warm-up, holding `units` at 1 000 ms.
+fn small_stored((rate, interval, burst): (u64, u64, u64), units: i64) -> Stored {
+    Stored {
+        rate,
+        interval,
+        burst,
+        warmup: 0,
+        units,
+        at: 1_000,
+        cold: 0,
+    }
+}
+
 /// A settle gives back no more than the bucket would hold had the grant taken only
 /// what it used, and, with no other call between, less than a token short of it:
 /// over random buckets (in debt too), grants, refills and another call between.
@@ -268,18 +289,9 @@ fn a_settle_gives_back_at_most_what_the_grant_would_have_left() {
     let mut next = crate::test_support::draws(0x9e37_79b9_7f4a_7c15_u64);
     let mut settled_short = 0;
     for _ in 0..100_000 {
-        let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
-        let capacity = burst * interval;
-        let fill_ms = capacity.div_ceil(rate);
-        let start = Stored {
-            rate,
-            interval,
-            burst,
-            warmup: 0,
-            units: next(capacity + capacity / 2 + 1) as i64 - (capacity / 2) as i64,
-            at: 1_000,
-            cold: 0,
-        };
+        let (rate, interval, burst, capacity, fill_ms) = small_bucket(&mut next);
+        let units = next(capacity + capacity / 2 + 1) as i64 - (capacity / 2) as i64;
+        let start = small_stored((rate, interval, burst), units);
         // `permits` taken from `stored` at `now` when it holds them: the state after.
         let take = |stored: &Stored, now: u64, permits: u64| {
             let (plan, _) = plan_tokens(rate, interval, burst, 0, Some(stored), now);
@@ -339,18 +351,8 @@ fn settles_of_several_reservations_give_back_at_most_what_their_grants_would_hav
     let mut next = crate::test_support::draws(0x2f8e_1c5a_9b3d_7e41_u64);
     let mut given_back = 0_u64;
     for _ in 0..30_000 {
-        let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
-        let capacity = burst * interval;
-        let fill_ms = capacity.div_ceil(rate);
-        let start = Stored {
-            rate,
-            interval,
-            burst,
-            warmup: 0,
-            units: next(capacity + 1) as i64,
-            at: 1_000,
-            cold: 0,
-        };
+        let (rate, interval, burst, capacity, fill_ms) = small_bucket(&mut next);
+        let start = small_stored((rate, interval, burst), next(capacity + 1) as i64);
         let refilled = |stored: &Stored, now: u64| plan_tokens(rate, interval, burst, 0, Some(stored), now).0;
         let stored = |plan: &Plan, units: i64| plan.store_tokens(units, 0).0;
         // (time, permits taken, the reservation it was): replayed for the bucket had
