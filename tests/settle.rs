@@ -322,7 +322,7 @@ async fn a_settle_sent_twice_counts_once() {
             .key("{twice:window}:settled:mark")
             .key("twice:bucket")
             .key("{twice:bucket}:bucket")
-            .key("{twice:bucket}:settled:given")
+            .key("{twice:bucket}:value:x")
             .key("{twice:bucket}:permits")
             .key("{twice:bucket}:permits:x")
             .key("{twice:bucket}:settled:mark")
@@ -331,13 +331,13 @@ async fn a_settle_sent_twice_counts_once() {
             .arg(&window_member[..])
             .arg(100)
             .arg(400)
-            // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room:seen
-            .arg("120000:1000:60000:0:0:0:60000:0:0:0")
+            // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room
+            .arg("120000:1000:60000:0:0:0:60000:0:0")
             .arg("b")
             .arg(&bucket_member[..])
             .arg(100)
             .arg(400)
-            .arg(format!("120000:1000:3600000:1000:0:0:0:{now}:0:0"))
+            .arg(format!("120000:1000:3600000:1000:0:0:0:{now}:0"))
             .invoke_async(&mut raw)
             .await
             .unwrap();
@@ -364,7 +364,7 @@ async fn a_settle_sent_twice_counts_once() {
         .arg(&window_member[..])
         .arg(100)
         .arg(400)
-        .arg("120000:1000:60000:0:0:2:60000:0:0:0")
+        .arg("120000:1000:60000:0:0:2:60000:0:0")
         .invoke_async::<i64>(&mut raw)
         .await
         .unwrap_err();
@@ -504,81 +504,6 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
         );
         clock.set(back_to + 2 * HOUR.as_millis() as u64);
     }
-}
-
-/// Several reservations pending on one bucket: what one settle gave back fills the
-/// room another's grant left, as a refill does. Two reservations of 5 empty a bucket of
-/// 10 a minute; settled 0 at once, each gets 4 back (a settle counts at least 1): 8.
-/// The first settled at once, the bucket refilled 30 s and emptied by a plain call,
-/// the second then gets nothing back: had each grant taken 1 the bucket would hold 1
-/// (what settles gave back is counted as leaking at the rate, and the refill since the
-/// grant twice, so a settle may give back less than that, never more); the first's 4
-/// counted as room again, it got 4 back and 13 were granted at that instant.
-#[tokio::test]
-async fn settles_of_reservations_on_one_bucket_fill_each_other_s_room() {
-    let clock = ManualClock::new(START);
-    let (_server, clients) = clients(&clock).await;
-    for (i, client) in clients.iter().enumerate() {
-        for refilled in [false, true] {
-            let name = format!("several:{refilled}:{i}");
-            let rule = || Rule::new(&name, 10, MINUTE).algorithm(Algorithm::TokenBucket);
-            let first = granted(client, &[rule().settled().permits(5)]).await;
-            let second = granted(client, &[rule().settled().permits(5)]).await;
-            assert_eq!(first.settle(0).await.unwrap().rules[0].remaining, 4);
-            if refilled {
-                clock.advance(Duration::from_secs(30));
-                assert!(client.check_rules(&[rule().permits(9)]).await.unwrap().allowed);
-            }
-            let left = second.settle(0).await.unwrap().rules[0].remaining;
-            assert_eq!(left, if refilled { 0 } else { 8 }, "refilled {refilled} on {i}");
-            clock.advance(HOUR);
-        }
-        // A grant after a give-back, in the same millisecond: the give-back came before
-        // it, and its room is not cut by it. Reserving 5 and settling 0 in turn at one
-        // instant, each settle leaves the bucket one token lower: 6 granted, then
-        // refused with 4 left. (Ordered by time alone, a give-back of the same
-        // millisecond counted as after the grant: 2 granted.)
-        let name = format!("several:instant:{i}");
-        let rule = || Rule::new(&name, 10, MINUTE).algorithm(Algorithm::TokenBucket);
-        let mut lefts = Vec::new();
-        while let Reserved::Granted(reservation) =
-            client.reserve(&[rule().settled().permits(5)]).await.unwrap()
-        {
-            lefts.push(reservation.settle(0).await.unwrap().rules[0].remaining);
-        }
-        assert_eq!(lefts, [9, 8, 7, 6, 5, 4], "at one instant on {i}");
-    }
-}
-
-/// What settles gave back into a bucket is kept for a full refill on the bucket's own
-/// time and a minute more: a settle on a clock behind the bucket's refill time keeps
-/// it that much longer, so that it does not expire on Redis's clock while the bucket,
-/// whose time stands still, holds grants it bounds. (Kept a refill and a second from
-/// Redis's clock, it expired under a clock stepped back 6.5 s, and a bucket of 100
-/// granted 144 at one instant.)
-#[tokio::test]
-async fn what_settles_gave_back_is_kept_for_a_refill_on_the_bucket_s_time() {
-    let clock = ManualClock::new(START);
-    let server = RedisServer::start();
-    let client = Client::builder()
-        .clock(clock.clone())
-        .connect(&server.url())
-        .await
-        .unwrap();
-    let mut raw = server.raw().await;
-    let rule = || Rule::new("kept", 10, HOUR).algorithm(Algorithm::TokenBucket);
-    clock.set(START + 30_000);
-    assert!(client.check_rules(&[rule()]).await.unwrap().allowed);
-    clock.set(START);
-    let reservation = granted(&client, &[rule().settled().permits(5)]).await;
-    assert_eq!(reservation.settle(0).await.unwrap().rules[0].remaining, 8);
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg("{kept}:settled:given")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    // 30 s ahead of this clock, a full refill (an hour), a minute
-    assert!((3_680_000..=3_690_000).contains(&ttl), "{ttl} ms");
 }
 
 /// A cold bucket's grant costs up to three tokens a permit, which may leave it further
@@ -883,13 +808,11 @@ async fn a_bucket_settle_mark_lasts_as_long_as_a_retry() {
         .permits(500);
     let reservation = granted(&client, &[short, Rule::new("mark:window", 10, MINUTE)]).await;
     reservation.settle(0).await.unwrap();
-    let mut marks: Vec<String> = redis::cmd("KEYS")
+    let marks: Vec<String> = redis::cmd("KEYS")
         .arg("{mark:short}:settled:*")
         .query_async(&mut raw)
         .await
         .unwrap();
-    // (beside what settles gave back into the bucket lately)
-    marks.retain(|key| key != "{mark:short}:settled:given");
     assert_eq!(marks.len(), 1, "{marks:?}");
     let ttl: i64 = redis::cmd("PTTL")
         .arg(&marks[0])
@@ -1047,7 +970,7 @@ async fn a_late_settle_sent_again_at_an_earlier_time_counts_once() {
             .arg(100)
             .arg(400)
             // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room
-            .arg("120000:1000:60000:0:0:0:3600000:0:0:0")
+            .arg("120000:1000:60000:0:0:0:3600000:0:0")
             .invoke_async(&mut raw)
             .await
             .unwrap();

@@ -7,9 +7,7 @@
 -- KEYS, per rule: rule i's key j is KEYS[6*(i-1)+j]:
 --   1 config: NAME, the config hash (a sliding window's rate, interval and mode)
 --   2 value: {NAME}:value, or a token bucket's key in the rule's mode
---   3 client_value: {NAME}:value:ID; a token bucket's: what settles gave back into
---     it lately, "units:ms:number" ({NAME}:settled:given, or {NAME}:settled:given:ID
---     per client; the number grows with each give-back), kept for a full refill
+--   3 client_value: {NAME}:value:ID
 --   4 permits: {NAME}:permits
 --   5 client_permits: {NAME}:permits:ID
 --   6 mark: {NAME}:settled:<grant id>, the settle mark
@@ -21,7 +19,7 @@
 --   2 member: the log member the grant was made under (its id names the settle mark)
 --   3 estimate: the permits the grant took
 --   4 actual: the permits to count instead, from 0 to 4294967295
---   5 terms: "mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room:seen", read only
+--   5 terms: "mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room", read only
 --     on the paths that use them (each argument costs Redis as much before the script
 --     runs): how long the settle mark is kept in ms (as long as the settle may be sent
 --     again), the rule's rate and interval in ms (for a token bucket missing, so full,
@@ -29,9 +27,7 @@
 --     for a window), a window's mode and keepAliveTime in ms as the grant decided
 --     them (type 0 overall, 1 per client; keep-alive 0: none), and a token bucket's
 --     grant time (epoch ms) and room: the most its settle may give back right after
---     the grant, in units, and the number of the last give-back into the bucket (in
---     the client value key's place, below) read just before the grant (0: none; 0 for
---     a window)
+--     the grant, in units (0 for a window)
 -- Returns one integer per rule, alone for one rule (a table costs more than its
 -- integers), else in a table: -2 when there was nothing to settle (a refund for a
 -- grant out of its window or no longer in its log, a settle already made, a limiter
@@ -51,8 +47,7 @@
 -- has expired meanwhile (a limiter idle for its keep-alive). An excess sets the mark, so that a settle sent again
 -- after the window has passed charges nothing twice. A token bucket is refilled to
 -- now, then gets back the tokens not used (up to its burst, and up to the room the
--- grant left less what refilled since, to the bucket's own refill time, and less what
--- other settles gave back since, kept in the client value key's place: tokens the
+-- grant left less what refilled since, to the bucket's own refill time: tokens the
 -- bucket would have refilled past its burst, had the grant taken only what it used,
 -- do not come back; nothing comes back into a bucket whose config changed since) or
 -- pays the excess as taking it would, below zero down to its rate (one interval's
@@ -73,15 +68,15 @@ local function log_member(member, id_len, suffix, permits)
 end
 
 -- The terms of the rule whose arguments start after a: mark_ms, rate, interval,
--- burst, warmup, type, keep_alive, at, room and seen, as text; with `mark_only`, mark_ms
+-- burst, warmup, type, keep_alive, at and room, as text; with `mark_only`, mark_ms
 -- alone (the rest not read: a pattern's captures cost).
 local function terms(a, mark_only)
-  local pattern = mark_only and '^(%d+):' or '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):(%d+):(%d+):(%d+):(%d+)$'
-  local mark_ms, rate, interval, burst, warmup, mode, keep, at, room, seen = string.match(ARGV[a + 5], pattern)
+  local pattern = mark_only and '^(%d+):' or '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):(%d+):(%d+):(%d+)$'
+  local mark_ms, rate, interval, burst, warmup, mode, keep, at, room = string.match(ARGV[a + 5], pattern)
   if mark_ms == nil then
     error('redlimit:bad_argument:' .. (a + 5) .. ' terms ' .. tostring(ARGV[a + 5]), 0)
   end
-  return mark_ms, rate, interval, burst, warmup, mode, keep, at, room, seen
+  return mark_ms, rate, interval, burst, warmup, mode, keep, at, room
 end
 
 -- A grant still in its window (config: as read and checked): its member
@@ -248,10 +243,10 @@ for j = 1, #KEYS / 6 do
   if ARGV[2 + 5 * (j - 1)] == 'b' then
     bucket_helpers()
     settle_tokens = function(i, k, a, estimate, actual, now)
-      local mark_ms, rate, interval, burst, warmup, _, _, at, room, seen = terms(a)
+      local mark_ms, rate, interval, burst, warmup, _, _, at, room = terms(a)
       local r = { rate = tonumber(rate), interval = tonumber(interval), burst = tonumber(burst),
         warmup = tonumber(warmup) }
-      local key, given_key, mark = KEYS[k + 2], KEYS[k + 3], KEYS[k + 6]
+      local key, mark = KEYS[k + 2], KEYS[k + 6]
       -- Read first: a bucket that is not one this code wrote fails the script before the
       -- mark is set, so a settle sent again once it is mended still applies.
       local raw = redis.call('get', key)
@@ -260,9 +255,6 @@ for j = 1, #KEYS / 6 do
         local role = string.sub(key, -7) == ':bucket' and 'bucket' or 'client_bucket'
         error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
       end
-      -- What settles gave back into it lately, "units:ms" (below); anything else
-      -- there counts as too much to give more back. Read before anything is written.
-      local given = redis.pcall('get', given_key)
       if redis.call('set', mark, '1', 'nx', 'px', mark_ms) == false then
         return -2
       end
@@ -280,47 +272,19 @@ for j = 1, #KEYS / 6 do
       end
       plan_tokens(r, now)
       -- Given back only as far as what refilled since the grant, up to the bucket's
-      -- own refill time (r.at: a clock behind it refilled nothing), and what other
-      -- settles gave back since the grant, left it room; nothing into a config changed
-      -- since (its tokens carried over, its fraction dropped) nor into a bucket made
-      -- again since on a clock behind the grant's (its stored refill time before the
-      -- grant's, which a bucket's writes never move back: the one the grant left
-      -- expired full, or was deleted). What settles gave back is kept leaking at the
-      -- rate between one and the next, with the number of the last: none since the
-      -- grant when it is the number the grant read, else at most what was kept then
-      -- plus what leaked since the grant (lib twin: room_at and given_after in
-      -- runtime/src/algorithm/bucket.rs).
-      local given_units, given_at, given_seq
-      if type(given) == 'string' then
-        given_units, given_at, given_seq = string.match(given, '^(%d+):(%d+):(%d+)$')
-      end
-      if same and s.at >= tonumber(at) and (given == false or given_units) then
-        local others = 0
-        if given_units and given_seq ~= seen then
-          others = tonumber(given_units) + r.rate * math.max(tonumber(given_at) - tonumber(at), 0)
-        end
-        room = math.max(tonumber(room) - r.rate * math.max(r.at - tonumber(at), 0) - others, 0)
+      -- own refill time (r.at: a clock behind it refilled nothing), left it room, and
+      -- nothing into a config changed since (its tokens carried over, its fraction
+      -- dropped) nor into a bucket made again since on a clock behind the grant's (its
+      -- stored refill time before the grant's, which a bucket's writes never move
+      -- back: the one the grant left expired full, or was deleted).
+      if same and s.at >= tonumber(at) then
+        room = math.max(tonumber(room) - r.rate * math.max(r.at - tonumber(at), 0), 0)
       else
         room = 0
       end
       if actual < estimate then
-        local before = r.units
-        r.units = math.min(r.units + math.min((estimate - actual) * r.interval, room), r.burst * r.interval)
-        if r.units > before then
-          local kept, cap = 0, r.burst * r.interval
-          if given_units then
-            kept = math.max(tonumber(given_units) - r.rate * math.max(r.at - tonumber(given_at), 0), 0)
-          end
-          -- Numbered on from the last, and at least the bucket's time times 1024, so
-          -- that a number a grant read before this key expired is not met again.
-          local seq = math.max(given_units and tonumber(given_seq) + 1 or 0, r.at * 1024)
-          -- (at most the capacity: no room is larger) kept while a grant before it may
-          -- have room left, a full refill on the bucket's time (its refill time may be
-          -- ahead of this clock), and a minute for clocks behind it
-          redis.call('set', given_key,
-            string.format('%d:%d:%d', math.min(kept + r.units - before, cap), r.at, seq),
-            'px', string.format('%d', r.at - now + cdiv(cap, r.rate) + 60000))
-        end
+        local back = math.min((estimate - actual) * r.interval, room)
+        r.units = math.min(r.units + back, r.burst * r.interval)
       else
         -- an excess whose plain tokens reach the floor, the rate below zero: the floor
         -- (its units may be past what a double holds exactly)

@@ -205,7 +205,7 @@ pub fn plan_tokens(
 impl Plan {
     /// The most units the bucket holds.
     #[inline]
-    pub fn capacity(&self) -> u64 {
+    fn capacity(&self) -> u64 {
         self.burst * self.interval
     }
 
@@ -369,52 +369,13 @@ pub fn grant_room(burst: u64, interval: u64, estimate: u64, left: u64) -> u64 {
 }
 
 /// The part of a grant's `room` (its [`grant_room`], at `at`) left at `now`, the
-/// bucket's refill time, by a bucket refilled at `rate` units a ms into which settles
-/// gave back `given` lately (see [`given_after`]), whose last give-back's number was
-/// `seen` just before the grant: what refilled since and what other settles gave back
+/// bucket's refill time, by a bucket refilled at `rate` units a ms: what refilled
 /// since filled the room first. A settle giving back no more than this never lets a
-/// bucket hold more than it would had the grant taken only what it used. Settles gave
-/// back nothing since the grant when the last one's number is still `seen`, else at
-/// most what `given` held then plus what leaked from it since the grant.
-pub fn room_at(room: u64, rate: u64, (at, now): (u64, u64), given: Given, seen: u64) -> u64 {
-    let rate = u128::from(rate);
-    let refilled = rate * u128::from(now.saturating_sub(at));
-    let others = if given.seq != 0 && given.seq != seen {
-        u128::from(given.units) + rate * u128::from(given.at.saturating_sub(at))
-    } else {
-        0
-    };
-    u128::from(room).saturating_sub(refilled + others) as u64
-}
-
-/// What settles gave back into a bucket lately (settle.lua's `{NAME}:settled:given`):
-/// `units`, counted at `at` (epoch ms), that leak at the bucket's rate between one
-/// give-back and the next, and `seq`, the last give-back's number (0: none yet).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Given {
-    pub units: u64,
-    pub at: u64,
-    pub seq: u64,
-}
-
-/// `given` after a settle gave `back` units into a bucket of `capacity` units refilled
-/// at `rate` at `now`, the bucket's refill time: what was there, leaked since it was
-/// counted, and `back`, counted now; at most the capacity (no room is larger). Its
-/// number follows the last one's, and is at least `now` times 1024, so that a number
-/// read before the record was let go is not met again.
-pub fn given_after(given: Given, (rate, capacity): (u64, u64), now: u64, back: u64) -> Given {
-    let leaked = u128::from(rate) * u128::from(now.saturating_sub(given.at));
-    let kept = u128::from(given.units).saturating_sub(leaked) as u64;
-    let next = if given.seq == 0 {
-        0
-    } else {
-        given.seq.saturating_add(1)
-    };
-    Given {
-        units: kept.saturating_add(back).min(capacity),
-        at: now,
-        seq: next.max(now.saturating_mul(1024)),
-    }
+/// bucket hold more than it would had the grant taken only what it used, while no
+/// other settle gave back into it since the grant.
+pub fn room_at(room: u64, rate: u64, at: u64, now: u64) -> u64 {
+    let refilled = u128::from(rate) * u128::from(now.saturating_sub(at));
+    u128::from(room).saturating_sub(refilled) as u64
 }
 
 #[cfg(test)]

@@ -29,21 +29,6 @@ pub(crate) struct RuleCall<'a> {
     pub bucket: Option<crate::BucketShape>,
 }
 
-/// Per call of a reservation, the number of the last give-back into its token bucket
-/// read at its grant (see [`SettleCall::seen`]); 0 for any other.
-pub(crate) type Seen = SmallVec<[u64; 4]>;
-
-/// A reservation's decision, as [`Backend::reserve`] answers it.
-pub(crate) struct ReserveReply {
-    pub outcome: Outcome,
-    /// For each call, the log member its settle finds the grant by.
-    pub members: Members,
-    /// Each call's decided time when not all were decided at the outcome's (across a
-    /// cluster's slots).
-    pub times: Option<Vec<u64>>,
-    pub seen: Seen,
-}
-
 /// One grant of a reservation, settled with the amount actually used.
 #[derive(Clone)]
 pub(crate) struct SettleCall<'a> {
@@ -68,11 +53,6 @@ pub(crate) struct SettleCall<'a> {
     /// ([`room_at`](crate::algorithm::bucket::room_at)). 0 for a sliding window, whose
     /// log holds its grant.
     pub room: u64,
-    /// A token bucket's: the number of the last give-back into it read just before the
-    /// grant (0: none; see [`Given`](crate::algorithm::bucket::Given)), so that the
-    /// settle takes off its room only what other settles gave back since. 0 for a
-    /// sliding window.
-    pub seen: u64,
     /// How long the settle mark is kept (ms): as long as the settle may be sent again.
     pub mark_ms: u64,
     /// The limiter's name hashed as its rule keeps it, when the caller has it (in
@@ -204,49 +184,28 @@ impl Backend {
     /// cluster's slots, each decided in turn, the time each call's slot was decided at
     /// (`None`: all at the decision's own time); in process,
     /// with the calls' names hashed as their rules keep them (`hashes`), a granted call
-    /// whose `pinned` is true holds its limiter until the reservation lets it go. For
-    /// each settled (`pinned`) token bucket, the number of the last give-back into it
-    /// (in process read under the decision's locks, on Redis just before it).
+    /// whose `pinned` is true holds its limiter until the reservation lets it go.
     pub async fn reserve(
         &self,
         calls: &[RuleCall<'_>],
         (hashes, pinned): (&[u64], &[bool]),
         now: u64,
-    ) -> Result<ReserveReply, Error> {
+    ) -> Result<(Outcome, Members, Option<Vec<u64>>), Error> {
         match self {
             Backend::Memory(b) => {
-                let (outcome, members, seen) = b.reserve(calls, hashes, pinned, now)?;
-                Ok(ReserveReply {
-                    outcome,
-                    members,
-                    times: None,
-                    seen,
-                })
+                let (outcome, members) = b.reserve(calls, hashes, pinned, now)?;
+                Ok((outcome, members, None))
             }
             Backend::Redis(b) => {
                 let decided = async {
-                    // (read before the grant: a settled token bucket's last give-back)
-                    let mut seen = Seen::new();
-                    for (call, &pin) in calls.iter().zip(pinned) {
-                        seen.push(match (call.bucket, call.rule) {
-                            (Some(_), Some(rule)) if pin => b.given_seq(call.keys, rule.rate_type).await?,
-                            _ => 0,
-                        });
-                    }
-                    let (outcome, members, times) = if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
+                    if b.is_cluster() && !redis::cross_slot::one_slot(calls) {
                         let (outcome, members, times) =
                             redis::cross_slot::acquire_members(b, calls, now).await?;
-                        (outcome, members, Some(times))
+                        Ok((outcome, members, Some(times)))
                     } else {
                         let (outcome, members) = b.acquire_group(calls, now).await?;
-                        (outcome, members, None)
-                    };
-                    Ok(ReserveReply {
-                        outcome,
-                        members,
-                        times,
-                        seen,
-                    })
+                        Ok((outcome, members, None))
+                    }
                 };
                 let timed = crate::observe::redis(crate::observe::Operation::Acquire, decided);
                 Box::pin(tracing::Instrument::instrument(timed, redis_span())).await

@@ -140,17 +140,6 @@ impl<'a> Keys<'a> {
         self.per_client(&self.bucket())
     }
 
-    /// `{NAME}:settled:given`: what settles gave back into the token bucket lately
-    /// (`settle.lua`), mode overall.
-    pub fn given(&self) -> String {
-        suffix(self.name, "settled:given")
-    }
-
-    /// `{NAME}:settled:given:CLIENT_ID`: [`given`](Self::given), mode per_client.
-    pub fn client_given(&self) -> String {
-        self.per_client(&self.given())
-    }
-
     /// `KEY:CLIENT_ID`, the per_client form of an overall key.
     fn per_client(&self, key: &str) -> String {
         let mut out = String::with_capacity(key.len() + 1 + self.client_id.len());

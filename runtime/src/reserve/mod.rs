@@ -78,8 +78,6 @@ struct Grant {
     /// A token bucket's refill at the grant: the decision's time, or across a
     /// cluster's slots, its own slot's.
     refilled_at: u64,
-    /// A token bucket's: the number of the last give-back into it at the grant.
-    seen: u64,
     /// The index of the grant's (first) rule among the reservation's rules.
     first: usize,
     /// The rule's index when it is settled (`None`: it counts its permits as taken).
@@ -124,8 +122,7 @@ impl Client {
         // settled grants' limiters held as they are decided)
         let hashes: SmallVec<[u64; 4]> = merged.iter().map(|m| rules[m.first].name_hash()).collect();
         let pinned: SmallVec<[bool; 4]> = merged.iter().map(|m| rules[m.config].is_settled()).collect();
-        let reply = self.backend().reserve(&calls, (&hashes, &pinned), now).await?;
-        let outcome = reply.outcome;
+        let (outcome, members, times) = self.backend().reserve(&calls, (&hashes, &pinned), now).await?;
         let decision = crate::backend::decisions::merged_decision(rules, &merged, &outcome, || self.now_ms());
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
@@ -136,8 +133,8 @@ impl Client {
             grants: self.grants(
                 rules,
                 &merged,
-                (&reply.members, &hashes, &outcome.rules),
-                (reply.times.as_deref(), outcome.at_ms, &reply.seen),
+                (&members, &hashes, &outcome.rules),
+                (times.as_deref(), outcome.at_ms),
                 labels,
             ),
         };
@@ -150,14 +147,13 @@ impl Client {
     }
 
     /// A reservation's grants, one per merged call; `times`, each call's decided time
-    /// when not all were decided at `at_ms` (across a cluster's slots); `seen`, the
-    /// number of the last give-back into each call's token bucket at its grant.
+    /// when not all were decided at `at_ms` (across a cluster's slots).
     fn grants(
         &self,
         rules: &[Rule],
         merged: &[Merged],
         (members, hashes, outcomes): (&Members, &[u64], &[RuleOutcome]),
-        (times, at_ms, seen): (Option<&[u64]>, u64, &[u64]),
+        (times, at_ms): (Option<&[u64]>, u64),
         labels: Option<&[Cow<'static, str>]>,
     ) -> Vec<Grant> {
         merged
@@ -178,7 +174,6 @@ impl Client {
                     estimate: m.permits,
                     left: outcome.left,
                     refilled_at: times.map_or(at_ms, |times| times[i]),
-                    seen: seen[i],
                     first: m.first,
                     settled: rule.is_settled().then_some(m.first),
                     max_overdraft: rule.overdraft_cap(),
@@ -447,7 +442,6 @@ impl Grant {
                     self.left,
                 )
             }),
-            seen: self.seen,
             mark_ms,
             name_hash: Some(self.name_hash),
         }

@@ -26,7 +26,6 @@ struct Owned {
     estimate: u64,
     actual: u64,
     room: u64,
-    seen: u64,
     mark_ms: u64,
 }
 
@@ -41,7 +40,6 @@ impl Owned {
             estimate: self.estimate,
             actual: self.actual,
             room: self.room,
-            seen: self.seen,
             mark_ms: self.mark_ms,
             name_hash: None,
         }
@@ -71,7 +69,6 @@ pub(super) fn spawn(
                 estimate: c.estimate,
                 actual: c.actual,
                 room: c.room,
-                seen: c.seen,
                 mark_ms: c.mark_ms,
             })
         })

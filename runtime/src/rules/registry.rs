@@ -247,7 +247,6 @@ impl Shape {
             ":permits:{client}",
             ":bucket:{client}",
             ":settled:{grant}",
-            ":settled:given:{client}",
         ]
         .iter()
         .map(|suffix| base.clone().then(&Shape::of_template("", suffix)))

@@ -63,15 +63,14 @@ impl MemoryBackend {
     /// hash ([`hash`](MemoryBackend::hash)). A granted call whose `pinned` is true holds
     /// its limiter until [`let_go`](MemoryBackend::let_go) lets it go. On limiters held with
     /// their rules' configs the usual path of several rules decides it (one rule too),
-    /// the phases otherwise. With them, for each token bucket's call, the number of the
-    /// last give-back into its bucket, read under the same locks (0 for any other).
+    /// the phases otherwise.
     pub fn reserve(
         &self,
         calls: &[RuleCall<'_>],
         hashes: &[u64],
         pinned: &[bool],
         clock_now: u64,
-    ) -> Result<(Outcome, Members, Hashes), Error> {
+    ) -> Result<(Outcome, Members), Error> {
         debug_assert!(calls
             .iter()
             .zip(hashes)
@@ -112,19 +111,7 @@ impl MemoryBackend {
                 }
             })
             .collect();
-        let seen = calls
-            .iter()
-            .zip(hashes)
-            .map(|(call, &hash)| match (call.bucket, call.rule) {
-                (Some(_), Some(rule)) => locked
-                    .store(hash)
-                    .limiters
-                    .get_hashed(hash, call.keys.config())
-                    .map_or(0, |limiter| limiter.given(rule.rate_type).seq),
-                _ => 0,
-            })
-            .collect();
-        Ok((outcome, members, seen))
+        Ok((outcome, members))
     }
 
     /// [`decide_hashed`](MemoryBackend::decide_hashed) always through the phases: what

@@ -3,7 +3,7 @@
 
 use super::state::{Bucket, Tokens};
 use super::{shard_of, MemoryBackend};
-use crate::algorithm::bucket::{Given, Plan};
+use crate::algorithm::bucket::Plan;
 use crate::backend::{SettleCall, SettleOutcome};
 use crate::Error;
 
@@ -101,23 +101,20 @@ impl MemoryBackend {
         let shape = call.bucket.expect("a token bucket's settle");
         let hash = self.call_hash(call);
         let mut store = self.lock_shard(shard_of(hash));
-        let kind = call.rule.rate_type;
         let held = store.limiters.get_hashed(hash, name).and_then(|l| {
-            let given = l.given(kind);
             l.tokens_or_recalled(call.rule, shape.burst, shape.warmup_ms, now)
-                .map(|tokens| (*tokens, given))
+                .copied()
         });
-        let (plan, room, given) = match held {
-            Some((tokens, given)) => {
+        let (plan, room) = match held {
+            Some(tokens) => {
                 let plan = Plan::refilled(&tokens.state, now);
                 // Given back only as far as what refilled since the grant, up to the
                 // bucket's own refill time (`plan.at`: a clock behind it refilled
-                // nothing), and what other settles gave back since the grant, left it
-                // room; a config changed since (its tokens carried over, its fraction
-                // dropped) gets nothing back, nor a bucket made again since on a clock
-                // behind the grant's (its stored refill time before the grant's, which a
-                // bucket's writes never move back: the one the grant left was let go
-                // full, or deleted).
+                // nothing), left it room; a config changed since (its tokens carried
+                // over, its fraction dropped) gets nothing back, nor a bucket made again
+                // since on a clock behind the grant's (its stored refill time before the
+                // grant's, which a bucket's writes never move back: the one the grant
+                // left was let go full, or deleted).
                 let same = (plan.rate, plan.interval, plan.burst, plan.warmup)
                     == (
                         call.rule.rate,
@@ -127,17 +124,11 @@ impl MemoryBackend {
                     )
                     && tokens.state.at >= call.at;
                 let room = if same {
-                    crate::algorithm::bucket::room_at(
-                        call.room,
-                        plan.rate,
-                        (call.at, plan.at),
-                        given,
-                        call.seen,
-                    )
+                    crate::algorithm::bucket::room_at(call.room, plan.rate, call.at, plan.at)
                 } else {
                     0
                 };
-                (plan, room, given)
+                (plan, room)
             }
             None if call.actual <= call.estimate => {
                 return Ok(SettleOutcome {
@@ -155,21 +146,13 @@ impl MemoryBackend {
                     None,
                     now,
                 );
-                (plan, 0, Given::default())
+                (plan, 0)
             }
         };
         let (units, cold) = plan.settle_tokens(call.estimate, call.actual, room);
         self.room_for(&mut store, hash, name, now, &[hash])?;
         let limiter = store.limiters.get_or_insert(hash, name);
-        limiter.set_tokens(kind, Tokens::stored(&plan, units, cold));
-        if units > plan.units {
-            // (as settle.lua keeps `{NAME}:settled:given`)
-            let back = (units - plan.units) as u64;
-            limiter.set_given(
-                kind,
-                crate::algorithm::bucket::given_after(given, (plan.rate, plan.capacity()), plan.at, back),
-            );
-        }
+        limiter.set_tokens(call.rule.rate_type, Tokens::stored(&plan, units, cold));
         Ok(SettleOutcome {
             applied: true,
             left: Some(units.div_euclid(plan.interval as i64).max(0) as u64),

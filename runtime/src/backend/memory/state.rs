@@ -129,9 +129,6 @@ pub(super) struct Limiter {
     /// Reservations not settled yet whose grants it holds: while any is, it is not let
     /// go at the bound (a settle finds its grant where it was made).
     pub(super) pins: u32,
-    /// What settles gave back into its token buckets lately, by [`slot`]
-    /// (`settle.lua`'s `{NAME}:settled:given`); kept only once a settle gave back.
-    pub(super) given: Option<Box<[crate::algorithm::bucket::Given; 2]>>,
 }
 
 /// `(time, permits)` of grants, oldest first.
@@ -348,17 +345,6 @@ impl Limiter {
             }
         }
         self.tokens(rule.rate_type, now)
-    }
-
-    /// What settles gave back into the token bucket of `kind` lately.
-    pub fn given(&self, kind: RateType) -> crate::algorithm::bucket::Given {
-        self.given
-            .as_ref()
-            .map_or_else(Default::default, |given| given[slot(kind)])
-    }
-
-    pub fn set_given(&mut self, kind: RateType, given: crate::algorithm::bucket::Given) {
-        self.given.get_or_insert_with(Default::default)[slot(kind)] = given;
     }
 
     pub fn remove_tokens(&mut self, kind: RateType) {

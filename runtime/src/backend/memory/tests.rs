@@ -610,7 +610,7 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
                 "{:?}",
                 usual
                     .reserve(&calls, &called, &[false], now)
-                    .map(|(outcome, _, _)| outcome)
+                    .map(|(outcome, _)| outcome)
             ),
             _ => format!("{:?}", usual.decide_hashed(&calls, &called, now)),
         };

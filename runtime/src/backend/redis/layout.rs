@@ -248,9 +248,6 @@ pub(crate) mod settle {
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     /// A token bucket's key in the rule's mode takes the value key's place.
     pub(crate) const BUCKET: usize = at(LAYOUT.rule_keys, "value");
-    /// What settles gave back into that token bucket lately takes the client value
-    /// key's place.
-    pub(crate) const GIVEN: usize = at(LAYOUT.rule_keys, "client_value");
     /// The settle mark: a token bucket's, and a window's that charged an excess.
     pub(crate) const MARK: usize = at(LAYOUT.rule_keys, "mark");
     pub(crate) const ARGS_PER_RULE: usize = LAYOUT.rule_args.len();

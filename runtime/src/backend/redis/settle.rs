@@ -7,34 +7,6 @@ use crate::keys::Keys;
 use crate::{Error, RateType};
 
 impl RedisBackend {
-    /// The number of the last give-back into the token bucket of `keys` in `mode`
-    /// (settle.lua's `{NAME}:settled:given`), read just before a reservation's grant:
-    /// 0 for none, and `u64::MAX`, which no give-back's number is, for a value no settle
-    /// wrote (whose settle then gives nothing back). A give-back landing between this
-    /// read and the grant counts as made after the grant: its settle takes it off its
-    /// room, never gives it twice.
-    pub(crate) async fn given_seq(&self, keys: Keys<'_>, mode: RateType) -> Result<u64, Error> {
-        let key = match mode {
-            RateType::Overall => keys.given(),
-            RateType::PerClient => keys.client_given(),
-        };
-        let key = &key;
-        self.run(&[keys], |mut conn| async move {
-            match redis::cmd("GET")
-                .arg(key)
-                .query_async::<redis::Value>(&mut conn)
-                .await
-            {
-                Ok(redis::Value::Nil) => Ok(0),
-                Ok(redis::Value::BulkString(text)) => Ok(given_number(&text)),
-                Ok(_) => Ok(u64::MAX),
-                Err(err) if err.code() == Some("WRONGTYPE") => Ok(u64::MAX),
-                Err(err) => Err(err),
-            }
-        })
-        .await
-    }
-
     /// Settles `calls`, whose keys share one slot, at `now`: one outcome per call.
     pub(crate) async fn settle(
         &self,
@@ -106,9 +78,7 @@ fn settle_mark(call: &SettleCall<'_>) -> String {
 }
 
 /// settle.lua's keys for one call: the limiter's five (a token bucket's own key in the
-/// value key's place, and what settles gave back into it lately,
-/// `{NAME}:settled:given` or `{NAME}:settled:given:CLIENT_ID`, in the client value
-/// key's), then the settle mark.
+/// value key's place), then the settle mark.
 fn settle_keys(call: &SettleCall<'_>, mark: &str) -> [String; layout::settle::KEYS_PER_RULE] {
     let mut keys: [String; layout::settle::KEYS_PER_RULE] = Default::default();
     for (slot, key) in keys.iter_mut().zip(call.keys.all()) {
@@ -116,9 +86,9 @@ fn settle_keys(call: &SettleCall<'_>, mark: &str) -> [String; layout::settle::KE
     }
     keys[layout::settle::MARK] = mark.to_owned();
     if call.bucket.is_some() {
-        (keys[layout::settle::BUCKET], keys[layout::settle::GIVEN]) = match call.rule.rate_type {
-            RateType::Overall => (call.keys.bucket(), call.keys.given()),
-            RateType::PerClient => (call.keys.client_bucket(), call.keys.client_given()),
+        keys[layout::settle::BUCKET] = match call.rule.rate_type {
+            RateType::Overall => call.keys.bucket(),
+            RateType::PerClient => call.keys.client_bucket(),
         };
     }
     keys
@@ -136,28 +106,12 @@ fn settle_args<'a>(call: &SettleCall<'a>, terms: &'a str) -> [Arg<'a>; layout::s
     args
 }
 
-/// The number in `text`, a give-back's record "units:ms:number" (settle.lua), or
-/// `u64::MAX` when it is not one.
-fn given_number(text: &[u8]) -> u64 {
-    let mut parts = text.split(|&b| b == b':');
-    let numbers = [parts.next(), parts.next(), parts.next()];
-    let digits = |part: Option<&[u8]>| {
-        part.filter(|p| !p.is_empty() && p.len() <= 19 && p.iter().all(u8::is_ascii_digit))
-            .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u64>().ok())
-    };
-    match (numbers.map(digits), parts.next()) {
-        ([Some(_), Some(_), Some(number)], None) => number,
-        _ => u64::MAX,
-    }
-}
-
 /// A rule's terms for settle.lua, in one argument the script reads only on the paths
 /// that use them (each argument costs Redis as much before the script runs):
-/// `mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room:seen`, the mark,
-/// interval, warm-up and keep-alive in ms, type 0 overall or 1 per client, the grant's
-/// time, a token bucket's room and the last give-back's number it read (see
-/// [`SettleCall::room`] and [`SettleCall::seen`]), burst, warm-up, room and number 0
-/// for a sliding window (the mark first: an excess in its window reads it alone).
+/// `mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room`, the mark, interval,
+/// warm-up and keep-alive in ms, type 0 overall or 1 per client, the grant's time and
+/// a token bucket's room (see [`SettleCall::room`]), burst, warm-up and room 0 for a
+/// sliding window (the mark first: an excess in its window reads it alone).
 fn settle_terms(call: &SettleCall<'_>) -> String {
     let shape = call.bucket.unwrap_or(crate::BucketShape {
         burst: 0,
@@ -168,7 +122,7 @@ fn settle_terms(call: &SettleCall<'_>) -> String {
         RateType::PerClient => 1,
     };
     format!(
-        "{}:{}:{}:{}:{}:{mode}:{}:{}:{}:{}",
+        "{}:{}:{}:{}:{}:{mode}:{}:{}:{}",
         call.mark_ms.max(1),
         call.rule.rate,
         call.rule.interval_ms(),
@@ -176,8 +130,7 @@ fn settle_terms(call: &SettleCall<'_>) -> String {
         shape.warmup_ms,
         call.rule.keep_alive_ms(),
         call.at,
-        call.room,
-        call.seen
+        call.room
     )
 }
 

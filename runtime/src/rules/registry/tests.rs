@@ -99,13 +99,8 @@ fn a_name_that_is_another_rules_stored_key_overlaps_it() {
     );
     assert!(conflict_of(b).is_some());
     forget(b);
-    // a per-client bucket's key, a settle's mark, and what settles gave back into a
-    // per-client bucket
-    for other in [
-        "{{st}}:bucket:{c}",
-        "{{st}}:settled:{g}",
-        "{{st}}:settled:given:{c}",
-    ] {
+    // a per-client bucket's key and a settle's mark
+    for other in ["{{st}}:bucket:{c}", "{{st}}:settled:{g}"] {
         place(a, &[("{{st}}".into(), shape("{{st}}"))]);
         place(b, &[(other.into(), shape(other))]);
         assert!(conflict_of(a).is_some() && conflict_of(b).is_some(), "{other}");
