@@ -8,7 +8,7 @@ use redlimit_test_support as support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redlimit::{Algorithm, Client, Clock, Error, ManualClock, Rule};
+use redlimit::{Algorithm, Client, Clock, Error, ManualClock, Reserved, Rule};
 use support::RedisServer;
 
 const T0: u64 = 1_700_000_000_000;
@@ -157,6 +157,30 @@ async fn a_refusal_writes_nothing() {
         }
     }
     assert!(refused >= 6, "{refused} refusals");
+}
+
+/// A refused reservation of one bucket writes nothing either, in process as on Redis:
+/// with a clock set back more than the reordering margin afterwards, both refill from
+/// the last grant. (In process it stored its refill: 5 tokens left where Redis had 2.)
+#[tokio::test]
+async fn a_refused_reservation_writes_nothing_either() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let clients = backends(&server, &clock).await;
+    let mut left = Vec::new();
+    for (i, client) in clients.iter().enumerate() {
+        let name = format!("tb:reserve-refused:{i}");
+        let rule = || bucket(&name, 10, Duration::from_secs(60), 10);
+        clock.set(T0);
+        assert!(client.check_rules(&[rule().permits(10)]).await.unwrap().allowed);
+        clock.set(T0 + 30_000);
+        let reserved = client.reserve(&[rule().settled().permits(10)]).await.unwrap();
+        assert!(matches!(reserved, Reserved::Refused(_)), "on {i}");
+        clock.set(T0 + 12_000);
+        let bucket = client.token_bucket(&name, 10, Duration::from_secs(60));
+        left.push(bucket.available().await.unwrap());
+    }
+    assert_eq!(left, [2, 2], "12 s of refill after the grant");
 }
 
 #[tokio::test]

@@ -27,13 +27,17 @@ pub(super) fn commit(locked: &mut Locked<'_>, calls: &[RuleCall<'_>], decided: &
         let name = call.keys.config();
         let store = locked.store(r.hash);
         if let Some(tokens) = &r.tokens {
-            // A token bucket stores its refilled state, less what a grant took.
+            // A token bucket stores its refilled state, less what a grant took; the
+            // refusal of a lone call without a warm-up on a bucket held with its config
+            // writes nothing, as tokens_one.lua, which Redis runs for it.
             let taken = if decided.granted { call.permits } else { 0 };
             let (units, cold) = tokens.take_tokens(taken);
-            store
-                .limiters
-                .get_or_insert(r.hash, name)
-                .set_tokens(r.config.rate_type, Tokens::stored(tokens, units, cold));
+            if decided.granted || calls.len() > 1 || tokens.warmup > 0 || r.change != ConfigChange::Kept {
+                store
+                    .limiters
+                    .get_or_insert(r.hash, name)
+                    .set_tokens(r.config.rate_type, Tokens::stored(tokens, units, cold));
+            }
             continue;
         }
         // A kept config means the limiter exists: one lookup, no insertion.

@@ -310,9 +310,13 @@ pub(super) fn decide_several(
             .expect("found in load_rule");
         let left = match &step.tokens {
             Some(plan) => {
-                // (a refusal stores the refill, as the phases store it)
+                // (a refusal stores the refill, as the phases store it, but that of a
+                // lone call without a warm-up, which Redis decides with tokens_one.lua:
+                // it writes nothing)
                 let (units, cold) = plan.take_tokens(if granted { call.permits } else { 0 });
-                limiter.set_tokens(rule.rate_type, Tokens::stored(plan, units, cold));
+                if granted || calls.len() > 1 || plan.warmup > 0 {
+                    limiter.set_tokens(rule.rate_type, Tokens::stored(plan, units, cold));
+                }
                 plan.whole(units)
             }
             None => {
