@@ -506,6 +506,55 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
     }
 }
 
+/// A warm-up bucket's grant takes its permits off the bucket's coldness as well as
+/// its tokens, and a cold one charges up to three tokens a permit: a settle gives the
+/// permits not used their coldness back, and as much as the extra cost it does not
+/// give back, or the bucket would be warmer than had the grant taken only what it
+/// used. A cold bucket of 100 a minute warming up over a minute, reserved 50 and
+/// settled 0 (1 counted), then drained a minute later, grants no more than one that
+/// granted 1 then: 99 against 49 while the settle left the coldness where the grant
+/// put it (reserved 100, drained after two minutes: 99; 30 after 30 s: 80; 20 after
+/// 15 s: 65; each against 49).
+#[tokio::test]
+async fn a_settle_gives_a_warm_up_back_the_coldness_of_the_permits_not_used() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    let rule = |name: &str| {
+        Rule::new(name, 100, MINUTE)
+            .algorithm(Algorithm::TokenBucket)
+            .warmup(MINUTE)
+    };
+    for (estimate, waited) in [(50, 60), (100, 120), (30, 30), (20, 15)] {
+        let mut drained = Vec::new();
+        for (i, client) in clients.iter().enumerate() {
+            let (settled, as_if) = (
+                format!("cools:{estimate}:{i}"),
+                format!("cools:as-if:{estimate}:{i}"),
+            );
+            granted(client, &[rule(&settled).settled().permits(estimate)])
+                .await
+                .settle(0)
+                .await
+                .unwrap();
+            assert!(client.check_rules(&[rule(&as_if)]).await.unwrap().allowed);
+            clock.advance(Duration::from_secs(waited));
+            let mut counts = [0; 2];
+            for (count, name) in counts.iter_mut().zip([&settled, &as_if]) {
+                while *count < 1_000 && client.check_rules(&[rule(name)]).await.unwrap().allowed {
+                    *count += 1;
+                }
+            }
+            assert!(
+                counts[0] <= counts[1],
+                "{estimate} after {waited} s on {i}: {counts:?}"
+            );
+            drained.push(counts);
+            clock.advance(HOUR);
+        }
+        assert_eq!(drained[0], drained[1], "{estimate}: both backends");
+    }
+}
+
 /// A cold bucket's grant costs up to three tokens a permit, which may leave it further
 /// below zero than a settle's excess may take it (its rate below zero): an excess
 /// keeps it there, where it was raised to that floor (a reservation of 9 on a cold

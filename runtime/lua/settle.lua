@@ -285,6 +285,13 @@ for j = 1, #KEYS / 6 do
       if actual < estimate then
         local back = math.min((estimate - actual) * r.interval, room)
         r.units = math.min(r.units + back, r.burst * r.interval)
+        -- and to a warm-up, the coldness the permits not used took off it, and the
+        -- extra cost a cold grant may have charged for them (up to two tokens a permit)
+        -- less what came back: had the grant taken only what it used, those tokens
+        -- would have refilled the bucket sooner and its refill past the burst made it
+        -- colder (lib twin: Plan::settle_tokens in runtime/src/algorithm/bucket.rs)
+        local unused = (estimate - actual) * r.interval
+        r.cold = math.min(r.cold + math.max(4 * unused - back, 0), r.warmup * r.rate)
       else
         -- an excess whose plain tokens reach the floor, the rate below zero: the floor
         -- (its units may be past what a double holds exactly)

@@ -283,13 +283,23 @@ impl Plan {
     /// The settle of a grant of `estimate` permits that used `actual` (settle.lua's
     /// `settle_tokens`, after the refill): units and coldness with the tokens not used
     /// given back, at most `room` units (see [`grant_room`] and [`room_at`]) and up to
-    /// the capacity, or the excess taken as taking it would, down to the rate below
+    /// the capacity, and to a warm-up the coldness they took off it and as much as
+    /// the extra cost a cold grant may have charged for them less what came back, up to
+    /// the coldest; or the excess taken as taking it would, down to the rate below
     /// zero (one interval's refill; [`DEBT_FLOOR`] at the lowest).
     pub fn settle_tokens(&self, estimate: u64, actual: u64, room: u64) -> (i64, u64) {
         if actual < estimate {
-            let back = (u128::from(estimate - actual) * u128::from(self.interval)).min(u128::from(room));
+            let unused = u128::from(estimate - actual) * u128::from(self.interval);
+            let back = unused.min(u128::from(room));
             let units = (i128::from(self.units) + back as i128).min(i128::from(self.capacity()));
-            return (units as i64, self.cold);
+            // and to a warm-up, the coldness the permits not used took off it, and the
+            // extra cost a cold grant may have charged for them (up to two tokens a
+            // permit) less what came back: had the grant taken only what it used,
+            // those tokens would have refilled the bucket sooner and its refill past
+            // the burst made it colder
+            let cooled = (4 * unused).saturating_sub(back);
+            let cold = (u128::from(self.cold) + cooled).min(u128::from(self.coldest()));
+            return (units as i64, cold as u64);
         }
         // An excess whose plain tokens reach the floor, the rate below zero: the floor
         // (a settle may charge up to 2^32 permits, whose units no 64-bit product holds
