@@ -334,3 +334,72 @@ fn a_settle_gives_back_at_most_what_the_grant_would_have_left() {
     // The room is read from whole tokens left: short of a fraction only now and then.
     assert!(settled_short < 5_000, "{settled_short}");
 }
+
+/// A warm-up bucket's settle leaves it granting no more at one instant than had its
+/// grant taken only what it used: over random warm-up buckets (cold, warm, in debt),
+/// grants, settles at once or later, the permits one at a time until refused at a
+/// random time after the settle, never more than from the other bucket.
+#[test]
+fn a_warm_up_settle_grants_no_more_than_the_grant_taking_what_it_used() {
+    let mut next = crate::test_support::draws(0x6a09_e667_f3bc_c908_u64);
+    let mut compared = 0;
+    for _ in 0..50_000 {
+        let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
+        let warmup = next(4 * interval) + 1;
+        let capacity = burst * interval;
+        let fill_ms = capacity.div_ceil(rate);
+        let start = Stored {
+            rate,
+            interval,
+            burst,
+            warmup,
+            units: next(capacity + 1) as i64,
+            at: 1_000,
+            cold: next(warmup * rate + 1),
+        };
+        let plan_at =
+            |stored: &Stored, now: u64| plan_tokens(rate, interval, burst, warmup, Some(stored), now).0;
+        let granted_at = 1_000 + next(fill_ms + 2);
+        let plan = plan_at(&start, granted_at);
+        let whole = plan.whole(plan.units);
+        if whole == 0 {
+            continue;
+        }
+        let estimate = next(whole) + 1;
+        let actual = next(estimate + 1);
+        let (units, cold) = plan.take_tokens(estimate);
+        let left = plan.whole(units);
+        let real = plan.store_tokens(units, cold).0;
+        let (units, cold) = plan.take_tokens(actual);
+        let as_if = plan.store_tokens(units, cold).0;
+        let settled_at = granted_at + next(2 * fill_ms + 2);
+        let real_plan = plan_at(&real, settled_at);
+        let room = room_at(
+            grant_room(burst, interval, estimate, left),
+            rate,
+            granted_at,
+            settled_at,
+        );
+        let (units, cold) = real_plan.settle_tokens(estimate, actual, room);
+        let settled = real_plan.store_tokens(units, cold).0;
+        // permits taken one at a time until refused, at `now`
+        let drained = |stored: &Stored, now: u64| {
+            let mut plan = plan_at(stored, now);
+            let mut taken = 0;
+            while plan.wait(1).is_none() && taken < 4 * burst {
+                let (units, cold) = plan.take_tokens(1);
+                (plan.units, plan.cold) = (units, cold);
+                taken += 1;
+            }
+            taken
+        };
+        let now = settled_at + next(3 * fill_ms + 2);
+        let (ours, other) = (drained(&settled, now), drained(&as_if, now));
+        assert!(
+            ours <= other,
+            "{start:?}: {estimate} at {granted_at}, {actual} used, settled at {settled_at}, drained at {now}: {ours} > {other}"
+        );
+        compared += 1;
+    }
+    assert!(compared > 30_000, "{compared}");
+}
