@@ -183,6 +183,39 @@ async fn a_refused_reservation_writes_nothing_either() {
     assert_eq!(left, [2, 2], "12 s of refill after the grant");
 }
 
+/// A bucket in debt (a settle's excess left it below zero) is decided as any other:
+/// its refusal writes nothing on Redis as in process, and with a clock set back more
+/// than the reordering margin afterwards both refill from the excess's time. (Redis
+/// left the debt to the general script, which stored the refusal's refill: 5 tokens
+/// where in process there were none.)
+#[tokio::test]
+async fn a_bucket_in_debt_is_refused_without_a_write() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let clients = backends(&server, &clock).await;
+    let mut raw = server.raw().await;
+    let mut left = Vec::new();
+    for (i, client) in clients.iter().enumerate() {
+        let name = format!("tb:debt:{i}");
+        let rule = || bucket(&name, 10, Duration::from_secs(60), 10);
+        clock.set(T0);
+        let reserved = match client.reserve(&[rule().settled().permits(1)]).await.unwrap() {
+            Reserved::Granted(reservation) => reservation,
+            Reserved::Refused(decision) => panic!("refused: {decision:?}"),
+        };
+        reserved.settle(11).await.unwrap();
+        let stored: Option<String> = raw.get(format!("{{{name}}}:bucket")).await.unwrap();
+        clock.set(T0 + 36_000);
+        assert!(!client.check_rules(&[rule().permits(10)]).await.unwrap().allowed);
+        let after: Option<String> = raw.get(format!("{{{name}}}:bucket")).await.unwrap();
+        assert_eq!(after, stored, "on {i}: the refusal wrote");
+        clock.set(T0 + 6_000);
+        let bucket = client.token_bucket(&name, 10, Duration::from_secs(60));
+        left.push(bucket.available().await.unwrap());
+    }
+    assert_eq!(left, [0, 0], "a token owed, 1 refilled by 6 s after the excess");
+}
+
 #[tokio::test]
 async fn a_changed_config_keeps_whole_tokens_up_to_the_new_burst() {
     let server = RedisServer::start();

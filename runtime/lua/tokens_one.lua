@@ -17,6 +17,11 @@
 -- with the tag. Numbers are read as `s + 0` and written with string.format, as in
 -- acquire_plain.lua.
 
+-- The deepest debt a settle's excess leaves a bucket in, in units (lib/bucket.lua's
+-- DEBT_FLOOR, which comes after this file; the_scripts_constants_are_these in
+-- runtime/src/algorithm/mod.rs holds the two equal).
+local LOWEST = -4503599627370496
+
 -- The call's tag, 0 to 2^20 - 1 (tokens.lua's ARGV after the rules': three bytes,
 -- their low twenty bits; the call's time modulo 2^20 when it is missing), as in
 -- acquire_plain.lua.
@@ -35,9 +40,11 @@ do
     local config = rate_s .. ':' .. interval_s .. ':' .. burst_s .. ':'
     local u, last
     if raw and string.find(raw, config, 1, true) == 1 then
-      local tokens, at = string.match(raw, '^(%d+):(%d+)$', #config + 1)
-      -- (more tokens than the bucket holds: none this code stored, which tokens.lua says)
-      if at and #at <= 15 and tokens + 0 <= burst_s * interval_s then
+      -- (below zero: a debt a settle's excess left, down to lib/bucket.lua's DEBT_FLOOR)
+      local tokens, at = string.match(raw, '^(%-?%d+):(%d+)$', #config + 1)
+      -- (more tokens than the bucket holds, or a deeper debt: none this code stored,
+      -- which tokens.lua says)
+      if at and #at <= 15 and tokens + 0 <= burst_s * interval_s and tokens + 0 >= LOWEST then
         u, last = tokens + 0, at + 0
       end
     end
@@ -96,6 +103,7 @@ do
       -- reply: the whole tokens left
       local left = floor(u / interval)
       if left * interval > u then left = left - 1 elseif (left + 1) * interval <= u then left = left + 1 end
+      if left < 0 then left = 0 end
       local at_caller_time = caller_time and now == caller_now and flag == 0
       -- (below 2^33, an integer times 2^20 is exact in a Lua number)
       if granted then

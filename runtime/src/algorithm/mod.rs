@@ -66,5 +66,6 @@ mod twins {
             lua_signed("lib/bucket.lua", "DEBT_FLOOR"),
             super::bucket::DEBT_FLOOR
         );
+        assert_eq!(lua_signed("tokens_one.lua", "LOWEST"), super::bucket::DEBT_FLOOR);
     }
 }
