@@ -216,6 +216,29 @@ async fn a_bucket_in_debt_is_refused_without_a_write() {
     assert_eq!(left, [0, 0], "a token owed, 1 refilled by 6 s after the excess");
 }
 
+/// A bucket whose capacity is near 2^53 units, in debt: the usual script leaves a debt
+/// further than 2^53 units below the capacity to the general one, whose arithmetic is
+/// exact. (Read by the usual script, the capacity less the debt rounded past 2^53: the
+/// whole burst asked 2^21 ms later was granted one unit short. The first refusal's wait
+/// is a ms short on both scripts: the units it lacks are past 2^53.)
+#[tokio::test]
+async fn a_debt_far_below_a_huge_capacity_is_decided_exactly() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let (client, mut raw) = server.clocked_client(&clock).await;
+    let (rate, interval, burst) = (1_u64 << 32, 1_u64 << 21, (1_u64 << 32) - 1);
+    let rule = bucket("tb:huge", rate, Duration::from_millis(interval), burst).permits(burst);
+    // the capacity less one unit, 2^21 ms of refill away
+    let stored = format!("{rate}:{interval}:{burst}:-2097153:{T0}");
+    let _: () = raw.set("{tb:huge}:bucket", &stored).await.unwrap();
+    let at_once = client.check_rules(std::slice::from_ref(&rule)).await.unwrap();
+    assert!(!at_once.allowed);
+    clock.set(T0 + interval);
+    let later = client.check_rules(&[rule]).await.unwrap();
+    assert!(!later.allowed, "a unit short");
+    assert_eq!(later.retry_after, Some(Duration::from_millis(1)));
+}
+
 #[tokio::test]
 async fn a_changed_config_keeps_whole_tokens_up_to_the_new_burst() {
     let server = RedisServer::start();

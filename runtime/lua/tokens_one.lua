@@ -43,8 +43,11 @@ do
       -- (below zero: a debt a settle's excess left, down to lib/bucket.lua's DEBT_FLOOR)
       local tokens, at = string.match(raw, '^(%-?%d+):(%d+)$', #config + 1)
       -- (more tokens than the bucket holds, or a deeper debt: none this code stored,
-      -- which tokens.lua says)
-      if at and #at <= 15 and tokens + 0 <= burst_s * interval_s and tokens + 0 >= LOWEST then
+      -- which tokens.lua says; and a debt further than 2^53 below the capacity, where
+      -- the differences below would round: tokens.lua's helpers decide it exactly)
+      local cap = burst_s * interval_s
+      if at and #at <= 15 and tokens + 0 <= cap and tokens + 0 >= LOWEST
+          and tokens + 0 >= cap - 9007199254740992 then
         u, last = tokens + 0, at + 0
       end
     end
