@@ -176,11 +176,16 @@ async fn a_refused_reservation_writes_nothing_either() {
         clock.set(T0 + 30_000);
         let reserved = client.reserve(&[rule().settled().permits(10)]).await.unwrap();
         assert!(matches!(reserved, Reserved::Refused(_)), "on {i}");
-        clock.set(T0 + 12_000);
-        let bucket = client.token_bucket(&name, 10, Duration::from_secs(60));
-        left.push(bucket.available().await.unwrap());
+        left.push(ten_a_minute_left_at(client, &clock, &name, T0 + 12_000).await);
     }
     assert_eq!(left, [2, 2], "12 s of refill after the grant");
+}
+
+/// The tokens left at `at` in the bucket of 10 a minute `name`, the clock set there.
+async fn ten_a_minute_left_at(client: &Client, clock: &ManualClock, name: &str, at: u64) -> u64 {
+    clock.set(at);
+    let bucket = client.token_bucket(name, 10, Duration::from_secs(60));
+    bucket.available().await.unwrap()
 }
 
 /// A bucket in debt (a settle's excess left it below zero) is decided as any other:
@@ -209,9 +214,7 @@ async fn a_bucket_in_debt_is_refused_without_a_write() {
         assert!(!client.check_rules(&[rule().permits(10)]).await.unwrap().allowed);
         let after: Option<String> = raw.get(format!("{{{name}}}:bucket")).await.unwrap();
         assert_eq!(after, stored, "on {i}: the refusal wrote");
-        clock.set(T0 + 6_000);
-        let bucket = client.token_bucket(&name, 10, Duration::from_secs(60));
-        left.push(bucket.available().await.unwrap());
+        left.push(ten_a_minute_left_at(client, &clock, &name, T0 + 6_000).await);
     }
     assert_eq!(left, [0, 0], "a token owed, 1 refilled by 6 s after the excess");
 }
