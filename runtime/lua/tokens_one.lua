@@ -38,23 +38,25 @@ do
     local rate_s, interval_s, burst_s = ARGV[3], ARGV[4], ARGV[5]
     -- load_tokens: the stored config is the rule's own when the text starts with it
     local config = rate_s .. ':' .. interval_s .. ':' .. burst_s .. ':'
+    -- (each text read as a number once: a reading costs more than the arithmetic)
+    local permits, rate, interval = ARGV[2] + 0, rate_s + 0, interval_s + 0
+    local cap = burst_s * interval
     local u, last
     if raw and string.find(raw, config, 1, true) == 1 then
       -- (below zero: a debt a settle's excess left, down to lib/bucket.lua's DEBT_FLOOR)
       local tokens, at = string.match(raw, '^(%-?%d+):(%d+)$', #config + 1)
-      -- (more tokens than the bucket holds, or a deeper debt: none this code stored,
-      -- which tokens.lua says; and a debt further than 2^53 below the capacity, where
-      -- the differences below would round: tokens.lua's helpers decide it exactly)
-      local cap = burst_s * interval_s
-      if at and #at <= 15 and tokens + 0 <= cap and tokens + 0 >= LOWEST
-          and tokens + 0 >= cap - 9007199254740992 then
-        u, last = tokens + 0, at + 0
+      if at and #at <= 15 then
+        tokens = tokens + 0
+        -- (more tokens than the bucket holds, or a deeper debt: none this code stored,
+        -- which tokens.lua says; and a debt further than 2^53 below the capacity, where
+        -- the differences below would round: tokens.lua's helpers decide it exactly)
+        if tokens <= cap and tokens >= LOWEST and tokens >= cap - 9007199254740992 then
+          u, last = tokens, at + 0
+        end
       end
     end
     if u or not raw then
       local now = caller_now
-      local permits, rate, interval = ARGV[2] + 0, rate_s + 0, interval_s + 0
-      local cap = burst_s * interval
       if permits * interval > cap then
         error('redlimit:permits_exceed_rate:1 ' .. ARGV[2] .. ' ' .. burst_s
           .. ' Requested permits amount cannot exceed the bucket', 0)

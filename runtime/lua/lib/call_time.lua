@@ -4,8 +4,9 @@
 -- Twin in Rust: runtime/src/algorithm/call_time.rs (REORDER_MS, WALK, settle_time)
 
 -- The call's time in epoch ms: the caller's (ARGV[1]), or Redis's clock when it is
--- empty.
-local caller_now = clock(ARGV[1])
+-- empty. (The caller's read here rather than through `clock`: the call cost every
+-- decision about 170 instructions.)
+local caller_now = ARGV[1] ~= '' and ARGV[1] + 0 or clock(ARGV[1])
 
 -- A call whose time was taken just before another's, but which reaches Redis after
 -- it, is decided at the later time when that is at most REORDER ms later: each log
