@@ -380,7 +380,7 @@ async fn waited_grants_follow_a_failover_to_the_new_master() {
             .unwrap_or(0)
     };
     let port = set.sentinel_ports()[0];
-    support::sentinel::failover(port);
+    set.failover(port);
     let started = Instant::now();
     while set.master_port() != new_master {
         assert!(started.elapsed() < Duration::from_secs(30), "no failover");

@@ -412,7 +412,7 @@ async fn a_manual_failover_is_followed_too() {
     let limiter = hot_limiter(&set, "rate_limit:sentinel:manual").await;
     let (old_master, replica) = set.data_ports();
     let port = set.sentinel_ports()[0];
-    support::sentinel::failover(port);
+    set.failover(port);
     let waited = wait_for_master(&set, replica).await;
     let started = Instant::now();
     let (mut failed, mut last_error) = (0, None);
@@ -473,29 +473,6 @@ async fn a_manual_failover_is_followed_too() {
 }
 
 /// The clients on the sentinel on `port` subscribed to a channel (`sub=1`).
-/// Whether the replica on `replica` has received everything the master on `master`
-/// has written (its replication offset caught up with the master's), waiting 5 s at
-/// most. (`WAIT` would not do: on Valkey 8, on a connection that wrote nothing, it
-/// answers at once, the replica's acknowledgement or not.)
-fn caught_up(set: &RedisSentinel, master: u16, replica: u16) -> bool {
-    let offset = |port| -> Option<u64> {
-        let info = set.node_cli(port, &["info", "replication"]);
-        info.lines()
-            .find_map(|line| line.trim().strip_prefix("master_repl_offset:")?.parse().ok())
-    };
-    let Some(written) = offset(master) else {
-        return false;
-    };
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(5) {
-        if offset(replica).is_some_and(|received| received >= written) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
-
 fn subscribers(set: &RedisSentinel, port: u16) -> usize {
     set.sentinel_cli(port, &["client", "list"])
         .lines()
@@ -790,7 +767,7 @@ async fn the_layer_decides_behind_sentinel_across_a_failover() {
     // that; here, the layer following the new master is what is held). On a loaded
     // machine, a kill right after the grants once left the replica without them.
     assert!(
-        caught_up(&set, old_master, replica),
+        set.caught_up(old_master, replica),
         "the replica did not receive the grants in 5 s"
     );
     set.kill(old_master);
@@ -1101,7 +1078,7 @@ async fn an_announced_master_is_taken_over_a_sentinel_that_has_not_heard() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    support::sentinel::failover(first);
+    set.failover(first);
     let announced = tokio::time::timeout(
         Duration::from_secs(30),
         tokio_stream::StreamExt::next(&mut announcements.on_message()),

@@ -234,9 +234,58 @@ impl RedisSentinel {
         sentinel_cli(port, &all)
     }
 
-    /// [`failover`] through the sentinel on `port` (over TLS for a TLS set).
+    /// Asks the sentinel on `port` (over TLS for a TLS set) for a failover of the set,
+    /// once the replica has received all the master has written: a forced failover
+    /// promotes the replica as it is, and what it had not received (a limiter's config
+    /// written just before, with diskless replication streamed only after the replica's
+    /// next acknowledgement, up to a second on a loaded machine) is lost. Again while
+    /// the sentinel answers anything but `OK` (`NOGOODSLAVE` while its view of the
+    /// replica is stale, which the suites running side by side on two cores make
+    /// seconds old), for up to 30 s; panics with its last answer.
     pub fn failover(&self, port: u16) {
-        failover_with(|args| self.sentinel_cli(port, args));
+        let (first, second) = self.data_ports();
+        let master = self.master_port();
+        let replica = if master == first { second } else { first };
+        assert!(
+            self.caught_up(master, replica),
+            "the replica (port {replica}) did not receive what the master (port {master}) \
+             has within 5 s"
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let reply = self.sentinel_cli(port, &["sentinel", "failover", MASTER_NAME]);
+            if reply.trim() == "OK" {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no failover within 30 s: the sentinel said {reply:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Whether the node on `replica` receives, within 5 s, all that the node on
+    /// `master` has written when this is called (their replication offsets). (`WAIT`
+    /// would not do: on Valkey 8, on a connection that wrote nothing, it answers at
+    /// once, the replica's acknowledgement or not.)
+    pub fn caught_up(&self, master: u16, replica: u16) -> bool {
+        let offset = |port| -> Option<u64> {
+            let info = self.node_cli(port, &["info", "replication"]);
+            info.lines()
+                .find_map(|line| line.trim().strip_prefix("master_repl_offset:")?.parse().ok())
+        };
+        let Some(written) = offset(master) else {
+            return false;
+        };
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if offset(replica).is_some_and(|received| received >= written) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 
     fn cli_tls(&self) -> Vec<&str> {
@@ -323,29 +372,6 @@ fn data_node(dir: &std::path::Path, extra: &[&str], tls: Option<&Tls>) -> (u16, 
         }
     }
     panic!("redis-server could not listen on a free port in 5 attempts");
-}
-
-/// Asks the sentinel on `port` for a failover of the set, again while it answers with
-/// anything but `OK` (`NOGOODSLAVE` while its view of the replica is stale, which the
-/// suites running side by side on two cores make seconds old), for up to 30 s; panics
-/// with its last answer.
-pub fn failover(port: u16) {
-    failover_with(|args| sentinel_cli(port, args));
-}
-
-fn failover_with(cli: impl Fn(&[&str]) -> String) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let reply = cli(&["sentinel", "failover", MASTER_NAME]);
-        if reply.trim() == "OK" {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no failover within 30 s: the sentinel said {reply:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// Runs a command on a sentinel (with the sentinels' password).
