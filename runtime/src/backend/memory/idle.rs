@@ -66,18 +66,21 @@ impl Limiter {
             && self.recalled.iter().flatten().all(|r| r.until <= now)
     }
 
-    /// Whether a sweep in turn keeps this limiter where it is: a rule made it and it is
-    /// idle. Its log's memory goes when it held more than [`KEPT_LOG`] entries.
-    pub(super) fn kept_idle(&mut self, now: u64) -> bool {
+    /// Whether a sweep in turn keeps this limiter where it is (`Some`): a rule made it
+    /// and it is idle. Its log's memory goes when it held more than [`KEPT_LOG`]
+    /// entries: `Some(true)` when some went.
+    pub(super) fn kept_idle(&mut self, now: u64) -> Option<bool> {
         if !(self.by_rule && self.is_idle(now)) {
-            return false;
+            return None;
         }
+        let mut freed = false;
         for bucket in &mut self.buckets {
             if bucket.as_ref().is_some_and(|b| b.log.capacity() > KEPT_LOG) {
                 *bucket = None;
+                freed = true;
             }
         }
-        true
+        Some(freed)
     }
 
     /// An idle limiter made live again in place for `rule`'s sliding window, as the
@@ -285,7 +288,7 @@ mod tests {
             if all_live {
                 // what a sweep does with it changes nothing, and keeps it
                 let before = parts(&limiter);
-                assert!(!limiter.kept_idle(now), "{case}");
+                assert_eq!(limiter.kept_idle(now), None, "{case}");
                 limiter.expire_all(now);
                 assert_eq!(parts(&limiter), before, "{case}");
                 assert!(!limiter.is_empty(), "{case}");

@@ -104,9 +104,21 @@ pub(super) struct Store {
     /// The bucket of the table the next sweep starts at: sweeps go round the table a
     /// few buckets at a time, so none costs more than the buckets it is given.
     pub(super) cursor: usize,
+    /// The last sweep in turn found nothing to do (see [`Swept::quiet`]): the next
+    /// turn passes this shard by.
+    pub(super) quiet: bool,
     /// Buckets sweeps have looked at, ever: what sweeping has cost.
     #[cfg(test)]
     pub swept: u64,
+}
+
+/// What a sweep did.
+pub(super) struct Swept {
+    /// The limiters it dropped.
+    pub dropped: usize,
+    /// It found nothing to do: every limiter it looked at was live, or a rule's idle
+    /// limiter already kept (its log small), so nothing expired, dropped or freed.
+    pub quiet: bool,
 }
 
 #[derive(Default)]
@@ -205,6 +217,7 @@ impl Store {
             },
             summary: Summary::new(cells),
             cursor: 0,
+            quiet: false,
             #[cfg(test)]
             swept: 0,
         }
@@ -213,12 +226,13 @@ impl Store {
     /// Looks at the next `buckets` buckets of the table, in turn, and drops the
     /// limiters there that hold nothing live (every part expired, as Redis would have
     /// dropped their keys: a missing limiter decides as they would), but a rule's idle
-    /// limiter under [`Idle::Keep`] (see `idle.rs`). Answers how many it dropped. Work
-    /// is `buckets`, whatever the number of limiters held.
-    pub fn sweep(&mut self, now: u64, buckets: usize, idle: Idle) -> usize {
+    /// limiter under [`Idle::Keep`] (see `idle.rs`). Answers how many it dropped, and
+    /// whether it found nothing to do. Work is `buckets`, whatever the number of
+    /// limiters held.
+    pub fn sweep(&mut self, now: u64, buckets: usize, idle: Idle) -> Swept {
         let table = &mut self.limiters.table;
         let size = table.num_buckets();
-        let mut dropped = 0;
+        let (mut dropped, mut quiet) = (0, true);
         for _ in 0..buckets.min(size) {
             // (a table's buckets are a power of two: the cursor wraps by a mask)
             let at = self.cursor & (size - 1);
@@ -233,9 +247,11 @@ impl Store {
                 if limiter.all_live(now) {
                     continue;
                 }
-                if idle == Idle::Keep && limiter.kept_idle(now) {
+                if let Some(freed) = (idle == Idle::Keep).then(|| limiter.kept_idle(now)).flatten() {
+                    quiet &= !freed;
                     continue;
                 }
+                quiet = false;
                 limiter.expire_all(now);
                 if limiter.removable() {
                     entry.remove();
@@ -243,7 +259,7 @@ impl Store {
                 }
             }
         }
-        dropped
+        Swept { dropped, quiet }
     }
 }
 

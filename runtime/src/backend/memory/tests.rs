@@ -196,6 +196,75 @@ fn a_decision_sweeps_a_bounded_number_of_limiters() {
     });
 }
 
+/// Live limiters on 16 shards, and one key's traffic: each shard's turn comes every
+/// 64 decisions times 16 shards.
+const ONE_TURN_EACH: u64 = 64 * 16;
+
+/// A backend holding 20 000 live limiters (a minute's keep-alive, made at 1 s).
+fn twenty_thousand_live() -> MemoryBackend {
+    let backend = MemoryBackend::new(100_000);
+    let config = minute(5);
+    block_on(async {
+        for user in 0..20_000 {
+            let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
+            backend.acquire(&call_on(&keys, &config), 1_000).await.unwrap();
+        }
+    });
+    backend
+}
+
+#[test]
+fn a_sweep_in_turn_passes_a_shard_where_it_found_nothing_to_do_once() {
+    let backend = twenty_thousand_live();
+    let hot = LimiterKeys::new("hot", "c").unwrap();
+    let hot_config = minute(1_000_000_000);
+    block_on(async {
+        let before = swept(&backend);
+        for call in 0..20 * ONE_TURN_EACH {
+            let calls = call_on(&hot, &hot_config);
+            backend.acquire(&calls, 2_000 + call / 1_000).await.unwrap();
+        }
+        // Twenty turns of each shard, every limiter live: each shard swept every other
+        // turn (one more where the first turn found the shard quiet), 32 buckets a
+        // turn, not every turn.
+        let looked = swept(&backend) - before;
+        assert!(
+            looked <= 11 * 16 * IN_TURN as u64,
+            "{looked} buckets looked at in 20 turns of each shard, more than 11 turns' worth"
+        );
+    });
+}
+
+#[test]
+fn a_sweep_in_turn_still_drops_what_expires_in_a_quiet_shard() {
+    let backend = twenty_thousand_live();
+    let hot = LimiterKeys::new("hot", "c").unwrap();
+    let hot_config = minute(1_000_000_000);
+    let by_hand = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_secs(1))
+        .with_keep_alive(Duration::from_millis(100));
+    block_on(async {
+        // The shards gone quiet first: their last turns found every limiter live.
+        for call in 0..4 * ONE_TURN_EACH {
+            backend.acquire(&call_on(&hot, &hot_config), 2_000).await.unwrap();
+        }
+        // Limiters configured by hand, expired 100 ms later: nothing of theirs is
+        // kept, a sweep drops them.
+        for n in 0..2_000 {
+            let keys = LimiterKeys::new(&format!("by-hand:{n}"), "c").unwrap();
+            assert!(backend.try_set_rate(&keys, &by_hand, 3_000).await.unwrap());
+        }
+        assert_eq!(backend.len(), 20_000 + 1 + 2_000);
+        // The hot key's traffic alone, once they expired: the sweeps in turn go round
+        // every shard's table (2 048 buckets, 64 turns of 32), each turn after a quiet
+        // one passed, and drop them all.
+        let round = 2_048 / IN_TURN as u64 * ONE_TURN_EACH;
+        for _ in 0..2 * round {
+            backend.acquire(&call_on(&hot, &hot_config), 3_200).await.unwrap();
+        }
+        assert_eq!(backend.len(), 20_000 + 1, "limiters expired in quiet shards left");
+    });
+}
+
 #[test]
 fn distinct_keys_cannot_grow_the_table_past_its_bound() {
     let backend = MemoryBackend::default();
