@@ -244,7 +244,7 @@ fn a_sweep_in_turn_still_drops_what_expires_in_a_quiet_shard() {
         .with_keep_alive(Duration::from_millis(100));
     block_on(async {
         // The shards gone quiet first: their last turns found every limiter live.
-        for call in 0..4 * ONE_TURN_EACH {
+        for _ in 0..4 * ONE_TURN_EACH {
             backend.acquire(&call_on(&hot, &hot_config), 2_000).await.unwrap();
         }
         // Limiters configured by hand, expired 100 ms later: nothing of theirs is
