@@ -35,7 +35,7 @@ mod usual;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 pub(crate) use self::decide::Hashes;
 use self::idle::Idle;
@@ -77,6 +77,10 @@ pub(crate) struct MemoryBackend {
     /// shard's table alike.
     shards: Box<[Mutex<Store>; SHARDS]>,
     room: Room,
+    /// The sweeps in turn so far, over every thread: the next goes to the next shard,
+    /// so that threads of a few decisions each (a thread per request) go round every
+    /// shard, not only the first ones. Written only by a sweeping decision.
+    turns: AtomicUsize,
 }
 
 /// The bound on the limiters held, over every shard. Written only when a limiter is
@@ -158,6 +162,7 @@ impl MemoryBackend {
                 max,
                 warned: AtomicBool::new(false),
             },
+            turns: AtomicUsize::new(0),
         }
     }
 }
@@ -224,6 +229,16 @@ impl MemoryBackend {
         self.shards[shard].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The shard `shard` locked when it is free, without waiting (a shard poisoned by
+    /// a panic read as [`lock_shard`](Self::lock_shard) reads it).
+    fn try_lock_shard(&self, shard: usize) -> Option<MutexGuard<'_, Store>> {
+        match self.shards[shard].try_lock() {
+            Ok(store) => Some(store),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// The hash of a limiter name, for [`shard_of`] and the shard's table.
     fn hash(&self, name: &str) -> u64 {
         crate::keys::name_hash(name)
@@ -241,8 +256,8 @@ impl MemoryBackend {
         Locked::Many(shards.into_iter().map(|i| (i, self.lock_shard(i))).collect())
     }
 
-    /// Sweeps [`IN_TURN`] buckets of one shard in turn every `SWEEP_EVERY` decisions
-    /// of this thread, unless that shard is busy.
+    /// Sweeps [`IN_TURN`] buckets of the next shard in turn every `SWEEP_EVERY`
+    /// decisions of this thread, unless that shard is busy.
     #[inline]
     fn sweep_in_turn(&self, now: u64) {
         let n = DECISIONS.with(|d| {
@@ -251,20 +266,22 @@ impl MemoryBackend {
             n
         });
         if n % SWEEP_EVERY == 0 {
-            self.sweep_shard_in_turn(n / SWEEP_EVERY, now);
+            self.sweep_shard_in_turn(now);
         }
     }
 
     #[cold]
-    fn sweep_shard_in_turn(&self, turn: usize, now: u64) {
-        if let Ok(mut store) = self.shards[turn % SHARDS].try_lock() {
-            if std::mem::take(&mut store.quiet) {
-                return;
-            }
-            let swept = store.sweep(now, IN_TURN, Idle::Keep);
-            store.quiet = swept.quiet;
-            self.room.give_back(swept.dropped);
+    fn sweep_shard_in_turn(&self, now: u64) {
+        let turn = self.turns.fetch_add(1, Ordering::Relaxed);
+        let Some(mut store) = self.try_lock_shard(turn % SHARDS) else {
+            return;
+        };
+        if std::mem::take(&mut store.quiet) {
+            return;
         }
+        let swept = store.sweep(now, IN_TURN, Idle::Keep);
+        store.quiet = swept.quiet;
+        self.room.give_back(swept.dropped);
     }
 
     /// Sweeps `buckets` buckets of `store`, doing with rules' idle limiters what
@@ -318,9 +335,10 @@ impl MemoryBackend {
         if store.evict(now, keep) {
             return true;
         }
-        self.shards
-            .iter()
-            .any(|shard| shard.try_lock().is_ok_and(|mut other| other.evict(now, keep)))
+        (0..SHARDS).any(|shard| {
+            self.try_lock_shard(shard)
+                .is_some_and(|mut other| other.evict(now, keep))
+        })
     }
 
     /// The limiter `name` (hash `hash`), not held, made again from its traces when the
@@ -346,7 +364,9 @@ impl MemoryBackend {
     /// Number of limiters held (live or not yet swept); for tests of the sweep.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap().limiters.len()).sum()
+        (0..SHARDS)
+            .map(|shard| self.lock_shard(shard).limiters.len())
+            .sum()
     }
 }
 

@@ -240,20 +240,15 @@ fn a_sweep_in_turn_still_drops_what_expires_in_a_quiet_shard() {
     let backend = twenty_thousand_live();
     let hot = LimiterKeys::new("hot", "c").unwrap();
     let hot_config = minute(1_000_000_000);
-    let by_hand = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_secs(1))
-        .with_keep_alive(Duration::from_millis(100));
     block_on(async {
         // The shards gone quiet first: their last turns found every limiter live.
         for _ in 0..4 * ONE_TURN_EACH {
             backend.acquire(&call_on(&hot, &hot_config), 2_000).await.unwrap();
         }
-        // Limiters configured by hand, expired 100 ms later: nothing of theirs is
-        // kept, a sweep drops them.
-        for n in 0..2_000 {
-            let keys = LimiterKeys::new(&format!("by-hand:{n}"), "c").unwrap();
-            assert!(backend.try_set_rate(&keys, &by_hand, 3_000).await.unwrap());
-        }
-        assert_eq!(backend.len(), 20_000 + 1 + 2_000);
+    });
+    expiring_by_hand(&backend, 2_000);
+    assert_eq!(backend.len(), 20_000 + 1 + 2_000);
+    block_on(async {
         // The hot key's traffic alone, once they expired: the sweeps in turn go round
         // every shard's table (2 048 buckets, 64 turns of 32), each turn after a quiet
         // one passed, and drop them all.
@@ -263,6 +258,72 @@ fn a_sweep_in_turn_still_drops_what_expires_in_a_quiet_shard() {
         }
         assert_eq!(backend.len(), 20_000 + 1, "limiters expired in quiet shards left");
     });
+}
+
+/// `n` limiters configured by hand at 3 s, expired 100 ms later (nothing of theirs is
+/// kept: a sweep drops them).
+fn expiring_by_hand(backend: &MemoryBackend, n: usize) {
+    let by_hand = RateLimiterConfig::new(RateType::Overall, 5, Duration::from_secs(1))
+        .with_keep_alive(Duration::from_millis(100));
+    block_on(async {
+        for i in 0..n {
+            let keys = LimiterKeys::new(&format!("by-hand:{i}"), "c").unwrap();
+            assert!(backend.try_set_rate(&keys, &by_hand, 3_000).await.unwrap());
+        }
+    });
+}
+
+#[test]
+fn threads_of_one_decision_each_sweep_every_shard_in_turn() {
+    // A thread per request: each thread's first decision sweeps (its count starts at
+    // 0), and the sweeps go round every shard, not the first shard over and over.
+    let backend = twenty_thousand_live();
+    expiring_by_hand(&backend, 2_000);
+    let hot = LimiterKeys::new("hot", "c").unwrap();
+    let hot_config = minute(1_000_000_000);
+    let turns = 2 * 16 * (2_048 / IN_TURN);
+    std::thread::scope(|scope| {
+        for _ in 0..turns {
+            scope
+                .spawn(|| block_on(backend.acquire(&call_on(&hot, &hot_config), 3_200)).unwrap())
+                .join()
+                .unwrap();
+        }
+    });
+    assert_eq!(
+        backend.len(),
+        20_000 + 1,
+        "limiters expired in shards never swept left"
+    );
+}
+
+#[test]
+fn a_poisoned_shard_is_still_swept_in_turn() {
+    let backend = twenty_thousand_live();
+    expiring_by_hand(&backend, 2_000);
+    // Every shard's lock poisoned by a panic while held.
+    for shard in backend.shards.iter() {
+        std::thread::scope(|scope| {
+            let panicked = scope.spawn(|| {
+                let _held = shard.lock();
+                panic!("poisoning the shard for the test");
+            });
+            assert!(panicked.join().is_err());
+        });
+        assert!(shard.is_poisoned());
+    }
+    let hot = LimiterKeys::new("hot", "c").unwrap();
+    let hot_config = minute(1_000_000_000);
+    block_on(async {
+        for _ in 0..2 * (2_048 / IN_TURN as u64) * ONE_TURN_EACH {
+            backend.acquire(&call_on(&hot, &hot_config), 3_200).await.unwrap();
+        }
+    });
+    assert_eq!(
+        backend.len(),
+        20_000 + 1,
+        "limiters expired in poisoned shards left"
+    );
 }
 
 #[test]
