@@ -577,8 +577,13 @@ async fn a_hung_sentinel_does_not_hide_the_master() {
         .await
         .unwrap());
 
-    // The two others fail the master over; both clients follow.
+    // The two others fail the master over; both clients follow. (The replica has the
+    // limiter's config first: a kill loses what it has not received.)
     let (master, replica) = set.data_ports();
+    assert!(
+        set.caught_up(master, replica),
+        "the replica did not receive the limiter in 5 s"
+    );
     set.kill(master);
     let killed = Instant::now();
     let count = || -> u64 {
