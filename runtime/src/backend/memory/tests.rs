@@ -170,13 +170,8 @@ fn swept(backend: &MemoryBackend) -> u64 {
 
 #[test]
 fn a_decision_sweeps_a_bounded_number_of_limiters() {
-    let backend = MemoryBackend::new(200_000);
-    let config = minute(5);
+    let backend = live_limiters(200_000, 100_000);
     block_on(async {
-        for user in 0..100_000 {
-            let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
-            backend.acquire(&call_on(&keys, &config), 1_000).await.unwrap();
-        }
         // Every limiter is live: a sweep finds nothing to drop, yet looks.
         let hot = LimiterKeys::new("hot", "c").unwrap();
         let hot_config = minute(1_000_000);
@@ -200,17 +195,22 @@ fn a_decision_sweeps_a_bounded_number_of_limiters() {
 /// 64 decisions times 16 shards.
 const ONE_TURN_EACH: u64 = 64 * 16;
 
-/// A backend holding 20 000 live limiters (a minute's keep-alive, made at 1 s).
-fn twenty_thousand_live() -> MemoryBackend {
-    let backend = MemoryBackend::new(100_000);
+/// A backend of bound `max` holding `n` live limiters (a minute's keep-alive, made
+/// at 1 s).
+fn live_limiters(max: usize, n: usize) -> MemoryBackend {
+    let backend = MemoryBackend::new(max);
     let config = minute(5);
     block_on(async {
-        for user in 0..20_000 {
+        for user in 0..n {
             let keys = LimiterKeys::new(&format!("user:{user}"), "c").unwrap();
             backend.acquire(&call_on(&keys, &config), 1_000).await.unwrap();
         }
     });
     backend
+}
+
+fn twenty_thousand_live() -> MemoryBackend {
+    live_limiters(100_000, 20_000)
 }
 
 #[test]
