@@ -53,7 +53,8 @@ pub enum ForwardedHeader {
     XForwardedFor,
     /// `Forwarded: for=<client>, for=<proxy 1>;proto=https, ...` (RFC 7239), each proxy
     /// appending an element; the `for` parameter of each element is read (an element
-    /// without one, or with two, does not parse).
+    /// without one, or with two, does not parse). A comma or semicolon inside a quoted
+    /// value (`host="a,b;c"`: a proxy quotes the request's `Host` so) separates nothing.
     Forwarded,
     /// `X-Real-IP: <client>`, which the proxy sets to the address it saw, replacing the
     /// client's own (nginx's `proxy_set_header X-Real-IP $remote_addr`). Each line is
@@ -107,7 +108,9 @@ impl ForwardedHeader {
         match self {
             ForwardedHeader::XForwardedFor | ForwardedHeader::XRealIp => parse_node(entry),
             ForwardedHeader::Forwarded => {
-                let mut nodes = entry.split(|&b| b == b';').filter_map(|pair| {
+                // (a parameter's quoted value may hold `;`, `,` and `=`: a `;` in one
+                // separates nothing)
+                let mut nodes = Entries::new(entry, Some(b';'), true).filter_map(|pair| {
                     let eq = pair.iter().position(|&b| b == b'=')?;
                     pair[..eq]
                         .trim_ascii()
@@ -256,10 +259,14 @@ impl TrustedProxies {
     fn walk<'a>(&self, peer: IpAddr, lines: impl DoubleEndedIterator<Item = &'a [u8]>) -> IpAddr {
         // X-Real-IP's lines are one address each; the others' entries are separated by
         // commas, the byte itself, so a byte that is not ASCII only spoils its entry.
-        let lists = self.header != ForwardedHeader::XRealIp;
+        // RFC 7239's elements are separated by commas outside quoted values: a proxy
+        // quotes a value holding one (the request's `host="..."`, which the client
+        // writes), and that comma separates nothing.
+        let separator = (self.header != ForwardedHeader::XRealIp).then_some(b',');
+        let quoted = self.header == ForwardedHeader::Forwarded;
         let mut proved = peer;
         for line in lines.rev() {
-            for entry in line.rsplit(|&b| lists && b == b',') {
+            for entry in Entries::new(line, separator, quoted) {
                 let Some(ip) = self.header.parse(entry) else {
                     return proved;
                 };
@@ -270,6 +277,59 @@ impl TrustedProxies {
             }
         }
         proved
+    }
+}
+
+/// The parts of a header line between `separator` bytes, from the right (the whole
+/// line without one); with `quoted`, those outside RFC 7239's quoted strings only: a
+/// `"` opens or closes one unless an odd run of `\` comes before it. Read from the
+/// right, where the trusted proxies write, a part's bounds depend only on what lies to
+/// its right: nothing a client writes to the left of the proxies' elements moves them.
+/// A part still inside a quoted string at the line's start does not parse.
+struct Entries<'a> {
+    rest: Option<&'a [u8]>,
+    separator: Option<u8>,
+    quoted: bool,
+}
+
+impl<'a> Entries<'a> {
+    fn new(line: &'a [u8], separator: Option<u8>, quoted: bool) -> Self {
+        Entries {
+            rest: Some(line),
+            separator,
+            quoted,
+        }
+    }
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let bytes = self.rest?;
+        let Some(separator) = self.separator else {
+            self.rest = None;
+            return Some(bytes);
+        };
+        let mut inside = false;
+        for i in (0..bytes.len()).rev() {
+            match bytes[i] {
+                b'"' if self.quoted => {
+                    let escapes = bytes[..i].iter().rev().take_while(|&&b| b == b'\\').count();
+                    if escapes % 2 == 0 {
+                        inside = !inside;
+                    }
+                }
+                b if b == separator && !inside => {
+                    self.rest = Some(&bytes[..i]);
+                    return Some(&bytes[i + 1..]);
+                }
+                _ => {}
+            }
+        }
+        self.rest = None;
+        // (an unterminated quoted string: made not to parse)
+        Some(if inside { b"\"" } else { bytes })
     }
 }
 

@@ -80,9 +80,13 @@ pub async fn send_from(
             socket.connect(addr).await.unwrap()
         }
     };
+    // (`Host: test` unless the headers name one)
+    let host = match headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+        true => "",
+        false => "Host: test\r\n",
+    };
     let mut request =
-        format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n")
-            .into_bytes();
+        format!("{method} {path} HTTP/1.1\r\n{host}Connection: close\r\nContent-Length: 0\r\n").into_bytes();
     for (name, value) in headers {
         request.extend_from_slice(name.as_bytes());
         request.extend_from_slice(b": ");
@@ -119,6 +123,11 @@ pub enum Writes {
     XRealIp,
     /// RFC 7239: an element `for=...` appended to the client's own `Forwarded`.
     Forwarded,
+    /// RFC 7239, the element also naming the request's `Host` as a quoted value (`"`
+    /// and `\` escaped): `for=<client>;host="<Host>";proto=http`.
+    ForwardedHost,
+    /// The same with `for` last: `proto=http;host="<Host>";for=<client>`.
+    ForwardedHostLast,
 }
 
 /// A reverse proxy on 127.0.0.1 (a free port) in front of `upstream`, one request per
@@ -159,7 +168,7 @@ fn rewrite(head: &[u8], writes: Writes, client: IpAddr) -> Vec<u8> {
     let name = match writes {
         Writes::XForwardedFor => "x-forwarded-for",
         Writes::XRealIp => "x-real-ip",
-        Writes::Forwarded => "forwarded",
+        Writes::Forwarded | Writes::ForwardedHost | Writes::ForwardedHostLast => "forwarded",
     };
     let mut lines = head
         .split(|&b| b == b'\n')
@@ -167,8 +176,17 @@ fn rewrite(head: &[u8], writes: Writes, client: IpAddr) -> Vec<u8> {
     let mut out = lines.next().unwrap().to_vec();
     out.extend_from_slice(b"\r\n");
     let mut own: Vec<&[u8]> = Vec::new();
+    let mut host = Vec::new();
     for line in lines {
         let colon = line.iter().position(|&b| b == b':').unwrap();
+        if line[..colon].eq_ignore_ascii_case(b"host") {
+            for &b in line[colon + 1..].trim_ascii() {
+                if b == b'"' || b == b'\\' {
+                    host.push(b'\\');
+                }
+                host.push(b);
+            }
+        }
         if line[..colon].eq_ignore_ascii_case(name.as_bytes()) {
             own.push(line[colon + 1..].trim_ascii());
         } else {
@@ -176,9 +194,16 @@ fn rewrite(head: &[u8], writes: Writes, client: IpAddr) -> Vec<u8> {
             out.extend_from_slice(b"\r\n");
         }
     }
+    let host = String::from_utf8_lossy(&host);
+    let node = match client {
+        IpAddr::V6(v6) => format!("[{v6}]"),
+        v4 => v4.to_string(),
+    };
     let address = match (writes, client) {
         (Writes::Forwarded, IpAddr::V6(v6)) => format!("for=\"[{v6}]\""),
         (Writes::Forwarded, v4) => format!("for={v4}"),
+        (Writes::ForwardedHost, _) => format!("for=\"{node}\";host=\"{host}\";proto=http"),
+        (Writes::ForwardedHostLast, _) => format!("proto=http;host=\"{host}\";for=\"{node}\""),
         (_, ip) => ip.to_string(),
     };
     let mut value = Vec::new();

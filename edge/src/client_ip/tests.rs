@@ -76,6 +76,54 @@ fn the_chain_is_walked_from_the_right_and_a_spoofed_leftmost_entry_changes_nothi
     );
 }
 
+/// A `Forwarded` element's quoted values (RFC 7239 quotes any holding `,`, `;` or
+/// `=`, such as the request's `host`, which the client writes) separate nothing: the
+/// commas and semicolons in them neither end the element nor start a parameter.
+#[test]
+fn quoted_values_in_a_forwarded_element_separate_nothing() {
+    let rfc7239 = TrustedProxies::new(["10.0.0.0/8"])
+        .unwrap()
+        .header(ForwardedHeader::Forwarded);
+    let cases = [
+        // the proxy's element, the client's Host quoted in it
+        (
+            "for=198.51.100.7;host=\"x,for=10.9.9.9\";proto=http",
+            "198.51.100.7",
+        ),
+        (
+            "for=198.51.100.7;host=\"x;for=6.6.6.6\";proto=http",
+            "198.51.100.7",
+        ),
+        (
+            "proto=http;host=\"x, for=6.6.6.6;a=b\";for=198.51.100.7",
+            "198.51.100.7",
+        ),
+        // an escaped quote does not end the value; an escaped backslash before one does
+        ("for=198.51.100.7;host=\"x\\\",for=10.9.9.9\"", "198.51.100.7"),
+        (
+            "for=6.6.6.6, for=198.51.100.7;host=\"x\\\\\";proto=http",
+            "198.51.100.7",
+        ),
+        // behind a second trusted proxy
+        (
+            "for=198.51.100.7;host=\"a,for=10.1.1.1\", for=10.0.0.2;host=\"b;c\"",
+            "198.51.100.7",
+        ),
+        // the client's own unterminated quote to the left is never read
+        ("for=6.6.6.6;x=\", for=198.51.100.7", "198.51.100.7"),
+    ];
+    for (value, want) in cases {
+        assert_eq!(
+            client(&rfc7239, "10.0.0.1", &[("forwarded", value)]),
+            want,
+            "{value}"
+        );
+    }
+    // A proxy's element still in a quoted value at the line's start does not parse.
+    let open = [("forwarded", "for=198.51.100.7;host=\"x")];
+    assert_eq!(client(&rfc7239, "10.0.0.1", &open), "10.0.0.1");
+}
+
 #[test]
 fn unparsable_headers_fall_back_to_the_peer() {
     let trusted = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
