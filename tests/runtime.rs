@@ -5,7 +5,7 @@ use redlimit_test_support as support;
 
 use std::time::Duration;
 
-use redlimit::{Client, Decision, Error, ManualClock, RateLimiterConfig, RateType, Rule};
+use redlimit::{Algorithm, Client, Decision, Error, ManualClock, RateLimiterConfig, RateType, Rule};
 use support::RedisServer;
 
 const T0: u64 = 1_700_000_000_000;
@@ -551,12 +551,64 @@ on_both_backends!(
             97,
             "the other rule spent exactly the granted calls"
         );
-        // The larger permits, capped at the enforced rate: never more than a call may take.
+        // The larger permits above the enforced rate: refused, nothing taken (taken
+        // capped at the rate, a call of 5 was counted 3, and the looser rule's limiter
+        // then granted more than its rate in a window).
         let big = Rule::new("rate_limit:transfer:8", 10, Duration::from_secs(60)).permits(5);
         let small = Rule::new("rate_limit:transfer:8", 3, Duration::from_secs(60));
-        let decision = client.check_rules(&[big, small]).await.unwrap();
-        assert!(decision.allowed, "5 permits capped at the rate of 3");
-        assert_eq!(decision.remaining, 0);
+        match client.check_rules(&[big.clone(), small]).await {
+            Err(Error::PermitsExceedRate {
+                permits: 5, rate: 3, ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        let limiter = client.rate_limiter(big.name());
+        let never = limiter.available_permits().await;
+        assert!(
+            matches!(never, Err(Error::NotInitialized { .. })),
+            "nothing written: {never:?}"
+        );
+        // A token bucket's: its burst. 90 of a bucket of 100 taken alone, then 90 with
+        // a stricter rule of a burst of 10 on the same bucket: refused, 10 left.
+        let lax = Rule::new("rate_limit:transfer:9", 100, Duration::from_secs(60))
+            .algorithm(Algorithm::TokenBucket)
+            .permits(90);
+        let strict =
+            Rule::new("rate_limit:transfer:9", 10, Duration::from_secs(60)).algorithm(Algorithm::TokenBucket);
+        assert!(
+            client
+                .check_rules(std::slice::from_ref(&lax))
+                .await
+                .unwrap()
+                .allowed
+        );
+        match client.check_rules(&[lax.clone(), strict]).await {
+            Err(Error::PermitsExceedBurst {
+                permits: 90,
+                burst: 10,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        let bucket = client.token_bucket(lax.name(), 100, Duration::from_secs(60));
+        assert_eq!(bucket.available().await.unwrap(), 10);
+        // ...and a reservation of such rules likewise.
+        let settled = lax.clone().settled();
+        match client
+            .reserve(&[
+                settled,
+                Rule::new("rate_limit:transfer:9", 10, Duration::from_secs(60))
+                    .algorithm(Algorithm::TokenBucket),
+            ])
+            .await
+        {
+            Err(Error::PermitsExceedBurst {
+                permits: 90,
+                burst: 10,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 );
 

@@ -26,6 +26,77 @@ async fn deny(a: &str, b: &str) -> Result<(), RateLimited> {
     Ok(())
 }
 
+#[rate_limit(
+    key = "cop_local:p:{a}",
+    rate = 100,
+    interval = "60s",
+    permits = 90,
+    on_error = "local"
+)]
+#[rate_limit(key = "cop_local:{b}:q", rate = 10, interval = "60s", on_error = "local")]
+async fn bulk_local(a: &str, b: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(
+    key = "cop_allow:p:{a}",
+    rate = 100,
+    interval = "60s",
+    permits = 90,
+    on_error = "allow"
+)]
+#[rate_limit(key = "cop_allow:{b}:q", rate = 10, interval = "60s", on_error = "allow")]
+async fn bulk_allow(a: &str, b: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(
+    key = "cop_deny:p:{a}",
+    rate = 100,
+    interval = "60s",
+    permits = 90,
+    on_error = "deny"
+)]
+#[rate_limit(key = "cop_deny:{b}:q", rate = 10, interval = "60s", on_error = "deny")]
+async fn bulk_deny(a: &str, b: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// Templates that coincide for some values, the looser rule taking 90 permits a call
+/// (`x:p:{a}`, 100 a minute) and the stricter 1 (`x:{b}:q`, 10 a minute): the call
+/// naming one limiter asks 90 of a config of 10, and is refused with
+/// `PermitsExceedRate`, under every `on_error`; it took 90 counted as 10, and the
+/// 100-a-minute limiter then granted 90 more (180 in a minute). Answers, per policy,
+/// the permits the 100-a-minute limiter `<policy>:p:q` has left after the coinciding
+/// calls and two calls naming it beside another limiter.
+pub async fn coinciding_permits_beyond_the_stricter_rate_are_refused() -> Vec<(&'static str, usize)> {
+    let mut granted = Vec::new();
+    for policy in ["cop_local", "cop_allow", "cop_deny"] {
+        let bulk = |a: &'static str, b: &'static str| async move {
+            match policy {
+                "cop_local" => bulk_local(a, b).await,
+                "cop_allow" => bulk_allow(a, b).await,
+                _ => bulk_deny(a, b).await,
+            }
+        };
+        for n in 0..3 {
+            let refused = bulk("q", "p").await.expect_err("90 permits of a rule of 10");
+            let cause = refused.cause().map(ToString::to_string).unwrap_or_default();
+            assert!(
+                cause.contains("90 permits requested but the rate is 10"),
+                "{policy} call {n}: {refused}, caused by {cause:?}"
+            );
+        }
+        // The 100-a-minute limiter, beside another: 90 of 100, then no more.
+        let mut passed = 0;
+        for b in ["r", "s", "t"] {
+            passed += usize::from(bulk("q", b).await.is_ok());
+        }
+        granted.push((policy, passed));
+    }
+    granted
+}
+
 /// A value as the attribute writes it into a key.
 fn escaped(value: &str) -> String {
     if value.is_empty() {

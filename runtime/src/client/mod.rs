@@ -154,8 +154,11 @@ impl Client {
     /// Rules that name the same limiter (two templates a caller filled with equal
     /// values, say) are decided as one: on the strictest of their configs (shared by
     /// every client before per client, then the lowest long-run rate, then the
-    /// smallest rate), taking the largest of their permits once, capped at that rate.
-    /// So each rule still holds and a coincidence never refuses every call.
+    /// smallest rate), taking the largest of their permits once. So each rule still
+    /// holds and a coincidence never refuses every call; a call whose largest permits
+    /// are more than that config grants at once (its rate, a token bucket's burst) is
+    /// refused with [`Error::PermitsExceedRate`] or [`Error::PermitsExceedBurst`],
+    /// before anything is taken.
     ///
     /// A decision that needs no round trip (in process, a refusal this client keeps, or
     /// a grant from a batch it holds) is made on the future's first poll, without
@@ -271,7 +274,7 @@ impl Client {
     ) -> Result<Decision, Error> {
         crate::rules::rule::check_rule_count(rules)?;
         let keys = self.rules_keys(rules)?;
-        let merged = crate::rules::rule::merge(rules);
+        let merged = crate::rules::rule::merge(rules)?;
         // (each limiter's name hashed as its first rule keeps it, not again)
         let hashes: Hashes = merged.iter().map(|m| rules[m.first].name_hash()).collect();
         let outcome = memory.decide_hashed(&merged_calls(rules, &keys, &merged), &hashes, now)?;

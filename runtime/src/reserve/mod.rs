@@ -110,7 +110,7 @@ impl Client {
         labels: Option<&[Cow<'static, str>]>,
     ) -> Result<Reserved, Error> {
         crate::rules::rule::check_rule_count(rules)?;
-        let merged = merge(rules);
+        let merged = merge(rules)?;
         check_reservable(rules, &merged)?;
         let keys = self.rules_keys(rules)?;
         let now = self.now_ms();

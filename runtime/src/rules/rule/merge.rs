@@ -14,7 +14,7 @@ pub(crate) struct Merged {
     pub first: usize,
     /// The rule whose config is enforced: the strictest of them.
     pub config: usize,
-    /// Permits taken: the largest of the rules', at most the enforced rate.
+    /// Permits taken: the largest of the rules'.
     pub permits: u64,
 }
 
@@ -36,8 +36,11 @@ pub(crate) fn check_rule_count(rules: &[Rule]) -> Result<(), Error> {
 /// The merged calls of a decision, inline for a few.
 pub(crate) type Merges = smallvec::SmallVec<[Merged; 4]>;
 
-/// One [`Merged`] per distinct limiter name, in order of first appearance.
-pub(crate) fn merge(rules: &[Rule]) -> Merges {
+/// One [`Merged`] per distinct limiter name, in order of first appearance. Refused
+/// when a limiter's largest permits are more than its strictest rule's rate (a token
+/// bucket's: its burst) lets one call take: its one config never grants them, and
+/// taking fewer than a rule asks would count that rule short.
+pub(crate) fn merge(rules: &[Rule]) -> Result<Merges, Error> {
     let mut merged = Merges::new();
     for (i, rule) in rules.iter().enumerate() {
         let same =
@@ -56,10 +59,25 @@ pub(crate) fn merge(rules: &[Rule]) -> Merges {
             }
         }
     }
-    for m in &mut merged {
-        m.permits = m.permits.min(rules[m.config].most_permits());
+    for m in &merged {
+        let enforced = &rules[m.config];
+        if m.permits > enforced.most_permits() {
+            let name = enforced.name().to_owned();
+            return Err(match enforced.capacity() {
+                Some(burst) => Error::PermitsExceedBurst {
+                    name,
+                    permits: m.permits,
+                    burst,
+                },
+                None => Error::PermitsExceedRate {
+                    name,
+                    permits: m.permits,
+                    rate: enforced.config.rate,
+                },
+            });
+        }
     }
-    merged
+    Ok(merged)
 }
 
 /// Whether `a` grants less than `b`: shared by every client rather than per client,

@@ -38,7 +38,7 @@ fn a_warm_up_counts_in_whole_milliseconds_rounded_up() {
 fn distinct_limiters_stay_apart() {
     let rules = [Rule::new("a", 3, MIN), Rule::new("b", 10, MIN)];
     assert_eq!(
-        merge(&rules).to_vec(),
+        merge(&rules).unwrap().to_vec(),
         [
             Merged {
                 first: 0,
@@ -57,12 +57,12 @@ fn distinct_limiters_stay_apart() {
 #[test]
 fn coinciding_rules_take_the_strictest_config_once() {
     let rules = [
-        Rule::new("k", 10, MIN).permits(4),
+        Rule::new("k", 10, MIN).permits(3),
         Rule::new("other", 5, MIN),
         Rule::new("k", 3, MIN),
     ];
     assert_eq!(
-        merge(&rules).to_vec(),
+        merge(&rules).unwrap().to_vec(),
         [
             Merged {
                 first: 0,
@@ -81,19 +81,51 @@ fn coinciding_rules_take_the_strictest_config_once() {
         Rule::new("k", 10, Duration::from_secs(1)),
         Rule::new("k", 100, MIN),
     ];
-    assert_eq!(merge(&rules)[0].config, 1);
+    assert_eq!(merge(&rules).unwrap()[0].config, 1);
     // Overall is stricter than per client, whatever the rates.
     let rules = [
         Rule::new("k", 1, MIN).mode(RateType::PerClient),
         Rule::new("k", 100, MIN),
     ];
-    assert_eq!(merge(&rules)[0].config, 1);
+    assert_eq!(merge(&rules).unwrap()[0].config, 1);
     // Equal long-run rates: the smaller burst.
     let rules = [
         Rule::new("k", 120, MIN),
         Rule::new("k", 2, Duration::from_secs(1)),
     ];
-    assert_eq!(merge(&rules)[0].config, 1);
+    assert_eq!(merge(&rules).unwrap()[0].config, 1);
+}
+
+/// Coinciding rules take the largest permits on the strictest config: a call whose
+/// largest permits that config never grants is refused, not counted short (a rule of
+/// 100 a minute taking 90 a call, whose key a caller made the same limiter as a rule
+/// of 10's, was granted 90 and counted 10).
+#[test]
+fn coinciding_rules_asking_more_than_the_strictest_grants_are_refused() {
+    let rules = [Rule::new("k", 100, MIN).permits(90), Rule::new("k", 10, MIN)];
+    match merge(&rules) {
+        Err(crate::Error::PermitsExceedRate { name, permits, rate }) => {
+            assert_eq!((name.as_str(), permits, rate), ("k", 90, 10));
+        }
+        other => panic!("{other:?}"),
+    }
+    let buckets = [
+        Rule::new("b", 100, MIN)
+            .algorithm(Algorithm::TokenBucket)
+            .permits(90),
+        Rule::new("b", 10, MIN)
+            .algorithm(Algorithm::TokenBucket)
+            .burst(20),
+    ];
+    match merge(&buckets) {
+        Err(crate::Error::PermitsExceedBurst { name, permits, burst }) => {
+            assert_eq!((name.as_str(), permits, burst), ("b", 90, 20));
+        }
+        other => panic!("{other:?}"),
+    }
+    // within the strictest: taken once, the largest
+    let fits = [Rule::new("k", 100, MIN).permits(10), Rule::new("k", 10, MIN)];
+    assert_eq!(merge(&fits).unwrap()[0].permits, 10);
 }
 
 #[test]

@@ -60,7 +60,7 @@ impl RedisBackend {
             .iter()
             .map(|rule| self.rule_keys(rule))
             .collect::<Result<Vec<_>, Error>>()?;
-        let merged = crate::rules::rule::merge(rules);
+        let merged = crate::rules::rule::merge(rules)?;
         let calls = merged_calls(rules, &keys, &merged);
         let outcome = crate::backend::redis_acquire(self, &calls, now).await?;
         let decision = merged_decision(rules, &merged, &outcome, || self.now_ms());
