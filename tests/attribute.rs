@@ -410,6 +410,20 @@ async fn coinciding_keys_asking_more_than_the_stricter_rate_are_refused() {
     );
 }
 
+#[tokio::test]
+async fn coinciding_keys_whose_limits_neither_hold_the_other_are_refused() {
+    client();
+    let granted = support::coinciding::coinciding_limits_neither_holding_the_other_are_refused().await;
+    assert_eq!(
+        granted,
+        [
+            ("short_window", 0, 10),
+            ("quick_bucket", 0, 10),
+            ("per_client", 0, 10)
+        ]
+    );
+}
+
 /// A parameter taken apart by a pattern, as axum's `Path(user_id): Path<u64>`.
 struct Wrapped<T>(T);
 

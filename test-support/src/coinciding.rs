@@ -97,6 +97,80 @@ pub async fn coinciding_permits_beyond_the_stricter_rate_are_refused() -> Vec<(&
     granted
 }
 
+#[rate_limit(key = "cow_short:p:{a}", rate = 10, interval = "1s", on_error = "allow")]
+#[rate_limit(key = "cow_short:{b}:q", rate = 100, interval = "60s", on_error = "allow")]
+async fn short_window(a: &str, b: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(
+    key = "cow_bucket:p:{a}",
+    rate = 10,
+    interval = "1s",
+    algorithm = "token_bucket"
+)]
+#[rate_limit(
+    key = "cow_bucket:{b}:q",
+    rate = 100,
+    interval = "60s",
+    algorithm = "token_bucket"
+)]
+async fn quick_bucket(a: &str, b: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(
+    key = "cow_client:p:{a}",
+    rate = 10,
+    interval = "60s",
+    mode = "per_client",
+    on_error = "allow"
+)]
+#[rate_limit(key = "cow_client:{b}:q", rate = 1000, interval = "60s", on_error = "allow")]
+async fn per_client(a: &str, b: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// Templates that coincide for some values, neither rule's limit holding the other's:
+/// 10 a second beside 100 a minute (windows, and token buckets), 10 a minute per client
+/// beside 1 000 a minute overall. One limiter keeps one config: decided on the one that
+/// is the lower in the long run, or shared by every client, the other's limit went (100
+/// granted at once of 10 a second; 1 000 to one client of 10 a minute). The call naming
+/// one limiter is refused, with the error as its cause, `on_error = "allow"` too; values
+/// that do not coincide are decided on both rules. Answers, per function, the calls of
+/// 200 granted with coinciding values, then with others.
+pub async fn coinciding_limits_neither_holding_the_other_are_refused() -> Vec<(&'static str, usize, usize)> {
+    let mut granted = Vec::new();
+    for name in ["short_window", "quick_bucket", "per_client"] {
+        let call = |a: &'static str, b: &'static str| async move {
+            match name {
+                "short_window" => short_window(a, b).await,
+                "quick_bucket" => quick_bucket(a, b).await,
+                _ => per_client(a, b).await,
+            }
+        };
+        let mut one = 0;
+        for n in 0..200 {
+            match call("q", "p").await {
+                Ok(()) => one += 1,
+                Err(refused) => {
+                    let cause = refused.cause().map(ToString::to_string).unwrap_or_default();
+                    assert!(
+                        cause.contains("neither of which holds the other"),
+                        "{name} call {n}: {refused}, caused by {cause:?}"
+                    );
+                }
+            }
+        }
+        let mut two = 0;
+        for _ in 0..200 {
+            two += usize::from(call("z", "y").await.is_ok());
+        }
+        granted.push((name, one, two));
+    }
+    granted
+}
+
 /// A value as the attribute writes it into a key.
 fn escaped(value: &str) -> String {
     if value.is_empty() {

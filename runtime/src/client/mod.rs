@@ -154,10 +154,13 @@ impl Client {
     /// Rules that name the same limiter (two templates a caller filled with equal
     /// values, say) are decided as one: on the strictest of their configs (shared by
     /// every client before per client, then the lowest long-run rate, then the
-    /// smallest rate), taking the largest of their permits once. So each rule still
-    /// holds and a coincidence never refuses every call; a call whose largest permits
-    /// are more than that config grants at once (its rate, a token bucket's burst) is
-    /// refused with [`Error::PermitsExceedRate`] or [`Error::PermitsExceedBurst`],
+    /// smallest rate), taking the largest of their permits once, when that config holds
+    /// each rule's limit (shared, or per client as the rule is; a window of no higher
+    /// rate over no shorter interval; a bucket of no larger burst refilled no faster).
+    /// So each rule still holds. A call naming one limiter under limits neither of which
+    /// holds the other is refused with [`Error::InvalidConfig`], and one whose largest
+    /// permits are more than that config grants at once (its rate, a token bucket's
+    /// burst) with [`Error::PermitsExceedRate`] or [`Error::PermitsExceedBurst`],
     /// before anything is taken.
     ///
     /// A decision that needs no round trip (in process, a refusal this client keeps, or

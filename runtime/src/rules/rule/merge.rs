@@ -59,6 +59,23 @@ pub(crate) fn merge(rules: &[Rule]) -> Result<Merges, Error> {
             }
         }
     }
+    // The one config enforced must hold every coinciding rule's limit: a shorter window,
+    // a smaller burst or per-client counting it lacks would let that rule's limit go.
+    for rule in rules {
+        let m = merged
+            .iter()
+            .find(|m| rules[m.first].name == rule.name && rules[m.first].algorithm == rule.algorithm)
+            .expect("every rule is merged");
+        if !holds(&rules[m.config], rule) {
+            return Err(Error::InvalidConfig {
+                name: rule.name().to_owned(),
+                problem: "two rules of this call name this limiter (their keys' values made them one) with \
+                          limits neither of which holds the other: one limiter keeps one config, and either \
+                          would let the other's limit go (a shorter window or a smaller burst, or the other \
+                          counted per client); refused",
+            });
+        }
+    }
     for m in &merged {
         let enforced = &rules[m.config];
         if m.permits > enforced.most_permits() {
@@ -78,6 +95,27 @@ pub(crate) fn merge(rules: &[Rule]) -> Result<Merges, Error> {
         }
     }
     Ok(merged)
+}
+
+/// Whether `a`'s config, enforced, holds `b`'s limit too: shared by every client, or
+/// per client as `b` is; a sliding window of at most `b`'s rate over at least `b`'s
+/// interval (every window of `b`'s lies within one of `a`'s); a token bucket of at most
+/// `b`'s burst refilled at most as fast, warming up as `b` does or `b` not at all.
+fn holds(a: &Rule, b: &Rule) -> bool {
+    let (ca, cb) = (&a.config, &b.config);
+    if ca.rate_type == RateType::PerClient && cb.rate_type == RateType::Overall {
+        return false;
+    }
+    match (a.shape(), b.shape()) {
+        (Some(shape_a), Some(shape_b)) => {
+            let long_run = u128::from(ca.rate) * cb.interval.as_millis()
+                <= u128::from(cb.rate) * ca.interval.as_millis();
+            shape_a.burst <= shape_b.burst
+                && long_run
+                && (shape_b.warmup_ms == 0 || shape_a.warmup_ms == shape_b.warmup_ms)
+        }
+        _ => ca.rate <= cb.rate && ca.interval >= cb.interval,
+    }
 }
 
 /// Whether `a` grants less than `b`: shared by every client rather than per client,

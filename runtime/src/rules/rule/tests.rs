@@ -76,24 +76,64 @@ fn coinciding_rules_take_the_strictest_config_once() {
             }
         ]
     );
-    // 10 per second is looser than 100 per minute in the long run.
+    // 5 in 2 s holds 10 a second: every second lies within two.
     let rules = [
         Rule::new("k", 10, Duration::from_secs(1)),
-        Rule::new("k", 100, MIN),
+        Rule::new("k", 5, Duration::from_secs(2)),
     ];
     assert_eq!(merge(&rules).unwrap()[0].config, 1);
-    // Overall is stricter than per client, whatever the rates.
+    // Overall holds per client at a rate no higher.
     let rules = [
-        Rule::new("k", 1, MIN).mode(RateType::PerClient),
-        Rule::new("k", 100, MIN),
+        Rule::new("k", 5, MIN).mode(RateType::PerClient),
+        Rule::new("k", 3, MIN),
     ];
     assert_eq!(merge(&rules).unwrap()[0].config, 1);
-    // Equal long-run rates: the smaller burst.
+    // A bucket of a smaller burst refilled no faster holds the other.
     let rules = [
-        Rule::new("k", 120, MIN),
-        Rule::new("k", 2, Duration::from_secs(1)),
+        Rule::new("k", 120, MIN)
+            .algorithm(Algorithm::TokenBucket)
+            .burst(20),
+        Rule::new("k", 1, Duration::from_secs(1))
+            .algorithm(Algorithm::TokenBucket)
+            .burst(5),
     ];
     assert_eq!(merge(&rules).unwrap()[0].config, 1);
+}
+
+/// Coinciding rules neither of whose limits holds the other are refused: one limiter
+/// keeps one config, and either would let the other's limit go (10 a second beside
+/// 100 a minute granted 100 at once; 10 a minute per client beside 1 000 a minute
+/// overall granted 1 000 to one client).
+#[test]
+fn coinciding_rules_neither_of_which_holds_the_other_are_refused() {
+    let second = Duration::from_secs(1);
+    let bucket = |rate, per, burst| {
+        Rule::new("k", rate, per)
+            .algorithm(Algorithm::TokenBucket)
+            .burst(burst)
+    };
+    for rules in [
+        [Rule::new("k", 10, second), Rule::new("k", 100, MIN)],
+        [
+            Rule::new("k", 10, MIN).mode(RateType::PerClient),
+            Rule::new("k", 1_000, MIN),
+        ],
+        [Rule::new("k", 120, MIN), Rule::new("k", 2, second)],
+        [bucket(10, second, 10), bucket(100, MIN, 100)],
+        [bucket(1, second, 50), bucket(120, MIN, 20)],
+        [
+            bucket(10, MIN, 10).warmup(MIN),
+            bucket(10, MIN, 10).warmup(second),
+        ],
+    ] {
+        match merge(&rules) {
+            Err(crate::Error::InvalidConfig { name, problem }) => {
+                assert_eq!(name, "k");
+                assert!(problem.contains("neither of which holds the other"), "{problem}");
+            }
+            other => panic!("{rules:?}: {other:?}"),
+        }
+    }
 }
 
 /// Coinciding rules take the largest permits on the strictest config: a call whose
