@@ -592,21 +592,21 @@ on_both_backends!(
         }
         let bucket = client.token_bucket(lax.name(), 100, Duration::from_secs(60));
         assert_eq!(bucket.available().await.unwrap(), 10);
-        // ...and a reservation of such rules likewise.
-        let settled = lax.clone().settled();
-        match client
-            .reserve(&[
-                settled,
-                Rule::new("rate_limit:transfer:9", 10, Duration::from_secs(60))
-                    .algorithm(Algorithm::TokenBucket),
-            ])
-            .await
-        {
+        // ...and a reservation of such rules likewise (a settled one among them is
+        // refused as naming another rule's limiter).
+        let strict = || {
+            Rule::new("rate_limit:transfer:9", 10, Duration::from_secs(60)).algorithm(Algorithm::TokenBucket)
+        };
+        match client.reserve(&[lax.clone(), strict()]).await {
             Err(Error::PermitsExceedBurst {
                 permits: 90,
                 burst: 10,
                 ..
             }) => {}
+            other => panic!("{other:?}"),
+        }
+        match client.reserve(&[lax.clone().settled(), strict()]).await {
+            Err(Error::InvalidReservation { .. }) => {}
             other => panic!("{other:?}"),
         }
     }

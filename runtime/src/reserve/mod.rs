@@ -110,8 +110,10 @@ impl Client {
         labels: Option<&[Cow<'static, str>]>,
     ) -> Result<Reserved, Error> {
         crate::rules::rule::check_rule_count(rules)?;
+        // (before the merge, which refuses some rules naming one limiter: a settled rule
+        // among them is refused as such)
+        check_reservable(rules)?;
         let merged = merge(rules)?;
-        check_reservable(rules, &merged)?;
         let keys = self.rules_keys(rules)?;
         let now = self.now_ms();
         if let Some(kept) = self.backend().kept_refusal(rules, now) {
@@ -198,7 +200,7 @@ const BY_HAND: &str = "by_hand";
 const MARK_MARGIN_MS: u64 = 60_000;
 
 /// Refuses what a reservation cannot settle (see [`Client::reserve`]).
-fn check_reservable(rules: &[Rule], merged: &[Merged]) -> Result<(), Error> {
+fn check_reservable(rules: &[Rule]) -> Result<(), Error> {
     let invalid = |rule: &Rule, problem: &str| Error::InvalidReservation {
         name: rule.name().to_owned(),
         problem: problem.to_owned(),
@@ -210,11 +212,11 @@ fn check_reservable(rules: &[Rule], merged: &[Merged]) -> Result<(), Error> {
              to settle; reserve with rules of batch 1",
         ));
     }
-    for m in merged {
-        let named = rules.iter().filter(|r| r.name() == rules[m.first].name());
+    for rule in rules {
+        let named = rules.iter().filter(|r| r.name() == rule.name());
         if named.clone().count() > 1 && named.clone().any(Rule::is_settled) {
             return Err(invalid(
-                &rules[m.first],
+                rule,
                 "a settled rule names the same limiter as another rule of the call; give \
                  the settled rule a limiter of its own",
             ));
