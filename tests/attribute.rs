@@ -398,32 +398,6 @@ async fn coinciding_keys_never_switch_a_limit_off() {
     support::coinciding::coinciding_values_never_switch_a_limit_off(300).await;
 }
 
-#[tokio::test]
-async fn coinciding_keys_asking_more_than_the_stricter_rate_are_refused() {
-    client();
-    let granted = support::coinciding::coinciding_permits_beyond_the_stricter_rate_are_refused().await;
-    assert_eq!(granted, [("cop_local", 1), ("cop_allow", 1), ("cop_deny", 1)]);
-    assert_eq!(
-        available("cop_local:p:q").await,
-        10,
-        "90 of 100 taken, counted once"
-    );
-}
-
-#[tokio::test]
-async fn coinciding_keys_whose_limits_neither_hold_the_other_are_refused() {
-    client();
-    let granted = support::coinciding::coinciding_limits_neither_holding_the_other_are_refused().await;
-    assert_eq!(
-        granted,
-        [
-            ("short_window", 0, 10),
-            ("quick_bucket", 0, 10),
-            ("per_client", 0, 10)
-        ]
-    );
-}
-
 /// A parameter taken apart by a pattern, as axum's `Path(user_id): Path<u64>`.
 struct Wrapped<T>(T);
 

@@ -336,6 +336,63 @@ async fn backend_failures_follow_each_rules_on_error() {
     assert_eq!(refused.body, "Service temporarily unavailable\n");
 }
 
+/// Rules whose limiters may coincide for some key value must count them alike: a
+/// limiter keeps the config of the request that last wrote it, so a client sending that
+/// value would have the looser rule decide the stricter's requests (a rule `t:a` of 10
+/// a minute beside `t` keyed by `x-user`, 1 000 a minute per client in shadow, gave a
+/// client sending `x-user: a` 100 of 100). Such a layer does not build; rules counting
+/// alike, or whose limiters never coincide, do.
+#[tokio::test]
+async fn rules_whose_limiters_may_coincide_must_count_alike() {
+    let error = |builder: redlimit::tower::RateLimitLayerBuilder| builder.build().unwrap_err().to_string();
+    let global = || LayerRule::new("t:a", 10, MINUTE);
+    let keyed = || LayerRule::new("t", 10, MINUTE).key(Key::header("x-user"));
+    for other in [
+        keyed().mode(RateType::PerClient).shadow(true),
+        LayerRule::new("t", 1_000, MINUTE).key(Key::header("x-user")),
+        LayerRule::new("t", 10, Duration::from_secs(1)).key(Key::header("x-user")),
+        keyed().algorithm(redlimit::Algorithm::TokenBucket),
+    ] {
+        let message = error(
+            RateLimitLayer::builder()
+                .client(Client::memory())
+                .rule(global())
+                .rule(other),
+        );
+        assert!(
+            message.contains("rules `t:a` and `t` name the same limiter for some key values"),
+            "{message}"
+        );
+    }
+    // alike: one limiter, one config
+    let layer = RateLimitLayer::builder()
+        .client(Client::memory())
+        .rule(global())
+        .rule(keyed())
+        .build();
+    let addr = serve(
+        Router::new()
+            .route("/a", get(|| async { "a" }))
+            .layer(layer.unwrap()),
+    )
+    .await;
+    let mut granted = 0;
+    for _ in 0..30 {
+        let reply = send(addr, "GET", "/a", &[("x-user", "a")]).await;
+        granted += usize::from(reply.status == 200);
+    }
+    assert_eq!(
+        granted, 10,
+        "both rules on one limiter of 10, each request taking 1 once"
+    );
+    // never coinciding: `t:a` beside `u` keyed by a header
+    RateLimitLayer::builder()
+        .rule(global())
+        .rule(LayerRule::new("u", 1_000, MINUTE).key(Key::header("x-user")))
+        .build()
+        .unwrap();
+}
+
 #[test]
 fn a_layer_that_cannot_work_does_not_build() {
     let error = |builder: redlimit::tower::RateLimitLayerBuilder| builder.build().unwrap_err().to_string();

@@ -51,6 +51,7 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
     );
 
     check_distinct_templates(&rules, &mut errors);
+    check_coinciding_counts(&rules, &integer_params(sig), &mut errors);
     check_async(sig, is_async_trait, &mut errors);
     let output = crate::settled::check(sig, &rules, is_async_trait, &mut errors);
     if let Some(path) = &fallback {
@@ -138,6 +139,128 @@ fn check_distinct_templates(rules: &[RuleArgs], errors: &mut Vec<Error>) {
         };
         let span = rule.key.as_ref().map_or(rule.span, |(lit, _)| lit.span());
         errors.push(Error::new(span, message));
+    }
+}
+
+/// One segment of a template: literal text, a value of any text, or a value that is an
+/// integer's digits (a parameter of an integer type, `-` first when signed).
+#[derive(PartialEq)]
+enum Segment {
+    Text(String),
+    Any,
+    Digits { signed: bool },
+}
+
+/// The parameters of `sig` of a primitive integer type, by name, and whether signed:
+/// their values are written as digits only.
+fn integer_params(sig: &Signature) -> Vec<(String, bool)> {
+    sig.inputs
+        .iter()
+        .filter_map(|arg| match arg {
+            syn::FnArg::Typed(t) => match (&*t.pat, &*t.ty) {
+                (syn::Pat::Ident(p), Type::Path(ty)) if ty.qself.is_none() => {
+                    let name = ty.path.get_ident()?.to_string();
+                    let signed = match name.as_str() {
+                        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => false,
+                        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => true,
+                        _ => return None,
+                    };
+                    Some((p.ident.to_string(), signed))
+                }
+                _ => None,
+            },
+            syn::FnArg::Receiver(_) => None,
+        })
+        .collect()
+}
+
+/// A template's segments, cut at `:`, `{` and `}` (which interpolated values never
+/// hold; a value is a whole segment, the template's own check), and the separators
+/// between them.
+fn segments(pieces: &[Piece], integers: &[(String, bool)]) -> (Vec<Segment>, Vec<char>) {
+    let (mut segments, mut separators) = (vec![Segment::Text(String::new())], Vec::new());
+    for piece in pieces {
+        match piece {
+            Piece::Text(text) => {
+                for c in text.chars() {
+                    if matches!(c, ':' | '{' | '}') {
+                        separators.push(c);
+                        segments.push(Segment::Text(String::new()));
+                    } else if let Some(Segment::Text(segment)) = segments.last_mut() {
+                        segment.push(c);
+                    }
+                }
+            }
+            Piece::Value(path) => {
+                let integer = match path.as_slice() {
+                    [name] => integers.iter().find(|(n, _)| n == name),
+                    _ => None,
+                };
+                *segments.last_mut().expect("a segment") = match integer {
+                    Some(&(_, signed)) => Segment::Digits { signed },
+                    None => Segment::Any,
+                };
+            }
+            Piece::Request(_) => *segments.last_mut().expect("a segment") = Segment::Any,
+        }
+    }
+    (segments, separators)
+}
+
+/// Whether an integer's value, as the attribute writes it, can be `text`.
+fn digits_can_be(text: &str, signed: bool) -> bool {
+    let digits = match text.strip_prefix('-') {
+        Some(rest) if signed => rest,
+        _ => text,
+    };
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether some values make both templates one limiter name: the same separators, and
+/// every pair of segments able to be the same text.
+fn may_coincide(a: &[Piece], b: &[Piece], integers: &[(String, bool)]) -> bool {
+    let ((a, a_separators), (b, b_separators)) = (segments(a, integers), segments(b, integers));
+    a_separators == b_separators
+        && a.iter().zip(&b).all(|pair| match pair {
+            (Segment::Text(x), Segment::Text(y)) => x == y,
+            (Segment::Text(text), Segment::Digits { signed })
+            | (Segment::Digits { signed }, Segment::Text(text)) => digits_can_be(text, *signed),
+            _ => true,
+        })
+}
+
+/// Rejects two rules whose templates name one limiter for some values (`x:p:{a}` and
+/// `x:{b}:q` when `a` is `q` and `b` is `p`) but count it differently (rate, interval,
+/// mode, algorithm, burst or warm-up): a limiter keeps the config of the call that
+/// last wrote it, so a caller choosing the values would have the looser rule decide
+/// the stricter's calls.
+fn check_coinciding_counts(rules: &[RuleArgs], integers: &[(String, bool)], errors: &mut Vec<Error>) {
+    let counting = |r: &RuleArgs| (r.rate, r.interval_ms, r.mode, r.bucket);
+    for (second, rule) in rules.iter().enumerate() {
+        let Some((lit, pieces)) = &rule.key else { continue };
+        let earlier = rules[..second].iter().enumerate().find(|(_, r)| {
+            // (the same text up to placeholders: the check above says so)
+            r.key.as_ref().is_some_and(|(_, other)| {
+                may_coincide(other, pieces, integers)
+                    && segments(other, integers) != segments(pieces, integers)
+                    && counting(r) != counting(rule)
+            })
+        });
+        let Some((first, other)) = earlier else { continue };
+        let earlier = other.key.as_ref().map_or_else(String::new, |(l, _)| l.value());
+        errors.push(Error::new(
+            lit.span(),
+            format!(
+                "key \"{}\" names the same limiter as rule {}'s \"{earlier}\" for some values of their \
+                 placeholders, and the two count it differently (rate, interval, mode, algorithm, burst or \
+                 warm-up): a limiter keeps the config of the call that last wrote it, so a caller choosing \
+                 the values would have the looser rule decide the stricter's calls; give each rule text of \
+                 its own, e.g. \"{}\", or the same limit",
+                lit.value(),
+                first + 1,
+                suggestion(&lit.value(), second + 1)
+            ),
+        ));
     }
 }
 

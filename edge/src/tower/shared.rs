@@ -200,9 +200,19 @@ impl Shared {
         // A reservation is held until the response is back: it takes the general path.
         let decides_at_once =
             !settles && settings.timeout.is_none() && settings.client.as_ref().is_some_and(Client::is_memory);
+        let engine = Engine::with_rules(specs, settings.timeout, "RateLimitLayer").with_templates(templates);
+        if let Some((i, j)) = engine.coinciding_rules() {
+            return Err(InvalidLayer(format!(
+                "rules `{}` and `{}` name the same limiter for some key values, and count it differently \
+                 (rate, interval, mode, algorithm, burst or warm-up): a limiter keeps the config of the call \
+                 that last wrote it, so a client sending that value would have the looser rule decide the \
+                 stricter's requests; give each rule a name no other rule's limiters take, or the same limit",
+                rules[i].name, rules[j].name
+            )));
+        }
         Ok(Shared {
             decides_at_once,
-            engine: Engine::with_rules(specs, settings.timeout, "RateLimitLayer").with_templates(templates),
+            engine,
             rules,
             per_request,
             permits_own,

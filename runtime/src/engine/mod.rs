@@ -127,6 +127,39 @@ impl Engine {
         &self.rules
     }
 
+    /// Two rules of this engine whose limiter names may coincide for some values but that
+    /// count them differently (rate, interval, mode, algorithm, burst or warm-up), by
+    /// index, first found: a limiter keeps the config of the call that last wrote it, so
+    /// a caller choosing the values would have the looser rule decide the stricter's
+    /// calls. A layer refuses to build with them (the attribute refuses such templates
+    /// at compile time, knowing which values are an integer's digits).
+    pub fn coinciding_rules(&self) -> Option<(usize, usize)> {
+        let shapes: Vec<_> = (0..self.rules.len())
+            .map(|i| self.shape_and_counting("", i))
+            .collect();
+        (0..shapes.len())
+            .flat_map(|j| (0..j).map(move |i| (i, j)))
+            .find(|&(i, j)| shapes[i].0.overlaps(&shapes[j].0) && shapes[i].1 != shapes[j].1)
+    }
+
+    /// Rule `i`'s shape under `prefix` and how it counts, for the registry.
+    fn shape_and_counting(
+        &self,
+        prefix: &str,
+        i: usize,
+    ) -> (crate::rules::registry::Shape, crate::rules::registry::Counting) {
+        use crate::rules::registry;
+        let spec = &self.rules[i];
+        let template = self.templates.get(i).map_or(&*spec.name, String::as_str);
+        let counting = registry::Counting {
+            rate: spec.rate,
+            interval: spec.interval,
+            mode: spec.mode,
+            bucket: spec.bucket,
+        };
+        (registry::Shape::of_template(prefix, template), counting)
+    }
+
     fn count(&self, rule: usize, outcome: Counted) {
         let names = || self.rules.iter().map(|r| r.name.clone()).collect();
         self.counters.count(names, rule, outcome);
@@ -137,15 +170,11 @@ impl Engine {
     fn register(&self, prefix: &str) {
         use crate::rules::registry;
         registry::register(&self.rules);
-        let shapes: Vec<(String, registry::Shape)> = self
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(i, spec)| {
-                let template = self.templates.get(i).map_or(&*spec.name, String::as_str);
+        let shapes: Vec<(String, registry::Shape)> = (0..self.rules.len())
+            .map(|i| {
                 (
-                    spec.name.to_string(),
-                    registry::Shape::of_template(prefix, template),
+                    self.rules[i].name.to_string(),
+                    self.shape_and_counting(prefix, i).0,
                 )
             })
             .collect();

@@ -13,7 +13,11 @@
 //! keeps beside its config (`{tenant:acme}:value` of a rule named `{tenant:acme}`).
 //! Both rules of such a pair refuse every call with [`Error::OverlappingRules`], so
 //! which was used first changes nothing. Rules of one function (or one layer) are
-//! written together and may share limiters, but not one's name be another's key.
+//! written together and may share limiters when they count them alike (one config:
+//! algorithm, rate, interval, mode, burst and warm-up; the attribute checks it at
+//! compile time, a layer when it is built:
+//! [`Engine::coinciding_rules`](crate::engine::Engine::coinciding_rules)), but not one's
+//! name be another's key.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
@@ -254,7 +258,7 @@ impl Shape {
     }
 
     /// Whether some limiter name is produced by both.
-    fn overlaps(&self, other: &Shape) -> bool {
+    pub(crate) fn overlaps(&self, other: &Shape) -> bool {
         self.separators == other.separators
             && self.segments.iter().zip(&other.segments).all(|pair| match pair {
                 (Segment::Text(a), Segment::Text(b)) => a == b,
@@ -276,6 +280,17 @@ impl std::fmt::Display for Shape {
         }
         Ok(())
     }
+}
+
+/// How a rule counts the limiters it names: its algorithm (a token bucket's burst and
+/// warm-up), rate, interval and mode. Rules of one site whose names may coincide must
+/// count alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counting {
+    pub rate: u64,
+    pub interval: Duration,
+    pub mode: RateType,
+    pub bucket: Option<crate::BucketShape>,
 }
 
 /// A rule's shape and the keys it keeps, the engine (a function's or a layer's) it belongs to,

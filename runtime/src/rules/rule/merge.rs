@@ -100,19 +100,22 @@ pub(crate) fn merge(rules: &[Rule]) -> Result<Merges, Error> {
 /// Whether `a`'s config, enforced, holds `b`'s limit too: shared by every client, or
 /// per client as `b` is; a sliding window of at most `b`'s rate over at least `b`'s
 /// interval (every window of `b`'s lies within one of `a`'s); a token bucket of at most
-/// `b`'s burst refilled at most as fast, warming up as `b` does or `b` not at all.
+/// `b`'s burst refilled at most as fast, or with a warm-up, the same bucket.
 fn holds(a: &Rule, b: &Rule) -> bool {
     let (ca, cb) = (&a.config, &b.config);
     if ca.rate_type == RateType::PerClient && cb.rate_type == RateType::Overall {
         return false;
     }
     match (a.shape(), b.shape()) {
+        // (a warm-up's cost depends on its coldness, which the rate and the warm-up set
+        // together: only the same bucket holds one)
+        (Some(shape_a), Some(shape_b)) if shape_a.warmup_ms > 0 || shape_b.warmup_ms > 0 => {
+            shape_a == shape_b && ca.rate == cb.rate && ca.interval == cb.interval
+        }
         (Some(shape_a), Some(shape_b)) => {
             let long_run = u128::from(ca.rate) * cb.interval.as_millis()
                 <= u128::from(cb.rate) * ca.interval.as_millis();
-            shape_a.burst <= shape_b.burst
-                && long_run
-                && (shape_b.warmup_ms == 0 || shape_a.warmup_ms == shape_b.warmup_ms)
+            shape_a.burst <= shape_b.burst && long_run
         }
         _ => ca.rate <= cb.rate && ca.interval >= cb.interval,
     }

@@ -125,6 +125,12 @@ fn coinciding_rules_neither_of_which_holds_the_other_are_refused() {
             bucket(10, MIN, 10).warmup(MIN),
             bucket(10, MIN, 10).warmup(second),
         ],
+        // the same warm-up, another rate: a colder bucket costs more a permit
+        [
+            bucket(1, second, 100).warmup(MIN),
+            bucket(100, second, 100).warmup(MIN),
+        ],
+        [bucket(1, second, 100).warmup(MIN), bucket(100, second, 100)],
     ] {
         match merge(&rules) {
             Err(crate::Error::InvalidConfig { name, problem }) => {
