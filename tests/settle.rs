@@ -331,13 +331,13 @@ async fn a_settle_sent_twice_counts_once() {
             .arg(&window_member[..])
             .arg(100)
             .arg(400)
-            // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room
-            .arg("120000:1000:60000:0:0:0:60000:0:0")
+            // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room:segment
+            .arg("120000:1000:60000:0:0:0:60000:0:0:0")
             .arg("b")
             .arg(&bucket_member[..])
             .arg(100)
             .arg(400)
-            .arg(format!("120000:1000:3600000:1000:0:0:0:{now}:0"))
+            .arg(format!("120000:1000:3600000:1000:0:0:0:{now}:0:0"))
             .invoke_async(&mut raw)
             .await
             .unwrap();
@@ -364,7 +364,7 @@ async fn a_settle_sent_twice_counts_once() {
         .arg(&window_member[..])
         .arg(100)
         .arg(400)
-        .arg("120000:1000:60000:0:0:2:60000:0:0")
+        .arg("120000:1000:60000:0:0:2:60000:0:0:0")
         .invoke_async::<i64>(&mut raw)
         .await
         .unwrap_err();
@@ -515,6 +515,53 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
 /// granted 1 then: 99 against 49 while the settle left the coldness where the grant
 /// put it (reserved 100, drained after two minutes: 99; 30 after 30 s: 80; 20 after
 /// 15 s: 65; each against 49).
+/// Several reservations pending on one token bucket: one's settle gives back nothing
+/// another's already did. Reservations of 2, 49 and 49 on a bucket of 100 a minute
+/// (all in one millisecond), the first two settled 0 (1 counted each), the bucket
+/// refilled 30 s and emptied (99 taken), the third settled 0: the bucket whose settled
+/// grants took only what they used was full from the settles on, refilled nothing
+/// past its burst, and held 1 once emptied; given back by the refill's bound alone,
+/// the third's settle left 48 (147 at that instant).
+#[tokio::test]
+async fn several_pending_reservations_give_back_no_more_than_the_bucket_would_hold() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    for (i, client) in clients.iter().enumerate() {
+        let name = format!("several:{i}");
+        let rule = || Rule::new(&name, 100, MINUTE).algorithm(Algorithm::TokenBucket);
+        let granted_now = |permits| {
+            let rules = [rule().permits(permits)];
+            async move { client.check_rules(&rules).await.unwrap().allowed }
+        };
+        let first = granted(client, &[rule().settled().permits(2)]).await;
+        let second = granted(client, &[rule().settled().permits(49)]).await;
+        let third = granted(client, &[rule().settled().permits(49)]).await;
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(first.settle(0).await.unwrap().rules[0].remaining, 1, "on {i}");
+        assert_eq!(second.settle(0).await.unwrap().rules[0].remaining, 49, "on {i}");
+        clock.advance(Duration::from_secs(30));
+        // emptied: whatever it holds taken
+        let mut emptied = 0;
+        for permits in [64, 32, 16, 8, 4, 2, 1] {
+            while granted_now(permits).await {
+                emptied += permits;
+            }
+        }
+        assert_eq!(emptied, 99, "on {i}: 49 given back and 50 refilled");
+        let settled = third.settle(0).await.unwrap();
+        assert_eq!(
+            settled.rules[0].remaining, 1,
+            "on {i}: what the bucket of usage holds"
+        );
+        // (past the wait of the last refusal, which a client of Redis keeps: a token
+        // more refilled)
+        clock.advance(Duration::from_millis(600));
+        assert!(granted_now(2).await, "on {i}");
+        assert!(!granted_now(1).await, "on {i}: no more");
+        clock.advance(HOUR);
+    }
+}
+
 #[tokio::test]
 async fn a_settle_gives_a_warm_up_back_the_coldness_of_the_permits_not_used() {
     let clock = ManualClock::new(START);
@@ -1018,8 +1065,8 @@ async fn a_late_settle_sent_again_at_an_earlier_time_counts_once() {
             .arg(&logged[0][..])
             .arg(100)
             .arg(400)
-            // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room
-            .arg("120000:1000:60000:0:0:0:3600000:0:0")
+            // mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room:segment
+            .arg("120000:1000:60000:0:0:0:3600000:0:0:0")
             .invoke_async(&mut raw)
             .await
             .unwrap();

@@ -32,6 +32,10 @@
 --     per_client
 --   7 keep_alive: keepAliveTime in ms, or a token bucket's burst (4..7 are read only
 --     when 3 is "1" or the rule is a token bucket)
+-- ARGV, after the rules': ARGV[1+7*r+j] for r rules:
+--   1 reserved: each rule's grant id, comma separated, when it is a token bucket whose
+--     grant is a pending reservation's, which opens a segment of its bucket under it
+--     (lib/bucket.lua), else empty; missing when none is
 -- A token-bucket rule uses its KEYS 2 ({NAME}:bucket) or 3 ({NAME}:bucket:ID) in
 -- place of the value keys, and touches no other: one string (its layout is in
 -- lib/bucket.lua); a missing bucket is a full, cold one, and each write sets its TTL to
@@ -321,7 +325,18 @@ if not probe then
     local r = rules[i]
     if r.tb then
       -- the refilled state, less what a grant took; gone when full and cold again
-      if granted then take_tokens(r, r.permits) end
+      if granted then
+        take_tokens(r, r.permits)
+        local reserved = ARGV[2 + 7 * nrules]
+        if reserved and r.permits > 0 then
+          local j, id = 0, nil
+          for each in string.gmatch(reserved .. ',', '([^,]*),') do
+            j = j + 1
+            if j == i then id = each break end
+          end
+          if id and id ~= '' then open_segment(r, now, id + 0) end
+        end
+      end
       local a = 1 + 7 * (i - 1)
       store_tokens(r, r.bkey, ARGV[a + 4], ARGV[a + 5], ARGV[a + 7], caller_now)
     elseif r.write then

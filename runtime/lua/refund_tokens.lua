@@ -11,19 +11,28 @@
 --   1 tokens: the tokens to give back, in the bucket's units (permits times the
 --     interval in ms)
 -- A cold bucket took more than that; it gets back the plain tokens only, and keeps the
--- coldness the grant took off: never more than the call took.
+-- coldness the grant took off: never more than the call took. A bucket with
+-- reservations pending (its segments after "|", lib/bucket.lua) has the tokens given
+-- back taken off every segment's room: the bucket held them from the grant on, and
+-- what it had of room since is that much less.
 -- Returns how many buckets were given tokens; a missing bucket is full already.
 
 local given = 0
 for i = 1, #KEYS do
   local raw = redis.call('get', KEYS[i])
   if raw then
-    local rate, interval, burst, tokens, rest = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+)(:[%d:]+)$')
+    local rate, interval, burst, tokens, rest, segments =
+      string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+)(:[%d:]+)(|?[%d.,]*)$')
     if rest then
       local cap = tonumber(burst) * tonumber(interval)
-      local units = math.min(cap, tonumber(tokens) + tonumber(ARGV[i]))
+      local back = tonumber(ARGV[i])
+      local units = math.min(cap, tonumber(tokens) + back)
+      -- (each segment's room, the number after its time)
+      segments = string.gsub(segments, '([|,])(%d+)%.(%d+)', function(mark, at, room)
+        return mark .. at .. '.' .. string.format('%d', math.max(tonumber(room) - back, 0))
+      end)
       redis.call('set', KEYS[i], rate .. ':' .. interval .. ':' .. burst .. ':' .. string.format('%d', units)
-        .. rest, 'keepttl')
+        .. rest .. segments, 'keepttl')
       given = given + 1
     end
   end

@@ -19,7 +19,7 @@
 --   2 member: the log member the grant was made under (its id names the settle mark)
 --   3 estimate: the permits the grant took
 --   4 actual: the permits to count instead, from 0 to 4294967295
---   5 terms: "mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room", read only
+--   5 terms: "mark_ms:rate:interval:burst:warmup:type:keep_alive:at:room:segment", read only
 --     on the paths that use them (each argument costs Redis as much before the script
 --     runs): how long the settle mark is kept in ms (as long as the settle may be sent
 --     again), the rule's rate and interval in ms (for a token bucket missing, so full,
@@ -27,7 +27,8 @@
 --     for a window), a window's mode and keepAliveTime in ms as the grant decided
 --     them (type 0 overall, 1 per client; keep-alive 0: none), and a token bucket's
 --     grant time (epoch ms) and room: the most its settle may give back right after
---     the grant, in units (0 for a window)
+--     the grant, in units (0 for a window), and the id its grant opened a segment
+--     under (lib/bucket.lua; 0: none)
 -- Returns one integer per rule, alone for one rule (a table costs more than its
 -- integers), else in a table: -2 when there was nothing to settle (a refund for a
 -- grant out of its window or no longer in its log, a settle already made, a limiter
@@ -49,8 +50,9 @@
 -- now, then gets back the tokens not used (up to its burst, and up to the room the
 -- grant left less what refilled since, to the bucket's own refill time: tokens the
 -- bucket would have refilled past its burst, had the grant taken only what it used,
--- do not come back; nothing comes back into a bucket whose config changed since) or
--- pays the excess as taking it would, below zero down to its rate (one interval's
+-- do not come back; nothing comes back into a bucket whose config changed since; with
+-- reservations pending, at most the least room of the grant's segment and every later
+-- one, lib/bucket.lua's) or pays the excess as taking it would, below zero down to its rate (one interval's
 -- refill, as a window's excess leaves it within one interval; a cold bucket's debt
 -- already below that stays there); its settle mark makes a settle sent again a no-op.
 
@@ -71,12 +73,12 @@ end
 -- burst, warmup, type, keep_alive, at and room, as text; with `mark_only`, mark_ms
 -- alone (the rest not read: a pattern's captures cost).
 local function terms(a, mark_only)
-  local pattern = mark_only and '^(%d+):' or '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):(%d+):(%d+):(%d+)$'
-  local mark_ms, rate, interval, burst, warmup, mode, keep, at, room = string.match(ARGV[a + 5], pattern)
+  local pattern = mark_only and '^(%d+):' or '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):(%d+):(%d+):(%d+):(%d+)$'
+  local mark_ms, rate, interval, burst, warmup, mode, keep, at, room, segment = string.match(ARGV[a + 5], pattern)
   if mark_ms == nil then
     error('redlimit:bad_argument:' .. (a + 5) .. ' terms ' .. tostring(ARGV[a + 5]), 0)
   end
-  return mark_ms, rate, interval, burst, warmup, mode, keep, at, room
+  return mark_ms, rate, interval, burst, warmup, mode, keep, at, room, segment
 end
 
 -- A grant still in its window (config: as read and checked): its member
@@ -243,7 +245,7 @@ for j = 1, #KEYS / 6 do
   if ARGV[2 + 5 * (j - 1)] == 'b' then
     bucket_helpers()
     settle_tokens = function(i, k, a, estimate, actual, now)
-      local mark_ms, rate, interval, burst, warmup, _, _, at, room = terms(a)
+      local mark_ms, rate, interval, burst, warmup, _, _, at, room, segment = terms(a)
       local r = { rate = tonumber(rate), interval = tonumber(interval), burst = tonumber(burst),
         warmup = tonumber(warmup) }
       local key, mark = KEYS[k + 2], KEYS[k + 6]
@@ -282,6 +284,14 @@ for j = 1, #KEYS / 6 do
       else
         room = 0
       end
+      -- With reservations pending, also at most the least room the bucket had at its
+      -- peaks from the grant on, less what their settles gave back (its segment and
+      -- every later one's; lib/bucket.lua): one's settle never gives back what
+      -- another's did. A grant without a segment gets nothing back.
+      segment = tonumber(segment)
+      local k, bound = settle_segment(r, segment)
+      if k == nil then room = 0 elseif bound < room then room = bound end
+      local before = r.units
       if actual < estimate then
         local back = math.min((estimate - actual) * r.interval, room)
         r.units = math.min(r.units + back, r.burst * r.interval)
@@ -305,6 +315,7 @@ for j = 1, #KEYS / 6 do
           if r.units < floor then r.units = floor end
         end
       end
+      if k then close_segment(r, k, segment, math.max(r.units - before, 0)) end
       store_tokens(r, key, string.format('%d', r.rate), string.format('%d', r.interval),
         string.format('%d', r.burst), now)
       return math.max(idiv(r.units, r.interval), 0)

@@ -24,6 +24,9 @@
 -- ARGV, after the rules': ARGV[1+6*r+j] for r rules:
 --   1 tag: the call's number modulo 2^20, that its reply carries: three bytes, high
 --     first, their low twenty bits (the call's time modulo 2^20 when it is missing)
+--   2 reserved: each rule's grant id, comma separated, when its grant is a pending
+--     reservation's, which opens a segment of its bucket under it (lib/bucket.lua),
+--     else empty; missing when none is
 -- Returns what acquire.lua returns: {granted, first refusing rule (1-based, 0),
 --   wait in ms, the time decided at, then per rule tokens left and 0 (kept),
 --   1 (created) or 2 (changed), then each changed rule's old rate, interval, type,
@@ -82,11 +85,21 @@ end
 -- reply, is built beside it (tokens left, then each changed rule's old config).
 local granted = refused == 0
 local reply = { granted and 1 or 0, refused, granted and 0 or retry, now }
+local reserved = {}
+if ARGV[3 + 6 * n] then
+  for id in string.gmatch(ARGV[3 + 6 * n] .. ',', '([^,]*),') do reserved[#reserved + 1] = id end
+end
 for i = 1, n do
   local a = 1 + 6 * (i - 1)
   local r = rules[i]
-  if granted then take_tokens(r, r.permits) end
-  if not probe then
+  if granted then
+    take_tokens(r, r.permits)
+    if reserved[i] and reserved[i] ~= '' and r.permits > 0 then open_segment(r, now, reserved[i] + 0) end
+  end
+  -- (the refusal of a lone call without a warm-up on a bucket kept with its config
+  -- writes nothing, as tokens_one.lua: a reservation's, or one on a bucket with
+  -- reservations pending, comes here)
+  if not probe and (granted or n > 1 or r.warmup > 0 or r.flag ~= 0) then
     store_tokens(r, KEYS[i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], caller_now)
   end
   local left = idiv(r.units, r.interval)

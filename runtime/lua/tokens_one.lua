@@ -33,7 +33,9 @@ end
 
 do
   local caller_time, floor, max = ARGV[1] ~= '', math.floor, math.max
-  if #KEYS == 1 and ARGV[6] == '0' then
+  -- (a reservation's grant, which opens a segment, and a bucket holding segments, whose
+  -- text the pattern below does not read: tokens.lua)
+  if #KEYS == 1 and ARGV[6] == '0' and ARGV[9] == nil then
     local raw = redis.call('get', KEYS[1])
     local rate_s, interval_s, burst_s = ARGV[3], ARGV[4], ARGV[5]
     -- load_tokens: the stored config is the rule's own when the text starts with it

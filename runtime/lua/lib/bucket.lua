@@ -1,8 +1,10 @@
--- lib/bucket.lua: a token bucket's arithmetic.
+-- lib/bucket.lua: a token bucket's arithmetic, and its pending reservations' segments.
 -- Part of: acquire, tokens, reset, settle
 -- Twin in Rust: runtime/src/algorithm/bucket.rs (function for function: read_bucket,
 --   plan_tokens, token_cost, take_tokens, store_tokens; idiv and cdiv are Rust's
---   integer divisions there)
+--   integer divisions there) and runtime/src/algorithm/segments.rs (read_segments,
+--   peak, open_segment, settle_segment, close_segment, segments_text, and the prune in
+--   store_tokens)
 --
 -- A bucket is one string, "rate:interval:burst:units:at" or, with a warm-up,
 -- "rate:interval:burst:units:at:warmup:cold": interval and warmup in ms, units in
@@ -15,12 +17,25 @@
 -- a debt later callers wait out. A settle charging what a call used beyond its estimate
 -- (settle.lua) may leave a debt too, down to DEBT_FLOOR units.
 --
+-- While reservations of the bucket are pending, its text ends with "|" and their
+-- segments, "at.room.id[.id...]" comma separated, oldest first (at most
+-- MOST_SEGMENTS): each opened by a reservation's grant at `at`, holding the least room
+-- (capacity less units, at most the capacity) the bucket had at its peaks from that
+-- grant until the next segment opened, less what later settles gave back, and the
+-- ids of its grants not settled yet (a merged segment's, several). A take updates the last segment with
+-- the room just before it; a settle gives back at most the least room of its grant's
+-- segment and every later one (settle.lua). Segments older than the time an empty
+-- bucket takes to fill are dropped when the bucket is stored, and all of them when
+-- its config changes or it goes. tokens_one.lua reads no bucket holding them.
+--
 -- The helpers are made by bucket_helpers() on the paths that use them: a closure
 -- costs on every call that makes it.
 
 local idiv, cdiv, read_bucket, plan_tokens, token_cost, take_tokens, store_tokens
+local open_segment, settle_segment, close_segment
 local COLD_STEPS = 65536 -- twin: COLD_STEPS in algorithm/bucket.rs (held equal by a test)
 local DEBT_FLOOR = -4503599627370496 -- -2^52; twin: DEBT_FLOOR in algorithm/bucket.rs
+local MOST_SEGMENTS = 16 -- twin: MOST_SEGMENTS in algorithm/segments.rs (held equal by a test)
 
 local function bucket_helpers()
   -- floor(a / b) and ceil(a / b) of integers below 2^53 in size (b > 0), exactly: the
@@ -36,11 +51,107 @@ local function bucket_helpers()
     return q
   end
 
+  -- The room of a bucket of `cap` units holding `units`, at most its capacity.
+  local function room_of(cap, units)
+    local room = cap - units
+    if room < 0 then return 0 elseif room > cap then return cap end
+    return room
+  end
+
+  -- The segments stored as `text` for a bucket of `cap` units; nil when they are not
+  -- a list this code wrote (times in order, rooms up to `cap`, grant ids below 2^32).
+  local function read_segments(text, cap)
+    local segs, last = {}, -1
+    for part in string.gmatch(text .. ',', '([^,]*),') do
+      local numbers = {}
+      for digits in string.gmatch(part .. '.', '([^.]*)%.') do
+        if not string.find(digits, '^%d+$') or #digits > 16 then return nil end
+        local n = tonumber(digits)
+        if n > 9007199254740992 then return nil end
+        numbers[#numbers + 1] = n
+      end
+      if #numbers < 3 or numbers[2] > cap or numbers[1] < last then return nil end
+      local grants = {}
+      for j = 3, #numbers do
+        if numbers[j] > 4294967295 then return nil end
+        grants[#grants + 1] = numbers[j]
+      end
+      last = numbers[1]
+      segs[#segs + 1] = { at = numbers[1], room = numbers[2], grants = grants }
+    end
+    if #segs > MOST_SEGMENTS then return nil end
+    return segs
+  end
+
+  -- peak: the last segment's least room, at a peak of `room`.
+  local function peak(segs, room)
+    local last = segs[#segs]
+    if last and room < last.room then last.room = room end
+  end
+
+  -- The pending reservation's grant `id` decided at `at`, on the planned bucket `r` it
+  -- took from: a segment of its own, at `at` or the last one's time when later (a
+  -- clock behind it); past MOST_SEGMENTS the two oldest merge.
+  open_segment = function(r, at, id)
+    local segs = r.segs or {}
+    r.segs = segs
+    local last = segs[#segs]
+    if last and last.at > at then at = last.at end
+    segs[#segs + 1] = { at = at, room = room_of(r.burst * r.interval, r.units), grants = { id } }
+    if #segs > MOST_SEGMENTS then
+      local second = table.remove(segs, 2)
+      for _, g in ipairs(second.grants) do segs[1].grants[#segs[1].grants + 1] = g end
+      if second.room < segs[1].room then segs[1].room = second.room end
+    end
+  end
+
+  -- The settle of grant `id` on the planned bucket `r` (a peak now): its segment's
+  -- index (the first holding it) and the least room of it and every later one; nil
+  -- when it has none.
+  settle_segment = function(r, id)
+    local segs = r.segs
+    if not segs then return nil end
+    peak(segs, room_of(r.burst * r.interval, r.units))
+    for k = 1, #segs do
+      for _, g in ipairs(segs[k].grants) do
+        if g == id then
+          local bound = segs[k].room
+          for j = k + 1, #segs do
+            if segs[j].room < bound then bound = segs[j].room end
+          end
+          return k, bound
+        end
+      end
+    end
+    return nil
+  end
+
+  -- Grant `id` of segment k settled, giving back `back` units: off its room and every
+  -- later one's; merged into the one before, or dropped when first, once none of its
+  -- grants is pending.
+  close_segment = function(r, k, id, back)
+    local segs = r.segs
+    for j = k, #segs do
+      segs[j].room = math.max(segs[j].room - back, 0)
+    end
+    local segment = segs[k]
+    for j, g in ipairs(segment.grants) do
+      if g == id then table.remove(segment.grants, j) break end
+    end
+    if #segment.grants == 0 then
+      table.remove(segs, k)
+      if k > 1 and segment.room < segs[k - 1].room then segs[k - 1].room = segment.room end
+    end
+  end
+
   -- The bucket stored as `raw`, as numbers; nil when it is not one this code wrote.
   read_bucket = function(raw)
-    local r, i, b, u, at, w, c = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+):(%d+)$')
+    local body, segments = raw, nil
+    local bar = string.find(raw, '|', 1, true)
+    if bar then body, segments = string.sub(raw, 1, bar - 1), string.sub(raw, bar + 1) end
+    local r, i, b, u, at, w, c = string.match(body, '^(%d+):(%d+):(%d+):(%-?%d+):(%d+)$')
     if r == nil then
-      r, i, b, u, at, w, c = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+):(%d+):(%d+):(%d+)$')
+      r, i, b, u, at, w, c = string.match(body, '^(%d+):(%d+):(%d+):(%-?%d+):(%d+):(%d+):(%d+)$')
       if r == nil then return nil end
     end
     local s = { rate = tonumber(r), interval = tonumber(i), burst = tonumber(b), units = tonumber(u),
@@ -51,6 +162,10 @@ local function bucket_helpers()
         or (s.warmup > 0 and 4 * cap > 9007199254740992)
         or s.units < DEBT_FLOOR or s.units > cap then
       return nil
+    end
+    if segments then
+      s.segs = read_segments(segments, cap)
+      if not s.segs then return nil end
     end
     return s
   end
@@ -83,7 +198,7 @@ local function bucket_helpers()
       r.at = s.at
     end
     if s.rate == r.rate and s.interval == r.interval and s.burst == r.burst and s.warmup == r.warmup then
-      r.units, r.cold, r.flag = units, cold, 0
+      r.units, r.cold, r.flag, r.segs = units, cold, 0, s.segs
       return
     end
     r.flag = 2
@@ -117,6 +232,7 @@ local function bucket_helpers()
   -- its coldness.
   take_tokens = function(r, permits)
     if permits == 0 then return end
+    if r.segs then peak(r.segs, room_of(r.burst * r.interval, r.units)) end
     r.units = r.units - token_cost(r, permits)
     r.cold = math.max(r.cold - permits * r.interval, 0)
   end
@@ -128,6 +244,16 @@ local function bucket_helpers()
     local ttl = r.at + math.max(cdiv(short, r.rate), 1) - caller_now
     local text = rate .. ':' .. interval .. ':' .. burst .. ':' .. string.format('%d:%d', r.units, r.at)
     if r.warmup > 0 then text = text .. string.format(':%d:%d', r.warmup, r.cold) end
+    local segs = r.segs
+    if segs then
+      -- those older than an empty bucket takes to fill dropped
+      local horizon = cdiv(r.burst * r.interval, r.rate)
+      while segs[1] and segs[1].at + horizon <= r.at do table.remove(segs, 1) end
+      for k = 1, #segs do
+        text = text .. (k == 1 and '|' or ',') .. string.format('%d.%d', segs[k].at, segs[k].room)
+        for _, g in ipairs(segs[k].grants) do text = text .. string.format('.%d', g) end
+      end
+    end
     redis.call('set', key, text, 'px', string.format('%d', math.max(ttl, 1)))
   end
 end

@@ -91,9 +91,24 @@ impl Stored {
 }
 
 /// read_bucket: the bucket stored as `raw` (`rate:interval:burst:units:at`, or with a
-/// warm-up `rate:interval:burst:units:at:warmup:cold`), or `None` when it is not one
-/// the scripts wrote (the same checks as theirs).
+/// warm-up `rate:interval:burst:units:at:warmup:cold`, either followed by `|` and the
+/// segments of its pending reservations, [`Segments::read`](super::segments::Segments::read)),
+/// or `None` when it is not one the scripts wrote (the same checks as theirs).
 pub fn read_bucket(raw: &str) -> Option<Stored> {
+    let (body, segments) = match raw.split_once('|') {
+        Some((body, segments)) => (body, Some(segments)),
+        None => (raw, None),
+    };
+    let stored = read_body(body)?;
+    let capacity = stored.burst * stored.interval;
+    match segments {
+        Some(text) => super::segments::Segments::read(text, capacity).map(|_| stored),
+        None => Some(stored),
+    }
+}
+
+/// [`read_bucket`] of the bucket's own fields.
+fn read_body(raw: &str) -> Option<Stored> {
     let fields: Vec<&str> = raw.split(':').collect();
     if fields.len() != 5 && fields.len() != 7 {
         return None;

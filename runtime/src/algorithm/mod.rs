@@ -10,10 +10,13 @@
 //! - [`window`]: the sliding window, the steps `lua/acquire.lua` and
 //!   `lua/acquire_plain.lua` write inline (`plan_bucket`, `take`, `wait_for`);
 //! - [`bucket`]: the token bucket, `lua/lib/bucket.lua`;
+//! - [`segments`]: a token bucket's pending reservations, the segment helpers of
+//!   `lua/lib/bucket.lua`;
 //! - [`ttl`]: Redisson's TTL rule, `lua/lib/ttl_rule.lua`.
 
 pub mod bucket;
 pub mod call_time;
+pub mod segments;
 pub mod ttl;
 pub mod window;
 
@@ -67,5 +70,9 @@ mod twins {
             super::bucket::DEBT_FLOOR
         );
         assert_eq!(lua_signed("tokens_one.lua", "LOWEST"), super::bucket::DEBT_FLOOR);
+        assert_eq!(
+            lua_constant("lib/bucket.lua", "MOST_SEGMENTS"),
+            super::segments::MOST_SEGMENTS as u64
+        );
     }
 }

@@ -18,6 +18,7 @@ pub(crate) fn merged_calls<'r>(rules: &'r [Rule], keys: &[Keys<'r>], merged: &[M
             permits: m.permits,
             rule: Some(rules[m.config].config()),
             bucket: rules[m.config].shape(),
+            reserved: None,
         })
         .collect()
 }

@@ -27,6 +27,10 @@ pub(crate) struct RuleCall<'a> {
     pub rule: Option<&'a RateLimiterConfig>,
     /// `Some`: a token bucket (its rate and interval are `rule`'s).
     pub bucket: Option<crate::BucketShape>,
+    /// A settled reservation's grant of a token bucket, by its id (from 1): the grant
+    /// opens a segment of the bucket's pending reservations under it
+    /// (`algorithm::segments`), which its settle reads.
+    pub reserved: Option<u32>,
 }
 
 /// One grant of a reservation, settled with the amount actually used.
@@ -53,6 +57,9 @@ pub(crate) struct SettleCall<'a> {
     /// ([`room_at`](crate::algorithm::bucket::room_at)). 0 for a sliding window, whose
     /// log holds its grant.
     pub room: u64,
+    /// A token bucket's: the id its grant opened a segment under (0: none, a grant
+    /// of no settled rule).
+    pub segment: u32,
     /// How long the settle mark is kept (ms): as long as the settle may be sent again.
     pub mark_ms: u64,
     /// The limiter's name hashed as its rule keeps it, when the caller has it (in

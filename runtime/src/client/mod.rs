@@ -387,6 +387,7 @@ impl Client {
             permits: 0,
             rule: Some(rule.config()),
             bucket: rule.shape(),
+            reserved: None,
         }];
         let outcome = self.backend().acquire_unboxed(&calls, self.now_ms()).await.ok()?;
         outcome.rules.first().map(|r| r.left)
@@ -487,5 +488,6 @@ fn rule_call<'r>(rule: &'r Rule, keys: Keys<'r>) -> RuleCall<'r> {
         permits: rule.permits_per_call().min(rule.most_permits()),
         rule: Some(rule.config()),
         bucket: rule.shape(),
+        reserved: None,
     }
 }

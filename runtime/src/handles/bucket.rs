@@ -161,6 +161,7 @@ impl TokenBucket {
             permits,
             rule: Some(self.rule.config()),
             bucket: Some(shape),
+            reserved: None,
         }];
         self.client.backend().acquire(&calls, self.client.now_ms()).await
     }

@@ -208,6 +208,7 @@ impl RateLimiter {
             permits,
             rule: None,
             bucket: None,
+            reserved: None,
         }];
         self.client.backend().acquire(&calls, now).await
     }

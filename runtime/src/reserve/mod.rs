@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::backend::{Members, RuleOutcome, SettleCall};
+use crate::backend::{Members, RuleCall, RuleOutcome, SettleCall};
 use crate::keys::LimiterKeys;
 use crate::observe::{settle_counters, SettleCounters};
 use crate::rules::rule::{merge, Merged};
@@ -78,6 +78,8 @@ struct Grant {
     /// A token bucket's refill at the grant: the decision's time, or across a
     /// cluster's slots, its own slot's.
     refilled_at: u64,
+    /// A settled token bucket's: the id its grant opened a segment under (0: none).
+    segment: u32,
     /// The index of the grant's (first) rule among the reservation's rules.
     first: usize,
     /// The rule's index when it is settled (`None`: it counts its permits as taken).
@@ -119,7 +121,13 @@ impl Client {
         if let Some(kept) = self.backend().kept_refusal(rules, now) {
             return Ok(Reserved::Refused(kept));
         }
-        let calls = crate::backend::decisions::merged_calls(rules, &keys, &merged);
+        let mut calls = crate::backend::decisions::merged_calls(rules, &keys, &merged);
+        // A settled grant of a token bucket opens a segment, under an id of its own,
+        // that its settle reads.
+        for (call, m) in calls.iter_mut().zip(merged.iter()) {
+            let opens = call.bucket.is_some() && call.permits > 0 && rules[m.config].is_settled();
+            call.reserved = opens.then(|| rand::random::<u32>().max(1));
+        }
         // (in process, each limiter's name hashed as its first rule keeps it, and the
         // settled grants' limiters held as they are decided)
         let hashes: SmallVec<[u64; 4]> = merged.iter().map(|m| rules[m.first].name_hash()).collect();
@@ -134,7 +142,7 @@ impl Client {
             decision,
             grants: self.grants(
                 rules,
-                &merged,
+                (&merged, &calls),
                 (&members, &hashes, &outcome.rules),
                 (times.as_deref(), outcome.at_ms),
                 labels,
@@ -153,7 +161,7 @@ impl Client {
     fn grants(
         &self,
         rules: &[Rule],
-        merged: &[Merged],
+        (merged, calls): (&[Merged], &[RuleCall<'_>]),
         (members, hashes, outcomes): (&Members, &[u64], &[RuleOutcome]),
         (times, at_ms): (Option<&[u64]>, u64),
         labels: Option<&[Cow<'static, str>]>,
@@ -176,6 +184,7 @@ impl Client {
                     estimate: m.permits,
                     left: outcome.left,
                     refilled_at: times.map_or(at_ms, |times| times[i]),
+                    segment: calls[i].reserved.unwrap_or(0),
                     first: m.first,
                     settled: rule.is_settled().then_some(m.first),
                     max_overdraft: rule.overdraft_cap(),
@@ -436,6 +445,7 @@ impl Grant {
             },
             estimate: self.estimate,
             actual: counted,
+            segment: self.segment,
             room: self.bucket.map_or(0, |shape| {
                 crate::algorithm::bucket::grant_room(
                     shape.burst,

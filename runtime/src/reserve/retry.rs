@@ -26,6 +26,7 @@ struct Owned {
     estimate: u64,
     actual: u64,
     room: u64,
+    segment: u32,
     mark_ms: u64,
 }
 
@@ -40,6 +41,7 @@ impl Owned {
             estimate: self.estimate,
             actual: self.actual,
             room: self.room,
+            segment: self.segment,
             mark_ms: self.mark_ms,
             name_hash: None,
         }
@@ -69,6 +71,7 @@ pub(super) fn spawn(
                 estimate: c.estimate,
                 actual: c.actual,
                 room: c.room,
+                segment: c.segment,
                 mark_ms: c.mark_ms,
             })
         })

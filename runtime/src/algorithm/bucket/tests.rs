@@ -229,6 +229,11 @@ fn reads_what_the_scripts_store_and_refuses_the_rest() {
     assert_eq!((warm.units, warm.warmup, warm.cold), (-20_000, 2_000, 5));
     // In debt (a settle's excess), down to the floor.
     assert_eq!(read_bucket("1:1000:5:-1:1").unwrap().units, -1);
+    // with its pending reservations' segments
+    assert_eq!(
+        read_bucket("10:1000:20:5000:1000|900.15000.2,1000.20000.1.3"),
+        Some(stored)
+    );
     let floor = format!("1:1000:5:{}:1", super::DEBT_FLOOR);
     assert_eq!(read_bucket(&floor).unwrap().units, super::DEBT_FLOOR);
     for bad in [
@@ -242,6 +247,10 @@ fn reads_what_the_scripts_store_and_refuses_the_rest() {
         "1:9007199254740993:1:0:0",
         // more tokens than it holds: no code of the library stores one so
         "10:1000:20:20001:0",
+        "10:1000:20:5000:1000|",
+        "10:1000:20:5000:1000|1000.5",
+        "10:1000:20:5000:1000|1000.20001.5",
+        "10:1000:20:5000:1000|1000.5.1|",
     ] {
         assert_eq!(read_bucket(bad), None, "{bad}");
     }

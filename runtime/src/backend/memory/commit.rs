@@ -7,6 +7,8 @@ use super::load::Resolved;
 use super::plan::BucketPlan;
 use super::state::{slot, Limiter, Tokens};
 use super::Locked;
+use crate::algorithm::bucket::Plan;
+use crate::algorithm::segments::{room_of, Segments};
 use crate::algorithm::ttl;
 use crate::backend::{ConfigChange, RuleCall};
 use crate::RateType;
@@ -33,10 +35,22 @@ pub(super) fn commit(locked: &mut Locked<'_>, calls: &[RuleCall<'_>], decided: &
             let taken = if decided.granted { call.permits } else { 0 };
             let (units, cold) = tokens.take_tokens(taken);
             if decided.granted || calls.len() > 1 || tokens.warmup > 0 || r.change != ConfigChange::Kept {
-                store
-                    .limiters
-                    .get_or_insert(r.hash, name)
-                    .set_tokens(r.config.rate_type, Tokens::stored(tokens, units, cold));
+                let limiter = store.limiters.get_or_insert(r.hash, name);
+                let kind = r.config.rate_type;
+                if r.change != ConfigChange::Kept {
+                    // made, or its config changed: no pending reservation's settle
+                    // gives back into it
+                    limiter.drop_segments(slot(kind));
+                }
+                let opened = call
+                    .reserved
+                    .filter(|_| taken > 0)
+                    .map(|id| (decided.now, units, id));
+                if opened.is_some() || limiter.segments(kind).is_some() {
+                    keep_segments(limiter.segments_or_new(kind), tokens, taken, opened);
+                    limiter.drop_empty_segments(slot(kind));
+                }
+                limiter.set_tokens(kind, Tokens::stored(tokens, units, cold));
             }
             continue;
         }
@@ -50,6 +64,27 @@ pub(super) fn commit(locked: &mut Locked<'_>, calls: &[RuleCall<'_>], decided: &
         }
         commit_window(limiter, i, call, r, decided);
     }
+}
+
+/// A token bucket's pending reservations' segments when a call writes it, as
+/// lib/bucket.lua's take_tokens, open_segment and store_tokens keep them: a take's
+/// peak (the room just before it) in the last; a reservation's grant's segment
+/// `opened` at its time with the units it left, under its id; those older than an
+/// empty bucket takes to fill dropped.
+pub(super) fn keep_segments(
+    segments: &mut Segments,
+    plan: &Plan,
+    taken: u64,
+    opened: Option<(u64, i64, u32)>,
+) {
+    let capacity = plan.burst * plan.interval;
+    if taken > 0 {
+        segments.peak(room_of(capacity, plan.units));
+    }
+    if let Some((at, units, id)) = opened {
+        segments.open(at, room_of(capacity, units), id);
+    }
+    segments.prune(plan.at, capacity.div_ceil(plan.rate));
 }
 
 /// A sliding-window call's writes: its bucket settled (by the first call that

@@ -1,9 +1,10 @@
 //! The in-process twin of `lua/settle.lua`: a reservation's grants told the amount
 //! actually used, step for step as the script does.
 
-use super::state::{Bucket, Tokens};
+use super::state::{slot, Bucket, Tokens};
 use super::{shard_of, MemoryBackend};
 use crate::algorithm::bucket::Plan;
+use crate::algorithm::segments::room_of;
 use crate::backend::{SettleCall, SettleOutcome};
 use crate::Error;
 
@@ -105,6 +106,7 @@ impl MemoryBackend {
             l.tokens_or_recalled(call.rule, shape.burst, shape.warmup_ms, now)
                 .copied()
         });
+        let kind = call.rule.rate_type;
         let (plan, room) = match held {
             Some(tokens) => {
                 let plan = Plan::refilled(&tokens.state, now);
@@ -149,10 +151,28 @@ impl MemoryBackend {
                 (plan, 0)
             }
         };
+        // With reservations pending, also at most the least room the bucket had at its
+        // peaks from the grant on, less what their settles gave back (its segment and
+        // every later one's): one's settle then never gives back what another's did.
+        // A grant without a segment (the bucket made again, or its config changed, since)
+        // gets nothing back.
+        let capacity = plan.burst * plan.interval;
+        let segment = match store.limiters.get_hashed(hash, name).map(|l| l.segments(kind)) {
+            Some(Some(segments)) => segments.settle(call.segment, room_of(capacity, plan.units)),
+            _ => None,
+        };
+        let room = room.min(segment.map_or(0, |(_, bound)| bound));
         let (units, cold) = plan.settle_tokens(call.estimate, call.actual, room);
         self.room_for(&mut store, hash, name, now, &[hash])?;
         let limiter = store.limiters.get_or_insert(hash, name);
-        limiter.set_tokens(call.rule.rate_type, Tokens::stored(&plan, units, cold));
+        if let Some(segments) = limiter.segments(kind) {
+            if let Some((k, _)) = segment {
+                segments.close(k, call.segment, (units - plan.units).max(0) as u64);
+            }
+            segments.prune(plan.at, capacity.div_ceil(plan.rate));
+            limiter.drop_empty_segments(slot(kind));
+        }
+        limiter.set_tokens(kind, Tokens::stored(&plan, units, cold));
         Ok(SettleOutcome {
             applied: true,
             left: Some(units.div_euclid(plan.interval as i64).max(0) as u64),

@@ -5,6 +5,7 @@ use super::idle::Idle;
 use super::name::same_name;
 use super::summary::{RecalledTokens, Summary};
 use crate::algorithm::bucket::{Plan, Stored};
+use crate::algorithm::segments::Segments;
 use crate::algorithm::window::{self, Log};
 use crate::{RateLimiterConfig, RateType};
 
@@ -141,6 +142,10 @@ pub(super) struct Limiter {
     /// Reservations not settled yet whose grants it holds: while any is, it is not let
     /// go at the bound (a settle finds its grant where it was made).
     pub(super) pins: u32,
+    /// The segments of its token buckets' pending reservations, by [`slot`]
+    /// (`algorithm::segments`); none while no reservation of them is pending. They go
+    /// with their bucket.
+    pub(super) segments: Option<Box<[Segments; 2]>>,
 }
 
 /// `(time, permits)` of grants, oldest first.
@@ -335,11 +340,47 @@ impl Limiter {
     /// The token bucket of `kind`, unless missing or full again (then dropped).
     #[inline]
     pub fn tokens(&mut self, kind: RateType, now: u64) -> Option<&mut Tokens> {
-        let tokens = &mut self.tokens[slot(kind)];
-        if tokens.is_some_and(|t| t.expires <= now) {
-            *tokens = None;
+        let at = slot(kind);
+        if self.tokens[at].is_some_and(|t| t.expires <= now) {
+            self.tokens[at] = None;
+            self.drop_segments(at);
         }
-        tokens.as_mut()
+        self.tokens[at].as_mut()
+    }
+
+    /// The segments of the pending reservations of the token bucket of `kind`, when
+    /// any is pending.
+    #[inline]
+    pub fn segments(&mut self, kind: RateType) -> Option<&mut Segments> {
+        let segments = &mut self.segments.as_mut()?[slot(kind)];
+        (!segments.is_empty()).then_some(segments)
+    }
+
+    /// [`segments`](Limiter::segments), made when none is pending.
+    pub fn segments_or_new(&mut self, kind: RateType) -> &mut Segments {
+        &mut self.segments.get_or_insert_with(Default::default)[slot(kind)]
+    }
+
+    /// Drops the segments of the token bucket at `at` ([`slot`]) once none is left (none
+    /// pending, or every one older than an empty bucket takes to fill): a bucket
+    /// without them takes the usual paths again.
+    #[inline]
+    pub fn drop_empty_segments(&mut self, at: usize) {
+        if self.segments.as_ref().is_some_and(|s| s[at].is_empty()) {
+            self.drop_segments(at);
+        }
+    }
+
+    /// Drops the segments of the token bucket at `at` ([`slot`]): it went, or its config
+    /// changed; a settle of its reservations gets nothing back.
+    #[inline]
+    pub fn drop_segments(&mut self, at: usize) {
+        if let Some(segments) = &mut self.segments {
+            segments[at] = Segments::default();
+            if segments.iter().all(Segments::is_empty) {
+                self.segments = None;
+            }
+        }
     }
 
     /// The token bucket of `rule`'s mode, as [`tokens`](Limiter::tokens); one recalled
@@ -366,6 +407,7 @@ impl Limiter {
     pub fn remove_tokens(&mut self, kind: RateType) {
         self.tokens[slot(kind)] = None;
         self.recalled[slot(kind)] = None;
+        self.drop_segments(slot(kind));
     }
 
     pub fn set_tokens(&mut self, kind: RateType, tokens: Tokens) {
@@ -380,9 +422,10 @@ impl Limiter {
                 *recalled = None;
             }
         }
-        for tokens in &mut self.tokens {
-            if tokens.is_some_and(|t| t.expires <= now) {
-                *tokens = None;
+        for at in 0..2 {
+            if self.tokens[at].is_some_and(|t| t.expires <= now) {
+                self.tokens[at] = None;
+                self.drop_segments(at);
             }
         }
         for at in 0..2 {

@@ -26,6 +26,7 @@ fn a_rule_creates_its_config_and_grants() {
         permits: 1,
         rule: Some(&config),
         bucket: None,
+        reserved: None,
     }];
     let out = block_on(backend.acquire(&calls, 1_000)).unwrap();
     assert!(out.granted);
@@ -155,6 +156,7 @@ fn call_on<'a>(keys: &'a LimiterKeys, config: &'a RateLimiterConfig) -> [RuleCal
         permits: 1,
         rule: Some(config),
         bucket: None,
+        reserved: None,
     }]
 }
 
@@ -352,6 +354,7 @@ fn bucket_call<'a>(keys: &'a LimiterKeys, config: &'a RateLimiterConfig) -> [Rul
             burst: 5,
             warmup_ms: 0,
         }),
+        reserved: None,
     }]
 }
 
@@ -731,6 +734,7 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
                 },
                 rule: Some(&configs[i]),
                 bucket: (i >= 4).then(|| shapes[i - 4]),
+                reserved: None,
             })
             .collect();
         let called: Vec<u64> = picked.iter().map(|&i| hashes[i]).collect();

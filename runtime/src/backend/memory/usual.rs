@@ -148,6 +148,11 @@ pub(super) fn decide_tokens_one(
     let limiter = store
         .limiters
         .get_with(hash, |(n, _)| same_name(n, call.keys.config()))?;
+    // (a bucket with reservations pending, or a reservation's grant: the phases, which
+    // read and write its segments, as tokens.lua does: tokens_one.lua leaves both)
+    if limiter.segments.is_some() || call.reserved.is_some() {
+        return None;
+    }
     // load_tokens, settle_time
     let stored = if call.permits > 0 {
         limiter.tokens_or_full(rule, shape.burst, shape.warmup_ms, clock_now)?
@@ -240,6 +245,11 @@ pub(super) fn decide_several(
             .get_with(hash, |(n, _)| same_name(n, name))?;
         let at = match call.bucket {
             Some(shape) => {
+                // (a bucket with reservations pending, or a reservation's grant: the
+                // phases, which read and write its segments, as tokens.lua does)
+                if limiter.segments.is_some() || call.reserved.is_some() {
+                    return None;
+                }
                 let tokens = live_tokens(limiter, rule.rate_type, clock_now)?;
                 if !tokens
                     .state

@@ -148,6 +148,20 @@ impl RedisBackend {
         if only_buckets {
             cmd.arg(&[(tag >> 16) as u8, (tag >> 8) as u8, tag as u8][..]);
         }
+        // A pending reservation's grants of token buckets open their segments: each
+        // rule's id, comma separated (empty for a rule of none), sent only when one is.
+        if calls.iter().any(|c| c.reserved.is_some()) {
+            let mut reserved = String::new();
+            for (i, call) in calls.iter().enumerate() {
+                if i > 0 {
+                    reserved.push(',');
+                }
+                if let Some(id) = call.reserved {
+                    reserved.push_str(&id.to_string());
+                }
+            }
+            cmd.arg(reserved);
+        }
         cmd
     }
 

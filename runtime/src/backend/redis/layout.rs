@@ -45,7 +45,8 @@ const fn at(names: &[&str], name: &str) -> usize {
 const LIMITER_KEYS: &[&str] = &["config", "value", "client_value", "permits", "client_permits"];
 
 /// acquire.lua: five keys and seven arguments per rule, after the call's time (the
-/// call's tag in the first rule's member).
+/// call's tag in the first rule's member); after them, which rules' grants are a
+/// pending reservation's (sent only when one is).
 pub(crate) mod acquire {
     use super::{at, Layout, LIMITER_KEYS};
     pub(crate) const LAYOUT: Layout = Layout {
@@ -62,7 +63,7 @@ pub(crate) mod acquire {
             "type",
             "keep_alive",
         ],
-        after_args: &[],
+        after_args: &["reserved"],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     pub(crate) const CONFIG: usize = at(LAYOUT.rule_keys, "config");
@@ -88,7 +89,8 @@ pub(crate) mod acquire {
 }
 
 /// tokens.lua: one key and six arguments per rule, after the call's time; the call's
-/// tag after them.
+/// tag after them, then which rules' grants are a pending reservation's (sent only
+/// when one is).
 pub(crate) mod tokens {
     use super::{at, Layout};
     pub(crate) const LAYOUT: Layout = Layout {
@@ -97,7 +99,7 @@ pub(crate) mod tokens {
         rule_keys: &["bucket"],
         args: &["now"],
         rule_args: &["permits", "rate", "interval", "burst", "warmup", "type"],
-        after_args: &["tag"],
+        after_args: &["tag", "reserved"],
     };
     pub(crate) const KEYS_PER_RULE: usize = LAYOUT.rule_keys.len();
     pub(crate) const ARGS_PER_RULE: usize = LAYOUT.rule_args.len();

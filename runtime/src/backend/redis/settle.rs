@@ -122,7 +122,7 @@ fn settle_terms(call: &SettleCall<'_>) -> String {
         RateType::PerClient => 1,
     };
     format!(
-        "{}:{}:{}:{}:{}:{mode}:{}:{}:{}",
+        "{}:{}:{}:{}:{}:{mode}:{}:{}:{}:{}",
         call.mark_ms.max(1),
         call.rule.rate,
         call.rule.interval_ms(),
@@ -130,7 +130,8 @@ fn settle_terms(call: &SettleCall<'_>) -> String {
         shape.warmup_ms,
         call.rule.keep_alive_ms(),
         call.at,
-        call.room
+        call.room,
+        call.segment
     )
 }
 

@@ -313,6 +313,7 @@ impl RedisBackend {
             permits,
             rule: Some(rule.config()),
             bucket: rule.shape(),
+            reserved: None,
         };
         let (outcome, member) = Box::pin(self.acquire_batch(&call, now)).await?;
         let decision = one_rule_decision(rule, &outcome, || self.now_ms());

@@ -92,6 +92,7 @@ impl RedisBackend {
             permits,
             rule: Some(rule.config()),
             bucket: rule.shape(),
+            reserved: None,
         }];
         let outcome = crate::backend::redis_acquire(self, &calls, now).await?;
         let decision = one_rule_decision(rule, &outcome, || self.now_ms());

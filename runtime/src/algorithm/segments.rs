@@ -1,0 +1,168 @@
+//! A token bucket's pending reservations: the twin of the segment helpers of
+//! `lua/lib/bucket.lua` (`read_segments`, `peak`, `open_segment`, `settle_segment`,
+//! `close_segment`, `segments_text`), step for step.
+//!
+//! A settle gives back the tokens its grant did not use, but no more than the bucket
+//! would hold had the grant taken only what it used: tokens given back that the
+//! bucket would have refilled past its burst meanwhile are not given. Had the grant
+//! taken less, the bucket would have held that much more from the grant on, and lost
+//! the surplus above its burst wherever it peaked: what survives is at most the least
+//! room (the burst less the tokens held) the bucket had at its peaks since the grant,
+//! just before each take and now. A settle that gave back `g` made the bucket, from
+//! its own grant on, hold `g` more than it did until then: what the bucket had of
+//! room since that grant is `g` less.
+//!
+//! Each pending reservation's grant opens a segment, named by the grant's id (a
+//! random number the reservation keeps), holding the least room the bucket had at
+//! its peaks from that grant until the next segment opened, less what later settles
+//! gave back; every take updates the last segment only. A settle gives back at most
+//! the least room over its grant's segment and every later one, takes what it gave
+//! back off those segments, and when its segment holds no pending grant left, merges
+//! it into the one before (a grant before it reads both), or drops it when it is the
+//! first. At most [`MOST_SEGMENTS`] are kept: the two oldest merge (their grants read
+//! both, less room, never more). Segments older than the time an empty bucket takes to
+//! fill are dropped: a grant that old gets nothing back by the refill bound already.
+//! A grant whose segment is gone (dropped, the bucket made again or its config
+//! changed) gets nothing back.
+//!
+//! Rooms are in the bucket's units (1/interval of a token), at most its capacity.
+
+/// The most segments a bucket keeps (`MOST_SEGMENTS` in `lua/lib/bucket.lua`, held
+/// equal by a test).
+pub const MOST_SEGMENTS: usize = 16;
+
+/// One segment: the decision time (epoch ms) of its first grant (at least the one
+/// before's), the least room since it opened less what settles gave back, and the ids
+/// of its grants not settled yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub at: u64,
+    pub room: u64,
+    pub grants: Vec<u32>,
+}
+
+/// A bucket's segments, oldest first (see the module).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Segments(pub Vec<Segment>);
+
+/// The room of a bucket of `capacity` units holding `units`, at most its capacity.
+#[inline]
+pub fn room_of(capacity: u64, units: i64) -> u64 {
+    (i128::from(capacity) - i128::from(units)).clamp(0, i128::from(capacity)) as u64
+}
+
+impl Segments {
+    /// read_segments: the segments stored as `text` (`at.room.id[.id...]`, comma
+    /// separated, oldest first) for a bucket of `capacity` units, or `None` when it is
+    /// not a list the scripts wrote: times in order, each room at most the capacity,
+    /// each id below 2^32, at most [`MOST_SEGMENTS`].
+    pub fn read(text: &str, capacity: u64) -> Option<Segments> {
+        let mut segments: Vec<Segment> = Vec::new();
+        for part in text.split(',') {
+            let mut numbers = part.split('.').map(|digits| -> Option<u64> {
+                if digits.is_empty() || digits.len() > 16 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                digits.parse().ok().filter(|&n| n <= 1 << 53)
+            });
+            let (at, room) = (numbers.next()??, numbers.next()??);
+            let grants = numbers
+                .map(|id| id.and_then(|id| u32::try_from(id).ok()))
+                .collect::<Option<Vec<u32>>>()?;
+            let late = segments.last().is_some_and(|last| last.at > at);
+            if grants.is_empty() || room > capacity || late {
+                return None;
+            }
+            segments.push(Segment { at, room, grants });
+        }
+        (segments.len() <= MOST_SEGMENTS).then_some(Segments(segments))
+    }
+
+    /// segments_text: as [`read`](Segments::read) reads them.
+    pub fn write(&self, out: &mut String) {
+        use std::fmt::Write;
+        for (i, s) in self.0.iter().enumerate() {
+            let comma = if i == 0 { "" } else { "," };
+            let _ = write!(out, "{comma}{}.{}", s.at, s.room);
+            for id in &s.grants {
+                let _ = write!(out, ".{id}");
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// peak: the bucket at a peak of `room` (just before a take, or at a settle): the
+    /// last segment's least room.
+    #[inline]
+    pub fn peak(&mut self, room: u64) {
+        if let Some(last) = self.0.last_mut() {
+            last.room = last.room.min(room);
+        }
+    }
+
+    /// open_segment: the pending reservation's grant `id` decided at `at` that left the
+    /// bucket `room` (after its take): a segment of its own, at `at` or the last one's
+    /// time when later (a clock behind it). Past [`MOST_SEGMENTS`], the two oldest merge.
+    pub fn open(&mut self, at: u64, room: u64, id: u32) {
+        let at = self.0.last().map_or(at, |last| last.at.max(at));
+        self.0.push(Segment {
+            at,
+            room,
+            grants: vec![id],
+        });
+        if self.0.len() > MOST_SEGMENTS {
+            let second = self.0.remove(1);
+            let first = &mut self.0[0];
+            first.grants.extend(second.grants);
+            first.room = first.room.min(second.room);
+        }
+    }
+
+    /// settle_segment: for the settle of grant `id`, with the bucket's room `now_room`
+    /// now (a peak): its segment (the first holding it) and the most it may give back,
+    /// the least room over that segment and every later one; `None` when it has none
+    /// (nothing comes back).
+    pub fn settle(&mut self, id: u32, now_room: u64) -> Option<(usize, u64)> {
+        self.peak(now_room);
+        let k = self.0.iter().position(|s| s.grants.contains(&id))?;
+        let bound = self.0[k..].iter().map(|s| s.room).min().unwrap_or(0);
+        Some((k, bound))
+    }
+
+    /// close_segment: grant `id` of segment `k` settled, giving back `back` units: taken
+    /// off the rooms of that segment and every later one; the segment merged into the
+    /// one before, or dropped when first, once no grant of it is pending.
+    pub fn close(&mut self, k: usize, id: u32, back: u64) {
+        for s in &mut self.0[k..] {
+            s.room = s.room.saturating_sub(back);
+        }
+        let segment = &mut self.0[k];
+        if let Some(at) = segment.grants.iter().position(|&g| g == id) {
+            segment.grants.remove(at);
+        }
+        if segment.grants.is_empty() {
+            let room = segment.room;
+            self.0.remove(k);
+            if let Some(before) = k.checked_sub(1).map(|j| &mut self.0[j]) {
+                before.room = before.room.min(room);
+            }
+        }
+    }
+
+    /// The segments still of use at `now` to a bucket an empty one of which fills in
+    /// `horizon` ms: those opened within it.
+    pub fn prune(&mut self, now: u64, horizon: u64) {
+        let old = self
+            .0
+            .iter()
+            .take_while(|s| s.at.saturating_add(horizon) <= now)
+            .count();
+        self.0.drain(..old);
+    }
+}
+
+#[cfg(test)]
+mod tests;
