@@ -525,7 +525,7 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
 #[tokio::test]
 async fn several_pending_reservations_give_back_no_more_than_the_bucket_would_hold() {
     let clock = ManualClock::new(START);
-    let (_server, clients) = clients(&clock).await;
+    let (server, clients) = clients(&clock).await;
     for (i, client) in clients.iter().enumerate() {
         let name = format!("several:{i}");
         let rule = || Rule::new(&name, 100, MINUTE).algorithm(Algorithm::TokenBucket);
@@ -553,6 +553,13 @@ async fn several_pending_reservations_give_back_no_more_than_the_bucket_would_ho
             settled.rules[0].remaining, 1,
             "on {i}: what the bucket of usage holds"
         );
+        if i == 1 {
+            // none pending: the bucket's text is back to its own fields
+            let mut raw = server.raw().await;
+            let key = format!("{{{name}}}:bucket");
+            let text: String = redis::cmd("GET").arg(&key).query_async(&mut raw).await.unwrap();
+            assert!(!text.contains('|'), "{text}");
+        }
         // (past the wait of the last refusal, which a client of Redis keeps: a token
         // more refilled)
         clock.advance(Duration::from_millis(600));
