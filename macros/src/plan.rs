@@ -51,7 +51,7 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
     );
 
     check_distinct_templates(&rules, &mut errors);
-    check_coinciding_counts(&rules, &integer_params(sig), &mut errors);
+    check_coinciding_counts(&rules, &integer_params(sig), &sig.ident.to_string(), &mut errors);
     check_async(sig, is_async_trait, &mut errors);
     let output = crate::settled::check(sig, &rules, is_async_trait, &mut errors);
     if let Some(path) = &fallback {
@@ -229,15 +229,64 @@ fn may_coincide(a: &[Piece], b: &[Piece], integers: &[(String, bool)]) -> bool {
         })
 }
 
+/// Whether some values make the template a function's path, `<module path>::<function>`:
+/// segments cut at `:` only, every other one empty (values never are: an empty one is
+/// written `%00`), the last able to be the function's name.
+fn may_be_path(pieces: &[Piece], function: &str, integers: &[(String, bool)]) -> bool {
+    let (segments, separators) = segments(pieces, integers);
+    separators.iter().all(|&c| c == ':')
+        && segments.len() >= 3
+        && segments.len() % 2 == 1
+        && segments
+            .iter()
+            .enumerate()
+            .all(|(i, segment)| match (i % 2, segment) {
+                (1, Segment::Text(text)) => text.is_empty(),
+                (1, _) => false,
+                (_, Segment::Text(text)) => !text.is_empty(),
+                (_, Segment::Digits { .. }) => false,
+                (_, Segment::Any) => true,
+            })
+        && match segments.last() {
+            Some(Segment::Text(text)) => text == function,
+            last => matches!(last, Some(Segment::Any)),
+        }
+}
+
 /// Rejects two rules whose templates name one limiter for some values (`x:p:{a}` and
 /// `x:{b}:q` when `a` is `q` and `b` is `p`) but count it differently (rate, interval,
 /// mode, algorithm, burst or warm-up): a limiter keeps the config of the call that
 /// last wrote it, so a caller choosing the values would have the looser rule decide
 /// the stricter's calls.
-fn check_coinciding_counts(rules: &[RuleArgs], integers: &[(String, bool)], errors: &mut Vec<Error>) {
+fn check_coinciding_counts(
+    rules: &[RuleArgs],
+    integers: &[(String, bool)],
+    function: &str,
+    errors: &mut Vec<Error>,
+) {
     let counting = |r: &RuleArgs| (r.rate, r.interval_ms, r.mode, r.bucket);
     for (second, rule) in rules.iter().enumerate() {
         let Some((lit, pieces)) = &rule.key else { continue };
+        // A rule without a key names the function's path, `<module path>::<name>`.
+        let keyless = rules.iter().position(|r| {
+            r.key.is_none() && counting(r) != counting(rule) && may_be_path(pieces, function, integers)
+        });
+        if let Some(first) = keyless {
+            errors.push(Error::new(
+                lit.span(),
+                format!(
+                    "key \"{}\" can be the function's path `<module>::{function}` for some values of its \
+                     placeholders, the limiter of rule {}, which has no `key`, and the two count it \
+                     differently (rate, interval, mode, algorithm, burst or warm-up): a limiter keeps the \
+                     config of the call that last wrote it, so a caller choosing the values would have the \
+                     looser rule decide the stricter's calls; give rule {} a `key` of its own",
+                    lit.value(),
+                    first + 1,
+                    first + 1
+                ),
+            ));
+            continue;
+        }
         let earlier = rules[..second].iter().enumerate().find(|(_, r)| {
             // (the same text up to placeholders: the check above says so)
             r.key.as_ref().is_some_and(|(_, other)| {

@@ -170,12 +170,10 @@ impl Engine {
     fn register(&self, prefix: &str) {
         use crate::rules::registry;
         registry::register(&self.rules);
-        let shapes: Vec<(String, registry::Shape)> = (0..self.rules.len())
+        let shapes: Vec<(String, registry::Shape, registry::Counting)> = (0..self.rules.len())
             .map(|i| {
-                (
-                    self.rules[i].name.to_string(),
-                    self.shape_and_counting(prefix, i).0,
-                )
+                let (shape, counting) = self.shape_and_counting(prefix, i);
+                (self.rules[i].name.to_string(), shape, counting)
             })
             .collect();
         registry::place(self.id(), &shapes);

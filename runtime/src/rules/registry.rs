@@ -9,7 +9,8 @@
 //! produce one name and are not the same shape (the same literal segments, and values
 //! of the same name in the same places) would let a value passed to one reach the
 //! limiters of the other: `login:{user}` called with `192.0.2.55` spends what
-//! `login:{ip}` gives that address. Nor may a rule's name be one of the keys another
+//! `login:{ip}` gives that address; rules of one shape at different sites share their
+//! limiters only when they count them alike (`Counting`). Nor may a rule's name be one of the keys another
 //! keeps beside its config (`{tenant:acme}:value` of a rule named `{tenant:acme}`).
 //! Both rules of such a pair refuse every call with [`Error::OverlappingRules`], so
 //! which was used first changes nothing. Rules of one function (or one layer) are
@@ -294,12 +295,13 @@ pub(crate) struct Counting {
 }
 
 /// A rule's shape and the keys it keeps, the engine (a function's or a layer's) it belongs to,
-/// and the rule it overlaps, if any.
+/// how it counts, and the rule it overlaps, if any.
 #[derive(Debug)]
 struct Placed {
     engine: usize,
     rule: String,
     shape: Shape,
+    counting: Counting,
     keys: Vec<Shape>,
     conflict: Option<(String, String)>,
 }
@@ -307,10 +309,13 @@ struct Placed {
 impl Placed {
     /// Whether a value passed to one of the two could reach the other's keys: one's
     /// name is one of the other's stored keys, or (rules of different sites) their
-    /// names coincide without being one shape.
+    /// names coincide without being one shape counted alike (a limiter keeps the config
+    /// of the call that last wrote it: a caller calling each in turn would have the
+    /// looser decide the stricter's calls).
     fn overlaps(&self, other: &Placed) -> bool {
-        let names =
-            self.engine != other.engine && self.shape.overlaps(&other.shape) && self.shape != other.shape;
+        let names = self.engine != other.engine
+            && self.shape.overlaps(&other.shape)
+            && (self.shape != other.shape || self.counting != other.counting);
         names
             || other.keys.iter().any(|key| key.overlaps(&self.shape))
             || self.keys.iter().any(|key| key.overlaps(&other.shape))
@@ -323,18 +328,19 @@ static CONFLICTS: AtomicUsize = AtomicUsize::new(0);
 
 /// Places the rules of `engine` (an address, stable while the engine lives), each with its
 /// shape, and marks every pair of rules that overlap.
-pub(crate) fn place(engine: usize, rules: &[(String, Shape)]) {
+pub(crate) fn place(engine: usize, rules: &[(String, Shape, Counting)]) {
     let mut placed = SHAPES.write().unwrap_or_else(|e| e.into_inner());
-    for (rule, shape) in rules {
+    for (rule, shape, counting) in rules {
         if !placed
             .iter()
-            .any(|p| p.engine == engine && &p.rule == rule && &p.shape == shape)
+            .any(|p| p.engine == engine && &p.rule == rule && &p.shape == shape && &p.counting == counting)
         {
             let keys = shape.stored_keys();
             placed.push(Placed {
                 engine,
                 rule: rule.clone(),
                 shape: shape.clone(),
+                counting: *counting,
                 keys,
                 conflict: None,
             });

@@ -49,4 +49,20 @@ async fn items(id: u64) -> Result<(), RateLimited> {
     Ok(())
 }
 
+// A keyed template that can spell the function's path, the limiter of a keyless rule.
+#[rate_limit(key = "key_templates_may_coincide::{action}", rate = 5, interval = "60s")]
+#[rate_limit(rate = 1000, interval = "1s")]
+async fn signup(action: &str) -> Result<(), RateLimited> {
+    let _ = action;
+    Ok(())
+}
+
+// One that cannot (no `::`): fine.
+#[rate_limit(key = "signin:{action}", rate = 5, interval = "60s")]
+#[rate_limit(rate = 1000, interval = "1s")]
+async fn signin(action: &str) -> Result<(), RateLimited> {
+    let _ = action;
+    Ok(())
+}
+
 fn main() {}

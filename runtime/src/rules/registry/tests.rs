@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// How a rule of `rate` a minute counts, shared by every client.
+fn minute_of(rate: u64) -> Counting {
+    Counting {
+        rate,
+        interval: Duration::from_secs(60),
+        mode: RateType::Overall,
+        bucket: None,
+    }
+}
+
 #[test]
 fn shapes_overlap_only_where_a_value_can_write_the_other_rules_text() {
     let shape = |t: &str| Shape::of_template("rate_limit:", t);
@@ -56,13 +66,13 @@ fn published_fields_read_back() {
 fn rules_of_different_shapes_that_overlap_refuse_until_one_is_gone() {
     let shape = |t: &str| Shape::of_template("p:", t);
     let (a, b, c) = (0x1000usize, 0x2000usize, 0x3000usize);
-    place(a, &[("reg:{ip}".into(), shape("reg:{ip}"))]);
-    place(c, &[("reg:{ip}".into(), shape("reg:{ip}"))]);
+    place(a, &[("reg:{ip}".into(), shape("reg:{ip}"), minute_of(10))]);
+    place(c, &[("reg:{ip}".into(), shape("reg:{ip}"), minute_of(10))]);
     assert!(
         conflict_of(a).is_none() && conflict_of(c).is_none(),
         "one shape in two sites"
     );
-    place(b, &[("reg:{user}".into(), shape("reg:{user}"))]);
+    place(b, &[("reg:{user}".into(), shape("reg:{user}"), minute_of(10))]);
     let error = conflict_of(b).unwrap().to_string();
     assert!(
         error.contains("reg:{user}") && error.contains("reg:{ip}"),
@@ -84,8 +94,15 @@ fn a_name_that_is_another_rules_stored_key_overlaps_it() {
     let shape = |t: &str| Shape::of_template("p:", t);
     let (a, b) = (0x5000usize, 0x6000usize);
     // a hash tag: the keys are NAME:value, NAME:permits, NAME:bucket
-    place(a, &[("{{st:{t}}}".into(), shape("{{st:{t}}}"))]);
-    place(b, &[("{{st:{t}}}:{route}".into(), shape("{{st:{t}}}:{route}"))]);
+    place(a, &[("{{st:{t}}}".into(), shape("{{st:{t}}}"), minute_of(10))]);
+    place(
+        b,
+        &[(
+            "{{st:{t}}}:{route}".into(),
+            shape("{{st:{t}}}:{route}"),
+            minute_of(10),
+        )],
+    );
     assert!(conflict_of(a).is_some() && conflict_of(b).is_some());
     forget(a);
     forget(b);
@@ -93,23 +110,27 @@ fn a_name_that_is_another_rules_stored_key_overlaps_it() {
     place(
         b,
         &[
-            ("{{st:{t}}}".into(), shape("{{st:{t}}}")),
-            ("{{st:{t}}}:{route}".into(), shape("{{st:{t}}}:{route}")),
+            ("{{st:{t}}}".into(), shape("{{st:{t}}}"), minute_of(10)),
+            (
+                "{{st:{t}}}:{route}".into(),
+                shape("{{st:{t}}}:{route}"),
+                minute_of(10),
+            ),
         ],
     );
     assert!(conflict_of(b).is_some());
     forget(b);
     // a per-client bucket's key and a settle's mark
     for other in ["{{st}}:bucket:{c}", "{{st}}:settled:{g}"] {
-        place(a, &[("{{st}}".into(), shape("{{st}}"))]);
-        place(b, &[(other.into(), shape(other))]);
+        place(a, &[("{{st}}".into(), shape("{{st}}"), minute_of(10))]);
+        place(b, &[(other.into(), shape(other), minute_of(10))]);
         assert!(conflict_of(a).is_some() && conflict_of(b).is_some(), "{other}");
         forget(a);
         forget(b);
     }
     // without a hash tag the keys are {NAME}:..., which no name under a prefix is
-    place(a, &[("sk:{x}".into(), shape("sk:{x}"))]);
-    place(b, &[("sk:{x}:{y}".into(), shape("sk:{x}:{y}"))]);
+    place(a, &[("sk:{x}".into(), shape("sk:{x}"), minute_of(10))]);
+    place(b, &[("sk:{x}:{y}".into(), shape("sk:{x}:{y}"), minute_of(10))]);
     assert!(conflict_of(a).is_none() && conflict_of(b).is_none());
     let stored: Vec<String> = shape("sk:{x}")
         .stored_keys()
@@ -137,17 +158,47 @@ fn the_client_address_is_one_dimension_however_a_rule_names_it() {
     // request's: one shape, no conflict; a third rule keyed by a caller's value
     // overlaps both.
     let (layer, attribute, other) = (0x7100usize, 0x7200usize, 0x7300usize);
-    place(layer, &[("dim".into(), shape("dim:{ip}"))]);
+    place(layer, &[("dim".into(), shape("dim:{ip}"), minute_of(10))]);
     place(
         attribute,
-        &[("dim:{request.client_ip}".into(), shape("dim:{request.client_ip}"))],
+        &[(
+            "dim:{request.client_ip}".into(),
+            shape("dim:{request.client_ip}"),
+            minute_of(10),
+        )],
     );
     assert!(conflict_of(layer).is_none() && conflict_of(attribute).is_none());
-    place(other, &[("dim:{user}".into(), shape("dim:{user}"))]);
+    place(
+        other,
+        &[("dim:{user}".into(), shape("dim:{user}"), minute_of(10))],
+    );
     let error = conflict_of(attribute).expect("overlaps `dim:{user}`").to_string();
     assert!(error.contains("dim:{user}"), "{error}");
     assert!(conflict_of(layer).is_some());
     for engine in [other, layer, attribute] {
         forget(engine);
     }
+}
+
+/// Rules of one shape at different sites share their limiters only when they count
+/// them alike: a limiter keeps the config of the call that last wrote it, and a caller
+/// calling each in turn would have the looser decide the stricter's calls.
+#[test]
+fn one_shape_at_two_sites_must_count_alike() {
+    let shape = |t: &str| Shape::of_template("p:", t);
+    let (a, b) = (0x8000usize, 0x9000usize);
+    place(a, &[("share:{ip}".into(), shape("share:{ip}"), minute_of(10))]);
+    place(b, &[("share:{ip}".into(), shape("share:{ip}"), minute_of(10))]);
+    assert!(
+        conflict_of(a).is_none() && conflict_of(b).is_none(),
+        "alike: shared"
+    );
+    forget(b);
+    place(b, &[("share:{ip}".into(), shape("share:{ip}"), minute_of(1_000))]);
+    assert!(
+        conflict_of(a).is_some() && conflict_of(b).is_some(),
+        "another rate"
+    );
+    forget(a);
+    forget(b);
 }
