@@ -569,6 +569,64 @@ async fn several_pending_reservations_give_back_no_more_than_the_bucket_would_ho
     }
 }
 
+/// Many reservations pending on one bucket keep its state small: at most 128 grants
+/// named, the oldest forgotten (its settle gives nothing back, the safe side), so that
+/// every call on the bucket reads and writes a bounded text in Redis (4 000 pending
+/// grew it to 43 KB, and a call past 100 ms, each call costing more than the last). A
+/// stored text naming more than that is refused before it is read.
+#[tokio::test]
+async fn many_pending_reservations_keep_a_bucket_small() {
+    let clock = ManualClock::new(START);
+    let (server, clients) = clients(&clock).await;
+    let mut raw = server.raw().await;
+    for (i, client) in clients.iter().enumerate() {
+        let name = format!("many:{i}");
+        // (slow to refill: its key's TTL, which Redis counts in real time, outlasts the test)
+        let rule = || {
+            Rule::new(&name, 1_000, HOUR)
+                .algorithm(Algorithm::TokenBucket)
+                .burst(1_000_000)
+        };
+        let mut held = Vec::new();
+        for _ in 0..300 {
+            held.push(granted(client, &[rule().settled().permits(2)]).await);
+        }
+        if i == 1 {
+            let key = format!("{{{name}}}:bucket");
+            let text: String = redis::cmd("GET").arg(&key).query_async(&mut raw).await.unwrap();
+            assert!(text.len() < 4_096, "{} bytes", text.len());
+        }
+        let newest = held.pop().unwrap();
+        let oldest = held.remove(0);
+        // (1 counted of each: 1 unused)
+        let forgotten = oldest.settle(0).await.unwrap();
+        assert_eq!(
+            forgotten.rules[0].remaining,
+            1_000_000 - 600,
+            "on {i}: nothing back"
+        );
+        let kept = newest.settle(0).await.unwrap();
+        assert_eq!(
+            kept.rules[0].remaining,
+            1_000_000 - 599,
+            "on {i}: its unused token back"
+        );
+        clock.advance(HOUR);
+    }
+    // A stored text naming 200 grants: refused, nothing granted.
+    let ids: Vec<String> = (1..=200).map(|id| id.to_string()).collect();
+    let text = format!("1000:60000:1000:60000000:{START}|{START}.0.{}", ids.join("."));
+    let _: () = redis::cmd("SET")
+        .arg("{many:hostile}:bucket")
+        .arg(&text)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let rule = Rule::new("many:hostile", 1_000, MINUTE).algorithm(Algorithm::TokenBucket);
+    let refused = clients[1].check_rules(std::slice::from_ref(&rule)).await;
+    assert!(matches!(refused, Err(Error::CorruptBucket { .. })), "{refused:?}");
+}
+
 #[tokio::test]
 async fn a_settle_gives_a_warm_up_back_the_coldness_of_the_permits_not_used() {
     let clock = ManualClock::new(START);

@@ -36,6 +36,8 @@ local open_segment, settle_segment, close_segment
 local COLD_STEPS = 65536 -- twin: COLD_STEPS in algorithm/bucket.rs (held equal by a test)
 local DEBT_FLOOR = -4503599627370496 -- -2^52; twin: DEBT_FLOOR in algorithm/bucket.rs
 local MOST_SEGMENTS = 16 -- twin: MOST_SEGMENTS in algorithm/segments.rs (held equal by a test)
+local MOST_GRANTS = 128 -- twin: MOST_GRANTS in algorithm/segments.rs (held equal by a test)
+local MOST_TEXT = 4096 -- twin: MOST_TEXT in algorithm/segments.rs (held equal by a test)
 
 local function bucket_helpers()
   -- floor(a / b) and ceil(a / b) of integers below 2^53 in size (b > 0), exactly: the
@@ -59,9 +61,11 @@ local function bucket_helpers()
   end
 
   -- The segments stored as `text` for a bucket of `cap` units; nil when they are not
-  -- a list this code wrote (times in order, rooms up to `cap`, grant ids below 2^32).
+  -- a list this code wrote (at most MOST_TEXT bytes, read only then; times in order,
+  -- rooms up to `cap`, at most MOST_SEGMENTS and MOST_GRANTS grant ids).
   local function read_segments(text, cap)
-    local segs, last = {}, -1
+    if #text > MOST_TEXT then return nil end
+    local segs, last, ids = {}, -1, 0
     for part in string.gmatch(text .. ',', '([^,]*),') do
       local numbers = {}
       for digits in string.gmatch(part .. '.', '([^.]*)%.') do
@@ -72,14 +76,12 @@ local function bucket_helpers()
       end
       if #numbers < 3 or numbers[2] > cap or numbers[1] < last then return nil end
       local grants = {}
-      for j = 3, #numbers do
-        if numbers[j] > 4294967295 then return nil end
-        grants[#grants + 1] = numbers[j]
-      end
+      for j = 3, #numbers do grants[#grants + 1] = numbers[j] end
+      ids = ids + #grants
       last = numbers[1]
       segs[#segs + 1] = { at = numbers[1], room = numbers[2], grants = grants }
     end
-    if #segs > MOST_SEGMENTS then return nil end
+    if #segs > MOST_SEGMENTS or ids > MOST_GRANTS then return nil end
     return segs
   end
 
@@ -91,7 +93,8 @@ local function bucket_helpers()
 
   -- The pending reservation's grant `id` decided at `at`, on the planned bucket `r` it
   -- took from: a segment of its own, at `at` or the last one's time when later (a
-  -- clock behind it); past MOST_SEGMENTS the two oldest merge.
+  -- clock behind it); past MOST_SEGMENTS the two oldest merge; past MOST_GRANTS the
+  -- oldest grant is forgotten (a segment left without one dropped).
   open_segment = function(r, at, id)
     local segs = r.segs or {}
     r.segs = segs
@@ -102,6 +105,12 @@ local function bucket_helpers()
       local second = table.remove(segs, 2)
       for _, g in ipairs(second.grants) do segs[1].grants[#segs[1].grants + 1] = g end
       if second.room < segs[1].room then segs[1].room = second.room end
+    end
+    local ids = 0
+    for k = 1, #segs do ids = ids + #segs[k].grants end
+    if ids > MOST_GRANTS then
+      table.remove(segs[1].grants, 1)
+      if #segs[1].grants == 0 then table.remove(segs, 1) end
     end
   end
 
@@ -249,10 +258,12 @@ local function bucket_helpers()
       -- those older than an empty bucket takes to fill dropped
       local horizon = cdiv(r.burst * r.interval, r.rate)
       while segs[1] and segs[1].at + horizon <= r.at do table.remove(segs, 1) end
+      local parts = {}
       for k = 1, #segs do
-        text = text .. (k == 1 and '|' or ',') .. string.format('%d.%d', segs[k].at, segs[k].room)
-        for _, g in ipairs(segs[k].grants) do text = text .. string.format('.%d', g) end
+        parts[k] = string.format('%d.%d', segs[k].at, segs[k].room)
+        for _, g in ipairs(segs[k].grants) do parts[k] = parts[k] .. string.format('.%d', g) end
       end
+      if #parts > 0 then text = text .. '|' .. table.concat(parts, ',') end
     end
     redis.call('set', key, text, 'px', string.format('%d', math.max(ttl, 1)))
   end

@@ -74,5 +74,13 @@ mod twins {
             lua_constant("lib/bucket.lua", "MOST_SEGMENTS"),
             super::segments::MOST_SEGMENTS as u64
         );
+        assert_eq!(
+            lua_constant("lib/bucket.lua", "MOST_GRANTS"),
+            super::segments::MOST_GRANTS as u64
+        );
+        assert_eq!(
+            lua_constant("lib/bucket.lua", "MOST_TEXT"),
+            super::segments::MOST_TEXT as u64
+        );
     }
 }

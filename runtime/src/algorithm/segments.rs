@@ -31,6 +31,16 @@
 /// equal by a test).
 pub const MOST_SEGMENTS: usize = 16;
 
+/// The most pending grants a bucket's segments name (`MOST_GRANTS` in
+/// `lua/lib/bucket.lua`, held equal by a test): past it the oldest is forgotten (its
+/// settle gives nothing back), so that a bucket's text, which every call on it reads
+/// and writes while reservations are pending, stays small.
+pub const MOST_GRANTS: usize = 128;
+
+/// The longest segments' text read, in bytes: 16 segments of two 16-digit numbers and
+/// 128 ids of 16 digits with their separators fit well within it.
+pub const MOST_TEXT: usize = 4_096;
+
 /// One segment: the decision time (epoch ms) of its first grant (at least the one
 /// before's), the least room since it opened less what settles gave back, and the ids
 /// of its grants not settled yet.
@@ -38,7 +48,7 @@ pub const MOST_SEGMENTS: usize = 16;
 pub struct Segment {
     pub at: u64,
     pub room: u64,
-    pub grants: Vec<u32>,
+    pub grants: Vec<u64>,
 }
 
 /// A bucket's segments, oldest first (see the module).
@@ -54,9 +64,12 @@ pub fn room_of(capacity: u64, units: i64) -> u64 {
 impl Segments {
     /// read_segments: the segments stored as `text` (`at.room.id[.id...]`, comma
     /// separated, oldest first) for a bucket of `capacity` units, or `None` when it is
-    /// not a list the scripts wrote: times in order, each room at most the capacity,
-    /// each id below 2^32, at most [`MOST_SEGMENTS`].
+    /// not a list the scripts wrote: at most [`MOST_TEXT`] bytes, times in order, each
+    /// room at most the capacity, at most [`MOST_SEGMENTS`] and [`MOST_GRANTS`] ids.
     pub fn read(text: &str, capacity: u64) -> Option<Segments> {
+        if text.len() > MOST_TEXT {
+            return None;
+        }
         let mut segments: Vec<Segment> = Vec::new();
         for part in text.split(',') {
             let mut numbers = part.split('.').map(|digits| -> Option<u64> {
@@ -66,16 +79,15 @@ impl Segments {
                 digits.parse().ok().filter(|&n| n <= 1 << 53)
             });
             let (at, room) = (numbers.next()??, numbers.next()??);
-            let grants = numbers
-                .map(|id| id.and_then(|id| u32::try_from(id).ok()))
-                .collect::<Option<Vec<u32>>>()?;
+            let grants = numbers.collect::<Option<Vec<u64>>>()?;
             let late = segments.last().is_some_and(|last| last.at > at);
             if grants.is_empty() || room > capacity || late {
                 return None;
             }
             segments.push(Segment { at, room, grants });
         }
-        (segments.len() <= MOST_SEGMENTS).then_some(Segments(segments))
+        let ids: usize = segments.iter().map(|s| s.grants.len()).sum();
+        (segments.len() <= MOST_SEGMENTS && ids <= MOST_GRANTS).then_some(Segments(segments))
     }
 
     /// segments_text: as [`read`](Segments::read) reads them.
@@ -105,8 +117,10 @@ impl Segments {
 
     /// open_segment: the pending reservation's grant `id` decided at `at` that left the
     /// bucket `room` (after its take): a segment of its own, at `at` or the last one's
-    /// time when later (a clock behind it). Past [`MOST_SEGMENTS`], the two oldest merge.
-    pub fn open(&mut self, at: u64, room: u64, id: u32) {
+    /// time when later (a clock behind it). Past [`MOST_SEGMENTS`], the two oldest merge;
+    /// past [`MOST_GRANTS`], the oldest grant is forgotten (a segment left without one
+    /// dropped: no earlier grant reads it).
+    pub fn open(&mut self, at: u64, room: u64, id: u64) {
         let at = self.0.last().map_or(at, |last| last.at.max(at));
         self.0.push(Segment {
             at,
@@ -119,13 +133,19 @@ impl Segments {
             first.grants.extend(second.grants);
             first.room = first.room.min(second.room);
         }
+        if self.0.iter().map(|s| s.grants.len()).sum::<usize>() > MOST_GRANTS {
+            self.0[0].grants.remove(0);
+            if self.0[0].grants.is_empty() {
+                self.0.remove(0);
+            }
+        }
     }
 
     /// settle_segment: for the settle of grant `id`, with the bucket's room `now_room`
     /// now (a peak): its segment (the first holding it) and the most it may give back,
     /// the least room over that segment and every later one; `None` when it has none
     /// (nothing comes back).
-    pub fn settle(&mut self, id: u32, now_room: u64) -> Option<(usize, u64)> {
+    pub fn settle(&mut self, id: u64, now_room: u64) -> Option<(usize, u64)> {
         self.peak(now_room);
         let k = self.0.iter().position(|s| s.grants.contains(&id))?;
         let bound = self.0[k..].iter().map(|s| s.room).min().unwrap_or(0);
@@ -135,7 +155,7 @@ impl Segments {
     /// close_segment: grant `id` of segment `k` settled, giving back `back` units: taken
     /// off the rooms of that segment and every later one; the segment merged into the
     /// one before, or dropped when first, once no grant of it is pending.
-    pub fn close(&mut self, k: usize, id: u32, back: u64) {
+    pub fn close(&mut self, k: usize, id: u64, back: u64) {
         for s in &mut self.0[k..] {
             s.room = s.room.saturating_sub(back);
         }

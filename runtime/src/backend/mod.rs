@@ -27,10 +27,10 @@ pub(crate) struct RuleCall<'a> {
     pub rule: Option<&'a RateLimiterConfig>,
     /// `Some`: a token bucket (its rate and interval are `rule`'s).
     pub bucket: Option<crate::BucketShape>,
-    /// A settled reservation's grant of a token bucket, by its id (from 1): the grant
+    /// A settled reservation's grant of a token bucket, by its id (from 1, below 2^53): the grant
     /// opens a segment of the bucket's pending reservations under it
     /// (`algorithm::segments`), which its settle reads.
-    pub reserved: Option<u32>,
+    pub reserved: Option<u64>,
 }
 
 /// One grant of a reservation, settled with the amount actually used.
@@ -59,7 +59,7 @@ pub(crate) struct SettleCall<'a> {
     pub room: u64,
     /// A token bucket's: the id its grant opened a segment under (0: none, a grant
     /// of no settled rule).
-    pub segment: u32,
+    pub segment: u64,
     /// How long the settle mark is kept (ms): as long as the settle may be sent again.
     pub mark_ms: u64,
     /// The limiter's name hashed as its rule keeps it, when the caller has it (in

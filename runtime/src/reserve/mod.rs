@@ -79,7 +79,7 @@ struct Grant {
     /// cluster's slots, its own slot's.
     refilled_at: u64,
     /// A settled token bucket's: the id its grant opened a segment under (0: none).
-    segment: u32,
+    segment: u64,
     /// The index of the grant's (first) rule among the reservation's rules.
     first: usize,
     /// The rule's index when it is settled (`None`: it counts its permits as taken).
@@ -126,7 +126,7 @@ impl Client {
         // that its settle reads.
         for (call, m) in calls.iter_mut().zip(merged.iter()) {
             let opens = call.bucket.is_some() && call.permits > 0 && rules[m.config].is_settled();
-            call.reserved = opens.then(|| rand::random::<u32>().max(1));
+            call.reserved = opens.then(|| (rand::random::<u64>() >> 11).max(1));
         }
         // (in process, each limiter's name hashed as its first rule keeps it, and the
         // settled grants' limiters held as they are decided)

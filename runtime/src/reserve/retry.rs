@@ -26,7 +26,7 @@ struct Owned {
     estimate: u64,
     actual: u64,
     room: u64,
-    segment: u32,
+    segment: u64,
     mark_ms: u64,
 }
 

@@ -9,10 +9,10 @@ fn segments_read_back_as_written_and_refuse_any_other_text() {
     let mut segments = Segments::default();
     segments.open(1_000, 400, 7);
     segments.open(1_500, 300, 8);
-    segments.open(1_400, 350, 4_294_967_295);
+    segments.open(1_400, 350, 9_007_199_254_740_992);
     let mut text = String::new();
     segments.write(&mut text);
-    assert_eq!(text, "1000.400.7,1500.300.8,1500.350.4294967295");
+    assert_eq!(text, "1000.400.7,1500.300.8,1500.350.9007199254740992");
     assert_eq!(Segments::read(&text, 400), Some(segments));
     for bad in [
         "",
@@ -20,7 +20,7 @@ fn segments_read_back_as_written_and_refuse_any_other_text() {
         "1000.401.7",
         "1500.1.1,1000.1.1",
         "1000.1.1,",
-        "1000.1.4294967296",
+        "1000.1.9007199254740993",
         "-1.1.1",
         "1e3.1.1",
         "1000.1..1",
@@ -34,7 +34,43 @@ fn segments_read_back_as_written_and_refuse_any_other_text() {
     );
     let most: Vec<String> = (0..=MOST_SEGMENTS).map(|i| format!("{i}.1.1")).collect();
     assert!(Segments::read(&most[..MOST_SEGMENTS].join(","), 1).is_some());
-    assert_eq!(Segments::read(&most.join(","), 1), None, "one too many");
+    assert_eq!(Segments::read(&most.join(","), 1), None, "one segment too many");
+    let ids: Vec<String> = (0..=MOST_GRANTS).map(|i| i.to_string()).collect();
+    assert!(Segments::read(&format!("1.1.{}", ids[..MOST_GRANTS].join(".")), 1).is_some());
+    assert_eq!(
+        Segments::read(&format!("1.1.{}", ids.join(".")), 1),
+        None,
+        "one grant too many"
+    );
+    let long = format!("1.1.{}", ["1"; MOST_TEXT].join("."));
+    assert_eq!(
+        Segments::read(&long, 1),
+        None,
+        "past the longest text, before reading it"
+    );
+}
+
+/// Past the most pending grants, the oldest is forgotten (its settle gives nothing
+/// back), a segment left without a grant dropped: a bucket's text stays small however
+/// many reservations are pending.
+#[test]
+fn past_the_most_grants_the_oldest_is_forgotten() {
+    let mut segments = Segments::default();
+    for id in 0..MOST_GRANTS as u64 + 10 {
+        segments.open(1_000 + id, 500, id + 1);
+    }
+    let ids: Vec<u64> = segments.0.iter().flat_map(|s| s.grants.clone()).collect();
+    assert_eq!(ids.len(), MOST_GRANTS);
+    assert_eq!(ids[0], 11, "the 10 oldest forgotten");
+    assert_eq!(
+        segments.settle(1, 500),
+        None,
+        "nothing back for a forgotten grant"
+    );
+    assert!(segments.settle(11, 500).is_some());
+    let mut text = String::new();
+    segments.write(&mut text);
+    assert!(text.len() < MOST_TEXT, "{}", text.len());
 }
 
 #[test]
@@ -67,7 +103,7 @@ fn a_settle_reads_its_segment_and_every_later_one() {
 fn past_the_most_segments_the_two_oldest_merge_and_old_ones_are_dropped() {
     let mut segments = Segments::default();
     for i in 0..=MOST_SEGMENTS as u64 {
-        segments.open(100 * (i + 1), 1_000 - i, i as u32);
+        segments.open(100 * (i + 1), 1_000 - i, i);
     }
     assert_eq!(segments.0.len(), MOST_SEGMENTS);
     assert_eq!(
@@ -132,7 +168,7 @@ fn random_runs(segments: bool, runs: u64) -> (u64, u64) {
                     .map(|(i, _)| i);
                 let Some(i) = due else { break };
                 let (at, estimate, used, room, settle_at, _) = reservations[i];
-                let id = i as u32;
+                let id = i as u64;
                 let plan = plan_tokens(rate, interval, burst, 0, Some(&stored), settle_at).0;
                 let mut bound = room_at(room, rate, at, plan.at);
                 let mut segment = None;
@@ -177,7 +213,7 @@ fn random_runs(segments: bool, runs: u64) -> (u64, u64) {
             let (units, cold) = plan.take_tokens(permits);
             stored = plan.store_tokens(units, cold).0;
             if kind < 2 {
-                kept.open(now, room_of(capacity, units), reservations.len() as u32);
+                kept.open(now, room_of(capacity, units), reservations.len() as u64);
                 let left = units.max(0) as u64 / interval;
                 let room = grant_room(burst, interval, permits, left);
                 let used = next(permits + 1);

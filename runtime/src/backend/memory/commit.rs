@@ -75,7 +75,7 @@ pub(super) fn keep_segments(
     segments: &mut Segments,
     plan: &Plan,
     taken: u64,
-    opened: Option<(u64, i64, u32)>,
+    opened: Option<(u64, i64, u64)>,
 ) {
     let capacity = plan.burst * plan.interval;
     if taken > 0 {
