@@ -167,7 +167,7 @@ async fn attack_forwarding_headers_of_an_untrusted_peer_are_never_read() {
     let layer = RateLimitLayer::builder()
         .client(Client::memory())
         .trusted_proxies(TrustedProxies::new(["10.0.0.0/8"]).unwrap())
-        .rule(LayerRule::new("signin", 2, MINUTE).key(Key::client_ip()))
+        .rule(LayerRule::new("login", 2, MINUTE).key(Key::client_ip()))
         .build()
         .unwrap();
     let addr = serve(layer);
@@ -336,7 +336,7 @@ async fn attack_spellings_of_a_path_parameter_share_its_limiter() {
     for client in [Client::memory(), redis] {
         let layer = RateLimitLayer::builder()
             .client(client)
-            .rule(LayerRule::new("spelled", 2, MINUTE).key(Key::path_param("id")))
+            .rule(LayerRule::new("user", 2, MINUTE).key(Key::path_param("id")))
             .build()
             .unwrap();
         let addr = serve_actix!(move || App::new().service(

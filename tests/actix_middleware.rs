@@ -112,7 +112,7 @@ async fn client_ip_behind_a_proxy(client: Client) {
     let layer = RateLimitLayer::builder()
         .client(client.clone())
         .trusted_proxies(TrustedProxies::new(["127.0.0.1"]).unwrap())
-        .rule(LayerRule::new("signin", 2, MINUTE).key(Key::client_ip()))
+        .rule(LayerRule::new("login", 2, MINUTE).key(Key::client_ip()))
         .build()
         .unwrap();
     let addr = serve(layer);
@@ -120,8 +120,8 @@ async fn client_ip_behind_a_proxy(client: Client) {
 
     let first = send(addr, "GET", "/api/a", &from("198.51.100.7")).await;
     assert_eq!((first.status, first.body.as_str()), (200, "a"));
-    assert_eq!(first.header("ratelimit-policy"), Some("\"signin\";q=2;w=60"));
-    assert_eq!(first.header("ratelimit"), Some("\"signin\";r=1"));
+    assert_eq!(first.header("ratelimit-policy"), Some("\"login\";q=2;w=60"));
+    assert_eq!(first.header("ratelimit"), Some("\"login\";r=1"));
     assert_eq!(status(addr, "/api/b", &from("198.51.100.7")).await, 200);
 
     let refused = send(addr, "GET", "/api/a", &from("198.51.100.7")).await;
@@ -130,7 +130,7 @@ async fn client_ip_behind_a_proxy(client: Client) {
     assert!((59..=60).contains(&retry), "{retry}");
     assert_eq!(
         refused.header("ratelimit"),
-        Some(&*format!("\"signin\";r=0;t={retry}"))
+        Some(&*format!("\"login\";r=0;t={retry}"))
     );
     assert_eq!(refused.header("content-type"), Some("text/plain; charset=utf-8"));
     assert_eq!(refused.body, format!("Too many requests; retry in {retry} s\n"));
@@ -147,7 +147,7 @@ async fn client_ip_behind_a_proxy(client: Client) {
     let free = send(addr, "GET", "/free", &from("198.51.100.7")).await;
     assert_eq!((free.status, free.header("ratelimit")), (200, None));
 
-    let limiter = client.rate_limiter("rate_limit:signin:198.51.100.7");
+    let limiter = client.rate_limiter("rate_limit:login:198.51.100.7");
     assert_eq!(limiter.available_permits().await.unwrap(), 0);
 }
 

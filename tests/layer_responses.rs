@@ -38,7 +38,7 @@ async fn success_fields_describe_the_rule_as_decided_after_a_run_time_override()
     let layer = RateLimitLayer::builder()
         .client(client.clone())
         .x_ratelimit_headers(true)
-        .rule(LayerRule::new("api20", 20, MINUTE).key(Key::header("x-api-key")))
+        .rule(LayerRule::new("api", 20, MINUTE).key(Key::header("x-api-key")))
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;
@@ -48,10 +48,10 @@ async fn success_fields_describe_the_rule_as_decided_after_a_run_time_override()
 
     let own = get_a(addr, &key("k0")).await;
     assert_eq!(own.status, 200);
-    assert_eq!(own.header("ratelimit-policy"), Some("\"api20\";q=20;w=60"));
+    assert_eq!(own.header("ratelimit-policy"), Some("\"api\";q=20;w=60"));
     assert_eq!(own.header("x-ratelimit-limit"), Some("20"));
 
-    let api = OverrideOf::Rule("api20".into());
+    let api = OverrideOf::Rule("api".into());
     operator
         .set_override(&RateOverride {
             of: api.clone(),
@@ -63,15 +63,15 @@ async fn success_fields_describe_the_rule_as_decided_after_a_run_time_override()
     refreshed().await;
     let first = get_a(addr, &key("k1")).await;
     assert_eq!(first.status, 200);
-    assert_eq!(first.header("ratelimit-policy"), Some("\"api20\";q=2;w=30"));
-    assert_eq!(first.header("ratelimit"), Some("\"api20\";r=1"));
+    assert_eq!(first.header("ratelimit-policy"), Some("\"api\";q=2;w=30"));
+    assert_eq!(first.header("ratelimit"), Some("\"api\";r=1"));
     assert_eq!(first.header("x-ratelimit-limit"), Some("2"));
     assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
     let second = get_a(addr, &key("k1")).await;
-    assert_eq!(second.header("ratelimit-policy"), Some("\"api20\";q=2;w=30"));
+    assert_eq!(second.header("ratelimit-policy"), Some("\"api\";q=2;w=30"));
     let refused = get_a(addr, &key("k1")).await;
     assert_eq!(refused.status, 429);
-    assert_eq!(refused.header("ratelimit-policy"), Some("\"api20\";q=2;w=30"));
+    assert_eq!(refused.header("ratelimit-policy"), Some("\"api\";q=2;w=30"));
     assert_eq!(refused.header("x-ratelimit-limit"), Some("2"));
 
     // Removed: the rule's own rate again, on the 200s.
@@ -79,8 +79,8 @@ async fn success_fields_describe_the_rule_as_decided_after_a_run_time_override()
     refreshed().await;
     let restored = get_a(addr, &key("k2")).await;
     assert_eq!(restored.status, 200);
-    assert_eq!(restored.header("ratelimit-policy"), Some("\"api20\";q=20;w=60"));
-    assert_eq!(restored.header("ratelimit"), Some("\"api20\";r=19"));
+    assert_eq!(restored.header("ratelimit-policy"), Some("\"api\";q=20;w=60"));
+    assert_eq!(restored.header("ratelimit"), Some("\"api\";r=19"));
     assert_eq!(restored.header("x-ratelimit-limit"), Some("20"));
 }
 

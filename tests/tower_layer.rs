@@ -83,7 +83,7 @@ async fn client_ip_behind_a_proxy(client: Client) {
     let layer = RateLimitLayer::builder()
         .client(client.clone())
         .trusted_proxies(TrustedProxies::new(["127.0.0.1"]).unwrap())
-        .rule(LayerRule::new("signin", 2, MINUTE).key(Key::client_ip()))
+        .rule(LayerRule::new("login", 2, MINUTE).key(Key::client_ip()))
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;
@@ -91,8 +91,8 @@ async fn client_ip_behind_a_proxy(client: Client) {
 
     let first = send(addr, "GET", "/a", &from("198.51.100.7")).await;
     assert_eq!((first.status, first.body.as_str()), (200, "a"));
-    assert_eq!(first.header("ratelimit-policy"), Some("\"signin\";q=2;w=60"));
-    assert_eq!(first.header("ratelimit"), Some("\"signin\";r=1"));
+    assert_eq!(first.header("ratelimit-policy"), Some("\"login\";q=2;w=60"));
+    assert_eq!(first.header("ratelimit"), Some("\"login\";r=1"));
     assert_eq!(status(addr, "/b", &from("198.51.100.7")).await, 200);
 
     let refused = send(addr, "GET", "/a", &from("198.51.100.7")).await;
@@ -101,7 +101,7 @@ async fn client_ip_behind_a_proxy(client: Client) {
     assert!((59..=60).contains(&retry), "{retry}");
     assert_eq!(
         refused.header("ratelimit"),
-        Some(&*format!("\"signin\";r=0;t={retry}"))
+        Some(&*format!("\"login\";r=0;t={retry}"))
     );
     assert_eq!(refused.body, format!("Too many requests; retry in {retry} s\n"));
 
@@ -116,7 +116,7 @@ async fn client_ip_behind_a_proxy(client: Client) {
     );
 
     // The limiter is the rule's name and the address, under the client's prefix.
-    let limiter = client.rate_limiter("rate_limit:signin:198.51.100.7");
+    let limiter = client.rate_limiter("rate_limit:login:198.51.100.7");
     assert_eq!(limiter.available_permits().await.unwrap(), 0);
 }
 
@@ -1092,7 +1092,7 @@ async fn the_in_process_path_answers_as_the_general_path() {
         let mut layer = RateLimitLayer::builder()
             .client(client)
             .x_ratelimit_headers(true)
-            .rule(LayerRule::new("api3", 3, MINUTE).key(Key::header("x-user")));
+            .rule(LayerRule::new("api", 3, MINUTE).key(Key::header("x-user")));
         if let Some(timeout) = timeout {
             layer = layer.timeout(timeout);
         }
@@ -1134,7 +1134,7 @@ async fn a_path_parameter_rule_answers_where_it_is_called_as_the_general_path() 
         let mut layer = RateLimitLayer::builder()
             .client(client)
             .x_ratelimit_headers(true)
-            .rule(LayerRule::new("user3", 3, MINUTE).key(Key::path_param("id")));
+            .rule(LayerRule::new("user", 3, MINUTE).key(Key::path_param("id")));
         if every_request {
             layer = layer.rule(LayerRule::new("user-every-request", 9, MINUTE));
         }
@@ -1250,7 +1250,7 @@ async fn a_path_parameter_rule_under_router_layer_limits_that_router_s_routes() 
 async fn serve_keyed_by_user(client: Client, timeout: Option<Duration>) -> SocketAddr {
     let mut layer = RateLimitLayer::builder()
         .client(client)
-        .rule(LayerRule::new("api2", 2, MINUTE).key(Key::header("x-user")));
+        .rule(LayerRule::new("api", 2, MINUTE).key(Key::header("x-user")));
     if let Some(timeout) = timeout {
         layer = layer.timeout(timeout);
     }

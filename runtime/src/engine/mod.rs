@@ -167,25 +167,25 @@ impl Engine {
 
     /// Puts the rules in this process's registry, once: for override checks, and to
     /// find rules of other functions that overlap them.
-    fn register(&self, prefix: &str) {
+    fn register(&self, client: &Client) {
         use crate::rules::registry;
         registry::register(&self.rules);
         let shapes: Vec<(String, registry::Shape, registry::Counting)> = (0..self.rules.len())
             .map(|i| {
-                let (shape, counting) = self.shape_and_counting(prefix, i);
+                let (shape, counting) = self.shape_and_counting(client.prefix(), i);
                 (self.rules[i].name.to_string(), shape, counting)
             })
             .collect();
-        registry::place(self.id(), &shapes);
+        registry::place(self.id(), client.client_id(), &shapes);
         self.registered.store(true, Ordering::Relaxed);
     }
 
     /// The refusal of a call whose rules overlap another function's (the rules put in
-    /// the registry on the first call, under `prefix`).
+    /// the registry on the first call, under `client`'s prefix).
     #[inline]
-    fn overlapping(&self, prefix: &str, rules: &[Rule]) -> Option<RateLimited> {
+    fn overlapping(&self, client: &Client, rules: &[Rule]) -> Option<RateLimited> {
         if !self.registered.load(Ordering::Relaxed) {
-            self.register(prefix);
+            self.register(client);
         }
         let overlap = crate::rules::registry::conflict_of(self.id())?;
         Some(self.misuse(rules, 0, overlap))
@@ -281,7 +281,7 @@ impl Engine {
             Err(timeout) => (client.overrides().table(), Some(timeout)),
         };
         let rules: Rules = self.build_rules(client.prefix(), call, Some((client, &overrides)));
-        if let Some(overlapping) = self.overlapping(client.prefix(), &rules) {
+        if let Some(overlapping) = self.overlapping(client, &rules) {
             return Err(overlapping);
         }
         if let Some(zero) = reserving.then(|| self.estimated_at_zero(call, &rules)).flatten() {

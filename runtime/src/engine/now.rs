@@ -142,7 +142,7 @@ impl Engine {
         client: &Client,
         rules: &[Rule],
     ) -> Option<Result<Granted, RateLimited>> {
-        if let Some(overlapping) = self.overlapping(client.prefix(), rules) {
+        if let Some(overlapping) = self.overlapping(client, rules) {
             return Some(Err(overlapping));
         }
         Some(self.answer_now(client, rules, client.decide_in_process(rules)?))

@@ -66,13 +66,17 @@ fn published_fields_read_back() {
 fn rules_of_different_shapes_that_overlap_refuse_until_one_is_gone() {
     let shape = |t: &str| Shape::of_template("p:", t);
     let (a, b, c) = (0x1000usize, 0x2000usize, 0x3000usize);
-    place(a, &[("reg:{ip}".into(), shape("reg:{ip}"), minute_of(10))]);
-    place(c, &[("reg:{ip}".into(), shape("reg:{ip}"), minute_of(10))]);
+    place(a, "c", &[("reg:{ip}".into(), shape("reg:{ip}"), minute_of(10))]);
+    place(c, "c", &[("reg:{ip}".into(), shape("reg:{ip}"), minute_of(10))]);
     assert!(
         conflict_of(a).is_none() && conflict_of(c).is_none(),
         "one shape in two sites"
     );
-    place(b, &[("reg:{user}".into(), shape("reg:{user}"), minute_of(10))]);
+    place(
+        b,
+        "c",
+        &[("reg:{user}".into(), shape("reg:{user}"), minute_of(10))],
+    );
     let error = conflict_of(b).unwrap().to_string();
     assert!(
         error.contains("reg:{user}") && error.contains("reg:{ip}"),
@@ -94,9 +98,14 @@ fn a_name_that_is_another_rules_stored_key_overlaps_it() {
     let shape = |t: &str| Shape::of_template("p:", t);
     let (a, b) = (0x5000usize, 0x6000usize);
     // a hash tag: the keys are NAME:value, NAME:permits, NAME:bucket
-    place(a, &[("{{st:{t}}}".into(), shape("{{st:{t}}}"), minute_of(10))]);
+    place(
+        a,
+        "c",
+        &[("{{st:{t}}}".into(), shape("{{st:{t}}}"), minute_of(10))],
+    );
     place(
         b,
+        "c",
         &[(
             "{{st:{t}}}:{route}".into(),
             shape("{{st:{t}}}:{route}"),
@@ -109,6 +118,7 @@ fn a_name_that_is_another_rules_stored_key_overlaps_it() {
     // in one function too
     place(
         b,
+        "c",
         &[
             ("{{st:{t}}}".into(), shape("{{st:{t}}}"), minute_of(10)),
             (
@@ -122,15 +132,19 @@ fn a_name_that_is_another_rules_stored_key_overlaps_it() {
     forget(b);
     // a per-client bucket's key and a settle's mark
     for other in ["{{st}}:bucket:{c}", "{{st}}:settled:{g}"] {
-        place(a, &[("{{st}}".into(), shape("{{st}}"), minute_of(10))]);
-        place(b, &[(other.into(), shape(other), minute_of(10))]);
+        place(a, "c", &[("{{st}}".into(), shape("{{st}}"), minute_of(10))]);
+        place(b, "c", &[(other.into(), shape(other), minute_of(10))]);
         assert!(conflict_of(a).is_some() && conflict_of(b).is_some(), "{other}");
         forget(a);
         forget(b);
     }
     // without a hash tag the keys are {NAME}:..., which no name under a prefix is
-    place(a, &[("sk:{x}".into(), shape("sk:{x}"), minute_of(10))]);
-    place(b, &[("sk:{x}:{y}".into(), shape("sk:{x}:{y}"), minute_of(10))]);
+    place(a, "c", &[("sk:{x}".into(), shape("sk:{x}"), minute_of(10))]);
+    place(
+        b,
+        "c",
+        &[("sk:{x}:{y}".into(), shape("sk:{x}:{y}"), minute_of(10))],
+    );
     assert!(conflict_of(a).is_none() && conflict_of(b).is_none());
     let stored: Vec<String> = shape("sk:{x}")
         .stored_keys()
@@ -158,9 +172,10 @@ fn the_client_address_is_one_dimension_however_a_rule_names_it() {
     // request's: one shape, no conflict; a third rule keyed by a caller's value
     // overlaps both.
     let (layer, attribute, other) = (0x7100usize, 0x7200usize, 0x7300usize);
-    place(layer, &[("dim".into(), shape("dim:{ip}"), minute_of(10))]);
+    place(layer, "c", &[("dim".into(), shape("dim:{ip}"), minute_of(10))]);
     place(
         attribute,
+        "c",
         &[(
             "dim:{request.client_ip}".into(),
             shape("dim:{request.client_ip}"),
@@ -170,6 +185,7 @@ fn the_client_address_is_one_dimension_however_a_rule_names_it() {
     assert!(conflict_of(layer).is_none() && conflict_of(attribute).is_none());
     place(
         other,
+        "c",
         &[("dim:{user}".into(), shape("dim:{user}"), minute_of(10))],
     );
     let error = conflict_of(attribute).expect("overlaps `dim:{user}`").to_string();
@@ -187,14 +203,26 @@ fn the_client_address_is_one_dimension_however_a_rule_names_it() {
 fn one_shape_at_two_sites_must_count_alike() {
     let shape = |t: &str| Shape::of_template("p:", t);
     let (a, b) = (0x8000usize, 0x9000usize);
-    place(a, &[("share:{ip}".into(), shape("share:{ip}"), minute_of(10))]);
-    place(b, &[("share:{ip}".into(), shape("share:{ip}"), minute_of(10))]);
+    place(
+        a,
+        "c",
+        &[("share:{ip}".into(), shape("share:{ip}"), minute_of(10))],
+    );
+    place(
+        b,
+        "c",
+        &[("share:{ip}".into(), shape("share:{ip}"), minute_of(10))],
+    );
     assert!(
         conflict_of(a).is_none() && conflict_of(b).is_none(),
         "alike: shared"
     );
     forget(b);
-    place(b, &[("share:{ip}".into(), shape("share:{ip}"), minute_of(1_000))]);
+    place(
+        b,
+        "c",
+        &[("share:{ip}".into(), shape("share:{ip}"), minute_of(1_000))],
+    );
     assert!(
         conflict_of(a).is_some() && conflict_of(b).is_some(),
         "another rate"
