@@ -613,18 +613,31 @@ async fn many_pending_reservations_keep_a_bucket_small() {
         );
         clock.advance(HOUR);
     }
-    // A stored text naming 200 grants: refused, nothing granted.
+    // Stored texts naming 200 grants, longer than 4 KB, a grant 0 or one past 2^53:
+    // refused, nothing granted.
     let ids: Vec<String> = (1..=200).map(|id| id.to_string()).collect();
-    let text = format!("1000:60000:1000:60000000:{START}|{START}.0.{}", ids.join("."));
-    let _: () = redis::cmd("SET")
-        .arg("{many:hostile}:bucket")
-        .arg(&text)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let rule = Rule::new("many:hostile", 1_000, MINUTE).algorithm(Algorithm::TokenBucket);
-    let refused = clients[1].check_rules(std::slice::from_ref(&rule)).await;
-    assert!(matches!(refused, Err(Error::CorruptBucket { .. })), "{refused:?}");
+    let long = format!("{START}.0.{}", ["1"; 3_000].join("."));
+    for segments in [
+        format!("{START}.0.{}", ids.join(".")),
+        long,
+        format!("{START}.0.0"),
+        format!("{START}.0.9007199254740993"),
+    ] {
+        let text = format!("1000:60000:1000:60000000:{START}|{segments}");
+        let _: () = redis::cmd("SET")
+            .arg("{many:hostile}:bucket")
+            .arg(&text)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let rule = Rule::new("many:hostile", 1_000, MINUTE).algorithm(Algorithm::TokenBucket);
+        let refused = clients[1].check_rules(std::slice::from_ref(&rule)).await;
+        assert!(
+            matches!(refused, Err(Error::CorruptBucket { .. })),
+            "{}: {refused:?}",
+            &segments[..segments.len().min(40)]
+        );
+    }
 }
 
 #[tokio::test]

@@ -393,6 +393,41 @@ async fn rules_whose_limiters_may_coincide_must_count_alike() {
         .unwrap();
 }
 
+/// Two layers of one rule name counting differently, each with a client of its own on
+/// one Redis server, share its limiters: a client calling each in turn would have the
+/// looser decide the stricter's requests. Once both are used, each refuses every
+/// request. In process, each client keeps its own limiters: no conflict.
+#[tokio::test]
+async fn two_layers_of_one_rule_counting_differently_on_one_server_refuse() {
+    let server = RedisServer::start();
+    let layer = |client: Client, rate| {
+        RateLimitLayer::builder()
+            .client(client)
+            .rule(LayerRule::new("dup", rate, MINUTE).key(Key::header("x-user")))
+            .build()
+            .unwrap()
+    };
+    let app = |layer| Router::new().route("/a", get(|| async { "a" })).layer(layer);
+    let strict = serve(app(layer(Client::connect(&server.url()).await.unwrap(), 2))).await;
+    let loose = serve(app(layer(Client::connect(&server.url()).await.unwrap(), 50))).await;
+    let user = [("x-user", "u")];
+    send(strict, "GET", "/a", &user).await;
+    send(loose, "GET", "/a", &user).await;
+    for addr in [strict, loose] {
+        let reply = send(addr, "GET", "/a", &user).await;
+        assert_eq!(reply.status, 500, "{reply:?}");
+    }
+    let strict = serve(app(layer(Client::memory(), 2))).await;
+    let loose = serve(app(layer(Client::memory(), 50))).await;
+    for (addr, want) in [(strict, [200, 200, 429]), (loose, [200, 200, 200])] {
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(send(addr, "GET", "/a", &user).await.status);
+        }
+        assert_eq!(got, want);
+    }
+}
+
 #[test]
 fn a_layer_that_cannot_work_does_not_build() {
     let error = |builder: redlimit::tower::RateLimitLayerBuilder| builder.build().unwrap_err().to_string();

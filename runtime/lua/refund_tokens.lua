@@ -20,9 +20,13 @@
 local given = 0
 for i = 1, #KEYS do
   local raw = redis.call('get', KEYS[i])
-  if raw then
-    local rate, interval, burst, tokens, rest, segments =
-      string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+)(:[%d:]+)(|?[%d.,]*)$')
+  -- (the segments after "|" apart, at most lib/bucket.lua's MOST_TEXT bytes: a
+  -- stored text that is not one this code wrote gets nothing)
+  local bar = raw and string.find(raw, '|', 1, true)
+  local segments = bar and string.sub(raw, bar) or ''
+  if bar then raw = string.sub(raw, 1, bar - 1) end
+  if raw and #segments <= 4097 and string.find(segments, '^[|%d.,]*$') then
+    local rate, interval, burst, tokens, rest = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+)(:[%d:]+)$')
     if rest then
       local cap = tonumber(burst) * tonumber(interval)
       local back = tonumber(ARGV[i])

@@ -69,14 +69,18 @@ local function bucket_helpers()
     for part in string.gmatch(text .. ',', '([^,]*),') do
       local numbers = {}
       for digits in string.gmatch(part .. '.', '([^.]*)%.') do
-        if not string.find(digits, '^%d+$') or #digits > 16 then return nil end
-        local n = tonumber(digits)
-        if n > 9007199254740992 then return nil end
-        numbers[#numbers + 1] = n
+        -- (compared as text past 15 digits: a double rounds 2^53 + 1 to 2^53)
+        if not string.find(digits, '^%d+$') or #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
+          return nil
+        end
+        numbers[#numbers + 1] = tonumber(digits)
       end
       if #numbers < 3 or numbers[2] > cap or numbers[1] < last then return nil end
       local grants = {}
-      for j = 3, #numbers do grants[#grants + 1] = numbers[j] end
+      for j = 3, #numbers do
+        if numbers[j] == 0 then return nil end
+        grants[#grants + 1] = numbers[j]
+      end
       ids = ids + #grants
       last = numbers[1]
       segs[#segs + 1] = { at = numbers[1], room = numbers[2], grants = grants }
@@ -260,8 +264,9 @@ local function bucket_helpers()
       while segs[1] and segs[1].at + horizon <= r.at do table.remove(segs, 1) end
       local parts = {}
       for k = 1, #segs do
-        parts[k] = string.format('%d.%d', segs[k].at, segs[k].room)
-        for _, g in ipairs(segs[k].grants) do parts[k] = parts[k] .. string.format('.%d', g) end
+        local numbers = { string.format('%d.%d', segs[k].at, segs[k].room) }
+        for j, g in ipairs(segs[k].grants) do numbers[j + 1] = string.format('%d', g) end
+        parts[k] = table.concat(numbers, '.')
       end
       if #parts > 0 then text = text .. '|' .. table.concat(parts, ',') end
     end

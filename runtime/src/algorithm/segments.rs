@@ -65,7 +65,7 @@ impl Segments {
     /// read_segments: the segments stored as `text` (`at.room.id[.id...]`, comma
     /// separated, oldest first) for a bucket of `capacity` units, or `None` when it is
     /// not a list the scripts wrote: at most [`MOST_TEXT`] bytes, times in order, each
-    /// room at most the capacity, at most [`MOST_SEGMENTS`] and [`MOST_GRANTS`] ids.
+    /// room at most the capacity, ids from 1, at most [`MOST_SEGMENTS`] and [`MOST_GRANTS`] ids.
     pub fn read(text: &str, capacity: u64) -> Option<Segments> {
         if text.len() > MOST_TEXT {
             return None;
@@ -79,7 +79,9 @@ impl Segments {
                 digits.parse().ok().filter(|&n| n <= 1 << 53)
             });
             let (at, room) = (numbers.next()??, numbers.next()??);
-            let grants = numbers.collect::<Option<Vec<u64>>>()?;
+            let grants = numbers
+                .map(|id| id.filter(|&id| id > 0))
+                .collect::<Option<Vec<u64>>>()?;
             let late = segments.last().is_some_and(|last| last.at > at);
             if grants.is_empty() || room > capacity || late {
                 return None;

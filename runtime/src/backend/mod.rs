@@ -129,6 +129,19 @@ pub(crate) enum Backend {
     Redis(std::sync::Arc<redis::RedisBackend>),
 }
 
+impl Backend {
+    /// What holds this backend's limiters, as the process's registry of rule shapes
+    /// tells sites apart: an in-process backend's own table (its address, stable while
+    /// the client lives), or Redis, any server (two clients of one server share its
+    /// limiters; of two servers, taken as one: the safe side).
+    pub(crate) fn store(&self) -> String {
+        match self {
+            Backend::Memory(b) => format!("memory:{:p}", b as *const memory::MemoryBackend),
+            Backend::Redis(_) => "redis".to_owned(),
+        }
+    }
+}
+
 /// Runs one operation on whichever backend it is; on Redis, timed as `operation`. (The
 /// in-process one is called directly: wrapping its future would copy it for nothing.)
 macro_rules! dispatch {

@@ -176,7 +176,7 @@ impl Engine {
                 (self.rules[i].name.to_string(), shape, counting)
             })
             .collect();
-        registry::place(self.id(), client.client_id(), &shapes);
+        registry::place(self.id(), &client.backend().store(), &shapes);
         self.registered.store(true, Ordering::Relaxed);
     }
 

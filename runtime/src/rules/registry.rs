@@ -299,10 +299,11 @@ pub(crate) struct Counting {
 #[derive(Debug)]
 struct Placed {
     engine: usize,
-    /// The id of the client the engine first decided on: rules of one shape counting
-    /// differently conflict on one client (two processes, or two clients, keep their
-    /// own registries' view).
-    client: String,
+    /// What holds the limiters of the client the engine first decided on
+    /// (`Backend::store`): rules of one shape counting differently conflict on one
+    /// store (two in-process clients keep their own limiters; every Redis client is
+    /// taken as one store; another process keeps its own registry).
+    store: String,
     rule: String,
     shape: Shape,
     counting: Counting,
@@ -319,8 +320,7 @@ impl Placed {
     fn overlaps(&self, other: &Placed) -> bool {
         let names = self.engine != other.engine
             && self.shape.overlaps(&other.shape)
-            && (self.shape != other.shape
-                || (self.counting != other.counting && self.client == other.client));
+            && (self.shape != other.shape || (self.counting != other.counting && self.store == other.store));
         names
             || other.keys.iter().any(|key| key.overlaps(&self.shape))
             || self.keys.iter().any(|key| key.overlaps(&other.shape))
@@ -333,7 +333,7 @@ static CONFLICTS: AtomicUsize = AtomicUsize::new(0);
 
 /// Places the rules of `engine` (an address, stable while the engine lives), each with its
 /// shape, and marks every pair of rules that overlap.
-pub(crate) fn place(engine: usize, client: &str, rules: &[(String, Shape, Counting)]) {
+pub(crate) fn place(engine: usize, store: &str, rules: &[(String, Shape, Counting)]) {
     let mut placed = SHAPES.write().unwrap_or_else(|e| e.into_inner());
     for (rule, shape, counting) in rules {
         if !placed
@@ -343,7 +343,7 @@ pub(crate) fn place(engine: usize, client: &str, rules: &[(String, Shape, Counti
             let keys = shape.stored_keys();
             placed.push(Placed {
                 engine,
-                client: client.to_owned(),
+                store: store.to_owned(),
                 rule: rule.clone(),
                 shape: shape.clone(),
                 counting: *counting,

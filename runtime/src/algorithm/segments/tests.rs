@@ -21,6 +21,7 @@ fn segments_read_back_as_written_and_refuse_any_other_text() {
         "1500.1.1,1000.1.1",
         "1000.1.1,",
         "1000.1.9007199254740993",
+        "1000.1.0",
         "-1.1.1",
         "1e3.1.1",
         "1000.1..1",
@@ -35,7 +36,7 @@ fn segments_read_back_as_written_and_refuse_any_other_text() {
     let most: Vec<String> = (0..=MOST_SEGMENTS).map(|i| format!("{i}.1.1")).collect();
     assert!(Segments::read(&most[..MOST_SEGMENTS].join(","), 1).is_some());
     assert_eq!(Segments::read(&most.join(","), 1), None, "one segment too many");
-    let ids: Vec<String> = (0..=MOST_GRANTS).map(|i| i.to_string()).collect();
+    let ids: Vec<String> = (1..=MOST_GRANTS + 1).map(|i| i.to_string()).collect();
     assert!(Segments::read(&format!("1.1.{}", ids[..MOST_GRANTS].join(".")), 1).is_some());
     assert_eq!(
         Segments::read(&format!("1.1.{}", ids.join(".")), 1),
