@@ -104,26 +104,6 @@ async fn attack_forged_forwarding_headers_from_untrusted_peers_grant_at_most_the
     }
 }
 
-/// Hosts a client sends through a proxy that quotes the `Host` in its own RFC 7239
-/// element (a host name may hold `,`, `;` and `=`): each names another address, in
-/// a new element or parameter, past a quote or a backslash the proxy escapes, or the
-/// victim 127.0.0.55.
-fn quoted_hosts() -> Vec<Vec<(&'static str, Vec<u8>)>> {
-    (0..30)
-        .map(|n| {
-            let host = match n % 6 {
-                0 => format!("x,for=127.0.0.{}", 100 + n),
-                1 => format!("x;for=127.0.0.{}", 100 + n),
-                2 => format!("x\",for=127.0.0.{}", 100 + n),
-                3 => format!("x\\\",for=127.0.0.{}", 100 + n),
-                4 => format!("x\\,for=127.0.0.{};a=\"", 100 + n),
-                _ => "a, for=127.0.0.55;b=\"".to_owned(),
-            };
-            vec![("host", host.into_bytes())]
-        })
-        .collect()
-}
-
 /// The proxy's own element quotes the client's `Host`: its commas and semicolons
 /// separate nothing, so the client chooses no address, even with the proxy's own
 /// address exempt (a client keyed as the proxy would pass them all).
@@ -145,7 +125,7 @@ async fn attack_a_host_quoted_in_the_proxys_forwarded_element_chooses_no_address
             .build()
             .unwrap();
         let addr = proxy(serve(layer), writes).await;
-        let hosts = quoted_hosts();
+        let hosts = support::http::quoted_hosts();
         let spent = granted(addr, "127.0.0.66", &hosts).await;
         assert_eq!(
             spent,

@@ -249,3 +249,23 @@ macro_rules! serve_actix {
         addr
     }};
 }
+
+/// Hosts a client sends through a proxy that quotes the `Host` in its own RFC 7239
+/// element (a host name may hold `,`, `;` and `=`): each names another address, in
+/// a new element or parameter, past a quote or a backslash the proxy escapes, or the
+/// victim 127.0.0.55.
+pub fn quoted_hosts() -> Vec<Vec<(&'static str, Vec<u8>)>> {
+    (0..30)
+        .map(|n| {
+            let host = match n % 6 {
+                0 => format!("x,for=127.0.0.{}", 100 + n),
+                1 => format!("x;for=127.0.0.{}", 100 + n),
+                2 => format!("x\",for=127.0.0.{}", 100 + n),
+                3 => format!("x\\\",for=127.0.0.{}", 100 + n),
+                4 => format!("x\\,for=127.0.0.{};a=\"", 100 + n),
+                _ => "a, for=127.0.0.55;b=\"".to_owned(),
+            };
+            vec![("host", host.into_bytes())]
+        })
+        .collect()
+}
