@@ -156,9 +156,10 @@ impl Client {
     /// every client before per client, then the lowest long-run rate, then the
     /// smallest rate), taking the largest of their permits once, when that config holds
     /// each rule's limit (shared, or per client as the rule is; a window of no higher
-    /// rate over no shorter interval; a bucket of no larger burst refilled no faster).
-    /// So each rule still holds. A call naming one limiter under limits neither of which
-    /// holds the other is refused with [`Error::InvalidConfig`], and one whose largest
+    /// rate over no shorter interval; a bucket of no larger burst refilled no faster,
+    /// or with a warm-up the same bucket), else on another of them that does. So each
+    /// rule still holds. A call naming one limiter under limits none of which holds the
+    /// others' is refused with [`Error::InvalidConfig`], and one whose largest
     /// permits are more than that config grants at once (its rate, a token bucket's
     /// burst) with [`Error::PermitsExceedRate`] or [`Error::PermitsExceedBurst`],
     /// before anything is taken.

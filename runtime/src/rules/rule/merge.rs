@@ -1,18 +1,17 @@
 //! A call's rules merged by the limiter they name: rules naming one limiter are decided
-//! as one, on the strictest of their configs, and a call holds at most
-//! [`MAX_RULES_PER_CALL`] rules.
+//! as one, on the one of their configs that holds every other's limit (refused when
+//! none does), and a call holds at most [`MAX_RULES_PER_CALL`] rules.
 
 use super::Rule;
 use crate::{Error, RateLimiterConfig, RateType};
 
 /// Rules of one call that name the same limiter, decided as one: a limiter has one
-/// config, and a caller choosing equal values for two templates must not get
-/// either rule switched off, nor every call refused.
+/// config, and no rule's limit may be switched off by the others'.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Merged {
     /// The first of the rules (its index is the one reported as refusing).
     pub first: usize,
-    /// The rule whose config is enforced: the strictest of them.
+    /// The rule whose config is enforced: one that holds every other's limit.
     pub config: usize,
     /// Permits taken: the largest of the rules'.
     pub permits: u64,
@@ -36,10 +35,12 @@ pub(crate) fn check_rule_count(rules: &[Rule]) -> Result<(), Error> {
 /// The merged calls of a decision, inline for a few.
 pub(crate) type Merges = smallvec::SmallVec<[Merged; 4]>;
 
-/// One [`Merged`] per distinct limiter name, in order of first appearance. Refused
-/// when a limiter's largest permits are more than its strictest rule's rate (a token
-/// bucket's: its burst) lets one call take: its one config never grants them, and
-/// taking fewer than a rule asks would count that rule short.
+/// One [`Merged`] per distinct limiter name, in order of first appearance, decided on
+/// the strictest config when it holds every other rule's limit, else on another that
+/// does. Refused when none does ([`Error::InvalidConfig`]: any would let another rule's
+/// limit go), and when a limiter's largest permits are more than the enforced rule's
+/// rate (a token bucket's: its burst) lets one call take: its one config never grants
+/// them, and taking fewer than a rule asks would count that rule short.
 pub(crate) fn merge(rules: &[Rule]) -> Result<Merges, Error> {
     let mut merged = Merges::new();
     for (i, rule) in rules.iter().enumerate() {
@@ -61,19 +62,30 @@ pub(crate) fn merge(rules: &[Rule]) -> Result<Merges, Error> {
     }
     // The one config enforced must hold every coinciding rule's limit: a shorter window,
     // a smaller burst or per-client counting it lacks would let that rule's limit go.
-    for rule in rules {
-        let m = merged
-            .iter()
-            .find(|m| rules[m.first].name == rule.name && rules[m.first].algorithm == rule.algorithm)
-            .expect("every rule is merged");
-        if !holds(&rules[m.config], rule) {
-            return Err(Error::InvalidConfig {
-                name: rule.name().to_owned(),
-                problem: "two rules of this call name this limiter (their keys' values made them one) with \
-                          limits neither of which holds the other: one limiter keeps one config, and either \
-                          would let the other's limit go (a shorter window or a smaller burst, or the other \
-                          counted per client); refused",
-            });
+    for m in &mut merged {
+        let group: Vec<&Rule> = (rules.iter())
+            .filter(|r| r.name == rules[m.first].name && r.algorithm == rules[m.first].algorithm)
+            .collect();
+        let holds_all = |i: usize| group.iter().all(|r| holds(&rules[i], r));
+        if holds_all(m.config) {
+            continue;
+        }
+        let other = (0..rules.len())
+            .filter(|&i| {
+                rules[i].name == rules[m.first].name && rules[i].algorithm == rules[m.first].algorithm
+            })
+            .find(|&i| holds_all(i));
+        match other {
+            Some(i) => m.config = i,
+            None => {
+                return Err(Error::InvalidConfig {
+                    name: rules[m.first].name().to_owned(),
+                    problem: "rules of this call name this limiter (their keys' values made them one) with \
+                              limits none of which holds the others': one limiter keeps one config, and any \
+                              would let another's limit go (a shorter window or a smaller burst, or another \
+                              counted per client); refused",
+                })
+            }
         }
     }
     for m in &merged {

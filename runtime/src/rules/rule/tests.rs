@@ -88,6 +88,17 @@ fn coinciding_rules_take_the_strictest_config_once() {
         Rule::new("k", 3, MIN),
     ];
     assert_eq!(merge(&rules).unwrap()[0].config, 1);
+    // A bucket of a smaller burst refilled no faster holds the other, though the
+    // strictest by the smaller rate is the other one.
+    let rules = [
+        Rule::new("k", 10, MIN)
+            .algorithm(Algorithm::TokenBucket)
+            .burst(10),
+        Rule::new("k", 20, 2 * MIN)
+            .algorithm(Algorithm::TokenBucket)
+            .burst(5),
+    ];
+    assert_eq!(merge(&rules).unwrap()[0].config, 1);
     // A bucket of a smaller burst refilled no faster holds the other.
     let rules = [
         Rule::new("k", 120, MIN)
@@ -135,7 +146,7 @@ fn coinciding_rules_neither_of_which_holds_the_other_are_refused() {
         match merge(&rules) {
             Err(crate::Error::InvalidConfig { name, problem }) => {
                 assert_eq!(name, "k");
-                assert!(problem.contains("neither of which holds the other"), "{problem}");
+                assert!(problem.contains("none of which holds the others"), "{problem}");
             }
             other => panic!("{rules:?}: {other:?}"),
         }
