@@ -506,15 +506,6 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
     }
 }
 
-/// A warm-up bucket's grant takes its permits off the bucket's coldness as well as
-/// its tokens, and a cold one charges up to three tokens a permit: a settle gives the
-/// permits not used their coldness back, and as much as the extra cost it does not
-/// give back, or the bucket would be warmer than had the grant taken only what it
-/// used. A cold bucket of 100 a minute warming up over a minute, reserved 50 and
-/// settled 0 (1 counted), then drained a minute later, grants no more than one that
-/// granted 1 then: 99 against 49 while the settle left the coldness where the grant
-/// put it (reserved 100, drained after two minutes: 99; 30 after 30 s: 80; 20 after
-/// 15 s: 65; each against 49).
 /// Several reservations pending on one token bucket: one's settle gives back nothing
 /// another's already did. Reservations of 2, 49 and 49 on a bucket of 100 a minute
 /// (all in one millisecond), the first two settled 0 (1 counted each), the bucket
@@ -640,6 +631,15 @@ async fn many_pending_reservations_keep_a_bucket_small() {
     }
 }
 
+/// A warm-up bucket's grant takes its permits off the bucket's coldness as well as
+/// its tokens, and a cold one charges up to three tokens a permit: a settle gives the
+/// permits not used their coldness back, and as much as the extra cost it does not
+/// give back, or the bucket would be warmer than had the grant taken only what it
+/// used. A cold bucket of 100 a minute warming up over a minute, reserved 50 and
+/// settled 0 (1 counted), then drained a minute later, grants no more than one that
+/// granted 1 then: 99 against 49 while the settle left the coldness where the grant
+/// put it (reserved 100, drained after two minutes: 99; 30 after 30 s: 80; 20 after
+/// 15 s: 65; each against 49).
 #[tokio::test]
 async fn a_settle_gives_a_warm_up_back_the_coldness_of_the_permits_not_used() {
     let clock = ManualClock::new(START);

@@ -339,9 +339,9 @@ async fn backend_failures_follow_each_rules_on_error() {
 /// Rules whose limiters may coincide for some key value must count them alike: a
 /// limiter keeps the config of the request that last wrote it, so a client sending that
 /// value would have the looser rule decide the stricter's requests (a rule `t:a` of 10
-/// a minute beside `t` keyed by `x-user`, 1 000 a minute per client in shadow, gave a
-/// client sending `x-user: a` 100 of 100). Such a layer does not build; rules counting
-/// alike, or whose limiters never coincide, do.
+/// a minute beside `t` keyed by `x-user`, counted per client in shadow: another mode,
+/// another rate, another interval, a token bucket). Such a layer does not build; rules
+/// counting alike, or whose limiters never coincide, do.
 #[tokio::test]
 async fn rules_whose_limiters_may_coincide_must_count_alike() {
     let error = |builder: redlimit::tower::RateLimitLayerBuilder| builder.build().unwrap_err().to_string();

@@ -17,6 +17,9 @@
 -- what it had of room since is that much less.
 -- Returns how many buckets were given tokens; a missing bucket is full already.
 
+-- lib/bucket.lua's MOST_TEXT (held equal by a test)
+local MOST_TEXT = 4096
+
 local given = 0
 for i = 1, #KEYS do
   local raw = redis.call('get', KEYS[i])
@@ -25,7 +28,7 @@ for i = 1, #KEYS do
   local bar = raw and string.find(raw, '|', 1, true)
   local segments = bar and string.sub(raw, bar) or ''
   if bar then raw = string.sub(raw, 1, bar - 1) end
-  if raw and #segments <= 4097 and string.find(segments, '^[|%d.,]*$') then
+  if raw and #segments <= MOST_TEXT + 1 and string.find(segments, '^[|%d.,]*$') then
     local rate, interval, burst, tokens, rest = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+)(:[%d:]+)$')
     if rest then
       local cap = tonumber(burst) * tonumber(interval)

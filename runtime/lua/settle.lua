@@ -70,7 +70,7 @@ local function log_member(member, id_len, suffix, permits)
 end
 
 -- The terms of the rule whose arguments start after a: mark_ms, rate, interval,
--- burst, warmup, type, keep_alive, at and room, as text; with `mark_only`, mark_ms
+-- burst, warmup, type, keep_alive, at, room and segment, as text; with `mark_only`, mark_ms
 -- alone (the rest not read: a pattern's captures cost).
 local function terms(a, mark_only)
   local pattern = mark_only and '^(%d+):' or '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):(%d+):(%d+):(%d+):(%d+)$'
@@ -289,8 +289,8 @@ for j = 1, #KEYS / 6 do
       -- every later one's; lib/bucket.lua): one's settle never gives back what
       -- another's did. A grant without a segment gets nothing back.
       segment = tonumber(segment)
-      local k, bound = settle_segment(r, segment)
-      if k == nil then room = 0 elseif bound < room then room = bound end
+      local in_segment, bound = settle_segment(r, segment)
+      if in_segment == nil then room = 0 elseif bound < room then room = bound end
       local before = r.units
       if actual < estimate then
         local back = math.min((estimate - actual) * r.interval, room)
@@ -315,7 +315,7 @@ for j = 1, #KEYS / 6 do
           if r.units < floor then r.units = floor end
         end
       end
-      if k then close_segment(r, k, segment, math.max(r.units - before, 0)) end
+      if in_segment then close_segment(r, in_segment, segment, math.max(r.units - before, 0)) end
       store_tokens(r, key, string.format('%d', r.rate), string.format('%d', r.interval),
         string.format('%d', r.burst), now)
       return math.max(idiv(r.units, r.interval), 0)

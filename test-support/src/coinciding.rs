@@ -40,7 +40,7 @@ fn escaped(value: &str) -> String {
 }
 
 /// First `f("q", "p")` (both rules name one limiter) a hundred times per policy: it
-/// is granted exactly the strict rule's rate. Then `calls` calls per policy with random
+/// is granted exactly the rules' rate, once per call. Then `calls` calls per policy with random
 /// values (including ones that need escaping), each decision checked against a model
 /// of the limit: each distinct limiter of a call grants while it holds fewer grants
 /// than the strictest rate naming it in that call (no time passes, so every grant
@@ -53,7 +53,7 @@ pub async fn coinciding_values_never_switch_a_limit_off(calls: usize) -> usize {
             let result = call(policy, "q", "p").await;
             granted += u64::from(result.is_ok());
         }
-        assert_eq!(granted, 2, "{policy}: the strict rule's rate, no more, no less");
+        assert_eq!(granted, 2, "{policy}: the rules' rate, no more, no less");
         used.insert(format!("{policy}:p:q"), granted);
     }
     let values = ["p", "q", "r", "", ":", "{p}"];

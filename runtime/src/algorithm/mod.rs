@@ -82,5 +82,9 @@ mod twins {
             lua_constant("lib/bucket.lua", "MOST_TEXT"),
             super::segments::MOST_TEXT as u64
         );
+        assert_eq!(
+            lua_constant("refund_tokens.lua", "MOST_TEXT"),
+            super::segments::MOST_TEXT as u64
+        );
     }
 }

@@ -9,8 +9,8 @@
 //! produce one name and are not the same shape (the same literal segments, and values
 //! of the same name in the same places) would let a value passed to one reach the
 //! limiters of the other: `login:{user}` called with `192.0.2.55` spends what
-//! `login:{ip}` gives that address; rules of one shape at different sites share their
-//! limiters only when they count them alike (`Counting`). Nor may a rule's name be one of the keys another
+//! `login:{ip}` gives that address; rules of one shape at different sites on one store
+//! (`Backend::store`) share their limiters only when they count them alike (`Counting`). Nor may a rule's name be one of the keys another
 //! keeps beside its config (`{tenant:acme}:value` of a rule named `{tenant:acme}`).
 //! Both rules of such a pair refuse every call with [`Error::OverlappingRules`], so
 //! which was used first changes nothing. Rules of one function (or one layer) are
