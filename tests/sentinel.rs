@@ -817,9 +817,24 @@ async fn concurrent_waited_grants_each_answer_by_their_own_timeout() {
         .await
         .unwrap();
     let limiter = hot(&client, "rate_limit:sentinel:queued").await;
-    // The script loaded, a connection to wait on made.
-    assert!(limiter.try_acquire(1).await.unwrap());
+    // The script loaded, a connection to wait on made: once the replica has what the
+    // master wrote, and again while the replica, synced a moment ago on a loaded
+    // machine, does not answer its first `WAIT` within 100 ms.
     let (master, replica) = set.data_ports();
+    assert!(
+        set.caught_up(master, replica),
+        "the replica did not catch up in 5 s"
+    );
+    let warmed = Instant::now();
+    loop {
+        match limiter.try_acquire(1).await {
+            Ok(granted) => break assert!(granted),
+            Err(redlimit::Error::NotReplicated { .. }) if warmed.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
     set.signal(replica, "-STOP");
     set.node_cli(master, &["client", "kill", "type", "replica"]);
     let calls = (0..8).map(|_| {
