@@ -62,18 +62,17 @@ pub(crate) fn merge(rules: &[Rule]) -> Result<Merges, Error> {
     }
     // The one config enforced must hold every coinciding rule's limit: a shorter window,
     // a smaller burst or per-client counting it lacks would let that rule's limit go.
+    // (no list made: a call of distinct limiters, the usual one, compares each rule
+    // with itself only)
     for m in &mut merged {
-        let group: Vec<&Rule> = (rules.iter())
-            .filter(|r| r.name == rules[m.first].name && r.algorithm == rules[m.first].algorithm)
-            .collect();
-        let holds_all = |i: usize| group.iter().all(|r| holds(&rules[i], r));
+        let first = &rules[m.first];
+        let of_group = |r: &Rule| r.name == first.name && r.algorithm == first.algorithm;
+        let holds_all = |i: usize| rules.iter().filter(|r| of_group(r)).all(|r| holds(&rules[i], r));
         if holds_all(m.config) {
             continue;
         }
         let other = (0..rules.len())
-            .filter(|&i| {
-                rules[i].name == rules[m.first].name && rules[i].algorithm == rules[m.first].algorithm
-            })
+            .filter(|&i| of_group(&rules[i]))
             .find(|&i| holds_all(i));
         match other {
             Some(i) => m.config = i,
