@@ -639,3 +639,55 @@ async fn a_rule_changed_after_its_first_call_is_checked_again() {
         }
     }
 }
+
+/// A stored bucket or window value of any bytes and any length (another program's, or
+/// a hand's, in Redis) is named corrupt in a short line of text: the script quotes its
+/// first bytes, visible ASCII, and the error its first 200 characters. Quoted whole,
+/// a text not UTF-8 made the reply one the client could not read, and a long one an
+/// error as long as the text.
+#[tokio::test]
+async fn a_stored_text_of_any_bytes_or_length_is_named_corrupt_in_a_short_line() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let (client, mut raw) = server.clocked_client(&clock).await;
+    let (digits, letters) = ("9".repeat(1 << 20), "x".repeat(1 << 20));
+    // (a bucket's text, a window value's)
+    let texts: [(&[u8], &[u8]); 3] = [
+        (b"\xff\xfe:1000:1:0:0", b"\xff\xfe"),
+        (b"1:1000:1\r\n0:0\x00", b"1\r\n2\x00"),
+        (digits.as_bytes(), letters.as_bytes()),
+    ];
+    for (i, (text, value)) in texts.into_iter().enumerate() {
+        let name = format!("tb:odd{i}");
+        let key = format!("{{{name}}}:bucket");
+        let _: () = raw.set(&key, text).await.unwrap();
+        // Alone (tokens.lua), mixed with a window (acquire.lua), and a window's value.
+        let window = Rule::new(format!("{name}:w"), 1, SEC);
+        let value_key = format!("{{{name}:w}}:value");
+        for rules in [
+            vec![bucket(&name, 1, SEC, 1)],
+            vec![bucket(&name, 1, SEC, 1), window.clone()],
+        ] {
+            let error = client.check_rules(&rules).await.expect_err(&name);
+            assert!(
+                matches!(&error, Error::CorruptBucket { key: k, .. } if *k == key),
+                "{error}"
+            );
+            assert!(error.to_string().len() < 400, "{} bytes", error.to_string().len());
+            assert!(format!("{error:?}").len() < 400);
+        }
+        // The window's config written by a first call, then its value replaced.
+        let _: () = raw.del(&key).await.unwrap();
+        client.check_rules(std::slice::from_ref(&window)).await.unwrap();
+        let _: () = raw.set(&value_key, value).await.unwrap();
+        let error = client
+            .check_rules(&[bucket(&name, 1, SEC, 1), window])
+            .await
+            .expect_err(&value_key);
+        assert!(
+            matches!(&error, Error::CorruptValue { key: k, .. } if *k == value_key),
+            "{error}"
+        );
+        assert!(error.to_string().len() < 400, "{} bytes", error.to_string().len());
+    }
+}

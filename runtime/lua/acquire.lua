@@ -2,7 +2,7 @@
 -- Its twin in Rust takes the same phases, under the same names, in the same order
 -- (Phase 1 load_rule, settle_time, Phase 2 plan_bucket and take, Phase 3 commit,
 -- Phase 4 reply).
--- Recipe: lib/clock.lua, lib/call_time.lua, acquire_plain.lua, lib/member.lua, lib/ttl_rule.lua, lib/bucket.lua, acquire.lua
+-- Recipe: lib/clock.lua, lib/call_time.lua, acquire_plain.lua, lib/quote.lua, lib/member.lua, lib/ttl_rule.lua, lib/bucket.lua, acquire.lua
 -- Twin in Rust: runtime/src/backend/memory/decide.rs (its phases: load.rs, plan.rs,
 --   commit.rs; the sliding window's arithmetic: runtime/src/algorithm/window.rs)
 -- acquire_plain.lua decides the usual calls (sliding-window rules that own their
@@ -125,7 +125,7 @@ local function token_helpers()
     local raw = redis.call('get', r.bkey)
     if raw then
       r.stored = read_bucket(raw)
-      if not r.stored then fail('bad_bucket', i, r.role .. ' ' .. raw) end
+      if not r.stored then fail('bad_bucket', i, r.role .. ' ' .. quoted(raw)) end
     end
     if r.permits > r.burst then
       fail('permits_exceed_rate', i, string.format('%d %d ', r.permits, r.burst)
@@ -170,10 +170,10 @@ for i = 1, nrules do
         local rate, interval, kind = stored[1], stored[2], stored[3]
         local keep = stored[4] or '0'
         r.rate, r.interval, r.keep = tonumber(rate), tonumber(interval), tonumber(keep)
-        if not string.find(rate, '^%d+$') or r.rate < 1 or r.rate > LIMIT then helpers() fail('bad_config', i, 'rate=' .. rate) end
-        if not string.find(interval, '^%d+$') or r.interval < 1 or r.interval > LIMIT then helpers() fail('bad_config', i, 'interval=' .. interval) end
-        if kind ~= '0' and kind ~= '1' then helpers() fail('bad_config', i, 'type=' .. kind) end
-        if not string.find(keep, '^%d+$') or r.keep > LIMIT then helpers() fail('bad_config', i, 'keepAliveTime=' .. keep) end
+        if not string.find(rate, '^%d+$') or r.rate < 1 or r.rate > LIMIT then helpers() fail('bad_config', i, 'rate=' .. quoted(rate)) end
+        if not string.find(interval, '^%d+$') or r.interval < 1 or r.interval > LIMIT then helpers() fail('bad_config', i, 'interval=' .. quoted(interval)) end
+        if kind ~= '0' and kind ~= '1' then helpers() fail('bad_config', i, 'type=' .. quoted(kind)) end
+        if not string.find(keep, '^%d+$') or r.keep > LIMIT then helpers() fail('bad_config', i, 'keepAliveTime=' .. quoted(keep)) end
         -- (the expiry written as Redis reads one: `060000` is not one)
         r.kind, r.old_kind, r.keep_text = kind, kind, string.format('%d', r.keep)
       end
@@ -266,7 +266,7 @@ for i = 1, nrules do
           local value = tonumber(raw)
           if value == nil or not string.find(raw, '^%-?%d+$') then
             helpers()
-            fail('bad_value', i, (r.kind == '1' and 'client_value' or 'value') .. ' ' .. raw)
+            fail('bad_value', i, (r.kind == '1' and 'client_value' or 'value') .. ' ' .. quoted(raw))
           end
           if r.changed or value + released > r.rate then
             -- a changed config, or a value inflated by hand (above the rate, which no

@@ -1,6 +1,6 @@
 -- release.lua: give permits back to a limiter (Redisson 3.52's release), keeping
 -- value + permits in the log = rate.
--- Recipe: lib/clock.lua, lib/member.lua, lib/ttl_rule.lua, lib/stored_config.lua, release.lua
+-- Recipe: lib/quote.lua, lib/clock.lua, lib/member.lua, lib/ttl_rule.lua, lib/stored_config.lua, release.lua
 -- Twin in Rust: runtime/src/backend/memory/manage.rs (release)
 --
 -- KEYS:
@@ -72,7 +72,7 @@ if raw == false then
 else
   value = tonumber(raw)
   if value == nil or not string.match(raw, '^%-?%d+$') then
-    error('redlimit:bad_value:1 ' .. vrole .. ' ' .. tostring(raw), 0)
+    error('redlimit:bad_value:1 ' .. vrole .. ' ' .. quoted(tostring(raw)), 0)
   end
   value = value + released
   if value > rate then

@@ -1,7 +1,7 @@
 -- settle.lua: settle the grants of a reservation with the amounts actually used: what
 -- was not used goes back, what was used beyond the estimate is charged, even past the
 -- limit (a debt later calls wait out).
--- Recipe: lib/clock.lua, lib/bucket.lua, lib/ttl_rule.lua, lib/stored_config.lua, settle.lua
+-- Recipe: lib/quote.lua, lib/clock.lua, lib/bucket.lua, lib/ttl_rule.lua, lib/stored_config.lua, settle.lua
 -- Twin in Rust: runtime/src/backend/memory/settle.rs (settle_window, settle_tokens)
 --
 -- KEYS, per rule: rule i's key j is KEYS[6*(i-1)+j]:
@@ -117,7 +117,7 @@ local function read_value(i, vkey, mode)
   end
   local value = tonumber(raw)
   if value == nil or not string.find(raw, '^%-?%d+$') then
-    error('redlimit:bad_value:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+    error('redlimit:bad_value:' .. i .. ' ' .. role .. ' ' .. quoted(raw), 0)
   end
   return value
 end
@@ -131,14 +131,14 @@ local function settle_window(i, k, a, member, len, estimate, actual, config, now
   -- settle makes no table for it and reads each number once.
   local rate = string.find(rate_text, '^%d+$') and tonumber(rate_text)
   if not rate or rate < 1 or rate > 9007199254740992 then
-    error('redlimit:bad_config:' .. i .. ' rate=' .. rate_text, 0)
+    error('redlimit:bad_config:' .. i .. ' rate=' .. quoted(rate_text), 0)
   end
   local interval = string.find(interval_text, '^%d+$') and tonumber(interval_text)
   if not interval or interval < 1 or interval > 9007199254740992 then
-    error('redlimit:bad_config:' .. i .. ' interval=' .. interval_text, 0)
+    error('redlimit:bad_config:' .. i .. ' interval=' .. quoted(interval_text), 0)
   end
   if mode_text ~= '0' and mode_text ~= '1' then
-    error('redlimit:bad_config:' .. i .. ' type=' .. mode_text, 0)
+    error('redlimit:bad_config:' .. i .. ' type=' .. quoted(mode_text), 0)
   end
   -- The log of the limiter's mode only, as a call reads it (the other mode's keys are
   -- not the limiter's now, whatever they hold).
@@ -205,7 +205,7 @@ local function late_window(i, k, a, member, len, estimate, actual, config, now)
     keep = redis.call('hget', KEYS[k + 1], 'keepAliveTime') or nil
     local keep_ms = keep and string.find(keep, '^%d+$') and tonumber(keep)
     if keep and not (keep_ms and keep_ms <= 9007199254740992) then
-      error('redlimit:bad_config:' .. i .. ' keepAliveTime=' .. keep, 0)
+      error('redlimit:bad_config:' .. i .. ' keepAliveTime=' .. quoted(keep), 0)
     end
   end
   if expired then
@@ -255,7 +255,7 @@ for j = 1, #KEYS / 6 do
       local s = raw and read_bucket(raw)
       if raw and s == nil then
         local role = string.sub(key, -7) == ':bucket' and 'bucket' or 'client_bucket'
-        error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+        error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. quoted(raw), 0)
       end
       if redis.call('set', mark, '1', 'nx', 'px', mark_ms) == false then
         return -2
@@ -381,7 +381,7 @@ for i = 1, n > 1 and n or 0 do
     local raw = redis.call('get', KEYS[k + 2])
     if raw and read_bucket(raw) == nil then
       local role = string.sub(KEYS[k + 2], -7) == ':bucket' and 'bucket' or 'client_bucket'
-      error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+      error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. quoted(raw), 0)
     end
   end
 end

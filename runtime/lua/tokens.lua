@@ -4,7 +4,7 @@
 -- the same phases under the same names (Phase 1 load_tokens, settle_time, Phase 2
 -- plan_tokens and take, Phase 3 commit, Phase 4 reply).
 --
--- Recipe: lib/clock.lua, lib/call_time.lua, tokens_one.lua, lib/bucket.lua, tokens.lua
+-- Recipe: lib/clock.lua, lib/call_time.lua, tokens_one.lua, lib/quote.lua, lib/bucket.lua, tokens.lua
 -- Twin in Rust: runtime/src/backend/memory/decide.rs (the phases decide token-bucket
 --   rules too; the arithmetic: runtime/src/algorithm/bucket.rs)
 -- tokens_one.lua decides the usual call (and may answer it with an integer).
@@ -50,7 +50,7 @@ for i = 1, n do
     r.stored = read_bucket(raw)
     if not r.stored then
       local role = ARGV[a + 6] == '3' and 'client_bucket' or 'bucket'
-      error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. raw, 0)
+      error('redlimit:bad_bucket:' .. i .. ' ' .. role .. ' ' .. quoted(raw), 0)
     end
     if r.stored.at > newest then newest = r.stored.at end
   end

@@ -13,7 +13,7 @@ local function check_config(i, config)
     if text then
       local n = string.find(text, '^%d+$') and tonumber(text)
       if not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992 and (j ~= 3 or text == '0' or text == '1')) then
-        error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. text, 0)
+        error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. quoted(text), 0)
       end
     end
   end

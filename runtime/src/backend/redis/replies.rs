@@ -232,17 +232,31 @@ fn unknown_command(detail: &str) -> bool {
     detail.to_ascii_lowercase().starts_with("unknown command")
 }
 
+/// A stored text a script's error quotes, as the error keeps it: [`cut`] to 200
+/// bytes (the scripts quote 64 and the length; a server not ours may send any).
+fn quoted(text: &str) -> String {
+    cut(text, 200)
+}
+
 /// `shown`, cut to its first `most` bytes (on a character boundary) and `...`.
-pub(super) fn abbreviated(mut shown: String, most: usize) -> String {
-    if shown.len() > most {
-        let mut end = most;
-        while !shown.is_char_boundary(end) {
-            end -= 1;
-        }
-        shown.truncate(end);
-        shown.push_str("...");
+pub(super) fn abbreviated(shown: String, most: usize) -> String {
+    if shown.len() <= most {
+        return shown;
     }
-    shown
+    cut(&shown, most)
+}
+
+/// `text`'s first `most` bytes (on a character boundary) and `...` when it is
+/// longer, copied no further.
+fn cut(text: &str, most: usize) -> String {
+    if text.len() <= most {
+        return text.to_owned();
+    }
+    let mut end = most;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
 }
 
 /// A script's error about a limiter's config (`name`): missing, refused or corrupt.
@@ -269,7 +283,7 @@ fn config_error(kind: &str, name: String, detail: &str) -> Option<Error> {
             Error::CorruptConfig {
                 key: name,
                 field,
-                value: value.to_owned(),
+                value: quoted(value),
             }
         }
         _ => return None,
@@ -281,7 +295,7 @@ fn config_error(kind: &str, name: String, detail: &str) -> Option<Error> {
 fn key_error(kind: &str, keys: &Keys<'_>, detail: &str) -> Option<Error> {
     let (role, detail) = detail.split_once(' ').unwrap_or((detail, ""));
     let (role, key) = key_of(keys, role);
-    let detail = detail.to_owned();
+    let detail = quoted(detail);
     Some(match kind {
         "wrong_type" => Error::WrongType { key, role, detail },
         "not_limiter" => Error::NotALimiter {

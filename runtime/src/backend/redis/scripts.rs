@@ -32,6 +32,7 @@ pub(crate) const ACQUIRE: Recipe = recipe!("acquire":
     "lib/clock.lua",
     "lib/call_time.lua",
     "acquire_plain.lua",
+    "lib/quote.lua",
     "lib/member.lua",
     "lib/ttl_rule.lua",
     "lib/bucket.lua",
@@ -42,6 +43,7 @@ pub(crate) const TOKENS: Recipe = recipe!("tokens":
     "lib/clock.lua",
     "lib/call_time.lua",
     "tokens_one.lua",
+    "lib/quote.lua",
     "lib/bucket.lua",
     "tokens.lua",
 );
@@ -54,6 +56,7 @@ pub(crate) const CONFIGURE: Recipe = recipe!("configure":
     "configure.lua",
 );
 pub(crate) const RELEASE: Recipe = recipe!("release":
+    "lib/quote.lua",
     "lib/clock.lua",
     "lib/member.lua",
     "lib/ttl_rule.lua",
@@ -69,7 +72,7 @@ pub(crate) const RESET: Recipe = recipe!("reset": "lib/limiter.lua", "lib/bucket
 /// Gives a batch's unused permits back through its own log member.
 pub(crate) const GIVE_BACK: Recipe = recipe!("give_back": "lib/member.lua", "give_back.lua");
 /// Settles a reservation's grants with the amounts actually used.
-pub(crate) const SETTLE: Recipe = recipe!("settle": "lib/clock.lua", "lib/bucket.lua", "lib/ttl_rule.lua", "lib/stored_config.lua", "settle.lua");
+pub(crate) const SETTLE: Recipe = recipe!("settle": "lib/quote.lua", "lib/clock.lua", "lib/bucket.lua", "lib/ttl_rule.lua", "lib/stored_config.lua", "settle.lua");
 
 /// Every script.
 #[cfg(test)]

@@ -241,3 +241,27 @@ fn every_servers_wording_of_a_script_error() {
         assert_eq!(unwrapped(code, detail), (code, detail), "{code} {detail}");
     }
 }
+
+#[test]
+fn a_quoted_stored_text_is_cut_whatever_the_server_sends() {
+    let keys = [Keys::new("orders", "c1").unwrap()];
+    let long = "é".repeat(50_000);
+    for (line, kind) in [
+        (format!("ERR redlimit:bad_bucket:1 bucket {long}"), "bucket"),
+        (format!("ERR redlimit:bad_value:1 value {long}"), "value"),
+        (format!("ERR redlimit:bad_config:1 rate={long}"), "config"),
+    ] {
+        let error = script_error(&reply(&line), &keys).expect("a script's error");
+        let shown = format!("{error} {error:?}");
+        assert!(shown.len() < 1_000, "{kind}: {} bytes", shown.len());
+        assert!(
+            shown.contains("éé...") && shown.contains("orders"),
+            "{kind}: {shown}"
+        );
+    }
+    let short = script_error(&reply("ERR redlimit:bad_bucket:1 bucket lots"), &keys).unwrap();
+    assert!(
+        matches!(short, Error::CorruptBucket { ref detail, .. } if detail == "lots"),
+        "{short:?}"
+    );
+}
