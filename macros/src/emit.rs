@@ -110,12 +110,14 @@ fn prologue(sig: &Signature, plan: &Plan) -> Prologue {
     let label = plan.rules.iter().any(reads_request).then_some(&key_site.label);
     let label = label.map(|label| quote!(#label:));
     let decided = quote!(#label { let mut #keys = [#(#key_exprs),*]; #permits_of #decide });
+    let integers = &plan.integer_types;
     let engine = quote! {
         static #site: #krate::__private::Engine = #krate::__private::Engine::new(
             &[#(#specs),*],
             #timeout,
             ::core::concat!(::core::module_path!(), "::", #fn_name),
         );
+        #(#krate::__private::integer_key::<#integers>();)*
     };
     Prologue {
         engine,

@@ -22,6 +22,10 @@ pub struct Plan {
     pub names: Vec<Option<Ident>>,
     /// The function's result type, when a rule is settled (its `settle` reads it).
     pub output: Option<Type>,
+    /// The types of the parameters taken for primitive integers by their names, where
+    /// rules counting differently were told apart by their digits: each is asserted
+    /// to be one (`__private::integer_key`).
+    pub integer_types: Vec<Type>,
 }
 
 /// Checks the arguments of every attribute and the rules across them, all errors at
@@ -51,7 +55,9 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
     );
 
     check_distinct_templates(&rules, &mut errors);
-    check_coinciding_counts(&rules, &integer_params(sig), &sig.ident.to_string(), &mut errors);
+    let integers = integer_params(sig);
+    check_coinciding_counts(&rules, &integers, &sig.ident.to_string(), &mut errors);
+    let integer_types = relied_integer_types(sig, &rules, &integers);
     check_async(sig, is_async_trait, &mut errors);
     let output = crate::settled::check(sig, &rules, is_async_trait, &mut errors);
     if let Some(path) = &fallback {
@@ -67,6 +73,7 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
         fallback,
         names,
         output,
+        integer_types,
     })
 }
 
@@ -166,6 +173,37 @@ fn integer_params(sig: &Signature) -> Vec<(String, bool)> {
                         _ => return None,
                     };
                     Some((p.ident.to_string(), signed))
+                }
+                _ => None,
+            },
+            syn::FnArg::Receiver(_) => None,
+        })
+        .collect()
+}
+
+/// The types of `integers` that a template writes, when some rules count differently
+/// ([`check_coinciding_counts`] then read their values as digits alone).
+fn relied_integer_types(sig: &Signature, rules: &[RuleArgs], integers: &[(String, bool)]) -> Vec<Type> {
+    let counting = |r: &RuleArgs| (r.rate, r.interval_ms, r.mode, r.bucket);
+    if rules.iter().all(|r| counting(r) == counting(&rules[0])) {
+        return Vec::new();
+    }
+    let written = |name: &str| {
+        rules.iter().any(|r| {
+            r.key.as_ref().is_some_and(|(_, pieces)| {
+                pieces
+                    .iter()
+                    .any(|p| matches!(p, Piece::Value(path) if path.len() == 1 && path[0] == name))
+            })
+        })
+    };
+    sig.inputs
+        .iter()
+        .filter_map(|arg| match arg {
+            syn::FnArg::Typed(t) => match &*t.pat {
+                syn::Pat::Ident(p) => {
+                    let name = p.ident.to_string();
+                    (integers.iter().any(|(n, _)| *n == name) && written(&name)).then(|| (*t.ty).clone())
                 }
                 _ => None,
             },

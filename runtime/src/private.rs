@@ -2,8 +2,8 @@
 //! with the macro.
 
 pub use crate::engine::checks::{
-    body, request_value, settle_shapes, shapes, Cost, Fallback, KeyPart, RequestValue, RequestValues,
-    SettleFn,
+    body, integer_key, request_value, settle_shapes, shapes, Cost, Fallback, KeyPart, RequestValue,
+    RequestValues, SettleFn,
 };
 pub use crate::engine::{decide, decide_with, reserve, Engine, Pending};
 pub use crate::keys::key_buf::KeyBuf;

@@ -126,6 +126,30 @@ impl<T: Display + ?Sized> KeyPart for T {
     }
 }
 
+/// A parameter's type that `#[rate_limit]` took for a primitive integer, by its name
+/// (`u64`, `i32`, ...): its values are written as digits alone, which the attribute's
+/// check of templates that may name one limiter relies on (`items:{n}` beside
+/// `items:daily` passes for `n: u64`). Implemented for the primitive integers only,
+/// so that a type of that name that is not one (an alias, a generic parameter)
+/// fails to compile rather than write any text.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is named as a primitive integer type, but is not one",
+    label = "`#[rate_limit]` takes a parameter of this type's name for digits",
+    note = "`#[rate_limit]` tells a key template from another that counts differently by \
+            such a parameter's digits: leave the primitive's name unshadowed, or give the \
+            parameter a type of another name"
+)]
+pub trait IntegerKey {}
+
+macro_rules! integer_keys {
+    ($($t:ty),*) => { $(impl IntegerKey for $t {})* };
+}
+integer_keys!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+
+/// Compiles only for a primitive integer type: see [`IntegerKey`].
+#[inline(always)]
+pub const fn integer_key<T: IntegerKey + ?Sized>() {}
+
 /// A value of the request the layer serves, as a key template names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestValue {
