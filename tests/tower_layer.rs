@@ -391,6 +391,25 @@ async fn rules_whose_limiters_may_coincide_must_count_alike() {
         .rule(LayerRule::new("u", 1_000, MINUTE).key(Key::header("x-user")))
         .build()
         .unwrap();
+    // keyed by the client address: beside a literal address refused, beside `t:a`
+    // (no address) built
+    let by_client = || LayerRule::new("t", 1_000, MINUTE).key(Key::client_ip());
+    for address in ["t:10.0.0.1", "t:%3A%3A1", "t:2001%3Adb8%3A%3A/64"] {
+        let message = error(
+            RateLimitLayer::builder()
+                .rule(LayerRule::new(address, 10, MINUTE))
+                .rule(by_client()),
+        );
+        assert!(
+            message.contains("name the same limiter for some key values"),
+            "{address}: {message}"
+        );
+    }
+    RateLimitLayer::builder()
+        .rule(global())
+        .rule(by_client())
+        .build()
+        .unwrap();
 }
 
 /// Two layers of one rule name counting differently, each with a client of its own on

@@ -10,7 +10,7 @@ use crate::args;
 use crate::input::Group;
 use crate::params::{bound_names, param_names};
 use crate::rule::RuleArgs;
-use crate::template::Piece;
+use crate::template::{Piece, RequestPart};
 
 /// Everything the prologue needs, checked.
 pub struct Plan {
@@ -149,13 +149,15 @@ fn check_distinct_templates(rules: &[RuleArgs], errors: &mut Vec<Error>) {
     }
 }
 
-/// One segment of a template: literal text, a value of any text, or a value that is an
-/// integer's digits (a parameter of an integer type, `-` first when signed).
+/// One segment of a template: literal text, a value of any text, a value that is an
+/// integer's digits (a parameter of an integer type, `-` first when signed), or the
+/// request's client address (`{request.client_ip}`).
 #[derive(PartialEq)]
 enum Segment {
     Text(String),
     Any,
     Digits { signed: bool },
+    ClientIp,
 }
 
 /// The parameters of `sig` of a primitive integer type, by name, and whether signed:
@@ -239,7 +241,12 @@ fn segments(pieces: &[Piece], integers: &[(String, bool)]) -> (Vec<Segment>, Vec
                     None => Segment::Any,
                 };
             }
-            Piece::Request(_) => *segments.last_mut().expect("a segment") = Segment::Any,
+            Piece::Request(part) => {
+                *segments.last_mut().expect("a segment") = match part {
+                    RequestPart::ClientIp => Segment::ClientIp,
+                    RequestPart::Identity => Segment::Any,
+                }
+            }
         }
     }
     (segments, separators)
@@ -254,6 +261,15 @@ fn digits_can_be(text: &str, signed: bool) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// Whether a client address, as a key writes it, can be `text`: an IP address, an IPv6
+/// one with each `:` escaped `%3A` and, for a network, `/` and its prefix length after
+/// it. (A literal such as `all` or `global` never is.)
+fn client_ip_can_be(text: &str) -> bool {
+    let text = text.replace("%3A", ":");
+    let address = text.split_once('/').map_or(&*text, |(address, _)| address);
+    address.parse::<std::net::IpAddr>().is_ok()
+}
+
 /// Whether some values make both templates one limiter name: the same separators, and
 /// every pair of segments able to be the same text.
 fn may_coincide(a: &[Piece], b: &[Piece], integers: &[(String, bool)]) -> bool {
@@ -263,6 +279,13 @@ fn may_coincide(a: &[Piece], b: &[Piece], integers: &[(String, bool)]) -> bool {
             (Segment::Text(x), Segment::Text(y)) => x == y,
             (Segment::Text(text), Segment::Digits { signed })
             | (Segment::Digits { signed }, Segment::Text(text)) => digits_can_be(text, *signed),
+            (Segment::Text(text), Segment::ClientIp) | (Segment::ClientIp, Segment::Text(text)) => {
+                client_ip_can_be(text)
+            }
+            // (an address always has a `.` or an escaped `:`: never digits alone)
+            (Segment::Digits { .. }, Segment::ClientIp) | (Segment::ClientIp, Segment::Digits { .. }) => {
+                false
+            }
             _ => true,
         })
 }
@@ -282,7 +305,7 @@ fn may_be_path(pieces: &[Piece], function: &str, integers: &[(String, bool)]) ->
                 (1, Segment::Text(text)) => text.is_empty(),
                 (1, _) => false,
                 (_, Segment::Text(text)) => !text.is_empty(),
-                (_, Segment::Digits { .. }) => false,
+                (_, Segment::Digits { .. } | Segment::ClientIp) => false,
                 (_, Segment::Any) => true,
             })
         && match segments.last() {

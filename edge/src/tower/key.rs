@@ -144,7 +144,7 @@ impl Key {
     fn source_value(&self) -> Option<String> {
         Some(match &self.0 {
             KeyKind::Global => return None,
-            KeyKind::ClientIp => "ip".to_owned(),
+            KeyKind::ClientIp => redlimit_runtime::engine::CLIENT_IP_VALUE.to_owned(),
             KeyKind::Header(header) => format!("header {}", header.to_ascii_lowercase()),
             #[cfg(any(feature = "axum", feature = "actix"))]
             KeyKind::PathParam(param) => format!("path {param}"),

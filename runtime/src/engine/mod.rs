@@ -42,6 +42,8 @@ pub use crate::rules::fit::check_bucket;
 pub use call::Granted;
 /// A value of the request the layer serves, as a key template names it.
 pub use checks::RequestValue;
+/// The placeholder of a layer's template keyed by the client address.
+pub const CLIENT_IP_VALUE: &str = crate::rules::registry::CLIENT_IP;
 pub use reserve::{reserve, Pending};
 
 use crate::observe::{Counted, RuleCounters};
@@ -133,13 +135,15 @@ impl Engine {
     /// a caller choosing the values would have the looser rule decide the stricter's
     /// calls. A layer refuses to build with them (the attribute refuses such templates
     /// at compile time, knowing which values are an integer's digits).
+    ///
+    /// The rules are a layer's: a value named `{ip}` is the client address.
     pub fn coinciding_rules(&self) -> Option<(usize, usize)> {
         let shapes: Vec<_> = (0..self.rules.len())
             .map(|i| self.shape_and_counting("", i))
             .collect();
         (0..shapes.len())
             .flat_map(|j| (0..j).map(move |i| (i, j)))
-            .find(|&(i, j)| shapes[i].0.overlaps(&shapes[j].0) && shapes[i].1 != shapes[j].1)
+            .find(|&(i, j)| shapes[i].0.overlaps_in_layer(&shapes[j].0) && shapes[i].1 != shapes[j].1)
     }
 
     /// Rule `i`'s shape under `prefix` and how it counts, for the registry.

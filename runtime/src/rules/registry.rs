@@ -163,7 +163,7 @@ impl PartialEq for Segment {
 /// names count one limiter per client, as the same rule would.
 fn dimension(name: &str) -> &str {
     match name {
-        "request.client_ip" => "ip",
+        "request.client_ip" => CLIENT_IP,
         other => other,
     }
 }
@@ -176,6 +176,18 @@ pub(crate) struct Shape {
 }
 
 const SEPARATORS: [char; 3] = [':', '{', '}'];
+
+/// The placeholder a layer's rule keyed by the client address writes in its template.
+pub(crate) const CLIENT_IP: &str = "ip";
+
+/// Whether a client address, as a key writes it, can be `text`: an IP address, an IPv6
+/// one with each `:` escaped `%3A` and, for a network, `/` and its prefix length after
+/// it. (The attribute's check at compile time reads `{request.client_ip}` so too.)
+fn client_ip_can_be(text: &str) -> bool {
+    let text = text.replace("%3A", ":");
+    let address = text.split_once('/').map_or(&*text, |(address, _)| address);
+    address.parse::<std::net::IpAddr>().is_ok()
+}
 
 impl Shape {
     /// The shape of `prefix` + a key template (`{{`/`}}` literal braces, `{name}` a
@@ -260,9 +272,27 @@ impl Shape {
 
     /// Whether some limiter name is produced by both.
     pub(crate) fn overlaps(&self, other: &Shape) -> bool {
+        self.may_coincide(other, false)
+    }
+
+    /// [`overlaps`](Shape::overlaps) for two rules of one layer, whose values named
+    /// [`CLIENT_IP`] are the client address the layer writes (in the registry an
+    /// attribute's parameter may be named so too, and be any text): such a value never
+    /// names a literal segment that is not an address (`login:all` beside `login`
+    /// keyed by the client).
+    pub(crate) fn overlaps_in_layer(&self, other: &Shape) -> bool {
+        self.may_coincide(other, true)
+    }
+
+    fn may_coincide(&self, other: &Shape, addresses: bool) -> bool {
         self.separators == other.separators
             && self.segments.iter().zip(&other.segments).all(|pair| match pair {
                 (Segment::Text(a), Segment::Text(b)) => a == b,
+                (Segment::Text(text), Segment::Value(name)) | (Segment::Value(name), Segment::Text(text))
+                    if addresses && name == CLIENT_IP =>
+                {
+                    client_ip_can_be(text)
+                }
                 _ => true,
             })
     }

@@ -49,6 +49,23 @@ async fn items(id: u64) -> Result<(), RateLimited> {
     Ok(())
 }
 
+// The client's address beside a literal address: the client 10.0.0.1 names it...
+#[rate_limit(key = "login:{request.client_ip}", rate = 5, interval = "60s")]
+#[rate_limit(key = "login:10.0.0.1", rate = 1000, interval = "60s")]
+async fn login() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+// ...but no address is `all`, nor an integer's digits: fine.
+#[rate_limit(key = "signon:{request.client_ip}", rate = 5, interval = "60s")]
+#[rate_limit(key = "signon:all", rate = 1000, interval = "60s")]
+#[rate_limit(key = "signon:{request.client_ip}:q", rate = 20, interval = "60s")]
+#[rate_limit(key = "signon:{n}:{a}", rate = 50, interval = "60s")]
+async fn signon(n: u32, a: &str) -> Result<(), RateLimited> {
+    let _ = (n, a);
+    Ok(())
+}
+
 // A keyed template that can spell the function's path, the limiter of a keyless rule.
 #[rate_limit(key = "key_templates_may_coincide::{action}", rate = 5, interval = "60s")]
 #[rate_limit(rate = 1000, interval = "1s")]
