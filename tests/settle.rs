@@ -467,6 +467,16 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
         assert!(client.check_rules(&[rule().burst(20)]).await.unwrap().allowed);
         let settled = reservation.settle(0).await.unwrap();
         assert_eq!(settled.rules[0].remaining, 4, "config on {i}: nothing given back");
+        // Changed and changed back (burst 20, then 10 again, a token taken under each):
+        // nothing back either, the grant's segment dropped with the first change (with
+        // the refill's bound alone, the config the same again: 4 back, 7 left).
+        let name = format!("refilled:config-back:{i}");
+        let rule = || Rule::new(&name, 10, MINUTE).algorithm(Algorithm::TokenBucket);
+        let reservation = granted(client, &[rule().settled().permits(5)]).await;
+        assert!(client.check_rules(&[rule().burst(20)]).await.unwrap().allowed);
+        assert!(client.check_rules(&[rule()]).await.unwrap().allowed);
+        let settled = reservation.settle(0).await.unwrap();
+        assert_eq!(settled.rules[0].remaining, 3, "config and back on {i}: nothing given back");
         // A clock set back after the bucket refilled: what refilled counts up to the
         // bucket's own refill time (given back whole: 9 more at once).
         let name = format!("refilled:clock:{i}");
