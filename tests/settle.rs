@@ -476,7 +476,10 @@ async fn a_bucket_settle_gives_back_nothing_the_bucket_refilled_since() {
         assert!(client.check_rules(&[rule().burst(20)]).await.unwrap().allowed);
         assert!(client.check_rules(&[rule()]).await.unwrap().allowed);
         let settled = reservation.settle(0).await.unwrap();
-        assert_eq!(settled.rules[0].remaining, 3, "config and back on {i}: nothing given back");
+        assert_eq!(
+            settled.rules[0].remaining, 3,
+            "config and back on {i}: nothing given back"
+        );
         // A clock set back after the bucket refilled: what refilled counts up to the
         // bucket's own refill time (given back whole: 9 more at once).
         let name = format!("refilled:clock:{i}");
