@@ -76,6 +76,7 @@ fn prologue(sig: &Signature, plan: &Plan) -> Prologue {
     let specs = plan.rules.iter().map(|rule| rule_spec(rule, krate, &fn_name));
     let key_site = KeySite {
         krate,
+        integers: &plan.integers,
         site: &site,
         label: syn::Lifetime {
             apostrophe: Span::mixed_site(),
@@ -110,14 +111,12 @@ fn prologue(sig: &Signature, plan: &Plan) -> Prologue {
     let label = plan.rules.iter().any(reads_request).then_some(&key_site.label);
     let label = label.map(|label| quote!(#label:));
     let decided = quote!(#label { let mut #keys = [#(#key_exprs),*]; #permits_of #decide });
-    let integers = &plan.integer_types;
     let engine = quote! {
         static #site: #krate::__private::Engine = #krate::__private::Engine::new(
             &[#(#specs),*],
             #timeout,
             ::core::concat!(::core::module_path!(), "::", #fn_name),
         );
-        #(#krate::__private::integer_key::<#integers>();)*
     };
     Prologue {
         engine,
@@ -162,6 +161,8 @@ struct KeySite<'a> {
     krate: &'a Path,
     site: &'a Ident,
     label: syn::Lifetime,
+    /// The parameters whose values are written as an integer's digits (`Plan::integers`).
+    integers: &'a [String],
 }
 
 /// One rule's `RuleSpec`, as the runtime reads it.
@@ -359,7 +360,16 @@ fn key_expr(rule: &RuleArgs, index: usize, at: &KeySite<'_>, fn_name: &str) -> T
                 Ok(index) => syn::Index { index, span }.into_token_stream(),
                 Err(_) => Ident::new(segment, span).into_token_stream(),
             });
-            quote_spanned! {span=> #krate::__private::KeyPart::write_to(&#(#segments).*, &mut #buf); }
+            let value = quote_spanned!(span=> &#(#segments).*);
+            // A value taken for an integer's digits is asserted to be one, as the key
+            // writes it (whatever its type's name resolves to there).
+            let value = match path.as_slice() {
+                [name] if at.integers.contains(name) => {
+                    quote_spanned!(span=> #krate::__private::integer_key(#value))
+                }
+                _ => value,
+            };
+            quote_spanned! {span=> #krate::__private::KeyPart::write_to(#value, &mut #buf); }
         }
         Piece::Request(part) => request_part(*part, index, at, &buf, span),
     });

@@ -22,10 +22,10 @@ pub struct Plan {
     pub names: Vec<Option<Ident>>,
     /// The function's result type, when a rule is settled (its `settle` reads it).
     pub output: Option<Type>,
-    /// The types of the parameters taken for primitive integers by their names, where
-    /// rules counting differently were told apart by their digits: each is asserted
-    /// to be one (`__private::integer_key`).
-    pub integer_types: Vec<Type>,
+    /// The parameters taken for primitive integers by their types' names, where rules
+    /// counting differently were told apart by their digits: each value a key writes
+    /// of them is asserted to be one (`__private::integer_key`).
+    pub integers: Vec<String>,
 }
 
 /// Checks the arguments of every attribute and the rules across them, all errors at
@@ -57,7 +57,7 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
     check_distinct_templates(&rules, &mut errors);
     let integers = integer_params(sig);
     check_coinciding_counts(&rules, &integers, &sig.ident.to_string(), &mut errors);
-    let integer_types = relied_integer_types(sig, &rules, &integers);
+    let relied = relied_integers(&rules, &integers);
     check_async(sig, is_async_trait, &mut errors);
     let output = crate::settled::check(sig, &rules, is_async_trait, &mut errors);
     if let Some(path) = &fallback {
@@ -73,7 +73,7 @@ pub fn check(sig: &Signature, groups: Vec<Group>, is_async_trait: bool) -> Resul
         fallback,
         names,
         output,
-        integer_types,
+        integers: relied,
     })
 }
 
@@ -183,9 +183,9 @@ fn integer_params(sig: &Signature) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// The types of `integers` that a template writes, when some rules count differently
+/// The names of `integers` that a template writes, when some rules count differently
 /// ([`check_coinciding_counts`] then read their values as digits alone).
-fn relied_integer_types(sig: &Signature, rules: &[RuleArgs], integers: &[(String, bool)]) -> Vec<Type> {
+fn relied_integers(rules: &[RuleArgs], integers: &[(String, bool)]) -> Vec<String> {
     let counting = |r: &RuleArgs| (r.rate, r.interval_ms, r.mode, r.bucket);
     if rules.iter().all(|r| counting(r) == counting(&rules[0])) {
         return Vec::new();
@@ -199,18 +199,10 @@ fn relied_integer_types(sig: &Signature, rules: &[RuleArgs], integers: &[(String
             })
         })
     };
-    sig.inputs
+    integers
         .iter()
-        .filter_map(|arg| match arg {
-            syn::FnArg::Typed(t) => match &*t.pat {
-                syn::Pat::Ident(p) => {
-                    let name = p.ident.to_string();
-                    (integers.iter().any(|(n, _)| *n == name) && written(&name)).then(|| (*t.ty).clone())
-                }
-                _ => None,
-            },
-            syn::FnArg::Receiver(_) => None,
-        })
+        .filter(|(name, _)| written(name))
+        .map(|(name, _)| name.clone())
         .collect()
 }
 

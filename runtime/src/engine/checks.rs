@@ -131,10 +131,12 @@ impl<T: Display + ?Sized> KeyPart for T {
 /// check of templates that may name one limiter relies on (`items:{n}` beside
 /// `items:daily` passes for `n: u64`). Implemented for the primitive integers only,
 /// so that a type of that name that is not one (an alias, a generic parameter)
-/// fails to compile rather than write any text.
+/// fails to compile rather than write any text. Asserted on the value the key writes,
+/// where the key writes it: an item of the body cannot make the check read another
+/// type than the key's.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is named as a primitive integer type, but is not one",
-    label = "`#[rate_limit]` takes a parameter of this type's name for digits",
+    label = "`#[rate_limit]` took this parameter for an integer's digits, by its type's name",
     note = "`#[rate_limit]` tells a key template from another that counts differently by \
             such a parameter's digits: leave the primitive's name unshadowed, or give the \
             parameter a type of another name"
@@ -146,9 +148,12 @@ macro_rules! integer_keys {
 }
 integer_keys!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
 
-/// Compiles only for a primitive integer type: see [`IntegerKey`].
+/// `value`, which compiles only when it is of a primitive integer type: see
+/// [`IntegerKey`]. The key writes what it returns.
 #[inline(always)]
-pub const fn integer_key<T: IntegerKey + ?Sized>() {}
+pub const fn integer_key<T: IntegerKey>(value: &T) -> &T {
+    value
+}
 
 /// A value of the request the layer serves, as a key template names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,6 +14,21 @@ mod aliased {
         let _ = id;
         Ok(())
     }
+
+    // (the body `#[async_trait]` leaves, whose items are in scope where the key is
+    // written: the primitive imported there changes nothing)
+    #[rate_limit(key = "lists:{id}", rate = 10, interval = "60s")]
+    #[rate_limit(key = "lists:daily", rate = 1000, interval = "86400s")]
+    pub fn lists(
+        id: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), RateLimited>> + Send>> {
+        Box::pin(async move {
+            #[allow(unused_imports)]
+            use core::primitive::u64;
+            let _ = id;
+            Ok(())
+        })
+    }
 }
 
 // ...nor a generic parameter...
