@@ -397,6 +397,54 @@ async fn foreign_or_corrupted_state_gives_errors_naming_the_key() {
     assert_eq!(value, "4");
 }
 
+/// A config field of any bytes or length (another program's, or a hand's) is named
+/// corrupt in a short line, by every path that reads it, and nothing is written: the
+/// handle's `config` quoted it whole (a 1 MB rate, a 1 MB error), and `keep_alive`
+/// never checked it (an interval of spaces and digits passed Lua's `tonumber` and was
+/// called too short; one of letters let it write keepAliveTime beside it).
+#[tokio::test]
+async fn a_config_of_any_bytes_or_length_is_named_corrupt_in_a_short_line() {
+    let (_server, client, _clock, mut raw) = setup().await;
+    let (digits, spaced) = ("9".repeat(1 << 20), format!("{}100000", " ".repeat(1 << 20)));
+    let fields: [(&str, &[u8]); 4] = [
+        ("rate", digits.as_bytes()),
+        ("rate", b"\xff\xfe"),
+        ("interval", spaced.as_bytes()),
+        ("interval", b"ten"),
+    ];
+    for (i, (field, text)) in fields.into_iter().enumerate() {
+        let name = format!("odd_config:{i}");
+        let mut config: Vec<(&str, &[u8])> = vec![("rate", b"10"), ("interval", b"1000"), ("type", b"0")];
+        config.retain(|(f, _)| f != &field);
+        config.push((field, text));
+        let _: () = raw.hset_multiple(&name, &config).await.unwrap();
+        let before = snapshot(&mut raw, &client, &name).await;
+        let limiter = client.rate_limiter(&name);
+        let errors = [
+            limiter.config().await.unwrap_err(),
+            limiter.keep_alive(Duration::from_secs(60)).await.unwrap_err(),
+            limiter.try_acquire(1).await.unwrap_err(),
+        ];
+        for error in errors {
+            assert!(
+                matches!(&error, Error::CorruptConfig { key, field: f, .. } if *key == name && f == &field),
+                "{name}: {error:?}"
+            );
+            assert!(
+                error.to_string().len() < 600,
+                "{name}: {} bytes",
+                error.to_string().len()
+            );
+            assert!(format!("{error:?}").len() < 600, "{name}");
+        }
+        assert_eq!(
+            snapshot(&mut raw, &client, &name).await,
+            before,
+            "{name}: untouched"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_refused_rule_leaves_the_other_rules_keys_unspent() {
     let (_server, client, _clock, mut raw) = setup().await;

@@ -1,5 +1,5 @@
 -- lib/quote.lua: a stored text as an error quotes it.
--- Part of: acquire, tokens, release, settle
+-- Part of: acquire, tokens, release, settle, keep_alive
 -- Twin in Rust: runtime/src/backend/redis/replies.rs (the error's detail cut again
 --   where the reply is read, whoever answered it)
 

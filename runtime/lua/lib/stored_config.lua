@@ -1,6 +1,6 @@
 -- lib/stored_config.lua: a limiter's stored config checked as the acquire scripts
 -- check one, for the scripts that write beside a config without deciding on it.
--- Part of: release, settle
+-- Part of: release, settle, keep_alive
 -- Twin in Rust: runtime/src/backend/memory/state.rs (a limiter held in process keeps
 --   its config as numbers: nothing to check)
 

@@ -631,3 +631,23 @@ impl Error {
         )
     }
 }
+
+/// A stored text an error quotes, as the error keeps it: [`cut`] to 200 bytes (the
+/// scripts quote 64 and the length; a server not ours may send any, and a config read
+/// whole may hold any).
+pub(crate) fn quoted(text: &str) -> String {
+    cut(text, 200)
+}
+
+/// `text`'s first `most` bytes (on a character boundary) and `...` when it is
+/// longer, copied no further.
+pub(crate) fn cut(text: &str, most: usize) -> String {
+    if text.len() <= most {
+        return text.to_owned();
+    }
+    let mut end = most;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}

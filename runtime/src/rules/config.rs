@@ -133,7 +133,7 @@ impl RateLimiterConfig {
         let bad = |field: &'static str, value: &str| Error::CorruptConfig {
             key: key.to_owned(),
             field,
-            value: value.to_owned(),
+            value: crate::outcomes::error::quoted(value),
         };
         let number = |field: &'static str, value: &str| -> Result<u64, Error> {
             value

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::algorithm::call_time::REORDER_MS;
 use crate::backend::{ConfigChange, Outcome, RuleOutcome};
 use crate::keys::Keys;
+use crate::outcomes::error::{cut, quoted};
 use crate::{Error, RateLimiterConfig, RateType};
 
 /// What an integer reply is a multiple of, but for the call's tag; the tags' count
@@ -232,31 +233,12 @@ fn unknown_command(detail: &str) -> bool {
     detail.to_ascii_lowercase().starts_with("unknown command")
 }
 
-/// A stored text a script's error quotes, as the error keeps it: [`cut`] to 200
-/// bytes (the scripts quote 64 and the length; a server not ours may send any).
-fn quoted(text: &str) -> String {
-    cut(text, 200)
-}
-
 /// `shown`, cut to its first `most` bytes (on a character boundary) and `...`.
 pub(super) fn abbreviated(shown: String, most: usize) -> String {
     if shown.len() <= most {
         return shown;
     }
     cut(&shown, most)
-}
-
-/// `text`'s first `most` bytes (on a character boundary) and `...` when it is
-/// longer, copied no further.
-fn cut(text: &str, most: usize) -> String {
-    if text.len() <= most {
-        return text.to_owned();
-    }
-    let mut end = most;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
 }
 
 /// A script's error about a limiter's config (`name`): missing, refused or corrupt.

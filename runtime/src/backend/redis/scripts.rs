@@ -63,8 +63,13 @@ pub(crate) const RELEASE: Recipe = recipe!("release":
     "lib/stored_config.lua",
     "release.lua",
 );
-pub(crate) const KEEP_ALIVE: Recipe =
-    recipe!("keep_alive": "lib/limiter.lua", "lib/guard.lua", "keep_alive.lua");
+pub(crate) const KEEP_ALIVE: Recipe = recipe!("keep_alive":
+    "lib/limiter.lua",
+    "lib/guard.lua",
+    "lib/quote.lua",
+    "lib/stored_config.lua",
+    "keep_alive.lua",
+);
 pub(crate) const EXPIRE: Recipe = recipe!("expire": "lib/limiter.lua", "lib/guard.lua", "expire.lua");
 pub(crate) const REFUND: Recipe = recipe!("refund": "lib/member.lua", "refund.lua");
 pub(crate) const REFUND_TOKENS: Recipe = recipe!("refund_tokens": "refund_tokens.lua");
