@@ -39,7 +39,9 @@
 //!    answered in process, and `governor-check`, governor's keyed check of an exhausted
 //!    key; `batch-1` and `batch-10`, grants of one global limiter at k = 1 and k = 10;
 //!    `rules-allow`, `reserve-allow`, `reserve-settle` and `reserve-overdraw`, one rule
-//!    by hand decided, reserved, and reserved then settled with a refund or an excess; the `growth-` rows of
+//!    by hand decided, reserved, and reserved then settled with a refund or an excess;
+//!    `bucket-pending`, `reserve-bucket` and `reserve-bucket-settle`, a token bucket with
+//!    a reservation pending decided, reserved, and reserved then settled; the `growth-` rows of
 //!    `bench/growth.rs`, how a decision's work grows) and
 //!    `REDLIMIT_BENCH_CALLS`
 //!    (default 20 000), on a current-thread runtime (see `main`). `scripts/script-instructions.sh`
@@ -764,6 +766,33 @@ async fn count_row() {
                 }
             }
         }
+        "bucket-pending" | "reserve-bucket" | "reserve-bucket-settle" => {
+            // A token bucket with reservations pending: a plain call on it (one
+            // reservation made first and kept), a reservation (each one dropped: its
+            // grant stays named in the bucket's segments, at most 128), a reservation
+            // then its settle with one token fewer. Each takes the general script. A
+            // burst far larger than the calls, refilled at 1 000 a minute: the bucket
+            // is never full again within a run, so it and its segments stay.
+            let rule = Rule::new("rate_limit:bench:tb:pending", 1_000, minute)
+                .burst(HUGE_RATE)
+                .algorithm(redlimit::Algorithm::TokenBucket);
+            let settled = [rule.clone().permits(2).settled()];
+            let reserve = || async {
+                let redlimit::Reserved::Granted(reservation) = client.reserve(&settled).await.unwrap() else {
+                    panic!("a huge bucket refused");
+                };
+                reservation
+            };
+            let _kept = reserve().await;
+            let plain = [rule];
+            for _ in 0..calls {
+                match row.as_str() {
+                    "bucket-pending" => assert!(client.check_rules(&plain).await.unwrap().allowed),
+                    "reserve-bucket" => drop(reserve().await),
+                    _ => assert!(reserve().await.settle(1).await.unwrap().rules[0].applied),
+                }
+            }
+        }
         "governor-check" => {
             // The anchor: governor's keyed check of one exhausted key, in process.
             let limiter =
@@ -776,7 +805,8 @@ async fn count_row() {
         other => panic!(
             "REDLIMIT_BENCH_ROW={other}: expected a growth- row, reference-allow, reference-deny, one-allow, one-deny, \
              three-allow, walk-deny-1, walk-deny-all, bucket-allow, bucket-deny, flood-deny, governor-check, \
-             batch-1, batch-10, rules-allow, reserve-allow, reserve-settle or reserve-overdraw"
+             batch-1, batch-10, rules-allow, reserve-allow, reserve-settle, reserve-overdraw, bucket-pending, \
+             reserve-bucket or reserve-bucket-settle"
         ),
     }
 }
