@@ -319,6 +319,7 @@ end
 
 -- Phase 3, commit (a call that only asks what is available writes nothing).
 local granted = refused == 0
+if check_reserved then check_reserved(ARGV[2 + 7 * nrules]) end
 if not probe then
   local score = now == caller_now and ARGV[1] ~= '' and ARGV[1] or string.format('%d', now)
   for i = 1, nrules do
@@ -334,7 +335,7 @@ if not probe then
             j = j + 1
             if j == i then id = each break end
           end
-          if id and id ~= '' then open_segment(r, now, id + 0) end
+          if id and id ~= '' then open_segment(r, now, id) end
         end
       end
       local a = 1 + 7 * (i - 1)

@@ -288,7 +288,7 @@ for j = 1, #KEYS / 6 do
       -- peaks from the grant on, less what their settles gave back (its segment and
       -- every later one's; lib/bucket.lua): one's settle never gives back what
       -- another's did. A grant without a segment gets nothing back.
-      segment = tonumber(segment)
+      -- (the id as text, compared as the segments keep it: 0 is no segment's)
       local in_segment, bound = settle_segment(r, segment)
       if in_segment == nil then room = 0 elseif bound < room then room = bound end
       local before = r.units

@@ -86,6 +86,7 @@ end
 local granted = refused == 0
 local reply = { granted and 1 or 0, refused, granted and 0 or retry, now }
 local reserved = {}
+check_reserved(ARGV[3 + 6 * n])
 if ARGV[3 + 6 * n] then
   for id in string.gmatch(ARGV[3 + 6 * n] .. ',', '([^,]*),') do reserved[#reserved + 1] = id end
 end
@@ -94,7 +95,7 @@ for i = 1, n do
   local r = rules[i]
   if granted then
     take_tokens(r, r.permits)
-    if reserved[i] and reserved[i] ~= '' and r.permits > 0 then open_segment(r, now, reserved[i] + 0) end
+    if reserved[i] and reserved[i] ~= '' and r.permits > 0 then open_segment(r, now, reserved[i]) end
   end
   -- (the refusal of a lone call without a warm-up on a bucket kept with its config
   -- writes nothing, as tokens_one.lua: a reservation's, or one on a bucket with

@@ -22,7 +22,11 @@
 -- MOST_SEGMENTS): each opened by a reservation's grant at `at`, holding the least room
 -- (capacity less units, at most the capacity) the bucket had at its peaks from that
 -- grant until the next segment opened, less what later settles gave back, and the
--- ids of its grants not settled yet (a merged segment's, several). A take updates the last segment with
+-- ids of its grants not settled yet (a merged segment's, several). The ids, of
+-- ID_DIGITS digits each, are kept as the text they are stored in, counted by its
+-- length, found by plain search and never read as numbers or matched by a pattern:
+-- a call on a bucket naming 128 of them reads two numbers a segment, and no byte of
+-- the ids through Lua's pattern matching (which costs about 150 instructions a byte). A take updates the last segment with
 -- the room just before it; a settle gives back at most the least room of its grant's
 -- segment and every later one (settle.lua). Segments older than the time an empty
 -- bucket takes to fill are dropped when the bucket is stored, and all of them when
@@ -32,12 +36,13 @@
 -- costs on every call that makes it.
 
 local idiv, cdiv, read_bucket, plan_tokens, token_cost, take_tokens, store_tokens
-local open_segment, settle_segment, close_segment
+local check_reserved, open_segment, settle_segment, close_segment
 local COLD_STEPS = 65536 -- twin: COLD_STEPS in algorithm/bucket.rs (held equal by a test)
 local DEBT_FLOOR = -4503599627370496 -- -2^52; twin: DEBT_FLOOR in algorithm/bucket.rs
-local MOST_SEGMENTS = 16 -- twin: MOST_SEGMENTS in algorithm/segments.rs (held equal by a test)
+local MOST_SEGMENTS = 8 -- twin: MOST_SEGMENTS in algorithm/segments.rs (held equal by a test)
 local MOST_GRANTS = 128 -- twin: MOST_GRANTS in algorithm/segments.rs (held equal by a test)
 local MOST_TEXT = 4096 -- twin: MOST_TEXT in algorithm/segments.rs (held equal by a test)
+local ID_DIGITS = 15 -- twin: the digits of LEAST_ID and MOST_ID in algorithm/segments.rs
 
 local function bucket_helpers()
   -- floor(a / b) and ceil(a / b) of integers below 2^53 in size (b > 0), exactly: the
@@ -60,32 +65,39 @@ local function bucket_helpers()
     return room
   end
 
-  -- The segments stored as `text` for a bucket of `cap` units; nil when they are not
-  -- a list this code wrote (at most MOST_TEXT bytes, read only then; times in order,
-  -- rooms up to `cap`, at most MOST_SEGMENTS and MOST_GRANTS grant ids).
+  -- A time or a room as stored: digits, up to 2^53 (compared as text past 15
+  -- digits: a double rounds 2^53 + 1 to 2^53); nil for any other text.
+  local function exact(digits)
+    if not string.find(digits, '^%d+$') or #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
+      return nil
+    end
+    return tonumber(digits)
+  end
+
+  -- The segments stored as `text` for a bucket of `cap` units, each { at, room, ids
+  -- (their text), n (how many) }; nil when they are not a list this code wrote (at
+  -- most MOST_TEXT bytes, read only then; times in order, rooms up to `cap`, ids of
+  -- ID_DIGITS characters each, at most MOST_SEGMENTS and MOST_GRANTS ids). The ids'
+  -- text is not read past its length: another program's junk there is carried as it
+  -- is and never equals a settle's id.
   local function read_segments(text, cap)
     if #text > MOST_TEXT then return nil end
-    local segs, last, ids = {}, -1, 0
-    for part in string.gmatch(text .. ',', '([^,]*),') do
-      local numbers = {}
-      for digits in string.gmatch(part .. '.', '([^.]*)%.') do
-        -- (compared as text past 15 digits: a double rounds 2^53 + 1 to 2^53)
-        if not string.find(digits, '^%d+$') or #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
-          return nil
-        end
-        numbers[#numbers + 1] = tonumber(digits)
-      end
-      if #numbers < 3 or numbers[2] > cap or numbers[1] < last then return nil end
-      local grants = {}
-      for j = 3, #numbers do
-        if numbers[j] == 0 then return nil end
-        grants[#grants + 1] = numbers[j]
-      end
-      ids = ids + #grants
-      last = numbers[1]
-      segs[#segs + 1] = { at = numbers[1], room = numbers[2], grants = grants }
-    end
-    if #segs > MOST_SEGMENTS or ids > MOST_GRANTS then return nil end
+    local segs, last, count, from = {}, -1, 0, 1
+    repeat
+      local comma = string.find(text, ',', from, true) or #text + 1
+      local dot = string.find(text, '.', from, true)
+      local ids_at = dot and string.find(text, '.', dot + 1, true)
+      -- "at.room." then n ids and the n - 1 dots between them: 16 n - 1 characters
+      if not ids_at or ids_at >= comma or (comma - ids_at) % (ID_DIGITS + 1) ~= 0 then return nil end
+      local at, room = exact(string.sub(text, from, dot - 1)), exact(string.sub(text, dot + 1, ids_at - 1))
+      if at == nil or room == nil or room > cap or at < last then return nil end
+      local n = (comma - ids_at) / (ID_DIGITS + 1)
+      count = count + n
+      last = at
+      segs[#segs + 1] = { at = at, room = room, ids = string.sub(text, ids_at + 1, comma - 1), n = n }
+      from = comma + 1
+    until from > #text + 1
+    if #segs > MOST_SEGMENTS or count > MOST_GRANTS then return nil end
     return segs
   end
 
@@ -95,27 +107,50 @@ local function bucket_helpers()
     if last and room < last.room then last.room = room end
   end
 
-  -- The pending reservation's grant `id` decided at `at`, on the planned bucket `r` it
-  -- took from: a segment of its own, at `at` or the last one's time when later (a
-  -- clock behind it); past MOST_SEGMENTS the two oldest merge; past MOST_GRANTS the
-  -- oldest grant is forgotten (a segment left without one dropped).
+  -- The reservations' grant ids as a call sends them (`text`: comma separated, one a
+  -- rule, empty for a rule not reserved) checked before anything is written: each
+  -- empty or ID_DIGITS digits, the first not 0.
+  check_reserved = function(text)
+    if not text then return end
+    for id in string.gmatch(text .. ',', '([^,]*),') do
+      if id ~= '' and (#id ~= ID_DIGITS or not string.find(id, '^[1-9]%d*$')) then
+        error('redlimit:bad_argument:1 reservation ids of ' .. ID_DIGITS .. ' digits', 0)
+      end
+    end
+  end
+
+  -- The pending reservation's grant `id` (its text, as check_reserved checked it)
+  -- decided at `at`, on the planned bucket `r` it took from: a
+  -- segment of its own, at `at` or the last one's time when later (a clock behind
+  -- it); past MOST_SEGMENTS the two oldest merge; past MOST_GRANTS the oldest grant
+  -- is forgotten (a segment left without one dropped).
   open_segment = function(r, at, id)
     local segs = r.segs or {}
     r.segs = segs
     local last = segs[#segs]
     if last and last.at > at then at = last.at end
-    segs[#segs + 1] = { at = at, room = room_of(r.burst * r.interval, r.units), grants = { id } }
+    segs[#segs + 1] = { at = at, room = room_of(r.burst * r.interval, r.units), ids = id, n = 1 }
     if #segs > MOST_SEGMENTS then
       local second = table.remove(segs, 2)
-      for _, g in ipairs(second.grants) do segs[1].grants[#segs[1].grants + 1] = g end
+      segs[1].ids, segs[1].n = segs[1].ids .. '.' .. second.ids, segs[1].n + second.n
       if second.room < segs[1].room then segs[1].room = second.room end
     end
-    local ids = 0
-    for k = 1, #segs do ids = ids + #segs[k].grants end
-    if ids > MOST_GRANTS then
-      table.remove(segs[1].grants, 1)
-      if #segs[1].grants == 0 then table.remove(segs, 1) end
+    local count = 0
+    for k = 1, #segs do count = count + segs[k].n end
+    if count > MOST_GRANTS then
+      local first = segs[1]
+      if first.n == 1 then
+        table.remove(segs, 1)
+      else
+        first.ids, first.n = string.sub(first.ids, ID_DIGITS + 2), first.n - 1
+      end
     end
+  end
+
+  -- Where id `id` is in segment `seg`'s ids, bounded by dots: the span in '.' .. ids
+  -- .. '.' from the dot before it to the dot after; nil when it is not.
+  local function find_id(seg, id)
+    return string.find('.' .. seg.ids .. '.', '.' .. id .. '.', 1, true)
   end
 
   -- The settle of grant `id` on the planned bucket `r` (a peak now): its segment's
@@ -126,14 +161,12 @@ local function bucket_helpers()
     if not segs then return nil end
     peak(segs, room_of(r.burst * r.interval, r.units))
     for k = 1, #segs do
-      for _, g in ipairs(segs[k].grants) do
-        if g == id then
-          local bound = segs[k].room
-          for j = k + 1, #segs do
-            if segs[j].room < bound then bound = segs[j].room end
-          end
-          return k, bound
+      if find_id(segs[k], id) then
+        local bound = segs[k].room
+        for j = k + 1, #segs do
+          if segs[j].room < bound then bound = segs[j].room end
         end
+        return k, bound
       end
     end
     return nil
@@ -148,10 +181,11 @@ local function bucket_helpers()
       segs[j].room = math.max(segs[j].room - back, 0)
     end
     local segment = segs[k]
-    for j, g in ipairs(segment.grants) do
-      if g == id then table.remove(segment.grants, j) break end
-    end
-    if #segment.grants == 0 then
+    local from, to = find_id(segment, id)
+    local padded = '.' .. segment.ids .. '.'
+    segment.ids = string.sub(string.sub(padded, 1, from) .. string.sub(padded, to + 1), 2, -2)
+    segment.n = segment.n - 1
+    if segment.n == 0 then
       table.remove(segs, k)
       if k > 1 and segment.room < segs[k - 1].room then segs[k - 1].room = segment.room end
     end
@@ -264,9 +298,7 @@ local function bucket_helpers()
       while segs[1] and segs[1].at + horizon <= r.at do table.remove(segs, 1) end
       local parts = {}
       for k = 1, #segs do
-        local numbers = { string.format('%d.%d', segs[k].at, segs[k].room) }
-        for j, g in ipairs(segs[k].grants) do numbers[j + 1] = string.format('%d', g) end
-        parts[k] = table.concat(numbers, '.')
+        parts[k] = string.format('%d.%d.', segs[k].at, segs[k].room) .. segs[k].ids
       end
       if #parts > 0 then text = text .. '|' .. table.concat(parts, ',') end
     end

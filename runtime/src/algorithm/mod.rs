@@ -86,5 +86,8 @@ mod twins {
             lua_constant("refund_tokens.lua", "MOST_TEXT"),
             super::segments::MOST_TEXT as u64
         );
+        let digits = lua_constant("lib/bucket.lua", "ID_DIGITS") as usize;
+        assert_eq!(super::segments::LEAST_ID.to_string().len(), digits);
+        assert_eq!(super::segments::MOST_ID.to_string().len(), digits);
     }
 }

@@ -28,8 +28,10 @@
 //! Rooms are in the bucket's units (1/interval of a token), at most its capacity.
 
 /// The most segments a bucket keeps (`MOST_SEGMENTS` in `lua/lib/bucket.lua`, held
-/// equal by a test).
-pub const MOST_SEGMENTS: usize = 16;
+/// equal by a test). Each costs a script about 30 000 instructions on every call on
+/// the bucket while reservations are pending (its numbers read, its table made): past
+/// it the two oldest merge, which gives their settles back no more than before.
+pub const MOST_SEGMENTS: usize = 8;
 
 /// The most pending grants a bucket's segments name (`MOST_GRANTS` in
 /// `lua/lib/bucket.lua`, held equal by a test): past it the oldest is forgotten (its
@@ -37,9 +39,19 @@ pub const MOST_SEGMENTS: usize = 16;
 /// and writes while reservations are pending, stays small.
 pub const MOST_GRANTS: usize = 128;
 
-/// The longest segments' text read, in bytes: 16 segments of two 16-digit numbers and
-/// 128 ids of 16 digits with their separators fit well within it.
+/// The longest segments' text read, in bytes: 8 segments of two 16-digit numbers and
+/// 128 ids of 15 digits with their separators fit well within it.
 pub const MOST_TEXT: usize = 4_096;
+
+/// The smallest grant id: every id has 15 digits (`ID_DIGITS` in
+/// `lua/lib/bucket.lua`, held equal by a test), so that the scripts keep the ids as the
+/// text they are stored in, count them by its length and find one by plain search: a
+/// call on a bucket naming 128 reads no number of them, and no byte of them through
+/// Lua's pattern matching.
+pub const LEAST_ID: u64 = 100_000_000_000_000;
+
+/// The largest grant id, 15 nines.
+pub const MOST_ID: u64 = 999_999_999_999_999;
 
 /// One segment: the decision time (epoch ms) of its first grant (at least the one
 /// before's), the least room since it opened less what settles gave back, and the ids
@@ -65,7 +77,7 @@ impl Segments {
     /// read_segments: the segments stored as `text` (`at.room.id[.id...]`, comma
     /// separated, oldest first) for a bucket of `capacity` units, or `None` when it is
     /// not a list the scripts wrote: at most [`MOST_TEXT`] bytes, times in order, each
-    /// room at most the capacity, ids from 1, at most [`MOST_SEGMENTS`] and [`MOST_GRANTS`] ids.
+    /// room at most the capacity, ids from [`LEAST_ID`] to [`MOST_ID`], at most [`MOST_SEGMENTS`] and [`MOST_GRANTS`] ids.
     pub fn read(text: &str, capacity: u64) -> Option<Segments> {
         if text.len() > MOST_TEXT {
             return None;
@@ -80,7 +92,7 @@ impl Segments {
             });
             let (at, room) = (numbers.next()??, numbers.next()??);
             let grants = numbers
-                .map(|id| id.filter(|&id| id > 0))
+                .map(|id| id.filter(|&id| (LEAST_ID..=MOST_ID).contains(&id)))
                 .collect::<Option<Vec<u64>>>()?;
             let late = segments.last().is_some_and(|last| last.at > at);
             if grants.is_empty() || room > capacity || late {

@@ -30,6 +30,8 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::algorithm::segments::{LEAST_ID, MOST_ID};
+
 use crate::backend::{Members, RuleCall, RuleOutcome, SettleCall};
 use crate::keys::LimiterKeys;
 use crate::observe::{settle_counters, SettleCounters};
@@ -122,11 +124,11 @@ impl Client {
             return Ok(Reserved::Refused(kept));
         }
         let mut calls = crate::backend::decisions::merged_calls(rules, &keys, &merged);
-        // A settled grant of a token bucket opens a segment, under an id of its own,
-        // that its settle reads.
+        // A settled grant of a token bucket opens a segment, under an id of its own
+        // (of 15 digits, as the scripts keep ids), that its settle reads.
         for (call, m) in calls.iter_mut().zip(merged.iter()) {
             let opens = call.bucket.is_some() && call.permits > 0 && rules[m.config].is_settled();
-            call.reserved = opens.then(|| (rand::random::<u64>() >> 11).max(1));
+            call.reserved = opens.then(|| LEAST_ID + rand::random::<u64>() % (MOST_ID - LEAST_ID + 1));
         }
         // (in process, each limiter's name hashed as its first rule keeps it, and the
         // settled grants' limiters held as they are decided)

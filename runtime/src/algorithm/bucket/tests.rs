@@ -231,7 +231,9 @@ fn reads_what_the_scripts_store_and_refuses_the_rest() {
     assert_eq!(read_bucket("1:1000:5:-1:1").unwrap().units, -1);
     // with its pending reservations' segments
     assert_eq!(
-        read_bucket("10:1000:20:5000:1000|900.15000.2,1000.20000.1.3"),
+        read_bucket(
+            "10:1000:20:5000:1000|900.15000.100000000000002,1000.20000.100000000000001.100000000000003"
+        ),
         Some(stored)
     );
     let floor = format!("1:1000:5:{}:1", super::DEBT_FLOOR);

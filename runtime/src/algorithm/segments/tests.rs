@@ -6,44 +6,58 @@ use crate::algorithm::bucket::{grant_room, plan_tokens, room_at, Stored};
 
 #[test]
 fn segments_read_back_as_written_and_refuse_any_other_text() {
+    let id = |n: u64| LEAST_ID + n;
     let mut segments = Segments::default();
-    segments.open(1_000, 400, 7);
-    segments.open(1_500, 300, 8);
-    segments.open(1_400, 350, 9_007_199_254_740_992);
+    segments.open(1_000, 400, id(7));
+    segments.open(1_500, 300, id(8));
+    segments.open(1_400, 350, MOST_ID);
     let mut text = String::new();
     segments.write(&mut text);
-    assert_eq!(text, "1000.400.7,1500.300.8,1500.350.9007199254740992");
+    assert_eq!(
+        text,
+        "1000.400.100000000000007,1500.300.100000000000008,1500.350.999999999999999"
+    );
     assert_eq!(Segments::read(&text, 400), Some(segments));
+    let one = id(1);
     for bad in [
-        "",
-        "1000.1",
-        "1000.401.7",
-        "1500.1.1,1000.1.1",
-        "1000.1.1,",
-        "1000.1.9007199254740993",
-        "1000.1.0",
-        "-1.1.1",
-        "1e3.1.1",
-        "1000.1..1",
-        "99999999999999999.1.1",
+        String::new(),
+        "1000.1".into(),
+        format!("1000.401.{one}"),
+        format!("1500.1.{one},1000.1.{one}"),
+        format!("1000.1.{one},"),
+        format!("1000.1.{one}."),
+        "1000.1.7".into(),
+        "1000.1.0".into(),
+        "1000.1.99999999999999".into(),
+        "1000.1.9007199254740993".into(),
+        "1000.1.1000000000000000".into(),
+        "1000.1.099999999999999".into(),
+        format!("-1.1.{one}"),
+        format!("1e3.1.{one}"),
+        format!("1000.1..{one}"),
+        format!("99999999999999999.1.{one}"),
     ] {
-        assert_eq!(Segments::read(bad, 400), None, "{bad:?}");
+        assert_eq!(Segments::read(&bad, 400), None, "{bad:?}");
     }
     assert!(
-        Segments::read("1000.1.1.2.3,1000.0.4", 1).is_some(),
+        Segments::read(
+            &format!("1000.1.{}.{}.{},1000.0.{}", id(1), id(2), id(3), id(4)),
+            1
+        )
+        .is_some(),
         "grants of one ms, merged"
     );
-    let most: Vec<String> = (0..=MOST_SEGMENTS).map(|i| format!("{i}.1.1")).collect();
+    let most: Vec<String> = (0..=MOST_SEGMENTS).map(|i| format!("{i}.1.{one}")).collect();
     assert!(Segments::read(&most[..MOST_SEGMENTS].join(","), 1).is_some());
     assert_eq!(Segments::read(&most.join(","), 1), None, "one segment too many");
-    let ids: Vec<String> = (1..=MOST_GRANTS + 1).map(|i| i.to_string()).collect();
+    let ids: Vec<String> = (1..=MOST_GRANTS as u64 + 1).map(|i| id(i).to_string()).collect();
     assert!(Segments::read(&format!("1.1.{}", ids[..MOST_GRANTS].join(".")), 1).is_some());
     assert_eq!(
         Segments::read(&format!("1.1.{}", ids.join(".")), 1),
         None,
         "one grant too many"
     );
-    let long = format!("1.1.{}", ["1"; MOST_TEXT].join("."));
+    let long = format!("1.1.{}", vec![one.to_string(); MOST_TEXT].join("."));
     assert_eq!(
         Segments::read(&long, 1),
         None,
@@ -58,17 +72,17 @@ fn segments_read_back_as_written_and_refuse_any_other_text() {
 fn past_the_most_grants_the_oldest_is_forgotten() {
     let mut segments = Segments::default();
     for id in 0..MOST_GRANTS as u64 + 10 {
-        segments.open(1_000 + id, 500, id + 1);
+        segments.open(1_000 + id, 500, LEAST_ID + id + 1);
     }
     let ids: Vec<u64> = segments.0.iter().flat_map(|s| s.grants.clone()).collect();
     assert_eq!(ids.len(), MOST_GRANTS);
-    assert_eq!(ids[0], 11, "the 10 oldest forgotten");
+    assert_eq!(ids[0], LEAST_ID + 11, "the 10 oldest forgotten");
     assert_eq!(
-        segments.settle(1, 500),
+        segments.settle(LEAST_ID + 1, 500),
         None,
         "nothing back for a forgotten grant"
     );
-    assert!(segments.settle(11, 500).is_some());
+    assert!(segments.settle(LEAST_ID + 11, 500).is_some());
     let mut text = String::new();
     segments.write(&mut text);
     assert!(text.len() < MOST_TEXT, "{}", text.len());
