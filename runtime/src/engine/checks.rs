@@ -149,7 +149,7 @@ macro_rules! integer_keys {
 integer_keys!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
 
 /// `value`, which compiles only when it is of a primitive integer type: see
-/// [`IntegerKey`]. The key writes what it returns.
+/// `IntegerKey`. The key writes what it returns.
 #[inline(always)]
 pub const fn integer_key<T: IntegerKey>(value: &T) -> &T {
     value
