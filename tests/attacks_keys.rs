@@ -117,7 +117,7 @@ async fn a_value_reaches_neither_another_rules_limiters_nor_the_librarys_keys() 
         assert!(matches!(cause, Error::OverlappingRules { .. }), "{cause}");
         let text = cause.to_string();
         assert!(
-            text.contains("login:{user}") && text.contains("login:{ip}"),
+            text.contains("login:{user}") && text.contains("login:{client ip}"),
             "{text}"
         );
     }

@@ -1,4 +1,4 @@
-//! A layer rule keyed by the client address (`{ip}` to the registry of rule shapes)
+//! A layer rule keyed by the client address (`{client ip}` to the registry of rule shapes)
 //! and a `#[rate_limit]` key naming `{request.client_ip}`, the address the layer read:
 //! one dimension, so one shape, counting one limiter per client; never refused as
 //! overlapping rules. In a binary of its own: its calls decide on the default client,

@@ -117,8 +117,8 @@ mod refused_inside {
     use tonic_health::pb::health_server::{Health, HealthServer};
     use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-    // Not `grpc:inner`: that name is one `grpc:{ip}` of the test beside can produce,
-    // and two such rules in one process refuse every call while both are in use.
+    // A name of its own (`grpc:inner` would do too: no client address of the test's
+    // `grpc` rule beside, keyed by it, is `inner`).
     #[rate_limit(key = "inner:grpc", rate = 1, interval = "60s")]
     async fn inner() -> Result<(), RateLimited> {
         Ok(())

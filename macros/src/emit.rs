@@ -202,6 +202,7 @@ fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
         }
         None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
     };
+    let shape = option(registry_template(rule).map(|text| quote!(#krate::__private::Cow::Borrowed(#text))));
     quote! {
         #krate::__private::RuleSpec {
             name: #krate::__private::Cow::Borrowed(#name),
@@ -218,8 +219,32 @@ fn rule_spec(rule: &RuleArgs, krate: &Path, fn_name: &str) -> TokenStream {
             bucket: #bucket,
             settled: #settled,
             max_overdraft: #max_overdraft,
+            shape: #shape,
         }
     }
+}
+
+/// The key template as the registry of rules reads it (`RuleSpec::shape`), when the
+/// key names the client address the layer read: written `{client ip}`, which no
+/// parameter can name, so that it is compared as an address.
+fn registry_template(rule: &RuleArgs) -> Option<String> {
+    let (_, pieces) = rule.key.as_ref()?;
+    if !pieces
+        .iter()
+        .any(|p| matches!(p, Piece::Request(RequestPart::ClientIp)))
+    {
+        return None;
+    }
+    let mut text = String::new();
+    for piece in pieces {
+        match piece {
+            Piece::Text(literal) => text.push_str(&literal.replace('{', "{{").replace('}', "}}")),
+            Piece::Value(path) => text.push_str(&format!("{{{}}}", path.join("."))),
+            Piece::Request(RequestPart::ClientIp) => text.push_str("{client ip}"),
+            Piece::Request(RequestPart::Identity) => text.push_str("{request.identity}"),
+        }
+    }
+    Some(text)
 }
 
 /// The `RateType` variant of a mode.

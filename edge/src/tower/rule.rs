@@ -61,6 +61,7 @@ impl LayerRule {
                 bucket: None,
                 settled: false,
                 max_overdraft: None,
+                shape: None,
             },
             burst: None,
             warmup: None,

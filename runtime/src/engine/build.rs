@@ -284,6 +284,7 @@ mod tests {
             bucket: None,
             settled: false,
             max_overdraft: None,
+            shape: None,
         };
         let engine = super::Engine::with_rules(vec![spec], None, "layer-shape-test");
         let client = Client::memory();

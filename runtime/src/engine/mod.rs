@@ -135,15 +135,13 @@ impl Engine {
     /// a caller choosing the values would have the looser rule decide the stricter's
     /// calls. A layer refuses to build with them (the attribute refuses such templates
     /// at compile time, knowing which values are an integer's digits).
-    ///
-    /// The rules are a layer's: a value named `{ip}` is the client address.
     pub fn coinciding_rules(&self) -> Option<(usize, usize)> {
         let shapes: Vec<_> = (0..self.rules.len())
             .map(|i| self.shape_and_counting("", i))
             .collect();
         (0..shapes.len())
             .flat_map(|j| (0..j).map(move |i| (i, j)))
-            .find(|&(i, j)| shapes[i].0.overlaps_in_layer(&shapes[j].0) && shapes[i].1 != shapes[j].1)
+            .find(|&(i, j)| shapes[i].0.overlaps(&shapes[j].0) && shapes[i].1 != shapes[j].1)
     }
 
     /// Rule `i`'s shape under `prefix` and how it counts, for the registry.
@@ -154,7 +152,10 @@ impl Engine {
     ) -> (crate::rules::registry::Shape, crate::rules::registry::Counting) {
         use crate::rules::registry;
         let spec = &self.rules[i];
-        let template = self.templates.get(i).map_or(&*spec.name, String::as_str);
+        let template = match self.templates.get(i) {
+            Some(template) => template.as_str(),
+            None => spec.shape.as_deref().unwrap_or(&spec.name),
+        };
         let counting = registry::Counting {
             rate: spec.rate,
             interval: spec.interval,

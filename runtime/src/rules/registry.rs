@@ -157,13 +157,13 @@ impl PartialEq for Segment {
 }
 
 /// What a placeholder's value is, by its name. The client address is one dimension
-/// however a rule names it: `{ip}` in a layer rule keyed by it (as an attribute's
-/// `ClientIp` parameter named `ip` writes it) and `{request.client_ip}` in an
-/// attribute's key, the address the layer read. Rules of one shape but for these
-/// names count one limiter per client, as the same rule would.
+/// however a rule names it: `{client ip}` in a layer rule keyed by it and in the
+/// registry's reading of an attribute's `{request.client_ip}`, that as written, and
+/// `{ip}` as an attribute's `ClientIp` parameter named `ip` writes it. Rules of one
+/// shape but for these names count one limiter per client, as the same rule would.
 fn dimension(name: &str) -> &str {
     match name {
-        "request.client_ip" => CLIENT_IP,
+        "request.client_ip" | CLIENT_IP => "ip",
         other => other,
     }
 }
@@ -177,8 +177,10 @@ pub(crate) struct Shape {
 
 const SEPARATORS: [char; 3] = [':', '{', '}'];
 
-/// The placeholder a layer's rule keyed by the client address writes in its template.
-pub(crate) const CLIENT_IP: &str = "ip";
+/// The placeholder of the client address the layer read, in a layer's template (a
+/// rule keyed by it) and the registry's reading of an attribute's
+/// (`RuleSpec::shape`): a name no parameter or field can have.
+pub(crate) const CLIENT_IP: &str = "client ip";
 
 /// Whether a client address, as a key writes it, can be `text`: an IP address, an IPv6
 /// one with each `:` escaped `%3A` and, for a network, `/` and its prefix length after
@@ -271,25 +273,15 @@ impl Shape {
     }
 
     /// Whether some limiter name is produced by both.
+    /// A value named [`CLIENT_IP`] (a layer's rule keyed by the client address, an
+    /// attribute's `{request.client_ip}`) names only a literal segment that is an
+    /// address (`login:all` beside `login:{client ip}` never coincide).
     pub(crate) fn overlaps(&self, other: &Shape) -> bool {
-        self.may_coincide(other, false)
-    }
-
-    /// [`overlaps`](Shape::overlaps) for two rules of one layer, whose values named
-    /// [`CLIENT_IP`] are the client address the layer writes (in the registry an
-    /// attribute's parameter may be named so too, and be any text): such a value never
-    /// names a literal segment that is not an address (`login:all` beside `login`
-    /// keyed by the client).
-    pub(crate) fn overlaps_in_layer(&self, other: &Shape) -> bool {
-        self.may_coincide(other, true)
-    }
-
-    fn may_coincide(&self, other: &Shape, addresses: bool) -> bool {
         self.separators == other.separators
             && self.segments.iter().zip(&other.segments).all(|pair| match pair {
                 (Segment::Text(a), Segment::Text(b)) => a == b,
                 (Segment::Text(text), Segment::Value(name)) | (Segment::Value(name), Segment::Text(text))
-                    if addresses && name == CLIENT_IP =>
+                    if name == CLIENT_IP =>
                 {
                     client_ip_can_be(text)
                 }

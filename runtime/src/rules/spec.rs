@@ -50,6 +50,11 @@ pub struct RuleSpec {
     /// The most a settle charges past the estimate
     /// ([`Rule::max_overdraft`](crate::Rule::max_overdraft); `None`: no cap).
     pub max_overdraft: Option<u64>,
+    /// The key template as the registry of rules reads it, when it differs from
+    /// `name`: the attribute's, with the client address the layer read written
+    /// `{client ip}` (a placeholder no parameter can name), so that it is compared as
+    /// an address, which no literal such as `all` can be.
+    pub shape: Option<Cow<'static, str>>,
 }
 
 impl RuleSpec {
@@ -123,6 +128,7 @@ mod tests {
             bucket: None,
             settled: false,
             max_overdraft: None,
+            shape: None,
         }
     }
 

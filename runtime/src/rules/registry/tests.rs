@@ -168,6 +168,37 @@ fn the_client_address_is_one_dimension_however_a_rule_names_it() {
     );
     assert_ne!(shape("login:{request.identity}"), shape("login:{ip}"));
     assert_ne!(shape("login:{request.client_ip}"), shape("login:{user}"));
+    assert_eq!(shape("login:{client ip}"), shape("login:{request.client_ip}"));
+    // The client address the layer read (`{client ip}`: a layer's rule keyed by it,
+    // the registry's reading of an attribute's) names only a literal that is an
+    // address; a parameter named `ip`, or `request` with a field, any text.
+    let overlap = |a: &str, b: &str| shape(a).overlaps(&shape(b));
+    assert!(!overlap("login:{client ip}", "login:all"));
+    for address in ["login:10.0.0.1", "login:%3A%3A1", "login:2001%3Adb8%3A%3A/64"] {
+        assert!(overlap("login:{client ip}", address), "{address}");
+    }
+    assert!(overlap("login:{ip}", "login:all"));
+    assert!(overlap("login:{request.client_ip}", "login:all"));
+    // Across sites: a literal address beside a rule keyed by the client, counting
+    // differently, refuses both; `all` beside it neither.
+    let (keyed, all, one) = (0x7400usize, 0x7500usize, 0x7600usize);
+    place(
+        keyed,
+        "c",
+        &[("ad".into(), shape("ad:{client ip}"), minute_of(5))],
+    );
+    place(all, "c", &[("ad:all".into(), shape("ad:all"), minute_of(1000))]);
+    assert!(conflict_of(keyed).is_none() && conflict_of(all).is_none());
+    place(
+        one,
+        "c",
+        &[("ad:10.0.0.1".into(), shape("ad:10.0.0.1"), minute_of(1000))],
+    );
+    assert!(conflict_of(keyed).is_some() && conflict_of(one).is_some());
+    assert!(conflict_of(all).is_none());
+    for engine in [keyed, all, one] {
+        forget(engine);
+    }
     // A layer's rule keyed by the client address and an attribute's key naming the
     // request's: one shape, no conflict; a third rule keyed by a caller's value
     // overlaps both.
