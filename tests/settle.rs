@@ -617,15 +617,17 @@ async fn many_pending_reservations_keep_a_bucket_small() {
         );
         clock.advance(HOUR);
     }
-    // Stored texts naming 200 grants, longer than 4 KB, a grant 0 or one past 2^53:
-    // refused, nothing granted.
+    // Stored texts naming 200 grants, longer than 4 KB, of 100 segments, a grant 0 or
+    // one past 2^53: refused, nothing granted.
     let ids: Vec<String> = (1..=200)
         .map(|id| (100_000_000_000_000u64 + id).to_string())
         .collect();
     let long = format!("{START}.0.{}", ["100000000000001"; 300].join("."));
+    let tiny = vec![format!("{START}.0.100000000000001"); 100].join(",");
     for segments in [
         format!("{START}.0.{}", ids.join(".")),
         long,
+        tiny,
         format!("{START}.0.0"),
         format!("{START}.0.9007199254740993"),
     ] {

@@ -95,9 +95,10 @@ local function bucket_helpers()
       count = count + n
       last = at
       segs[#segs + 1] = { at = at, room = room, ids = string.sub(text, ids_at + 1, comma - 1), n = n }
+      -- (past the bounds, refused before the rest is read: 4 KB of tiny segments)
+      if #segs > MOST_SEGMENTS or count > MOST_GRANTS then return nil end
       from = comma + 1
     until from > #text + 1
-    if #segs > MOST_SEGMENTS or count > MOST_GRANTS then return nil end
     return segs
   end
 
