@@ -333,10 +333,12 @@ fn every_command() -> Vec<Vec<&'static str>> {
     ]
 }
 
-/// A server that answers every connection as an HTTP server does.
+/// A server that answers every connection as an HTTP server does, on a port claimed
+/// as the test's servers' are (on a port the system picked, it could take the one a
+/// test keeps closed, which then answered HTTP where nothing should listen).
 fn http_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let port = free_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
