@@ -641,7 +641,8 @@ async fn a_rule_changed_after_its_first_call_is_checked_again() {
 }
 
 /// A stored bucket or window value of any bytes and any length (another program's, or
-/// a hand's, in Redis) is named corrupt in a short line of text: the script quotes its
+/// a hand's, in Redis) is named corrupt in a short line of text, by a call, a release
+/// and a settle: the script quotes its
 /// first bytes, visible ASCII, and the error its first 200 characters. Quoted whole,
 /// a text not UTF-8 made the reply one the client could not read, and a long one an
 /// error as long as the text.
@@ -689,5 +690,28 @@ async fn a_stored_text_of_any_bytes_or_length_is_named_corrupt_in_a_short_line()
             "{error}"
         );
         assert!(error.to_string().len() < 400, "{} bytes", error.to_string().len());
+        // The window's value through release.lua.
+        let error = client
+            .rate_limiter(&format!("{name}:w"))
+            .release(1)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, Error::CorruptValue { key: k, .. } if *k == value_key),
+            "release: {error}"
+        );
+        // A reservation's bucket replaced before its settle (settle.lua).
+        let reserved = bucket(&format!("{name}:r"), 10, SEC, 10).settled().permits(5);
+        let Reserved::Granted(reservation) = client.reserve(&[reserved]).await.unwrap() else {
+            panic!("a fresh bucket refused");
+        };
+        let _: () = raw.set(format!("{{{name}:r}}:bucket"), text).await.unwrap();
+        let error = reservation.settle(1).await.unwrap_err();
+        assert!(matches!(&error, Error::CorruptBucket { .. }), "settle: {error}");
+        assert!(
+            error.to_string().len() < 400,
+            "settle: {} bytes",
+            error.to_string().len()
+        );
     }
 }
