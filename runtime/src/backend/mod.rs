@@ -27,7 +27,8 @@ pub(crate) struct RuleCall<'a> {
     pub rule: Option<&'a RateLimiterConfig>,
     /// `Some`: a token bucket (its rate and interval are `rule`'s).
     pub bucket: Option<crate::BucketShape>,
-    /// A settled reservation's grant of a token bucket, by its id (from 1, below 2^53): the grant
+    /// A settled reservation's grant of a token bucket, by its id (15 digits,
+    /// `algorithm::segments::LEAST_ID` to `MOST_ID`): the grant
     /// opens a segment of the bucket's pending reservations under it
     /// (`algorithm::segments`), which its settle reads.
     pub reserved: Option<u64>,
