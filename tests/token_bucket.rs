@@ -692,7 +692,7 @@ async fn a_stored_text_of_any_bytes_or_length_is_named_corrupt_in_a_short_line()
         assert!(error.to_string().len() < 400, "{} bytes", error.to_string().len());
         // The window's value through release.lua.
         let error = client
-            .rate_limiter(&format!("{name}:w"))
+            .rate_limiter(format!("{name}:w"))
             .release(1)
             .await
             .unwrap_err();
