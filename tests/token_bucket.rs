@@ -640,6 +640,57 @@ async fn a_rule_changed_after_its_first_call_is_checked_again() {
     }
 }
 
+/// A stored bucket holding a number past 2^53 (another program's, or a hand's) is
+/// named corrupt by every script that reads it, as the Rust reading names it, not read
+/// rounded: a double rounds 2^53 + 1 to 2^53, so that tokens past a bucket of 2^53
+/// units read as a full bucket, and a refill time past 2^53 as one at 2^53.
+#[tokio::test]
+async fn a_stored_number_past_2_53_is_named_corrupt_not_rounded() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let (client, mut raw) = server.clocked_client(&clock).await;
+    // A bucket of 2^53 units: 2^20 tokens of 2^33 ms.
+    let (interval, burst) = (Duration::from_millis(1 << 33), 1 << 20);
+    let past = "9007199254740993";
+    let texts = [
+        // the rule's own config (tokens_one.lua), tokens past its capacity
+        format!("1:8589934592:1048576:{past}:{T0}"),
+        // another config (tokens.lua): a rate, a refill time, a warm-up
+        format!("{past}:1000:1:0:{T0}"),
+        format!("1:1000:1:0:{past}"),
+        format!("1:1000:1:0:{T0}:{past}:0"),
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        let name = format!("tb:past{i}");
+        let key = format!("{{{name}}}:bucket");
+        // Alone, mixed with a window (acquire.lua), and deleted (reset.lua).
+        for rules in [
+            vec![bucket(&name, 1, interval, burst)],
+            vec![
+                bucket(&name, 1, interval, burst),
+                Rule::new(format!("{name}:w"), 1, SEC),
+            ],
+        ] {
+            let _: () = raw.set(&key, text).await.unwrap();
+            let error = client.check_rules(&rules).await.expect_err(text);
+            assert!(
+                matches!(&error, Error::CorruptBucket { key: k, .. } if *k == key),
+                "{text}: {error}"
+            );
+            let stored: String = raw.get(&key).await.unwrap();
+            assert_eq!(&stored, text, "left as it was");
+        }
+        let handle = client.token_bucket(&name, 1, interval).burst(burst);
+        let refused = handle.delete().await;
+        assert!(
+            matches!(refused, Err(Error::NotALimiter { .. })),
+            "{text}: {refused:?}"
+        );
+        let stored: String = raw.get(&key).await.unwrap();
+        assert_eq!(&stored, text, "not deleted");
+    }
+}
+
 /// A stored bucket or window value of any bytes and any length (another program's, or
 /// a hand's, in Redis) is named corrupt in a short line of text, by a call, a release
 /// and a settle: the script quotes its

@@ -47,11 +47,12 @@ do
     if raw and string.find(raw, config, 1, true) == 1 then
       -- (below zero: a debt a settle's excess left, down to lib/bucket.lua's DEBT_FLOOR)
       local tokens, at = string.match(raw, '^(%-?%d+):(%d+)$', #config + 1)
-      if at and #at <= 15 then
+      -- (numbers of 16 digits and more, which a double may round, and a debt
+      -- further than 2^53 below the capacity, where the differences below would
+      -- round: tokens.lua's helpers decide them exactly; more tokens than the bucket
+      -- holds, or a deeper debt, none this code stored: tokens.lua says which)
+      if at and #at <= 15 and (#tokens <= 15 or string.byte(tokens) == 45) then
         tokens = tokens + 0
-        -- (more tokens than the bucket holds, or a deeper debt: none this code stored,
-        -- which tokens.lua says; and a debt further than 2^53 below the capacity, where
-        -- the differences below would round: tokens.lua's helpers decide it exactly)
         if tokens <= cap and tokens >= LOWEST and tokens >= cap - 9007199254740992 then
           u, last = tokens, at + 0
         end

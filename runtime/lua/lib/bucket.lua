@@ -65,10 +65,16 @@ local function bucket_helpers()
     return room
   end
 
+  -- Whether a number's digits are past 2^53, read as text: a double rounds 2^53 + 1
+  -- to 2^53.
+  local function past(digits)
+    return #digits > 15 and (#digits > 16 or digits > '9007199254740992')
+  end
+
   -- A time or a room as stored: digits, up to 2^53 (compared as text past 15
   -- digits: a double rounds 2^53 + 1 to 2^53); nil for any other text.
   local function exact(digits)
-    if not string.find(digits, '^%d+$') or #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
+    if not string.find(digits, '^%d+$') or past(digits) then
       return nil
     end
     return tonumber(digits)
@@ -202,10 +208,15 @@ local function bucket_helpers()
       r, i, b, u, at, w, c = string.match(body, '^(%d+):(%d+):(%d+):(%-?%d+):(%d+):(%d+):(%d+)$')
       if r == nil then return nil end
     end
+    -- (a debt below DEBT_FLOOR is refused below, whatever its rounding)
+    if past(r) or past(i) or past(b) or (string.byte(u) ~= 45 and past(u)) or past(at)
+        or (w and (past(w) or past(c))) then
+      return nil
+    end
     local s = { rate = tonumber(r), interval = tonumber(i), burst = tonumber(b), units = tonumber(u),
       at = tonumber(at), warmup = tonumber(w or '0'), cold = tonumber(c or '0'), text = raw }
     local cap = s.burst * s.interval
-    if s.rate < 1 or s.interval < 1 or s.burst < 1 or cap > 9007199254740992
+    if s.rate < 1 or s.interval < 1 or s.burst < 1 or s.rate > 9007199254740992 or cap > 9007199254740992
         or s.at > 9007199254740992 or s.warmup * s.rate > 35184372088832 or s.cold > s.warmup * s.rate
         or (s.warmup > 0 and 4 * cap > 9007199254740992)
         or s.units < DEBT_FLOOR or s.units > cap then

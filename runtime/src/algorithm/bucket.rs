@@ -134,6 +134,7 @@ fn read_body(raw: &str) -> Option<Stored> {
     let cap = i128::from(burst) * i128::from(interval);
     let coldest = i128::from(warmup) * i128::from(rate);
     let valid = rate >= 1
+        && i128::from(rate) <= MAX_EXACT
         && interval >= 1
         && burst >= 1
         && cap <= MAX_EXACT

@@ -247,6 +247,11 @@ fn reads_what_the_scripts_store_and_refuses_the_rest() {
         "1:1:1:1:1:1",
         "10:1000:20:0:0:2000:20001",
         "1:9007199254740993:1:0:0",
+        // a number past 2^53, which the scripts would read rounded
+        "9007199254740993:1000:1:0:0",
+        "1:1000:1:0:9007199254740993",
+        "1:8589934592:1048576:9007199254740993:0",
+        "1:1000:1:0:0:9007199254740993:0",
         // more tokens than it holds: no code of the library stores one so
         "10:1000:20:20001:0",
         "10:1000:20:5000:1000|",
