@@ -65,16 +65,10 @@ local function bucket_helpers()
     return room
   end
 
-  -- Whether a number's digits are past 2^53, read as text: a double rounds 2^53 + 1
-  -- to 2^53.
-  local function past(digits)
-    return #digits > 15 and (#digits > 16 or digits > '9007199254740992')
-  end
-
   -- A time or a room as stored: digits, up to 2^53 (compared as text past 15
   -- digits: a double rounds 2^53 + 1 to 2^53); nil for any other text.
   local function exact(digits)
-    if not string.find(digits, '^%d+$') or past(digits) then
+    if not string.find(digits, '^%d+$') or #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
       return nil
     end
     return tonumber(digits)
@@ -208,10 +202,13 @@ local function bucket_helpers()
       r, i, b, u, at, w, c = string.match(body, '^(%d+):(%d+):(%d+):(%-?%d+):(%d+):(%d+):(%d+)$')
       if r == nil then return nil end
     end
-    -- (a debt below DEBT_FLOOR is refused below, whatever its rounding)
-    if past(r) or past(i) or past(b) or (string.byte(u) ~= 45 and past(u)) or past(at)
-        or (w and (past(w) or past(c))) then
-      return nil
+    -- Each number up to 2^53, read as text before it is a double (which rounds
+    -- 2^53 + 1 to 2^53); only when one is long (a table costs; a debt below
+    -- DEBT_FLOOR is refused below, whatever its rounding).
+    if #r > 15 or #i > 15 or #b > 15 or #u > 15 or #at > 15 or (w and (#w > 15 or #c > 15)) then
+      for _, d in ipairs({ r, i, b, string.byte(u) == 45 and '0' or u, at, w or '0', c or '0' }) do
+        if #d > 16 or (#d == 16 and d > '9007199254740992') then return nil end
+      end
     end
     local s = { rate = tonumber(r), interval = tonumber(i), burst = tonumber(b), units = tonumber(u),
       at = tonumber(at), warmup = tonumber(w or '0'), cold = tonumber(c or '0'), text = raw }
