@@ -640,6 +640,68 @@ async fn a_rule_changed_after_its_first_call_is_checked_again() {
     }
 }
 
+/// A call naming reservation ids that are not ones this library's client makes (15
+/// digits, the first not 0) is refused by the script before it writes anything: the
+/// bucket is as it was, no segment opened. The calls are a reservation's own, as
+/// MONITOR shows it sent them (alone: tokens.lua; beside a window: acquire.lua), sent
+/// again with the ids replaced; sent again as they were, each is granted.
+#[tokio::test]
+async fn a_call_naming_malformed_reservation_ids_writes_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let (client, mut raw) = server.clocked_client(&clock).await;
+    let (name, key) = ("tb:ids", "{tb:ids}:bucket");
+    // (an hour's rate: the bucket, full again, would be gone before it is read)
+    let hour = Duration::from_secs(3_600);
+    let reserved = || bucket(name, 1_000, hour, 1_000).settled().permits(2);
+    let monitor = support::monitor::Monitor::start(server.port);
+    for rules in [
+        vec![reserved()],
+        vec![reserved(), Rule::new("tb:ids:w", 1_000, hour)],
+    ] {
+        let Reserved::Granted(reservation) = client.reserve(&rules).await.unwrap() else {
+            panic!("a fresh bucket refused");
+        };
+        std::mem::forget(reservation);
+    }
+    // (each sent twice: first refused as a script the server had not loaded yet)
+    let mut calls = monitor.client_script_calls();
+    calls.dedup();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    for call in calls {
+        let ids = call.last().unwrap().clone();
+        assert!(
+            ids.len() >= 15 && ids.iter().all(|b| b.is_ascii_digit() || *b == b','),
+            "{ids:?}"
+        );
+        let before: String = raw.get(key).await.unwrap();
+        for bad in [
+            "12",
+            "012345678901234",
+            "1234567890123456",
+            "12345678901234x",
+            "1,2",
+        ] {
+            let mut sent = call.clone();
+            *sent.last_mut().unwrap() = bad.as_bytes().to_vec();
+            let refused: Result<redis::Value, _> =
+                redis::cmd("EVALSHA").arg(sent).query_async(&mut raw).await;
+            let error = refused.expect_err(bad).to_string();
+            assert!(error.contains("bad_argument"), "{bad}: {error}");
+            let after: String = raw.get(key).await.unwrap();
+            assert_eq!(after, before, "{bad}: written");
+        }
+        // (the same call as sent: granted, and written)
+        let _: redis::Value = redis::cmd("EVALSHA")
+            .arg(call)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let after: String = raw.get(key).await.unwrap();
+        assert_ne!(after, before);
+    }
+}
+
 /// A stored bucket holding a number past 2^53 (another program's, or a hand's) is
 /// named corrupt by every script that reads it, as the Rust reading names it, not read
 /// rounded: a double rounds 2^53 + 1 to 2^53, so that tokens past a bucket of 2^53

@@ -92,6 +92,58 @@ impl Monitor {
     }
 }
 
+impl Monitor {
+    /// The `EVALSHA` commands clients sent since the start, in order, each as its
+    /// arguments after the command's name, as bytes (MONITOR's escapes read back).
+    pub fn client_script_calls(mut self) -> Vec<Vec<Vec<u8>>> {
+        let lines = self.until_marker();
+        lines
+            .iter()
+            .filter(|line| !line.contains(" lua]"))
+            .filter_map(|line| {
+                let mut args = quoted_args(line.split_once("] ")?.1);
+                args.first()?
+                    .eq_ignore_ascii_case(b"evalsha")
+                    .then(|| args.split_off(1))
+            })
+            .collect()
+    }
+}
+
+/// The quoted arguments of a MONITOR line (`"a" "b\x00"`), their escapes read back.
+fn quoted_args(text: &str) -> Vec<Vec<u8>> {
+    let mut args = Vec::new();
+    let mut bytes = text.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'"' {
+            continue;
+        }
+        let mut arg = Vec::new();
+        while let Some(b) = bytes.next() {
+            match b {
+                b'"' => break,
+                b'\\' => match bytes.next() {
+                    Some(b'x') => {
+                        let hex = [bytes.next().unwrap(), bytes.next().unwrap()];
+                        let hex = std::str::from_utf8(&hex).unwrap();
+                        arg.push(u8::from_str_radix(hex, 16).unwrap());
+                    }
+                    Some(b'n') => arg.push(b'\n'),
+                    Some(b'r') => arg.push(b'\r'),
+                    Some(b't') => arg.push(b'\t'),
+                    Some(b'a') => arg.push(7),
+                    Some(b'b') => arg.push(8),
+                    Some(other) => arg.push(other),
+                    None => break,
+                },
+                other => arg.push(other),
+            }
+        }
+        args.push(arg);
+    }
+    args
+}
+
 impl Drop for Monitor {
     fn drop(&mut self) {
         let _ = self.child.kill();
