@@ -375,6 +375,71 @@ async fn a_token_bucket_in_an_earlier_slot_gets_its_tokens_back() {
     }
 }
 
+/// A token bucket given its tokens back (its slot granted, a later one refused) gets
+/// nothing when its stored text is not one the scripts read exactly: the refund's own
+/// call, as MONITOR shows the client sent it, sent again over each such text leaves it
+/// as it was (without the check it wrote the rounded or wrapped sum, or made a corrupt
+/// text a full bucket), and over a bucket it reads, gives the tokens back.
+#[tokio::test]
+async fn a_refund_leaves_a_bucket_it_cannot_read_exactly_as_it_was() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::connect(&cluster.url()).await.unwrap();
+    let bucket = name_in("rate_limit:tbr:", |s| s < 5000);
+    let key = format!("{{{bucket}}}:bucket");
+    let (port, _) = cluster.primary_of(hash_slot(bucket.as_bytes()));
+    let monitor = support::monitor::Monitor::start(port);
+    let rules = [
+        Rule::new(bucket.clone(), 5, Duration::from_secs(60))
+            .algorithm(redlimit::Algorithm::TokenBucket)
+            .permits(2),
+        Rule::new(
+            name_in("rate_limit:wr:", |s| s > 11_000),
+            1,
+            Duration::from_secs(60),
+        ),
+    ];
+    assert!(client.check_rules(&rules).await.unwrap().allowed);
+    assert_eq!(client.check_rules(&rules).await.unwrap().refused_by, Some(1));
+    // (sha, 1, the bucket's key, the tokens to give back)
+    let refund = monitor
+        .client_script_calls()
+        .into_iter()
+        .find(|args| args.len() == 4 && args[2] == key.as_bytes())
+        .expect("the refund's call");
+    let mut node = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let now = 1_700_000_000_000u64;
+    for text in [
+        format!("1:1000:5:9007199254740993:{now}"),
+        format!("1:3002399751580331:3:9007199254740992:{now}"),
+        format!("1:1000:5:-4503599627370497:{now}"),
+        format!("1:1000:5:-9999999999999999:{now}"),
+        format!("1:99999999999999999999:99999999999999999999:99999999999999999999:{now}"),
+        format!("1:1000:5:-1:{now}|{now}.99999999999999999999.100000000000001"),
+        format!("1:1000:5:-1:{now}|{now}.0000000000000000000001.100000000000001"),
+    ] {
+        let _: () = node.set(&key, &text).await.unwrap();
+        let given: i64 = redis::cmd("EVALSHA")
+            .arg(refund.clone())
+            .query_async(&mut node)
+            .await
+            .unwrap();
+        let stored: String = node.get(&key).await.unwrap();
+        assert_eq!((given, stored.as_str()), (0, text.as_str()), "{text}");
+    }
+    let _: () = node.set(&key, format!("5:60000:5:120000:{now}")).await.unwrap();
+    let given: i64 = redis::cmd("EVALSHA")
+        .arg(refund)
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    let stored: String = node.get(&key).await.unwrap();
+    assert_eq!((given, stored), (1, format!("5:60000:5:240000:{now}")));
+}
+
 /// A settle across slots dropped after its first poll (its caller gone): it is sent
 /// from a task of its own, so the slot after the first is settled too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -110,6 +110,49 @@ async fn a_bucket_goes_below_zero_by_the_excess_and_refills_from_there() {
     }
 }
 
+/// A settle's excess leaves a bucket's debt no deeper than its capacity less 2^53: the
+/// room (capacity less tokens) stays within 2^53, where the scripts count exactly. A
+/// bucket of 3 x 2^51 units (3 x 2^29 tokens of 2^22 ms), reserved 1 and settled
+/// 2^32 - 1 (2^54 units), holds -2^51 units after, and is read again on both backends;
+/// at the debt floor (-2^52) its room would be 5 x 2^51, which a double rounds, and
+/// Redis refuses such a text as corrupt.
+#[tokio::test]
+async fn a_deep_debt_leaves_a_large_bucket_s_room_within_2_53() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    let (rate, interval, burst) = (1 << 30, Duration::from_millis(1 << 22), 3 << 29);
+    for (i, client) in clients.iter().enumerate() {
+        let name = format!("settle:deep:{i}");
+        let rule = Rule::new(&name, rate, interval)
+            .algorithm(Algorithm::TokenBucket)
+            .burst(burst)
+            .settled();
+        let reserved = granted(client, &[rule.permits(1)]).await;
+        reserved.settle(u32::MAX.into()).await.unwrap();
+        let bucket = client.token_bucket(&name, rate, interval).burst(burst);
+        assert_eq!(bucket.available().await.unwrap(), 0, "client {i}");
+        // 2^51 units owed and a token's 2^22, refilled at 2^30 a millisecond
+        let refused = bucket.check(1).await.unwrap();
+        assert_eq!(
+            refused.retry_after,
+            Some(Duration::from_millis((1 << 21) + 1)),
+            "client {i}"
+        );
+    }
+    let mut raw = redis::Client::open(_server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let text: String = redis::cmd("GET")
+        .arg("{settle:deep:1}:bucket")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let units: i64 = text.split(':').nth(3).unwrap().parse().unwrap();
+    assert_eq!(units, 3 * (1 << 51) - (1 << 53), "{text}");
+}
+
 #[tokio::test]
 async fn requests_and_tokens_mix_and_only_settled_rules_take_the_actual() {
     let clock = ManualClock::new(START);

@@ -1,7 +1,7 @@
 -- refund_tokens.lua: give token buckets back what a call took when a later slot of the
 -- same call refused (a cluster decides a call slot by slot). Only for grants the
 -- caller saw: a token given back twice would be a token too many.
--- Recipe: refund_tokens.lua
+-- Recipe: lib/bucket.lua, refund_tokens.lua
 -- Twin in Rust: runtime/src/backend/redis/layout.rs (its KEYS and ARGV: Redis only, as
 --   in process a call is never decided slot by slot)
 --
@@ -17,31 +17,29 @@
 -- what it had of room since is that much less.
 -- Returns how many buckets were given tokens; a missing bucket is full already.
 
--- lib/bucket.lua's MOST_TEXT (held equal by a test)
-local MOST_TEXT = 4096
+bucket_helpers()
 
 local given = 0
 for i = 1, #KEYS do
   local raw = redis.call('get', KEYS[i])
-  -- (the segments after "|" apart, at most lib/bucket.lua's MOST_TEXT bytes: a
-  -- stored text that is not one this code wrote gets nothing)
-  local bar = raw and string.find(raw, '|', 1, true)
+  -- (a stored text read_bucket refuses, or whose segments hold more than digits and
+  -- their separators, gets nothing: read_bucket reads numbers exactly, and the rooms
+  -- below are found by a pattern)
+  local s = raw and read_bucket(raw)
+  local bar = s and string.find(raw, '|', 1, true)
   local segments = bar and string.sub(raw, bar) or ''
-  if bar then raw = string.sub(raw, 1, bar - 1) end
-  if raw and #segments <= MOST_TEXT + 1 and string.find(segments, '^[|%d.,]*$') then
-    local rate, interval, burst, tokens, rest = string.match(raw, '^(%d+):(%d+):(%d+):(%-?%d+)(:[%d:]+)$')
-    if rest then
-      local cap = tonumber(burst) * tonumber(interval)
-      local back = tonumber(ARGV[i])
-      local units = math.min(cap, tonumber(tokens) + back)
-      -- (each segment's room, the number after its time)
-      segments = string.gsub(segments, '([|,])(%d+)%.(%d+)', function(mark, at, room)
-        return mark .. at .. '.' .. string.format('%d', math.max(tonumber(room) - back, 0))
-      end)
-      redis.call('set', KEYS[i], rate .. ':' .. interval .. ':' .. burst .. ':' .. string.format('%d', units)
-        .. rest .. segments, 'keepttl')
-      given = given + 1
-    end
+  if s and string.find(segments, '^[|%d.,]*$') then
+    local body = bar and string.sub(raw, 1, bar - 1) or raw
+    local rate, interval, burst, _, rest = string.match(body, '^(%d+):(%d+):(%d+):(%-?%d+)(:[%d:]+)$')
+    local back = tonumber(ARGV[i])
+    local units = math.min(s.burst * s.interval, s.units + back)
+    -- (each segment's room, the number after its time)
+    segments = string.gsub(segments, '([|,])(%d+)%.(%d+)', function(mark, at, room)
+      return mark .. at .. '.' .. string.format('%d', math.max(tonumber(room) - back, 0))
+    end)
+    redis.call('set', KEYS[i], rate .. ':' .. interval .. ':' .. burst .. ':' .. string.format('%d', units)
+      .. rest .. segments, 'keepttl')
+    given = given + 1
   end
 end
 return given

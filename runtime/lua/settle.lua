@@ -303,9 +303,10 @@ for j = 1, #KEYS / 6 do
         local unused = (estimate - actual) * r.interval
         r.cold = math.min(r.cold + math.max(4 * unused - back, 0), r.warmup * r.rate)
       else
-        -- an excess whose plain tokens reach the floor, the rate below zero: the floor
-        -- (its units may be past what a double holds exactly)
-        local floor = math.max(DEBT_FLOOR, -r.rate * r.interval)
+        -- an excess whose plain tokens reach the floor, the rate below zero (not past
+        -- the capacity less 2^53: the room within 2^53): the floor (its units may be past
+        -- what a double holds exactly)
+        local floor = math.max(DEBT_FLOOR, -r.rate * r.interval, r.burst * r.interval - 9007199254740992)
         local need = (actual - estimate) * r.interval
         if need >= r.units - floor then
           -- (a warm-up's extra cost may have left it below the floor: kept there)

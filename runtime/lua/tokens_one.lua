@@ -47,10 +47,10 @@ do
     if raw and string.find(raw, config, 1, true) == 1 then
       -- (below zero: a debt a settle's excess left, down to lib/bucket.lua's DEBT_FLOOR)
       local tokens, at = string.match(raw, '^(%-?%d+):(%d+)$', #config + 1)
-      -- (numbers of 16 digits and more, which a double may round, and a debt
-      -- further than 2^53 below the capacity, where the differences below would
-      -- round: tokens.lua's helpers decide them exactly; more tokens than the bucket
-      -- holds, or a deeper debt, none this code stored: tokens.lua says which)
+      -- (numbers of 16 digits and more, which a double may round: tokens.lua reads
+      -- them as text; more tokens than the bucket holds, a debt below the floor, or
+      -- one further than 2^53 below the capacity, whose room the differences below
+      -- would round: none this code stores, which tokens.lua says)
       if at and #at <= 15 and (#tokens <= 15 or string.byte(tokens) == 45) then
         tokens = tokens + 0
         if tokens <= cap and tokens >= LOWEST and tokens >= cap - 9007199254740992 then

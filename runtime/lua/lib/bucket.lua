@@ -1,5 +1,5 @@
 -- lib/bucket.lua: a token bucket's arithmetic, and its pending reservations' segments.
--- Part of: acquire, tokens, reset, settle
+-- Part of: acquire, tokens, reset, settle, refund_tokens
 -- Twin in Rust: runtime/src/algorithm/bucket.rs (function for function: read_bucket,
 --   plan_tokens, token_cost, take_tokens, store_tokens; idiv and cdiv are Rust's
 --   integer divisions there) and runtime/src/algorithm/segments.rs (read_segments,
@@ -15,7 +15,8 @@
 -- it; above half the maximum a permit costs up to 3 tokens (linearly), and a grant
 -- needs only the permits' plain tokens, so the extra cost may leave units below zero,
 -- a debt later callers wait out. A settle charging what a call used beyond its estimate
--- (settle.lua) may leave a debt too, down to DEBT_FLOOR units.
+-- (settle.lua) may leave a debt too, down to DEBT_FLOOR units and to the capacity less
+-- 2^53 (so that the room, capacity less units, stays within 2^53).
 --
 -- While reservations of the bucket are pending, its text ends with "|" and their
 -- segments, "at.room.id[.id...]" comma separated, oldest first (at most
@@ -212,11 +213,17 @@ local function bucket_helpers()
     end
     local s = { rate = tonumber(r), interval = tonumber(i), burst = tonumber(b), units = tonumber(u),
       at = tonumber(at), warmup = tonumber(w or '0'), cold = tonumber(c or '0'), text = raw }
+    -- The capacity exact: a product past 2^53 is at least 2^53 as a double, and one
+    -- of 2^53 exactly is an interval dividing 2^53 times the quotient.
     local cap = s.burst * s.interval
+    if cap == 9007199254740992 and (math.fmod(cap, s.interval) ~= 0 or cap / s.interval ~= s.burst) then
+      return nil
+    end
+    -- (the room, capacity less units, up to 2^53: the refill's arithmetic exact)
     if s.rate < 1 or s.interval < 1 or s.burst < 1 or s.rate > 9007199254740992 or cap > 9007199254740992
         or s.at > 9007199254740992 or s.warmup * s.rate > 35184372088832 or s.cold > s.warmup * s.rate
         or (s.warmup > 0 and 4 * cap > 9007199254740992)
-        or s.units < DEBT_FLOOR or s.units > cap then
+        or s.units < DEBT_FLOOR or s.units < cap - 9007199254740992 or s.units > cap then
       return nil
     end
     if segments then

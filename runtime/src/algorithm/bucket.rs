@@ -123,6 +123,12 @@ fn read_body(raw: &str) -> Option<Stored> {
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
+        // Up to 2^53 as the scripts read a number as text before it is a double: at
+        // most 16 characters, leading zeros counted (a debt's, below, by its value).
+        let long = digits.len() > 16 || (digits.len() == 16 && digits > "9007199254740992");
+        if long && (!signed || digits.len() == text.len()) {
+            return None;
+        }
         text.parse().ok()
     };
     let (rate, interval, burst) = (number(0, false)?, number(1, false)?, number(2, false)?);
@@ -143,6 +149,7 @@ fn read_body(raw: &str) -> Option<Stored> {
         && i128::from(cold) <= coldest
         && (warmup == 0 || 4 * cap <= MAX_EXACT)
         && units >= DEBT_FLOOR
+        && i128::from(units) >= cap - MAX_EXACT
         && i128::from(units) <= cap;
     // Every number but `units` is at least 0 once the checks pass.
     valid.then_some(Stored {
@@ -302,7 +309,8 @@ impl Plan {
     /// the capacity, and to a warm-up the coldness they took off it and as much as
     /// the extra cost a cold grant may have charged for them less what came back, up to
     /// the coldest; or the excess taken as taking it would, down to the rate below
-    /// zero (one interval's refill; [`DEBT_FLOOR`] at the lowest).
+    /// zero (one interval's refill; [`DEBT_FLOOR`] at the lowest, and the capacity
+    /// less 2^53, so that the room stays within 2^53 as the scripts count it).
     pub fn settle_tokens(&self, estimate: u64, actual: u64, room: u64) -> (i64, u64) {
         if actual < estimate {
             let unused = u128::from(estimate - actual) * u128::from(self.interval);
@@ -320,7 +328,9 @@ impl Plan {
         // An excess whose plain tokens reach the floor, the rate below zero: the floor
         // (a settle may charge up to 2^32 permits, whose units no 64-bit product holds
         // for a long interval).
-        let floor = (-(i128::from(self.rate) * i128::from(self.interval))).max(i128::from(DEBT_FLOOR)) as i64;
+        let floor = (-(i128::from(self.rate) * i128::from(self.interval)))
+            .max(i128::from(DEBT_FLOOR))
+            .max(i128::from(self.capacity()) - MAX_EXACT) as i64;
         let excess = actual - estimate;
         let need = u128::from(excess) * u128::from(self.interval);
         // (a warm-up's extra cost may have left the units below the floor: kept there)

@@ -82,12 +82,9 @@ mod twins {
             lua_constant("lib/bucket.lua", "MOST_TEXT"),
             super::segments::MOST_TEXT as u64
         );
-        assert_eq!(
-            lua_constant("refund_tokens.lua", "MOST_TEXT"),
-            super::segments::MOST_TEXT as u64
-        );
         let digits = lua_constant("lib/bucket.lua", "ID_DIGITS") as usize;
         assert_eq!(super::segments::LEAST_ID.to_string().len(), digits);
         assert_eq!(super::segments::MOST_ID.to_string().len(), digits);
+        assert_eq!(super::segments::ID_DIGITS, digits);
     }
 }

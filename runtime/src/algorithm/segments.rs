@@ -53,6 +53,9 @@ pub const LEAST_ID: u64 = 100_000_000_000_000;
 /// The largest grant id, 15 nines.
 pub const MOST_ID: u64 = 999_999_999_999_999;
 
+/// The characters of a grant id (`ID_DIGITS` in `lua/lib/bucket.lua`).
+pub(crate) const ID_DIGITS: usize = 15;
+
 /// One segment: the decision time (epoch ms) of its first grant (at least the one
 /// before's), the least room since it opened less what settles gave back, and the ids
 /// of its grants not settled yet.
@@ -74,37 +77,49 @@ pub fn room_of(capacity: u64, units: i64) -> u64 {
 }
 
 impl Segments {
-    /// read_segments: the segments stored as `text` (`at.room.id[.id...]`, comma
-    /// separated, oldest first) for a bucket of `capacity` units, or `None` when it is
-    /// not a list the scripts wrote: at most [`MOST_TEXT`] bytes, times in order, each
-    /// room at most the capacity, ids from [`LEAST_ID`] to [`MOST_ID`], at most [`MOST_SEGMENTS`] and [`MOST_GRANTS`] ids.
-    pub fn read(text: &str, capacity: u64) -> Option<Segments> {
+    /// read_segments: how many pending grants the segments stored as `text` (`at.room.id[.id...]`,
+    /// comma separated, oldest first) name for a bucket of `capacity` units, or `None`
+    /// when they are not a list the scripts read: at most [`MOST_TEXT`] bytes, times in
+    /// order, each room at most the capacity (times and rooms as the bucket's numbers,
+    /// up to 2^53), ids of 15 characters each, at most [`MOST_SEGMENTS`] and
+    /// [`MOST_GRANTS`] ids. As the scripts read them, the ids are counted by their
+    /// text's length, not read: another program's text of that length is carried as
+    /// it is, and never equals a settle's id (15 digits, [`LEAST_ID`] to [`MOST_ID`]).
+    pub fn read(text: &str, capacity: u64) -> Option<usize> {
         if text.len() > MOST_TEXT {
             return None;
         }
-        let mut segments: Vec<Segment> = Vec::new();
-        for part in text.split(',') {
-            let mut numbers = part.split('.').map(|digits| -> Option<u64> {
-                if digits.is_empty() || digits.len() > 16 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                    return None;
-                }
-                digits.parse().ok().filter(|&n| n <= 1 << 53)
-            });
-            let (at, room) = (numbers.next()??, numbers.next()??);
-            let grants = numbers
-                .map(|id| id.filter(|&id| (LEAST_ID..=MOST_ID).contains(&id)))
-                .collect::<Option<Vec<u64>>>()?;
-            let late = segments.last().is_some_and(|last| last.at > at);
-            if grants.is_empty() || room > capacity || late {
+        // (a time or a room: digits, up to 2^53 read as text)
+        let exact = |digits: &str| -> Option<u64> {
+            let long = digits.len() > 16 || (digits.len() == 16 && digits > "9007199254740992");
+            if digits.is_empty() || long || !digits.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
-            segments.push(Segment { at, room, grants });
+            digits.parse().ok()
+        };
+        let (mut segments, mut grants, mut last) = (0, 0, 0);
+        for part in text.split(',') {
+            let (at, rest) = part.split_once('.')?;
+            let (room, ids) = rest.split_once('.')?;
+            // n ids and the n - 1 separators between them
+            if (ids.len() + 1) % (ID_DIGITS + 1) != 0 {
+                return None;
+            }
+            let (at, room) = (exact(at)?, exact(room)?);
+            if room > capacity || at < last {
+                return None;
+            }
+            last = at;
+            segments += 1;
+            grants += (ids.len() + 1) / (ID_DIGITS + 1);
+            if segments > MOST_SEGMENTS || grants > MOST_GRANTS {
+                return None;
+            }
         }
-        let ids: usize = segments.iter().map(|s| s.grants.len()).sum();
-        (segments.len() <= MOST_SEGMENTS && ids <= MOST_GRANTS).then_some(Segments(segments))
+        Some(grants)
     }
 
-    /// segments_text: as [`read`](Segments::read) reads them.
+    /// segments_text: the text [`read`](Segments::read) reads.
     pub fn write(&self, out: &mut String) {
         use std::fmt::Write;
         for (i, s) in self.0.iter().enumerate() {

@@ -72,7 +72,7 @@ pub(crate) const KEEP_ALIVE: Recipe = recipe!("keep_alive":
 );
 pub(crate) const EXPIRE: Recipe = recipe!("expire": "lib/limiter.lua", "lib/guard.lua", "expire.lua");
 pub(crate) const REFUND: Recipe = recipe!("refund": "lib/member.lua", "refund.lua");
-pub(crate) const REFUND_TOKENS: Recipe = recipe!("refund_tokens": "refund_tokens.lua");
+pub(crate) const REFUND_TOKENS: Recipe = recipe!("refund_tokens": "lib/bucket.lua", "refund_tokens.lua");
 pub(crate) const RESET: Recipe = recipe!("reset": "lib/limiter.lua", "lib/bucket.lua", "reset.lua");
 /// Gives a batch's unused permits back through its own log member.
 pub(crate) const GIVE_BACK: Recipe = recipe!("give_back": "lib/member.lua", "give_back.lua");
