@@ -245,11 +245,63 @@ async fn a_debt_far_below_a_huge_capacity_is_decided_exactly() {
         (false, Some(Duration::from_millis(1)))
     );
     clock.set(T0 + interval);
-    assert!(client.check_rules(std::slice::from_ref(&rule)).await.unwrap().allowed);
+    assert!(
+        client
+            .check_rules(std::slice::from_ref(&rule))
+            .await
+            .unwrap()
+            .allowed
+    );
     let deeper = format!("{rate}:{interval}:{burst}:-2097153:{T0}");
     let _: () = raw.set("{tb:huge}:bucket", &deeper).await.unwrap();
     let refused = client.check_rules(&[rule]).await;
     assert!(matches!(refused, Err(Error::CorruptBucket { .. })), "{refused:?}");
+}
+
+/// A config change carries whole tokens and whole tokens of coldness over, up to the
+/// new config's maximum, alike on both backends where the products pass 64 bits (a
+/// large old burst or coldness taken to a long new interval): in process they
+/// wrapped, 4 096 tokens carried to 1 per 2^52 ms read as none, and a bucket cold to
+/// its 2^45 taken to an interval of 2^19 ms as warm (30 permits a call granted three
+/// times where the cold bucket grants once).
+#[tokio::test]
+async fn a_config_change_caps_what_it_carries_past_64_bits() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let ms = Duration::from_millis(1);
+    for client in backends(&server, &clock).await {
+        let tag = if client.is_memory() { "memory" } else { "redis" };
+        let wide = format!("tb:wide:{tag}");
+        let left = client
+            .check_rules(&[bucket(&wide, 1, ms, 5_000).permits(904)])
+            .await
+            .unwrap();
+        assert_eq!(left.remaining, 4_096);
+        let long = bucket(&wide, 1, Duration::from_millis(1 << 52), 2).permits(2);
+        let carried = client.check_rules(&[long]).await.unwrap();
+        assert!(carried.allowed, "{tag}: {carried:?}");
+
+        let cold = format!("tb:cold:{tag}");
+        let warming = || bucket(&cold, 1, ms, 1_000).warmup(Duration::from_millis(1 << 45));
+        assert!(client.check_rules(&[warming()]).await.unwrap().allowed);
+        let Reserved::Granted(reserved) = client.reserve(&[warming().settled().permits(10)]).await.unwrap()
+        else {
+            panic!("{tag}: refused");
+        };
+        reserved.settle(0).await.unwrap();
+        let changed = || {
+            bucket(&cold, 100, Duration::from_millis(1 << 19), 100)
+                .warmup(Duration::from_secs(600))
+                .permits(30)
+        };
+        let first = client.check_rules(&[changed()]).await.unwrap();
+        assert_eq!(
+            (first.allowed, first.remaining),
+            (true, 10),
+            "{tag}: cold, 3 tokens a permit"
+        );
+        assert!(!client.check_rules(&[changed()]).await.unwrap().allowed, "{tag}");
+    }
 }
 
 #[tokio::test]

@@ -218,9 +218,12 @@ pub fn plan_tokens(
     // under the new config too.
     let at_rest = units >= (old.burst * old.interval) as i64 && cold >= old.warmup * old.rate;
     if !at_rest {
+        // (products past 64 bits, a large old burst or coldness taken to a long new
+        // interval, capped as the scripts' doubles cap them)
         let whole = units.div_euclid(old.interval as i64).max(0) as u64;
-        plan.units = (whole * interval).min(plan.capacity()) as i64;
-        plan.cold = (cold / old.interval * interval).min(plan.coldest());
+        let carried = |n: u64, most: u64| (u128::from(n) * u128::from(interval)).min(u128::from(most)) as u64;
+        plan.units = carried(whole, plan.capacity()) as i64;
+        plan.cold = carried(cold / old.interval, plan.coldest());
     }
     (plan, Some(*old))
 }
