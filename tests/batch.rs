@@ -432,6 +432,61 @@ async fn a_dropped_client_gives_its_batch_back() {
     assert_eq!(log_of(&mut raw, name).await, [(1, T0)]);
 }
 
+/// A batch given back over a value inflated by hand (above the rate, or past 2^53,
+/// which a double rounds) leaves the value as it is, for the next call to rebuild from
+/// the log: capped at the rate, it granted the whole rate again beside the batch's used
+/// permit (10 of a rate of 10 where 9 are left).
+#[tokio::test]
+async fn a_batch_given_back_over_an_inflated_value_leaves_it_to_be_rebuilt() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let other = clocked(&server, &clock).await;
+    let mut raw = server.raw().await;
+    for (case, inflated) in [("above", "1000"), ("past", "9007199254740993")] {
+        let name = format!("rate_limit:batch:inflated:{case}");
+        let batching = clocked(&server, &clock).await;
+        assert!(
+            batching
+                .check_rules(&[Rule::new(&name, 10, MINUTE).batch(10)])
+                .await
+                .unwrap()
+                .allowed
+        );
+        let _: () = redis::cmd("SET")
+            .arg(format!("{{{name}}}:value"))
+            .arg(inflated)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        drop(batching);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while log_of(&mut raw, &name).await != [(1, T0)] {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{case}: 9 permits given back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let value: String = redis::cmd("GET")
+            .arg(format!("{{{name}}}:value"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(value, inflated, "{case}: left as it was");
+        let mut granted = 0;
+        for _ in 0..20 {
+            granted += u32::from(
+                other
+                    .check_rules(&[Rule::new(&name, 10, MINUTE)])
+                    .await
+                    .unwrap()
+                    .allowed,
+            );
+        }
+        assert_eq!(granted, 9, "{case}: the rate less the batch's used permit");
+    }
+}
+
 #[tokio::test]
 async fn a_refused_batch_asks_for_what_is_left_then_answers_the_call_s_refusal() {
     let server = RedisServer::start();

@@ -260,6 +260,86 @@ async fn a_value_above_the_rate_is_rebuilt_from_the_log() {
     }
 }
 
+/// A window's count or config field past 2^53 (another program's, or a hand's) is not
+/// read rounded. A count past 2^53 is above any rate: a call and a release rebuild it
+/// from the log, and a settle leaves it for the next call to. A config field past 2^53 is refused as
+/// corrupt by the scripts and by the Rust reading alike (which also refused no `+`).
+/// Read rounded, 9007199254740993 over a log of 2^32 - 1 permits at a rate of 2^53 was
+/// taken for 2^53: 2^32 - 1 permits granted past the log.
+#[tokio::test]
+async fn a_count_or_config_past_2_53_is_not_read_rounded() {
+    let (_server, client, _clock, mut raw) = setup().await;
+    let (most, rate) = (u64::from(u32::MAX), 1_u64 << 53);
+    let minute = Duration::from_secs(60);
+    for (case, text) in [
+        ("call", "9007199254740993"),
+        ("zeros", "09007199254740993"),
+        ("settle", "9007199254740993"),
+        ("release", "9007199254740993"),
+    ] {
+        let name = format!("rate_limit:past:{case}");
+        let value_key = format!("{{{name}}}:value");
+        let rule = Rule::new(&name, rate, minute);
+        assert!(
+            client
+                .check_rules(&[rule.clone().permits(most)])
+                .await
+                .unwrap()
+                .allowed
+        );
+        if case == "settle" {
+            let reserved = client
+                .reserve(&[rule.clone().settled().permits(10)])
+                .await
+                .unwrap();
+            let redlimit::Reserved::Granted(reservation) = reserved else {
+                panic!("refused");
+            };
+            let _: () = raw.set(&value_key, text).await.unwrap();
+            reservation.settle(0).await.unwrap();
+            let value: String = raw.get(&value_key).await.unwrap();
+            assert_eq!(value, text, "the settle left it as it was");
+        } else {
+            let _: () = raw.set(&value_key, text).await.unwrap();
+        }
+        // (a release gives one permit of the log's grant back, from the log's count)
+        let mut left = rate - 2 * most;
+        if case == "release" {
+            client.rate_limiter(&name).release(1).await.unwrap();
+            left += 1;
+        }
+        let next = client.check_rules(&[rule.permits(most)]).await.unwrap();
+        assert_eq!(next.remaining, left, "{case}: rebuilt from the log");
+    }
+    for (field, text) in [
+        ("rate", "9007199254740993"),
+        ("interval", "09007199254740993"),
+        ("keepAliveTime", "9007199254740993"),
+        ("rate", "+5"),
+    ] {
+        let name = format!("rate_limit:past:{field}:{text}");
+        let limiter = client.rate_limiter(&name);
+        assert!(limiter.try_set_rate(RateType::Overall, 5, minute).await.unwrap());
+        let _: () = raw.hset(&name, field, text).await.unwrap();
+        let read = limiter.config().await;
+        assert!(
+            matches!(read, Err(Error::CorruptConfig { .. })),
+            "{field}={text}: {read:?}"
+        );
+        let called = limiter.try_acquire(1).await;
+        assert!(
+            matches!(called, Err(Error::CorruptConfig { .. })),
+            "{field}={text}: {called:?}"
+        );
+        // (release.lua checks a config it writes beside as lib/stored_config.lua does)
+        let released = limiter.release(1).await;
+        assert!(
+            matches!(released, Err(Error::CorruptConfig { .. })),
+            "{field}={text}: {released:?}"
+        );
+    }
+}
+
 /// Every key of limiter `name` as this client sees it, serialised (DUMP), to show an
 /// error left them exactly as they were.
 async fn snapshot(raw: &mut MultiplexedConnection, client: &Client, name: &str) -> Vec<Option<Vec<u8>>> {

@@ -66,6 +66,9 @@
 local now = caller_now
 local nrules = #KEYS / 5
 local LIMIT = 9007199254740992 -- 2^53: doubles count exactly up to here
+-- LIMIT as text: a stored number of digits is compared with it before it is a double
+-- (which rounds 2^53 + 1 to 2^53), past 16 characters by its length
+local LIMIT_TEXT = '9007199254740992'
 
 -- Helpers are made when first needed: a closure costs on every call that makes it.
 local fail, rebuild_from_log, wait_for
@@ -170,10 +173,17 @@ for i = 1, nrules do
         local rate, interval, kind = stored[1], stored[2], stored[3]
         local keep = stored[4] or '0'
         r.rate, r.interval, r.keep = tonumber(rate), tonumber(interval), tonumber(keep)
-        if not string.find(rate, '^%d+$') or r.rate < 1 or r.rate > LIMIT then helpers() fail('bad_config', i, 'rate=' .. quoted(rate)) end
-        if not string.find(interval, '^%d+$') or r.interval < 1 or r.interval > LIMIT then helpers() fail('bad_config', i, 'interval=' .. quoted(interval)) end
+        if not string.find(rate, '^%d+$') or r.rate < 1 or #rate > 16 or (#rate == 16 and rate > LIMIT_TEXT) then
+          helpers() fail('bad_config', i, 'rate=' .. quoted(rate))
+        end
+        if not string.find(interval, '^%d+$') or r.interval < 1 or #interval > 16
+            or (#interval == 16 and interval > LIMIT_TEXT) then
+          helpers() fail('bad_config', i, 'interval=' .. quoted(interval))
+        end
         if kind ~= '0' and kind ~= '1' then helpers() fail('bad_config', i, 'type=' .. quoted(kind)) end
-        if not string.find(keep, '^%d+$') or r.keep > LIMIT then helpers() fail('bad_config', i, 'keepAliveTime=' .. quoted(keep)) end
+        if not string.find(keep, '^%d+$') or #keep > 16 or (#keep == 16 and keep > LIMIT_TEXT) then
+          helpers() fail('bad_config', i, 'keepAliveTime=' .. quoted(keep))
+        end
         -- (the expiry written as Redis reads one: `060000` is not one)
         r.kind, r.old_kind, r.keep_text = kind, kind, string.format('%d', r.keep)
       end
@@ -268,6 +278,9 @@ for i = 1, nrules do
             helpers()
             fail('bad_value', i, (r.kind == '1' and 'client_value' or 'value') .. ' ' .. quoted(raw))
           end
+          -- (a count past 2^53, read as text before a double rounds it, is above any
+          -- rate; one of 17 characters and a sign, rebuilt too, is the log's anyway)
+          if #raw > 16 or (#raw == 16 and raw > LIMIT_TEXT) then value = math.huge end
           if r.changed or value + released > r.rate then
             -- a changed config, or a value inflated by hand (above the rate, which no
             -- grant, give-back or settle leaves): the log is the authority

@@ -34,11 +34,17 @@ end
 if used == taken then
   return 0
 end
-local rate = redis.pcall('hget', KEYS[1], 'rate')
-if type(rate) ~= 'string' or tonumber(rate) == nil then
+-- (a config or a count that is not one this library writes, or past 2^53 read as
+-- text before a double rounds it, is left as it is: the next call refuses it, or
+-- rebuilds a count from the log)
+local function exact(text)
+  return type(text) == 'string' and string.find(text, '^%-?%d+$') and #text <= 16
+    and (#text < 16 or text <= '9007199254740992') and tonumber(text)
+end
+local rate = exact(redis.pcall('hget', KEYS[1], 'rate'))
+if not rate or rate < 1 then
   return 0
 end
-rate = tonumber(rate)
 
 for mode = 0, 1 do
   local vkey, pkey = KEYS[2 + mode], KEYS[4 + mode]
@@ -59,8 +65,9 @@ for mode = 0, 1 do
     redis.call('zrem', pkey, member)
     local unused = taken - used
     if redis.call('type', vkey).ok == 'string' then
-      local value = tonumber(redis.call('get', vkey))
-      if value ~= nil then
+      local value = exact(redis.call('get', vkey))
+      -- (above the rate, a value inflated by hand, left for the next call to rebuild)
+      if value and value <= rate then
         value = value + unused
         if value > rate then
           value = rate

@@ -74,6 +74,8 @@ else
   if value == nil or not string.match(raw, '^%-?%d+$') then
     error('redlimit:bad_value:1 ' .. vrole .. ' ' .. quoted(tostring(raw)), 0)
   end
+  -- (a count past 2^53, read as text before a double rounds it: above any rate)
+  if #raw > 16 or (#raw == 16 and raw > '9007199254740992') then value = math.huge end
   value = value + released
   if value > rate then
     value = rate - live_permits()

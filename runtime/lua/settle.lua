@@ -119,6 +119,9 @@ local function read_value(i, vkey, mode)
   if value == nil or not string.find(raw, '^%-?%d+$') then
     error('redlimit:bad_value:' .. i .. ' ' .. role .. ' ' .. quoted(raw), 0)
   end
+  -- (a count past 2^53, read as text before a double rounds it: above any rate, left
+  -- for the next call to rebuild from the log)
+  if #raw > 16 or (#raw == 16 and raw > '9007199254740992') then return math.huge end
   return value
 end
 
@@ -130,11 +133,12 @@ local function settle_window(i, k, a, member, len, estimate, actual, config, now
   -- The config checked as lib/stored_config.lua checks one, written out: the usual
   -- settle makes no table for it and reads each number once.
   local rate = string.find(rate_text, '^%d+$') and tonumber(rate_text)
-  if not rate or rate < 1 or rate > 9007199254740992 then
+  if not rate or rate < 1 or #rate_text > 16 or (#rate_text == 16 and rate_text > '9007199254740992') then
     error('redlimit:bad_config:' .. i .. ' rate=' .. quoted(rate_text), 0)
   end
   local interval = string.find(interval_text, '^%d+$') and tonumber(interval_text)
-  if not interval or interval < 1 or interval > 9007199254740992 then
+  if not interval or interval < 1 or #interval_text > 16
+      or (#interval_text == 16 and interval_text > '9007199254740992') then
     error('redlimit:bad_config:' .. i .. ' interval=' .. quoted(interval_text), 0)
   end
   if mode_text ~= '0' and mode_text ~= '1' then
@@ -204,7 +208,7 @@ local function late_window(i, k, a, member, len, estimate, actual, config, now)
     -- (read only when late: one field fewer on the usual settle)
     keep = redis.call('hget', KEYS[k + 1], 'keepAliveTime') or nil
     local keep_ms = keep and string.find(keep, '^%d+$') and tonumber(keep)
-    if keep and not (keep_ms and keep_ms <= 9007199254740992) then
+    if keep and not (keep_ms and (#keep < 16 or (#keep == 16 and keep <= '9007199254740992'))) then
       error('redlimit:bad_config:' .. i .. ' keepAliveTime=' .. quoted(keep), 0)
     end
   end

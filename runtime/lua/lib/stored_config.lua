@@ -11,8 +11,10 @@ local function check_config(i, config)
   for j, field in ipairs({ 'rate', 'interval', 'type', 'keepAliveTime' }) do
     local text = config[j]
     if text then
-      local n = string.find(text, '^%d+$') and tonumber(text)
-      if not (n and n >= (j <= 2 and 1 or 0) and n <= 9007199254740992 and (j ~= 3 or text == '0' or text == '1')) then
+      -- (up to 2^53 read as text, before a double rounds 2^53 + 1 to 2^53)
+      local n = string.find(text, '^%d+$') and #text <= 16 and (#text < 16 or text <= '9007199254740992')
+        and tonumber(text)
+      if not (n and n >= (j <= 2 and 1 or 0) and (j ~= 3 or text == '0' or text == '1')) then
         error('redlimit:bad_config:' .. i .. ' ' .. field .. '=' .. quoted(text), 0)
       end
     end

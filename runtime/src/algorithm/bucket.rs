@@ -113,23 +113,16 @@ fn read_body(raw: &str) -> Option<Stored> {
     if fields.len() != 5 && fields.len() != 7 {
         return None;
     }
+    // (a debt, the units below zero, by its value: checked against the floor below)
     let number = |i: usize, signed: bool| -> Option<i64> {
-        let text = fields.get(i)?;
-        let digits = if signed {
-            text.strip_prefix('-').unwrap_or(text)
-        } else {
-            text
-        };
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
+        let text = *fields.get(i)?;
+        match text.strip_prefix('-').filter(|_| signed) {
+            Some(digits) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                text.parse().ok()
+            }
+            Some(_) => None,
+            None => super::stored_number(text).map(|n| n as i64),
         }
-        // Up to 2^53 as the scripts read a number as text before it is a double: at
-        // most 16 characters, leading zeros counted (a debt's, below, by its value).
-        let long = digits.len() > 16 || (digits.len() == 16 && digits > "9007199254740992");
-        if long && (!signed || digits.len() == text.len()) {
-            return None;
-        }
-        text.parse().ok()
     };
     let (rate, interval, burst) = (number(0, false)?, number(1, false)?, number(2, false)?);
     let (units, at) = (number(3, true)?, number(4, false)?);

@@ -89,14 +89,6 @@ impl Segments {
         if text.len() > MOST_TEXT {
             return None;
         }
-        // (a time or a room: digits, up to 2^53 read as text)
-        let exact = |digits: &str| -> Option<u64> {
-            let long = digits.len() > 16 || (digits.len() == 16 && digits > "9007199254740992");
-            if digits.is_empty() || long || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            digits.parse().ok()
-        };
         let (mut segments, mut grants, mut last) = (0, 0, 0);
         for part in text.split(',') {
             let (at, rest) = part.split_once('.')?;
@@ -105,7 +97,7 @@ impl Segments {
             if (ids.len() + 1) % (ID_DIGITS + 1) != 0 {
                 return None;
             }
-            let (at, room) = (exact(at)?, exact(room)?);
+            let (at, room) = (super::stored_number(at)?, super::stored_number(room)?);
             if room > capacity || at < last {
                 return None;
             }

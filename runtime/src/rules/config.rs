@@ -135,12 +135,9 @@ impl RateLimiterConfig {
             field,
             value: crate::outcomes::error::quoted(value),
         };
+        // (as the scripts read a field: digits only, up to 2^53 read as text)
         let number = |field: &'static str, value: &str| -> Result<u64, Error> {
-            value
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n <= MAX_RATE)
-                .ok_or_else(|| bad(field, value))
+            crate::algorithm::stored_number(value).ok_or_else(|| bad(field, value))
         };
         let rate_type = match kind {
             "0" => RateType::Overall,
