@@ -98,6 +98,67 @@ async fn another_clients_release_is_seen_when_the_wait_ends_never_later() {
     assert!(cached.check_rules(&rule).await.unwrap().allowed);
 }
 
+/// A reservation this client is granted, and a settle it makes, drop the refusals it
+/// kept of their limiters, as a grant of a call does: each answer after them is
+/// Redis's. (Kept, a settle's permits given back were refused until the wait Redis gave
+/// had passed, 59 s of a minute's window; a reservation's grant left the next call
+/// refused with the remaining of before it.)
+#[tokio::test]
+async fn a_reservation_and_its_settle_drop_the_refusals_kept_of_their_limiters() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let cached = client(&server, &clock, true).await;
+    let exact = client(&server, &clock, false).await;
+    let reserve = |client: &Client, rule: Rule| {
+        let client = client.clone();
+        async move {
+            match client.reserve(&[rule]).await.unwrap() {
+                redlimit::Reserved::Granted(reservation) => reservation,
+                redlimit::Reserved::Refused(refused) => panic!("refused: {refused:?}"),
+            }
+        }
+    };
+    // Settled with one permit fewer: the next call passes.
+    let settled = Rule::new("rate_limit:kept:settle", 3, MINUTE).keep_alive(None);
+    let reservation = reserve(&cached, settled.clone().settled().permits(3)).await;
+    assert!(
+        !cached
+            .check_rules(std::slice::from_ref(&settled))
+            .await
+            .unwrap()
+            .allowed
+    );
+    reservation.settle(2).await.unwrap();
+    let after = cached.check_rules(std::slice::from_ref(&settled)).await.unwrap();
+    assert!(after.allowed, "{after:?}");
+    // A reservation granted: the next call is answered as Redis answers it.
+    let reserved = Rule::new("rate_limit:kept:reserve", 5, MINUTE).keep_alive(None);
+    assert!(
+        cached
+            .check_rules(std::slice::from_ref(&reserved))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let five = reserved.clone().permits(5);
+    assert_eq!(
+        cached
+            .check_rules(std::slice::from_ref(&five))
+            .await
+            .unwrap()
+            .remaining,
+        4
+    );
+    let _kept = reserve(&cached, reserved.clone().settled().permits(3)).await;
+    let answered = cached.check_rules(std::slice::from_ref(&five)).await.unwrap();
+    let redis = exact.check_rules(std::slice::from_ref(&five)).await.unwrap();
+    assert_eq!(
+        (answered.remaining, answered.retry_after),
+        (redis.remaining, redis.retry_after)
+    );
+    assert_eq!(answered.remaining, 1);
+}
+
 #[tokio::test]
 async fn each_off_switch_and_each_other_call_goes_to_redis() {
     let server = RedisServer::start();

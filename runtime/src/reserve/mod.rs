@@ -139,6 +139,11 @@ impl Client {
         if !decision.allowed {
             return Ok(Reserved::Refused(decision));
         }
+        // Refusals this client kept of them dropped on a grant, as a call's grant
+        // drops them.
+        for rule in rules {
+            self.forget_refusal(rule.name());
+        }
         let reservation = Reservation {
             client: self.clone(),
             decision,
@@ -314,7 +319,13 @@ impl Reservation {
         let changed: SmallVec<[usize; 4]> = (0..report.rules.len())
             .filter(|&i| report.rules[i].counted != report.rules[i].estimate)
             .collect();
-        match self.client.backend().settle(&calls, self.client.now_ms()).await {
+        let sent = self.client.backend().settle(&calls, self.client.now_ms()).await;
+        // A settle changes its limiters (permits back, or an excess), landed or maybe
+        // landed: refusals this client kept of them are no longer Redis's answer.
+        for &i in &changed {
+            self.client.forget_refusal(&report.rules[i].name);
+        }
+        match sent {
             Ok(outcomes) => {
                 let mut left: SmallVec<[Option<u64>; 4]> = smallvec::smallvec![None; report.rules.len()];
                 for (i, outcome) in changed.into_iter().zip(outcomes) {

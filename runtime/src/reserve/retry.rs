@@ -93,7 +93,13 @@ pub(super) fn spawn(
             }
             let calls: Vec<SettleCall<'_>> = owned.iter().map(Owned::call).collect();
             match client.backend().settle(&calls, client.now_ms()).await {
-                Ok(_) => return unsent.sent(),
+                Ok(_) => {
+                    // (refusals kept since the first try are no longer Redis's answer)
+                    for call in &calls {
+                        client.forget_refusal(call.keys.config());
+                    }
+                    return unsent.sent();
+                }
                 Err(error) if error.is_backend_failure() => pause = (pause * 2).min(MOST_PAUSE),
                 Err(error) => return unsent.abandon(&error.to_string()),
             }
