@@ -113,9 +113,10 @@ async fn a_bucket_goes_below_zero_by_the_excess_and_refills_from_there() {
 /// A settle's excess leaves a bucket's debt no deeper than its capacity less 2^53: the
 /// room (capacity less tokens) stays within 2^53, where the scripts count exactly. A
 /// bucket of 3 x 2^51 units (3 x 2^29 tokens of 2^22 ms), reserved 1 and settled
-/// 2^32 - 1 (2^54 units), holds -2^51 units after, and is read again on both backends;
-/// at the debt floor (-2^52) its room would be 5 x 2^51, which a double rounds, and
-/// Redis refuses such a text as corrupt.
+/// 2^32 - 1 (2^54 units), holds -2^51 units after, and waits as long on both backends;
+/// at the debt floor (-2^52) its room would be 5 x 2^51, past 2^53, where the refill
+/// added to it rounds in the scripts (which read such a debt at the capacity less
+/// 2^53).
 #[tokio::test]
 async fn a_deep_debt_leaves_a_large_bucket_s_room_within_2_53() {
     let clock = ManualClock::new(START);

@@ -181,11 +181,6 @@ pub fn next_call(log: &Log, value: Option<i64>, config: &Config, now: i64, permi
     let now = settle_time(newest, now) as i64;
     let (skip, released) = window::stale(log, now - interval);
     let live = log.iter().skip(skip).map(|&(_, p, _)| i64::from(p)).sum::<i64>();
-    // A value past 2^53 plus what left the window is a double's sum in the scripts.
-    let value = value.map(|v| match v.unsigned_abs() > 1 << 53 {
-        true => (v as f64 + released as f64) as i64 - released as i64,
-        false => v,
-    });
     let (mut available, _) = window::plan_value(value, false, released, live, rate);
     let mut retry_after_ms = None;
     if let Some(need) = window::lacking(available, 0, permits) {

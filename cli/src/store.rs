@@ -41,29 +41,17 @@ pub fn limiter_value(text: &str) -> Option<i64> {
     scripts_read(text).then(|| text.parse().ok()).flatten()
 }
 
-/// A limiter's value as the next call uses it, when the scripts read it and it was read
-/// whole: past 2^53 as the scripts read it, a double, and past 2^62 (beyond any rate
-/// and any log, 2^53 at most) as 2^62, so that the call's arithmetic stays in 64 bits.
+/// A limiter's value as the next call uses it, when the scripts read it: a count of more
+/// than 16 characters, or past 2^53, is above any rate to them (read as text before a
+/// double rounds it; the call rebuilds it from the log), here 2^62, beyond any rate and
+/// any log.
 pub fn value_for_call(text: &str) -> Option<i64> {
     const BEYOND: i64 = 1 << 62;
-    let negative = text.starts_with('-');
-    let read = match limiter_value(text) {
-        Some(read) => read,
-        None if scripts_read(text) => {
-            if negative {
-                i64::MIN
-            } else {
-                i64::MAX
-            }
-        }
-        None => return None,
-    };
-    let read = if read.unsigned_abs() > 1 << 53 {
-        read as f64 as i64
-    } else {
-        read
-    };
-    Some(read.clamp(-BEYOND, BEYOND))
+    if !scripts_read(text) {
+        return None;
+    }
+    let past = text.len() > 16 || (text.len() == 16 && text > "9007199254740992");
+    Some(if past { BEYOND } else { text.parse().ok()? })
 }
 
 /// Why a limiter's value that is there is not read as one: what the CLI says of it.
@@ -71,8 +59,8 @@ pub fn unread_value(text: &str) -> &'static str {
     if text.ends_with('…') {
         "a value longer than the CLI reads: what a call would do is not said here"
     } else if scripts_read(text) {
-        "a number past 64 bits, which the scripts read as a float: `available now` is what \
-         a call finds"
+        "a number past 64 bits, above any rate to the scripts: a call rebuilds the value \
+         from the log (`available now` is what it finds)"
     } else {
         "not a number: every call of the limiter fails until it is reset"
     }

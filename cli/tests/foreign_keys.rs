@@ -482,8 +482,8 @@ async fn values_are_read_as_the_scripts_read_them() {
     // held), as the next call rebuilds it, so 8 would be refused (7 available). Then
     // 1 000 stored again, nothing left the window since: rebuilt from the log too, as
     // the next call rebuilds a value above the rate; so are a debt deeper than the log
-    // holds and numbers past 64 bits, which the scripts read as floats beyond any rate
-    // and log.
+    // holds, numbers past 64 bits and any of more than 16 characters, which the
+    // scripts take for one above any rate.
     for (stale, inflated) in [
         (true, "1000"),
         (false, "1000"),
@@ -491,6 +491,8 @@ async fn values_are_read_as_the_scripts_read_them() {
         (false, "9223372036854775808"),
         (false, "99999999999999999999"),
         (false, "-9223372036854775809"),
+        // 17 characters: above any rate to the scripts, which read it as text
+        (false, "00000000000000005"),
     ] {
         if stale {
             let now: (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
@@ -622,6 +624,14 @@ async fn check_answers_as_the_next_call_does() {
         ),
         ("above-rate", vec![], Some("10"), Vec::new(), 11, Said::CallFails),
         ("plus-rate", rate("+10"), None, Vec::new(), 1, Said::CallFails),
+        (
+            "zeros-rate",
+            rate("00000000000000010"),
+            None,
+            Vec::new(),
+            1,
+            Said::CallFails,
+        ),
         (
             "no-type",
             vec![("type", None)],

@@ -3,6 +3,7 @@
 //! and state. Read-only: nothing is written or released.
 
 use redis::AsyncCommands;
+use redlimit_runtime::algorithm::stored_number;
 use redlimit_runtime::keys::suffix;
 use redlimit_runtime::member::decode_permits;
 use redlimit_runtime::Error;
@@ -77,15 +78,11 @@ pub async fn read_config(store: &Store, name: &str) -> Result<Option<Config>, Er
 }
 
 /// Why a call refuses the config fields `rate`, `interval`, `type`, `keepAliveTime`, as
-/// the scripts check their text: decimal digits, rate and interval 1 to 2^53, the
-/// keep-alive at most 2^53, type `0` or `1`.
+/// the scripts check their text (`algorithm::stored_number`: digits up to 2^53, read as
+/// text), rate and interval from 1, type `0` or `1`.
 fn call_refuses(fields: &[Option<String>]) -> Option<String> {
     let field = |i: usize| fields.get(i).cloned().flatten();
-    let decimal = |text: &str, least: u64| {
-        !text.is_empty()
-            && text.bytes().all(|b| b.is_ascii_digit())
-            && text.parse::<u64>().is_ok_and(|n| (least..=1 << 53).contains(&n))
-    };
+    let decimal = |text: &str, least: u64| stored_number(text).is_some_and(|n| n >= least);
     for (i, name, least) in [(0, "rate", 1), (1, "interval", 1)] {
         match field(i) {
             Some(text) if decimal(&text, least) => {}

@@ -219,13 +219,16 @@ local function bucket_helpers()
     if cap == 9007199254740992 and (math.fmod(cap, s.interval) ~= 0 or cap / s.interval ~= s.burst) then
       return nil
     end
-    -- (the room, capacity less units, up to 2^53: the refill's arithmetic exact)
     if s.rate < 1 or s.interval < 1 or s.burst < 1 or s.rate > 9007199254740992 or cap > 9007199254740992
         or s.at > 9007199254740992 or s.warmup * s.rate > 35184372088832 or s.cold > s.warmup * s.rate
         or (s.warmup > 0 and 4 * cap > 9007199254740992)
-        or s.units < DEBT_FLOOR or s.units < cap - 9007199254740992 or s.units > cap then
+        or s.units < DEBT_FLOOR or s.units > cap then
       return nil
     end
+    -- The room, capacity less units, up to 2^53, where the refill's arithmetic is
+    -- exact: a deeper debt (an earlier build's settle left one, in a bucket of more than
+    -- 2^52 units) is read at the floor a settle leaves now.
+    if s.units < cap - 9007199254740992 then s.units = cap - 9007199254740992 end
     if segments then
       s.segs = read_segments(segments, cap)
       if not s.segs then return nil end

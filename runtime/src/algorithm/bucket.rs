@@ -142,15 +142,16 @@ fn read_body(raw: &str) -> Option<Stored> {
         && i128::from(cold) <= coldest
         && (warmup == 0 || 4 * cap <= MAX_EXACT)
         && units >= DEBT_FLOOR
-        && i128::from(units) >= cap - MAX_EXACT
         && i128::from(units) <= cap;
-    // Every number but `units` is at least 0 once the checks pass.
+    // Every number but `units` is at least 0 once the checks pass. A debt deeper than
+    // the capacity less 2^53 (an earlier build's settle left one, in a bucket of more
+    // than 2^52 units) is read at that floor, as the scripts read it: the room within 2^53.
     valid.then_some(Stored {
         rate: rate as u64,
         interval: interval as u64,
         burst: burst as u64,
         warmup: warmup as u64,
-        units,
+        units: units.max((cap - MAX_EXACT) as i64),
         at: at as u64,
         cold: cold as u64,
     })

@@ -23,8 +23,16 @@ pub mod window;
 /// A number as the scripts read one a limiter's state holds (a config field, a
 /// bucket's field, a segment's time or room): decimal digits only, no sign, up to
 /// 2^53, compared as text before it is a double (which rounds 2^53 + 1 to 2^53): at
-/// most 16 characters, leading zeros counted.
-pub(crate) fn stored_number(text: &str) -> Option<u64> {
+/// most 16 characters, leading zeros counted. `None` for any other text.
+///
+/// ```
+/// use redlimit_runtime::algorithm::stored_number;
+/// assert_eq!(stored_number("9007199254740992"), Some(1 << 53));
+/// assert_eq!(stored_number("9007199254740993"), None);
+/// assert_eq!(stored_number("00000000000000005"), None);
+/// assert_eq!(stored_number("+5"), None);
+/// ```
+pub fn stored_number(text: &str) -> Option<u64> {
     let past = text.len() > 16 || (text.len() == 16 && text > "9007199254740992");
     if text.is_empty() || past || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
