@@ -845,16 +845,18 @@ async fn a_stored_number_past_2_53_is_named_corrupt_not_rounded() {
 }
 
 /// The scripts take a stored bucket for one they can read exactly when the Rust
-/// reading (`algorithm::bucket::read_bucket`, which the CLI uses) does: texts at every
-/// bound of its numbers (15, 16 and 17 characters, leading zeros, 2^53 and one past,
-/// the debt floor and one below, the room at 2^53 and one past, a capacity of 2^53 and
-/// one past), its segments (ids of another program's text, of their length or not),
-/// and random texts of their alphabet, each asked of by calls taking nothing, of the
-/// config most of them hold (the one-rule script) and of another (the general one).
+/// reading (`algorithm::bucket::read_bucket`, which the CLI uses) does, and read it
+/// alike: texts at every bound of its numbers (15, 16 and 17 characters, leading
+/// zeros, 2^53 and one past, the debt floor and one below, the room at 2^53, one short
+/// and one past, a capacity of 2^53 and one past), its segments (ids of another
+/// program's text, of their length or not), and random texts of their alphabet, each
+/// asked of by calls taking nothing, of the config most of them hold (the one-rule
+/// script) and of another (the general one); what each call finds left is what the
+/// Rust plan makes of the Rust reading (for a bucket refilled before the call).
 #[tokio::test]
 async fn the_scripts_read_a_stored_bucket_as_the_rust_reading_does() {
     use rand::{RngExt, SeedableRng};
-    use redlimit_runtime::algorithm::bucket::read_bucket;
+    use redlimit_runtime::algorithm::bucket::{plan_tokens, read_bucket};
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
     let (client, mut raw) = server.clocked_client(&clock).await;
@@ -895,6 +897,7 @@ async fn the_scripts_read_a_stored_bucket_as_the_rust_reading_does() {
         format!("1:8589934592:1048576:-1:{T0}"),
         format!("4503599627370498:1:4503599627370499:-4503599627370493:{T0}"),
         format!("4503599627370498:1:4503599627370499:-4503599627370492:{T0}"),
+        format!("4503599627370498:1:4503599627370499:-4503599627370494:{T0}"),
         format!("1:3002399751580331:3:9007199254740992:{T0}"),
         format!("1:3002399751580330:3:9007199254740990:{T0}"),
         format!("10:1000:5:5000:{T0}:2000:20000"),
@@ -933,7 +936,13 @@ async fn the_scripts_read_a_stored_bucket_as_the_rust_reading_does() {
                 .available()
                 .await;
             match (read_bucket(text), read) {
-                (Some(_), Ok(_)) => accepted += 1,
+                (Some(stored), Ok(left)) => {
+                    if stored.at <= T0 {
+                        let (plan, _) = plan_tokens(rate, 1_000, burst, 0, Some(&stored), T0);
+                        assert_eq!(left, plan.left(0), "{text:?} ({rate})");
+                    }
+                    accepted += 1;
+                }
                 (None, Err(Error::CorruptBucket { .. })) => refused += 1,
                 (rust, script) => panic!("{text:?} ({rate}): Rust {rust:?}, the scripts {script:?}"),
             }
@@ -943,6 +952,24 @@ async fn the_scripts_read_a_stored_bucket_as_the_rust_reading_does() {
         accepted > 50 && refused > 50,
         "{accepted} accepted, {refused} refused"
     );
+    // Debts past the room of 2^53 in the bucket's own config, refilled 1 ms: read at
+    // the floor alike (5 tokens left at the floor; 2 as the text says).
+    let (rate, burst) = (4_503_599_627_370_498, 4_503_599_627_370_499);
+    for (i, units) in ["-4503599627370496", "-4503599627370494", "-4503599627370493"]
+        .iter()
+        .enumerate()
+    {
+        let text = format!("{rate}:1:{burst}:{units}:{}", T0 - 1);
+        let name = format!("tb:deep-read{i}");
+        let _: () = raw.set(format!("{{{name}}}:bucket"), &text).await.unwrap();
+        let handle = client
+            .token_bucket(&name, rate, Duration::from_millis(1))
+            .burst(burst);
+        let stored = read_bucket(&text).unwrap();
+        let (plan, _) = plan_tokens(rate, 1, burst, 0, Some(&stored), T0);
+        assert_eq!(handle.available().await.unwrap(), plan.left(0), "{text}");
+        assert_eq!(plan.left(0), 5, "{text}");
+    }
 }
 
 /// A stored bucket or window value of any bytes and any length (another program's, or

@@ -35,23 +35,21 @@ pub fn scripts_read(text: &str) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// A limiter's value as the scripts read it, when it fits 64 bits and was read whole
-/// ([`Store::short_string`] ends a longer one in `…`).
+/// A limiter's value as the scripts count it: an optional `-` and digits, at most 16
+/// characters and not past 2^53 (read as text before a double rounds it). Any other
+/// number the scripts take for one above any rate, and the next call rebuilds the value
+/// from the log: `None` here, as for a text that is no number.
 pub fn limiter_value(text: &str) -> Option<i64> {
-    scripts_read(text).then(|| text.parse().ok()).flatten()
+    let past = text.len() > 16 || (text.len() == 16 && text > "9007199254740992");
+    (scripts_read(text) && !past).then(|| text.parse().ok()).flatten()
 }
 
-/// A limiter's value as the next call uses it, when the scripts read it: a count of more
-/// than 16 characters, or past 2^53, is above any rate to them (read as text before a
-/// double rounds it; the call rebuilds it from the log), here 2^62, beyond any rate and
-/// any log.
+/// A limiter's value as the next call uses it, when the scripts read it: a count they
+/// take for one above any rate (see [`limiter_value`]) as 2^62, beyond any rate and any
+/// log.
 pub fn value_for_call(text: &str) -> Option<i64> {
     const BEYOND: i64 = 1 << 62;
-    if !scripts_read(text) {
-        return None;
-    }
-    let past = text.len() > 16 || (text.len() == 16 && text > "9007199254740992");
-    Some(if past { BEYOND } else { text.parse().ok()? })
+    limiter_value(text).or(scripts_read(text).then_some(BEYOND))
 }
 
 /// Why a limiter's value that is there is not read as one: what the CLI says of it.
@@ -59,8 +57,9 @@ pub fn unread_value(text: &str) -> &'static str {
     if text.ends_with('…') {
         "a value longer than the CLI reads: what a call would do is not said here"
     } else if scripts_read(text) {
-        "a number past 64 bits, above any rate to the scripts: a call rebuilds the value \
-         from the log (`available now` is what it finds)"
+        "a number of more than 16 characters or past 2^53, which no limiter writes and the \
+         scripts take for one above any rate: the next call rebuilds the value from the log \
+         (`available now` is what it finds)"
     } else {
         "not a number: every call of the limiter fails until it is reset"
     }

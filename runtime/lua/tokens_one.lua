@@ -48,9 +48,9 @@ do
       -- (below zero: a debt a settle's excess left, down to lib/bucket.lua's DEBT_FLOOR)
       local tokens, at = string.match(raw, '^(%-?%d+):(%d+)$', #config + 1)
       -- (numbers of 16 digits and more, which a double may round: tokens.lua reads
-      -- them as text; more tokens than the bucket holds, a debt below the floor, or
-      -- one further than 2^53 below the capacity, whose room the differences below
-      -- would round: none this code stores, which tokens.lua says)
+      -- them as text; more tokens than the bucket holds or a debt below the floor,
+      -- which tokens.lua refuses; a debt further than 2^53 below the capacity, whose
+      -- room the differences below would round, which tokens.lua reads at that floor)
       if at and #at <= 15 and (#tokens <= 15 or string.byte(tokens) == 45) then
         tokens = tokens + 0
         if tokens <= cap and tokens >= LOWEST and tokens >= cap - 9007199254740992 then

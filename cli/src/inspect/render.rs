@@ -75,7 +75,7 @@ impl Inspection {
                     "client": b.client,
                     "value_key": key(&b.value_key),
                     "value": b.value,
-                    "available_now": b.value.map(|v| v + (b.log.permits - b.log.in_window_permits) as i64),
+                    "available_now": b.available_now,
                     "log_key": key(&b.log_key),
                     "log": {
                         "entries": b.log.entries,
