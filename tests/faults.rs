@@ -1776,7 +1776,17 @@ async fn silent_for_4_s(
     rules: &[redlimit::Rule],
     back_within: Duration,
 ) {
-    assert!(client.check_rules(rules).await.unwrap().allowed);
+    // (the first call connects, reads the slots and loads the script: on a loaded
+    // machine that may take longer than the command timeout, which is not what this
+    // test measures)
+    let mut first = client.check_rules(rules).await;
+    for _ in 0..20 {
+        if first.is_ok() {
+            break;
+        }
+        first = client.check_rules(rules).await;
+    }
+    assert!(first.unwrap().allowed);
     link.silence_all();
     let started = Instant::now();
     let callers: Vec<_> = (0..4)
