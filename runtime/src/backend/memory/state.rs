@@ -343,9 +343,20 @@ impl Limiter {
         let at = slot(kind);
         if self.tokens[at].is_some_and(|t| t.expires <= now) {
             self.tokens[at] = None;
-            self.drop_segments(at);
+            if self.segments.is_some() {
+                self.drop_segments_out_of_line(at);
+            }
         }
         self.tokens[at].as_mut()
+    }
+
+    /// [`drop_segments`](Limiter::drop_segments) out of line, for a bucket full again
+    /// whose reservations are pending: [`tokens`](Limiter::tokens) stays small enough
+    /// to be inlined into the usual decision.
+    #[cold]
+    #[inline(never)]
+    fn drop_segments_out_of_line(&mut self, at: usize) {
+        self.drop_segments(at);
     }
 
     /// The segments of the pending reservations of the token bucket of `kind`, when

@@ -114,6 +114,37 @@ fn a_key_back_after_its_window_emptied_or_its_bucket_filled_decides_as_a_new_one
 }
 
 #[test]
+fn a_bucket_full_again_drops_its_pending_reservations_segments() {
+    // A bucket full again is dropped, and with it the segments of its reservations
+    // pending (as Redis's key expires with its text): the calls after take the usual
+    // path again, not the phases until the segments are older than an empty bucket
+    // takes to fill.
+    let backend = MemoryBackend::default();
+    let bucket = minute(5);
+    let b = LimiterKeys::new("b", "c").unwrap();
+    let segments = |backend: &MemoryBackend| {
+        backend
+            .lock("b")
+            .limiters
+            .get_mut("b")
+            .unwrap()
+            .segments
+            .is_some()
+    };
+    block_on(async {
+        let mut reserve = bucket_call(&b, &bucket);
+        reserve[0].reserved = Some(7);
+        assert!(granted(&backend, &reserve, 1_000).await);
+        assert!(segments(&backend), "a reservation's grant opens a segment");
+        // One token a 12 s: full again at 13 000, where its expiry is.
+        assert!(granted(&backend, &bucket_call(&b, &bucket), 12_999).await);
+        assert!(segments(&backend), "not full yet: the segment stays");
+        assert!(granted(&backend, &bucket_call(&b, &bucket), 25_000).await);
+    });
+    assert!(!segments(&backend), "full again: its segments went with it");
+}
+
+#[test]
 fn asking_what_an_idle_limiter_has_leaves_it_idle() {
     // A call of 0 permits (what `left_of` sends after a refusal) writes nothing: an
     // idle limiter it reads stays idle, for a sweep or the bound to drop, where a
