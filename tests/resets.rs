@@ -2,7 +2,8 @@
 //! (`local_refusals`, on by default) is dropped within about a second of the limiter
 //! being deleted or restarted anywhere, through `check_rules`, the attribute and the
 //! layer alike, against a real redis-server. Without the announcement each of these
-//! calls stays refused for the whole wait Redis gave (20 s here).
+//! calls stays refused for the whole wait Redis gave (20 s here). A batch a client
+//! serves ends with the reset the same way.
 
 use redlimit_test_support as support;
 
@@ -187,5 +188,61 @@ async fn hostile_stream_contents_never_keep_a_refusal_past_a_reset() {
         let call = || async { deciding.check_rules(&rule).await.unwrap().allowed };
         let took = kept_then_reset(&server, &operator, &name, Reset::Delete, call).await;
         assert!(took <= REACHED_WITHIN, "{what}: granted {took:?} after the reset");
+    }
+}
+
+/// A batch (`Rule::batch`) ends with its limiter's reset: the client that resets it
+/// serves no permit more from its own batch at once, and every other client within
+/// about a second. Without that, a rule of 10 a window granted 19 in the window after a
+/// reset: 10 to a client taking them anew, 9 from an old batch, whose lease (up to the
+/// interval) had not ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_ends_the_batches_clients_serve() {
+    let server = RedisServer::start();
+    let batching = Client::connect(&server.url()).await.unwrap();
+    let operator = Client::connect(&server.url()).await.unwrap();
+    let interval = Duration::from_secs(10);
+    let batched = |name: &str| {
+        [Rule::new(name, 10, interval)
+            .batch(10)
+            .batch_lease(Duration::from_secs(9))]
+    };
+    // Grants of `rule` out of `n` calls by `client`.
+    async fn granted(client: &Client, rule: &[Rule], n: usize) -> usize {
+        let mut granted = 0;
+        for _ in 0..n {
+            granted += usize::from(client.check_rules(rule).await.unwrap().allowed);
+        }
+        granted
+    }
+    // Each reset by another client, read within about a second; then by the batching
+    // client itself, read at once.
+    let resets = [Reset::Delete, Reset::SetRate, Reset::RawDeleteAnnounced];
+    let mut names = Vec::new();
+    for (i, _) in resets.iter().enumerate() {
+        let name = format!("rate_limit:resets:batch:{i}");
+        assert_eq!(granted(&batching, &batched(&name), 1).await, 1);
+        names.push(name);
+    }
+    for (reset, name) in resets.iter().zip(&names) {
+        reset.apply(&operator, &server, name).await;
+    }
+    let own = "rate_limit:resets:batch:own";
+    assert_eq!(granted(&batching, &batched(own), 1).await, 1);
+    assert!(batching.rate_limiter(own).delete().await.unwrap());
+    let after_own = (
+        granted(&operator, &[Rule::new(own, 10, interval)], 10).await,
+        granted(&batching, &batched(own), 20).await,
+    );
+    assert_eq!(
+        after_own,
+        (10, 0),
+        "the client's own reset ends its batch at once"
+    );
+    tokio::time::sleep(REACHED_WITHIN).await;
+    for (reset, name) in resets.iter().zip(&names) {
+        let fresh = granted(&operator, &[Rule::new(name.as_str(), 10, interval)], 10).await;
+        let old = granted(&batching, &batched(name), 20).await;
+        assert_eq!((fresh, old), (10, 0), "{reset:?}: the window after the reset");
     }
 }

@@ -7,7 +7,9 @@
 //! across the round trip, so concurrent callers wait for it rather than each taking
 //! one): a client holds at most one open batch per limiter at any instant, which is
 //! what the bound of a window of `interval` (`rate + N * k`) rests on. A permit is
-//! never served after its batch's lease ended, nor more than the batch holds.
+//! never served after its batch's lease ended, nor more than the batch holds, nor
+//! after its limiter was reset (`shared::resets`: at once by the client resetting it,
+//! within about a second by every other).
 //!
 //! Only calls of one rule batch, on Redis clients, for at most `k` permits; the rest
 //! go to Redis as before. At most `MAX_ENTRIES` limiters are kept per client (a std
@@ -49,6 +51,9 @@ pub(crate) struct Batch {
     /// does not stretch the lease.
     until_ms: u64,
     deadline: std::time::Instant,
+    /// Its slot's count of resets when it was taken: once the limiter is reset
+    /// (another count), it serves nothing.
+    resets: u64,
 }
 
 impl Batch {
@@ -90,7 +95,40 @@ struct State {
     batch: Option<Batch>,
 }
 
-type Slot = tokio::sync::Mutex<State>;
+/// One limiter's batch, behind the lock its takes and give-backs hold, and how many
+/// times the limiter was reset ([`RedisBackend::end_batch`]): a batch taken before the
+/// last reset, or while it was announced, serves nothing, whoever holds the lock.
+#[derive(Default)]
+struct Slot {
+    state: tokio::sync::Mutex<State>,
+    resets: AtomicU64,
+}
+
+impl Slot {
+    #[cfg(test)]
+    fn new(state: State) -> Self {
+        Slot {
+            state: tokio::sync::Mutex::new(state),
+            resets: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether `batch` was taken since the limiter's last reset.
+    fn current(&self, batch: &Batch) -> bool {
+        batch.resets == self.resets.load(Ordering::Acquire)
+    }
+
+    /// The limiter reset: its batch serves nothing from now on, and is taken out
+    /// unless the slot is in use (a caller taking, a give-back on its way: then it is
+    /// taken out when the slot is next locked).
+    fn end(&self) -> Option<Batch> {
+        self.resets.fetch_add(1, Ordering::AcqRel);
+        self.state
+            .try_lock()
+            .ok()
+            .and_then(|mut state| state.batch.take())
+    }
+}
 
 /// A client's batches, by limiter name.
 #[derive(Default)]
@@ -122,7 +160,9 @@ impl Batches {
         let mut ended = Vec::new();
         let mut next = u64::MAX;
         for (name, slot) in self.slots().iter() {
-            let Ok(state) = slot.try_lock() else { continue };
+            let Ok(state) = slot.state.try_lock() else {
+                continue;
+            };
             match &state.batch {
                 Some(batch) if batch.ended(now) => ended.push((name.clone(), slot.clone())),
                 Some(batch) => next = next.min(batch.left_ms(now)),
@@ -141,7 +181,7 @@ impl Batches {
         self.slots().retain(|name, slot| {
             // Held by a caller (who may lock it next): not dropped, nor closed when locked.
             let evict = evict && Arc::strong_count(slot) == 1;
-            let Ok(mut state) = slot.try_lock() else {
+            let Ok(mut state) = slot.state.try_lock() else {
                 return true;
             };
             match &state.batch {
@@ -171,12 +211,14 @@ impl RedisBackend {
             return None;
         }
         let slots = batches.slots();
-        let mut state = slots.get(rule.name())?.try_lock().ok()?;
+        let slot = slots.get(rule.name())?;
+        let mut state = slot.state.try_lock().ok()?;
         if !state.rule.as_ref().is_some_and(|kept| same_batch(kept, rule)) {
             return None;
         }
         let now = self.now_ms();
-        state.batch.as_mut()?.serve(permits, now)
+        let batch = state.batch.as_mut().filter(|batch| slot.current(batch))?;
+        batch.serve(permits, now)
     }
 
     /// A call of `rule` alone for `permits`, served from the limiter's batch or by
@@ -196,15 +238,19 @@ impl RedisBackend {
         // of Redis may take: a hung server's queue of callers does not grow the wait of
         // each by one command timeout more.
         let timeout = self.timeout;
-        let Ok(mut state) = tokio::time::timeout(timeout, slot.lock()).await else {
+        let Ok(mut state) = tokio::time::timeout(timeout, slot.state.lock()).await else {
             return Some(Err(Error::Timeout {
                 after: timeout,
                 connecting: false,
             }));
         };
+        // The resets counted before the next batch is taken: one announced while it is
+        // on its way leaves it serving nothing.
+        let resets = slot.resets.load(Ordering::Acquire);
         let now = self.now_ms();
         if state.rule.as_ref().is_some_and(|kept| same_batch(kept, rule)) {
-            if let Some(granted) = state.batch.as_mut().and_then(|b| b.serve(permits, now)) {
+            let current = state.batch.as_mut().filter(|b| b.resets == resets);
+            if let Some(granted) = current.and_then(|b| b.serve(permits, now)) {
                 return Some(Ok(granted));
             }
         } else {
@@ -222,11 +268,13 @@ impl RedisBackend {
         if let Some(refused) = self.kept.refusals.answer(rule, permits, now) {
             return Some(Ok(refused));
         }
-        let taken = self.take_batch(rule, keys, permits).await;
+        let taken = self.take_batch(rule, keys, permits, resets).await;
         Some(taken.map(|(decision, batch)| {
             if batch.is_some() {
-                // (again if the one sweeping ran on a runtime that ended)
+                // (again if the one sweeping ran on a runtime that ended; and the
+                // task reading the announced resets, which end the batch)
                 self.start_sweeper();
+                self.start_background();
             }
             state.batch = batch;
             decision
@@ -265,12 +313,14 @@ impl RedisBackend {
     /// Takes the batch for a call of `permits`: `k` permits; when refused with at
     /// least `permits` left, that many up to `k`, else `permits` alone (so the refusal
     /// answered is the call's own, with its wait): at most two round trips. Answers
-    /// the call's decision, and the batch when it holds more than the call took.
+    /// the call's decision, and the batch when it holds more than the call took,
+    /// marked with the slot's count of `resets` before it was taken.
     async fn take_batch(
         self: &Arc<Self>,
         rule: &Rule,
         keys: Keys<'_>,
         permits: u64,
+        resets: u64,
     ) -> Result<(Decision, Option<Batch>), Error> {
         let k = rule.batch_size();
         let mut now = self.now_ms();
@@ -294,6 +344,7 @@ impl RedisBackend {
             redis_left: decision.remaining,
             until_ms: now.saturating_add(rule.batch_lease_ms()),
             deadline: started + Duration::from_millis(rule.batch_lease_ms()),
+            resets,
         });
         decision.remaining += asked - permits;
         Ok((decision, batch))
@@ -374,7 +425,7 @@ impl RedisBackend {
                     // it.
                     let (ended, next) = redis.kept.batches.ended(redis.now_ms());
                     for (name, slot) in ended {
-                        let mut state = slot.lock().await;
+                        let mut state = slot.state.lock().await;
                         let now = redis.now_ms();
                         if let Some(batch) = state.batch.take_if(|batch| batch.ended(now)) {
                             redis.give_back_now(&name, batch).await;
@@ -407,6 +458,34 @@ impl RedisBackend {
             return None;
         }
         LimiterKeys::with_client(name.to_owned(), self.owner.client_id.clone()).ok()
+    }
+
+    /// Ends this client's batch of the limiter `name`, reset: not one permit more is
+    /// served from it (one being taken serves none either), and what it did not use
+    /// is given back, off the caller's path (nothing comes back where the reset
+    /// deleted its log member). See `shared::resets`.
+    pub(crate) fn end_batch(&self, name: &str) {
+        let slot = self.kept.batches.slots().get(name).cloned();
+        if let Some(slot) = slot {
+            self.end_slot(name, &slot);
+        }
+    }
+
+    /// [`end_batch`](RedisBackend::end_batch) of every limiter: resets may have been
+    /// missed.
+    pub(crate) fn end_every_batch(&self) {
+        let slots: Vec<(String, Arc<Slot>)> = (self.kept.batches.slots().iter())
+            .map(|(name, slot)| (name.clone(), slot.clone()))
+            .collect();
+        for (name, slot) in slots {
+            self.end_slot(&name, &slot);
+        }
+    }
+
+    fn end_slot(&self, name: &str, slot: &Slot) {
+        if let Some(batch) = slot.end() {
+            self.give_back_batch(name, batch);
+        }
     }
 
     /// Gives back every open batch of a client being dropped, each in a task of its

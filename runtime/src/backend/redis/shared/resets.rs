@@ -1,6 +1,8 @@
 //! Limiters restarted or deleted, announced to every process: a refusal a client keeps
 //! (`kept::refusals`) would otherwise outlive an operator's reset for the whole
-//! wait Redis gave.
+//! wait Redis gave, and a batch it serves (`kept::batches`) would go on serving, until
+//! its lease ended, permits counted in the window the reset ended (a rate of 10 a
+//! window granted 19 in the window after a reset: 10 there, 9 of the old batch).
 //!
 //! Whatever restarts or deletes a limiter through redlimit ([`RateLimiter::delete`],
 //! `set_rate` and `update_rate`, [`TokenBucket::delete`], the CLI's `reset` and
@@ -9,15 +11,16 @@
 //! entries it has not seen every second in the background (`shared::sync`; the
 //! first reading takes the whole stream) and drops what it kept of those limiters, so
 //! a reset reaches every process within about a second. A client that finds entries it has not seen trimmed away (more resets in a
-//! second than the stream keeps) drops every refusal it keeps: keeping none is always
-//! safe, it only costs the round trips they saved. Writers outside redlimit (a Java
+//! second than the stream keeps) drops every refusal it keeps and ends every batch:
+//! keeping none is always safe, it only costs the round trips they saved. Writers outside redlimit (a Java
 //! service's `setRate` or `delete`) announce nothing, unless they append to the stream
 //! themselves (`XADD <prefix>redlimit:resets * name <limiter>`): until then a refusal
 //! kept of that limiter lasts at most the wait Redis gave. A stream that cannot be read
 //! (another type at its key, an entry too large to read within the command timeout)
 //! or that can take no more entries (its last id is the last there is) is logged once,
-//! and until that changes every reading drops every kept refusal: none outlives a
-//! reset by more than about a second, whatever the key holds.
+//! and until that changes every reading drops every kept refusal and ends every batch:
+//! none outlives a reset by more than about a second, whatever the key holds. The
+//! client that resets a limiter ends its own at once.
 //!
 //! [`RateLimiter::delete`]: crate::RateLimiter::delete
 //! [`TokenBucket::delete`]: crate::TokenBucket::delete
@@ -73,7 +76,7 @@ impl RedisBackend {
     /// restarted or deleted (`Client::announce_reset`), dropping the refusal this
     /// client keeps of it first.
     pub(crate) async fn announce_reset(&self, name: &str) -> Result<(), Error> {
-        self.forget_refusal(name);
+        self.forget_reset(name);
         self.append_reset(&resets_key(&self.owner.prefix), name).await
     }
 
@@ -89,7 +92,7 @@ impl RedisBackend {
         let (oldest, entries) = match self.read_resets(&key, &from.next()).await {
             Ok(read) => read,
             Err(error) => {
-                self.forget_every_refusal();
+                self.forget_every_reset();
                 self.shared.resets.unreadable(&key, &error);
                 return;
             }
@@ -103,7 +106,7 @@ impl RedisBackend {
         if last == Some(Id::LAST) {
             // No entry can follow the last id there is: resets can no longer be
             // announced, so none is kept past the next reading.
-            self.forget_every_refusal();
+            self.forget_every_reset();
             let error = Error::InvalidConfig {
                 name: key.clone(),
                 problem: "its last entry has the last id a stream can have",
@@ -119,17 +122,30 @@ impl RedisBackend {
     /// entry's id.
     fn forget_announced(&self, entries: &ResetEntries, all: bool) -> Option<Id> {
         if all {
-            self.forget_every_refusal();
+            self.forget_every_reset();
         } else {
             for (_, fields) in entries {
                 for (field, name) in fields {
                     if let (b"name", Ok(name)) = (field.as_slice(), std::str::from_utf8(name)) {
-                        self.forget_refusal(name);
+                        self.forget_reset(name);
                     }
                 }
             }
         }
         entries.last().and_then(|(id, _)| Id::parse(id))
+    }
+
+    /// What this client keeps of the limiter `name`, reset: its refusal, and its
+    /// batch, which serves no permit more (the window it was counted in is gone).
+    fn forget_reset(&self, name: &str) {
+        self.forget_refusal(name);
+        self.end_batch(name);
+    }
+
+    /// [`forget_reset`](RedisBackend::forget_reset) of every limiter.
+    fn forget_every_reset(&self) {
+        self.forget_every_refusal();
+        self.end_every_batch();
     }
 }
 

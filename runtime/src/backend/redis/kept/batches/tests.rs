@@ -11,6 +11,7 @@ fn open_until(until_ms: u64) -> Option<Batch> {
         redis_left: 0,
         until_ms,
         deadline: std::time::Instant::now() + Duration::from_secs(3600),
+        resets: 0,
     })
 }
 
@@ -58,4 +59,30 @@ fn a_batch_serves_within_its_lease_and_what_it_holds() {
     let granted = batch.serve(4, 99).unwrap();
     assert_eq!((granted.allowed, granted.at_ms, granted.remaining), (true, 99, 0));
     assert!(batch.serve(1, 99).is_none());
+}
+
+#[test]
+fn a_reset_ends_a_batch_whoever_holds_its_slot() {
+    // Not in use: the batch is taken out, and no other is current.
+    let slot = Slot::new(State {
+        rule: None,
+        batch: open_until(1_000),
+    });
+    let ended = slot.end().expect("taken out");
+    assert!(!slot.current(&ended));
+    // In use by a caller taking the next batch, which read the count before its round
+    // trip: the reset meanwhile leaves what it installs serving nothing.
+    let slot = Slot::default();
+    let taking = slot.state.try_lock().unwrap();
+    let read = slot.resets.load(Ordering::Acquire);
+    assert!(slot.end().is_none(), "in use: left in place");
+    drop(taking);
+    let mut installed = open_until(1_000).unwrap();
+    installed.resets = read;
+    assert!(
+        !slot.current(&installed),
+        "taken before the reset: serves nothing"
+    );
+    installed.resets = slot.resets.load(Ordering::Acquire);
+    assert!(slot.current(&installed), "taken after it: serves");
 }
