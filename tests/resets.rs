@@ -239,10 +239,20 @@ async fn a_reset_ends_the_batches_clients_serve() {
         (10, 0),
         "the client's own reset ends its batch at once"
     );
+    // Per client, the batch is counted in the batching client's own keys, which
+    // another client's reset does not touch: it serves on, as before the reset.
+    let per_client = "rate_limit:resets:batch:per-client";
+    let own_keys = |name: &str| batched(name).map(|rule| rule.mode(RateType::PerClient));
+    assert_eq!(granted(&batching, &own_keys(per_client), 1).await, 1);
+    Reset::Delete.apply(&operator, &server, per_client).await;
     tokio::time::sleep(REACHED_WITHIN).await;
     for (reset, name) in resets.iter().zip(&names) {
         let fresh = granted(&operator, &[Rule::new(name.as_str(), 10, interval)], 10).await;
         let old = granted(&batching, &batched(name), 20).await;
         assert_eq!((fresh, old), (10, 0), "{reset:?}: the window after the reset");
     }
+    // (the batching client first: its give-back would find no config to give into)
+    let own = granted(&batching, &own_keys(per_client), 20).await;
+    let others = granted(&operator, &own_keys(per_client), 20).await;
+    assert_eq!((others, own), (10, 9), "per client: each client's own window");
 }

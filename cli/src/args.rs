@@ -69,7 +69,7 @@ pub enum Command {
         reset: bool,
         /// The key prefix of the processes' clients, whose own keys (override table,
         /// refusal reports) are never taken for limiters, and to which the change is
-        /// announced (they drop the refusals they kept of it).
+        /// announced (they drop the refusals they kept of it and end their batches of it).
         #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX)]
         prefix: String,
     },
@@ -82,7 +82,7 @@ pub enum Command {
         yes: bool,
         /// The key prefix of the processes' clients, whose own keys (override table,
         /// refusal reports) are never taken for limiters, and to which the reset is
-        /// announced (they drop the refusals they kept of it).
+        /// announced (they drop the refusals they kept of it and end their batches of it).
         #[arg(long, default_value = redlimit_runtime::DEFAULT_PREFIX)]
         prefix: String,
     },

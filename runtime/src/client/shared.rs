@@ -35,8 +35,11 @@ impl Client {
 
     /// Tells every process using this Redis and prefix that the limiter `name` was
     /// restarted or deleted (by hand, or by a writer that does not say so), so that
-    /// each drops the refusal it keeps of it within about a second. redlimit's own
-    /// resets call it; nothing to do in process.
+    /// each drops the refusal it keeps of it and ends its batch of it (`Rule::batch`)
+    /// within about a second, this client at once. A batch taken in the `per_client`
+    /// mode is counted in its client's own keys, which another client's reset leaves:
+    /// it ends only with its own client's. redlimit's own resets call it; nothing to
+    /// do in process.
     pub async fn announce_reset(&self, name: &str) -> Result<(), Error> {
         self.backend().announce_reset(name).await
     }

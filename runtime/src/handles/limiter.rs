@@ -261,9 +261,9 @@ impl RateLimiter {
     }
 
     /// Deletes all five keys; answers whether anything was deleted. Every process
-    /// using this Redis and prefix drops the refusal it keeps of the limiter within
-    /// about a second (so do `set_rate` and `update_rate`: see
-    /// [`Client::announce_reset`]).
+    /// using this Redis and prefix drops the refusal it keeps of the limiter and ends
+    /// its batch of it within about a second, this one at once (so do `set_rate` and
+    /// `update_rate`: see [`Client::announce_reset`]).
     pub async fn delete(&self) -> Result<bool, Error> {
         let keys = self.writable()?;
         self.client.forget_refusal(&self.name);

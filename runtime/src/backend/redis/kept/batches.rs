@@ -17,7 +17,7 @@
 //! that many batches open, a call on another limiter goes to Redis unbatched.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -95,13 +95,15 @@ struct State {
     batch: Option<Batch>,
 }
 
-/// One limiter's batch, behind the lock its takes and give-backs hold, and how many
-/// times the limiter was reset ([`RedisBackend::end_batch`]): a batch taken before the
-/// last reset, or while it was announced, serves nothing, whoever holds the lock.
+/// One limiter's batch, behind the lock its takes and give-backs hold; how many times
+/// the limiter was reset ([`RedisBackend::end_batch`]): a batch taken before the last
+/// reset, or while it was announced, serves nothing, whoever holds the lock; and
+/// whether its batch was taken in the `per_client` mode.
 #[derive(Default)]
 struct Slot {
     state: tokio::sync::Mutex<State>,
     resets: AtomicU64,
+    per_client: AtomicBool,
 }
 
 impl Slot {
@@ -109,7 +111,7 @@ impl Slot {
     fn new(state: State) -> Self {
         Slot {
             state: tokio::sync::Mutex::new(state),
-            resets: AtomicU64::new(0),
+            ..Default::default()
         }
     }
 
@@ -118,15 +120,16 @@ impl Slot {
         batch.resets == self.resets.load(Ordering::Acquire)
     }
 
-    /// The limiter reset: its batch serves nothing from now on, and is taken out
-    /// unless the slot is in use (a caller taking, a give-back on its way: then it is
-    /// taken out when the slot is next locked).
-    fn end(&self) -> Option<Batch> {
-        self.resets.fetch_add(1, Ordering::AcqRel);
-        self.state
-            .try_lock()
-            .ok()
-            .and_then(|mut state| state.batch.take())
+    /// The limiter reset: its batch serves nothing from now on. It stays in the slot
+    /// until the next call of the limiter gives it back, under the slot's lock, before
+    /// it takes the next (so the next take never finds it counted still), or the
+    /// sweeper does when its lease ends. A reset by another client leaves a batch taken
+    /// `per_client`: it is counted in this client's own keys, which only this client's
+    /// reset deletes.
+    fn end(&self, own: bool) {
+        if own || !self.per_client.load(Ordering::Acquire) {
+            self.resets.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -271,10 +274,10 @@ impl RedisBackend {
         let taken = self.take_batch(rule, keys, permits, resets).await;
         Some(taken.map(|(decision, batch)| {
             if batch.is_some() {
-                // (again if the one sweeping ran on a runtime that ended; and the
-                // task reading the announced resets, which end the batch)
+                // (again if the one sweeping ran on a runtime that ended)
                 self.start_sweeper();
-                self.start_background();
+                let per_client = rule.config().rate_type == crate::RateType::PerClient;
+                slot.per_client.store(per_client, Ordering::Release);
             }
             state.batch = batch;
             decision
@@ -460,31 +463,20 @@ impl RedisBackend {
         LimiterKeys::with_client(name.to_owned(), self.owner.client_id.clone()).ok()
     }
 
-    /// Ends this client's batch of the limiter `name`, reset: not one permit more is
-    /// served from it (one being taken serves none either), and what it did not use
-    /// is given back, off the caller's path (nothing comes back where the reset
-    /// deleted its log member). See `shared::resets`.
-    pub(crate) fn end_batch(&self, name: &str) {
-        let slot = self.kept.batches.slots().get(name).cloned();
-        if let Some(slot) = slot {
-            self.end_slot(name, &slot);
+    /// Ends this client's batch of the limiter `name`, reset (by this client: `own`):
+    /// not one permit more is served from it, nor from one being taken (see
+    /// [`Slot::end`]). See `shared::resets`.
+    pub(crate) fn end_batch(&self, name: &str, own: bool) {
+        if let Some(slot) = self.kept.batches.slots().get(name) {
+            slot.end(own);
         }
     }
 
-    /// [`end_batch`](RedisBackend::end_batch) of every limiter: resets may have been
-    /// missed.
+    /// [`end_batch`](RedisBackend::end_batch) of every limiter, reset elsewhere:
+    /// resets may have been missed.
     pub(crate) fn end_every_batch(&self) {
-        let slots: Vec<(String, Arc<Slot>)> = (self.kept.batches.slots().iter())
-            .map(|(name, slot)| (name.clone(), slot.clone()))
-            .collect();
-        for (name, slot) in slots {
-            self.end_slot(&name, &slot);
-        }
-    }
-
-    fn end_slot(&self, name: &str, slot: &Slot) {
-        if let Some(batch) = slot.end() {
-            self.give_back_batch(name, batch);
+        for slot in self.kept.batches.slots().values() {
+            slot.end(false);
         }
     }
 

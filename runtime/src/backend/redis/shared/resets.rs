@@ -2,7 +2,9 @@
 //! (`kept::refusals`) would otherwise outlive an operator's reset for the whole
 //! wait Redis gave, and a batch it serves (`kept::batches`) would go on serving, until
 //! its lease ended, permits counted in the window the reset ended (a rate of 10 a
-//! window granted 19 in the window after a reset: 10 there, 9 of the old batch).
+//! window granted 19 in the window after a reset: 10 there, 9 of the old batch). A
+//! batch taken `per_client` is counted in its client's own keys, which only that
+//! client's reset deletes: another's leaves it.
 //!
 //! Whatever restarts or deletes a limiter through redlimit ([`RateLimiter::delete`],
 //! `set_rate` and `update_rate`, [`TokenBucket::delete`], the CLI's `reset` and
@@ -76,7 +78,7 @@ impl RedisBackend {
     /// restarted or deleted (`Client::announce_reset`), dropping the refusal this
     /// client keeps of it first.
     pub(crate) async fn announce_reset(&self, name: &str) -> Result<(), Error> {
-        self.forget_reset(name);
+        self.forget_reset(name, true);
         self.append_reset(&resets_key(&self.owner.prefix), name).await
     }
 
@@ -127,7 +129,7 @@ impl RedisBackend {
             for (_, fields) in entries {
                 for (field, name) in fields {
                     if let (b"name", Ok(name)) = (field.as_slice(), std::str::from_utf8(name)) {
-                        self.forget_reset(name);
+                        self.forget_reset(name, false);
                     }
                 }
             }
@@ -135,14 +137,15 @@ impl RedisBackend {
         entries.last().and_then(|(id, _)| Id::parse(id))
     }
 
-    /// What this client keeps of the limiter `name`, reset: its refusal, and its
-    /// batch, which serves no permit more (the window it was counted in is gone).
-    fn forget_reset(&self, name: &str) {
+    /// What this client keeps of the limiter `name`, reset (by this client: `own`):
+    /// its refusal, and its batch, which serves no permit more (the window it was
+    /// counted in is gone; a `per_client` batch's only when the reset is its own).
+    fn forget_reset(&self, name: &str, own: bool) {
         self.forget_refusal(name);
-        self.end_batch(name);
+        self.end_batch(name, own);
     }
 
-    /// [`forget_reset`](RedisBackend::forget_reset) of every limiter.
+    /// [`forget_reset`](RedisBackend::forget_reset) of every limiter, reset elsewhere.
     fn forget_every_reset(&self) {
         self.forget_every_refusal();
         self.end_every_batch();

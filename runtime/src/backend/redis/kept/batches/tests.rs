@@ -63,19 +63,21 @@ fn a_batch_serves_within_its_lease_and_what_it_holds() {
 
 #[test]
 fn a_reset_ends_a_batch_whoever_holds_its_slot() {
-    // Not in use: the batch is taken out, and no other is current.
+    // Held in the slot: it serves nothing after the reset, until given back.
     let slot = Slot::new(State {
         rule: None,
         batch: open_until(1_000),
     });
-    let ended = slot.end().expect("taken out");
-    assert!(!slot.current(&ended));
-    // In use by a caller taking the next batch, which read the count before its round
-    // trip: the reset meanwhile leaves what it installs serving nothing.
+    slot.end(false);
+    let state = slot.state.try_lock().unwrap();
+    assert!(!slot.current(state.batch.as_ref().unwrap()));
+    drop(state);
+    // Being taken by a caller, who read the count before the round trip: the reset
+    // meanwhile leaves what it installs serving nothing.
     let slot = Slot::default();
     let taking = slot.state.try_lock().unwrap();
     let read = slot.resets.load(Ordering::Acquire);
-    assert!(slot.end().is_none(), "in use: left in place");
+    slot.end(false);
     drop(taking);
     let mut installed = open_until(1_000).unwrap();
     installed.resets = read;
@@ -85,4 +87,10 @@ fn a_reset_ends_a_batch_whoever_holds_its_slot() {
     );
     installed.resets = slot.resets.load(Ordering::Acquire);
     assert!(slot.current(&installed), "taken after it: serves");
+    // Taken per client: another client's reset leaves it, the client's own ends it.
+    slot.per_client.store(true, Ordering::Release);
+    slot.end(false);
+    assert!(slot.current(&installed), "counted in this client's own keys");
+    slot.end(true);
+    assert!(!slot.current(&installed));
 }
