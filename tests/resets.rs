@@ -199,7 +199,10 @@ async fn hostile_stream_contents_never_keep_a_refusal_past_a_reset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_ends_the_batches_clients_serve() {
     let server = RedisServer::start();
+    // A client that only batches, through `check_rules`: it keeps no refusal (which is
+    // what starts its background task), so its sweeper reads the resets.
     let batching = Client::connect(&server.url()).await.unwrap();
+    let resetting = Client::connect(&server.url()).await.unwrap();
     let operator = Client::connect(&server.url()).await.unwrap();
     let interval = Duration::from_secs(10);
     let batched = |name: &str| {
@@ -207,6 +210,7 @@ async fn a_reset_ends_the_batches_clients_serve() {
             .batch(10)
             .batch_lease(Duration::from_secs(9))]
     };
+    let own_keys = |name: &str| batched(name).map(|rule| rule.mode(RateType::PerClient));
     // Grants of `rule` out of `n` calls by `client`.
     async fn granted(client: &Client, rule: &[Rule], n: usize) -> usize {
         let mut granted = 0;
@@ -215,8 +219,7 @@ async fn a_reset_ends_the_batches_clients_serve() {
         }
         granted
     }
-    // Each reset by another client, read within about a second; then by the batching
-    // client itself, read at once.
+    // Each reset by another client, read within about a second.
     let resets = [Reset::Delete, Reset::SetRate, Reset::RawDeleteAnnounced];
     let mut names = Vec::new();
     for (i, _) in resets.iter().enumerate() {
@@ -224,35 +227,66 @@ async fn a_reset_ends_the_batches_clients_serve() {
         assert_eq!(granted(&batching, &batched(&name), 1).await, 1);
         names.push(name);
     }
+    // Per client, a batch is counted in its client's own keys: another client's
+    // `delete` leaves them, and the batch serves on; every client's keys deleted and
+    // announced (as the CLI's `reset` does) end it.
+    let (kept, gone) = ("rate_limit:resets:batch:kept", "rate_limit:resets:batch:gone");
+    for name in [kept, gone] {
+        assert_eq!(granted(&batching, &own_keys(name), 1).await, 1);
+    }
     for (reset, name) in resets.iter().zip(&names) {
         reset.apply(&operator, &server, name).await;
     }
+    Reset::Delete.apply(&operator, &server, kept).await;
+    let mut raw = server.raw().await;
+    let every: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{gone}}}*"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        every.len() >= 2,
+        "the batching client's own value and log: {every:?}"
+    );
+    let _: u64 = redis::cmd("DEL")
+        .arg(gone)
+        .arg(&every[..])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    operator.announce_reset(gone).await.unwrap();
+    // The client's own reset: at once.
     let own = "rate_limit:resets:batch:own";
-    assert_eq!(granted(&batching, &batched(own), 1).await, 1);
-    assert!(batching.rate_limiter(own).delete().await.unwrap());
+    assert_eq!(granted(&resetting, &batched(own), 1).await, 1);
+    assert!(resetting.rate_limiter(own).delete().await.unwrap());
     let after_own = (
         granted(&operator, &[Rule::new(own, 10, interval)], 10).await,
-        granted(&batching, &batched(own), 20).await,
+        granted(&resetting, &batched(own), 20).await,
     );
     assert_eq!(
         after_own,
         (10, 0),
         "the client's own reset ends its batch at once"
     );
-    // Per client, the batch is counted in the batching client's own keys, which
-    // another client's reset does not touch: it serves on, as before the reset.
-    let per_client = "rate_limit:resets:batch:per-client";
-    let own_keys = |name: &str| batched(name).map(|rule| rule.mode(RateType::PerClient));
-    assert_eq!(granted(&batching, &own_keys(per_client), 1).await, 1);
-    Reset::Delete.apply(&operator, &server, per_client).await;
     tokio::time::sleep(REACHED_WITHIN).await;
     for (reset, name) in resets.iter().zip(&names) {
         let fresh = granted(&operator, &[Rule::new(name.as_str(), 10, interval)], 10).await;
         let old = granted(&batching, &batched(name), 20).await;
         assert_eq!((fresh, old), (10, 0), "{reset:?}: the window after the reset");
     }
-    // (the batching client first: its give-back would find no config to give into)
-    let own = granted(&batching, &own_keys(per_client), 20).await;
-    let others = granted(&operator, &own_keys(per_client), 20).await;
-    assert_eq!((others, own), (10, 9), "per client: each client's own window");
+    // (the batching client first: a give-back would find no config to give into)
+    let served_on = granted(&batching, &own_keys(kept), 20).await;
+    let others = granted(&operator, &own_keys(kept), 20).await;
+    assert_eq!(
+        (others, served_on),
+        (10, 9),
+        "per client: each client's own window"
+    );
+    // Its keys gone, the batching client's window starts again: 10, not 9 more from
+    // the old batch and 10 from the next.
+    let anew = granted(&batching, &own_keys(gone), 20).await;
+    assert_eq!(
+        anew, 10,
+        "per client, its keys deleted: the window after the reset"
+    );
 }

@@ -71,12 +71,13 @@ impl Backend {
         }
     }
 
-    /// Tells every process that the limiter `name` was restarted or deleted; nothing
-    /// to do in process.
-    pub async fn announce_reset(&self, name: &str) -> Result<(), Error> {
+    /// Tells every process that the limiter `name` was restarted or deleted (with
+    /// every client's `per_client` keys, or this client's only); nothing to do in
+    /// process.
+    pub async fn announce_reset(&self, name: &str, every_client: bool) -> Result<(), Error> {
         match self {
             Backend::Memory(_) => Ok(()),
-            Backend::Redis(redis) => redis.announce_reset(name).await,
+            Backend::Redis(redis) => redis.announce_reset(name, every_client).await,
         }
     }
 

@@ -36,18 +36,20 @@ impl Client {
     /// Tells every process using this Redis and prefix that the limiter `name` was
     /// restarted or deleted (by hand, or by a writer that does not say so), so that
     /// each drops the refusal it keeps of it and ends its batch of it (`Rule::batch`)
-    /// within about a second, this client at once. A batch taken in the `per_client`
-    /// mode is counted in its client's own keys, which another client's reset leaves:
-    /// it ends only with its own client's. redlimit's own resets call it; nothing to
-    /// do in process.
+    /// within about a second, this client at once: every client's keys of it may have
+    /// gone, `per_client` ones included. redlimit's own resets call it too, saying
+    /// they deleted no other client's `per_client` keys (`RateLimiter::delete` and
+    /// `set_rate`, as Redisson's): a batch another client took `per_client` then
+    /// serves on. Nothing to do in process.
     pub async fn announce_reset(&self, name: &str) -> Result<(), Error> {
-        self.backend().announce_reset(name).await
+        self.backend().announce_reset(name, true).await
     }
 
-    /// [`announce_reset`](Client::announce_reset) after a change that took effect: a
-    /// failure is logged, not returned (the change itself was made).
+    /// [`announce_reset`](Client::announce_reset) after a change of this client's that
+    /// took effect, which left every other client's `per_client` keys: a failure is
+    /// logged, not returned (the change itself was made).
     pub(crate) async fn announce_reset_made(&self, name: &str) {
-        if let Err(error) = self.announce_reset(name).await {
+        if let Err(error) = self.backend().announce_reset(name, false).await {
             tracing::warn!(
                 limiter = name,
                 "the limiter was reset, but announcing it failed: other processes may keep \

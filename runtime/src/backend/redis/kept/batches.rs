@@ -123,11 +123,10 @@ impl Slot {
     /// The limiter reset: its batch serves nothing from now on. It stays in the slot
     /// until the next call of the limiter gives it back, under the slot's lock, before
     /// it takes the next (so the next take never finds it counted still), or the
-    /// sweeper does when its lease ends. A reset by another client leaves a batch taken
-    /// `per_client`: it is counted in this client's own keys, which only this client's
-    /// reset deletes.
-    fn end(&self, own: bool) {
-        if own || !self.per_client.load(Ordering::Acquire) {
+    /// sweeper does when its lease ends. A batch taken `per_client` is counted in this
+    /// client's own keys: a reset that left them (`per_client_keys` false) leaves it.
+    fn end(&self, per_client_keys: bool) {
+        if per_client_keys || !self.per_client.load(Ordering::Acquire) {
             self.resets.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -410,7 +409,8 @@ impl RedisBackend {
     }
 
     /// Starts, once per client, the task that gives back batches whose lease ended
-    /// while no call came for them.
+    /// while no call came for them, and reads the resets announced (which end
+    /// batches) when the background task has not read them for a second.
     /// Started again when the runtime it ran on ended, or the connection moved.
     pub(super) fn start_sweeper(self: &Arc<Self>) {
         if !self.kept.batches.sweeping.needed(|| self.moving()) {
@@ -434,6 +434,9 @@ impl RedisBackend {
                             redis.give_back_now(&name, batch).await;
                         }
                     }
+                    // The resets announced, which end batches: read here too, as the
+                    // background task may not run on a client that only batches.
+                    redis.read_announcements_if_due().await;
                     next
                 };
                 let pause = Duration::from_millis(next).clamp(SWEEP_MIN, SWEEP_MAX);
@@ -463,20 +466,20 @@ impl RedisBackend {
         LimiterKeys::with_client(name.to_owned(), self.owner.client_id.clone()).ok()
     }
 
-    /// Ends this client's batch of the limiter `name`, reset (by this client: `own`):
-    /// not one permit more is served from it, nor from one being taken (see
-    /// [`Slot::end`]). See `shared::resets`.
-    pub(crate) fn end_batch(&self, name: &str, own: bool) {
+    /// Ends this client's batch of the limiter `name`, reset (with this client's
+    /// `per_client` keys: `per_client_keys`): not one permit more is served from it,
+    /// nor from one being taken (see [`Slot::end`]). See `shared::resets`.
+    pub(crate) fn end_batch(&self, name: &str, per_client_keys: bool) {
         if let Some(slot) = self.kept.batches.slots().get(name) {
-            slot.end(own);
+            slot.end(per_client_keys);
         }
     }
 
-    /// [`end_batch`](RedisBackend::end_batch) of every limiter, reset elsewhere:
-    /// resets may have been missed.
+    /// [`end_batch`](RedisBackend::end_batch) of every limiter: resets may have been
+    /// missed, whatever keys they deleted.
     pub(crate) fn end_every_batch(&self) {
         for slot in self.kept.batches.slots().values() {
-            slot.end(false);
+            slot.end(true);
         }
     }
 

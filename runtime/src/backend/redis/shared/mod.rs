@@ -46,6 +46,12 @@ pub(crate) fn resets_key(prefix: &str) -> String {
 /// resets, many times over, for processes that read it every second.
 pub(crate) const RESETS_KEPT: usize = 1_000;
 
+/// The field and value of a reset's entry when the reset left every other client's
+/// `per_client` keys (a limiter's own `delete` and `set_rate`): a batch another client
+/// took `per_client`, counted in those keys, serves on. An entry without it (the CLI's
+/// `reset`, which deletes every client's keys, or `Client::announce_reset`) ends it.
+pub(crate) const OWN_KEYS: (&str, &str) = ("keys", "own");
+
 /// Entries of the stream of limiters reset: (id, fields), the fields as bytes (one
 /// that is not UTF-8 names no limiter, but must not fail the reading).
 pub(crate) type ResetEntries = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
@@ -83,20 +89,22 @@ impl RedisBackend {
     }
 
     /// Appends `name` to the stream `key` of limiters reset, which keeps about its
-    /// last [`RESETS_KEPT`] entries.
-    pub async fn append_reset(&self, key: &str, name: &str) -> Result<(), Error> {
+    /// last [`RESETS_KEPT`] entries; with the field `keys` `own` when the reset left
+    /// every other client's `per_client` keys (see `resets`).
+    pub async fn append_reset(&self, key: &str, name: &str, every_client: bool) -> Result<(), Error> {
         self.run(&[], |mut conn| async move {
-            redis::cmd("XADD")
-                .arg(key)
+            let mut xadd = redis::cmd("XADD");
+            xadd.arg(key)
                 .arg("MAXLEN")
                 .arg("~")
                 .arg(RESETS_KEPT)
                 .arg("*")
                 .arg("name")
-                .arg(name)
-                .query_async::<String>(&mut conn)
-                .await
-                .map(|_| ())
+                .arg(name);
+            if !every_client {
+                xadd.arg(OWN_KEYS.0).arg(OWN_KEYS.1);
+            }
+            xadd.query_async::<String>(&mut conn).await.map(|_| ())
         })
         .await
     }

@@ -3,13 +3,17 @@
 //! wait Redis gave, and a batch it serves (`kept::batches`) would go on serving, until
 //! its lease ended, permits counted in the window the reset ended (a rate of 10 a
 //! window granted 19 in the window after a reset: 10 there, 9 of the old batch). A
-//! batch taken `per_client` is counted in its client's own keys, which only that
-//! client's reset deletes: another's leaves it.
+//! batch taken `per_client` is counted in its client's own keys, which another
+//! client's `RateLimiter::delete` and `set_rate` leave (their entry says so, with the
+//! field `keys` `own`): it serves on. An entry without that field (the CLI's `reset`,
+//! which deletes every client's keys; `Client::announce_reset`) ends it too. A client
+//! holding batches reads the stream from its batches' sweeper as well, whether or not
+//! its background task runs.
 //!
 //! Whatever restarts or deletes a limiter through redlimit ([`RateLimiter::delete`],
 //! `set_rate` and `update_rate`, [`TokenBucket::delete`], the CLI's `reset` and
-//! `set-rate`) appends its name to a stream, `<prefix>redlimit:resets` (one field,
-//! `name`), which keeps about its last [`RESETS_KEPT`] entries. Each client reads the
+//! `set-rate`) appends its name to a stream, `<prefix>redlimit:resets` (the field
+//! `name`, and `keys` `own` from a limiter's own resets: see below), which keeps about its last [`RESETS_KEPT`] entries. Each client reads the
 //! entries it has not seen every second in the background (`shared::sync`; the
 //! first reading takes the whole stream) and drops what it kept of those limiters, so
 //! a reset reaches every process within about a second. A client that finds entries it has not seen trimmed away (more resets in a
@@ -29,15 +33,21 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use super::{resets_key, ResetEntries, RESETS_KEPT};
+use super::{resets_key, ResetEntries, OWN_KEYS, RESETS_KEPT};
 use crate::backend::redis::RedisBackend;
 use crate::Error;
 
-/// The last entry of the stream a client read (`None`: none yet), and whether a
-/// failed reading was logged.
+/// The last entry of the stream a client read (`None`: none yet), whether a failed
+/// reading was logged, and when the last reading began.
 #[derive(Debug, Default)]
-pub(crate) struct Cursor(Mutex<Option<Id>>, AtomicBool);
+pub(crate) struct Cursor(Mutex<Option<Id>>, AtomicBool, Mutex<Option<Instant>>);
+
+/// How long after a reading began the sweeper of batches does not read again
+/// ([`RedisBackend::read_announcements_if_due`]): the background task reads each
+/// second.
+const READ_AGAIN: Duration = Duration::from_millis(900);
 
 impl Cursor {
     /// Logs, once per client, that the stream could not be read.
@@ -77,14 +87,16 @@ impl RedisBackend {
     /// Tells every process using this Redis and prefix that the limiter `name` was
     /// restarted or deleted (`Client::announce_reset`), dropping the refusal this
     /// client keeps of it first.
-    pub(crate) async fn announce_reset(&self, name: &str) -> Result<(), Error> {
+    pub(crate) async fn announce_reset(&self, name: &str, every_client: bool) -> Result<(), Error> {
         self.forget_reset(name, true);
-        self.append_reset(&resets_key(&self.owner.prefix), name).await
+        self.append_reset(&resets_key(&self.owner.prefix), name, every_client)
+            .await
     }
 
     /// Drops the refusals kept of every limiter announced since the last reading (all
     /// of them, when announcements were trimmed away unread).
     pub(crate) async fn read_announcements(&self) {
+        *self.shared.resets.2.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let key = resets_key(&self.owner.prefix);
         let cursor = *self.shared.resets.0.lock().unwrap_or_else(|e| e.into_inner());
         let from = cursor.unwrap_or(Id(0, 0));
@@ -120,6 +132,18 @@ impl RedisBackend {
         }
     }
 
+    /// [`read_announcements`](RedisBackend::read_announcements), unless a reading began
+    /// less than [`READ_AGAIN`] ago: for the sweeper of batches, which runs while a
+    /// client holds batches, whether or not its background task runs (a client that
+    /// only takes batches through `Client::check_rules` keeps no refusal, which is
+    /// what starts that task there).
+    pub(crate) async fn read_announcements_if_due(&self) {
+        let last = *self.shared.resets.2.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_none_or(|began| began.elapsed() >= READ_AGAIN) {
+            self.read_announcements().await;
+        }
+    }
+
     /// Forgets the limiters `entries` name, or every kept refusal when `all`; the last
     /// entry's id.
     fn forget_announced(&self, entries: &ResetEntries, all: bool) -> Option<Id> {
@@ -127,9 +151,14 @@ impl RedisBackend {
             self.forget_every_reset();
         } else {
             for (_, fields) in entries {
+                // (an entry saying the reset left every other client's `per_client`
+                // keys leaves a batch this client took `per_client`)
+                let own_keys = (fields.iter()).any(|(field, value)| {
+                    (field.as_slice(), value.as_slice()) == (OWN_KEYS.0.as_bytes(), OWN_KEYS.1.as_bytes())
+                });
                 for (field, name) in fields {
                     if let (b"name", Ok(name)) = (field.as_slice(), std::str::from_utf8(name)) {
-                        self.forget_reset(name, false);
+                        self.forget_reset(name, !own_keys);
                     }
                 }
             }
@@ -137,12 +166,12 @@ impl RedisBackend {
         entries.last().and_then(|(id, _)| Id::parse(id))
     }
 
-    /// What this client keeps of the limiter `name`, reset (by this client: `own`):
-    /// its refusal, and its batch, which serves no permit more (the window it was
-    /// counted in is gone; a `per_client` batch's only when the reset is its own).
-    fn forget_reset(&self, name: &str, own: bool) {
+    /// What this client keeps of the limiter `name`, reset: its refusal, and its
+    /// batch, which serves no permit more (the window it was counted in is gone; a
+    /// `per_client` batch's only when its keys went too: `per_client_keys`).
+    fn forget_reset(&self, name: &str, per_client_keys: bool) {
         self.forget_refusal(name);
-        self.end_batch(name, own);
+        self.end_batch(name, per_client_keys);
     }
 
     /// [`forget_reset`](RedisBackend::forget_reset) of every limiter, reset elsewhere.
