@@ -436,7 +436,7 @@ impl RedisBackend {
                     }
                     // The resets announced, which end batches: read here too, as the
                     // background task may not run on a client that only batches.
-                    redis.read_announcements_if_due().await;
+                    redis.read_announcements_if_due();
                     next
                 };
                 let pause = Duration::from_millis(next).clamp(SWEEP_MIN, SWEEP_MAX);

@@ -32,7 +32,7 @@
 //! [`TokenBucket::delete`]: crate::TokenBucket::delete
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{resets_key, ResetEntries, OWN_KEYS, RESETS_KEPT};
@@ -136,12 +136,28 @@ impl RedisBackend {
     /// less than [`READ_AGAIN`] ago: for the sweeper of batches, which runs while a
     /// client holds batches, whether or not its background task runs (a client that
     /// only takes batches through `Client::check_rules` keeps no refusal, which is
-    /// what starts that task there).
-    pub(crate) async fn read_announcements_if_due(&self) {
-        let last = *self.shared.resets.2.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_none_or(|began| began.elapsed() >= READ_AGAIN) {
-            self.read_announcements().await;
+    /// what starts that task there). Read on the library's runtime, which always runs,
+    /// holding the client for one command timeout at most: on the sweeper's, a
+    /// current-thread runtime its callers stopped running while the reply was on its
+    /// way would hold the client for good, and its batches would never go back.
+    pub(crate) fn read_announcements_if_due(self: &Arc<Self>) {
+        {
+            let mut last = self.shared.resets.2.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|began| began.elapsed() < READ_AGAIN) {
+                return;
+            }
+            *last = Some(Instant::now());
         }
+        let Some(runtime) = crate::backend::redis::carrier::carrier() else {
+            return;
+        };
+        let weak = Arc::downgrade(self);
+        drop(runtime.spawn(async move {
+            if let Some(redis) = weak.upgrade() {
+                let timeout = redis.timeout;
+                let _ = tokio::time::timeout(timeout, redis.read_announcements()).await;
+            }
+        }));
     }
 
     /// Forgets the limiters `entries` name, or every kept refusal when `all`; the last
