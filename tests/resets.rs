@@ -228,16 +228,24 @@ async fn a_reset_ends_the_batches_clients_serve() {
         names.push(name);
     }
     // Per client, a batch is counted in its client's own keys: another client's
-    // `delete` leaves them, and the batch serves on; every client's keys deleted and
+    // `delete`, or `set_rate` to a per-client config, leaves them, and the batch serves
+    // on; `set_rate` to an overall config (the batching client's next call, writing its
+    // mode back, starts its state afresh) and every client's keys deleted and
     // announced (as the CLI's `reset` does) end it.
-    let (kept, gone) = ("rate_limit:resets:batch:kept", "rate_limit:resets:batch:gone");
-    for name in [kept, gone] {
+    let per_client = ["deleted", "per-client rate", "overall rate", "every key"]
+        .map(|case| (case, format!("rate_limit:resets:batch:{case}")));
+    for (_, name) in &per_client {
         assert_eq!(granted(&batching, &own_keys(name), 1).await, 1);
     }
     for (reset, name) in resets.iter().zip(&names) {
         reset.apply(&operator, &server, name).await;
     }
-    Reset::Delete.apply(&operator, &server, kept).await;
+    let [deleted, per_client_rate, overall_rate, gone] = per_client.map(|(_, name)| name);
+    assert!(operator.rate_limiter(&deleted).delete().await.unwrap());
+    let limiter = operator.rate_limiter(&per_client_rate);
+    limiter.set_rate(RateType::PerClient, 10, interval).await.unwrap();
+    let limiter = operator.rate_limiter(&overall_rate);
+    limiter.set_rate(RateType::Overall, 10, interval).await.unwrap();
     let mut raw = server.raw().await;
     let every: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{{{gone}}}*"))
@@ -249,12 +257,12 @@ async fn a_reset_ends_the_batches_clients_serve() {
         "the batching client's own value and log: {every:?}"
     );
     let _: u64 = redis::cmd("DEL")
-        .arg(gone)
+        .arg(&gone)
         .arg(&every[..])
         .query_async(&mut raw)
         .await
         .unwrap();
-    operator.announce_reset(gone).await.unwrap();
+    operator.announce_reset(&gone).await.unwrap();
     // The client's own reset: at once.
     let own = "rate_limit:resets:batch:own";
     assert_eq!(granted(&resetting, &batched(own), 1).await, 1);
@@ -274,19 +282,17 @@ async fn a_reset_ends_the_batches_clients_serve() {
         let old = granted(&batching, &batched(name), 20).await;
         assert_eq!((fresh, old), (10, 0), "{reset:?}: the window after the reset");
     }
-    // (the batching client first: a give-back would find no config to give into)
-    let served_on = granted(&batching, &own_keys(kept), 20).await;
-    let others = granted(&operator, &own_keys(kept), 20).await;
-    assert_eq!(
-        (others, served_on),
-        (10, 9),
-        "per client: each client's own window"
-    );
-    // Its keys gone, the batching client's window starts again: 10, not 9 more from
-    // the old batch and 10 from the next.
-    let anew = granted(&batching, &own_keys(gone), 20).await;
-    assert_eq!(
-        anew, 10,
-        "per client, its keys deleted: the window after the reset"
-    );
+    // (the batching client first: after a delete, a give-back would find no config to
+    // give into)
+    for name in [&deleted, &per_client_rate] {
+        let served_on = granted(&batching, &own_keys(name), 20).await;
+        let others = granted(&operator, &own_keys(name), 20).await;
+        assert_eq!((others, served_on), (10, 9), "{name}: each client's own window");
+    }
+    // Its state started afresh, or its keys gone, the batching client's window starts
+    // again: 10, not 9 more from the old batch and 10 from the next.
+    for name in [&overall_rate, &gone] {
+        let anew = granted(&batching, &own_keys(name), 20).await;
+        assert_eq!(anew, 10, "{name}: the window after the reset");
+    }
 }

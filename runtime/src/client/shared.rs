@@ -37,19 +37,22 @@ impl Client {
     /// restarted or deleted (by hand, or by a writer that does not say so), so that
     /// each drops the refusal it keeps of it and ends its batch of it (`Rule::batch`)
     /// within about a second, this client at once: every client's keys of it may have
-    /// gone, `per_client` ones included. redlimit's own resets call it too, saying
-    /// they deleted no other client's `per_client` keys (`RateLimiter::delete` and
-    /// `set_rate`, as Redisson's): a batch another client took `per_client` then
-    /// serves on. Nothing to do in process.
+    /// gone, `per_client` ones included. A limiter's own resets
+    /// ([`RateLimiter::delete`](crate::RateLimiter::delete), and `set_rate` and
+    /// `update_rate` to a `per_client` config) announce that they left every other
+    /// client's `per_client` state as it counts: a batch another client took
+    /// `per_client` then serves on. Nothing to do in process.
     pub async fn announce_reset(&self, name: &str) -> Result<(), Error> {
         self.backend().announce_reset(name, true).await
     }
 
     /// [`announce_reset`](Client::announce_reset) after a change of this client's that
-    /// took effect, which left every other client's `per_client` keys: a failure is
-    /// logged, not returned (the change itself was made).
-    pub(crate) async fn announce_reset_made(&self, name: &str) {
-        if let Err(error) = self.backend().announce_reset(name, false).await {
+    /// took effect, which left every other client's `per_client` state as it counts
+    /// when `leaves_per_client` (a delete: the next call makes the config again; a
+    /// `per_client` config); a failure is logged, not returned (the change itself was
+    /// made).
+    pub(crate) async fn announce_reset_made(&self, name: &str, leaves_per_client: bool) {
+        if let Err(error) = self.backend().announce_reset(name, !leaves_per_client).await {
             tracing::warn!(
                 limiter = name,
                 "the limiter was reset, but announcing it failed: other processes may keep \

@@ -139,7 +139,7 @@ impl TokenBucket {
             .backend()
             .delete_bucket(keys, mode, self.client.now_ms())
             .await?;
-        self.client.announce_reset_made(self.rule.name()).await;
+        self.client.announce_reset_made(self.rule.name(), true).await;
         Ok(deleted)
     }
 

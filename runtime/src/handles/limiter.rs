@@ -162,7 +162,12 @@ impl RateLimiter {
             .configure(keys, &args.config, how, self.client.now_ms())
             .await?;
         if changed {
-            self.client.announce_reset_made(&self.name).await;
+            // (a config of the other mode clears every client's `per_client` state at
+            // that client's next call, which writes its own mode back: its batch ends)
+            let leaves_per_client = args.config.rate_type == crate::RateType::PerClient;
+            self.client
+                .announce_reset_made(&self.name, leaves_per_client)
+                .await;
         }
         Ok(changed)
     }
@@ -268,7 +273,7 @@ impl RateLimiter {
         let keys = self.writable()?;
         self.client.forget_refusal(&self.name);
         let deleted = self.client.backend().delete(keys, self.client.now_ms()).await?;
-        self.client.announce_reset_made(&self.name).await;
+        self.client.announce_reset_made(&self.name, true).await;
         Ok(deleted)
     }
 

@@ -270,13 +270,14 @@ impl RedisBackend {
         if let Some(refused) = self.kept.refusals.answer(rule, permits, now) {
             return Some(Ok(refused));
         }
+        // The mode of the batch on its way, for a reset read meanwhile (`Slot::end`).
+        let per_client = rule.config().rate_type == crate::RateType::PerClient;
+        slot.per_client.store(per_client, Ordering::Release);
         let taken = self.take_batch(rule, keys, permits, resets).await;
         Some(taken.map(|(decision, batch)| {
             if batch.is_some() {
                 // (again if the one sweeping ran on a runtime that ended)
                 self.start_sweeper();
-                let per_client = rule.config().rate_type == crate::RateType::PerClient;
-                slot.per_client.store(per_client, Ordering::Release);
             }
             state.batch = batch;
             decision

@@ -47,9 +47,10 @@ pub(crate) fn resets_key(prefix: &str) -> String {
 pub(crate) const RESETS_KEPT: usize = 1_000;
 
 /// The field and value of a reset's entry when the reset left every other client's
-/// `per_client` keys (a limiter's own `delete` and `set_rate`): a batch another client
-/// took `per_client`, counted in those keys, serves on. An entry without it (the CLI's
-/// `reset`, which deletes every client's keys, or `Client::announce_reset`) ends it.
+/// `per_client` keys as they count (a limiter's own `delete`, and `set_rate` and
+/// `update_rate` to a `per_client` config): a batch another client took `per_client`,
+/// counted in those keys, serves on. An entry without it (the CLI's `reset`, which
+/// deletes every client's keys, or `Client::announce_reset`) ends it.
 pub(crate) const OWN_KEYS: (&str, &str) = ("keys", "own");
 
 /// Entries of the stream of limiters reset: (id, fields), the fields as bytes (one

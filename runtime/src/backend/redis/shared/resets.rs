@@ -4,8 +4,10 @@
 //! its lease ended, permits counted in the window the reset ended (a rate of 10 a
 //! window granted 19 in the window after a reset: 10 there, 9 of the old batch). A
 //! batch taken `per_client` is counted in its client's own keys, which another
-//! client's `RateLimiter::delete` and `set_rate` leave (their entry says so, with the
-//! field `keys` `own`): it serves on. An entry without that field (the CLI's `reset`,
+//! client's `RateLimiter::delete`, and its `set_rate` to a `per_client` config, leave
+//! as they count (their entry says so, with the field `keys` `own`): it serves on (a
+//! config of the other mode starts that client's state afresh at its next call, which
+//! writes its own mode back: no `keys` `own` then). An entry without that field (the CLI's `reset`,
 //! which deletes every client's keys; `Client::announce_reset`) ends it too. A client
 //! holding batches reads the stream from its batches' sweeper as well, whether or not
 //! its background task runs.
@@ -13,20 +15,22 @@
 //! Whatever restarts or deletes a limiter through redlimit ([`RateLimiter::delete`],
 //! `set_rate` and `update_rate`, [`TokenBucket::delete`], the CLI's `reset` and
 //! `set-rate`) appends its name to a stream, `<prefix>redlimit:resets` (the field
-//! `name`, and `keys` `own` from a limiter's own resets: see below), which keeps about its last [`RESETS_KEPT`] entries. Each client reads the
-//! entries it has not seen every second in the background (`shared::sync`; the
-//! first reading takes the whole stream) and drops what it kept of those limiters, so
-//! a reset reaches every process within about a second. A client that finds entries it has not seen trimmed away (more resets in a
-//! second than the stream keeps) drops every refusal it keeps and ends every batch:
-//! keeping none is always safe, it only costs the round trips they saved. Writers outside redlimit (a Java
-//! service's `setRate` or `delete`) announce nothing, unless they append to the stream
-//! themselves (`XADD <prefix>redlimit:resets * name <limiter>`): until then a refusal
-//! kept of that limiter lasts at most the wait Redis gave. A stream that cannot be read
-//! (another type at its key, an entry too large to read within the command timeout)
-//! or that can take no more entries (its last id is the last there is) is logged once,
-//! and until that changes every reading drops every kept refusal and ends every batch:
-//! none outlives a reset by more than about a second, whatever the key holds. The
-//! client that resets a limiter ends its own at once.
+//! `name`, and `keys` `own` from a limiter's own resets: see above), which keeps about
+//! its last [`RESETS_KEPT`] entries. Each client reads the entries it has not seen
+//! every second in the background (`shared::sync`; the first reading takes the whole
+//! stream) and drops what it kept of those limiters, so a reset reaches every process
+//! within about a second. A client that finds entries it has not seen trimmed away
+//! (more resets in a second than the stream keeps) drops every refusal it keeps and
+//! ends every batch: keeping none is always safe, it only costs the round trips they
+//! saved. Writers outside redlimit (a Java service's `setRate` or `delete`) announce
+//! nothing, unless they append to the stream themselves
+//! (`XADD <prefix>redlimit:resets * name <limiter>`): until then a refusal kept of that
+//! limiter lasts at most the wait Redis gave, a batch at most its lease. A stream that
+//! cannot be read (another type at its key, an entry too large to read within the
+//! command timeout) or that can take no more entries (its last id is the last there
+//! is) is logged once, and until that changes every reading drops every kept refusal
+//! and ends every batch: none outlives a reset by more than about a second, whatever
+//! the key holds. The client that resets a limiter ends its own at once.
 //!
 //! [`RateLimiter::delete`]: crate::RateLimiter::delete
 //! [`TokenBucket::delete`]: crate::TokenBucket::delete
