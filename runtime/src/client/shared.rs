@@ -56,7 +56,8 @@ impl Client {
             tracing::warn!(
                 limiter = name,
                 "the limiter was reset, but announcing it failed: other processes may keep \
-                 refusing calls on it until the waits Redis gave them end: {error}"
+                 refusing calls on it until the waits Redis gave them end, and serving \
+                 batches of it until their leases end: {error}"
             );
         }
     }
