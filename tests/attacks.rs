@@ -316,6 +316,51 @@ async fn an_override_a_rule_cannot_take_never_takes_a_route_down() {
         "{}",
         capture.text()
     );
+
+    // One limiter's override (checked when decided), the limiter's state gone: ignored
+    // too, the rule's own rate deciding from a full bucket.
+    let _: () = redis::cmd("HDEL")
+        .arg(client.overrides_key())
+        .arg("rule:attack:search")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let name = "rate_limit:attack:search";
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{name}*"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty(), "{name}: no keys");
+    let _: () = redis::cmd("DEL")
+        .arg(&keys[..])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(client.overrides_key())
+        .arg(format!("key:{name}"))
+        .arg("1000000000/1000")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let warned = capture.text().matches("rate override ignored").count();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(support::http::send(addr, "GET", "/", &[]).await.status);
+    }
+    assert!(
+        statuses.contains(&200) && statuses.contains(&429) && !statuses.contains(&500),
+        "the rule's own rate decides: {statuses:?}"
+    );
+    // (warned once per 10 s per client: the rule's override above had it said)
+    assert_eq!(
+        capture.text().matches("rate override ignored").count(),
+        warned,
+        "{}",
+        capture.text()
+    );
 }
 
 /// `release` on a log of 100 000 grants reads the newest grant it takes its permit

@@ -549,6 +549,10 @@ async fn misuse_of_batch_refuses_and_writes_nothing() {
         (base().batch(11), "exceeds the rate"),
         (base().batch(u64::MAX), "exceeds the rate"),
         (
+            Rule::new("rate_limit:batch:misuse", 1 << 40, Duration::from_secs(1)).batch(1 << 33),
+            "4-byte field",
+        ),
+        (
             base().batch(2).algorithm(Algorithm::TokenBucket),
             "sliding window",
         ),

@@ -401,6 +401,7 @@ async fn waiting_for_replicas_refuses_settings_that_cannot_work() {
         .wait_for_replicas(1, Duration::from_millis(10))
         .connect_lazy("redis+cluster://127.0.0.1:1,127.0.0.1:2/")
         .unwrap_err();
+    assert!(matches!(err, Error::InvalidSetting { .. }), "{err:?}");
     assert!(err.to_string().contains("single master"), "{err}");
 }
 

@@ -441,7 +441,7 @@ mod tests {
     async fn a_log_dated_ahead_is_read_no_further_than_it_held() {
         let total = 3 * LOG_RANGE as usize;
         let mut changes = newer_at_each_half_range(total);
-        // (in the log before the reading: the entry a skewed clock dated an hour ahead)
+        // (in the log before the reading: the entry a skewed clock dated far ahead)
         changes.insert(0, (0, Cmd::zadd("log", "skewed", 1e9)));
         let seen = read_while(total, 10, &changes).await;
         assert_eq!(seen.len(), total + 1, "read more entries than the log held");

@@ -57,7 +57,7 @@ fn recalled_then_kept_again_does_not_grow() {
 /// time, whatever was merged; buckets likewise recall no more tokens than held.
 #[test]
 fn model_every_recall_covers_its_own() {
-    for seed in 1..2_000u64 {
+    for seed in 1..=2_000u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let cells = 1 + rng.below(16) as usize;
         let mut s = Summary::new(cells);

@@ -231,6 +231,10 @@ mod tests {
         let key = "choice-test-once 10.0.0.1:6379";
         assert!(first_time(key));
         assert!(!first_time(key));
+        // Different answers (another description of the disagreement): logged again.
+        let other = "choice-test-once 10.0.0.2:6379";
+        assert!(first_time(other));
+        assert!(!first_time(other));
         for i in 0..WARNED_KEPT {
             first_time(&format!("choice-test-filler {i}"));
         }
