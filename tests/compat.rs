@@ -174,6 +174,60 @@ async fn continues_from_state_redisson_wrote() {
     assert_eq!(log, 4, "the released entry left the log; ours were added");
 }
 
+/// Redisson's `tryAcquire(0)` logs an entry of no permits. Among the oldest entries of
+/// a full window, such entries do not stretch a refusal's wait to the newest entry's
+/// leaving: the wait is the moment the oldest grant that holds a permit leaves, for a
+/// call of one rule (`acquire_plain.lua`) and of a rule beside a token bucket
+/// (`acquire.lua`). Read to the newest, a refusal kept in process locked this client
+/// out for 5 s more than Redis did.
+#[tokio::test]
+async fn entries_of_no_permits_do_not_stretch_a_refusal_s_wait() {
+    let (_server, client, clock, mut raw) = setup().await;
+    for with_bucket in [false, true] {
+        let name = format!("rate_limit:zero:{with_bucket}");
+        let log = format!("{{{name}}}:permits");
+        let window = Rule::new(name.as_str(), 5, Duration::from_secs(10));
+        let mut rules = vec![window.clone()];
+        if with_bucket {
+            let bucket = Rule::new(format!("{name}:bucket"), 1_000, Duration::from_secs(10))
+                .algorithm(redlimit::Algorithm::TokenBucket);
+            rules.insert(0, bucket);
+        }
+        clock.set(T0);
+        assert!(
+            client
+                .check_rules(std::slice::from_ref(&window))
+                .await
+                .unwrap()
+                .allowed
+        );
+        // Java's tryAcquire(0) three times before that grant, then the window filled
+        // at T0 + 100.
+        for (i, at) in [T0 - 3, T0 - 2, T0 - 1].into_iter().enumerate() {
+            let _: () = raw
+                .zadd(&log, redisson_member(&[b'z', i as u8], 0), at)
+                .await
+                .unwrap();
+        }
+        clock.set(T0 + 100);
+        for _ in 0..4 {
+            assert!(client.check_rules(&rules).await.unwrap().allowed);
+        }
+        let _: () = raw
+            .zadd(&log, redisson_member(b"zlast", 0), T0 + 5_000)
+            .await
+            .unwrap();
+        clock.set(T0 + 5_020);
+        let refused = client.check_rules(&rules).await.unwrap();
+        assert!(!refused.allowed, "with a bucket: {with_bucket}");
+        assert_eq!(
+            refused.retry_after,
+            Some(Duration::from_millis(4_980)),
+            "with a bucket: {with_bucket}: the grant at T0 leaves at T0 + 10 000"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_deleted_value_is_rebuilt_from_the_log_without_over_granting() {
     let (_server, client, clock, mut raw) = setup().await;

@@ -90,19 +90,31 @@ local function helpers()
   wait_for = function(rule, kind, key, skip, need, interval, pending)
     local acc = 0
     local walk = need < WALK and need or WALK
-    local chunk = redis.call('zrange', key, string.format('%d', skip), string.format('%d', skip + walk - 1),
-      'withscores')
-    for j = 1, #chunk, 2 do
-      acc = acc + decode_member(chunk[j], kind == '1' and 'client_permits' or 'permits', rule)
-      if acc >= need then
-        return chunk[j + 1] + interval - now
+    local from = skip
+    for pass = 1, 2 do
+      local chunk = redis.call('zrange', key, string.format('%d', from), string.format('%d', from + walk - 1),
+        'withscores')
+      for j = 1, #chunk, 2 do
+        acc = acc + decode_member(chunk[j], kind == '1' and 'client_permits' or 'permits', rule)
+        if acc >= need then
+          return chunk[j + 1] + interval - now
+        end
       end
-    end
-    if #chunk == 2 * walk and redis.call('zcard', key) > skip + walk then
-      local newest = redis.call('zrange', key, '-1', '-1', 'withscores')
-      local wait = newest[2] + interval - now
-      if pending > 0 and wait < interval then wait = interval end
-      return wait
+      if #chunk < 2 * walk then break end
+      from = from + walk
+      if pass == 1 and from - skip < WALK then
+        -- entries of no permits among the oldest (Redisson's tryAcquire(0) logs them):
+        -- the rest of the WALK entries read
+        walk = WALK - walk
+      else
+        if redis.call('zcard', key) > from then
+          local newest = redis.call('zrange', key, '-1', '-1', 'withscores')
+          local wait = newest[2] + interval - now
+          if pending > 0 and wait < interval then wait = interval end
+          return wait
+        end
+        break
+      end
     end
     if acc + pending >= need then return interval end
     return nil

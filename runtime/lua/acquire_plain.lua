@@ -130,29 +130,40 @@ do
         -- at most `walk` entries are read: permits lacking past them get an upper bound
         local need, acc = permits - value, 0
         local walk = need < walk_max and need or walk_max
-        local chunk
-        if #stale == 0 and need == 1 then
-          -- the usual refusal: the oldest grant (string.format costs more than the query)
-          chunk = call('zrange', pkey, '0', '0', 'withscores')
-        else
-          chunk = call('zrange', pkey, format('%d', #stale), format('%d', #stale + walk - 1), 'withscores')
-        end
-        for j = 1, #chunk, 2 do
-          local member = chunk[j]
-          local len = byte(member, 1)
-          if len == nil or #member ~= len + 5 then return false end
-          local b1, b2, b3, b4 = byte(member, len + 2, len + 5)
-          acc = acc + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-          if acc >= need then
-            wait = chunk[j + 1] + interval - now
+        local from = #stale
+        for pass = 1, 2 do
+          local chunk
+          if pass == 1 and from == 0 and need == 1 then
+            -- the usual refusal: the oldest grant (string.format costs more than the query)
+            chunk = call('zrange', pkey, '0', '0', 'withscores')
+          else
+            chunk = call('zrange', pkey, format('%d', from), format('%d', from + walk - 1), 'withscores')
+          end
+          for j = 1, #chunk, 2 do
+            local member = chunk[j]
+            local len = byte(member, 1)
+            if len == nil or #member ~= len + 5 then return false end
+            local b1, b2, b3, b4 = byte(member, len + 2, len + 5)
+            acc = acc + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+            if acc >= need then
+              wait = chunk[j + 1] + interval - now
+              break
+            end
+          end
+          if acc >= need then break end
+          -- a log short of the wait is acquire.lua's case
+          if #chunk < 2 * walk then return false end
+          from = from + walk
+          if pass == 1 and from - #stale < walk_max then
+            -- entries of no permits among the oldest (Redisson's tryAcquire(0) logs
+            -- them): the rest of the walk_max entries read
+            walk = walk_max - walk
+          else
+            if call('zcard', pkey) <= from then return false end
+            local newest = call('zrange', pkey, '-1', '-1', 'withscores')
+            wait = newest[2] + interval - now
             break
           end
-        end
-        if acc < need then
-          -- a log short of the wait is acquire.lua's case
-          if #chunk < 2 * walk or call('zcard', pkey) <= #stale + walk then return false end
-          local newest = call('zrange', pkey, '-1', '-1', 'withscores')
-          wait = newest[2] + interval - now
         end
         if refused == 0 then refused = i end
         if wait > retry then retry = wait end

@@ -105,7 +105,9 @@ pub fn wait_for(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pend
 /// [`wait_for`] walking the log, when its first entry holds too few.
 #[inline(never)]
 fn wait_walk(log: &Log, skip: usize, need: i64, interval: i64, now: i64, pending: i64) -> Option<i64> {
-    let walk = need.clamp(1, WALK as i64) as usize;
+    // (the scripts read the first `need` entries, then, when entries of no permits
+    // among them left `need` uncovered, the rest of the WALK: WALK entries at most)
+    let walk = WALK;
     let mut acc = 0i64;
     for &(score, p, _) in log.iter().skip(skip).take(walk) {
         #[cfg(test)]
