@@ -228,6 +228,62 @@ async fn entries_of_no_permits_do_not_stretch_a_refusal_s_wait() {
     }
 }
 
+/// A Redisson service's `setRate` to a longer interval, on a limiter a rule of a shorter
+/// one made, leaves the rule's keep-alive: 3.24 keeps its `keepAliveTime` (1 s under an
+/// interval of 60 s), 4.7 writes 0 and keeps the config's TTL (1 s). Each call after
+/// keeps every key at least the interval: before, the keys went a second after the last
+/// call, and the window with them (Java and a Rust handle took 10 at 5 per 60 s).
+#[tokio::test]
+async fn a_keep_alive_left_shorter_than_the_interval_keeps_the_window() {
+    let (_server, client, _clock, mut raw) = setup().await;
+    for (version, keep) in [("3.24", "1000"), ("4.7", "0")] {
+        let name = format!("rate_limit:left:{version}");
+        let keys = [
+            name.clone(),
+            format!("{{{name}}}:value"),
+            format!("{{{name}}}:permits"),
+        ];
+        let _: () = redis::cmd("HSET")
+            .arg(&name)
+            .arg(&[
+                "rate",
+                "5",
+                "interval",
+                "60000",
+                "type",
+                "0",
+                "keepAliveTime",
+                keep,
+            ])
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(&name)
+            .arg(1_000)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let limiter = client.rate_limiter(&name);
+        for _ in 0..5 {
+            assert!(limiter.try_acquire(1).await.unwrap(), "{version}");
+        }
+        for key in &keys {
+            let ttl: i64 = raw.pttl(key).await.unwrap();
+            assert!(ttl > 59_000, "{version}: {key} kept {ttl} ms");
+        }
+    }
+    // A second and a half later (the keep-alive left behind): the windows are still full.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for version in ["3.24", "4.7"] {
+        let limiter = client.rate_limiter(format!("rate_limit:left:{version}"));
+        assert!(
+            !limiter.try_acquire(1).await.unwrap(),
+            "{version}: the window forgotten"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_deleted_value_is_rebuilt_from_the_log_without_over_granting() {
     let (_server, client, clock, mut raw) = setup().await;

@@ -588,7 +588,51 @@ async fn rust_updates_the_rate_while_java_acquires(version: Version) {
 // ---------------------------------------------------------------------------------
 // release, expire, delete, isExists, keepAliveTime.
 
-on_both_versions!(release_from_each_side, expire_delete_and_exists, keep_alive_ttls);
+on_both_versions!(
+    release_from_each_side,
+    expire_delete_and_exists,
+    keep_alive_ttls,
+    a_longer_interval_set_by_java_keeps_its_window
+);
+
+/// A limiter a Rust rule made (5 a second, its keep-alive a second), whose rate Java's
+/// `setRate` moves to 5 a minute: Redisson leaves the rule's keep-alive (3.24.3 keeps
+/// `keepAliveTime` 1000, 4.7.0 writes 0 and keeps the config's TTL of a second).
+/// Calls on either side after it keep the window a minute: 5 granted, then none 2.5 s
+/// later. Before, every key went a second after the last call, and 5 more were granted.
+async fn a_longer_interval_set_by_java_keeps_its_window(version: Version) {
+    let Both {
+        _server,
+        rust,
+        java,
+        mut raw,
+    } = both(version).await;
+    let name = "interop:longer";
+    let rule = Rule::new(name, 5, SEC);
+    assert!(
+        rust.check_rules(std::slice::from_ref(&rule))
+            .await
+            .unwrap()
+            .allowed
+    );
+    java.ok("setRate", name, &[&"OVERALL", &5, &60_000]).await;
+    let limiter = rust.rate_limiter(name);
+    let mut granted = 0;
+    for _ in 0..3 {
+        granted += usize::from(java.try_acquire(name, 1).await);
+    }
+    for _ in 0..2 {
+        granted += usize::from(limiter.try_acquire(1).await.unwrap());
+    }
+    assert_eq!(granted, 5);
+    for key in [name, "{interop:longer}:value", "{interop:longer}:permits"] {
+        let ttl = pttl(&mut raw, key).await;
+        assert!(ttl > 59_000, "{key}: {ttl} ms");
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(!limiter.try_acquire(1).await.unwrap(), "the window forgotten");
+    assert!(!java.try_acquire(name, 1).await, "the window forgotten, for Java");
+}
 
 async fn release_from_each_side(version: Version) {
     let Both {

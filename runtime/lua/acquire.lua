@@ -396,7 +396,7 @@ if not probe then
           redis.call('set', r.vkey, string.format('%d', b.value), 'keepttl')
         end
       end
-      ttl_rule(r.name, r.vkey, r.pkey, r.keep_text)
+      ttl_rule(r.name, r.vkey, r.pkey, r.keep_text, r.interval)
     end
   end
 end

@@ -101,7 +101,7 @@ redis.call('zremrangebyscore', pkey, '-inf', string.format('%d', now - interval)
 if redis.call('exists', vkey) == 1 or total > 0 then
   redis.call('set', vkey, string.format('%d', rate - total), 'keepttl')
 end
-ttl_rule(KEYS[1], vkey, pkey, ARGV[4])
+ttl_rule(KEYS[1], vkey, pkey, ARGV[4], interval)
 if keep == 0 and kept_alive then
   redis.call('persist', vkey)
   redis.call('persist', pkey)

@@ -136,5 +136,5 @@ end
 redis.call('set', vkey, string.format('%d', value), 'keepttl')
 
 -- (the expiry written as Redis reads one: `060000` is not one)
-ttl_rule(KEYS[1], vkey, pkey, string.format('%d', tonumber(cfg[4] or '0')))
+ttl_rule(KEYS[1], vkey, pkey, string.format('%d', tonumber(cfg[4] or '0')), interval)
 return value

@@ -3,15 +3,23 @@
 -- Twin in Rust: runtime/src/algorithm/ttl.rs
 
 -- keepAliveTime (`keep`, text in ms) on the config, value and log keys when it is a
--- number > 0, else the config's own TTL, if any, on the value and log keys.
-local function ttl_rule(name, vkey, pkey, keep)
+-- number > 0, else the config's own TTL, if any, on the value and log keys; never less
+-- than the config's `interval` (ms, a number), which a TTL or keep-alive written before
+-- a longer interval was set (Redisson's `setRate` leaves both) would undercut: the
+-- keys would go, and the window with them, while grants are still in it.
+local function ttl_rule(name, vkey, pkey, keep, interval)
   if tonumber(keep) > 0 then
+    if tonumber(keep) < interval then keep = string.format('%d', interval) end
     redis.call('pexpire', name, keep)
     redis.call('pexpire', vkey, keep)
     redis.call('pexpire', pkey, keep)
   else
     local ttl = redis.call('pttl', name)
     if ttl > 0 then
+      if ttl < interval then
+        ttl = interval
+        redis.call('pexpire', name, string.format('%d', ttl))
+      end
       ttl = string.format('%d', ttl)
       redis.call('pexpire', vkey, ttl)
       redis.call('pexpire', pkey, ttl)
