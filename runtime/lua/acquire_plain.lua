@@ -193,8 +193,8 @@ do
         elseif dirty then
           call('set', vkey, format('%d', value), 'keepttl')
         end
-        -- Redisson's TTL rule (lib/ttl_rule.lua, written out; a rule's keep-alive is at
-        -- least its interval)
+        -- Redisson's TTL rule (lib/ttl_rule.lua, written out: a rule's keep-alive is
+        -- never shorter than its interval)
         if keep ~= '0' then
           call('pexpire', keys[k + 1], keep)
           call('pexpire', vkey, keep)
@@ -202,10 +202,6 @@ do
         else
           local ttl = call('pttl', keys[k + 1])
           if ttl > 0 then
-            if ttl < interval then
-              ttl = interval
-              call('pexpire', keys[k + 1], format('%d', ttl))
-            end
             ttl = format('%d', ttl)
             call('pexpire', vkey, ttl)
             call('pexpire', pkey, ttl)

@@ -3,10 +3,11 @@
 -- Twin in Rust: runtime/src/algorithm/ttl.rs
 
 -- keepAliveTime (`keep`, text in ms) on the config, value and log keys when it is a
--- number > 0, else the config's own TTL, if any, on the value and log keys; never less
--- than the config's `interval` (ms, a number), which a TTL or keep-alive written before
--- a longer interval was set (Redisson's `setRate` leaves both) would undercut: the
--- keys would go, and the window with them, while grants are still in it.
+-- number > 0, at least the config's `interval` (ms, a number): a keepAliveTime shorter
+-- than the interval, which Redisson 3.x's `setRate` to a longer interval leaves (it
+-- knows no such field) and 3.38 to 4.3 accept, would have the keys go, and the window
+-- with them, while grants are still in it. Else the config's own TTL, if any, on the
+-- value and log keys: an `expire` is a deadline, kept as Redisson keeps it.
 local function ttl_rule(name, vkey, pkey, keep, interval)
   if tonumber(keep) > 0 then
     if tonumber(keep) < interval then keep = string.format('%d', interval) end
@@ -16,10 +17,6 @@ local function ttl_rule(name, vkey, pkey, keep, interval)
   else
     local ttl = redis.call('pttl', name)
     if ttl > 0 then
-      if ttl < interval then
-        ttl = interval
-        redis.call('pexpire', name, string.format('%d', ttl))
-      end
       ttl = string.format('%d', ttl)
       redis.call('pexpire', vkey, ttl)
       redis.call('pexpire', pkey, ttl)

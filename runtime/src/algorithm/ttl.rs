@@ -4,9 +4,9 @@
 /// ttl_rule, applied after a limiter's state is written at `now` (the decided time)
 /// by a call whose clock read `clock_now`: keepAliveTime (`keep` ms, when above 0)
 /// from `now` on the config and the state (the value and log keys), else the
-/// config's own expiry, when it is still ahead of `clock_now`, on the state; never
-/// ending less than the config's `interval` (ms) after `now`, so that no expiry set
-/// before a longer interval takes the window while grants are still in it.
+/// config's own expiry, when it is still ahead of `clock_now`, on the state. (The
+/// scripts also put a keepAliveTime shorter than the config's interval off to the
+/// interval: a config Redisson wrote may hold one, an in-process config never does.)
 ///
 /// Writes the config's new expiry into `config_expires` (it keeps its own without a
 /// keepAliveTime) and answers the state's (`None`: it keeps its own). Counted from
@@ -18,34 +18,18 @@
 /// use redlimit_runtime::algorithm::ttl::ttl_rule;
 ///
 /// let mut config = None;
-/// assert_eq!(ttl_rule(60_000, &mut config, 1_000, 1_000, 1_000), Some(61_000));
+/// assert_eq!(ttl_rule(60_000, &mut config, 1_000, 1_000), Some(61_000));
 /// assert_eq!(config, Some(61_000));
-/// assert_eq!(ttl_rule(0, &mut config, 2_000, 2_000, 1_000), Some(61_000));
-/// assert_eq!(ttl_rule(0, &mut config, 70_000, 70_000, 1_000), None, "the config's TTL is over");
-/// // An expiry closer than the interval is put off to it.
-/// let mut config = Some(3_000);
-/// assert_eq!(ttl_rule(0, &mut config, 2_000, 2_000, 60_000), Some(62_000));
-/// assert_eq!(config, Some(62_000));
+/// assert_eq!(ttl_rule(0, &mut config, 2_000, 2_000), Some(61_000));
+/// assert_eq!(ttl_rule(0, &mut config, 70_000, 70_000), None, "the config's TTL is over");
 /// ```
 #[inline]
-pub fn ttl_rule(
-    keep: u64,
-    config_expires: &mut Option<u64>,
-    now: u64,
-    clock_now: u64,
-    interval: u64,
-) -> Option<u64> {
+pub fn ttl_rule(keep: u64, config_expires: &mut Option<u64>, now: u64, clock_now: u64) -> Option<u64> {
     match keep {
-        0 => {
-            let expires = config_expires.filter(|&t| t > clock_now)?;
-            let expires = expires.max(now.saturating_add(interval));
-            *config_expires = Some(expires);
-            Some(expires)
-        }
+        0 => config_expires.filter(|&t| t > clock_now),
         keep => {
-            let expires = now.saturating_add(keep.max(interval));
-            *config_expires = Some(expires);
-            Some(expires)
+            *config_expires = Some(now + keep);
+            Some(now + keep)
         }
     }
 }

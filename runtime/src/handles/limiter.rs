@@ -246,9 +246,7 @@ impl RateLimiter {
     /// Sets a TTL on all five keys; answers whether the config exists and got it.
     /// Counted in whole milliseconds, a fraction rounded up (never shorter than
     /// asked); `Duration::ZERO` expires the keys now, as `PEXPIRE 0` does. Above
-    /// 2^53 ms it is refused with [`Error::InvalidConfig`]. A call on the limiter
-    /// before the keys go puts a TTL shorter than the interval off to the interval
-    /// (from that call), so that no grant is let go while it is still in its window.
+    /// 2^53 ms it is refused with [`Error::InvalidConfig`].
     pub async fn expire(&self, ttl: Duration) -> Result<bool, Error> {
         let keys = self.writable()?;
         let ttl_ms = match u64::try_from(ttl.as_nanos().div_ceil(1_000_000)) {

@@ -127,26 +127,14 @@ pub(super) fn commit_window(
         let bucket = limiter.bucket_or_default(kind);
         bucket.push(now, call.permits as u32);
     }
-    ttl_rule(
-        limiter,
-        kind,
-        (r.config.keep_alive_ms(), r.config.interval_ms()),
-        now,
-        clock_now,
-    );
+    ttl_rule(limiter, kind, r.config.keep_alive_ms(), now, clock_now);
 }
 
 /// Redisson's TTL rule ([`ttl::ttl_rule`]) on a limiter's config and its bucket of
 /// `kind`.
 #[inline]
-pub(super) fn ttl_rule(
-    limiter: &mut Limiter,
-    kind: RateType,
-    (keep, interval): (u64, u64),
-    now: u64,
-    clock_now: u64,
-) {
-    let expires = ttl::ttl_rule(keep, &mut limiter.config_expires, now, clock_now, interval);
+pub(super) fn ttl_rule(limiter: &mut Limiter, kind: RateType, keep: u64, now: u64, clock_now: u64) {
+    let expires = ttl::ttl_rule(keep, &mut limiter.config_expires, now, clock_now);
     if let (Some(expires), Some(bucket)) = (expires, limiter.bucket(kind, clock_now)) {
         bucket.expires = Some(expires);
     }
@@ -155,14 +143,8 @@ pub(super) fn ttl_rule(
 /// [`ttl_rule`] on a bucket read live at `clock_now` by this decision (the usual
 /// call's): found again without looking at its expiry.
 #[inline]
-pub(super) fn ttl_rule_live(
-    limiter: &mut Limiter,
-    kind: RateType,
-    (keep, interval): (u64, u64),
-    now: u64,
-    clock_now: u64,
-) {
-    let expires = ttl::ttl_rule(keep, &mut limiter.config_expires, now, clock_now, interval);
+pub(super) fn ttl_rule_live(limiter: &mut Limiter, kind: RateType, keep: u64, now: u64, clock_now: u64) {
+    let expires = ttl::ttl_rule(keep, &mut limiter.config_expires, now, clock_now);
     if let (Some(expires), Some(bucket)) = (expires, limiter.buckets[slot(kind)].as_mut()) {
         bucket.expires = Some(expires);
     }

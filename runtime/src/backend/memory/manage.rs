@@ -112,13 +112,7 @@ impl MemoryBackend {
             .get_mut(keys.config())
             .ok_or_else(not_initialized)?;
         let config = limiter.live_config(now).ok_or_else(not_initialized)?;
-        let expires = ttl_rule(
-            config.keep_alive_ms(),
-            &mut limiter.config_expires,
-            now,
-            now,
-            config.interval_ms(),
-        );
+        let expires = ttl_rule(config.keep_alive_ms(), &mut limiter.config_expires, now, now);
         let rate = config.rate as i64;
         let bucket = limiter.bucket_or_default(config.rate_type);
         let (skip, released) = bucket.stale(now as i64 - config.interval_ms() as i64);

@@ -83,13 +83,7 @@ impl MemoryBackend {
             bucket.value = Some(value - excess as i64);
         }
         let left = bucket.value.map(|value| value.max(0) as u64);
-        super::commit::ttl_rule(
-            limiter,
-            config.rate_type,
-            (config.keep_alive_ms(), config.interval_ms()),
-            now,
-            now,
-        );
+        super::commit::ttl_rule(limiter, config.rate_type, config.keep_alive_ms(), now, now);
         Ok(SettleOutcome { applied: true, left })
     }
 

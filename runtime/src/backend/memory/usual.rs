@@ -118,13 +118,7 @@ pub(super) fn decide_one(
         if granted || released > 0 {
             bucket.value = Some(value);
         }
-        ttl_rule_live(
-            limiter,
-            rule.rate_type,
-            (keep_alive, interval as u64),
-            now,
-            clock_now,
-        );
+        ttl_rule_live(limiter, rule.rate_type, keep_alive, now, clock_now);
     }
     // reply
     Some(Usual {
@@ -349,13 +343,7 @@ pub(super) fn decide_several(
                 if granted || step.released > 0 {
                     bucket.value = Some(value);
                 }
-                ttl_rule_live(
-                    limiter,
-                    rule.rate_type,
-                    (rule.keep_alive_ms(), rule.interval_ms()),
-                    now,
-                    clock_now,
-                );
+                ttl_rule_live(limiter, rule.rate_type, rule.keep_alive_ms(), now, clock_now);
                 value.max(0) as u64
             }
         };
