@@ -561,8 +561,8 @@ type Written = (
 /// twin they are held equal to), on state a call reads its own way; each answer is
 /// then compared with a real call's on the same state. A debt the 64 oldest entries of
 /// the log cannot repay, with more entries past them, is waited out (the wait until
-/// the newest leaves), not rebuilt: check rebuilt it; so are entries of 0 permits
-/// (Redisson's `tryAcquire(0)` logs them); a grant up to 1 s ahead of the clock moves
+/// the newest leaves), not rebuilt: check rebuilt it; so are 65 entries of 0 permits
+/// (Redisson's `tryAcquire(0)` logs them), where 3 are read past and rebuilt; a grant up to 1 s ahead of the clock moves
 /// the call's time to it (an older grant then leaves the window): check refused. A
 /// member that does not decode, permits above the rate, configs the scripts refuse
 /// (`+10`, no type, a keep-alive of `abc`) and a value key of another type fail the
@@ -600,12 +600,20 @@ async fn check_answers_as_the_next_call_does() {
             Said::Answer(true, 36),
         ),
         (
+            "zeros:65",
+            vec![],
+            Some("-1"),
+            live(65, 0),
+            1,
+            Said::Answer(false, -1),
+        ),
+        (
             "zeros:3",
             vec![],
             Some("-1"),
             live(3, 0),
             1,
-            Said::Answer(false, -1),
+            Said::Answer(true, 10),
         ),
         (
             "zeros:2",
