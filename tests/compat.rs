@@ -179,52 +179,42 @@ async fn continues_from_state_redisson_wrote() {
 /// leaving: the wait is the moment the oldest grant that holds a permit leaves, for a
 /// call of one rule (`acquire_plain.lua`) and of a rule beside a token bucket
 /// (`acquire.lua`). Read to the newest, a refusal kept in process locked this client
-/// out for 5 s more than Redis did.
+/// out for 5 s more than Redis did. The walk stays 64 entries: behind 70 such entries,
+/// the wait is the newest's leaving, never shorter than exact.
 #[tokio::test]
 async fn entries_of_no_permits_do_not_stretch_a_refusal_s_wait() {
     let (_server, client, clock, mut raw) = setup().await;
-    for with_bucket in [false, true] {
-        let name = format!("rate_limit:zero:{with_bucket}");
-        let log = format!("{{{name}}}:permits");
-        let window = Rule::new(name.as_str(), 5, Duration::from_secs(10));
-        let mut rules = vec![window.clone()];
-        if with_bucket {
-            let bucket = Rule::new(format!("{name}:bucket"), 1_000, Duration::from_secs(10))
-                .algorithm(redlimit::Algorithm::TokenBucket);
-            rules.insert(0, bucket);
+    for (zeros, wait) in [(3, 4_980), (70, 9_980)] {
+        for with_bucket in [false, true] {
+            let name = format!("rate_limit:zero:{zeros}:{with_bucket}");
+            let log = format!("{{{name}}}:permits");
+            let window = Rule::new(name.as_str(), 5, Duration::from_secs(10));
+            let mut rules = vec![window.clone()];
+            if with_bucket {
+                let bucket = Rule::new(format!("{name}:bucket"), 1_000, Duration::from_secs(10))
+                    .algorithm(redlimit::Algorithm::TokenBucket);
+                rules.insert(0, bucket);
+            }
+            clock.set(T0);
+            let first = client.check_rules(std::slice::from_ref(&window)).await.unwrap();
+            assert!(first.allowed);
+            // Java's tryAcquire(0) before that grant, then the window filled at T0 + 100.
+            for i in 0..zeros {
+                let member = redisson_member(&[b'z', i as u8], 0);
+                let _: () = raw.zadd(&log, member, T0 - zeros + i).await.unwrap();
+            }
+            clock.set(T0 + 100);
+            for _ in 0..4 {
+                assert!(client.check_rules(&rules).await.unwrap().allowed);
+            }
+            let last = redisson_member(b"zlast", 0);
+            let _: () = raw.zadd(&log, last, T0 + 5_000).await.unwrap();
+            clock.set(T0 + 5_020);
+            let refused = client.check_rules(&rules).await.unwrap();
+            let case = format!("{zeros} entries of no permits, a bucket beside: {with_bucket}");
+            assert!(!refused.allowed, "{case}");
+            assert_eq!(refused.retry_after, Some(Duration::from_millis(wait)), "{case}");
         }
-        clock.set(T0);
-        assert!(
-            client
-                .check_rules(std::slice::from_ref(&window))
-                .await
-                .unwrap()
-                .allowed
-        );
-        // Java's tryAcquire(0) three times before that grant, then the window filled
-        // at T0 + 100.
-        for (i, at) in [T0 - 3, T0 - 2, T0 - 1].into_iter().enumerate() {
-            let _: () = raw
-                .zadd(&log, redisson_member(&[b'z', i as u8], 0), at)
-                .await
-                .unwrap();
-        }
-        clock.set(T0 + 100);
-        for _ in 0..4 {
-            assert!(client.check_rules(&rules).await.unwrap().allowed);
-        }
-        let _: () = raw
-            .zadd(&log, redisson_member(b"zlast", 0), T0 + 5_000)
-            .await
-            .unwrap();
-        clock.set(T0 + 5_020);
-        let refused = client.check_rules(&rules).await.unwrap();
-        assert!(!refused.allowed, "with a bucket: {with_bucket}");
-        assert_eq!(
-            refused.retry_after,
-            Some(Duration::from_millis(4_980)),
-            "with a bucket: {with_bucket}: the grant at T0 leaves at T0 + 10 000"
-        );
     }
 }
 
@@ -286,6 +276,40 @@ async fn a_keep_alive_left_shorter_than_the_interval_keeps_the_window() {
     assert!(!limiter.try_acquire(1).await.unwrap(), "the window forgotten");
     let gone = client.rate_limiter("rate_limit:left:4.7").try_acquire(1).await;
     assert!(matches!(gone, Err(Error::NotInitialized { .. })), "{gone:?}");
+}
+
+/// The same left `keepAliveTime`, met by a settle made after its grant left the window
+/// (an excess charged late): the settle's TTL rule reads the stored config's interval,
+/// not the grant's, and keeps every key the minute. With the grant's (1 s), the settle
+/// put the second back on every key.
+#[tokio::test]
+async fn a_late_settle_keeps_the_window_of_a_longer_interval_set_since() {
+    let (_server, client, clock, mut raw) = setup().await;
+    let name = "rate_limit:left:settle";
+    let rule = Rule::new(name, 5, SEC).settled();
+    let reservation = match client.reserve(std::slice::from_ref(&rule)).await.unwrap() {
+        redlimit::Reserved::Granted(reservation) => reservation,
+        refused => panic!("{refused:?}"),
+    };
+    // Redisson 3.24's setRate to 5 a minute: the fields it knows, `keepAliveTime` left.
+    let _: () = redis::cmd("HSET")
+        .arg(name)
+        .arg(&["rate", "5", "interval", "60000", "type", "0"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    // (past the minute on the client's clock; a moment on Redis's, which keeps the TTLs)
+    clock.advance(Duration::from_secs(61));
+    let settled = reservation.settle(3).await.unwrap();
+    assert!(settled.rules[0].applied, "the excess charged late");
+    for key in [
+        name,
+        "{rate_limit:left:settle}:value",
+        "{rate_limit:left:settle}:permits",
+    ] {
+        let ttl: i64 = raw.pttl(key).await.unwrap();
+        assert!(ttl > 59_000, "{key} kept {ttl} ms");
+    }
 }
 
 #[tokio::test]

@@ -561,8 +561,9 @@ type Written = (
 /// twin they are held equal to), on state a call reads its own way; each answer is
 /// then compared with a real call's on the same state. A debt the 64 oldest entries of
 /// the log cannot repay, with more entries past them, is waited out (the wait until
-/// the newest leaves), not rebuilt: check rebuilt it; so are 65 entries of 0 permits
-/// (Redisson's `tryAcquire(0)` logs them), where 3 are read past and rebuilt; a grant up to 1 s ahead of the clock moves
+/// the newest leaves), not rebuilt: check rebuilt it; so is a debt behind 65 entries
+/// of 0 permits (Redisson's `tryAcquire(0)` logs them), while behind 3, read past
+/// within the 64, it is rebuilt; a grant up to 1 s ahead of the clock moves
 /// the call's time to it (an older grant then leaves the window): check refused. A
 /// member that does not decode, permits above the rate, configs the scripts refuse
 /// (`+10`, no type, a keep-alive of `abc`) and a value key of another type fail the

@@ -193,8 +193,9 @@ do
         elseif dirty then
           call('set', vkey, format('%d', value), 'keepttl')
         end
-        -- Redisson's TTL rule (lib/ttl_rule.lua, written out: a rule's keep-alive is
-        -- never shorter than its interval)
+        -- Redisson's TTL rule (lib/ttl_rule.lua, written out, without its floor: this
+        -- path runs only on a stored config that is the rule's own, whose keep-alive
+        -- is never shorter than its interval)
         if keep ~= '0' then
           call('pexpire', keys[k + 1], keep)
           call('pexpire', vkey, keep)

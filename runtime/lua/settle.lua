@@ -238,7 +238,9 @@ local function late_window(i, k, a, member, len, estimate, actual, config, now)
     value = nil
   end
   -- (written as Redis reads an expiry: `060000` is not one)
-  ttl_rule(KEYS[k + 1], vkey, pkey, keep and string.format('%d', tonumber(keep)) or '0', tonumber(interval))
+  -- (the stored config's interval, as its keep-alive: the grant's when it expired)
+  local config_interval = (not expired and tonumber(stored[2])) or tonumber(interval)
+  ttl_rule(KEYS[k + 1], vkey, pkey, keep and string.format('%d', tonumber(keep)) or '0', config_interval)
   return value and math.max(value, 0) or -1
 end
 
