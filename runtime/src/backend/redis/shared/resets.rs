@@ -43,10 +43,16 @@ use super::{resets_key, ResetEntries, OWN_KEYS, RESETS_KEPT};
 use crate::backend::redis::RedisBackend;
 use crate::Error;
 
-/// The last entry of the stream a client read (`None`: none yet), whether a failed
-/// reading was logged, and when the last reading began.
+/// What a client keeps of its readings of the stream.
 #[derive(Debug, Default)]
-pub(crate) struct Cursor(Mutex<Option<Id>>, AtomicBool, Mutex<Option<Instant>>);
+pub(crate) struct Cursor {
+    /// The last entry read (`None`: none yet).
+    last: Mutex<Option<Id>>,
+    /// Whether a failed reading was logged.
+    logged: AtomicBool,
+    /// When the last reading began.
+    began: Mutex<Option<Instant>>,
+}
 
 /// How long after a reading began the sweeper of batches does not read again
 /// ([`RedisBackend::read_announcements_if_due`]): the background task reads each
@@ -56,7 +62,7 @@ const READ_AGAIN: Duration = Duration::from_millis(900);
 impl Cursor {
     /// Logs, once per client, that the stream could not be read.
     fn unreadable(&self, key: &str, error: &Error) {
-        if !self.1.swap(true, Ordering::Relaxed) {
+        if !self.logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 key,
                 "the stream of limiters reset cannot be read, so refusals are kept in process \
@@ -100,9 +106,9 @@ impl RedisBackend {
     /// Drops the refusals kept of every limiter announced since the last reading (all
     /// of them, when announcements were trimmed away unread).
     pub(crate) async fn read_announcements(&self) {
-        *self.shared.resets.2.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        *self.shared.resets.began.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let key = resets_key(&self.owner.prefix);
-        let cursor = *self.shared.resets.0.lock().unwrap_or_else(|e| e.into_inner());
+        let cursor = *self.shared.resets.last.lock().unwrap_or_else(|e| e.into_inner());
         let from = cursor.unwrap_or(Id(0, 0));
         // A failed read keeps the cursor: the next one reads what this one missed.
         // Meanwhile no refusal is kept longer than the next reading (a second): an
@@ -132,7 +138,7 @@ impl RedisBackend {
             self.shared.resets.unreadable(&key, &error);
         }
         if let Some(last) = last {
-            *self.shared.resets.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+            *self.shared.resets.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
         }
     }
 
@@ -146,7 +152,7 @@ impl RedisBackend {
     /// way would hold the client for good, and its batches would never go back.
     pub(crate) fn read_announcements_if_due(self: &Arc<Self>) {
         {
-            let mut last = self.shared.resets.2.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = self.shared.resets.began.lock().unwrap_or_else(|e| e.into_inner());
             if last.is_some_and(|began| began.elapsed() < READ_AGAIN) {
                 return;
             }
