@@ -337,15 +337,35 @@ async fn an_override_a_rule_cannot_take_never_takes_a_route_down() {
         .query_async(&mut raw)
         .await
         .unwrap();
+    // Written with a usable override of another limiter, in one command: that one
+    // deciding shows the table holding both was read, so the rule's own rate below is
+    // the unusable one ignored, not one never read.
+    let probe = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(LayerRule::new("attack:probe", 5, Duration::from_secs(60)))
+        .build()
+        .unwrap();
+    let probe = support::http::serve_route("/", |app| app.layer(probe)).await;
     let _: () = redis::cmd("HSET")
         .arg(client.overrides_key())
         .arg(format!("key:{name}"))
         .arg("1000000000/1000")
+        .arg("key:rate_limit:attack:probe")
+        .arg("1/60000")
         .query_async(&mut raw)
         .await
         .unwrap();
     let warned = capture.text().matches("rate override ignored").count();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let probed = [
+        support::http::send(probe, "GET", "/", &[]).await.status,
+        support::http::send(probe, "GET", "/", &[]).await.status,
+    ];
+    assert_eq!(
+        probed,
+        [200, 429],
+        "the override table written with the unusable override was read"
+    );
     let mut statuses = Vec::new();
     for _ in 0..10 {
         statuses.push(support::http::send(addr, "GET", "/", &[]).await.status);
