@@ -47,8 +47,7 @@ pub(super) fn commit(locked: &mut Locked<'_>, calls: &[RuleCall<'_>], decided: &
                     .filter(|_| taken > 0)
                     .map(|id| (decided.now, units, id));
                 if opened.is_some() || limiter.segments(kind).is_some() {
-                    keep_segments(limiter.segments_or_new(kind), tokens, taken, opened);
-                    limiter.drop_empty_segments(slot(kind));
+                    keep_segments_of(limiter, kind, tokens, taken, opened);
                 }
                 limiter.set_tokens(kind, Tokens::stored(tokens, units, cold));
             }
@@ -66,17 +65,27 @@ pub(super) fn commit(locked: &mut Locked<'_>, calls: &[RuleCall<'_>], decided: &
     }
 }
 
+/// [`keep_segments`] on the segments of `limiter`'s token bucket of `kind` (made when
+/// none is pending), dropped when none is left pending: the phases' commit and the
+/// usual call of several rules keep them alike.
+#[inline(never)]
+pub(super) fn keep_segments_of(
+    limiter: &mut Limiter,
+    kind: RateType,
+    plan: &Plan,
+    taken: u64,
+    opened: Option<(u64, i64, u64)>,
+) {
+    keep_segments(limiter.segments_or_new(kind), plan, taken, opened);
+    limiter.drop_empty_segments(slot(kind));
+}
+
 /// A token bucket's pending reservations' segments when a call writes it, as
 /// lib/bucket.lua's take_tokens, open_segment and store_tokens keep them: a take's
 /// peak (the room just before it) in the last; a reservation's grant's segment
 /// `opened` at its time with the units it left, under its id; those older than an
 /// empty bucket takes to fill dropped.
-pub(super) fn keep_segments(
-    segments: &mut Segments,
-    plan: &Plan,
-    taken: u64,
-    opened: Option<(u64, i64, u64)>,
-) {
+fn keep_segments(segments: &mut Segments, plan: &Plan, taken: u64, opened: Option<(u64, i64, u64)>) {
     let capacity = plan.burst * plan.interval;
     if taken > 0 {
         segments.peak(room_of(capacity, plan.units));

@@ -684,7 +684,9 @@ fn a_reset_window_forgets_what_a_shared_cell_added() {
 /// warm-up) decided on their usual path, and reservations of one, answer, call for
 /// call, as the phases answer them on a backend given the same calls: grants, refusals and their waits, clocks
 /// moving back, limiters going idle, configs and bursts changed, a limiter named
-/// twice, calls asking no permit or more than the rate.
+/// twice, calls asking no permit or more than the rate; token buckets' grants now and
+/// then a pending reservation's, whose segments (opened, peaked, merged past the most
+/// kept, pruned) the two backends hold alike after every call.
 #[test]
 fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
     let (usual, phased) = (MemoryBackend::default(), MemoryBackend::default());
@@ -726,7 +728,7 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
     ];
     let mut next = crate::test_support::draws(0x9e37_79b9_7f4a_7c15_u64);
     let (mut now, before) = (1_000_000u64, SEVERAL.with(|n| n.get()));
-    let (mut grants, mut refusals) = (0, 0);
+    let (mut grants, mut refusals, mut opened) = (0, 0, 0);
     for step in 0..20_000 {
         now = match next(20) {
             0 => now - next(60),
@@ -765,7 +767,7 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
                 },
                 rule: Some(&configs[i]),
                 bucket: (i >= 4).then(|| shapes[i - 4]),
-                reserved: None,
+                reserved: (i >= 4 && next(3) == 0).then(|| crate::algorithm::segments::LEAST_ID + step),
             })
             .collect();
         let called: Vec<u64> = picked.iter().map(|&i| hashes[i]).collect();
@@ -782,14 +784,31 @@ fn several_rules_decide_on_their_usual_path_as_the_phases_do() {
         let expected = format!("{:?}", phased.decide_phased(&calls, &called, now));
         let asked: Vec<(usize, u64)> = picked.iter().zip(&calls).map(|(&i, c)| (i, c.permits)).collect();
         assert_eq!(answer, expected, "step {step} at {now}: {asked:?}");
+        // (each called bucket's segments of the call's kind: the sweeps, counted per
+        // thread, visit the two backends at other calls, and drop what expired apart)
+        let segments = |backend: &MemoryBackend, name: &str, kind: RateType| {
+            let mut store = backend.lock(name);
+            let limiter = store.limiters.get_mut(name);
+            format!("{:?}", limiter.map(|l| l.segments(kind).cloned()))
+        };
+        for (&i, call) in picked.iter().zip(&calls).filter(|(&i, _)| i >= 4) {
+            let kind = call.rule.expect("a rule").rate_type;
+            let held = segments(&usual, names[i], kind);
+            assert_eq!(
+                held,
+                segments(&phased, names[i], kind),
+                "step {step} at {now}: {asked:?}"
+            );
+            opened += usize::from(held.contains("grants"));
+        }
         grants += usize::from(answer.contains("granted: true"));
         refusals += usize::from(answer.contains("granted: false"));
     }
     let several = SEVERAL.with(|n| n.get()) - before;
-    println!("{several} usual, {grants} grants, {refusals} refusals");
+    println!("{several} usual, {grants} grants, {refusals} refusals, {opened} with segments");
     assert!(
-        several > 8_000 && grants > 4_000 && refusals > 2_000,
-        "{several} usual, {grants} grants, {refusals} refusals"
+        several > 8_000 && grants > 4_000 && refusals > 2_000 && opened > 2_000,
+        "{several} usual, {grants} grants, {refusals} refusals, {opened} with segments"
     );
 }
 

@@ -6,7 +6,7 @@
 //! configs (each step for every rule before the next). Each answers `None`, before anything is written, for every case it
 //! does not cover; `decide.rs` then decides the call by the phases.
 
-use super::commit::ttl_rule_live;
+use super::commit::{keep_segments_of, ttl_rule_live};
 use super::name::same_name;
 use super::state::{slot, Limiter, Store, Tokens};
 use super::Locked;
@@ -245,11 +245,8 @@ pub(super) fn decide_several(
             .get_with(hash, |(n, _)| same_name(n, name))?;
         let at = match call.bucket {
             Some(shape) => {
-                // (a bucket with reservations pending, or a reservation's grant: the
-                // phases, which read and write its segments, as tokens.lua does)
-                if limiter.segments.is_some() || call.reserved.is_some() {
-                    return None;
-                }
+                // (a bucket with reservations pending, and a reservation's grant, which
+                // opens a segment: kept at commit, as the phases keep them)
                 let tokens = live_tokens(limiter, rule.rate_type, clock_now)?;
                 if !tokens
                     .state
@@ -323,8 +320,13 @@ pub(super) fn decide_several(
                 // (a refusal stores the refill, as the phases store it, but that of a
                 // lone call without a warm-up, which Redis decides with tokens_one.lua:
                 // it writes nothing)
-                let (units, cold) = plan.take_tokens(if granted { call.permits } else { 0 });
+                let taken = if granted { call.permits } else { 0 };
+                let (units, cold) = plan.take_tokens(taken);
                 if granted || calls.len() > 1 || plan.warmup > 0 {
+                    let opened = call.reserved.filter(|_| taken > 0).map(|id| (now, units, id));
+                    if opened.is_some() || limiter.segments(rule.rate_type).is_some() {
+                        keep_segments_of(limiter, rule.rate_type, plan, taken, opened);
+                    }
                     limiter.set_tokens(rule.rate_type, Tokens::stored(plan, units, cold));
                 }
                 plan.whole(units)
