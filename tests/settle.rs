@@ -772,6 +772,51 @@ async fn an_excess_keeps_a_warm_up_debt_below_the_floor() {
     }
 }
 
+/// An excess past what the debt's floor lets a settle charge warms a warm-up bucket by
+/// the permits the floor let it charge, not by the excess reported: reporting 250,
+/// 1 000 or `u64::MAX` where 1 was reserved (a cold bucket of 100 a minute, a burst of
+/// 100, a warm-up of ten minutes) leaves the same bucket, which grants no more over
+/// the next ten minutes than one no reservation took (drained each second). Taking
+/// the coldness of the whole excess off it granted 772, 898 and 898 where 597 (now 520).
+#[tokio::test]
+async fn an_excess_past_the_floor_warms_a_bucket_no_more_than_it_paid() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    let rule = |name: &str| {
+        Rule::new(name, 100, MINUTE)
+            .algorithm(Algorithm::TokenBucket)
+            .warmup(10 * MINUTE)
+            .keep_alive(Some(HOUR))
+    };
+    for (i, client) in clients.iter().enumerate() {
+        let mut drained = Vec::new();
+        for actual in [None, Some(250), Some(1_000), Some(u64::MAX)] {
+            let name = format!("warm:{actual:?}:{i}");
+            if let Some(actual) = actual {
+                granted(client, &[rule(&name).settled()])
+                    .await
+                    .settle(actual)
+                    .await
+                    .unwrap();
+            }
+            let mut grants = 0;
+            for _ in 0..600 {
+                while client.check_rules(&[rule(&name)]).await.unwrap().allowed {
+                    grants += 1;
+                }
+                clock.advance(Duration::from_secs(1));
+            }
+            drained.push(grants);
+        }
+        let (none, rest) = (drained[0], &drained[1..]);
+        assert!(
+            rest.iter().all(|&g| g == rest[0] && g <= none),
+            "on {i}: none reserved {none}, settled 250, 1 000, u64::MAX {rest:?}"
+        );
+        println!("on {i}: {drained:?}");
+    }
+}
+
 /// A release takes permits out of the newest grants: when it took a reservation's
 /// grant, or shrank it, the settle finds nothing to give back, even beside another
 /// call's grant of the same time and size (in process that one was taken for the

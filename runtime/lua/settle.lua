@@ -313,13 +313,24 @@ for j = 1, #KEYS / 6 do
         -- the capacity less 2^53: the room within 2^53): the floor (its units may be past
         -- what a double holds exactly)
         local floor = math.max(DEBT_FLOOR, -r.rate * r.interval, r.burst * r.interval - 9007199254740992)
-        local need = (actual - estimate) * r.interval
-        if need >= r.units - floor then
-          -- (a warm-up's extra cost may have left it below the floor: kept there)
-          r.units, r.cold = math.min(floor, r.units), math.max(r.cold - need, 0)
+        local excess = actual - estimate
+        local above = r.units - floor
+        if excess * r.interval < above and token_cost(r, excess) <= above then
+          take_tokens(r, excess)
         else
-          take_tokens(r, actual - estimate)
-          if r.units < floor then r.units = floor end
+          -- The floor (a warm-up's extra cost may have left it below: kept there), and
+          -- to a warm-up only the tokens of the most permits whose cost the units above
+          -- the floor paid: the excess past them is charged nothing, and so warms
+          -- nothing (lib twin: Plan::permits_costing_at_most). Their count: the
+          -- quotient of doubles, then corrected a permit at a time with the exact cost.
+          local paid = 0
+          local most = above > 0 and idiv(above, r.interval) or 0
+          if most > 0 then
+            paid = math.floor(above * most / token_cost(r, most))
+            while paid > 0 and token_cost(r, paid) > above do paid = paid - 1 end
+            while token_cost(r, paid + 1) <= above do paid = paid + 1 end
+          end
+          r.units, r.cold = math.min(floor, r.units), math.max(r.cold - paid * r.interval, 0)
         end
       end
       if in_segment then close_segment(r, in_segment, segment, math.max(r.units - before, 0)) end

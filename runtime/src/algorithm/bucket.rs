@@ -330,15 +330,44 @@ impl Plan {
             .max(i128::from(self.capacity()) - MAX_EXACT) as i64;
         let excess = actual - estimate;
         let need = u128::from(excess) * u128::from(self.interval);
-        // (a warm-up's extra cost may have left the units below the floor: kept there)
-        if need as i128 >= i128::from(self.units) - i128::from(floor) {
-            return (
-                floor.min(self.units),
-                u128::from(self.cold).saturating_sub(need) as u64,
-            );
+        let above = i128::from(self.units) - i128::from(floor);
+        if (need as i128) < above {
+            let (units, cold) = self.take_tokens(excess);
+            if units >= floor {
+                return (units, cold);
+            }
         }
-        let (units, cold) = self.take_tokens(excess);
-        (units.max(floor), cold)
+        // The floor (a warm-up's extra cost may have left the units below it: kept
+        // there), and to a warm-up only the tokens of the most permits whose cost the
+        // units above the floor paid: the excess past them is charged nothing, and so
+        // warms nothing, or reporting more than the floor charges would warm the
+        // bucket for free (up to its warm-up switched off at once).
+        let paid = u64::try_from(above).map_or(0, |above| self.permits_costing_at_most(above));
+        (
+            floor.min(self.units),
+            self.cold.saturating_sub(paid * self.interval),
+        )
+    }
+
+    /// The most permits whose [`token_cost`](Plan::token_cost) is at most `units`.
+    fn permits_costing_at_most(&self, units: u64) -> u64 {
+        let coldest = self.coldest();
+        let half = coldest / 2;
+        if self.cold <= half {
+            return units / self.interval;
+        }
+        // Each permit's cost is its tokens times 1 + 2 steps / COLD_STEPS, rounded up
+        // over all of them: the quotient, then corrected by a permit either way.
+        let steps = u128::from(self.cold - half) * u128::from(COLD_STEPS) / u128::from(coldest - half);
+        let per = (u128::from(COLD_STEPS) + 2 * steps) * u128::from(self.interval);
+        let mut permits = (u128::from(units) * u128::from(COLD_STEPS) / per) as u64;
+        while permits > 0 && self.token_cost(permits) > units {
+            permits -= 1;
+        }
+        while self.token_cost(permits + 1) <= units {
+            permits += 1;
+        }
+        permits
     }
 
     /// store_tokens: the state to store holding `units` and `cold` (as

@@ -434,3 +434,52 @@ fn a_warm_up_settle_grants_no_more_than_the_grant_taking_what_it_used() {
     }
     assert!(compared > 30_000, "{compared}");
 }
+
+/// A settle's excess the debt's floor cuts (its cost would take the units below it)
+/// leaves a warm-up bucket at the floor, warmed by the tokens of the most permits whose
+/// cost the units above the floor paid: every such excess, `u64::MAX` too, leaves the
+/// same bucket, no warmer and no fuller than the largest excess the floor does not cut
+/// (found here a permit at a time), over random warm-up buckets (cold, warm, in debt).
+#[test]
+fn an_excess_the_floor_cuts_warms_no_more_than_the_largest_it_does_not() {
+    let mut next = crate::test_support::draws(0xbb67_ae85_84ca_a73b_u64);
+    let mut cut_warm = 0;
+    for _ in 0..20_000 {
+        let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
+        let warmup = next(4 * interval) + 1;
+        let capacity = burst * interval;
+        let stored = Stored {
+            rate,
+            interval,
+            burst,
+            warmup,
+            units: next(capacity + 1) as i64 - next(2) as i64 * next(rate * interval) as i64,
+            at: 1_000,
+            cold: next(warmup * rate + 1),
+        };
+        let (plan, _) = plan_tokens(rate, interval, burst, warmup, Some(&stored), 1_000 + next(100));
+        let floor = (-(i128::from(rate) * i128::from(interval)))
+            .max(i128::from(DEBT_FLOOR))
+            .max(i128::from(capacity) - MAX_EXACT) as i64;
+        let above = (plan.units - floor).max(0) as u64;
+        let mut fits = 0;
+        while plan.token_cost(fits + 1) <= above {
+            fits += 1;
+        }
+        let estimate = next(5);
+        let largest = plan.settle_tokens(estimate, estimate + fits, 0);
+        assert!(largest.0 >= floor.min(plan.units), "{plan:?}: {largest:?}");
+        let past = [fits + 1, fits + 2 + next(1_000), u64::MAX - estimate];
+        let settled: Vec<(i64, u64)> = past
+            .iter()
+            .map(|&excess| plan.settle_tokens(estimate, estimate + excess, 0))
+            .collect();
+        let case = format!("{plan:?}: {fits} fit above the floor {floor}, {largest:?}, past {settled:?}");
+        assert!(settled.iter().all(|&s| s == settled[0]), "{case}");
+        let (units, cold) = settled[0];
+        assert_eq!(units, floor.min(plan.units), "{case}");
+        assert!(units <= largest.0 && cold >= largest.1, "{case}");
+        cut_warm += u32::from(cold < plan.cold);
+    }
+    assert!(cut_warm > 5_000, "{cut_warm}");
+}
