@@ -604,6 +604,121 @@ async fn a_client_gone_while_the_settle_waits_leaves_it_to_land_on_redis() {
     settles_to(&client, "tok-h:ann", 600).await;
 }
 
+/// A `Usage` whose last handle a handler hands to a thread with a runtime of its own
+/// that ends right after: dropped inside that runtime's `block_on`, the runtime then
+/// dropped; held by a task of a current-thread runtime dropped, or of a multi-thread
+/// runtime shut down (a server's, as its process stops). Each still settles what was
+/// recorded (900 of an estimate of 10: 100 left, not 990), where the settle was
+/// spawned on the ending runtime and dropped with it before it started.
+async fn a_usage_dropped_as_its_runtime_ends(client: Client) {
+    let stash: Arc<std::sync::Mutex<Option<Usage>>> = Arc::default();
+    let kept = stash.clone();
+    let hands_off = move |Extension(usage): Extension<Usage>| {
+        *kept.lock().unwrap() = Some(usage);
+        async { "ok" }
+    };
+    let layer = RateLimitLayer::builder()
+        .client(client.clone())
+        .rule(
+            LayerRule::new("tok-rt", 1_000, MINUTE)
+                .key(Key::header("x-user"))
+                .cost(cost_header)
+                .settle(Settle::usage()),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(Router::new().route("/", get(hands_off)).layer(layer)).await;
+    for mode in ["block-on", "current-thread-task", "multi-thread-task"] {
+        let reply = get_with(addr, "/", &[("x-user", mode), ("x-cost", "10")]).await;
+        assert_eq!(reply.status, 200, "{mode}");
+        let usage = stash.lock().unwrap().take().expect("the handler's Usage");
+        std::thread::spawn(move || {
+            let mut builder = match mode {
+                "multi-thread-task" => tokio::runtime::Builder::new_multi_thread(),
+                _ => tokio::runtime::Builder::new_current_thread(),
+            };
+            let runtime = builder.worker_threads(1).enable_all().build().unwrap();
+            runtime.block_on(async move {
+                usage.add(900);
+                if mode == "block-on" {
+                    drop(usage);
+                    return;
+                }
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(3_600)).await;
+                    drop(usage);
+                });
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            });
+            runtime.shutdown_timeout(Duration::from_secs(1));
+        })
+        .join()
+        .unwrap();
+        settles_to(&client, &format!("tok-rt:{mode}"), 100).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_dropped_as_its_runtime_ends_still_settles_on_redis() {
+    let server = RedisServer::start();
+    a_usage_dropped_as_its_runtime_ends(redis_client(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_dropped_as_its_runtime_ends_still_settles_in_process() {
+    a_usage_dropped_as_its_runtime_ends(Client::memory()).await;
+}
+
+/// A server's runtime shut down (its process stopping) while a task holds a stream's
+/// last `Usage`, the client made on that runtime too: the settle still lands, on the
+/// library's own runtime, where it was spawned on the runtime shutting down, which
+/// dropped it unstarted (and counted it abandoned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_dropped_as_the_client_s_own_runtime_ends_still_settles_on_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let client = Client::connect(&url).await.unwrap();
+            let stash: Arc<std::sync::Mutex<Option<Usage>>> = Arc::default();
+            let kept = stash.clone();
+            let hands_off = move |Extension(usage): Extension<Usage>| {
+                *kept.lock().unwrap() = Some(usage);
+                async { "ok" }
+            };
+            let layer = RateLimitLayer::builder()
+                .client(client)
+                .rule(
+                    LayerRule::new("tok-rt", 1_000, MINUTE)
+                        .key(Key::header("x-user"))
+                        .cost(cost_header)
+                        .settle(Settle::usage()),
+                )
+                .build()
+                .unwrap();
+            let addr = serve(Router::new().route("/", get(hands_off)).layer(layer)).await;
+            let reply = get_with(addr, "/", &[("x-user", "own"), ("x-cost", "10")]).await;
+            assert_eq!(reply.status, 200);
+            let usage = stash.lock().unwrap().take().expect("the handler's Usage");
+            usage.add(900);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(3_600)).await;
+                drop(usage);
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        });
+        runtime.shutdown_timeout(Duration::from_secs(1));
+    })
+    .join()
+    .unwrap();
+    settles_to(&redis_client(&server).await, "tok-rt:own", 100).await;
+}
+
 async fn server_with(client: &Client) -> SocketAddr {
     server(client, &Seen::default()).await
 }
