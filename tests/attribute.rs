@@ -472,3 +472,36 @@ async fn shadow_rules_are_decided_and_reported_but_never_refuse() {
     }
     assert_eq!(available("shadow:only").await, 0);
 }
+
+fn tokens_used(result: &Result<u64, RateLimited>) -> u64 {
+    *result.as_ref().unwrap_or(&0)
+}
+
+#[rate_limit(key = "misuse:tokens", rate = 1_000, interval = "60s", cost = max_tokens, settle = tokens_used)]
+async fn metered_call(max_tokens: u64) -> Result<u64, RateLimited> {
+    Ok(max_tokens)
+}
+
+/// A call refused for its own misuse (a settled rule's estimate of 0) says what was
+/// wrong and what is accepted, not that a limit was reached or that the limiter is
+/// unavailable; its cause is no backend failure.
+#[tokio::test]
+async fn a_misuse_refusal_says_what_was_wrong() {
+    client();
+    let refused = metered_call(0).await.unwrap_err();
+    let text = refused.to_string();
+    assert!(
+        text.starts_with("call refused without a decision for `rate_limit:misuse:tokens`:")
+            && text.contains("estimate (`cost`) is 0")
+            && text.contains("at least 1")
+            && !text.contains("exceeded")
+            && !text.contains("unavailable"),
+        "{text}"
+    );
+    assert!(refused.cause().is_some_and(|cause| !cause.is_backend_failure()));
+    assert_eq!(
+        metered_call(10).await.unwrap(),
+        10,
+        "an estimate of 1 or more passes"
+    );
+}

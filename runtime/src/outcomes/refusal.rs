@@ -147,7 +147,11 @@ impl RateLimited {
         self.rule
     }
 
-    /// The backend failure behind a refusal under `on_error = "deny"`.
+    /// What refused the call when no limit was reached: the backend failure behind a
+    /// refusal under `on_error = "deny"` ([`Error::is_backend_failure`]), or the
+    /// call's own misuse or missing value (a settled rule's estimate of 0, a request
+    /// without the key's value under a rule that refuses those), which any policy
+    /// refuses.
     pub fn cause(&self) -> Option<&Error> {
         self.cause.as_deref()
     }
@@ -167,18 +171,33 @@ impl RateLimited {
 }
 
 impl fmt::Display for RateLimited {
+    /// The rule's message, or what refused the call: its limit, the backend failing
+    /// (under `on_error = "deny"`), or the call itself (a misuse or a request without
+    /// the key's value: no limit was reached, and no backend failed).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.message {
-            Some(message) => f.write_str(message)?,
-            None => write!(f, "rate limit exceeded for `{}`", crate::keys::shown(&self.key))?,
+        let key = crate::keys::shown(&self.key);
+        match (&self.message, &self.cause) {
+            (Some(message), _) => f.write_str(message)?,
+            (None, Some(cause)) if !cause.is_backend_failure() => {
+                // (a request without the key's value has no limiter to name)
+                return if self.key.is_empty() {
+                    write!(f, "call refused without a decision: {cause}")
+                } else {
+                    write!(f, "call refused without a decision for `{key}`: {cause}")
+                };
+            }
+            (None, _) => write!(f, "rate limit exceeded for `{key}`")?,
         }
         if let Some(wait) = self.retry_after {
             write!(f, "; retry after {} ms", wait.as_millis())?;
         }
-        if let Some(cause) = &self.cause {
-            write!(f, "; refused because the rate limiter is unavailable: {cause}")?;
+        match &self.cause {
+            Some(cause) if cause.is_backend_failure() => {
+                write!(f, "; refused because the rate limiter is unavailable: {cause}")
+            }
+            Some(cause) => write!(f, "; refused: {cause}"),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
