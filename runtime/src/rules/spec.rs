@@ -7,14 +7,25 @@ use std::time::Duration;
 
 use crate::RateType;
 
-/// What a rule does when the backend fails.
+/// What a rule does when the backend fails (the errors
+/// [`Error::is_backend_failure`](crate::Error::is_backend_failure) accepts). Any other
+/// error (a misuse) refuses the call whatever the policy. Failures are logged with
+/// `tracing`, at most once per 10 s per function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnError {
-    /// Decide on an in-process limiter with the same rule.
+    /// Decide on an in-process limiter with the same rule: each process enforces the
+    /// rate on its own until the backend is back (the default).
     Local,
-    /// Let the call through.
+    /// Let the call through when the failure passes by itself (a timeout, a server
+    /// unreachable or answering errors: [`Error::is_transient`](crate::Error::is_transient));
+    /// a failure that lasts until someone acts (refused credentials, an unknown
+    /// database, state another program wrote, a full server) is decided in process,
+    /// as [`Local`](OnError::Local) does, so that no configuration mistake switches the
+    /// limit off. Such a refusal is an ordinary one: its limit reached in process,
+    /// no [`cause`](crate::RateLimited::cause).
     Allow,
-    /// Refuse the call, with the failure as the cause.
+    /// Refuse the call, with the failure as the [`cause`](crate::RateLimited::cause)
+    /// and no `retry_after`.
     Deny,
 }
 
