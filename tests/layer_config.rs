@@ -414,6 +414,32 @@ fn the_readmes_error() {
     assert!(error.lines().any(|l| l == line), "{error}");
 }
 
+/// A duration written as a bare number (`interval = 60`, as a rate is written) is
+/// refused saying it needs its unit, as text, for each duration field and for a
+/// layer's `timeout`; where serde's own message said only "invalid type".
+#[test]
+fn a_duration_written_as_a_number_is_told_its_unit() {
+    for (field, number) in [("interval", "60"), ("warmup", "30"), ("batch_lease", "0.5")] {
+        let mut text = "[rules.api]\nrate = 20\ninterval = \"60s\"\n".to_owned();
+        text = if field == "interval" {
+            text.replace("\"60s\"", number)
+        } else {
+            format!("{text}{field} = {number}\n")
+        };
+        let error = refused(&text);
+        let line = format!(
+            "rule `api`: field `{field}`: `{number}` is a number without a unit; write the \
+             duration as text with its unit: ms, s, m, h or d, e.g. \"{number}s\""
+        );
+        assert!(error.lines().any(|l| l == line), "{field}: {error}");
+    }
+    let error = refused("timeout = 2\n[rules.api]\nrate = 20\ninterval = \"60s\"\n");
+    assert!(
+        error.contains("field `timeout`: `2` is a number without a unit"),
+        "{error}"
+    );
+}
+
 /// A batch from the file, and each misuse of it refused naming the rule and what is
 /// accepted.
 #[test]

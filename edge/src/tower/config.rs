@@ -45,7 +45,8 @@ use super::{check_rule_fully, InvalidLayer, Key, LayerRule, MissingKey, RateLimi
 /// exempt = ["partner-key"]
 /// # Also: mode = "overall" | "per_client", permits = 1, on_error = "local" | "allow"
 /// # | "deny", shadow = false, algorithm = "sliding_window" | "token_bucket",
-/// # burst = 10, warmup = "30s".
+/// # burst = 10, warmup = "30s", local_refusals = true, batch = 1,
+/// # batch_lease = "250ms".
 ///
 /// [rules.tokens]              # an LLM's tokens, known once it has answered
 /// rate = 100_000
@@ -244,8 +245,43 @@ struct Text(Duration);
 
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        parse_duration(&text).map(Text).map_err(de::Error::custom)
+        struct TextVisitor;
+
+        impl TextVisitor {
+            /// A number where a duration's text goes: said so, with what is accepted.
+            fn bare<E: de::Error>(number: impl fmt::Display) -> E {
+                E::custom(format_args!(
+                    "`{number}` is a number without a unit; write the duration as text with \
+                     its unit: ms, s, m, h or d, e.g. \"{number}s\""
+                ))
+            }
+        }
+
+        impl Visitor<'_> for TextVisitor {
+            type Value = Text;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration as text with its unit, e.g. \"60s\" or \"1m30s\"")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Text, E> {
+                parse_duration(text).map(Text).map_err(E::custom)
+            }
+
+            fn visit_u64<E: de::Error>(self, number: u64) -> Result<Text, E> {
+                Err(Self::bare(number))
+            }
+
+            fn visit_i64<E: de::Error>(self, number: i64) -> Result<Text, E> {
+                Err(Self::bare(number))
+            }
+
+            fn visit_f64<E: de::Error>(self, number: f64) -> Result<Text, E> {
+                Err(Self::bare(number))
+            }
+        }
+
+        deserializer.deserialize_str(TextVisitor)
     }
 }
 
