@@ -125,15 +125,16 @@ fn random_longer_names() {
 }
 
 /// The one name only the runtime refuses: the attribute checks a template's text, and
-/// a limiter's name is the client's prefix followed by it.
+/// a limiter's name is the client's prefix followed by it. Refused as what it is, a
+/// missing name, not as keys split across slots.
 #[test]
 fn the_empty_name_is_the_runtimes_alone() {
     assert!(hash_tag::split("").is_none());
-    assert!(matches!(
-        check_name(""),
-        Err(Error::CrossSlotName {
-            reason: "it is empty",
-            ..
-        })
-    ));
+    let error = check_name("").unwrap_err();
+    assert!(matches!(error, Error::InvalidConfig { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "rate limiter ``: invalid configuration: the name is empty; give each limiter a \
+         name of its own, e.g. `orders:42`"
+    );
 }

@@ -236,17 +236,22 @@ pub fn library_key(prefix: &str, name: &str) -> Option<&'static str> {
     }
 }
 
-/// Accepts a limiter name only when its five keys share one Redis Cluster slot:
-/// a name without braces, or one whose first `{` opens a non-empty hash tag
-/// (`redlimit_syntax::hash_tag`, the rule the attribute applies to a key at compile
-/// time), and not empty.
+/// Accepts a limiter name only when it is not empty and its five keys share one Redis
+/// Cluster slot: a name without braces, or one whose first `{` opens a non-empty hash
+/// tag (`redlimit_syntax::hash_tag`, the rule the attribute applies to a key at
+/// compile time).
 pub fn check_name(name: &str) -> Result<(), Error> {
     // One search for a brace: most names have none, and need no more.
     if memchr::memchr2(b'{', b'}', name.as_bytes()).is_none() && !name.is_empty() {
         return Ok(());
     }
     let reason = match hash_tag::split(name) {
-        None if name.is_empty() => "it is empty",
+        None if name.is_empty() => {
+            return Err(Error::InvalidConfig {
+                name: String::new(),
+                problem: "the name is empty; give each limiter a name of its own, e.g. `orders:42`",
+            })
+        }
         None => return Ok(()),
         Some(Split::CloseWithoutOpen) => "it has a `}` but no `{`",
         Some(Split::EmptyTag) => "its first `{` opens an empty `{}` tag",
@@ -362,7 +367,11 @@ mod tests {
                 assert_eq!(hash_slot(key.as_bytes()), slot, "{name}: {key}");
             }
         }
-        for name in ["", "a{b", "a{}b", "{}", "a}b", "}"] {
+        assert!(matches!(
+            LimiterKeys::new("", "c").unwrap_err(),
+            Error::InvalidConfig { .. }
+        ));
+        for name in ["a{b", "a{}b", "{}", "a}b", "}"] {
             let err = LimiterKeys::new(name, "c").unwrap_err();
             assert!(matches!(err, Error::CrossSlotName { .. }), "{name}");
             let value = suffix(name, "value");
