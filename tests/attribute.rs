@@ -505,3 +505,19 @@ async fn a_misuse_refusal_says_what_was_wrong() {
         "an estimate of 1 or more passes"
     );
 }
+
+#[rate_limit(key = "left:costly", rate = 5, interval = "60s", cost = n)]
+async fn costly(n: u64) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// A refusal says what its limiter had left: 2 of 5 after a call of 3, refusing
+/// another call of 3 (and its wait).
+#[tokio::test]
+async fn a_refusal_says_what_was_left() {
+    client();
+    costly(3).await.unwrap();
+    let refused = costly(3).await.unwrap_err();
+    assert_eq!(refused.remaining(), 2, "{refused:?}");
+    assert!(refused.retry_after().is_some());
+}

@@ -68,7 +68,13 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The prefix the attribute puts before its keys (default `rate_limit:`).
+    /// The prefix before the limiters the attribute and the layer name, and before the
+    /// library's own keys in Redis (`<prefix>redlimit:overrides`, `...:rules`,
+    /// `...:resets`, the refusal reports); default `rate_limit:`. Written as given, no
+    /// separator added: end it with one (`svc:`). A handle's limiter
+    /// ([`Client::rate_limiter`](crate::Client::rate_limiter),
+    /// [`Client::token_bucket`](crate::Client::token_bucket)) and a [`Rule`](crate::Rule)
+    /// are named in full by the caller, without it.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self

@@ -156,6 +156,13 @@ impl RateLimited {
         self.cause.as_deref()
     }
 
+    /// The permits the refusing rule's limiter had left when it refused (fewer than
+    /// the call asked for; 0 when it refused for a cause): what a 429's `RateLimit`
+    /// field says as `r`.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
     /// The refusing rule's limit (its name, rate and window).
     pub fn limit(&self) -> Option<&Limit> {
         self.limit.as_deref()
