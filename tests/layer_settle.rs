@@ -607,9 +607,12 @@ async fn a_client_gone_while_the_settle_waits_leaves_it_to_land_on_redis() {
 /// A `Usage` whose last handle a handler hands to a thread with a runtime of its own
 /// that ends right after: dropped inside that runtime's `block_on`, the runtime then
 /// dropped; held by a task of a current-thread runtime dropped, or of a multi-thread
-/// runtime shut down (a server's, as its process stops). Each still settles what was
-/// recorded (900 of an estimate of 10: 100 left, not 990), where the settle was
-/// spawned on the ending runtime and dropped with it before it started.
+/// runtime shut down (a server's, as its process stops); dropped on a runtime without
+/// a timer, and as a panic unwinds. Each still settles what was recorded (900 of an
+/// estimate of 10: 100 left, not 990), where the settle was spawned on the ending
+/// runtime and dropped with it before it started, and no drop panics (polled where
+/// the last handle went, a settle in Redis timed its wait on a runtime without a
+/// timer, and panicked there).
 async fn a_usage_dropped_as_its_runtime_ends(client: Client) {
     let stash: Arc<std::sync::Mutex<Option<Usage>>> = Arc::default();
     let kept = stash.clone();
@@ -628,21 +631,37 @@ async fn a_usage_dropped_as_its_runtime_ends(client: Client) {
         .build()
         .unwrap();
     let addr = serve(Router::new().route("/", get(hands_off)).layer(layer)).await;
-    for mode in ["block-on", "current-thread-task", "multi-thread-task"] {
+    let modes = [
+        "block-on",
+        "current-thread-task",
+        "multi-thread-task",
+        "no-timer",
+        "unwinding",
+    ];
+    for mode in modes {
         let reply = get_with(addr, "/", &[("x-user", mode), ("x-cost", "10")]).await;
         assert_eq!(reply.status, 200, "{mode}");
         let usage = stash.lock().unwrap().take().expect("the handler's Usage");
-        std::thread::spawn(move || {
+        let dropped = std::thread::spawn(move || {
             let mut builder = match mode {
                 "multi-thread-task" => tokio::runtime::Builder::new_multi_thread(),
                 _ => tokio::runtime::Builder::new_current_thread(),
             };
-            let runtime = builder.worker_threads(1).enable_all().build().unwrap();
+            builder.worker_threads(1);
+            if mode != "no-timer" {
+                builder.enable_all();
+            }
+            let runtime = builder.build().unwrap();
             runtime.block_on(async move {
                 usage.add(900);
-                if mode == "block-on" {
-                    drop(usage);
-                    return;
+                match mode {
+                    "block-on" | "no-timer" => return drop(usage),
+                    // (dropped as a panic unwinds: a panic in the drop would abort)
+                    "unwinding" => {
+                        let _usage = usage;
+                        panic!("the handler's own panic");
+                    }
+                    _ => {}
                 }
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_secs(3_600)).await;
@@ -652,8 +671,12 @@ async fn a_usage_dropped_as_its_runtime_ends(client: Client) {
             });
             runtime.shutdown_timeout(Duration::from_secs(1));
         })
-        .join()
-        .unwrap();
+        .join();
+        assert_eq!(
+            dropped.is_err(),
+            mode == "unwinding",
+            "{mode}: the thread panicked"
+        );
         settles_to(&client, &format!("tok-rt:{mode}"), 100).await;
     }
 }

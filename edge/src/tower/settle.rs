@@ -196,26 +196,15 @@ impl Settling {
         }
     }
 
-    /// Settles with no caller to answer. On a runtime that runs, the settle is polled
-    /// once here, which starts every settle of the request on a runtime that lasts
-    /// before anything is awaited (a runtime ending right after, as a handler's own
-    /// may, would drop a task it was given unstarted), and what is left, the answers
-    /// awaited, goes on in a task of that runtime. Outside a runtime, or on one
-    /// shutting down (a task holding the last handle dropped with it), the layer's own
-    /// background thread settles it.
+    /// Settles with no caller to answer, on the layer's own background thread: not on
+    /// the runtime where the last handle went, which may be ending (a handler's own,
+    /// a server's shutting down, dropping a task it was given unstarted) or run
+    /// without a timer (a settle in Redis times its wait), and not in the drop
+    /// itself, which would wait or panic there.
     fn in_background(self, recorded: Option<u64>) {
-        let mut settle: Task = Box::pin(async move {
+        background(Box::pin(async move {
             self.settle(recorded).await;
-        });
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) if runs(&runtime) => {
-                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-                if settle.as_mut().poll(&mut cx).is_pending() {
-                    drop(runtime.spawn(settle));
-                }
-            }
-            _ => background(settle),
-        }
+        }));
     }
 
     /// Reads each header-settled rule's amount with `values` (a header's values).
@@ -237,18 +226,9 @@ impl Settling {
 
 type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-/// Whether `runtime` runs the tasks it is given: one shutting down finishes a task as
-/// it is spawned, never polled.
-fn runs(runtime: &tokio::runtime::Handle) -> bool {
-    let probe = runtime.spawn(std::future::pending::<()>());
-    let runs = !probe.is_finished();
-    probe.abort();
-    runs
-}
-
-/// Runs `task` on one thread kept for settles made where no runtime is (a `Usage`
-/// dropped on a thread of its own): a runtime of its own that lives as long as the
-/// process, so that a settle it retries in the background is not cut short.
+/// Runs `task` on one thread kept for the settles of `Usage`s dropped: a runtime of its
+/// own that lives as long as the process, so that a settle it retries in the
+/// background is not cut short.
 fn background(task: Task) {
     static TASKS: std::sync::OnceLock<Option<tokio::sync::mpsc::UnboundedSender<Task>>> =
         std::sync::OnceLock::new();
