@@ -817,6 +817,58 @@ async fn an_excess_past_the_floor_warms_a_bucket_no_more_than_it_paid() {
     }
 }
 
+/// An excess charged into debt warms a warm-up bucket by nothing: a bucket of 16 a
+/// second, a burst of 2 and a warm-up of 295 ms, drained every 250 ms, stays cold when
+/// its refill past the burst adds more coldness than its grants take off, and warm
+/// once warm. Reserving 1 and reporting 1, 2, 4, 5, 17 or `u64::MAX` leaves it
+/// granting, over the next 10 s, no more for a larger report and no more than with no
+/// reservation (40 with none; 40, 39, 38, 38, 36 and 36). Warmed by an excess's whole
+/// tokens (down to the floor), a report of 5 tipped it warm: 40, 39, 38, then 76, 72
+/// and 72.
+#[tokio::test]
+async fn an_excess_in_debt_warms_a_bucket_by_nothing() {
+    let clock = ManualClock::new(START);
+    let (_server, clients) = clients(&clock).await;
+    let rule = |name: &str| {
+        Rule::new(name, 16, Duration::from_secs(1))
+            .algorithm(Algorithm::TokenBucket)
+            .burst(2)
+            .warmup(Duration::from_millis(295))
+            .keep_alive(Some(HOUR))
+    };
+    let mut drained = Vec::new();
+    for (i, client) in clients.iter().enumerate() {
+        let mut grants = Vec::new();
+        for actual in [None, Some(1), Some(2), Some(4), Some(5), Some(17), Some(u64::MAX)] {
+            let name = format!("tipped:{actual:?}:{i}");
+            if let Some(actual) = actual {
+                granted(client, &[rule(&name).settled()])
+                    .await
+                    .settle(actual)
+                    .await
+                    .unwrap();
+            }
+            let mut n = 0;
+            for _ in 0..40 {
+                clock.advance(Duration::from_millis(250));
+                while client.check_rules(&[rule(&name)]).await.unwrap().allowed {
+                    n += 1;
+                }
+            }
+            grants.push(n);
+            clock.advance(HOUR);
+        }
+        println!("on {i}: {grants:?}");
+        let (none, reported) = (grants[0], &grants[1..]);
+        assert!(
+            reported.iter().all(|&g| g <= none) && reported.windows(2).all(|w| w[1] <= w[0]),
+            "on {i}: none reserved {none}, reported 1, 2, 4, 5, 17, u64::MAX {reported:?}"
+        );
+        drained.push(grants);
+    }
+    assert_eq!(drained[0], drained[1], "both backends");
+}
+
 /// A release takes permits out of the newest grants: when it took a reservation's
 /// grant, or shrank it, the settle finds nothing to give back, even beside another
 /// call's grant of the same time and size (in process that one was taken for the

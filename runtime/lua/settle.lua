@@ -315,14 +315,19 @@ for j = 1, #KEYS / 6 do
         local floor = math.max(DEBT_FLOOR, -r.rate * r.interval, r.burst * r.interval - 9007199254740992)
         local excess = actual - estimate
         local above = r.units - floor
+        -- To a warm-up, only the tokens of the permits a grant could take now (their
+        -- tokens held) whose cost the units above the floor pay: the part charged
+        -- into debt, or past the floor, warms nothing (lib twin: Plan::settle_tokens).
+        local held = r.units > 0 and idiv(r.units, r.interval) or 0
+        local cold = r.cold
         if excess * r.interval < above and token_cost(r, excess) <= above then
           take_tokens(r, excess)
+          r.cold = math.max(cold - math.min(excess, held) * r.interval, 0)
         else
-          -- The floor (a warm-up's extra cost may have left it below: kept there), and
-          -- to a warm-up only the tokens of the most permits whose cost the units above
-          -- the floor paid: the excess past them is charged nothing, and so warms
-          -- nothing (lib twin: Plan::permits_costing_at_most). Their count: the
-          -- quotient of doubles, then corrected a permit at a time with the exact cost.
+          -- The floor (a warm-up's extra cost may have left it below: kept there),
+          -- warmed by at most the permits whose cost the units above it paid
+          -- (Plan::permits_costing_at_most): the quotient of doubles, then corrected a
+          -- permit at a time with the exact cost.
           local paid = 0
           local most = above > 0 and idiv(above, r.interval) or 0
           if most > 0 then
@@ -330,7 +335,7 @@ for j = 1, #KEYS / 6 do
             while paid > 0 and token_cost(r, paid) > above do paid = paid - 1 end
             while token_cost(r, paid + 1) <= above do paid = paid + 1 end
           end
-          r.units, r.cold = math.min(floor, r.units), math.max(r.cold - paid * r.interval, 0)
+          r.units, r.cold = math.min(floor, r.units), math.max(cold - math.min(paid, held) * r.interval, 0)
         end
       end
       if in_segment then close_segment(r, in_segment, segment, math.max(r.units - before, 0)) end

@@ -331,22 +331,26 @@ impl Plan {
         let excess = actual - estimate;
         let need = u128::from(excess) * u128::from(self.interval);
         let above = i128::from(self.units) - i128::from(floor);
+        // To a warm-up, an excess takes off the coldness only the tokens of the permits
+        // a grant could take now, their tokens held (a grant never takes a token the
+        // bucket lacks), whose cost the units above the floor pay: the part of an
+        // excess charged into debt, or past the floor (charged nothing), warms
+        // nothing. Warmth bought with debt tipped a bucket drained as it refills from
+        // one that stays cold into one that stays warm, granting about twice as much
+        // for a larger report; past the floor, reporting more warmed it for free (up
+        // to its warm-up switched off at once).
+        let held = u64::try_from(self.units).map_or(0, |units| units / self.interval);
+        let warmed = |permits: u64| self.cold.saturating_sub(permits.min(held) * self.interval);
         if (need as i128) < above {
-            let (units, cold) = self.take_tokens(excess);
+            let (units, _) = self.take_tokens(excess);
             if units >= floor {
-                return (units, cold);
+                return (units, warmed(excess));
             }
         }
         // The floor (a warm-up's extra cost may have left the units below it: kept
-        // there), and to a warm-up only the tokens of the most permits whose cost the
-        // units above the floor paid: the excess past them is charged nothing, and so
-        // warms nothing, or reporting more than the floor charges would warm the
-        // bucket for free (up to its warm-up switched off at once).
+        // there), warmed by at most the permits whose cost the units above it paid.
         let paid = u64::try_from(above).map_or(0, |above| self.permits_costing_at_most(above));
-        (
-            floor.min(self.units),
-            self.cold.saturating_sub(paid * self.interval),
-        )
+        (floor.min(self.units), warmed(paid))
     }
 
     /// The most permits whose [`token_cost`](Plan::token_cost) is at most `units`.

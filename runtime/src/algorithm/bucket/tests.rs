@@ -483,3 +483,43 @@ fn an_excess_the_floor_cuts_warms_no_more_than_the_largest_it_does_not() {
     }
     assert!(cut_warm > 5_000, "{cut_warm}");
 }
+
+/// A settle's excess takes off a warm-up's coldness no more than the tokens of the
+/// permits a grant could take at the settle (their tokens held, none in debt): over
+/// random warm-up buckets (cold, warm, in debt) and excesses (small, past the floor,
+/// `u64::MAX`), the coldness left is at least the coldness less those tokens.
+#[test]
+fn an_excess_warms_no_more_than_a_grant_could_take() {
+    let mut next = crate::test_support::draws(0x3c6e_f372_fe94_f82b_u64);
+    let mut warmed_less = 0;
+    for _ in 0..20_000 {
+        let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
+        let warmup = next(4 * interval) + 1;
+        let capacity = burst * interval;
+        let stored = Stored {
+            rate,
+            interval,
+            burst,
+            warmup,
+            units: next(capacity + 1) as i64 - next(2) as i64 * next(rate * interval) as i64,
+            at: 1_000,
+            cold: next(warmup * rate + 1),
+        };
+        let (plan, _) = plan_tokens(rate, interval, burst, warmup, Some(&stored), 1_000 + next(100));
+        let estimate = next(5);
+        let excess = match next(3) {
+            0 => next(burst + 1) + 1,
+            1 => next(4 * (burst + rate)) + 1,
+            _ => u64::MAX - estimate,
+        };
+        let (_, cold) = plan.settle_tokens(estimate, estimate + excess, 0);
+        let held = plan.units.max(0) as u64 / interval;
+        let least = plan.cold.saturating_sub(excess.min(held) * interval);
+        assert!(
+            cold >= least,
+            "{plan:?}: {excess} past {estimate}: {cold} < {least}"
+        );
+        warmed_less += u32::from(cold > plan.cold.saturating_sub(excess.saturating_mul(interval)));
+    }
+    assert!(warmed_less > 2_000, "{warmed_less}");
+}
