@@ -222,6 +222,15 @@ async fn misuse_is_refused_and_spends_nothing() {
             "{wrong:?}"
         );
         assert_eq!(available(client, "misuse:count").await, 990, "the estimate stays");
+        // An amount settled on a reservation of no settled rule would count nowhere.
+        let plain = Rule::new("misuse:plain", 1_000, MINUTE).keep_alive(Some(HOUR));
+        let reservation = granted(client, &[plain.permits(10)]).await;
+        let nowhere = reservation.settle(500).await;
+        assert!(
+            matches!(&nowhere, Err(Error::InvalidReservation { problem, .. }) if problem.contains("Rule::settled")),
+            "{nowhere:?}"
+        );
+        assert_eq!(available(client, "misuse:plain").await, 990, "the estimate stays");
     }
 }
 

@@ -266,8 +266,20 @@ impl Reservation {
     /// The settle is under way once this is first polled: in Redis it is sent from a
     /// task of its own, so a caller that goes away before the answer (a client
     /// disconnected, a `select!` branch taken, a timeout) leaves it to land.
+    ///
+    /// A reservation with no settled rule ([`Rule::settled`](crate::Rule::settled)) has
+    /// nothing to settle `actual` on: refused as misuse (`Error::InvalidReservation`),
+    /// its estimates staying counted, rather than answered as if the amount counted.
     pub async fn settle(self, actual: u64) -> Result<Settled, Error> {
         let count = self.grants.iter().filter(|g| g.settled.is_some()).count();
+        if count == 0 {
+            return Err(Error::InvalidReservation {
+                name: self.grants.first().map_or("", |g| g.keys.config()).to_owned(),
+                problem: "no rule of this reservation is settled, so the amount would count \
+                          nowhere; mark the rules the call's usage settles with Rule::settled"
+                    .to_owned(),
+            });
+        }
         self.start_settle(smallvec::smallvec![actual; count]).await
     }
 
