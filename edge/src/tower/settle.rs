@@ -226,26 +226,40 @@ impl Settling {
 
 type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
+/// The most settles of dropped `Usage`s the layer's thread runs at once; the rest wait
+/// their turn, not yet started. Settles are no caller's answer, and thousands dropped
+/// at once (a server's streams ending as it shuts down) would otherwise all be sent at
+/// once, queueing the client's other commands behind them past their timeout.
+const MOST_SETTLES_AT_ONCE: usize = 256;
+
+/// Runs each task `queued` receives, at most `most` at once, in the order received.
+async fn run_queued(mut queued: tokio::sync::mpsc::UnboundedReceiver<Task>, most: usize) {
+    let turns = Arc::new(tokio::sync::Semaphore::new(most));
+    while let Some(task) = queued.recv().await {
+        let Ok(turn) = turns.clone().acquire_owned().await else {
+            return;
+        };
+        tokio::spawn(async move {
+            task.await;
+            drop(turn);
+        });
+    }
+}
+
 /// Runs `task` on one thread kept for the settles of `Usage`s dropped: a runtime of its
 /// own that lives as long as the process, so that a settle it retries in the
-/// background is not cut short.
+/// background is not cut short; at most [`MOST_SETTLES_AT_ONCE`] at once.
 fn background(task: Task) {
     static TASKS: std::sync::OnceLock<Option<tokio::sync::mpsc::UnboundedSender<Task>>> =
         std::sync::OnceLock::new();
     let tasks = TASKS.get_or_init(|| {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Task>();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Task>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .ok()?;
         let thread = std::thread::Builder::new().name("redlimit-settle".into());
-        let spawned = thread.spawn(move || {
-            runtime.block_on(async move {
-                while let Some(task) = rx.recv().await {
-                    tokio::spawn(task);
-                }
-            })
-        });
+        let spawned = thread.spawn(move || runtime.block_on(run_queued(rx, MOST_SETTLES_AT_ONCE)));
         spawned.ok().map(|_| tx)
     });
     // Without a thread the settle is dropped: its reservation keeps its estimates.

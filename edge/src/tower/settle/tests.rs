@@ -1,5 +1,6 @@
-use super::{due, Reported};
-use std::sync::atomic::AtomicU64;
+use super::{due, run_queued, Reported, Task};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 #[test]
 fn a_missing_amount_is_logged_at_most_once_in_10_s() {
@@ -67,4 +68,35 @@ fn a_line_is_a_list_and_a_garbled_one_never_counts_below_the_estimate() {
             unreadable: true
         }
     );
+}
+
+/// The settles of dropped `Usage`s run at most so many at once, the rest in turn: 1 000
+/// queued at once, each holding its turn over a few yields, run with at most 8 under
+/// way and all of them run.
+#[tokio::test]
+async fn settles_queued_at_once_run_a_bounded_number_at_a_time() {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Task>();
+    let (now, most, done) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    for _ in 0..1_000 {
+        let (now, most, done) = (now.clone(), most.clone(), done.clone());
+        let task: Task = Box::pin(async move {
+            most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            now.fetch_sub(1, Ordering::SeqCst);
+            done.fetch_add(1, Ordering::SeqCst);
+        });
+        tx.send(task).unwrap();
+    }
+    drop(tx);
+    run_queued(rx, 8).await;
+    while done.load(Ordering::SeqCst) < 1_000 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 8, "at most 8 at once, and 8 reached");
 }
