@@ -13,7 +13,8 @@
 //! limiters), deletes the limiter or raises its rate meanwhile: then a call
 //! Redis would grant may be refused, never for longer than the wait Redis gave. A call
 //! for another number of permits, with another config, or of several rules goes to
-//! Redis. Any grant this client makes on a limiter, and any change it makes to one,
+//! Redis, and so does one at a time before the refusal's (a clock set back, which
+//! Redis reads at the limiter's own time). Any grant this client makes on a limiter, and any change it makes to one,
 //! drops what it kept of it. At most `MAX_ENTRIES` limiters are kept per client.
 //!
 //! At that bound a new refusal makes room: refusals whose wait is over go first, then
@@ -41,6 +42,8 @@ struct Entry {
     hash: u64,
     permits: u64,
     left: u64,
+    /// When Redis refused, and until when.
+    at_ms: u64,
     until_ms: u64,
     /// When it was kept or last answered.
     used_ms: u64,
@@ -92,7 +95,10 @@ impl RefusalCache {
         let hash = rule.name_hash();
         let mut entries = self.lock();
         let entry = entries.0.find_mut(hash, |e| e.rule.name() == rule.name())?;
-        if entry.permits != permits || &entry.rule != rule || now_ms >= entry.until_ms {
+        // (a clock behind the refusal: Redis decides a call up to a second behind at
+        // the limiter's own time, which the wait left here would overstate)
+        if entry.permits != permits || &entry.rule != rule || now_ms >= entry.until_ms || now_ms < entry.at_ms
+        {
             return None;
         }
         entry.used_ms = now_ms;
@@ -121,6 +127,7 @@ impl RefusalCache {
                     hash: rule.name_hash(),
                     permits,
                     left: decision.remaining,
+                    at_ms: now_ms,
                     until_ms: now_ms.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
                     used_ms: now_ms,
                 };
