@@ -833,14 +833,28 @@ async fn a_stored_number_past_2_53_is_named_corrupt_not_rounded() {
     let handle = client
         .token_bucket("tb:deep", rate, Duration::from_millis(1))
         .burst(burst);
-    // (alone, and beside a window of its own, whose call reads it in acquire.lua)
+    // (alone, and beside a window of its own, whose call reads it in acquire.lua; the
+    // bucket, full again 1 ms after the take, keeps its key 1 ms of real time: a
+    // reading that found it expired, full, is made again)
     for (i, rules) in [vec![rule.clone()], vec![rule, Rule::new("tb:deep:w", 1, SEC)]]
         .into_iter()
         .enumerate()
     {
-        let _: () = raw.set("{tb:deep}:bucket", &text).await.unwrap();
-        assert!(client.check_rules(&rules).await.unwrap().allowed);
-        assert_eq!(handle.available().await.unwrap(), burst - 1, "{i}");
+        for attempt in 0.. {
+            let _: () = raw
+                .del(&["tb:deep:w", "{tb:deep:w}:value", "{tb:deep:w}:permits"])
+                .await
+                .unwrap();
+            let _: () = raw.set("{tb:deep}:bucket", &text).await.unwrap();
+            assert!(client.check_rules(&rules).await.unwrap().allowed, "{i}");
+            let left = handle.available().await.unwrap();
+            let kept: bool = raw.exists("{tb:deep}:bucket").await.unwrap();
+            if left == burst && !kept && attempt < 50 {
+                continue;
+            }
+            assert_eq!(left, burst - 1, "{i}");
+            break;
+        }
     }
 }
 
