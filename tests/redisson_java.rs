@@ -779,10 +779,12 @@ async fn keep_alive_ttls(version: Version) {
         assert!(java.try_acquire(name, 1).await);
         let config_ttl = pttl(&mut raw, name).await;
         assert!(config_ttl > 0 && config_ttl <= 600, "not renewed: {config_ttl}");
+        // (copied within the script, whose clock may move a millisecond between the
+        // config's TTL read and the copy set: read later, at most 2 ms more)
         for key in &keys[1..] {
             let ttl = pttl(&mut raw, key).await;
             assert!(
-                ttl > 0 && ttl <= config_ttl,
+                ttl > 0 && ttl <= config_ttl + 2,
                 "{key}: {ttl}, the config's {config_ttl}"
             );
         }
