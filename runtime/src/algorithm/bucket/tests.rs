@@ -445,19 +445,8 @@ fn an_excess_the_floor_cuts_warms_no_more_than_the_largest_it_does_not() {
     let mut next = crate::test_support::draws(0xbb67_ae85_84ca_a73b_u64);
     let mut cut_warm = 0;
     for _ in 0..20_000 {
-        let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
-        let warmup = next(4 * interval) + 1;
-        let capacity = burst * interval;
-        let stored = Stored {
-            rate,
-            interval,
-            burst,
-            warmup,
-            units: next(capacity + 1) as i64 - next(2) as i64 * next(rate * interval) as i64,
-            at: 1_000,
-            cold: next(warmup * rate + 1),
-        };
-        let (plan, _) = plan_tokens(rate, interval, burst, warmup, Some(&stored), 1_000 + next(100));
+        let plan = random_warm_up_plan(&mut next);
+        let (rate, interval, capacity) = (plan.rate, plan.interval, plan.capacity());
         let floor = (-(i128::from(rate) * i128::from(interval)))
             .max(i128::from(DEBT_FLOOR))
             .max(i128::from(capacity) - MAX_EXACT) as i64;
@@ -493,19 +482,8 @@ fn an_excess_warms_no_more_than_a_grant_could_take() {
     let mut next = crate::test_support::draws(0x3c6e_f372_fe94_f82b_u64);
     let mut warmed_less = 0;
     for _ in 0..20_000 {
-        let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
-        let warmup = next(4 * interval) + 1;
-        let capacity = burst * interval;
-        let stored = Stored {
-            rate,
-            interval,
-            burst,
-            warmup,
-            units: next(capacity + 1) as i64 - next(2) as i64 * next(rate * interval) as i64,
-            at: 1_000,
-            cold: next(warmup * rate + 1),
-        };
-        let (plan, _) = plan_tokens(rate, interval, burst, warmup, Some(&stored), 1_000 + next(100));
+        let plan = random_warm_up_plan(&mut next);
+        let (rate, interval, burst) = (plan.rate, plan.interval, plan.burst);
         let estimate = next(5);
         let excess = match next(3) {
             0 => next(burst + 1) + 1,
@@ -522,4 +500,21 @@ fn an_excess_warms_no_more_than_a_grant_could_take() {
         warmed_less += u32::from(cold > plan.cold.saturating_sub(excess.saturating_mul(interval)));
     }
     assert!(warmed_less > 2_000, "{warmed_less}");
+}
+
+/// A random warm-up bucket (cold, warm, or in debt down to its rate below zero),
+/// planned up to 100 ms after its last refill.
+fn random_warm_up_plan(next: &mut impl FnMut(u64) -> u64) -> Plan {
+    let (rate, interval, burst) = (next(20) + 1, next(1_000) + 1, next(20) + 1);
+    let warmup = next(4 * interval) + 1;
+    let stored = Stored {
+        rate,
+        interval,
+        burst,
+        warmup,
+        units: next(burst * interval + 1) as i64 - next(2) as i64 * next(rate * interval) as i64,
+        at: 1_000,
+        cold: next(warmup * rate + 1),
+    };
+    plan_tokens(rate, interval, burst, warmup, Some(&stored), 1_000 + next(100)).0
 }
